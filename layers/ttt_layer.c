@@ -1,0 +1,395 @@
+/* The generic TTT layer driver (MATH.md §1), its presets (§4) and configuration. */
+#include "ttt_layer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "forms.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Presets (MATH.md §4). Presets whose gates are per-token (mamba2, gla) need a gate source; the
+ * constant `decay` below is what they use when a task supplies none. */
+
+static const ttt_preset presets[] = {
+    {"linear_attention", "linear attention: Hebbian writes, no forgetting", "linear", "dot",
+     "sgd", 1.0, "decoupled", 1, "update_then_apply", "S_t = S_{t-1} + k_t^T v_t, o_t = q_t S_t"},
+    {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot", "sgd",
+     0.96875, "decoupled", 1, "update_then_apply", "S_t = gamma S_{t-1} + k_t^T v_t"},
+    {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared", "sgd",
+     1.0, "decoupled", 1, "update_then_apply",
+     "S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})"},
+    {"gated_deltanet", "Gated DeltaNet: delta rule with a coupled forget gate", "linear",
+     "squared", "sgd", 0.99, "coupled", 1, "update_then_apply",
+     "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
+};
+
+static const char *const preset_names[] = {"linear_attention", "retnet", "deltanet",
+                                           "gated_deltanet"};
+
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+_Static_assert(sizeof preset_names / sizeof preset_names[0] == sizeof presets / sizeof presets[0],
+               "preset_names must list every preset");
+
+const ttt_preset *ttt_preset_find(const char *name) {
+    for (int i = 0; i < N_PRESETS; i++)
+        if (name && strcmp(presets[i].name, name) == 0) return &presets[i];
+    return NULL;
+}
+int ttt_preset_count(void) { return N_PRESETS; }
+const ttt_preset *ttt_preset_at(int i) { return (i >= 0 && i < N_PRESETS) ? &presets[i] : NULL; }
+const char *const *ttt_preset_names(void) { return preset_names; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration */
+
+const ttt_option ttt_layer_options[] = {
+    {"preset", TTT_OPT_STRING, "none", TTT_NO_RANGE, NULL,
+     "a named tuple (see `ttt list`); its values are the defaults of the keys below"},
+    {"model", TTT_OPT_STRING, "linear", TTT_NO_RANGE, NULL, "fast-weight model f(W; x)"},
+    {"loss", TTT_OPT_STRING, "dot", TTT_NO_RANGE, NULL, "inner loss l(f(W; k), v)"},
+    {"optimizer", TTT_OPT_MAP, "{name: sgd}", TTT_NO_RANGE, NULL,
+     "inner optimizer and its options (a name alone is accepted)"},
+    {"mini_batch", TTT_OPT_INT, "1", 1, 1e9, NULL, "tokens per inner step b"},
+    {"order", TTT_OPT_CHOICE, "update_then_apply", TTT_NO_RANGE,
+     "update_then_apply|apply_then_update", "whether a token reads its own block's update"},
+    {"form", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|generic|recurrent",
+     "computation form; auto = the closed form when one exists, else the generic driver"},
+    {"scale", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "queries are multiplied by this"},
+    TTT_OPTION_END,
+};
+
+static ttt_cfg_node *get_mut(ttt_cfg_node *map, const char *key) {
+    return (ttt_cfg_node *)ttt_cfg_get(map, key);
+}
+
+static void set_default(ttt_cfg_node *map, const char *key, const char *text) {
+    if (!ttt_cfg_get(map, key)) ttt_cfg_map_set(map, key, ttt_cfg_new_scalar(text, map));
+}
+
+static ttt_status check_scalar_name(const ttt_cfg_node *n, const char *what,
+                                    const char *const *names, int count, ttt_error *err) {
+    if (n->kind != TTT_CFG_SCALAR || !n->scalar)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "expected the name of a %s", what);
+    return ttt_cfg_check_name(n, what, names, count, err);
+}
+
+/* Fill a preset's tuple into the keys the user left out. */
+static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
+    const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
+    if (!pn || (pn->kind == TTT_CFG_SCALAR && pn->scalar && strcmp(pn->scalar, "none") == 0))
+        return TTT_OK;
+    TTT_TRY(check_scalar_name(pn, "preset", preset_names, N_PRESETS, err));
+    const ttt_preset *p = ttt_preset_find(pn->scalar);
+    char buf[64];
+    set_default(map, "model", p->model);
+    set_default(map, "loss", p->loss);
+    snprintf(buf, sizeof buf, "%d", p->mini_batch);
+    set_default(map, "mini_batch", buf);
+    set_default(map, "order", p->order);
+    ttt_cfg_node *opt = get_mut(map, "optimizer");
+    if (!opt) {
+        opt = ttt_cfg_new_map(map);
+        ttt_cfg_map_set(map, "optimizer", opt);
+    }
+    if (opt->kind == TTT_CFG_MAP) {
+        set_default(opt, "name", p->optimizer);
+        snprintf(buf, sizeof buf, "%.9g", p->decay);
+        set_default(opt, "decay", buf);
+        set_default(opt, "decay_placement", p->placement);
+    }
+    return TTT_OK;
+}
+
+int ttt_layer_has_recurrent(const ttt_layer *L) {
+    if (strcmp(L->model->name, "linear") != 0 || strcmp(L->optim->name, "sgd") != 0) return 0;
+    if (L->mini_batch != 1 || L->order != TTT_ORDER_UPDATE_THEN_APPLY) return 0;
+    if (strcmp(L->loss->name, "dot") == 0) return 1;
+    /* The closed delta rule decays before the error is measured (coupled placement). */
+    if (strcmp(L->loss->name, "squared") == 0) return L->coupled || L->decay == 1.0f;
+    return 0;
+}
+
+static ttt_status parse_optimizer(ttt_cfg_node *opt, ttt_layer *L, ttt_error *err) {
+    const ttt_cfg_node *name = ttt_cfg_get(opt, "name");
+    if (!name)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, opt,
+                             "layer.optimizer: missing 'name' (one of the optimizers in `ttt "
+                             "list`, e.g. sgd)");
+    TTT_TRY(check_scalar_name(name, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
+    L->optim = ttt_optim_find(name->scalar);
+    TTT_TRY(ttt_cfg_check_map(opt, "layer.optimizer", L->optim->options, NULL, err));
+    L->lr = (float)ttt_cfg_float(opt, "lr");
+    L->decay = (float)ttt_cfg_float(opt, "decay");
+    L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
+    TTT_ASSERT(L->optim->cfg_size <= TTT_OPTIM_CFG_MAX);
+    memset(L->optim_cfg, 0, sizeof L->optim_cfg);
+    if (L->optim->parse) TTT_TRY(L->optim->parse(L->optim_cfg, opt, err));
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, ttt_error *err) {
+    memset(L, 0, sizeof *L);
+    if (map->kind != TTT_CFG_MAP)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "layer: expected a mapping");
+    /* `optimizer: sgd` is shorthand for `optimizer: {name: sgd}`. */
+    ttt_cfg_node *opt = get_mut(map, "optimizer");
+    if (opt && opt->kind == TTT_CFG_SCALAR && opt->scalar) {
+        ttt_cfg_node *m = ttt_cfg_new_map(opt);
+        ttt_cfg_map_set(m, "name", ttt_cfg_new_scalar(opt->scalar, opt));
+        ttt_cfg_map_set(map, "optimizer", m);
+    }
+    TTT_TRY(apply_preset(map, err));
+    TTT_TRY(ttt_cfg_check_map(map, "layer", ttt_layer_options, NULL, err));
+    const char *pname = ttt_cfg_str(map, "preset");
+    L->preset = strcmp(pname, "none") == 0 ? NULL : ttt_preset_find(pname)->name;
+
+    const ttt_cfg_node *mn = ttt_cfg_get(map, "model");
+    TTT_TRY(check_scalar_name(mn, "model", ttt_model_names(), ttt_model_count(), err));
+    L->model = ttt_model_find(mn->scalar);
+    const ttt_cfg_node *ln = ttt_cfg_get(map, "loss");
+    TTT_TRY(check_scalar_name(ln, "loss", ttt_loss_names(), ttt_loss_count(), err));
+    L->loss = ttt_loss_find(ln->scalar);
+    TTT_TRY(parse_optimizer(get_mut(map, "optimizer"), L, err));
+
+    L->mini_batch = (int)ttt_cfg_int(map, "mini_batch");
+    L->order = strcmp(ttt_cfg_str(map, "order"), "apply_then_update") == 0
+                   ? TTT_ORDER_APPLY_THEN_UPDATE
+                   : TTT_ORDER_UPDATE_THEN_APPLY;
+    L->scale = (float)ttt_cfg_float(map, "scale");
+    L->d_k = d_k;
+    L->d_v = d_v;
+
+    ttt_cfg_node *fn = get_mut(map, "form");
+    const char *form = fn->scalar;
+    if (strcmp(form, "recurrent") == 0 && !ttt_layer_has_recurrent(L))
+        return ttt_cfg_error(
+            err, TTT_ERR_CONFIG, fn,
+            "layer.form: there is no closed recurrent form for (model %s, loss %s, optimizer "
+            "%s, mini_batch %d, order %s%s); expected form: generic",
+            L->model->name, L->loss->name, L->optim->name, L->mini_batch,
+            L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
+            (strcmp(L->loss->name, "squared") == 0 && !L->coupled && L->decay != 1.0f)
+                ? ", decoupled decay"
+                : "");
+    if (strcmp(form, "auto") == 0) {
+        form = ttt_layer_has_recurrent(L) ? "recurrent" : "generic";
+        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(form, fn));
+    }
+    L->form = strcmp(form, "recurrent") == 0 ? TTT_FORM_RECURRENT : TTT_FORM_GENERIC;
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
+                          int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
+                          ttt_error *err) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "layer: {model: %s, loss: %s, optimizer: {name: %s}, mini_batch: %d, order: %s, "
+             "form: %s}\n",
+             model, loss, optim, mini_batch,
+             order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
+             form == TTT_FORM_RECURRENT ? "recurrent" : "generic");
+    ttt_cfg_node *root = NULL;
+    TTT_TRY(ttt_cfg_load_string(text, "<ttt_layer_init>", &root, err));
+    ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d_k, d_v, L, err);
+    ttt_cfg_free(root);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* State */
+
+void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng) {
+    memset(st, 0, sizeof *st);
+    st->n_w = L->model->n_weights;
+    st->n_opt = L->optim->n_state ? L->optim->n_state(L->optim_cfg) : 0;
+    TTT_ASSERT(st->n_w <= TTT_MAX_WEIGHTS && st->n_opt <= TTT_MAX_OPT_STATE);
+    for (int w = 0; w < st->n_w; w++) {
+        int shape[TTT_MAX_DIMS];
+        int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        st->W[w] = ttt_tensor_new(ctx, nd, shape);
+        ttt_tensor_fill(st->W[w], 0.0f);
+    }
+    L->model->init(st->W, L->d_k, L->d_v, rng);
+    for (int w = 0; w < st->n_w; w++) {
+        for (int s = 0; s < st->n_opt; s++) st->opt[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        if (L->optim->init_state) L->optim->init_state(L->optim_cfg, st->opt[w], st->W[w]);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The generic driver (MATH.md §1).
+ *
+ * Inside a block starting at W_0, token i of the block (global t) contributes
+ *     g_i = η_t ∇ℓ(f(W_g; k_t), v_t),  W_g = W_0 (decoupled) or A_i·W_0 (coupled),
+ * with A_i the product of the retentions α over the block prefix 0..i. The optimizer receives the
+ * decayed running sum G_i = α_t G_{i−1} + g_i (so earlier writes fade exactly as in the
+ * recurrence, and for a W-independent gradient any b reproduces b = 1) and the decay A_i.
+ * update_then_apply: token t reads f(step(W_0, G_i, A_i); q_t); apply_then_update: f(W_0; q_t).
+ * With b = 1 both placements are exactly the rules of MATH.md §3. */
+
+static void copy_into(ttt_tensor *dst, const ttt_tensor *src) {
+    TTT_ASSERT(dst->n == src->n);
+    memcpy(dst->data, src->data, src->n * sizeof(float));
+}
+
+static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                  ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                                  const ttt_tensor *v, const ttt_tensor *eta,
+                                  const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
+    const ttt_model *M = L->model;
+    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v), nw = st->n_w,
+              ns = st->n_opt;
+    if (alpha_vec)
+        for (int w = 0; w < nw; w++)
+            if (st->W[w]->ndim != 2 || st->W[w]->shape[0] != d_k)
+                return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                                     "vector decay needs weights whose rows are key dimensions; "
+                                     "model %s has a weight of another shape",
+                                     M->name);
+    /* Block-lifetime buffers: the running gradient, the stepped weights and state. */
+    ttt_tensor *Gacc[TTT_MAX_WEIGHTS], *Wn[TTT_MAX_WEIGHTS];
+    ttt_tensor *Sn[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+    for (int w = 0; w < nw; w++) {
+        Gacc[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        Wn[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        for (int s = 0; s < ns; s++) Sn[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
+    }
+    ttt_tensor *logA = ttt_tensor_1d(ctx, alpha_vec ? d_k : 1); /* log A_i, prefix decay */
+    ttt_tensor *A = ttt_tensor_1d(ctx, d_k);                     /* exp(logA) per row */
+    ttt_tensor *alpha_t = ttt_tensor_1d(ctx, d_k);               /* α_t per row */
+    const int b = L->mini_batch;
+
+    for (int t0 = 0; t0 < T; t0 += b) {
+        const int n = t0 + b <= T ? b : T - t0;
+        ttt_tensor_fill(logA, 0.0f);
+        for (int i = 0; i < n; i++) {
+            const int t = t0 + i;
+            ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+            /* this token's retention and the block prefix decay A_i */
+            int has_decay = log_alpha != NULL;
+            if (log_alpha) {
+                for (int j = 0; j < logA->shape[0]; j++) {
+                    float la = alpha_vec ? log_alpha->data[(size_t)t * d_k + j] : log_alpha->data[t];
+                    logA->data[j] += la;
+                }
+                for (int j = 0; j < d_k; j++) {
+                    int jj = alpha_vec ? j : 0;
+                    float la = alpha_vec ? log_alpha->data[(size_t)t * d_k + j] : log_alpha->data[t];
+                    A->data[j] = expf(logA->data[jj]);
+                    alpha_t->data[j] = expf(la);
+                }
+            }
+            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = L->lr,
+                                   .decay = has_decay ? A->data[0] : 1.0f,
+                                   .decay_rows = (has_decay && alpha_vec) ? A : NULL};
+            /* the point where the gradient is taken */
+            const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
+            for (int w = 0; w < nw; w++)
+                Wg[w] = (L->coupled && has_decay) ? ttt_optim_apply_decay(ctx, st->W[w], &blk)
+                                                  : st->W[w];
+            ttt_tensor xk = ttt_tensor_view2(k->data + (size_t)t * d_k, 1, d_k);
+            ttt_tensor xv = ttt_tensor_view2(v->data + (size_t)t * d_v, 1, d_v);
+            ttt_tensor et = eta ? ttt_tensor_view(eta->data + t, 1, (int[]){1}) : (ttt_tensor){0};
+            ttt_tensor *z = L->loss->z_free ? NULL : M->apply(ctx, Wg, &xk);
+            ttt_tensor *dz = L->loss->grad(ctx, z, &xv);
+            ttt_tensor *g[TTT_MAX_WEIGHTS];
+            M->grad(ctx, g, Wg, &xk, dz, eta ? &et : NULL);
+            /* G_i = α_t G_{i−1} + g_i */
+            for (int w = 0; w < nw; w++) {
+                ttt_tensor *acc = g[w];
+                if (i > 0) {
+                    const ttt_tensor *prev = Gacc[w];
+                    ttt_tensor *dec =
+                        !has_decay ? ttt_tensor_copy(ctx, prev)
+                        : alpha_vec ? ttt_scale_rows(ctx, prev, alpha_t)
+                                    : ttt_scale(ctx, prev, alpha_t->data[0]);
+                    acc = ttt_add(ctx, dec, g[w]);
+                }
+                copy_into(Gacc[w], acc);
+            }
+            const int last = i == n - 1;
+            if (L->order == TTT_ORDER_UPDATE_THEN_APPLY || last) {
+                for (int w = 0; w < nw; w++) {
+                    ttt_tensor *wo = NULL, *so[TTT_MAX_OPT_STATE] = {0};
+                    L->optim->step(ctx, L->optim_cfg, &wo, so, st->W[w],
+                                   (const ttt_tensor *const *)st->opt[w], Gacc[w], &blk);
+                    copy_into(Wn[w], wo);
+                    for (int s = 0; s < ns; s++) copy_into(Sn[w][s], so[s]);
+                }
+            }
+            /* read-out */
+            ttt_tensor xq = ttt_tensor_view2(q->data + (size_t)t * d_k, 1, d_k);
+            const ttt_tensor *const *Wr = L->order == TTT_ORDER_UPDATE_THEN_APPLY
+                                              ? (const ttt_tensor *const *)Wn
+                                              : (const ttt_tensor *const *)st->W;
+            ttt_tensor *ot = M->apply(ctx, Wr, &xq);
+            memcpy(o->data + (size_t)t * d_v, ot->data, (size_t)d_v * sizeof(float));
+            ttt_arena_release(ctx->arena, mark);
+        }
+        for (int w = 0; w < nw; w++) {
+            copy_into(st->W[w], Wn[w]);
+            for (int s = 0; s < ns; s++) copy_into(st->opt[w][s], Sn[w][s]);
+        }
+    }
+    return TTT_OK;
+}
+
+static ttt_status forward_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                    ttt_layer_state *st, const ttt_tensor *q,
+                                    const ttt_tensor *k, const ttt_tensor *v,
+                                    const ttt_tensor *eta, const ttt_tensor *log_alpha,
+                                    int alpha_vec, ttt_error *err) {
+    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    ttt_tensor *beta = ttt_tensor_1d(ctx, T); /* β_t = θ η_t */
+    for (int t = 0; t < T; t++) beta->data[t] = L->lr * (eta ? eta->data[t] : 1.0f);
+    const float *la = log_alpha ? log_alpha->data : NULL;
+    if (strcmp(L->loss->name, "dot") == 0) {
+        ttt_linear_attention_recurrent(o->data, st->W[0]->data, q->data, k->data, v->data,
+                                       beta->data, la, alpha_vec, T, d_k, d_v);
+    } else {
+        if (alpha_vec)
+            return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                                 "the recurrent delta rule takes a scalar decay per token, not a "
+                                 "vector; use form: generic");
+        ttt_delta_rule_recurrent(o->data, st->W[0]->data, q->data, k->data, v->data, beta->data,
+                                 la, T, d_k, d_v);
+    }
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                             ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                             const ttt_tensor *v, const ttt_tensor *eta,
+                             const ttt_tensor *log_alpha, ttt_error *err) {
+    const int T = TTT_ROWS(k);
+    char s1[48], s2[48], s3[48];
+    if (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
+        TTT_ROWS(q) != T || TTT_ROWS(v) != T || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d",
+                             ttt_tensor_shape_str(q, s1, sizeof s1),
+                             ttt_tensor_shape_str(k, s2, sizeof s2),
+                             ttt_tensor_shape_str(v, s3, sizeof s3), L->d_k, L->d_v);
+    if (eta && (int)eta->n != T)
+        return ttt_error_set(err, TTT_ERR_SHAPE, "eta has %zu entries for %d tokens", eta->n, T);
+    int alpha_vec = log_alpha && log_alpha->ndim == 2;
+    if (log_alpha && !((log_alpha->ndim == 1 && (int)log_alpha->n == T) ||
+                       (alpha_vec && TTT_ROWS(log_alpha) == T && TTT_COLS(log_alpha) == L->d_k)))
+        return ttt_error_set(err, TTT_ERR_SHAPE, "log_alpha %s fits neither (T) nor (T, d_k)",
+                             ttt_tensor_shape_str(log_alpha, s1, sizeof s1));
+
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    /* Constant decay from the optimizer options when no per-token gates are given. */
+    if (!log_alpha && L->decay != 1.0f) {
+        ttt_tensor *la = ttt_tensor_1d(ctx, T);
+        ttt_tensor_fill(la, logf(L->decay));
+        log_alpha = la;
+    }
+    if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
+    ttt_status s = L->form == TTT_FORM_RECURRENT
+                       ? forward_recurrent(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err)
+                       : forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+    ttt_arena_release(ctx->arena, mark);
+    return s;
+}

@@ -1,0 +1,109 @@
+/* The generic TTT layer: a tuple (fast-weight model, inner loss, inner optimizer, mini-batch size
+ * b, ordering) run over a sequence (MATH.md §1), plus the presets that name the classic layers
+ * (MATH.md §4) and the closed forms they can use instead of the generic driver.
+ *
+ * YAML (`layer:` section of an experiment):
+ *     preset: deltanet            # optional: fills in the tuple below
+ *     model: linear               # see `ttt list`
+ *     loss: squared
+ *     optimizer: {name: sgd, lr: 1.0, decay: 1.0, decay_placement: decoupled}
+ *     mini_batch: 1
+ *     order: update_then_apply    # or apply_then_update
+ *     form: auto                  # generic (the driver) or recurrent (closed form); auto picks
+ *     scale: 1.0                  # queries are multiplied by this before read-out */
+#ifndef TTT_LAYER_H
+#define TTT_LAYER_H
+
+#include "config.h"
+#include "model.h"
+#include "optim.h"
+
+#define TTT_MAX_OPT_STATE 4
+#define TTT_OPTIM_CFG_MAX 512
+
+typedef enum ttt_order {
+    TTT_ORDER_UPDATE_THEN_APPLY, /* token t reads the weights after its own update */
+    TTT_ORDER_APPLY_THEN_UPDATE, /* every token of a block reads the weights from before it */
+} ttt_order;
+
+typedef enum ttt_form {
+    TTT_FORM_GENERIC,   /* the generic driver over (model, loss, optimizer) */
+    TTT_FORM_RECURRENT, /* a closed-form token-by-token kernel (layers/forms.h) */
+} ttt_form;
+
+typedef struct ttt_layer {
+    const char *preset; /* name of the preset it came from, or NULL */
+    const ttt_model *model;
+    const ttt_loss *loss;
+    const ttt_optim *optim;
+    _Alignas(16) unsigned char optim_cfg[TTT_OPTIM_CFG_MAX]; /* the optimizer's parsed options */
+    float lr;          /* θ */
+    float decay;       /* constant retention, used when no per-token gates are given */
+    int coupled;       /* decay placement: gradient at the decayed weights */
+    int mini_batch;    /* b */
+    ttt_order order;
+    ttt_form form;
+    float scale;
+    int d_k, d_v;
+} ttt_layer;
+
+/* Fast weights and optimizer state carried along a sequence (and across calls: a sequence split
+ * in two and resumed with the carried state gives the same output as one pass). */
+typedef struct ttt_layer_state {
+    int n_w;                                          /* model->n_weights */
+    int n_opt;                                        /* optimizer state tensors per weight */
+    ttt_tensor *W[TTT_MAX_WEIGHTS];                   /* fast weights */
+    ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE]; /* optimizer state, per weight */
+} ttt_layer_state;
+
+/* A named tuple (MATH.md §4). */
+typedef struct ttt_preset {
+    const char *name;
+    const char *help;
+    const char *model, *loss, *optimizer;
+    double decay;          /* default constant retention (1 = none) */
+    const char *placement; /* coupled | decoupled */
+    int mini_batch;
+    const char *order;
+    const char *recurrence; /* the recurrence it must equal, for `ttt list` */
+} ttt_preset;
+
+const ttt_preset *ttt_preset_find(const char *name);
+int ttt_preset_count(void);
+const ttt_preset *ttt_preset_at(int i);
+const char *const *ttt_preset_names(void);
+
+/* The `layer:` options (for `ttt list` and validation). */
+extern const ttt_option ttt_layer_options[];
+
+/* Validate the `layer:` mapping in place (fills every default, resolves `form: auto`) and build
+ * the layer for key/value dims d_k, d_v. Errors name the file:line:col. */
+ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
+                           ttt_error *err);
+/* Build a layer from names and numbers (tests, programs); optimizer options take defaults.
+ * preset may be NULL. */
+ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
+                          int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
+                          ttt_error *err);
+/* Whether a closed recurrent form exists for this tuple (linear model, dot or squared loss, sgd,
+ * b = 1, update_then_apply, and for the squared loss no decay or coupled decay). */
+int ttt_layer_has_recurrent(const ttt_layer *L);
+
+/* Allocate the state in ctx and set it to the model's initial weights and zero optimizer state. */
+void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng);
+
+/* Run the layer over one sequence (one head).
+ *   o          (T, d_v)   output, written
+ *   st         state: initial on entry, final on return (updated in place)
+ *   q, k       (T, d_k)
+ *   v          (T, d_v)
+ *   eta        (T) per-token learning rates η_t, or NULL (= 1)
+ *   log_alpha  (T) per-token log retention, or (T, d_k) per key dimension, or NULL (then the
+ *              constant L->decay applies)
+ * Temporaries are released from ctx->arena before returning. */
+ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                             ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                             const ttt_tensor *v, const ttt_tensor *eta,
+                             const ttt_tensor *log_alpha, ttt_error *err);
+
+#endif

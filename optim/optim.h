@@ -1,0 +1,75 @@
+/* The inner-optimizer interface (MATH.md §3).
+ *
+ * The generic TTT layer (layers/ttt_layer.c) turns a block of tokens into a block gradient
+ *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, MATH.md §1)
+ * and hands it to an optimizer, which owns everything after that: momentum buffers,
+ * orthogonalization, renormalization, and how the decay factor enters its rule. An optimizer is
+ * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h.
+ *
+ * Every optimizer accepts the common options of TTT_OPTIM_COMMON_OPTIONS (lr = θ, decay,
+ * decay_placement); the layer reads those, the optimizer reads its own through `parse`. */
+#ifndef TTT_OPTIM_H
+#define TTT_OPTIM_H
+
+#include "config.h"
+#include "ops.h"
+
+/* What one step knows about its block. */
+typedef struct ttt_optim_block {
+    int t0;                   /* index of the block's first token */
+    int n;                    /* tokens in the block (the last block may be shorter than b) */
+    float theta;              /* block-level learning rate θ (option `lr`) */
+    /* Decay to apply to the weights in this step (product of the per-token retentions over the
+     * block, MATH.md §3). Scalar form when decay_rows == NULL; otherwise decay_rows (rows of W)
+     * is a per-row retention (GLA's vector decay over the key dimension). 1 = no decay. */
+    float decay;
+    const ttt_tensor *decay_rows; /* (rows of W) or NULL */
+} ttt_optim_block;
+
+typedef struct ttt_optim {
+    /* Registry name, used in YAML (`layer.optimizer.name`). */
+    const char *name;
+    /* One line for `ttt list`. */
+    const char *help;
+    /* Its YAML options (layer.optimizer.*), TTT_OPTION_END-terminated; must begin with
+     * TTT_OPTIM_COMMON_OPTIONS. */
+    const ttt_option *options;
+    /* Size in bytes of its parsed configuration (0 if it has none). */
+    size_t cfg_size;
+    /* Read the validated options into cfg (cfg_size bytes, zeroed). Cross-field checks return
+     * a located error (ttt_cfg_error). May be NULL when cfg_size == 0. */
+    ttt_status (*parse)(void *cfg, const ttt_cfg_node *opts, ttt_error *err);
+    /* Number of state tensors it keeps per weight tensor (each of the weight's shape). */
+    int (*n_state)(const void *cfg);
+    /* Initialize the state of one weight tensor W (state[0..n_state-1], preallocated, zeroed).
+     * NULL: zeros are the initial state. */
+    void (*init_state)(const void *cfg, ttt_tensor **state, const ttt_tensor *W);
+    /* One step for one weight tensor: from W (before the block), the block gradient G and the
+     * state, compute the new weights and state. Functional: results are new tensors allocated
+     * through ops in ctx; inputs are not modified. state_out has n_state slots. */
+    void (*step)(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
+                 const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
+                 const ttt_optim_block *blk);
+} ttt_optim;
+
+/* The options every optimizer accepts (first in its table). */
+#define TTT_OPTIM_COMMON_OPTIONS                                                               \
+    {"name", TTT_OPT_STRING, NULL, TTT_NO_RANGE, NULL, "which optimizer (see `ttt list`)"},    \
+    {"lr", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "block learning rate θ (MATH.md §3)"},        \
+    {"decay", TTT_OPT_FLOAT, "1.0", 1e-9, 1.0, NULL,                                          \
+     "constant retention α per token (1 = no forgetting); per-token gates override it"},     \
+    {"decay_placement", TTT_OPT_CHOICE, "decoupled", TTT_NO_RANGE, "coupled|decoupled",        \
+     "coupled: gradient at the decayed weights (Gated DeltaNet); decoupled: at the old ones"}
+
+/* W·decay with the block's scalar or per-row decay (helper for optimizers' rules). */
+ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk);
+
+/* ---- registry ---- */
+
+const ttt_optim *ttt_optim_find(const char *name);
+int ttt_optim_count(void);
+const ttt_optim *ttt_optim_at(int i);
+/* Names of all registered optimizers (static array, n = ttt_optim_count()). */
+const char *const *ttt_optim_names(void);
+
+#endif

@@ -1,0 +1,3 @@
+/* The registry of inner optimizers: one line each. To add an optimizer, write optim/NAME.c
+ * defining `const ttt_optim ttt_optim_NAME = {...};` and add TTT_OPTIM(NAME) below. */
+TTT_OPTIM(sgd)

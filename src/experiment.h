@@ -1,0 +1,37 @@
+/* Experiments: a YAML file → validated configuration points → runs → a run folder.
+ *
+ *   load (file:line:col kept) → --set overrides → sweep expansion → every point validated
+ *   against the registries (nothing is written unless all are valid) → run each point's task →
+ *   config.resolved.yaml, metrics.jsonl, summary.csv, charts, index.html (DESIGN.md "Data flow"). */
+#ifndef TTT_EXPERIMENT_H
+#define TTT_EXPERIMENT_H
+
+#include <stdio.h>
+
+#include "config.h"
+
+typedef struct ttt_experiment {
+    char *path;            /* the YAML file */
+    ttt_cfg_node *root;    /* as written, with overrides applied (sweep intact) */
+    int n_points;
+    ttt_cfg_node **points; /* resolved configuration of each point */
+    char **labels;         /* sweep label of each point */
+} ttt_experiment;
+
+/* The top-level keys of an experiment file. */
+extern const ttt_option ttt_experiment_options[];
+
+/* Load, override and validate. `sets` are "a.b.c=value" strings. */
+ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
+                               ttt_experiment **out, ttt_error *err);
+void ttt_experiment_free(ttt_experiment *e);
+/* The resolved configuration: without a sweep, the one point with every default; with a sweep,
+ * the experiment as given plus `resolved:`, one fully resolved configuration per point. */
+void ttt_experiment_write_resolved(const ttt_experiment *e, FILE *f);
+/* Where the run folder goes: out_dir if given, else the file's `output`. */
+const char *ttt_experiment_output(const ttt_experiment *e, const char *out_dir);
+/* Run every point and write the run folder. progress: show progress on stderr. */
+ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int progress,
+                              ttt_error *err);
+
+#endif

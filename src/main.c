@@ -1,0 +1,196 @@
+/* ttt: the command-line program. The only place that exits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ttt.h"
+
+enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2 };
+
+static const char usage_text[] =
+    "usage: ttt <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run FILE [--set KEY=VALUE]... [--out DIR] [--quiet]\n"
+    "                 run the experiment in FILE and write its run folder\n"
+    "  check FILE [--set KEY=VALUE]...\n"
+    "                 validate FILE and print the resolved configuration (every default)\n"
+    "  list           every registered optimizer, model, loss, preset and task with options\n"
+    "  --help, -h     this text\n"
+    "  --version      the version\n"
+    "\n"
+    "options:\n"
+    "  --set KEY=VALUE  override any key by its dotted path, e.g. --set layer.mini_batch=16 or\n"
+    "                   --set task.pairs=[8,16]; setting a swept key pins it\n"
+    "  --out DIR        write the run folder here instead of the file's `output`\n"
+    "  --quiet          no progress on stderr\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "ttt: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see ttt --help)\n");
+    return EXIT_USAGE;
+}
+
+static int exit_code_for(ttt_status s) {
+    switch (s) {
+    case TTT_ERR_YAML: case TTT_ERR_CONFIG: case TTT_ERR_RANGE: case TTT_ERR_NAME:
+    case TTT_ERR_ARG:
+        return EXIT_USAGE;
+    default:
+        return EXIT_RUN_FAILED;
+    }
+}
+
+static int report(const ttt_error *err) {
+    fprintf(stderr, "ttt: error: %s\n", err->msg[0] ? err->msg : ttt_status_message(err->status));
+    return exit_code_for(err->status);
+}
+
+typedef struct cli_args {
+    const char *file;
+    const char *out;
+    int quiet;
+    int n_sets;
+    const char **sets;
+} cli_args;
+
+/* Parse FILE and options after the command. Returns 0 or an exit code. */
+static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->sets = calloc((size_t)argc, sizeof *a->sets);
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--set") == 0) {
+            if (i + 1 >= argc) return usage_error("--set needs KEY=VALUE%s", "");
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (strncmp(s, "--set=", 6) == 0) {
+            a->sets[a->n_sets++] = s + 6;
+        } else if (allow_out && strcmp(s, "--out") == 0) {
+            if (i + 1 >= argc) return usage_error("--out needs a folder%s", "");
+            a->out = argv[++i];
+        } else if (allow_out && strncmp(s, "--out=", 6) == 0) {
+            a->out = s + 6;
+        } else if (allow_out && strcmp(s, "--quiet") == 0) {
+            a->quiet = 1;
+        } else if (s[0] == '-' && s[1]) {
+            return usage_error("unknown option '%s'", s);
+        } else if (!a->file) {
+            a->file = s;
+        } else {
+            return usage_error("unexpected argument '%s' (one experiment file at a time)", s);
+        }
+    }
+    if (!a->file) return usage_error("missing the experiment FILE%s", "");
+    return 0;
+}
+
+static int cmd_check(int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(argc, argv, 0, &a);
+    if (rc) {
+        free(a.sets);
+        return rc;
+    }
+    ttt_error err = {0};
+    ttt_experiment *e = NULL;
+    ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
+    free(a.sets);
+    if (s != TTT_OK) return report(&err);
+    ttt_experiment_write_resolved(e, stdout);
+    fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
+            e->n_points == 1 ? "" : "s");
+    ttt_experiment_free(e);
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    cli_args a;
+    int rc = parse_args(argc, argv, 1, &a);
+    if (rc) {
+        free(a.sets);
+        return rc;
+    }
+    ttt_error err = {0};
+    ttt_experiment *e = NULL;
+    ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
+    free(a.sets);
+    if (s != TTT_OK) return report(&err);
+    s = ttt_experiment_run(e, a.out, !a.quiet, &err);
+    if (s == TTT_OK)
+        fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
+    ttt_experiment_free(e);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
+static void print_options(const ttt_option *o, const char *indent) {
+    for (; o && o->name; o++) {
+        char range[96] = "";
+        if ((o->type == TTT_OPT_INT || o->type == TTT_OPT_FLOAT || o->type == TTT_OPT_INT_LIST ||
+             o->type == TTT_OPT_FLOAT_LIST) && o->min <= o->max)
+            snprintf(range, sizeof range, " in [%g, %g]", o->min, o->max);
+        if (o->type == TTT_OPT_CHOICE) snprintf(range, sizeof range, " (%s)", o->choices);
+        printf("%s%-16s default %-24s %s%s\n", indent, o->name, o->def ? o->def : "(required)",
+               o->help ? o->help : "", range);
+    }
+}
+
+static int cmd_list(void) {
+    printf("Inner optimizers (layer.optimizer.name):\n");
+    for (int i = 0; i < ttt_optim_count(); i++) {
+        const ttt_optim *o = ttt_optim_at(i);
+        printf("  %-16s %s\n", o->name, o->help);
+        print_options(o->options + 1, "      "); /* +1: skip `name` */
+    }
+    printf("\nFast-weight models (layer.model):\n");
+    for (int i = 0; i < ttt_model_count(); i++)
+        printf("  %-16s %s\n", ttt_model_at(i)->name, ttt_model_at(i)->help);
+    printf("\nInner losses (layer.loss):\n");
+    for (int i = 0; i < ttt_loss_count(); i++)
+        printf("  %-16s %s\n", ttt_loss_at(i)->name, ttt_loss_at(i)->help);
+    printf("\nPresets (layer.preset):\n");
+    for (int i = 0; i < ttt_preset_count(); i++) {
+        const ttt_preset *p = ttt_preset_at(i);
+        printf("  %-16s %s\n      = (model %s, loss %s, optimizer %s, decay %g %s, b %d, %s)\n"
+               "      recurrence: %s\n",
+               p->name, p->help, p->model, p->loss, p->optimizer, p->decay, p->placement,
+               p->mini_batch, p->order, p->recurrence);
+    }
+    printf("\nLayer options (layer.*):\n");
+    print_options(ttt_layer_options, "  ");
+    printf("\nTasks (task.kind):\n");
+    for (int i = 0; i < ttt_task_count(); i++) {
+        const ttt_task *t = ttt_task_at(i);
+        printf("  %-16s %s\n", t->name, t->help);
+        print_options(t->options, "      ");
+    }
+    printf("\nExperiment file (top level):\n");
+    print_options(ttt_experiment_options, "  ");
+    printf("  %-16s a mapping of dotted paths to lists: runs the cartesian product\n", "sweep");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("ttt %s\n", TTT_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "list") == 0) return cmd_list();
+    static const char *const commands[] = {"run", "check", "list"};
+    const char *close = ttt_closest_name(cmd, commands, 3);
+    fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
+            close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
+    return EXIT_USAGE;
+}

@@ -1,0 +1,123 @@
+/* The op layer: all inner-loop math goes through these functions.
+ *
+ * Ops are functional: they allocate their result in ctx->arena and never modify their inputs, so
+ * that a tape (outer-loop training) can replay them backward. Shapes are checked when an op is
+ * called; a mismatch is a programmer error (TTT_ASSERT with both shapes printed).
+ * Conventions follow MATH.md §0: row-major, tokens as rows, row vectors.
+ *
+ * Broadcasting (add, sub, mul, div): `b` may have the same shape as `a`, be a single element
+ * (n == 1), or be a row vector with as many elements as a's last dimension (applied to every row).
+ * Every fast kernel here keeps a naive twin in tests/test_ops.c as its reference. */
+#ifndef TTT_OPS_H
+#define TTT_OPS_H
+
+#include "tensor.h"
+
+/* ---- matrix products (cblas_sgemm underneath) ---- */
+
+/* op(a) · op(b), op = transpose when the flag is set. 2-D: (m,k)·(k,n) → (m,n).
+ * 3-D: batched over dim 0, (B,m,k)·(B,k,n) → (B,m,n); a 2-D operand is shared by every batch.
+ * A 1-D operand is a (1, k) row vector; a 1-D a (not transposed) times a 2-D b gives a 1-D (n)
+ * result (q_t S), otherwise the result is 2-D. */
+ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt_tensor *b,
+                       int trans_b);
+/* alpha · op(a)·op(b) + beta · c, 2-D; c may be NULL (beta ignored). */
+ttt_tensor *ttt_gemm(ttt_ctx *ctx, float alpha, const ttt_tensor *a, int trans_a,
+                     const ttt_tensor *b, int trans_b, float beta, const ttt_tensor *c);
+/* xᵀ y for vectors x (m), y (n) → (m, n). A vector is any tensor with at most one dim ≠ 1. */
+ttt_tensor *ttt_outer(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *y);
+
+/* ---- elementwise, binary (broadcasting as above) ---- */
+ttt_tensor *ttt_add(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_sub(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_mul(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_div(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+/* alpha·a + beta·b (same shape). */
+ttt_tensor *ttt_axpby(ttt_ctx *ctx, float alpha, const ttt_tensor *a, float beta,
+                      const ttt_tensor *b);
+ttt_tensor *ttt_scale(ttt_ctx *ctx, const ttt_tensor *a, float s);
+ttt_tensor *ttt_add_scalar(ttt_ctx *ctx, const ttt_tensor *a, float s);
+/* diag(v)·a: row i of a (m,n) times v[i], v has m elements. */
+ttt_tensor *ttt_scale_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v);
+/* a·diag(v): column j of a (m,n) times v[j], v has n elements. */
+ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v);
+
+/* ---- elementwise, unary ---- */
+ttt_tensor *ttt_neg(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_exp(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_log(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_sqrt(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_square(ttt_ctx *ctx, const ttt_tensor *a);
+/* Activations. gelu is the tanh approximation used by TTT-MLP:
+ * 0.5 x (1 + tanh(sqrt(2/π)(x + 0.044715 x³))). elu1(x) = elu(x) + 1 (positive feature map). */
+ttt_tensor *ttt_silu(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_gelu(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_sigmoid(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_softplus(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_elu1(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_relu(ttt_ctx *ctx, const ttt_tensor *a);
+/* Derivatives of the activations, evaluated at a (for analytic inner gradients, MATH.md §2):
+ * silu'(x) = σ(x)(1 + x(1 − σ(x))). */
+ttt_tensor *ttt_silu_grad(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_gelu_grad(ttt_ctx *ctx, const ttt_tensor *a);
+
+/* ---- reductions ---- */
+/* Results of full reductions are 1-element tensors (shape (1)). */
+ttt_tensor *ttt_sum(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_dot(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_norm_fro(ttt_ctx *ctx, const ttt_tensor *a);
+/* (m,n) → (n): sum over rows.  (m,n) → (m): sum over columns. */
+ttt_tensor *ttt_sum_rows(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_sum_cols(ttt_ctx *ctx, const ttt_tensor *a);
+/* (m,n) → (m): Euclidean norm of each row. */
+ttt_tensor *ttt_row_norms(ttt_ctx *ctx, const ttt_tensor *a);
+/* Cumulative sum along dim 0: (T) → (T) prefix sums, (T,d) → (T,d) per column. */
+ttt_tensor *ttt_cumsum(ttt_ctx *ctx, const ttt_tensor *a);
+
+/* ---- norms (over the last dimension, row by row) ---- */
+/* (x − mean)/sqrt(var + eps) · gamma + beta; gamma, beta (n) may be NULL (1 and 0). */
+ttt_tensor *ttt_layernorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma,
+                          const ttt_tensor *beta, float eps);
+/* Backward of ttt_layernorm w.r.t. x given dy (same shape as x). */
+ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
+                                   const ttt_tensor *gamma, float eps);
+/* x / sqrt(mean(x²) + eps) · gamma; gamma may be NULL. */
+ttt_tensor *ttt_rmsnorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma, float eps);
+/* x / sqrt(Σ x² + eps): unit L2 norm per row. */
+ttt_tensor *ttt_l2norm_rows(ttt_ctx *ctx, const ttt_tensor *x, float eps);
+/* Row-wise softmax of a (m,n); entries equal to -INFINITY get probability 0. */
+ttt_tensor *ttt_softmax_rows(ttt_ctx *ctx, const ttt_tensor *a);
+
+/* ---- masks ---- */
+/* Keep a[i][j] where j ≤ i + k, zero elsewhere: k = 0 is M (causal incl. diagonal),
+ * k = -1 is M⁻ (strictly lower). */
+ttt_tensor *ttt_tril(ttt_ctx *ctx, const ttt_tensor *a, int k);
+/* Decay mask from cumulative log gates g (T): D[i][j] = exp(g[i] − g[j]) for i ≥ j (i > j when
+ * strict), else 0. Computed from differences, never from products (MATH.md §0). */
+ttt_tensor *ttt_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict);
+/* Additive causal mask for softmax: 0 where j ≤ i, -INFINITY elsewhere, added to a (m,m). */
+ttt_tensor *ttt_causal_fill(ttt_ctx *ctx, const ttt_tensor *a);
+
+/* ---- triangular solves (cblas_strsm) ---- */
+/* X with L·X = B, L (n,n) lower triangular, B (n,m). unit != 0: the diagonal of L is taken as 1
+ * and not read. */
+ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit);
+
+/* ---- shape ---- */
+ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a);
+/* Rows [r0, r1) of a (dim 0), copied. */
+ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1);
+/* Stack along dim 0 (other dims equal). */
+ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+/* Same data, new shape (element counts equal); the result shares a's storage. */
+ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape);
+
+/* ---- comparisons (not ops: utilities for tests and equivalence reports) ---- */
+float ttt_max_abs(const ttt_tensor *a);
+float ttt_max_abs_diff(const ttt_tensor *a, const ttt_tensor *b);
+/* sqrt(Σ(a−b)²) / sqrt(Σ b²) (b is the reference); 0 when both are zero. */
+double ttt_rel_rms_diff(const ttt_tensor *a, const ttt_tensor *b);
+/* First non-finite element index, or -1. */
+long ttt_find_nonfinite(const float *x, size_t n);
+
+#endif

@@ -1,0 +1,104 @@
+/* Results of a run: the run folder, its files, and charts a person would rather read than a table.
+ *
+ * Every file is written under a temporary name in the same folder and renamed into place only
+ * when complete (ttt_afile), so a crash or a full disk never leaves a half-written result.
+ *
+ * A run folder holds:
+ *   config.resolved.yaml   every option with its value (written by the caller through ttt_afile)
+ *   metrics.jsonl          one JSON object per measurement
+ *   summary.csv            the summary records, one row each, columns in first-seen order
+ *   <chart>.svg            self-contained SVG line charts
+ *   index.html             the charts and the summary table on one page */
+#ifndef TTT_RESULTS_H
+#define TTT_RESULTS_H
+
+#include <stdio.h>
+
+#include "status.h"
+
+/* ---- atomic files ---- */
+
+typedef struct ttt_afile {
+    FILE *f;    /* write here */
+    char *path; /* final name */
+    char *tmp;  /* temporary name in the same folder */
+} ttt_afile;
+
+ttt_status ttt_afile_open(ttt_afile *af, const char *path, ttt_error *err);
+/* Flush, fsync, close and rename into place. Any write error seen on the stream (e.g. ENOSPC)
+ * makes this fail, removes the temporary file and leaves an earlier file at `path` intact. */
+ttt_status ttt_afile_commit(ttt_afile *af, ttt_error *err);
+/* Close and remove the temporary file (after an error elsewhere). Safe on a committed file. */
+void ttt_afile_abort(ttt_afile *af);
+/* Write a whole string to `path` atomically. */
+ttt_status ttt_write_file_atomic(const char *path, const char *text, ttt_error *err);
+
+/* mkdir -p; an existing folder is fine, an existing non-folder or an unwritable parent is an
+ * error naming the path and the reason. */
+ttt_status ttt_mkdirs(const char *path, ttt_error *err);
+
+/* ---- records ---- */
+
+#define TTT_RECORD_MAX_FIELDS 48
+
+typedef struct ttt_field {
+    char key[48];
+    int is_num;
+    double num;    /* written with enough digits to read back the same double; NaN/Inf as null */
+    char str[160];
+} ttt_field;
+
+/* One measurement: an ordered list of key → number-or-string. */
+typedef struct ttt_record {
+    int n;
+    ttt_field f[TTT_RECORD_MAX_FIELDS];
+} ttt_record;
+
+void ttt_record_clear(ttt_record *r);
+/* Set (or replace) a field. Silently ignores fields beyond TTT_RECORD_MAX_FIELDS (asserts in
+ * debug). */
+void ttt_record_num(ttt_record *r, const char *key, double v);
+void ttt_record_str(ttt_record *r, const char *key, const char *s);
+const ttt_field *ttt_record_get(const ttt_record *r, const char *key);
+/* One JSON object, no trailing newline. Strings escaped per RFC 8259. */
+void ttt_record_write_json(const ttt_record *r, FILE *f);
+
+/* ---- the collection of a run ---- */
+
+typedef struct ttt_chart {
+    char name[64];     /* file stem: "<name>.svg" */
+    char title[160];
+    char x_key[48];    /* record field for x */
+    char y_key[48];    /* record field for y */
+    char series_key[48]; /* records with equal values of this field form one line ("" = one) */
+    char x_label[96], y_label[96];
+    int log_x;         /* log2 axis for x (e.g. N = 16 … 256) */
+    int y_from_zero;   /* include 0 in the y range */
+    /* optional reference curve y = ref_scale * sqrt(x / ref_div), drawn dashed, labelled */
+    int has_ref;
+    double ref_scale, ref_div;
+    char ref_label[64];
+} ttt_chart;
+
+typedef struct ttt_results ttt_results;
+
+ttt_results *ttt_results_new(const char *title);
+void ttt_results_free(ttt_results *res);
+/* Keep a copy. summary != 0: the record also becomes a row of summary.csv and index.html. */
+void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary);
+void ttt_results_add_chart(ttt_results *res, const ttt_chart *chart);
+/* Only the records where `filter_key` equals `filter_value` (string compare of its text form)
+ * go into the chart (e.g. task.overwrite = false); filter_key "" = all records. */
+void ttt_results_add_chart_filtered(ttt_results *res, const ttt_chart *chart,
+                                    const char *filter_key, const char *filter_value);
+int ttt_results_count(const ttt_results *res);
+const ttt_record *ttt_results_get(const ttt_results *res, int i);
+
+/* Write metrics.jsonl, summary.csv, every chart's SVG and index.html into `dir` (which must
+ * exist), each atomically. */
+ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error *err);
+
+/* The SVG of one chart over the records (exposed for tests). Returns a malloc'd string. */
+char *ttt_chart_svg(const ttt_results *res, int chart_index);
+
+#endif

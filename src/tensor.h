@@ -1,0 +1,78 @@
+/* Tensors and the arena they live in.
+ *
+ * A ttt_tensor is float32, up to 4 dims, contiguous and row-major. Tensors are allocated from a
+ * ttt_arena (a bump allocator made of chained blocks): a step allocates freely and the whole step
+ * is released at once with ttt_arena_reset / ttt_arena_release, so hot loops never call malloc.
+ * A ttt_ctx bundles the arena with the autodiff switch; every op takes one. */
+#ifndef TTT_TENSOR_H
+#define TTT_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#define TTT_MAX_DIMS 4
+
+typedef struct ttt_arena_block ttt_arena_block;
+
+typedef struct ttt_arena {
+    ttt_arena_block *head;  /* current block (newest); older blocks chained behind it */
+    size_t block_size;      /* default size of a new block in bytes */
+    size_t used_total;      /* bytes handed out since init (statistics) */
+    size_t peak;            /* largest footprint seen, in bytes */
+    size_t limit;           /* refuse to grow past this many bytes (0 = no limit) */
+} ttt_arena;
+
+/* A position in the arena to return to: everything allocated after it is released. */
+typedef struct ttt_arena_mark {
+    ttt_arena_block *block;
+    size_t offset;
+} ttt_arena_mark;
+
+void ttt_arena_init(ttt_arena *a, size_t block_size);
+void ttt_arena_free(ttt_arena *a);
+/* 64-byte aligned; returns NULL when memory runs out or the limit would be crossed. */
+void *ttt_arena_alloc(ttt_arena *a, size_t bytes);
+ttt_arena_mark ttt_arena_mark_get(const ttt_arena *a);
+void ttt_arena_release(ttt_arena *a, ttt_arena_mark m);
+void ttt_arena_reset(ttt_arena *a);
+size_t ttt_arena_footprint(const ttt_arena *a);
+
+typedef struct ttt_tensor {
+    float *data;
+    int ndim;
+    int shape[TTT_MAX_DIMS];
+    size_t n; /* number of elements */
+} ttt_tensor;
+
+/* Context of every op: where results are allocated, and (later) the autodiff tape. */
+typedef struct ttt_ctx {
+    ttt_arena *arena;
+    int grad; /* nonzero: record ops for backward (no-grad mode records nothing) */
+} ttt_ctx;
+
+/* New tensors live in ctx->arena. They abort (TTT_ASSERT) on out-of-memory: callers that must
+ * survive huge sizes check the size first with ttt_size_check. */
+ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape);
+ttt_tensor *ttt_tensor_1d(ttt_ctx *ctx, int n0);
+ttt_tensor *ttt_tensor_2d(ttt_ctx *ctx, int n0, int n1);
+ttt_tensor *ttt_tensor_3d(ttt_ctx *ctx, int n0, int n1, int n2);
+ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t);
+ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t);
+/* A tensor header over existing memory (no copy); used to wrap slices and external buffers. */
+ttt_tensor ttt_tensor_view(float *data, int ndim, const int *shape);
+ttt_tensor ttt_tensor_view2(float *data, int n0, int n1);
+void ttt_tensor_fill(ttt_tensor *t, float v);
+int ttt_tensor_same_shape(const ttt_tensor *a, const ttt_tensor *b);
+/* "(3, 4)" into buf; returns buf. */
+const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n);
+
+#define TTT_ROWS(t) ((t)->shape[0])
+#define TTT_COLS(t) ((t)->shape[(t)->ndim - 1])
+
+/* Refuse sizes that would need more than `limit` bytes (0 = physical memory) before allocating.
+ * Fills err with the amount it would need. */
+ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err);
+
+#endif

@@ -1,0 +1,400 @@
+/* The generic TTT driver against the closed recurrent forms and against float64 evaluations of
+ * the recurrences written here independently (MATH.md §1, §3, §4, §6 items 1–4). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "ttt.h"
+
+/* float32 forms of the same recurrence accumulate rounding over T steps; 2e-5 relative to the
+ * largest output entry is ~100 float32 ulps, far below any real discrepancy (a dropped term or
+ * an off-by-one token changes outputs at O(1) relative scale). */
+#define RTOL 2e-5
+#define ATOL 1e-6
+
+typedef struct fixture {
+    ttt_arena arena;
+    ttt_ctx ctx;
+    ttt_rng rng;
+} fixture;
+
+static void fx_init(fixture *f, uint64_t seed) {
+    ttt_arena_init(&f->arena, 1 << 20);
+    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
+    ttt_rng_seed(&f->rng, seed);
+}
+static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
+
+static ttt_tensor *randn(fixture *f, int r, int c, float std) {
+    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
+    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
+    return t;
+}
+static ttt_tensor *unit_rows(fixture *f, int r, int c) {
+    ttt_tensor *t = randn(f, r, c, 1.0f);
+    for (int i = 0; i < r; i++) {
+        double s = 0;
+        for (int j = 0; j < c; j++) s += (double)t->data[i * c + j] * t->data[i * c + j];
+        for (int j = 0; j < c; j++) t->data[i * c + j] /= (float)sqrt(s);
+    }
+    return t;
+}
+static ttt_tensor *uniform(fixture *f, int n, float lo, float hi) {
+    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
+    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
+    return t;
+}
+
+/* float64 references, written from MATH.md §4 independently of the library.
+ * kind 0: S = Diag(α) S + β kᵀv                (linear attention family)
+ * kind 1: S = α S; S += β kᵀ(v − k S)          (delta rule, coupled decay)
+ * kind 2: S = α S − β kᵀ(k S_old − v)          (delta rule, decoupled decay)
+ * read: o_t = q_t S_t (after), or q_t S_{t−1} when read_before. */
+static void ref_run(double *o, double *S, const ttt_tensor *q, const ttt_tensor *k,
+                    const ttt_tensor *v, const float *beta, const float *log_alpha, int avec,
+                    int kind, int read_before, int T, int dk, int dv) {
+    double *Sold = malloc(sizeof(double) * dk * dv), *e = malloc(sizeof(double) * dv);
+    for (int t = 0; t < T; t++) {
+        const float *qt = q->data + t * dk, *kt = k->data + t * dk, *vt = v->data + t * dv;
+        double b = beta ? beta[t] : 1.0;
+        if (read_before)
+            for (int j = 0; j < dv; j++) {
+                double s = 0;
+                for (int i = 0; i < dk; i++) s += qt[i] * S[i * dv + j];
+                o[t * dv + j] = s;
+            }
+        memcpy(Sold, S, sizeof(double) * dk * dv);
+        for (int i = 0; i < dk; i++) {
+            double a = !log_alpha ? 1.0 : exp(avec ? log_alpha[t * dk + i] : log_alpha[t]);
+            for (int j = 0; j < dv; j++) S[i * dv + j] *= a;
+        }
+        if (kind == 0) {
+            for (int i = 0; i < dk; i++)
+                for (int j = 0; j < dv; j++) S[i * dv + j] += b * kt[i] * vt[j];
+        } else {
+            const double *P = kind == 1 ? S : Sold; /* where the error is measured */
+            for (int j = 0; j < dv; j++) {
+                double s = 0;
+                for (int i = 0; i < dk; i++) s += kt[i] * P[i * dv + j];
+                e[j] = vt[j] - s;
+            }
+            for (int i = 0; i < dk; i++)
+                for (int j = 0; j < dv; j++) S[i * dv + j] += b * kt[i] * e[j];
+        }
+        if (!read_before)
+            for (int j = 0; j < dv; j++) {
+                double s = 0;
+                for (int i = 0; i < dk; i++) s += qt[i] * S[i * dv + j];
+                o[t * dv + j] = s;
+            }
+    }
+    free(Sold);
+    free(e);
+}
+
+/* Run a layer from a zero state; returns output, final state in *S_out. */
+static ttt_tensor *run_layer(fixture *f, const ttt_layer *L, const ttt_tensor *q,
+                             const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *eta,
+                             const ttt_tensor *la, ttt_tensor **S_out) {
+    ttt_layer_state st;
+    ttt_layer_state_init(&f->ctx, L, &st, &f->rng);
+    ttt_tensor *o = ttt_tensor_2d(&f->ctx, TTT_ROWS(k), L->d_v);
+    ttt_error err = {0};
+    ttt_status s = ttt_layer_forward(&f->ctx, L, o, &st, q, k, v, eta, la, &err);
+    ck_assert_msg(s == TTT_OK, "forward failed: %s", err.msg);
+    if (S_out) *S_out = st.W[0];
+    return o;
+}
+
+static void make_layer(ttt_layer *L, const char *loss, int b, ttt_order order, ttt_form form,
+                       int dk, int dv) {
+    ttt_error err = {0};
+    ttt_status s = ttt_layer_init(L, "linear", loss, "sgd", b, order, form, dk, dv, &err);
+    ck_assert_msg(s == TTT_OK, "layer init: %s", err.msg);
+}
+
+/* Compare generic and recurrent forms with the float64 recurrence for one gate setting. */
+static void check_family(int kind, int gate, uint64_t seed) {
+    const int T = 37, dk = 8, dv = 5; /* T prime: not a multiple of any block or chunk */
+    fixture f;
+    fx_init(&f, seed);
+    const char *loss = kind == 0 ? "dot" : "squared";
+    ttt_tensor *q = randn(&f, T, dk, 0.5f);
+    ttt_tensor *k = kind == 0 ? randn(&f, T, dk, 0.5f) : unit_rows(&f, T, dk);
+    ttt_tensor *v = randn(&f, T, dv, 1.0f);
+    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    ttt_tensor *la = NULL;
+    if (gate == 1) la = uniform(&f, T, -0.3f, -0.01f);
+    if (gate == 2) {
+        la = ttt_tensor_2d(&f.ctx, T, dk);
+        ttt_rng_fill_uniform(&f.rng, la->data, la->n, -0.3f, -0.01f);
+    }
+    double *o_ref = calloc((size_t)T * dv, sizeof(double));
+    double *S_ref = calloc((size_t)dk * dv, sizeof(double));
+    ref_run(o_ref, S_ref, q, k, v, eta->data, la ? la->data : NULL, gate == 2, kind, 0, T, dk, dv);
+
+    for (int form = 0; form < 2; form++) {
+        ttt_layer L;
+        make_layer(&L, loss, 1, TTT_ORDER_UPDATE_THEN_APPLY,
+                   form ? TTT_FORM_RECURRENT : TTT_FORM_GENERIC, dk, dv);
+        if (kind == 1) L.coupled = 1; /* the delta rule's closed form decays first */
+        ttt_tensor *S;
+        ttt_tensor *o = run_layer(&f, &L, q, k, v, eta, la, &S);
+        TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+        TU_ASSERT_CLOSE(S->data, S_ref, S->n, ATOL, RTOL);
+    }
+    free(o_ref);
+    free(S_ref);
+    fx_free(&f);
+}
+
+START_TEST(linear_attention_forms_match_recurrence) { check_family(0, 0, 1); }
+END_TEST
+START_TEST(scalar_decay_forms_match_recurrence) { check_family(0, 1, 2); }
+END_TEST
+START_TEST(vector_decay_forms_match_recurrence) { check_family(0, 2, 3); }
+END_TEST
+START_TEST(delta_rule_forms_match_recurrence) { check_family(1, 0, 4); }
+END_TEST
+START_TEST(gated_delta_rule_forms_match_recurrence) { check_family(1, 1, 5); }
+END_TEST
+
+/* Decoupled decay with the squared loss: gradient at the undecayed weights (MATH.md §3). */
+START_TEST(decoupled_decay_delta_generic_matches_recurrence) {
+    const int T = 29, dk = 6, dv = 7;
+    fixture f;
+    fx_init(&f, 6);
+    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
+    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.2f, -0.01f);
+    double *o_ref = calloc((size_t)T * dv, sizeof(double)), *S_ref = calloc(dk * dv, 8);
+    ref_run(o_ref, S_ref, q, k, v, eta->data, la->data, 0, 2, 0, T, dk, dv);
+    ttt_layer L;
+    make_layer(&L, "squared", 1, TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
+    L.coupled = 0;
+    ttt_tensor *o = run_layer(&f, &L, q, k, v, eta, la, NULL);
+    TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+    /* and it is really different from the coupled rule here (the test can tell them apart) */
+    double *o_c = calloc((size_t)T * dv, sizeof(double)), *S_c = calloc(dk * dv, 8);
+    ref_run(o_c, S_c, q, k, v, eta->data, la->data, 0, 1, 0, T, dk, dv);
+    ck_assert(!tu_close(o->data, o_c, o->n, ATOL, RTOL, NULL, 0));
+    free(o_ref), free(S_ref), free(o_c), free(S_c);
+    fx_free(&f);
+}
+END_TEST
+
+/* Initial state in, final state out: T1 then T2 with the carried state equals one pass. */
+START_TEST(split_sequence_resume_equals_one_pass) {
+    const int T = 41, T1 = 17, dk = 8, dv = 8;
+    for (int form = 0; form < 2; form++)
+        for (int kind = 0; kind < 2; kind++) {
+            fixture f;
+            fx_init(&f, 7 + form * 2 + kind);
+            ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk);
+            ttt_tensor *v = randn(&f, T, dv, 1.0f), *eta = uniform(&f, T, 0.1f, 1.0f);
+            ttt_layer L;
+            make_layer(&L, kind ? "squared" : "dot", 1, TTT_ORDER_UPDATE_THEN_APPLY,
+                       form ? TTT_FORM_RECURRENT : TTT_FORM_GENERIC, dk, dv);
+            ttt_tensor *S_full;
+            ttt_tensor *o_full = run_layer(&f, &L, q, k, v, eta, NULL, &S_full);
+            ttt_layer_state st;
+            ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);
+            ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, dv);
+            ttt_error err = {0};
+            for (int part = 0; part < 2; part++) {
+                int a = part ? T1 : 0, b = part ? T : T1;
+                ttt_tensor *qs = ttt_slice_rows(&f.ctx, q, a, b), *ks = ttt_slice_rows(&f.ctx, k, a, b);
+                ttt_tensor *vs = ttt_slice_rows(&f.ctx, v, a, b), *es = ttt_slice_rows(&f.ctx, eta, a, b);
+                ttt_tensor *os = ttt_tensor_2d(&f.ctx, b - a, dv);
+                ck_assert(ttt_layer_forward(&f.ctx, &L, os, &st, qs, ks, vs, es, NULL, &err) == TTT_OK);
+                memcpy(o->data + (size_t)a * dv, os->data, os->n * sizeof(float));
+            }
+            /* same operations in the same order: equal to the last bit */
+            ck_assert_float_eq(ttt_max_abs_diff(o, o_full), 0.0f);
+            ck_assert_float_eq(ttt_max_abs_diff(st.W[0], S_full), 0.0f);
+            fx_free(&f);
+        }
+}
+END_TEST
+
+/* apply_then_update with b = 1 is linear attention that excludes the current token. */
+START_TEST(apply_then_update_reads_previous_state) {
+    const int T = 23, dk = 5, dv = 4;
+    fixture f;
+    fx_init(&f, 11);
+    ttt_tensor *q = randn(&f, T, dk, 1), *k = randn(&f, T, dk, 1), *v = randn(&f, T, dv, 1);
+    double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
+    ref_run(o_ref, S_ref, q, k, v, NULL, NULL, 0, 0, 1, T, dk, dv);
+    ttt_layer L;
+    make_layer(&L, "dot", 1, TTT_ORDER_APPLY_THEN_UPDATE, TTT_FORM_GENERIC, dk, dv);
+    ttt_tensor *o = run_layer(&f, &L, q, k, v, NULL, NULL, NULL);
+    TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+    free(o_ref), free(S_ref);
+    fx_free(&f);
+}
+END_TEST
+
+/* With the dot loss the gradient does not depend on the weights, so every mini-batch size
+ * (including a last block shorter than b) gives the per-token result, with decay too. */
+START_TEST(dot_loss_any_mini_batch_equals_recurrence) {
+    const int T = 37, dk = 6, dv = 5;
+    const int bs[] = {2, 5, 16, 37, 64};
+    fixture f;
+    fx_init(&f, 12);
+    ttt_tensor *q = randn(&f, T, dk, 1), *k = randn(&f, T, dk, 1), *v = randn(&f, T, dv, 1);
+    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.3f, 0.0f);
+    double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
+    ref_run(o_ref, S_ref, q, k, v, eta->data, la->data, 0, 0, 0, T, dk, dv);
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) {
+        ttt_layer L;
+        make_layer(&L, "dot", bs[i], TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
+        ttt_tensor *S;
+        ttt_tensor *o = run_layer(&f, &L, q, k, v, eta, la, &S);
+        TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+        TU_ASSERT_CLOSE(S->data, S_ref, S->n, ATOL, RTOL);
+    }
+    free(o_ref), free(S_ref);
+    fx_free(&f);
+}
+END_TEST
+
+/* b = T with the squared loss is one full-batch gradient step from W_0 (MATH.md §6.4): every
+ * gradient is taken at W_0 = 0 here, so S_T = θ Σ η_s k_sᵀ v_s and token t reads the partial sum. */
+START_TEST(squared_loss_full_batch_is_one_step) {
+    const int T = 19, dk = 7, dv = 3;
+    fixture f;
+    fx_init(&f, 13);
+    ttt_tensor *q = randn(&f, T, dk, 1), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
+    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    ttt_layer L;
+    make_layer(&L, "squared", T, TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
+    L.lr = 0.7f;
+    ttt_tensor *S;
+    ttt_tensor *o = run_layer(&f, &L, q, k, v, eta, NULL, &S);
+    double *P = calloc(dk * dv, 8), *o_ref = calloc((size_t)T * dv, 8);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < dk; i++)
+            for (int j = 0; j < dv; j++)
+                P[i * dv + j] += 0.7 * eta->data[t] * k->data[t * dk + i] * v->data[t * dv + j];
+        for (int j = 0; j < dv; j++) {
+            double s = 0;
+            for (int i = 0; i < dk; i++) s += q->data[t * dk + i] * P[i * dv + j];
+            o_ref[t * dv + j] = s;
+        }
+    }
+    TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+    TU_ASSERT_CLOSE(S->data, P, S->n, ATOL, RTOL);
+    /* apply_then_update with b = T reads W_0 = 0 everywhere */
+    make_layer(&L, "squared", T, TTT_ORDER_APPLY_THEN_UPDATE, TTT_FORM_GENERIC, dk, dv);
+    o = run_layer(&f, &L, q, k, v, eta, NULL, NULL);
+    ck_assert_float_eq(ttt_max_abs(o), 0.0f);
+    free(P), free(o_ref);
+    fx_free(&f);
+}
+END_TEST
+
+/* Mini-batch delta rule with b = 4 against a float64 evaluation of MATH.md §1 written directly:
+ * block gradients at W_0, causal partial updates inside the block, last block shorter. */
+START_TEST(squared_loss_mini_batch_matches_definition) {
+    const int T = 18, dk = 5, dv = 4, b = 4;
+    fixture f;
+    fx_init(&f, 14);
+    ttt_tensor *q = randn(&f, T, dk, 1), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
+    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    ttt_layer L;
+    make_layer(&L, "squared", b, TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
+    ttt_tensor *S;
+    ttt_tensor *o = run_layer(&f, &L, q, k, v, eta, NULL, &S);
+    double *W0 = calloc(dk * dv, 8), *W = calloc(dk * dv, 8), *o_ref = calloc((size_t)T * dv, 8);
+    for (int t0 = 0; t0 < T; t0 += b) {
+        memcpy(W, W0, sizeof(double) * dk * dv);
+        for (int t = t0; t < t0 + b && t < T; t++) {
+            for (int j = 0; j < dv; j++) {
+                double z = 0;
+                for (int i = 0; i < dk; i++) z += k->data[t * dk + i] * W0[i * dv + j];
+                for (int i = 0; i < dk; i++)
+                    W[i * dv + j] -= eta->data[t] * k->data[t * dk + i] * (z - v->data[t * dv + j]);
+            }
+            for (int j = 0; j < dv; j++) {
+                double s = 0;
+                for (int i = 0; i < dk; i++) s += q->data[t * dk + i] * W[i * dv + j];
+                o_ref[t * dv + j] = s;
+            }
+        }
+        memcpy(W0, W, sizeof(double) * dk * dv);
+    }
+    TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+    TU_ASSERT_CLOSE(S->data, W0, S->n, ATOL, RTOL);
+    free(W0), free(W), free(o_ref);
+    fx_free(&f);
+}
+END_TEST
+
+/* The comparison used above must be able to fail: one perturbed element beyond tolerance. */
+START_TEST(comparison_helper_detects_a_perturbation) {
+    float got[6] = {1, 2, 3, 4, 5, 6};
+    double want[6] = {1, 2, 3, 4, 5, 6};
+    char msg[512];
+    ck_assert(tu_close(got, want, 6, ATOL, RTOL, msg, sizeof msg));
+    got[4] += 1e-3f;
+    ck_assert(!tu_close(got, want, 6, ATOL, RTOL, msg, sizeof msg));
+    ck_assert_msg(strstr(msg, "index 4") != NULL, "%s", msg);
+    got[4] = NAN;
+    ck_assert(!tu_close(got, want, 6, 1e9, 1e9, msg, sizeof msg));
+}
+END_TEST
+
+/* A recurrent form that drops one token's write is caught (the forms test can fail). */
+START_TEST(perturbed_form_is_detected) {
+    const int T = 37, dk = 8, dv = 5;
+    fixture f;
+    fx_init(&f, 15);
+    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = randn(&f, T, dk, 0.5f), *v = randn(&f, T, dv, 1);
+    double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
+    ref_run(o_ref, S_ref, q, k, v, NULL, NULL, 0, 0, 0, T, dk, dv);
+    ttt_tensor *S = ttt_tensor_2d(&f.ctx, dk, dv), *o = ttt_tensor_2d(&f.ctx, T, dv);
+    ttt_tensor_fill(S, 0);
+    ttt_tensor *beta = ttt_tensor_1d(&f.ctx, T);
+    ttt_tensor_fill(beta, 1.0f);
+    beta->data[20] = 0.999f; /* a 0.1 % weaker write of a single token */
+    ttt_linear_attention_recurrent(o->data, S->data, q->data, k->data, v->data, beta->data, NULL,
+                                   0, T, dk, dv);
+    ck_assert(!tu_close(o->data, o_ref, o->n, ATOL, RTOL, NULL, 0));
+    free(o_ref), free(S_ref);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(form_recurrent_rejected_without_closed_form) {
+    ttt_layer L;
+    ttt_error err = {0};
+    ttt_status s = ttt_layer_init(&L, "linear", "squared", "sgd", 4, TTT_ORDER_UPDATE_THEN_APPLY,
+                                  TTT_FORM_RECURRENT, 4, 4, &err);
+    ck_assert_int_eq(s, TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "no closed recurrent form") && strstr(err.msg, "mini_batch 4"),
+                  "%s", err.msg);
+}
+END_TEST
+
+static Suite *layer_suite(void) {
+    Suite *s = suite_create("layer");
+    TCase *tc = tcase_create("forms");
+    tcase_add_test(tc, linear_attention_forms_match_recurrence);
+    tcase_add_test(tc, scalar_decay_forms_match_recurrence);
+    tcase_add_test(tc, vector_decay_forms_match_recurrence);
+    tcase_add_test(tc, delta_rule_forms_match_recurrence);
+    tcase_add_test(tc, gated_delta_rule_forms_match_recurrence);
+    tcase_add_test(tc, decoupled_decay_delta_generic_matches_recurrence);
+    tcase_add_test(tc, split_sequence_resume_equals_one_pass);
+    tcase_add_test(tc, apply_then_update_reads_previous_state);
+    tcase_add_test(tc, dot_loss_any_mini_batch_equals_recurrence);
+    tcase_add_test(tc, squared_loss_full_batch_is_one_step);
+    tcase_add_test(tc, squared_loss_mini_batch_matches_definition);
+    tcase_add_test(tc, comparison_helper_detects_a_perturbation);
+    tcase_add_test(tc, perturbed_form_is_detected);
+    tcase_add_test(tc, form_recurrent_rejected_without_closed_form);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(layer_suite()); }

@@ -1,0 +1,855 @@
+/* Results: atomic files, records and their JSON/CSV forms, SVG charts, the run folder, and the
+ * progress display. */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "progress.h"
+#include "results.h"
+#include "testutil.h"
+
+/* ---- helpers ---- */
+
+static char *record_json(const ttt_record *r) {
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    ttt_record_write_json(r, f);
+    long len = ftell(f);
+    char *buf = calloc((size_t)len + 1, 1);
+    rewind(f);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    return buf;
+}
+
+static int count_substr(const char *s, const char *needle) {
+    int n = 0;
+    size_t len = strlen(needle);
+    for (const char *p = strstr(s, needle); p; p = strstr(p + len, needle)) n++;
+    return n;
+}
+
+static int count_char(const char *s, char c) {
+    int n = 0;
+    for (; *s; s++) n += *s == c;
+    return n;
+}
+
+/* A "nan" or "inf" standing as a word (not inside e.g. "dominant-baseline"). */
+static int has_nonfinite_word(const char *s) {
+    const char *words[] = {"nan", "inf"};
+    for (int w = 0; w < 2; w++)
+        for (const char *p = strstr(s, words[w]); p; p = strstr(p + 1, words[w])) {
+            int before = p > s && ((p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z'));
+            int after = (p[3] >= 'a' && p[3] <= 'z') || (p[3] >= 'A' && p[3] <= 'Z');
+            if (!before && !after) return 1;
+        }
+    return 0;
+}
+
+static char *path_in(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static char *read_in(const char *dir, const char *name) {
+    char *p = path_in(dir, name);
+    char *text = tu_read_file(p);
+    free(p);
+    return text;
+}
+
+/* Number of directory entries whose name contains ".tmp." (left-over temporary files). */
+static int count_temp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+static ttt_chart make_chart(const char *name, const char *title, const char *x, const char *y,
+                            const char *series) {
+    ttt_chart c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", name);
+    snprintf(c.title, sizeof c.title, "%s", title);
+    snprintf(c.x_key, sizeof c.x_key, "%s", x);
+    snprintf(c.y_key, sizeof c.y_key, "%s", y);
+    snprintf(c.series_key, sizeof c.series_key, "%s", series);
+    return c;
+}
+
+/* ---- records and JSON ---- */
+
+START_TEST(test_record_set_replace_get) {
+    ttt_record r;
+    ttt_record_clear(&r);
+    ttt_record_num(&r, "a", 1);
+    ttt_record_str(&r, "b", "x");
+    ttt_record_num(&r, "c", 3);
+    ttt_record_num(&r, "a", 5); /* replaces in place, keeps the order */
+    ttt_record_num(&r, "b", 7); /* a string field can become a number */
+    ck_assert_int_eq(r.n, 3);
+    ck_assert_str_eq(r.f[0].key, "a");
+    ck_assert_str_eq(r.f[1].key, "b");
+    ck_assert_str_eq(r.f[2].key, "c");
+    const ttt_field *a = ttt_record_get(&r, "a");
+    ck_assert_ptr_nonnull(a);
+    ck_assert(a->is_num && a->num == 5);
+    ck_assert(ttt_record_get(&r, "b")->is_num);
+    ttt_record_str(&r, "c", "now text");
+    ck_assert(!ttt_record_get(&r, "c")->is_num);
+    ck_assert_str_eq(ttt_record_get(&r, "c")->str, "now text");
+    ck_assert_ptr_null(ttt_record_get(&r, "missing"));
+    ttt_record_clear(&r);
+    ck_assert_int_eq(r.n, 0);
+    ck_assert_ptr_null(ttt_record_get(&r, "a"));
+}
+END_TEST
+
+START_TEST(test_json_escaping) {
+    ttt_record r;
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "s", "a\"b\\c\nd\x01" "e\tf");
+    ttt_record_str(&r, "k\"ey", "caf\xc3\xa9");
+    char *j = record_json(&r);
+    ck_assert_str_eq(j, "{\"s\":\"a\\\"b\\\\c\\u000ad\\u0001e\\u0009f\",\"k\\\"ey\":\"caf\xc3\xa9\"}");
+    free(j);
+}
+END_TEST
+
+/* The number after "key": in a one-field JSON object. */
+static double json_number_of(const char *json, char *text, size_t len) {
+    const char *colon = strchr(json, ':');
+    ck_assert_ptr_nonnull(colon);
+    snprintf(text, len, "%.*s", (int)(strlen(colon + 1) - 1), colon + 1);
+    char *end = NULL;
+    double v = strtod(text, &end);
+    ck_assert_msg(*end == '\0', "not a plain number: '%s'", text);
+    return v;
+}
+
+START_TEST(test_json_numbers_round_trip) {
+    const double vals[] = {0.1, 1.0 / 3, 1e-300, 123456789.0, -2.5, 3.0, 0.0, -7.0,
+                           (double)0.1f, 6.02214076e23, 4.9e-324, 1.7976931348623157e308,
+                           9007199254740993.0, 12345678901234567890.0, -1e-7};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        ttt_record r;
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "v", vals[i]);
+        char *j = record_json(&r);
+        char text[64];
+        double back = json_number_of(j, text, sizeof text);
+        ck_assert_msg(back == vals[i], "%.17g written as '%s' reads back as %.17g", vals[i], text,
+                      back);
+        free(j);
+    }
+    /* integers print without decimals; short values stay short */
+    ttt_record r;
+    ttt_record_clear(&r);
+    ttt_record_num(&r, "i", 3);
+    ttt_record_num(&r, "n", -256);
+    ttt_record_num(&r, "f", 0.1);
+    ttt_record_num(&r, "big", 1e15);
+    char *j = record_json(&r);
+    ck_assert_str_eq(j, "{\"i\":3,\"n\":-256,\"f\":0.1,\"big\":1000000000000000}");
+    free(j);
+}
+END_TEST
+
+START_TEST(test_json_nonfinite_is_null) {
+    ttt_record r;
+    ttt_record_clear(&r);
+    ttt_record_num(&r, "nan", NAN);
+    ttt_record_num(&r, "inf", INFINITY);
+    ttt_record_num(&r, "ninf", -INFINITY);
+    char *j = record_json(&r);
+    ck_assert_str_eq(j, "{\"nan\":null,\"inf\":null,\"ninf\":null}");
+    free(j);
+}
+END_TEST
+
+START_TEST(test_record_truncates_long_strings) {
+    char long_s[400];
+    memset(long_s, 'x', sizeof long_s - 1);
+    long_s[sizeof long_s - 1] = '\0';
+    ttt_record r;
+    ttt_record_clear(&r);
+    ttt_record_str(&r, long_s, long_s);
+    ck_assert_int_eq(r.n, 1);
+    ck_assert_uint_eq(strlen(r.f[0].key), sizeof r.f[0].key - 1);
+    ck_assert_uint_eq(strlen(r.f[0].str), sizeof r.f[0].str - 1);
+}
+END_TEST
+
+/* ---- the run folder ---- */
+
+static ttt_results *sample_results(void) {
+    ttt_results *res = ttt_results_new("Sample <run> & \"friends\"");
+    ttt_record r;
+    /* per-step metrics, not in the summary */
+    for (int step = 0; step < 5; step++) {
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "step", step);
+        ttt_record_num(&r, "loss", 1.0 / (step + 1));
+        ttt_results_add(res, &r, 0);
+    }
+    /* summaries with differing keys */
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "optimizer", "sgd");
+    ttt_record_num(&r, "N", 16);
+    ttt_record_num(&r, "acc", 0.5);
+    ttt_results_add(res, &r, 1);
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "optimizer", "muon, fast");
+    ttt_record_num(&r, "N", 32);
+    ttt_record_str(&r, "note", "say \"hi\"\nbye");
+    ttt_results_add(res, &r, 1);
+    ttt_record_clear(&r);
+    ttt_record_num(&r, "acc", 0.123456789);
+    ttt_record_num(&r, "N", 64);
+    ttt_results_add(res, &r, 1);
+    return res;
+}
+
+START_TEST(test_results_store_copies) {
+    ttt_results *res = ttt_results_new("t");
+    ttt_record r;
+    for (int i = 0; i < 300; i++) { /* beyond any initial capacity */
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "i", i);
+        ttt_results_add(res, &r, i % 2);
+    }
+    ttt_record_num(&r, "i", -1); /* changing the caller's record does not change the copy */
+    ck_assert_int_eq(ttt_results_count(res), 300);
+    for (int i = 0; i < 300; i++) ck_assert(ttt_results_get(res, i)->f[0].num == i);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_csv_union_and_quoting) {
+    ttt_results *res = sample_results();
+    char *dir = tu_mkdtemp();
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_results_write(res, dir, &err), TTT_OK);
+    char *csv = read_in(dir, "summary.csv");
+    ck_assert_ptr_nonnull(csv);
+    ck_assert_str_eq(csv, "optimizer,N,acc,note\n"
+                          "sgd,16,0.5,\n"
+                          "\"muon, fast\",32,,\"say \"\"hi\"\"\nbye\"\n"
+                          ",64,0.123457,\n");
+    free(csv);
+    tu_rmtree(dir);
+    free(dir);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_metrics_jsonl_lines) {
+    ttt_results *res = sample_results();
+    char *dir = tu_mkdtemp();
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_results_write(res, dir, &err), TTT_OK);
+    char *m = read_in(dir, "metrics.jsonl");
+    ck_assert_ptr_nonnull(m);
+    /* the embedded newline in "note" is escaped, so lines = records */
+    ck_assert_int_eq(count_char(m, '\n'), ttt_results_count(res));
+    ck_assert_int_eq(count_substr(m, "{"), ttt_results_count(res));
+    ck_assert_ptr_nonnull(strstr(m, "{\"step\":0,\"loss\":1}\n"));
+    ck_assert_ptr_nonnull(strstr(m, "\"note\":\"say \\\"hi\\\"\\u000abye\""));
+    free(m);
+    tu_rmtree(dir);
+    free(dir);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_write_all_files_no_temps) {
+    ttt_results *res = sample_results();
+    ttt_chart c = make_chart("loss", "Loss", "step", "loss", "");
+    ttt_results_add_chart(res, &c);
+    ttt_chart c2 = make_chart("acc", "Accuracy", "N", "acc", "");
+    c2.log_x = 1;
+    ttt_results_add_chart(res, &c2);
+    char *dir = tu_mkdtemp();
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_results_write(res, dir, &err), TTT_OK);
+    /* writing twice replaces the files in place */
+    ck_assert_int_eq(ttt_results_write(res, dir, &err), TTT_OK);
+    const char *names[] = {"metrics.jsonl", "summary.csv", "loss.svg", "acc.svg", "index.html"};
+    for (size_t i = 0; i < 5; i++) {
+        char *t = read_in(dir, names[i]);
+        ck_assert_msg(t != NULL, "missing %s", names[i]);
+        free(t);
+    }
+    ck_assert_int_eq(count_temp_files(dir), 0);
+
+    char *html = read_in(dir, "index.html");
+    ck_assert_ptr_nonnull(strstr(html, "<!DOCTYPE html>"));
+    ck_assert_ptr_nonnull(strstr(html, "Sample &lt;run&gt; &amp; &quot;friends&quot;"));
+    ck_assert_ptr_null(strstr(html, "Sample <run>"));
+    ck_assert_int_eq(count_substr(html, "<svg"), 2); /* charts inlined */
+    ck_assert_ptr_nonnull(strstr(html, "<table"));
+    ck_assert_ptr_nonnull(strstr(html, "<th>optimizer</th>"));
+    ck_assert_ptr_nonnull(strstr(html, "muon, fast"));
+    ck_assert_ptr_nonnull(strstr(html, "say &quot;hi&quot;"));
+    /* self-contained */
+    ck_assert_ptr_null(strstr(html, "<script"));
+    ck_assert_ptr_null(strstr(html, "<link"));
+    ck_assert_ptr_null(strstr(html, "src="));
+    ck_assert_ptr_null(strstr(html, "@import"));
+    free(html);
+
+    char *svg = read_in(dir, "loss.svg");
+    ck_assert_int_eq(strncmp(svg, "<svg", 4), 0);
+    free(svg);
+    tu_rmtree(dir);
+    free(dir);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_write_missing_dir_fails) {
+    ttt_results *res = sample_results();
+    char *dir = tu_mkdtemp();
+    char *missing = path_in(dir, "no/such/folder");
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_results_write(res, missing, &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, missing) != NULL, "message lacks the path: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, "No such file or directory") != NULL, "%s", err.msg);
+    free(missing);
+    tu_rmtree(dir);
+    free(dir);
+    ttt_results_free(res);
+}
+END_TEST
+
+/* ---- SVG ---- */
+
+static ttt_results *series_results(void) {
+    ttt_results *res = ttt_results_new("series");
+    const char *opts[] = {"sgd", "muon", "a<b&c"};
+    ttt_record r;
+    /* x in descending order, to check the points are sorted */
+    for (int N = 256; N >= 16; N /= 2)
+        for (int o = 0; o < 3; o++) {
+            ttt_record_clear(&r);
+            ttt_record_str(&r, "optimizer", opts[o]);
+            ttt_record_num(&r, "N", N);
+            ttt_record_num(&r, "recall", (o + 1) * 0.1 * sqrt(N));
+            ttt_record_str(&r, "overwrite", o == 1 ? "true" : "false");
+            ttt_results_add(res, &r, 1);
+        }
+    /* records lacking x or y, or with a string y, are skipped */
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "optimizer", "ghost");
+    ttt_record_num(&r, "N", 8);
+    ttt_results_add(res, &r, 0);
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "optimizer", "ghost");
+    ttt_record_num(&r, "N", 8);
+    ttt_record_str(&r, "recall", "high");
+    ttt_results_add(res, &r, 0);
+    return res;
+}
+
+/* Check that every polyline's x coordinates increase. */
+static void assert_polylines_sorted(const char *svg) {
+    for (const char *p = strstr(svg, "<polyline"); p; p = strstr(p + 1, "<polyline")) {
+        const char *q = strstr(p, "points=\"");
+        ck_assert_ptr_nonnull(q);
+        q += 8;
+        double last = -INFINITY;
+        while (*q != '"') {
+            char *end;
+            double x = strtod(q, &end);
+            ck_assert_ptr_ne(end, q);
+            ck_assert_msg(x > last, "polyline x not increasing: %g after %g", x, last);
+            last = x;
+            ck_assert_int_eq(*end, ',');
+            strtod(end + 1, &end);
+            q = end;
+            while (*q == ' ') q++;
+        }
+    }
+}
+
+START_TEST(test_svg_series_legend_escaping) {
+    ttt_results *res = series_results();
+    ttt_chart c = make_chart("recall", "Recall <vs> N & \"more\"", "N", "recall", "optimizer");
+    c.log_x = 1;
+    c.y_from_zero = 1;
+    snprintf(c.x_label, sizeof c.x_label, "sequence length N");
+    snprintf(c.y_label, sizeof c.y_label, "recall");
+    c.has_ref = 1;
+    c.ref_scale = 1;
+    c.ref_div = 4;
+    snprintf(c.ref_label, sizeof c.ref_label, "sqrt(N/4)");
+    ttt_results_add_chart(res, &c);
+    char *svg = ttt_chart_svg(res, 0);
+    ck_assert_ptr_nonnull(svg);
+    size_t len = strlen(svg);
+    ck_assert_int_eq(strncmp(svg, "<svg", 4), 0);
+    ck_assert_str_eq(svg + len - 6, "</svg>");
+    ck_assert_int_eq(count_substr(svg, "<svg"), 1);
+    ck_assert_int_eq(count_substr(svg, "<polyline"), 3);
+    /* legend names, escaped */
+    ck_assert_ptr_nonnull(strstr(svg, ">sgd</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, ">muon</text>"));
+    ck_assert_ptr_nonnull(strstr(svg, ">a&lt;b&amp;c</text>"));
+    ck_assert_ptr_null(strstr(svg, "ghost"));
+    ck_assert_ptr_null(strstr(svg, "a<b"));
+    /* title escaped */
+    ck_assert_ptr_nonnull(strstr(svg, "Recall &lt;vs&gt; N &amp; &quot;more&quot;"));
+    ck_assert_ptr_null(strstr(svg, "<vs>"));
+    /* log2 ticks at the powers of two */
+    const char *ticks[] = {">16</text>", ">32</text>", ">64</text>", ">128</text>", ">256</text>"};
+    for (int i = 0; i < 5; i++) ck_assert_msg(strstr(svg, ticks[i]), "no tick %s", ticks[i]);
+    /* axis labels, reference curve and its legend entry */
+    ck_assert_ptr_nonnull(strstr(svg, "sequence length N"));
+    ck_assert_ptr_nonnull(strstr(svg, "stroke-dasharray"));
+    ck_assert_ptr_nonnull(strstr(svg, ">sqrt(N/4)</text>"));
+    /* one marker per plotted point (5 N values x 3 series) plus one per legend entry */
+    ck_assert_int_eq(count_substr(svg, "<circle"), 15 + 3);
+    /* distinct colours */
+    ck_assert_ptr_nonnull(strstr(svg, "#0072B2"));
+    ck_assert_ptr_nonnull(strstr(svg, "#E69F00"));
+    ck_assert_ptr_nonnull(strstr(svg, "#009E73"));
+    /* self-contained */
+    ck_assert_ptr_null(strstr(svg, "<script"));
+    ck_assert_ptr_null(strstr(svg, "href"));
+    assert_polylines_sorted(svg);
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_svg_filter) {
+    ttt_results *res = series_results();
+    ttt_chart c = make_chart("recall_no_overwrite", "Recall", "N", "recall", "optimizer");
+    ttt_results_add_chart_filtered(res, &c, "overwrite", "false");
+    ttt_results_add_chart_filtered(res, &c, "overwrite", "maybe");
+    ttt_results_add_chart_filtered(res, &c, "N", "32"); /* numbers match by their text form */
+    char *svg = ttt_chart_svg(res, 0);
+    ck_assert_int_eq(count_substr(svg, "<polyline"), 2);
+    ck_assert_ptr_nonnull(strstr(svg, ">sgd</text>"));
+    ck_assert_ptr_null(strstr(svg, ">muon</text>"));
+    free(svg);
+    svg = ttt_chart_svg(res, 1);
+    ck_assert_ptr_nonnull(strstr(svg, "no data"));
+    ck_assert_int_eq(count_substr(svg, "<polyline"), 0);
+    free(svg);
+    svg = ttt_chart_svg(res, 2);
+    ck_assert_int_eq(count_substr(svg, "<polyline"), 3);
+    ck_assert_int_eq(count_substr(svg, "<circle"), 3 + 3); /* points + legend */
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_svg_empty_and_single_series) {
+    ttt_results *res = ttt_results_new("empty");
+    ttt_chart c = make_chart("e", "Empty & co", "x", "y", "");
+    ttt_results_add_chart(res, &c);
+    char *svg = ttt_chart_svg(res, 0);
+    ck_assert_int_eq(strncmp(svg, "<svg", 4), 0);
+    ck_assert_str_eq(svg + strlen(svg) - 6, "</svg>");
+    ck_assert_ptr_nonnull(strstr(svg, "no data"));
+    ck_assert_ptr_nonnull(strstr(svg, "Empty &amp; co"));
+    free(svg);
+
+    /* one series without series_key, all y equal: a degenerate range still draws */
+    ttt_record r;
+    for (int i = 0; i < 4; i++) {
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "x", i);
+        ttt_record_num(&r, "y", 2.0);
+        ttt_results_add(res, &r, 0);
+    }
+    ttt_record_clear(&r); /* NaN is not plotted */
+    ttt_record_num(&r, "x", 9);
+    ttt_record_num(&r, "y", NAN);
+    ttt_results_add(res, &r, 0);
+    svg = ttt_chart_svg(res, 0);
+    ck_assert_int_eq(count_substr(svg, "<polyline"), 1);
+    ck_assert_int_eq(count_substr(svg, "<circle"), 4 + 1); /* points + legend */
+    ck_assert(!has_nonfinite_word(svg));
+    ck_assert_ptr_null(strstr(svg, "no data"));
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
+START_TEST(test_svg_nice_ticks) {
+    ttt_results *res = ttt_results_new("ticks");
+    ttt_record r;
+    const double xs[] = {0.1, 0.2, 0.3, 0.7};
+    for (int i = 0; i < 4; i++) {
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "x", xs[i]);
+        ttt_record_num(&r, "y", 100 + 3 * i);
+        ttt_results_add(res, &r, 0);
+    }
+    ttt_chart c = make_chart("t", "t", "x", "y", "");
+    c.y_from_zero = 1;
+    ttt_results_add_chart(res, &c);
+    char *svg = ttt_chart_svg(res, 0);
+    ck_assert_msg(strstr(svg, ">0.3</text>") || strstr(svg, ">0.4</text>"), "x ticks: %s", svg);
+    ck_assert_ptr_null(strstr(svg, "0000000"));
+    ck_assert_ptr_nonnull(strstr(svg, ">0</text>")); /* y from zero */
+    ck_assert_ptr_nonnull(strstr(svg, ">100</text>"));
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
+/* ---- atomic files and folders ---- */
+
+START_TEST(test_afile_commit_and_replace) {
+    char *dir = tu_mkdtemp();
+    char *path = path_in(dir, "a.txt");
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_write_file_atomic(path, "first\n", &err), TTT_OK);
+    ck_assert_int_eq(ttt_write_file_atomic(path, "second\n", &err), TTT_OK);
+    char *t = tu_read_file(path);
+    ck_assert_str_eq(t, "second\n");
+    free(t);
+    ck_assert_int_eq(count_temp_files(dir), 0);
+
+    /* while open, the target keeps its old contents; the temporary file is in the same folder */
+    ttt_afile af;
+    ck_assert_int_eq(ttt_afile_open(&af, path, &err), TTT_OK);
+    fputs("third\n", af.f);
+    ck_assert_int_eq(count_temp_files(dir), 1);
+    ck_assert_int_eq(strncmp(af.tmp, dir, strlen(dir)), 0);
+    t = tu_read_file(path);
+    ck_assert_str_eq(t, "second\n");
+    free(t);
+    ck_assert_int_eq(ttt_afile_commit(&af, &err), TTT_OK);
+    ttt_afile_abort(&af); /* safe after commit */
+    t = tu_read_file(path);
+    ck_assert_str_eq(t, "third\n");
+    free(t);
+    ck_assert_int_eq(count_temp_files(dir), 0);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_afile_abort_removes_temp) {
+    char *dir = tu_mkdtemp();
+    char *path = path_in(dir, "a.txt");
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_write_file_atomic(path, "keep\n", &err), TTT_OK);
+    ttt_afile af;
+    ck_assert_int_eq(ttt_afile_open(&af, path, &err), TTT_OK);
+    fputs("discard\n", af.f);
+    ttt_afile_abort(&af);
+    ttt_afile_abort(&af); /* twice is harmless */
+    ck_assert_int_eq(count_temp_files(dir), 0);
+    char *t = tu_read_file(path);
+    ck_assert_str_eq(t, "keep\n");
+    free(t);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_afile_missing_dir_and_notdir) {
+    char *dir = tu_mkdtemp();
+    ttt_error err = {0};
+    /* the folder does not exist */
+    char *p1 = path_in(dir, "nope/x.csv");
+    ck_assert_int_eq(ttt_write_file_atomic(p1, "x", &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, p1) != NULL, "message lacks the path: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, "No such file or directory") != NULL, "%s", err.msg);
+    /* the "folder" is a regular file */
+    char *file = path_in(dir, "file");
+    ck_assert_int_eq(tu_write_file(file, "I am a file\n"), 0);
+    char *p2 = path_in(dir, "file/x.csv");
+    ttt_error_clear(&err);
+    ck_assert_int_eq(ttt_write_file_atomic(p2, "x", &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, p2) != NULL, "message lacks the path: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, "Not a directory") != NULL, "%s", err.msg);
+    char *t = tu_read_file(file);
+    ck_assert_str_eq(t, "I am a file\n");
+    free(t);
+    ck_assert_int_eq(count_temp_files(dir), 0);
+    free(p1);
+    free(p2);
+    free(file);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A full disk: the stream of an open afile is swapped for /dev/full, which fails every write
+ * with ENOSPC. The commit must fail, remove the temporary file and keep the earlier file. */
+START_TEST(test_afile_disk_full_keeps_old_file) {
+    FILE *probe = fopen("/dev/full", "w");
+    if (!probe) return; /* no /dev/full here */
+    fclose(probe);
+    char *dir = tu_mkdtemp();
+    char *path = path_in(dir, "summary.csv");
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_write_file_atomic(path, "old contents\n", &err), TTT_OK);
+    ttt_afile af;
+    ck_assert_int_eq(ttt_afile_open(&af, path, &err), TTT_OK);
+    fclose(af.f);
+    af.f = fopen("/dev/full", "w");
+    ck_assert_ptr_nonnull(af.f);
+    fputs("new contents that will not fit\n", af.f);
+    ck_assert_int_eq(ttt_afile_commit(&af, &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, path) != NULL, "message lacks the path: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, "No space left on device") != NULL, "%s", err.msg);
+    ck_assert_ptr_null(af.path);
+    ck_assert_ptr_null(af.tmp);
+    char *t = tu_read_file(path);
+    ck_assert_str_eq(t, "old contents\n");
+    free(t);
+    ck_assert_int_eq(count_temp_files(dir), 0);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+START_TEST(test_mkdirs) {
+    char *dir = tu_mkdtemp();
+    ttt_error err = {0};
+    char *deep = path_in(dir, "a/b//c/");
+    ck_assert_int_eq(ttt_mkdirs(deep, &err), TTT_OK);
+    ck_assert_int_eq(ttt_mkdirs(deep, &err), TTT_OK); /* existing is fine */
+    struct stat st;
+    char *abc = path_in(dir, "a/b/c");
+    ck_assert_int_eq(stat(abc, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+
+    /* an existing file where a folder should be */
+    char *file = path_in(dir, "a/f");
+    ck_assert_int_eq(tu_write_file(file, "x"), 0);
+    ck_assert_int_eq(ttt_mkdirs(file, &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, file) && strstr(err.msg, "not a folder"), "%s", err.msg);
+    char *below = path_in(dir, "a/f/g/h");
+    ttt_error_clear(&err);
+    ck_assert_int_eq(ttt_mkdirs(below, &err), TTT_ERR_IO);
+    ck_assert_msg(strstr(err.msg, below) && strstr(err.msg, "not a folder"), "%s", err.msg);
+    ck_assert_int_eq(ttt_mkdirs("", &err), TTT_ERR_IO);
+    free(deep);
+    free(abc);
+    free(file);
+    free(below);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- progress ---- */
+
+static double fake_time;
+static double fake_clock(void) { return fake_time; }
+
+static void clock_setup(void) {
+    fake_time = 100.0;
+    ttt_progress_set_clock(fake_clock);
+}
+static void clock_teardown(void) { ttt_progress_set_clock(NULL); }
+
+static char *stream_text(FILE *f) {
+    fflush(f);
+    long len = ftell(f);
+    char *buf = calloc((size_t)len + 1, 1);
+    rewind(f);
+    size_t got = fread(buf, 1, (size_t)len, f);
+    buf[got] = '\0';
+    fseek(f, 0, SEEK_END);
+    return buf;
+}
+
+START_TEST(test_progress_quiet_first_second) {
+    FILE *f = tmpfile();
+    ttt_progress p;
+    ttt_progress_init(&p, "train", 100, f, 1);
+    ck_assert_int_eq(p.is_tty, 0);
+    for (int i = 1; i <= 100; i++) {
+        fake_time += 0.009; /* 0.9 s in all */
+        ttt_progress_update(&p, i, "loss 0.5");
+    }
+    ttt_progress_finish(&p);
+    ck_assert_int_eq(ftell(f), 0);
+    ck_assert_int_eq(p.shown, 0);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_progress_plain_lines) {
+    FILE *f = tmpfile();
+    ttt_progress p;
+    ttt_progress_init(&p, "train", 100, f, 1);
+    fake_time += 0.5;
+    ttt_progress_update(&p, 5, "warming up");
+    ck_assert_int_eq(ftell(f), 0);
+    fake_time += 0.7; /* 1.2 s: first line */
+    ttt_progress_update(&p, 12, "loss 0.9");
+    char *t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\n'), 1);
+    ck_assert_ptr_nonnull(strstr(t, "train"));
+    ck_assert_ptr_nonnull(strstr(t, "12/100"));
+    ck_assert_ptr_nonnull(strstr(t, "loss 0.9"));
+    ck_assert_ptr_nonnull(strstr(t, "ETA"));
+    free(t);
+    for (int i = 13; i < 50; i++) { /* 3.7 s more: within 5 s of the last line */
+        fake_time += 0.1;
+        ttt_progress_update(&p, i, "loss 0.8");
+    }
+    t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\n'), 1);
+    free(t);
+    fake_time += 2.0; /* 5.7 s after the first line */
+    ttt_progress_update(&p, 60, "loss\n0.7"); /* a newline in the status stays on one line */
+    t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\n'), 2);
+    free(t);
+    fake_time += 1.0;
+    ttt_progress_update(&p, 100, NULL);
+    ttt_progress_finish(&p);
+    ttt_progress_finish(&p); /* only one final line */
+    t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\n'), 3);
+    ck_assert_ptr_nonnull(strstr(t, "100/100"));
+    ck_assert_ptr_nonnull(strstr(t, "done"));
+    ck_assert_ptr_null(strchr(t, '\r'));
+    ck_assert_ptr_null(strchr(t, '\033'));
+    free(t);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_progress_final_line_after_long_run) {
+    /* no update was ever shown, but the run took over a second: one final line */
+    FILE *f = tmpfile();
+    ttt_progress p;
+    ttt_progress_init(&p, "eval", 10, f, 1);
+    fake_time += 0.5;
+    ttt_progress_update(&p, 10, NULL);
+    fake_time += 1.0;
+    ttt_progress_finish(&p);
+    char *t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\n'), 1);
+    ck_assert_ptr_nonnull(strstr(t, "eval"));
+    free(t);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_progress_disabled) {
+    FILE *f = tmpfile();
+    ttt_progress p;
+    ttt_progress_init(&p, "train", 100, f, 0);
+    for (int i = 0; i < 100; i++) {
+        fake_time += 1.0;
+        ttt_progress_update(&p, i, "x");
+    }
+    ttt_progress_finish(&p);
+    ck_assert_int_eq(ftell(f), 0);
+    ck_assert_int_eq(p.done, 99);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_progress_tty_redraw) {
+    FILE *f = tmpfile();
+    ttt_progress p;
+    ttt_progress_init(&p, "train", 100, f, 1);
+    p.is_tty = 1; /* pretend: a tmpfile is no terminal */
+    fake_time += 0.5;
+    ttt_progress_update(&p, 10, "s");
+    ck_assert_int_eq(ftell(f), 0);
+    fake_time += 0.7;
+    ttt_progress_update(&p, 37, "loss 0.5");
+    fake_time += 0.05; /* too soon for a redraw */
+    ttt_progress_update(&p, 38, "loss 0.5");
+    char *t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\r'), 1);
+    ck_assert_ptr_nonnull(strstr(t, "\rtrain [#######.............] 37/100  1.2s  ETA 2.0s  loss 0.5"
+                                    "\033[K"));
+    ck_assert_ptr_null(strchr(t, '\n'));
+    free(t);
+    fake_time += 0.15;
+    ttt_progress_update(&p, 40, "loss 0.4");
+    fake_time += 0.15;
+    ttt_progress_update(&p, 100, "loss 0.3");
+    ttt_progress_finish(&p);
+    t = stream_text(f);
+    ck_assert_int_eq(count_char(t, '\r'), 4);
+    ck_assert_int_eq(count_char(t, '\n'), 1);
+    ck_assert_ptr_nonnull(strstr(t, "[####################] 100/100"));
+    ck_assert_int_eq(t[strlen(t) - 1], '\n');
+    free(t);
+    fclose(f);
+}
+END_TEST
+
+START_TEST(test_now_monotonic) {
+    double a = ttt_now(), b = ttt_now();
+    ck_assert(b >= a);
+    ck_assert(a > 0);
+}
+END_TEST
+
+static Suite *results_suite(void) {
+    Suite *s = suite_create("results");
+    TCase *tc = tcase_create("records");
+    tcase_add_test(tc, test_record_set_replace_get);
+    tcase_add_test(tc, test_json_escaping);
+    tcase_add_test(tc, test_json_numbers_round_trip);
+    tcase_add_test(tc, test_json_nonfinite_is_null);
+    tcase_add_test(tc, test_record_truncates_long_strings);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("run_folder");
+    tcase_add_test(tc, test_results_store_copies);
+    tcase_add_test(tc, test_csv_union_and_quoting);
+    tcase_add_test(tc, test_metrics_jsonl_lines);
+    tcase_add_test(tc, test_write_all_files_no_temps);
+    tcase_add_test(tc, test_write_missing_dir_fails);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("svg");
+    tcase_add_test(tc, test_svg_series_legend_escaping);
+    tcase_add_test(tc, test_svg_filter);
+    tcase_add_test(tc, test_svg_empty_and_single_series);
+    tcase_add_test(tc, test_svg_nice_ticks);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("files");
+    tcase_add_test(tc, test_afile_commit_and_replace);
+    tcase_add_test(tc, test_afile_abort_removes_temp);
+    tcase_add_test(tc, test_afile_missing_dir_and_notdir);
+    tcase_add_test(tc, test_afile_disk_full_keeps_old_file);
+    tcase_add_test(tc, test_mkdirs);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("progress");
+    tcase_add_checked_fixture(tc, clock_setup, clock_teardown);
+    tcase_add_test(tc, test_progress_quiet_first_second);
+    tcase_add_test(tc, test_progress_plain_lines);
+    tcase_add_test(tc, test_progress_final_line_after_long_run);
+    tcase_add_test(tc, test_progress_disabled);
+    tcase_add_test(tc, test_progress_tty_redraw);
+    tcase_add_test(tc, test_now_monotonic);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(results_suite()); }

@@ -1,0 +1,114 @@
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static int close_impl(const float *got, const double *want_d, const float *want_f, size_t n,
+                      double atol, double rtol, char *msg, size_t msg_len) {
+    double maxabs = 0, maxref = 0, num = 0, den = 0;
+    size_t worst = 0;
+    int nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = want_d ? want_d[i] : (double)want_f[i];
+        double g = got[i];
+        if (!isfinite(g) || !isfinite(w)) nonfinite = 1;
+        double d = fabs(g - w);
+        if (d > maxabs || isnan(d)) {
+            maxabs = d;
+            worst = i;
+        }
+        if (fabs(w) > maxref) maxref = fabs(w);
+        num += d * d;
+        den += w * w;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    double tol = atol + rtol * maxref;
+    int ok = !nonfinite && maxabs <= tol;
+    if (msg)
+        snprintf(msg, msg_len,
+                 "max-abs error %.3e (tolerance %.3e) at index %zu: got %.9g want %.9g; "
+                 "relative RMS error %.3e; max |ref| %.3e%s",
+                 maxabs, tol, worst, n ? (double)got[worst] : 0.0,
+                 n ? (want_d ? want_d[worst] : (double)want_f[worst]) : 0.0, rel, maxref,
+                 nonfinite ? "; NON-FINITE values present" : "");
+    return ok;
+}
+
+int tu_close(const float *got, const double *want, size_t n, double atol, double rtol, char *msg,
+             size_t msg_len) {
+    return close_impl(got, want, NULL, n, atol, rtol, msg, msg_len);
+}
+
+int tu_close_f(const float *got, const float *want, size_t n, double atol, double rtol,
+               char *msg, size_t msg_len) {
+    return close_impl(got, NULL, want, n, atol, rtol, msg, msg_len);
+}
+
+int tu_run(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
+
+char *tu_mkdtemp(void) {
+    char tmpl[] = "/tmp/ttt-test-XXXXXX";
+    char *d = mkdtemp(tmpl);
+    return d ? strdup(d) : NULL;
+}
+
+void tu_rmtree(const char *path) {
+    if (!path || !*path || strcmp(path, "/") == 0) return;
+    char *cmd = NULL;
+    if (asprintf(&cmd, "rm -rf '%s'", path) > 0) {
+        if (system(cmd) != 0) { /* best effort */
+        }
+        free(cmd);
+    }
+}
+
+char *tu_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (cap - n - 1 == 0) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+int tu_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t len = strlen(text);
+    int ok = fwrite(text, 1, len, f) == len;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+int tu_run_ttt(const char *args, char **out, char **errout) {
+    const char *bin = getenv("TTT_BIN");
+    if (!bin) bin = "build/ttt";
+    char *dir = tu_mkdtemp();
+    char *cmd = NULL;
+    if (asprintf(&cmd, "%s %s >%s/out 2>%s/err", bin, args, dir, dir) < 0) return -1;
+    int st = system(cmd);
+    free(cmd);
+    char path[512];
+    snprintf(path, sizeof path, "%s/out", dir);
+    if (out) *out = tu_read_file(path);
+    snprintf(path, sizeof path, "%s/err", dir);
+    if (errout) *errout = tu_read_file(path);
+    tu_rmtree(dir);
+    free(dir);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

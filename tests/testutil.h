@@ -1,0 +1,44 @@
+/* Shared helpers of the Check suites. */
+#ifndef TTT_TESTUTIL_H
+#define TTT_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+
+/* Compare `got` (float32) against `want` (float64 reference), n elements. Passes when
+ * max|got − want| <= atol + rtol·max|want|. Fills a message with max-abs error, relative RMS error
+ * and the worst index, for ck_assert_msg. Returns 1 on pass. */
+int tu_close(const float *got, const double *want, size_t n, double atol, double rtol,
+             char *msg, size_t msg_len);
+/* Same with a float32 reference. */
+int tu_close_f(const float *got, const float *want, size_t n, double atol, double rtol,
+               char *msg, size_t msg_len);
+
+#define TU_ASSERT_CLOSE(got, want, n, atol, rtol)                                            \
+    do {                                                                                     \
+        char tu_msg_[512];                                                                   \
+        int tu_ok_ = tu_close((got), (want), (n), (atol), (rtol), tu_msg_, sizeof tu_msg_);  \
+        ck_assert_msg(tu_ok_, "%s", tu_msg_);                                                \
+    } while (0)
+#define TU_ASSERT_CLOSE_F(got, want, n, atol, rtol)                                          \
+    do {                                                                                     \
+        char tu_msg_[512];                                                                   \
+        int tu_ok_ = tu_close_f((got), (want), (n), (atol), (rtol), tu_msg_, sizeof tu_msg_);\
+        ck_assert_msg(tu_ok_, "%s", tu_msg_);                                                \
+    } while (0)
+
+/* Run a suite with CK_NORMAL output; returns the process exit code (0 = all passed). */
+int tu_run(Suite *s);
+
+/* A fresh empty temporary directory (malloc'd path); removed recursively by tu_rmtree. */
+char *tu_mkdtemp(void);
+void tu_rmtree(const char *path);
+/* Read a whole file (malloc'd, NUL-terminated) or NULL. */
+char *tu_read_file(const char *path);
+/* Write text to a file; returns 0 on success. */
+int tu_write_file(const char *path, const char *text);
+/* Run the ttt program (path from $TTT_BIN) with a shell command line appended; captures stdout
+ * and stderr (malloc'd, may be NULL) and returns the exit status. */
+int tu_run_ttt(const char *args, char **out, char **errout);
+
+#endif
