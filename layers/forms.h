@@ -31,4 +31,34 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
                               const float *log_alpha, /* (T) or NULL */
                               int T, int d_k, int d_v);
 
+/* ---- matmul-heavy forms (each must equal the recurrent kernel above; MATH.md §5, §6) ----
+ * Scratch memory comes from ctx->arena and is released before returning. S is the state
+ * (initial on entry, final on return) exactly as for the recurrent kernels, so a sequence can be
+ * processed in pieces. `chunk` is the chunk size C (≥ 1); T need not be a multiple of it. */
+
+#include "tensor.h"
+
+/* Parallel (quadratic) gated linear attention, MATH.md §5.1:
+ *     O = (Q ⊙ exp(G)) S_0 + ((Q Kᵀ) ⊙ D) diag(β) V,  D_ij = exp(G_i − G_j)[i ≥ j], G = cumsum(log α)
+ * (vector decay: the decay enters per key dimension, Q_i ⊙ exp(G_i), K_j ⊙ exp(−G_j) with the
+ * products formed in a numerically safe way). */
+void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                   const float *k, const float *v, const float *beta,
+                                   const float *log_alpha, int alpha_vec, int T, int d_k,
+                                   int d_v);
+/* Chunkwise gated linear attention, MATH.md §5.2. */
+void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                    const float *k, const float *v, const float *beta,
+                                    const float *log_alpha, int alpha_vec, int T, int d_k,
+                                    int d_v, int chunk);
+/* Chunkwise (gated) delta rule via the WY / UT transform, MATH.md §5.3. */
+void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
+                              const float *v, const float *beta, const float *log_alpha, int T,
+                              int d_k, int d_v, int chunk);
+/* Parallel (quadratic) delta rule, MATH.md §5.1 (with an initial state through the pseudo-values
+ * V' = U − W S_0; decay as in §5.3 with a single chunk of length T). */
+void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
+                             const float *v, const float *beta, const float *log_alpha, int T,
+                             int d_k, int d_v);
+
 #endif

@@ -29,6 +29,7 @@ const ttt_model ttt_model_linear = {
     .name = "linear",
     .help = "f(S; x) = x S, S is d_k x d_v (linear attention, DeltaNet)",
     .n_weights = 1,
+    .square = 0,
     .shape = linear_shape,
     .init = linear_init,
     .apply = linear_apply,

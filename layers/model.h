@@ -18,6 +18,8 @@ typedef struct ttt_model {
     const char *help;
     /* Number of weight tensors. */
     int n_weights;
+    /* Nonzero when the model needs d_k == d_v (residual models: x + g(x)). */
+    int square;
     /* Shape of weight i for key/value dims (d_k, d_v); returns its ndim (1 or 2). */
     int (*shape)(int i, int d_k, int d_v, int *shape);
     /* Initial fast weights (preallocated with their shapes): e.g. zeros for the linear model. */

@@ -52,6 +52,11 @@ const ttt_option ttt_layer_options[] = {
     {"mini_batch", TTT_OPT_INT, "1", 1, 1e9, NULL, "tokens per inner step b"},
     {"order", TTT_OPT_CHOICE, "update_then_apply", TTT_NO_RANGE,
      "update_then_apply|apply_then_update", "whether a token reads its own block's update"},
+    {"steps", TTT_OPT_CHOICE, "per_block", TTT_NO_RANGE, "per_block|per_token",
+     "one optimizer step per block (summed gradient) or one per token (gradients at the block "
+     "start)"},
+    {"position_scale", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|inverse",
+     "inverse: token i of a block reads with lr/(i+1) (TTT-Linear/MLP)"},
     {"form", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|generic|recurrent",
      "computation form; auto = the closed form when one exists, else the generic driver"},
     {"scale", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "queries are multiplied by this"},
@@ -102,7 +107,7 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
 
 int ttt_layer_has_recurrent(const ttt_layer *L) {
     if (strcmp(L->model->name, "linear") != 0 || strcmp(L->optim->name, "sgd") != 0) return 0;
-    if (L->mini_batch != 1 || L->order != TTT_ORDER_UPDATE_THEN_APPLY) return 0;
+    if (L->mini_batch != 1 || L->order != TTT_ORDER_UPDATE_THEN_APPLY || L->pos_inverse) return 0;
     if (strcmp(L->loss->name, "dot") == 0) return 1;
     /* The closed delta rule decays before the error is measured (coupled placement). */
     if (strcmp(L->loss->name, "squared") == 0) return L->coupled || L->decay == 1.0f;
@@ -156,6 +161,13 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
                    ? TTT_ORDER_APPLY_THEN_UPDATE
                    : TTT_ORDER_UPDATE_THEN_APPLY;
     L->scale = (float)ttt_cfg_float(map, "scale");
+    L->step_per_token = strcmp(ttt_cfg_str(map, "steps"), "per_token") == 0;
+    L->pos_inverse = strcmp(ttt_cfg_str(map, "position_scale"), "inverse") == 0;
+    if (L->model->square && d_k != d_v)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, mn,
+                             "layer.model: %s adds its input to its output, so it needs equal key "
+                             "and value dimensions; got d_k = %d, d_v = %d",
+                             L->model->name, d_k, d_v);
     L->d_k = d_k;
     L->d_v = d_v;
 
@@ -222,11 +234,16 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st,
  *
  * Inside a block starting at W_0, token i of the block (global t) contributes
  *     g_i = η_t ∇ℓ(f(W_g; k_t), v_t),  W_g = W_0 (decoupled) or A_i·W_0 (coupled),
- * with A_i the product of the retentions α over the block prefix 0..i. The optimizer receives the
- * decayed running sum G_i = α_t G_{i−1} + g_i (so earlier writes fade exactly as in the
- * recurrence, and for a W-independent gradient any b reproduces b = 1) and the decay A_i.
- * update_then_apply: token t reads f(step(W_0, G_i, A_i); q_t); apply_then_update: f(W_0; q_t).
- * With b = 1 both placements are exactly the rules of MATH.md §3. */
+ * with A_i the product of the retentions α over the block prefix 0..i.
+ *
+ * steps: per_block — the optimizer receives the decayed running sum G_i = α_t G_{i−1} + g_i (so
+ * earlier writes fade exactly as in the recurrence, and for a W-independent gradient any b
+ * reproduces b = 1) and the decay A_i; token t reads f(step(W_0, G_i, A_i); q_t), and the block
+ * ends with that step's weights and state.
+ * steps: per_token — the optimizer steps after every token from the previous token's weights and
+ * state with g_i and the token's own α_t (gradients still at W_0): Titans' chunked momentum.
+ * For SGD the two coincide. apply_then_update: every token reads f(W_0; q_t).
+ * With b = 1 every variant is exactly the per-token rule of MATH.md §3. */
 
 static void copy_into(ttt_tensor *dst, const ttt_tensor *src) {
     TTT_ASSERT(dst->n == src->n);
@@ -256,33 +273,36 @@ static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
         for (int s = 0; s < ns; s++) Sn[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
     }
     ttt_tensor *logA = ttt_tensor_1d(ctx, alpha_vec ? d_k : 1); /* log A_i, prefix decay */
-    ttt_tensor *A = ttt_tensor_1d(ctx, d_k);                     /* exp(logA) per row */
+    ttt_tensor *A = ttt_tensor_1d(ctx, d_k);                     /* A_i per row */
     ttt_tensor *alpha_t = ttt_tensor_1d(ctx, d_k);               /* α_t per row */
-    const int b = L->mini_batch;
+    const int b = L->mini_batch, has_decay = log_alpha != NULL;
 
     for (int t0 = 0; t0 < T; t0 += b) {
         const int n = t0 + b <= T ? b : T - t0;
         ttt_tensor_fill(logA, 0.0f);
+        for (int w = 0; w < nw; w++) {
+            copy_into(Wn[w], st->W[w]);
+            for (int s = 0; s < ns; s++) copy_into(Sn[w][s], st->opt[w][s]);
+        }
         for (int i = 0; i < n; i++) {
             const int t = t0 + i;
             ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-            /* this token's retention and the block prefix decay A_i */
-            int has_decay = log_alpha != NULL;
-            if (log_alpha) {
-                for (int j = 0; j < logA->shape[0]; j++) {
-                    float la = alpha_vec ? log_alpha->data[(size_t)t * d_k + j] : log_alpha->data[t];
-                    logA->data[j] += la;
-                }
+            if (has_decay) {
+                const float *la = log_alpha->data + (alpha_vec ? (size_t)t * d_k : (size_t)t);
+                for (int j = 0; j < logA->shape[0]; j++) logA->data[j] += la[j];
                 for (int j = 0; j < d_k; j++) {
-                    int jj = alpha_vec ? j : 0;
-                    float la = alpha_vec ? log_alpha->data[(size_t)t * d_k + j] : log_alpha->data[t];
-                    A->data[j] = expf(logA->data[jj]);
-                    alpha_t->data[j] = expf(la);
+                    A->data[j] = expf(logA->data[alpha_vec ? j : 0]);
+                    alpha_t->data[j] = expf(la[alpha_vec ? j : 0]);
                 }
             }
-            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = L->lr,
+            const float theta = L->pos_inverse ? L->lr / (float)(i + 1) : L->lr;
+            /* prefix block (per_block) and single-token block (per_token) descriptions */
+            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta,
                                    .decay = has_decay ? A->data[0] : 1.0f,
                                    .decay_rows = (has_decay && alpha_vec) ? A : NULL};
+            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta,
+                                   .decay = has_decay ? alpha_t->data[0] : 1.0f,
+                                   .decay_rows = (has_decay && alpha_vec) ? alpha_t : NULL};
             /* the point where the gradient is taken */
             const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
             for (int w = 0; w < nw; w++)
@@ -295,28 +315,29 @@ static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
             ttt_tensor *dz = L->loss->grad(ctx, z, &xv);
             ttt_tensor *g[TTT_MAX_WEIGHTS];
             M->grad(ctx, g, Wg, &xk, dz, eta ? &et : NULL);
-            /* G_i = α_t G_{i−1} + g_i */
-            for (int w = 0; w < nw; w++) {
-                ttt_tensor *acc = g[w];
-                if (i > 0) {
-                    const ttt_tensor *prev = Gacc[w];
-                    ttt_tensor *dec =
-                        !has_decay ? ttt_tensor_copy(ctx, prev)
-                        : alpha_vec ? ttt_scale_rows(ctx, prev, alpha_t)
-                                    : ttt_scale(ctx, prev, alpha_t->data[0]);
-                    acc = ttt_add(ctx, dec, g[w]);
-                }
-                copy_into(Gacc[w], acc);
-            }
             const int last = i == n - 1;
-            if (L->order == TTT_ORDER_UPDATE_THEN_APPLY || last) {
-                for (int w = 0; w < nw; w++) {
-                    ttt_tensor *wo = NULL, *so[TTT_MAX_OPT_STATE] = {0};
-                    L->optim->step(ctx, L->optim_cfg, &wo, so, st->W[w],
-                                   (const ttt_tensor *const *)st->opt[w], Gacc[w], &blk);
-                    copy_into(Wn[w], wo);
-                    for (int s = 0; s < ns; s++) copy_into(Sn[w][s], so[s]);
+            for (int w = 0; w < nw; w++) {
+                const ttt_tensor *Gw = g[w];
+                const ttt_tensor *W_from = Wn[w], *const *S_from = (const ttt_tensor *const *)Sn[w];
+                const ttt_optim_block *bk = &tok;
+                if (!L->step_per_token) {
+                    /* G_i = α_t G_{i−1} + g_i, stepped from the block start */
+                    if (i > 0) {
+                        ttt_tensor *dec = !has_decay ? Gacc[w]
+                                          : alpha_vec ? ttt_scale_rows(ctx, Gacc[w], alpha_t)
+                                                      : ttt_scale(ctx, Gacc[w], alpha_t->data[0]);
+                        Gw = ttt_add(ctx, dec, g[w]);
+                    }
+                    copy_into(Gacc[w], Gw);
+                    W_from = st->W[w];
+                    S_from = (const ttt_tensor *const *)st->opt[w];
+                    bk = &blk;
+                    if (L->order == TTT_ORDER_APPLY_THEN_UPDATE && !last) continue;
                 }
+                ttt_tensor *wo = NULL, *so[TTT_MAX_OPT_STATE] = {0};
+                L->optim->step(ctx, L->optim_cfg, &wo, so, W_from, S_from, Gw, bk);
+                copy_into(Wn[w], wo);
+                for (int s = 0; s < ns; s++) copy_into(Sn[w][s], so[s]);
             }
             /* read-out */
             ttt_tensor xq = ttt_tensor_view2(q->data + (size_t)t * d_k, 1, d_k);

@@ -9,6 +9,8 @@
  *     optimizer: {name: sgd, lr: 1.0, decay: 1.0, decay_placement: decoupled}
  *     mini_batch: 1
  *     order: update_then_apply    # or apply_then_update
+ *     steps: per_block            # or per_token (optimizer state advances every token)
+ *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
  *     form: auto                  # generic (the driver) or recurrent (closed form); auto picks
  *     scale: 1.0                  # queries are multiplied by this before read-out */
 #ifndef TTT_LAYER_H
@@ -42,6 +44,11 @@ typedef struct ttt_layer {
     int coupled;       /* decay placement: gradient at the decayed weights */
     int mini_batch;    /* b */
     ttt_order order;
+    int step_per_token; /* steps: per_token — the optimizer steps after every token of a block
+                         * (gradients still taken at the block start; Titans' chunked momentum);
+                         * per_block (default) — one step per block with the summed gradient */
+    int pos_inverse;   /* position_scale: inverse — token i of a block (from 0) reads with
+                        * θ/(i+1) (TTT's τ_i, MATH.md §5.4); none (default) — θ */
     ttt_form form;
     float scale;
     int d_k, d_v;
