@@ -164,6 +164,12 @@ static void reserve(ttt_cfg_node *n, int need) {
     n->cap = cap;
 }
 
+/* The YAML 1.2 core-schema spellings of null (plain scalars only; "" is null too). */
+static int is_null_word(const char *s) {
+    return strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
+           strcmp(s, "NULL") == 0;
+}
+
 static int is_null(const ttt_cfg_node *n) { return n->kind == TTT_CFG_SCALAR && !n->scalar; }
 
 static int find_key(const ttt_cfg_node *map, const char *key) {
@@ -400,16 +406,13 @@ static ttt_cfg_node *node_from_mark(const loader *L, ttt_cfg_kind kind, yaml_mar
 static ttt_status load_error(loader *L, ttt_status s, yaml_mark_t m, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static ttt_status load_error(loader *L, ttt_status s, yaml_mark_t m, const char *fmt, ...) {
-    char where[512];
-    if (L->fixed)
-        snprintf(where, sizeof where, "column %zu", m.column + 1);
-    else
-        snprintf(where, sizeof where, "%s:%zu:%zu", L->name, m.line + 1, m.column + 1);
+    char msg[TTT_ERROR_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
-    ttt_status r = verror_at(L->err, s, where, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return r;
+    if (L->fixed) return ttt_error_set(L->err, s, "%s", msg);
+    return ttt_error_set(L->err, s, "%s:%zu:%zu: %s", L->name, m.line + 1, m.column + 1, msg);
 }
 
 /* What the user most likely has to do about a libyaml complaint. */
@@ -437,19 +440,25 @@ static ttt_status parser_error(loader *L) {
         return ttt_error_set(L->err, TTT_ERR_NOMEM, "%s: out of memory while parsing YAML",
                              L->name);
     if (p->error == YAML_READER_ERROR) {
-        if (L->fixed)
-            return ttt_error_set(L->err, TTT_ERR_YAML, "%s at byte %zu; expected UTF-8 text",
-                                 problem, p->problem_offset);
-        return ttt_error_set(L->err, TTT_ERR_YAML, "%s: %s at byte %zu; expected UTF-8 text",
-                             L->name, problem, p->problem_offset);
+        /* The reader only knows a byte offset; count lines so the message reads like the
+         * others. */
+        yaml_mark_t m = {0, 0, 0};
+        for (size_t i = 0; i < p->problem_offset && i < L->len; i++) {
+            if (L->text[i] == '\n') {
+                m.line++;
+                m.column = 0;
+            } else {
+                m.column++;
+            }
+        }
+        return load_error(L, TTT_ERR_YAML, m, "%s; expected UTF-8 text", problem);
     }
+    if (L->fixed) /* one short value: the problem alone says enough */
+        return load_error(L, TTT_ERR_YAML, p->problem_mark, "%s", problem);
     char ctx[200] = "";
-    if (p->context && !L->fixed)
+    if (p->context)
         snprintf(ctx, sizeof ctx, " (%s at line %zu, column %zu)", p->context,
                  p->context_mark.line + 1, p->context_mark.column + 1);
-    else if (p->context)
-        snprintf(ctx, sizeof ctx, " (%s at column %zu)", p->context,
-                 p->context_mark.column + 1);
     return load_error(L, TTT_ERR_YAML, p->problem_mark, "%s%s; %s", problem, ctx,
                       yaml_hint(L, problem, p->problem_mark.index));
 }
@@ -529,7 +538,7 @@ static ttt_status parse_map(loader *L, ttt_cfg_node *map, const char *path, int 
         }
         if (ev.type != YAML_SCALAR_EVENT ||
             (ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-             (ev.data.scalar.length == 0 || strcmp((char *)ev.data.scalar.value, "~") == 0))) {
+             (ev.data.scalar.length == 0 || is_null_word((char *)ev.data.scalar.value)))) {
             ttt_status s = load_error(L, TTT_ERR_YAML, ev.start_mark,
                                       "%s%sa mapping key must be a name, not %s; expected "
                                       "'name: value'",
@@ -600,8 +609,7 @@ static ttt_status parse_node(loader *L, yaml_event_t *ev, const char *path, int 
         /* Block literals and folded text are not plain either: only plain scalars can be
          * numbers, booleans or null. */
         n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-        int null = !n->quoted && (len == 0 || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 ||
-                                  strcmp(v, "Null") == 0 || strcmp(v, "NULL") == 0);
+        int null = !n->quoted && (len == 0 || is_null_word(v));
         if (!null) n->scalar = xstrndup(v, len);
         anchor = xstrdup((const char *)ev->data.scalar.anchor);
         yaml_event_delete(ev);
@@ -1041,7 +1049,7 @@ static ttt_status check_number(const ttt_cfg_node *n, const ttt_option *o, int i
                                const char *label, ttt_error *err) {
     double v;
     if (integer) {
-        long i;
+        long i = 0;
         TTT_TRY(conv_int(n, &i, label, err));
         v = (double)i;
     } else {
@@ -1261,17 +1269,27 @@ ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_opti
 /* ------------------------------------------------------------------------------------------ */
 /* writing                                                                                     */
 
-static int is_null_word(const char *s) {
-    return strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
-           strcmp(s, "NULL") == 0;
-}
-
 /* Would this text, written plain, be read back as something other than a string? */
 static int reads_as_non_string(const char *s) {
     static const char *const words[] = {"true", "false", "yes", "no", "on", "off", "y", "n"};
     if (is_null_word(s) || looks_numeric(s)) return 1;
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
         if (ieq(s, words[i])) return 1;
+    return 0;
+}
+
+/* YAML also breaks lines at NEL, LINE SEPARATOR and PARAGRAPH SEPARATOR (UTF-8 below);
+ * returns the escape letter when `s` starts with one of them. */
+static char unicode_break_at(const char *s) {
+    if (strncmp(s, "\xc2\x85", 2) == 0) return 'N';
+    if (strncmp(s, "\xe2\x80\xa8", 3) == 0) return 'L';
+    if (strncmp(s, "\xe2\x80\xa9", 3) == 0) return 'P';
+    return 0;
+}
+
+static int unicode_break(const char *s) {
+    for (; *s; s++)
+        if (unicode_break_at(s)) return 1;
     return 0;
 }
 
@@ -1286,6 +1304,7 @@ static int plain_ok(const char *s, int flow) {
         return 0;
     if (strncmp(s, "---", 3) == 0 || strncmp(s, "...", 3) == 0) return 0;
     if (strstr(s, ": ") || strstr(s, " #") || s[len - 1] == ':') return 0;
+    if (unicode_break(s)) return 0;
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
         if (c < 0x20 || c == 0x7f) return 0;
@@ -1298,6 +1317,13 @@ static void put_quoted(sbuf *b, const char *s) {
     sb_putc(b, '"');
     for (const char *p = s; *p; p++) {
         unsigned char c = (unsigned char)*p;
+        char brk = unicode_break_at(p);
+        if (brk) {
+            sb_putc(b, '\\');
+            sb_putc(b, brk);
+            p += brk == 'N' ? 1 : 2;
+            continue;
+        }
         switch (c) {
         case '"': sb_puts(b, "\\\""); break;
         case '\\': sb_puts(b, "\\\\"); break;
@@ -1314,6 +1340,9 @@ static void put_quoted(sbuf *b, const char *s) {
     sb_putc(b, '"');
 }
 
+/* A quoted node keeps its quotes only where plain text would read as a number, bool or null;
+ * an unquoted node is written plain when the syntax allows (so new_scalar("null") writes a
+ * real null, as its text says). */
 static void put_scalar(sbuf *b, const char *s, int quoted, int flow) {
     if (!s)
         sb_puts(b, "null");
@@ -1528,16 +1557,29 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     memset(&origin, 0, sizeof origin);
     origin.file = origin_text.p;
 
-    const char *text = eq + 1;
+    const char *text = eq + 1, *end = text + strlen(text);
+    while (isspace((unsigned char)*text)) text++;
+    while (end > text && isspace((unsigned char)end[-1])) end--;
     ttt_error verr;
     ttt_cfg_node *val = NULL;
-    ttt_status s = load_text(text, strlen(text), origin.file, &origin, 0, &val, &verr);
+    ttt_status s = load_text(text, (size_t)(end - text), origin.file, &origin, 0, &val, &verr);
     if (s != TTT_OK) {
-        s = ttt_error_set(err, TTT_ERR_ARG,
-                          "--set '%s': the value is not valid YAML (%s); expected KEY.PATH=VALUE "
-                          "with a value such as 0.5, sgd, [8, 16] or {name: sgd}",
-                          assignment, verr.msg);
+        int has_expected = strstr(verr.msg, "; expected") != NULL;
+        s = ttt_error_set(err, TTT_ERR_ARG, "--set '%s': the value is not valid YAML: %s%s",
+                          assignment, verr.msg,
+                          has_expected ? ""
+                                       : "; expected KEY.PATH=VALUE with a value such as 0.5, "
+                                         "sgd, [8, 16] or {name: sgd}");
         goto done;
+    }
+    if ((val->kind == TTT_CFG_MAP && *text != '{') || (val->kind == TTT_CFG_SEQ && *text != '[')) {
+        /* Only flow collections are meant as structure on a command line; "a: b" or "- x" is
+         * text that happens to look like block YAML. */
+        ttt_cfg_free(val);
+        val = ttt_cfg_new_scalar("", &origin);
+        free(val->scalar);
+        val->scalar = xstrndup(text, (size_t)(end - text));
+        val->quoted = 1;
     }
 
     if (strncmp(path, "sweep.", 6) == 0) {
@@ -1574,7 +1616,8 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
         s = ttt_error_set(err, TTT_ERR_ARG,
                           "--set '%s': '%.*s' (at %s) is %s, so it cannot hold '%s'; expected "
                           "a path through mappings",
-                          assignment, (int)prefix, path, ttt_cfg_where(blocker, where, sizeof where),
+                          assignment, (int)prefix, path,
+                          ttt_cfg_where(blocker, where, sizeof where),
                           kind_name(blocker), path + prefix + 1);
         goto done;
     }
@@ -1637,7 +1680,8 @@ static ttt_status check_sweep(const ttt_cfg_node *sweep, long *total, ttt_error 
     }
     if (overflow || n > TTT_CFG_MAX_SWEEP_POINTS) {
         sbuf sizes = {0};
-        for (int i = 0; i < sweep->n; i++) sb_printf(&sizes, "%s%d", i ? " x " : "", sweep->items[i]->n);
+        for (int i = 0; i < sweep->n; i++)
+            sb_printf(&sizes, "%s%d", i ? " x " : "", sweep->items[i]->n);
         ttt_status s = ttt_cfg_error(err, TTT_ERR_RANGE, sweep,
                                      "sweep: %s combinations is too many; expected at most %d "
                                      "points",

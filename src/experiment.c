@@ -121,7 +121,7 @@ const char *ttt_experiment_output(const ttt_experiment *e, const char *out_dir) 
 }
 
 ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int progress,
-                              ttt_error *err) {
+                              FILE *table, ttt_error *err) {
     const char *dir = ttt_experiment_output(e, out_dir);
     TTT_TRY(ttt_mkdirs(dir, err));
     /* The resolved configuration goes first, so a run folder always says what produced it. */
@@ -158,6 +158,7 @@ ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int 
         const ttt_task *t = ttt_task_find(ttt_cfg_str(ttt_cfg_get(e->points[0], "task"), "kind"));
         if (t->charts) t->charts(res, e->points[0]);
         s = ttt_results_write(res, dir, err);
+        if (s == TTT_OK && t->columns && table) ttt_results_print_table(res, table, t->columns);
     }
     ttt_results_free(res);
     return s;

@@ -30,8 +30,9 @@ void ttt_experiment_free(ttt_experiment *e);
 void ttt_experiment_write_resolved(const ttt_experiment *e, FILE *f);
 /* Where the run folder goes: out_dir if given, else the file's `output`. */
 const char *ttt_experiment_output(const ttt_experiment *e, const char *out_dir);
-/* Run every point and write the run folder. progress: show progress on stderr. */
+/* Run every point and write the run folder. progress: show progress on stderr; table: where to
+ * print the summary table at the end (NULL = nowhere). */
 ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int progress,
-                              ttt_error *err);
+                              FILE *table, ttt_error *err);
 
 #endif

@@ -117,7 +117,7 @@ static int cmd_run(int argc, char **argv) {
     ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
     free(a.sets);
     if (s != TTT_OK) return report(&err);
-    s = ttt_experiment_run(e, a.out, !a.quiet, &err);
+    s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
     if (s == TTT_OK)
         fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
     ttt_experiment_free(e);

@@ -1095,3 +1095,38 @@ ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error 
     free(kl.k);
     return s;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* plain-text table of the summary records (printed by `ttt run`)                             */
+
+void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols) {
+    enum { MAXC = 16, W = 200 };
+    int nc = 0;
+    while (cols[nc] && nc < MAXC) nc++;
+    int width[MAXC];
+    for (int c = 0; c < nc; c++) width[c] = (int)strlen(cols[c]);
+    char cell[W + 1];
+    /* two passes: measure, then print */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            for (int c = 0; c < nc; c++) fprintf(f, "%s%-*s", c ? "  " : "", width[c], cols[c]);
+            fputc('\n', f);
+        }
+        for (int i = 0; i < res->n; i++) {
+            if (!res->summary[i]) continue;
+            for (int c = 0; c < nc; c++) {
+                const ttt_field *fl = ttt_record_get(&res->recs[i], cols[c]);
+                if (!fl)
+                    snprintf(cell, sizeof cell, "-");
+                else if (fl->is_num)
+                    fmt_num_short(cell, sizeof cell, fl->num);
+                else
+                    snprintf(cell, sizeof cell, "%s", fl->str);
+                int len = (int)strlen(cell);
+                if (pass == 0 && len > width[c]) width[c] = len;
+                if (pass == 1) fprintf(f, "%s%-*s", c ? "  " : "", width[c], cell);
+            }
+            if (pass == 1) fputc('\n', f);
+        }
+    }
+}

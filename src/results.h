@@ -98,6 +98,10 @@ const ttt_record *ttt_results_get(const ttt_results *res, int i);
  * exist), each atomically. */
 ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error *err);
 
+/* Print the summary records as an aligned text table with the given columns (NULL-terminated);
+ * numbers as in summary.csv, absent fields as "-". */
+void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols);
+
 /* The SVG of one chart over the records (exposed for tests). Returns a malloc'd string. */
 char *ttt_chart_svg(const ttt_results *res, int chart_index);
 

@@ -32,6 +32,8 @@ typedef struct ttt_task {
     long (*work)(const ttt_cfg_node *root);
     /* Run one point, adding records to run->results. */
     ttt_status (*run)(ttt_task_run *run, ttt_error *err);
+    /* Columns of the table `ttt run` prints at the end (NULL-terminated), or NULL. */
+    const char *const *columns;
     /* Add the charts of the whole run (after every point). */
     void (*charts)(ttt_results *res, const ttt_cfg_node *root);
 } ttt_task;

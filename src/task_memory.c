@@ -193,7 +193,11 @@ static void memory_charts(ttt_results *res, const ttt_cfg_node *root) {
     ttt_results_add_chart(res, &e);
 }
 
+static const char *const memory_columns[] = {"layer", "overwrite", "N", "recall_error", "hebbian_theory",
+                                             "accuracy", NULL};
+
 const ttt_task ttt_task_memory = {
+    .columns = memory_columns,
     .name = "memory",
     .help = "write N key/value pairs, query the stored keys: recall error and top-1 accuracy",
     .options = memory_options,
