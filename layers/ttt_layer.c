@@ -57,8 +57,10 @@ const ttt_option ttt_layer_options[] = {
      "start)"},
     {"position_scale", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|inverse",
      "inverse: token i of a block reads with lr/(i+1) (TTT-Linear/MLP)"},
-    {"form", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|generic|recurrent",
-     "computation form; auto = the closed form when one exists, else the generic driver"},
+    {"form", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE,
+     "auto|generic|recurrent|parallel|chunkwise|dual",
+     "computation form; auto = the fastest closed form the tuple has, else the generic driver"},
+    {"chunk", TTT_OPT_INT, "64", 1, 1 << 20, NULL, "chunk size C of the chunkwise forms"},
     {"scale", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "queries are multiplied by this"},
     TTT_OPTION_END,
 };
@@ -105,13 +107,65 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     return TTT_OK;
 }
 
-int ttt_layer_has_recurrent(const ttt_layer *L) {
-    if (strcmp(L->model->name, "linear") != 0 || strcmp(L->optim->name, "sgd") != 0) return 0;
-    if (L->mini_batch != 1 || L->order != TTT_ORDER_UPDATE_THEN_APPLY || L->pos_inverse) return 0;
-    if (strcmp(L->loss->name, "dot") == 0) return 1;
+static const char *const form_names[TTT_FORM_COUNT] = {
+    [TTT_FORM_GENERIC] = "generic",     [TTT_FORM_RECURRENT] = "recurrent",
+    [TTT_FORM_PARALLEL] = "parallel",   [TTT_FORM_CHUNKWISE] = "chunkwise",
+    [TTT_FORM_DUAL] = "dual",
+};
+
+const char *ttt_form_name(ttt_form f) {
+    return (f >= 0 && f < TTT_FORM_COUNT) ? form_names[f] : "?";
+}
+
+int ttt_form_from_name(const char *s) {
+    for (int i = 0; s && i < TTT_FORM_COUNT; i++)
+        if (strcmp(form_names[i], s) == 0) return i;
+    return -1;
+}
+
+/* Which closed family a tuple belongs to (see ttt_layer_form_unavailable). */
+enum { FAMILY_NONE, FAMILY_LINEAR_ATTENTION, FAMILY_DELTA_RULE, FAMILY_TTT_LINEAR };
+
+static int layer_family(const ttt_layer *L) {
+    if (!L->sgd_plain || L->order != TTT_ORDER_UPDATE_THEN_APPLY) return FAMILY_NONE;
+    const char *m = L->model->name, *l = L->loss->name;
+    if (strcmp(m, "linear") == 0 && strcmp(l, "dot") == 0 && !L->pos_inverse)
+        return FAMILY_LINEAR_ATTENTION;
     /* The closed delta rule decays before the error is measured (coupled placement). */
-    if (strcmp(L->loss->name, "squared") == 0) return L->coupled || L->decay == 1.0f;
-    return 0;
+    if (strcmp(m, "linear") == 0 && strcmp(l, "squared") == 0 && L->mini_batch == 1 &&
+        !L->pos_inverse && (L->coupled || L->decay == 1.0f))
+        return FAMILY_DELTA_RULE;
+    if (strcmp(m, "ttt_linear") == 0 && L->pos_inverse && L->decay == 1.0f &&
+        (strcmp(l, "recon") == 0 || strcmp(l, "squared") == 0))
+        return FAMILY_TTT_LINEAR;
+    return FAMILY_NONE;
+}
+
+/* Forms with a kernel in this build. */
+static int form_built(ttt_form f) { return f == TTT_FORM_GENERIC || f == TTT_FORM_RECURRENT; }
+
+const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f) {
+    if (f == TTT_FORM_GENERIC) return NULL;
+    int fam = layer_family(L);
+    int ok = (fam == FAMILY_LINEAR_ATTENTION || fam == FAMILY_DELTA_RULE)
+                 ? (f == TTT_FORM_RECURRENT || f == TTT_FORM_PARALLEL || f == TTT_FORM_CHUNKWISE)
+                 : fam == FAMILY_TTT_LINEAR ? f == TTT_FORM_DUAL : 0;
+    if (!ok)
+        return fam == FAMILY_NONE
+                   ? "closed forms exist for linear attention (model linear, loss dot, plain sgd, "
+                     "update_then_apply), the delta rule (model linear, loss squared, plain sgd, "
+                     "mini_batch 1, update_then_apply, no decay or coupled decay) and "
+                     "TTT-Linear (model ttt_linear, position_scale inverse, no decay: dual)"
+                   : "this tuple's family does not have that form";
+    if (!form_built(f)) return "this form is not built into this version";
+    return NULL;
+}
+
+ttt_form ttt_layer_auto_form(const ttt_layer *L) {
+    static const ttt_form order[] = {TTT_FORM_DUAL, TTT_FORM_RECURRENT};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (!ttt_layer_form_unavailable(L, order[i])) return order[i];
+    return TTT_FORM_GENERIC;
 }
 
 static ttt_status parse_optimizer(ttt_cfg_node *opt, ttt_layer *L, ttt_error *err) {
@@ -123,6 +177,8 @@ static ttt_status parse_optimizer(ttt_cfg_node *opt, ttt_layer *L, ttt_error *er
     TTT_TRY(check_scalar_name(name, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
     L->optim = ttt_optim_find(name->scalar);
     TTT_TRY(ttt_cfg_check_map(opt, "layer.optimizer", L->optim->options, NULL, err));
+    const ttt_cfg_node *l2 = ttt_cfg_get(opt, "l2");
+    L->sgd_plain = strcmp(L->optim->name, "sgd") == 0 && (!l2 || ttt_cfg_float(opt, "l2") == 0.0);
     L->lr = (float)ttt_cfg_float(opt, "lr");
     L->decay = (float)ttt_cfg_float(opt, "decay");
     L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
@@ -171,23 +227,24 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     L->d_k = d_k;
     L->d_v = d_v;
 
+    L->chunk = (int)ttt_cfg_int(map, "chunk");
     ttt_cfg_node *fn = get_mut(map, "form");
-    const char *form = fn->scalar;
-    if (strcmp(form, "recurrent") == 0 && !ttt_layer_has_recurrent(L))
-        return ttt_cfg_error(
-            err, TTT_ERR_CONFIG, fn,
-            "layer.form: there is no closed recurrent form for (model %s, loss %s, optimizer "
-            "%s, mini_batch %d, order %s%s); expected form: generic",
-            L->model->name, L->loss->name, L->optim->name, L->mini_batch,
-            L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
-            (strcmp(L->loss->name, "squared") == 0 && !L->coupled && L->decay != 1.0f)
-                ? ", decoupled decay"
-                : "");
-    if (strcmp(form, "auto") == 0) {
-        form = ttt_layer_has_recurrent(L) ? "recurrent" : "generic";
-        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(form, fn));
+    if (strcmp(fn->scalar, "auto") == 0) {
+        L->form = ttt_layer_auto_form(L);
+        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(ttt_form_name(L->form), fn));
+        return TTT_OK;
     }
-    L->form = strcmp(form, "recurrent") == 0 ? TTT_FORM_RECURRENT : TTT_FORM_GENERIC;
+    L->form = (ttt_form)ttt_form_from_name(fn->scalar);
+    const char *why = ttt_layer_form_unavailable(L, L->form);
+    if (why)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, fn,
+                             "layer.form: no %s form for (model %s, loss %s, optimizer %s, "
+                             "mini_batch %d, order %s): %s; expected form: generic",
+                             fn->scalar, L->model->name, L->loss->name, L->optim->name,
+                             L->mini_batch,
+                             L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply"
+                                                                     : "apply_then_update",
+                             why);
     return TTT_OK;
 }
 
@@ -200,7 +257,7 @@ ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, con
              "form: %s}\n",
              model, loss, optim, mini_batch,
              order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
-             form == TTT_FORM_RECURRENT ? "recurrent" : "generic");
+             ttt_form_name(form));
     ttt_cfg_node *root = NULL;
     TTT_TRY(ttt_cfg_load_string(text, "<ttt_layer_init>", &root, err));
     ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d_k, d_v, L, err);
@@ -356,7 +413,7 @@ static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
     return TTT_OK;
 }
 
-static ttt_status forward_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+static ttt_status forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                     ttt_layer_state *st, const ttt_tensor *q,
                                     const ttt_tensor *k, const ttt_tensor *v,
                                     const ttt_tensor *eta, const ttt_tensor *log_alpha,
@@ -365,18 +422,32 @@ static ttt_status forward_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor
     ttt_tensor *beta = ttt_tensor_1d(ctx, T); /* β_t = θ η_t */
     for (int t = 0; t < T; t++) beta->data[t] = L->lr * (eta ? eta->data[t] : 1.0f);
     const float *la = log_alpha ? log_alpha->data : NULL;
-    if (strcmp(L->loss->name, "dot") == 0) {
-        ttt_linear_attention_recurrent(o->data, st->W[0]->data, q->data, k->data, v->data,
-                                       beta->data, la, alpha_vec, T, d_k, d_v);
-    } else {
-        if (alpha_vec)
-            return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                                 "the recurrent delta rule takes a scalar decay per token, not a "
-                                 "vector; use form: generic");
-        ttt_delta_rule_recurrent(o->data, st->W[0]->data, q->data, k->data, v->data, beta->data,
-                                 la, T, d_k, d_v);
+    float *S = st->W[0]->data;
+    int fam = layer_family(L);
+    if (fam == FAMILY_DELTA_RULE && alpha_vec)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "the closed delta-rule forms take a scalar decay per token, not a "
+                             "vector; use form: generic");
+    if (fam == FAMILY_LINEAR_ATTENTION) {
+        switch (L->form) {
+        case TTT_FORM_RECURRENT:
+            ttt_linear_attention_recurrent(o->data, S, q->data, k->data, v->data, beta->data, la,
+                                           alpha_vec, T, d_k, d_v);
+            return TTT_OK;
+        default: break;
+        }
+    } else if (fam == FAMILY_DELTA_RULE) {
+        switch (L->form) {
+        case TTT_FORM_RECURRENT:
+            ttt_delta_rule_recurrent(o->data, S, q->data, k->data, v->data, beta->data, la, T,
+                                     d_k, d_v);
+            return TTT_OK;
+        default: break;
+        }
     }
-    return TTT_OK;
+    return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer form %s is not available here: %s",
+                         ttt_form_name(L->form),
+                         ttt_layer_form_unavailable(L, L->form) ? ttt_layer_form_unavailable(L, L->form) : "internal");
 }
 
 ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
@@ -408,9 +479,9 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         log_alpha = la;
     }
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
-    ttt_status s = L->form == TTT_FORM_RECURRENT
-                       ? forward_recurrent(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err)
-                       : forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+    ttt_status s = L->form == TTT_FORM_GENERIC
+                       ? forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err)
+                       : forward_closed(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
     ttt_arena_release(ctx->arena, mark);
     return s;
 }

@@ -11,7 +11,8 @@
  *     order: update_then_apply    # or apply_then_update
  *     steps: per_block            # or per_token (optimizer state advances every token)
  *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
- *     form: auto                  # generic (the driver) or recurrent (closed form); auto picks
+ *     form: auto                  # generic | recurrent | parallel | chunkwise | dual; auto picks
+ *     chunk: 64                   # chunk size of the chunkwise forms
  *     scale: 1.0                  # queries are multiplied by this before read-out */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
@@ -31,7 +32,15 @@ typedef enum ttt_order {
 typedef enum ttt_form {
     TTT_FORM_GENERIC,   /* the generic driver over (model, loss, optimizer) */
     TTT_FORM_RECURRENT, /* a closed-form token-by-token kernel (layers/forms.h) */
+    TTT_FORM_PARALLEL,  /* quadratic in T (MATH.md §5.1) */
+    TTT_FORM_CHUNKWISE, /* chunks of `chunk` tokens (MATH.md §5.2, §5.3) */
+    TTT_FORM_DUAL,      /* TTT-Linear mini-batch dual form (MATH.md §5.4) */
+    TTT_FORM_COUNT
 } ttt_form;
+
+const char *ttt_form_name(ttt_form f);
+/* The form named s, or -1. */
+int ttt_form_from_name(const char *s);
 
 typedef struct ttt_layer {
     const char *preset; /* name of the preset it came from, or NULL */
@@ -50,6 +59,8 @@ typedef struct ttt_layer {
     int pos_inverse;   /* position_scale: inverse — token i of a block (from 0) reads with
                         * θ/(i+1) (TTT's τ_i, MATH.md §5.4); none (default) — θ */
     ttt_form form;
+    int chunk;         /* chunk size C of the chunkwise forms */
+    int sgd_plain;     /* the optimizer is sgd without extra terms (closed forms apply) */
     float scale;
     int d_k, d_v;
 } ttt_layer;
@@ -92,9 +103,15 @@ ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer 
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
                           int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
                           ttt_error *err);
-/* Whether a closed recurrent form exists for this tuple (linear model, dot or squared loss, sgd,
- * b = 1, update_then_apply, and for the squared loss no decay or coupled decay). */
-int ttt_layer_has_recurrent(const ttt_layer *L);
+/* NULL when the layer's tuple can be computed in form f; otherwise a sentence saying why not.
+ * Linear-attention family (linear model, dot loss, plain sgd, update_then_apply; any b, since
+ * the dot loss's gradient does not depend on W): recurrent, parallel, chunkwise.
+ * Delta-rule family (linear, squared, plain sgd, b = 1, update_then_apply, no decay or coupled
+ * decay): recurrent, parallel, chunkwise. The generic form always applies. */
+const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f);
+/* The default for `form: auto`: the chunkwise form where it exists, else recurrent, else
+ * generic. */
+ttt_form ttt_layer_auto_form(const ttt_layer *L);
 
 /* Allocate the state in ctx and set it to the model's initial weights and zero optimizer state. */
 void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng);

@@ -153,7 +153,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
         ttt_record_str(&rec, "series", run->label[0] ? run->label : layer_name);
         ttt_record_num(&rec, "point", run->point);
         ttt_record_str(&rec, "layer", layer_name);
-        ttt_record_str(&rec, "form", L.form == TTT_FORM_RECURRENT ? "recurrent" : "generic");
+        ttt_record_str(&rec, "form", ttt_form_name(L.form));
         ttt_record_str(&rec, "overwrite", spec.overwrite ? "true" : "false");
         ttt_record_num(&rec, "N", (double)N);
         ttt_record_num(&rec, "d_k", spec.d_k);

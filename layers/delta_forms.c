@@ -1,0 +1,187 @@
+/* Matmul-heavy forms of the (gated) delta rule: chunkwise WY / UT transform (MATH.md §5.3) and
+ * the quadratic parallel form (MATH.md §5.1). Both must equal the recurrent definition
+ * ttt_delta_rule_recurrent (layers/delta_rule.c):
+ *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
+ *
+ * Derivation of one chunk (used by both forms). With G_t = Σ_{s ≤ t in chunk} log α_s and the
+ * state S at the chunk start, write S_t = exp(G_t) S + Σ_{j ≤ t} exp(G_t − G_j) k_jᵀ v'_j. The
+ * recurrence S_t = α_t S_{t−1} + β_t k_tᵀ(v_t − α_t k_t S_{t−1}) then fixes the pseudo-values
+ *     v'_t + β_t Σ_{j<t} Γ_tj (k_t·k_j) v'_j = β_t v_t − β_t exp(G_t) k_t S,
+ * i.e. A V' = β⊙V − (β⊙exp(G)⊙K) S with A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ), so
+ * V' = U − W S with U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K) (two unit-lower triangular solves), and
+ *     O = (exp(G)⊙Q) S + ((Q Kᵀ) ⊙ Γ) V'        (Γ masked to i ≥ j, diagonal included)
+ *     S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V'.
+ *
+ * Numerics (MATH.md §0): gates enter only as exp of differences G_i − G_j with i ≥ j, exp(G_i)
+ * and exp(G_C − G_i), all ≤ 0 in the exponent for retentions α ≤ 1, so nothing overflows; the
+ * cumulative sums are kept in double so that the differences of long sums (the parallel form
+ * over a whole sequence) do not lose the small in-between gate values to cancellation. Entries
+ * above the diagonal are never formed: ssyrk, strsm and strmm read only the lower triangle. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "forms.h"
+
+/* Scratch for one chunk of at most C tokens, allocated once per call from the arena. */
+typedef struct delta_scratch {
+    float *A;     /* (C, C): A, then the masked Q Kᵀ */
+    float *Gam;   /* (C, C): Γ_ij = exp(G_i − G_j), i > j (only with decay) */
+    float *U;     /* (C, d_v): β⊙V → U → V' → ((QKᵀ)⊙Γ) V' */
+    float *Wk;    /* (C, d_k): β⊙exp(G)⊙K → W → exp(G_C − G)⊙K */
+    float *eg;    /* (C): exp(G_i) */
+    double *g;    /* (C): G_i, in-chunk cumulative log retention */
+} delta_scratch;
+
+static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
+    ttt_arena *a = ctx->arena;
+    w->A = ttt_arena_alloc(a, (size_t)C * C * sizeof(float));
+    w->Gam = decay ? ttt_arena_alloc(a, (size_t)C * C * sizeof(float)) : NULL;
+    w->U = ttt_arena_alloc(a, (size_t)C * d_v * sizeof(float));
+    w->Wk = ttt_arena_alloc(a, (size_t)C * d_k * sizeof(float));
+    w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
+    w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
+    /* The kernels have no error channel (forms.h): running out of scratch is fatal. */
+    TTT_ASSERT(w->A && (w->Gam || !decay) && w->U && w->Wk && w->eg && w->g);
+}
+
+/* One chunk of n tokens (MATH.md §5.3); S (d_k, d_v) is the state at the chunk start on entry
+ * and at its end on return. */
+static void delta_chunk(float *o,               /* (n, d_v) */
+                        float *S,               /* (d_k, d_v) in/out */
+                        const float *q,         /* (n, d_k) */
+                        const float *k,         /* (n, d_k) */
+                        const float *v,         /* (n, d_v) */
+                        const float *beta,      /* (n) or NULL */
+                        const float *log_alpha, /* (n) or NULL */
+                        int n, int d_k, int d_v, const delta_scratch *w) {
+    float *A = w->A, *Gam = w->Gam, *U = w->U, *Wk = w->Wk, *eg = w->eg;
+    double *g = w->g;
+    const int decay = log_alpha != NULL;
+    if (decay) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            acc += log_alpha[i];
+            g[i] = acc;
+            eg[i] = (float)exp(acc);
+        }
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < i; j++) Gam[(size_t)i * n + j] = (float)exp(g[i] - g[j]);
+    }
+
+    /* A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ): ssyrk writes the lower triangle of K Kᵀ; the
+     * unit diagonal is implied by the solves (CblasUnit), which never read it. */
+    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, d_k, 1.0f, k, d_k, 0.0f, A, n);
+    for (int i = 1; i < n; i++) {
+        float bi = beta ? beta[i] : 1.0f;
+        float *Ai = A + (size_t)i * n;
+        if (decay) {
+            const float *Gi = Gam + (size_t)i * n;
+            for (int j = 0; j < i; j++) Ai[j] *= bi * Gi[j];
+        } else {
+            for (int j = 0; j < i; j++) Ai[j] *= bi;
+        }
+    }
+    /* right-hand sides β⊙V and β⊙exp(G)⊙K */
+    for (int i = 0; i < n; i++) {
+        float bi = beta ? beta[i] : 1.0f;
+        float bk = decay ? bi * eg[i] : bi;
+        const float *vi = v + (size_t)i * d_v, *ki = k + (size_t)i * d_k;
+        float *Ui = U + (size_t)i * d_v, *Wi = Wk + (size_t)i * d_k;
+        for (int j = 0; j < d_v; j++) Ui[j] = bi * vi[j];
+        for (int j = 0; j < d_k; j++) Wi[j] = bk * ki[j];
+    }
+    /* U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K): forward substitution, no explicit inverse */
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f, A, n,
+                U, d_v);
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f, A, n,
+                Wk, d_k);
+    /* V' = U − W S (in U) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
+                1.0f, U, d_v);
+    /* inter-chunk read-out (exp(G)⊙Q) S, from the state at the chunk start */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, q, d_k, S, d_v, 0.0f,
+                o, d_v);
+    if (decay)
+        for (int i = 0; i < n; i++) {
+            float *oi = o + (size_t)i * d_v;
+            for (int j = 0; j < d_v; j++) oi[j] *= eg[i];
+        }
+    /* S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V' (W is dead: its buffer holds the decayed keys) */
+    float eC = 1.0f;
+    if (decay) {
+        eC = eg[n - 1];
+        for (int i = 0; i < n; i++) {
+            float c = (float)exp(g[n - 1] - g[i]);
+            const float *ki = k + (size_t)i * d_k;
+            float *Wi = Wk + (size_t)i * d_k;
+            for (int j = 0; j < d_k; j++) Wi[j] = c * ki[j];
+        }
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, decay ? Wk : k, d_k,
+                U, d_v, eC, S, d_v);
+    /* intra-chunk read-out ((Q Kᵀ) ⊙ Γ) V': the mask keeps the diagonal (token t reads its own
+     * write); strmm uses only the lower triangle, so the upper part of Q Kᵀ is never masked */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d_k, 1.0f, q, d_k, k, d_k, 0.0f, A,
+                n);
+    if (decay)
+        for (int i = 1; i < n; i++) {
+            float *Ai = A + (size_t)i * n;
+            const float *Gi = Gam + (size_t)i * n;
+            for (int j = 0; j < i; j++) Ai[j] *= Gi[j];
+        }
+    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n, d_v, 1.0f, A,
+                n, U, d_v);
+    for (size_t i = 0; i < (size_t)n * d_v; i++) o[i] += U[i];
+}
+
+static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
+                         const float *v, const float *beta, const float *log_alpha, int T,
+                         int d_k, int d_v, int chunk) {
+    TTT_ASSERT(chunk >= 1 && T >= 0 && d_k >= 1 && d_v >= 1);
+    if (T == 0) return;
+    const int C = chunk < T ? chunk : T;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    delta_scratch w;
+    scratch_alloc(ctx, &w, C, d_k, d_v, log_alpha != NULL);
+    for (int t0 = 0; t0 < T; t0 += C) {
+        const int n = t0 + C <= T ? C : T - t0;
+        delta_chunk(o + (size_t)t0 * d_v, S, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
+                    v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
+                    log_alpha ? log_alpha + t0 : NULL, n, d_k, d_v, &w);
+    }
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* Chunkwise (gated) delta rule, MATH.md §5.3. Per chunk of C tokens: one ssyrk (C²d_k/2), two
+ * strsm (C²(d_k + d_v)/2), four sgemm (C d_k d_v ×3, C² d_k) and one strmm (C² d_v/2); the
+ * scratch is O(C² + C(d_k + d_v)) floats, allocated once. Cost is linear in T. */
+void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, /* (T, d_v) */
+                              float *S,               /* (d_k, d_v) in/out */
+                              const float *q,         /* (T, d_k) */
+                              const float *k,         /* (T, d_k) */
+                              const float *v,         /* (T, d_v) */
+                              const float *beta,      /* (T) or NULL */
+                              const float *log_alpha, /* (T) or NULL */
+                              int T, int d_k, int d_v, int chunk) {
+    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk);
+}
+
+/* Parallel (quadratic) delta rule, MATH.md §5.1: the quadratic reference form.
+ *     O = (Q Kᵀ ⊙ M) (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹ diag(β) V        for S_0 = 0.
+ * Generalized to an initial state S_0 and to decay exactly as §5.3 with ONE chunk of length T:
+ * V' = A⁻¹(β⊙V) − A⁻¹(β⊙exp(G)⊙K) S_0, O = (exp(G)⊙Q) S_0 + ((Q Kᵀ) ⊙ Γ) V', with G the
+ * cumulative log retention over the whole call; with S_0 = 0 and no decay this is the formula
+ * above verbatim. The final state S_T is returned as for the other forms. It costs O(T² (d_k +
+ * d_v)) time and T² floats (2T² with decay) of scratch: a reference for tests and short
+ * sequences, not a production path (use the chunkwise form). */
+void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, /* (T, d_v) */
+                             float *S,               /* (d_k, d_v) in/out */
+                             const float *q,         /* (T, d_k) */
+                             const float *k,         /* (T, d_k) */
+                             const float *v,         /* (T, d_v) */
+                             const float *beta,      /* (T) or NULL */
+                             const float *log_alpha, /* (T) or NULL */
+                             int T, int d_k, int d_v) {
+    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, T > 0 ? T : 1);
+}
