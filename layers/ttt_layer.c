@@ -7,24 +7,40 @@
 #include "forms.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Presets (MATH.md §4). Presets whose gates are per-token (mamba2, gla) need a gate source; the
- * constant `decay` below is what they use when a task supplies none. */
+/* Presets (MATH.md §4). Presets whose gates are per-token (mamba2, gla, gated_deltanet, titans)
+ * take them from the task when it supplies them; the optimizer's constant `decay` below is what
+ * they use otherwise. */
 
 static const ttt_preset presets[] = {
     {"linear_attention", "linear attention: Hebbian writes, no forgetting", "linear", "dot",
-     "sgd", 1.0, "decoupled", 1, "update_then_apply", "S_t = S_{t-1} + k_t^T v_t, o_t = q_t S_t"},
-    {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot", "sgd",
-     0.96875, "decoupled", 1, "update_then_apply", "S_t = gamma S_{t-1} + k_t^T v_t"},
-    {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared", "sgd",
-     1.0, "decoupled", 1, "update_then_apply",
+     "{name: sgd}", 1, "update_then_apply", "per_block", "none",
+     "S_t = S_{t-1} + k_t^T v_t,  o_t = q_t S_t"},
+    {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot",
+     "{name: sgd, decay: 0.96875}", 1, "update_then_apply", "per_block", "none",
+     "S_t = gamma S_{t-1} + k_t^T v_t"},
+    {"mamba2", "Mamba2 (SSD): a scalar forget gate per token", "linear", "dot",
+     "{name: sgd, decay: 0.97}", 1, "update_then_apply", "per_block", "none",
+     "S_t = alpha_t S_{t-1} + k_t^T v_t"},
+    {"gla", "gated linear attention: a forget gate per token and key dimension", "linear", "dot",
+     "{name: sgd, decay: 0.97}", 1, "update_then_apply", "per_block", "none",
+     "S_t = Diag(alpha_t) S_{t-1} + k_t^T v_t"},
+    {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared",
+     "{name: sgd}", 1, "update_then_apply", "per_block", "none",
      "S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})"},
     {"gated_deltanet", "Gated DeltaNet: delta rule with a coupled forget gate", "linear",
-     "squared", "sgd", 0.99, "coupled", 1, "update_then_apply",
-     "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
+     "squared", "{name: sgd, decay: 0.99, decay_placement: coupled}", 1, "update_then_apply",
+     "per_block", "none", "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
+    {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
+     "ttt_linear", "recon", "{name: sgd}", 16, "update_then_apply", "per_block", "inverse",
+     "mini-batch GD, E_ij = lr_j/(i+1) (dual form, MATH.md 5.4)"},
+    {"ttt_mlp", "TTT-MLP: x + LN(gelu(x W1 + b1) W2 + b2), mini-batch GD", "ttt_mlp", "recon",
+     "{name: sgd, lr: 0.1}", 16, "update_then_apply", "per_block", "inverse",
+     "primal mini-batch GD"},
 };
 
-static const char *const preset_names[] = {"linear_attention", "retnet", "deltanet",
-                                           "gated_deltanet"};
+static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
+                                           "deltanet", "gated_deltanet", "ttt_linear",
+                                           "ttt_mlp"};
 
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 _Static_assert(sizeof preset_names / sizeof preset_names[0] == sizeof presets / sizeof presets[0],
@@ -87,23 +103,43 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
         return TTT_OK;
     TTT_TRY(check_scalar_name(pn, "preset", preset_names, N_PRESETS, err));
     const ttt_preset *p = ttt_preset_find(pn->scalar);
-    char buf[64];
+    char buf[256];
     set_default(map, "model", p->model);
     set_default(map, "loss", p->loss);
     snprintf(buf, sizeof buf, "%d", p->mini_batch);
     set_default(map, "mini_batch", buf);
     set_default(map, "order", p->order);
+    set_default(map, "steps", p->steps);
+    set_default(map, "position_scale", p->position_scale);
     ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!opt) {
         opt = ttt_cfg_new_map(map);
         ttt_cfg_map_set(map, "optimizer", opt);
     }
-    if (opt->kind == TTT_CFG_MAP) {
-        set_default(opt, "name", p->optimizer);
-        snprintf(buf, sizeof buf, "%.9g", p->decay);
-        set_default(opt, "decay", buf);
-        set_default(opt, "decay_placement", p->placement);
+    if (opt->kind != TTT_CFG_MAP) return TTT_OK; /* reported by the schema check */
+    /* The preset's optimizer options fill the keys the user did not give — but only when the
+     * user kept the preset's optimizer: options of another optimizer would not fit it. */
+    snprintf(buf, sizeof buf, "optimizer: %s\n", p->optimizer);
+    ttt_cfg_node *doc = NULL;
+    ttt_status s = ttt_cfg_load_string(buf, "<preset>", &doc, err);
+    TTT_ASSERT(s == TTT_OK); /* the preset table is ours */
+    const ttt_cfg_node *popt = ttt_cfg_get(doc, "optimizer");
+    const ttt_cfg_node *uname = ttt_cfg_get(opt, "name");
+    const char *pname = ttt_cfg_str(popt, "name");
+    if (!uname || (uname->kind == TTT_CFG_SCALAR && uname->scalar &&
+                   strcmp(uname->scalar, pname) == 0)) {
+        for (int i = 0; i < popt->n; i++)
+            if (!ttt_cfg_get(opt, popt->keys[i])) {
+                ttt_cfg_node *val = ttt_cfg_clone(popt->items[i]);
+                /* locate preset-supplied values at the preset key, for messages */
+                free(val->file);
+                val->file = strdup(pn->file ? pn->file : "");
+                val->line = pn->line;
+                val->col = pn->col;
+                ttt_cfg_map_set(opt, popt->keys[i], val);
+            }
     }
+    ttt_cfg_free(doc);
     return TTT_OK;
 }
 

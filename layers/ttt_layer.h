@@ -74,16 +74,18 @@ typedef struct ttt_layer_state {
     ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE]; /* optimizer state, per weight */
 } ttt_layer_state;
 
-/* A named tuple (MATH.md §4). */
+/* A named tuple (MATH.md §4). Every field is a default the user can override in YAML. */
 typedef struct ttt_preset {
     const char *name;
     const char *help;
-    const char *model, *loss, *optimizer;
-    double decay;          /* default constant retention (1 = none) */
-    const char *placement; /* coupled | decoupled */
+    const char *model, *loss;
+    /* The optimizer as YAML flow text, e.g. "{name: momentum, momentum: 0.9, decay: 0.99}". */
+    const char *optimizer;
     int mini_batch;
-    const char *order;
-    const char *recurrence; /* the recurrence it must equal, for `ttt list` */
+    const char *order;          /* update_then_apply | apply_then_update */
+    const char *steps;          /* per_block | per_token */
+    const char *position_scale; /* none | inverse */
+    const char *recurrence;     /* the recurrence it must equal, for `ttt list` */
 } ttt_preset;
 
 const ttt_preset *ttt_preset_find(const char *name);

@@ -152,10 +152,10 @@ static int cmd_list(void) {
     printf("\nPresets (layer.preset):\n");
     for (int i = 0; i < ttt_preset_count(); i++) {
         const ttt_preset *p = ttt_preset_at(i);
-        printf("  %-16s %s\n      = (model %s, loss %s, optimizer %s, decay %g %s, b %d, %s)\n"
-               "      recurrence: %s\n",
-               p->name, p->help, p->model, p->loss, p->optimizer, p->decay, p->placement,
-               p->mini_batch, p->order, p->recurrence);
+        printf("  %-16s %s\n      = (model %s, loss %s, optimizer %s, b %d, %s, steps %s, "
+               "position_scale %s)\n      recurrence: %s\n",
+               p->name, p->help, p->model, p->loss, p->optimizer, p->mini_batch, p->order,
+               p->steps, p->position_scale, p->recurrence);
     }
     printf("\nLayer options (layer.*):\n");
     print_options(ttt_layer_options, "  ");

@@ -193,6 +193,26 @@ START_TEST(list_help_version) {
 }
 END_TEST
 
+/* Every experiment file shipped in experiments/ is valid (tests run from the source tree). */
+START_TEST(shipped_experiments_are_valid) {
+    FILE *f = popen("ls experiments/*.yaml", "r");
+    ck_assert_ptr_nonnull(f);
+    char path[512];
+    int n = 0;
+    while (fgets(path, sizeof path, f)) {
+        path[strcspn(path, "\n")] = '\0';
+        char *args, *out, *err;
+        ck_assert(asprintf(&args, "check %s", path) > 0);
+        int rc = tu_run_ttt(args, &out, &err);
+        ck_assert_msg(rc == 0, "%s: %s", path, err);
+        free(args), free(out), free(err);
+        n++;
+    }
+    pclose(f);
+    ck_assert_int_ge(n, 1);
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
@@ -212,6 +232,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tc, check_prints_every_default_and_applies_overrides);
     tcase_add_test(tc, set_pins_a_swept_key);
     tcase_add_test(tc, list_help_version);
+    tcase_add_test(tc, shipped_experiments_are_valid);
     suite_add_tcase(s, tc);
     return s;
 }

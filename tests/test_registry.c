@@ -57,9 +57,19 @@ START_TEST(models_losses_presets_tasks_are_registered) {
         const ttt_preset *p = ttt_preset_at(i);
         ck_assert_str_eq(p->name, ttt_preset_names()[i]);
         ck_assert_ptr_eq(ttt_preset_find(p->name), p);
-        ck_assert_msg(ttt_model_find(p->model) && ttt_loss_find(p->loss) &&
-                          ttt_optim_find(p->optimizer),
+        ck_assert_msg(ttt_model_find(p->model) && ttt_loss_find(p->loss),
                       "preset %s names an unregistered part", p->name);
+        /* and it builds through the YAML path */
+        char text[128];
+        snprintf(text, sizeof text, "layer: {preset: %s}\n", p->name);
+        ttt_cfg_node *root;
+        ttt_error err = {0};
+        ck_assert(ttt_cfg_load_string(text, "p.yaml", &root, &err) == TTT_OK);
+        ttt_layer L;
+        ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), 8, 8, &L,
+                                      &err) == TTT_OK,
+                      "preset %s: %s", p->name, err.msg);
+        ttt_cfg_free(root);
     }
 }
 END_TEST
