@@ -61,4 +61,21 @@ void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, c
                              const float *v, const float *beta, const float *log_alpha, int T,
                              int d_k, int d_v);
 
+/* Titans' chunked momentum (MATH.md §3 "momentum", §6 item 5; layers/titans.c): the linear model
+ * with the squared loss, decoupled decay and gradients taken at the chunk start — what the generic
+ * driver computes with optimizer `momentum` (no Nesterov), `steps: per_token`, mini_batch = chunk:
+ *     g_t = η_t k_tᵀ(k_t S_0 − v_t),  M_t = μ M_{t−1} − θ g_t,  S_t = α_t S_{t−1} + M_t,  o_t = q_t S_t
+ * (S_0 = the state at the start of t's chunk), evaluated per chunk with matmuls. S and M are the
+ * state and the momentum (initial on entry, final on return). eta (T) may be NULL (= 1);
+ * log_alpha is one log retention per token (T) or NULL (no decay). */
+void ttt_momentum_chunked(ttt_ctx *ctx, float *o, /* (T, d_v) */
+                          float *S,               /* (d_k, d_v) in/out */
+                          float *M,               /* (d_k, d_v) in/out */
+                          const float *q,         /* (T, d_k) */
+                          const float *k,         /* (T, d_k) */
+                          const float *v,         /* (T, d_v) */
+                          const float *eta,       /* (T) or NULL */
+                          const float *log_alpha, /* (T) or NULL */
+                          float theta, float mu, int T, int d_k, int d_v, int chunk);
+
 #endif

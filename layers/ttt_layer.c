@@ -350,13 +350,13 @@ static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
     const ttt_model *M = L->model;
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v), nw = st->n_w,
               ns = st->n_opt;
-    if (alpha_vec)
-        for (int w = 0; w < nw; w++)
-            if (st->W[w]->ndim != 2 || st->W[w]->shape[0] != d_k)
-                return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                                     "vector decay needs weights whose rows are key dimensions; "
-                                     "model %s has a weight of another shape",
-                                     M->name);
+    /* A retention per key dimension scales the rows of S (GLA): it is defined for the linear
+     * model, whose rows are key dimensions, and not for models with hidden layers. */
+    if (alpha_vec && strcmp(M->name, "linear") != 0)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "a decay per key dimension (log_alpha of shape (T, d_k)) is defined "
+                             "for the linear model only, not for model %s",
+                             M->name);
     /* Block-lifetime buffers: the running gradient, the stepped weights and state. */
     ttt_tensor *Gacc[TTT_MAX_WEIGHTS], *Wn[TTT_MAX_WEIGHTS];
     ttt_tensor *Sn[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
