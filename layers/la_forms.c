@@ -9,44 +9,51 @@
  * (with vector decay every exp(·) is per key dimension and "⊙ Γ" sits inside the q·k sum:
  * score_ij = Σ_c q_ic k_jc exp(G_ic − G_jc)). The parallel form is this with one chunk of
  * length T; the chunkwise form walks the chunks carrying S. Nearly all FLOPs are in four sgemm
- * calls per chunk (scores, inter-chunk read, intra-chunk read, state update).
+ * calls per chunk (scores, inter-chunk read, intra-chunk read, state update); scratch is
+ * allocated once per call from ctx->arena (C² + O(C d_k) floats) and released on return.
  *
- * Numerics (MATH.md §0, gates in log space):
- * - G is accumulated in float64 and only differences G_i − G_j are exponentiated, so long
- *   sequences (the parallel form over T = 2048 reaches G ≈ −2000) lose no precision in the
- *   decay factors and nothing overflows: for retentions α ≤ 1 every exponent used outside the
- *   score matrix is ≤ 0 (exp(G_i) for the initial-state read, exp(G_n − G_j) for the write).
- * - Scalar decay: Γ is a scalar per (i, j) and multiplies Q Kᵀ after the sgemm.
- * - Vector decay: Γ cannot be pulled out of the q·k sum, so the scores are formed as
- *   (q_i ⊙ exp(G_i − G_r)) · (k_j ⊙ exp(G_r − G_j)) relative to a reference row r (the standard
- *   chunk-GLA trick). Each term then equals its true value q_ic k_jc exp(G_ic − G_jc) up to
- *   float rounding, as long as the factors neither overflow nor underflow. The trick is used on
- *   a block of rows only when the decay span of the block (max over key dims of
- *   max_i G_ic − min_i G_ic) is at most LA_SPAN_MAX = 60 nats, so every factor lies in
- *   [e^−60, e^60] ≈ [9e−27, 1e26], far inside float range (1.2e−38 … 3.4e38). Otherwise the block
- *   is split in two halves: the off-diagonal quarter uses the first row of the lower half as
- *   reference, where both factors are ≤ 1 for any span (for α ≤ 1), and the two diagonal
- *   quarters recurse. With log α ≈ −1 and C = 64 this is one split; the parallel form over
- *   T = 1000 with log α ≈ −0.5 recurses down to blocks of ~62 rows. Entries above the diagonal
- *   of a trick block may be large (≤ |q||k|e^60) and are overwritten with zeros.
- *   Gates with log α > 0 (retention above one) are computed by the same formulas but without
- *   the overflow guarantee. */
+ * Numerics (MATH.md §0, gates in log space; retentions α ≤ 1, i.e. log α ≤ 0):
+ * - G is accumulated in float64 and exponentiated once per token (and key dimension) as
+ *   E = exp(G) ≤ 1, or as differences G_i − G_j; nothing is a product of many gates. For long
+ *   sequences (the parallel form over T = 2048 with log α ≈ −1 reaches G ≈ −2000) E underflows
+ *   to 0, which is exact to float precision for the terms it multiplies (the state read
+ *   exp(G_i) S_0, the state decay exp(G_n)); the write factors exp(G_n − G_j) ≤ 1 are formed from
+ *   differences.
+ * - Scores, the chunk-GLA trick: (Q ⊙ E)(K ⊙ 1/E)ᵀ with the chunk start as reference. Every
+ *   term q_ic E_ic · k_jc / E_jc equals its true value q_ic k_jc exp(G_ic − G_jc) to a few float
+ *   roundings, provided no factor overflows or underflows. It is used when the chunk's decay
+ *   span (max over key dims of max(0, max_i G_ic) − min(0, min_i G_ic)) is at most
+ *   LA_SPAN_MAX = 60 nats, so every factor lies in [e^−60, e^60] ≈ [9e−27, 1e26], far inside
+ *   float range (1.2e−38 … 3.4e38). With log α ≥ −0.9 that holds for C = 64, with log α ≥ −0.45
+ *   for C = 128. Entries above the diagonal may be large (≤ |q||k|e^60); they are overwritten
+ *   with zeros. Its E and K ⊙ 1/E are reused for the read and the write.
+ * - Longer spans (strong gates, long chunks, the parallel form): scalar decay takes
+ *   exp(G_i − G_j) per pair (0 below −104, where float exp underflows anyway); vector decay,
+ *   where the decay cannot be pulled out of the q·k sum, goes through vec_scores: a block whose
+ *   span (relative to its first row) is ≤ 60 nats uses the trick with its first row as
+ *   reference; a larger block is split in two halves, the off-diagonal quarter uses the first
+ *   row of the lower half as reference, where both factors are ≤ 1 whatever the span, and the
+ *   two diagonal quarters recurse. With log α ≈ −1 and C = 128 this is one split; the parallel
+ *   form over T = 1000 with log α ≈ −0.5 recurses down to blocks of ~62 rows.
+ * - Gates with log α > 0 (retention above one) go through the same formulas but without the
+ *   overflow guarantee. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "forms.h"
 
-/* Largest decay span (nats) over which a block's scores use one reference row (see above). */
+/* Largest decay span (nats) over which scores use one reference row (see above). */
 #define LA_SPAN_MAX 60.0
 
 typedef struct la_work {
-    float *A;  /* (C, C) intra-chunk scores */
-    float *qs; /* (C, d_k) scaled queries */
-    float *ks; /* (C, d_k) scaled keys */
-    float *e;  /* (C) per-row factors (scalar decay) */
-    float *f;  /* (C) per-column factors (scalar decay) */
-    double *G; /* (C, gdim) cumulative log decay inside the chunk */
+    float *A;   /* (C, C) intra-chunk scores */
+    float *qs;  /* (C, d_k) scaled queries (inter-chunk read) */
+    float *qs2; /* (C, d_k) scaled queries (vec_scores scratch) */
+    float *ks;  /* (C, d_k) scaled keys */
+    float *f;   /* (C) per-column factors (scalar decay) */
+    float *E;   /* (C, gdim) exp(G) */
+    double *G;  /* (C, gdim) cumulative log decay inside the chunk */
 } la_work;
 
 static void *scratch(ttt_ctx *ctx, size_t bytes) {
@@ -108,99 +115,120 @@ static void vec_scores(float *A, int lda, const float *q, const float *k, const 
 }
 
 /* One chunk of n tokens from state S (in/out), see the header comment. Pointers start at the
- * chunk's first token. gdim: 0 (no decay), 1 (scalar per token), d_k (vector). */
+ * chunk's first token. kind: LA_NONE, LA_SCALAR (log_alpha (n)), LA_VECTOR (log_alpha (n, d_k)).
+ *
+ * E = exp(G) is taken once per token (and key dimension). It gives the inter-chunk read
+ * Q ⊙ E, and when the chunk's span from its start (see the header comment) is ≤ LA_SPAN_MAX also
+ * the scores (Q ⊙ E)(K ⊙ 1/E)ᵀ and the state write (K ⊙ 1/E) ⊙ E_n. Longer spans take the exact
+ * but costlier paths: per-pair exponentials (scalar) or vec_scores (vector), and the write
+ * factors exp(G_n − G_j) directly. */
+enum { LA_NONE, LA_SCALAR, LA_VECTOR };
+
 static void la_chunk(float *o,               /* (n, d_v) */
                      float *S,               /* (d_k, d_v) in/out */
                      const float *q,         /* (n, d_k) */
                      const float *k,         /* (n, d_k) */
                      const float *v,         /* (n, d_v) */
                      const float *beta,      /* (n) or NULL */
-                     const float *log_alpha, /* (n, gdim) or NULL */
-                     int gdim, int n, int d_k, int d_v, la_work *w) {
-    float *A = w->A;
+                     const float *log_alpha, /* (n) or (n, d_k) or NULL */
+                     int kind, int n, int d_k, int d_v, la_work *w) {
+    const int gdim = kind == LA_NONE ? 0 : kind == LA_SCALAR ? 1 : d_k;
+    float *A = w->A, *E = w->E, *qs = w->qs, *ks = w->ks;
     double *G = w->G;
-    /* G: inclusive cumulative log decay from the chunk start, in float64 */
-    for (int i = 0; i < n; i++)
-        for (int c = 0; c < gdim; c++) {
-            double prev = i ? G[(size_t)(i - 1) * gdim + c] : 0.0;
-            G[(size_t)i * gdim + c] = prev + (double)log_alpha[(size_t)i * gdim + c];
+    /* G: inclusive cumulative log decay from the chunk start, in float64; E = exp(G) */
+    double span = 0.0;
+    for (int c = 0; c < gdim; c++) {
+        double g = 0.0, lo = 0.0, hi = 0.0;
+        for (int i = 0; i < n; i++) {
+            const size_t ic = (size_t)i * gdim + c;
+            g += (double)log_alpha[ic];
+            G[ic] = g;
+            E[ic] = (float)exp(g);
+            lo = g < lo ? g : lo;
+            hi = g > hi ? g : hi;
         }
+        if (hi - lo > span) span = hi - lo;
+    }
+    const int trick = span <= LA_SPAN_MAX;
     const double *Gn = G + (size_t)(n - 1) * gdim; /* decay of the whole chunk */
+    const float *En = E + (size_t)(n - 1) * gdim;
+
+    /* queries of the inter-chunk read: Q ⊙ E (E ≤ 1 for α ≤ 1; underflow to 0 is exact enough) */
+    const float *qread = q;
+    if (kind != LA_NONE) {
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < d_k; c++)
+                qs[(size_t)i * d_k + c] =
+                    q[(size_t)i * d_k + c] * E[kind == LA_SCALAR ? (size_t)i : (size_t)i * d_k + c];
+        qread = qs;
+    }
 
     /* ---- scores A = ((Q Kᵀ) ⊙ Γ) diag(β), lower triangular (n, n) ---- */
-    if (gdim <= 1) {
-        gemm_abt(A, n, q, k, n, n, d_k);
-        if (gdim == 0) {
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta ? beta[j] : 1.0f;
-        } else {
-            double lo = G[0], hi = G[0];
-            for (int i = 1; i < n; i++) {
-                lo = G[i] < lo ? G[i] : lo;
-                hi = G[i] > hi ? G[i] : hi;
-            }
-            if (hi - lo <= LA_SPAN_MAX) {
-                /* Γ_ij = e_i f_j with both factors in [e^−60, e^60] */
-                for (int i = 0; i < n; i++) {
-                    w->e[i] = (float)exp(G[i] - G[0]);
-                    w->f[i] = (float)exp(G[0] - G[i]) * (beta ? beta[i] : 1.0f);
-                }
-                for (int i = 0; i < n; i++)
-                    for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= w->e[i] * w->f[j];
-            } else {
-                for (int i = 0; i < n; i++)
-                    for (int j = 0; j <= i; j++)
-                        A[(size_t)i * n + j] *=
-                            (float)exp(G[i] - G[j]) * (beta ? beta[j] : 1.0f);
-            }
-        }
+    if (kind == LA_VECTOR && trick) {
+        for (size_t i = 0; i < (size_t)n * d_k; i++) ks[i] = k[i] / E[i]; /* ≤ e^60 */
+        gemm_abt(A, n, qs, ks, n, n, d_k);
+    } else if (kind == LA_VECTOR) {
+        vec_scores(A, n, q, k, G, n, d_k, w->qs2, w->ks);
     } else {
-        vec_scores(A, n, q, k, G, n, d_k, w->qs, w->ks);
-        if (beta)
-            for (int i = 0; i < n; i++)
-                for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[j];
+        gemm_abt(A, n, q, k, n, n, d_k);
+    }
+    if (kind == LA_SCALAR && trick) {
+        /* Γ_ij β_j = E_i · (β_j / E_j), both factors within [e^−60, e^60] */
+        for (int j = 0; j < n; j++) w->f[j] = (beta ? beta[j] : 1.0f) / E[j];
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= E[i] * w->f[j];
+    } else if (kind == LA_SCALAR) {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) {
+                const double d = G[i] - G[j]; /* exp(d) is 0 in float below −104 */
+                A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * (beta ? beta[j] : 1.0f);
+            }
+    } else if (beta) {
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[j];
     }
     for (int i = 0; i < n; i++)
         memset(A + (size_t)i * n + i + 1, 0, sizeof(float) * (size_t)(n - 1 - i));
 
-    /* ---- inter-chunk read O = (Q ⊙ exp(G)) S ---- */
-    const float *qs = q;
-    if (gdim > 0) {
-        for (int i = 0; i < n; i++)
-            for (int c = 0; c < d_k; c++) {
-                double g = gdim == 1 ? G[i] : G[(size_t)i * d_k + c];
-                w->qs[(size_t)i * d_k + c] = q[(size_t)i * d_k + c] * (float)exp(g);
-            }
-        qs = w->qs;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, qs, d_k, S, d_v,
+    /* ---- read: O = (Q ⊙ E) S + A V ---- */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, qread, d_k, S, d_v,
                 0.0f, o, d_v);
-    /* ---- intra-chunk read O += A V ---- */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, n, 1.0f, A, n, v, d_v, 1.0f, o,
                 d_v);
 
-    /* ---- state S ← exp(G_n) S + (exp(G_n − G) ⊙ K)ᵀ diag(β) V ---- */
-    const float *ks = k;
-    if (gdim > 0 || beta) {
+    /* ---- state S ← E_n S + (exp(G_n − G) ⊙ K)ᵀ diag(β) V ---- */
+    const float *kwrite = k;
+    if (kind == LA_VECTOR && trick) {
+        /* ks = K ⊙ 1/E from the scores: times E_n (≤ 1) and β */
         for (int j = 0; j < n; j++) {
-            float b = beta ? beta[j] : 1.0f;
-            for (int c = 0; c < d_k; c++) {
-                double d = gdim == 0   ? 0.0
-                           : gdim == 1 ? Gn[0] - G[j]
-                                       : Gn[c] - G[(size_t)j * d_k + c];
-                w->ks[(size_t)j * d_k + c] = k[(size_t)j * d_k + c] * (float)exp(d) * b;
-            }
+            const float b = beta ? beta[j] : 1.0f;
+            for (int c = 0; c < d_k; c++) ks[(size_t)j * d_k + c] *= En[c] * b;
         }
-        ks = w->ks;
+        kwrite = ks;
+    } else if (kind != LA_NONE) {
+        for (int j = 0; j < n; j++) {
+            const float b = beta ? beta[j] : 1.0f;
+            const float fs = kind == LA_SCALAR ? (float)exp(Gn[0] - G[j]) * b : 0.0f;
+            for (int c = 0; c < d_k; c++)
+                ks[(size_t)j * d_k + c] =
+                    k[(size_t)j * d_k + c] *
+                    (kind == LA_SCALAR ? fs : (float)exp(Gn[c] - G[(size_t)j * d_k + c]) * b);
+        }
+        kwrite = ks;
+    } else if (beta) {
+        for (int j = 0; j < n; j++)
+            for (int c = 0; c < d_k; c++)
+                ks[(size_t)j * d_k + c] = k[(size_t)j * d_k + c] * beta[j];
+        kwrite = ks;
     }
-    if (gdim > 0)
+    if (kind != LA_NONE)
         for (int c = 0; c < d_k; c++) {
-            float a = (float)exp(gdim == 1 ? Gn[0] : Gn[c]);
+            const float a = En[kind == LA_SCALAR ? 0 : c];
             float *Sc = S + (size_t)c * d_v;
             for (int j = 0; j < d_v; j++) Sc[j] *= a;
         }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, ks, d_k, v, d_v, 1.0f,
-                S, d_v);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, d_k, v, d_v,
+                1.0f, S, d_v);
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
@@ -209,20 +237,23 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     TTT_ASSERT(chunk >= 1 && T >= 0 && d_k >= 1 && d_v >= 1);
     if (T == 0) return;
     const int C = chunk < T ? chunk : T;
-    const int gdim = log_alpha ? (alpha_vec ? d_k : 1) : 0;
+    const int kind = !log_alpha ? LA_NONE : alpha_vec ? LA_VECTOR : LA_SCALAR;
+    const int gdim = kind == LA_NONE ? 1 : kind == LA_SCALAR ? 1 : d_k; /* ≥ 1 for the sizes */
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     la_work w;
     w.A = scratch(ctx, sizeof(float) * (size_t)C * C);
     w.qs = scratch(ctx, sizeof(float) * (size_t)C * d_k);
+    w.qs2 = scratch(ctx, sizeof(float) * (size_t)C * d_k);
     w.ks = scratch(ctx, sizeof(float) * (size_t)C * d_k);
-    w.e = scratch(ctx, sizeof(float) * (size_t)C);
     w.f = scratch(ctx, sizeof(float) * (size_t)C);
-    w.G = scratch(ctx, sizeof(double) * (size_t)C * (gdim ? gdim : 1));
+    w.E = scratch(ctx, sizeof(float) * (size_t)C * gdim);
+    w.G = scratch(ctx, sizeof(double) * (size_t)C * gdim);
+    const size_t gstride = kind == LA_VECTOR ? (size_t)d_k : 1;
     for (int t0 = 0; t0 < T; t0 += C) {
         const int n = t0 + C <= T ? C : T - t0;
         la_chunk(o + (size_t)t0 * d_v, S, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
                  v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
-                 log_alpha ? log_alpha + (size_t)t0 * gdim : NULL, gdim, n, d_k, d_v, &w);
+                 log_alpha ? log_alpha + (size_t)t0 * gstride : NULL, kind, n, d_k, d_v, &w);
     }
     ttt_arena_release(ctx->arena, mark);
 }

@@ -1,6 +1,6 @@
 /* Quadratic baselines, MATH.md §4 "Quadratic baselines": causal softmax attention and its
  * forget-gate form (FoX; ALiBi is the case of a constant gate):
- *     O = softmax(Q Kᵀ·scale + log Γ) V,      Γ_ij = Π_{r=j+1}^{i} α_r for j ≤ i, 0 (log = −∞) else.
+ *     O = softmax(Q Kᵀ·scale + log Γ) V,     Γ_ij = Π_{r=j+1}^{i} α_r for j ≤ i, 0 (log −∞) else.
  * log Γ_ij = G_i − G_j with G = cumsum(log α) accumulated in float64 (never a product of gates,
  * MATH.md §0). log_alpha = NULL gives plain causal attention (log Γ = log M).
  *

@@ -29,11 +29,13 @@ void ttt_momentum_chunked(ttt_ctx *ctx, float *o, float *S, float *M, const floa
                           const float *log_alpha, float theta, float mu, int T, int d_k, int d_v,
                           int chunk) {
     TTT_ASSERT(chunk >= 1);
+    if (T <= 0) return;
+    if (chunk > T) chunk = T; /* one chunk holds the whole sequence */
     ttt_arena_mark mark0 = ttt_arena_mark_get(ctx->arena);
     /* per-chunk coefficient scratch, sized for a full chunk */
-    double *Gl = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)chunk);  /* (C) log A_i */
+    double *Gl = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)chunk);       /* log A_i */
     double *pw = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)(chunk + 1)); /* μ^m */
-    double *cc = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)chunk);  /* (C) c_i */
+    double *cc = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)chunk);       /* c_i */
     TTT_ASSERT(Gl && pw && cc);
     pw[0] = 1.0; /* μ^0 = 1 also for μ = 0: the fresh gradient enters undamped */
     for (int m = 1; m <= chunk; m++) pw[m] = pw[m - 1] * mu;
@@ -98,7 +100,7 @@ void ttt_momentum_chunked(ttt_ctx *ctx, float *o, float *S, float *M, const floa
         /* end-of-chunk state and momentum (both from the chunk-start values) */
         ttt_tensor *Sn = ttt_axpby(ctx, a_row->data[n - 1], &S0, c_row->data[n - 1], &M0);
         Sn = ttt_gemm(ctx, -1.0f, ttt_scale_rows(ctx, &Kc, w_state), 1, E, 0, 1.0f, Sn);
-        ttt_tensor *Mn = ttt_scale(ctx, &M0, (float)pw[n > 1 ? n - 1 : n]);
+        ttt_tensor *Mn = ttt_scale(ctx, &M0, (float)pw[n]);
         Mn = ttt_gemm(ctx, -1.0f, ttt_scale_rows(ctx, &Kc, w_mom), 1, E, 0, 1.0f, Mn);
         memcpy(S, Sn->data, Sn->n * sizeof(float));
         memcpy(M, Mn->data, Mn->n * sizeof(float));

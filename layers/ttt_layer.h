@@ -61,6 +61,8 @@ typedef struct ttt_layer {
     ttt_form form;
     int chunk;         /* chunk size C of the chunkwise forms */
     int sgd_plain;     /* the optimizer is sgd without extra terms (closed forms apply) */
+    int momentum_plain; /* the optimizer is momentum without Nesterov (Titans' chunked form) */
+    float momentum_mu;  /* its μ */
     float scale;
     int d_k, d_v;
 } ttt_layer;
@@ -100,6 +102,9 @@ extern const ttt_option ttt_layer_options[];
  * the layer for key/value dims d_k, d_v. Errors name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
+/* A short name for tables: the preset's name, or "model/loss/optimizer/b" for a custom tuple. */
+const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
+
 /* Build a layer from names and numbers (tests, programs); optimizer options take defaults.
  * preset may be NULL. */
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
@@ -109,7 +114,10 @@ ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, con
  * Linear-attention family (linear model, dot loss, plain sgd, update_then_apply; any b, since
  * the dot loss's gradient does not depend on W): recurrent, parallel, chunkwise.
  * Delta-rule family (linear, squared, plain sgd, b = 1, update_then_apply, no decay or coupled
- * decay): recurrent, parallel, chunkwise. The generic form always applies. */
+ * decay): recurrent, parallel, chunkwise. TTT-Linear (ttt_linear, recon or squared, plain sgd,
+ * position_scale inverse, no decay, update_then_apply): dual. Titans (linear, squared, momentum
+ * without Nesterov, steps per_token, no or decoupled scalar decay, update_then_apply): chunkwise
+ * with the chunk = mini_batch. The generic form always applies. */
 const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f);
 /* The default for `form: auto`: the chunkwise form where it exists, else recurrent, else
  * generic. */

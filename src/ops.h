@@ -5,12 +5,19 @@
  * called; a mismatch is a programmer error (TTT_ASSERT with both shapes printed).
  * Conventions follow MATH.md §0: row-major, tokens as rows, row vectors.
  *
+ * Autodiff (autograd.h): every op below has a hand-written backward and records itself on
+ * ctx->tape when ctx->grad is set and one of its inputs requires grad; the comparisons at the end
+ * are utilities, not ops. Integer inputs (ids, targets) and scalar arguments (eps, flags, scales)
+ * are constants. Derivatives at kinks: relu' = 0 and elu1' = 1 at x = 0, ‖·‖' = 0 at 0.
+ *
  * Broadcasting (add, sub, mul, div): `b` may have the same shape as `a`, be a single element
  * (n == 1), or be a row vector with as many elements as a's last dimension (applied to every row).
+ * The backward sums b's gradient over the broadcast positions.
  * Every fast kernel here keeps a naive twin in tests/test_ops.c as its reference. */
 #ifndef TTT_OPS_H
 #define TTT_OPS_H
 
+#include "autograd.h"
 #include "tensor.h"
 
 /* ---- matrix products (cblas_sgemm underneath) ---- */
@@ -73,12 +80,15 @@ ttt_tensor *ttt_sum_cols(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_row_norms(ttt_ctx *ctx, const ttt_tensor *a);
 /* Cumulative sum along dim 0: (T) → (T) prefix sums, (T,d) → (T,d) per column. */
 ttt_tensor *ttt_cumsum(ttt_ctx *ctx, const ttt_tensor *a);
+/* Mean of all elements → (1). a must not be empty. */
+ttt_tensor *ttt_mean(ttt_ctx *ctx, const ttt_tensor *a);
 
 /* ---- norms (over the last dimension, row by row) ---- */
 /* (x − mean)/sqrt(var + eps) · gamma + beta; gamma, beta (n) may be NULL (1 and 0). */
 ttt_tensor *ttt_layernorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma,
                           const ttt_tensor *beta, float eps);
-/* Backward of ttt_layernorm w.r.t. x given dy (same shape as x). */
+/* Backward of ttt_layernorm w.r.t. x given dy (same shape as x). As an op it is differentiable
+ * too (w.r.t. dy, x and gamma): training through an analytic inner gradient needs it. */
 ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
                                    const ttt_tensor *gamma, float eps);
 /* x / sqrt(mean(x²) + eps) · gamma; gamma may be NULL. */
@@ -109,8 +119,42 @@ ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1);
 /* Stack along dim 0 (other dims equal). */
 ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
-/* Same data, new shape (element counts equal); the result shares a's storage. */
+/* Same data, new shape (element counts equal); the result shares a's storage. For autodiff it is
+ * a tensor of its own whose gradient is added into a's (element order is the same). */
 ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape);
+/* Columns [c0, c1) of the last dim, copied: (…, n) → (…, c1 − c0). Splits heads out of (T, H·D). */
+ttt_tensor *ttt_slice_cols(ttt_ctx *ctx, const ttt_tensor *a, int c0, int c1);
+/* Join along the last dim (all other dims equal): (…, n_a), (…, n_b) → (…, n_a + n_b). */
+ttt_tensor *ttt_concat_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+/* Same for n ≥ 1 parts in one copy (joining H heads back into (T, H·D)). */
+ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n);
+
+/* ---- sequence-model ops ---- */
+/* Rows of table (V, d) picked by ids (n, each in [0, V)) → (n, d). The backward scatter-adds into
+ * the table rows (repeated ids accumulate). ids is copied when recording. */
+ttt_tensor *ttt_embedding(ttt_ctx *ctx, const ttt_tensor *table, const int *ids, int n);
+
+/* What a cross-entropy call saw, for metrics: counted rows, how many had their target as the
+ * (first) arg-max, and the summed loss in nats. */
+typedef struct ttt_ce_stats {
+    int count;
+    int correct;
+    double loss_sum;
+} ttt_ce_stats;
+
+/* Mean cross-entropy (nats) of logits (N, V) (any tensor with N rows of V) against targets (N):
+ * (1/count)·Σ_{i: t_i ≥ 0} (logsumexp(z_i) − z_{i,t_i}); rows with a negative target are ignored
+ * (count = 0 gives 0). Log-sum-exp after subtracting the row max, in double. → (1). stats may be
+ * NULL. targets is copied when recording. */
+ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
+                              ttt_ce_stats *stats);
+
+/* Depthwise causal convolution along time: y_{t,c} = Σ_{j<K} w_{j,c}·x_{t−j,c} + b_c, with zero
+ * padding before t = 0 (y_t never sees a future token). x is one sequence (T, C) or a batch of
+ * independent sequences (B, T, C) (padding restarts at each sequence); w (K, C), j = 0 is the
+ * current token; bias (C) or NULL. Result has x's shape. */
+ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
+                              const ttt_tensor *bias);
 
 /* ---- comparisons (not ops: utilities for tests and equivalence reports) ---- */
 float ttt_max_abs(const ttt_tensor *a);

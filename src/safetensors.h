@@ -15,8 +15,8 @@
  *
  * The reader is written for hostile input: every length, offset and shape is validated against
  * the real size of the file before anything is allocated or read, the JSON parser is strict and
- * has a nesting limit, and every rejection is a TTT_ERR_FORMAT whose message names the file and
- * what is wrong, e.g.
+ * follows the schema (no recursion, no generic tree), and every rejection is a TTT_ERR_FORMAT
+ * whose message names the file and what is wrong, e.g.
  *     x.safetensors: tensor 'q': data_offsets [0, 100] do not match shape (2, 3) of F32 (24 bytes)
  */
 #ifndef TTT_SAFETENSORS_H
@@ -47,6 +47,8 @@ typedef struct ttt_st_file {
     ttt_st_tensor *t;
     int n_meta;
     char **meta_key, **meta_val; /* the __metadata__ pairs, in header order */
+    char *pool_;                 /* private: the names and metadata strings */
+    float *data_;                /* private: the floats of all tensors, one block */
 } ttt_st_file;
 
 /* Read a whole file. On error *out is NULL and err names the file and the problem. */

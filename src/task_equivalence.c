@@ -11,8 +11,9 @@
 static const ttt_option equivalence_options[] = {
     {"reference", TTT_OPT_CHOICE, "recurrent", TTT_NO_RANGE,
      "generic|recurrent|parallel|chunkwise|dual", "the form compared against"},
-    {"candidate", TTT_OPT_CHOICE, "generic", TTT_NO_RANGE,
-     "generic|recurrent|parallel|chunkwise|dual", "the form under test"},
+    {"candidate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE,
+     "auto|generic|recurrent|parallel|chunkwise|dual",
+     "the form under test (auto: the layer's default closed form)"},
     {"tokens", TTT_OPT_INT, "256", 1, 1 << 24, NULL, "sequence length T"},
     {"key_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "key dimension d_k"},
     {"value_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "value dimension d_v"},
@@ -34,6 +35,7 @@ static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
     static const char *const keys[] = {"reference", "candidate"};
     for (int i = 0; i < 2; i++) {
         const ttt_cfg_node *n = ttt_cfg_get(task, keys[i]);
+        if (strcmp(n->scalar, "auto") == 0) continue;
         const char *why = ttt_layer_form_unavailable(&L, (ttt_form)ttt_form_from_name(n->scalar));
         if (why) return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "task.%s: %s", keys[i], why);
     }
@@ -119,8 +121,12 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
     static const char *const keys[] = {"reference", "candidate"};
     double secs[2];
     ttt_status s = TTT_OK;
+    const char *form_name[2];
     for (int f = 0; f < 2 && s == TTT_OK; f++) {
-        L.form = (ttt_form)ttt_form_from_name(ttt_cfg_str(task, keys[f]));
+        const char *name = ttt_cfg_str(task, keys[f]);
+        L.form = strcmp(name, "auto") == 0 ? ttt_layer_auto_form(&L)
+                                           : (ttt_form)ttt_form_from_name(name);
+        form_name[f] = ttt_form_name(L.form);
         s = run_form(&ctx, &L, o[f], S[f], q, k, v, eta, la, H, repeats, run, &secs[f], err);
     }
     if (s == TTT_OK) {
@@ -137,10 +143,11 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
         }
         ttt_record rec;
         ttt_record_clear(&rec);
-        ttt_record_str(&rec, "series", run->label[0] ? run->label : ttt_cfg_str(task, "candidate"));
-        ttt_record_str(&rec, "layer", L.preset ? L.preset : "custom");
-        ttt_record_str(&rec, "reference", ttt_cfg_str(task, "reference"));
-        ttt_record_str(&rec, "candidate", ttt_cfg_str(task, "candidate"));
+        ttt_record_str(&rec, "series", run->label[0] ? run->label : form_name[1]);
+        char name[128];
+        ttt_record_str(&rec, "layer", ttt_layer_describe(&L, name, sizeof name));
+        ttt_record_str(&rec, "reference", form_name[0]);
+        ttt_record_str(&rec, "candidate", form_name[1]);
         ttt_record_str(&rec, "gates", gates);
         ttt_record_num(&rec, "T", T);
         ttt_record_num(&rec, "heads", H);

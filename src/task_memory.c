@@ -131,7 +131,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
     ttt_status s = TTT_OK;
     long done = run->work_done;
     char layer_name[128];
-    snprintf(layer_name, sizeof layer_name, "%s", L.preset ? L.preset : "custom");
+    ttt_layer_describe(&L, layer_name, sizeof layer_name);
     for (int p = 0; p < pairs->n && s == TTT_OK; p++) {
         long N;
         ttt_cfg_as_int(pairs->items[p], &N, NULL);

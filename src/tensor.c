@@ -1,5 +1,7 @@
 #include "tensor.h"
 
+#include "autograd.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -90,6 +92,9 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     TTT_ASSERT(t != NULL);
     t->ndim = ndim;
     t->n = 1;
+    t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
+    t->grad_persistent = 0;
+    t->grad = NULL;
     for (int i = 0; i < TTT_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
     for (int i = 0; i < ndim; i++) {
         TTT_ASSERT(shape[i] >= 0);
@@ -117,6 +122,12 @@ ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t) {
 ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t) {
     ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
     memcpy(r->data, t->data, r->n * sizeof(float));
+    /* The copy holds the same values, so its gradient flows to t unchanged. */
+    if (ctx->grad) {
+        ttt_tape_entry *e =
+            ttt_tape_record(ctx, ttt_backward_identity, r, (const ttt_tensor *const[]){t}, 1);
+        if (e) e->name = "copy";
+    }
     return r;
 }
 

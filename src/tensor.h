@@ -3,7 +3,9 @@
  * A ttt_tensor is float32, up to 4 dims, contiguous and row-major. Tensors are allocated from a
  * ttt_arena (a bump allocator made of chained blocks): a step allocates freely and the whole step
  * is released at once with ttt_arena_reset / ttt_arena_release, so hot loops never call malloc.
- * A ttt_ctx bundles the arena with the autodiff switch; every op takes one. */
+ * A ttt_ctx bundles the arena with the autodiff switch and tape; every op takes one.
+ * Autodiff (autograd.h) adds three fields to a tensor; all zero (the default of a designated or
+ * zero initializer, and what ttt_tensor_new sets) means "a constant: no gradient". */
 #ifndef TTT_TENSOR_H
 #define TTT_TENSOR_H
 
@@ -44,12 +46,19 @@ typedef struct ttt_tensor {
     int ndim;
     int shape[TTT_MAX_DIMS];
     size_t n; /* number of elements */
+    /* autodiff (autograd.h) */
+    int requires_grad;   /* nonzero: gradients flow to this tensor */
+    int grad_persistent; /* nonzero: grad is a caller-owned buffer that accumulates (a parameter) */
+    float *grad;         /* (n) dL/d(this tensor), same layout as data; NULL until needed */
 } ttt_tensor;
 
-/* Context of every op: where results are allocated, and (later) the autodiff tape. */
+typedef struct ttt_tape ttt_tape; /* autograd.h */
+
+/* Context of every op: where results are allocated, and the autodiff tape. */
 typedef struct ttt_ctx {
     ttt_arena *arena;
-    int grad; /* nonzero: record ops for backward (no-grad mode records nothing) */
+    int grad;       /* nonzero: record ops for backward (no-grad mode records nothing) */
+    ttt_tape *tape; /* where ops record when grad != 0; NULL = nothing is recorded */
 } ttt_ctx;
 
 /* New tensors live in ctx->arena. They abort (TTT_ASSERT) on out-of-memory: callers that must
@@ -58,9 +67,13 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape);
 ttt_tensor *ttt_tensor_1d(ttt_ctx *ctx, int n0);
 ttt_tensor *ttt_tensor_2d(ttt_ctx *ctx, int n0, int n1);
 ttt_tensor *ttt_tensor_3d(ttt_ctx *ctx, int n0, int n1, int n2);
+/* A constant (no gradient) of t's shape. */
 ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t);
+/* A copy; recorded like an op when gradients are on (gradients pass straight through to t). */
 ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t);
-/* A tensor header over existing memory (no copy); used to wrap slices and external buffers. */
+/* A tensor header over existing memory (no copy); used to wrap slices and external buffers.
+ * A view is a constant for autodiff: it does not pass gradients to the memory it aliases (use the
+ * recorded ttt_reshape / ttt_slice_rows / ttt_slice_cols for that). */
 ttt_tensor ttt_tensor_view(float *data, int ndim, const int *shape);
 ttt_tensor ttt_tensor_view2(float *data, int n0, int n1);
 void ttt_tensor_fill(ttt_tensor *t, float v);

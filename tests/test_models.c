@@ -105,7 +105,7 @@ static cplx c_silu(cplx x) { return x / (1.0 + cexp(-x)); }
 /* z = f(p; x) for one row x (d_k) → z (d_v). */
 static void ref_apply(const ref_spec *r, const cplx *p, const double *xr, cplx *z) {
     const int dk = r->dk, dv = r->dv;
-    cplx x[MAXH], h[MAXH], u[MAXH], a[MAXH], y[MAXH];
+    cplx x[MAXH] = {0}, h[MAXH] = {0}, u[MAXH] = {0}, a[MAXH] = {0}, y[MAXH] = {0};
     for (int i = 0; i < dk; i++) x[i] = xr[i];
     switch (r->model) {
     case M_LINEAR:

@@ -87,7 +87,7 @@ START_TEST(presets_resolve_to_their_tuples) {
     ck_assert_str_eq(L.loss->name, "squared");
     ck_assert_str_eq(L.optim->name, "sgd");
     ck_assert_int_eq(L.mini_batch, 1);
-    ck_assert_int_eq(L.form, TTT_FORM_RECURRENT); /* auto picks the closed form */
+    ck_assert_int_eq(L.form, TTT_FORM_RECURRENT); /* auto: the measured-fastest closed form */
     ck_assert_str_eq(ttt_cfg_str(ttt_cfg_get(root, "layer"), "form"), "recurrent");
     ttt_cfg_free(root);
 

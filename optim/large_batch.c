@@ -1,0 +1,178 @@
+/* Large-chunk test-time training, the LaCT recipe (MATH.md §3 "large_batch").
+ *
+ * Meant for `order: apply_then_update` with a huge mini_batch b (2K … 1M tokens): the driver hands
+ * over the block gradient G = Σ_s η_s ∇ℓ_s(W_0) once per block, and
+ *
+ *     M ← μ M + G                        (momentum over blocks; μ = 0: M is G, nothing is kept)
+ *     U = NS(M)  if muon, else M          (Newton–Schulz, newton_schulz.h; no shape factor)
+ *     W ← α W − θ U
+ *     W ← W / (‖W‖ + 1e-5) · ‖W_init‖     per output channel (renormalize)
+ *
+ * Renormalization axis. LaCT stores a fast weight as (fan_out, fan_in) and applies it as W·x; it
+ * rescales every stored row, i.e. every output channel, to its norm at initialization. Our models
+ * compute x·W with W of shape (fan_in, fan_out) (MATH.md §0), so LaCT's rows are our COLUMNS:
+ * `renormalize_axis: columns` (default) is LaCT's rule; `rows` is the literal reading of
+ * MATH.md §3 in our layout (one norm per input dimension). A 1-D weight is one vector (one norm).
+ *
+ * The initial norms are taken by init_state, which ttt_layer_state_init calls after the model
+ * has initialized the weights. Code that overwrites the weights afterwards must call
+ * `optim->init_state(cfg, state, W)` again; init_state fully (re)sets the state (momentum to zero).
+ * State: [M if μ > 0] then [N if renormalize], both of W's shape; every element of N holds the
+ * initial norm of its channel (so the rule needs no pass over W_init later).
+ *
+ * Renormalization needs a randomly initialized model. A channel whose initial norm is zero (the
+ * linear model starts at S = 0) has no norm to return to: the literal rule would pin it to zero
+ * forever, so such a channel is left as the plain step produced it (renormalization is a no-op
+ * for a zero-initialized model, which then runs the plain rule above). */
+#include <math.h>
+#include <string.h>
+
+#include "newton_schulz.h"
+#include "optim.h"
+
+typedef struct large_batch_cfg {
+    float mu;
+    int muon;
+    ttt_ns_cfg ns;
+    int renormalize;
+    int axis_rows; /* 1: one norm per row; 0: per column (output channel) */
+} large_batch_cfg;
+
+static const ttt_option large_batch_options[] = {
+    TTT_OPTIM_COMMON_OPTIONS,
+    {"momentum", TTT_OPT_FLOAT, "0.0", 0.0, 1.0, NULL,
+     "momentum over blocks mu (must be < 1): M <- mu*M + G (0 = none)"},
+    {"muon", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "orthogonalize the update with Newton-Schulz (coefficients, steps below)"},
+    TTT_NS_OPTIONS,
+    {"renormalize", TTT_OPT_BOOL, "true", TTT_NO_RANGE, NULL,
+     "after each step rescale every channel to its norm at initialization (channels that start "
+     "at zero are left alone; needs a randomly initialized model to matter)"},
+    {"renormalize_axis", TTT_OPT_CHOICE, "columns", TTT_NO_RANGE, "columns|rows",
+     "columns: one norm per output channel (LaCT; our weights are (fan_in, fan_out)); rows: one "
+     "norm per input dimension"},
+    TTT_OPTION_END,
+};
+
+static ttt_status large_batch_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+    large_batch_cfg *c = cfg;
+    c->mu = (float)ttt_cfg_float(opts, "momentum");
+    if (c->mu >= 1.0f)
+        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
+                             "layer.optimizer.momentum: %g is out of range; expected a value in "
+                             "[0, 1) (mu = 1 accumulates every gradient forever)",
+                             (double)c->mu);
+    c->muon = ttt_cfg_bool(opts, "muon");
+    ttt_ns_parse(&c->ns, opts);
+    c->renormalize = ttt_cfg_bool(opts, "renormalize");
+    c->axis_rows = strcmp(ttt_cfg_str(opts, "renormalize_axis"), "rows") == 0;
+    return TTT_OK;
+}
+
+static int has_momentum(const large_batch_cfg *c) { return c->mu > 0.0f; }
+
+static int large_batch_n_state(const void *cfg) {
+    const large_batch_cfg *c = cfg;
+    return has_momentum(c) + (c->renormalize ? 1 : 0);
+}
+
+/* The matrix view of a weight for renormalization: (rows, cols), and whether the norms run per
+ * row. A 1-D weight is a single row with a single norm. */
+static void norm_layout(const large_batch_cfg *c, const ttt_tensor *W, int *rows, int *cols,
+                        int *per_row) {
+    if (W->ndim == 1) {
+        *rows = 1, *cols = W->shape[0], *per_row = 1;
+    } else {
+        *rows = W->shape[0], *cols = (int)(W->n / (size_t)W->shape[0]), *per_row = c->axis_rows;
+    }
+}
+
+/* Channel norms (double accumulation): (rows) per row or (cols) per column. */
+static void channel_norms(double *out, const float *W, int rows, int cols, int per_row) {
+    memset(out, 0, sizeof(double) * (size_t)(per_row ? rows : cols));
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            double w = W[(size_t)i * cols + j];
+            out[per_row ? i : j] += w * w;
+        }
+    for (int i = 0; i < (per_row ? rows : cols); i++) out[i] = sqrt(out[i]);
+}
+
+static void large_batch_init_state(const void *cfg, ttt_tensor **state, const ttt_tensor *W) {
+    const large_batch_cfg *c = cfg;
+    int s = 0;
+    if (has_momentum(c)) ttt_tensor_fill(state[s++], 0.0f);
+    if (!c->renormalize) return;
+    int rows, cols, per_row;
+    norm_layout(c, W, &rows, &cols, &per_row);
+    float *N = state[s]->data; /* (rows, cols): the initial norm of each element's channel */
+    if (per_row) {
+        for (int i = 0; i < rows; i++) {
+            const float *w = W->data + (size_t)i * cols; /* (cols) */
+            double acc = 0;
+            for (int j = 0; j < cols; j++) acc += (double)w[j] * w[j];
+            for (int j = 0; j < cols; j++) N[(size_t)i * cols + j] = (float)sqrt(acc);
+        }
+    } else {
+        for (int j = 0; j < cols; j++) {
+            double acc = 0;
+            for (int i = 0; i < rows; i++) {
+                double w = W->data[(size_t)i * cols + j];
+                acc += w * w;
+            }
+            for (int i = 0; i < rows; i++) N[(size_t)i * cols + j] = (float)sqrt(acc);
+        }
+    }
+}
+
+static void large_batch_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
+                             ttt_tensor **state_out, const ttt_tensor *W,
+                             const ttt_tensor *const *state, const ttt_tensor *G,
+                             const ttt_optim_block *blk) {
+    const large_batch_cfg *c = cfg;
+    int s = 0;
+    const ttt_tensor *U = G;
+    if (has_momentum(c)) {
+        ttt_tensor *M = ttt_axpby(ctx, c->mu, state[0], 1.0f, G); /* μM + G */
+        state_out[s++] = M;
+        U = M;
+    }
+    if (c->muon) U = ttt_newton_schulz(ctx, U, c->ns.set, c->ns.steps);
+    ttt_tensor *Wd = ttt_optim_apply_decay(ctx, W, blk);      /* αW */
+    ttt_tensor *Wn = ttt_axpby(ctx, 1.0f, Wd, -blk->theta, U); /* αW − θU */
+    if (!c->renormalize) {
+        *W_out = Wn;
+        return;
+    }
+    const ttt_tensor *N = state[s];
+    state_out[s] = ttt_tensor_copy(ctx, N); /* the initial norms never change */
+    int rows, cols, per_row;
+    norm_layout(c, W, &rows, &cols, &per_row);
+    const int nch = per_row ? rows : cols;
+    ttt_tensor *f = ttt_tensor_1d(ctx, nch); /* per-channel factor ‖W_init‖/(‖W‖ + 1e-5) */
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *nrm = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)nch);
+    TTT_ASSERT(nrm != NULL);
+    channel_norms(nrm, Wn->data, rows, cols, per_row);
+    for (int ch = 0; ch < nch; ch++) {
+        const float n0 = per_row ? N->data[(size_t)ch * cols] : N->data[ch];
+        /* a channel that started at zero has no norm to return to: leave it */
+        f->data[ch] = n0 > 0.0f ? (float)(n0 / (nrm[ch] + 1e-5)) : 1.0f;
+    }
+    ttt_arena_release(ctx->arena, mark);
+    ttt_tensor Wm = ttt_tensor_view2(Wn->data, rows, cols); /* (rows, cols) */
+    ttt_tensor *R = per_row ? ttt_scale_rows(ctx, &Wm, f) : ttt_scale_cols(ctx, &Wm, f);
+    *W_out = ttt_reshape(ctx, R, W->ndim, W->shape);
+}
+
+const ttt_optim ttt_optim_large_batch = {
+    .name = "large_batch",
+    .help = "LaCT's large-chunk update: optional momentum and Newton-Schulz, W <- decay*W - lr*U, "
+            "then each channel rescaled to its initial norm (use with apply_then_update, huge b)",
+    .options = large_batch_options,
+    .cfg_size = sizeof(large_batch_cfg),
+    .parse = large_batch_parse,
+    .n_state = large_batch_n_state,
+    .init_state = large_batch_init_state,
+    .step = large_batch_step,
+};

@@ -1,0 +1,75 @@
+/* Momentum with decoupled decay: Titans' memory update (MATH.md §3 "momentum").
+ *
+ *     M ← μ M − θ G            W ← α W + M                       (heavy ball)
+ *     M ← μ M − θ G            W ← α W + μ M − θ G                (nesterov: true)
+ *
+ * α is the block's retention (`decay`; Titans writes it as 1 − a_t with the forget rate a_t).
+ * With μ = 0 both reduce to decoupled-decay SGD, W ← αW − θG, to the last bit.
+ *
+ * Nesterov is the look-ahead form of Sutskever et al.: the step taken is the updated velocity
+ * continued for one more step, μ M_new, plus the fresh gradient step −θG. It is the rewriting of
+ * "evaluate the gradient at W + μM" in variables where the stored weights are the look-ahead
+ * point, the same convention as torch.optim.SGD(nesterov=True); for a constant gradient g it
+ * moves −θ g (1 + μ + μ² + …) like heavy ball, only one step earlier.
+ *
+ * Under `steps: per_token` with mini_batch C (gradients at the chunk start) this is Titans'
+ * chunked momentum; layers/titans.c computes the same thing with matmuls per chunk
+ * (ttt_momentum_chunked) and tests/test_optim.c ties the two together. */
+#include <string.h>
+
+#include "optim.h"
+
+typedef struct momentum_cfg {
+    float mu;
+    int nesterov;
+} momentum_cfg;
+
+static const ttt_option momentum_options[] = {
+    TTT_OPTIM_COMMON_OPTIONS,
+    {"momentum", TTT_OPT_FLOAT, "0.9", 0.0, 1.0, NULL,
+     "momentum mu (must be < 1): M <- mu*M - lr*G (0 = decoupled-decay SGD)"},
+    {"nesterov", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "look-ahead step: W <- decay*W + mu*M - lr*G with the updated M"},
+    TTT_OPTION_END,
+};
+
+static ttt_status momentum_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+    momentum_cfg *c = cfg;
+    c->mu = (float)ttt_cfg_float(opts, "momentum");
+    c->nesterov = ttt_cfg_bool(opts, "nesterov");
+    if (c->mu >= 1.0f) /* the table's range is inclusive; μ = 1 never forgets a gradient */
+        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
+                             "layer.optimizer.momentum: %g is out of range; expected a value in "
+                             "[0, 1) (mu = 1 accumulates every gradient forever)",
+                             (double)c->mu);
+    return TTT_OK;
+}
+
+static int momentum_n_state(const void *cfg) { return 1; /* M */ }
+
+static void momentum_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
+                          ttt_tensor **state_out, const ttt_tensor *W,
+                          const ttt_tensor *const *state, const ttt_tensor *G,
+                          const ttt_optim_block *blk) {
+    const momentum_cfg *c = cfg;
+    ttt_tensor *M = ttt_axpby(ctx, c->mu, state[0], -blk->theta, G); /* μM − θG */
+    ttt_tensor *Wd = ttt_optim_apply_decay(ctx, W, blk);              /* αW */
+    if (c->nesterov) {
+        ttt_tensor *step = ttt_axpby(ctx, c->mu, M, -blk->theta, G); /* μM_new − θG */
+        *W_out = ttt_add(ctx, Wd, step);
+    } else {
+        *W_out = ttt_add(ctx, Wd, M);
+    }
+    state_out[0] = M;
+}
+
+const ttt_optim ttt_optim_momentum = {
+    .name = "momentum",
+    .help = "momentum with decoupled decay (Titans): M <- mu*M - lr*G; W <- decay*W + M",
+    .options = momentum_options,
+    .cfg_size = sizeof(momentum_cfg),
+    .parse = momentum_parse,
+    .n_state = momentum_n_state,
+    .init_state = NULL,
+    .step = momentum_step,
+};

@@ -1,0 +1,105 @@
+/* Muon: momentum, then Newton–Schulz orthogonalization of the update (MATH.md §3 "muon").
+ *
+ *     M ← μ M + G
+ *     U = NS(M)                  (nesterov: U = NS(G + μ M) with the updated M)
+ *     W ← (1 − λ) α W − θ s U
+ *
+ * α is the block's retention (`decay`), λ the decoupled weight decay (`weight_decay`), and the
+ * shape factor s (`scale`):
+ *   muon — s = sqrt(max(1, rows/cols)) of the weight as stored (MATH.md §3; Keller Jordan's
+ *          formula applied to our layout);
+ *   fan  — s = sqrt(max(1, cols/rows)). Our weights are (fan_in, fan_out) because models compute
+ *          x·W (MATH.md §0), while PyTorch stores (fan_out, fan_in): this is Muon's
+ *          sqrt(max(1, fan_out/fan_in)) as meant for PyTorch weights;
+ *   none — s = 1.
+ * For square weights (the linear model with d_k = d_v) all three agree.
+ *
+ * Muon is for matrices. A 1-D weight (a bias, a LayerNorm gain) is treated as one row, so NS
+ * returns p(1)·G/‖G‖ (a normalized-gradient step of fixed length, see newton_schulz.h) and s = 1.
+ * A zero G gives a zero update (NS(0) = 0). Defaults follow Muon: μ = 0.95, Nesterov, the muon
+ * quintic for 5 steps. */
+#include <math.h>
+#include <string.h>
+
+#include "newton_schulz.h"
+#include "optim.h"
+
+typedef enum muon_scale { SCALE_MUON, SCALE_FAN, SCALE_NONE } muon_scale;
+
+typedef struct muon_cfg {
+    float mu;
+    int nesterov;
+    float weight_decay;
+    muon_scale scale;
+    ttt_ns_cfg ns;
+} muon_cfg;
+
+static const ttt_option muon_options[] = {
+    TTT_OPTIM_COMMON_OPTIONS,
+    {"momentum", TTT_OPT_FLOAT, "0.95", 0.0, 1.0, NULL,
+     "momentum mu (must be < 1): M <- mu*M + G (0 = orthogonalize the block gradient itself)"},
+    {"nesterov", TTT_OPT_BOOL, "true", TTT_NO_RANGE, NULL,
+     "orthogonalize G + mu*M (with the updated M) instead of M"},
+    TTT_NS_OPTIONS,
+    {"scale", TTT_OPT_CHOICE, "muon", TTT_NO_RANGE, "muon|fan|none",
+     "update factor s: muon = sqrt(max(1, rows/cols)) (MATH.md), fan = sqrt(max(1, cols/rows)) "
+     "(Muon's fan_out/fan_in for our (fan_in, fan_out) weights), none = 1"},
+    {"weight_decay", TTT_OPT_FLOAT, "0.0", 0.0, 1.0, NULL,
+     "decoupled weight decay lambda: W <- (1 - lambda)*decay*W - lr*s*U"},
+    TTT_OPTION_END,
+};
+
+static ttt_status muon_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+    muon_cfg *c = cfg;
+    c->mu = (float)ttt_cfg_float(opts, "momentum");
+    if (c->mu >= 1.0f)
+        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
+                             "layer.optimizer.momentum: %g is out of range; expected a value in "
+                             "[0, 1) (mu = 1 accumulates every gradient forever)",
+                             (double)c->mu);
+    c->nesterov = ttt_cfg_bool(opts, "nesterov");
+    c->weight_decay = (float)ttt_cfg_float(opts, "weight_decay");
+    const char *s = ttt_cfg_str(opts, "scale");
+    c->scale = strcmp(s, "fan") == 0 ? SCALE_FAN : strcmp(s, "none") == 0 ? SCALE_NONE : SCALE_MUON;
+    ttt_ns_parse(&c->ns, opts);
+    return TTT_OK;
+}
+
+/* The momentum buffer is only kept when there is momentum. */
+static int muon_n_state(const void *cfg) { return ((const muon_cfg *)cfg)->mu > 0.0f ? 1 : 0; }
+
+static float muon_shape_factor(muon_scale scale, const ttt_tensor *W) {
+    int r, c;
+    ttt_ns_matrix_dims(W, &r, &c);
+    if (W->ndim == 1 || scale == SCALE_NONE) return 1.0f;
+    double ratio = scale == SCALE_MUON ? (double)r / c : (double)c / r;
+    return (float)sqrt(ratio > 1.0 ? ratio : 1.0);
+}
+
+static void muon_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
+                      const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
+                      const ttt_optim_block *blk) {
+    const muon_cfg *c = cfg;
+    const ttt_tensor *A = G; /* what gets orthogonalized */
+    if (c->mu > 0.0f) {
+        ttt_tensor *M = ttt_axpby(ctx, c->mu, state[0], 1.0f, G); /* μM + G */
+        state_out[0] = M;
+        A = c->nesterov ? ttt_axpby(ctx, 1.0f, G, c->mu, M) : M; /* G + μM_new or M */
+    }
+    ttt_tensor *U = ttt_newton_schulz(ctx, A, c->ns.set, c->ns.steps);
+    ttt_tensor *Wd = ttt_optim_apply_decay(ctx, W, blk); /* αW */
+    const float s = muon_shape_factor(c->scale, W);
+    *W_out = ttt_axpby(ctx, 1.0f - c->weight_decay, Wd, -blk->theta * s, U);
+}
+
+const ttt_optim ttt_optim_muon = {
+    .name = "muon",
+    .help = "Muon: M <- mu*M + G; W <- (1-weight_decay)*decay*W - lr*s*NS(M) (Newton-Schulz "
+            "orthogonalized momentum)",
+    .options = muon_options,
+    .cfg_size = sizeof(muon_cfg),
+    .parse = muon_parse,
+    .n_state = muon_n_state,
+    .init_state = NULL,
+    .step = muon_step,
+};

@@ -1,0 +1,318 @@
+/* Tensors in, tensors out (apply.h): the (B, T, H, D) files of PyTorch libraries through any
+ * layer, one (batch, head) sequence at a time. */
+#include "apply.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "tensor.h"
+#include "ttt_layer.h"
+
+#ifndef TTT_VERSION
+#define TTT_VERSION "unknown"
+#endif
+
+_Static_assert(TTT_APPLY_MAX_OUT >= 1 + TTT_MAX_WEIGHTS, "room for o and every weight");
+
+/* Initial weights for models that draw them at random: one fixed stream per head (the same for
+ * every batch element, as a model's per-head initial weights would be). */
+#define APPLY_SEED 0
+
+static char *dupstr(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+void ttt_apply_out_free(ttt_apply_out *out) {
+    if (!out) return;
+    for (int i = 0; i < out->n; i++) {
+        free(out->t[i].name);
+        free(out->t[i].data);
+    }
+    for (int i = 0; i < 2 * out->n_meta; i++) free(out->meta[i]);
+    memset(out, 0, sizeof *out);
+}
+
+/* The state tensor names for weight w of a model with n_w weights. */
+static void state_name(char *buf, size_t len, const char *stem, int w, int n_w) {
+    if (n_w == 1) snprintf(buf, len, "%s", stem);
+    else snprintf(buf, len, "%s.%d", stem, w);
+}
+
+static int same_dims(const ttt_st_tensor *t, int ndim, const int64_t *want) {
+    if (t->ndim != ndim) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != want[i]) return 0;
+    return 1;
+}
+
+static const char *shp(int ndim, const int64_t *s, char *buf, size_t len) {
+    ttt_st_tensor t = {.ndim = ndim};
+    memcpy(t.shape, s, (size_t)ndim * sizeof *s);
+    return ttt_st_shape_str(&t, buf, len);
+}
+
+/* "q, k, v" — the names the file holds, for "missing tensor" messages. */
+static void list_names(const ttt_st_file *in, char *buf, size_t len) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < in->n && w + 8 < len; i++) {
+        int m = snprintf(buf + w, len - w, "%s'%.40s'", i ? ", " : "", in->t[i].name);
+        w += m > 0 ? (size_t)m : 0;
+    }
+    if (in->n == 0) snprintf(buf, len, "no tensors");
+}
+
+ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
+                     ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    const char *file = in->path ? in->path : "<input>";
+    char s1[320], s2[320], s3[320], s4[320];
+    if (!layer_map)
+        return ttt_error_set(err, TTT_ERR_CONFIG, "ttt apply: no `layer:` mapping was given");
+
+    /* ---- the inputs' shapes ---- */
+    const char *req[3] = {"q", "k", "v"};
+    const ttt_st_tensor *in_t[3];
+    for (int i = 0; i < 3; i++) {
+        in_t[i] = ttt_st_find(in, req[i]);
+        if (!in_t[i]) {
+            char names[512];
+            list_names(in, names, sizeof names);
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: missing tensor '%s' (inputs: q, k (B, T, H, d_k), v (B, T, "
+                                 "H, d_v), optional beta, log_alpha, initial_state); the file "
+                                 "holds %s",
+                                 file, req[i], names);
+        }
+    }
+    const ttt_st_tensor *q = in_t[0], *k = in_t[1], *v = in_t[2];
+    if (q->ndim != 4)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: tensor 'q' has shape %s; expected 4 dimensions (B, T, H, d_k)",
+                             file, ttt_st_shape_str(q, s1, sizeof s1));
+    if (!same_dims(k, 4, q->shape))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: tensors 'q' %s and 'k' %s must have the same shape (B, T, H, "
+                             "d_k)",
+                             file, ttt_st_shape_str(q, s1, sizeof s1),
+                             ttt_st_shape_str(k, s2, sizeof s2));
+    if (v->ndim != 4 || v->shape[0] != q->shape[0] || v->shape[1] != q->shape[1] || v->shape[2] != q->shape[2])
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: tensor 'v' %s does not fit 'q' %s: expected (B, T, H, d_v) = "
+                             "(%lld, %lld, %lld, d_v)",
+                             file, ttt_st_shape_str(v, s1, sizeof s1),
+                             ttt_st_shape_str(q, s2, sizeof s2), (long long)q->shape[0],
+                             (long long)q->shape[1], (long long)q->shape[2]);
+    const int64_t B64 = q->shape[0], T64 = q->shape[1], H64 = q->shape[2], dk64 = q->shape[3],
+                  dv64 = v->shape[3];
+    if (B64 < 1 || H64 < 1 || dk64 < 1 || dv64 < 1 || B64 > INT_MAX || T64 > INT_MAX ||
+        H64 > INT_MAX || dk64 > INT_MAX || dv64 > INT_MAX)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: q %s, v %s: B, H, d_k and d_v must be between 1 and %d, T "
+                             "between 0 and %d",
+                             file, ttt_st_shape_str(q, s1, sizeof s1),
+                             ttt_st_shape_str(v, s2, sizeof s2), INT_MAX, INT_MAX);
+    const int B = (int)B64, T = (int)T64, H = (int)H64, d_k = (int)dk64, d_v = (int)dv64;
+
+    const ttt_st_tensor *beta = ttt_st_find(in, "beta");
+    if (beta && !same_dims(beta, 3, q->shape))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: tensor 'beta' %s does not fit 'q' %s: expected (B, T, H) = %s",
+                             file, ttt_st_shape_str(beta, s1, sizeof s1),
+                             ttt_st_shape_str(q, s2, sizeof s2), shp(3, q->shape, s3, sizeof s3));
+    const ttt_st_tensor *la = ttt_st_find(in, "log_alpha");
+    const int alpha_vec = la && la->ndim == 4;
+    if (la && !same_dims(la, 3, q->shape) && !same_dims(la, 4, q->shape))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "%s: tensor 'log_alpha' %s does not fit 'q' %s: expected (B, T, H) "
+                             "= %s for a scalar gate or (B, T, H, d_k) = %s for a vector gate",
+                             file, ttt_st_shape_str(la, s1, sizeof s1),
+                             ttt_st_shape_str(q, s2, sizeof s2), shp(3, q->shape, s3, sizeof s3),
+                             ttt_st_shape_str(q, s4, sizeof s4));
+
+    /* ---- the layer (needs d_k, d_v) ---- */
+    ttt_layer L;
+    TTT_TRY(ttt_layer_parse(layer_map, d_k, d_v, &L, err));
+    const int n_w = L.model->n_weights;
+    TTT_ASSERT(n_w >= 1 && n_w <= TTT_MAX_WEIGHTS);
+    int wshape[TTT_MAX_WEIGHTS][TTT_MAX_DIMS], wnd[TTT_MAX_WEIGHTS];
+    size_t wnumel[TTT_MAX_WEIGHTS];
+    const ttt_st_tensor *init[TTT_MAX_WEIGHTS];
+    int64_t want[TTT_MAX_WEIGHTS][2 + TTT_MAX_DIMS];
+    double out_bytes = (double)B * T * H * d_v * sizeof(float);
+    for (int w = 0; w < n_w; w++) {
+        char nm[32];
+        wnd[w] = L.model->shape(w, d_k, d_v, wshape[w]);
+        wnumel[w] = 1;
+        want[w][0] = B;
+        want[w][1] = H;
+        for (int d = 0; d < wnd[w]; d++) {
+            want[w][2 + d] = wshape[w][d];
+            wnumel[w] *= (size_t)wshape[w][d];
+        }
+        out_bytes += (double)B * H * wnumel[w] * sizeof(float);
+        state_name(nm, sizeof nm, "initial_state", w, n_w);
+        init[w] = ttt_st_find(in, nm);
+        if (init[w] && !same_dims(init[w], 2 + wnd[w], want[w]))
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: tensor '%s' %s does not fit: expected (B, H, *W) = %s for "
+                                 "weight %d of model %s with d_k = %d, d_v = %d",
+                                 file, nm, ttt_st_shape_str(init[w], s1, sizeof s1),
+                                 shp(2 + wnd[w], want[w], s2, sizeof s2), w, L.model->name, d_k,
+                                 d_v);
+    }
+    /* Every other name is a mistake worth reporting (a misspelt optional input would otherwise
+     * be ignored without a word). */
+    for (int i = 0; i < in->n; i++) {
+        const char *nm = in->t[i].name;
+        int ok = !strcmp(nm, "q") || !strcmp(nm, "k") || !strcmp(nm, "v") ||
+                 !strcmp(nm, "beta") || !strcmp(nm, "log_alpha");
+        for (int w = 0; w < n_w && !ok; w++) {
+            char sn[32];
+            state_name(sn, sizeof sn, "initial_state", w, n_w);
+            ok = !strcmp(nm, sn);
+        }
+        if (!ok) {
+            char sn[32];
+            state_name(sn, sizeof sn, "initial_state", 0, n_w);
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: unknown input tensor '%.60s' (expected q, k, v, beta, "
+                                 "log_alpha%s%s%s; gates go in log_alpha, log space)",
+                                 file, nm, ", ", sn, n_w > 1 ? ", ..." : "");
+        }
+    }
+
+    /* ---- memory: outputs plus one sequence's slices ---- */
+    /* one sequence's slices, and its state several times over (weights, optimizer state and
+     * the driver's block copies and gradients) */
+    double work = ((double)T * (2 * d_k + 2 * d_v + 1 + d_k)) * sizeof(float);
+    for (int w = 0; w < n_w; w++) work += (4.0 + TTT_MAX_OPT_STATE) * wnumel[w] * sizeof(float);
+    char what[64];
+    snprintf(what, sizeof what, "ttt apply on %s", file);
+    TTT_TRY(ttt_size_check(out_bytes + work, what, err));
+
+    out->t[0].name = dupstr("o");
+    out->t[0].ndim = 4;
+    out->t[0].shape[0] = B;
+    out->t[0].shape[1] = T;
+    out->t[0].shape[2] = H;
+    out->t[0].shape[3] = d_v;
+    out->t[0].data = malloc((size_t)B * T * H * d_v * sizeof(float) + 1);
+    out->n = 1;
+    for (int w = 0; w < n_w; w++) {
+        char nm[32];
+        state_name(nm, sizeof nm, "final_state", w, n_w);
+        ttt_st_tensor *t = &out->t[out->n++];
+        t->name = dupstr(nm);
+        t->ndim = 2 + wnd[w];
+        memcpy(t->shape, want[w], (size_t)t->ndim * sizeof *t->shape);
+        t->data = malloc((size_t)B * H * wnumel[w] * sizeof(float));
+    }
+    for (int i = 0; i < out->n; i++)
+        if (!out->t[i].name || !out->t[i].data) {
+            ttt_apply_out_free(out);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
+        }
+
+    /* ---- every (batch, head) sequence ---- */
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 20);
+    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    ttt_rng base;
+    ttt_rng_seed(&base, APPLY_SEED);
+    ttt_tensor *qs = NULL, *ks = NULL, *vs = NULL, *os = NULL, *eta = NULL, *las = NULL;
+    if (T > 0) {
+        qs = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
+        ks = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
+        vs = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
+        os = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
+        if (beta) eta = ttt_tensor_1d(&ctx, T); /* (T) */
+        if (la) las = alpha_vec ? ttt_tensor_2d(&ctx, T, d_k) : ttt_tensor_1d(&ctx, T);
+    }
+    ttt_status st = TTT_OK;
+    const size_t rowk = (size_t)H * d_k, rowv = (size_t)H * d_v; /* one time step, all heads */
+    for (int b = 0; b < B && st == TTT_OK; b++) {
+        for (int h = 0; h < H && st == TTT_OK; h++) {
+            ttt_arena_mark mark = ttt_arena_mark_get(&arena);
+            /* (B, T, H, D) → (T, D) for this (b, h): row t starts at ((b·T + t)·H + h)·D */
+            for (int t = 0; t < T; t++) {
+                const size_t bt = (size_t)b * T + t;
+                memcpy(qs->data + (size_t)t * d_k, q->data + bt * rowk + (size_t)h * d_k,
+                       (size_t)d_k * sizeof(float));
+                memcpy(ks->data + (size_t)t * d_k, k->data + bt * rowk + (size_t)h * d_k,
+                       (size_t)d_k * sizeof(float));
+                memcpy(vs->data + (size_t)t * d_v, v->data + bt * rowv + (size_t)h * d_v,
+                       (size_t)d_v * sizeof(float));
+                if (eta) eta->data[t] = beta->data[bt * H + h];
+                if (las && alpha_vec)
+                    memcpy(las->data + (size_t)t * d_k, la->data + bt * rowk + (size_t)h * d_k,
+                           (size_t)d_k * sizeof(float));
+                else if (las)
+                    las->data[t] = la->data[bt * H + h];
+            }
+            ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
+            ttt_layer_state state;
+            ttt_layer_state_init(&ctx, &L, &state, &rng);
+            /* initial_state (B, H, *W): weight w of (b, h) is the block at (b·H + h)·|W| */
+            const size_t bh = (size_t)b * H + h;
+            for (int w = 0; w < n_w; w++)
+                if (init[w])
+                    memcpy(state.W[w]->data, init[w]->data + bh * wnumel[w],
+                           wnumel[w] * sizeof(float));
+            if (T > 0) {
+                st = ttt_layer_forward(&ctx, &L, os, &state, qs, ks, vs, eta, las, err);
+                if (st != TTT_OK) {
+                    ttt_error_prefix(err, "%s: batch %d, head %d", file, b, h);
+                    break;
+                }
+            }
+            /* (T, d_v) → o (B, T, H, d_v) */
+            for (int t = 0; t < T; t++)
+                memcpy(out->t[0].data + ((size_t)b * T + t) * rowv + (size_t)h * d_v,
+                       os->data + (size_t)t * d_v, (size_t)d_v * sizeof(float));
+            for (int w = 0; w < n_w; w++)
+                memcpy(out->t[1 + w].data + bh * wnumel[w], state.W[w]->data,
+                       wnumel[w] * sizeof(float));
+            ttt_arena_release(&arena, mark);
+        }
+    }
+    ttt_arena_free(&arena);
+    if (st != TTT_OK) {
+        ttt_apply_out_free(out);
+        return st;
+    }
+
+    /* ---- metadata ---- */
+    char *flow = ttt_cfg_to_flow(layer_map);
+    const char *kv[10] = {"ttt_version", TTT_VERSION, "preset", L.preset ? L.preset : "none",
+                          "form",        ttt_cfg_str(layer_map, "form"),
+                          "layer",       flow ? flow : "",
+                          "layout",      "BTHD"};
+    out->n_meta = 5;
+    for (int i = 0; i < 10; i++) out->meta[i] = dupstr(kv[i]);
+    free(flow);
+    for (int i = 0; i < 10; i++)
+        if (!out->meta[i]) {
+            ttt_apply_out_free(out);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory");
+        }
+    return TTT_OK;
+}
+
+ttt_status ttt_apply_file(ttt_cfg_node *layer_map, const char *in_path, const char *out_path,
+                          ttt_error *err) {
+    ttt_st_file *in = NULL;
+    TTT_TRY(ttt_st_read(in_path, &in, err));
+    ttt_apply_out out;
+    ttt_status st = ttt_apply(layer_map, in, &out, err);
+    ttt_st_free(in);
+    if (st != TTT_OK) return st;
+    st = ttt_st_write(out_path, out.t, out.n, (const char *const *)out.meta, out.n_meta, err);
+    ttt_apply_out_free(&out);
+    return st;
+}

@@ -1,0 +1,126 @@
+/* The tape and the backward walk (see autograd.h for the model and the rules).
+ *
+ * Entries are a singly linked list through ->prev, allocated in ctx->arena by ttt_tape_record, so
+ * recording never calls malloc and a step's tape disappears with the step's arena. */
+#include "autograd.h"
+
+#include <string.h>
+
+void ttt_tape_init(ttt_tape *tape) { memset(tape, 0, sizeof *tape); }
+
+void ttt_tape_reset(ttt_tape *tape) {
+    tape->last = NULL;
+    tape->n_entries = 0;
+}
+
+void ttt_tape_free(ttt_tape *tape) { ttt_tape_reset(tape); }
+
+void ttt_tape_print(const ttt_tape *tape, FILE *f) {
+    size_t i = tape->n_entries; /* the list runs newest first */
+    for (const ttt_tape_entry *e = tape->last; e; e = e->prev) {
+        char s[64];
+        fprintf(f, "  [%zu] %-20s -> %s\n", --i, e->name ? e->name : "?",
+                ttt_tensor_shape_str(e->out, s, sizeof s));
+    }
+}
+
+void ttt_tensor_set_param(ttt_tensor *t, float *grad) {
+    TTT_ASSERT(grad != NULL);
+    t->requires_grad = 1;
+    t->grad_persistent = 1;
+    t->grad = grad;
+}
+
+void ttt_tensor_zero_grad(ttt_tensor *t) {
+    if (t->grad) memset(t->grad, 0, t->n * sizeof(float));
+}
+
+void *ttt_tape_alloc(ttt_ctx *ctx, size_t bytes) {
+    void *p = ttt_arena_alloc(ctx->arena, bytes);
+    TTT_ASSERT(p != NULL);
+    return p;
+}
+
+ttt_tape_entry *ttt_tape_record(ttt_ctx *ctx, ttt_backward_fn fn, ttt_tensor *out,
+                                const ttt_tensor *const *inputs, int n_inputs) {
+    if (!ttt_recording(ctx)) return NULL;
+    int any = 0;
+    for (int i = 0; i < n_inputs; i++) any |= inputs[i] && inputs[i]->requires_grad;
+    if (!any) return NULL;
+    TTT_ASSERT(fn != NULL && out != NULL && n_inputs > 0);
+    ttt_tape_entry *e = ttt_tape_alloc(ctx, sizeof *e);
+    memset(e, 0, sizeof *e);
+    e->backward = fn;
+    e->name = "custom";
+    e->out = out;
+    e->n_in = n_inputs;
+    e->in = ttt_tape_alloc(ctx, (size_t)n_inputs * sizeof *e->in);
+    /* The cast drops const only to let backward write the inputs' grad field (autograd.h). */
+    for (int i = 0; i < n_inputs; i++) e->in[i] = (ttt_tensor *)inputs[i];
+    out->requires_grad = 1;
+    out->grad_persistent = 0;
+    out->grad = NULL;
+    e->prev = ctx->tape->last;
+    ctx->tape->last = e;
+    ctx->tape->n_entries++;
+    return e;
+}
+
+float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t) {
+    if (!t || !t->requires_grad) return NULL;
+    ttt_tensor *m = (ttt_tensor *)t; /* grad metadata only (autograd.h) */
+    if (!m->grad) {
+        TTT_ASSERT(!m->grad_persistent);
+        m->grad = ttt_tape_alloc(ctx, (m->n ? m->n : 1) * sizeof(float));
+        memset(m->grad, 0, m->n * sizeof(float));
+    }
+    return m->grad;
+}
+
+void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const ttt_tensor *a = e->in[0];
+    TTT_ASSERT(a->n == e->out->n);
+    float *g = ttt_grad(ctx, a);
+    if (!g) return;
+    for (size_t i = 0; i < a->n; i++) g[i] += dout[i];
+}
+
+/* Forget the non-persistent gradients of everything on the tape, so this backward call starts
+ * from zero for them (parameters keep accumulating). */
+static void clear_grads(ttt_tape *tape) {
+    for (ttt_tape_entry *e = tape->last; e; e = e->prev) {
+        if (!e->out->grad_persistent) e->out->grad = NULL;
+        for (int i = 0; i < e->n_in; i++) {
+            ttt_tensor *t = e->in[i];
+            if (t && t->requires_grad && !t->grad_persistent) t->grad = NULL;
+        }
+    }
+}
+
+void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
+    TTT_ASSERT(ctx->tape != NULL);
+    if (!out->requires_grad) return; /* nothing that requires grad reaches out */
+    clear_grads(ctx->tape);
+    if (!out->grad_persistent) ((ttt_tensor *)out)->grad = NULL;
+    /* Backward functions may call ops; they must not record (no higher-order gradients), and
+     * they must not see the entries they are walking grow. */
+    int saved = ctx->grad;
+    ctx->grad = 0;
+    float *g = ttt_grad(ctx, out);
+    for (size_t i = 0; i < out->n; i++) g[i] += dout[i];
+    for (ttt_tape_entry *e = ctx->tape->last; e; e = e->prev)
+        if (e->out->grad) e->backward(ctx, e, e->out->grad);
+    ctx->grad = saved;
+}
+
+void ttt_backward(ttt_ctx *ctx, const ttt_tensor *loss) {
+    if (loss->n != 1) {
+        char s[64];
+        fprintf(stderr,
+                "ttt: ttt_backward needs a 1-element loss, got %s (use ttt_backward_from)\n",
+                ttt_tensor_shape_str(loss, s, sizeof s));
+        TTT_ASSERT(loss->n == 1);
+    }
+    const float one = 1.0f;
+    ttt_backward_from(ctx, loss, &one);
+}
