@@ -376,6 +376,68 @@ START_TEST(form_recurrent_rejected_without_closed_form) {
 }
 END_TEST
 
+/* Every form a preset offers, reached through ttt_layer_forward (the path experiments use), equals
+ * the generic driver: this pins the wiring (β = θ·η, gates, which state tensor is which), which
+ * the kernel suites, calling kernels directly, do not see. T = 45 is not a multiple of the
+ * chunk (16) or of the presets' mini-batch (16). */
+START_TEST(every_form_through_the_layer_matches_generic) {
+    static const struct { const char *preset; const char *gates; } cases[] = {
+        {"linear_attention", "none"}, {"retnet", "none"},     {"mamba2", "scalar"},
+        {"gla", "vector"},            {"deltanet", "none"},   {"gated_deltanet", "scalar"},
+        {"titans", "scalar"},         {"ttt_linear", "none"},
+    };
+    const int T = 45, d = 8;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fixture f;
+        fx_init(&f, 100 + c);
+        char text[256];
+        snprintf(text, sizeof text, "layer: {preset: %s, chunk: 16, optimizer: {lr: 0.7}}\n",
+                 cases[c].preset);
+        ttt_cfg_node *root;
+        ttt_error err = {0};
+        ck_assert(ttt_cfg_load_string(text, "t.yaml", &root, &err) == TTT_OK);
+        ttt_layer L;
+        ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, &err) ==
+                          TTT_OK,
+                      "%s: %s", cases[c].preset, err.msg);
+        ttt_tensor *q = randn(&f, T, d, 0.5f), *k = unit_rows(&f, T, d), *v = randn(&f, T, d, 1);
+        ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = NULL;
+        if (strcmp(cases[c].gates, "scalar") == 0) la = uniform(&f, T, -0.2f, -0.01f);
+        if (strcmp(cases[c].gates, "vector") == 0) {
+            la = ttt_tensor_2d(&f.ctx, T, d);
+            ttt_rng_fill_uniform(&f.rng, la->data, la->n, -0.2f, -0.01f);
+        }
+        ttt_tensor *o_ref = NULL, *W_ref = NULL;
+        int n_forms = 0;
+        for (int form = 0; form < TTT_FORM_COUNT; form++) {
+            if (ttt_layer_form_unavailable(&L, (ttt_form)form)) continue;
+            L.form = (ttt_form)form;
+            ttt_rng init;
+            ttt_rng_seed(&init, 7); /* the same initial weights for every form */
+            ttt_layer_state st;
+            ttt_layer_state_init(&f.ctx, &L, &st, &init);
+            ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, d);
+            ttt_status s = ttt_layer_forward(&f.ctx, &L, o, &st, q, k, v, eta, la, &err);
+            ck_assert_msg(s == TTT_OK, "%s %s: %s", cases[c].preset, ttt_form_name(form), err.msg);
+            if (form == TTT_FORM_GENERIC) {
+                o_ref = o;
+                W_ref = st.W[0];
+                continue;
+            }
+            n_forms++;
+            char msg[512];
+            ck_assert_msg(tu_close_f(o->data, o_ref->data, o->n, 1e-6, 2e-5, msg, sizeof msg),
+                          "%s, form %s, outputs: %s", cases[c].preset, ttt_form_name(form), msg);
+            ck_assert_msg(tu_close_f(st.W[0]->data, W_ref->data, W_ref->n, 1e-6, 2e-5, msg, sizeof msg),
+                          "%s, form %s, state: %s", cases[c].preset, ttt_form_name(form), msg);
+        }
+        ck_assert_msg(n_forms >= 1, "%s has no closed form", cases[c].preset);
+        ttt_cfg_free(root);
+        fx_free(&f);
+    }
+}
+END_TEST
+
 static Suite *layer_suite(void) {
     Suite *s = suite_create("layer");
     TCase *tc = tcase_create("forms");
@@ -393,6 +455,7 @@ static Suite *layer_suite(void) {
     tcase_add_test(tc, comparison_helper_detects_a_perturbation);
     tcase_add_test(tc, perturbed_form_is_detected);
     tcase_add_test(tc, form_recurrent_rejected_without_closed_form);
+    tcase_add_test(tc, every_form_through_the_layer_matches_generic);
     suite_add_tcase(s, tc);
     return s;
 }
