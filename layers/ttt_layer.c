@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "forms.h"
+#include "normalized.h"
+#include "rope.h"
 #include "ttt_dual.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -86,6 +88,11 @@ const ttt_option ttt_layer_options[] = {
      "computation form; auto = the fastest closed form the tuple has, else the generic driver"},
     {"chunk", TTT_OPT_INT, "64", 1, 1 << 20, NULL, "chunk size C of the chunkwise forms"},
     {"scale", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "queries are multiplied by this"},
+    {"rope", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "rotate q and k by their positions (RoPE, interleaved pairs) before the inner loop"},
+    {"rope_base", TTT_OPT_FLOAT, "10000.0", 1.0, 1e9, NULL, "RoPE frequency base"},
+    {"normalize", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|ratio|rms",
+     "ratio: normalized linear attention (elu+1 features, o = qS/(qz + 1e-6)); rms: post-norm"},
     TTT_OPTION_END,
 };
 
@@ -279,6 +286,12 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
                    : TTT_ORDER_UPDATE_THEN_APPLY;
     L->scale = (float)ttt_cfg_float(map, "scale");
     L->step_per_token = strcmp(ttt_cfg_str(map, "steps"), "per_token") == 0;
+    L->rope = ttt_cfg_bool(map, "rope");
+    L->rope_base = (float)ttt_cfg_float(map, "rope_base");
+    const char *nz = ttt_cfg_str(map, "normalize");
+    L->normalize = strcmp(nz, "ratio") == 0 ? TTT_NORMALIZE_RATIO
+                   : strcmp(nz, "rms") == 0 ? TTT_NORMALIZE_RMS
+                                            : TTT_NORMALIZE_NONE;
     L->pos_inverse = strcmp(ttt_cfg_str(map, "position_scale"), "inverse") == 0;
     if (L->model->square && d_k != d_v)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, mn,
@@ -289,6 +302,11 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     L->d_v = d_v;
 
     L->chunk = (int)ttt_cfg_int(map, "chunk");
+    if (L->normalize == TTT_NORMALIZE_RATIO && layer_family(L) != FAMILY_LINEAR_ATTENTION)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "normalize"),
+                             "layer.normalize: ratio is normalized linear attention, the ratio of "
+                             "two linear-attention states (MATH.md §4); it needs model linear, "
+                             "loss dot, plain sgd and update_then_apply");
     ttt_cfg_node *fn = get_mut(map, "form");
     if (strcmp(fn->scalar, "auto") == 0) {
         L->form = ttt_layer_auto_form(L);
@@ -350,6 +368,10 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st,
         ttt_tensor_fill(st->W[w], 0.0f);
     }
     L->model->init(st->W, L->d_k, L->d_v, rng);
+    if (L->normalize == TTT_NORMALIZE_RATIO) {
+        st->z = ttt_tensor_2d(ctx, L->d_k, 1);
+        ttt_tensor_fill(st->z, 0.0f);
+    }
     for (int w = 0; w < st->n_w; w++) {
         for (int s = 0; s < st->n_opt; s++) st->opt[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
         if (L->optim->init_state) L->optim->init_state(L->optim_cfg, st->opt[w], st->W[w]);
@@ -585,9 +607,72 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         log_alpha = la;
     }
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
+    if (L->rope) {
+        /* positions continue from the carried state, so a split sequence resumes exactly */
+        ttt_tensor *qr = ttt_tensor_2d(ctx, T, L->d_k), *kr = ttt_tensor_2d(ctx, T, L->d_k);
+        ttt_rope_apply(qr->data, q->data, T, L->d_k, (int)st->pos, L->rope_base);
+        ttt_rope_apply(kr->data, k->data, T, L->d_k, (int)st->pos, L->rope_base);
+        q = qr;
+        k = kr;
+    }
+    if (L->normalize == TTT_NORMALIZE_RATIO) {
+        q = ttt_elu1(ctx, q);
+        k = ttt_elu1(ctx, k);
+    }
     ttt_status s = L->form == TTT_FORM_GENERIC
                        ? forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err)
                        : forward_closed(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+    if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
+        /* The denominator q_t z_t is the same layer run with a single value column of ones
+         * (MATH.md §6 item 9): z is its (d_k, 1) state. */
+        ttt_layer L1 = *L;
+        L1.d_v = 1;
+        L1.normalize = TTT_NORMALIZE_NONE;
+        L1.rope = 0;
+        L1.scale = 1.0f;
+        ttt_layer_state s1 = {.n_w = 1, .W = {st->z}};
+        ttt_tensor *ones = ttt_tensor_2d(ctx, T, 1), *den = ttt_tensor_2d(ctx, T, 1);
+        ttt_tensor_fill(ones, 1.0f);
+        s = L1.form == TTT_FORM_GENERIC
+                ? forward_generic(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err)
+                : forward_closed(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err);
+        for (int t = 0; s == TTT_OK && t < T; t++)
+            for (int j = 0; j < L->d_v; j++)
+                o->data[(size_t)t * L->d_v + j] /= den->data[t] + TTT_NLA_EPS;
+    }
+    if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RMS)
+        ttt_rms_postnorm(o->data, o->data, T, L->d_v, TTT_POSTNORM_EPS);
+    if (s == TTT_OK) st->pos += T;
     ttt_arena_release(ctx->arena, mark);
     return s;
+}
+
+ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_state *st,
+                          ttt_tensor *o, const ttt_tensor *q, ttt_error *err) {
+    const int n = TTT_ROWS(q);
+    if (TTT_COLS(q) != L->d_k || TTT_ROWS(o) != n || TTT_COLS(o) != L->d_v)
+        return ttt_error_set(err, TTT_ERR_SHAPE, "layer read: queries (%d, %d) for d_k = %d",
+                             n, TTT_COLS(q), L->d_k);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
+    if (L->rope) {
+        ttt_tensor *qr = ttt_tensor_2d(ctx, n, L->d_k);
+        for (int i = 0; i < n; i++) /* every query at the next position */
+            ttt_rope_apply(qr->data + (size_t)i * L->d_k, q->data + (size_t)i * L->d_k, 1, L->d_k,
+                           (int)st->pos, L->rope_base);
+        q = qr;
+    }
+    if (L->normalize == TTT_NORMALIZE_RATIO) q = ttt_elu1(ctx, q);
+    ttt_tensor *z = L->model->apply(ctx, (const ttt_tensor *const *)st->W, q);
+    memcpy(o->data, z->data, z->n * sizeof(float));
+    if (L->normalize == TTT_NORMALIZE_RATIO) {
+        ttt_tensor *den = ttt_matmul(ctx, q, 0, st->z, 0); /* (n, 1) */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < L->d_v; j++)
+                o->data[(size_t)i * L->d_v + j] /= den->data[i] + TTT_NLA_EPS;
+    }
+    if (L->normalize == TTT_NORMALIZE_RMS)
+        ttt_rms_postnorm(o->data, o->data, n, L->d_v, TTT_POSTNORM_EPS);
+    ttt_arena_release(ctx->arena, mark);
+    return TTT_OK;
 }

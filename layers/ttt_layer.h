@@ -13,7 +13,9 @@
  *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
  *     form: auto                  # generic | recurrent | parallel | chunkwise | dual; auto picks
  *     chunk: 64                   # chunk size of the chunkwise forms
- *     scale: 1.0                  # queries are multiplied by this before read-out */
+ *     scale: 1.0                  # queries are multiplied by this before read-out
+ *     rope: false                 # rotary positions on q and k (rope_base: 10000)
+ *     normalize: none             # ratio (normalized linear attention) | rms (post-norm) */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
 
@@ -64,8 +66,17 @@ typedef struct ttt_layer {
     int momentum_plain; /* the optimizer is momentum without Nesterov (Titans' chunked form) */
     float momentum_mu;  /* its μ */
     float scale;
+    int rope;          /* rotate q and k by their positions before the inner loop (MATH.md §4) */
+    float rope_base;
+    int normalize;     /* TTT_NORMALIZE_*: output normalization */
     int d_k, d_v;
 } ttt_layer;
+
+enum {
+    TTT_NORMALIZE_NONE,
+    TTT_NORMALIZE_RATIO, /* normalized linear attention: φ = elu+1 on q, k; o = q S / (q z + ε) */
+    TTT_NORMALIZE_RMS,   /* post-norm (TransNormer): o = RMSNorm(o) */
+};
 
 /* Fast weights and optimizer state carried along a sequence (and across calls: a sequence split
  * in two and resumed with the carried state gives the same output as one pass). */
@@ -74,6 +85,8 @@ typedef struct ttt_layer_state {
     int n_opt;                                        /* optimizer state tensors per weight */
     ttt_tensor *W[TTT_MAX_WEIGHTS];                   /* fast weights */
     ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE]; /* optimizer state, per weight */
+    ttt_tensor *z;    /* (d_k, 1) normalizer state of normalize: ratio, else NULL */
+    long pos;         /* tokens processed so far (RoPE positions continue from here) */
 } ttt_layer_state;
 
 /* A named tuple (MATH.md §4). Every field is a default the user can override in YAML. */
@@ -139,5 +152,12 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                              const ttt_tensor *v, const ttt_tensor *eta,
                              const ttt_tensor *log_alpha, ttt_error *err);
+
+/* Query the current fast weights without writing: o = f(W; q) for every row of q, with the layer's
+ * query transforms (scale, RoPE at the next position st->pos, feature map) and output
+ * normalization, as the next token would read them. Used by tasks that write, then probe.
+ *   o (n, d_v), q (n, d_k). */
+ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_state *st,
+                          ttt_tensor *o, const ttt_tensor *q, ttt_error *err);
 
 #endif

@@ -56,12 +56,21 @@ static const char *shp(int ndim, const int64_t *s, char *buf, size_t len) {
     return ttt_st_shape_str(&t, buf, len);
 }
 
-/* "q, k, v" — the names the file holds, for "missing tensor" messages. */
+/* A tensor name from a file, for a message: at most 40 bytes, control characters as '?'. */
+static const char *clean(const char *s, char *buf) {
+    size_t i = 0;
+    for (; s[i] && i < 40; i++) buf[i] = (unsigned char)s[i] < 0x20 ? '?' : s[i];
+    buf[i] = '\0';
+    return buf;
+}
+
+/* "'q', 'k', 'v'" — the names the file holds, for "missing tensor" messages. */
 static void list_names(const ttt_st_file *in, char *buf, size_t len) {
     size_t w = 0;
+    char c[48];
     buf[0] = '\0';
     for (int i = 0; i < in->n && w + 8 < len; i++) {
-        int m = snprintf(buf + w, len - w, "%s'%.40s'", i ? ", " : "", in->t[i].name);
+        int m = snprintf(buf + w, len - w, "%s'%s'", i ? ", " : "", clean(in->t[i].name, c));
         w += m > 0 ? (size_t)m : 0;
     }
     if (in->n == 0) snprintf(buf, len, "no tensors");
@@ -178,12 +187,12 @@ ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_o
             ok = !strcmp(nm, sn);
         }
         if (!ok) {
-            char sn[32];
+            char sn[32], c[48];
             state_name(sn, sizeof sn, "initial_state", 0, n_w);
             return ttt_error_set(err, TTT_ERR_SHAPE,
-                                 "%s: unknown input tensor '%.60s' (expected q, k, v, beta, "
-                                 "log_alpha%s%s%s; gates go in log_alpha, log space)",
-                                 file, nm, ", ", sn, n_w > 1 ? ", ..." : "");
+                                 "%s: unknown input tensor '%s' (expected q, k, v, beta, "
+                                 "log_alpha, %s%s; gates go in log_alpha, log space)",
+                                 file, clean(nm, c), sn, n_w > 1 ? ", ..." : "");
         }
     }
 

@@ -108,6 +108,12 @@ static char *str_cat(const char *a, const char *b) {
     return s;
 }
 
+static void put_meta(const char **keys, const char **vals, int *nm, const char *k, const char *v) {
+    keys[*nm] = k;
+    vals[*nm] = v;
+    (*nm)++;
+}
+
 static void fill_tensor(ttt_st_tensor *t, char *name, const ttt_param *p, float *data) {
     memset(t, 0, sizeof *t);
     t->name = name;
@@ -118,8 +124,8 @@ static void fill_tensor(ttt_st_tensor *t, char *name, const ttt_param *p, float 
 
 ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, const ttt_adamw *opt,
                                     int64_t step, const uint64_t *rng, int n_rng,
-                                    const char *config_hash, const char *const *meta_kv,
-                                    int n_meta, ttt_error *err) {
+                                    const char *config_hash, const char *const *meta_kv, int n_meta,
+                                    ttt_error *err) {
     if (opt) TTT_ASSERT(opt->n_params == ps->n);
     TTT_ASSERT(n_rng >= 0 && n_meta >= 0);
     int per = opt ? 3 : 1;
@@ -163,14 +169,14 @@ ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, cons
         snprintf(rng_text + pos, 17, "%016" PRIx64, rng[i]);
         pos += 16;
     }
-    keys[nm] = KEY_FORMAT, vals[nm++] = TTT_CHECKPOINT_FORMAT;
-    keys[nm] = KEY_STEP, vals[nm++] = step_text;
+    put_meta(keys, vals, &nm, KEY_FORMAT, TTT_CHECKPOINT_FORMAT);
+    put_meta(keys, vals, &nm, KEY_STEP, step_text);
     if (opt) {
         snprintf(adamw_text, sizeof adamw_text, "%" PRId64, opt->step);
-        keys[nm] = KEY_ADAMW_STEP, vals[nm++] = adamw_text;
+        put_meta(keys, vals, &nm, KEY_ADAMW_STEP, adamw_text);
     }
-    keys[nm] = KEY_RNG, vals[nm++] = rng_text;
-    keys[nm] = KEY_CONFIG, vals[nm++] = config_hash ? config_hash : "";
+    put_meta(keys, vals, &nm, KEY_RNG, rng_text);
+    put_meta(keys, vals, &nm, KEY_CONFIG, config_hash ? config_hash : "");
     for (int i = 0; i < n_meta; i++) {
         user_keys[i] = str_cat(USER_PREFIX, meta_kv[2 * i]);
         keys[nm] = user_keys[i];
@@ -186,7 +192,7 @@ ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, cons
         goto done;
     }
     snprintf(sum_text, sizeof sum_text, "%016" PRIx64, sum);
-    keys[nm] = KEY_CHECKSUM, vals[nm++] = sum_text;
+    put_meta(keys, vals, &nm, KEY_CHECKSUM, sum_text);
     for (int i = 0; i < nm; i++) {
         kv[2 * i] = keys[i];
         kv[2 * i + 1] = vals[i];
@@ -268,11 +274,12 @@ static ttt_status open_verified(const char *path, ttt_st_file **out, ttt_error *
     }
     const char *fmt = ttt_st_meta(f, KEY_FORMAT);
     if (!fmt || strcmp(fmt, TTT_CHECKPOINT_FORMAT) != 0) {
+        ttt_error_set(err, TTT_ERR_FORMAT,
+                      "'%s' is not a ttt checkpoint (metadata %s is %s%.100s%s, expected '%s')",
+                      path, KEY_FORMAT, fmt ? "'" : "", fmt ? fmt : "missing", fmt ? "'" : "",
+                      TTT_CHECKPOINT_FORMAT);
         ttt_st_free(f);
-        return ttt_error_set(err, TTT_ERR_FORMAT,
-                             "'%s' is not a ttt checkpoint (metadata %s is %s%s%s, expected '%s')",
-                             path, KEY_FORMAT, fmt ? "'" : "", fmt ? fmt : "missing",
-                             fmt ? "'" : "", TTT_CHECKPOINT_FORMAT);
+        return TTT_ERR_FORMAT;
     }
     const char *stored = ttt_st_meta(f, KEY_CHECKSUM);
     uint64_t sum;
@@ -295,9 +302,9 @@ static ttt_status open_verified(const char *path, ttt_st_file **out, ttt_error *
     return TTT_OK;
 }
 
-ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw *opt,
-                                    int64_t *step, uint64_t *rng, int n_rng,
-                                    const char *expected_config_hash, ttt_error *err) {
+ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw *opt, int64_t *step,
+                                    uint64_t *rng, int n_rng, const char *expected_config_hash,
+                                    ttt_error *err) {
     if (opt) TTT_ASSERT(opt->n_params == ps->n);
     ttt_st_file *f;
     TTT_TRY(open_verified(path, &f, err));
@@ -443,13 +450,12 @@ ttt_status ttt_checkpoint_load(const char *dir, ttt_params *ps, ttt_adamw *opt, 
     TTT_TRY(join(prev, sizeof prev, dir, TTT_CHECKPOINT_PREV, err));
     if (info) memset(info, 0, sizeof *info);
     int has_last = file_exists(last), has_prev = file_exists(prev);
-    if (!has_last && !has_prev)
-        return ttt_error_set(err, TTT_ERR_IO, "no checkpoint in '%s'", dir);
+    if (!has_last && !has_prev) return ttt_error_set(err, TTT_ERR_IO, "no checkpoint in '%s'", dir);
 
     ttt_error e1 = {0};
     if (has_last) {
-        ttt_status st = ttt_checkpoint_load_file(last, ps, opt, step, rng, n_rng,
-                                                 expected_config_hash, &e1);
+        ttt_status st =
+            ttt_checkpoint_load_file(last, ps, opt, step, rng, n_rng, expected_config_hash, &e1);
         if (st == TTT_OK) {
             if (info) snprintf(info->path, sizeof info->path, "%s", last);
             return TTT_OK;
@@ -462,14 +468,14 @@ ttt_status ttt_checkpoint_load(const char *dir, ttt_params *ps, ttt_adamw *opt, 
         snprintf(e1.msg, sizeof e1.msg, "'%.900s' is missing (interrupted while saving?)", last);
     }
     ttt_error e2 = {0};
-    ttt_status st = ttt_checkpoint_load_file(prev, ps, opt, step, rng, n_rng,
-                                             expected_config_hash, &e2);
+    ttt_status st =
+        ttt_checkpoint_load_file(prev, ps, opt, step, rng, n_rng, expected_config_hash, &e2);
     if (st == TTT_OK) {
         if (info) {
             snprintf(info->path, sizeof info->path, "%s", prev);
             info->fell_back = 1;
-            snprintf(info->warning, sizeof info->warning, "%.600s; resumed from '%.380s' instead", e1.msg,
-                     prev);
+            snprintf(info->warning, sizeof info->warning, "%.600s; resumed from '%.380s' instead",
+                     e1.msg, prev);
         }
         return TTT_OK;
     }
@@ -490,8 +496,10 @@ ttt_status ttt_checkpoint_read_meta(const char *path, const char *key, char *buf
     const char *v = ttt_st_meta(f, full);
     free(full);
     ttt_status st = TTT_OK;
-    if (!v) st = ttt_error_set(err, TTT_ERR_CONFIG, "checkpoint '%s' has no metadata '%s'", path, key);
-    else snprintf(buf, len, "%s", v);
+    if (!v)
+        st = ttt_error_set(err, TTT_ERR_CONFIG, "checkpoint '%s' has no metadata '%s'", path, key);
+    else
+        snprintf(buf, len, "%s", v);
     ttt_st_free(f);
     return st;
 }

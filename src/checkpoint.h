@@ -48,8 +48,8 @@ void ttt_checkpoint_config_hash(const char *text, char out[17]);
 
 /* What ttt_checkpoint_load did. */
 typedef struct ttt_checkpoint_info {
-    char path[4096];                /* the file that was loaded */
-    int fell_back;                  /* 1: ckpt-last was missing or corrupt, ckpt-prev was used */
+    char path[4096];                 /* the file that was loaded */
+    int fell_back;                   /* 1: ckpt-last was missing or corrupt, ckpt-prev was used */
     char warning[TTT_ERROR_MSG_LEN]; /* why it fell back ("" otherwise), to show the user */
 } ttt_checkpoint_info;
 
@@ -58,8 +58,8 @@ typedef struct ttt_checkpoint_info {
  * strings key0, value0, … stored as "user.<key>". */
 ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, const ttt_adamw *opt,
                                     int64_t step, const uint64_t *rng, int n_rng,
-                                    const char *config_hash, const char *const *meta_kv,
-                                    int n_meta, ttt_error *err);
+                                    const char *config_hash, const char *const *meta_kv, int n_meta,
+                                    ttt_error *err);
 
 /* Load one file into existing parameters (and `opt` when not NULL), *step and rng[0..n_rng-1].
  * Nothing is modified unless everything checks out. Errors:
@@ -71,9 +71,9 @@ ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, cons
  *                     shape, no optimizer state when one is asked for, another number of rng
  *                     words
  * Every message names the file. */
-ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw *opt,
-                                    int64_t *step, uint64_t *rng, int n_rng,
-                                    const char *expected_config_hash, ttt_error *err);
+ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw *opt, int64_t *step,
+                                    uint64_t *rng, int n_rng, const char *expected_config_hash,
+                                    ttt_error *err);
 
 /* The folder variants (the folder is created when missing; its parent must exist). */
 ttt_status ttt_checkpoint_save(const char *dir, const ttt_params *ps, const ttt_adamw *opt,

@@ -64,8 +64,10 @@ ttt_status ttt_sampler_init(ttt_sampler *s, int n, const ttt_rng *base, ttt_erro
 void ttt_sampler_free(ttt_sampler *s);
 void ttt_sampler_next(ttt_sampler *s, int *idx /* (count) */, int count);
 void ttt_sampler_get_state(const ttt_sampler *s, uint64_t words[TTT_SAMPLER_WORDS]);
-/* Restore a state saved from a sampler over the same n. */
-void ttt_sampler_set_state(ttt_sampler *s, const uint64_t words[TTT_SAMPLER_WORDS]);
+/* Restore a state saved from a sampler over the same n (TTT_ERR_RANGE when the position does
+ * not fit this n; the sampler is then unchanged). */
+ttt_status ttt_sampler_set_state(ttt_sampler *s, const uint64_t words[TTT_SAMPLER_WORDS],
+                                 ttt_error *err);
 
 /* ============================================================================================
  * mqar — multi-query associative recall (MATH.md §7; Arora, Eyuboglu et al., "Zoology", the
@@ -108,12 +110,12 @@ ttt_status ttt_mqar_config_check(const ttt_mqar_config *c, ttt_error *err);
 /* A generator: the configuration plus scratch space (no allocation per example). */
 typedef struct ttt_mqar {
     ttt_mqar_config cfg;
-    int n_slots;      /* S */
-    int *key_pool;    /* (V/2 − 1) scratch for drawing keys */
-    int *val_pool;    /* (V − V/2) scratch for drawing values */
-    double *weight;   /* (S) gap weights g^(power_a − 1), g = 1 … S */
-    double *w_left;   /* (S) weights of the slots not drawn yet */
-    int *slot;        /* (N) g_j − 1 of the last example */
+    int n_slots;    /* S */
+    int *key_pool;  /* (V/2 − 1) scratch for drawing keys */
+    int *val_pool;  /* (V − V/2) scratch for drawing values */
+    double *weight; /* (S) gap weights g^(power_a − 1), g = 1 … S */
+    double *w_left; /* (S) weights of the slots not drawn yet */
+    int *slot;      /* (N) g_j − 1 of the last example */
 } ttt_mqar;
 
 ttt_status ttt_mqar_init(ttt_mqar *g, const ttt_mqar_config *c, ttt_error *err);
@@ -147,14 +149,17 @@ ttt_status ttt_mqar_make_split(ttt_token_set *train, ttt_token_set *test, const 
  *     n − n_query context pairs visible (and the earlier queries' x).
  * ========================================================================================= */
 
-typedef enum ttt_regression_layout { TTT_REG_INTERLEAVED = 0, TTT_REG_PAIRED = 1 } ttt_regression_layout;
+typedef enum ttt_regression_layout {
+    TTT_REG_INTERLEAVED = 0,
+    TTT_REG_PAIRED = 1
+} ttt_regression_layout;
 
 typedef struct ttt_regression_config {
-    int dim;                       /* d (default 8) */
-    int n_points;                  /* n (default 32) */
-    double noise_std;              /* σ (default 0) */
-    ttt_regression_layout layout;  /* default TTT_REG_INTERLEAVED */
-    int n_query;                   /* paired layout: number of query points (default 1) */
+    int dim;                      /* d (default 8) */
+    int n_points;                 /* n (default 32) */
+    double noise_std;             /* σ (default 0) */
+    ttt_regression_layout layout; /* default TTT_REG_INTERLEAVED */
+    int n_query;                  /* paired layout: number of query points (default 1) */
 } ttt_regression_config;
 
 void ttt_regression_config_default(ttt_regression_config *c);
@@ -174,8 +179,8 @@ typedef struct ttt_regression_batch {
     float *w;       /* (B, d) the true weights */
 } ttt_regression_batch;
 
-ttt_status ttt_regression_batch_init(ttt_regression_batch *b, const ttt_regression_config *c,
-                                     int B, ttt_error *err);
+ttt_status ttt_regression_batch_init(ttt_regression_batch *b, const ttt_regression_config *c, int B,
+                                     ttt_error *err);
 void ttt_regression_batch_free(ttt_regression_batch *b);
 void ttt_regression_fill(ttt_regression_batch *b, const ttt_regression_config *c, ttt_rng *rng);
 
@@ -208,7 +213,7 @@ typedef struct ttt_text {
     char *path;
     unsigned char *bytes; /* (size) the whole file */
     size_t size;
-    size_t n_train;       /* train = [0, n_train), validation = [n_train, size) */
+    size_t n_train; /* train = [0, n_train), validation = [n_train, size) */
 } ttt_text;
 
 /* Errors naming the file: missing or unreadable (TTT_ERR_IO), empty (TTT_ERR_FORMAT), a split

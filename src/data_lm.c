@@ -22,7 +22,8 @@ ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int
         return ttt_error_set(err, TTT_ERR_RANGE,
                              "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
                              val_fraction);
-    if (seq_len < 1) return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", seq_len);
+    if (seq_len < 1)
+        return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", seq_len);
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open text file '%s': %s", path,
@@ -63,9 +64,9 @@ ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int
             err, TTT_ERR_RANGE,
             "lm: text file '%s' has %zu bytes: its %s split (%zu bytes%s) is shorter than "
             "seq_len + 1 = %zu bytes; use a larger file%s",
-            path, size, train_short ? "training" : "validation",
-            train_short ? t->n_train : n_val, train_short ? "" : ", the last val_fraction of it",
-            need, train_short ? " or a shorter seq_len" : ", a larger val_fraction or a shorter seq_len");
+            path, size, train_short ? "training" : "validation", train_short ? t->n_train : n_val,
+            train_short ? "" : ", the last val_fraction of it", need,
+            train_short ? " or a shorter seq_len" : ", a larger val_fraction or a shorter seq_len");
         ttt_text_free(t);
         return st;
     }

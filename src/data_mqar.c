@@ -125,12 +125,18 @@ void ttt_sampler_get_state(const ttt_sampler *s, uint64_t words[TTT_SAMPLER_WORD
     words[5] = (uint64_t)s->pos;
 }
 
-void ttt_sampler_set_state(ttt_sampler *s, const uint64_t words[TTT_SAMPLER_WORDS]) {
-    TTT_ASSERT(words[5] <= (uint64_t)s->n);
+ttt_status ttt_sampler_set_state(ttt_sampler *s, const uint64_t words[TTT_SAMPLER_WORDS],
+                                 ttt_error *err) {
+    if (words[5] > (uint64_t)s->n)
+        return ttt_error_set(err, TTT_ERR_RANGE,
+                             "sampler state: position %llu in an epoch of %d examples (saved "
+                             "from another data set?)",
+                             (unsigned long long)words[5], s->n);
     for (int i = 0; i < 4; i++) s->base.s[i] = words[i];
     s->epoch = (int64_t)words[4];
     s->pos = (int)words[5];
     sampler_shuffle(s);
+    return TTT_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -149,9 +155,9 @@ ttt_status ttt_mqar_config_check(const ttt_mqar_config *c, ttt_error *err) {
     if (V < 4) return ttt_error_set(err, TTT_ERR_RANGE, "mqar: vocab = %d must be at least 4", V);
     if (N < 1) return ttt_error_set(err, TTT_ERR_RANGE, "mqar: n_pairs = %d must be at least 1", N);
     if (N > V / 2 - 1)
-        return ttt_error_set(err, TTT_ERR_RANGE,
-                             "mqar: n_pairs = %d distinct keys do not fit in [1, vocab/2) = [1, %d)",
-                             N, V / 2);
+        return ttt_error_set(
+            err, TTT_ERR_RANGE,
+            "mqar: n_pairs = %d distinct keys do not fit in [1, vocab/2) = [1, %d)", N, V / 2);
     if (N > V - V / 2)
         return ttt_error_set(err, TTT_ERR_RANGE,
                              "mqar: n_pairs = %d distinct values do not fit in [%d, %d)", N, V / 2,

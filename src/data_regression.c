@@ -15,7 +15,8 @@ void ttt_regression_config_default(ttt_regression_config *c) {
 }
 
 ttt_status ttt_regression_config_check(const ttt_regression_config *c, ttt_error *err) {
-    if (c->dim < 1) return ttt_error_set(err, TTT_ERR_RANGE, "regression: dim = %d must be >= 1", c->dim);
+    if (c->dim < 1)
+        return ttt_error_set(err, TTT_ERR_RANGE, "regression: dim = %d must be >= 1", c->dim);
     if (c->n_points < 1)
         return ttt_error_set(err, TTT_ERR_RANGE, "regression: n_points = %d must be >= 1",
                              c->n_points);
@@ -48,8 +49,8 @@ void ttt_regression_batch_free(ttt_regression_batch *b) {
     memset(b, 0, sizeof *b);
 }
 
-ttt_status ttt_regression_batch_init(ttt_regression_batch *b, const ttt_regression_config *c,
-                                     int B, ttt_error *err) {
+ttt_status ttt_regression_batch_init(ttt_regression_batch *b, const ttt_regression_config *c, int B,
+                                     ttt_error *err) {
     memset(b, 0, sizeof *b);
     TTT_TRY(ttt_regression_config_check(c, err));
     if (B <= 0) return ttt_error_set(err, TTT_ERR_RANGE, "regression: batch size %d", B);
@@ -95,12 +96,12 @@ void ttt_regression_fill(ttt_regression_batch *b, const ttt_regression_config *c
     TTT_ASSERT(b->d == c->dim && b->n == c->n_points && b->T == ttt_regression_seq_len(c));
     int n = b->n, d = b->d, T = b->T, D = d + 1;
     for (int r = 0; r < b->B; r++) {
-        float *w = b->w + (size_t)r * d;         /* (d) */
-        float *x = b->x + (size_t)r * n * d;     /* (n, d) */
-        float *y = b->y + (size_t)r * n;         /* (n) */
+        float *w = b->w + (size_t)r * d;           /* (d) */
+        float *x = b->x + (size_t)r * n * d;       /* (n, d) */
+        float *y = b->y + (size_t)r * n;           /* (n) */
         float *in = b->inputs + (size_t)r * T * D; /* (T, d+1) */
-        float *tg = b->targets + (size_t)r * T;  /* (T) */
-        float *mk = b->mask + (size_t)r * T;     /* (T) */
+        float *tg = b->targets + (size_t)r * T;    /* (T) */
+        float *mk = b->mask + (size_t)r * T;       /* (T) */
         ttt_rng_fill_normal(rng, w, (size_t)d, 0.0f, 1.0f);
         for (int i = 0; i < n; i++) {
             float *xi = x + (size_t)i * d;

@@ -16,6 +16,9 @@ static const char usage_text[] =
     "                 run the experiment in FILE and write its run folder\n"
     "  check FILE [--set KEY=VALUE]...\n"
     "                 validate FILE and print the resolved configuration (every default)\n"
+    "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]...\n"
+    "                 run FILE's `layer:` on tensors from another tool (q, k, v, beta,\n"
+    "                 log_alpha, initial_state; layout (B, T, H, D)) and write o, final_state\n"
     "  list           every registered optimizer, model, loss, preset and task with options\n"
     "  --help, -h     this text\n"
     "  --version      the version\n"
@@ -124,6 +127,49 @@ static int cmd_run(int argc, char **argv) {
     return s == TTT_OK ? 0 : report(&err);
 }
 
+static int cmd_apply(int argc, char **argv) {
+    const char *pos[3] = {0};
+    int np = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    int n_sets = 0, rc = 0;
+    for (int i = 0; i < argc && !rc; i++) {
+        if (strcmp(argv[i], "--set") == 0) {
+            if (i + 1 >= argc) rc = usage_error("--set needs KEY=VALUE%s", "");
+            else sets[n_sets++] = argv[++i];
+        } else if (strncmp(argv[i], "--set=", 6) == 0) {
+            sets[n_sets++] = argv[i] + 6;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            rc = usage_error("unknown option '%s'", argv[i]);
+        } else if (np < 3) {
+            pos[np++] = argv[i];
+        } else {
+            rc = usage_error("unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!rc && np != 3) rc = usage_error("apply needs FILE IN.safetensors OUT.safetensors%s", "");
+    if (rc) {
+        free(sets);
+        return rc;
+    }
+    ttt_error err = {0};
+    ttt_cfg_node *root = NULL;
+    ttt_status s = ttt_cfg_load_file(pos[0], &root, &err);
+    for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(root, sets[i], &err);
+    free(sets);
+    if (s == TTT_OK) {
+        const ttt_cfg_node *layer = ttt_cfg_get(root, "layer");
+        if (!layer)
+            s = ttt_cfg_error(&err, TTT_ERR_CONFIG, root,
+                              "missing 'layer' (the layer to run, as in an experiment file)");
+        else
+            s = ttt_apply_file((ttt_cfg_node *)layer, pos[1], pos[2], &err);
+    }
+    ttt_cfg_free(root);
+    if (s != TTT_OK) return report(&err);
+    fprintf(stderr, "ttt: wrote %s\n", pos[2]);
+    return 0;
+}
+
 static void print_options(const ttt_option *o, const char *indent) {
     for (; o && o->name; o++) {
         char range[96] = "";
@@ -188,8 +234,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list();
-    static const char *const commands[] = {"run", "check", "list"};
-    const char *close = ttt_closest_name(cmd, commands, 3);
+    if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
+    static const char *const commands[] = {"run", "check", "list", "apply"};
+    const char *close = ttt_closest_name(cmd, commands, 4);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

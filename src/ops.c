@@ -1148,7 +1148,7 @@ static void causal_fill_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
     float *restrict g = ttt_grad(ctx, a);
     for (size_t b = 0; b < nb; b++)
         for (size_t i = 0; i < m; i++)
-            for (size_t j = 0; j < m; j++) g[(b * m + i) * m + j] += dr[(b * m + i) * m + j];
+            for (size_t j = 0; j <= i; j++) g[(b * m + i) * m + j] += dr[(b * m + i) * m + j];
 }
 
 ttt_tensor *ttt_causal_fill(ttt_ctx *ctx, const ttt_tensor *a) {

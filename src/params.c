@@ -31,8 +31,7 @@ static float *alloc_floats(size_t n) {
 ttt_status ttt_params_add(ttt_params *ps, const char *name, int ndim, const int *shape, int decay,
                           ttt_param **out, ttt_error *err) {
     if (out) *out = NULL;
-    if (!name || !name[0])
-        return ttt_error_set(err, TTT_ERR_NAME, "parameter name is empty");
+    if (!name || !name[0]) return ttt_error_set(err, TTT_ERR_NAME, "parameter name is empty");
     if (strlen(name) >= TTT_PARAM_NAME_LEN)
         return ttt_error_set(err, TTT_ERR_NAME, "parameter name '%.40s...' is longer than %d bytes",
                              name, TTT_PARAM_NAME_LEN - 1);
@@ -53,7 +52,8 @@ ttt_status ttt_params_add(ttt_params *ps, const char *name, int ndim, const int 
     if (ps->n == ps->cap) {
         int cap = ps->cap ? 2 * ps->cap : 16;
         ttt_param **np = realloc(ps->p, (size_t)cap * sizeof *np);
-        if (!np) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory adding parameter '%s'", name);
+        if (!np)
+            return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory adding parameter '%s'", name);
         ps->p = np;
         ps->cap = cap;
     }
@@ -180,7 +180,9 @@ void ttt_param_init_const(ttt_param *p, float value) {
 void ttt_param_init_zeros(ttt_param *p) { ttt_param_init_const(p, 0.0f); }
 void ttt_param_init_ones(ttt_param *p) { ttt_param_init_const(p, 1.0f); }
 
-ttt_tensor ttt_param_view(const ttt_param *p) { return ttt_tensor_view(p->data, p->ndim, p->shape); }
+ttt_tensor ttt_param_view(const ttt_param *p) {
+    return ttt_tensor_view(p->data, p->ndim, p->shape);
+}
 ttt_tensor ttt_param_grad_view(const ttt_param *p) {
     return ttt_tensor_view(p->grad, p->ndim, p->shape);
 }

@@ -24,10 +24,10 @@ typedef struct ttt_param {
     char name[TTT_PARAM_NAME_LEN]; /* unique within the list, e.g. "layer0.attn.wq" */
     int ndim;                      /* 1 … TTT_MAX_DIMS (a scalar is shape (1)) */
     int shape[TTT_MAX_DIMS];
-    size_t n;                      /* number of elements */
-    float *data;                   /* (n) row-major, owned */
-    float *grad;                   /* (n) same layout as data, owned */
-    int decay;                     /* nonzero: AdamW weight decay applies */
+    size_t n;    /* number of elements */
+    float *data; /* (n) row-major, owned */
+    float *grad; /* (n) same layout as data, owned */
+    int decay;   /* nonzero: AdamW weight decay applies */
 } ttt_param;
 
 typedef struct ttt_params {

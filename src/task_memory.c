@@ -50,9 +50,13 @@ ttt_status ttt_memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory_sp
         return s;
     }
     /* Query every stored key with the final fast weights. */
-    ttt_tensor *qk = L->scale != 1.0f ? ttt_scale(ctx, keys, L->scale) : keys;
-    ttt_tensor *pred = L->model->apply(ctx, (const ttt_tensor *const *)st.W, qk); /* (N, d_v) */
-    ttt_tensor *sim = ttt_matmul(ctx, pred, 0, cand, 1);                          /* (N, T) */
+    ttt_tensor *pred = ttt_tensor_2d(ctx, N, dv); /* (N, d_v) */
+    s = ttt_layer_read(ctx, L, &st, pred, keys, err);
+    if (s != TTT_OK) {
+        ttt_arena_release(ctx->arena, mark);
+        return s;
+    }
+    ttt_tensor *sim = ttt_matmul(ctx, pred, 0, cand, 1); /* (N, T) */
     double err_sum = 0;
     int hits = 0;
     for (int i = 0; i < N; i++) {

@@ -3,18 +3,24 @@
 #ifndef TTT_H
 #define TTT_H
 
+#include "apply.h"
 #include "config.h"
 #include "experiment.h"
 #include "forms.h"
 #include "model.h"
+#include "normalized.h"
 #include "ops.h"
 #include "optim.h"
 #include "progress.h"
 #include "results.h"
 #include "rng.h"
+#include "rope.h"
+#include "safetensors.h"
+#include "softmax_attention.h"
 #include "status.h"
 #include "task.h"
 #include "tensor.h"
+#include "ttt_dual.h"
 #include "ttt_layer.h"
 
 #endif

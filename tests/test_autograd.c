@@ -952,6 +952,22 @@ START_TEST(test_param_grad_accumulates) {
 }
 END_TEST
 
+/* Each backward call starts from zero for non-persistent gradients: seeding y1 = exp(x) and then,
+ * on the same tape, y2 = 3x must not replay y1's stale seed into x. */
+START_TEST(test_backward_from_fresh) {
+    ttt_tensor *x = ttt_tensor_1d(ctx, 3);
+    for (int k = 0; k < 3; k++) x->data[k] = 0.1f * (float)k;
+    x->requires_grad = 1;
+    ttt_tensor *y1 = ttt_exp(ctx, x), *y2 = ttt_scale(ctx, x, 3.0f);
+    const float ones[3] = {1.0f, 1.0f, 1.0f};
+    ttt_backward_from(ctx, y1, ones);
+    for (int k = 0; k < 3; k++) ck_assert_float_eq(x->grad[k], y1->data[k]);
+    ttt_backward_from(ctx, y2, ones);
+    ck_assert_ptr_null(y1->grad);
+    for (int k = 0; k < 3; k++) ck_assert_float_eq(x->grad[k], 3.0f);
+}
+END_TEST
+
 /* No recording: grad off, no tape, or no input that requires grad. */
 START_TEST(test_no_grad_records_nothing) {
     ttt_rng rng;
@@ -1252,6 +1268,7 @@ Suite *autograd_suite(void) {
                         (int)(sizeof k_solve_cases / sizeof k_solve_cases[0]));
     tcase_add_test(tc, test_fd_detects_wrong_gradient);
     tcase_add_test(tc, test_param_grad_accumulates);
+    tcase_add_test(tc, test_backward_from_fresh);
     tcase_add_test(tc, test_no_grad_records_nothing);
     tcase_add_test(tc, test_tape_print);
     tcase_add_test(tc, test_reshape_routing);

@@ -57,12 +57,13 @@ static void check_many(const ttt_mqar_config *c, int n, uint64_t seed) {
     ck_assert_int_eq(ttt_mqar_init(&g, c, &e), TTT_OK);
     ttt_rng r;
     ttt_rng_seed(&r, seed);
-    int *tok = malloc((size_t)c->seq_len * sizeof *tok), *lab = malloc((size_t)c->seq_len * sizeof *lab);
+    int *tok = malloc((size_t)c->seq_len * sizeof *tok),
+        *lab = malloc((size_t)c->seq_len * sizeof *lab);
     for (int i = 0; i < n; i++) {
         ttt_mqar_example(&g, &r, tok, lab);
         const char *bad = mqar_violation(c, tok, lab);
-        ck_assert_msg(bad == NULL, "V=%d L=%d N=%d filler=%d example %d: %s", c->vocab,
-                      c->seq_len, c->n_pairs, c->random_filler, i, bad);
+        ck_assert_msg(bad == NULL, "V=%d L=%d N=%d filler=%d example %d: %s", c->vocab, c->seq_len,
+                      c->n_pairs, c->random_filler, i, bad);
     }
     free(tok);
     free(lab);
@@ -76,11 +77,13 @@ START_TEST(mqar_invariants) {
     c.random_filler = 1;
     check_many(&c, 3000, 2);
     /* odd sizes and the tightest fits: V odd, every key used (N = V/2 − 1), L = 4N + 1 */
-    c = (ttt_mqar_config){.vocab = 17, .seq_len = 29, .n_pairs = 7, .random_filler = 0, .power_a = 0.01};
+    c = (ttt_mqar_config){
+        .vocab = 17, .seq_len = 29, .n_pairs = 7, .random_filler = 0, .power_a = 0.01};
     check_many(&c, 2000, 3);
     c.random_filler = 1;
     check_many(&c, 2000, 4);
-    c = (ttt_mqar_config){.vocab = 4, .seq_len = 4, .n_pairs = 1, .random_filler = 0, .power_a = 1.0};
+    c = (ttt_mqar_config){
+        .vocab = 4, .seq_len = 4, .n_pairs = 1, .random_filler = 0, .power_a = 1.0};
     check_many(&c, 100, 5);
     /* a deliberately wrong example is caught by the checker (the checker can fail) */
     ttt_mqar_config_default(&c);
@@ -106,7 +109,8 @@ END_TEST
  *     inputs  k v k v 0 0 k 0 0 0 0 0 k 0 0 0       labels −100 … v at each query key …
  * i.e. context in 0…3, queries at even positions ≥ 4, the label at the query's own position. */
 START_TEST(mqar_zoology_layout) {
-    ttt_mqar_config c = {.vocab = 12, .seq_len = 16, .n_pairs = 2, .random_filler = 0, .power_a = 0.01};
+    ttt_mqar_config c = {
+        .vocab = 12, .seq_len = 16, .n_pairs = 2, .random_filler = 0, .power_a = 0.01};
     ttt_mqar g;
     ttt_error e;
     ck_assert_int_eq(ttt_mqar_init(&g, &c, &e), TTT_OK);
@@ -289,7 +293,8 @@ START_TEST(sampler_epochs_and_resume) {
     ttt_sampler_next(&s, idx, 21);
     for (int i = 0; i < 21; i++) seen[i / 7][idx[i]]++;
     for (int ep = 0; ep < 3; ep++)
-        for (int k = 0; k < 7; k++) ck_assert_int_eq(seen[ep][k], 1); /* each index once per epoch */
+        for (int k = 0; k < 7; k++)
+            ck_assert_int_eq(seen[ep][k], 1);              /* each index once per epoch */
     ck_assert(memcmp(idx, idx + 7, 7 * sizeof(int)) != 0); /* reshuffled */
     /* resume in the middle of an epoch */
     int a[3];
@@ -301,8 +306,10 @@ START_TEST(sampler_epochs_and_resume) {
     ttt_rng other;
     ttt_rng_seed(&other, 999);
     ck_assert_int_eq(ttt_sampler_init(&t, 7, &other, &e), TTT_OK);
-    ttt_sampler_set_state(&t, w);
+    ck_assert_int_eq(ttt_sampler_set_state(&t, w, &e), TTT_OK);
     ttt_sampler_next(&t, got, 10);
+    w[5] = 8; /* a position past an epoch of 7 */
+    ck_assert_int_eq(ttt_sampler_set_state(&t, w, &e), TTT_ERR_RANGE);
     ck_assert(memcmp(want, got, sizeof want) == 0);
     ttt_sampler_free(&t);
     ttt_sampler_free(&s);
@@ -316,9 +323,9 @@ START_TEST(scoring_and_bits_per_byte) {
     b.labels[0] = 2;
     b.labels[1] = TTT_LABEL_IGNORE;
     b.labels[2] = 0;
-    float z[12] = {1, 2, 3, 0.5f, /* argmax 2 = label */
-                   9, 9, 9, 9,    /* ignored */
-                   5, 5, -1, 0};  /* tie 0/1 → 0 = label */
+    float z[12] = {1, 2, 3,  0.5f, /* argmax 2 = label */
+                   9, 9, 9,  9,    /* ignored */
+                   5, 5, -1, 0};   /* tie 0/1 → 0 = label */
     double nats = 0;
     long correct = 0, labelled = 0;
     ttt_batch_score(&b, z, 4, &nats, &correct, &labelled);
@@ -446,8 +453,8 @@ START_TEST(regression_least_squares_baseline) {
                 ck_assert_msg(mean < 1e-9, "k=%d: noiseless error %.3g with k >= d + 2", k, mean);
             } else if (want >= 0) {
                 ck_assert_msg(fabs(mean - want) <= 5 * se,
-                              "noise %g k=%d: mean %.4f, want %.4f (se %.4f)", c.noise_std, k,
-                              mean, want, se);
+                              "noise %g k=%d: mean %.4f, want %.4f (se %.4f)", c.noise_std, k, mean,
+                              want, se);
             }
             /* k = d − 1 … d + 1 with noise, and k = d, d + 1 without, have an infinite expected
              * error (E[1/σ_min²] diverges for nearly square Gaussian matrices; without noise the
@@ -471,7 +478,8 @@ START_TEST(regression_least_squares_baseline) {
         for (int q = 0; q < b2.B; q++)
             for (int k = 0; k < n; k++) want[k] += sq[(size_t)q * b2.T + 2 * k];
     }
-    for (int k = 0; k < n; k++) ck_assert_double_eq_tol(curve[k], want[k] / 300, 1e-12 * (1 + want[k]));
+    for (int k = 0; k < n; k++)
+        ck_assert_double_eq_tol(curve[k], want[k] / 300, 1e-12 * (1 + want[k]));
     ttt_regression_batch_free(&b2);
     free(sq);
     ttt_regression_batch_free(&b);
@@ -524,7 +532,8 @@ START_TEST(lm_windows_and_split) {
                     ok = ok && bytes[s + 32] == lab[31];
                     if (ok) {
                         found = 1;
-                        ck_assert_msg(s >= lo && s + 33 <= hi, "window at %zu outside [%zu, %zu)", s, lo, hi);
+                        ck_assert_msg(s >= lo && s + 33 <= hi, "window at %zu outside [%zu, %zu)",
+                                      s, lo, hi);
                     }
                 }
                 ck_assert(found);

@@ -438,6 +438,73 @@ START_TEST(every_form_through_the_layer_matches_generic) {
 }
 END_TEST
 
+/* normalize: ratio through the layer (the ratio of two linear-attention passes, one with a column
+ * of ones) equals the normalized-attention kernel, which keeps S and z in one pass (MATH.md §6.9);
+ * RoPE positions continue across a split; normalize: rms is RMSNorm of the plain output. */
+START_TEST(normalize_and_rope_options) {
+    const int T = 33, d = 8, T1 = 14;
+    fixture f;
+    fx_init(&f, 77);
+    ttt_tensor *q = randn(&f, T, d, 0.5f), *k = randn(&f, T, d, 0.5f), *v = randn(&f, T, d, 1);
+    for (int form = 0; form < 2; form++) {
+        char text[200];
+        snprintf(text, sizeof text, "layer: {preset: linear_attention, normalize: ratio, form: %s}\n",
+                 form ? "chunkwise" : "generic");
+        ttt_cfg_node *root;
+        ttt_error err = {0};
+        ck_assert(ttt_cfg_load_string(text, "t.yaml", &root, &err) == TTT_OK);
+        ttt_layer L;
+        ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, &err) ==
+                          TTT_OK, "%s", err.msg);
+        ttt_tensor *o = run_layer(&f, &L, q, k, v, NULL, NULL, NULL);
+        ttt_tensor *o2 = ttt_tensor_2d(&f.ctx, T, d), *S = ttt_tensor_2d(&f.ctx, d, d);
+        ttt_tensor *z = ttt_tensor_1d(&f.ctx, d);
+        ttt_tensor_fill(S, 0), ttt_tensor_fill(z, 0);
+        ttt_normalized_la_recurrent(o2->data, S->data, z->data, q->data, k->data, v->data, T, d, d,
+                                    TTT_NLA_EPS);
+        TU_ASSERT_CLOSE_F(o->data, o2->data, o->n, 1e-6, 2e-5);
+        ttt_cfg_free(root);
+    }
+    /* rope: one pass = two pieces with the carried state (positions continue) */
+    ttt_cfg_node *root;
+    ttt_error err = {0};
+    ck_assert(ttt_cfg_load_string("layer: {preset: deltanet, rope: true}\n", "t.yaml", &root, &err) ==
+              TTT_OK);
+    ttt_layer L;
+    ck_assert(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, &err) == TTT_OK);
+    ttt_tensor *ku = unit_rows(&f, T, d);
+    ttt_tensor *o_full = run_layer(&f, &L, q, ku, v, NULL, NULL, NULL);
+    ttt_layer_state st;
+    ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);
+    ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, d);
+    for (int part = 0; part < 2; part++) {
+        int a = part ? T1 : 0, b = part ? T : T1;
+        ttt_tensor *os = ttt_tensor_2d(&f.ctx, b - a, d);
+        ck_assert(ttt_layer_forward(&f.ctx, &L, os, &st, ttt_slice_rows(&f.ctx, q, a, b),
+                                    ttt_slice_rows(&f.ctx, ku, a, b), ttt_slice_rows(&f.ctx, v, a, b),
+                                    NULL, NULL, &err) == TTT_OK);
+        memcpy(o->data + (size_t)a * d, os->data, os->n * sizeof(float));
+    }
+    ck_assert_float_eq(ttt_max_abs_diff(o, o_full), 0.0f);
+    /* and rope changes the result (it is really applied) */
+    L.rope = 0;
+    ttt_tensor *o_plain = run_layer(&f, &L, q, ku, v, NULL, NULL, NULL);
+    ck_assert_float_gt(ttt_max_abs_diff(o_plain, o_full), 1e-3f);
+    /* rms post-norm */
+    L.normalize = TTT_NORMALIZE_RMS;
+    ttt_tensor *o_rms = run_layer(&f, &L, q, ku, v, NULL, NULL, NULL);
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int j = 0; j < d; j++) ss += (double)o_plain->data[t * d + j] * o_plain->data[t * d + j];
+        double r = 1.0 / sqrt(ss / d + TTT_POSTNORM_EPS);
+        for (int j = 0; j < d; j++)
+            ck_assert_double_eq_tol(o_rms->data[t * d + j], o_plain->data[t * d + j] * r, 1e-5);
+    }
+    ttt_cfg_free(root);
+    fx_free(&f);
+}
+END_TEST
+
 static Suite *layer_suite(void) {
     Suite *s = suite_create("layer");
     TCase *tc = tcase_create("forms");
@@ -456,6 +523,7 @@ static Suite *layer_suite(void) {
     tcase_add_test(tc, perturbed_form_is_detected);
     tcase_add_test(tc, form_recurrent_rejected_without_closed_form);
     tcase_add_test(tc, every_form_through_the_layer_matches_generic);
+    tcase_add_test(tc, normalize_and_rope_options);
     suite_add_tcase(s, tc);
     return s;
 }
