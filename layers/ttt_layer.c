@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "forms.h"
 #include "normalized.h"
 #include "rope.h"
@@ -399,13 +400,33 @@ static void copy_into(ttt_tensor *dst, const ttt_tensor *src) {
     memcpy(dst->data, src->data, src->n * sizeof(float));
 }
 
+/* Without a tape, per-token temporaries are released after every token: what must survive (the
+ * stepped weights and state, the running gradient, the prefix decay) is copied into a buffer
+ * allocated once. With a tape nothing is released or copied: every tensor stays a node of the
+ * graph, so outer-loop training differentiates through the whole inner loop. */
+static void keep(ttt_ctx *ctx, ttt_tensor **t, ttt_tensor *buffer) {
+    if (ttt_recording(ctx) || *t == buffer) return;
+    copy_into(buffer, *t);
+    *t = buffer;
+}
+
+/* Backward of the output assembly: row t of dL/do goes to the row tensor that produced it. */
+static void gather_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const int d = e->iarg[0];
+    for (int t = 0; t < e->n_in; t++) {
+        if (!e->in[t]->requires_grad) continue;
+        float *g = ttt_grad(ctx, e->in[t]);
+        for (int j = 0; j < d; j++) g[j] += dout[(size_t)t * d + j];
+    }
+}
+
 static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                   ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                                   const ttt_tensor *v, const ttt_tensor *eta,
                                   const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
     const ttt_model *M = L->model;
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v), nw = st->n_w,
-              ns = st->n_opt;
+              ns = st->n_opt, tape = ttt_recording(ctx);
     /* A retention per key dimension scales the rows of S (GLA): it is defined for the linear
      * model, whose rows are key dimensions, and not for models with hidden layers. */
     if (alpha_vec && strcmp(M->name, "linear") != 0)
@@ -413,94 +434,110 @@ static ttt_status forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
                              "a decay per key dimension (log_alpha of shape (T, d_k)) is defined "
                              "for the linear model only, not for model %s",
                              M->name);
-    /* Block-lifetime buffers: the running gradient, the stepped weights and state. */
-    ttt_tensor *Gacc[TTT_MAX_WEIGHTS], *Wn[TTT_MAX_WEIGHTS];
-    ttt_tensor *Sn[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+    /* Buffers that outlive a token when nothing is recorded. */
+    ttt_tensor *bG[TTT_MAX_WEIGHTS], *bW[TTT_MAX_WEIGHTS], *bS[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+    ttt_tensor *bA = ttt_tensor_1d(ctx, alpha_vec ? d_k : 1);
     for (int w = 0; w < nw; w++) {
-        Gacc[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
-        Wn[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
-        for (int s = 0; s < ns; s++) Sn[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        bG[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        bW[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        for (int s = 0; s < ns; s++) bS[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
     }
-    ttt_tensor *logA = ttt_tensor_1d(ctx, alpha_vec ? d_k : 1); /* log A_i, prefix decay */
-    ttt_tensor *A = ttt_tensor_1d(ctx, d_k);                     /* A_i per row */
-    ttt_tensor *alpha_t = ttt_tensor_1d(ctx, d_k);               /* α_t per row */
-    const int b = L->mini_batch, has_decay = log_alpha != NULL;
+    ttt_tensor **rows = tape ? ttt_tape_alloc(ctx, (size_t)T * sizeof *rows) : NULL;
+    const int b = L->mini_batch;
+    const ttt_tensor *la_rows =
+        log_alpha && alpha_vec ? log_alpha : NULL; /* (T, d_k): a row per token */
 
     for (int t0 = 0; t0 < T; t0 += b) {
         const int n = t0 + b <= T ? b : T - t0;
-        ttt_tensor_fill(logA, 0.0f);
+        /* block start: W_0 and the optimizer state at it */
+        ttt_tensor *W0[TTT_MAX_WEIGHTS], *S0[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+        ttt_tensor *Wn[TTT_MAX_WEIGHTS], *Sn[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+        ttt_tensor *G[TTT_MAX_WEIGHTS] = {0}, *A = NULL;
         for (int w = 0; w < nw; w++) {
-            copy_into(Wn[w], st->W[w]);
-            for (int s = 0; s < ns; s++) copy_into(Sn[w][s], st->opt[w][s]);
+            W0[w] = Wn[w] = st->W[w];
+            for (int s = 0; s < ns; s++) S0[w][s] = Sn[w][s] = st->opt[w][s];
         }
         for (int i = 0; i < n; i++) {
             const int t = t0 + i;
             ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-            if (has_decay) {
-                const float *la = log_alpha->data + (alpha_vec ? (size_t)t * d_k : (size_t)t);
-                for (int j = 0; j < logA->shape[0]; j++) logA->data[j] += la[j];
-                for (int j = 0; j < d_k; j++) {
-                    A->data[j] = expf(logA->data[alpha_vec ? j : 0]);
-                    alpha_t->data[j] = expf(la[alpha_vec ? j : 0]);
-                }
+            /* this token's retention α_t and the block prefix decay A_i = α_{t0} ⋯ α_t, as
+             * tensors so that learned gates receive gradients */
+            ttt_tensor *alpha_t = NULL;
+            if (log_alpha) {
+                ttt_tensor *la = ttt_slice_rows(ctx, la_rows ? la_rows : log_alpha, t, t + 1);
+                if (la_rows) la = ttt_reshape(ctx, la, 1, (int[]){d_k});
+                alpha_t = ttt_exp(ctx, la);
+                A = i == 0 ? alpha_t : ttt_mul(ctx, A, alpha_t);
             }
             const float theta = L->pos_inverse ? L->lr / (float)(i + 1) : L->lr;
-            /* prefix block (per_block) and single-token block (per_token) descriptions */
-            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta,
-                                   .decay = has_decay ? A->data[0] : 1.0f,
-                                   .decay_rows = (has_decay && alpha_vec) ? A : NULL};
-            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta,
-                                   .decay = has_decay ? alpha_t->data[0] : 1.0f,
-                                   .decay_rows = (has_decay && alpha_vec) ? alpha_t : NULL};
+            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta, .decay = A};
+            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta, .decay = alpha_t};
             /* the point where the gradient is taken */
             const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
             for (int w = 0; w < nw; w++)
-                Wg[w] = (L->coupled && has_decay) ? ttt_optim_apply_decay(ctx, st->W[w], &blk)
-                                                  : st->W[w];
-            ttt_tensor xk = ttt_tensor_view2(k->data + (size_t)t * d_k, 1, d_k);
-            ttt_tensor xv = ttt_tensor_view2(v->data + (size_t)t * d_v, 1, d_v);
-            ttt_tensor et = eta ? ttt_tensor_view(eta->data + t, 1, (int[]){1}) : (ttt_tensor){0};
-            ttt_tensor *z = L->loss->z_free ? NULL : M->apply(ctx, Wg, &xk);
-            ttt_tensor *dz = L->loss->grad(ctx, z, &xv);
+                Wg[w] = L->coupled && A ? ttt_optim_apply_decay(ctx, W0[w], &blk) : W0[w];
+            ttt_tensor *xk = ttt_slice_rows(ctx, k, t, t + 1); /* (1, d_k) */
+            ttt_tensor *xv = ttt_slice_rows(ctx, v, t, t + 1); /* (1, d_v) */
+            ttt_tensor *et = eta ? ttt_slice_rows(ctx, eta, t, t + 1) : NULL; /* (1) */
+            ttt_tensor *z = L->loss->z_free ? NULL : M->apply(ctx, Wg, xk);
+            ttt_tensor *dz = L->loss->grad(ctx, z, xv);
             ttt_tensor *g[TTT_MAX_WEIGHTS];
-            M->grad(ctx, g, Wg, &xk, dz, eta ? &et : NULL);
+            M->grad(ctx, g, Wg, xk, dz, et);
             const int last = i == n - 1;
             for (int w = 0; w < nw; w++) {
-                const ttt_tensor *Gw = g[w];
-                const ttt_tensor *W_from = Wn[w], *const *S_from = (const ttt_tensor *const *)Sn[w];
-                const ttt_optim_block *bk = &tok;
-                if (!L->step_per_token) {
-                    /* G_i = α_t G_{i−1} + g_i, stepped from the block start */
-                    if (i > 0) {
-                        ttt_tensor *dec = !has_decay ? Gacc[w]
-                                          : alpha_vec ? ttt_scale_rows(ctx, Gacc[w], alpha_t)
-                                                      : ttt_scale(ctx, Gacc[w], alpha_t->data[0]);
-                        Gw = ttt_add(ctx, dec, g[w]);
-                    }
-                    copy_into(Gacc[w], Gw);
-                    W_from = st->W[w];
-                    S_from = (const ttt_tensor *const *)st->opt[w];
-                    bk = &blk;
-                    if (L->order == TTT_ORDER_APPLY_THEN_UPDATE && !last) continue;
-                }
                 ttt_tensor *wo = NULL, *so[TTT_MAX_OPT_STATE] = {0};
-                L->optim->step(ctx, L->optim_cfg, &wo, so, W_from, S_from, Gw, bk);
-                copy_into(Wn[w], wo);
-                for (int s = 0; s < ns; s++) copy_into(Sn[w][s], so[s]);
+                if (L->step_per_token) {
+                    L->optim->step(ctx, L->optim_cfg, &wo, so, Wn[w],
+                                   (const ttt_tensor *const *)Sn[w], g[w], &tok);
+                } else {
+                    /* G_i = α_t G_{i−1} + g_i, stepped from the block start */
+                    G[w] = i == 0 ? g[w]
+                                  : ttt_add(ctx, alpha_t ? ttt_optim_apply_decay(ctx, G[w], &tok)
+                                                         : G[w],
+                                            g[w]);
+                    if (L->order == TTT_ORDER_APPLY_THEN_UPDATE && !last) {
+                        keep(ctx, &G[w], bG[w]);
+                        continue;
+                    }
+                    L->optim->step(ctx, L->optim_cfg, &wo, so, W0[w],
+                                   (const ttt_tensor *const *)S0[w], G[w], &blk);
+                    keep(ctx, &G[w], bG[w]);
+                }
+                Wn[w] = wo;
+                keep(ctx, &Wn[w], bW[w]);
+                for (int s = 0; s < ns; s++) {
+                    Sn[w][s] = so[s];
+                    keep(ctx, &Sn[w][s], bS[w][s]);
+                }
             }
+            if (A) keep(ctx, &A, bA);
             /* read-out */
-            ttt_tensor xq = ttt_tensor_view2(q->data + (size_t)t * d_k, 1, d_k);
-            const ttt_tensor *const *Wr = L->order == TTT_ORDER_UPDATE_THEN_APPLY
-                                              ? (const ttt_tensor *const *)Wn
-                                              : (const ttt_tensor *const *)st->W;
-            ttt_tensor *ot = M->apply(ctx, Wr, &xq);
+            ttt_tensor *xq = ttt_slice_rows(ctx, q, t, t + 1);
+            ttt_tensor *ot = M->apply(ctx,
+                                      L->order == TTT_ORDER_UPDATE_THEN_APPLY
+                                          ? (const ttt_tensor *const *)Wn
+                                          : (const ttt_tensor *const *)W0,
+                                      xq);
             memcpy(o->data + (size_t)t * d_v, ot->data, (size_t)d_v * sizeof(float));
-            ttt_arena_release(ctx->arena, mark);
+            if (tape) rows[t] = ot;
+            else ttt_arena_release(ctx->arena, mark);
         }
+        /* block end: the state moves to the last step's weights */
         for (int w = 0; w < nw; w++) {
-            copy_into(st->W[w], Wn[w]);
-            for (int s = 0; s < ns; s++) copy_into(st->opt[w][s], Sn[w][s]);
+            if (tape) {
+                st->W[w] = Wn[w];
+                for (int s = 0; s < ns; s++) st->opt[w][s] = Sn[w][s];
+            } else {
+                if (Wn[w] != st->W[w]) copy_into(st->W[w], Wn[w]);
+                for (int s = 0; s < ns; s++)
+                    if (Sn[w][s] != st->opt[w][s]) copy_into(st->opt[w][s], Sn[w][s]);
+            }
         }
+    }
+    if (tape) {
+        ttt_tape_entry *e = ttt_tape_record(ctx, gather_rows_backward, o,
+                                            (const ttt_tensor *const *)rows, T);
+        if (e) e->iarg[0] = d_v;
     }
     return TTT_OK;
 }

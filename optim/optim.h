@@ -19,11 +19,12 @@ typedef struct ttt_optim_block {
     int t0;                   /* index of the block's first token */
     int n;                    /* tokens in the block (the last block may be shorter than b) */
     float theta;              /* block-level learning rate θ (option `lr`) */
-    /* Decay to apply to the weights in this step (product of the per-token retentions over the
-     * block, MATH.md §3). Scalar form when decay_rows == NULL; otherwise decay_rows (rows of W)
-     * is a per-row retention (GLA's vector decay over the key dimension). 1 = no decay. */
-    float decay;
-    const ttt_tensor *decay_rows; /* (rows of W) or NULL */
+    /* Decay to apply to the weights in this step (the product of the per-token retentions over
+     * the block, MATH.md §3): a 1-element tensor (scalar decay) or a tensor with one entry per
+     * row of W (GLA's decay per key dimension); NULL = no decay. A tensor, not a float, so that
+     * outer-loop training differentiates through learned gates. Apply it with
+     * ttt_optim_apply_decay. */
+    const ttt_tensor *decay;
 } ttt_optim_block;
 
 typedef struct ttt_optim {
@@ -61,7 +62,8 @@ typedef struct ttt_optim {
     {"decay_placement", TTT_OPT_CHOICE, "decoupled", TTT_NO_RANGE, "coupled|decoupled",        \
      "coupled: gradient at the decayed weights (Gated DeltaNet); decoupled: at the old ones"}
 
-/* W·decay with the block's scalar or per-row decay (helper for optimizers' rules). */
+/* α·W with the block's scalar or per-row decay (helper for optimizers' rules); returns W itself
+ * when there is no decay (ops never modify their inputs, so sharing is safe). */
 ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk);
 
 /* ---- registry ---- */

@@ -32,7 +32,6 @@ const ttt_optim *ttt_optim_at(int i) { return (i >= 0 && i < N_OPTIM) ? registry
 const char *const *ttt_optim_names(void) { return registry_names; }
 
 ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk) {
-    if (blk->decay_rows) return ttt_scale_rows(ctx, W, blk->decay_rows);
-    if (blk->decay != 1.0f) return ttt_scale(ctx, W, blk->decay);
-    return ttt_tensor_copy(ctx, W);
+    if (!blk->decay) return (ttt_tensor *)W;
+    return blk->decay->n == 1 ? ttt_mul(ctx, W, blk->decay) : ttt_scale_rows(ctx, W, blk->decay);
 }

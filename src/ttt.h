@@ -3,14 +3,19 @@
 #ifndef TTT_H
 #define TTT_H
 
+#include "adamw.h"
 #include "apply.h"
+#include "autograd.h"
+#include "checkpoint.h"
 #include "config.h"
+#include "data.h"
 #include "experiment.h"
 #include "forms.h"
 #include "model.h"
 #include "normalized.h"
 #include "ops.h"
 #include "optim.h"
+#include "params.h"
 #include "progress.h"
 #include "results.h"
 #include "rng.h"

@@ -506,7 +506,9 @@ START_TEST(muon_step_matches_rule) {
                 ttt_rng_fill_normal(&f.rng, W->data, W->n, 0, 1);
                 ttt_rng_fill_normal(&f.rng, M0->data, M0->n, 0, 1);
                 ttt_rng_fill_normal(&f.rng, G->data, G->n, 0, 1);
-                ttt_optim_block blk = {.t0 = 0, .n = 1, .theta = 0.3f, .decay = 0.95f};
+                ttt_tensor *decay = ttt_tensor_1d(&f.ctx, 1);
+                ttt_tensor_fill(decay, 0.95f);
+                ttt_optim_block blk = {.t0 = 0, .n = 1, .theta = 0.3f, .decay = decay};
                 ttt_tensor *Wo = NULL, *So[TTT_MAX_OPT_STATE] = {0};
                 const ttt_tensor *S0[1] = {M0};
                 L.optim->step(&f.ctx, L.optim_cfg, &Wo, So, W, S0, G, &blk);
@@ -870,7 +872,7 @@ START_TEST(optimizers_selectable_from_yaml) {
     fx_init(&f, 112);
     ttt_tensor *W = ttt_tensor_2d(&f.ctx, 4, 6), *G = randn(&f, 4, 6, 1.0f);
     ttt_tensor_fill(W, 0.0f);
-    ttt_optim_block blk = {.t0 = 0, .n = 1, .theta = 1.0f, .decay = 1.0f};
+    ttt_optim_block blk = {.t0 = 0, .n = 1, .theta = 1.0f, .decay = NULL};
     ttt_tensor *Wo = NULL, *So[TTT_MAX_OPT_STATE] = {0};
     L.optim->step(&f.ctx, L.optim_cfg, &Wo, So, W, NULL, G, &blk);
     double *Gd = dcopy_f(G->data, G->n), *U = dzeros(16), *s = dzeros(4), *Vt = dzeros(24);
