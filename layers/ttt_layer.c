@@ -175,39 +175,35 @@ int ttt_form_from_name(const char *s) {
     return -1;
 }
 
-/* Which closed family a tuple belongs to (see ttt_layer_form_unavailable). */
-enum { FAMILY_NONE, FAMILY_LINEAR_ATTENTION, FAMILY_DELTA_RULE, FAMILY_TTT_LINEAR,
-       FAMILY_TITANS };
-
-static int layer_family(const ttt_layer *L) {
-    if (L->order != TTT_ORDER_UPDATE_THEN_APPLY) return FAMILY_NONE;
+int ttt_layer_family(const ttt_layer *L) {
+    if (L->order != TTT_ORDER_UPDATE_THEN_APPLY) return TTT_FAMILY_NONE;
     const char *m = L->model->name, *l = L->loss->name;
     if (L->momentum_plain && strcmp(m, "linear") == 0 && strcmp(l, "squared") == 0 &&
         L->step_per_token && !L->pos_inverse && (!L->coupled || L->decay == 1.0f))
-        return FAMILY_TITANS;
-    if (!L->sgd_plain) return FAMILY_NONE;
+        return TTT_FAMILY_TITANS;
+    if (!L->sgd_plain) return TTT_FAMILY_NONE;
     if (strcmp(m, "linear") == 0 && strcmp(l, "dot") == 0 && !L->pos_inverse)
-        return FAMILY_LINEAR_ATTENTION;
+        return TTT_FAMILY_LINEAR_ATTENTION;
     /* The closed delta rule decays before the error is measured (coupled placement). */
     if (strcmp(m, "linear") == 0 && strcmp(l, "squared") == 0 && L->mini_batch == 1 &&
         !L->pos_inverse && (L->coupled || L->decay == 1.0f))
-        return FAMILY_DELTA_RULE;
+        return TTT_FAMILY_DELTA_RULE;
     if (strcmp(m, "ttt_linear") == 0 && L->pos_inverse && L->decay == 1.0f &&
         (strcmp(l, "recon") == 0 || strcmp(l, "squared") == 0))
-        return FAMILY_TTT_LINEAR;
-    return FAMILY_NONE;
+        return TTT_FAMILY_TTT_LINEAR;
+    return TTT_FAMILY_NONE;
 }
 
 const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f) {
     if (f == TTT_FORM_GENERIC) return NULL;
-    int fam = layer_family(L);
-    int ok = (fam == FAMILY_LINEAR_ATTENTION || fam == FAMILY_DELTA_RULE)
+    int fam = ttt_layer_family(L);
+    int ok = (fam == TTT_FAMILY_LINEAR_ATTENTION || fam == TTT_FAMILY_DELTA_RULE)
                  ? (f == TTT_FORM_RECURRENT || f == TTT_FORM_PARALLEL || f == TTT_FORM_CHUNKWISE)
-                 : fam == FAMILY_TTT_LINEAR ? f == TTT_FORM_DUAL
-                 : fam == FAMILY_TITANS     ? f == TTT_FORM_CHUNKWISE
+                 : fam == TTT_FAMILY_TTT_LINEAR ? f == TTT_FORM_DUAL
+                 : fam == TTT_FAMILY_TITANS     ? f == TTT_FORM_CHUNKWISE
                                             : 0;
     if (!ok)
-        return fam == FAMILY_NONE
+        return fam == TTT_FAMILY_NONE
                    ? "closed forms exist for linear attention (model linear, loss dot, plain sgd, "
                      "update_then_apply), the delta rule (model linear, loss squared, plain sgd, "
                      "mini_batch 1, update_then_apply, no decay or coupled decay) and "
@@ -224,11 +220,11 @@ ttt_form ttt_layer_auto_form(const ttt_layer *L) {
      * per-chunk triangular solves do not pay off at d = 64 yet), so the recurrence stays the
      * default there; Titans' chunked form 6× and the TTT-Linear dual form 4.7× the generic
      * driver. */
-    switch (layer_family(L)) {
-    case FAMILY_LINEAR_ATTENTION: return TTT_FORM_CHUNKWISE;
-    case FAMILY_DELTA_RULE: return TTT_FORM_RECURRENT;
-    case FAMILY_TITANS: return TTT_FORM_CHUNKWISE;
-    case FAMILY_TTT_LINEAR: return TTT_FORM_DUAL;
+    switch (ttt_layer_family(L)) {
+    case TTT_FAMILY_LINEAR_ATTENTION: return TTT_FORM_CHUNKWISE;
+    case TTT_FAMILY_DELTA_RULE: return TTT_FORM_RECURRENT;
+    case TTT_FAMILY_TITANS: return TTT_FORM_CHUNKWISE;
+    case TTT_FAMILY_TTT_LINEAR: return TTT_FORM_DUAL;
     default: return TTT_FORM_GENERIC;
     }
 }
@@ -303,7 +299,7 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     L->d_v = d_v;
 
     L->chunk = (int)ttt_cfg_int(map, "chunk");
-    if (L->normalize == TTT_NORMALIZE_RATIO && layer_family(L) != FAMILY_LINEAR_ATTENTION)
+    if (L->normalize == TTT_NORMALIZE_RATIO && ttt_layer_family(L) != TTT_FAMILY_LINEAR_ATTENTION)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "normalize"),
                              "layer.normalize: ratio is normalized linear attention, the ratio of "
                              "two linear-attention states (MATH.md §4); it needs model linear, "
@@ -552,21 +548,21 @@ static ttt_status forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o
     for (int t = 0; t < T; t++) beta->data[t] = L->lr * (eta ? eta->data[t] : 1.0f);
     const float *la = log_alpha ? log_alpha->data : NULL;
     float *S = st->W[0]->data;
-    const int fam = layer_family(L), C = L->chunk;
-    if (fam == FAMILY_DELTA_RULE && log_alpha && !L->coupled)
+    const int fam = ttt_layer_family(L), C = L->chunk;
+    if (fam == TTT_FAMILY_DELTA_RULE && log_alpha && !L->coupled)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                              "the closed delta-rule forms decay before the error is measured "
                              "(decay_placement: coupled); this layer has per-token gates with "
                              "decoupled placement: use form: generic or decay_placement: coupled");
-    if (fam == FAMILY_TTT_LINEAR && log_alpha)
+    if (fam == TTT_FAMILY_TTT_LINEAR && log_alpha)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                              "the TTT-Linear dual form has no forget gate; use form: generic");
-    if ((fam == FAMILY_DELTA_RULE || fam == FAMILY_TITANS || fam == FAMILY_TTT_LINEAR) &&
+    if ((fam == TTT_FAMILY_DELTA_RULE || fam == TTT_FAMILY_TITANS || fam == TTT_FAMILY_TTT_LINEAR) &&
         alpha_vec)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                              "this closed form takes a scalar decay per token, not a vector; use "
                              "form: generic");
-    if (fam == FAMILY_LINEAR_ATTENTION) {
+    if (fam == TTT_FAMILY_LINEAR_ATTENTION) {
         switch (L->form) {
         case TTT_FORM_RECURRENT:
             ttt_linear_attention_recurrent(o->data, S, q->data, k->data, v->data, beta->data, la,
@@ -582,7 +578,7 @@ static ttt_status forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o
             return TTT_OK;
         default: break;
         }
-    } else if (fam == FAMILY_DELTA_RULE) {
+    } else if (fam == TTT_FAMILY_DELTA_RULE) {
         switch (L->form) {
         case TTT_FORM_RECURRENT:
             ttt_delta_rule_recurrent(o->data, S, q->data, k->data, v->data, beta->data, la, T,
@@ -598,13 +594,13 @@ static ttt_status forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o
             return TTT_OK;
         default: break;
         }
-    } else if (fam == FAMILY_TITANS && L->form == TTT_FORM_CHUNKWISE) {
+    } else if (fam == TTT_FAMILY_TITANS && L->form == TTT_FORM_CHUNKWISE) {
         /* gradients are taken once per mini-batch: the chunk of the closed form is b */
         ttt_momentum_chunked(ctx, o->data, S, st->opt[0][0]->data, q->data, k->data, v->data,
                              eta ? eta->data : NULL, la, L->lr, L->momentum_mu, T, d_k, d_v,
                              L->mini_batch);
         return TTT_OK;
-    } else if (fam == FAMILY_TTT_LINEAR && L->form == TTT_FORM_DUAL) {
+    } else if (fam == TTT_FAMILY_TTT_LINEAR && L->form == TTT_FORM_DUAL) {
         /* lr_j = θ η_j; the layer state is (W, b) */
         ttt_ttt_linear_dual(ctx, o->data, S, st->W[1]->data, q->data, k->data, v->data,
                             beta->data, T, d_k, L->mini_batch);
@@ -636,6 +632,7 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         return ttt_error_set(err, TTT_ERR_SHAPE, "log_alpha %s fits neither (T) nor (T, d_k)",
                              ttt_tensor_shape_str(log_alpha, s1, sizeof s1));
 
+    const int tape = ttt_recording(ctx);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     /* Constant decay from the optimizer options when no per-token gates are given. */
     if (!log_alpha && L->decay != 1.0f) {
@@ -645,6 +642,9 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     }
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
     if (L->rope) {
+        if (tape)
+            return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                                 "rope: outer-loop gradients through RoPE are not available yet");
         /* positions continue from the carried state, so a split sequence resumes exactly */
         ttt_tensor *qr = ttt_tensor_2d(ctx, T, L->d_k), *kr = ttt_tensor_2d(ctx, T, L->d_k);
         ttt_rope_apply(qr->data, q->data, T, L->d_k, (int)st->pos, L->rope_base);
@@ -656,9 +656,14 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         q = ttt_elu1(ctx, q);
         k = ttt_elu1(ctx, k);
     }
+    if (tape && L->form != TTT_FORM_GENERIC)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "form %s: outer-loop gradients are available through form: generic",
+                             ttt_form_name(L->form));
+    ttt_tensor *res = ttt_tensor_2d(ctx, T, L->d_v); /* the form's output (T, d_v) */
     ttt_status s = L->form == TTT_FORM_GENERIC
-                       ? forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err)
-                       : forward_closed(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+                       ? forward_generic(ctx, L, res, st, q, k, v, eta, log_alpha, alpha_vec, err)
+                       : forward_closed(ctx, L, res, st, q, k, v, eta, log_alpha, alpha_vec, err);
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
         /* The denominator q_t z_t is the same layer run with a single value column of ones
          * (MATH.md §6 item 9): z is its (d_k, 1) state. */
@@ -673,14 +678,24 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         s = L1.form == TTT_FORM_GENERIC
                 ? forward_generic(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err)
                 : forward_closed(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err);
-        for (int t = 0; s == TTT_OK && t < T; t++)
-            for (int j = 0; j < L->d_v; j++)
-                o->data[(size_t)t * L->d_v + j] /= den->data[t] + TTT_NLA_EPS;
+        st->z = s1.W[0];
+        /* o / (q z + ε), as ops: 1/x = exp(−log x) is safe since q z > 0 for φ = elu+1 */
+        ttt_tensor *inv = ttt_exp(ctx, ttt_neg(ctx, ttt_log(ctx, ttt_add_scalar(ctx, den, TTT_NLA_EPS))));
+        res = ttt_scale_rows(ctx, res, ttt_reshape(ctx, inv, 1, (int[]){T}));
     }
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RMS)
-        ttt_rms_postnorm(o->data, o->data, T, L->d_v, TTT_POSTNORM_EPS);
-    if (s == TTT_OK) st->pos += T;
-    ttt_arena_release(ctx->arena, mark);
+        res = ttt_rmsnorm(ctx, res, NULL, TTT_POSTNORM_EPS);
+    if (s == TTT_OK) {
+        memcpy(o->data, res->data, res->n * sizeof(float));
+        if (tape) {
+            /* o is the caller's tensor: make it the graph's output */
+            const ttt_tensor *in[1] = {res};
+            ttt_tape_record(ctx, ttt_backward_identity, o, in, 1);
+        }
+        st->pos += T;
+    }
+    /* With a tape every intermediate is part of the graph and stays; without one, release. */
+    if (!tape) ttt_arena_release(ctx->arena, mark);
     return s;
 }
 

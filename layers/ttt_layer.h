@@ -123,6 +123,16 @@ const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
                           int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
                           ttt_error *err);
+/* The closed-form family of a tuple (which fast forms exist for it). */
+enum {
+    TTT_FAMILY_NONE,
+    TTT_FAMILY_LINEAR_ATTENTION, /* linear, dot, plain sgd, update_then_apply */
+    TTT_FAMILY_DELTA_RULE,       /* linear, squared, plain sgd, b = 1, coupled or no decay */
+    TTT_FAMILY_TTT_LINEAR,       /* ttt_linear, recon/squared, plain sgd, position_scale inverse */
+    TTT_FAMILY_TITANS,           /* linear, squared, momentum (no Nesterov), steps per_token */
+};
+int ttt_layer_family(const ttt_layer *L);
+
 /* NULL when the layer's tuple can be computed in form f; otherwise a sentence saying why not.
  * Linear-attention family (linear model, dot loss, plain sgd, update_then_apply; any b, since
  * the dot loss's gradient does not depend on W): recurrent, parallel, chunkwise.

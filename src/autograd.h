@@ -37,6 +37,8 @@
  *   - ttt_tensor_view makes a header that shares memory but NOT gradients: a view is a leaf. Use
  *     ttt_reshape / ttt_slice_rows / ttt_slice_cols, which are recorded, to differentiate through a
  *     change of shape or a part of a tensor.
+ *   - One tape is written by one thread at a time: when heads run in parallel (OpenMP), record
+ *     on one tape per thread or record only outside the parallel region.
  *   - Backward functions run with ctx->grad temporarily 0, so they may call ops (nothing is
  *     recorded: no higher-order gradients). Inputs passed as `const ttt_tensor *` get their `grad`
  *     field written by backward: only tensors the caller made mutable (params, op results, leaves

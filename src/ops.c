@@ -508,7 +508,7 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
             const float x = in[i];                                                         \
             o[i] = (expr);                                                                 \
         }                                                                                  \
-        RECORD(ctx, &#fname[4], fname##_backward, r, a);                                 \
+        RECORD(ctx, &#fname[4], fname##_backward, r, a);                                   \
         return r;                                                                          \
     }
 
