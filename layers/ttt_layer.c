@@ -230,11 +230,9 @@ ttt_form ttt_layer_auto_form(const ttt_layer *L) {
 }
 
 static ttt_status parse_optimizer(ttt_cfg_node *opt, ttt_layer *L, ttt_error *err) {
+    if (!ttt_cfg_get(opt, "name")) /* the default optimizer, as for `optimizer:` left out */
+        ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar("sgd", opt));
     const ttt_cfg_node *name = ttt_cfg_get(opt, "name");
-    if (!name)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, opt,
-                             "layer.optimizer: missing 'name' (one of the optimizers in `ttt "
-                             "list`, e.g. sgd)");
     TTT_TRY(check_scalar_name(name, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
     L->optim = ttt_optim_find(name->scalar);
     TTT_TRY(ttt_cfg_check_map(opt, "layer.optimizer", L->optim->options, NULL, err));

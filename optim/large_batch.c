@@ -149,19 +149,22 @@ static void large_batch_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
     int rows, cols, per_row;
     norm_layout(c, W, &rows, &cols, &per_row);
     const int nch = per_row ? rows : cols;
-    ttt_tensor *f = ttt_tensor_1d(ctx, nch); /* per-channel factor ‖W_init‖/(‖W‖ + 1e-5) */
-    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    double *nrm = ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)nch);
-    TTT_ASSERT(nrm != NULL);
-    channel_norms(nrm, Wn->data, rows, cols, per_row);
+    /* factor per channel ‖W_init‖/(‖W‖ + 1e-5), in ops so that the outer loop differentiates
+     * through the current norms; the initial norms are constants */
+    ttt_tensor *Wm = ttt_reshape(ctx, Wn, 2, (int[]){rows, cols}); /* (rows, cols) */
+    ttt_tensor *nrm = per_row ? ttt_row_norms(ctx, Wm) : ttt_row_norms(ctx, ttt_transpose(ctx, Wm));
+    ttt_tensor *n0 = ttt_tensor_1d(ctx, nch), *keep = ttt_tensor_1d(ctx, nch);
+    ttt_tensor *pass = ttt_tensor_1d(ctx, nch);
     for (int ch = 0; ch < nch; ch++) {
-        const float n0 = per_row ? N->data[(size_t)ch * cols] : N->data[ch];
-        /* a channel that started at zero has no norm to return to: leave it */
-        f->data[ch] = n0 > 0.0f ? (float)(n0 / (nrm[ch] + 1e-5)) : 1.0f;
+        const float v = per_row ? N->data[(size_t)ch * cols] : N->data[ch];
+        /* a channel that started at zero has no norm to return to: leave it (factor 1) */
+        n0->data[ch] = v;
+        keep->data[ch] = v > 0.0f ? 1.0f : 0.0f;
+        pass->data[ch] = v > 0.0f ? 0.0f : 1.0f;
     }
-    ttt_arena_release(ctx->arena, mark);
-    ttt_tensor Wm = ttt_tensor_view2(Wn->data, rows, cols); /* (rows, cols) */
-    ttt_tensor *R = per_row ? ttt_scale_rows(ctx, &Wm, f) : ttt_scale_cols(ctx, &Wm, f);
+    ttt_tensor *ratio = ttt_div(ctx, n0, ttt_add_scalar(ctx, nrm, 1e-5f));
+    ttt_tensor *f = ttt_add(ctx, ttt_mul(ctx, ratio, keep), pass); /* (nch) */
+    ttt_tensor *R = per_row ? ttt_scale_rows(ctx, Wm, f) : ttt_scale_cols(ctx, Wm, f);
     *W_out = ttt_reshape(ctx, R, W->ndim, W->shape);
 }
 

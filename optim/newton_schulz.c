@@ -41,13 +41,16 @@ void ttt_ns_matrix_dims(const ttt_tensor *W, int *rows, int *cols) {
 ttt_tensor *ttt_newton_schulz(ttt_ctx *ctx, const ttt_tensor *A, ttt_ns_set set, int steps) {
     int r, c;
     ttt_ns_matrix_dims(A, &r, &c);
-    ttt_tensor *out = ttt_tensor_new(ctx, A->ndim, A->shape);
+    const int tape = ttt_recording(ctx);
+    /* Without a tape the iterations' temporaries are released and only the result is kept; with
+     * one, every iterate stays on the tape so the outer loop differentiates through NS. */
+    ttt_tensor *out = tape ? NULL : ttt_tensor_new(ctx, A->ndim, A->shape);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    ttt_tensor A2 = ttt_tensor_view2(A->data, r, c); /* (r, c), read only */
+    const ttt_tensor *A2 = A->ndim == 2 ? A : ttt_reshape(ctx, A, 2, (int[]){r, c}); /* (r, c) */
     /* Work on the wide orientation so that P = X Xᵀ is the smaller Gram matrix. */
     const int tr = r > c;
-    ttt_tensor *X = tr ? ttt_transpose(ctx, &A2) : ttt_tensor_copy(ctx, &A2); /* (m, n), m ≤ n */
-    ttt_tensor *den = ttt_add_scalar(ctx, ttt_norm_fro(ctx, X), 1e-7f);       /* ‖A‖_F + 1e-7 */
+    ttt_tensor *X = tr ? ttt_transpose(ctx, A2) : (ttt_tensor *)A2;       /* (m, n), m ≤ n */
+    ttt_tensor *den = ttt_add_scalar(ctx, ttt_norm_fro(ctx, X), 1e-7f); /* ‖A‖_F + 1e-7 */
     X = ttt_div(ctx, X, den);
     for (int i = 0; i < steps; i++) {
         double abc[3];
@@ -60,6 +63,8 @@ ttt_tensor *ttt_newton_schulz(ttt_ctx *ctx, const ttt_tensor *A, ttt_ns_set set,
         X = ttt_gemm(ctx, 1.0f, B, 0, X, 0, (float)abc[0], X); /* aX + B X (m, n) */
     }
     if (tr) X = ttt_transpose(ctx, X);
+    if (A->ndim != 2) X = ttt_reshape(ctx, X, A->ndim, A->shape);
+    if (tape) return X;
     memcpy(out->data, X->data, out->n * sizeof(float));
     ttt_arena_release(ctx->arena, mark);
     return out;
