@@ -1315,6 +1315,41 @@ ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor 
     return r;
 }
 
+/* r = [p_0; p_1; …] along dim 0: part p gets the next p->n elements of dr back. */
+static void concat_rows_n_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    size_t off = 0;
+    for (int p = 0; p < e->n_in; p++) {
+        const ttt_tensor *t = e->in[p];
+        float *g = ttt_grad(ctx, t);
+        if (g)
+            for (size_t i = 0; i < t->n; i++) g[i] += dr[off + i];
+        off += t->n;
+    }
+}
+
+ttt_tensor *ttt_concat_rows_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
+    TTT_ASSERT(n >= 1);
+    const ttt_tensor *a = parts[0];
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    shp[0] = 0;
+    for (int p = 0; p < n; p++) {
+        const ttt_tensor *t = parts[p];
+        int ok = t->ndim == a->ndim;
+        for (int i = 1; ok && i < a->ndim; i++) ok = t->shape[i] == a->shape[i];
+        SHAPE_CHECK(ok, "concat_rows (all dims but the first must match)", a, t);
+        shp[0] += t->shape[0];
+    }
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t off = 0;
+    for (int p = 0; p < n; p++) {
+        if (parts[p]->n) memcpy(r->data + off, parts[p]->data, parts[p]->n * sizeof(float));
+        off += parts[p]->n;
+    }
+    if (ctx->grad) record_named(ctx, "concat_rows_n", concat_rows_n_backward, r, parts, n);
+    return r;
+}
+
 /* r = a[..., c0:c1]: the gradient lands in the same columns of a. */
 static void slice_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
     const ttt_tensor *a = e->in[0];

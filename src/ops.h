@@ -119,6 +119,8 @@ ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1);
 /* Stack along dim 0 (other dims equal). */
 ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+/* Same for n ≥ 1 parts in one copy (joining a batch of sequences back into (B·T, …)). */
+ttt_tensor *ttt_concat_rows_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n);
 /* Same data, new shape (element counts equal); the result shares a's storage. For autodiff it is
  * a tensor of its own whose gradient is added into a's (element order is the same). */
 ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape);
