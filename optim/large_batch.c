@@ -87,17 +87,6 @@ static void norm_layout(const large_batch_cfg *c, const ttt_tensor *W, int *rows
     }
 }
 
-/* Channel norms (double accumulation): (rows) per row or (cols) per column. */
-static void channel_norms(double *out, const float *W, int rows, int cols, int per_row) {
-    memset(out, 0, sizeof(double) * (size_t)(per_row ? rows : cols));
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            double w = W[(size_t)i * cols + j];
-            out[per_row ? i : j] += w * w;
-        }
-    for (int i = 0; i < (per_row ? rows : cols); i++) out[i] = sqrt(out[i]);
-}
-
 static void large_batch_init_state(const void *cfg, ttt_tensor **state, const ttt_tensor *W) {
     const large_batch_cfg *c = cfg;
     int s = 0;

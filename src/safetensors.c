@@ -389,9 +389,9 @@ static ttt_status int_array(parser *p, const char *nm, const char *key, int max,
             return fail(p->err, p->file,
                         "tensor '%s': '%s' must be an array of integers, found %s in it",
                         shown(nm, b, sizeof b), key, f);
-        int is_int;
-        uint64_t u;
-        size_t st;
+        int is_int = 0;
+        uint64_t u = 0;
+        size_t st = 0;
         TTT_TRY(jnumber(p, &is_int, &u, &st));
         if (!is_int)
             return fail(p->err, p->file,

@@ -1,0 +1,105 @@
+/* Differentiable closed forms (outer-loop training through the inner loop, MATH.md §5).
+ *
+ * Two ways to differentiate the same closed forms:
+ *   (a) COMPOSED (this header, layers/composed.c): each form written with recorded ops (ops.h),
+ *       so the tape (autograd.h) differentiates it automatically. Slow but obviously right: it is
+ *       the reference the fused ops are checked against.
+ *   (b) FUSED (fused_grad.h): one custom op per form whose forward is the fast kernel of
+ *       forms.h and whose backward is written by hand, recomputing each chunk from the states
+ *       saved at chunk boundaries.
+ * tests/test_form_grads.c ties (a) to finite differences of float64 recurrences, (b) to (a), and
+ * both to the generic driver's gradients (the definition, MATH.md §1).
+ *
+ * Conventions of every form below (one head, one sequence; shapes are checked with TTT_ASSERT):
+ *   q, k (T, d_k); v (T, d_v); beta (T) the write strength β_t, or NULL (= 1); log_alpha the log
+ *   retentions, (T) per token or (T, d_k) per key dimension where allowed, or NULL (no decay);
+ *   the initial state S0 (and M0, W0, b0) are tensors that may require grad (a learned initial
+ *   state is a parameter in some models). The result is the output O (T, d_v); the final state
+ *   is returned through the out pointers as graph nodes. Nothing is modified in place. */
+#ifndef TTT_COMPOSED_H
+#define TTT_COMPOSED_H
+
+#include "ops.h"
+#include "ttt_layer.h"
+
+/* Gated linear attention, chunkwise (MATH.md §5.2; the parallel form §5.1 is chunk = T):
+ *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t.
+ * Per chunk (G = cumsum(log α) inside it, Γ_ij = exp(G_i − G_j) [i ≥ j]):
+ *     O = (Q ⊙ e^G) S + ((Q Kᵀ) ⊙ Γ) diag(β) V,   S ← e^{G_n} S + (e^{G_n − G} ⊙ K)ᵀ diag(β) V.
+ * Vector decay (log_alpha (T, d_k)) forms the scores as (Q ⊙ e^G)(K ⊙ e^{−G})ᵀ with the chunk
+ * start as reference, so the decay span inside one chunk, max over key dims of −G_n, must stay
+ * below ~80 nats (e^80 ≈ 5e34 < FLT_MAX): log α ≥ −1.2 at C = 64. The fused op has no such limit. */
+ttt_tensor *ttt_la_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_k, d_v) */
+                                      const ttt_tensor *q, const ttt_tensor *k,
+                                      const ttt_tensor *v, const ttt_tensor *beta,
+                                      const ttt_tensor *log_alpha, const ttt_tensor *S0,
+                                      int chunk);
+
+/* Gated delta rule (coupled scalar decay), chunkwise via the UT transform (MATH.md §5.3):
+ *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t.
+ * Per chunk: A = strictly_lower(diag(β) K Kᵀ ⊙ Γ) (unit diagonal implied), U = A⁻¹(β ⊙ V),
+ * W = A⁻¹(β ⊙ e^G ⊙ K) (ttt_solve_lower), V' = U − W S,
+ * O = (e^G ⊙ Q) S + ((Q Kᵀ) ⊙ Γ) V', S ← e^{G_n} S + (e^{G_n − G} ⊙ K)ᵀ V'.
+ * log_alpha (T) or NULL. */
+ttt_tensor *ttt_delta_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_k, d_v) */
+                                         const ttt_tensor *q, const ttt_tensor *k,
+                                         const ttt_tensor *v, const ttt_tensor *beta,
+                                         const ttt_tensor *log_alpha, const ttt_tensor *S0,
+                                         int chunk);
+
+/* TTT-Linear mini-batch dual form (MATH.md §5.4; the rule of ttt_dual.h), d = d_k = d_v:
+ * per block with Z = K W_0 + b_0 and G = LN'(Z)ᵀ(LN(Z) − (V − K)) (ttt_layernorm_backward, whose
+ * own backward supplies the second derivatives of LN),
+ *     Z̄ = Q W_0 + b_0 − (E ⊙ (tril(Q Kᵀ) + 1)) G,   O = Q + LN(Z̄),   E_ij = lr_j/(i + 1) [i ≥ j]
+ *     W ← W_0 − (E_{n−1,·}ᵀ ⊙ K)ᵀ G,   b ← b_0 − E_{n−1,·} G.
+ * lr (T) per-token learning rates (θ·η) or NULL (= 1); W0 (d, d), b0 (d). */
+ttt_tensor *ttt_ttt_linear_dual_composed(ttt_ctx *ctx, ttt_tensor **W_out, /* (d, d) */
+                                         ttt_tensor **b_out,                /* (d) */
+                                         const ttt_tensor *q, const ttt_tensor *k,
+                                         const ttt_tensor *v, const ttt_tensor *lr,
+                                         const ttt_tensor *W0, const ttt_tensor *b0,
+                                         int mini_batch);
+
+/* Titans' chunked momentum (layers/titans.c, MATH.md §3 "momentum"): inside a chunk from
+ * (S_0, M_in), with e_i = β_i (k_i S_0 − v_i) (β = θ·η: the learning rate is folded in),
+ *     M_i = μ M_{i−1} − k_iᵀ e_i,  S_i = α_i S_{i−1} + M_i,  o_i = q_i S_i,
+ * as O = diag(A) Q S_0 + diag(c) Q M_in − ((Q Kᵀ) ⊙ D) E with A_i = e^{G_i},
+ * D = Γ · Mu (Mu_js = μ^{j−s} [j ≥ s]) and c = Γ · (μ^{j+1})_j — products of the decay mask with
+ * constant matrices, so gradients reach log_alpha. log_alpha (T) or NULL; μ a constant. */
+ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_k, d_v) */
+                                        ttt_tensor **M_out,               /* (d_k, d_v) */
+                                        const ttt_tensor *q, const ttt_tensor *k,
+                                        const ttt_tensor *v, const ttt_tensor *beta,
+                                        const ttt_tensor *log_alpha, const ttt_tensor *S0,
+                                        const ttt_tensor *M0, float mu, int chunk);
+
+/* RoPE as a recorded op (MATH.md §4 "RoPE", convention of rope.h): row t of x (T, d) rotated by
+ * the angle of position pos0 + t (y = x R_p). Its backward is the inverse rotation,
+ * dx = dy R_pᵀ = dy R_{−p}. Implemented in layers/rope_op.c. */
+ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);
+
+/* Differentiable closed form: same contract as ttt_layer.c's forward_closed (o (T, d_v) written
+ * and — when recording — a node of the graph; st->W[...] (and st->opt for Titans) replaced by
+ * graph nodes holding the final state when recording, updated in place otherwise), for every
+ * (family, form) that ttt_layer_form_unavailable accepts: linear attention recurrent / parallel /
+ * chunkwise (scalar and vector decay), delta rule recurrent / parallel / chunkwise (scalar coupled
+ * decay), TTT-Linear dual, Titans chunkwise.
+ *
+ * beta (T) is β_t = θ·η_t, already formed by the caller (as a recorded op when η is learned);
+ * NULL means η = 1, i.e. β_t = θ = L->lr for every token (a constant). For Titans β is the
+ * momentum step's θ·η_t, for TTT-Linear the per-token learning rate lr_j = θ·η_j.
+ * log_alpha (T) or (T, d_k) or NULL (the caller turns a constant L->decay into a (T) tensor).
+ *
+ * The recurrent form is differentiated through the chunkwise math with chunk L->chunk (the same
+ * function; the token-by-token kernel has no backward), the parallel form as one chunk.
+ * `fused` selects the fused ops (fused_grad.h) for linear attention and the delta rule; the
+ * TTT-Linear dual form and Titans have only the composed path (fused is ignored there).
+ * Errors: TTT_ERR_UNSUPPORTED for what forward_closed rejects (vector decay outside linear
+ * attention, per-token gates with decoupled placement on the delta rule, gates on TTT-Linear) and
+ * for tuples without a closed form. */
+ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                  ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                                  const ttt_tensor *v, const ttt_tensor *beta,
+                                  const ttt_tensor *log_alpha, int fused, ttt_error *err);
+
+#endif
