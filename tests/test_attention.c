@@ -19,32 +19,13 @@
 #define ATOL 1e-6
 #define RTOL_ROPE 1e-6
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static float *randn(fixture *f, size_t n, float std) {
-    float *x = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
-    ck_assert(x != NULL);
-    ttt_rng_fill_normal(&f->rng, x, n, 0.0f, std);
-    return x;
-}
-static float *uniform(fixture *f, size_t n, float lo, float hi) {
+static float *uniform(tu_fixture *f, size_t n, float lo, float hi) {
     float *x = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
     ck_assert(x != NULL);
     ttt_rng_fill_uniform(&f->rng, x, n, lo, hi);
     return x;
 }
-static float *fcopy(fixture *f, const float *x, size_t n) {
+static float *fcopy(tu_fixture *f, const float *x, size_t n) {
     float *y = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
     memcpy(y, x, n * sizeof(float));
     return y;
@@ -82,12 +63,12 @@ END_TEST
 
 /* Against the float64 rotation, even and odd d; norms preserved; in place = out of place. */
 START_TEST(rope_matches_reference_and_preserves_norms) {
-    fixture f;
-    fx_init(&f, 200);
+    tu_fixture f;
+    tu_fx_init(&f, 200);
     const int T = 300, ds[] = {16, 7};
     for (int di = 0; di < 2; di++) {
         const int d = ds[di], pos0 = 1234;
-        float *x = randn(&f, (size_t)T * d, 1.0f), *y = randn(&f, (size_t)T * d, 1.0f);
+        float *x = tu_randn_buf(&f, (size_t)T * d, 1.0f), *y = tu_randn_buf(&f, (size_t)T * d, 1.0f);
         ttt_rope_apply(y, x, T, d, pos0, TTT_ROPE_BASE);
         double *want = dzeros((size_t)T * d), *xd = dzeros(d);
         double *nx = dzeros(T), *ny = dzeros(T);
@@ -107,18 +88,18 @@ START_TEST(rope_matches_reference_and_preserves_norms) {
         ck_assert(memcmp(z, y, sizeof(float) * T * d) == 0);
         free(want), free(xd), free(nx), free(ny);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* (q_t R_t)·(k_s R_s) depends only on t − s: equal for shifted positions and equal to
  * (q R_{t−s})·k (MATH.md §4 "RoPE"); and it does change with t − s (the check can fail). */
 START_TEST(rope_relative_position) {
-    fixture f;
-    fx_init(&f, 201);
+    tu_fixture f;
+    tu_fx_init(&f, 201);
     const int d = 32, n = 200;
     for (int r = 0; r < n; r++) {
-        float *q = randn(&f, d, 1.0f), *k = randn(&f, d, 1.0f);
+        float *q = tu_randn_buf(&f, d, 1.0f), *k = tu_randn_buf(&f, d, 1.0f);
         int t = (int)ttt_rng_below(&f.rng, 2000), s = (int)ttt_rng_below(&f.rng, 2000);
         int shift = (int)ttt_rng_below(&f.rng, 8000);
         float qa[32], ka[32], qb[32], kb[32], qc[32], qd[32];
@@ -135,34 +116,34 @@ START_TEST(rope_relative_position) {
         ck_assert_msg(fabs(a - c) <= 1e-6 * scale, "R_{t-s}: %.9g vs %.9g", a, c);
         ck_assert_msg(fabs(a - dotf(qd, k, d)) > 1e-6 * scale, "t-s+1 indistinguishable");
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* A sequence rotated in two pieces (pos0 = T1 for the second) equals one pass, to the bit. */
 START_TEST(rope_split_sequence_continues) {
-    fixture f;
-    fx_init(&f, 202);
+    tu_fixture f;
+    tu_fx_init(&f, 202);
     const int T = 100, T1 = 37, d = 12;
-    float *x = randn(&f, (size_t)T * d, 1.0f);
-    float *y = randn(&f, (size_t)T * d, 1.0f), *z = randn(&f, (size_t)T * d, 1.0f);
+    float *x = tu_randn_buf(&f, (size_t)T * d, 1.0f);
+    float *y = tu_randn_buf(&f, (size_t)T * d, 1.0f), *z = tu_randn_buf(&f, (size_t)T * d, 1.0f);
     ttt_rope_apply(y, x, T, d, 5, TTT_ROPE_BASE);
     ttt_rope_apply(z, x, T1, d, 5, TTT_ROPE_BASE);
     ttt_rope_apply(z + (size_t)T1 * d, x + (size_t)T1 * d, T - T1, d, 5 + T1, TTT_ROPE_BASE);
     ck_assert(memcmp(y, z, sizeof(float) * T * d) == 0);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* Linear attention on rotated q, k: parallel = chunkwise = recurrent = the float64 form written
  * with relative rotations, o_t = Σ_{s≤t} γ^{t−s} (q_t R_{t−s} k_sᵀ) v_s ("complex decay"). */
 START_TEST(rope_linear_attention_forms) {
-    fixture f;
-    fx_init(&f, 203);
+    tu_fixture f;
+    tu_fx_init(&f, 203);
     const int T = 90, dk = 16, dv = 8;
     const double lg = -0.05; /* log γ */
-    float *q = randn(&f, (size_t)T * dk, 0.5f), *k = randn(&f, (size_t)T * dk, 0.5f);
-    float *v = randn(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, (float)lg, (float)lg);
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 0.5f), *k = tu_randn_buf(&f, (size_t)T * dk, 0.5f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, (float)lg, (float)lg);
     float *qr = uniform(&f, (size_t)T * dk, 0, 0), *kr = uniform(&f, (size_t)T * dk, 0, 0);
     ttt_rope_apply(qr, q, T, dk, 0, TTT_ROPE_BASE);
     ttt_rope_apply(kr, k, T, dk, 0, TTT_ROPE_BASE);
@@ -192,7 +173,7 @@ START_TEST(rope_linear_attention_forms) {
     ttt_linear_attention_parallel(&f.ctx, o, S, q, k, v, NULL, la, 0, T, dk, dv);
     ck_assert(!tu_close(o, o_ref, (size_t)T * dv, ATOL, RTOL, NULL, 0));
     free(o_ref), free(qd), free(qrel);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -225,15 +206,15 @@ typedef struct nla_problem {
     float *q, *k, *v, *S0, *z0;
 } nla_problem;
 
-static nla_problem make_nla(fixture *f, int T, int dk, int dv) {
+static nla_problem make_nla(tu_fixture *f, int T, int dk, int dv) {
     nla_problem p = {.T = T, .dk = dk, .dv = dv};
-    p.q = randn(f, (size_t)T * dk, 1.0f);
-    p.k = randn(f, (size_t)T * dk, 1.0f);
-    p.v = randn(f, (size_t)T * dv, 1.0f);
+    p.q = tu_randn_buf(f, (size_t)T * dk, 1.0f);
+    p.k = tu_randn_buf(f, (size_t)T * dk, 1.0f);
+    p.v = tu_randn_buf(f, (size_t)T * dv, 1.0f);
     /* an initial memory as left by 10 earlier tokens: S0 = Σ φ(k)ᵀv, z0 = Σ φ(k) */
     p.S0 = uniform(f, (size_t)dk * dv, 0, 0);
     p.z0 = uniform(f, dk, 0, 0);
-    float *k0 = randn(f, (size_t)10 * dk, 1.0f), *v0 = randn(f, (size_t)10 * dv, 1.0f);
+    float *k0 = tu_randn_buf(f, (size_t)10 * dk, 1.0f), *v0 = tu_randn_buf(f, (size_t)10 * dv, 1.0f);
     for (int t = 0; t < 10; t++)
         for (int i = 0; i < dk; i++) {
             float pk = (float)phi(k0[t * dk + i]);
@@ -255,8 +236,8 @@ static void nla_ref(const nla_problem *p, double **o, double **S, double **z) {
 /* recurrent and chunkwise (C ∈ {1, 7, 16, 64, 128}, T = 100) against the float64 definition,
  * from an initial (S, z), final (S, z) out. */
 START_TEST(normalized_forms_match_reference) {
-    fixture f;
-    fx_init(&f, 210);
+    tu_fixture f;
+    tu_fx_init(&f, 210);
     nla_problem p = make_nla(&f, 100, 16, 12);
     double *o_ref, *S_ref, *z_ref;
     nla_ref(&p, &o_ref, &S_ref, &z_ref);
@@ -274,7 +255,7 @@ START_TEST(normalized_forms_match_reference) {
         TU_ASSERT_CLOSE(z, z_ref, p.dk, ATOL, RTOL);
     }
     free(o_ref), free(S_ref), free(z_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -282,8 +263,8 @@ END_TEST
  * (φ(q), φ(k)): numerator with values v, denominator with values 1, both through the recurrent
  * linear-attention kernel. Also: a 0.1 % change of one value is caught. */
 START_TEST(normalized_is_ratio_of_two_states) {
-    fixture f;
-    fx_init(&f, 211);
+    tu_fixture f;
+    tu_fx_init(&f, 211);
     nla_problem p = make_nla(&f, 100, 16, 12);
     const int T = p.T, dk = p.dk, dv = p.dv;
     float *pq = uniform(&f, (size_t)T * dk, 0, 0), *pk = uniform(&f, (size_t)T * dk, 0, 0);
@@ -314,14 +295,14 @@ START_TEST(normalized_is_ratio_of_two_states) {
     ttt_normalized_la_recurrent(o, S2, z2, p.q, p.k, p.v, T, dk, dv, TTT_NLA_EPS);
     ck_assert(!tu_close(o, o_ref, (size_t)T * dv, ATOL, RTOL, NULL, 0));
     free(o_ref), free(S_ref), free(z_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* Split-sequence resume: T1 tokens, then the rest with the carried (S, z), equals one pass. */
 START_TEST(normalized_split_sequence_resume) {
-    fixture f;
-    fx_init(&f, 212);
+    tu_fixture f;
+    tu_fx_init(&f, 212);
     nla_problem p = make_nla(&f, 100, 8, 5);
     double *o_ref, *S_ref, *z_ref;
     nla_ref(&p, &o_ref, &S_ref, &z_ref);
@@ -345,7 +326,7 @@ START_TEST(normalized_split_sequence_resume) {
         TU_ASSERT_CLOSE(z, z_ref, p.dk, ATOL, RTOL);
     }
     free(o_ref), free(S_ref), free(z_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -353,11 +334,11 @@ END_TEST
  * equals out of place; applied to the chunkwise output it equals RMSNorm of the float64
  * recurrence's output. */
 START_TEST(postnorm_matches_reference) {
-    fixture f;
-    fx_init(&f, 213);
+    tu_fixture f;
+    tu_fx_init(&f, 213);
     const int T = 100, dk = 16, dv = 12;
-    float *q = randn(&f, (size_t)T * dk, 0.5f), *k = randn(&f, (size_t)T * dk, 0.5f);
-    float *v = randn(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.2f, -0.01f);
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 0.5f), *k = tu_randn_buf(&f, (size_t)T * dk, 0.5f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.2f, -0.01f);
     double *o_la = dzeros((size_t)T * dv), *S = dzeros((size_t)dk * dv);
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < dk; i++)
@@ -384,7 +365,7 @@ START_TEST(postnorm_matches_reference) {
     ttt_linear_attention_chunkwise(&f.ctx, o, Sf, q, k, v, NULL, la, 0, T, dk, dv, 16);
     ck_assert(!tu_close(o, want, (size_t)T * dv, ATOL, RTOL, NULL, 0));
     free(o_la), free(S), free(want);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -420,12 +401,12 @@ static void ref_softmax(double *o, const float *q, const float *k, const float *
 /* Plain causal attention and FoX with random gates vs the naive float64 form; T = 150 spans
  * three query tiles (the last partial). Also strong gates (log α ∈ [−3, −1]): nearly diagonal. */
 START_TEST(softmax_matches_naive) {
-    fixture f;
-    fx_init(&f, 220);
+    tu_fixture f;
+    tu_fx_init(&f, 220);
     const int T = 150, dk = 16, dv = 8;
     const float scale = 0.25f;
-    float *q = randn(&f, (size_t)T * dk, 1.0f), *k = randn(&f, (size_t)T * dk, 1.0f);
-    float *v = randn(&f, (size_t)T * dv, 1.0f);
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 1.0f), *k = tu_randn_buf(&f, (size_t)T * dk, 1.0f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f);
     float *gates[3] = {NULL, uniform(&f, T, -0.5f, 0.0f), uniform(&f, T, -3.0f, -1.0f)};
     for (int g = 0; g < 3; g++) {
         double *want = dzeros((size_t)T * dv);
@@ -444,17 +425,17 @@ START_TEST(softmax_matches_naive) {
         ck_assert(!tu_close(o, want, (size_t)T * dv, ATOL, RTOL, NULL, 0));
         free(want);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* FoX with every α = 1 (log α = 0) is plain causal softmax attention. */
 START_TEST(fox_unit_gates_equal_causal) {
-    fixture f;
-    fx_init(&f, 221);
+    tu_fixture f;
+    tu_fx_init(&f, 221);
     const int T = 130, dk = 8, dv = 6;
-    float *q = randn(&f, (size_t)T * dk, 1.0f), *k = randn(&f, (size_t)T * dk, 1.0f);
-    float *v = randn(&f, (size_t)T * dv, 1.0f), *zero = uniform(&f, T, 0, 0);
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 1.0f), *k = tu_randn_buf(&f, (size_t)T * dk, 1.0f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *zero = uniform(&f, T, 0, 0);
     float *o1 = uniform(&f, (size_t)T * dv, 7, 7), *o2 = uniform(&f, (size_t)T * dv, 7, 7);
     ttt_softmax_attention(&f.ctx, o1, q, k, v, NULL, 0.3f, T, dk, dv);
     ttt_softmax_attention(&f.ctx, o2, q, k, v, zero, 0.3f, T, dk, dv);
@@ -463,7 +444,7 @@ START_TEST(fox_unit_gates_equal_causal) {
     ttt_rng_fill_uniform(&f.rng, zero, T, -0.1f, 0.0f);
     ttt_softmax_attention(&f.ctx, o2, q, k, v, zero, 0.3f, T, dk, dv);
     ck_assert(!tu_close_f(o2, o1, (size_t)T * dv, ATOL, RTOL, NULL, 0));
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -474,8 +455,8 @@ END_TEST
  * make log Γ exact, so the float32 result must match the float64 one to the rounding of the
  * softmax itself. */
 START_TEST(softmax_large_scores) {
-    fixture f;
-    fx_init(&f, 222);
+    tu_fixture f;
+    tu_fx_init(&f, 222);
     const int T = 100, dk = 16, dv = 4;
     float *q = uniform(&f, (size_t)T * dk, 0, 0), *k = uniform(&f, (size_t)T * dk, 0, 0);
     for (int i = 0; i < T * dk; i++) {
@@ -484,7 +465,7 @@ START_TEST(softmax_large_scores) {
                  : (ttt_rng_below(&f.rng, 2) ? 512.0f : -512.0f);
         k[i] = c ? (float)((int)ttt_rng_below(&f.rng, 3) - 1) : 64.0f;
     }
-    float *v = randn(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.5f, -0.5f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.5f, -0.5f);
     for (int g = 0; g < 2; g++) {
         const float *gate = g ? la : NULL;
         double *want = dzeros((size_t)T * dv);
@@ -495,18 +476,18 @@ START_TEST(softmax_large_scores) {
         TU_ASSERT_CLOSE(o, want, (size_t)T * dv, ATOL, RTOL);
         free(want);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* T = 4096 under an arena limit of 8 MB: a T × T score matrix (64 MB) cannot be allocated, the
  * (64, T) tile can. Sampled rows (first, tile edges, last) against the naive float64 form. */
 START_TEST(softmax_long_sequence_tiled) {
-    fixture f;
-    fx_init(&f, 223);
+    tu_fixture f;
+    tu_fx_init(&f, 223);
     const int T = 4096, dk = 16, dv = 8;
-    float *q = randn(&f, (size_t)T * dk, 1.0f), *k = randn(&f, (size_t)T * dk, 1.0f);
-    float *v = randn(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.01f, 0.0f);
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 1.0f), *k = tu_randn_buf(&f, (size_t)T * dk, 1.0f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *la = uniform(&f, T, -0.01f, 0.0f);
     float *o = uniform(&f, (size_t)T * dv, 7, 7);
     f.arena.limit = ttt_arena_footprint(&f.arena) + ((size_t)8 << 20);
     const int rows[][2] = {{0, 3}, {62, 66}, {2040, 2050}, {4090, 4096}};
@@ -522,7 +503,7 @@ START_TEST(softmax_long_sequence_tiled) {
             free(want);
         }
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

@@ -26,39 +26,6 @@
  * decay the long-range terms vanish and it measures 2.3e-7 like the other forms. Same ~5× margin. */
 #define RTOL_PARALLEL_LONG 1.5e-5
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static ttt_tensor *randn(fixture *f, int r, int c, float std) {
-    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
-    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
-    return t;
-}
-static ttt_tensor *unit_rows(fixture *f, int r, int c) {
-    ttt_tensor *t = randn(f, r, c, 1.0f);
-    for (int i = 0; i < r; i++) {
-        double s = 0;
-        for (int j = 0; j < c; j++) s += (double)t->data[i * c + j] * t->data[i * c + j];
-        for (int j = 0; j < c; j++) t->data[i * c + j] /= (float)sqrt(s);
-    }
-    return t;
-}
-static ttt_tensor *uniform(fixture *f, int n, float lo, float hi) {
-    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
-    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
-    return t;
-}
-
 /* float64 gated delta rule, written from MATH.md §4 in its matrix form (not the expanded one
  * the library's kernels use): P = α_t (I − β_t k_tᵀ k_t), S_t = P S_{t−1} + β_t k_tᵀ v_t,
  * o_t = q_t S_t. S (d_k, d_v) in/out. */
@@ -105,15 +72,15 @@ typedef struct problem {
     double *o_ref, *S_ref;
 } problem;
 
-static void problem_make(fixture *f, problem *p, int T, int dk, int dv, int with_beta,
+static void problem_make(tu_fixture *f, problem *p, int T, int dk, int dv, int with_beta,
                          int decay, int init_state) {
     p->T = T, p->dk = dk, p->dv = dv;
-    p->q = randn(f, T, dk, 1.0f);
-    p->k = unit_rows(f, T, dk);
-    p->v = randn(f, T, dv, 1.0f);
-    p->beta = with_beta ? uniform(f, T, 0.05f, 0.95f) : NULL;
-    p->la = decay ? uniform(f, T, -0.25f, -0.005f) : NULL; /* α ∈ (0.78, 0.995) */
-    p->S0 = init_state ? randn(f, dk, dv, 0.5f) : ttt_tensor_2d(&f->ctx, dk, dv);
+    p->q = tu_randn(f, T, dk, 1.0f);
+    p->k = tu_unit_rows(f, T, dk);
+    p->v = tu_randn(f, T, dv, 1.0f);
+    p->beta = with_beta ? tu_uniform(f, T, 0.05f, 0.95f) : NULL;
+    p->la = decay ? tu_uniform(f, T, -0.25f, -0.005f) : NULL; /* α ∈ (0.78, 0.995) */
+    p->S0 = init_state ? tu_randn(f, dk, dv, 0.5f) : ttt_tensor_2d(&f->ctx, dk, dv);
     if (!init_state) ttt_tensor_fill(p->S0, 0.0f);
     p->o_ref = malloc(sizeof(double) * T * dv);
     p->S_ref = malloc(sizeof(double) * dk * dv);
@@ -129,7 +96,7 @@ static void problem_free(problem *p) {
 enum { FORM_RECURRENT, FORM_CHUNKWISE, FORM_PARALLEL };
 
 /* Run one form from p->S0 over tokens [a, b) continuing state S. */
-static void run_form(fixture *f, int form, const problem *p, float *o, float *S, int a, int b,
+static void run_form(tu_fixture *f, int form, const problem *p, float *o, float *S, int a, int b,
                      int chunk) {
     const int dk = p->dk, dv = p->dv, n = b - a;
     const float *q = p->q->data + (size_t)a * dk, *k = p->k->data + (size_t)a * dk;
@@ -157,8 +124,8 @@ static const char *form_name(int form) {
 static void check_forms(uint64_t seed, int with_beta, int decay, int init_state) {
     const int T = 100, dk = 32, dv = 24;
     const int chunks[] = {1, 8, 16, 64, 128}; /* none divides 100 except 1; 128 > T */
-    fixture f;
-    fx_init(&f, seed);
+    tu_fixture f;
+    tu_fx_init(&f, seed);
     problem p;
     problem_make(&f, &p, T, dk, dv, with_beta, decay, init_state);
     float *o = malloc(sizeof(float) * T * dv), *S = malloc(sizeof(float) * dk * dv);
@@ -176,7 +143,7 @@ static void check_forms(uint64_t seed, int with_beta, int decay, int init_state)
         }
     free(o), free(S);
     problem_free(&p);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 
 START_TEST(delta_forms_match_recurrence) { check_forms(101, 1, 0, 0); }
@@ -196,8 +163,8 @@ END_TEST
 START_TEST(delta_forms_split_sequence_resume) {
     const int T = 100, T1 = 37, dk = 16, dv = 16;
     for (int decay = 0; decay < 2; decay++) {
-        fixture f;
-        fx_init(&f, 110 + decay);
+        tu_fixture f;
+        tu_fx_init(&f, 110 + decay);
         problem p;
         problem_make(&f, &p, T, dk, dv, 1, decay, 1);
         float *o = malloc(sizeof(float) * T * dv), *S = malloc(sizeof(float) * dk * dv);
@@ -214,7 +181,7 @@ START_TEST(delta_forms_split_sequence_resume) {
         }
         free(o), free(S);
         problem_free(&p);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -224,8 +191,8 @@ END_TEST
 START_TEST(delta_chunkwise_matches_generic_driver) {
     const int T = 100, dk = 16, dv = 12;
     for (int decay = 0; decay < 2; decay++) {
-        fixture f;
-        fx_init(&f, 120 + decay);
+        tu_fixture f;
+        tu_fx_init(&f, 120 + decay);
         problem p;
         problem_make(&f, &p, T, dk, dv, 1, decay, 1);
         ttt_layer L;
@@ -255,7 +222,7 @@ START_TEST(delta_chunkwise_matches_generic_driver) {
         TU_ASSERT_CLOSE_F(S, st.W[0]->data, st.W[0]->n, 2 * ATOL, 2 * RTOL);
         free(o), free(S);
         problem_free(&p);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -266,8 +233,8 @@ END_TEST
 START_TEST(delta_forms_long_sequence) {
     const int T = 4096, dk = 64, dv = 32;
     for (int decay = 0; decay < 2; decay++) {
-        fixture f;
-        fx_init(&f, 130 + decay);
+        tu_fixture f;
+        tu_fx_init(&f, 130 + decay);
         problem p;
         problem_make(&f, &p, T, dk, dv, 1, decay, 1);
         float *o = malloc(sizeof(float) * T * dv), *S = malloc(sizeof(float) * dk * dv);
@@ -285,7 +252,7 @@ START_TEST(delta_forms_long_sequence) {
         }
         free(o), free(S);
         problem_free(&p);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -296,8 +263,8 @@ END_TEST
  * tolerance, as it should.) */
 START_TEST(perturbed_form_is_detected) {
     const int T = 100, dk = 32, dv = 24;
-    fixture f;
-    fx_init(&f, 140);
+    tu_fixture f;
+    tu_fx_init(&f, 140);
     problem p;
     problem_make(&f, &p, T, dk, dv, 1, 1, 1);
     p.beta->data[95] *= 0.999f;
@@ -311,14 +278,14 @@ START_TEST(perturbed_form_is_detected) {
     printf("measured %-44s %s\n", "perturbed beta[95] (must fail): S", msg);
     free(o), free(S);
     problem_free(&p);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* Edge sizes: T = 0 writes nothing and keeps the state; T = 1 is one token. */
 START_TEST(delta_forms_tiny_sequences) {
-    fixture f;
-    fx_init(&f, 150);
+    tu_fixture f;
+    tu_fx_init(&f, 150);
     problem p;
     problem_make(&f, &p, 1, 4, 3, 1, 1, 1);
     float o[3], S[12];
@@ -333,7 +300,7 @@ START_TEST(delta_forms_tiny_sequences) {
                     12, RTOL);
     }
     problem_free(&p);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

@@ -25,25 +25,7 @@
 #define ATOL 1e-7
 #define EPS ((double)TTT_LINEAR_DUAL_LN_EPS)
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static float *randn(fixture *f, size_t n, float std) {
-    float *x = ttt_arena_alloc(&f->arena, n * sizeof(float));
-    ttt_rng_fill_normal(&f->rng, x, n, 0.0f, std);
-    return x;
-}
-static float *uniform(fixture *f, size_t n, float lo, float hi) {
+static float *uniform(tu_fixture *f, size_t n, float lo, float hi) {
     float *x = ttt_arena_alloc(&f->arena, n * sizeof(float));
     ttt_rng_fill_uniform(&f->rng, x, n, lo, hi);
     return x;
@@ -162,14 +144,14 @@ typedef struct problem {
 
 /* Scales keep the inner loop in its working regime: z = k W_0 has unit-scale entries
  * (W_0 ~ N(0, 1/d), k ~ N(0, 1)), and lr·‖k‖² ≈ lr·d ≤ 1 (TTT-Linear's η = base_lr/d). */
-static void problem_make(fixture *f, problem *p, int T, int d) {
+static void problem_make(tu_fixture *f, problem *p, int T, int d) {
     p->T = T, p->d = d;
-    p->q = randn(f, (size_t)T * d, 1.0f);
-    p->k = randn(f, (size_t)T * d, 1.0f);
-    p->v = randn(f, (size_t)T * d, 1.0f);
+    p->q = tu_randn_buf(f, (size_t)T * d, 1.0f);
+    p->k = tu_randn_buf(f, (size_t)T * d, 1.0f);
+    p->v = tu_randn_buf(f, (size_t)T * d, 1.0f);
     p->lr = uniform(f, T, 0.1f / d, 1.0f / d);
-    p->W0 = randn(f, (size_t)d * d, 1.0f / sqrtf((float)d));
-    p->b0 = randn(f, d, 0.1f);
+    p->W0 = tu_randn_buf(f, (size_t)d * d, 1.0f / sqrtf((float)d));
+    p->b0 = tu_randn_buf(f, d, 0.1f);
 }
 
 static void ref_state(double **W, double **b, const problem *p) {
@@ -191,7 +173,7 @@ typedef void (*ttt_form_fn)(ttt_ctx *, float *, float *, float *, const float *,
                             const float *, const float *, int, int, int);
 
 /* Run a form over [a, b) from the state (W, bias); checks the arena is left as found. */
-static void run_form(fixture *f, ttt_form_fn fn, const problem *p, float *o, float *W,
+static void run_form(tu_fixture *f, ttt_form_fn fn, const problem *p, float *o, float *W,
                      float *bias, int a, int b, int bsz) {
     const int d = p->d;
     size_t fp0 = ttt_arena_footprint(&f->arena);
@@ -206,9 +188,9 @@ static void run_form(fixture *f, ttt_form_fn fn, const problem *p, float *o, flo
  * truncation error O(h²) ≈ 1e-10 relative). */
 START_TEST(reference_gradient_matches_finite_differences) {
     const int d = 16;
-    fixture f;
-    fx_init(&f, 200);
-    float *k = randn(&f, d, 1.0f), *v = randn(&f, d, 1.0f), *zf = randn(&f, d, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 200);
+    float *k = tu_randn_buf(&f, d, 1.0f), *v = tu_randn_buf(&f, d, 1.0f), *zf = tu_randn_buf(&f, d, 1.0f);
     double z[16], g[16], zp[16];
     for (int j = 0; j < d; j++) z[j] = zf[j];
     ref_grad(g, z, k, v, d);
@@ -228,7 +210,7 @@ START_TEST(reference_gradient_matches_finite_differences) {
            maxg);
     fflush(stdout);
     ck_assert_msg(maxerr < 1e-8 * (1 + maxg), "finite differences: %.3e", maxerr);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -236,8 +218,8 @@ END_TEST
 START_TEST(dual_and_primal_match_float64) {
     const int T = 100, d = 32;
     const int bs[] = {1, 3, 8, 16, 37, 100, 128};
-    fixture f;
-    fx_init(&f, 201);
+    tu_fixture f;
+    tu_fx_init(&f, 201);
     problem p;
     problem_make(&f, &p, T, d);
     float *o = malloc(sizeof(float) * T * d), *W = malloc(sizeof(float) * d * d);
@@ -265,15 +247,15 @@ START_TEST(dual_and_primal_match_float64) {
         free(W_ref), free(b_ref);
     }
     free(o), free(W), free(b), free(o_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* b = 1 is the per-token rule (τ_0 = 1): dual form vs the plain online-SGD recurrence. */
 START_TEST(dual_b1_is_per_token_rule) {
     const int T = 100, d = 32;
-    fixture f;
-    fx_init(&f, 202);
+    tu_fixture f;
+    tu_fx_init(&f, 202);
     problem p;
     problem_make(&f, &p, T, d);
     double *W_ref, *b_ref, *o_ref = malloc(sizeof(double) * T * d);
@@ -293,7 +275,7 @@ START_TEST(dual_b1_is_per_token_rule) {
     run_form(&f, ttt_ttt_linear_dual, &p, o, W, b, 0, T, 16);
     ck_assert(!tu_close(o, o_ref, (size_t)T * d, ATOL, RTOL, NULL, 0));
     free(o), free(W), free(b), free(o_ref), free(W_ref), free(b_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -302,8 +284,8 @@ END_TEST
  * is what the float64 reference run in the same two pieces computes. */
 START_TEST(dual_state_carried_across_calls) {
     const int T = 100, d = 16, bsz = 16;
-    fixture f;
-    fx_init(&f, 203);
+    tu_fixture f;
+    tu_fx_init(&f, 203);
     problem p;
     problem_make(&f, &p, T, d);
     float *o1 = malloc(sizeof(float) * T * d), *W1 = malloc(sizeof(float) * d * d);
@@ -336,15 +318,15 @@ START_TEST(dual_state_carried_across_calls) {
         free(W_ref), free(b_ref), free(o_ref);
     }
     free(o1), free(W1), free(o2), free(W2);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* The tolerance can fail: the dual form with one token's learning rate 0.1 % off is rejected. */
 START_TEST(perturbed_dual_is_detected) {
     const int T = 100, d = 32, bsz = 16;
-    fixture f;
-    fx_init(&f, 204);
+    tu_fixture f;
+    tu_fx_init(&f, 204);
     problem p;
     problem_make(&f, &p, T, d);
     double *W_ref, *b_ref, *o_ref = malloc(sizeof(double) * T * d);
@@ -363,7 +345,7 @@ START_TEST(perturbed_dual_is_detected) {
     printf("measured %-36s %s\n", "perturbed lr[70] (must fail): W", msg);
     fflush(stdout);
     free(o), free(W), free(b), free(o_ref), free(W_ref), free(b_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -374,8 +356,8 @@ START_TEST(dual_matches_generic_driver) {
     const int T = 50, d = 16;
     const int bs[] = {1, 7, 16, 64};
     ck_assert_ptr_nonnull(ttt_model_find("ttt_linear"));
-    fixture f;
-    fx_init(&f, 205);
+    tu_fixture f;
+    tu_fx_init(&f, 205);
     problem p;
     problem_make(&f, &p, T, d);
     ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, d), *k = ttt_tensor_2d(&f.ctx, T, d);
@@ -425,7 +407,7 @@ START_TEST(dual_matches_generic_driver) {
         free(W_ref), free(b_ref);
     }
     free(o), free(W), free(b), free(o_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

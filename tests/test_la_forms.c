@@ -20,30 +20,12 @@
 
 enum { GATE_NONE, GATE_CONST, GATE_SCALAR, GATE_VECTOR, GATE_COUNT };
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static float *randn(fixture *f, size_t n, float std) {
-    float *x = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
-    ttt_rng_fill_normal(&f->rng, x, n, 0.0f, std);
-    return x;
-}
-static float *uniform(fixture *f, size_t n, float lo, float hi) {
+static float *uniform(tu_fixture *f, size_t n, float lo, float hi) {
     float *x = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
     ttt_rng_fill_uniform(&f->rng, x, n, lo, hi);
     return x;
 }
-static float *fcopy(fixture *f, const float *x, size_t n) {
+static float *fcopy(tu_fixture *f, const float *x, size_t n) {
     float *y = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
     memcpy(y, x, n * sizeof(float));
     return y;
@@ -56,14 +38,14 @@ typedef struct problem {
 } problem;
 
 /* Gates as retentions α ∈ (0, 1]: log α uniform in [lo, hi] (≤ 0). */
-static problem make_problem(fixture *f, int T, int dk, int dv, int gate, int with_beta, float lo,
+static problem make_problem(tu_fixture *f, int T, int dk, int dv, int gate, int with_beta, float lo,
                             float hi) {
     problem p = {.T = T, .dk = dk, .dv = dv, .gate = gate, .avec = gate == GATE_VECTOR};
-    p.q = randn(f, (size_t)T * dk, 0.5f);
-    p.k = randn(f, (size_t)T * dk, 0.5f);
-    p.v = randn(f, (size_t)T * dv, 1.0f);
+    p.q = tu_randn_buf(f, (size_t)T * dk, 0.5f);
+    p.k = tu_randn_buf(f, (size_t)T * dk, 0.5f);
+    p.v = tu_randn_buf(f, (size_t)T * dv, 1.0f);
     p.beta = with_beta ? uniform(f, T, 0.1f, 1.0f) : NULL;
-    p.S0 = randn(f, (size_t)dk * dv, 1.0f);
+    p.S0 = tu_randn_buf(f, (size_t)dk * dv, 1.0f);
     if (gate == GATE_CONST) {
         p.la = uniform(f, T, 0, 0);
         for (int t = 0; t < T; t++) p.la[t] = 0.5f * (lo + hi);
@@ -107,7 +89,7 @@ static void ref_problem(const problem *p, double **o, double **S) {
 enum { FORM_RECURRENT = -1, FORM_PARALLEL = 0 }; /* > 0: chunkwise with that chunk size */
 
 /* Run one form from the problem's initial state; returns o, final state in S (both arena). */
-static float *run_form(fixture *f, const problem *p, int form, float **S_out) {
+static float *run_form(tu_fixture *f, const problem *p, int form, float **S_out) {
     float *o = uniform(f, (size_t)p->T * p->dv, 7, 7); /* garbage: every entry must be written */
     float *S = fcopy(f, p->S0, (size_t)p->dk * p->dv);
     if (form == FORM_RECURRENT)
@@ -129,8 +111,8 @@ static const int forms[] = {FORM_RECURRENT, FORM_PARALLEL, 1, 7, 16, 64, 128};
 /* 1–2. recurrent = parallel = chunkwise (C ∈ {1, 7, 16, 64, 128}, T = 100) = float64 recurrence,
  * for every gate kind, with and without β, from a random initial state. */
 static void check_all_forms(int gate, int with_beta, uint64_t seed) {
-    fixture f;
-    fx_init(&f, seed);
+    tu_fixture f;
+    tu_fx_init(&f, seed);
     problem p = make_problem(&f, 100, 16, 12, gate, with_beta, -0.3f, -0.01f);
     double *o_ref, *S_ref;
     ref_problem(&p, &o_ref, &S_ref);
@@ -143,7 +125,7 @@ static void check_all_forms(int gate, int with_beta, uint64_t seed) {
         ttt_arena_release(f.ctx.arena, m0);
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 
 START_TEST(forms_no_decay) { check_all_forms(GATE_NONE, _i, 100 + _i); }
@@ -160,8 +142,8 @@ END_TEST
  * gate goes through the optimizer's `decay` option (the driver fills log γ itself). */
 START_TEST(forms_equal_generic_driver) {
     const int gate = _i;
-    fixture f;
-    fx_init(&f, 140 + gate);
+    tu_fixture f;
+    tu_fx_init(&f, 140 + gate);
     problem p = make_problem(&f, 45, 8, 6, gate, 1, -0.3f, -0.01f);
     double *o_ref, *S_ref;
     ref_problem(&p, &o_ref, &S_ref);
@@ -195,7 +177,7 @@ START_TEST(forms_equal_generic_driver) {
         TU_ASSERT_CLOSE_F(S, st.W[0]->data, st.W[0]->n, ATOL, RTOL);
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -204,8 +186,8 @@ END_TEST
  * chunk boundaries of the two runs differ: equal within rounding, not bitwise). */
 START_TEST(split_sequence_resume) {
     const int gate = _i, T1 = 37;
-    fixture f;
-    fx_init(&f, 150 + gate);
+    tu_fixture f;
+    tu_fx_init(&f, 150 + gate);
     problem p = make_problem(&f, 100, 16, 12, gate, 1, -0.3f, -0.01f);
     double *o_ref, *S_ref;
     ref_problem(&p, &o_ref, &S_ref);
@@ -236,7 +218,7 @@ START_TEST(split_sequence_resume) {
         TU_ASSERT_CLOSE_F(S, S1, (size_t)p.dk * p.dv, ATOL, RTOL);
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -245,8 +227,8 @@ END_TEST
  * NaN/Inf and still equal to the recurrence. The mixed vector gate has key dimensions that
  * barely decay next to dimensions that decay by e^−2 per token (spans differ per dimension). */
 static void check_long(int gate, int T, float lo, float hi, int mixed, uint64_t seed) {
-    fixture f;
-    fx_init(&f, seed);
+    tu_fixture f;
+    tu_fx_init(&f, seed);
     problem p = make_problem(&f, T, 16, 8, gate, 1, lo, hi);
     if (mixed)
         for (int t = 0; t < T; t++)
@@ -266,7 +248,7 @@ static void check_long(int gate, int T, float lo, float hi, int mixed, uint64_t 
         ttt_arena_release(f.ctx.arena, m0);
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 
 START_TEST(long_sequence_strong_scalar_decay) {
@@ -287,8 +269,8 @@ END_TEST
 
 /* Edge sizes: T = 1, T smaller than the chunk, d_v = 1, β and gates absent, T = 0 (no-op). */
 START_TEST(edge_sizes) {
-    fixture f;
-    fx_init(&f, 170);
+    tu_fixture f;
+    tu_fx_init(&f, 170);
     const int Ts[] = {1, 2, 5}, dvs[] = {1, 3};
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 2; b++)
@@ -312,14 +294,14 @@ START_TEST(edge_sizes) {
     ttt_linear_attention_parallel(&f.ctx, &dummy, S, &dummy, &dummy, &dummy, NULL, NULL, 0, 0, 2,
                                   2);
     ck_assert(S[0] == 1 && S[1] == 2 && S[2] == 3 && S[3] == 4);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* Scratch comes from the arena and is released: the arena is back at its mark afterwards. */
 START_TEST(scratch_is_released) {
-    fixture f;
-    fx_init(&f, 171);
+    tu_fixture f;
+    tu_fx_init(&f, 171);
     problem p = make_problem(&f, 300, 16, 8, GATE_VECTOR, 1, -1.5f, -0.5f);
     float *o = uniform(&f, (size_t)p.T * p.dv, 0, 0), *S = fcopy(&f, p.S0, (size_t)p.dk * p.dv);
     ttt_arena_mark m0 = ttt_arena_mark_get(f.ctx.arena);
@@ -328,15 +310,15 @@ START_TEST(scratch_is_released) {
     ttt_linear_attention_parallel(&f.ctx, o, S, p.q, p.k, p.v, p.beta, p.la, 1, p.T, p.dk, p.dv);
     ttt_arena_mark m1 = ttt_arena_mark_get(f.ctx.arena);
     ck_assert(m0.block == m1.block && m0.offset == m1.offset);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
 /* The comparisons can fail: a 0.1 % weaker write of one token, or gates shifted by one token,
  * are detected by the same tolerance (against the reference of the unperturbed problem). */
 START_TEST(perturbations_are_detected) {
-    fixture f;
-    fx_init(&f, 172);
+    tu_fixture f;
+    tu_fx_init(&f, 172);
     problem p = make_problem(&f, 100, 16, 12, GATE_VECTOR, 1, -0.3f, -0.01f);
     double *o_ref, *S_ref;
     ref_problem(&p, &o_ref, &S_ref);
@@ -355,7 +337,7 @@ START_TEST(perturbations_are_detected) {
         ck_assert(!tu_close(o, o_ref, (size_t)pp.T * p.dv, ATOL, RTOL, NULL, 0));
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

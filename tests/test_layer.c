@@ -13,39 +13,6 @@
 #define RTOL 2e-5
 #define ATOL 1e-6
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static ttt_tensor *randn(fixture *f, int r, int c, float std) {
-    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
-    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
-    return t;
-}
-static ttt_tensor *unit_rows(fixture *f, int r, int c) {
-    ttt_tensor *t = randn(f, r, c, 1.0f);
-    for (int i = 0; i < r; i++) {
-        double s = 0;
-        for (int j = 0; j < c; j++) s += (double)t->data[i * c + j] * t->data[i * c + j];
-        for (int j = 0; j < c; j++) t->data[i * c + j] /= (float)sqrt(s);
-    }
-    return t;
-}
-static ttt_tensor *uniform(fixture *f, int n, float lo, float hi) {
-    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
-    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
-    return t;
-}
-
 /* float64 references, written from MATH.md §4 independently of the library.
  * kind 0: S = Diag(α) S + β kᵀv                (linear attention family)
  * kind 1: S = α S; S += β kᵀ(v − k S)          (delta rule, coupled decay)
@@ -94,7 +61,7 @@ static void ref_run(double *o, double *S, const ttt_tensor *q, const ttt_tensor 
 }
 
 /* Run a layer from a zero state; returns output, final state in *S_out. */
-static ttt_tensor *run_layer(fixture *f, const ttt_layer *L, const ttt_tensor *q,
+static ttt_tensor *run_layer(tu_fixture *f, const ttt_layer *L, const ttt_tensor *q,
                              const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *eta,
                              const ttt_tensor *la, ttt_tensor **S_out) {
     ttt_layer_state st;
@@ -117,15 +84,15 @@ static void make_layer(ttt_layer *L, const char *loss, int b, ttt_order order, t
 /* Compare generic and recurrent forms with the float64 recurrence for one gate setting. */
 static void check_family(int kind, int gate, uint64_t seed) {
     const int T = 37, dk = 8, dv = 5; /* T prime: not a multiple of any block or chunk */
-    fixture f;
-    fx_init(&f, seed);
+    tu_fixture f;
+    tu_fx_init(&f, seed);
     const char *loss = kind == 0 ? "dot" : "squared";
-    ttt_tensor *q = randn(&f, T, dk, 0.5f);
-    ttt_tensor *k = kind == 0 ? randn(&f, T, dk, 0.5f) : unit_rows(&f, T, dk);
-    ttt_tensor *v = randn(&f, T, dv, 1.0f);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f);
+    ttt_tensor *k = kind == 0 ? tu_randn(&f, T, dk, 0.5f) : tu_unit_rows(&f, T, dk);
+    ttt_tensor *v = tu_randn(&f, T, dv, 1.0f);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f);
     ttt_tensor *la = NULL;
-    if (gate == 1) la = uniform(&f, T, -0.3f, -0.01f);
+    if (gate == 1) la = tu_uniform(&f, T, -0.3f, -0.01f);
     if (gate == 2) {
         la = ttt_tensor_2d(&f.ctx, T, dk);
         ttt_rng_fill_uniform(&f.rng, la->data, la->n, -0.3f, -0.01f);
@@ -146,7 +113,7 @@ static void check_family(int kind, int gate, uint64_t seed) {
     }
     free(o_ref);
     free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 
 START_TEST(linear_attention_forms_match_recurrence) { check_family(0, 0, 1); }
@@ -163,10 +130,10 @@ END_TEST
 /* Decoupled decay with the squared loss: gradient at the undecayed weights (MATH.md §3). */
 START_TEST(decoupled_decay_delta_generic_matches_recurrence) {
     const int T = 29, dk = 6, dv = 7;
-    fixture f;
-    fx_init(&f, 6);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.2f, -0.01f);
+    tu_fixture f;
+    tu_fx_init(&f, 6);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = tu_uniform(&f, T, -0.2f, -0.01f);
     double *o_ref = calloc((size_t)T * dv, sizeof(double)), *S_ref = calloc(dk * dv, 8);
     ref_run(o_ref, S_ref, q, k, v, eta->data, la->data, 0, 2, 0, T, dk, dv);
     ttt_layer L;
@@ -179,7 +146,7 @@ START_TEST(decoupled_decay_delta_generic_matches_recurrence) {
     ref_run(o_c, S_c, q, k, v, eta->data, la->data, 0, 1, 0, T, dk, dv);
     ck_assert(!tu_close(o->data, o_c, o->n, ATOL, RTOL, NULL, 0));
     free(o_ref), free(S_ref), free(o_c), free(S_c);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -188,10 +155,10 @@ START_TEST(split_sequence_resume_equals_one_pass) {
     const int T = 41, T1 = 17, dk = 8, dv = 8;
     for (int form = 0; form < 2; form++)
         for (int kind = 0; kind < 2; kind++) {
-            fixture f;
-            fx_init(&f, 7 + form * 2 + kind);
-            ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk);
-            ttt_tensor *v = randn(&f, T, dv, 1.0f), *eta = uniform(&f, T, 0.1f, 1.0f);
+            tu_fixture f;
+            tu_fx_init(&f, 7 + form * 2 + kind);
+            ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk);
+            ttt_tensor *v = tu_randn(&f, T, dv, 1.0f), *eta = tu_uniform(&f, T, 0.1f, 1.0f);
             ttt_layer L;
             make_layer(&L, kind ? "squared" : "dot", 1, TTT_ORDER_UPDATE_THEN_APPLY,
                        form ? TTT_FORM_RECURRENT : TTT_FORM_GENERIC, dk, dv);
@@ -212,7 +179,7 @@ START_TEST(split_sequence_resume_equals_one_pass) {
             /* same operations in the same order: equal to the last bit */
             ck_assert_float_eq(ttt_max_abs_diff(o, o_full), 0.0f);
             ck_assert_float_eq(ttt_max_abs_diff(st.W[0], S_full), 0.0f);
-            fx_free(&f);
+            tu_fx_free(&f);
         }
 }
 END_TEST
@@ -220,9 +187,9 @@ END_TEST
 /* apply_then_update with b = 1 is linear attention that excludes the current token. */
 START_TEST(apply_then_update_reads_previous_state) {
     const int T = 23, dk = 5, dv = 4;
-    fixture f;
-    fx_init(&f, 11);
-    ttt_tensor *q = randn(&f, T, dk, 1), *k = randn(&f, T, dk, 1), *v = randn(&f, T, dv, 1);
+    tu_fixture f;
+    tu_fx_init(&f, 11);
+    ttt_tensor *q = tu_randn(&f, T, dk, 1), *k = tu_randn(&f, T, dk, 1), *v = tu_randn(&f, T, dv, 1);
     double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
     ref_run(o_ref, S_ref, q, k, v, NULL, NULL, 0, 0, 1, T, dk, dv);
     ttt_layer L;
@@ -230,7 +197,7 @@ START_TEST(apply_then_update_reads_previous_state) {
     ttt_tensor *o = run_layer(&f, &L, q, k, v, NULL, NULL, NULL);
     TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -239,10 +206,10 @@ END_TEST
 START_TEST(dot_loss_any_mini_batch_equals_recurrence) {
     const int T = 37, dk = 6, dv = 5;
     const int bs[] = {2, 5, 16, 37, 64};
-    fixture f;
-    fx_init(&f, 12);
-    ttt_tensor *q = randn(&f, T, dk, 1), *k = randn(&f, T, dk, 1), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.3f, 0.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 12);
+    ttt_tensor *q = tu_randn(&f, T, dk, 1), *k = tu_randn(&f, T, dk, 1), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = tu_uniform(&f, T, -0.3f, 0.0f);
     double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
     ref_run(o_ref, S_ref, q, k, v, eta->data, la->data, 0, 0, 0, T, dk, dv);
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) {
@@ -254,7 +221,7 @@ START_TEST(dot_loss_any_mini_batch_equals_recurrence) {
         TU_ASSERT_CLOSE(S->data, S_ref, S->n, ATOL, RTOL);
     }
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -262,10 +229,10 @@ END_TEST
  * gradient is taken at W_0 = 0 here, so S_T = θ Σ η_s k_sᵀ v_s and token t reads the partial sum. */
 START_TEST(squared_loss_full_batch_is_one_step) {
     const int T = 19, dk = 7, dv = 3;
-    fixture f;
-    fx_init(&f, 13);
-    ttt_tensor *q = randn(&f, T, dk, 1), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 13);
+    ttt_tensor *q = tu_randn(&f, T, dk, 1), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f);
     ttt_layer L;
     make_layer(&L, "squared", T, TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
     L.lr = 0.7f;
@@ -289,7 +256,7 @@ START_TEST(squared_loss_full_batch_is_one_step) {
     o = run_layer(&f, &L, q, k, v, eta, NULL, NULL);
     ck_assert_float_eq(ttt_max_abs(o), 0.0f);
     free(P), free(o_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -297,10 +264,10 @@ END_TEST
  * block gradients at W_0, causal partial updates inside the block, last block shorter. */
 START_TEST(squared_loss_mini_batch_matches_definition) {
     const int T = 18, dk = 5, dv = 4, b = 4;
-    fixture f;
-    fx_init(&f, 14);
-    ttt_tensor *q = randn(&f, T, dk, 1), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 14);
+    ttt_tensor *q = tu_randn(&f, T, dk, 1), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f);
     ttt_layer L;
     make_layer(&L, "squared", b, TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, dk, dv);
     ttt_tensor *S;
@@ -326,7 +293,7 @@ START_TEST(squared_loss_mini_batch_matches_definition) {
     TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
     TU_ASSERT_CLOSE(S->data, W0, S->n, ATOL, RTOL);
     free(W0), free(W), free(o_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -347,9 +314,9 @@ END_TEST
 /* A recurrent form that drops one token's write is caught (the forms test can fail). */
 START_TEST(perturbed_form_is_detected) {
     const int T = 37, dk = 8, dv = 5;
-    fixture f;
-    fx_init(&f, 15);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = randn(&f, T, dk, 0.5f), *v = randn(&f, T, dv, 1);
+    tu_fixture f;
+    tu_fx_init(&f, 15);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_randn(&f, T, dk, 0.5f), *v = tu_randn(&f, T, dv, 1);
     double *o_ref = calloc((size_t)T * dv, 8), *S_ref = calloc(dk * dv, 8);
     ref_run(o_ref, S_ref, q, k, v, NULL, NULL, 0, 0, 0, T, dk, dv);
     ttt_tensor *S = ttt_tensor_2d(&f.ctx, dk, dv), *o = ttt_tensor_2d(&f.ctx, T, dv);
@@ -361,7 +328,7 @@ START_TEST(perturbed_form_is_detected) {
                                    0, T, dk, dv);
     ck_assert(!tu_close(o->data, o_ref, o->n, ATOL, RTOL, NULL, 0));
     free(o_ref), free(S_ref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -388,8 +355,8 @@ START_TEST(every_form_through_the_layer_matches_generic) {
     };
     const int T = 45, d = 8;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        fixture f;
-        fx_init(&f, 100 + c);
+        tu_fixture f;
+        tu_fx_init(&f, 100 + c);
         char text[256];
         snprintf(text, sizeof text, "layer: {preset: %s, chunk: 16, optimizer: {lr: 0.7}}\n",
                  cases[c].preset);
@@ -400,9 +367,9 @@ START_TEST(every_form_through_the_layer_matches_generic) {
         ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, &err) ==
                           TTT_OK,
                       "%s: %s", cases[c].preset, err.msg);
-        ttt_tensor *q = randn(&f, T, d, 0.5f), *k = unit_rows(&f, T, d), *v = randn(&f, T, d, 1);
-        ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = NULL;
-        if (strcmp(cases[c].gates, "scalar") == 0) la = uniform(&f, T, -0.2f, -0.01f);
+        ttt_tensor *q = tu_randn(&f, T, d, 0.5f), *k = tu_unit_rows(&f, T, d), *v = tu_randn(&f, T, d, 1);
+        ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = NULL;
+        if (strcmp(cases[c].gates, "scalar") == 0) la = tu_uniform(&f, T, -0.2f, -0.01f);
         if (strcmp(cases[c].gates, "vector") == 0) {
             la = ttt_tensor_2d(&f.ctx, T, d);
             ttt_rng_fill_uniform(&f.rng, la->data, la->n, -0.2f, -0.01f);
@@ -433,7 +400,7 @@ START_TEST(every_form_through_the_layer_matches_generic) {
         }
         ck_assert_msg(n_forms >= 1, "%s has no closed form", cases[c].preset);
         ttt_cfg_free(root);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -443,9 +410,9 @@ END_TEST
  * RoPE positions continue across a split; normalize: rms is RMSNorm of the plain output. */
 START_TEST(normalize_and_rope_options) {
     const int T = 33, d = 8, T1 = 14;
-    fixture f;
-    fx_init(&f, 77);
-    ttt_tensor *q = randn(&f, T, d, 0.5f), *k = randn(&f, T, d, 0.5f), *v = randn(&f, T, d, 1);
+    tu_fixture f;
+    tu_fx_init(&f, 77);
+    ttt_tensor *q = tu_randn(&f, T, d, 0.5f), *k = tu_randn(&f, T, d, 0.5f), *v = tu_randn(&f, T, d, 1);
     for (int form = 0; form < 2; form++) {
         char text[200];
         snprintf(text, sizeof text, "layer: {preset: linear_attention, normalize: ratio, form: %s}\n",
@@ -472,7 +439,7 @@ START_TEST(normalize_and_rope_options) {
               TTT_OK);
     ttt_layer L;
     ck_assert(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, &err) == TTT_OK);
-    ttt_tensor *ku = unit_rows(&f, T, d);
+    ttt_tensor *ku = tu_unit_rows(&f, T, d);
     ttt_tensor *o_full = run_layer(&f, &L, q, ku, v, NULL, NULL, NULL);
     ttt_layer_state st;
     ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);
@@ -501,7 +468,7 @@ START_TEST(normalize_and_rope_options) {
             ck_assert_double_eq_tol(o_rms->data[t * d + j], o_plain->data[t * d + j] * r, 1e-5);
     }
     ttt_cfg_free(root);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

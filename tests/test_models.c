@@ -199,29 +199,6 @@ static void ref_apply_rows(double *z, const ref_spec *r, const double *p, const 
 /* ------------------------------------------------------------------------------------------ */
 /* Fixture and float32 ↔ float64 plumbing */
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static ttt_tensor *randn(fixture *f, int r, int c, float std) {
-    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
-    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
-    return t;
-}
-static ttt_tensor *uniform(fixture *f, int n, float lo, float hi) {
-    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
-    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
-    return t;
-}
 static double *to_double(const ttt_tensor *t) {
     double *d = malloc(t->n * sizeof *d);
     for (size_t i = 0; i < t->n; i++) d[i] = t->data[i];
@@ -240,7 +217,7 @@ static const ttt_loss *lib_loss(int l) {
 }
 
 /* Weight tensors of the model's shapes filled from p (float32 rounding of p). */
-static void weights_from(fixture *f, ttt_tensor **W, const ttt_model *M, int dk, int dv,
+static void weights_from(tu_fixture *f, ttt_tensor **W, const ttt_model *M, int dk, int dv,
                          const double *p) {
     size_t o = 0;
     for (int w = 0; w < M->n_weights; w++) {
@@ -267,7 +244,7 @@ static void flatten_f(float *p, ttt_tensor *const *W, int nw) {
 
 /* Random parameters away from the degenerate initial scale, rounded to float32 so that the
  * library and the reference see the same numbers. */
-static double *random_params(fixture *f, const ref_spec *r, double std) {
+static double *random_params(tu_fixture *f, const ref_spec *r, double std) {
     const size_t P = NPARAM(r);
     double *p = malloc(P * sizeof *p);
     for (size_t j = 0; j < P; j++) p[j] = (float)(std * ttt_rng_normal(&f->rng));
@@ -327,9 +304,9 @@ END_TEST
 
 /* recon is the squared loss in value and gradient (the residual's −k lives inside z). */
 START_TEST(recon_loss_is_the_squared_loss_of_the_residual_view) {
-    fixture f;
-    fx_init(&f, 40);
-    ttt_tensor *z = randn(&f, 3, 5, 1.0f), *v = randn(&f, 3, 5, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 40);
+    ttt_tensor *z = tu_randn(&f, 3, 5, 1.0f), *v = tu_randn(&f, 3, 5, 1.0f);
     const ttt_loss *R = lib_loss(L_RECON), *S = lib_loss(L_SQUARED);
     ck_assert_double_eq(R->value(z, v), S->value(z, v));
     ck_assert_float_eq(ttt_max_abs_diff(R->grad(&f.ctx, z, v), S->grad(&f.ctx, z, v)), 0.0f);
@@ -338,7 +315,7 @@ START_TEST(recon_loss_is_the_squared_loss_of_the_residual_view) {
     for (size_t i = 0; i < z->n; i++)
         want += 0.5 * ((double)z->data[i] - v->data[i]) * ((double)z->data[i] - v->data[i]);
     ck_assert_double_eq_tol(R->value(z, v), want, 1e-12 * want);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -353,8 +330,8 @@ START_TEST(init_is_seeded_and_has_the_documented_scale) {
         {1 / sqrt(d), 1 / sqrt(d), 1 / sqrt(d)},     /* swiglu: W0, W1, W2 ~ N(0, 1/d) */
     };
     for (int m = 0; m < N_REF_MODELS; m++) {
-        fixture f;
-        fx_init(&f, 41);
+        tu_fixture f;
+        tu_fx_init(&f, 41);
         const ttt_model *M = lib_model(m);
         ttt_tensor *W[3][TTT_MAX_WEIGHTS];
         for (int rep = 0; rep < 3; rep++) {
@@ -383,7 +360,7 @@ START_TEST(init_is_seeded_and_has_the_documented_scale) {
                 ck_assert_msg(fabs(std / want_std[m][w] - 1) < 0.05,
                               "%s weight %d: std %g, want %g", M->name, w, std, want_std[m][w]);
         }
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -396,8 +373,8 @@ END_TEST
  * terms, LN in double inside the op): 1e-5 relative to the largest output is ~100 ulps. */
 START_TEST(reference_forward_equals_apply) {
     for (int m = 0; m < N_REF_MODELS; m++) {
-        fixture f;
-        fx_init(&f, 50 + m);
+        tu_fixture f;
+        tu_fx_init(&f, 50 + m);
         int dk, dv;
         model_dims(m, &dk, &dv);
         const ttt_model *M = lib_model(m);
@@ -406,7 +383,7 @@ START_TEST(reference_forward_equals_apply) {
         double *p = random_params(&f, &r, 0.4);
         ttt_tensor *W[TTT_MAX_WEIGHTS];
         weights_from(&f, W, M, dk, dv, p);
-        ttt_tensor *x = randn(&f, n, dk, 1.0f);
+        ttt_tensor *x = tu_randn(&f, n, dk, 1.0f);
         double *xd = to_double(x), *z_ref = malloc(sizeof(double) * n * dv);
         ref_apply_rows(z_ref, &r, p, xd, n);
         ttt_tensor *z = M->apply(&f.ctx, (const ttt_tensor *const *)W, x);
@@ -422,7 +399,7 @@ START_TEST(reference_forward_equals_apply) {
         z = M->apply(&f.ctx, (const ttt_tensor *const *)W, x);
         TU_ASSERT_CLOSE(z->data, z_ref, z->n, 1e-6, 1e-5);
         free(p), free(xd), free(z_ref);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -432,7 +409,7 @@ END_TEST
 #define GRAD_ATOL 1e-6
 
 /* G = model.grad(W, k, loss.grad(model.apply(W, k), v), η) for n rows, flattened. */
-static float *lib_grad(fixture *f, const ttt_model *M, const ttt_loss *Ls, ttt_tensor **W,
+static float *lib_grad(tu_fixture *f, const ttt_model *M, const ttt_loss *Ls, ttt_tensor **W,
                        const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *eta,
                        size_t P) {
     ttt_tensor *z = M->apply(&f->ctx, (const ttt_tensor *const *)W, k);
@@ -468,8 +445,8 @@ static float *lib_grad(fixture *f, const ttt_model *M, const ttt_loss *Ls, ttt_t
 START_TEST(inner_gradients_match_finite_differences) {
     for (int m = 0; m < N_REF_MODELS; m++)
         for (int l = 0; l < N_REF_LOSSES; l++) {
-            fixture f;
-            fx_init(&f, 100 + 10 * m + l);
+            tu_fixture f;
+            tu_fx_init(&f, 100 + 10 * m + l);
             int dk, dv;
             model_dims(m, &dk, &dv);
             const ttt_model *M = lib_model(m);
@@ -480,8 +457,8 @@ START_TEST(inner_gradients_match_finite_differences) {
             double *p = random_params(&f, &r, 0.4);
             ttt_tensor *W[TTT_MAX_WEIGHTS];
             weights_from(&f, W, M, dk, dv, p);
-            ttt_tensor *k = randn(&f, n, dk, 1.0f), *v = randn(&f, n, dv, 1.0f);
-            ttt_tensor *eta = uniform(&f, n, 0.2f, 1.5f);
+            ttt_tensor *k = tu_randn(&f, n, dk, 1.0f), *v = tu_randn(&f, n, dv, 1.0f);
+            ttt_tensor *eta = tu_uniform(&f, n, 0.2f, 1.5f);
             double *kd = to_double(k), *vd = to_double(v), *ed = to_double(eta);
             double *g_fd = malloc(P * sizeof *g_fd);
             char msg[512];
@@ -508,7 +485,7 @@ START_TEST(inner_gradients_match_finite_differences) {
                 free(g);
             }
             free(g_fd), free(p), free(kd), free(vd), free(ed);
-            fx_free(&f);
+            tu_fx_free(&f);
         }
 }
 END_TEST
@@ -518,14 +495,14 @@ END_TEST
  * ≤ 4e-10 of the largest gradient entry here; 1e-8 keeps a ×25 margin. */
 START_TEST(complex_step_matches_central_differences) {
     for (int m = 0; m < N_REF_MODELS; m++) {
-        fixture f;
-        fx_init(&f, 200 + m);
+        tu_fixture f;
+        tu_fx_init(&f, 200 + m);
         int dk, dv;
         model_dims(m, &dk, &dv);
         ref_spec r = ref_layout(m, dk, dv);
         const size_t P = NPARAM(&r);
         double *p = random_params(&f, &r, 0.4);
-        ttt_tensor *k = randn(&f, 3, dk, 1.0f), *v = randn(&f, 3, dv, 1.0f);
+        ttt_tensor *k = tu_randn(&f, 3, dk, 1.0f), *v = tu_randn(&f, 3, dv, 1.0f);
         double *kd = to_double(k), *vd = to_double(v);
         double *g_cs = malloc(P * sizeof *g_cs), *g_fd = malloc(P * sizeof *g_fd);
         for (int l = 0; l < N_REF_LOSSES; l++) {
@@ -540,7 +517,7 @@ START_TEST(complex_step_matches_central_differences) {
                           ref_model_names[m], ref_loss_names[l], maxd, maxg);
         }
         free(p), free(kd), free(vd), free(g_cs), free(g_fd);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -549,8 +526,8 @@ END_TEST
  * model.grad (one row; the §2 formulas are for a single pair). Same tolerance as the FD check
  * (float32 rounding of model.grad). */
 START_TEST(swiglu_dot_gradient_matches_math_md_closed_form) {
-    fixture f;
-    fx_init(&f, 60);
+    tu_fixture f;
+    tu_fx_init(&f, 60);
     const int dk = 6, dv = 4, dh = 6;
     ref_spec r = ref_layout(M_SWIGLU, dk, dv);
     const size_t P = NPARAM(&r);
@@ -558,7 +535,7 @@ START_TEST(swiglu_dot_gradient_matches_math_md_closed_form) {
     double *p = random_params(&f, &r, 0.4);
     ttt_tensor *W[TTT_MAX_WEIGHTS];
     weights_from(&f, W, M, dk, dv, p);
-    ttt_tensor *k = randn(&f, 1, dk, 1.0f), *v = randn(&f, 1, dv, 1.0f);
+    ttt_tensor *k = tu_randn(&f, 1, dk, 1.0f), *v = tu_randn(&f, 1, dv, 1.0f);
     const double *W0 = p + r.off[0], *W1 = p + r.off[1], *W2 = p + r.off[2];
     double h[8], u[8], a[8], delta[8], sh[8], dsh[8];
     for (int j = 0; j < dh; j++) {
@@ -584,7 +561,7 @@ START_TEST(swiglu_dot_gradient_matches_math_md_closed_form) {
     float *g = lib_grad(&f, M, lib_loss(L_DOT), W, k, v, NULL, P);
     TU_ASSERT_CLOSE(g, want, P, GRAD_ATOL, GRAD_RTOL);
     free(g), free(want), free(p);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -642,7 +619,7 @@ typedef struct drive_out {
 
 /* Run the generic driver from the model's seeded initial weights (scaled by init_gain, so the
  * test can move them away from the small-init regime) and return output and final weights. */
-static drive_out lib_drive(fixture *f, const drive_cfg *c, int dk, int dv, const ttt_tensor *q,
+static drive_out lib_drive(tu_fixture *f, const drive_cfg *c, int dk, int dv, const ttt_tensor *q,
                            const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *eta,
                            double init_gain) {
     ttt_layer L;
@@ -701,7 +678,7 @@ static double model_theta(int m) {
 static double second_gain(int m) { return m == M_SWIGLU ? 0.5 : 10.0; }
 
 /* One configuration: the driver from the model's initial weights × gain against ref_drive. */
-static void check_drive_case(fixture *f, const ref_spec *r, const drive_cfg *c, double gain,
+static void check_drive_case(tu_fixture *f, const ref_spec *r, const drive_cfg *c, double gain,
                              const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v,
                              const ttt_tensor *eta) {
     const int T = c->T, dv = r->dv;
@@ -742,13 +719,13 @@ START_TEST(mini_batch_and_ordering_match_primal_definition) {
     const int bs[] = {1, 3, 4, T};
     for (int m = 0; m < N_REF_MODELS; m++)
         for (int l = 0; l < N_REF_LOSSES; l++) {
-            fixture f;
-            fx_init(&f, 300 + 10 * m + l);
+            tu_fixture f;
+            tu_fx_init(&f, 300 + 10 * m + l);
             int dk, dv;
             model_dims(m, &dk, &dv);
             ref_spec r = ref_layout(m, dk, dv);
-            ttt_tensor *q = randn(&f, T, dk, 1.0f), *k = randn(&f, T, dk, 1.0f);
-            ttt_tensor *v = randn(&f, T, dv, 1.0f), *eta = uniform(&f, T, 0.5f, 1.5f);
+            ttt_tensor *q = tu_randn(&f, T, dk, 1.0f), *k = tu_randn(&f, T, dk, 1.0f);
+            ttt_tensor *v = tu_randn(&f, T, dv, 1.0f), *eta = tu_uniform(&f, T, 0.5f, 1.5f);
             for (int gi = 0; gi < (m == M_LINEAR ? 1 : 2); gi++)
                 for (size_t ib = 0; ib < sizeof bs / sizeof bs[0]; ib++)
                     for (int order = 0; order < 2; order++)
@@ -757,7 +734,7 @@ START_TEST(mini_batch_and_ordering_match_primal_definition) {
                             check_drive_case(&f, &r, &c, gi ? second_gain(m) : 1.0, q, k, v,
                                              eta);
                         }
-            fx_free(&f);
+            tu_fx_free(&f);
         }
 }
 END_TEST
@@ -768,14 +745,14 @@ END_TEST
 START_TEST(mini_batch_comparison_detects_wrong_semantics) {
     const int T = 11;
     for (int m = 1; m < N_REF_MODELS; m++) { /* the nonlinear models */
-        fixture f;
-        fx_init(&f, 400 + m);
+        tu_fixture f;
+        tu_fx_init(&f, 400 + m);
         int dk, dv;
         model_dims(m, &dk, &dv);
         ref_spec r = ref_layout(m, dk, dv);
         const size_t P = NPARAM(&r);
-        ttt_tensor *q = randn(&f, T, dk, 1.0f), *k = randn(&f, T, dk, 1.0f);
-        ttt_tensor *v = randn(&f, T, dv, 1.0f), *eta = uniform(&f, T, 0.5f, 1.5f);
+        ttt_tensor *q = tu_randn(&f, T, dk, 1.0f), *k = tu_randn(&f, T, dk, 1.0f);
+        ttt_tensor *v = tu_randn(&f, T, dv, 1.0f), *eta = tu_uniform(&f, T, 0.5f, 1.5f);
         double *qd = to_double(q), *kd = to_double(k), *vd = to_double(v), *ed = to_double(eta);
         double *o_ref = malloc(sizeof(double) * T * dv), *p = malloc(P * sizeof *p);
         drive_cfg c = {m, L_RECON, 4, TTT_ORDER_UPDATE_THEN_APPLY, 0, model_theta(m), T};
@@ -808,7 +785,7 @@ START_TEST(mini_batch_comparison_detects_wrong_semantics) {
         ref_drive(o_ref, p, &r, &c2, qd, kd, vd, ed, 0);
         ck_assert(!tu_close(d.o->data, o_ref, (size_t)T * dv, DRV_ATOL, DRV_RTOL, NULL, 0));
         free(d.W0), free(d.W_final), free(qd), free(kd), free(vd), free(ed), free(o_ref), free(p);
-        fx_free(&f);
+        tu_fx_free(&f);
     }
 }
 END_TEST
@@ -826,14 +803,14 @@ START_TEST(full_batch_equals_one_gradient_step) {
         for (int l = 0; l < N_REF_LOSSES; l++)
             for (int order = 0; order < 2; order++) {
                 const int m = models[im];
-                fixture f;
-                fx_init(&f, 500 + 10 * m + 2 * l + order);
+                tu_fixture f;
+                tu_fx_init(&f, 500 + 10 * m + 2 * l + order);
                 int dk, dv;
                 model_dims(m, &dk, &dv);
                 ref_spec r = ref_layout(m, dk, dv);
                 const size_t P = NPARAM(&r);
-                ttt_tensor *q = randn(&f, T, dk, 1.0f), *k = randn(&f, T, dk, 1.0f);
-                ttt_tensor *v = randn(&f, T, dv, 1.0f), *eta = uniform(&f, T, 0.5f, 1.5f);
+                ttt_tensor *q = tu_randn(&f, T, dk, 1.0f), *k = tu_randn(&f, T, dk, 1.0f);
+                ttt_tensor *v = tu_randn(&f, T, dv, 1.0f), *eta = tu_uniform(&f, T, 0.5f, 1.5f);
                 double *qd = to_double(q), *kd = to_double(k), *vd = to_double(v);
                 double *ed = to_double(eta);
                 const double theta = 0.02;
@@ -860,7 +837,7 @@ START_TEST(full_batch_equals_one_gradient_step) {
                               moved);
                 free(g), free(W1), free(o_ref), free(d.W0), free(d.W_final);
                 free(qd), free(kd), free(vd), free(ed);
-                fx_free(&f);
+                tu_fx_free(&f);
             }
 }
 END_TEST
@@ -878,10 +855,10 @@ END_TEST
 START_TEST(ttt_linear_without_ln_b1_equals_deltanet) {
     const int T = 29, d = 6, da = d + 1;
     const double theta = 0.8;
-    fixture f;
-    fx_init(&f, 600);
-    ttt_tensor *q = randn(&f, T, d, 0.4f), *k = randn(&f, T, d, 0.35f), *v = randn(&f, T, d, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.3f, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 600);
+    ttt_tensor *q = tu_randn(&f, T, d, 0.4f), *k = tu_randn(&f, T, d, 0.35f), *v = tu_randn(&f, T, d, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.3f, 1.0f);
     /* float64 TTT-Linear without LN: W (d, d), b (d), start at 0 */
     double *W = calloc((size_t)d * d, sizeof *W), *bb = calloc(d, sizeof *bb);
     double *o_ref = malloc(sizeof(double) * T * d), e[16];
@@ -937,7 +914,7 @@ START_TEST(ttt_linear_without_ln_b1_equals_deltanet) {
     TU_ASSERT_CLOSE(o_dn->data, o_ref, o_dn->n, 1e-6, 2e-5);
     TU_ASSERT_CLOSE(S->data, Sref, S->n, 1e-6, 2e-5);
     free(W), free(bb), free(o_ref), free(Sref);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -964,10 +941,10 @@ static void ln_fwd_d(double *y, double *rstd, const double *h, int n) {
 START_TEST(ttt_linear_inverse_position_scale_matches_primal_and_dual_5_4) {
     const int T = 13, d = 6, b = 4;
     const double theta = 0.1;
-    fixture f;
-    fx_init(&f, 700);
-    ttt_tensor *q = randn(&f, T, d, 1.0f), *k = randn(&f, T, d, 1.0f), *v = randn(&f, T, d, 1.0f);
-    ttt_tensor *eta = uniform(&f, T, 0.5f, 1.5f);
+    tu_fixture f;
+    tu_fx_init(&f, 700);
+    ttt_tensor *q = tu_randn(&f, T, d, 1.0f), *k = tu_randn(&f, T, d, 1.0f), *v = tu_randn(&f, T, d, 1.0f);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.5f, 1.5f);
     drive_cfg c = {M_TTT_LINEAR, L_RECON, b, TTT_ORDER_UPDATE_THEN_APPLY, 1, theta, T};
     drive_out dr = lib_drive(&f, &c, d, d, q, k, v, eta, 1.0);
 
@@ -1048,7 +1025,7 @@ START_TEST(ttt_linear_inverse_position_scale_matches_primal_and_dual_5_4) {
     memcpy(Wend + 36, b0, sizeof b0);
     TU_ASSERT_CLOSE(dr.W_final, Wend, 42, DRV_ATOL, DRV_RTOL);
     free(o_ref), free(o_dual), free(dr.W0), free(dr.W_final);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

@@ -22,39 +22,6 @@
 #define RTOL 2e-5
 #define ATOL 1e-6
 
-typedef struct fixture {
-    ttt_arena arena;
-    ttt_ctx ctx;
-    ttt_rng rng;
-} fixture;
-
-static void fx_init(fixture *f, uint64_t seed) {
-    ttt_arena_init(&f->arena, 1 << 20);
-    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
-    ttt_rng_seed(&f->rng, seed);
-}
-static void fx_free(fixture *f) { ttt_arena_free(&f->arena); }
-
-static ttt_tensor *randn(fixture *f, int r, int c, float std) {
-    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
-    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
-    return t;
-}
-static ttt_tensor *unit_rows(fixture *f, int r, int c) {
-    ttt_tensor *t = randn(f, r, c, 1.0f);
-    for (int i = 0; i < r; i++) {
-        double s = 0;
-        for (int j = 0; j < c; j++) s += (double)t->data[i * c + j] * t->data[i * c + j];
-        for (int j = 0; j < c; j++) t->data[i * c + j] /= (float)sqrt(s);
-    }
-    return t;
-}
-static ttt_tensor *uniform(fixture *f, int n, float lo, float hi) {
-    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
-    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
-    return t;
-}
-
 /* Build a layer from the body of a `layer:` mapping in flow style, e.g.
  * "model: linear, loss: squared, optimizer: {name: momentum, momentum: 0.5}". */
 static ttt_status layer_from_yaml(ttt_layer *L, const char *body, int dk, int dv,
@@ -75,7 +42,7 @@ static void make_layer(ttt_layer *L, const char *body, int dk, int dv) {
 }
 
 /* Run a layer over a sequence from a state (initialized here when st->n_w == 0). */
-static ttt_tensor *forward(fixture *f, const ttt_layer *L, ttt_layer_state *st,
+static ttt_tensor *forward(tu_fixture *f, const ttt_layer *L, ttt_layer_state *st,
                            const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v,
                            const ttt_tensor *eta, const ttt_tensor *la) {
     if (st->n_w == 0) ttt_layer_state_init(&f->ctx, L, st, &f->rng);
@@ -211,10 +178,10 @@ static void ref_momentum(double *o, double *W, double *M, const ttt_tensor *q, c
  * M = 0·M − θG = −θG exactly, then αW + M). */
 START_TEST(momentum_mu0_equals_decoupled_sgd) {
     const int T = 37, dk = 6, dv = 5;
-    fixture f;
-    fx_init(&f, 101);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.3f, -0.01f);
+    tu_fixture f;
+    tu_fx_init(&f, 101);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = tu_uniform(&f, T, -0.3f, -0.01f);
     ttt_layer Ls;
     make_layer(&Ls, "model: linear, loss: squared, optimizer: {name: sgd, lr: 0.7}, form: generic",
                dk, dv);
@@ -234,7 +201,7 @@ START_TEST(momentum_mu0_equals_decoupled_sgd) {
             ck_assert_float_eq(ttt_max_abs_diff(sm.W[0], ss.W[0]), 0.0f);
         }
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -244,10 +211,10 @@ END_TEST
 START_TEST(momentum_b1_matches_titans_recurrence) {
     const int T = 41, dk = 7, dv = 5;
     const double theta = 0.6, mu = 0.8;
-    fixture f;
-    fx_init(&f, 102);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.2f, -0.01f);
+    tu_fixture f;
+    tu_fx_init(&f, 102);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = tu_uniform(&f, T, -0.2f, -0.01f);
     for (int nesterov = 0; nesterov < 2; nesterov++) {
         ttt_layer L;
         char body[256];
@@ -270,7 +237,7 @@ START_TEST(momentum_b1_matches_titans_recurrence) {
         ck_assert(!tu_close(o->data, o_x, o->n, ATOL, RTOL, NULL, 0));
         free(o_ref), free(W), free(M), free(o_x), free(Wx), free(Mx);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -285,12 +252,12 @@ START_TEST(momentum_chunked_equals_recurrence) {
     const int T = 37, dk = 8, dv = 6;
     const int chunks[] = {1, 2, 5, 16, 37, 64};
     const float theta = 0.5f, mu = 0.7f;
-    fixture f;
-    fx_init(&f, 103);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *la = uniform(&f, T, -0.3f, -0.01f);
+    tu_fixture f;
+    tu_fx_init(&f, 103);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *la = tu_uniform(&f, T, -0.3f, -0.01f);
     /* a non-zero initial state and momentum, so that the chunk-start terms are exercised */
-    ttt_tensor *S_init = randn(&f, dk, dv, 0.3f), *M_init = randn(&f, dk, dv, 0.1f);
+    ttt_tensor *S_init = tu_randn(&f, dk, dv, 0.3f), *M_init = tu_randn(&f, dk, dv, 0.1f);
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         const int C = chunks[ci];
         double *o_ref = dzeros((size_t)T * dv);
@@ -331,7 +298,7 @@ START_TEST(momentum_chunked_equals_recurrence) {
         }
         free(o_ref), free(W), free(M);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -348,11 +315,11 @@ END_TEST
 START_TEST(ns_cubic_converges_to_polar_factor) {
     const int shapes[][2] = {{9, 5}, {5, 9}, {6, 6}, {16, 12}};
     const int steps = 40;
-    fixture f;
-    fx_init(&f, 104);
+    tu_fixture f;
+    tu_fx_init(&f, 104);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int m = shapes[si][0], n = shapes[si][1], p = m < n ? m : n;
-        ttt_tensor *A = randn(&f, m, n, 1.0f);
+        ttt_tensor *A = tu_randn(&f, m, n, 1.0f);
         double *Ad = dcopy_f(A->data, A->n), *U = dzeros(m * p), *s = dzeros(p);
         double *Vt = dzeros(p * n), *polar = dzeros(m * n);
         dsvd(U, s, Vt, Ad, m, n);
@@ -369,7 +336,7 @@ START_TEST(ns_cubic_converges_to_polar_factor) {
         ck_assert(!tu_close(X3->data, polar, X3->n, 2e-5, 0.0, NULL, 0));
         free(Ad), free(U), free(s), free(Vt), free(polar);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -388,13 +355,13 @@ START_TEST(ns_quintic_rank1_closed_form) {
     coeff_table(lact, 7, "lact"); /* 7 steps: the last tuple is repeated for steps 6 and 7 */
     const double p1 = scalar_ns(1.0, muon, 5);
     ck_assert_msg(fabs(p1 - 0.69644) < 5e-6, "p(1) = %.8f, MATH.md says 0.69644", p1);
-    fixture f;
-    fx_init(&f, 105);
+    tu_fixture f;
+    tu_fx_init(&f, 105);
     const int dims[][2] = {{7, 4}, {4, 7}, {1, 9}};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (int set = 0; set < 2; set++) {
             const int m = dims[di][0], n = dims[di][1];
-            ttt_tensor *x = randn(&f, 1, m, 1.0f), *y = randn(&f, 1, n, 1.0f);
+            ttt_tensor *x = tu_randn(&f, 1, m, 1.0f), *y = tu_randn(&f, 1, n, 1.0f);
             ttt_tensor *A = m == 1 ? ttt_tensor_1d(&f.ctx, n) : ttt_tensor_2d(&f.ctx, m, n);
             double nx = 0, ny = 0;
             for (int i = 0; i < m; i++) nx += (double)x->data[i] * x->data[i];
@@ -418,7 +385,7 @@ START_TEST(ns_quintic_rank1_closed_form) {
             }
             free(want);
         }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -440,12 +407,12 @@ START_TEST(ns_quintic_singular_value_band) {
     }
     ck_assert_msg(lo > 0.68 && lo < 0.7 && hi > 1.2 && hi < 1.21, "band [%g, %g]", lo, hi);
     const int shapes[][2] = {{16, 32}, {32, 16}, {24, 40}, {20, 24}};
-    fixture f;
-    fx_init(&f, 106);
+    tu_fixture f;
+    tu_fx_init(&f, 106);
     double seen_lo = 1e9, seen_hi = -1e9;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int m = shapes[si][0], n = shapes[si][1], p = m < n ? m : n;
-        ttt_tensor *A = randn(&f, m, n, 1.0f);
+        ttt_tensor *A = tu_randn(&f, m, n, 1.0f);
         double *Ad = dcopy_f(A->data, A->n), *U = dzeros(m * p), *s = dzeros(p);
         double *Vt = dzeros(p * n), *want = dzeros(m * n), *US = dzeros(m * p);
         dsvd(U, s, Vt, Ad, m, n);
@@ -472,7 +439,7 @@ START_TEST(ns_quintic_singular_value_band) {
     printf("ns_quintic_singular_value_band: band of p on [%g, 1] = [%.5f, %.5f]; "
            "measured singular values in [%.5f, %.5f]\n",
            x_lo, lo, hi, seen_lo, seen_hi);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -485,8 +452,8 @@ END_TEST
 START_TEST(muon_step_matches_rule) {
     const int m = 12, n = 7;
     const double theta = 0.3, mu = 0.9, lambda = 0.1, alpha = 0.95;
-    fixture f;
-    fx_init(&f, 107);
+    tu_fixture f;
+    tu_fx_init(&f, 107);
     const char *scales[] = {"muon", "fan", "none"};
     for (int sc = 0; sc < 3; sc++)
         for (int nesterov = 0; nesterov < 2; nesterov++)
@@ -537,7 +504,7 @@ START_TEST(muon_step_matches_rule) {
         &L, "optimizer: {name: muon, momentum: 0.0, coefficients: cubic, steps: 30, scale: none}",
         4, 4);
     ck_assert_int_eq(L.optim->n_state(L.optim_cfg), 0);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -595,10 +562,10 @@ static void ref_large_batch(double *o, double *W, const ttt_tensor *q, const ttt
  * conditioned block gradients (NS amplifies rounding only in singular directions near 0). */
 START_TEST(large_batch_full_block_is_step_then_renorm) {
     const int T = 37, dk = 6, dv = 5;
-    fixture f;
-    fx_init(&f, 108);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f), *W_init = randn(&f, dk, dv, 0.5f);
+    tu_fixture f;
+    tu_fx_init(&f, 108);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f), *W_init = tu_randn(&f, dk, dv, 0.5f);
     /* cases: b, momentum, NS steps (0 = no muon), renormalize, rows axis, decay */
     const struct { int b; double mu; int ns; int renorm, rows; double alpha; } cases[] = {
         {T, 0.0, 0, 1, 0, 1.0},  {T, 0.0, 0, 1, 1, 1.0},  {T, 0.0, 0, 1, 0, 0.98},
@@ -653,7 +620,7 @@ START_TEST(large_batch_full_block_is_step_then_renorm) {
     ck_assert(ttt_max_abs(sz.W[0]) > 0.1f);
     ck_assert_float_eq(ttt_max_abs_diff(oz, os), 0.0f);
     ck_assert_float_eq(ttt_max_abs_diff(sz.W[0], ss.W[0]), 0.0f);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -687,9 +654,9 @@ static void ref_delta(double *o, double *S, const ttt_tensor *q, const ttt_tenso
 START_TEST(sgd_l2_equals_decoupled_decay) {
     const int T = 31, dk = 6, dv = 4;
     const double theta = 0.5, gamma = 0.9;
-    fixture f;
-    fx_init(&f, 109);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
+    tu_fixture f;
+    tu_fx_init(&f, 109);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
     ttt_layer Ll, Ld;
     make_layer(&Ll, "model: linear, loss: squared, optimizer: {name: sgd, lr: 0.5, l2: 0.2}", dk,
                dv);
@@ -709,7 +676,7 @@ START_TEST(sgd_l2_equals_decoupled_decay) {
     ref_delta(o1, S1, q, k, v, 1.0, theta, 1.0, 0, T, dk, dv);
     ck_assert(!tu_close(ol->data, o1, ol->n, ATOL, RTOL, NULL, 0));
     free(o_ref), free(S), free(o1), free(S1);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -719,9 +686,9 @@ END_TEST
 START_TEST(coupled_equals_rescaled_decoupled) {
     const int T = 33, dk = 5, dv = 4;
     const double alpha = 0.9, beta = 0.8;
-    fixture f;
-    fx_init(&f, 110);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
+    tu_fixture f;
+    tu_fx_init(&f, 110);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
     ttt_tensor *v_over = ttt_scale(&f.ctx, v, (float)(1.0 / alpha));
     ttt_layer Lc, Ld;
     make_layer(&Lc, "model: linear, loss: squared, form: generic, optimizer: {name: sgd, lr: 0.8, "
@@ -742,7 +709,7 @@ START_TEST(coupled_equals_rescaled_decoupled) {
     ref_delta(o_x, S_x, q, k, v, alpha, beta, 1.0, 0, T, dk, dv);
     ck_assert(!tu_close(oc->data, o_x, oc->n, ATOL, RTOL, NULL, 0));
     free(o_ref), free(S), free(o_x), free(S_x);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -792,10 +759,10 @@ static void ref_adam(double *o, double *W, const ttt_tensor *q, const ttt_tensor
  * Dropping the bias correction is rejected. */
 START_TEST(adam_matches_reference) {
     const int T = 29, dk = 5, dv = 4;
-    fixture f;
-    fx_init(&f, 111);
-    ttt_tensor *q = randn(&f, T, dk, 0.5f), *k = unit_rows(&f, T, dk), *v = randn(&f, T, dv, 1);
-    ttt_tensor *eta = uniform(&f, T, 0.1f, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 111);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f);
     const double b1 = (double)0.8f, b2 = (double)0.95f, eps = (double)1e-6f;
     const struct { int b; double alpha; } cases[] = {{1, 0.97}, {5, 1.0}};
     for (int ci = 0; ci < 2; ci++) {
@@ -825,7 +792,7 @@ START_TEST(adam_matches_reference) {
         }
         free(o_ref), free(W);
     }
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 
@@ -868,9 +835,9 @@ START_TEST(optimizers_selectable_from_yaml) {
     /* the parsed options change the rule: cubic with 30 steps gives the polar factor of G */
     make_layer(&L, "optimizer: {name: muon, momentum: 0, coefficients: cubic, steps: 30, "
                    "scale: none, lr: 1}", 4, 6);
-    fixture f;
-    fx_init(&f, 112);
-    ttt_tensor *W = ttt_tensor_2d(&f.ctx, 4, 6), *G = randn(&f, 4, 6, 1.0f);
+    tu_fixture f;
+    tu_fx_init(&f, 112);
+    ttt_tensor *W = ttt_tensor_2d(&f.ctx, 4, 6), *G = tu_randn(&f, 4, 6, 1.0f);
     ttt_tensor_fill(W, 0.0f);
     ttt_optim_block blk = {.t0 = 0, .n = 1, .theta = 1.0f, .decay = NULL};
     ttt_tensor *Wo = NULL, *So[TTT_MAX_OPT_STATE] = {0};
@@ -882,7 +849,7 @@ START_TEST(optimizers_selectable_from_yaml) {
     for (int i = 0; i < 24; i++) polar[i] = -polar[i]; /* W ← 0 − θ·NS(G) */
     TU_ASSERT_CLOSE(Wo->data, polar, Wo->n, 2e-5, 0.0);
     free(Gd), free(U), free(s), free(Vt), free(polar);
-    fx_free(&f);
+    tu_fx_free(&f);
 }
 END_TEST
 

@@ -112,3 +112,40 @@ int tu_run_ttt(const char *args, char **out, char **errout) {
     free(dir);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+void tu_fx_init(tu_fixture *f, uint64_t seed) {
+    ttt_arena_init(&f->arena, 1 << 20);
+    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0};
+    ttt_rng_seed(&f->rng, seed);
+}
+
+void tu_fx_free(tu_fixture *f) { ttt_arena_free(&f->arena); }
+
+ttt_tensor *tu_randn(tu_fixture *f, int r, int c, float std) {
+    ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
+    ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);
+    return t;
+}
+
+ttt_tensor *tu_unit_rows(tu_fixture *f, int r, int c) {
+    ttt_tensor *t = tu_randn(f, r, c, 1.0f);
+    for (int i = 0; i < r; i++) {
+        double s = 0;
+        for (int j = 0; j < c; j++) s += (double)t->data[i * c + j] * t->data[i * c + j];
+        for (int j = 0; j < c; j++) t->data[i * c + j] /= (float)sqrt(s);
+    }
+    return t;
+}
+
+ttt_tensor *tu_uniform(tu_fixture *f, int n, float lo, float hi) {
+    ttt_tensor *t = ttt_tensor_1d(&f->ctx, n);
+    ttt_rng_fill_uniform(&f->rng, t->data, t->n, lo, hi);
+    return t;
+}
+
+float *tu_randn_buf(tu_fixture *f, size_t n, float std) {
+    float *x = ttt_arena_alloc(&f->arena, (n ? n : 1) * sizeof(float));
+    ck_assert_ptr_nonnull(x);
+    ttt_rng_fill_normal(&f->rng, x, n, 0.0f, std);
+    return x;
+}

@@ -5,6 +5,8 @@
 #include <check.h>
 #include <stddef.h>
 
+#include "ttt.h"
+
 /* Compare `got` (float32) against `want` (float64 reference), n elements. Passes when
  * max|got − want| <= atol + rtol·max|want|. Fills a message with max-abs error, relative RMS error
  * and the worst index, for ck_assert_msg. Returns 1 on pass. */
@@ -40,5 +42,22 @@ int tu_write_file(const char *path, const char *text);
 /* Run the ttt program (path from $TTT_BIN) with a shell command line appended; captures stdout
  * and stderr (malloc'd, may be NULL) and returns the exit status. */
 int tu_run_ttt(const char *args, char **out, char **errout);
+
+/* The usual test fixture: an arena, a context without a tape, a seeded generator. */
+typedef struct tu_fixture {
+    ttt_arena arena;
+    ttt_ctx ctx;
+    ttt_rng rng;
+} tu_fixture;
+
+void tu_fx_init(tu_fixture *f, uint64_t seed);
+void tu_fx_free(tu_fixture *f);
+/* Random tensors from the fixture's generator, allocated in its arena:
+ * (r, c) normal with standard deviation std; (r, c) rows of unit L2 norm; (n) uniform in
+ * [lo, hi); n raw floats, normal. */
+ttt_tensor *tu_randn(tu_fixture *f, int r, int c, float std);
+ttt_tensor *tu_unit_rows(tu_fixture *f, int r, int c);
+ttt_tensor *tu_uniform(tu_fixture *f, int n, float lo, float hi);
+float *tu_randn_buf(tu_fixture *f, size_t n, float std);
 
 #endif
