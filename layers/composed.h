@@ -26,9 +26,10 @@
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t.
  * Per chunk (G = cumsum(log α) inside it, Γ_ij = exp(G_i − G_j) [i ≥ j]):
  *     O = (Q ⊙ e^G) S + ((Q Kᵀ) ⊙ Γ) diag(β) V,   S ← e^{G_n} S + (e^{G_n − G} ⊙ K)ᵀ diag(β) V.
- * Vector decay (log_alpha (T, d_k)) forms the scores as (Q ⊙ e^G)(K ⊙ e^{−G})ᵀ with the chunk
- * start as reference, so the decay span inside one chunk, max over key dims of −G_n, must stay
- * below ~80 nats (e^80 ≈ 5e34 < FLT_MAX): log α ≥ −1.2 at C = 64. The fused op has no such limit. */
+ * Vector decay (log_alpha (T, d_k)) forms the scores as (Q ⊙ e^{G−G_0})(K ⊙ e^{G_0−G})ᵀ with
+ * the chunk's first row as reference; a chunk whose decay span exceeds 60 nats (strong gates,
+ * long chunks, the parallel form) is cut in halves until it fits (down to one token, where the
+ * factors are 1), which evaluates the same function in more pieces. */
 ttt_tensor *ttt_la_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_k, d_v) */
                                       const ttt_tensor *q, const ttt_tensor *k,
                                       const ttt_tensor *v, const ttt_tensor *beta,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "composed.h"
 #include "forms.h"
 #include "normalized.h"
 #include "rope.h"
@@ -609,6 +610,19 @@ static ttt_status forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o
                          ttt_layer_form_unavailable(L, L->form) ? ttt_layer_form_unavailable(L, L->form) : "internal");
 }
 
+/* One pass of the layer's form over (q, k, v): the generic driver, a closed-form kernel, or — with
+ * a tape — the differentiable closed form. */
+static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_layer_state *st,
+                           const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v,
+                           const ttt_tensor *eta, const ttt_tensor *beta,
+                           const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
+    if (L->form == TTT_FORM_GENERIC)
+        return forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+    if (ttt_recording(ctx))
+        return ttt_layer_forward_diff(ctx, L, o, st, q, k, v, beta, log_alpha, 1, err);
+    return forward_closed(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+}
+
 ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                              const ttt_tensor *v, const ttt_tensor *eta,
@@ -639,10 +653,11 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         log_alpha = la;
     }
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
-    if (L->rope) {
-        if (tape)
-            return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                                 "rope: outer-loop gradients through RoPE are not available yet");
+    if (L->rope && tape) {
+        /* the recorded op (its backward is the inverse rotation) */
+        q = ttt_rope(ctx, q, (int)st->pos, L->rope_base);
+        k = ttt_rope(ctx, k, (int)st->pos, L->rope_base);
+    } else if (L->rope) {
         /* positions continue from the carried state, so a split sequence resumes exactly */
         ttt_tensor *qr = ttt_tensor_2d(ctx, T, L->d_k), *kr = ttt_tensor_2d(ctx, T, L->d_k);
         ttt_rope_apply(qr->data, q->data, T, L->d_k, (int)st->pos, L->rope_base);
@@ -654,14 +669,13 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         q = ttt_elu1(ctx, q);
         k = ttt_elu1(ctx, k);
     }
-    if (tape && L->form != TTT_FORM_GENERIC)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "form %s: outer-loop gradients are available through form: generic",
-                             ttt_form_name(L->form));
+    /* With a tape the closed forms run differentiably (layers/composed.c: fused ops with
+     * hand-written backward where they exist, composed ops elsewhere); β = θ·η is recorded so
+     * that learned learning rates receive gradients. */
+    const ttt_tensor *beta = tape && L->form != TTT_FORM_GENERIC && eta ? ttt_scale(ctx, eta, L->lr)
+                                                                        : NULL;
     ttt_tensor *res = ttt_tensor_2d(ctx, T, L->d_v); /* the form's output (T, d_v) */
-    ttt_status s = L->form == TTT_FORM_GENERIC
-                       ? forward_generic(ctx, L, res, st, q, k, v, eta, log_alpha, alpha_vec, err)
-                       : forward_closed(ctx, L, res, st, q, k, v, eta, log_alpha, alpha_vec, err);
+    ttt_status s = run_form(ctx, L, res, st, q, k, v, eta, beta, log_alpha, alpha_vec, err);
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
         /* The denominator q_t z_t is the same layer run with a single value column of ones
          * (MATH.md §6 item 9): z is its (d_k, 1) state. */
@@ -673,9 +687,7 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         ttt_layer_state s1 = {.n_w = 1, .W = {st->z}};
         ttt_tensor *ones = ttt_tensor_2d(ctx, T, 1), *den = ttt_tensor_2d(ctx, T, 1);
         ttt_tensor_fill(ones, 1.0f);
-        s = L1.form == TTT_FORM_GENERIC
-                ? forward_generic(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err)
-                : forward_closed(ctx, &L1, den, &s1, q, k, ones, eta, log_alpha, alpha_vec, err);
+        s = run_form(ctx, &L1, den, &s1, q, k, ones, eta, beta, log_alpha, alpha_vec, err);
         st->z = s1.W[0];
         /* o / (q z + ε), as ops: 1/x = exp(−log x) is safe since q z > 0 for φ = elu+1 */
         ttt_tensor *inv = ttt_exp(ctx, ttt_neg(ctx, ttt_log(ctx, ttt_add_scalar(ctx, den, TTT_NLA_EPS))));

@@ -163,12 +163,75 @@ START_TEST(gradients_through_the_inner_loop) {
 }
 END_TEST
 
+/* The closed forms under the tape, reached through ttt_layer_forward (β = θ·η recorded, gates,
+ * RoPE as a recorded op), give the generic driver's gradients. Same float32 math on both sides:
+ * 2e-5 relative, as for the forward comparisons. */
+START_TEST(closed_forms_under_the_tape_match_generic) {
+    static const struct { const char *yaml; int gates; } fc[] = {
+        {"layer: {preset: linear_attention, form: chunkwise, chunk: 4, optimizer: {lr: 0.7}}", 1},
+        {"layer: {preset: gated_deltanet, form: chunkwise, chunk: 4, optimizer: {lr: 0.7}}", 1},
+        {"layer: {preset: deltanet, form: recurrent, chunk: 4, rope: true}", 0},
+        {"layer: {preset: titans, form: chunkwise, mini_batch: 4}", 1},
+        {"layer: {preset: ttt_linear, form: dual, mini_batch: 4, optimizer: {lr: 0.5}}", 0},
+        {"layer: {preset: linear_attention, form: parallel, normalize: ratio}", 0},
+    };
+    for (size_t c = 0; c < sizeof fc / sizeof fc[0]; c++) {
+        ttt_cfg_node *root;
+        ttt_error err = {0};
+        ck_assert(ttt_cfg_load_string(fc[c].yaml, "g.yaml", &root, &err) == TTT_OK);
+        ttt_layer L;
+        ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, &L, &err) ==
+                          TTT_OK, "%s: %s", fc[c].yaml, err.msg);
+        ttt_cfg_free(root);
+        ttt_rng rng;
+        ttt_rng_seed(&rng, 300 + c);
+        inputs in;
+        const int shapes[5][2] = {{T, D}, {T, D}, {T, D}, {T, 1}, {T, 1}};
+        float *g_form[5];
+        for (int i = 0; i < 5; i++) {
+            in.n[i] = (size_t)shapes[i][0] * shapes[i][1];
+            in.buf[i] = malloc(in.n[i] * sizeof(float));
+            in.grad[i] = calloc(in.n[i], sizeof(float));
+        }
+        ttt_rng_fill_normal(&rng, in.buf[0], in.n[0], 0, 0.7f);
+        ttt_rng_fill_normal(&rng, in.buf[1], in.n[1], 0, 0.5f);
+        ttt_rng_fill_normal(&rng, in.buf[2], in.n[2], 0, 1.0f);
+        ttt_rng_fill_uniform(&rng, in.buf[3], in.n[3], 0.2f, 0.8f);
+        ttt_rng_fill_uniform(&rng, in.buf[4], in.n[4], -0.4f, -0.05f);
+        in.q = ttt_tensor_view(in.buf[0], 2, (int[]){T, D});
+        in.k = ttt_tensor_view(in.buf[1], 2, (int[]){T, D});
+        in.v = ttt_tensor_view(in.buf[2], 2, (int[]){T, D});
+        in.eta = ttt_tensor_view(in.buf[3], 1, (int[]){T});
+        in.la = ttt_tensor_view(in.buf[4], 1, (int[]){T});
+        float r[T * D], r2[64];
+        ttt_rng_fill_normal(&rng, r, T * D, 0, 1);
+        ttt_rng_fill_normal(&rng, r2, 64, 0, 1);
+        double l_form = run_loss(&L, &in, fc[c].gates, r, r2, 1);
+        for (int i = 0; i < 5; i++) {
+            g_form[i] = in.grad[i];
+            in.grad[i] = calloc(in.n[i], sizeof(float));
+        }
+        L.form = TTT_FORM_GENERIC;
+        double l_gen = run_loss(&L, &in, fc[c].gates, r, r2, 1);
+        ck_assert_msg(fabs(l_form - l_gen) <= 2e-5 * fabs(l_gen) + 1e-6, "%s: loss %g vs %g",
+                      fc[c].yaml, l_form, l_gen);
+        for (int i = 0; i < (fc[c].gates ? 5 : 4); i++) {
+            char msg[512];
+            ck_assert_msg(tu_close_f(g_form[i], in.grad[i], in.n[i], 1e-6, 2e-5, msg, sizeof msg),
+                          "%s: input %d: %s", fc[c].yaml, i, msg);
+        }
+        for (int i = 0; i < 5; i++) free(in.buf[i]), free(in.grad[i]), free(g_form[i]);
+    }
+}
+END_TEST
+
 static Suite *layer_grad_suite(void) {
     Suite *s = suite_create("layer_grad");
     TCase *tc = tcase_create("optimizers");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, gradients_through_the_inner_loop, 0,
                         (int)(sizeof cases / sizeof cases[0]));
+    tcase_add_test(tc, closed_forms_under_the_tape_match_generic);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,32 @@
+/* Fused differentiable closed forms: custom ops (autograd.h "Custom ops") whose forward is the
+ * fast chunkwise kernel of forms.h and whose backward is written by hand (layers/fused_grad.c).
+ * They must agree with the composed forms of composed.h (tests/test_form_grads.c).
+ *
+ * Memory: the forward saves only the state at the start of every chunk, ⌈T/C⌉·d_k·d_v floats
+ * (no per-token state); the backward walks the chunks from last to first, recomputes each
+ * chunk's intra-chunk quantities from its saved start state and carries dL/dS backward.
+ *
+ * Both ops take q, k (T, d_k), v (T, d_v), beta (T) or NULL (= 1), log_alpha as documented,
+ * the initial state S0 (d_k·d_v elements), chunk size C ≥ 1; return O (T, d_v) and the final
+ * state *S_out (d_k, d_v). Gradients reach q, k, v, beta, log_alpha and S0 (whichever require
+ * grad). O and *S_out are two parts of one recorded result, so a loss may use either or both. */
+#ifndef TTT_FUSED_GRAD_H
+#define TTT_FUSED_GRAD_H
+
+#include "ops.h"
+
+/* Chunkwise gated linear attention (MATH.md §5.2): forward = ttt_linear_attention_chunkwise;
+ * log_alpha (T) scalar or (T, d_k) vector decay or NULL. */
+ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                   const ttt_tensor *k, const ttt_tensor *v,
+                                   const ttt_tensor *beta, const ttt_tensor *log_alpha,
+                                   const ttt_tensor *S0, int chunk);
+
+/* Chunkwise gated delta rule, coupled scalar decay (MATH.md §5.3): forward =
+ * ttt_delta_rule_chunkwise; log_alpha (T) or NULL. */
+ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                      const ttt_tensor *k, const ttt_tensor *v,
+                                      const ttt_tensor *beta, const ttt_tensor *log_alpha,
+                                      const ttt_tensor *S0, int chunk);
+
+#endif
