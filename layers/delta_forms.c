@@ -23,42 +23,75 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastexp.h"
 #include "forms.h"
+
+/* Chunks of at most this many tokens invert A explicitly (n³/6 multiply-adds, small next to the
+ * chunk's n·d² work) and apply the inverse with strmm, which OpenBLAS runs ~2.5× faster than strsm
+ * at these sizes (perf, n = 64, d = 128: strsm_kernel 15 % of the time for 11 % of the FLOPs).
+ * Longer ones (the parallel form, one chunk of T) solve with strsm: n² per right-hand side
+ * instead of n³. */
+#define DELTA_INVERT_MAX 128
 
 /* Scratch for one chunk of at most C tokens, allocated once per call from the arena. */
 typedef struct delta_scratch {
-    float *A;     /* (C, C): A, then the masked Q Kᵀ */
-    float *Gam;   /* (C, C): Γ_ij = exp(G_i − G_j), i > j (only with decay) */
-    float *UW;    /* (C, d_v + d_k): left block U (β⊙V → U → V' → ((QKᵀ)⊙Γ) V'), right block
-                   * W (β⊙exp(G)⊙K → W → exp(G_C − G)⊙K); side by side so that both
-                   * triangular solves are one strsm with a wider right-hand side */
-    float *eg;    /* (C): exp(G_i) */
-    double *g;    /* (C): G_i, in-chunk cumulative log retention */
+    float *A;   /* (C, C): strictly lower part of A, then of A⁻¹ (unit diagonal implied) */
+    float *Gam; /* (C, C): Γ_ij = exp(G_i − G_j), i > j (only with decay) */
+    float *X;   /* (C, d_k + C): [exp(G)⊙Q | (Q Kᵀ) ⊙ Γ masked to i ≥ j], the read-out's left
+                 * factor, so that O = X Y is one sgemm */
+    float *Y;   /* (d_k + C, d_v): [S; V'], the working state stacked on the pseudo-values */
+    float *Wk;  /* (C, d_k): β⊙exp(G)⊙K → W, then exp(G_C − G)⊙K */
+    float *row; /* (C): one row of the inverse being formed */
+    float *eg;  /* (C): exp(G_i) */
+    double *g;  /* (C): G_i, in-chunk cumulative log retention */
 } delta_scratch;
 
 static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
     ttt_arena *a = ctx->arena;
     w->A = ttt_arena_alloc(a, (size_t)C * C * sizeof(float));
     w->Gam = decay ? ttt_arena_alloc(a, (size_t)C * C * sizeof(float)) : NULL;
-    w->UW = ttt_arena_alloc(a, (size_t)C * (d_v + d_k) * sizeof(float));
+    w->X = ttt_arena_alloc(a, (size_t)C * (d_k + C) * sizeof(float));
+    w->Y = ttt_arena_alloc(a, (size_t)(d_k + C) * d_v * sizeof(float));
+    w->Wk = ttt_arena_alloc(a, (size_t)C * d_k * sizeof(float));
+    w->row = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
     /* The kernels have no error channel (forms.h): running out of scratch is fatal. */
-    TTT_ASSERT(w->A && (w->Gam || !decay) && w->UW && w->eg && w->g);
+    TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->row && w->eg && w->g);
 }
 
-/* One chunk of n tokens (MATH.md §5.3); S (d_k, d_v) is the state at the chunk start on entry
- * and at its end on return. */
+/* In place: the strictly lower part L of A (n, n) becomes that of (I + L)⁻¹, whose diagonal is 1.
+ * Row i of X = (I + L)⁻¹ follows from (I + L) X = I: X_i = e_i − Σ_{j<i} L_ij X_j, where the
+ * rows X_j (j < i) are already formed above it; row i of L is read before it is overwritten. */
+static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
+                              float *row, /* (n) scratch */
+                              int n) {
+    for (int i = 1; i < n; i++) {
+        float *Ai = A + (size_t)i * n;
+        for (int c = 0; c < i; c++) row[c] = 0.0f;
+        for (int j = 0; j < i; j++) {
+            const float l = Ai[j];
+            const float *Xj = A + (size_t)j * n;
+            row[j] -= l; /* X_jj = 1 */
+            for (int c = 0; c < j; c++) row[c] -= l * Xj[c];
+        }
+        for (int c = 0; c < i; c++) Ai[c] = row[c];
+    }
+}
+
+/* One chunk of n tokens (MATH.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
+ * copies it in and out), on entry at the chunk start and on return at its end. */
 static void delta_chunk(float *o,               /* (n, d_v) */
-                        float *S,               /* (d_k, d_v) in/out */
                         const float *q,         /* (n, d_k) */
                         const float *k,         /* (n, d_k) */
                         const float *v,         /* (n, d_v) */
                         const float *beta,      /* (n) or NULL */
                         const float *log_alpha, /* (n) or NULL */
                         int n, int d_k, int d_v, const delta_scratch *w) {
-    const int ld = d_v + d_k; /* row stride of U and W */
-    float *A = w->A, *Gam = w->Gam, *U = w->UW, *Wk = w->UW + d_v, *eg = w->eg;
+    const int ldx = d_k + n; /* row stride of X for this chunk */
+    float *A = w->A, *Gam = w->Gam, *X = w->X, *Wk = w->Wk, *eg = w->eg;
+    float *S = w->Y, *U = w->Y + (size_t)d_k * d_v; /* (d_k, d_v) state, (n, d_v) U → V' */
+    float *M = X + d_k;                               /* right block of X, row stride ldx */
     double *g = w->g;
     const int decay = log_alpha != NULL;
     if (decay) {
@@ -68,12 +101,15 @@ static void delta_chunk(float *o,               /* (n, d_v) */
             g[i] = acc;
             eg[i] = (float)exp(acc);
         }
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < i; j++) Gam[(size_t)i * n + j] = expf((float)(g[i] - g[j]));
+        /* n²/2 exponentials per chunk: the vectorizable ttt_fast_expf (fastexp.h, ≤ 2 ulp) */
+        for (int i = 0; i < n; i++) {
+            float *Gi = Gam + (size_t)i * n;
+            for (int j = 0; j < i; j++) Gi[j] = ttt_fast_expf((float)(g[i] - g[j]));
+        }
     }
 
     /* A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ): ssyrk writes the lower triangle of K Kᵀ; the
-     * unit diagonal is implied by the solves (CblasUnit), which never read it. */
+     * unit diagonal is implied by the solves, which never read it. */
     cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, d_k, 1.0f, k, d_k, 0.0f, A, n);
     for (int i = 1; i < n; i++) {
         float bi = beta ? beta[i] : 1.0f;
@@ -85,29 +121,49 @@ static void delta_chunk(float *o,               /* (n, d_v) */
             for (int j = 0; j < i; j++) Ai[j] *= bi;
         }
     }
-    /* right-hand sides β⊙V and β⊙exp(G)⊙K */
+    /* right-hand sides β⊙V (in U) and β⊙exp(G)⊙K (in Wk) */
     for (int i = 0; i < n; i++) {
         float bi = beta ? beta[i] : 1.0f;
         float bk = decay ? bi * eg[i] : bi;
         const float *vi = v + (size_t)i * d_v, *ki = k + (size_t)i * d_k;
-        float *Ui = U + (size_t)i * ld, *Wi = Wk + (size_t)i * ld;
+        float *Ui = U + (size_t)i * d_v, *Wi = Wk + (size_t)i * d_k;
         for (int j = 0; j < d_v; j++) Ui[j] = bi * vi[j];
         for (int j = 0; j < d_k; j++) Wi[j] = bk * ki[j];
     }
-    /* [U W] = A⁻¹ [β⊙V  β⊙exp(G)⊙K]: forward substitution, no explicit inverse */
-    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, ld, 1.0f, A, n,
-                U, ld);
+    /* U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K) */
+    if (n <= DELTA_INVERT_MAX) {
+        unit_lower_invert(A, w->row, n);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, Wk, d_k);
+    } else {
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, Wk, d_k);
+    }
     /* V' = U − W S (in U) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, ld, S, d_v,
-                1.0f, U, ld);
-    /* inter-chunk read-out (exp(G)⊙Q) S, from the state at the chunk start */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, q, d_k, S, d_v, 0.0f,
-                o, d_v);
-    if (decay)
-        for (int i = 0; i < n; i++) {
-            float *oi = o + (size_t)i * d_v;
-            for (int j = 0; j < d_v; j++) oi[j] *= eg[i];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
+                1.0f, U, d_v);
+    /* X = [exp(G)⊙Q | (Q Kᵀ) ⊙ Γ, masked to i ≥ j: token t reads its own write] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d_k, 1.0f, q, d_k, k, d_k, 0.0f, M,
+                ldx);
+    for (int i = 0; i < n; i++) {
+        float *Xi = X + (size_t)i * ldx, *Mi = M + (size_t)i * ldx;
+        const float *qi = q + (size_t)i * d_k;
+        const float e = decay ? eg[i] : 1.0f;
+        for (int c = 0; c < d_k; c++) Xi[c] = e * qi[c];
+        if (decay) {
+            const float *Gi = Gam + (size_t)i * n;
+            for (int j = 0; j < i; j++) Mi[j] *= Gi[j];
         }
+        for (int j = i + 1; j < n; j++) Mi[j] = 0.0f;
+    }
+    /* O = (exp(G)⊙Q) S + ((Q Kᵀ) ⊙ Γ) V' = X [S; V'], one product, from the state at the chunk
+     * start */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, ldx, 1.0f, X, ldx, S, d_v,
+                0.0f, o, d_v);
     /* S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V' (W is dead: its buffer holds the decayed keys) */
     float eC = 1.0f;
     if (decay) {
@@ -115,29 +171,12 @@ static void delta_chunk(float *o,               /* (n, d_v) */
         for (int i = 0; i < n; i++) {
             float c = expf((float)(g[n - 1] - g[i]));
             const float *ki = k + (size_t)i * d_k;
-            float *Wi = Wk + (size_t)i * ld;
+            float *Wi = Wk + (size_t)i * d_k;
             for (int j = 0; j < d_k; j++) Wi[j] = c * ki[j];
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, decay ? Wk : k,
-                decay ? ld : d_k, U, ld, eC, S, d_v);
-    /* intra-chunk read-out ((Q Kᵀ) ⊙ Γ) V': the mask keeps the diagonal (token t reads its own
-     * write); strmm uses only the lower triangle, so the upper part of Q Kᵀ is never masked */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d_k, 1.0f, q, d_k, k, d_k, 0.0f, A,
-                n);
-    if (decay)
-        for (int i = 1; i < n; i++) {
-            float *Ai = A + (size_t)i * n;
-            const float *Gi = Gam + (size_t)i * n;
-            for (int j = 0; j < i; j++) Ai[j] *= Gi[j];
-        }
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, n, d_v, 1.0f, A,
-                n, U, ld);
-    for (int i = 0; i < n; i++) {
-        float *oi = o + (size_t)i * d_v;
-        const float *Ui = U + (size_t)i * ld;
-        for (int j = 0; j < d_v; j++) oi[j] += Ui[j];
-    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, decay ? Wk : k, d_k,
+                U, d_v, eC, S, d_v);
 }
 
 static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
@@ -149,12 +188,14 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     delta_scratch w;
     scratch_alloc(ctx, &w, C, d_k, d_v, log_alpha != NULL);
+    memcpy(w.Y, S, sizeof(float) * (size_t)d_k * d_v);
     for (int t0 = 0; t0 < T; t0 += C) {
         const int n = t0 + C <= T ? C : T - t0;
-        delta_chunk(o + (size_t)t0 * d_v, S, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
+        delta_chunk(o + (size_t)t0 * d_v, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
                     v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
                     log_alpha ? log_alpha + t0 : NULL, n, d_k, d_v, &w);
     }
+    memcpy(S, w.Y, sizeof(float) * (size_t)d_k * d_v);
     ttt_arena_release(ctx->arena, mark);
 }
 

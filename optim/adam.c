@@ -26,7 +26,9 @@ static const ttt_option adam_options[] = {
      "decay rate of the first moment m (must be < 1)"},
     {"beta2", TTT_OPT_FLOAT, "0.999", 0.0, 1.0, NULL,
      "decay rate of the second moment v (must be < 1)"},
-    {"eps", TTT_OPT_FLOAT, "1e-8", 0.0, 1.0, NULL,
+    /* eps > 0: with eps = 0 a coordinate whose gradients have all been exactly zero (one-hot
+     * keys, zero inputs) steps by 0/0 = NaN. 1e-30 is still a normal float. */
+    {"eps", TTT_OPT_FLOAT, "1e-8", 1e-30, 1.0, NULL,
      "added to sqrt(v_hat) in the denominator"},
     TTT_OPTION_END,
 };

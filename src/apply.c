@@ -2,10 +2,16 @@
  * layer, one (batch, head) sequence at a time. */
 #include "apply.h"
 
+#include <cblas.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
+#include "checks.h"
+#include "progress.h"
 #include "rng.h"
 #include "tensor.h"
 #include "ttt_layer.h"
@@ -76,8 +82,160 @@ static void list_names(const ttt_st_file *in, char *buf, size_t len) {
     if (in->n == 0) snprintf(buf, len, "no tensors");
 }
 
+/* The threads that run the sequences: `threads` if positive, else OpenMP's default (the machine's
+ * cores, or OMP_NUM_THREADS), never more than there are sequences; 1 without OpenMP. */
+static int apply_thread_count(int threads, int n_seq) {
+#ifdef _OPENMP
+    int n = threads > 0 ? threads : omp_get_max_threads();
+#else
+    int n = 1;
+    (void)threads;
+#endif
+    if (n > n_seq) n = n_seq;
+    if (n > TTT_APPLY_MAX_THREADS) n = TTT_APPLY_MAX_THREADS;
+    return n < 1 ? 1 : n;
+}
+
+/* Everything one (batch, head) sequence needs; read-only while the threads run, except the
+ * disjoint slices of the outputs each sequence writes. */
+typedef struct apply_seq_args {
+    const ttt_layer *L;
+    const ttt_st_tensor *q, *k, *v, *beta, *la; /* beta, la may be NULL */
+    int alpha_vec;
+    const ttt_st_tensor *const *init; /* (n_w), entries may be NULL */
+    const size_t *wnumel;             /* (n_w) */
+    int n_w, B, T, H, d_k, d_v;
+    ttt_apply_out *out;
+    const char *file;
+} apply_seq_args;
+
+/* Run sequences [first, first + count) of the B·H (batch-major) on one thread with its own arena
+ * and slice buffers. Each sequence's computation is the same code on one thread with
+ * single-threaded BLAS, so its output does not depend on which thread ran it. Returns the index
+ * of the first failing sequence (its error in err), or -1. */
+static long apply_range(const apply_seq_args *A, long first, long count, ttt_status *st_out,
+                        ttt_error *err) {
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    ttt_arena arena;
+    /* one first block for the slices and a forward pass's temporaries (the layer's output copy,
+     * scaled queries, β, gates, chunk scratch), so that the sequences after the first allocate
+     * nothing: a release keeps the first block */
+    ttt_arena_init(&arena, sizeof(float) * (size_t)T * (4 * (size_t)d_k + 4 * (size_t)d_v + 4) +
+                               ((size_t)4 << 20));
+    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    ttt_rng base;
+    ttt_rng_seed(&base, APPLY_SEED);
+    ttt_tensor *qs = NULL, *ks = NULL, *vs = NULL, *os = NULL, *eta = NULL, *las = NULL;
+    if (T > 0) {
+        qs = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
+        ks = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
+        vs = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
+        os = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
+        if (A->beta) eta = ttt_tensor_1d(&ctx, T); /* (T) */
+        if (A->la) las = A->alpha_vec ? ttt_tensor_2d(&ctx, T, d_k) : ttt_tensor_1d(&ctx, T);
+    }
+    const float *q = A->q->data, *k = A->k->data, *v = A->v->data;
+    const float *beta = A->beta ? A->beta->data : NULL, *la = A->la ? A->la->data : NULL;
+    const size_t rowk = (size_t)H * d_k, rowv = (size_t)H * d_v; /* one time step, all heads */
+    long failed = -1;
+    for (long s = first; s < first + count; s++) {
+        const int b = (int)(s / H), h = (int)(s % H);
+        ttt_arena_mark mark = ttt_arena_mark_get(&arena);
+        /* (B, T, H, D) → (T, D) for this (b, h): row t starts at ((b·T + t)·H + h)·D */
+        for (int t = 0; t < T; t++) {
+            const size_t bt = (size_t)b * T + t;
+            memcpy(qs->data + (size_t)t * d_k, q + bt * rowk + (size_t)h * d_k,
+                   (size_t)d_k * sizeof(float));
+            memcpy(ks->data + (size_t)t * d_k, k + bt * rowk + (size_t)h * d_k,
+                   (size_t)d_k * sizeof(float));
+            memcpy(vs->data + (size_t)t * d_v, v + bt * rowv + (size_t)h * d_v,
+                   (size_t)d_v * sizeof(float));
+            if (eta) eta->data[t] = beta[bt * H + h];
+            if (las && A->alpha_vec)
+                memcpy(las->data + (size_t)t * d_k, la + bt * rowk + (size_t)h * d_k,
+                       (size_t)d_k * sizeof(float));
+            else if (las)
+                las->data[t] = la[bt * H + h];
+        }
+        ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
+        ttt_layer_state state;
+        ttt_layer_state_init(&ctx, A->L, &state, &rng);
+        /* initial_state (B, H, *W): weight w of (b, h) is the block at (b·H + h)·|W| */
+        const size_t bh = (size_t)b * H + h;
+        for (int w = 0; w < A->n_w; w++)
+            if (A->init[w])
+                memcpy(state.W[w]->data, A->init[w]->data + bh * A->wnumel[w],
+                       A->wnumel[w] * sizeof(float));
+        if (T > 0) {
+            ttt_status st =
+                ttt_layer_forward(&ctx, A->L, os, &state, qs, ks, vs, eta, las, err);
+            if (st != TTT_OK) {
+                ttt_error_prefix(err, "%s: batch %d, head %d", A->file, b, h);
+                *st_out = st;
+                failed = s;
+                break;
+            }
+        }
+        /* (T, d_v) → o (B, T, H, d_v) */
+        for (int t = 0; t < T; t++)
+            memcpy(A->out->t[0].data + ((size_t)b * T + t) * rowv + (size_t)h * d_v,
+                   os->data + (size_t)t * d_v, (size_t)d_v * sizeof(float));
+        for (int w = 0; w < A->n_w; w++)
+            memcpy(A->out->t[1 + w].data + bh * A->wnumel[w], state.W[w]->data,
+                   A->wnumel[w] * sizeof(float));
+        ttt_arena_release(&arena, mark);
+    }
+    ttt_arena_free(&arena);
+    return failed;
+}
+
+/* MATH.md §0 / DESIGN.md "Performance stance": the (batch, head) pairs are independent, so they
+ * are split over OpenMP threads in fixed contiguous ranges (the static schedule, computed here
+ * rather than left to the runtime), with single-threaded BLAS inside each. Nothing is reduced
+ * across threads, so the outputs are bit-identical for any thread count. The error reported is
+ * that of the first failing sequence in (batch, head) order, whichever thread met it. */
+static ttt_status apply_sequences(const apply_seq_args *A, int nthreads, ttt_error *err) {
+    const long n_seq = (long)A->B * A->H;
+    /* BLAS threads would fight the OpenMP ones, and one thread per call keeps each sequence's
+     * arithmetic the same whatever the thread count */
+    openblas_set_num_threads(1);
+    long *failed_at = calloc((size_t)nthreads, sizeof *failed_at);
+    ttt_status *failed_st = calloc((size_t)nthreads, sizeof *failed_st);
+    ttt_error *errs = calloc((size_t)nthreads, sizeof *errs);
+    if (!failed_at || !failed_st || !errs) {
+        free(failed_at);
+        free(failed_st);
+        free(errs);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory");
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(nthreads)
+#endif
+    for (int t = 0; t < nthreads; t++) {
+        const long first = n_seq * t / nthreads, last = n_seq * (t + 1) / nthreads;
+        failed_st[t] = TTT_OK;
+        failed_at[t] = apply_range(A, first, last - first, &failed_st[t], &errs[t]);
+    }
+    ttt_status st = TTT_OK;
+    for (int t = 0; t < nthreads; t++)
+        if (failed_at[t] >= 0) { /* ranges are in order: the first failure is the earliest */
+            st = failed_st[t];
+            if (err) *err = errs[t];
+            break;
+        }
+    free(failed_at);
+    free(failed_st);
+    free(errs);
+    return st;
+}
+
 ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
                      ttt_error *err) {
+    return ttt_apply_threads(layer_map, in, out, 0, err);
+}
+
+ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
+                             int threads, ttt_error *err) {
     memset(out, 0, sizeof *out);
     const char *file = in->path ? in->path : "<input>";
     char s1[320], s2[320], s3[320], s4[320];
@@ -195,15 +353,19 @@ ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_o
                                  file, clean(nm, c), sn, n_w > 1 ? ", ..." : "");
         }
     }
+    /* Values last: NaN or Inf in any input is reported with the tensor and index (checks.h). */
+    TTT_TRY(ttt_st_check_finite(in, err));
 
     /* ---- memory: outputs plus one sequence's slices ---- */
     /* one sequence's slices, and its state several times over (weights, optimizer state and
      * the driver's block copies and gradients) */
     double work = ((double)T * (2 * d_k + 2 * d_v + 1 + d_k)) * sizeof(float);
     for (int w = 0; w < n_w; w++) work += (4.0 + TTT_MAX_OPT_STATE) * wnumel[w] * sizeof(float);
+    work += ttt_layer_forward_bytes(&L, T); /* the form's scratch: T² floats for parallel forms */
     char what[64];
     snprintf(what, sizeof what, "ttt apply on %s", file);
-    TTT_TRY(ttt_size_check(out_bytes + work, what, err));
+    /* every thread holds one sequence's slices and state */
+    TTT_TRY(ttt_size_check(out_bytes + work * apply_thread_count(threads, B * H), what, err));
 
     out->t[0].name = dupstr("o");
     out->t[0].ndim = 4;
@@ -228,69 +390,14 @@ ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_o
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
         }
 
-    /* ---- every (batch, head) sequence ---- */
-    ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 20);
-    ttt_ctx ctx = {.arena = &arena, .grad = 0};
-    ttt_rng base;
-    ttt_rng_seed(&base, APPLY_SEED);
-    ttt_tensor *qs = NULL, *ks = NULL, *vs = NULL, *os = NULL, *eta = NULL, *las = NULL;
-    if (T > 0) {
-        qs = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
-        ks = ttt_tensor_2d(&ctx, T, d_k); /* (T, d_k) */
-        vs = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
-        os = ttt_tensor_2d(&ctx, T, d_v); /* (T, d_v) */
-        if (beta) eta = ttt_tensor_1d(&ctx, T); /* (T) */
-        if (la) las = alpha_vec ? ttt_tensor_2d(&ctx, T, d_k) : ttt_tensor_1d(&ctx, T);
-    }
-    ttt_status st = TTT_OK;
-    const size_t rowk = (size_t)H * d_k, rowv = (size_t)H * d_v; /* one time step, all heads */
-    for (int b = 0; b < B && st == TTT_OK; b++) {
-        for (int h = 0; h < H && st == TTT_OK; h++) {
-            ttt_arena_mark mark = ttt_arena_mark_get(&arena);
-            /* (B, T, H, D) → (T, D) for this (b, h): row t starts at ((b·T + t)·H + h)·D */
-            for (int t = 0; t < T; t++) {
-                const size_t bt = (size_t)b * T + t;
-                memcpy(qs->data + (size_t)t * d_k, q->data + bt * rowk + (size_t)h * d_k,
-                       (size_t)d_k * sizeof(float));
-                memcpy(ks->data + (size_t)t * d_k, k->data + bt * rowk + (size_t)h * d_k,
-                       (size_t)d_k * sizeof(float));
-                memcpy(vs->data + (size_t)t * d_v, v->data + bt * rowv + (size_t)h * d_v,
-                       (size_t)d_v * sizeof(float));
-                if (eta) eta->data[t] = beta->data[bt * H + h];
-                if (las && alpha_vec)
-                    memcpy(las->data + (size_t)t * d_k, la->data + bt * rowk + (size_t)h * d_k,
-                           (size_t)d_k * sizeof(float));
-                else if (las)
-                    las->data[t] = la->data[bt * H + h];
-            }
-            ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
-            ttt_layer_state state;
-            ttt_layer_state_init(&ctx, &L, &state, &rng);
-            /* initial_state (B, H, *W): weight w of (b, h) is the block at (b·H + h)·|W| */
-            const size_t bh = (size_t)b * H + h;
-            for (int w = 0; w < n_w; w++)
-                if (init[w])
-                    memcpy(state.W[w]->data, init[w]->data + bh * wnumel[w],
-                           wnumel[w] * sizeof(float));
-            if (T > 0) {
-                st = ttt_layer_forward(&ctx, &L, os, &state, qs, ks, vs, eta, las, err);
-                if (st != TTT_OK) {
-                    ttt_error_prefix(err, "%s: batch %d, head %d", file, b, h);
-                    break;
-                }
-            }
-            /* (T, d_v) → o (B, T, H, d_v) */
-            for (int t = 0; t < T; t++)
-                memcpy(out->t[0].data + ((size_t)b * T + t) * rowv + (size_t)h * d_v,
-                       os->data + (size_t)t * d_v, (size_t)d_v * sizeof(float));
-            for (int w = 0; w < n_w; w++)
-                memcpy(out->t[1 + w].data + bh * wnumel[w], state.W[w]->data,
-                       wnumel[w] * sizeof(float));
-            ttt_arena_release(&arena, mark);
-        }
-    }
-    ttt_arena_free(&arena);
+    /* ---- every (batch, head) sequence, in parallel over the pairs ---- */
+    const int nthreads = apply_thread_count(threads, B * H);
+    apply_seq_args A = {.L = &L, .q = q, .k = k, .v = v, .beta = beta, .la = la,
+                        .alpha_vec = alpha_vec, .init = init, .wnumel = wnumel, .n_w = n_w,
+                        .B = B, .T = T, .H = H, .d_k = d_k, .d_v = d_v, .out = out, .file = file};
+    const double t_start = ttt_now();
+    ttt_status st = apply_sequences(&A, nthreads, err);
+    const double seconds = ttt_now() - t_start;
     if (st != TTT_OK) {
         ttt_apply_out_free(out);
         return st;
@@ -298,14 +405,19 @@ ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_o
 
     /* ---- metadata ---- */
     char *flow = ttt_cfg_to_flow(layer_map);
-    const char *kv[10] = {"ttt_version", TTT_VERSION, "preset", L.preset ? L.preset : "none",
-                          "form",        ttt_cfg_str(layer_map, "form"),
-                          "layer",       flow ? flow : "",
-                          "layout",      "BTHD"};
-    out->n_meta = 5;
-    for (int i = 0; i < 10; i++) out->meta[i] = dupstr(kv[i]);
+    char nth[16], secs[32];
+    snprintf(nth, sizeof nth, "%d", nthreads);
+    snprintf(secs, sizeof secs, "%.9g", seconds);
+    const char *kv[2 * TTT_APPLY_MAX_META] = {
+        "ttt_version", TTT_VERSION, "preset",  L.preset ? L.preset : "none",
+        "form",        ttt_cfg_str(layer_map, "form"),
+        "layer",       flow ? flow : "",
+        "layout",      "BTHD",      "threads", nth,
+        "seconds",     secs};
+    out->n_meta = TTT_APPLY_MAX_META;
+    for (int i = 0; i < 2 * TTT_APPLY_MAX_META; i++) out->meta[i] = dupstr(kv[i]);
     free(flow);
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 2 * TTT_APPLY_MAX_META; i++)
         if (!out->meta[i]) {
             ttt_apply_out_free(out);
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory");
@@ -315,10 +427,15 @@ ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_o
 
 ttt_status ttt_apply_file(ttt_cfg_node *layer_map, const char *in_path, const char *out_path,
                           ttt_error *err) {
+    return ttt_apply_file_threads(layer_map, in_path, out_path, 0, err);
+}
+
+ttt_status ttt_apply_file_threads(ttt_cfg_node *layer_map, const char *in_path,
+                                  const char *out_path, int threads, ttt_error *err) {
     ttt_st_file *in = NULL;
     TTT_TRY(ttt_st_read(in_path, &in, err));
     ttt_apply_out out;
-    ttt_status st = ttt_apply(layer_map, in, &out, err);
+    ttt_status st = ttt_apply_threads(layer_map, in, &out, threads, err);
     ttt_st_free(in);
     if (st != TTT_OK) return st;
     st = ttt_st_write(out_path, out.t, out.n, (const char *const *)out.meta, out.n_meta, err);

@@ -28,7 +28,13 @@
  *                                   models with several weights), in the layout initial_state
  *                                   takes, so a sequence can be continued in a second call.
  * Optimizer state (e.g. momentum) starts at zero and is not exported.
- * Metadata: ttt_version, preset, form, layer (the resolved `layer:` mapping), layout ("BTHD"). */
+ * Metadata: ttt_version, preset, form, layer (the resolved `layer:` mapping), layout ("BTHD"),
+ * threads (how many ran the sequences) and seconds (wall time of the layer over all sequences,
+ * without reading or writing files: what a benchmark against another tool compares).
+ *
+ * Threads: the (batch, head) sequences are split over OpenMP threads in contiguous ranges (a
+ * static schedule), single-threaded BLAS inside each (ttt_apply* call openblas_set_num_threads(1)). Every sequence is computed by one thread with the same code, so the
+ * outputs are bit-identical for every thread count and every run. */
 #ifndef TTT_APPLY_H
 #define TTT_APPLY_H
 
@@ -37,13 +43,15 @@
 #include "status.h"
 
 #define TTT_APPLY_MAX_OUT 9 /* o + up to TTT_MAX_WEIGHTS (8) weight tensors */
+#define TTT_APPLY_MAX_META 7 /* metadata pairs of the output file */
+#define TTT_APPLY_MAX_THREADS 256
 
 /* The outputs of one call; names, data and metadata strings are owned by it. */
 typedef struct ttt_apply_out {
     int n;
     ttt_st_tensor t[TTT_APPLY_MAX_OUT];
     int n_meta;
-    char *meta[10]; /* key, value, … */
+    char *meta[2 * TTT_APPLY_MAX_META]; /* key, value, … */
 } ttt_apply_out;
 
 /* Validate the `layer:` mapping (in place, filling defaults, as ttt_layer_parse does) for the
@@ -51,10 +59,17 @@ typedef struct ttt_apply_out {
  * (batch, head) sequence. Shape errors name the tensors and their shapes. */
 ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
                      ttt_error *err);
+/* The same with a thread count: threads ≥ 1 runs that many OpenMP threads (at most one per
+ * sequence and TTT_APPLY_MAX_THREADS); 0 = the default, OpenMP's (the machine's cores, or
+ * OMP_NUM_THREADS when set), which is what ttt_apply uses. */
+ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
+                             int threads, ttt_error *err);
 void ttt_apply_out_free(ttt_apply_out *out);
 
 /* The whole command: read in_path, ttt_apply, write out_path (atomically). */
 ttt_status ttt_apply_file(ttt_cfg_node *layer_map, const char *in_path, const char *out_path,
                           ttt_error *err);
+ttt_status ttt_apply_file_threads(ttt_cfg_node *layer_map, const char *in_path,
+                                  const char *out_path, int threads, ttt_error *err);
 
 #endif

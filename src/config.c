@@ -23,6 +23,8 @@
 #define MAX_DEPTH 64
 /* Config files are read whole; anything this large is not a config file. */
 #define MAX_FILE_BYTES (16L << 20)
+/* The sweep points together may hold at most this many values (nodes): 10000 points of 200. */
+#define MAX_SWEEP_NODES 2000000L
 /* Room for a dotted path in messages (longer paths are truncated, never overflowed). */
 #define PATH_BUF 256
 
@@ -1048,14 +1050,21 @@ static void range_desc(char *buf, size_t len, const ttt_option *o, int integer) 
 static ttt_status check_number(const ttt_cfg_node *n, const ttt_option *o, int integer,
                                const char *label, ttt_error *err) {
     double v;
+    int out = 0;
     if (integer) {
         long i = 0;
         TTT_TRY(conv_int(n, &i, label, err));
         v = (double)i;
+        /* Compared as integers: above 2^53 a long does not convert to double exactly (2^53 + 1
+         * would pass a maximum of 2^53). The bounds are rounded inwards first. */
+        if (o->min <= o->max)
+            out = (o->min > (double)LONG_MIN && i < (long)ceil(o->min)) ||
+                  (o->max < (double)LONG_MAX && i > (long)floor(o->max));
     } else {
         TTT_TRY(conv_float(n, &v, label, err));
+        out = o->min <= o->max && (v < o->min || v > o->max);
     }
-    if (o->min <= o->max && (v < o->min || v > o->max)) {
+    if (out) {
         char range[160];
         range_desc(range, sizeof range, o, integer);
         return ttt_cfg_error(err, TTT_ERR_RANGE, n, "%s: %s is out of range; expected %s", label,
@@ -1708,6 +1717,17 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
 
     ttt_cfg_node *base = ttt_cfg_clone(root);
     ttt_cfg_map_remove(base, "sweep");
+    /* Every point is a full copy: a large document (aliases can make one from a few lines) times
+     * many points would exhaust memory, so the product is bounded too. */
+    const long per_point = count_nodes(base);
+    if (total > 1 && per_point > MAX_SWEEP_NODES / total) {
+        ttt_cfg_free(base);
+        return ttt_cfg_error(err, TTT_ERR_RANGE, sweep,
+                             "sweep: %ld points of %ld values each is too much to expand; "
+                             "expected at most %ld values over all points (fewer points or a "
+                             "smaller document)",
+                             total, per_point, MAX_SWEEP_NODES);
+    }
     ttt_cfg_node **pts = xmalloc((size_t)total * sizeof *pts);
     char **labs = xmalloc((size_t)total * sizeof *labs);
     int made = 0;

@@ -14,6 +14,10 @@ const ttt_option ttt_experiment_options[] = {
     {"seed", TTT_OPT_INT, "0", 0, 9007199254740992.0, NULL, "seed of every random draw"},
     {"task", TTT_OPT_MAP, NULL, TTT_NO_RANGE, NULL, "what to measure; `kind` names the task"},
     {"layer", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL, "the TTT layer (see `ttt list`)"},
+    {"model", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,
+     "the sequence model of trained tasks (mqar, regression, lm; see `ttt list`)"},
+    {"train", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,
+     "outer-loop training of trained tasks: AdamW, schedule, evaluation, checkpoints"},
     {"output", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL,
      "run folder (default: runs/<name>); --out overrides"},
     TTT_OPTION_END,
@@ -62,19 +66,16 @@ static ttt_status check_point(ttt_cfg_node *root, const char *stem, ttt_error *e
     return t->check ? t->check(root, err) : TTT_OK;
 }
 
-ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
-                               ttt_experiment **out, ttt_error *err) {
-    *out = NULL;
-    ttt_experiment *e = calloc(1, sizeof *e);
-    if (!e) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
-    e->path = strdup(path);
-    ttt_status s = ttt_cfg_load_file(path, &e->root, err);
+/* Everything after the text is read (status s): overrides, sweep expansion and the check of every
+ * point. Takes e; on success hands it to *out, on failure frees it. */
+static ttt_status load_rest(ttt_experiment *e, ttt_status s, const char *const *sets, int n_sets,
+                            ttt_experiment **out, ttt_error *err) {
     for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(e->root, sets[i], err);
     if (s == TTT_OK) {
         ttt_cfg_map_remove(e->root, "resolved");
         s = ttt_cfg_sweep_expand(e->root, &e->points, &e->labels, &e->n_points, err);
     }
-    char *stem = file_stem(path);
+    char *stem = file_stem(e->path);
     for (int i = 0; s == TTT_OK && i < e->n_points; i++) {
         s = check_point(e->points[i], stem, err);
         if (s != TTT_OK && e->labels[i][0]) error_suffix_point(err, e->labels[i]);
@@ -86,6 +87,31 @@ ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_
     }
     *out = e;
     return TTT_OK;
+}
+
+ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
+                               ttt_experiment **out, ttt_error *err) {
+    *out = NULL;
+    ttt_experiment *e = calloc(1, sizeof *e);
+    if (!e || !(e->path = strdup(path))) {
+        free(e);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    ttt_status s = ttt_cfg_load_file(path, &e->root, err);
+    return load_rest(e, s, sets, n_sets, out, err);
+}
+
+ttt_status ttt_experiment_load_string(const char *text, const char *name,
+                                      const char *const *sets, int n_sets, ttt_experiment **out,
+                                      ttt_error *err) {
+    *out = NULL;
+    ttt_experiment *e = calloc(1, sizeof *e);
+    if (!e || !(e->path = strdup(name ? name : "<string>"))) {
+        free(e);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    ttt_status s = ttt_cfg_load_string(text, e->path, &e->root, err);
+    return load_rest(e, s, sets, n_sets, out, err);
 }
 
 void ttt_experiment_free(ttt_experiment *e) {
@@ -132,6 +158,12 @@ ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int 
     ttt_experiment_write_resolved(e, af.f);
     TTT_TRY(ttt_afile_commit(&af, err));
 
+    /* Trained tasks stream records into metrics.jsonl as they happen (a resumed run streams
+     * the restored history first); the complete file is rewritten at the end. */
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *stream = fopen(path, "w");
+    if (stream) fclose(stream);
+
     long total = 0;
     for (int i = 0; i < e->n_points; i++) {
         const ttt_task *t = ttt_task_find(ttt_cfg_str(ttt_cfg_get(e->points[i], "task"), "kind"));
@@ -147,7 +179,7 @@ ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int 
         const ttt_task *t = ttt_task_find(ttt_cfg_str(ttt_cfg_get(pt, "task"), "kind"));
         ttt_task_run run = {.root = pt, .label = e->labels[i], .point = i,
                             .seed = (uint64_t)ttt_cfg_int(pt, "seed"), .results = res,
-                            .progress = &pr, .work_done = done};
+                            .progress = &pr, .work_done = done, .run_dir = dir};
         s = t->run(&run, err);
         if (s != TTT_OK && e->labels[i][0]) error_suffix_point(err, e->labels[i]);
         done += t->work ? t->work(pt) : 1;

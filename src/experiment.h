@@ -24,6 +24,11 @@ extern const ttt_option ttt_experiment_options[];
 /* Load, override and validate. `sets` are "a.b.c=value" strings. */
 ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
                                ttt_experiment **out, ttt_error *err);
+/* The same from YAML text in memory (fuzzing, tests, embedding); `name` stands for the file name
+ * in messages and gives the default experiment name (its stem). */
+ttt_status ttt_experiment_load_string(const char *text, const char *name,
+                                      const char *const *sets, int n_sets, ttt_experiment **out,
+                                      ttt_error *err);
 void ttt_experiment_free(ttt_experiment *e);
 /* The resolved configuration: without a sweep, the one point with every default; with a sweep,
  * the experiment as given plus `resolved:`, one fully resolved configuration per point. */

@@ -18,6 +18,7 @@ typedef struct ttt_task_run {
     ttt_results *results; /* add records here */
     ttt_progress *progress;
     long work_done;       /* progress units done before this point */
+    const char *run_dir;  /* the run folder (exists; trained tasks keep checkpoints under it) */
 } ttt_task_run;
 
 typedef struct ttt_task {

@@ -3,8 +3,10 @@
  * took (MATH.md §5–§6). The first form is the reference (by default the recurrence, which is the
  * definition). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "checks.h"
 #include "task.h"
 #include "ttt_layer.h"
 
@@ -26,6 +28,12 @@ static const ttt_option equivalence_options[] = {
     TTT_OPTION_END,
 };
 
+/* Bytes of the inputs and outputs equivalence_run allocates for H heads of T tokens: q, k, v,
+ * the gates and learning rates, two outputs and two final states per head. */
+static double inputs_bytes(double T, double dk, double dv, double H) {
+    return 4.0 * H * (T * (3 * dk + 3 * dv + dk + 1) + 3.0 * dk * dv);
+}
+
 static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_layer L;
@@ -33,13 +41,36 @@ static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
                             (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
                             &L, err));
     static const char *const keys[] = {"reference", "candidate"};
+    ttt_form forms[2];
     for (int i = 0; i < 2; i++) {
         const ttt_cfg_node *n = ttt_cfg_get(task, keys[i]);
-        if (strcmp(n->scalar, "auto") == 0) continue;
-        const char *why = ttt_layer_form_unavailable(&L, (ttt_form)ttt_form_from_name(n->scalar));
+        if (strcmp(n->scalar, "auto") == 0) {
+            forms[i] = ttt_layer_auto_form(&L);
+            continue;
+        }
+        forms[i] = (ttt_form)ttt_form_from_name(n->scalar);
+        const char *why = ttt_layer_form_unavailable(&L, forms[i]);
         if (why) return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "task.%s: %s", keys[i], why);
     }
-    return TTT_OK;
+    /* Refuse sizes the machine cannot hold now, before any point runs (the parallel form alone
+     * needs T² floats). The two forms run one after the other, so the larger scratch counts. */
+    const long T = ttt_cfg_int(task, "tokens");
+    double scratch = 0;
+    for (int i = 0; i < 2; i++) {
+        L.form = forms[i];
+        const double b = ttt_layer_forward_bytes(&L, T);
+        if (b > scratch) scratch = b;
+    }
+    const double H = (double)ttt_cfg_int(task, "heads");
+    const double bytes =
+        inputs_bytes((double)T, L.d_k, L.d_v, H) + ttt_layer_state_bytes(&L) + scratch;
+    char where[512], what[768];
+    snprintf(what, sizeof what,
+             "%s: the equivalence task (tokens %ld, heads %ld, key_dim %d, value_dim %d, forms %s "
+             "and %s)",
+             ttt_cfg_where(task, where, sizeof where), T, ttt_cfg_int(task, "heads"), L.d_k,
+             L.d_v, ttt_form_name(forms[0]), ttt_form_name(forms[1]));
+    return ttt_size_check(bytes, what, err);
 }
 
 static long equivalence_work(const ttt_cfg_node *root) {
@@ -78,8 +109,7 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
               dv = (int)ttt_cfg_int(task, "value_dim"), H = (int)ttt_cfg_int(task, "heads"),
               repeats = (int)ttt_cfg_int(task, "repeats");
     const char *gates = ttt_cfg_str(task, "gates");
-    TTT_TRY(ttt_size_check(4.0 * H * ((double)T * (3 * dk + 3 * dv + dk + 1) + 3.0 * dk * dv),
-                           "the equivalence task's inputs", err));
+    TTT_TRY(ttt_size_check(inputs_bytes(T, dk, dv, H), "the equivalence task's inputs", err));
     if (H > 1024) return ttt_error_set(err, TTT_ERR_RANGE, "task.heads: at most 1024");
     ttt_layer L;
     TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), dk, dv, &L, err));

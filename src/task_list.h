@@ -1,3 +1,7 @@
 /* The registry of tasks: one line each (src/task_NAME.c defines `const ttt_task ttt_task_NAME`). */
 TTT_TASK(memory)
 TTT_TASK(equivalence)
+TTT_TASK(mqar)
+TTT_TASK(regression)
+TTT_TASK(lm)
+TTT_TASK(benchmark)

@@ -2,8 +2,10 @@
 #include "task_memory.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "checks.h"
 #include "task.h"
 
 static void fill_unit_rows(ttt_rng *rng, float *x /* (n, d) */, int n, int d,
@@ -101,12 +103,40 @@ static const ttt_option memory_options[] = {
     TTT_OPTION_END,
 };
 
+/* Bytes one measurement with N pairs takes (ttt_memory_eval): the keys, the candidates, the write
+ * stream, the outputs, the predictions, the (N, T) similarity matrix, read-out temporaries (an
+ * MLP's hidden layer is 4 times wider), the state and the layer's own scratch over T tokens. */
+static double memory_bytes(const ttt_layer *L, long N, int overwrite) {
+    const double dk = L->d_k, dv = L->d_v, n = (double)N, T = overwrite ? 2.0 * n : n;
+    const double floats = dk + n * dk + T * dv + T * dk + T * dv + n * dv + n * T +
+                          4.0 * n * (dk + dv);
+    return floats * sizeof(float) + ttt_layer_state_bytes(L) +
+           ttt_layer_forward_bytes(L, overwrite ? 2 * N : N);
+}
+
 static ttt_status memory_check(ttt_cfg_node *root, ttt_error *err) {
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_layer L;
-    return ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
-                           (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
-                           &L, err);
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
+                            (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
+                            &L, err));
+    /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
+     * into a sweep. */
+    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs"), *largest = NULL;
+    long n_max = 0;
+    for (int p = 0; p < pairs->n; p++) {
+        long N = 0;
+        if (ttt_cfg_as_int(pairs->items[p], &N, NULL) == TTT_OK && N > n_max) {
+            n_max = N;
+            largest = pairs->items[p];
+        }
+    }
+    if (!largest) return TTT_OK;
+    char where[512], what[768];
+    snprintf(what, sizeof what, "%s: task.pairs = %ld (key_dim %d, value_dim %d, form %s)",
+             ttt_cfg_where(largest, where, sizeof where), n_max, L.d_k, L.d_v,
+             ttt_form_name(L.form));
+    return ttt_size_check(memory_bytes(&L, n_max, ttt_cfg_bool(task, "overwrite")), what, err);
 }
 
 static long memory_work(const ttt_cfg_node *root) {

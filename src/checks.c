@@ -1,0 +1,154 @@
+/* Input checks (see checks.h). */
+#include "checks.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- finite values ---- */
+
+/* A tensor name from a file for a message: at most 64 bytes, control characters as \xNN. */
+static const char *shown_name(const char *s, char *buf, size_t len) {
+    size_t w = 0, i = 0;
+    for (; s && s[i] && i < 64 && w + 5 < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7F) w += (size_t)snprintf(buf + w, len - w, "\\x%02x", c);
+        else buf[w++] = (char)c;
+    }
+    if (s && s[i] && w + 4 < len) {
+        memcpy(buf + w, "...", 3);
+        w += 3;
+    }
+    buf[w] = '\0';
+    return buf;
+}
+
+ttt_status ttt_check_finite(const float *x, int ndim, const int64_t *shape, const char *where,
+                            const char *name, ttt_error *err) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    int64_t first = -1, bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    if (first < 0) return TTT_OK;
+    /* the multi-index of the first bad element: row-major, the last index varies fastest */
+    int64_t idx[16] = {0}, rest = first;
+    for (int d = ndim - 1; d >= 0 && d < 16; d--) {
+        idx[d] = shape[d] > 0 ? rest % shape[d] : 0;
+        rest = shape[d] > 0 ? rest / shape[d] : 0;
+    }
+    char at[256];
+    size_t w = (size_t)snprintf(at, sizeof at, "(");
+    for (int d = 0; d < ndim && d < 16 && w < sizeof at; d++)
+        w += (size_t)snprintf(at + w, sizeof at - w, "%s%" PRId64, d ? ", " : "", idx[d]);
+    if (w < sizeof at) snprintf(at + w, sizeof at - w, ")");
+    const float v = x[first];
+    const char *what = isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+    char nb[300];
+    if (bad == 1)
+        return ttt_error_set(err, TTT_ERR_NUMERIC,
+                             "%s: tensor '%s' has %s at %s; it is the only value of its %" PRId64
+                             " that is not finite (inputs must be finite numbers)",
+                             where, shown_name(name, nb, sizeof nb), what, at, n);
+    return ttt_error_set(err, TTT_ERR_NUMERIC,
+                         "%s: tensor '%s' has %s at %s; %" PRId64 " of its %" PRId64
+                         " values are not finite (inputs must be finite numbers)",
+                         where, shown_name(name, nb, sizeof nb), what, at, bad, n);
+}
+
+ttt_status ttt_st_check_finite(const ttt_st_file *f, ttt_error *err) {
+    const char *where = f->path ? f->path : "<input>";
+    for (int i = 0; i < f->n; i++) {
+        const ttt_st_tensor *t = &f->t[i];
+        if (!t->data) continue; /* no elements */
+        TTT_TRY(ttt_check_finite(t->data, t->ndim, t->shape, where, t->name, err));
+    }
+    return TTT_OK;
+}
+
+/* ---- memory estimates ---- */
+
+/* Elements of each fast-weight tensor, their sum, and Σ min(rows, cols)² over the matrices
+ * (Newton–Schulz works on the Gram matrix of the smaller side). */
+static double weight_floats(const ttt_layer *L, double *gram) {
+    double total = 0;
+    *gram = 0;
+    for (int w = 0; w < L->model->n_weights; w++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        double n = 1;
+        for (int d = 0; d < nd; d++) n *= shape[d];
+        total += n;
+        if (nd == 2) {
+            const double m = shape[0] < shape[1] ? shape[0] : shape[1];
+            *gram += m * m;
+        }
+    }
+    return total;
+}
+
+static int n_opt_state(const ttt_layer *L) {
+    return L->optim->n_state ? L->optim->n_state(L->optim_cfg) : 0;
+}
+
+double ttt_layer_state_bytes(const ttt_layer *L) {
+    double gram;
+    const double w = weight_floats(L, &gram);
+    double floats = w * (1 + n_opt_state(L));
+    if (L->normalize == TTT_NORMALIZE_RATIO) floats += L->d_k;
+    return floats * sizeof(float);
+}
+
+/* Scratch of one form over `C` tokens at a time (the whole sequence for the parallel forms),
+ * in floats, following the allocations in layers/la_forms.c, delta_forms.c, titans.c and
+ * ttt_dual.c (a double counts as two floats). */
+static double form_floats(const ttt_layer *L, long T) {
+    const double dk = L->d_k, dv = L->d_v;
+    double C;
+    switch (L->form) {
+    case TTT_FORM_PARALLEL: C = (double)T; break;
+    case TTT_FORM_CHUNKWISE:
+        C = ttt_layer_family(L) == TTT_FAMILY_TITANS ? L->mini_batch : L->chunk;
+        break;
+    case TTT_FORM_DUAL: C = L->mini_batch; break;
+    default: C = 0; break;
+    }
+    if (C > (double)T) C = (double)T; /* every form clamps its block to the sequence */
+    const int fam = ttt_layer_family(L);
+    switch (L->form) {
+    case TTT_FORM_PARALLEL:
+    case TTT_FORM_CHUNKWISE:
+        if (fam == TTT_FAMILY_LINEAR_ATTENTION) /* A (C, C); qs, qs2, ks, E (C, d_k); G double */
+            return C * C + C * (6 * dk + 4);
+        if (fam == TTT_FAMILY_DELTA_RULE) /* A, Γ (C, C); UW (C, d_k + d_v); exp G, G */
+            return 2 * C * C + C * (dk + dv + 4);
+        /* Titans: D (n, n) float and double, per-row coefficients, and matmul results */
+        return 3 * C * C + C * (4 * dk + 4 * dv + 16) + 4 * dk * dv;
+    case TTT_FORM_DUAL: /* G, Zb (B, d); M (B, B); (d, d) sums; bias vectors */
+        return C * C + 2 * C * dk + 3 * dk * dk + 8 * dk;
+    case TTT_FORM_RECURRENT:
+        return 2 * dk * dv + 2 * (dk + dv);
+    default: {
+        /* The generic driver keeps (2 + n_state) block buffers per weight and makes per token a
+         * handful of weight-sized temporaries (decayed copy, gradient, sum, step results);
+         * Newton–Schulz adds Gram-sized matrices. Per-token activations are (1, width). */
+        double gram;
+        const double w = weight_floats(L, &gram);
+        const int ns = n_opt_state(L);
+        return (12.0 + 3 * ns) * w + 6 * gram + 64 * (dk + dv);
+    }
+    }
+}
+
+double ttt_layer_forward_bytes(const ttt_layer *L, long T) {
+    const double dk = L->d_k, dv = L->d_v, t = (double)T;
+    /* β, a constant log α (T); scaled, rotated and feature-mapped q and k (T, d_k) each; the
+     * form's result, the normalized result and the ratio denominator (T, d_v) or (T) */
+    double floats = t * (5 * dk + 3 * dv + 8);
+    floats += form_floats(L, T);
+    return floats * sizeof(float);
+}

@@ -1,0 +1,381 @@
+/* The sequence model (src/model.h): gradients of the whole model against finite differences,
+ * determinism, causality and independence of the sequences of a batch.
+ *
+ * Finite differences. The model is float32 end to end; there is no float64 twin of a whole
+ * network to difference, so the reference is a float32 central difference of the loss, and the
+ * tolerance is set by float32 round-off in the loss:
+ *   - the loss (mean cross-entropy, ~2.4 nats) carries float32 round-off of ~1e-7 (a few ulp),
+ *     so a difference quotient with step h has noise ~1e-7 / h: at h = 1e-4 the single-element
+ *     quotients scatter by ~1e-3 around the tape's values, as measured when this was written;
+ *   - the 4-point stencil (−L(2h) + 8L(h) − 8L(−h) + L(−2h)) / 12h has truncation error
+ *     O(h⁴ L⁽⁵⁾); at init_std 0.3 the loss is strongly curved and h = 1e-2 was measured to be
+ *     off by up to 30 % (truncation), h = 3e-3 by ~1 %, h = 1e-3 within the tolerances below
+ *     with a margin of 3× (worst |tape − fd| / tolerance = 0.29 over all presets); so h = 1e-3,
+ *     noise ≈ 1.5·1e-7/1e-3 ≈ 1.5e-4 absolute.
+ * Two checks per parameter tensor:
+ *   (1) the directional derivative along a random ±1 direction u over the whole tensor,
+ *       Σ_i g_i u_i vs the difference quotient of L(θ + h u): tolerance 5e-4 + 2e-3·|fd|;
+ *   (2) three single elements: tolerance 5e-4 + 2e-2·|fd|.
+ * A wrong backward (a dropped term, a transposed operand, a missing path) is off by O(1)
+ * relative; the parameters are initialized with init_std 0.3 so that gradients are far above
+ * the noise. test_fd_detects_wrong_gradient checks that the harness fails when one gradient is
+ * off by 5 %. All forms are `generic` (the closed forms record through another path). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "data.h"
+#include "model.h"
+#include "ops.h"
+#include "testutil.h"
+
+#define NV 11 /* vocabulary */
+#define NT 7  /* sequence length */
+#define NB 2  /* sequences per batch */
+
+typedef struct fixture {
+    ttt_seq_model m;
+    ttt_arena arena;
+    ttt_tape tape;
+    ttt_ctx ctx;
+    int tokens[NB * NT], labels[NB * NT];
+} fixture;
+
+/* Build a model from YAML text for the `model:` and `layer:` maps. */
+static void build(fixture *f, const char *model_yaml, const char *layer_yaml, uint64_t seed) {
+    char text[1024];
+    snprintf(text, sizeof text, "model: %s\nlayer: %s\n", model_yaml, layer_yaml);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_cfg_load_string(text, "<test>", &root, &err), TTT_OK);
+    ttt_seq_model_io io = {.vocab = NV, .seq_len = NT};
+    ttt_seq_model_config c;
+    ttt_status s = ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                       (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c, &err);
+    ck_assert_msg(s == TTT_OK, "%s", err.msg);
+    s = ttt_seq_model_init(&f->m, &c, seed, &err);
+    ck_assert_msg(s == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(root);
+    ttt_arena_init(&f->arena, 0);
+    ttt_tape_init(&f->tape);
+    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 0, .tape = &f->tape};
+    ttt_rng r;
+    ttt_rng_seed(&r, 1234);
+    for (int i = 0; i < NB * NT; i++) {
+        f->tokens[i] = (int)ttt_rng_below(&r, NV);
+        f->labels[i] = (int)ttt_rng_below(&r, NV);
+    }
+    f->labels[3] = TTT_LABEL_IGNORE; /* an unscored position */
+}
+
+static void destroy(fixture *f) {
+    ttt_seq_model_free(&f->m);
+    ttt_tape_free(&f->tape);
+    ttt_arena_free(&f->arena);
+}
+
+static ttt_seq_batch batch_of(fixture *f) {
+    return (ttt_seq_batch){.B = NB, .T = NT, .tokens = f->tokens, .labels = f->labels};
+}
+
+static double loss_at(fixture *f) {
+    ttt_seq_batch b = batch_of(f);
+    ttt_tensor *loss;
+    ttt_error err = {0};
+    f->ctx.grad = 0;
+    ttt_status s = ttt_seq_model_loss(&f->ctx, &f->m, NULL, &b, 0, &loss, NULL, NULL, &err);
+    ck_assert_msg(s == TTT_OK, "%s", err.msg);
+    double v = loss->data[0];
+    ttt_arena_reset(&f->arena);
+    return v;
+}
+
+static void backward(fixture *f) {
+    ttt_seq_batch b = batch_of(f);
+    ttt_tensor *loss;
+    ttt_error err = {0};
+    ttt_params_zero_grad(&f->m.params);
+    f->ctx.grad = 1;
+    ttt_status s = ttt_seq_model_loss(&f->ctx, &f->m, NULL, &b, 0, &loss, NULL, NULL, &err);
+    ck_assert_msg(s == TTT_OK, "%s", err.msg);
+    ttt_backward(&f->ctx, loss);
+    ttt_tape_reset(&f->tape);
+    ttt_arena_reset(&f->arena);
+    f->ctx.grad = 0;
+}
+
+/* The 4-point difference quotient of the loss along dir (n floats) added to p->data. */
+static double fd_along(fixture *f, ttt_param *p, const float *dir, double h) {
+    float *save = malloc(p->n * sizeof(float));
+    memcpy(save, p->data, p->n * sizeof(float));
+    double v[4];
+    const double steps[4] = {2 * h, h, -h, -2 * h};
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < p->n; i++) p->data[i] = save[i] + (float)(steps[k] * dir[i]);
+        v[k] = loss_at(f);
+    }
+    memcpy(p->data, save, p->n * sizeof(float));
+    free(save);
+    return (-v[0] + 8 * v[1] - 8 * v[2] + v[3]) / (12 * h);
+}
+
+/* Check every parameter; returns the number of failures and prints them. grad_scale multiplies
+ * one tensor's gradient (index `corrupt`) before comparing, to test the harness itself. */
+static int check_all(fixture *f, int corrupt, double grad_scale, int verbose) {
+    backward(f);
+    if (corrupt >= 0)
+        for (size_t i = 0; i < f->m.params.p[corrupt]->n; i++)
+            f->m.params.p[corrupt]->grad[i] *= (float)grad_scale;
+    int fails = 0;
+    ttt_rng r;
+    ttt_rng_seed(&r, 99);
+    const double h = 1e-3;
+    double worst = 0;
+    for (int pi = 0; pi < f->m.params.n; pi++) {
+        ttt_param *p = f->m.params.p[pi];
+        float *dir = calloc(p->n, sizeof(float));
+        double gdot = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            dir[i] = ttt_rng_below(&r, 2) ? 1.0f : -1.0f;
+            gdot += (double)p->grad[i] * dir[i];
+        }
+        double fd = fd_along(f, p, dir, h);
+        double tol = 5e-4 + 2e-3 * fabs(fd);
+        if (fabs(gdot - fd) / tol > worst) worst = fabs(gdot - fd) / tol;
+        if (!(fabs(gdot - fd) <= tol)) {
+            fails++;
+            if (verbose)
+                fprintf(stderr, "  %s: directional derivative tape %.6g vs fd %.6g\n", p->name,
+                        gdot, fd);
+        }
+        for (int k = 0; k < 3; k++) {
+            size_t e = (size_t)ttt_rng_below(&r, p->n);
+            memset(dir, 0, p->n * sizeof(float));
+            dir[e] = 1.0f;
+            double fe = fd_along(f, p, dir, h), ge = p->grad[e];
+            double te = 5e-4 + 2e-2 * fabs(fe);
+            if (!(fabs(ge - fe) <= te)) {
+                fails++;
+                if (verbose)
+                    fprintf(stderr, "  %s[%zu]: tape %.6g vs fd %.6g\n", p->name, e, ge, fe);
+            }
+        }
+        free(dir);
+    }
+    if (verbose) fprintf(stderr, "  worst |tape - fd| / tolerance (directional): %.3f\n", worst);
+    return fails;
+}
+
+static void gradcheck(const char *model_yaml, const char *layer_yaml) {
+    fixture f;
+    build(&f, model_yaml, layer_yaml, 7);
+    /* Learned initial fast weights of TTT-Linear start at W ~ N(0, 0.02²), b = 0, where the
+     * inner LN divides by the tiny spread of x W + b: the loss is so curved there that no step h
+     * gives a usable difference quotient in float32 (measured: 40 % off at h = 1e-3, 1 % at
+     * 3e-4 where the noise already reaches 5e-4). The gradient is checked at a well-conditioned
+     * point instead, W_0, b_0 ~ N(0, 0.5²). */
+    for (int i = 0; i < f.m.params.n; i++)
+        if (strstr(f.m.params.p[i]->name, ".w0_")) {
+            ttt_rng r;
+            ttt_rng_seed(&r, (uint64_t)i);
+            ttt_param_init_normal(f.m.params.p[i], &r, 0.5f);
+        }
+    fprintf(stderr, "gradcheck model %s layer %s (%d parameters)\n", model_yaml, layer_yaml,
+            f.m.params.n);
+    int fails = check_all(&f, -1, 1.0, 1);
+    destroy(&f);
+    ck_assert_msg(fails == 0, "%d gradient checks failed (see stderr)", fails);
+}
+
+#define MODEL_TTT "{d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3}"
+
+START_TEST(grad_deltanet) { gradcheck(MODEL_TTT, "{preset: deltanet, form: generic}"); }
+END_TEST
+START_TEST(grad_gla) { gradcheck(MODEL_TTT, "{preset: gla, form: generic}"); }
+END_TEST
+START_TEST(grad_mamba2) { gradcheck(MODEL_TTT, "{preset: mamba2, form: generic}"); }
+END_TEST
+START_TEST(grad_gated_deltanet) {
+    gradcheck(MODEL_TTT, "{preset: gated_deltanet, form: generic}");
+}
+END_TEST
+START_TEST(grad_ttt_linear) {
+    /* mini-batch 3 over 7 tokens: two full blocks and a partial one */
+    gradcheck(MODEL_TTT, "{preset: ttt_linear, mini_batch: 3, form: generic}");
+}
+END_TEST
+START_TEST(grad_titans) { gradcheck(MODEL_TTT, "{preset: titans, mini_batch: 3, form: generic}"); }
+END_TEST
+START_TEST(grad_softmax_learned) {
+    gradcheck("{mixer: softmax, d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3, "
+              "positions: learned}",
+              "{}");
+}
+END_TEST
+START_TEST(grad_softmax_rope_layernorm) {
+    gradcheck("{mixer: softmax, d_model: 8, heads: 2, layers: 1, mlp: 0, conv: 0, init_std: 0.3, "
+              "positions: rope, norm: layer, out_norm: true, out_gate: true}",
+              "{}");
+}
+END_TEST
+
+/* The harness must notice a gradient that is off by 5 %. */
+START_TEST(fd_detects_wrong_gradient) {
+    fixture f;
+    build(&f, MODEL_TTT, "{preset: deltanet, form: generic}", 7);
+    ttt_param *wq = ttt_params_find(&f.m.params, "layer0.mixer.wk");
+    int idx = -1;
+    for (int i = 0; i < f.m.params.n; i++)
+        if (f.m.params.p[i] == wq) idx = i;
+    ck_assert_int_ge(idx, 0);
+    int fails = check_all(&f, idx, 1.05, 0);
+    destroy(&f);
+    ck_assert_int_gt(fails, 0);
+}
+END_TEST
+
+/* Same seed → same parameters and the same loss, bit for bit; another seed → other values. */
+START_TEST(determinism) {
+    fixture a, b, c;
+    build(&a, MODEL_TTT, "{preset: gated_deltanet, form: generic}", 42);
+    build(&b, MODEL_TTT, "{preset: gated_deltanet, form: generic}", 42);
+    build(&c, MODEL_TTT, "{preset: gated_deltanet, form: generic}", 43);
+    ck_assert_int_eq(a.m.params.n, b.m.params.n);
+    int differ = 0;
+    for (int i = 0; i < a.m.params.n; i++) {
+        ck_assert_str_eq(a.m.params.p[i]->name, b.m.params.p[i]->name);
+        ck_assert(memcmp(a.m.params.p[i]->data, b.m.params.p[i]->data,
+                         a.m.params.p[i]->n * sizeof(float)) == 0);
+        differ |= memcmp(a.m.params.p[i]->data, c.m.params.p[i]->data,
+                         a.m.params.p[i]->n * sizeof(float)) != 0;
+    }
+    ck_assert(differ);
+    double la = loss_at(&a), lb = loss_at(&b);
+    ck_assert(memcmp(&la, &lb, sizeof la) == 0);
+    backward(&a);
+    backward(&b);
+    for (int i = 0; i < a.m.params.n; i++)
+        ck_assert(memcmp(a.m.params.p[i]->grad, b.m.params.p[i]->grad,
+                         a.m.params.p[i]->n * sizeof(float)) == 0);
+    destroy(&a);
+    destroy(&b);
+    destroy(&c);
+}
+END_TEST
+
+/* Output at position t must not depend on later tokens, and sequences of a batch must not see
+ * each other (the conv restarts per sequence, the per-(sequence, head) slicing is right). */
+static void check_causal(const char *model_yaml, const char *layer_yaml) {
+    fixture f;
+    build(&f, model_yaml, layer_yaml, 3);
+    ttt_seq_batch bt = batch_of(&f);
+    ttt_error err = {0};
+    ttt_tensor *y0, *y1;
+    ck_assert_int_eq(ttt_seq_model_forward(&f.ctx, &f.m, NULL, &bt, &y0, &err), TTT_OK);
+    float *a = malloc(y0->n * sizeof(float));
+    memcpy(a, y0->data, y0->n * sizeof(float));
+    ttt_arena_reset(&f.arena);
+    const int t_change = 4;
+    f.tokens[t_change] = (f.tokens[t_change] + 1) % NV; /* sequence 0, position 4 */
+    ck_assert_int_eq(ttt_seq_model_forward(&f.ctx, &f.m, NULL, &bt, &y1, &err), TTT_OK);
+    for (int t = 0; t < NT; t++) {
+        double d0 = 0, d1 = 0;
+        for (int j = 0; j < NV; j++) {
+            d0 = fmax(d0, fabs(y1->data[(size_t)t * NV + j] - a[(size_t)t * NV + j]));
+            d1 = fmax(d1, fabs(y1->data[(size_t)(NT + t) * NV + j] - a[(size_t)(NT + t) * NV + j]));
+        }
+        if (t < t_change) ck_assert_msg(d0 == 0.0, "position %d saw the future (%g)", t, d0);
+        else if (t == t_change) ck_assert_msg(d0 > 0.0, "position %d ignores its own token", t);
+        ck_assert_msg(d1 == 0.0, "sequence 1 position %d saw sequence 0 (%g)", t, d1);
+    }
+    free(a);
+    destroy(&f);
+}
+
+START_TEST(causal_and_independent) {
+    check_causal(MODEL_TTT, "{preset: gla, form: generic}");
+    check_causal(MODEL_TTT, "{preset: titans, mini_batch: 3, form: generic}");
+    check_causal("{mixer: softmax, d_model: 8, heads: 2, layers: 2, conv: 3, positions: rope}",
+                 "{}");
+}
+END_TEST
+
+/* Configuration errors are located and name the fix. */
+START_TEST(config_errors) {
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_cfg_load_string("model: {d_model: 10, heads: 3}\nlayer: {}\n", "m.yaml",
+                                         &root, &err),
+                     TTT_OK);
+    ttt_seq_model_io io = {.vocab = NV, .seq_len = NT};
+    ttt_seq_model_config c;
+    ck_assert_int_eq(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                         (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                         &err),
+                     TTT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "m.yaml:1"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "head_dim"));
+    ttt_cfg_free(root);
+    ck_assert_int_eq(ttt_cfg_load_string("model: {d_model: 8, gate: vector}\n"
+                                         "layer: {preset: ttt_linear}\n",
+                                         "m.yaml", &root, &err),
+                     TTT_OK);
+    ck_assert_int_eq(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                         (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                         &err),
+                     TTT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "linear"));
+    ttt_cfg_free(root);
+    /* the gates the presets imply (model.h) */
+    const struct {
+        const char *preset;
+        int eta, gate, qk;
+    } want[] = {
+        {"linear_attention", 0, TTT_GATE_NONE, 0}, {"retnet", 0, TTT_GATE_CONSTANT, 0},
+        {"mamba2", 0, TTT_GATE_SCALAR, 0},         {"gla", 0, TTT_GATE_VECTOR, 0},
+        {"deltanet", 1, TTT_GATE_NONE, 1},         {"gated_deltanet", 1, TTT_GATE_SCALAR, 1},
+        {"ttt_linear", 1, TTT_GATE_NONE, 0},       {"titans", 1, TTT_GATE_SCALAR, 1},
+        {"lact", 1, TTT_GATE_NONE, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "model: {d_model: 8}\nlayer: {preset: %s}\n", want[i].preset);
+        ck_assert_int_eq(ttt_cfg_load_string(text, "m.yaml", &root, &err), TTT_OK);
+        ttt_status s = ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                           (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                           &err);
+        ck_assert_msg(s == TTT_OK, "%s: %s", want[i].preset, err.msg);
+        ck_assert_msg(c.eta == want[i].eta && (int)c.gate == want[i].gate &&
+                          c.qk_norm == want[i].qk,
+                      "%s: eta %d gate %d qk_norm %d", want[i].preset, c.eta, c.gate, c.qk_norm);
+        ttt_cfg_free(root);
+    }
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("model");
+    TCase *g = tcase_create("gradients");
+    tcase_set_timeout(g, 600);
+    tcase_add_test(g, grad_deltanet);
+    tcase_add_test(g, grad_gla);
+    tcase_add_test(g, grad_mamba2);
+    tcase_add_test(g, grad_gated_deltanet);
+    tcase_add_test(g, grad_ttt_linear);
+    tcase_add_test(g, grad_titans);
+    tcase_add_test(g, grad_softmax_learned);
+    tcase_add_test(g, grad_softmax_rope_layernorm);
+    tcase_add_test(g, fd_detects_wrong_gradient);
+    suite_add_tcase(s, g);
+    TCase *o = tcase_create("other");
+    tcase_add_test(o, determinism);
+    tcase_add_test(o, causal_and_independent);
+    tcase_add_test(o, config_errors);
+    suite_add_tcase(s, o);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
