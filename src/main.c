@@ -1,12 +1,30 @@
 /* ttt: the command-line program. The only place that exits. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "train.h"
 #include "ttt.h"
 
-enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2 };
+enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+/* First SIGINT/SIGTERM: ask the training loop to checkpoint and stop after the current step.
+ * A second one ends the program at once (the default action is restored). */
+static void on_stop_signal(int sig) {
+    ttt_train_request_stop();
+    signal(sig, SIG_DFL);
+}
+
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 static const char usage_text[] =
     "usage: ttt <command> [options]\n"
@@ -41,13 +59,16 @@ static int exit_code_for(ttt_status s) {
     case TTT_ERR_YAML: case TTT_ERR_CONFIG: case TTT_ERR_RANGE: case TTT_ERR_NAME:
     case TTT_ERR_ARG:
         return EXIT_USAGE;
+    case TTT_ERR_INTERRUPTED:
+        return EXIT_INTERRUPTED;
     default:
         return EXIT_RUN_FAILED;
     }
 }
 
 static int report(const ttt_error *err) {
-    fprintf(stderr, "ttt: error: %s\n", err->msg[0] ? err->msg : ttt_status_message(err->status));
+    fprintf(stderr, "ttt: %s%s\n", err->status == TTT_ERR_INTERRUPTED ? "" : "error: ",
+            err->msg[0] ? err->msg : ttt_status_message(err->status));
     return exit_code_for(err->status);
 }
 
@@ -120,6 +141,7 @@ static int cmd_run(int argc, char **argv) {
     ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
     free(a.sets);
     if (s != TTT_OK) return report(&err);
+    install_stop_handlers();
     s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
     if (s == TTT_OK)
         fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));

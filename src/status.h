@@ -22,6 +22,7 @@ typedef enum ttt_status {
     TTT_ERR_FORMAT,      /* a data file (e.g. safetensors) is malformed */
     TTT_ERR_ARG,         /* a bad command-line argument */
     TTT_ERR_UNSUPPORTED, /* a valid request this build or combination does not support */
+    TTT_ERR_INTERRUPTED, /* stopped on request (SIGINT/SIGTERM) after saving a checkpoint */
     TTT_STATUS_COUNT
 } ttt_status;
 

@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,7 +77,7 @@ ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_er
     c->checkpoint_every = ttt_cfg_int(map, "checkpoint_every");
     c->stop_at = ttt_cfg_int(map, "stop_at");
     ttt_status s = ttt_adamw_config_check(&c->adamw, err);
-    if (s != TTT_OK) ttt_error_prefix(err, "train: ");
+    if (s != TTT_OK) ttt_error_prefix(err, "train");
     return s;
 }
 
@@ -425,7 +426,7 @@ static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window
                           t->hist.text ? t->hist.text : ""};
     ttt_status s = ttt_checkpoint_save(t->run->ckpt_dir, &t->m->params, opt, step, words,
                                        t->data->n_state, t->run->config_hash, meta, 3, err);
-    if (s != TTT_OK) ttt_error_prefix(err, "train: step %ld: ", step);
+    if (s != TTT_OK) ttt_error_prefix(err, "step %ld: saving a checkpoint", step);
     return s;
 }
 
@@ -444,7 +445,7 @@ static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_
         return TTT_OK;
     }
     if (s == TTT_ERR_CONFIG || s == TTT_ERR_SHAPE) {
-        ttt_error_prefix(err, "cannot resume: ");
+        ttt_error_prefix(err, "cannot resume");
         size_t n = strlen(err->msg);
         snprintf(err->msg + n, sizeof err->msg - n,
                  " (the run folder holds a run of another configuration: run into another "
@@ -496,6 +497,11 @@ static ttt_status eval_record(trainer *t, shards *S, long step, ttt_train_result
     res->eval_accuracy = st.count ? (double)st.correct / st.count : NAN;
     return TTT_OK;
 }
+
+static volatile sig_atomic_t stop_requested;
+
+void ttt_train_request_stop(void) { stop_requested = 1; }
+int ttt_train_stop_requested(void) { return stop_requested != 0; }
 
 ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
                      const ttt_train_run *run, ttt_train_result *res, ttt_error *err) {
@@ -558,7 +564,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         if (s == TTT_OK) s = ttt_adamw_step(&opt, &m->params, &as, err);
         if (s == TTT_OK) s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_DATA, err);
         if (s != TTT_OK) {
-            ttt_error_prefix(err, "step %ld: ", this_step);
+            ttt_error_prefix(err, "step %ld", this_step);
             size_t n = strlen(err->msg);
             snprintf(err->msg + n, sizeof err->msg - n, "; training stopped (%s)", where);
             err->status = s = TTT_ERR_NUMERIC;
@@ -598,6 +604,14 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             if (s == TTT_OK) last_good = step;
         }
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
+        if (s == TTT_OK && stop_requested && step < stop) {
+            if (last_good != step) s = save(&t, step, &opt, &w, err);
+            if (s == TTT_OK)
+                s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
+                                  "interrupted at step %ld of %ld; checkpoint saved in %s; run "
+                                  "the same command again to resume",
+                                  step, c->steps, run->ckpt_dir);
+        }
     }
     res->step = step;
     res->stopped = s == TTT_OK && step < c->steps;

@@ -116,6 +116,12 @@ ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int shards
 #include "task.h"
 
 /* Validate a point's `model:`, `layer:` and `train:` sections for the task's io. */
+/* Ask running training loops to stop at the end of the current step: they save a checkpoint and
+ * return TTT_ERR_INTERRUPTED, so running the same command again resumes. Async-signal-safe (it
+ * only sets a flag): the program calls it from its SIGINT/SIGTERM handler. */
+void ttt_train_request_stop(void);
+int ttt_train_stop_requested(void);
+
 ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_error *err);
 
 /* A trained point: the model after training and what training reported. */
