@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model.h"
 #include "train.h"
 #include "ttt.h"
 
@@ -233,6 +234,10 @@ static int cmd_list(void) {
         printf("  %-16s %s\n", t->name, t->help);
         print_options(t->options, "      ");
     }
+    printf("\nSequence model of the trained tasks (model.*):\n");
+    print_options(ttt_seq_model_options, "  ");
+    printf("\nOuter-loop training (train.*):\n");
+    print_options(ttt_train_options, "  ");
     printf("\nExperiment file (top level):\n");
     print_options(ttt_experiment_options, "  ");
     printf("  %-16s a mapping of dotted paths to lists: runs the cartesian product\n", "sweep");
