@@ -16,9 +16,11 @@
  * and exp(G_C − G_i), all ≤ 0 in the exponent for retentions α ≤ 1, so nothing overflows; the
  * cumulative sums are kept in double so that the differences of long sums (the parallel form
  * over a whole sequence) do not lose the small in-between gate values to cancellation. Only the
- * difference is rounded to float before expf: a relative error of 2^-24·|G_i − G_j| in Γ_ij,
- * negligible wherever Γ_ij itself is not. Entries above the diagonal are never formed: ssyrk,
- * strsm and strmm read only the lower triangle. */
+ * difference is rounded to float before the exponential (ttt_fast_expf, ≤ 2 ulp): a relative
+ * error of 2^-24·|G_i − G_j| in Γ_ij, negligible wherever Γ_ij itself is not. A is used through
+ * its lower triangle only (ssyrk writes it; the explicit inverse, strmm and strsm read it); the
+ * read-out's (Q Kᵀ) ⊙ Γ is zeroed above the diagonal and applied as one dense product together
+ * with the inter-chunk read (see delta_chunk). */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -199,13 +201,15 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
     ttt_arena_release(ctx->arena, mark);
 }
 
-/* Chunkwise (gated) delta rule, MATH.md §5.3. Per chunk of C tokens: one ssyrk (C²d_k/2), one
- * strsm with d_k + d_v right-hand sides (C²(d_k + d_v)/2), four sgemm (C d_k d_v ×3, C² d_k)
- * and one strmm (C² d_v/2) multiply-adds; O(C²) exponentials with decay. The scratch is
- * O(C² + C(d_k + d_v)) floats, allocated once per call. Cost is linear in T.
- * Measured on the 2-core development machine (T = 4096, d_k = d_v = 64, one thread): 1.2–2× the
- * speed of the recurrent kernel for C = 16…64, slower for C ≥ 128 (the chunk work grows like C
- * per token while the recurrent kernel's 64×64 state stays in L1). */
+/* Chunkwise (gated) delta rule, MATH.md §5.3. Per chunk of C tokens (multiply-adds): one ssyrk
+ * (C²d_k/2), the explicit inverse of A (C³/6), two strmm on d_v and d_k columns
+ * (C²(d_k + d_v)/2), four sgemm (W S and the state write C d_k d_v each, Q Kᵀ C² d_k, the
+ * read-out [exp(G)⊙Q | (Q Kᵀ)⊙Γ] [S; V'] C d_v (d_k + C)); C²/2 exponentials with decay. The
+ * scratch is O(C² + C(d_k + d_v) + d_k d_v) floats, allocated once per call. Cost is linear in T.
+ * Measured (tests/data/README_bench.md; one thread, T = 4K–64K, d = 128, C = 64): 0.77–0.82 of
+ * the single-thread sgemm rate on the §5.3 FLOP count; C = 16 gives the most tokens/s (1.5×
+ * C = 64 for the gated delta rule), and the recurrent kernel is faster still for a single
+ * sequence on this CPU (0.70 vs 0.46 M tokens/s at d = 128): its 64 KiB state stays in L2. */
 void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, /* (T, d_v) */
                               float *S,               /* (d_k, d_v) in/out */
                               const float *q,         /* (T, d_k) */

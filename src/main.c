@@ -35,7 +35,7 @@ static const char usage_text[] =
     "                 run the experiment in FILE and write its run folder\n"
     "  check FILE [--set KEY=VALUE]...\n"
     "                 validate FILE and print the resolved configuration (every default)\n"
-    "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]...\n"
+    "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]... [--threads N]\n"
     "                 run FILE's `layer:` on tensors from another tool (q, k, v, beta,\n"
     "                 log_alpha, initial_state; layout (B, T, H, D)) and write o, final_state\n"
     "  list           every registered optimizer, model, loss, preset and task with options\n"
@@ -46,7 +46,8 @@ static const char usage_text[] =
     "  --set KEY=VALUE  override any key by its dotted path, e.g. --set layer.mini_batch=16 or\n"
     "                   --set task.pairs=[8,16]; setting a swept key pins it\n"
     "  --out DIR        write the run folder here instead of the file's `output`\n"
-    "  --quiet          no progress on stderr\n";
+    "  --quiet          no progress on stderr\n"
+    "  --threads N      apply: threads over (batch, head); 0 = every core (default)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "ttt: ");
@@ -154,9 +155,17 @@ static int cmd_apply(int argc, char **argv) {
     const char *pos[3] = {0};
     int np = 0;
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
-    int n_sets = 0, rc = 0;
+    int n_sets = 0, rc = 0, threads = 0;
     for (int i = 0; i < argc && !rc; i++) {
-        if (strcmp(argv[i], "--set") == 0) {
+        if (strcmp(argv[i], "--threads") == 0) {
+            char *end = NULL;
+            long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || !end || *end || t < 0 || t > TTT_APPLY_MAX_THREADS)
+                rc = usage_error("--threads needs a number of threads from 0 (all cores) to "
+                                 "256%s", "");
+            threads = (int)t;
+            i++;
+        } else if (strcmp(argv[i], "--set") == 0) {
             if (i + 1 >= argc) rc = usage_error("--set needs KEY=VALUE%s", "");
             else sets[n_sets++] = argv[++i];
         } else if (strncmp(argv[i], "--set=", 6) == 0) {
@@ -185,7 +194,7 @@ static int cmd_apply(int argc, char **argv) {
             s = ttt_cfg_error(&err, TTT_ERR_CONFIG, root,
                               "missing 'layer' (the layer to run, as in an experiment file)");
         else
-            s = ttt_apply_file((ttt_cfg_node *)layer, pos[1], pos[2], &err);
+            s = ttt_apply_file_threads((ttt_cfg_node *)layer, pos[1], pos[2], threads, &err);
     }
     ttt_cfg_free(root);
     if (s != TTT_OK) return report(&err);

@@ -51,6 +51,11 @@ const ttt_option ttt_seq_model_options[] = {
      "other than linear"},
     {"init_std", TTT_OPT_FLOAT, "0.02", 0.0, 10.0, NULL,
      "standard deviation of the initial weight matrices"},
+    {"dt_min", TTT_OPT_FLOAT, "1e-3", 1e-9, 10.0, NULL,
+     "scalar forget gate: the initial step dt per head is log-uniform in [dt_min, dt_max] "
+     "(Mamba2's 1e-3 .. 1e-1); the retention per token at init is exp(-A dt), A in [1, 16]"},
+    {"dt_max", TTT_OPT_FLOAT, "0.1", 1e-9, 10.0, NULL,
+     "scalar forget gate: upper end of the initial dt (see dt_min)"},
     {"rope_base", TTT_OPT_FLOAT, "10000.0", 1.0, 1e9, NULL, "RoPE frequency base"},
     TTT_OPTION_END,
 };
@@ -108,6 +113,12 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     c->norm_eps = (float)ttt_cfg_float(map, "norm_eps");
     c->conv = (int)ttt_cfg_int(map, "conv");
     c->init_std = (float)ttt_cfg_float(map, "init_std");
+    c->dt_min = ttt_cfg_float(map, "dt_min");
+    c->dt_max = ttt_cfg_float(map, "dt_max");
+    if (c->dt_max < c->dt_min)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "dt_max"),
+                             "model.dt_max = %g is below dt_min = %g", c->dt_max,
+                             c->dt_min);
     c->rope_base = (float)ttt_cfg_float(map, "rope_base");
     const char *pos = ttt_cfg_str(map, "positions");
     c->positions = strcmp(pos, "learned") == 0 ? TTT_POS_LEARNED
@@ -223,9 +234,10 @@ static int add(builder *b, const char *name, int ndim, const int *shape, int dec
         for (size_t i = 0; i < p->n; i++)
             p->data[i] = (float)log(1.0 + 15.0 * ttt_rng_uniform(&r));
         break;
-    case INIT_DT_BIAS: /* dt = exp(U[log 1e-3, log 1e-1]); bias = softplus⁻¹(dt) = dt + log(1 − e^−dt) */
+    case INIT_DT_BIAS: /* dt = exp(U[log dt_min, log dt_max]); bias = softplus⁻¹(dt) = dt + log(1 − e^−dt) */
         for (size_t i = 0; i < p->n; i++) {
-            double dt = exp(log(1e-3) + (log(1e-1) - log(1e-3)) * ttt_rng_uniform(&r));
+            const double lo = log(b->m->cfg.dt_min), hi = log(b->m->cfg.dt_max);
+            double dt = exp(lo + (hi - lo) * ttt_rng_uniform(&r));
             p->data[i] = (float)(dt + log(-expm1(-dt)));
         }
         break;

@@ -42,7 +42,8 @@
  *   gate   by preset: mamba2, gated_deltanet, titans → scalar; gla → vector; retnet and custom
  *          tuples with a decay ≠ 1 → constant (the tuple's own γ); otherwise none.
  *          Scalar: A = exp(a_log) with A ~ U[1, 16] at init, dt_bias = softplus⁻¹(dt),
- *          dt = exp(U[log 1e-3, log 1e-1]) (Mamba2's initialization): α ∈ [0.2, 0.999] at init,
+ *          dt = exp(U[log dt_min, log dt_max]), by default [1e-3, 1e-1] (Mamba2's
+ *          initialization; options model.dt_min / dt_max): α ∈ [0.2, 0.999] at init,
  *          log α ≤ 0 always, finite for any input (softplus never overflows, its exp is bounded).
  *          Vector: GLA's logsigmoid/16 (α ≈ 0.958 at b_a = 0, never below e^(−1/16)… per token
  *          for moderate inputs: the 1/16 keeps the memory long).
@@ -98,6 +99,7 @@ typedef struct ttt_seq_model_config {
     int qk_norm, out_norm, out_gate, eta, learn_init;
     ttt_gate_kind gate;
     float init_std;
+    double dt_min, dt_max; /* initial dt range of the scalar gate (Mamba2: 1e-3, 1e-1) */
     float rope_base;
     float norm_eps;
     ttt_layer layer;    /* the TTT tuple (d_k = d_v = head_dim); unused by softmax */

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fastexp.h" /* layers/: ttt_fast_expf for the sigmoid family */
+
 /* --------------------------------------------------------------------------------------------- */
 /* shape checking, recording                                                                      */
 
@@ -514,13 +516,19 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
 
 /* σ(x) without overflow for either sign: with e = exp(−|x|) ∈ (0, 1],
  * σ(x) = 1/(1+e) for x ≥ 0 and e/(1+e) for x < 0; 1 − σ(x) is the other one, so neither is ever
- * formed by the cancelling subtraction 1 − σ. */
+ * formed by the cancelling subtraction 1 − σ.
+ * exp is layers/fastexp.h's branch-free polynomial (≤ 2 ulp on [−87, 0], the argument range
+ * here), so that the elementwise loops below vectorize: through libm's scalar expf, silu and its
+ * backward on the short-convolution outputs took ~25 % of a training step (perf, MATH.md §7
+ * setting). Below −87 it returns 0 where expf would give a value < 1.7e-38, which changes σ(x)
+ * for x < −87 from a float denormal to 0 only. When σ(x) and 1 − σ(x) are both used (the
+ * derivatives), the compiler computes the shared exp once (both helpers are pure and inline). */
 static inline float sigmoid_f(float x) {
-    float e = expf(-fabsf(x)), s = 1.0f / (1.0f + e);
+    float e = ttt_fast_expf(-fabsf(x)), s = 1.0f / (1.0f + e);
     return x >= 0.0f ? s : e * s;
 }
 static inline float sigmoid_c(float x) { /* 1 − σ(x) = σ(−x) */
-    float e = expf(-fabsf(x)), s = 1.0f / (1.0f + e);
+    float e = ttt_fast_expf(-fabsf(x)), s = 1.0f / (1.0f + e);
     return x >= 0.0f ? e * s : s;
 }
 
@@ -570,7 +578,9 @@ UNARY_OP(ttt_sigmoid, sigmoid_f(x), sigmoid_f(x) * sigmoid_c(x))
 UNARY_OP(ttt_silu, x * sigmoid_f(x), sigmoid_f(x) * (1.0f + x * sigmoid_c(x)))
 UNARY_OP(ttt_gelu, gelu_f(x), gelu_grad_f(x))
 /* softplus(x) = log(1 + eˣ) = max(x, 0) + log1p(e^(−|x|)): no overflow for large x, no loss of
- * the tiny value for very negative x. softplus' = σ. */
+ * the tiny value for very negative x (hence libm's expf here, not the fast exp, which flushes
+ * below −87: softplus(−100) ≈ 3.7e-44 must stay positive; log1pf is a library call anyway, and
+ * softplus only runs on the (B·T, H) gate pre-activations). softplus' = σ. */
 UNARY_OP(ttt_softplus, fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))), sigmoid_f(x))
 /* elu(x) + 1: x + 1 for x > 0, eˣ otherwise (elu = eˣ − 1 there, so the +1 cancels exactly).
  * Derivative 1 or eˣ = y; at the kink x = 0 the left derivative e⁰ = 1 agrees. */

@@ -10,6 +10,9 @@
  *                       C = layer.chunk, timed in the same run
  *   frac_sgemm          gflops / (threads × sgemm_shape_gflops): the fraction of the
  *                       single-thread sgemm rate each thread achieves
+ *   frac_sgemm_cpu      the same from CPU time (flops / CPU seconds of all threads /
+ *                       sgemm_shape_gflops): insensitive to preemption by other processes,
+ *                       which on a shared machine hits every call longer than a time slice
  *   speedup_1t          the 1-thread time of the same (T, d, H) / this time (when the thread list
  *                       holds 1 and 1 ran first)
  *   peak_mb             peak memory: the inputs and outputs of all heads (q, k, v, o, η, gates,
@@ -48,11 +51,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-#include "forms.h"
 #include "rng.h"
 #include "task.h"
 #include "ttt_layer.h"
@@ -60,8 +63,9 @@
 #define BENCH_MAX_THREADS 64
 #define BENCH_MAX_HEADS 1024
 /* A timed sample repeats the forward pass until it lasts at least this long, so that short
- * configurations are not measured at the clock's resolution. */
-#define BENCH_MIN_SAMPLE_SECONDS 0.02
+ * configurations are not measured at the clock's resolution; short enough (about one scheduler
+ * time slice) that on a shared machine some samples run without being preempted. */
+#define BENCH_MIN_SAMPLE_SECONDS 0.005
 
 static const ttt_option benchmark_options[] = {
     {"measure", TTT_OPT_CHOICE, "forward", TTT_NO_RANGE, "forward|train_step",
@@ -77,7 +81,7 @@ static const ttt_option benchmark_options[] = {
     {"gates", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|scalar|vector",
      "per-token gates log α: auto = vector for gla, scalar for mamba2 and gated_deltanet, none "
      "otherwise (a preset's constant decay still applies)"},
-    {"repeats", TTT_OPT_INT, "3", 1, 1000, NULL,
+    {"repeats", TTT_OPT_INT, "7", 1, 1000, NULL,
      "timed samples per measurement after one warm-up (the fastest is reported)"},
     TTT_OPTION_END,
 };
@@ -298,24 +302,37 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
     return s;
 }
 
+/* CPU seconds used by the whole process so far (all threads). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* The fastest of `repeats` samples (each ≥ BENCH_MIN_SAMPLE_SECONDS) after one warm-up call:
- * seconds per call. A sample of each sgemm probe follows every sample of the layer. */
+ * wall seconds per call, and CPU seconds per call summed over the threads (the best sample of
+ * each). On a shared machine a call longer than a scheduler time slice is preempted in every
+ * sample, which inflates wall time but not CPU time: cpu_seconds measures the work, seconds the
+ * throughput. A sample of each sgemm probe follows every sample of the layer. */
 static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, bench_thread *th,
                              int repeats, sgemm_probe *probes, int n_probes, double *seconds,
-                             ttt_error *err) {
+                             double *cpu_seconds, ttt_error *err) {
     double t0 = ttt_now();
     TTT_TRY(bench_forward(L, D, nthreads, th, err)); /* warm-up: caches, arena blocks, pages */
     const double once = ttt_now() - t0;
     const long calls = (long)(BENCH_MIN_SAMPLE_SECONDS / (once + 1e-9)) + 1;
-    double best = INFINITY;
+    double best = INFINITY, best_cpu = INFINITY;
     for (int r = 0; r < repeats; r++) {
         t0 = ttt_now();
+        const double c0 = cpu_now();
         for (long c = 0; c < calls; c++) TTT_TRY(bench_forward(L, D, nthreads, th, err));
-        const double dt = (ttt_now() - t0) / calls;
+        const double dt = (ttt_now() - t0) / calls, dc = (cpu_now() - c0) / calls;
         if (dt < best) best = dt;
+        if (dc < best_cpu) best_cpu = dc;
         for (int p = 0; p < n_probes; p++) sgemm_probe_sample(&probes[p]);
     }
     *seconds = best;
+    *cpu_seconds = best_cpu;
     return TTT_OK;
 }
 
@@ -383,9 +400,17 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     for (int i = 0; i < used; i++) {
                         ttt_arena_init(&th[i].arena, block);
                         th[i].ctx = (ttt_ctx){.arena = &th[i].arena};
+                        /* create the first block now: a mark taken in an empty arena would
+                         * release it (and its pages) after every call */
+                        if (!ttt_arena_alloc(&th[i].arena, 64)) s = TTT_ERR_NOMEM;
                     }
-                    double secs = NAN;
-                    s = bench_time(&L, D, used, th, repeats, probes, 2, &secs, err);
+                    if (s != TTT_OK) {
+                        for (int i = 0; i < used; i++) ttt_arena_free(&th[i].arena);
+                        s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+                        break;
+                    }
+                    double secs = NAN, cpu = NAN;
+                    s = bench_time(&L, D, used, th, repeats, probes, 2, &secs, &cpu, err);
                     const double r64 = sgemm_probe_gflops(&probes[0]);
                     const double rshape = sgemm_probe_gflops(&probes[1]);
                     size_t arena_peak = 0;
@@ -422,7 +447,9 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     if (!isnan(flop)) {
                         ttt_record_num(&rec, "frac_sgemm", gflops / (used * rshape));
                         ttt_record_num(&rec, "frac_sgemm64", gflops / (used * r64));
+                        ttt_record_num(&rec, "frac_sgemm_cpu", flop / cpu * 1e-9 / rshape);
                     }
+                    ttt_record_num(&rec, "cpu_seconds", cpu);
                     if (!isnan(t1)) ttt_record_num(&rec, "speedup_1t", t1 / secs);
                     ttt_record_num(&rec, "peak_mb",
                                    (4.0 * D->mem_floats + arena_peak) / (1024.0 * 1024.0));
@@ -459,13 +486,16 @@ static void benchmark_charts(ttt_results *res, const ttt_cfg_node *root) {
 
 static const char *const benchmark_columns[] = {
     "preset", "form", "gates", "chunk", "T", "d_head", "heads", "threads", "tokens_per_s",
-    "gflops", "sgemm64_gflops", "sgemm_shape_gflops", "frac_sgemm", "speedup_1t", "peak_mb",
-    NULL};
+    "gflops", "sgemm64_gflops", "sgemm_shape_gflops", "frac_sgemm", "frac_sgemm_cpu",
+    "speedup_1t", "peak_mb", NULL};
 
 const ttt_task ttt_task_benchmark = {
     .name = "benchmark",
     .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
-            "of single-thread sgemm (timed in the same run), peak memory",
+            "of single-thread sgemm (timed in the same run), peak memory. FLOPs per token "
+            "(chunk C): linear attention recurrent 4 dk dv, chunkwise 4 dk dv + 2C(dk + dv); "
+            "delta rule recurrent 6 dk dv, chunkwise 6 dk dv + C(5dk + 3dv) (MATH.md 5.2/5.3 "
+            "products, masked ones dense; src/task_benchmark.c)",
     .options = benchmark_options,
     .check = benchmark_check,
     .work = benchmark_work,

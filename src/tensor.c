@@ -69,6 +69,12 @@ ttt_arena_mark ttt_arena_mark_get(const ttt_arena *a) {
 void ttt_arena_release(ttt_arena *a, ttt_arena_mark m) {
     while (a->head && a->head != m.block) {
         ttt_arena_block *p = a->head->prev;
+        if (!p && !m.block) {
+            /* the mark was taken on an empty arena: keep the first block (its pages are already
+             * mapped) instead of freeing it and faulting them in again next time */
+            a->head->offset = 0;
+            return;
+        }
         free(a->head);
         a->head = p;
     }

@@ -243,11 +243,15 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
 
 /* Reset every shard's arena. ttt_arena_reset keeps only the oldest block, so a step that needed
  * more (a recorded inner loop easily takes hundreds of MB) would map and unmap the rest every
- * step: the arena is rebuilt once with one block of the size the step needed (+25 %). */
+ * step — fresh pages, each one faulted in and zeroed by the kernel again: the arena is rebuilt
+ * once with one block of the size the step needed (+25 %). "Needed" is the peak, not the
+ * footprint at the end: scratch that an op released before the end (mark/release) still had to
+ * fit, and a block allocated for it would be unmapped at the release, every step. */
 static void shards_reset(shards *S) {
     for (int s = 0; s < S->n; s++) {
         ttt_arena *a = &S->sh[s].arena;
         size_t fp = ttt_arena_footprint(a);
+        if (a->peak > fp) fp = a->peak;
         if (fp > a->block_size) {
             ttt_arena_free(a);
             ttt_arena_init(a, fp + fp / 4);

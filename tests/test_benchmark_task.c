@@ -90,6 +90,7 @@ START_TEST(records_and_flop_counts) {
         ck_assert_msg(fabs(got - want) <= 1e-9 * want, "gflop %g, want %g: %s", got, want, line);
         const double secs = json_num(line, "seconds"), tps = json_num(line, "tokens_per_s");
         ck_assert_msg(secs > 0 && isfinite(secs), "%s", line);
+        ck_assert_msg(json_num(line, "cpu_seconds") > 0, "%s", line);
         ck_assert_msg(fabs(tps * secs - (double)H * T) <= 1e-6 * H * T, "%s", line);
         ck_assert_msg(json_num(line, "sgemm64_gflops") > 0, "%s", line);
         ck_assert_msg(json_num(line, "peak_mb") > 0, "%s", line);

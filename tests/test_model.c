@@ -266,6 +266,68 @@ START_TEST(determinism) {
 }
 END_TEST
 
+/* The differentiable closed forms (layers/composed.c, layers/fused_grad.c) against the generic
+ * per-token driver (the definition, MATH.md §1), through the whole model: the same seed gives
+ * the same parameters (streams by name), so the loss and every parameter gradient must agree.
+ * Training runs the closed forms (form auto), so this is what makes a training curve of the
+ * fast path the training curve of the definition. chunk 3 over 7 tokens: two full chunks and a
+ * partial one, so state hand-over between chunks is exercised.
+ * Tolerance: both sides are float32 evaluations of the same function in a different order (a
+ * chunk's triangular solve and matrix products vs token-by-token updates), through two blocks
+ * and a cross-entropy; the gradients are O(0.1–1) at init_std 0.3. Max-abs error ≤ 1e-5 · max
+ * |g| (plus 1e-7 absolute for tensors whose gradient is ~0). Measured when written: worst
+ * 3.8e-6 of max (mamba2; 2.9e-6 deltanet, 2.1e-6 ttt_linear), so the margin is ≥ 2.5×; Titans'
+ * gate parameters have gradients of only ~1.5e-5 (α ≈ 1 at init) and differ by 2.4e-10, inside
+ * the absolute floor. A wrong term in a backward is off by O(1) relative; checked by hand: the
+ * generic side with θ = 0.99 instead of 1 (deltanet) fails (its loss alone is off by 4e-4). */
+static void check_closed_vs_generic(const char *layer_auto, const char *layer_generic) {
+    fixture a, g;
+    build(&a, MODEL_TTT, layer_auto, 11);
+    build(&g, MODEL_TTT, layer_generic, 11);
+    ck_assert_int_eq(a.m.params.n, g.m.params.n);
+    ck_assert_msg(a.m.cfg.layer.form != TTT_FORM_GENERIC, "%s resolved to the generic form",
+                  layer_auto);
+    const double la = loss_at(&a), lg = loss_at(&g);
+    ck_assert_msg(fabs(la - lg) <= 1e-6 * fabs(lg), "%s: loss %.9g vs generic %.9g", layer_auto,
+                  la, lg);
+    backward(&a);
+    backward(&g);
+    double worst = 0;
+    for (int i = 0; i < a.m.params.n; i++) {
+        const ttt_param *pa = a.m.params.p[i], *pg = g.m.params.p[i];
+        ck_assert_str_eq(pa->name, pg->name);
+        char msg[512];
+        int ok = tu_close_f(pa->grad, pg->grad, pa->n, 1e-7, 1e-5, msg, sizeof msg);
+        ck_assert_msg(ok, "%s: gradient of %s: %s", layer_auto, pa->name, msg);
+        double mref = 0, mabs = 0;
+        for (size_t j = 0; j < pa->n; j++) {
+            mref = fmax(mref, fabs(pg->grad[j]));
+            mabs = fmax(mabs, fabs(pa->grad[j] - pg->grad[j]));
+        }
+        if (mref > 0) worst = fmax(worst, mabs / mref);
+    }
+    fprintf(stderr, "closed vs generic %s: loss %.9g vs %.9g, worst gradient error %.2e of max\n",
+            layer_auto, la, lg, worst);
+    destroy(&a);
+    destroy(&g);
+}
+
+START_TEST(closed_forms_match_generic) {
+    static const char *const presets[][2] = {
+        {"{preset: linear_attention, chunk: 3}", "{preset: linear_attention, form: generic}"},
+        {"{preset: retnet, chunk: 3}", "{preset: retnet, form: generic}"},
+        {"{preset: mamba2, chunk: 3}", "{preset: mamba2, form: generic}"},
+        {"{preset: gla, chunk: 3}", "{preset: gla, form: generic}"},
+        {"{preset: deltanet, chunk: 3}", "{preset: deltanet, form: generic}"},
+        {"{preset: gated_deltanet, chunk: 3}", "{preset: gated_deltanet, form: generic}"},
+        {"{preset: ttt_linear, mini_batch: 3}", "{preset: ttt_linear, mini_batch: 3, form: generic}"},
+        {"{preset: titans, mini_batch: 3}", "{preset: titans, mini_batch: 3, form: generic}"},
+    };
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        check_closed_vs_generic(presets[i][0], presets[i][1]);
+}
+END_TEST
+
 /* Output at position t must not depend on later tokens, and sequences of a batch must not see
  * each other (the conv restarts per sequence, the per-(sequence, head) slicing is right). */
 static void check_causal(const char *model_yaml, const char *layer_yaml) {
@@ -373,6 +435,7 @@ static Suite *suite(void) {
     TCase *o = tcase_create("other");
     tcase_add_test(o, determinism);
     tcase_add_test(o, causal_and_independent);
+    tcase_add_test(o, closed_forms_match_generic);
     tcase_add_test(o, config_errors);
     suite_add_tcase(s, o);
     return s;

@@ -197,6 +197,69 @@ START_TEST(error_reported_for_first_sequence) {
 }
 END_TEST
 
+
+/* One head (B, T, 1, D) takes a direct path (the layer reads the file's rows in place); the same
+ * sequences laid out as heads of one batch element, (1, T, B, D), go through the gathered slices.
+ * Every sequence is computed by the same code either way, so the outputs are bit-identical. */
+START_TEST(one_head_direct_path_equals_gathered) {
+    inputs in;
+    make_inputs(&in, 13, 0); /* (B, T, H, ·) = (2, 150, 3, ·): use its data as 6 sequences */
+    const int S = B * H;     /* sequences */
+    const size_t nk = (size_t)S * T * DK, nv = (size_t)S * T * DV, nt = (size_t)S * T;
+    /* layout 1: (S, T, 1, D) — sequence s's rows contiguous; layout 2: (1, T, S, D) */
+    float *q1 = malloc(nk * 4), *k1 = malloc(nk * 4), *v1 = malloc(nv * 4), *b1 = malloc(nt * 4),
+          *l1 = malloc(nt * 4), *s1 = malloc((size_t)S * DK * DV * 4);
+    float *q2 = malloc(nk * 4), *k2 = malloc(nk * 4), *v2 = malloc(nv * 4), *b2 = malloc(nt * 4),
+          *l2 = malloc(nt * 4);
+    for (int s = 0; s < S; s++)
+        for (int t = 0; t < T; t++) {
+            const size_t r1 = (size_t)s * T + t, r2 = (size_t)t * S + s;
+            memcpy(q1 + r1 * DK, in.q + r1 * DK, DK * 4); /* any data, same in both layouts */
+            memcpy(q2 + r2 * DK, in.q + r1 * DK, DK * 4);
+            memcpy(k1 + r1 * DK, in.k + r1 * DK, DK * 4);
+            memcpy(k2 + r2 * DK, in.k + r1 * DK, DK * 4);
+            memcpy(v1 + r1 * DV, in.v + r1 * DV, DV * 4);
+            memcpy(v2 + r2 * DV, in.v + r1 * DV, DV * 4);
+            b1[r1] = b2[r2] = in.beta[r1];
+            l1[r1] = l2[r2] = in.la[r1];
+        }
+    memcpy(s1, in.S0, (size_t)S * DK * DV * 4); /* (S, 1, DK, DV) = (1, S, DK, DV) */
+    inputs one = in, many = in;
+    one.t[0] = (ttt_st_tensor){.name = "q", .ndim = 4, .shape = {S, T, 1, DK}, .data = q1};
+    one.t[1] = (ttt_st_tensor){.name = "k", .ndim = 4, .shape = {S, T, 1, DK}, .data = k1};
+    one.t[2] = (ttt_st_tensor){.name = "v", .ndim = 4, .shape = {S, T, 1, DV}, .data = v1};
+    one.t[3] = (ttt_st_tensor){.name = "beta", .ndim = 3, .shape = {S, T, 1}, .data = b1};
+    one.t[4] = (ttt_st_tensor){.name = "log_alpha", .ndim = 3, .shape = {S, T, 1}, .data = l1};
+    one.t[5] = (ttt_st_tensor){
+        .name = "initial_state", .ndim = 4, .shape = {S, 1, DK, DV}, .data = s1};
+    many.t[0] = (ttt_st_tensor){.name = "q", .ndim = 4, .shape = {1, T, S, DK}, .data = q2};
+    many.t[1] = (ttt_st_tensor){.name = "k", .ndim = 4, .shape = {1, T, S, DK}, .data = k2};
+    many.t[2] = (ttt_st_tensor){.name = "v", .ndim = 4, .shape = {1, T, S, DV}, .data = v2};
+    many.t[3] = (ttt_st_tensor){.name = "beta", .ndim = 3, .shape = {1, T, S}, .data = b2};
+    many.t[4] = (ttt_st_tensor){.name = "log_alpha", .ndim = 3, .shape = {1, T, S}, .data = l2};
+    many.t[5] = (ttt_st_tensor){
+        .name = "initial_state", .ndim = 4, .shape = {1, S, DK, DV}, .data = s1};
+    const char *yaml = "layer: {preset: gated_deltanet, form: chunkwise, chunk: 32}\n";
+    for (int th = 1; th <= 2; th++) {
+        ttt_error err = {0};
+        ttt_apply_out o1, o2;
+        ck_assert_msg(run(yaml, &one, 6, th, &o1, &err) == TTT_OK, "%s", err.msg);
+        ck_assert_msg(run(yaml, &many, 6, th, &o2, &err) == TTT_OK, "%s", err.msg);
+        for (int s = 0; s < S; s++)
+            for (int t = 0; t < T; t++)
+                ck_assert_msg(memcmp(o1.t[0].data + ((size_t)s * T + t) * DV,
+                                     o2.t[0].data + ((size_t)t * S + s) * DV, DV * 4) == 0,
+                              "%d threads: sequence %d, token %d differs", th, s, t);
+        ck_assert_int_eq(memcmp(o1.t[1].data, o2.t[1].data, (size_t)S * DK * DV * 4), 0);
+        ttt_apply_out_free(&o1);
+        ttt_apply_out_free(&o2);
+    }
+    free(q1), free(k1), free(v1), free(b1), free(l1), free(s1);
+    free(q2), free(k2), free(v2), free(b2), free(l2);
+    free_inputs(&in);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("threads");
     TCase *tc = tcase_create("core");
@@ -206,6 +269,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, repeated_two_thread_runs_bit_identical);
     tcase_add_test(tc, thread_count_clamped_and_default);
     tcase_add_test(tc, error_reported_for_first_sequence);
+    tcase_add_test(tc, one_head_direct_path_equals_gathered);
     suite_add_tcase(s, tc);
     return s;
 }

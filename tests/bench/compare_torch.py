@@ -16,9 +16,11 @@ the outputs agree, and prints a table of times and the speed ratio.
 Same thread count on both sides: torch.set_num_threads(n) for PyTorch (intra-op threads),
 OMP_NUM_THREADS=n for ttt (OpenMP over batch × heads, single-threaded BLAS inside;
 OPENBLAS_NUM_THREADS=1). ttt's time is the `seconds` its output file reports: the layer over all
-sequences, without reading and writing files or starting the process (which the `wall` column
-includes). PyTorch's is the forward call on tensors already in memory. Both: the fastest of
---repeats runs after a warm-up.
+sequences, including the copies between the (B, T, H, D) layout and its per-sequence (T, D)
+slices, without reading and writing files or starting the process (which the `ttt_wall_s` column
+includes). PyTorch's is the forward call on tensors already in memory, including the same layout
+conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of --repeats runs after a
+warm-up.
 
 Agreement: max |o_ttt − o_torch| / max |o_torch| must be ≤ 1e-4 (MATH.md §6's budget for
 chunked against recurrent delta rule in float32; measured ~1e-6) or the script exits 1.
@@ -240,22 +242,22 @@ def run_ttt(ttt, workdir, inputs, preset, form, chunk, threads, repeats):
 
 
 def run_torch(inputs, family, form, chunk, threads, repeats):
+    """The layout conversion (B, T, H, D) → (B, H, T, D) and back is inside the timed call, as
+    ttt apply's time includes its own (it gathers each (batch, head) sequence into (T, D))."""
     torch.set_num_threads(threads)
     q, k, v, beta, la = (None if a is None else torch.from_numpy(a) for a in inputs)
-    # (B, T, H, D) → (B, H, T, D), contiguous, outside the timed region
-    q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    beta = beta.transpose(1, 2).contiguous()
-    if la is not None:
-        la = la.transpose(1, 2).contiguous()
-    if form == "recurrent":
-        fn = (lambda: la_loop(q, k, v, beta, la)) if family == "la" else \
-             (lambda: delta_loop(q, k, v, beta, la))
-    else:
-        fn = (lambda: la_chunk(q, k, v, beta, la, chunk)) if family == "la" else \
-             (lambda: delta_chunk(q, k, v, beta, la, chunk))
+    f = {("la", "recurrent"): la_loop, ("delta", "recurrent"): delta_loop,
+         ("la", "chunkwise"): lambda *x: la_chunk(*x, chunk),
+         ("delta", "chunkwise"): lambda *x: delta_chunk(*x, chunk)}[(family, form)]
+
+    def fn():
+        t = [x.transpose(1, 2).contiguous() for x in (q, k, v, beta)]
+        g = None if la is None else la.transpose(1, 2).contiguous()
+        return f(*t, g).transpose(1, 2).contiguous()
+
     with torch.inference_mode():
         secs, o = best_of(fn, repeats)
-    return secs, o.transpose(1, 2).numpy()
+    return secs, o.numpy()
 
 
 def cpu_name():
