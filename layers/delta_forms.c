@@ -206,7 +206,7 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
  * (C²(d_k + d_v)/2), four sgemm (W S and the state write C d_k d_v each, Q Kᵀ C² d_k, the
  * read-out [exp(G)⊙Q | (Q Kᵀ)⊙Γ] [S; V'] C d_v (d_k + C)); C²/2 exponentials with decay. The
  * scratch is O(C² + C(d_k + d_v) + d_k d_v) floats, allocated once per call. Cost is linear in T.
- * Measured (tests/data/README_bench.md; one thread, T = 4K–64K, d = 128, C = 64): 0.77–0.82 of
+ * Measured (README.md, Benchmarks; one thread, T = 4K–64K, d = 128, C = 64): 0.77–0.82 of
  * the single-thread sgemm rate on the §5.3 FLOP count; C = 16 gives the most tokens/s (1.5×
  * C = 64 for the gated delta rule), and the recurrent kernel is faster still for a single
  * sequence on this CPU (0.70 vs 0.46 M tokens/s at d = 128): its 64 KiB state stays in L2. */
