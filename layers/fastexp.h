@@ -16,7 +16,8 @@
 #include <string.h>
 
 static inline float ttt_fast_expf(float x) {
-    const float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+    /* NaN in, NaN out (and no float-to-int conversion of a NaN below, which is undefined) */
+    const float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : (x == x ? x : 0.0f));
     /* round(x·log2 e) with the 1.5·2^23 trick (round-to-nearest, exact for |t| < 2^22) */
     const float t = xc * 1.44269504088896341f;
     const float n = (t + 12582912.0f) - 12582912.0f;
@@ -30,10 +31,10 @@ static inline float ttt_fast_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < -87.0f ? 0.0f : p * scale;
+    return x < -87.0f ? 0.0f : (x == x ? p * scale : x);
 }
 
 /* exp of a float64 argument to float accuracy: the argument is rounded to float (g_hi) and the
