@@ -56,12 +56,7 @@ static const ttt_option large_batch_options[] = {
 
 static ttt_status large_batch_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
     large_batch_cfg *c = cfg;
-    c->mu = (float)ttt_cfg_float(opts, "momentum");
-    if (c->mu >= 1.0f)
-        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
-                             "layer.optimizer.momentum: %g is out of range; expected a value in "
-                             "[0, 1) (mu = 1 accumulates every gradient forever)",
-                             (double)c->mu);
+    TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
     c->muon = ttt_cfg_bool(opts, "muon");
     ttt_ns_parse(&c->ns, opts);
     c->renormalize = ttt_cfg_bool(opts, "renormalize");

@@ -35,13 +35,8 @@ static const ttt_option momentum_options[] = {
 
 static ttt_status momentum_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
     momentum_cfg *c = cfg;
-    c->mu = (float)ttt_cfg_float(opts, "momentum");
+    TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
     c->nesterov = ttt_cfg_bool(opts, "nesterov");
-    if (c->mu >= 1.0f) /* the table's range is inclusive; μ = 1 never forgets a gradient */
-        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
-                             "layer.optimizer.momentum: %g is out of range; expected a value in "
-                             "[0, 1) (mu = 1 accumulates every gradient forever)",
-                             (double)c->mu);
     return TTT_OK;
 }
 

@@ -66,6 +66,10 @@ typedef struct ttt_optim {
  * when there is no decay (ops never modify their inputs, so sharing is safe). */
 ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk);
 
+/* Read the `momentum` option μ ∈ [0, 1) (the table's ranges are inclusive; μ = 1 would never
+ * forget a gradient) with a located error. */
+ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_error *err);
+
 /* ---- registry ---- */
 
 const ttt_optim *ttt_optim_find(const char *name);

@@ -35,3 +35,13 @@ ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_o
     if (!blk->decay) return (ttt_tensor *)W;
     return blk->decay->n == 1 ? ttt_mul(ctx, W, blk->decay) : ttt_scale_rows(ctx, W, blk->decay);
 }
+
+ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_error *err) {
+    *mu = (float)ttt_cfg_float(opts, "momentum");
+    if (*mu >= 1.0f)
+        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
+                             "layer.optimizer.momentum: %g is out of range; expected a value in "
+                             "[0, 1) (mu = 1 accumulates every gradient forever)",
+                             (double)*mu);
+    return TTT_OK;
+}

@@ -112,18 +112,25 @@ static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
     return 0;
 }
 
-static int cmd_check(int argc, char **argv) {
-    cli_args a;
-    int rc = parse_args(argc, argv, 0, &a);
+/* Parse the arguments and load, override and validate the experiment; 0 or an exit code. */
+static int load_experiment(int argc, char **argv, int allow_out, cli_args *a,
+                           ttt_experiment **e) {
+    int rc = parse_args(argc, argv, allow_out, a);
     if (rc) {
-        free(a.sets);
+        free(a->sets);
         return rc;
     }
     ttt_error err = {0};
+    ttt_status s = ttt_experiment_load(a->file, a->sets, a->n_sets, e, &err);
+    free(a->sets);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
+static int cmd_check(int argc, char **argv) {
+    cli_args a;
     ttt_experiment *e = NULL;
-    ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
-    free(a.sets);
-    if (s != TTT_OK) return report(&err);
+    int rc = load_experiment(argc, argv, 0, &a, &e);
+    if (rc) return rc;
     ttt_experiment_write_resolved(e, stdout);
     fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
             e->n_points == 1 ? "" : "s");
@@ -133,18 +140,12 @@ static int cmd_check(int argc, char **argv) {
 
 static int cmd_run(int argc, char **argv) {
     cli_args a;
-    int rc = parse_args(argc, argv, 1, &a);
-    if (rc) {
-        free(a.sets);
-        return rc;
-    }
-    ttt_error err = {0};
     ttt_experiment *e = NULL;
-    ttt_status s = ttt_experiment_load(a.file, a.sets, a.n_sets, &e, &err);
-    free(a.sets);
-    if (s != TTT_OK) return report(&err);
+    int rc = load_experiment(argc, argv, 1, &a, &e);
+    if (rc) return rc;
     install_stop_handlers();
-    s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
+    ttt_error err = {0};
+    ttt_status s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
     if (s == TTT_OK)
         fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
     ttt_experiment_free(e);
