@@ -447,6 +447,7 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     const double t_start = ttt_now();
     ttt_status st = apply_sequences(&A, nthreads, err);
     const double seconds = ttt_now() - t_start;
+    if (st == TTT_OK) st = ttt_apply_check_outputs(out, in, err); /* overflow: say so, no file */
     if (st != TTT_OK) {
         ttt_apply_out_free(out);
         return st;

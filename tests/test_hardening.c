@@ -5,7 +5,8 @@
  *   2. sizes the machine cannot hold are refused before anything is allocated, with the amount
  *      they would need (memory and equivalence tasks at `ttt check` time, `ttt apply` for the
  *      state and for the forms' scratch, sweeps that would copy too much);
- *   3. NaN and Inf in input tensors are reported with the tensor and the index.
+ *   3. NaN and Inf in input tensors are reported with the tensor and the index, and outputs that
+ *      overflowed float32 inside the layer are reported instead of written.
  * The sizes in (2) are chosen far beyond any machine (terabytes), so the tests do not depend on
  * the memory of the machine that runs them; an unchecked allocation of that size would abort the
  * test (the kernels assert on a failed arena allocation), which Check reports as a failure. */
@@ -489,6 +490,25 @@ START_TEST(apply_reports_inf_with_its_index) {
 }
 END_TEST
 
+/* Finite inputs so large that float32 overflows inside the layer: the outputs would be Inf or
+ * NaN. That is reported (with the largest input) rather than written as a result. */
+START_TEST(apply_reports_overflow_instead_of_writing_it) {
+    mem_file m;
+    mem_file_init(&m, 1, 4, 1, 2);
+    for (int i = 0; i < 8; i++) m.data[i] = 1e30f; /* k v^T = 1e60 */
+    ttt_error err = {0};
+    ttt_status s = apply_yaml("layer: {preset: linear_attention}\n", &m.f, &err);
+    ck_assert_msg(s == TTT_ERR_NUMERIC, "status %d: %s", (int)s, err.msg);
+    ck_assert_msg(strstr(err.msg, "in.safetensors: the output 'o' has +Inf at (0, 0, 0, 0)") &&
+                      strstr(err.msg, "the largest is 1e+30, in 'q'"),
+                  "%s", err.msg);
+    /* the same layer on ordinary values works */
+    for (int i = 0; i < 8; i++) m.data[i] = 0.5f;
+    ck_assert_int_eq(apply_yaml("layer: {preset: linear_attention}\n", &m.f, &err), TTT_OK);
+    free(m.data);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hardening");
     TCase *tc = tcase_create("core");
@@ -507,6 +527,7 @@ int main(void) {
     tcase_add_test(tc, finite_check_names_the_index);
     tcase_add_test(tc, apply_reports_nan_with_its_index);
     tcase_add_test(tc, apply_reports_inf_with_its_index);
+    tcase_add_test(tc, apply_reports_overflow_instead_of_writing_it);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
