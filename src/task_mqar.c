@@ -44,6 +44,16 @@ static ttt_status mqar_check(ttt_cfg_node *root, ttt_error *err) {
         snprintf(msg, sizeof msg, "%s", err->msg);
         return ttt_cfg_error(err, s, task, "task: %s", msg);
     }
+    /* the training and test sets are held in memory: tokens and labels, an int each */
+    const double bytes = 8.0 * c.seq_len *
+                         ((double)ttt_cfg_int(task, "train_examples") +
+                          (double)ttt_cfg_int(task, "test_examples"));
+    s = ttt_size_check(bytes, "the mqar training and test sets", err);
+    if (s != TTT_OK) {
+        char msg[TTT_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ttt_cfg_error(err, s, ttt_cfg_get(task, "train_examples"), "task: %s", msg);
+    }
     ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
     return ttt_train_check(root, &io, err);
 }

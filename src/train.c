@@ -649,7 +649,20 @@ ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_e
     ttt_seq_model_config mc;
     ttt_train_config tc;
     TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &mc, err));
-    return ttt_train_config_parse(section(root, "train"), &tc, err);
+    TTT_TRY(ttt_train_config_parse(section(root, "train"), &tc, err));
+    /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
+     * width d_model (projections, convolution, norms, MLP) and, per head, the fast-weight state
+     * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
+     * the right order: a run this refuses could not have finished a step. */
+    const double per_token = 64.0 * mc.d_model + 4.0 * mc.n_heads * (double)mc.head_dim * mc.head_dim;
+    const double bytes = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
+    char what[160];
+    snprintf(what, sizeof what,
+             "a training step (batch %d, seq_len %d, d_model %d, %d layers, estimated)", tc.batch,
+             io->seq_len, mc.d_model, mc.n_layers);
+    ttt_status s = ttt_size_check(bytes, what, err);
+    if (s != TTT_OK) return ttt_cfg_error(err, s, ttt_cfg_get(root, "train"), "%s", err->msg);
+    return TTT_OK;
 }
 
 ttt_status ttt_train_point(ttt_task_run *run, const ttt_seq_model_io *io, ttt_train_data *data,

@@ -255,6 +255,23 @@ START_TEST(memory_task_refuses_huge_pairs_at_check_time) {
 }
 END_TEST
 
+/* Trained tasks: the data held in memory and a training step's tape are estimated at check
+ * time. 10^9 MQAR sequences of 4096 tokens are 3·10^13 bytes of tokens and labels; a batch of
+ * 4096 sequences of 65536 tokens at d_model 4096 cannot be recorded by any machine. */
+START_TEST(trained_tasks_refuse_huge_sizes_at_check_time) {
+    ttt_error err = {0};
+    ttt_status s = load_with("task: {kind: mqar, seq_len: 4096, train_examples: 1000000000}\n",
+                             NULL, &err);
+    expect_refused(s, &err, "the mqar training and test sets");
+    s = load_with("task: {kind: mqar, seq_len: 65536, train_examples: 10}\n"
+                  "model: {d_model: 4096}\ntrain: {batch: 4096}\n",
+                  NULL, &err);
+    expect_refused(s, &err, "a training step (batch 4096, seq_len 65536");
+    /* the shipped settings pass */
+    ck_assert_int_eq(load_with("task: {kind: mqar}\n", NULL, &err), TTT_OK);
+}
+END_TEST
+
 START_TEST(equivalence_task_refuses_huge_sizes_at_check_time) {
     ttt_error err = {0};
     /* the parallel form over 2^24 tokens: T² floats = 1 PiB */
@@ -520,6 +537,7 @@ int main(void) {
     tcase_add_test(tc, adam_eps_zero_is_refused);
     tcase_add_test(tc, memory_task_refuses_huge_pairs_at_check_time);
     tcase_add_test(tc, equivalence_task_refuses_huge_sizes_at_check_time);
+    tcase_add_test(tc, trained_tasks_refuse_huge_sizes_at_check_time);
     tcase_add_test(tc, apply_refuses_huge_state);
     tcase_add_test(tc, apply_refuses_the_parallel_forms_scratch);
     tcase_add_test(tc, estimates_follow_the_forms);
