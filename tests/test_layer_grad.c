@@ -70,38 +70,48 @@ static double run_loss(const ttt_layer *L, inputs *in, int gates, const float *r
     return val;
 }
 
-static void check_case(const grad_case *c, uint64_t seed) {
+/* The layer of a YAML text (one `layer:` mapping). */
+static void layer_from(const char *yaml, ttt_layer *L) {
     ttt_cfg_node *root;
     ttt_error err = {0};
-    ck_assert(ttt_cfg_load_string(c->yaml, "g.yaml", &root, &err) == TTT_OK);
-    ttt_layer L;
-    ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, &L, &err) ==
+    ck_assert(ttt_cfg_load_string(yaml, "g.yaml", &root, &err) == TTT_OK);
+    ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, L, &err) ==
                       TTT_OK,
-                  "%s: %s", c->yaml, err.msg);
+                  "%s: %s", yaml, err.msg);
     ttt_cfg_free(root);
+}
+
+/* Random q, k, v, η, log α (leaves with gradient buffers) and the loss's projections r, r2. */
+static void make_inputs(inputs *in, ttt_rng *rng, float *r /* (T·D) */, float *r2 /* (64) */) {
+    const int shapes[5][2] = {{T, D}, {T, D}, {T, D}, {T, 1}, {T, 1}};
+    for (int i = 0; i < 5; i++) {
+        in->n[i] = (size_t)shapes[i][0] * shapes[i][1];
+        in->buf[i] = malloc(in->n[i] * sizeof(float));
+        in->grad[i] = calloc(in->n[i], sizeof(float));
+    }
+    ttt_rng_fill_normal(rng, in->buf[0], in->n[0], 0, 0.7f);
+    ttt_rng_fill_normal(rng, in->buf[1], in->n[1], 0, 0.5f);
+    ttt_rng_fill_normal(rng, in->buf[2], in->n[2], 0, 1.0f);
+    ttt_rng_fill_uniform(rng, in->buf[3], in->n[3], 0.2f, 0.8f);
+    ttt_rng_fill_uniform(rng, in->buf[4], in->n[4], -0.4f, -0.05f);
+    in->q = ttt_tensor_view(in->buf[0], 2, (int[]){T, D});
+    in->k = ttt_tensor_view(in->buf[1], 2, (int[]){T, D});
+    in->v = ttt_tensor_view(in->buf[2], 2, (int[]){T, D});
+    in->eta = ttt_tensor_view(in->buf[3], 1, (int[]){T});
+    in->la = ttt_tensor_view(in->buf[4], 1, (int[]){T});
+    ttt_rng_fill_normal(rng, r, T * D, 0, 1);
+    ttt_rng_fill_normal(rng, r2, 64, 0, 1);
+}
+
+static void check_case(const grad_case *c, uint64_t seed) {
+    ttt_layer L;
+    layer_from(c->yaml, &L);
     ck_assert_int_eq(L.form, TTT_FORM_GENERIC);
     ttt_rng rng;
     ttt_rng_seed(&rng, seed);
     inputs in;
-    const int shapes[5][2] = {{T, D}, {T, D}, {T, D}, {T, 1}, {T, 1}};
-    for (int i = 0; i < 5; i++) {
-        in.n[i] = (size_t)shapes[i][0] * shapes[i][1];
-        in.buf[i] = malloc(in.n[i] * sizeof(float));
-        in.grad[i] = calloc(in.n[i], sizeof(float));
-    }
-    ttt_rng_fill_normal(&rng, in.buf[0], in.n[0], 0, 0.7f);
-    ttt_rng_fill_normal(&rng, in.buf[1], in.n[1], 0, 0.5f);
-    ttt_rng_fill_normal(&rng, in.buf[2], in.n[2], 0, 1.0f);
-    ttt_rng_fill_uniform(&rng, in.buf[3], in.n[3], 0.2f, 0.8f);
-    ttt_rng_fill_uniform(&rng, in.buf[4], in.n[4], -0.4f, -0.05f);
-    in.q = ttt_tensor_view(in.buf[0], 2, (int[]){T, D});
-    in.k = ttt_tensor_view(in.buf[1], 2, (int[]){T, D});
-    in.v = ttt_tensor_view(in.buf[2], 2, (int[]){T, D});
-    in.eta = ttt_tensor_view(in.buf[3], 1, (int[]){T});
-    in.la = ttt_tensor_view(in.buf[4], 1, (int[]){T});
     float r[T * D], r2[64];
-    ttt_rng_fill_normal(&rng, r, T * D, 0, 1);
-    ttt_rng_fill_normal(&rng, r2, 64, 0, 1);
+    make_inputs(&in, &rng, r, r2);
     run_loss(&L, &in, c->gates, r, r2, 1);
     const double h = 4e-3;
     const char *names[5] = {"q", "k", "v", "eta", "log_alpha"};
@@ -176,36 +186,14 @@ START_TEST(closed_forms_under_the_tape_match_generic) {
         {"layer: {preset: linear_attention, form: parallel, normalize: ratio}", 0},
     };
     for (size_t c = 0; c < sizeof fc / sizeof fc[0]; c++) {
-        ttt_cfg_node *root;
-        ttt_error err = {0};
-        ck_assert(ttt_cfg_load_string(fc[c].yaml, "g.yaml", &root, &err) == TTT_OK);
         ttt_layer L;
-        ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, &L, &err) ==
-                          TTT_OK, "%s: %s", fc[c].yaml, err.msg);
-        ttt_cfg_free(root);
+        layer_from(fc[c].yaml, &L);
         ttt_rng rng;
         ttt_rng_seed(&rng, 300 + c);
         inputs in;
-        const int shapes[5][2] = {{T, D}, {T, D}, {T, D}, {T, 1}, {T, 1}};
-        float *g_form[5];
-        for (int i = 0; i < 5; i++) {
-            in.n[i] = (size_t)shapes[i][0] * shapes[i][1];
-            in.buf[i] = malloc(in.n[i] * sizeof(float));
-            in.grad[i] = calloc(in.n[i], sizeof(float));
-        }
-        ttt_rng_fill_normal(&rng, in.buf[0], in.n[0], 0, 0.7f);
-        ttt_rng_fill_normal(&rng, in.buf[1], in.n[1], 0, 0.5f);
-        ttt_rng_fill_normal(&rng, in.buf[2], in.n[2], 0, 1.0f);
-        ttt_rng_fill_uniform(&rng, in.buf[3], in.n[3], 0.2f, 0.8f);
-        ttt_rng_fill_uniform(&rng, in.buf[4], in.n[4], -0.4f, -0.05f);
-        in.q = ttt_tensor_view(in.buf[0], 2, (int[]){T, D});
-        in.k = ttt_tensor_view(in.buf[1], 2, (int[]){T, D});
-        in.v = ttt_tensor_view(in.buf[2], 2, (int[]){T, D});
-        in.eta = ttt_tensor_view(in.buf[3], 1, (int[]){T});
-        in.la = ttt_tensor_view(in.buf[4], 1, (int[]){T});
         float r[T * D], r2[64];
-        ttt_rng_fill_normal(&rng, r, T * D, 0, 1);
-        ttt_rng_fill_normal(&rng, r2, 64, 0, 1);
+        float *g_form[5];
+        make_inputs(&in, &rng, r, r2);
         double l_form = run_loss(&L, &in, fc[c].gates, r, r2, 1);
         for (int i = 0; i < 5; i++) {
             g_form[i] = in.grad[i];
