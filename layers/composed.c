@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dual_grad.h"
 #include "fused_grad.h"
 #include "ttt_dual.h" /* TTT_LINEAR_DUAL_LN_EPS = the ttt_linear model's layer-norm eps */
 
@@ -417,6 +418,10 @@ ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                              "this closed form takes a scalar decay per token, not a vector; use "
                              "form: generic");
+    /* LaCT steps with Newton–Schulz, not linear in G: it takes η itself, β/θ (θ > 0 there) */
+    if (fam == TTT_FAMILY_LACT)
+        return ttt_lact_composed(ctx, L, o, st, q, k, v,
+                                 beta ? ttt_scale(ctx, beta, 1.0f / L->lr) : NULL, log_alpha, err);
     /* β = θ when the caller has no per-token rates */
     if (!beta) beta = const_1d(ctx, T, L->lr);
     ttt_tensor *O = NULL, *S = NULL, *M = NULL, *bias = NULL;
@@ -436,8 +441,10 @@ ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
                                         st->opt[0][0], L->momentum_mu, L->mini_batch);
         break;
     case TTT_FAMILY_TTT_LINEAR:
-        O = ttt_ttt_linear_dual_composed(ctx, &S, &bias, q, k, v, beta, st->W[0], st->W[1],
-                                         L->mini_batch);
+        O = fused ? ttt_ttt_linear_dual_fused(ctx, &S, &bias, q, k, v, beta, st->W[0], st->W[1],
+                                              L->mini_batch)
+                  : ttt_ttt_linear_dual_composed(ctx, &S, &bias, q, k, v, beta, st->W[0],
+                                                 st->W[1], L->mini_batch);
         break;
     default:
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "no closed form for this tuple");

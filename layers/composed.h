@@ -4,9 +4,9 @@
  *   (a) COMPOSED (this header, layers/composed.c): each form written with recorded ops (ops.h),
  *       so the tape (autograd.h) differentiates it automatically. Slow but obviously right: it is
  *       the reference the fused ops are checked against.
- *   (b) FUSED (fused_grad.h): one custom op per form whose forward is the fast kernel of
- *       forms.h and whose backward is written by hand, recomputing each chunk from the states
- *       saved at chunk boundaries.
+ *   (b) FUSED (fused_grad.h, dual_grad.h): one custom op per form whose forward is the fast
+ *       kernel of forms.h / ttt_dual.h and whose backward is written by hand, recomputing each
+ *       chunk from the states saved at chunk boundaries.
  * tests/test_form_grads.c ties (a) to finite differences of float64 recurrences, (b) to (a), and
  * both to the generic driver's gradients (the definition, MATH.md §1).
  *
@@ -79,12 +79,30 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_
  * dx = dy R_pᵀ = dy R_{−p}. Implemented in layers/rope_op.c. */
 ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);
 
+/* LaCT (MATH.md §3 "large_batch", §4; layers/lact_composed.c): the whole layer for the LaCT
+ * family (ttt_layer_family: swiglu model, dot/squared/recon loss, large_batch optimizer,
+ * apply_then_update, steps per_block, lr > 0, no coupled decay), one chain of ops per block of
+ * b = L->mini_batch tokens: O_blk = f(W; Q_blk) with the block-start weights, the block gradient
+ * G = Σ_i η_i (Π_{i<j<n} α_j) ∇ℓ(f(W; k_i), v_i) in closed form (SwiGLU backward as matmuls),
+ * then the optimizer's own step (momentum, Newton–Schulz, lr, decay, renormalization) with θ
+ * (θ/n with position_scale: inverse) and the block decay Π α_j — what the generic driver does.
+ * Same contract as ttt_layer_forward_diff: o (T, d_v) written (a graph node when recording);
+ * st->W[0..2] and st->opt replaced by graph nodes when recording, updated in place otherwise.
+ * eta (T) the per-token rates η_t (not θ·η: Newton–Schulz is not linear in G) or NULL (= 1);
+ * log_alpha (T) or NULL. Errors (TTT_ERR_UNSUPPORTED, "use form: generic"): a tuple outside the
+ * family, a vector decay, per-token gates with coupled placement. */
+ttt_status ttt_lact_composed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                             ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                             const ttt_tensor *v, const ttt_tensor *eta,
+                             const ttt_tensor *log_alpha, ttt_error *err);
+
 /* Differentiable closed form: same contract as ttt_layer.c's forward_closed (o (T, d_v) written
  * and — when recording — a node of the graph; st->W[...] (and st->opt for Titans) replaced by
  * graph nodes holding the final state when recording, updated in place otherwise), for every
  * (family, form) that ttt_layer_form_unavailable accepts: linear attention recurrent / parallel /
  * chunkwise (scalar and vector decay), delta rule recurrent / parallel / chunkwise (scalar coupled
- * decay), TTT-Linear dual, Titans chunkwise.
+ * decay), TTT-Linear dual, Titans chunkwise, LaCT chunkwise (ttt_lact_composed, with
+ * η = β/θ: θ > 0 in that family).
  *
  * beta (T) is β_t = θ·η_t, already formed by the caller (as a recorded op when η is learned);
  * NULL means η = 1, i.e. β_t = θ = L->lr for every token (a constant). For Titans β is the
@@ -93,8 +111,8 @@ ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);
  *
  * The recurrent form is differentiated through the chunkwise math with chunk L->chunk (the same
  * function; the token-by-token kernel has no backward), the parallel form as one chunk.
- * `fused` selects the fused ops (fused_grad.h) for linear attention and the delta rule; the
- * TTT-Linear dual form and Titans have only the composed path (fused is ignored there).
+ * `fused` selects the fused ops (fused_grad.h, dual_grad.h) for linear attention, the delta rule
+ * and the TTT-Linear dual form; Titans and LaCT have only the composed path (fused is ignored).
  * Errors: TTT_ERR_UNSUPPORTED for what forward_closed rejects (vector decay outside linear
  * attention, per-token gates with decoupled placement on the delta rule, gates on TTT-Linear) and
  * for tuples without a closed form. */

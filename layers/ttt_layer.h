@@ -130,6 +130,8 @@ enum {
     TTT_FAMILY_DELTA_RULE,       /* linear, squared, plain sgd, b = 1, coupled or no decay */
     TTT_FAMILY_TTT_LINEAR,       /* ttt_linear, recon/squared, plain sgd, position_scale inverse */
     TTT_FAMILY_TITANS,           /* linear, squared, momentum (no Nesterov), steps per_token */
+    TTT_FAMILY_LACT,             /* swiglu, dot/squared/recon, large_batch, apply_then_update,
+                                  * steps per_block, lr > 0, no coupled decay */
 };
 int ttt_layer_family(const ttt_layer *L);
 
@@ -140,7 +142,9 @@ int ttt_layer_family(const ttt_layer *L);
  * decay): recurrent, parallel, chunkwise. TTT-Linear (ttt_linear, recon or squared, plain sgd,
  * position_scale inverse, no decay, update_then_apply): dual. Titans (linear, squared, momentum
  * without Nesterov, steps per_token, no or decoupled scalar decay, update_then_apply): chunkwise
- * with the chunk = mini_batch. The generic form always applies. */
+ * with the chunk = mini_batch. LaCT (swiglu, dot/squared/recon, large_batch, apply_then_update,
+ * steps per_block, lr > 0, no coupled decay): chunkwise with the chunk = mini_batch
+ * (layers/lact_composed.c). The generic form always applies. */
 const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f);
 /* The default for `form: auto`: the chunkwise form where it exists, else recurrent, else
  * generic. */

@@ -36,12 +36,14 @@ const ttt_option ttt_seq_model_options[] = {
     {"qk_norm", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
      "L2-normalize q and k per head; auto = on for the delta-rule family (linear model, "
      "squared loss)"},
-    {"eta", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
-     "learned per-token inner learning rate sigmoid(x W + b) per head; auto = on unless the "
-     "fast-weight model is linear with the dot loss"},
-    {"gate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|constant|scalar|vector",
+    {"eta", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false|dt",
+     "per-token inner learning rate per head: true = learned sigmoid(x W + b); dt = the scalar "
+     "gate's step dt (Mamba2's write x dt); auto = dt for mamba2, else on unless the fast-weight "
+     "model is linear with the dot loss"},
+    {"gate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|constant|scalar|vector|multiscale",
      "forget gate: learned log decay per token (scalar per head, or vector per key dimension), "
-     "the tuple's constant, or none; auto follows the preset (see model.h)"},
+     "the tuple's constant, a constant 1 - 2^(-5-h) per head h (multiscale, RetNet), or none; "
+     "auto follows the preset (see model.h)"},
     {"out_norm", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
      "RMSNorm of each head's output; auto = on for TTT mixers, off for softmax"},
     {"out_gate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
@@ -71,6 +73,7 @@ static ttt_gate_kind auto_gate(const ttt_layer *L) {
     if (strcmp(p, "mamba2") == 0 || strcmp(p, "gated_deltanet") == 0 || strcmp(p, "titans") == 0)
         return TTT_GATE_SCALAR;
     if (strcmp(p, "gla") == 0) return TTT_GATE_VECTOR;
+    if (strcmp(p, "retnet") == 0) return TTT_GATE_MULTISCALE;
     return L->decay != 1.0f ? TTT_GATE_CONSTANT : TTT_GATE_NONE;
 }
 
@@ -143,7 +146,9 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                              "is odd",
                              c->head_dim);
 
-    int qk = tri(map, "qk_norm"), eta = tri(map, "eta"), on = tri(map, "out_norm"),
+    const char *eta_s = ttt_cfg_str(map, "eta");
+    int qk = tri(map, "qk_norm"), on = tri(map, "out_norm"),
+        eta = strcmp(eta_s, "dt") == 0 ? TTT_ETA_DT : tri(map, "eta"),
         og = tri(map, "out_gate"), li = tri(map, "learn_init");
     const char *gate = ttt_cfg_str(map, "gate");
     if (c->mixer == TTT_MIXER_TTT) {
@@ -155,12 +160,21 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
         const int linear = strcmp(L->model->name, "linear") == 0;
         const int dot = strcmp(L->loss->name, "dot") == 0;
         c->qk_norm = qk >= 0 ? qk : (linear && strcmp(L->loss->name, "squared") == 0);
-        c->eta = eta >= 0 ? eta : !(linear && dot);
-        c->gate = strcmp(gate, "none") == 0       ? TTT_GATE_NONE
-                  : strcmp(gate, "constant") == 0 ? TTT_GATE_CONSTANT
-                  : strcmp(gate, "scalar") == 0   ? TTT_GATE_SCALAR
-                  : strcmp(gate, "vector") == 0   ? TTT_GATE_VECTOR
-                                                  : auto_gate(L);
+        const int mamba2 = L->preset && strcmp(L->preset, "mamba2") == 0;
+        c->eta = eta >= 0 ? (ttt_eta_kind)eta
+                 : mamba2 ? TTT_ETA_DT
+                          : (linear && dot) ? TTT_ETA_NONE : TTT_ETA_SIGMOID;
+        c->gate = strcmp(gate, "none") == 0         ? TTT_GATE_NONE
+                  : strcmp(gate, "constant") == 0   ? TTT_GATE_CONSTANT
+                  : strcmp(gate, "scalar") == 0     ? TTT_GATE_SCALAR
+                  : strcmp(gate, "vector") == 0     ? TTT_GATE_VECTOR
+                  : strcmp(gate, "multiscale") == 0 ? TTT_GATE_MULTISCALE
+                                                    : auto_gate(L);
+        if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
+                                 "model.eta: dt writes with the scalar gate's step, so it needs "
+                                 "model.gate: scalar (the gate here is %s)",
+                                 gate);
         if (c->gate == TTT_GATE_VECTOR && !linear)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
                                  "model.gate: a decay per key dimension is defined for the "
@@ -175,16 +189,20 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                                  "option (layer.rope); model positions rope applies to softmax");
     } else {
         c->qk_norm = qk > 0;
-        c->eta = 0;
+        if (eta > 0)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
+                                 "model.eta: softmax attention has no inner learning rate");
+        c->eta = TTT_ETA_NONE;
         c->gate = TTT_GATE_NONE;
         c->out_norm = on > 0;
         c->out_gate = og > 0;
         c->learn_init = 0;
     }
     static const char *const tf[] = {"false", "true"};
-    static const char *const gates[] = {"none", "constant", "scalar", "vector"};
+    static const char *const gates[] = {"none", "constant", "scalar", "vector", "multiscale"};
+    static const char *const etas[] = {"false", "true", "dt"};
     ttt_cfg_map_set(map, "qk_norm", ttt_cfg_new_scalar(tf[c->qk_norm], ttt_cfg_get(map, "qk_norm")));
-    ttt_cfg_map_set(map, "eta", ttt_cfg_new_scalar(tf[c->eta], ttt_cfg_get(map, "eta")));
+    ttt_cfg_map_set(map, "eta", ttt_cfg_new_scalar(etas[c->eta], ttt_cfg_get(map, "eta")));
     ttt_cfg_map_set(map, "gate", ttt_cfg_new_scalar(gates[c->gate], ttt_cfg_get(map, "gate")));
     ttt_cfg_map_set(map, "out_norm",
                     ttt_cfg_new_scalar(tf[c->out_norm], ttt_cfg_get(map, "out_norm")));
@@ -298,7 +316,7 @@ ttt_status ttt_seq_model_init(ttt_seq_model *m, const ttt_seq_model_config *cfg,
             k->conv_k = add2(&b, NAME("mixer.conv_k"), c->conv, C, 0, INIT_NORMAL, cs);
             k->conv_v = add2(&b, NAME("mixer.conv_v"), c->conv, C, 0, INIT_NORMAL, cs);
         }
-        if (c->eta) {
+        if (c->eta == TTT_ETA_SIGMOID) {
             k->w_eta = add2(&b, NAME("mixer.w_eta"), d, H, 1, INIT_NORMAL, std);
             k->b_eta = add1(&b, NAME("mixer.b_eta"), H, INIT_ZEROS);
         }
@@ -451,16 +469,17 @@ static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tens
     ttt_tensor *kk = qkv(ctx, m, pt, h, k->wk, k->conv_k, B, T);
     ttt_tensor *v = qkv(ctx, m, pt, h, k->wv, k->conv_v, B, T);
     ttt_tensor *eta = NULL, *la = NULL;
-    if (c->eta) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
+    if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
         eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_eta), 0),
                                        P(pt, k->b_eta)));
         eta = reshape3(ctx, eta, B, T, H);
     }
-    if (c->gate == TTT_GATE_SCALAR) { /* log α = −exp(a_log) softplus(h W_a + dt_bias) */
+    if (c->gate == TTT_GATE_SCALAR) { /* log α = −exp(a_log) dt, dt = softplus(h W_a + dt_bias) */
         ttt_tensor *dt = ttt_softplus(
             ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_a), 0), P(pt, k->b_a)));
         la = ttt_neg(ctx, ttt_mul(ctx, dt, ttt_exp(ctx, P(pt, k->a_log))));
         la = reshape3(ctx, la, B, T, H);
+        if (c->eta == TTT_ETA_DT) eta = reshape3(ctx, dt, B, T, H); /* (B, T, H) */
     } else if (c->gate == TTT_GATE_VECTOR) { /* log α = logsigmoid(h W_a + b_a)/16 */
         ttt_tensor *z = ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_a), 0), P(pt, k->b_a));
         la = ttt_scale(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)), -1.0f / 16.0f);
@@ -487,6 +506,10 @@ static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tens
                 lh = ttt_reshape(ctx, ttt_slice_cols(ctx, lb, hh, hh + 1), 1, (int[]){T});
             else if (lb)
                 lh = ttt_slice_cols(ctx, lb, c0, c1); /* (T, D) */
+            else if (c->gate == TTT_GATE_MULTISCALE) { /* (T) constant log γ_h */
+                lh = ttt_tensor_1d(ctx, T);
+                ttt_tensor_fill(lh, (float)log1p(-ldexp(1.0, -5 - hh)));
+            }
             ttt_layer_state st;
             ttt_layer_state_init(ctx, L, &st, NULL);
             if (c->learn_init)

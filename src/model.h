@@ -23,9 +23,14 @@
  *     qk_norm:   q, k = q/‖q‖, k/‖k‖ per head (eps 1e-6)           (DeltaNet's L2 normalization)
  *     eta:       η_t = sigmoid(h W_η + b_η)  (B·T, H)              per-token learning rate; the
  *                layer multiplies it by its θ (layer.optimizer.lr): β_t = θ η_t
- *     gate scalar: log α_t = −exp(a_log) · softplus(h W_a + dt_bias)   (B·T, H)   (Mamba2 / GDN)
+ *     eta dt:    η_t = dt_t, the scalar gate's step below            (Mamba2: the SSM writes
+ *                x_t·Δ_t, so one Δ_t sets both how much is written and how much is forgotten)
+ *     gate scalar: log α_t = −exp(a_log) · dt_t,  dt_t = softplus(h W_a + dt_bias)  (B·T, H)
+ *                                                                   (Mamba2 / GDN)
  *     gate vector: log α_t = logsigmoid(h W_a + b_a) / 16                (B·T, H·D) (GLA)
- *     gate constant: nothing is passed; the tuple's constant decay applies (RetNet's γ)
+ *     gate constant: nothing is passed; the tuple's constant decay applies
+ *     gate multiscale: head h decays by γ_h = 1 − 2^(−5−h), nothing learned (RetNet's
+ *                multi-scale retention: 0.969, 0.984, 0.992, … so some heads keep a long memory)
  *     per (sequence b, head h): o_bh = ttt_layer_forward(q_bh, k_bh, v_bh, η_bh, log α_bh)
  *                starting from the initial fast weights (zeros for the linear model; learned
  *                parameters `w0_<i>`, one set per head, for models with hidden structure)
@@ -37,10 +42,12 @@
  * positions: learned (a (max_len, d) table added to the embedding) or rope (q, k rotated per head).
  *
  * Gates derived from the layer's tuple when left at `auto` (documented choices):
- *   eta    on unless the fast-weight model is linear with the dot loss (where η would only
- *          rescale v): delta rule, gated delta rule, ttt_linear/ttt_mlp, titans, lact.
- *   gate   by preset: mamba2, gated_deltanet, titans → scalar; gla → vector; retnet and custom
- *          tuples with a decay ≠ 1 → constant (the tuple's own γ); otherwise none.
+ *   eta    dt for mamba2; otherwise on unless the fast-weight model is linear with the dot
+ *          loss (where η would only rescale v): delta rule, gated delta rule, ttt_linear/ttt_mlp,
+ *          titans, lact.
+ *   gate   by preset: mamba2, gated_deltanet, titans → scalar; gla → vector; retnet →
+ *          multiscale; custom tuples with a decay ≠ 1 → constant (the tuple's own γ); otherwise
+ *          none.
  *          Scalar: A = exp(a_log) with A ~ U[1, 16] at init, dt_bias = softplus⁻¹(dt),
  *          dt = exp(U[log dt_min, log dt_max]), by default [1e-3, 1e-1] (Mamba2's
  *          initialization; options model.dt_min / dt_max): α ∈ [0.2, 0.999] at init,
@@ -77,7 +84,15 @@ typedef enum ttt_gate_kind {
     TTT_GATE_CONSTANT, /* the tuple's constant decay (nothing learned) */
     TTT_GATE_SCALAR,   /* learned log α per token and head */
     TTT_GATE_VECTOR,   /* learned log α per token, head and key dimension */
+    TTT_GATE_MULTISCALE, /* a constant γ_h = 1 − 2^(−5−h) per head, nothing learned (RetNet) */
 } ttt_gate_kind;
+
+/* Per-token write strength η_t (the layer's β_t = θ η_t). */
+typedef enum ttt_eta_kind {
+    TTT_ETA_NONE,    /* β_t = θ */
+    TTT_ETA_SIGMOID, /* η_t = sigmoid(h W_η + b_η), its own projection */
+    TTT_ETA_DT,      /* η_t = dt_t, the scalar gate's step: Mamba2's x_t·Δ_t write */
+} ttt_eta_kind;
 
 /* What the task feeds in and reads out. */
 typedef struct ttt_seq_model_io {
@@ -96,7 +111,8 @@ typedef struct ttt_seq_model_config {
     ttt_pos_kind positions;
     int max_len;        /* rows of the learned position table */
     int conv;           /* short-convolution kernel, 0 = off */
-    int qk_norm, out_norm, out_gate, eta, learn_init;
+    int qk_norm, out_norm, out_gate, learn_init;
+    ttt_eta_kind eta;
     ttt_gate_kind gate;
     float init_std;
     double dt_min, dt_max; /* initial dt range of the scalar gate (Mamba2: 1e-3, 1e-1) */

@@ -1,12 +1,13 @@
 /* Gradients of the closed computation forms (outer-loop training, MATH.md §5; layers/composed.h,
- * layers/fused_grad.h) and of the recorded RoPE op.
+ * layers/fused_grad.h, layers/dual_grad.h) and of the recorded RoPE op.
  *
  * What ties what:
  *   (i)   composed forward = the fast kernels of forms.h / ttt_dual.h (same math, float32);
  *   (ii)  composed AND fused gradients = central finite differences of float64 recurrences
  *         written here from MATH.md (§4 rows, §1 mini-batch rule, titans.c's momentum rule), not
  *         from the forms: the definition, differentiated numerically;
- *   (iii) fused gradients = composed gradients at a training-like size (T = 100, C = 16, d = 16);
+ *   (iii) fused gradients = composed gradients at a training-like size (T = 100, C = 16, d = 16;
+ *         the dual form also with b = 7, d = 12 and no learning rates);
  *   (iv)  ttt_layer_forward_diff (composed and fused) = the generic driver's gradients through the
  *         tape (the definition of the layer, MATH.md §1, with q, k, v, η, log α and the initial
  *         state as parameters), for every (family, form) the closed forms cover;
@@ -23,12 +24,18 @@
  *   FD_RTOL_DUAL 1e-4 for the TTT-Linear dual form: its gradient runs through LN twice and
  *     through LN's second derivative, whose terms scale like r³ = (var + eps)^(−3/2); in the
  *     d = 5, b = 3 draw the gradients reach 170 (O(1…10) elsewhere) and the float32 error
- *     1.4e-5 of max|fd| (measured), consistent with float32 rounding amplified by those large
- *     second derivatives; a formula error would be off at O(1e-2…1).
+ *     1.4e-5 of max|fd| for the composed form, 2.6e-6 for the fused one (measured; the fused
+ *     backward does the per-row LN reductions in double), consistent with float32 rounding
+ *     amplified by those large second derivatives. Dropping any single term of the fused
+ *     backward (the second-derivative r term, either lr term, a dK or dG contribution, the
+ *     residual) fails (ii), (iii) and (iv) for the dual form (checked by hand on a copy of
+ *     layers/dual_grad.c).
  *   FUSED_RTOL 1e-5 for (iii): two float32 evaluations of the same gradient in different orders
- *     (measured ≤ 5e-7 of max|grad| for both linear attention and the delta rule).
+ *     (measured ≤ 5e-7 of max|grad| for linear attention and the delta rule, ≤ 2.9e-7 for the
+ *     dual form).
  *   GEN_RTOL 2e-5 for (iv): the generic driver takes the T tokens one at a time (T rank-1 updates
- *     in float32) against chunked matmuls; measured ≤ 9e-7 (TTT-Linear), ≤ 3e-7 otherwise.
+ *     in float32) against chunked matmuls; measured ≤ 1.3e-6 (TTT-Linear: 9e-7 composed,
+ *     1.3e-6 fused), ≤ 3.5e-7 otherwise.
  *   FWD_RTOL 2e-5 for (i) (as tests/test_la_forms.c: ~1e-5 relative, MATH.md §6); measured
  *     ≤ 2e-7.
  * test_harness_detects_wrong_gradient checks that a gradient off by a relative 1e-3 in one
@@ -38,6 +45,7 @@
 #include <string.h>
 
 #include "composed.h"
+#include "dual_grad.h"
 #include "fused_grad.h"
 #include "testutil.h"
 #include "ttt.h"
@@ -356,6 +364,36 @@ typedef struct run_out {
     ttt_tensor *out[3];   /* O, S, X */
 } run_out;
 
+/* The form of case c on the given path: returns O, the final state through *S and, for Titans
+ * and the dual form, M / b through *X. in[] as in run_out (NULL = absent or a constant). */
+static ttt_tensor *call_form(const gcase *c, path_t path, ttt_tensor *const *in, ttt_tensor **S,
+                             ttt_tensor **X) {
+    const int fused = path == PATH_FUSED;
+    *X = NULL;
+    switch (c->fam) {
+    case FAM_LA:
+        return fused ? ttt_la_chunkwise_fused(ctx, S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
+                                              in[IN_LA], in[IN_S0], c->C)
+                     : ttt_la_chunkwise_composed(ctx, S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
+                                                 in[IN_LA], in[IN_S0], c->C);
+    case FAM_DELTA:
+        return fused ? ttt_delta_chunkwise_fused(ctx, S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
+                                                 in[IN_LA], in[IN_S0], c->C)
+                     : ttt_delta_chunkwise_composed(ctx, S, in[IN_Q], in[IN_K], in[IN_V],
+                                                    in[IN_B], in[IN_LA], in[IN_S0], c->C);
+    case FAM_TITANS:
+        ck_assert(!fused);
+        return ttt_titans_chunked_composed(ctx, S, X, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
+                                           in[IN_LA], in[IN_S0], in[IN_X], c->mu, c->C);
+    case FAM_DUAL:
+        return fused ? ttt_ttt_linear_dual_fused(ctx, S, X, in[IN_Q], in[IN_K], in[IN_V],
+                                                 in[IN_B], in[IN_S0], in[IN_X], c->C)
+                     : ttt_ttt_linear_dual_composed(ctx, S, X, in[IN_Q], in[IN_K], in[IN_V],
+                                                    in[IN_B], in[IN_S0], in[IN_X], c->C);
+    }
+    return NULL;
+}
+
 /* Inputs as parameters with zeroed gradient buffers, the form on the tape, the loss
  * L = Σ R ⊙ outputs, backward. */
 static void run_tape(run_out *r, const problem *p, path_t path) {
@@ -387,35 +425,7 @@ static void run_tape(run_out *r, const problem *p, path_t path) {
         r->grad[i] = zalloc(p->n[i] * sizeof(float));
         ttt_tensor_set_param(r->in[i], r->grad[i]);
     }
-    ttt_tensor **in = r->in;
-    ttt_tensor *O = NULL, *S = NULL, *X = NULL;
-    switch (c->fam) {
-    case FAM_LA:
-        O = path == PATH_FUSED
-                ? ttt_la_chunkwise_fused(ctx, &S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                         in[IN_LA], in[IN_S0], c->C)
-                : ttt_la_chunkwise_composed(ctx, &S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                            in[IN_LA], in[IN_S0], c->C);
-        break;
-    case FAM_DELTA:
-        O = path == PATH_FUSED
-                ? ttt_delta_chunkwise_fused(ctx, &S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                            in[IN_LA], in[IN_S0], c->C)
-                : ttt_delta_chunkwise_composed(ctx, &S, in[IN_Q], in[IN_K], in[IN_V],
-                                               in[IN_B], in[IN_LA], in[IN_S0], c->C);
-        break;
-    case FAM_TITANS:
-        O = ttt_titans_chunked_composed(ctx, &S, &X, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                        in[IN_LA], in[IN_S0], in[IN_X], c->mu, c->C);
-        break;
-    case FAM_DUAL:
-        O = ttt_ttt_linear_dual_composed(ctx, &S, &X, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                         in[IN_S0], in[IN_X], c->C);
-        break;
-    }
-    r->out[0] = O;
-    r->out[1] = S;
-    r->out[2] = X;
+    r->out[0] = call_form(c, path, r->in, &r->out[1], &r->out[2]);
     ttt_tensor *L = NULL;
     for (int o = 0; o < 3; o++) {
         if (!r->out[o]) continue;
@@ -429,7 +439,7 @@ static void run_tape(run_out *r, const problem *p, path_t path) {
 }
 
 static int path_exists(const gcase *c, path_t path) {
-    return path == PATH_COMPOSED || c->fam == FAM_LA || c->fam == FAM_DELTA;
+    return path == PATH_COMPOSED || c->fam != FAM_TITANS;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -450,6 +460,9 @@ static const gcase fd_cases[] = {
     {"delta no beta", FAM_DELTA, GATE_SCALAR, 11, 4, 4, 4, 1, 0},
     {"dual b4", FAM_DUAL, GATE_NONE, 11, 4, 4, 4, 0, 0},
     {"dual b3 d5", FAM_DUAL, GATE_NONE, 11, 5, 5, 3, 0, 0},
+    {"dual b4 no lr", FAM_DUAL, GATE_NONE, 11, 3, 3, 4, 1, 0},
+    {"dual b1", FAM_DUAL, GATE_NONE, 11, 4, 4, 1, 0, 0},
+    {"dual one block", FAM_DUAL, GATE_NONE, 11, 4, 4, 16, 0, 0},
     {"titans scalar chunk4", FAM_TITANS, GATE_SCALAR, 11, 4, 3, 4, 0, 0.9f},
     {"titans none chunk3", FAM_TITANS, GATE_NONE, 11, 3, 4, 3, 0, 0.5f},
     {"titans mu0", FAM_TITANS, GATE_SCALAR, 11, 4, 3, 4, 0, 0.0f},
@@ -573,17 +586,23 @@ START_TEST(test_fused_forward_is_kernel) {
     run_out r;
     run_tape(&r, &p, PATH_FUSED);
     float *o = zalloc(p.n_out[0] * sizeof(float)), *S = zalloc(p.n_out[1] * sizeof(float));
+    float *X = zalloc((p.n_out[2] + 1) * sizeof(float));
     memcpy(S, p.f[IN_S0], p.n_out[1] * sizeof(float));
+    if (p.n[IN_X]) memcpy(X, p.f[IN_X], p.n[IN_X] * sizeof(float));
     ttt_ctx nograd = {.arena = ctx->arena};
     if (c->fam == FAM_LA)
         ttt_linear_attention_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B],
                                        p.f[IN_LA], c->gate == GATE_VECTOR, c->T, c->d_k, c->d_v,
                                        c->C);
-    else
+    else if (c->fam == FAM_DELTA)
         ttt_delta_rule_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B],
                                  p.f[IN_LA], c->T, c->d_k, c->d_v, c->C);
+    else
+        ttt_ttt_linear_dual(&nograd, o, S, X, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B], c->T,
+                            c->d_k, c->C);
     TU_ASSERT_CLOSE_F(r.out[0]->data, o, p.n_out[0], FWD_ATOL, FWD_RTOL);
     TU_ASSERT_CLOSE_F(r.out[1]->data, S, p.n_out[1], FWD_ATOL, FWD_RTOL);
+    if (p.n_out[2]) TU_ASSERT_CLOSE_F(r.out[2]->data, X, p.n_out[2], FWD_ATOL, FWD_RTOL);
 }
 END_TEST
 
@@ -598,6 +617,8 @@ static const gcase big_cases[] = {
     {"delta none", FAM_DELTA, GATE_NONE, 100, 16, 16, 16, 0, 0},
     {"delta scalar", FAM_DELTA, GATE_SCALAR, 100, 16, 16, 16, 0, 0},
     {"delta scalar d_v 24", FAM_DELTA, GATE_SCALAR, 100, 16, 24, 16, 0, 0},
+    {"dual b16", FAM_DUAL, GATE_NONE, 100, 16, 16, 16, 0, 0},
+    {"dual b7 d12 no lr", FAM_DUAL, GATE_NONE, 100, 12, 12, 7, 1, 0},
 };
 #define N_BIG_CASES ((int)(sizeof big_cases / sizeof big_cases[0]))
 
@@ -627,7 +648,8 @@ START_TEST(test_fused_partial_grads) {
     run_out full;
     run_tape(&full, &p, PATH_FUSED);
     for (int keep = 0; keep < 2; keep++) {
-        /* keep 0: only log α, β and S0 require grad; keep 1: only q and v */
+        /* keep 0: only log α, β and the initial state (S0; b0 of the dual form) require grad;
+         * keep 1: only q and v */
         ttt_tape_reset(ctx->tape);
         ttt_tensor *in[N_IN] = {0};
         float *g[N_IN] = {0};
@@ -635,24 +657,22 @@ START_TEST(test_fused_partial_grads) {
             if (!full.in[i]) continue;
             in[i] = ttt_tensor_new(ctx, full.in[i]->ndim, full.in[i]->shape);
             memcpy(in[i]->data, p.f[i], p.n[i] * sizeof(float));
-            const int want = keep == 0 ? (i == IN_LA || i == IN_B || i == IN_S0)
+            const int want = keep == 0 ? (i == IN_LA || i == IN_B || i == IN_S0 || i == IN_X)
                                        : (i == IN_Q || i == IN_V);
             if (want) {
                 g[i] = zalloc(p.n[i] * sizeof(float));
                 ttt_tensor_set_param(in[i], g[i]);
             }
         }
-        ttt_tensor *S, *O;
-        if (c->fam == FAM_LA)
-            O = ttt_la_chunkwise_fused(ctx, &S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                       in[IN_LA], in[IN_S0], c->C);
-        else
-            O = ttt_delta_chunkwise_fused(ctx, &S, in[IN_Q], in[IN_K], in[IN_V], in[IN_B],
-                                          in[IN_LA], in[IN_S0], c->C);
-        ttt_tensor Ro = ttt_tensor_view(p.R[0], 2, O->shape);
-        ttt_tensor Rs = ttt_tensor_view(p.R[1], 2, S->shape);
-        ttt_tensor *L = ttt_add(ctx, ttt_sum(ctx, ttt_mul(ctx, O, ttt_tensor_copy(ctx, &Ro))),
-                                ttt_sum(ctx, ttt_mul(ctx, S, ttt_tensor_copy(ctx, &Rs))));
+        ttt_tensor *out[3];
+        out[0] = call_form(c, PATH_FUSED, in, &out[1], &out[2]);
+        ttt_tensor *L = NULL;
+        for (int o = 0; o < 3; o++) {
+            if (!out[o]) continue;
+            ttt_tensor Rv = ttt_tensor_view(p.R[o], out[o]->ndim, out[o]->shape);
+            ttt_tensor *term = ttt_sum(ctx, ttt_mul(ctx, out[o], ttt_tensor_copy(ctx, &Rv)));
+            L = L ? ttt_add(ctx, L, term) : term;
+        }
         ttt_backward(ctx, L);
         for (int i = 0; i < N_IN; i++) {
             if (!g[i]) continue;
@@ -690,13 +710,14 @@ START_TEST(test_fused_vector_long_span) {
 END_TEST
 
 /* Memory of the fused ops: what a recorded forward leaves in the arena for the backward is the
- * packed result (T·d_v + d_k·d_v floats) plus one d_k × d_v state per chunk — it grows with the
- * number of chunks, not with T·d_k·d_v (a saved state per token would be 32× more here). */
+ * packed result (T·d_v + d_k·d_v floats, + d for the dual form's bias) plus one state per chunk
+ * (d_k × d_v; (W, b) per block of the dual form) — it grows with the number of chunks, not with
+ * T·d_k·d_v (a saved state per token would be 64× more here for chunk 64, 16× for block 16). */
 START_TEST(test_fused_memory_per_chunk) {
-    const int T = 512, d = 16, C = 64;
+    const int T = 512, d = 16, C = 64, Bd = 16; /* Bd: the dual form's mini-batch */
     ttt_rng rng;
     ttt_rng_seed(&rng, 9);
-    for (int op = 0; op < 2; op++) {
+    for (int op = 0; op < 3; op++) {
         ttt_tape_reset(ctx->tape);
         ttt_tensor *in[4] = {ttt_tensor_2d(ctx, T, d), ttt_tensor_2d(ctx, T, d),
                              ttt_tensor_2d(ctx, T, d), ttt_tensor_2d(ctx, d, d)};
@@ -706,16 +727,23 @@ START_TEST(test_fused_memory_per_chunk) {
         }
         ttt_tensor *la = ttt_tensor_1d(ctx, T);
         ttt_tensor_fill(la, -0.05f);
+        ttt_tensor *b0 = ttt_tensor_1d(ctx, d), *bT = NULL;
+        ttt_tensor_fill(b0, 0.1f);
+        b0->requires_grad = 1;
         const size_t before = ttt_arena_footprint(ctx->arena);
         ttt_tensor *S;
         if (op == 0)
             ttt_la_chunkwise_fused(ctx, &S, in[0], in[1], in[2], NULL, la, in[3], C);
-        else
+        else if (op == 1)
             ttt_delta_chunkwise_fused(ctx, &S, in[0], in[1], in[2], NULL, la, in[3], C);
+        else
+            ttt_ttt_linear_dual_fused(ctx, &S, &bT, in[0], in[1], in[2], NULL, in[3], b0, Bd);
         const size_t kept = ttt_arena_footprint(ctx->arena) - before;
-        /* floats: result + saved chunk-start states; plus headers, the tape entry and 64-byte
+        /* floats: result + saved chunk-start states; plus headers, the tape entries and 64-byte
          * alignment of each allocation (< 2 KiB) */
-        const size_t bound = 4 * ((size_t)T * d + (size_t)d * d + (size_t)(T / C) * d * d) + 2048;
+        const size_t state = op < 2 ? (size_t)d * d : (size_t)d * d + d;
+        const size_t nchunks = (size_t)(T / (op < 2 ? C : Bd));
+        const size_t bound = 4 * ((size_t)T * d + state + nchunks * state) + 2048;
         ck_assert_msg(kept <= bound, "op %d keeps %zu bytes (bound %zu)", op, kept, bound);
         ck_assert(S->n == (size_t)d * d);
     }

@@ -328,6 +328,33 @@ START_TEST(closed_forms_match_generic) {
 }
 END_TEST
 
+/* RetNet's multi-scale retention (model.h, gate multiscale): head h decays by 1 − 2^(−5−h).
+ * With one head that is 1 − 2^−5 = 0.96875, so the model must equal the one whose layer carries
+ * that constant (gate constant: the tuple's decay); with two heads the second head keeps
+ * 1 − 2^−6, so the two models must differ. */
+START_TEST(multiscale_gate_is_retnet_decay) {
+    fixture a, b;
+    build(&a, "{d_model: 8, heads: 1, layers: 2, mlp: 0, conv: 3, init_std: 0.3}",
+          "{preset: retnet}", 5);
+    ck_assert_int_eq(a.m.cfg.gate, TTT_GATE_MULTISCALE);
+    build(&b, "{d_model: 8, heads: 1, layers: 2, mlp: 0, conv: 3, init_std: 0.3, gate: constant}",
+          "{preset: linear_attention, optimizer: {name: sgd, decay: 0.96875}}", 5);
+    const double la = loss_at(&a), lb = loss_at(&b);
+    ck_assert_msg(fabs(la - lb) <= 1e-6 * fabs(lb), "one head: %.9g vs %.9g", la, lb);
+    destroy(&a);
+    destroy(&b);
+    build(&a, "{d_model: 8, heads: 2, layers: 2, mlp: 0, conv: 3, init_std: 0.3}",
+          "{preset: retnet}", 5);
+    build(&b, "{d_model: 8, heads: 2, layers: 2, mlp: 0, conv: 3, init_std: 0.3, gate: constant}",
+          "{preset: retnet}", 5);
+    const double l2a = loss_at(&a), l2b = loss_at(&b);
+    ck_assert_msg(fabs(l2a - l2b) > 1e-5 * fabs(l2b), "two heads: multiscale %.9g = constant %.9g",
+                  l2a, l2b);
+    destroy(&a);
+    destroy(&b);
+}
+END_TEST
+
 /* Output at position t must not depend on later tokens, and sequences of a batch must not see
  * each other (the conv restarts per sequence, the per-(sequence, head) slicing is right). */
 static void check_causal(const char *model_yaml, const char *layer_yaml) {
@@ -391,13 +418,24 @@ START_TEST(config_errors) {
                      TTT_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(err.msg, "linear"));
     ttt_cfg_free(root);
+    ck_assert_int_eq(ttt_cfg_load_string("model: {d_model: 8, eta: dt}\n"
+                                         "layer: {preset: deltanet}\n",
+                                         "m.yaml", &root, &err),
+                     TTT_OK);
+    ck_assert_int_eq(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                         (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                         &err),
+                     TTT_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "m.yaml:1"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "gate: scalar"));
+    ttt_cfg_free(root);
     /* the gates the presets imply (model.h) */
     const struct {
         const char *preset;
         int eta, gate, qk;
     } want[] = {
-        {"linear_attention", 0, TTT_GATE_NONE, 0}, {"retnet", 0, TTT_GATE_CONSTANT, 0},
-        {"mamba2", 0, TTT_GATE_SCALAR, 0},         {"gla", 0, TTT_GATE_VECTOR, 0},
+        {"linear_attention", 0, TTT_GATE_NONE, 0}, {"retnet", 0, TTT_GATE_MULTISCALE, 0},
+        {"mamba2", TTT_ETA_DT, TTT_GATE_SCALAR, 0}, {"gla", 0, TTT_GATE_VECTOR, 0},
         {"deltanet", 1, TTT_GATE_NONE, 1},         {"gated_deltanet", 1, TTT_GATE_SCALAR, 1},
         {"ttt_linear", 1, TTT_GATE_NONE, 0},       {"titans", 1, TTT_GATE_SCALAR, 1},
         {"lact", 1, TTT_GATE_NONE, 0},
@@ -410,7 +448,7 @@ START_TEST(config_errors) {
                                            (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
                                            &err);
         ck_assert_msg(s == TTT_OK, "%s: %s", want[i].preset, err.msg);
-        ck_assert_msg(c.eta == want[i].eta && (int)c.gate == want[i].gate &&
+        ck_assert_msg((int)c.eta == want[i].eta && (int)c.gate == want[i].gate &&
                           c.qk_norm == want[i].qk,
                       "%s: eta %d gate %d qk_norm %d", want[i].preset, c.eta, c.gate, c.qk_norm);
         ttt_cfg_free(root);
@@ -425,6 +463,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_deltanet);
     tcase_add_test(g, grad_gla);
     tcase_add_test(g, grad_mamba2);
+    tcase_add_test(g, multiscale_gate_is_retnet_decay);
     tcase_add_test(g, grad_gated_deltanet);
     tcase_add_test(g, grad_ttt_linear);
     tcase_add_test(g, grad_titans);

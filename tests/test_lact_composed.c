@@ -1,0 +1,863 @@
+/* LaCT's closed form (layers/lact_composed.c, ttt_lact_composed: the chunkwise form of the LaCT
+ * family) against its definitions.
+ *
+ * What ties what:
+ *   (a) forward: the closed form = the generic driver (layers/ttt_layer.c, MATH.md §1 with
+ *       apply_then_update, large_batch §3) on outputs, final weights and optimizer state, without
+ *       and with a tape, over sizes with T not a multiple of b, b > T, muon on and off, momentum,
+ *       both renormalization axes and none, the lact coefficients, per-token η, per-token and
+ *       constant decay, the squared loss and position_scale: inverse; a sequence split at a
+ *       block boundary continues from the carried state;
+ *   (b) gradients: of L = Σ R ⊙ (outputs, final weights, final momentum) with fixed random R,
+ *       w.r.t. q, k, v, η, log α and the initial weights W0, W1, W2: the closed form through the
+ *       tape = the generic driver through the tape; and = central finite differences of a float64
+ *       LaCT written here from MATH.md (SwiGLU §2, large_batch and Newton–Schulz §3), whose
+ *       forward also equals the closed form's;
+ *   (c) a deliberately wrong variant fails: the float64 reference with the block reading its own
+ *       update, with the other renormalization axis, or without the in-block decay weights; the
+ *       generic driver with b + 1; a gradient off by 1e-2 in one element;
+ *   and: unsupported options give "use form: generic" errors, `form: auto` picks the closed form
+ *   for the LaCT preset and the generic driver where the closed form does not apply.
+ *
+ * Tolerances. Newton–Schulz makes this layer ill-conditioned at float32 resolution: each step
+ * maps a singular value σ/‖G‖ through a quintic with slope a = 3.4445 at 0, so over 5 steps
+ * directions with small singular values (always present when a block has fewer tokens than
+ * the weight's side) are amplified ~490×, and the backward compounds it. Measured: perturbing
+ * every input by a relative 2e-7 (2–3 ulp) moves the gradients by 6e-4 (the mqar-sized case)
+ * to 8e-3 (a muon case whose last block is one token) of their max — the function itself is
+ * that sensitive, so no float32 evaluation (the generic driver included, which is off the
+ * float64 truth by 3e-3 there) can agree better. A fixed tolerance would be either loose
+ * for the well-conditioned cases or fail the ill-conditioned ones, so every comparison measures
+ * that floor for its own case and allows
+ *     |got − want| ≤ NOISE_FACTOR·noise + ATOL + RTOL·max|want|,
+ * where noise = the largest change of either float32 path (closed form, generic driver) under
+ * the NOISE_REL input perturbation, elementwise max over the compared tensor:
+ *   NOISE_REL 2e-7, NOISE_FACTOR 8: measured |closed − generic| ≤ 3.0·noise and
+ *     |closed − finite differences| ≤ 2.0·noise over all cases (both paths are float32
+ *     evaluations of the same function; the rounding inside them acts like such perturbations
+ *     of intermediate values, which add up); 8 leaves room for other compilers' rounding
+ *     (Debug, sanitizers, FMA). The wrong variants below land at 5e4…2e6·noise.
+ *   RTOL 2e-5, ATOL 1e-6: the floor where the layer is well conditioned (no muon: measured
+ *     closed vs generic and vs float64 ≤ 2e-6 forward, ≤ 1e-6 gradients, noise ~1e-7).
+ *   Finite differences: float64 central differences with h = 1e-6·max(1, |x|): cancellation
+ *     ~1e-16·|L|/h ≈ 1e-8, truncation h² times the third derivative far below the float32
+ *     noise above (measured closed vs FD ≤ 3e-5 of max|fd| in the FD cases).
+ * The wrong variants (c) must fail these same comparisons, noise floor included. With
+ * TTT_TEST_VERBOSE set every comparison prints its error and noise. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "composed.h"
+#include "testutil.h"
+#include "ttt.h"
+
+#define NOISE_REL 2e-7
+#define NOISE_FACTOR 8.0
+#define RTOL 2e-5
+#define ATOL 1e-6
+
+static ttt_arena g_arena;
+static ttt_tape g_tape;
+static ttt_ctx g_ctx;
+static ttt_ctx *ctx = &g_ctx;
+
+static void setup(void) {
+    ttt_arena_init(&g_arena, 1 << 22);
+    ttt_tape_init(&g_tape);
+    g_ctx = (ttt_ctx){.arena = &g_arena, .grad = 1, .tape = &g_tape};
+}
+
+static void teardown(void) {
+    ttt_tape_free(&g_tape);
+    ttt_arena_free(&g_arena);
+}
+
+static void *zalloc(size_t bytes) {
+    void *p = ttt_arena_alloc(ctx->arena, bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* cases */
+
+enum { GATE_NONE, GATE_TOKEN, GATE_CONST }; /* per-token log α (decoupled) or optimizer decay */
+enum { RENORM_OFF, RENORM_COLS, RENORM_ROWS };
+#define CONST_DECAY 0.9f
+
+typedef struct lcase {
+    const char *name;
+    int T, b, d_k, d_v;
+    float lr, mu;                 /* θ, momentum over blocks */
+    int muon, ns_lact, renorm;    /* Newton–Schulz on, lact coefficients, renormalization */
+    int squared, pos_inverse;     /* loss squared (else dot), position_scale inverse */
+    int eta, gate;                /* per-token η given; decay (GATE_*) */
+} lcase;
+
+static const lcase fwd_cases[] = {
+    {"muon, T 13, b 4", 13, 4, 4, 4, 0.5f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_NONE},
+    {"no muon, d_v 3", 13, 5, 4, 3, 0.3f, 0, 0, 0, RENORM_COLS, 0, 0, 1, GATE_NONE},
+    {"b > T", 7, 16, 4, 4, 1.0f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_NONE},
+    {"no eta, b 3, d_v 5", 10, 3, 3, 5, 0.7f, 0, 1, 0, RENORM_COLS, 0, 0, 0, GATE_NONE},
+    {"momentum, lact, rows", 13, 4, 4, 4, 0.3f, 0.7f, 1, 1, RENORM_ROWS, 0, 0, 1, GATE_NONE},
+    {"per-token gates", 13, 4, 4, 3, 0.5f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_TOKEN},
+    {"squared, inverse, no renorm", 11, 4, 4, 4, 0.2f, 0, 0, 0, RENORM_OFF, 1, 1, 1, GATE_NONE},
+    {"constant decay", 12, 4, 4, 4, 0.5f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_CONST},
+    {"squared, muon, momentum, gates", 9, 3, 3, 3, 0.4f, 0.5f, 1, 0, RENORM_COLS, 1, 0, 1,
+     GATE_TOKEN},
+    {"mqar size", 64, 16, 8, 8, 1.0f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_NONE},
+};
+#define N_FWD ((int)(sizeof fwd_cases / sizeof fwd_cases[0]))
+
+/* small sizes for finite differences (T = 7 with b = 3: a short last block) */
+static const lcase fd_cases[] = {
+    {"fd muon", 7, 3, 3, 2, 0.5f, 0, 1, 0, RENORM_COLS, 0, 0, 1, GATE_NONE},
+    {"fd momentum, lact, rows, gates", 7, 3, 3, 3, 0.4f, 0.6f, 1, 1, RENORM_ROWS, 0, 0, 1,
+     GATE_TOKEN},
+    {"fd squared, inverse, plain", 7, 3, 3, 2, 0.3f, 0, 0, 0, RENORM_OFF, 1, 1, 1, GATE_NONE},
+    {"fd b > T, no eta", 5, 8, 2, 3, 0.8f, 0, 1, 0, RENORM_COLS, 0, 0, 0, GATE_NONE},
+};
+#define N_FD ((int)(sizeof fd_cases / sizeof fd_cases[0]))
+
+/* The case as a layer with form generic (the closed form is set on a copy). */
+static void case_layer(const lcase *c, ttt_layer *L) {
+    char text[768];
+    snprintf(text, sizeof text,
+             "layer: {preset: lact, mini_batch: %d, loss: %s, position_scale: %s, form: generic, "
+             "optimizer: {name: large_batch, lr: %g, momentum: %g, muon: %s, coefficients: %s, "
+             "renormalize: %s, renormalize_axis: %s, decay: %g}}\n",
+             c->b, c->squared ? "squared" : "dot", c->pos_inverse ? "inverse" : "none",
+             (double)c->lr, (double)c->mu, c->muon ? "true" : "false",
+             c->ns_lact ? "lact" : "muon", c->renorm ? "true" : "false",
+             c->renorm == RENORM_ROWS ? "rows" : "columns",
+             c->gate == GATE_CONST ? (double)CONST_DECAY : 1.0);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
+    ttt_status s =
+        ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->d_k, c->d_v, L, &err);
+    ttt_cfg_free(root);
+    ck_assert_msg(s == TTT_OK, "%s: %s", c->name, err.msg);
+    ck_assert_msg(ttt_layer_family(L) == TTT_FAMILY_LACT, "%s", c->name);
+    ck_assert_msg(ttt_layer_form_unavailable(L, TTT_FORM_CHUNKWISE) == NULL, "%s", c->name);
+}
+
+/* parameters of a run */
+enum { P_Q, P_K, P_V, P_ETA, P_LA, P_W0, P_W1, P_W2, N_P };
+static const char *const p_names[N_P] = {"q", "k", "v", "eta", "log_alpha", "W0", "W1", "W2"};
+
+typedef struct problem {
+    const lcase *c;
+    size_t n[N_P];  /* element counts (0 = absent) */
+    float *f[N_P];  /* values */
+    double *x[N_P]; /* the same in double */
+    float *R[7];    /* loss weights: o, W0..W2 final, M0..M2 final */
+    size_t nR[7];
+} problem;
+
+static void draw(problem *p, const lcase *c, uint64_t seed) {
+    memset(p, 0, sizeof *p);
+    p->c = c;
+    const int T = c->T, dk = c->d_k, dv = c->d_v, dh = dk;
+    const size_t n[N_P] = {(size_t)T * dk, (size_t)T * dk, (size_t)T * dv,
+                           c->eta ? (size_t)T : 0, c->gate == GATE_TOKEN ? (size_t)T : 0,
+                           (size_t)dk * dh, (size_t)dh * dv, (size_t)dk * dh};
+    ttt_rng rng;
+    ttt_rng_seed(&rng, seed);
+    for (int i = 0; i < N_P; i++) {
+        p->n[i] = n[i];
+        if (!n[i]) continue;
+        p->f[i] = zalloc(n[i] * sizeof(float));
+        p->x[i] = zalloc(n[i] * sizeof(double));
+        /* weights at the model's scale N(0, 1/d) */
+        const double sw = i == P_W1 ? 1.0 / sqrt((double)dh) : 1.0 / sqrt((double)dk);
+        for (size_t e = 0; e < n[i]; e++) {
+            const double u = ttt_rng_uniform(&rng), z = ttt_rng_normal(&rng);
+            p->f[i][e] = (float)(i == P_ETA  ? 0.3 + 0.7 * u
+                                 : i == P_LA ? -0.02 - 0.4 * u
+                                 : i == P_Q  ? 0.7 * z
+                                 : i == P_K  ? 0.6 * z
+                                 : i >= P_W0 ? sw * z
+                                             : z);
+            p->x[i][e] = p->f[i][e];
+        }
+    }
+    const size_t nR[7] = {(size_t)T * dv, n[P_W0], n[P_W1], n[P_W2],
+                          c->mu > 0 ? n[P_W0] : 0, c->mu > 0 ? n[P_W1] : 0,
+                          c->mu > 0 ? n[P_W2] : 0};
+    for (int i = 0; i < 7; i++) {
+        p->nR[i] = nR[i];
+        if (!nR[i]) continue;
+        p->R[i] = zalloc(nR[i] * sizeof(float));
+        for (size_t e = 0; e < nR[i]; e++) p->R[i][e] = (float)ttt_rng_normal(&rng);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* runs of the library: generic driver or closed form, with or without a tape */
+
+typedef struct run_out {
+    float *o;           /* (T, d_v) */
+    float *W[3], *M[3]; /* final weights, final momentum (or NULL) */
+    float *g[N_P];      /* gradients (tape runs) */
+} run_out;
+
+static float *keep_copy(const ttt_tensor *t) {
+    float *r = zalloc(t->n * sizeof(float));
+    memcpy(r, t->data, t->n * sizeof(float));
+    return r;
+}
+
+/* One forward of the layer through ttt_layer_forward in form `form`; with tape != 0 every
+ * parameter requires grad and L = Σ R ⊙ outputs is differentiated. */
+static void run(run_out *r, const ttt_layer *L0, ttt_form form, const problem *p, int tape) {
+    const lcase *c = p->c;
+    ttt_layer L = *L0;
+    L.form = form;
+    ttt_ctx ng = {.arena = ctx->arena};
+    ttt_ctx *cx = tape ? ctx : &ng;
+    if (tape) ttt_tape_reset(ctx->tape);
+    memset(r, 0, sizeof *r);
+    ttt_layer_state st;
+    ttt_layer_state_init(cx, &L, &st, NULL);
+    ttt_tensor *t[N_P] = {0};
+    for (int i = 0; i < N_P; i++) {
+        if (!p->n[i]) continue;
+        if (i >= P_W0) {
+            t[i] = st.W[i - P_W0];
+            memcpy(t[i]->data, p->f[i], p->n[i] * sizeof(float));
+            /* the initial norms of renormalization belong to these weights */
+            L.optim->init_state(L.optim_cfg, st.opt[i - P_W0], t[i]);
+        } else {
+            t[i] = i == P_Q || i == P_K ? ttt_tensor_2d(cx, c->T, c->d_k)
+                   : i == P_V         ? ttt_tensor_2d(cx, c->T, c->d_v)
+                                      : ttt_tensor_1d(cx, c->T);
+            memcpy(t[i]->data, p->f[i], p->n[i] * sizeof(float));
+        }
+        if (tape) {
+            r->g[i] = zalloc(p->n[i] * sizeof(float));
+            ttt_tensor_set_param(t[i], r->g[i]);
+        }
+    }
+    ttt_tensor *W_in[3] = {st.W[0], st.W[1], st.W[2]};
+    ttt_tensor *o = ttt_tensor_2d(cx, c->T, c->d_v);
+    ttt_error err = {0};
+    ttt_status s = ttt_layer_forward(cx, &L, o, &st, t[P_Q], t[P_K], t[P_V], t[P_ETA], t[P_LA],
+                                     &err);
+    ck_assert_msg(s == TTT_OK, "%s (%s): %s", c->name, ttt_form_name(form), err.msg);
+    const int mom = c->mu > 0;
+    if (!tape) /* without a tape the state is updated in place */
+        for (int w = 0; w < 3; w++) ck_assert_ptr_eq(st.W[w], W_in[w]);
+    r->o = keep_copy(o);
+    for (int w = 0; w < 3; w++) {
+        r->W[w] = keep_copy(st.W[w]);
+        if (mom) r->M[w] = keep_copy(st.opt[w][0]);
+    }
+    if (!tape) return;
+    ttt_tensor *outs[7] = {o,
+                           st.W[0],
+                           st.W[1],
+                           st.W[2],
+                           mom ? st.opt[0][0] : NULL,
+                           mom ? st.opt[1][0] : NULL,
+                           mom ? st.opt[2][0] : NULL};
+    ttt_tensor *loss = NULL;
+    for (int i = 0; i < 7; i++) {
+        if (!outs[i]) continue;
+        ck_assert(outs[i]->n == p->nR[i]);
+        ttt_tensor Rv = ttt_tensor_view(p->R[i], outs[i]->ndim, outs[i]->shape);
+        ttt_tensor *term = ttt_sum(ctx, ttt_mul(ctx, outs[i], ttt_tensor_copy(ctx, &Rv)));
+        loss = loss ? ttt_add(ctx, loss, term) : term;
+    }
+    ttt_backward(ctx, loss);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* comparisons against the float32 noise floor (see the header) */
+
+/* The compared tensors of a run: 0 the output, 1–3 the final weights, 4–6 the final momentum,
+ * 7 + i the gradient w.r.t. parameter i. NULL when absent. */
+enum { S_O = 0, S_W = 1, S_M = 4, S_G = 7, N_S = S_G + N_P };
+
+static const float *slot(const run_out *r, const problem *p, int s, size_t *n) {
+    if (s == S_O) *n = (size_t)p->c->T * p->c->d_v;
+    else if (s < S_G) *n = p->n[P_W0 + (s - S_W) % 3];
+    else *n = p->n[s - S_G];
+    return s == S_O ? r->o : s < S_M ? r->W[s - S_W] : s < S_G ? r->M[s - S_M] : r->g[s - S_G];
+}
+
+static const char *slot_name(int s, char *buf, size_t len) {
+    if (s == S_O) snprintf(buf, len, "output");
+    else if (s < S_M) snprintf(buf, len, "final W%d", s - S_W);
+    else if (s < S_G) snprintf(buf, len, "final momentum of W%d", s - S_M);
+    else snprintf(buf, len, "d/d%s", p_names[s - S_G]);
+    return buf;
+}
+
+/* A copy of p with every input multiplied by (1 + NOISE_REL·z), z standard normal. */
+static void perturb(problem *pp, const problem *p, uint64_t seed) {
+    *pp = *p;
+    ttt_rng rng;
+    ttt_rng_seed(&rng, seed);
+    for (int i = 0; i < N_P; i++) {
+        if (!p->n[i]) continue;
+        pp->f[i] = zalloc(p->n[i] * sizeof(float));
+        pp->x[i] = zalloc(p->n[i] * sizeof(double));
+        for (size_t e = 0; e < p->n[i]; e++) {
+            pp->f[i][e] = (float)(p->f[i][e] * (1.0 + NOISE_REL * ttt_rng_normal(&rng)));
+            pp->x[i][e] = pp->f[i][e];
+        }
+    }
+}
+
+/* max |a2 − a| of slot s over the given run pairs (a run at p and the same at the perturbed
+ * problem): the noise floor of that tensor */
+static double noise_of(const run_out *const *pairs, int n_pairs, const problem *p, int s) {
+    double nz = 0;
+    for (int k = 0; k < n_pairs; k++) {
+        size_t n;
+        const float *a = slot(pairs[2 * k], p, s, &n), *a2 = slot(pairs[2 * k + 1], p, s, &n);
+        for (size_t e = 0; a && e < n; e++) {
+            const double d = fabs((double)a2[e] - a[e]);
+            if (d > nz) nz = d;
+        }
+    }
+    return nz;
+}
+
+/* got ≈ want (float or double reference) up to NOISE_FACTOR·noise + ATOL + RTOL·max|want|.
+ * With TTT_TEST_VERBOSE set, prints the error and the noise as fractions of max|want| and their
+ * ratio (how the numbers in the header were measured). */
+static int close_noise(const float *got, const float *want_f, const double *want_d, size_t n,
+                       double noise, char *msg, size_t len) {
+    if (getenv("TTT_TEST_VERBOSE")) {
+        double mx = 0, mr = 0;
+        for (size_t e = 0; e < n; e++) {
+            const double w = want_d ? want_d[e] : (double)want_f[e];
+            mx = fmax(mx, fabs((double)got[e] - w));
+            mr = fmax(mr, fabs(w));
+        }
+        printf("error/max %.2e noise/max %.2e error/noise %.2f\n", mx / mr, noise / mr,
+               mx / (noise + 1e-30));
+    }
+    const double atol = ATOL + NOISE_FACTOR * noise;
+    return want_d ? tu_close(got, want_d, n, atol, RTOL, msg, len)
+                  : tu_close_f(got, want_f, n, atol, RTOL, msg, len);
+}
+
+/* every slot in [s0, s1) of got against want; noise from the run pairs */
+static int runs_close(const run_out *got, const run_out *want, const run_out *const *pairs,
+                      int n_pairs, const problem *p, int s0, int s1, char *msg, size_t len) {
+    for (int s = s0; s < s1; s++) {
+        size_t n;
+        const float *g = slot(got, p, s, &n), *w = slot(want, p, s, &n);
+        if (!g || !w) continue;
+        char m[400], nm[48];
+        const double nz = noise_of(pairs, n_pairs, p, s);
+        if (!close_noise(g, w, NULL, n, nz, m, sizeof m)) {
+            if (msg) snprintf(msg, len, "%s: %s (noise %.3e)", slot_name(s, nm, sizeof nm), m, nz);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* (a) forward = the generic driver */
+
+START_TEST(test_forward_matches_generic) {
+    const lcase *c = &fwd_cases[_i];
+    if (getenv("TTT_TEST_VERBOSE")) printf("forward: %s\n", c->name);
+    ttt_layer L;
+    case_layer(c, &L);
+    problem p, pp;
+    draw(&p, c, 500 + (uint64_t)_i);
+    perturb(&pp, &p, 1);
+    run_out gen, clo, clo_tape, gen2, clo2;
+    run(&gen, &L, TTT_FORM_GENERIC, &p, 0);
+    run(&clo, &L, TTT_FORM_CHUNKWISE, &p, 0);
+    run(&clo_tape, &L, TTT_FORM_CHUNKWISE, &p, 1);
+    run(&gen2, &L, TTT_FORM_GENERIC, &pp, 0);
+    run(&clo2, &L, TTT_FORM_CHUNKWISE, &pp, 0);
+    const run_out *pairs[4] = {&gen, &gen2, &clo, &clo2};
+    char msg[512];
+    ck_assert_msg(runs_close(&clo, &gen, pairs, 2, &p, S_O, S_G, msg, sizeof msg), "%s: %s",
+                  c->name, msg);
+    ck_assert_msg(runs_close(&clo_tape, &gen, pairs, 2, &p, S_O, S_G, msg, sizeof msg),
+                  "%s (tape): %s", c->name, msg);
+}
+END_TEST
+
+/* A sequence split at a block boundary: the second call continues from the carried weights and
+ * optimizer state (both in place without a tape) and gives the one-call result: the same float
+ * operations on the same values, so RTOL alone. */
+START_TEST(test_split_continues) {
+    const lcase *c = &fwd_cases[4]; /* momentum: the optimizer state matters */
+    ttt_layer L;
+    case_layer(c, &L);
+    L.form = TTT_FORM_CHUNKWISE;
+    problem p;
+    draw(&p, c, 41);
+    run_out one;
+    run(&one, &L, TTT_FORM_CHUNKWISE, &p, 0);
+    ttt_ctx ng = {.arena = ctx->arena};
+    ttt_layer_state st;
+    ttt_layer_state_init(&ng, &L, &st, NULL);
+    for (int w = 0; w < 3; w++) {
+        memcpy(st.W[w]->data, p.f[P_W0 + w], p.n[P_W0 + w] * sizeof(float));
+        L.optim->init_state(L.optim_cfg, st.opt[w], st.W[w]);
+    }
+    const int T1 = 2 * c->b, dk = c->d_k, dv = c->d_v;
+    ttt_tensor *o = ttt_tensor_2d(&ng, c->T, dv);
+    for (int part = 0; part < 2; part++) {
+        const int a = part ? T1 : 0, e = part ? c->T : T1, n = e - a;
+        ttt_tensor *q = ttt_tensor_2d(&ng, n, dk), *k = ttt_tensor_2d(&ng, n, dk);
+        ttt_tensor *v = ttt_tensor_2d(&ng, n, dv), *eta = ttt_tensor_1d(&ng, n);
+        memcpy(q->data, p.f[P_Q] + (size_t)a * dk, q->n * sizeof(float));
+        memcpy(k->data, p.f[P_K] + (size_t)a * dk, k->n * sizeof(float));
+        memcpy(v->data, p.f[P_V] + (size_t)a * dv, v->n * sizeof(float));
+        memcpy(eta->data, p.f[P_ETA] + a, eta->n * sizeof(float));
+        ttt_tensor *os = ttt_tensor_2d(&ng, n, dv);
+        ttt_error err = {0};
+        ck_assert_msg(ttt_layer_forward(&ng, &L, os, &st, q, k, v, eta, NULL, &err) == TTT_OK,
+                      "%s", err.msg);
+        memcpy(o->data + (size_t)a * dv, os->data, os->n * sizeof(float));
+    }
+    TU_ASSERT_CLOSE_F(o->data, one.o, o->n, ATOL, RTOL);
+    for (int w = 0; w < 3; w++) {
+        TU_ASSERT_CLOSE_F(st.W[w]->data, one.W[w], st.W[w]->n, ATOL, RTOL);
+        TU_ASSERT_CLOSE_F(st.opt[w][0]->data, one.M[w], st.W[w]->n, ATOL, RTOL);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (b) gradients = the generic driver's through the tape */
+
+START_TEST(test_grads_match_generic) {
+    const lcase *c = &fwd_cases[_i];
+    if (getenv("TTT_TEST_VERBOSE")) printf("gradients vs generic: %s\n", c->name);
+    ttt_layer L;
+    case_layer(c, &L);
+    problem p, pp;
+    draw(&p, c, 700 + (uint64_t)_i);
+    perturb(&pp, &p, 2);
+    run_out gen, clo, gen2, clo2;
+    run(&gen, &L, TTT_FORM_GENERIC, &p, 1);
+    run(&clo, &L, TTT_FORM_CHUNKWISE, &p, 1);
+    run(&gen2, &L, TTT_FORM_GENERIC, &pp, 1);
+    run(&clo2, &L, TTT_FORM_CHUNKWISE, &pp, 1);
+    const run_out *pairs[4] = {&gen, &gen2, &clo, &clo2};
+    char msg[512];
+    ck_assert_msg(runs_close(&clo, &gen, pairs, 2, &p, S_G, N_S, msg, sizeof msg), "%s: %s",
+                  c->name, msg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* the float64 reference, written from MATH.md §2 (SwiGLU) and §3 (large_batch, Newton–Schulz) */
+
+enum { VAR_OK, VAR_READ_AFTER, VAR_AXIS_SWAP, VAR_NO_DECAY_WEIGHTS };
+
+static const double NS_MUON[3] = {3.4445, -4.7750, 2.0315};
+static const double NS_LACT[5][3] = {
+    {4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},
+    {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012},
+};
+
+static double sig(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Newton–Schulz of A (r, c) in place, 5 steps: X = A/(‖A‖_F + 1e-7) in the orientation with
+ * rows ≤ cols, X ← aX + (bP + cP²)X with P = X Xᵀ. */
+static void ref_ns(double *A, int r, int c, int lact) {
+    const int tr = r > c, m = tr ? c : r, n = tr ? r : c;
+    double *X = malloc(sizeof(double) * (size_t)m * n), *P = malloc(sizeof(double) * m * m);
+    double *B = malloc(sizeof(double) * m * m), *Y = malloc(sizeof(double) * (size_t)m * n);
+    double fro = 0;
+    for (int i = 0; i < r * c; i++) fro += A[i] * A[i];
+    fro = sqrt(fro) + 1e-7;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) X[i * n + j] = (tr ? A[j * c + i] : A[i * c + j]) / fro;
+    for (int s = 0; s < 5; s++) {
+        const double *abc = lact ? NS_LACT[s] : NS_MUON;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++) {
+                double acc = 0;
+                for (int l = 0; l < n; l++) acc += X[i * n + l] * X[j * n + l];
+                P[i * m + j] = acc;
+            }
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++) {
+                double acc = 0;
+                for (int l = 0; l < m; l++) acc += P[i * m + l] * P[l * m + j];
+                B[i * m + j] = abc[1] * P[i * m + j] + abc[2] * acc;
+            }
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double acc = 0;
+                for (int l = 0; l < m; l++) acc += B[i * m + l] * X[l * n + j];
+                Y[i * n + j] = abc[0] * X[i * n + j] + acc;
+            }
+        memcpy(X, Y, sizeof(double) * (size_t)m * n);
+    }
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) *(tr ? &A[j * c + i] : &A[i * c + j]) = X[i * n + j];
+    free(X), free(P), free(B), free(Y);
+}
+
+/* norms of the channels of W (r, c): per column, or per row */
+static void ref_norms(double *nrm, const double *W, int r, int c, int rows) {
+    for (int ch = 0; ch < (rows ? r : c); ch++) {
+        double acc = 0;
+        for (int l = 0; l < (rows ? c : r); l++) {
+            const double w = rows ? W[ch * c + l] : W[l * c + ch];
+            acc += w * w;
+        }
+        nrm[ch] = sqrt(acc);
+    }
+}
+
+/* f(W; x) for one row x (d_k): z (d_v); also h, u (d_h) */
+static void ref_apply(double *z, double *h, double *u, double *const *W, const double *x, int dk,
+                      int dv) {
+    const int dh = dk;
+    for (int j = 0; j < dh; j++) {
+        h[j] = u[j] = 0;
+        for (int i = 0; i < dk; i++) {
+            h[j] += x[i] * W[0][i * dh + j];
+            u[j] += x[i] * W[2][i * dh + j];
+        }
+    }
+    for (int j = 0; j < dv; j++) {
+        z[j] = 0;
+        for (int l = 0; l < dh; l++) z[j] += h[l] * sig(h[l]) * u[l] * W[1][l * dv + j];
+    }
+}
+
+/* The LaCT layer over the whole sequence: O (T, d_v), final weights Wf[3], momentum Mf[3].
+ * x holds the (possibly perturbed) inputs; the renormalization norms are those of W_init (the
+ * unperturbed initial weights: the optimizer takes them once, as constants). */
+static void ref_lact(const lcase *c, double *const *x, double *const *W_init, double *O,
+                     double **Wf, double **Mf, int var) {
+    const int T = c->T, dk = c->d_k, dv = c->d_v, dh = dk;
+    const int rows[3] = {dk, dh, dk}, cols[3] = {dh, dv, dh};
+    const int axis_rows = (c->renorm == RENORM_ROWS) != (var == VAR_AXIS_SWAP);
+    double *N[3], *G[3], *Wc[3];
+    for (int w = 0; w < 3; w++) {
+        const int sz = rows[w] * cols[w];
+        memcpy(Wf[w], x[P_W0 + w], sizeof(double) * sz);
+        memset(Mf[w], 0, sizeof(double) * sz);
+        N[w] = malloc(sizeof(double) * (size_t)(rows[w] > cols[w] ? rows[w] : cols[w]));
+        ref_norms(N[w], W_init[w], rows[w], cols[w], axis_rows);
+        G[w] = malloc(sizeof(double) * sz);
+        Wc[w] = Wf[w];
+    }
+    double h[16], u[16], z[16];
+    for (int t0 = 0; t0 < T; t0 += c->b) {
+        const int n = t0 + c->b < T ? c->b : T - t0;
+        /* read-out with the block-start weights (apply_then_update) */
+        if (var != VAR_READ_AFTER)
+            for (int t = t0; t < t0 + n; t++)
+                ref_apply(O + (size_t)t * dv, h, u, Wc, x[P_Q] + (size_t)t * dk, dk, dv);
+        /* block gradient Σ_i w_i ∇ℓ_i at the block start, w_i = η_i Π_{i<j<n} α_j */
+        for (int w = 0; w < 3; w++) memset(G[w], 0, sizeof(double) * rows[w] * cols[w]);
+        const double *la = c->gate == GATE_TOKEN ? x[P_LA] : NULL;
+        double A = 1;
+        for (int t = t0; t < t0 + n; t++) {
+            const double lat = la ? la[t] : c->gate == GATE_CONST ? log((double)CONST_DECAY) : 0;
+            A *= exp(lat);
+        }
+        for (int t = t0; t < t0 + n; t++) {
+            double wt = c->eta ? x[P_ETA][t] : 1.0;
+            if (var != VAR_NO_DECAY_WEIGHTS)
+                for (int j = t + 1; j < t0 + n; j++)
+                    wt *= exp(la ? la[j] : c->gate == GATE_CONST ? log((double)CONST_DECAY) : 0);
+            const double *xk = x[P_K] + (size_t)t * dk, *xv = x[P_V] + (size_t)t * dv;
+            ref_apply(z, h, u, Wc, xk, dk, dv);
+            double e[16], dl[16];
+            for (int j = 0; j < dv; j++) e[j] = wt * (c->squared ? z[j] - xv[j] : -xv[j]);
+            for (int l = 0; l < dh; l++) {
+                const double s = sig(h[l]), a = h[l] * s;
+                dl[l] = 0;
+                for (int j = 0; j < dv; j++) {
+                    G[1][l * dv + j] += a * u[l] * e[j];
+                    dl[l] += e[j] * Wc[1][l * dv + j];
+                }
+                const double dsilu = s * (1 + h[l] * (1 - s));
+                for (int i = 0; i < dk; i++) {
+                    G[2][i * dh + l] += xk[i] * dl[l] * a;
+                    G[0][i * dh + l] += xk[i] * dl[l] * u[l] * dsilu;
+                }
+            }
+        }
+        const double theta = c->pos_inverse ? (double)c->lr / n : (double)c->lr;
+        for (int w = 0; w < 3; w++) {
+            const int r = rows[w], cc = cols[w], sz = r * cc;
+            double *U = G[w];
+            if (c->mu > 0) {
+                for (int i = 0; i < sz; i++) Mf[w][i] = c->mu * Mf[w][i] + G[w][i];
+                memcpy(G[w], Mf[w], sizeof(double) * sz);
+            }
+            if (c->muon) ref_ns(U, r, cc, c->ns_lact);
+            for (int i = 0; i < sz; i++) Wc[w][i] = A * Wc[w][i] - theta * U[i];
+            if (c->renorm) {
+                double nrm[16];
+                ref_norms(nrm, Wc[w], r, cc, axis_rows);
+                for (int i = 0; i < r; i++)
+                    for (int j = 0; j < cc; j++) {
+                        const int ch = axis_rows ? i : j;
+                        if (N[w][ch] > 0) Wc[w][i * cc + j] *= N[w][ch] / (nrm[ch] + 1e-5);
+                    }
+            }
+        }
+        if (var == VAR_READ_AFTER)
+            for (int t = t0; t < t0 + n; t++)
+                ref_apply(O + (size_t)t * dv, h, u, Wc, x[P_Q] + (size_t)t * dk, dk, dv);
+    }
+    for (int w = 0; w < 3; w++) free(N[w]), free(G[w]);
+}
+
+typedef struct ref_out {
+    double *O, *W[3], *M[3];
+} ref_out;
+
+static void ref_alloc(ref_out *r, const problem *p) {
+    r->O = zalloc(sizeof(double) * (size_t)p->c->T * p->c->d_v);
+    for (int w = 0; w < 3; w++) {
+        r->W[w] = zalloc(sizeof(double) * p->n[P_W0 + w]);
+        r->M[w] = zalloc(sizeof(double) * p->n[P_W0 + w]);
+    }
+}
+
+static double ref_loss(const problem *p, double *const *x, const ref_out *r) {
+    ref_lact(p->c, x, &p->x[P_W0], r->O, (double **)r->W, (double **)r->M, VAR_OK);
+    double L = 0;
+    for (size_t e = 0; e < p->nR[0]; e++) L += p->R[0][e] * r->O[e];
+    for (int w = 0; w < 3; w++) {
+        for (size_t e = 0; e < p->nR[1 + w]; e++) L += p->R[1 + w][e] * r->W[w][e];
+        for (size_t e = 0; e < p->nR[4 + w]; e++) L += p->R[4 + w][e] * r->M[w][e];
+    }
+    return L;
+}
+
+/* central differences of ref_loss w.r.t. parameter i */
+static double *fd_grad(const problem *p, int i) {
+    double *g = zalloc(sizeof(double) * p->n[i]);
+    double *x[N_P];
+    for (int j = 0; j < N_P; j++) {
+        x[j] = NULL;
+        if (!p->n[j]) continue;
+        x[j] = zalloc(sizeof(double) * p->n[j]);
+        memcpy(x[j], p->x[j], sizeof(double) * p->n[j]);
+    }
+    ref_out r;
+    ref_alloc(&r, p);
+    for (size_t e = 0; e < p->n[i]; e++) {
+        const double x0 = x[i][e], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1);
+        x[i][e] = x0 + h;
+        const double lp = ref_loss(p, x, &r);
+        x[i][e] = x0 - h;
+        const double lm = ref_loss(p, x, &r);
+        x[i][e] = x0;
+        g[e] = (lp - lm) / (2 * h);
+    }
+    return g;
+}
+
+/* the closed form's forward = the float64 reference */
+/* The closed form's forward (outputs, final weights and momentum) = the float64 reference run
+ * as `var`; noise from the closed form at p and at the perturbed problem. */
+static int ref_forward_close(const problem *p, const run_out *clo, const run_out *clo2, int var,
+                             char *msg, size_t len) {
+    ref_out r;
+    ref_alloc(&r, p);
+    ref_lact(p->c, p->x, &p->x[P_W0], r.O, r.W, r.M, var);
+    const run_out *pairs[2] = {clo, clo2};
+    for (int s = S_O; s < S_G; s++) {
+        size_t n;
+        const float *g = slot(clo, p, s, &n);
+        if (!g) continue;
+        const double *want = s == S_O ? r.O : s < S_M ? r.W[s - S_W] : r.M[s - S_M];
+        char m[400], nm[48];
+        const double nz = noise_of(pairs, 1, p, s);
+        if (!close_noise(g, NULL, want, n, nz, m, sizeof m)) {
+            if (msg) snprintf(msg, len, "%s: %s (noise %.3e)", slot_name(s, nm, sizeof nm), m, nz);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+START_TEST(test_reference_forward_and_fd) {
+    const lcase *c = &fd_cases[_i];
+    if (getenv("TTT_TEST_VERBOSE")) printf("float64 reference and FD: %s\n", c->name);
+    ttt_layer L;
+    case_layer(c, &L);
+    problem p, pp;
+    draw(&p, c, 900 + (uint64_t)_i);
+    perturb(&pp, &p, 3);
+    run_out clo, clo2;
+    run(&clo, &L, TTT_FORM_CHUNKWISE, &p, 1);
+    run(&clo2, &L, TTT_FORM_CHUNKWISE, &pp, 1);
+    const run_out *pairs[2] = {&clo, &clo2};
+    char msg[512];
+    ck_assert_msg(ref_forward_close(&p, &clo, &clo2, VAR_OK, msg, sizeof msg), "%s: %s",
+                  c->name, msg);
+    for (int i = 0; i < N_P; i++) {
+        if (!p.n[i]) continue;
+        double *fd = fd_grad(&p, i);
+        const double nz = noise_of(pairs, 1, &p, S_G + i);
+        int ok = close_noise(clo.g[i], NULL, fd, p.n[i], nz, msg, sizeof msg);
+        ck_assert_msg(ok, "%s: d/d%s vs finite differences: %s (noise %.3e)", c->name,
+                      p_names[i], msg, nz);
+    }
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* (c) wrong variants fail */
+
+START_TEST(test_wrong_variants_fail) {
+    /* momentum, rows and per-token gates, so every variant changes something */
+    const lcase *c = &fd_cases[1];
+    ttt_layer L;
+    case_layer(c, &L);
+    problem p, pp;
+    draw(&p, c, 31);
+    perturb(&pp, &p, 4);
+    run_out clo, clo2;
+    run(&clo, &L, TTT_FORM_CHUNKWISE, &p, 1);
+    run(&clo2, &L, TTT_FORM_CHUNKWISE, &pp, 1);
+    char msg[512];
+    ck_assert_msg(ref_forward_close(&p, &clo, &clo2, VAR_OK, msg, sizeof msg), "%s", msg);
+    ck_assert(!ref_forward_close(&p, &clo, &clo2, VAR_READ_AFTER, NULL, 0));
+    ck_assert(!ref_forward_close(&p, &clo, &clo2, VAR_AXIS_SWAP, NULL, 0));
+    ck_assert(!ref_forward_close(&p, &clo, &clo2, VAR_NO_DECAY_WEIGHTS, NULL, 0));
+    /* the generic driver with another block size, compared as in (a) and (b) */
+    ttt_layer Lb;
+    lcase cb = *c;
+    cb.b = c->b + 1;
+    case_layer(&cb, &Lb);
+    run_out gen, gen2;
+    run(&gen, &Lb, TTT_FORM_GENERIC, &p, 1);
+    run(&gen2, &Lb, TTT_FORM_GENERIC, &pp, 1);
+    const run_out *pairs[4] = {&gen, &gen2, &clo, &clo2};
+    ck_assert(!runs_close(&clo, &gen, pairs, 2, &p, S_O, S_G, NULL, 0));
+    ck_assert(!runs_close(&clo, &gen, pairs, 2, &p, S_G, N_S, NULL, 0));
+    /* one gradient element off by a relative 1e-2 fails the finite-difference comparison (this
+     * case's noise floor is ~8e-5 of max|fd|, so the comparison resolves ~7e-4) */
+    double *fd = fd_grad(&p, P_K);
+    const double nz = noise_of(pairs + 2, 1, &p, S_G + P_K);
+    ck_assert(close_noise(clo.g[P_K], NULL, fd, p.n[P_K], nz, NULL, 0));
+    size_t big = 0;
+    for (size_t e = 1; e < p.n[P_K]; e++)
+        if (fabs(fd[e]) > fabs(fd[big])) big = e;
+    clo.g[P_K][big] *= 1.01f;
+    ck_assert(!close_noise(clo.g[P_K], NULL, fd, p.n[P_K], nz, NULL, 0));
+}
+END_TEST
+
+/* ------------------------------------------------------------------------------------------ */
+/* form selection and errors */
+
+static ttt_status try_parse(const char *text, ttt_layer *L, ttt_error *err) {
+    ttt_cfg_node *root = NULL;
+    ck_assert(ttt_cfg_load_string(text, "<test>", &root, err) == TTT_OK);
+    ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), 4, 4, L, err);
+    ttt_cfg_free(root);
+    return s;
+}
+
+START_TEST(test_auto_form_and_errors) {
+    ttt_layer L;
+    ttt_error err = {0};
+    /* auto: the closed form for the preset and for the options it implements */
+    const char *closed[] = {
+        "layer: {preset: lact}\n",
+        "layer: {preset: lact, mini_batch: 16, loss: squared}\n",
+        "layer: {preset: lact, optimizer: {momentum: 0.5, decay: 0.9, coefficients: lact}}\n",
+        "layer: {preset: lact, position_scale: inverse, optimizer: {renormalize: false}}\n",
+    };
+    for (size_t i = 0; i < sizeof closed / sizeof closed[0]; i++) {
+        ck_assert_msg(try_parse(closed[i], &L, &err) == TTT_OK, "%s", err.msg);
+        ck_assert_msg(L.form == TTT_FORM_CHUNKWISE, "%s", closed[i]);
+    }
+    /* auto: the generic driver where the closed form does not apply; asking for the closed
+     * form there is a configuration error that names form: generic */
+    const char *generic[] = {
+        "layer: {preset: lact, steps: per_token",
+        "layer: {preset: lact, optimizer: {decay: 0.9, decay_placement: coupled}",
+        "layer: {preset: lact, optimizer: {lr: 0.0}",
+        "layer: {preset: lact, order: update_then_apply",
+        "layer: {preset: lact, optimizer: {name: muon}",
+        "layer: {preset: lact, model: ttt_mlp",
+    };
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "%s}\n", generic[i]);
+        ck_assert_msg(try_parse(text, &L, &err) == TTT_OK, "%s", err.msg);
+        ck_assert_msg(L.form == TTT_FORM_GENERIC, "%s", text);
+        snprintf(text, sizeof text, "%s, form: chunkwise}\n", generic[i]);
+        ck_assert_int_eq(try_parse(text, &L, &err), TTT_ERR_CONFIG);
+        ck_assert_msg(strstr(err.msg, "form: generic") != NULL, "%s", err.msg);
+    }
+    /* options only known at run time: per-token gates with coupled placement, a vector gate */
+    ck_assert(try_parse("layer: {preset: lact, mini_batch: 2, optimizer: {decay_placement: "
+                        "coupled}}\n",
+                        &L, &err) == TTT_OK);
+    ck_assert_int_eq(L.form, TTT_FORM_CHUNKWISE);
+    ttt_ctx ng = {.arena = ctx->arena};
+    const int T = 5;
+    ttt_tensor *q = ttt_tensor_2d(&ng, T, 4), *o = ttt_tensor_2d(&ng, T, 4);
+    ttt_tensor *la = ttt_tensor_1d(&ng, T), *lav = ttt_tensor_2d(&ng, T, 4);
+    ttt_tensor_fill(q, 0.1f);
+    ttt_tensor_fill(la, -0.1f);
+    ttt_tensor_fill(lav, -0.1f);
+    ttt_layer_state st;
+    ttt_layer_state_init(&ng, &L, &st, NULL);
+    ck_assert_int_eq(ttt_layer_forward(&ng, &L, o, &st, q, q, q, NULL, la, &err),
+                     TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "form: generic") && strstr(err.msg, "coupled"), "%s", err.msg);
+    ck_assert_int_eq(ttt_layer_forward_diff(&ng, &L, o, &st, q, q, q, NULL, la, 0, &err),
+                     TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "form: generic"), "%s", err.msg);
+    ck_assert(try_parse("layer: {preset: lact, mini_batch: 2}\n", &L, &err) == TTT_OK);
+    ttt_layer_state_init(&ng, &L, &st, NULL);
+    ck_assert_int_eq(ttt_lact_composed(&ng, &L, o, &st, q, q, q, NULL, lav, &err),
+                     TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "form: generic") && strstr(err.msg, "vector"), "%s", err.msg);
+    /* the generic form of the same layer runs (the per-token gates, coupled) */
+    ck_assert(try_parse("layer: {preset: lact, mini_batch: 2, form: generic, optimizer: "
+                        "{decay_placement: coupled}}\n",
+                        &L, &err) == TTT_OK);
+    ttt_layer_state_init(&ng, &L, &st, NULL);
+    ck_assert_msg(ttt_layer_forward(&ng, &L, o, &st, q, q, q, NULL, la, &err) == TTT_OK, "%s",
+                  err.msg);
+    /* a tuple outside the family */
+    ck_assert(try_parse("layer: {preset: deltanet}\n", &L, &err) == TTT_OK);
+    ttt_layer_state_init(&ng, &L, &st, NULL);
+    ck_assert_int_eq(ttt_lact_composed(&ng, &L, o, &st, q, q, q, NULL, NULL, &err),
+                     TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "form: generic"), "%s", err.msg);
+}
+END_TEST
+
+static Suite *lact_suite(void) {
+    Suite *s = suite_create("lact_composed");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, test_forward_matches_generic, 0, N_FWD);
+    tcase_add_test(tc, test_split_continues);
+    tcase_add_loop_test(tc, test_grads_match_generic, 0, N_FWD);
+    tcase_add_loop_test(tc, test_reference_forward_and_fd, 0, N_FD);
+    tcase_add_test(tc, test_wrong_variants_fail);
+    tcase_add_test(tc, test_auto_form_and_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(lact_suite()); }
