@@ -13,10 +13,13 @@
  *     one batched gradient with per-row weights (below);
  *   - then one optimizer step from (W, state) with G, θ (θ/n with position_scale: inverse, the
  *     driver's θ at the last token) and the block decay A = Π_{0 ≤ j < n} α_j.
- * The step is the optimizer's own `step` (optim/large_batch.c: momentum, Newton–Schulz through
- * ttt_newton_schulz's recorded matmuls, lr, decay, renormalization): the same function the
- * generic driver calls with the same arguments, so every large_batch option has the same meaning
- * in both forms by construction, and the tape differentiates through it.
+ * The step is the optimizer's own `step` (optim/large_batch.c: momentum, Newton–Schulz as one
+ * fused tape entry with a hand-written backward (newton_schulz.h; it was ~2/3 of this layer's
+ * tape entries when built from small recorded ops), lr, decay, renormalization): the same
+ * function the generic driver calls with the same arguments, so every large_batch option has the
+ * same meaning in both forms by construction, and the tape differentiates through it. The
+ * renormalization targets come from the state, so with learned initial weights (the sequence
+ * model rebuilds the state from them, optim.h init_state_ops) they are graph nodes too.
  *
  * The SwiGLU gradient (f(W; x) = (silu(x W0) ⊙ (x W2)) W1, weights (fan_in, fan_out), no
  * residual; MATH.md §2) is written out here for a block rather than taken from swiglu.c, so that

@@ -15,10 +15,15 @@
  * MATH.md §3 in our layout (one norm per input dimension). A 1-D weight is one vector (one norm).
  *
  * The initial norms are taken by init_state, which ttt_layer_state_init calls after the model
- * has initialized the weights. Code that overwrites the weights afterwards must call
- * `optim->init_state(cfg, state, W)` again; init_state fully (re)sets the state (momentum to zero).
+ * has initialized the weights. Code that overwrites the weights afterwards rebuilds the state
+ * from them (ttt_optim_reinit_state, optim.h), which here runs init_state_ops: the same norms
+ * through recorded ops (row_norms, then broadcast), so that with learned initial weights (the
+ * sequence model's w0 parameters) the target is ‖W_0‖ of the learned W_0 and the outer loop's
+ * gradient flows through it, as in LaCT, where w0 is a parameter and its norm a graph node.
+ * Either call fully (re)sets the state (momentum to zero).
  * State: [M if μ > 0] then [N if renormalize], both of W's shape; every element of N holds the
- * initial norm of its channel (so the rule needs no pass over W_init later).
+ * initial norm of its channel (so the rule needs no pass over W_init later). The step reads N
+ * through ops (one row or column of it), so N's gradient, when it has one, reaches W_0.
  *
  * Renormalization needs a randomly initialized model. A channel whose initial norm is zero (the
  * linear model starts at S = 0) has no norm to return to: the literal rule would pin it to zero
@@ -109,6 +114,31 @@ static void large_batch_init_state(const void *cfg, ttt_tensor **state, const tt
     }
 }
 
+/* t as a (rows, cols) matrix: t itself when it already is one (no tape entry), else a recorded
+ * reshape. */
+static ttt_tensor *as_matrix(ttt_ctx *ctx, const ttt_tensor *t, int rows, int cols) {
+    if (t->ndim == 2 && t->shape[0] == rows && t->shape[1] == cols) return (ttt_tensor *)t;
+    return ttt_reshape(ctx, t, 2, (int[]){rows, cols});
+}
+
+/* init_state through ops: N = the channel norms of W broadcast to W's shape. */
+static void large_batch_init_state_ops(ttt_ctx *ctx, const void *cfg, ttt_tensor **state,
+                                       const ttt_tensor *W) {
+    const large_batch_cfg *c = cfg;
+    int s = 0;
+    if (has_momentum(c)) state[s++] = ttt_tensor_zeros_like(ctx, W);
+    if (!c->renormalize) return;
+    int rows, cols, per_row;
+    norm_layout(c, W, &rows, &cols, &per_row);
+    ttt_tensor *Wm = as_matrix(ctx, W, rows, cols); /* (rows, cols) */
+    ttt_tensor *nrm = per_row ? ttt_row_norms(ctx, Wm)
+                              : ttt_row_norms(ctx, ttt_transpose(ctx, Wm)); /* (nch) */
+    ttt_tensor *ones = ttt_tensor_2d(ctx, rows, cols);
+    ttt_tensor_fill(ones, 1.0f);
+    ttt_tensor *N = per_row ? ttt_scale_rows(ctx, ones, nrm) : ttt_scale_cols(ctx, ones, nrm);
+    state[s] = W->ndim == 2 ? N : ttt_reshape(ctx, N, W->ndim, W->shape);
+}
+
 static void large_batch_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
                              ttt_tensor **state_out, const ttt_tensor *W,
                              const ttt_tensor *const *state, const ttt_tensor *G,
@@ -129,27 +159,31 @@ static void large_batch_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
         return;
     }
     const ttt_tensor *N = state[s];
-    state_out[s] = ttt_tensor_copy(ctx, N); /* the initial norms never change */
+    /* the initial norms never change: the same tensor goes on (ops never modify their inputs,
+     * so sharing is safe, as ttt_optim_apply_decay's W) */
+    state_out[s] = (ttt_tensor *)N;
     int rows, cols, per_row;
     norm_layout(c, W, &rows, &cols, &per_row);
     const int nch = per_row ? rows : cols;
     /* factor per channel ‖W_init‖/(‖W‖ + 1e-5), in ops so that the outer loop differentiates
-     * through the current norms; the initial norms are constants */
-    ttt_tensor *Wm = ttt_reshape(ctx, Wn, 2, (int[]){rows, cols}); /* (rows, cols) */
+     * through the current norms, and through the initial norms when N is a graph node (learned
+     * initial weights, init_state_ops); one row (or column) of N holds them all */
+    ttt_tensor *Wm = as_matrix(ctx, Wn, rows, cols); /* (rows, cols) */
     ttt_tensor *nrm = per_row ? ttt_row_norms(ctx, Wm) : ttt_row_norms(ctx, ttt_transpose(ctx, Wm));
-    ttt_tensor *n0 = ttt_tensor_1d(ctx, nch), *keep = ttt_tensor_1d(ctx, nch);
-    ttt_tensor *pass = ttt_tensor_1d(ctx, nch);
+    ttt_tensor *Nm = as_matrix(ctx, N, rows, cols);
+    ttt_tensor *n0 = per_row ? ttt_reshape(ctx, ttt_slice_cols(ctx, Nm, 0, 1), 1, (int[]){nch})
+                             : ttt_slice_rows(ctx, Nm, 0, 1); /* (nch), or (1, nch) */
+    ttt_tensor *keep = ttt_tensor_1d(ctx, nch), *pass = ttt_tensor_1d(ctx, nch);
     for (int ch = 0; ch < nch; ch++) {
-        const float v = per_row ? N->data[(size_t)ch * cols] : N->data[ch];
-        /* a channel that started at zero has no norm to return to: leave it (factor 1) */
-        n0->data[ch] = v;
-        keep->data[ch] = v > 0.0f ? 1.0f : 0.0f;
-        pass->data[ch] = v > 0.0f ? 0.0f : 1.0f;
+        /* a channel that started at zero has no norm to return to: leave it (factor 1; its
+         * target's gradient is then 0, as row_norms' is at a zero row) */
+        keep->data[ch] = n0->data[ch] > 0.0f ? 1.0f : 0.0f;
+        pass->data[ch] = n0->data[ch] > 0.0f ? 0.0f : 1.0f;
     }
     ttt_tensor *ratio = ttt_div(ctx, n0, ttt_add_scalar(ctx, nrm, 1e-5f));
     ttt_tensor *f = ttt_add(ctx, ttt_mul(ctx, ratio, keep), pass); /* (nch) */
     ttt_tensor *R = per_row ? ttt_scale_rows(ctx, Wm, f) : ttt_scale_cols(ctx, Wm, f);
-    *W_out = ttt_reshape(ctx, R, W->ndim, W->shape);
+    *W_out = W->ndim == 2 ? R : ttt_reshape(ctx, R, W->ndim, W->shape);
 }
 
 const ttt_optim ttt_optim_large_batch = {
@@ -161,5 +195,6 @@ const ttt_optim ttt_optim_large_batch = {
     .parse = large_batch_parse,
     .n_state = large_batch_n_state,
     .init_state = large_batch_init_state,
+    .init_state_ops = large_batch_init_state_ops,
     .step = large_batch_step,
 };

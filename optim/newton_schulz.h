@@ -52,9 +52,20 @@ void ttt_ns_parse(ttt_ns_cfg *out, const ttt_cfg_node *opts);
 /* The (a, b, c) of step `step` (from 0) of a set. */
 void ttt_ns_coefficients(ttt_ns_set set, int step, double abc[3]);
 
-/* NS(A) in float32, through ops (a new tensor of A's shape). Intermediates are released from
- * ctx->arena before returning. */
+/* NS(A) in float32 (a new tensor of A's shape). Intermediates are released from ctx->arena
+ * before returning. Under a tape, with A requiring grad, it is ONE recorded op with a
+ * hand-written backward (the exact reverse of the iteration above, derived in newton_schulz.c):
+ * it saves the `steps` iterates (steps·rows·cols floats) instead of keeping the composed form's
+ * 3 entries per step plus 3–5 for the normalization and transposes, with their tensors. Its
+ * forward runs the composed form's own ops, so the two give the same floats
+ * (tests/test_optim.c). */
 ttt_tensor *ttt_newton_schulz(ttt_ctx *ctx, const ttt_tensor *A, ttt_ns_set set, int steps);
+
+/* The same function built from recorded small ops (norm, div, matmul, gemm, transpose), each
+ * with its own backward: the reference twin of the fused op, which the tests hold it to. Under a
+ * tape every iterate stays on the tape (nothing is released). */
+ttt_tensor *ttt_newton_schulz_composed(ttt_ctx *ctx, const ttt_tensor *A, ttt_ns_set set,
+                                       int steps);
 
 /* rows × cols of the matrix a weight is treated as (see above). */
 void ttt_ns_matrix_dims(const ttt_tensor *W, int *rows, int *cols);

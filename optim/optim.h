@@ -45,6 +45,15 @@ typedef struct ttt_optim {
     /* Initialize the state of one weight tensor W (state[0..n_state-1], preallocated, zeroed).
      * NULL: zeros are the initial state. */
     void (*init_state)(const void *cfg, ttt_tensor **state, const ttt_tensor *W);
+    /* The same initial state built through ops from W (new tensors in state[0..n_state-1]), for
+     * an optimizer whose state depends on the weights (large_batch: the renormalization target
+     * ‖W_0‖ per channel). Initial weights that are themselves outer-loop parameters (learned
+     * W_0, src/model.c) replace the weights after ttt_layer_state_init and rebuild the state
+     * with it (ttt_optim_reinit_state below), so that the state holds THEIR values and, under a
+     * tape, the outer loop differentiates through them (LaCT computes ‖W_0‖ in its graph).
+     * NULL: the state does not depend on W beyond what init_state computes. */
+    void (*init_state_ops)(ttt_ctx *ctx, const void *cfg, ttt_tensor **state,
+                           const ttt_tensor *W);
     /* One step for one weight tensor: from W (before the block), the block gradient G and the
      * state, compute the new weights and state. Functional: results are new tensors allocated
      * through ops in ctx; inputs are not modified. state_out has n_state slots. */
@@ -65,6 +74,20 @@ typedef struct ttt_optim {
 /* α·W with the block's scalar or per-row decay (helper for optimizers' rules); returns W itself
  * when there is no decay (ops never modify their inputs, so sharing is safe). */
 ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk);
+
+/* Rebuild the n_state state tensors of weight W after W replaced the weights that
+ * ttt_layer_state_init initialized them from: through init_state_ops when the optimizer has it
+ * (differentiable w.r.t. W), else by init_state on fresh zeroed tensors (the right values, as
+ * constants), else nothing (zero state does not depend on W). */
+static inline void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
+                                          ttt_tensor **state, int n_state, const ttt_tensor *W) {
+    if (o->init_state_ops) {
+        o->init_state_ops(ctx, cfg, state, W);
+    } else if (o->init_state) {
+        for (int s = 0; s < n_state; s++) state[s] = ttt_tensor_zeros_like(ctx, state[s]);
+        o->init_state(cfg, state, W);
+    }
+}
 
 /* Read the `momentum` option μ ∈ [0, 1) (the table's ranges are inclusive; μ = 1 would never
  * forget a gradient) with a located error. */

@@ -518,6 +518,10 @@ static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tens
                     st.W[w] = ttt_reshape(ctx, w0, st.W[w]->ndim, st.W[w]->shape);
                     /* a copy: a form may update its state in place */
                     st.W[w] = ttt_tensor_copy(ctx, st.W[w]);
+                    /* state that depends on W (large_batch's target norms ‖W_0‖) from the
+                     * learned W_0, differentiably (optim.h) */
+                    ttt_optim_reinit_state(ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt,
+                                           st.W[w]);
                 }
             ttt_tensor *o = ttt_tensor_2d(ctx, T, D);
             TTT_TRY(ttt_layer_forward(ctx, L, o, &st, qh, kh, vh, eh, lh, err));

@@ -20,20 +20,44 @@ void ttt_arena_init(ttt_arena *a, size_t block_size) {
     a->block_size = block_size ? block_size : ((size_t)1 << 20);
 }
 
-void ttt_arena_free(ttt_arena *a) {
-    ttt_arena_block *b = a->head;
+static void free_chain(ttt_arena_block *b) {
     while (b) {
         ttt_arena_block *p = b->prev;
         free(b);
         b = p;
     }
-    a->head = NULL;
 }
 
+void ttt_arena_free(ttt_arena *a) {
+    free_chain(a->head);
+    free_chain(a->spare);
+    a->head = a->spare = NULL;
+    a->closed = 0;
+}
+
+/* O(1): called on every allocation to keep `peak` (the sum over blocks would make a long tape's
+ * allocations quadratic in the number of blocks). */
 size_t ttt_arena_footprint(const ttt_arena *a) {
+    return a->closed + (a->head ? a->head->offset : 0);
+}
+
+/* Bytes the arena holds from the system, used or spare (what `limit` bounds). */
+static size_t held(const ttt_arena *a) {
     size_t s = 0;
-    for (const ttt_arena_block *b = a->head; b; b = b->prev) s += b->offset;
+    for (const ttt_arena_block *b = a->head; b; b = b->prev) s += b->size;
+    for (const ttt_arena_block *b = a->spare; b; b = b->prev) s += b->size;
     return s;
+}
+
+/* A spare block of at least `need` usable bytes, unlinked from the spare list, or NULL. */
+static ttt_arena_block *take_spare(ttt_arena *a, size_t need) {
+    for (ttt_arena_block **pp = &a->spare; *pp; pp = &(*pp)->prev)
+        if ((*pp)->size >= need) {
+            ttt_arena_block *b = *pp;
+            *pp = b->prev;
+            return b;
+        }
+    return NULL;
 }
 
 void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
@@ -41,22 +65,25 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
     if (need == 0) need = TTT_ALIGN;
     ttt_arena_block *b = a->head;
     if (!b || b->offset + need > b->size) {
-        /* Reuse a released successor? Blocks are freed on release, so always a new block. */
-        size_t sz = need > a->block_size ? need : a->block_size;
-        if (a->limit && ttt_arena_footprint(a) + sz > a->limit) return NULL;
-        ttt_arena_block *nb = aligned_alloc(TTT_ALIGN, (sizeof *nb + sz + TTT_ALIGN - 1) &
-                                                           ~(size_t)(TTT_ALIGN - 1));
-        if (!nb) return NULL;
+        ttt_arena_block *nb = take_spare(a, need);
+        if (!nb) {
+            size_t sz = need > a->block_size ? need : a->block_size;
+            if (a->limit && held(a) + sz > a->limit) return NULL;
+            nb = aligned_alloc(TTT_ALIGN,
+                               (sizeof *nb + sz + TTT_ALIGN - 1) & ~(size_t)(TTT_ALIGN - 1));
+            if (!nb) return NULL;
+            nb->size = sz;
+        }
         nb->prev = b;
-        nb->size = sz;
         nb->offset = 0;
+        if (b) a->closed += b->offset;
         a->head = nb;
         b = nb;
     }
     void *p = b->data + b->offset;
     b->offset += need;
     a->used_total += need;
-    size_t fp = ttt_arena_footprint(a);
+    size_t fp = a->closed + b->offset;
     if (fp > a->peak) a->peak = fp;
     return p;
 }
@@ -66,30 +93,34 @@ ttt_arena_mark ttt_arena_mark_get(const ttt_arena *a) {
     return m;
 }
 
+/* Pop head onto the spare list; the block behind it becomes head. */
+static void pop_block(ttt_arena *a) {
+    ttt_arena_block *h = a->head, *p = h->prev;
+    if (p) a->closed -= p->offset;
+    h->prev = a->spare;
+    a->spare = h;
+    a->head = p;
+}
+
 void ttt_arena_release(ttt_arena *a, ttt_arena_mark m) {
     while (a->head && a->head != m.block) {
-        ttt_arena_block *p = a->head->prev;
-        if (!p && !m.block) {
-            /* the mark was taken on an empty arena: keep the first block (its pages are already
-             * mapped) instead of freeing it and faulting them in again next time */
+        if (!a->head->prev && !m.block) {
+            /* the mark was taken on an empty arena: keep the first block as head */
             a->head->offset = 0;
             return;
         }
-        free(a->head);
-        a->head = p;
+        pop_block(a);
     }
     if (a->head) a->head->offset = m.offset;
 }
 
 void ttt_arena_reset(ttt_arena *a) {
-    /* Keep the oldest block (the common steady-state size), free the rest. */
+    /* Keep every block: the oldest stays head, the others wait on the spare list for the next
+     * pass, which in a training loop needs the same sizes again. */
     if (!a->head) return;
-    while (a->head->prev) {
-        ttt_arena_block *p = a->head->prev;
-        free(a->head);
-        a->head = p;
-    }
+    while (a->head->prev) pop_block(a);
     a->head->offset = 0;
+    a->closed = 0;
 }
 
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {

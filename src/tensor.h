@@ -24,6 +24,9 @@ typedef struct ttt_arena {
     size_t used_total;      /* bytes handed out since init (statistics) */
     size_t peak;            /* largest footprint seen, in bytes */
     size_t limit;           /* refuse to grow past this many bytes (0 = no limit) */
+    size_t closed;          /* bytes used in the blocks behind head (footprint = closed + head's) */
+    ttt_arena_block *spare; /* blocks given back by release/reset, kept for reuse (their pages
+                               stay mapped: a training step would otherwise fault them in again) */
 } ttt_arena;
 
 /* A position in the arena to return to: everything allocated after it is released. */

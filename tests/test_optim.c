@@ -443,6 +443,308 @@ START_TEST(ns_quintic_singular_value_band) {
 }
 END_TEST
 
+/* ---- the fused Newton–Schulz op (one tape entry, hand-written backward) ---- */
+
+/* Shapes (rows, cols; rows 0 = a 1-D weight of cols elements) and coefficient sets of the fused
+ * op's checks: square, tall, wide and a vector; each set with a step count that exercises it
+ * (lact: 7 steps, its last tuple repeated). */
+static const int NS_SHAPES[][2] = {{6, 6}, {9, 5}, {5, 9}, {0, 7}};
+static const struct { ttt_ns_set set; const char *name; int steps; } NS_SETS[] = {
+    {TTT_NS_MUON, "muon", 5}, {TTT_NS_LACT, "lact", 7}, {TTT_NS_CUBIC, "cubic", 8}};
+
+/* A well-conditioned (r, c) matrix U diag(σ) Vᵀ, U and V with orthonormal columns (Gram–Schmidt
+ * of Gaussians), σ evenly spaced in [0.5, 1] times `scale`, rounded to float32. NS amplifies
+ * directions with small singular values σ/‖A‖_F by up to a^steps ≈ 490, rounding included;
+ * here σ_min/‖A‖_F ≥ 0.5/sqrt(p) ≥ 0.2, where the quintics' per-step slope is at most 3.3
+ * (their a = 3.4…4.1 is reached only at 0) and |slope| ≲ 1 once σ nears the fixed point, so
+ * float32 rounding is amplified only a few times and the float32 gradients are accurate to a few
+ * 1e-6 of their max (measured below). */
+static ttt_tensor *ns_input(tu_fixture *f, int r, int c, float scale) {
+    const int rows = r ? r : 1, p = rows < c ? rows : c;
+    double *U = dzeros((size_t)rows * p), *V = dzeros((size_t)c * p);
+    double *mats[2] = {U, V};
+    const int dims[2] = {rows, c};
+    for (int w = 0; w < 2; w++) { /* columns of mats[w] (dims[w], p), orthonormalized */
+        double *M = mats[w];
+        const int d = dims[w];
+        for (int j = 0; j < p; j++) {
+            const float *g = tu_randn_buf(f, (size_t)d, 1.0f);
+            for (int i = 0; i < d; i++) M[i * p + j] = g[i];
+            for (int pass = 0; pass < 2; pass++) /* twice: re-orthogonalization */
+                for (int q = 0; q < j; q++) {
+                    double dot = 0;
+                    for (int i = 0; i < d; i++) dot += M[i * p + j] * M[i * p + q];
+                    for (int i = 0; i < d; i++) M[i * p + j] -= dot * M[i * p + q];
+                }
+            double nrm = 0;
+            for (int i = 0; i < d; i++) nrm += M[i * p + j] * M[i * p + j];
+            for (int i = 0; i < d; i++) M[i * p + j] /= sqrt(nrm);
+        }
+    }
+    ttt_tensor *A = r ? ttt_tensor_2d(&f->ctx, r, c) : ttt_tensor_1d(&f->ctx, c);
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < c; j++) {
+            double acc = 0;
+            for (int q = 0; q < p; q++)
+                acc += U[i * p + q] * (p > 1 ? 0.5 + 0.5 * q / (p - 1) : 1.0) * V[j * p + q];
+            A->data[i * c + j] = (float)(scale * acc);
+        }
+    free(U), free(V);
+    return A;
+}
+
+/* A fresh leaf with A's values that requires grad (so that each path gets its own gradient). */
+static ttt_tensor *ns_leaf(tu_fixture *f, const ttt_tensor *A) {
+    ttt_tensor *t = ttt_tensor_new(&f->ctx, A->ndim, A->shape);
+    memcpy(t->data, A->data, A->n * sizeof(float));
+    t->requires_grad = 1;
+    return t;
+}
+
+/* The fused forward runs the composed form's own ops in the same order (newton_schulz.c,
+ * ns_iterate), so the results are the same floats, compared bit for bit: with and without a
+ * tape, each against the composed form. Under the tape the fused op is one entry and the
+ * composed form many. */
+START_TEST(ns_fused_forward_equals_composed) {
+    tu_fixture f;
+    tu_fx_init(&f, 113);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    for (size_t si = 0; si < sizeof NS_SHAPES / sizeof NS_SHAPES[0]; si++)
+        for (size_t ki = 0; ki < sizeof NS_SETS / sizeof NS_SETS[0]; ki++) {
+            const int r = NS_SHAPES[si][0], c = NS_SHAPES[si][1];
+            const ttt_ns_set set = NS_SETS[ki].set;
+            const int steps = NS_SETS[ki].steps;
+            ttt_tensor *A = ns_input(&f, r, c, 2.0f);
+            f.ctx.grad = 0, f.ctx.tape = NULL;
+            ttt_tensor *plain = ttt_newton_schulz(&f.ctx, A, set, steps);
+            ttt_tensor *plain_c = ttt_newton_schulz_composed(&f.ctx, A, set, steps);
+            f.ctx.grad = 1, f.ctx.tape = &tape;
+            ttt_tensor *A1 = ns_leaf(&f, A), *A2 = ns_leaf(&f, A);
+            const size_t n0 = tape.n_entries;
+            ttt_tensor *fused = ttt_newton_schulz(&f.ctx, A1, set, steps);
+            const size_t n1 = tape.n_entries;
+            ttt_tensor *comp = ttt_newton_schulz_composed(&f.ctx, A2, set, steps);
+            const size_t n2 = tape.n_entries;
+            ck_assert_msg(n1 - n0 == 1, "fused op recorded %zu entries", n1 - n0);
+            ck_assert_msg(n2 - n1 >= (size_t)(3 * steps), "composed recorded %zu", n2 - n1);
+            ck_assert(fused->ndim == A->ndim && fused->n == A->n && comp->n == A->n);
+            const size_t bytes = A->n * sizeof(float);
+            ck_assert_msg(memcmp(fused->data, comp->data, bytes) == 0, "%dx%d %s: taped",
+                          r, c, NS_SETS[ki].name);
+            ck_assert_msg(memcmp(plain->data, comp->data, bytes) == 0 &&
+                              memcmp(plain_c->data, comp->data, bytes) == 0,
+                          "%dx%d %s: untaped", r, c, NS_SETS[ki].name);
+            ttt_tape_reset(&tape);
+        }
+    ttt_tape_free(&tape);
+    tu_fx_free(&f);
+}
+END_TEST
+
+/* The fused backward (R + Rᵀ, the P-products, the radial normalization term) against:
+ * (a) the composed form's gradient through the tape (its ops' own backwards);
+ * (b) float64 central differences of dns (the float64 NS above, written from MATH.md §3) with
+ *     h = 1e-6: truncation ~h²·(third derivative) and cancellation ~1e-16/h, both < 1e-9 of
+ *     the gradients, far below float32's;
+ * for L = Σ R ⊙ NS(A), R random, on well-conditioned inputs (ns_input), every shape and set.
+ * Tolerance NS_GTOL = 2e-5 of max|∇|: measured |fused − fd| ≤ 2.6e-6 and |fused − composed|
+ * ≤ 1.6e-6 of max|∇| over all cases (float32 rounding of a few dozen products per step,
+ * amplified a few times by the iteration, see ns_input); ~8× margin for other compilers and
+ * FMA. The wrong variants below land at 5e-4 … 0.3.
+ * (c) a deliberately wrong gradient fails: the fused one with one backward term wrong, emulated
+ *     by adding the change that term makes to the float64 adjoint (ns_adjoint, which itself
+ *     equals the differences to 1e-7), and the fused one off by 1e-3 of max|∇| in one
+ *     element. */
+#define NS_GTOL 2e-5
+
+/* Σ R ⊙ dns(A) in float64. */
+static double ns_objective(const double *A, const double *R, int r, int c,
+                           const double (*abc)[3], int steps) {
+    const int rows = r ? r : 1;
+    double *X = dzeros((size_t)rows * c), acc = 0;
+    dns(X, A, rows, c, abc, steps);
+    for (int i = 0; i < rows * c; i++) acc += R[i] * X[i];
+    free(X);
+    return acc;
+}
+
+/* The gradient each wrong backward variant would give, in float64, from the float64 adjoint of
+ * the iteration with that one term changed: WRONG_NO_RT uses 2R for R + Rᵀ (R is not
+ * symmetric), WRONG_NO_CROSS drops c(QP + PQ) from R, WRONG_NO_RADIAL drops the normalization's
+ * radial term (treating ‖A‖_F as a constant). WRONG_NONE is the correct adjoint. */
+enum { WRONG_NONE, WRONG_NO_RT, WRONG_NO_CROSS, WRONG_NO_RADIAL, WRONG_COUNT };
+static void ns_adjoint(double *gA, const double *A, const double *R, int r, int c,
+                       const double (*abc)[3], int steps, int wrong) {
+    const int rows = r ? r : 1, tr = rows > c, m = tr ? c : rows, n = tr ? rows : c;
+    const size_t mn = (size_t)m * n, mm = (size_t)m * m;
+    double *Xs = dzeros((steps + 1) * mn), *G = dzeros(mn), *Gn = dzeros(mn);
+    double *P = dzeros(mm), *B = dzeros(mm), *Q = dzeros(mm), *Rm = dzeros(mm);
+    double *T1 = dzeros(mm > mn ? mm : mn);
+    double nrm = 0;
+    for (int i = 0; i < rows * c; i++) nrm += A[i] * A[i];
+    nrm = sqrt(nrm);
+    const double den = nrm + 1e-7;
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < c; j++) {
+            Xs[tr ? j * n + i : i * n + j] = A[i * c + j] / den;
+            G[tr ? j * n + i : i * n + j] = R[i * c + j];
+        }
+    for (int k = 0; k < steps; k++) { /* forward, saving X_k */
+        const double *X = Xs + k * mn;
+        double *Xn = Xs + (k + 1) * mn;
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++) {
+                double acc = 0;
+                for (int q = 0; q < n; q++) acc += X[i * n + q] * X[j * n + q];
+                P[i * m + j] = acc;
+            }
+        dmatmul(B, P, P, m, m, m);
+        for (size_t i = 0; i < mm; i++) B[i] = abc[k][1] * P[i] + abc[k][2] * B[i];
+        dmatmul(Xn, B, X, m, m, n);
+        for (size_t i = 0; i < mn; i++) Xn[i] += abc[k][0] * X[i];
+    }
+    for (int k = steps - 1; k >= 0; k--) {
+        const double *X = Xs + k * mn;
+        const double a = abc[k][0], b = abc[k][1], cc = abc[k][2];
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++) {
+                double p = 0, q = 0;
+                for (int l = 0; l < n; l++) {
+                    p += X[i * n + l] * X[j * n + l];
+                    q += G[i * n + l] * X[j * n + l];
+                }
+                P[i * m + j] = p, Q[i * m + j] = q;
+            }
+        dmatmul(B, P, P, m, m, m);
+        for (size_t i = 0; i < mm; i++) B[i] = b * P[i] + cc * B[i];
+        for (size_t i = 0; i < mm; i++) Rm[i] = b * Q[i];
+        if (wrong != WRONG_NO_CROSS) {
+            dmatmul(T1, Q, P, m, m, m);
+            for (size_t i = 0; i < mm; i++) Rm[i] += cc * T1[i];
+            dmatmul(T1, P, Q, m, m, m);
+            for (size_t i = 0; i < mm; i++) Rm[i] += cc * T1[i];
+        }
+        double *S = dzeros(mm);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++)
+                S[i * m + j] = wrong == WRONG_NO_RT ? 2 * Rm[i * m + j]
+                                                    : Rm[i * m + j] + Rm[j * m + i];
+        dmatmul(Gn, B, G, m, m, n);
+        dmatmul(T1, S, X, m, m, n);
+        for (size_t i = 0; i < mn; i++) Gn[i] += a * G[i] + T1[i];
+        memcpy(G, Gn, mn * sizeof(double));
+        free(S);
+    }
+    double dot = 0;
+    for (size_t i = 0; i < mn; i++) dot += G[i] * Xs[i];
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < c; j++) {
+            const double g = G[tr ? j * n + i : i * n + j];
+            const double radial = wrong == WRONG_NO_RADIAL ? 0 : dot / (den * nrm);
+            gA[i * c + j] = g / den - radial * A[i * c + j];
+        }
+    free(Xs), free(G), free(Gn), free(P), free(B), free(Q), free(Rm), free(T1);
+}
+
+START_TEST(ns_fused_gradient_matches_composed_and_fd) {
+    tu_fixture f;
+    tu_fx_init(&f, 114);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    f.ctx.tape = &tape;
+    double worst_fd = 0, worst_comp = 0, best_wrong[WRONG_COUNT];
+    int caught[WRONG_COUNT] = {0}, cases = 0;
+    for (int w = 0; w < WRONG_COUNT; w++) best_wrong[w] = 1e300;
+    for (size_t si = 0; si < sizeof NS_SHAPES / sizeof NS_SHAPES[0]; si++)
+        for (size_t ki = 0; ki < sizeof NS_SETS / sizeof NS_SETS[0]; ki++) {
+            const int r = NS_SHAPES[si][0], c = NS_SHAPES[si][1], rows = r ? r : 1;
+            const size_t n = (size_t)rows * c;
+            const int steps = NS_SETS[ki].steps;
+            double abc[8][3];
+            coeff_table(abc, steps, NS_SETS[ki].name);
+            ttt_tensor *A = ns_input(&f, r, c, 2.0f);
+            ttt_tensor *R = tu_randn(&f, rows, c, 1.0f);
+            float *g[2]; /* fused, composed */
+            for (int path = 0; path < 2; path++) {
+                f.ctx.grad = 1;
+                ttt_tensor *Al = ns_leaf(&f, A);
+                const ttt_ns_set set = NS_SETS[ki].set;
+                ttt_tensor *X = path ? ttt_newton_schulz_composed(&f.ctx, Al, set, steps)
+                                     : ttt_newton_schulz(&f.ctx, Al, set, steps);
+                ttt_backward_from(&f.ctx, X, R->data);
+                ck_assert_ptr_nonnull(Al->grad);
+                g[path] = Al->grad;
+                ttt_tape_reset(&tape);
+                f.ctx.grad = 0;
+            }
+            double *Ad = dcopy_f(A->data, n), *Rd = dcopy_f(R->data, n), *fd = dzeros(n);
+            for (size_t i = 0; i < n; i++) {
+                const double x = Ad[i], h = 1e-6 * fmax(1.0, fabs(x));
+                Ad[i] = x + h;
+                const double lp = ns_objective(Ad, Rd, r, c, (const double(*)[3])abc, steps);
+                Ad[i] = x - h;
+                const double lm = ns_objective(Ad, Rd, r, c, (const double(*)[3])abc, steps);
+                Ad[i] = x;
+                fd[i] = (lp - lm) / (2 * h);
+            }
+            double scale = 0, e_fd = 0, e_comp = 0;
+            for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(fd[i]));
+            for (size_t i = 0; i < n; i++) {
+                e_fd = fmax(e_fd, fabs(g[0][i] - fd[i]) / scale);
+                e_comp = fmax(e_comp, fabs((double)g[0][i] - g[1][i]) / scale);
+            }
+            ck_assert_msg(e_fd <= NS_GTOL, "%dx%d %s: fused vs fd %.3g of max", r, c,
+                          NS_SETS[ki].name, e_fd);
+            ck_assert_msg(e_comp <= NS_GTOL, "%dx%d %s: fused vs composed %.3g of max", r, c,
+                          NS_SETS[ki].name, e_comp);
+            worst_fd = fmax(worst_fd, e_fd), worst_comp = fmax(worst_comp, e_comp);
+            /* (c) wrong backward terms: fused + (wrong adjoint − right adjoint) must fail the
+             * same comparison; the right adjoint itself must pass it far below NS_GTOL */
+            double *right = dzeros(n), *wrong = dzeros(n);
+            ns_adjoint(right, Ad, Rd, r, c, (const double(*)[3])abc, steps, WRONG_NONE);
+            double e_adj = 0;
+            for (size_t i = 0; i < n; i++) e_adj = fmax(e_adj, fabs(right[i] - fd[i]) / scale);
+            ck_assert_msg(e_adj < 1e-7, "float64 adjoint vs fd %.3g", e_adj);
+            for (int w = 1; w < WRONG_COUNT; w++) {
+                ns_adjoint(wrong, Ad, Rd, r, c, (const double(*)[3])abc, steps, w);
+                double e_w = 0;
+                for (size_t i = 0; i < n; i++)
+                    e_w = fmax(e_w, fabs(g[0][i] + (wrong[i] - right[i]) - fd[i]) / scale);
+                /* a term can be immaterial for a case: c(QP + PQ) is zero for the cubic set
+                 * (c = 0), and the radial term ⟨G_0, X_0⟩ is near zero where NS has converged
+                 * (the output no longer depends on the input's scale). Where the term moves
+                 * the gradient by more than 10·NS_GTOL the variant must fail; each variant
+                 * must be material (and so fail) in most cases. */
+                double term = 0;
+                for (size_t i = 0; i < n; i++) term = fmax(term, fabs(wrong[i] - right[i]) / scale);
+                if (term > 10 * NS_GTOL) {
+                    ck_assert_msg(e_w > NS_GTOL, "%dx%d %s: wrong variant %d passes (%.3g)", r,
+                                  c, NS_SETS[ki].name, w, e_w);
+                    caught[w]++;
+                    best_wrong[w] = fmin(best_wrong[w], e_w);
+                }
+            }
+            /* and one element off by 1e-3 relative */
+            g[0][n / 2] += (float)(1e-3 * scale);
+            double e_bad = 0;
+            for (size_t i = 0; i < n; i++) e_bad = fmax(e_bad, fabs(g[0][i] - fd[i]) / scale);
+            ck_assert(e_bad > NS_GTOL);
+            free(Ad), free(Rd), free(fd), free(right), free(wrong);
+            cases++;
+        }
+    for (int w = 1; w < WRONG_COUNT; w++)
+        ck_assert_msg(2 * caught[w] > cases, "wrong variant %d material in %d of %d cases", w,
+                      caught[w], cases);
+    printf("ns_fused_gradient: worst |fused - fd| %.3g, |fused - composed| %.3g of max|grad|; "
+           "wrong variants caught in %d, %d, %d of %d cases, smallest error %.3g %.3g %.3g\n",
+           worst_fd, worst_comp, caught[1], caught[2], caught[3], cases, best_wrong[1],
+           best_wrong[2], best_wrong[3]);
+    ttt_tape_free(&tape);
+    tu_fx_free(&f);
+}
+END_TEST
+
 /* ============================================================================================ */
 /* muon                                                                                          */
 
@@ -895,6 +1197,8 @@ static Suite *optim_suite(void) {
     tcase_add_test(tc, ns_cubic_converges_to_polar_factor);
     tcase_add_test(tc, ns_quintic_rank1_closed_form);
     tcase_add_test(tc, ns_quintic_singular_value_band);
+    tcase_add_test(tc, ns_fused_forward_equals_composed);
+    tcase_add_test(tc, ns_fused_gradient_matches_composed_and_fd);
     tcase_add_test(tc, muon_step_matches_rule);
     tcase_add_test(tc, large_batch_full_block_is_step_then_renorm);
     tcase_add_test(tc, sgd_l2_equals_decoupled_decay);
