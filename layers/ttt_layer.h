@@ -12,7 +12,7 @@
  *     steps: per_block            # or per_token (optimizer state advances every token)
  *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
  *     form: auto                  # generic | recurrent | parallel | chunkwise | dual; auto picks
- *     chunk: 64                   # chunk size of the chunkwise forms
+ *     chunk: 16                   # chunk size of the chunkwise forms
  *     scale: 1.0                  # queries are multiplied by this before read-out
  *     rope: false                 # rotary positions on q and k (rope_base: 10000)
  *     normalize: none             # ratio (normalized linear attention) | rms (post-norm) */

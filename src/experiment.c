@@ -190,7 +190,8 @@ ttt_status ttt_experiment_run(const ttt_experiment *e, const char *out_dir, int 
         const ttt_task *t = ttt_task_find(ttt_cfg_str(ttt_cfg_get(e->points[0], "task"), "kind"));
         if (t->charts) t->charts(res, e->points[0]);
         s = ttt_results_write(res, dir, err);
-        if (s == TTT_OK && t->columns && table) ttt_results_print_table(res, table, t->columns);
+        const char *const *cols = t->columns_for ? t->columns_for(e->points[0]) : t->columns;
+        if (s == TTT_OK && cols && table) ttt_results_print_table(res, table, cols);
     }
     ttt_results_free(res);
     return s;

@@ -35,6 +35,9 @@ typedef struct ttt_task {
     ttt_status (*run)(ttt_task_run *run, ttt_error *err);
     /* Columns of the table `ttt run` prints at the end (NULL-terminated), or NULL. */
     const char *const *columns;
+    /* Optional: the columns for this configuration (e.g. one list per kind of measurement),
+     * asked of the first point; overrides `columns` when set. */
+    const char *const *(*columns_for)(const ttt_cfg_node *root);
     /* Add the charts of the whole run (after every point). */
     void (*charts)(ttt_results *res, const ttt_cfg_node *root);
 } ttt_task;

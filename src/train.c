@@ -549,6 +549,9 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         double loss;
         ttt_seq_stats st;
         s = run_shards(&S, &b, 1, &loss, &st, err);
+        size_t peak = 0; /* before shards_reset, which may rebuild an arena (and its peak) */
+        for (int i = 0; i < S.n; i++) peak += S.sh[i].arena.peak;
+        if (peak > res->arena_peak) res->arena_peak = peak;
         shards_reset(&S);
         if (s != TTT_OK) break;
         const long this_step = step + 1; /* steps are counted from 1 in records */

@@ -101,6 +101,9 @@ typedef struct ttt_train_result {
     double eval_accuracy; /* eval.correct / eval.count */
     double tokens_per_s;  /* training throughput of this process (wall clock) */
     double seconds;       /* wall clock of this process */
+    size_t arena_peak;    /* the largest sum over shards of a training step's arena peak (tape,
+                           * activations, scratch) in bytes: the step's memory besides the
+                           * parameters, gradients and AdamW moments */
 } ttt_train_result;
 
 /* Train m (initialized by the caller) on `data` under config c. See the top of this file. */

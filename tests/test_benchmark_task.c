@@ -1,7 +1,7 @@
 /* The `benchmark` task (src/task_benchmark.c) on tiny sizes: it runs every (T, d, H, threads)
  * point, writes one record each with the documented fields, and its FLOP counts are the formulas
  * stated in its header, recomputed here from MATH.md §5.2 / §5.3 independently (chunks of C
- * tokens, the last one shorter). Timings are not asserted (benchmarks are programs, not timed
+ * tokens, the last one shorter). measure: train_step writes its records and its dump. Timings are not asserted (benchmarks are programs, not timed
  * tests); only that they are positive and finite. */
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "experiment.h"
+#include "safetensors.h"
 #include "testutil.h"
 #include "ttt.h"
 
@@ -112,16 +113,118 @@ START_TEST(records_and_flop_counts) {
 }
 END_TEST
 
-START_TEST(train_step_is_a_hook) {
+/* measure: train_step on a tiny model: one record per (seq_len, threads) with the documented
+ * fields, and the dump (dump: true) holds what it says. The dump is checked against properties
+ * that do not come from the code under test:
+ *   - MQAR queries every one of the N keys once per sequence (data.h): B·N scored positions;
+ *   - at initialization the logits are small (head ~ N(0, 0.02²) on a unit-RMS input of width
+ *     d = 8: logit std ≈ 0.02·sqrt(8) ≈ 0.06), so the mean cross-entropy is ln V to within
+ *     E[½ var] ≈ 0.002 — a loss summed instead of averaged, or over the wrong positions'
+ *     count, would be far off (tolerance 0.05);
+ *   - softmax cross-entropy gradients sum to 0 over the vocabulary at every position, so every
+ *     row of grad.head (d, V) sums to 0 (float32 rounding: 1e-6 of the row's absolute sum);
+ *   - a token absent from the batch gets an exactly zero embedding gradient, a present one does
+ *     not (all rows together). */
+START_TEST(train_step_records_and_dump) {
+    const char *yaml = "name: b\nseed: 3\n"
+                       "task: {kind: benchmark, measure: train_step, seq_len: [16, 20], vocab: 16,"
+                       " pairs: 2, threads: [1, 2], repeats: 2, dump: true}\n"
+                       "model: {d_model: 8, layers: 1, heads: 2, mlp: 0, conv: 2}\n"
+                       "layer: {preset: deltanet, form: chunkwise, chunk: 8}\n"
+                       "train: {batch: 4}\n";
+    char *m = run(yaml);
+    int n = 0;
+    for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"tokens_per_s\"")) continue;
+        n++;
+        ck_assert_msg(json_has_str(line, "measure", "train_step"), "%s", line);
+        ck_assert_msg(json_has_str(line, "preset", "deltanet"), "%s", line);
+        ck_assert_msg(json_has_str(line, "form", "chunkwise"), "%s", line);
+        ck_assert_msg(json_num(line, "chunk") == 8, "%s", line);
+        ck_assert_msg(json_num(line, "batch") == 4 && json_num(line, "d_model") == 8, "%s", line);
+        const double L = json_num(line, "seq_len"), th = json_num(line, "threads");
+        ck_assert_msg(L == 16 || L == 20, "%s", line);
+        ck_assert_msg(th == 1 || th == 2, "%s", line);
+        ck_assert_msg(json_num(line, "shards") == th, "%s", line);
+        const double secs = json_num(line, "seconds"), tps = json_num(line, "tokens_per_s");
+        ck_assert_msg(secs > 0 && isfinite(secs), "%s", line);
+        ck_assert_msg(json_num(line, "seconds_median") >= secs, "%s", line);
+        ck_assert_msg(json_num(line, "cpu_seconds") > 0, "%s", line);
+        ck_assert_msg(fabs(tps * secs - 4 * L) <= 1e-6 * 4 * L, "%s", line);
+        ck_assert_msg(json_num(line, "peak_mb") > 0, "%s", line);
+        if (th == 2) ck_assert_msg(json_num(line, "speedup_1t") > 0, "%s", line);
+    }
+#ifdef _OPENMP
+    ck_assert_int_eq(n, 2 * 2);
+#else
+    ck_assert_int_ge(n, 2);
+#endif
+    free(m);
+
+    for (int L = 16; L <= 20; L += 4) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/out/train_step_point0_L%d.safetensors", g_dir, L);
+        ttt_st_file *f = NULL;
+        ttt_error err = {0};
+        ck_assert_msg(ttt_st_read(path, &f, &err) == TTT_OK, "%s", err.msg);
+        const ttt_st_tensor *tok = ttt_st_find(f, "tokens"), *lab = ttt_st_find(f, "labels"),
+                            *loss = ttt_st_find(f, "loss"), *head = ttt_st_find(f, "grad.head"),
+                            *emb = ttt_st_find(f, "grad.embed");
+        ck_assert_ptr_nonnull(tok);
+        ck_assert_ptr_nonnull(lab);
+        ck_assert_ptr_nonnull(loss);
+        ck_assert_ptr_nonnull(head);
+        ck_assert_ptr_nonnull(emb);
+        ck_assert_ptr_nonnull(ttt_st_find(f, "param.layer0.mixer.wq"));
+        ck_assert_ptr_nonnull(ttt_st_find(f, "grad.layer0.mixer.conv_k"));
+        ck_assert_int_eq((int)tok->shape[0], 4);
+        ck_assert_int_eq((int)tok->shape[1], L);
+        long scored = 0;
+        int present[16] = {0};
+        for (int i = 0; i < 4 * L; i++) {
+            scored += lab->data[i] >= 0;
+            present[(int)tok->data[i]] = 1;
+        }
+        ck_assert_int_eq(scored, 4 * 2);
+        ck_assert_str_eq(ttt_st_meta(f, "scored"), "8");
+        ck_assert_str_eq(ttt_st_meta(f, "layer.preset"), "deltanet");
+        ck_assert_str_eq(ttt_st_meta(f, "resolved.head_dim"), "4");
+        ck_assert_msg(fabs(loss->data[0] - log(16.0)) < 0.05, "loss %g", loss->data[0]);
+        double habs = 0;
+        for (int r = 0; r < 8; r++) {
+            double s = 0, a = 0;
+            for (int v = 0; v < 16; v++) {
+                s += head->data[r * 16 + v];
+                a += fabs(head->data[r * 16 + v]);
+            }
+            ck_assert_msg(fabs(s) <= 1e-6 * a + 1e-12, "row %d of grad.head sums to %g", r, s);
+            habs += a;
+        }
+        ck_assert_msg(habs > 0, "grad.head is zero");
+        for (int t = 0; t < 16; t++) {
+            double a = 0;
+            for (int c = 0; c < 8; c++) a += fabs(emb->data[t * 8 + c]);
+            ck_assert_msg(present[t] ? a > 0 : a == 0, "token %d (present %d): |grad| %g", t,
+                          present[t], a);
+        }
+        ttt_st_free(f);
+    }
+}
+END_TEST
+
+/* A sequence too short for its pairs is refused at load time, naming the value. */
+START_TEST(train_step_checks_mqar) {
     char path[4096];
     snprintf(path, sizeof path, "%s/exp.yaml", g_dir);
-    ck_assert_int_eq(tu_write_file(path, "name: b\ntask: {kind: benchmark, measure: train_step}\n"
+    ck_assert_int_eq(tu_write_file(path, "name: b\ntask: {kind: benchmark, measure: train_step,"
+                                         " seq_len: [64, 12], pairs: 8}\n"
                                          "layer: {preset: deltanet}\n"),
                      0);
     ttt_error err = {0};
     ttt_experiment *e = NULL;
     ck_assert_int_ne(ttt_experiment_load(path, NULL, 0, &e, &err), TTT_OK);
-    ck_assert_msg(strstr(err.msg, "not wired in yet"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "task.seq_len = 12"), "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "exp.yaml:2:"), "%s", err.msg);
 }
 END_TEST
 
@@ -131,7 +234,8 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, records_and_flop_counts);
-    tcase_add_test(tc, train_step_is_a_hook);
+    tcase_add_test(tc, train_step_records_and_dump);
+    tcase_add_test(tc, train_step_checks_mqar);
     suite_add_tcase(s, tc);
     return s;
 }

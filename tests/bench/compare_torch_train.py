@@ -1,0 +1,462 @@
+#!/usr/bin/python3
+"""A full training step of the MQAR model in ttt and in PyTorch autograd, side by side.
+
+For each preset (and chunk size) it runs `ttt run` on a generated experiment with
+`task: {kind: benchmark, measure: train_step, dump: true}` (src/task_benchmark.c): ttt times its
+own training steps (forward, loss, backward, gradient clipping, AdamW; the trainer of
+src/train.c) and writes the initial parameters, the first batch, its loss and every parameter's
+gradient to a .safetensors file. This script then builds the SAME model in PyTorch from that
+file (src/model.h; parameter names from src/model.c):
+
+    x = embed[tokens]
+    per block:  h = RMSNorm(x) · g1
+                q, k, v = SiLU(causal depthwise conv_K(h W_q|k|v))      (B, T, H·D)
+                q, k = q/sqrt(|q|² + 1e-6), k/...  per head              (qk_norm)
+                β = θ · sigmoid(h W_η + b_η)  (eta; else β = θ)
+                log α = −exp(a_log) · softplus(h W_a + dt_bias)           (scalar gate)
+                o = layer(q, k, v, β, log α) per (sequence, head)         chunkwise, below
+                o = RMSNorm_D(o) · g_o  (out_norm);  o = o ⊙ SiLU(h W_g)  (out_gate)
+                x = x + o W_o
+    logits = RMSNorm(x) · g_f · W_head;  loss = mean cross-entropy over the labelled positions
+
+with the layer as a batched chunkwise implementation (all chunks of all sequences and heads at
+once where the algorithm allows it):
+    linear attention (MATH.md §5.2, no gates): the state before chunk n is the exclusive prefix
+        sum of Kᵀ(β⊙V) over the chunks; O = Q S_n + (Q Kᵀ ⊙ M)(β⊙V), M causal with diagonal.
+    delta rule, gated or not (§5.3, the WY/UT transform): per chunk, G = cumsum(log α),
+        Γ_ij = e^{G_i − G_j} (i ≥ j), A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ),
+        [U | W] = A⁻¹ [β⊙V | β⊙e^G⊙K] (one batched triangular solve for every chunk); then chunk
+        by chunk: V' = U − W S, O = (e^G⊙Q) S + (Q Kᵀ ⊙ Γ ⊙ M) V',
+        S ← e^{G_n} S + (e^{G_n − G}⊙K)ᵀ V'.
+Both are checked at start-up against a token-by-token loop of the recurrence in float64.
+
+Agreement (the script exits 1 if it fails): the loss and every gradient of ttt against PyTorch
+in float64 (the same float32 parameters and batch, promoted): per parameter
+max|g_ttt − g_64| / max|g_64| ≤ 1e-4, loss |Δ| / loss ≤ 1e-5. The PyTorch float32 gradients are
+held to the same bound, so the table shows both sides' float32 rounding against one reference.
+Measured: ~1e-6 on both sides (float32 rounding through two blocks).
+
+Timing: the same step in PyTorch — zero_grad, forward, loss, backward, clip_grad_norm_,
+torch.optim.AdamW (weight decay on the parameters ttt decays) — with torch.set_num_threads(n);
+ttt with train.threads = train.shards = n (data parallel over the batch), OPENBLAS_NUM_THREADS=1.
+Both report the fastest of --repeats steps after a warm-up step, the median step, and the least
+process CPU time of a step (over --rounds alternating measurements of the two: min, median of
+medians, min) (all threads; with one thread the work itself, which preemption by
+other processes on a shared machine does not inflate, while it does inflate wall times).
+
+Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
+    /usr/bin/python3 tests/bench/compare_torch_train.py --ttt build/ttt
+    /usr/bin/python3 tests/bench/compare_torch_train.py --ttt build/ttt --quick
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+GRAD_TOL = 1e-4
+LOSS_TOL = 1e-5
+
+# ---------------------------------------------------------------- safetensors in
+
+
+def read_safetensors(path):
+    """Returns ({name: float32 array}, metadata dict). F32 only (what ttt writes)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, h in header.items():
+        assert h["dtype"] == "F32", h
+        a, b = h["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(h["shape"])
+    return out, meta
+
+# ---------------------------------------------------------------- the layers, (B, H, T, D)
+
+
+def pad_to_chunks(C, *xs):
+    """Zero-pad the T axis (dim 2) to a multiple of C: padded tokens have k = v = 0 and β = 0
+    (and log α = 0), so they change neither the state nor the outputs of real tokens."""
+    T = xs[0].shape[2]
+    p = (-T) % C
+    if p == 0:
+        return xs
+    out = []
+    for x in xs:
+        if x is None:
+            out.append(None)
+            continue
+        pad = [0, 0] * (x.dim() - 3) + [0, p]
+        out.append(F.pad(x, pad))
+    return out
+
+
+def la_chunk(q, k, v, beta, la, C):
+    """Linear attention (update_then_apply: o_t = q_t S_t, S_t = S_{t−1} + β_t k_tᵀ v_t)."""
+    assert la is None, "gated linear attention is not implemented here"
+    B, H, T, D = q.shape
+    q, k, v, beta = pad_to_chunks(C, q, k, v, beta)
+    N = q.shape[2] // C
+    qc, kc = q.reshape(B, H, N, C, D), k.reshape(B, H, N, C, D)
+    vc = (v * beta[..., None]).reshape(B, H, N, C, v.shape[-1])
+    kv = kc.transpose(-1, -2) @ vc                                # (B, H, N, D, Dv)
+    S = kv.cumsum(2) - kv                                         # state before each chunk
+    mask = torch.ones(C, C, dtype=torch.bool).tril()
+    A = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0)
+    o = qc @ S + A @ vc
+    return o.reshape(B, H, N * C, -1)[:, :, :T]
+
+
+def delta_chunk(q, k, v, beta, la, C):
+    """Delta rule with an optional coupled scalar gate:
+    S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t."""
+    B, H, T, D = q.shape
+    if la is None:
+        la = q.new_zeros(B, H, T)
+    q, k, v, beta, la = pad_to_chunks(C, q, k, v, beta, la)
+    N = q.shape[2] // C
+    Dv = v.shape[-1]
+    qc, kc, vc = (x.reshape(B, H, N, C, x.shape[-1]) for x in (q, k, v))
+    bc = beta.reshape(B, H, N, C, 1)
+    G = la.reshape(B, H, N, C).cumsum(-1)                          # log decay since chunk start
+    incl = torch.ones(C, C, dtype=torch.bool).tril()
+    strict = torch.ones(C, C, dtype=torch.bool).tril(-1)
+    Gam = (G[..., :, None] - G[..., None, :]).masked_fill(~incl, -math.inf).exp()
+    A = torch.eye(C, dtype=q.dtype) + \
+        (bc * (kc @ kc.transpose(-1, -2)) * Gam).masked_fill(~strict, 0)
+    eG = G.exp()[..., None]
+    UW = torch.linalg.solve_triangular(A, torch.cat([bc * vc, bc * eG * kc], -1), upper=False,
+                                       unitriangular=True)
+    U, W = UW[..., :Dv], UW[..., Dv:]
+    attn = ((qc @ kc.transpose(-1, -2)) * Gam).masked_fill(~incl, 0)
+    qg = qc * eG
+    last = G[..., -1].exp()                                        # (B, H, N)
+    kw = kc * (G[..., -1:] - G).exp()[..., None]
+    S = q.new_zeros(B, H, D, Dv)
+    outs = []
+    for n in range(N):
+        Vp = U[:, :, n] - W[:, :, n] @ S
+        outs.append(qg[:, :, n] @ S + attn[:, :, n] @ Vp)
+        S = last[:, :, n, None, None] * S + kw[:, :, n].transpose(-1, -2) @ Vp
+    return torch.stack(outs, 2).reshape(B, H, N * C, Dv)[:, :, :T]
+
+
+def la_loop(q, k, v, beta, la):
+    S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        S = S + (beta[:, :, t, None] * k[:, :, t])[..., None] * v[:, :, t, None, :]
+        out.append((q[:, :, t, None, :] @ S).squeeze(-2))
+    return torch.stack(out, 2)
+
+
+def delta_loop(q, k, v, beta, la):
+    S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
+    out = []
+    for t in range(q.shape[2]):
+        if la is not None:
+            S = S * la[:, :, t].exp()[..., None, None]
+        kt = k[:, :, t, None, :]
+        S = S + beta[:, :, t, None, None] * kt.transpose(-1, -2) @ (v[:, :, t, None, :] - kt @ S)
+        out.append((q[:, :, t, None, :] @ S).squeeze(-2))
+    return torch.stack(out, 2)
+
+
+def self_check():
+    """The chunkwise implementations above against the recurrences, float64, T not a multiple
+    of C (padding) and C = 1 and C ≥ T (the two extremes)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, T, D = 2, 3, 37, 5
+    q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    k = F.normalize(torch.randn(B, H, T, D, generator=g, dtype=torch.float64), dim=-1)
+    v = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    la = -0.1 * torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    for C in (1, 8, 64):
+        for chunk, loop, gate in ((la_chunk, la_loop, None), (delta_chunk, delta_loop, None),
+                                  (delta_chunk, delta_loop, la)):
+            err = (chunk(q, k, v, beta, gate, C) - loop(q, k, v, beta, gate)).abs().max().item()
+            assert err < 1e-10, f"{chunk.__name__} C={C} gate={gate is not None}: {err}"
+
+# ---------------------------------------------------------------- the model
+
+
+def rmsnorm(x, g, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def conv_silu(x, w):
+    """y_t = Σ_{j<K} w_j ⊙ x_{t−j} per channel (zeros before t = 0), then SiLU; x (B, T, C),
+    w (K, C) as src/ops.c stores it (tap j multiplies x_{t−j})."""
+    K, C = w.shape
+    y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w.flip(0).t().unsqueeze(1), groups=C)
+    return F.silu(y.transpose(1, 2))
+
+
+class Config:
+    """The resolved `model.*` / `layer.*` values from the dump's metadata; refuses what the
+    PyTorch side does not implement."""
+
+    def __init__(self, meta):
+        self.meta = meta
+        self.d = int(meta["model.d_model"])
+        self.layers = int(meta["model.layers"])
+        self.H = int(meta["model.heads"])
+        self.D = int(meta["resolved.head_dim"])
+        self.conv = int(meta["model.conv"])
+        self.eps = float(meta["model.norm_eps"])
+        self.qk_norm = meta["model.qk_norm"] == "true"
+        self.eta = meta["model.eta"] == "true"
+        self.gate = meta["model.gate"]
+        self.out_norm = meta["model.out_norm"] == "true"
+        self.out_gate = meta["model.out_gate"] == "true"
+        self.theta = float(meta["resolved.theta"])
+        self.scale = float(meta["layer.scale"])
+        self.chunk = int(meta["resolved.chunk"])
+        self.form = meta["resolved.form"]
+        fam = (meta["layer.model"], meta["layer.loss"])
+        need = {
+            "model.mixer": "ttt", "model.mlp": "0", "model.norm": "rms", "model.positions": "none",
+            "model.learn_init": "false", "layer.normalize": "none", "layer.rope": "false",
+            "layer.mini_batch": "1", "layer.order": "update_then_apply",
+            "layer.optimizer.name": "sgd", "resolved.form": "chunkwise",
+        }
+        bad = [f"{k} = {meta.get(k)} (need {v})" for k, v in need.items() if meta.get(k) != v]
+        if fam == ("linear", "dot"):
+            self.layer = la_chunk
+            if self.gate != "none":
+                bad.append(f"model.gate = {self.gate} (linear attention: only none here)")
+        elif fam == ("linear", "squared"):
+            self.layer = delta_chunk
+            if self.gate not in ("none", "scalar"):
+                bad.append(f"model.gate = {self.gate} (delta rule: none or scalar here)")
+            if self.gate == "none" and float(meta["layer.optimizer.decay"]) != 1.0:
+                bad.append("a constant decay without per-token gates")
+        else:
+            bad.append(f"layer model/loss = {fam} (linear + dot or squared here)")
+        if meta["model.eta"] not in ("true", "false"):
+            bad.append(f"model.eta = {meta['model.eta']}")
+        if bad:
+            raise SystemExit("compare_torch_train: not implemented on the PyTorch side: " +
+                             "; ".join(bad))
+
+
+def forward_loss(cfg, P, tokens, labels):
+    B, T = tokens.shape
+    H, D = cfg.H, cfg.D
+    x = F.embedding(tokens, P["embed"])
+    for l in range(cfg.layers):
+        p = lambda n: P[f"layer{l}.{n}"]  # noqa: E731
+        h = rmsnorm(x, p("norm1"), cfg.eps)
+        qkv = []
+        for n in "qkv":
+            y = h @ p(f"mixer.w{n}")
+            if cfg.conv > 0:
+                y = conv_silu(y, p(f"mixer.conv_{n}"))
+            qkv.append(y.reshape(B, T, H, D).transpose(1, 2))      # (B, H, T, D)
+        q, k, v = qkv
+        if cfg.qk_norm:
+            q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
+            k = k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
+        if cfg.scale != 1.0:
+            q = q * cfg.scale
+        if cfg.eta:
+            beta = cfg.theta * torch.sigmoid(h @ p("mixer.w_eta") + p("mixer.b_eta"))
+            beta = beta.transpose(1, 2)                             # (B, H, T)
+        else:
+            beta = q.new_full((B, H, T), cfg.theta)
+        la = None
+        if cfg.gate == "scalar":
+            la = -p("mixer.a_log").exp() * F.softplus(h @ p("mixer.w_a") + p("mixer.dt_bias"))
+            la = la.transpose(1, 2)
+        o = cfg.layer(q, k, v, beta, la, cfg.chunk)                 # (B, H, T, D)
+        if cfg.out_norm:
+            o = rmsnorm(o, p("mixer.onorm"), cfg.eps)
+        o = o.transpose(1, 2).reshape(B, T, H * D)
+        if cfg.out_gate:
+            o = o * F.silu(h @ p("mixer.w_g"))
+        x = x + o @ p("mixer.wo")
+    logits = rmsnorm(x, P["norm_f"], cfg.eps) @ P["head"]
+    return F.cross_entropy(logits.reshape(B * T, -1), labels.reshape(-1), ignore_index=-1)
+
+
+def gradients(cfg, params, tokens, labels, dtype):
+    P = {n: torch.tensor(a, dtype=dtype, requires_grad=True) for n, a in params.items()}
+    loss = forward_loss(cfg, P, tokens, labels)
+    loss.backward()
+    return loss.item(), {n: t.grad.double().numpy() for n, t in P.items()}
+
+
+def rel_err(a, ref):
+    den = np.abs(ref).max()
+    return float(np.abs(a - ref).max() / (den if den > 0 else 1.0))
+
+# ---------------------------------------------------------------- timing
+
+
+def time_torch(cfg, params, decay, tokens, labels, meta, threads, repeats):
+    torch.set_num_threads(threads)
+    P = {n: torch.tensor(a, requires_grad=True) for n, a in params.items()}
+    groups = [{"params": [P[n] for n in P if decay[n]],
+               "weight_decay": float(meta["train.weight_decay"])},
+              {"params": [P[n] for n in P if not decay[n]], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=float(meta["train.lr"]),
+                            betas=(float(meta["train.beta1"]), float(meta["train.beta2"])),
+                            eps=float(meta["train.eps"]), foreach=True)
+    clip = float(meta["train.clip"])
+    plist = list(P.values())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = forward_loss(cfg, P, tokens, labels)
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(plist, clip)
+        opt.step()
+
+    step()  # warm-up
+    secs, cpu = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        secs.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return min(secs), float(np.median(secs)), min(cpu)
+
+# ---------------------------------------------------------------- ttt
+
+
+def run_ttt(a, wd, preset, chunk):
+    y = os.path.join(wd, f"{preset}_{chunk}.yaml")
+    out = os.path.join(wd, f"{preset}_{chunk}")
+    with open(y, "w") as f:
+        f.write(f"""name: compare_torch_train
+seed: {a.seed}
+task: {{kind: benchmark, measure: train_step, threads: [{a.threads}], repeats: {a.repeats},
+        dump: true, seq_len: [{a.seq_len}], vocab: {a.vocab}, pairs: {a.pairs}}}
+model: {{d_model: {a.d_model}, layers: {a.layers}, heads: {a.heads}, mlp: 0, conv: 4}}
+layer: {{preset: {preset}, form: chunkwise, chunk: {chunk}}}
+train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
+""")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    subprocess.run([a.ttt, "run", y, "--out", out, "--quiet"], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rows = {}
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("measure") == "train_step":
+                rows[int(r["threads"])] = r
+    dump, meta = read_safetensors(os.path.join(out, f"train_step_point0_L{a.seq_len}.safetensors"))
+    return rows, dump, meta
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--ttt", default="build/ttt", help="the ttt program")
+    ap.add_argument("--presets", default="linear_attention,deltanet,gated_deltanet")
+    ap.add_argument("--chunks", default="16,64", help="chunk sizes C")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=20, help="timed steps (after one warm-up)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure ttt and PyTorch this many times in turn; fastest and least-CPU "
+                         "steps over all rounds, median of the rounds' medians")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--d-model", type=int, default=32)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--pairs", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="one chunk size, one thread, 5 steps")
+    a = ap.parse_args()
+    if a.quick:
+        a.chunks, a.threads, a.repeats = "16", "1", 5
+    self_check()
+    ver = subprocess.run([a.ttt, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}; ttt {ver}")
+    print(f"# command: /usr/bin/python3 {' '.join(sys.argv)}")
+    print(f"# MQAR model: d_model {a.d_model}, {a.layers} layers, {a.heads} heads, conv 4, no MLP,"
+          f" V {a.vocab}, L {a.seq_len}, batch {a.batch} ({a.batch * a.seq_len} tokens/step); "
+          f"best (median) of {a.repeats} steps after a warm-up, {a.rounds} round(s)")
+    print(f"# grad_err: max over parameters of max|g - g64| / max|g64| (g64: PyTorch float64 "
+          f"on the same parameters and batch); tolerance {GRAD_TOL:g}")
+    print("# ratio = PyTorch step time / ttt step time (> 1: ttt faster): of the fastest steps "
+          "(wall), of the median steps (med), and of the least process CPU time of a step (cpu: "
+          "all threads, insensitive to preemption by other processes)")
+    cols = ["preset", "C", "threads", "ttt_tok/s", "torch_tok/s", "ratio", "ttt_med", "torch_med",
+            "ratio_med", "ttt_cpu_ms", "torch_cpu_ms", "ratio_cpu", "grad_err_ttt",
+            "grad_err_torch", "loss_err"]
+    print(" ".join(f"{c:>12}" if i else f"{c:<16}" for i, c in enumerate(cols)))
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as wd:
+        for preset in a.presets.split(","):
+            for chunk in (int(c) for c in a.chunks.split(",")):
+                rows, dump, meta = run_ttt(a, wd, preset, chunk)
+                cfg = Config(meta)
+                params = {n[6:]: v for n, v in dump.items() if n.startswith("param.")}
+                names = list(params)
+                decay = {n: meta["param_decay"][i] == "1" for i, n in enumerate(names)}
+                tokens = torch.from_numpy(dump["tokens"].astype(np.int64))
+                labels = torch.from_numpy(dump["labels"].astype(np.int64))
+                torch.set_num_threads(1)
+                loss64, g64 = gradients(cfg, params, tokens, labels, torch.float64)
+                loss32, g32 = gradients(cfg, params, tokens, labels, torch.float32)
+                e_ttt = max(rel_err(dump["grad." + n].astype(np.float64), g64[n]) for n in names)
+                e_pt = max(rel_err(g32[n], g64[n]) for n in names)
+                e_loss = abs(float(dump["loss"]) - loss64) / abs(loss64)
+                ok = e_ttt <= GRAD_TOL and e_pt <= GRAD_TOL and e_loss <= LOSS_TOL
+                worst = max(worst, e_ttt / GRAD_TOL, e_pt / GRAD_TOL, e_loss / LOSS_TOL)
+                ntok = a.batch * a.seq_len
+                res = {}  # threads -> [ttt best, ttt median, ttt cpu, torch best, median, cpu]
+                for rnd in range(a.rounds):
+                    if rnd > 0:
+                        rows = run_ttt(a, wd, preset, chunk)[0]
+                    for th in (int(t) for t in a.threads.split(",")):
+                        r = rows[th]
+                        t = [r["seconds"], r["seconds_median"], r["cpu_seconds"],
+                             *time_torch(cfg, params, decay, tokens, labels, meta, th, a.repeats)]
+                        res.setdefault(th, []).append(t)
+                for th, ts in res.items():
+                    ts = np.array(ts)  # (rounds, 6): best and cpu: min over rounds; median: median
+                    tb, tm, tc, pb, pm, pc = (ts[:, i].min() if i % 3 != 1 else
+                                              float(np.median(ts[:, i])) for i in range(6))
+                    row = [preset, chunk, th, f"{ntok / tb:.4g}", f"{ntok / pb:.4g}",
+                           f"{pb / tb:.2f}x", f"{ntok / tm:.4g}", f"{ntok / pm:.4g}",
+                           f"{pm / tm:.2f}x", f"{1e3 * tc:.2f}", f"{1e3 * pc:.2f}",
+                           f"{pc / tc:.2f}x",
+                           f"{e_ttt:.1e}", f"{e_pt:.1e}", f"{e_loss:.1e}" + ("" if ok else " !")]
+                    print(" ".join(f"{str(c):>12}" if i else f"{str(c):<16}"
+                                   for i, c in enumerate(row)), flush=True)
+    ok = worst <= 1.0
+    print(f"# agreement: {'ok' if ok else 'FAILED'} (gradients {GRAD_TOL:g}, loss {LOSS_TOL:g} "
+          f"relative)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
