@@ -1,11 +1,13 @@
 /* Tensors in, tensors out (apply.h): the (B, T, H, D) files of PyTorch libraries through any
  * layer, one (batch, head) sequence at a time. */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) next to the build's _POSIX_C_SOURCE */
 #include "apply.h"
 
 #include <cblas.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -105,133 +107,171 @@ typedef struct apply_seq_args {
     const ttt_st_tensor *const *init; /* (n_w), entries may be NULL */
     const size_t *wnumel;             /* (n_w) */
     int n_w, B, T, H, d_k, d_v;
+    size_t arena_bytes; /* the first arena block of each thread: one sequence's temporaries */
     ttt_apply_out *out;
     const char *file;
 } apply_seq_args;
 
-/* Copy between the (B, T, H, D) file layout and per-sequence (T, D) slices for the sequences
- * [first, first + count) (batch-major: s = b·H + h). slices holds `count` blocks of (T, D).
- * The loop runs over (b, t) and then over the range's heads of that batch, so the file side is
- * read (or written) in contiguous runs of (heads in the range)·D floats. to_slices: file →
- * slices, else slices → file. */
-static void apply_copy(float *file,        /* (B, T, H, D) */
-                       float *slices,      /* (count, T, D) */
-                       long first, long count, int T, int H, int D, int to_slices) {
-    for (long s = first; s < first + count;) {
-        const long b = s / H, h0 = s % H;
-        const long h1 = h0 + (first + count - s) < H ? h0 + (first + count - s) : H;
-        for (long t = 0; t < T; t++) {
-            float *f = file + ((size_t)b * T + t) * H * D + (size_t)h0 * D;
-            float *x = slices + (size_t)(s - first) * T * D + (size_t)t * D;
-            for (long h = h0; h < h1; h++, f += D, x += (size_t)T * D)
-                memcpy(to_slices ? x : f, to_slices ? f : x, (size_t)D * sizeof(float));
+/* Large buffers that a call writes once (the output, each thread's slices) are fresh memory
+ * in a fresh process, and the first touch of each 4 KiB page is a page fault: 1–2 µs each on the
+ * measured machine (a VM), more than writing the page (touching 8 MiB for the first time took
+ * 4–8 ms, the second time 0.2 ms). Aligned to 2 MiB and advised as transparent huge pages
+ * (THP in "madvise" mode, the common default), the same 8 MiB faulted in 0.3–1.3 ms. Where
+ * huge pages are unavailable the advice does nothing. Released with free(). */
+#define APPLY_HUGE ((size_t)2 << 20)
+static void *apply_alloc(size_t bytes) {
+    if (bytes < APPLY_HUGE) return malloc(bytes + 1); /* + 1: never malloc(0) */
+    const size_t n = (bytes + APPLY_HUGE - 1) / APPLY_HUGE * APPLY_HUGE;
+    void *p = aligned_alloc(APPLY_HUGE, n);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+    return p;
+}
+
+/* Floats rounded up to 64 bytes, so that every slice starts where an arena allocation would. */
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* A head's rows in the file are H·D floats apart, so each one starts a new run of cache lines
+ * (and at H·D ≥ 512 a new 4 KiB page), which the hardware prefetcher does not anticipate and
+ * the gather then waits for. Asking for the rows this many tokens ahead cut the gather's CPU
+ * time by ~20 % (mamba2, H = 8, d = 64, T = 4096: 6.9 → 5.6 ms per call; 4 and 16 rows ahead
+ * did no better than 8). */
+#define APPLY_PREFETCH_ROWS 8
+static void prefetch_row(const float *p, /* (n) */ int n) {
+#if defined(__GNUC__)
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 0); /* one per 64 bytes */
+#else
+    (void)p, (void)n;
+#endif
+}
+
+/* Sequence s = b·H + h of the (B, T, H, D) file layout gathered into (T, D) slices, one pass over
+ * the tokens for all inputs: row t of every input of (b, h) is at ((b·T + t)·H + h)·D. NULL
+ * beta / la (and their slices) are skipped; la holds gk values per token. The pass is bound by
+ * memory bandwidth: gathering all heads of a (b, t) row at once (contiguous reads into H slices)
+ * measured no faster (~4 ms for q, k, v at H = 8, d = 64, T = 4096 either way, including the
+ * layer's read of the slices) and needs H slices per thread. */
+static void apply_gather(float *qs, float *ks, float *vs, /* (T, d_k), (T, d_k), (T, d_v) */
+                         float *es, float *ls,            /* (T), (T, gk) or NULL */
+                         const apply_seq_args *A, long s, int gk) {
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const float *q = A->q->data, *k = A->k->data, *v = A->v->data;
+    const float *beta = es ? A->beta->data : NULL, *la = ls ? A->la->data : NULL;
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H); /* (b, 0, h) */
+    for (size_t t = 0; t < (size_t)T; t++) {
+        const size_t r = row0 + t * H; /* (b, t, h) */
+        if (t + APPLY_PREFETCH_ROWS < (size_t)T) {
+            const size_t rp = r + (size_t)APPLY_PREFETCH_ROWS * H;
+            prefetch_row(q + rp * d_k, d_k);
+            prefetch_row(k + rp * d_k, d_k);
+            prefetch_row(v + rp * d_v, d_v);
+            if (la && gk > 1) prefetch_row(la + rp * gk, gk);
         }
-        s += h1 - h0;
+        memcpy(qs + t * d_k, q + r * d_k, (size_t)d_k * sizeof(float));
+        memcpy(ks + t * d_k, k + r * d_k, (size_t)d_k * sizeof(float));
+        memcpy(vs + t * d_v, v + r * d_v, (size_t)d_v * sizeof(float));
+        if (beta) es[t] = beta[r];
+        if (la && gk == 1) ls[t] = la[r];
+        else if (la) memcpy(ls + t * gk, la + r * gk, (size_t)gk * sizeof(float));
     }
 }
 
-/* Sequences gathered and scattered together by one thread: with more than one, a (b, t) row of
- * the file is read in runs of APPLY_GROUP·D floats rather than D. Measured (H = 8, d = 128 and
- * H = 64, d = 64, T = 1024–4096, ttt_apply in a loop): groups of 4 and 8 were no faster than one
- * sequence at a time within the noise of the shared machine, and their slices
- * (APPLY_GROUP·T·(2d_k + 2d_v + 2) floats per thread) cost page faults on every call (22.6K vs
- * 8.3K faults over 5 calls at H = 8, T = 1024, d = 128): so one. */
-#define APPLY_GROUP 1
+/* The (T, d_v) output of sequence s into o (B, T, H, d_v). */
+static void apply_scatter(float *o,        /* (B, T, H, d_v) */
+                          const float *os, /* (T, d_v) */
+                          long s, int T, int H, int d_v) {
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H);
+    for (size_t t = 0; t < (size_t)T; t++)
+        memcpy(o + (row0 + t * H) * d_v, os + t * d_v, (size_t)d_v * sizeof(float));
+}
 
-/* Run sequences [first, first + count) of the B·H (batch-major) on one thread with its own arena,
- * APPLY_GROUP at a time: gather their (T, D) slices, run each, scatter the outputs. Each
- * sequence's computation is the same code on one thread with single-threaded BLAS, so its output
- * does not depend on which thread ran it. Returns the index of the first failing sequence (its
- * error in err), or -1. */
+/* Run sequences [first, first + count) of the B·H (batch-major) on one thread: gather each
+ * one's (T, D) slices, run the layer, which writes its output straight into the output slice
+ * (ttt_layer_forward), scatter it. The slices and the arena's first block are allocated once
+ * per thread and reused by every sequence (the arena is reset to a mark after each), so only
+ * the first sequence touches fresh pages. Each sequence's computation is the same code on one
+ * thread with single-threaded BLAS, so its output does not depend on which thread ran it.
+ * Returns the index of the first failing sequence (its error in err), or -1. */
 static long apply_range(const apply_seq_args *A, long first, long count, ttt_status *st_out,
                         ttt_error *err) {
     const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
     const int gk = A->alpha_vec ? d_k : 1; /* gate values per token */
-    const long G = count < APPLY_GROUP ? count : APPLY_GROUP;
     /* one head: (B, T, 1, D) is already (T, D) per batch element, so the layer reads the file's
-     * arrays and writes the output in place (no slices: fewer copies and page faults) */
+     * arrays and writes the output in place (no slices, no copies) */
     const int direct = H == 1;
+    const size_t n = direct ? 0 : (size_t)T;
+    const size_t nq = up16(n * d_k), nv = up16(n * d_v), ne = A->beta ? up16(n) : 0,
+                 nl = A->la ? up16(n * gk) : 0;
+    float *buf = apply_alloc(sizeof(float) * (2 * nq + 2 * nv + ne + nl));
+    float *qs = buf, *ks = qs + nq;          /* (T, d_k) each */
+    float *vs = ks + nq, *os = vs + nv;      /* (T, d_v) each */
+    float *es = A->beta ? os + nv : NULL;    /* (T) */
+    float *ls = A->la ? os + nv + ne : NULL; /* (T, gk) */
+    /* the layer's temporaries (state, β, the form's scratch) in one first block sized for a
+     * whole sequence, created now: the marks below are taken after it, so releasing to them
+     * keeps the block and its mapped pages for the next sequence */
     ttt_arena arena;
-    /* one first block for the slices and a forward pass's temporaries (the layer's output copy,
-     * scaled queries, β, gates, chunk scratch), so that the sequences after the first allocate
-     * nothing: a release keeps the first block */
-    const size_t per_seq = (size_t)T * (2 * (size_t)d_k + 2 * (size_t)d_v + 1 + (size_t)gk);
-    ttt_arena_init(&arena, sizeof(float) * (per_seq * (size_t)G +
-                                            (size_t)T * (2 * (size_t)d_k + 2 * (size_t)d_v + 4)) +
-                               ((size_t)4 << 20));
+    ttt_arena_init(&arena, A->arena_bytes);
     ttt_ctx ctx = {.arena = &arena, .grad = 0};
-    ttt_rng base;
-    ttt_rng_seed(&base, APPLY_SEED);
-    const size_t n = direct ? 0 : (size_t)G * T;
-    float *qs = ttt_arena_alloc(&arena, sizeof(float) * n * d_k + 1);  /* (G, T, d_k) */
-    float *ks = ttt_arena_alloc(&arena, sizeof(float) * n * d_k + 1);  /* (G, T, d_k) */
-    float *vs = ttt_arena_alloc(&arena, sizeof(float) * n * d_v + 1);  /* (G, T, d_v) */
-    float *os = ttt_arena_alloc(&arena, sizeof(float) * n * d_v + 1);  /* (G, T, d_v) */
-    float *etas = A->beta ? ttt_arena_alloc(&arena, sizeof(float) * n + 1) : NULL; /* (G, T) */
-    float *las = A->la ? ttt_arena_alloc(&arena, sizeof(float) * n * gk + 1) : NULL;
-    if (!qs || !ks || !vs || !os || (A->beta && !etas) || (A->la && !las)) {
+    if (!buf || !ttt_arena_alloc(&arena, 1)) {
+        free(buf);
         ttt_arena_free(&arena);
         *st_out = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory for the sequences' slices",
                                 A->file);
         return first;
     }
+    ttt_rng base;
+    ttt_rng_seed(&base, APPLY_SEED);
     long failed = -1;
-    for (long g0 = first; g0 < first + count && failed < 0; g0 += G) {
-        const long gn = g0 + G <= first + count ? G : first + count - g0;
-        float *q0 = qs, *k0 = ks, *v0 = vs, *o0 = os, *e0 = etas, *l0 = las;
-        if (direct) { /* s = b: the slices are the file's rows g0… */
-            q0 = A->q->data + (size_t)g0 * T * d_k;
-            k0 = A->k->data + (size_t)g0 * T * d_k;
-            v0 = A->v->data + (size_t)g0 * T * d_v;
-            o0 = A->out->t[0].data + (size_t)g0 * T * d_v;
-            if (etas) e0 = A->beta->data + (size_t)g0 * T;
-            if (las) l0 = A->la->data + (size_t)g0 * T * gk;
+    for (long s = first; s < first + count; s++) {
+        const int b = (int)(s / H), h = (int)(s % H);
+        float *q0 = qs, *k0 = ks, *v0 = vs, *o0 = os, *e0 = es, *l0 = ls;
+        if (direct) { /* s = b: the slices are the file's rows */
+            q0 = A->q->data + (size_t)s * T * d_k;
+            k0 = A->k->data + (size_t)s * T * d_k;
+            v0 = A->v->data + (size_t)s * T * d_v;
+            o0 = A->out->t[0].data + (size_t)s * T * d_v;
+            if (es) e0 = A->beta->data + (size_t)s * T;
+            if (ls) l0 = A->la->data + (size_t)s * T * gk;
         } else {
-            apply_copy(A->q->data, qs, g0, gn, T, H, d_k, 1);
-            apply_copy(A->k->data, ks, g0, gn, T, H, d_k, 1);
-            apply_copy(A->v->data, vs, g0, gn, T, H, d_v, 1);
-            if (etas) apply_copy(A->beta->data, etas, g0, gn, T, H, 1, 1);
-            if (las) apply_copy(A->la->data, las, g0, gn, T, H, gk, 1);
+            apply_gather(qs, ks, vs, es, ls, A, s, gk);
         }
-        for (long s = g0; s < g0 + gn; s++) {
-            const int b = (int)(s / H), h = (int)(s % H);
-            const size_t i = (size_t)(s - g0);
-            ttt_arena_mark mark = ttt_arena_mark_get(&arena);
-            ttt_tensor q = ttt_tensor_view2(q0 + i * T * d_k, T, d_k);
-            ttt_tensor k = ttt_tensor_view2(k0 + i * T * d_k, T, d_k);
-            ttt_tensor v = ttt_tensor_view2(v0 + i * T * d_v, T, d_v);
-            ttt_tensor o = ttt_tensor_view2(o0 + i * T * d_v, T, d_v);
-            ttt_tensor eta = etas ? ttt_tensor_view(e0 + i * T, 1, (int[]){T}) : (ttt_tensor){0};
-            ttt_tensor la = !las           ? (ttt_tensor){0}
-                            : A->alpha_vec ? ttt_tensor_view2(l0 + i * T * gk, T, d_k)
-                                           : ttt_tensor_view(l0 + i * T, 1, (int[]){T});
-            ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
-            ttt_layer_state state;
-            ttt_layer_state_init(&ctx, A->L, &state, &rng);
-            /* initial_state (B, H, *W): weight w of (b, h) is the block at (b·H + h)·|W| */
-            const size_t bh = (size_t)b * H + h;
-            for (int w = 0; w < A->n_w; w++)
-                if (A->init[w])
-                    memcpy(state.W[w]->data, A->init[w]->data + bh * A->wnumel[w],
-                           A->wnumel[w] * sizeof(float));
-            if (T > 0) {
-                ttt_status st = ttt_layer_forward(&ctx, A->L, &o, &state, &q, &k, &v,
-                                                  etas ? &eta : NULL, las ? &la : NULL, err);
-                if (st != TTT_OK) {
-                    ttt_error_prefix(err, "%s: batch %d, head %d", A->file, b, h);
-                    *st_out = st;
-                    failed = s;
-                    break;
-                }
-            }
-            for (int w = 0; w < A->n_w; w++)
-                memcpy(A->out->t[1 + w].data + bh * A->wnumel[w], state.W[w]->data,
+        ttt_arena_mark mark = ttt_arena_mark_get(&arena);
+        ttt_tensor q = ttt_tensor_view2(q0, T, d_k);
+        ttt_tensor k = ttt_tensor_view2(k0, T, d_k);
+        ttt_tensor v = ttt_tensor_view2(v0, T, d_v);
+        ttt_tensor o = ttt_tensor_view2(o0, T, d_v);
+        ttt_tensor eta = es ? ttt_tensor_view(e0, 1, (int[]){T}) : (ttt_tensor){0};
+        ttt_tensor la = !ls           ? (ttt_tensor){0}
+                        : A->alpha_vec ? ttt_tensor_view2(l0, T, d_k)
+                                       : ttt_tensor_view(l0, 1, (int[]){T});
+        ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
+        ttt_layer_state state;
+        ttt_layer_state_init(&ctx, A->L, &state, &rng);
+        /* initial_state (B, H, *W): weight w of (b, h) is the block at (b·H + h)·|W| */
+        const size_t bh = (size_t)s;
+        for (int w = 0; w < A->n_w; w++)
+            if (A->init[w])
+                memcpy(state.W[w]->data, A->init[w]->data + bh * A->wnumel[w],
                        A->wnumel[w] * sizeof(float));
-            ttt_arena_release(&arena, mark);
+        if (T > 0) {
+            ttt_status st = ttt_layer_forward(&ctx, A->L, &o, &state, &q, &k, &v,
+                                              es ? &eta : NULL, ls ? &la : NULL, err);
+            if (st != TTT_OK) {
+                ttt_error_prefix(err, "%s: batch %d, head %d", A->file, b, h);
+                *st_out = st;
+                failed = s;
+                break;
+            }
         }
-        /* (gn, T, d_v) → o (B, T, H, d_v) */
-        if (failed < 0 && !direct) apply_copy(A->out->t[0].data, os, g0, gn, T, H, d_v, 0);
+        for (int w = 0; w < A->n_w; w++)
+            memcpy(A->out->t[1 + w].data + bh * A->wnumel[w], state.W[w]->data,
+                   A->wnumel[w] * sizeof(float));
+        ttt_arena_release(&arena, mark);
+        if (!direct) apply_scatter(A->out->t[0].data, os, s, T, H, d_v);
     }
+    free(buf);
     ttt_arena_free(&arena);
     return failed;
 }
@@ -403,26 +443,34 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     /* Values last: NaN or Inf in any input is reported with the tensor and index (checks.h). */
     TTT_TRY(ttt_st_check_finite(in, err));
 
-    /* ---- memory: outputs plus one sequence's slices ---- */
-    /* one sequence's slices, and its state several times over (weights, optimizer state and
-     * the driver's block copies and gradients) */
-    double work = ((double)T * (2 * d_k + 2 * d_v + 1 + d_k)) * sizeof(float);
+    /* ---- memory: outputs plus, per thread, one sequence's slices and temporaries ---- */
+    /* the slices q, k, v, o, β and gates (apply_range) */
+    const double slices = (double)T * (2 * d_k + 2 * d_v + 1 + (alpha_vec ? d_k : 1)) *
+                          sizeof(float);
+    /* the state several times over (weights, optimizer state and the driver's block copies and
+     * gradients) and the form's temporaries (T² floats for parallel forms); 1 MiB of slack for
+     * tensor headers and alignment. The arena's first block is this size: it is reserved, and
+     * only the pages a sequence touches are mapped. */
+    double work = ttt_layer_forward_bytes(&L, T) + (1 << 20);
     for (int w = 0; w < n_w; w++) work += (4.0 + TTT_MAX_OPT_STATE) * wnumel[w] * sizeof(float);
-    work += ttt_layer_forward_bytes(&L, T); /* the form's scratch: T² floats for parallel forms */
     char what[64];
     snprintf(what, sizeof what, "ttt apply on %s", file);
-    /* every thread holds APPLY_GROUP sequences' slices, one sequence's state and temporaries */
-    const double slices = (double)APPLY_GROUP * T * (2 * d_k + 2 * d_v + 1 + d_k) * sizeof(float);
     TTT_TRY(ttt_size_check(out_bytes + (slices + work) * apply_thread_count(threads, B * H), what,
                            err));
 
+    /* ---- every (batch, head) sequence, in parallel over the pairs ---- */
+    /* `seconds` is everything the layer's outputs cost from here: allocating them (their pages
+     * are faulted in by the first writes), the threads' slices and arenas, the layout copies and
+     * the layer itself. Reading and validating the inputs before, and the overflow check and
+     * file writing after, are not part of it. */
+    const double t_start = ttt_now();
     out->t[0].name = dupstr("o");
     out->t[0].ndim = 4;
     out->t[0].shape[0] = B;
     out->t[0].shape[1] = T;
     out->t[0].shape[2] = H;
     out->t[0].shape[3] = d_v;
-    out->t[0].data = malloc((size_t)B * T * H * d_v * sizeof(float) + 1);
+    out->t[0].data = apply_alloc((size_t)B * T * H * d_v * sizeof(float));
     out->n = 1;
     for (int w = 0; w < n_w; w++) {
         char nm[32];
@@ -431,20 +479,18 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
         t->name = dupstr(nm);
         t->ndim = 2 + wnd[w];
         memcpy(t->shape, want[w], (size_t)t->ndim * sizeof *t->shape);
-        t->data = malloc((size_t)B * H * wnumel[w] * sizeof(float));
+        t->data = apply_alloc((size_t)B * H * wnumel[w] * sizeof(float));
     }
     for (int i = 0; i < out->n; i++)
         if (!out->t[i].name || !out->t[i].data) {
             ttt_apply_out_free(out);
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
         }
-
-    /* ---- every (batch, head) sequence, in parallel over the pairs ---- */
     const int nthreads = apply_thread_count(threads, B * H);
     apply_seq_args A = {.L = &L, .q = q, .k = k, .v = v, .beta = beta, .la = la,
                         .alpha_vec = alpha_vec, .init = init, .wnumel = wnumel, .n_w = n_w,
-                        .B = B, .T = T, .H = H, .d_k = d_k, .d_v = d_v, .out = out, .file = file};
-    const double t_start = ttt_now();
+                        .B = B, .T = T, .H = H, .d_k = d_k, .d_v = d_v,
+                        .arena_bytes = (size_t)work, .out = out, .file = file};
     ttt_status st = apply_sequences(&A, nthreads, err);
     const double seconds = ttt_now() - t_start;
     if (st == TTT_OK) st = ttt_apply_check_outputs(out, in, err); /* overflow: say so, no file */

@@ -464,6 +464,147 @@ START_TEST(empty_sequence_returns_initial_state) {
 }
 END_TEST
 
+/* Layers over the forms ttt_apply can run, with the gates each takes (0 none, 1 per token, 2 per
+ * token and key dimension); the chunk (8) and mini-batches (4, 8) do not divide T below. */
+static const struct {
+    const char *yaml;
+    int gates;
+} forms[] = {
+    {"layer: {preset: mamba2, form: recurrent}\n", 1},
+    {"layer: {preset: mamba2, form: chunkwise, chunk: 8}\n", 1},
+    {"layer: {preset: mamba2, form: parallel}\n", 1},
+    {"layer: {preset: mamba2, form: generic}\n", 1},
+    {"layer: {preset: gla, form: chunkwise, chunk: 8}\n", 2},
+    {"layer: {preset: gla, form: parallel}\n", 2},
+    {"layer: {preset: deltanet, form: recurrent}\n", 0},
+    {"layer: {preset: deltanet, form: chunkwise, chunk: 8}\n", 0},
+    {"layer: {preset: deltanet, form: parallel}\n", 0},
+    {"layer: {preset: gated_deltanet, form: chunkwise, chunk: 8}\n", 1},
+    {"layer: {preset: gated_deltanet, form: generic}\n", 1},
+    {"layer: {preset: titans, form: chunkwise, mini_batch: 4}\n", 0},
+    {"layer: {preset: ttt_linear, form: dual, mini_batch: 4}\n", 0},
+    {"layer: {preset: ttt_mlp, form: generic, mini_batch: 4}\n", 0},
+    {"layer: {preset: lact, form: chunkwise, mini_batch: 8}\n", 0},
+    {"layer: {preset: linear_attention, normalize: ratio}\n", 0},
+    {"layer: {preset: retnet, form: chunkwise, chunk: 8, normalize: rms, rope: true, scale: "
+     "0.5}\n",
+     0},
+};
+
+/* ttt_apply keeps one output slice per thread for all its sequences, and the layer writes into
+ * it directly (ttt_layer_forward has no temporary output without a tape), so the slice holds the
+ * previous sequence's output when the next one starts: every form must write every element of o
+ * whatever it held. Each layer runs once on o filled with NaN and once on o filled with zeros;
+ * the outputs must be finite and identical byte for byte (an element a form skipped or
+ * accumulated into would stay NaN in one run and differ from the other). */
+START_TEST(every_form_writes_all_of_its_output) {
+    const int T = 21, dk = 6, dv = 6;
+    ttt_cfg_node *root = NULL, *map = load_layer(forms[_i].yaml, &root);
+    ttt_layer L;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_layer_parse(map, dk, dv, &L, &err) == TTT_OK, "%s", err.msg);
+    inputs in = make_inputs(20 + (uint64_t)_i, 1, T, 1, dk, dv, forms[_i].gates != 0,
+                            forms[_i].gates == 2, 0);
+    ttt_arena arena;
+    ttt_arena_init(&arena, 0);
+    ttt_ctx ctx = {.arena = &arena};
+    float *o_run[2];
+    for (int r = 0; r < 2; r++) {
+        o_run[r] = malloc(sizeof(float) * T * dv);
+        for (int i = 0; i < T * dv; i++) o_run[r][i] = r == 0 ? NAN : 0.0f;
+        ttt_tensor q = ttt_tensor_view2(in.q, T, dk), k = ttt_tensor_view2(in.k, T, dk);
+        ttt_tensor v = ttt_tensor_view2(in.v, T, dv), o = ttt_tensor_view2(o_run[r], T, dv);
+        ttt_tensor eta = in.beta ? ttt_tensor_view(in.beta, 1, (int[]){T}) : (ttt_tensor){0};
+        ttt_tensor la = !in.la       ? (ttt_tensor){0}
+                        : in.la_vec ? ttt_tensor_view2(in.la, T, dk)
+                                    : ttt_tensor_view(in.la, 1, (int[]){T});
+        ttt_rng rng;
+        ttt_rng_seed(&rng, 3); /* the same initial weights in both runs */
+        ttt_layer_state st;
+        ttt_layer_state_init(&ctx, &L, &st, &rng);
+        ck_assert_msg(ttt_layer_forward(&ctx, &L, &o, &st, &q, &k, &v, in.beta ? &eta : NULL,
+                                        in.la ? &la : NULL, &err) == TTT_OK,
+                      "%s: %s", forms[_i].yaml, err.msg);
+        ttt_arena_reset(&arena);
+    }
+    for (int i = 0; i < T * dv; i++)
+        ck_assert_msg(isfinite(o_run[0][i]) &&
+                          memcmp(&o_run[0][i], &o_run[1][i], sizeof(float)) == 0,
+                      "%s: o[%d] = %g on a NaN-filled output, %g on a zeroed one", forms[_i].yaml,
+                      i, o_run[0][i], o_run[1][i]);
+    free(o_run[0]), free(o_run[1]);
+    ttt_arena_free(&arena);
+    free_inputs(&in);
+    ttt_cfg_free(root);
+}
+END_TEST
+
+/* The whole file against each (b, h) sequence run alone as a one-head file (B = H = 1). Alone, the
+ * layer reads the file's arrays and writes the output in place; in the whole file the sequences
+ * are gathered into slices, share one thread's slices and arena (so each starts on the previous
+ * one's leftovers) and are scattered back. Same numbers in, same order of operations: o and the
+ * final state must agree byte for byte, for every form. Initial states are given so that models
+ * which draw their initial weights per head start alike in both runs. */
+START_TEST(each_sequence_alone_gives_the_same_bits) {
+    const int B = 2, T = 21, H = 3, dk = 6, dv = 6;
+    ttt_cfg_node *root = NULL, *map = load_layer(forms[_i].yaml, &root);
+    ttt_layer L;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_layer_parse(map, dk, dv, &L, &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(root);
+    /* initial_state (B, H, d_k, d_v) fits the models with one (d_k, d_v) weight */
+    const int one_weight = L.model->n_weights == 1;
+    inputs in = make_inputs(40 + (uint64_t)_i, B, T, H, dk, dv, forms[_i].gates != 0,
+                            forms[_i].gates == 2, one_weight);
+    ttt_st_tensor ts[6];
+    const int n = as_tensors(&in, ts);
+    ttt_st_file f = {.path = "in.safetensors", .n = n, .t = ts};
+    ttt_apply_out all;
+    map = load_layer(forms[_i].yaml, &root);
+    ck_assert_msg(ttt_apply_threads(map, &f, &all, 1, &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(root);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            /* without initial_state, models that draw initial weights draw them per head */
+            if (!one_weight && h > 0) continue;
+            inputs one = make_inputs(1, 1, T, 1, dk, dv, in.beta != NULL, in.la_vec, in.S0 != NULL);
+            const int gk = in.la_vec ? dk : 1;
+            for (int t = 0; t < T; t++) {
+                memcpy(one.q + t * dk, in.q + BTHD(b, t, h, 0, T, H, dk), sizeof(float) * dk);
+                memcpy(one.k + t * dk, in.k + BTHD(b, t, h, 0, T, H, dk), sizeof(float) * dk);
+                memcpy(one.v + t * dv, in.v + BTHD(b, t, h, 0, T, H, dv), sizeof(float) * dv);
+                if (in.beta) one.beta[t] = in.beta[BTHD(b, t, h, 0, T, H, 1)];
+                if (in.la)
+                    memcpy(one.la + t * gk, in.la + BTHD(b, t, h, 0, T, H, gk), sizeof(float) * gk);
+            }
+            if (in.S0)
+                memcpy(one.S0, in.S0 + BHRC(b, h, 0, 0, H, dk, dv), sizeof(float) * dk * dv);
+            ttt_st_tensor t1[6];
+            ttt_st_file f1 = {.path = "one.safetensors", .n = as_tensors(&one, t1), .t = t1};
+            ttt_apply_out alone;
+            map = load_layer(forms[_i].yaml, &root);
+            ck_assert_msg(ttt_apply_threads(map, &f1, &alone, 1, &err) == TTT_OK, "%s", err.msg);
+            ttt_cfg_free(root);
+            for (int t = 0; t < T; t++)
+                ck_assert_msg(memcmp(all.t[0].data + BTHD(b, t, h, 0, T, H, dv),
+                                     alone.t[0].data + (size_t)t * dv, sizeof(float) * dv) == 0,
+                              "%s: o of batch %d, head %d, token %d differs", forms[_i].yaml, b, h,
+                              t);
+            for (int w = 1; w < all.n; w++) {
+                const size_t m = (size_t)ttt_st_numel(&alone.t[w]); /* (1, 1, *W) */
+                ck_assert_msg(memcmp(all.t[w].data + ((size_t)b * H + h) * m, alone.t[w].data,
+                                     sizeof(float) * m) == 0,
+                              "%s: %s of batch %d, head %d differs", forms[_i].yaml,
+                              all.t[w].name, b, h);
+            }
+            ttt_apply_out_free(&alone);
+            free_inputs(&one);
+        }
+    ttt_apply_out_free(&all);
+    free_inputs(&in);
+}
+END_TEST
+
 /* ---- errors: each names the tensors and shapes involved ---- */
 
 typedef struct bad_input {
@@ -563,6 +704,9 @@ static Suite *apply_suite(void) {
     tcase_add_test(tc, matches_pytorch_gated_delta_reference);
     tcase_add_test(tc, matches_pytorch_gla_reference);
     tcase_add_test(tc, empty_sequence_returns_initial_state);
+    const int n_forms = (int)(sizeof forms / sizeof forms[0]);
+    tcase_add_loop_test(tc, every_form_writes_all_of_its_output, 0, n_forms);
+    tcase_add_loop_test(tc, each_sequence_alone_gives_the_same_bits, 0, n_forms);
     tcase_add_test(tc, shape_errors_name_tensors);
     tcase_add_test(tc, missing_input_file);
     suite_add_tcase(s, tc);

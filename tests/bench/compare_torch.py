@@ -16,11 +16,12 @@ the outputs agree, and prints a table of times and the speed ratio.
 Same thread count on both sides: torch.set_num_threads(n) for PyTorch (intra-op threads),
 OMP_NUM_THREADS=n for ttt (OpenMP over batch × heads, single-threaded BLAS inside;
 OPENBLAS_NUM_THREADS=1). ttt's time is the `seconds` its output file reports: the layer over all
-sequences, including the copies between the (B, T, H, D) layout and its per-sequence (T, D)
-slices, without reading and writing files or starting the process (which the `ttt_wall_s` column
-includes). PyTorch's is the forward call on tensors already in memory, including the same layout
-conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of --repeats runs after a
-warm-up.
+sequences, including allocating the outputs (a fresh process: their pages are faulted in by the
+first writes) and the copies between the (B, T, H, D) layout and its per-sequence (T, D) slices,
+without reading, validating and writing files or starting the process (which the `ttt_wall_s`
+column includes). PyTorch's is the forward call on tensors already in memory, including the
+same layout conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of
+--repeats runs after a warm-up.
 
 Agreement: max |o_ttt − o_torch| / max |o_torch| must be ≤ 1e-4 (MATH.md §6's budget for
 chunked against recurrent delta rule in float32; measured ~1e-6) or the script exits 1.
