@@ -43,22 +43,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "fused_grad.h" /* the shared gemm, scratch and part helpers */
 #include "ttt_dual.h" /* ttt_ttt_linear_dual and TTT_LINEAR_DUAL_LN_EPS */
 
-/* C (m, n) = alpha·op(A)·op(B) + beta·C, row-major with explicit leading dimensions. */
-static void gemm(int ta, int tb, int m, int n, int kd, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-    if (m <= 0 || n <= 0 || kd <= 0) return; /* never here: n, d ≥ 1 */
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, kd, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-static void *scratch(ttt_ctx *ctx, size_t bytes) {
-    void *p = ttt_arena_alloc(ctx->arena, bytes ? bytes : 1);
-    TTT_ASSERT(p != NULL);
-    memset(p, 0, bytes ? bytes : 1);
-    return p;
-}
+#define gemm ttt_fused_gemm
+#define scratch ttt_fused_scratch
 
 /* Sums over one row in double with four partial sums: the same values as one running sum up to
  * double rounding, in four independent chains instead of one dependent add per element (which
@@ -109,20 +98,8 @@ static void ln_row(double *xh, double *mu, double *rstd, const float *z, int d) 
 /* ------------------------------------------------------------------------------------------ */
 /* the packed result and its views */
 
-static void part_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
-    const ttt_tensor *P = e->in[0];
-    float *g = ttt_grad(ctx, P);
-    const size_t off = (size_t)(e->out->data - P->data);
-    for (size_t i = 0; i < e->out->n; i++) g[off + i] += dout[i];
-}
-
-/* A view of P at element off with the given shape, recorded so that its gradient lands in P's. */
 static ttt_tensor *part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape) {
-    ttt_tensor *t = ttt_tape_alloc(ctx, sizeof *t);
-    *t = ttt_tensor_view(P->data + off, ndim, shape);
-    ttt_tape_entry *e = ttt_tape_record(ctx, part_backward, t, (const ttt_tensor *const[]){P}, 1);
-    if (e) e->name = "dual_part";
-    return t;
+    return ttt_fused_part(ctx, P, off, ndim, shape, "dual_part");
 }
 
 typedef struct dual_saved {

@@ -27,15 +27,16 @@
 
 enum { FG_NONE, FG_SCALAR, FG_VECTOR };
 
-/* C (m, n) = alpha·op(A)·op(B) + beta·C, row-major with explicit leading dimensions. */
-static void gemm(int ta, int tb, int m, int n, int kd, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc) {
-    if (m <= 0 || n <= 0 || kd <= 0) return; /* k = 0 never happens here: n, d_k, d_v ≥ 1 */
+void ttt_fused_gemm(int ta, int tb, int m, int n, int kd, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc) {
+    if (m <= 0 || n <= 0 || kd <= 0) return;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
                 n, kd, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+#define gemm ttt_fused_gemm
+#define scratch ttt_fused_scratch
 
-static void *scratch(ttt_ctx *ctx, size_t bytes) {
+void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes) {
     void *p = ttt_arena_alloc(ctx->arena, bytes ? bytes : 1);
     TTT_ASSERT(p != NULL);
     memset(p, 0, bytes ? bytes : 1);
@@ -52,13 +53,18 @@ static void part_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *do
     for (size_t i = 0; i < e->out->n; i++) g[off + i] += dout[i];
 }
 
-/* A (rows, cols) view of P at element off, recorded so that its gradient lands in P's. */
-static ttt_tensor *part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int rows, int cols) {
+ttt_tensor *ttt_fused_part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape,
+                           const char *name) {
     ttt_tensor *t = ttt_tape_alloc(ctx, sizeof *t);
-    *t = ttt_tensor_view2(P->data + off, rows, cols);
+    *t = ttt_tensor_view(P->data + off, ndim, shape);
     ttt_tape_entry *e = ttt_tape_record(ctx, part_backward, t, (const ttt_tensor *const[]){P}, 1);
-    if (e) e->name = "fused_part";
+    if (e) e->name = name;
     return t;
+}
+
+/* A (rows, cols) part of P. */
+static ttt_tensor *part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int rows, int cols) {
+    return ttt_fused_part(ctx, P, off, 2, (int[]){rows, cols}, "fused_part");
 }
 
 typedef struct fused_saved {

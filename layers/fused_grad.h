@@ -29,4 +29,17 @@ ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const tt
                                       const ttt_tensor *beta, const ttt_tensor *log_alpha,
                                       const ttt_tensor *S0, int chunk);
 
+/* ---- shared by the fused ops (fused_grad.c, dual_grad.c) ---- */
+
+/* C (m, n) = alpha·op(A)·op(B) + beta·C, row-major with explicit leading dimensions; nothing
+ * when a dimension is 0. */
+void ttt_fused_gemm(int ta, int tb, int m, int n, int kd, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc);
+/* Zeroed scratch from ctx's arena (asserts on exhaustion, like the tape's own allocations). */
+void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes);
+/* A view of the packed result P at element off with the given shape, recorded so that its
+ * gradient lands in P's: a fused op returns several outputs as parts of one tape entry. */
+ttt_tensor *ttt_fused_part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape,
+                           const char *name);
+
 #endif

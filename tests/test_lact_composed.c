@@ -58,28 +58,12 @@
 #define RTOL 2e-5
 #define ATOL 1e-6
 
-static ttt_arena g_arena;
-static ttt_tape g_tape;
-static ttt_ctx g_ctx;
-static ttt_ctx *ctx = &g_ctx;
+static tu_tape_fixture g_fx;
+static ttt_ctx *ctx = &g_fx.ctx;
 
-static void setup(void) {
-    ttt_arena_init(&g_arena, 1 << 22);
-    ttt_tape_init(&g_tape);
-    g_ctx = (ttt_ctx){.arena = &g_arena, .grad = 1, .tape = &g_tape};
-}
-
-static void teardown(void) {
-    ttt_tape_free(&g_tape);
-    ttt_arena_free(&g_arena);
-}
-
-static void *zalloc(size_t bytes) {
-    void *p = ttt_arena_alloc(ctx->arena, bytes ? bytes : 1);
-    ck_assert_ptr_nonnull(p);
-    memset(p, 0, bytes ? bytes : 1);
-    return p;
-}
+static void setup(void) { tu_tape_fx_init(&g_fx); }
+static void teardown(void) { tu_tape_fx_free(&g_fx); }
+static void *zalloc(size_t bytes) { return tu_zalloc(ctx, bytes); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* cases */

@@ -121,6 +121,24 @@ void tu_fx_init(tu_fixture *f, uint64_t seed) {
 
 void tu_fx_free(tu_fixture *f) { ttt_arena_free(&f->arena); }
 
+void tu_tape_fx_init(tu_tape_fixture *f) {
+    ttt_arena_init(&f->arena, 1 << 22);
+    ttt_tape_init(&f->tape);
+    f->ctx = (ttt_ctx){.arena = &f->arena, .grad = 1, .tape = &f->tape};
+}
+
+void tu_tape_fx_free(tu_tape_fixture *f) {
+    ttt_tape_free(&f->tape);
+    ttt_arena_free(&f->arena);
+}
+
+void *tu_zalloc(ttt_ctx *ctx, size_t bytes) {
+    void *p = ttt_arena_alloc(ctx->arena, bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+
 ttt_tensor *tu_randn(tu_fixture *f, int r, int c, float std) {
     ttt_tensor *t = ttt_tensor_2d(&f->ctx, r, c);
     ttt_rng_fill_normal(&f->rng, t->data, t->n, 0.0f, std);

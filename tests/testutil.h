@@ -52,6 +52,18 @@ typedef struct tu_fixture {
 
 void tu_fx_init(tu_fixture *f, uint64_t seed);
 void tu_fx_free(tu_fixture *f);
+/* A recording context for gradient tests: an arena of 4 MiB blocks and a tape, gradients on. */
+typedef struct tu_tape_fixture {
+    ttt_arena arena;
+    ttt_tape tape;
+    ttt_ctx ctx;
+} tu_tape_fixture;
+
+void tu_tape_fx_init(tu_tape_fixture *f);
+void tu_tape_fx_free(tu_tape_fixture *f);
+/* Zeroed bytes from ctx's arena (fails the test when the arena cannot give them). */
+void *tu_zalloc(ttt_ctx *ctx, size_t bytes);
+
 /* Random tensors from the fixture's generator, allocated in its arena:
  * (r, c) normal with standard deviation std; (r, c) rows of unit L2 norm; (n) uniform in
  * [lo, hi); n raw floats, normal. */

@@ -52,8 +52,6 @@ import argparse
 import json
 import math
 import os
-import platform
-import struct
 import subprocess
 import sys
 import tempfile
@@ -63,25 +61,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_torch import cpu_name, read_safetensors  # noqa: E402
+
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-5
 
-# ---------------------------------------------------------------- safetensors in
-
-
-def read_safetensors(path):
-    """Returns ({name: float32 array}, metadata dict). F32 only (what ttt writes)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, h in header.items():
-        assert h["dtype"] == "F32", h
-        a, b = h["data_offsets"]
-        out[name] = np.frombuffer(data[a:b], dtype="<f4").reshape(h["shape"])
-    return out, meta
+# read_safetensors and cpu_name come from the forward comparison (compare_torch.py)
 
 # ---------------------------------------------------------------- the layers, (B, H, T, D)
 
@@ -361,17 +347,6 @@ train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
                 rows[int(r["threads"])] = r
     dump, meta = read_safetensors(os.path.join(out, f"train_step_point0_L{a.seq_len}.safetensors"))
     return rows, dump, meta
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main():
