@@ -82,14 +82,17 @@ static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part on
 }
 
 /* One chunk of n tokens (MATH.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
- * copies it in and out), on entry at the chunk start and on return at its end. */
-static void delta_chunk(float *o,               /* (n, d_v) */
-                        const float *q,         /* (n, d_k) */
-                        const float *k,         /* (n, d_k) */
-                        const float *v,         /* (n, d_v) */
-                        const float *beta,      /* (n) or NULL */
-                        const float *log_alpha, /* (n) or NULL */
-                        int n, int d_k, int d_v, const delta_scratch *w) {
+ * copies it in and out), on entry at the chunk start and on return at its end. Rows of the
+ * sequence arrays are ld->q, ld->k, … floats apart (forms.h, ttt_form_ld). */
+static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
+                        const float *q,         /* (n, d_k) row stride ld->q */
+                        const float *k,         /* (n, d_k) row stride ld->k */
+                        const float *v,         /* (n, d_v) row stride ld->v */
+                        const float *beta,      /* (n) stride ld->beta, or NULL */
+                        const float *log_alpha, /* (n) stride ld->la, or NULL */
+                        int n, int d_k, int d_v, const ttt_form_ld *ld,
+                        const delta_scratch *w) {
+    const int ldq = ld->q, ldk = ld->k, ldv = ld->v, ldb = ld->beta;
     const int ldx = d_k + n; /* row stride of X for this chunk */
     float *A = w->A, *Gam = w->Gam, *X = w->X, *Wk = w->Wk, *eg = w->eg;
     float *S = w->Y, *U = w->Y + (size_t)d_k * d_v; /* (d_k, d_v) state, (n, d_v) U → V' */
@@ -99,7 +102,7 @@ static void delta_chunk(float *o,               /* (n, d_v) */
     if (decay) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
-            acc += log_alpha[i];
+            acc += log_alpha[(size_t)i * ld->la];
             g[i] = acc;
             eg[i] = (float)exp(acc);
         }
@@ -112,9 +115,9 @@ static void delta_chunk(float *o,               /* (n, d_v) */
 
     /* A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ): ssyrk writes the lower triangle of K Kᵀ; the
      * unit diagonal is implied by the solves, which never read it. */
-    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, d_k, 1.0f, k, d_k, 0.0f, A, n);
+    cblas_ssyrk(CblasRowMajor, CblasLower, CblasNoTrans, n, d_k, 1.0f, k, ldk, 0.0f, A, n);
     for (int i = 1; i < n; i++) {
-        float bi = beta ? beta[i] : 1.0f;
+        float bi = beta ? beta[(size_t)i * ldb] : 1.0f;
         float *Ai = A + (size_t)i * n;
         if (decay) {
             const float *Gi = Gam + (size_t)i * n;
@@ -125,9 +128,9 @@ static void delta_chunk(float *o,               /* (n, d_v) */
     }
     /* right-hand sides β⊙V (in U) and β⊙exp(G)⊙K (in Wk) */
     for (int i = 0; i < n; i++) {
-        float bi = beta ? beta[i] : 1.0f;
+        float bi = beta ? beta[(size_t)i * ldb] : 1.0f;
         float bk = decay ? bi * eg[i] : bi;
-        const float *vi = v + (size_t)i * d_v, *ki = k + (size_t)i * d_k;
+        const float *vi = v + (size_t)i * ldv, *ki = k + (size_t)i * ldk;
         float *Ui = U + (size_t)i * d_v, *Wi = Wk + (size_t)i * d_k;
         for (int j = 0; j < d_v; j++) Ui[j] = bi * vi[j];
         for (int j = 0; j < d_k; j++) Wi[j] = bk * ki[j];
@@ -149,11 +152,11 @@ static void delta_chunk(float *o,               /* (n, d_v) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
                 1.0f, U, d_v);
     /* X = [exp(G)⊙Q | (Q Kᵀ) ⊙ Γ, masked to i ≥ j: token t reads its own write] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d_k, 1.0f, q, d_k, k, d_k, 0.0f, M,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, d_k, 1.0f, q, ldq, k, ldk, 0.0f, M,
                 ldx);
     for (int i = 0; i < n; i++) {
         float *Xi = X + (size_t)i * ldx, *Mi = M + (size_t)i * ldx;
-        const float *qi = q + (size_t)i * d_k;
+        const float *qi = q + (size_t)i * ldq;
         const float e = decay ? eg[i] : 1.0f;
         for (int c = 0; c < d_k; c++) Xi[c] = e * qi[c];
         if (decay) {
@@ -165,37 +168,52 @@ static void delta_chunk(float *o,               /* (n, d_v) */
     /* O = (exp(G)⊙Q) S + ((Q Kᵀ) ⊙ Γ) V' = X [S; V'], one product, from the state at the chunk
      * start */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, ldx, 1.0f, X, ldx, S, d_v,
-                0.0f, o, d_v);
+                0.0f, o, ld->o);
     /* S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V' (W is dead: its buffer holds the decayed keys) */
     float eC = 1.0f;
     if (decay) {
         eC = eg[n - 1];
         for (int i = 0; i < n; i++) {
             float c = expf((float)(g[n - 1] - g[i]));
-            const float *ki = k + (size_t)i * d_k;
+            const float *ki = k + (size_t)i * ldk;
             float *Wi = Wk + (size_t)i * d_k;
             for (int j = 0; j < d_k; j++) Wi[j] = c * ki[j];
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, decay ? Wk : k, d_k,
-                U, d_v, eC, S, d_v);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, decay ? Wk : k,
+                decay ? d_k : ldk, U, d_v, eC, S, d_v);
 }
 
 static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
                          const float *v, const float *beta, const float *log_alpha, int T,
-                         int d_k, int d_v, int chunk) {
+                         int d_k, int d_v, int chunk, const ttt_form_ld *ld) {
     TTT_ASSERT(chunk >= 1 && T >= 0 && d_k >= 1 && d_v >= 1);
+    TTT_ASSERT(ld->q >= d_k && ld->k >= d_k && ld->v >= d_v && ld->o >= d_v);
+    TTT_ASSERT((!beta || ld->beta >= 1) && (!log_alpha || ld->la >= 1));
     if (T == 0) return;
     const int C = chunk < T ? chunk : T;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     delta_scratch w;
     scratch_alloc(ctx, &w, C, d_k, d_v, log_alpha != NULL);
     memcpy(w.Y, S, sizeof(float) * (size_t)d_k * d_v);
+    /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
+    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v;
     for (int t0 = 0; t0 < T; t0 += C) {
         const int n = t0 + C <= T ? C : T - t0;
-        delta_chunk(o + (size_t)t0 * d_v, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
-                    v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
-                    log_alpha ? log_alpha + t0 : NULL, n, d_k, d_v, &w);
+        const size_t r = (size_t)t0;
+        if (spread && t0 + C < T) {
+            const size_t r1 = r + (size_t)C;
+            const int n1 = t0 + 2 * C <= T ? C : T - t0 - C;
+            ttt_prefetch_rows(q + r1 * ld->q, ld->q, n1, d_k, 0);
+            ttt_prefetch_rows(k + r1 * ld->k, ld->k, n1, d_k, 0);
+            ttt_prefetch_rows(v + r1 * ld->v, ld->v, n1, d_v, 0);
+            ttt_prefetch_rows(o + r1 * ld->o, ld->o, n1, d_v, 1);
+            if (log_alpha) ttt_prefetch_rows(log_alpha + r1 * ld->la, ld->la, n1, 1, 0);
+            if (beta) ttt_prefetch_rows(beta + r1 * ld->beta, ld->beta, n1, 1, 0);
+        }
+        delta_chunk(o + r * ld->o, q + r * ld->q, k + r * ld->k, v + r * ld->v,
+                    beta ? beta + r * ld->beta : NULL, log_alpha ? log_alpha + r * ld->la : NULL,
+                    n, d_k, d_v, ld, &w);
     }
     memcpy(S, w.Y, sizeof(float) * (size_t)d_k * d_v);
     ttt_arena_release(ctx->arena, mark);
@@ -218,7 +236,17 @@ void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, /* (T, d_v) */
                               const float *beta,      /* (T) or NULL */
                               const float *log_alpha, /* (T) or NULL */
                               int T, int d_k, int d_v, int chunk) {
-    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk);
+    const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = 1};
+    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk, &ld);
+}
+
+/* MATH.md §5.3 on rows ld floats apart (forms.h): what ttt apply runs on a head of a
+ * (B, T, H, D) tensor in place. */
+void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                 const float *k, const float *v, const float *beta,
+                                 const float *log_alpha, int T, int d_k, int d_v, int chunk,
+                                 const ttt_form_ld *ld) {
+    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk, ld);
 }
 
 /* Parallel (quadratic) delta rule, MATH.md §5.1: the quadratic reference form.
@@ -237,5 +265,6 @@ void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, /* (T, d_v) */
                              const float *beta,      /* (T) or NULL */
                              const float *log_alpha, /* (T) or NULL */
                              int T, int d_k, int d_v) {
-    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, T > 0 ? T : 1);
+    const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = 1};
+    delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, T > 0 ? T : 1, &ld);
 }

@@ -22,6 +22,8 @@
 /* Column block: 32 floats = 4 vectors of 8 for each of e, p, r (12 of the 16 AVX2 registers). */
 #define DR_JB 32
 #define DR_NV (DR_JB / 8)
+/* Tokens ahead whose rows are requested (ttt_prefetch_rows) when they are strided. */
+#define DR_AHEAD 4
 typedef float dr_v8 __attribute__((vector_size(32)));
 
 /* Unaligned loads and stores as memcpy (macros: a function taking or returning a vector type
@@ -109,14 +111,15 @@ static void dr_products(float *p, float *r, const float *S, const float *k, cons
     }
 }
 
-void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
-                              float *S,               /* (d_k, d_v) in/out */
-                              const float *q,         /* (T, d_k) */
-                              const float *k,         /* (T, d_k) */
-                              const float *v,         /* (T, d_v) */
-                              const float *beta,      /* (T) or NULL */
-                              const float *log_alpha, /* (T) or NULL */
-                              int T, int d_k, int d_v) {
+/* Rows of the sequence arrays are ld->q, ld->k, … floats apart (forms.h, ttt_form_ld). */
+void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
+                                 float *S,               /* (d_k, d_v) in/out */
+                                 const float *q,         /* (T, d_k) */
+                                 const float *k,         /* (T, d_k) */
+                                 const float *v,         /* (T, d_v) */
+                                 const float *beta,      /* (T) or NULL */
+                                 const float *log_alpha, /* (T) or NULL */
+                                 int T, int d_k, int d_v, const ttt_form_ld *ld) {
     if (T <= 0) return;
     /* e, p, r (d_v each) and β k (d_k): on the stack for the usual sizes, else one allocation
      * per call (never per token) */
@@ -126,12 +129,20 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
     if (!buf) abort(); /* the kernels have no error channel (forms.h) */
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     dr_products(p, r, S, k, q, d_k, d_v);
+    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v; /* forms.h */
     for (int t = 0; t < T; t++) {
-        const float *qt = q + (size_t)t * d_k, *kt = k + (size_t)t * d_k;
-        const float *vt = v + (size_t)t * d_v;
-        float *ot = o + (size_t)t * d_v;
-        const float b = beta ? beta[t] : 1.0f;
-        const float a = log_alpha ? expf(log_alpha[t]) : 1.0f;
+        const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
+        const float *vt = v + (size_t)t * ld->v;
+        float *ot = o + (size_t)t * ld->o;
+        const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
+        const float a = log_alpha ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
+        if (spread && t + DR_AHEAD < T) { /* request a later token's rows */
+            const size_t ta = (size_t)t + DR_AHEAD;
+            ttt_prefetch_rows(q + ta * ld->q, 0, 1, d_k, 0);
+            ttt_prefetch_rows(k + ta * ld->k, 0, 1, d_k, 0);
+            ttt_prefetch_rows(v + ta * ld->v, 0, 1, d_v, 0);
+            ttt_prefetch_rows(o + ta * ld->o, 0, 1, d_v, 1);
+        }
         float qk = 0.0f;
         for (int i = 0; i < d_k; i++) {
             bk[i] = b * kt[i];
@@ -144,7 +155,7 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
         }
         /* one sweep: write token t, accumulate k_{t+1} S_t and q_{t+1} S_t into p, r */
         const int next = t + 1 < T;
-        const float *kn = next ? kt + d_k : kt, *qn = next ? qt + d_k : qt;
+        const float *kn = next ? kt + ld->k : kt, *qn = next ? qt + ld->q : qt;
         int j0 = 0;
         for (; j0 + DR_JB <= d_v; j0 += DR_JB)
             dr_block_v(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, a, next, d_k, d_v);
@@ -152,4 +163,11 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
             dr_block(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, a, next, d_v - j0, d_k, d_v);
     }
     if (buf != stack) free(buf);
+}
+
+void ttt_delta_rule_recurrent(float *o, float *S, const float *q, const float *k, const float *v,
+                              const float *beta, const float *log_alpha, int T, int d_k,
+                              int d_v) {
+    const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = 1};
+    ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, log_alpha, T, d_k, d_v, &ld);
 }

@@ -64,17 +64,24 @@ static void *scratch(ttt_ctx *ctx, size_t bytes) {
     return p;
 }
 
-/* C = A Bᵀ for row-major A (m, kd), B (n, kd), C (m, n) with leading dimension ldc. */
-static void gemm_abt(float *c, int ldc, const float *a, const float *b, int m, int n, int kd) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kd, 1.0f, a, kd, b, kd, 0.0f, c,
+/* C = A Bᵀ for row-major A (m, kd), B (n, kd), C (m, n) with leading dimensions lda, ldb, ldc. */
+static void gemm_abt(float *c, int ldc, const float *a, int lda, const float *b, int ldb, int m,
+                     int n, int kd) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, kd, 1.0f, a, lda, b, ldb, 0.0f, c,
                 ldc);
+}
+
+/* β_j of a strided beta (NULL = 1). */
+static inline float beta_at(const float *beta, int ldb, int j) {
+    return beta ? beta[(size_t)j * ldb] : 1.0f;
 }
 
 /* Vector-decay scores of a block of n rows (see the header comment):
  *   A_ij = Σ_c q_ic k_jc exp(G_ic − G_jc) for i ≥ j; entries above the diagonal are garbage.
- * A (n, n) with leading dimension lda; q, k (n, d_k); G (n, d_k); qs, ks scratch (n, d_k). */
-static void vec_scores(float *A, int lda, const float *q, const float *k, const double *G, int n,
-                       int d_k, float *qs, float *ks) {
+ * A (n, n) with leading dimension lda; q, k (n, d_k) with row strides ldq, ldk; G (n, d_k);
+ * qs, ks scratch (n, d_k). */
+static void vec_scores(float *A, int lda, const float *q, int ldq, const float *k, int ldk,
+                       const double *G, int n, int d_k, float *qs, float *ks) {
     double span = 0.0;
     for (int c = 0; c < d_k; c++) {
         double lo = G[c], hi = G[c];
@@ -91,10 +98,10 @@ static void vec_scores(float *A, int lda, const float *q, const float *k, const 
             for (int c = 0; c < d_k; c++) {
                 size_t ic = (size_t)i * d_k + c;
                 double d = G[ic] - G[c];
-                qs[ic] = q[ic] * (float)exp(d);
-                ks[ic] = k[ic] * (float)exp(-d);
+                qs[ic] = q[(size_t)i * ldq + c] * (float)exp(d);
+                ks[ic] = k[(size_t)i * ldk + c] * (float)exp(-d);
             }
-        gemm_abt(A, lda, qs, ks, n, n, d_k);
+        gemm_abt(A, lda, qs, d_k, ks, d_k, n, n, d_k);
         return;
     }
     /* split: rows [m, n) against columns [0, m) with reference row m (factors ≤ 1) */
@@ -103,21 +110,22 @@ static void vec_scores(float *A, int lda, const float *q, const float *k, const 
     for (int i = m; i < n; i++)
         for (int c = 0; c < d_k; c++) {
             size_t ic = (size_t)i * d_k + c;
-            qs[ic] = q[ic] * (float)exp(G[ic] - Gm[c]);
+            qs[ic] = q[(size_t)i * ldq + c] * (float)exp(G[ic] - Gm[c]);
         }
     for (int j = 0; j < m; j++)
         for (int c = 0; c < d_k; c++) {
             size_t jc = (size_t)j * d_k + c;
-            ks[jc] = k[jc] * (float)exp(Gm[c] - G[jc]);
+            ks[jc] = k[(size_t)j * ldk + c] * (float)exp(Gm[c] - G[jc]);
         }
-    gemm_abt(A + (size_t)m * lda, lda, qs + (size_t)m * d_k, ks, n - m, m, d_k);
-    vec_scores(A, lda, q, k, G, m, d_k, qs, ks);
-    vec_scores(A + (size_t)m * lda + m, lda, q + (size_t)m * d_k, k + (size_t)m * d_k, Gm, n - m,
-               d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
+    gemm_abt(A + (size_t)m * lda, lda, qs + (size_t)m * d_k, d_k, ks, d_k, n - m, m, d_k);
+    vec_scores(A, lda, q, ldq, k, ldk, G, m, d_k, qs, ks);
+    vec_scores(A + (size_t)m * lda + m, lda, q + (size_t)m * ldq, ldq, k + (size_t)m * ldk, ldk,
+               Gm, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
 }
 
 /* One chunk of n tokens from state S (in/out), see the header comment. Pointers start at the
- * chunk's first token. kind: LA_NONE, LA_SCALAR (log_alpha (n)), LA_VECTOR (log_alpha (n, d_k)).
+ * chunk's first token; rows are ld->q, ld->k, … floats apart (forms.h, ttt_form_ld).
+ * kind: LA_NONE, LA_SCALAR (log_alpha (n)), LA_VECTOR (log_alpha (n, d_k)).
  *
  * E = exp(G) is taken once per token (and key dimension). It gives the inter-chunk read
  * Q ⊙ E, and when the chunk's span from its start (see the header comment) is ≤ LA_SPAN_MAX also
@@ -126,14 +134,15 @@ static void vec_scores(float *A, int lda, const float *q, const float *k, const 
  * factors exp(G_n − G_j) directly. */
 enum { LA_NONE, LA_SCALAR, LA_VECTOR };
 
-static void la_chunk(float *o,               /* (n, d_v) */
+static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
                      float *S,               /* (d_k, d_v) in/out */
-                     const float *q,         /* (n, d_k) */
-                     const float *k,         /* (n, d_k) */
-                     const float *v,         /* (n, d_v) */
-                     const float *beta,      /* (n) or NULL */
-                     const float *log_alpha, /* (n) or (n, d_k) or NULL */
-                     int kind, int n, int d_k, int d_v, la_work *w) {
+                     const float *q,         /* (n, d_k) row stride ld->q */
+                     const float *k,         /* (n, d_k) row stride ld->k */
+                     const float *v,         /* (n, d_v) row stride ld->v */
+                     const float *beta,      /* (n) stride ld->beta, or NULL */
+                     const float *log_alpha, /* (n) or (n, d_k), row stride ld->la, or NULL */
+                     int kind, int n, int d_k, int d_v, const ttt_form_ld *ld, la_work *w) {
+    const int ldq = ld->q, ldk = ld->k, ldv = ld->v, ldo = ld->o, ldb = ld->beta;
     const int gdim = kind == LA_NONE ? 0 : kind == LA_SCALAR ? 1 : d_k;
     float *A = w->A, *E = w->E, *qs = w->qs, *ks = w->ks;
     double *G = w->G;
@@ -142,7 +151,7 @@ static void la_chunk(float *o,               /* (n, d_v) */
     if (kind == LA_SCALAR) {
         double g = 0.0, lo = 0.0, hi = 0.0;
         for (int i = 0; i < n; i++) {
-            g += (double)log_alpha[i];
+            g += (double)log_alpha[(size_t)i * ld->la];
             G[i] = g;
             E[i] = (float)exp(g);
             lo = g < lo ? g : lo;
@@ -159,7 +168,7 @@ static void la_chunk(float *o,               /* (n, d_v) */
             const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
             double *Gi = G + (size_t)i * d_k;
             float *Ei = E + (size_t)i * d_k;
-            const float *li = log_alpha + (size_t)i * d_k;
+            const float *li = log_alpha + (size_t)i * ld->la;
             for (int c = 0; c < d_k; c++) {
                 const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
                 Gi[c] = g;
@@ -177,71 +186,79 @@ static void la_chunk(float *o,               /* (n, d_v) */
 
     /* queries of the inter-chunk read: Q ⊙ E (E ≤ 1 for α ≤ 1; underflow to 0 is exact enough) */
     const float *qread = q;
+    int ldqr = ldq;
     if (kind != LA_NONE) {
         for (int i = 0; i < n; i++)
             for (int c = 0; c < d_k; c++)
                 qs[(size_t)i * d_k + c] =
-                    q[(size_t)i * d_k + c] * E[kind == LA_SCALAR ? (size_t)i : (size_t)i * d_k + c];
+                    q[(size_t)i * ldq + c] * E[kind == LA_SCALAR ? (size_t)i : (size_t)i * d_k + c];
         qread = qs;
+        ldqr = d_k;
     }
 
     /* ---- scores A = ((Q Kᵀ) ⊙ Γ) diag(β), lower triangular (n, n) ---- */
     if (kind == LA_VECTOR && trick) {
-        for (size_t i = 0; i < (size_t)n * d_k; i++) ks[i] = k[i] / E[i]; /* ≤ e^60 */
-        gemm_abt(A, n, qs, ks, n, n, d_k);
+        for (int i = 0; i < n; i++) /* ≤ e^60 */
+            for (int c = 0; c < d_k; c++)
+                ks[(size_t)i * d_k + c] = k[(size_t)i * ldk + c] / E[(size_t)i * d_k + c];
+        gemm_abt(A, n, qs, d_k, ks, d_k, n, n, d_k);
     } else if (kind == LA_VECTOR) {
-        vec_scores(A, n, q, k, G, n, d_k, w->qs2, w->ks);
+        vec_scores(A, n, q, ldq, k, ldk, G, n, d_k, w->qs2, w->ks);
     } else {
-        gemm_abt(A, n, q, k, n, n, d_k);
+        gemm_abt(A, n, q, ldq, k, ldk, n, n, d_k);
     }
     if (kind == LA_SCALAR && trick) {
         /* Γ_ij β_j = E_i · (β_j / E_j), both factors within [e^−60, e^60] */
-        for (int j = 0; j < n; j++) w->f[j] = (beta ? beta[j] : 1.0f) / E[j];
+        for (int j = 0; j < n; j++) w->f[j] = beta_at(beta, ldb, j) / E[j];
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= E[i] * w->f[j];
     } else if (kind == LA_SCALAR) {
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) {
                 const double d = G[i] - G[j]; /* exp(d) is 0 in float below −104 */
-                A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * (beta ? beta[j] : 1.0f);
+                A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * beta_at(beta, ldb, j);
             }
     } else if (beta) {
         for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[j];
+            for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[(size_t)j * ldb];
     }
     for (int i = 0; i < n; i++)
         memset(A + (size_t)i * n + i + 1, 0, sizeof(float) * (size_t)(n - 1 - i));
 
     /* ---- read: O = (Q ⊙ E) S + A V ---- */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, qread, d_k, S, d_v,
-                0.0f, o, d_v);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, n, 1.0f, A, n, v, d_v, 1.0f, o,
-                d_v);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, 1.0f, qread, ldqr, S, d_v,
+                0.0f, o, ldo);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, n, 1.0f, A, n, v, ldv, 1.0f, o,
+                ldo);
 
     /* ---- state S ← E_n S + (exp(G_n − G) ⊙ K)ᵀ diag(β) V ---- */
     const float *kwrite = k;
+    int ldkw = ldk;
     if (kind == LA_VECTOR && trick) {
         /* ks = K ⊙ 1/E from the scores: times E_n (≤ 1) and β */
         for (int j = 0; j < n; j++) {
-            const float b = beta ? beta[j] : 1.0f;
+            const float b = beta_at(beta, ldb, j);
             for (int c = 0; c < d_k; c++) ks[(size_t)j * d_k + c] *= En[c] * b;
         }
         kwrite = ks;
+        ldkw = d_k;
     } else if (kind != LA_NONE) {
         for (int j = 0; j < n; j++) {
-            const float b = beta ? beta[j] : 1.0f;
+            const float b = beta_at(beta, ldb, j);
             const float fs = kind == LA_SCALAR ? (float)exp(Gn[0] - G[j]) * b : 0.0f;
             for (int c = 0; c < d_k; c++)
                 ks[(size_t)j * d_k + c] =
-                    k[(size_t)j * d_k + c] *
+                    k[(size_t)j * ldk + c] *
                     (kind == LA_SCALAR ? fs : (float)exp(Gn[c] - G[(size_t)j * d_k + c]) * b);
         }
         kwrite = ks;
+        ldkw = d_k;
     } else if (beta) {
         for (int j = 0; j < n; j++)
             for (int c = 0; c < d_k; c++)
-                ks[(size_t)j * d_k + c] = k[(size_t)j * d_k + c] * beta[j];
+                ks[(size_t)j * d_k + c] = k[(size_t)j * ldk + c] * beta[(size_t)j * ldb];
         kwrite = ks;
+        ldkw = d_k;
     }
     if (kind != LA_NONE)
         for (int c = 0; c < d_k; c++) {
@@ -249,14 +266,17 @@ static void la_chunk(float *o,               /* (n, d_v) */
             float *Sc = S + (size_t)c * d_v;
             for (int j = 0; j < d_v; j++) Sc[j] *= a;
         }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, d_k, v, d_v,
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, ldkw, v, ldv,
                 1.0f, S, d_v);
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
                    const float *v, const float *beta, const float *log_alpha, int alpha_vec,
-                   int T, int d_k, int d_v, int chunk) {
+                   int T, int d_k, int d_v, int chunk, const ttt_form_ld *ld) {
     TTT_ASSERT(chunk >= 1 && T >= 0 && d_k >= 1 && d_v >= 1);
+    TTT_ASSERT(ld->q >= d_k && ld->k >= d_k && ld->v >= d_v && ld->o >= d_v);
+    TTT_ASSERT(!beta || ld->beta >= 1);
+    TTT_ASSERT(!log_alpha || ld->la >= (alpha_vec ? d_k : 1));
     if (T == 0) return;
     const int C = chunk < T ? chunk : T;
     const int kind = !log_alpha ? LA_NONE : alpha_vec ? LA_VECTOR : LA_SCALAR;
@@ -272,14 +292,33 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.G = scratch(ctx, sizeof(double) * (size_t)C * gdim);
     w.glo = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
-    const size_t gstride = kind == LA_VECTOR ? (size_t)d_k : 1;
+    /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
+    const int gk = kind == LA_VECTOR ? d_k : 1;
+    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v;
     for (int t0 = 0; t0 < T; t0 += C) {
         const int n = t0 + C <= T ? C : T - t0;
-        la_chunk(o + (size_t)t0 * d_v, S, q + (size_t)t0 * d_k, k + (size_t)t0 * d_k,
-                 v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
-                 log_alpha ? log_alpha + (size_t)t0 * gstride : NULL, kind, n, d_k, d_v, &w);
+        const size_t r = (size_t)t0;
+        if (spread && t0 + C < T) {
+            const size_t r1 = r + (size_t)C;
+            const int n1 = t0 + 2 * C <= T ? C : T - t0 - C;
+            ttt_prefetch_rows(q + r1 * ld->q, ld->q, n1, d_k, 0);
+            ttt_prefetch_rows(k + r1 * ld->k, ld->k, n1, d_k, 0);
+            ttt_prefetch_rows(v + r1 * ld->v, ld->v, n1, d_v, 0);
+            ttt_prefetch_rows(o + r1 * ld->o, ld->o, n1, d_v, 1);
+            if (log_alpha) ttt_prefetch_rows(log_alpha + r1 * ld->la, ld->la, n1, gk, 0);
+            if (beta) ttt_prefetch_rows(beta + r1 * ld->beta, ld->beta, n1, 1, 0);
+        }
+        la_chunk(o + r * ld->o, S, q + r * ld->q, k + r * ld->k, v + r * ld->v,
+                 beta ? beta + r * ld->beta : NULL, log_alpha ? log_alpha + r * ld->la : NULL,
+                 kind, n, d_k, d_v, ld, &w);
     }
     ttt_arena_release(ctx->arena, mark);
+}
+
+/* The strides of contiguous (T, d) arrays. */
+static ttt_form_ld dense_ld(int alpha_vec, int d_k, int d_v) {
+    return (ttt_form_ld){.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1,
+                         .la = alpha_vec ? d_k : 1};
 }
 
 /* MATH.md §5.1: the whole sequence as one chunk (T² scores in scratch). */
@@ -287,7 +326,8 @@ void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float
                                    const float *k, const float *v, const float *beta,
                                    const float *log_alpha, int alpha_vec, int T, int d_k,
                                    int d_v) {
-    la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, T > 0 ? T : 1);
+    const ttt_form_ld ld = dense_ld(alpha_vec, d_k, d_v);
+    la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, T > 0 ? T : 1, &ld);
 }
 
 /* MATH.md §5.2: chunks of C tokens (the last may be shorter) carrying the state. */
@@ -295,5 +335,15 @@ void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const floa
                                     const float *k, const float *v, const float *beta,
                                     const float *log_alpha, int alpha_vec, int T, int d_k,
                                     int d_v, int chunk) {
-    la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, chunk);
+    const ttt_form_ld ld = dense_ld(alpha_vec, d_k, d_v);
+    la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, chunk, &ld);
+}
+
+/* MATH.md §5.2 on rows ld floats apart (forms.h): what ttt apply runs on a head of a
+ * (B, T, H, D) tensor in place. */
+void ttt_linear_attention_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                       const float *k, const float *v, const float *beta,
+                                       const float *log_alpha, int alpha_vec, int T, int d_k,
+                                       int d_v, int chunk, const ttt_form_ld *ld) {
+    la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, chunk, ld);
 }

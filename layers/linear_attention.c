@@ -87,27 +87,41 @@ la_block(float *restrict o,       /* (jn) */
  * their retentions (vector gates: one expf per row per token, not per row and column block). */
 #define LA_ROWS 512
 
-void ttt_linear_attention_recurrent(float *o,               /* (T, d_v) */
-                                    float *S,               /* (d_k, d_v) in/out */
-                                    const float *q,         /* (T, d_k) */
-                                    const float *k,         /* (T, d_k) */
-                                    const float *v,         /* (T, d_v) */
-                                    const float *beta,      /* (T) or NULL */
-                                    const float *log_alpha, /* (T) or (T, d_k) or NULL */
-                                    int alpha_vec, int T, int d_k, int d_v) {
+/* Tokens ahead whose rows are requested (ttt_prefetch_rows) when they are strided. */
+#define LA_AHEAD 4
+
+/* Rows of the sequence arrays are ld->q, ld->k, … floats apart (forms.h, ttt_form_ld). */
+void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
+                                       float *S,               /* (d_k, d_v) in/out */
+                                       const float *q,         /* (T, d_k) */
+                                       const float *k,         /* (T, d_k) */
+                                       const float *v,         /* (T, d_v) */
+                                       const float *beta,      /* (T) or NULL */
+                                       const float *log_alpha, /* (T) or (T, d_k) or NULL */
+                                       int alpha_vec, int T, int d_k, int d_v,
+                                       const ttt_form_ld *ld) {
     float a_rows[LA_ROWS]; /* retentions of the current row group (vector gates) */
     const int vec = log_alpha && alpha_vec;
+    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v; /* forms.h */
     for (int t = 0; t < T; t++) {
-        const float *qt = q + (size_t)t * d_k, *kt = k + (size_t)t * d_k;
-        const float *vt = v + (size_t)t * d_v;
-        float *ot = o + (size_t)t * d_v;
-        const float b = beta ? beta[t] : 1.0f;
-        const float a0 = (log_alpha && !alpha_vec) ? expf(log_alpha[t]) : 1.0f;
+        const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
+        const float *vt = v + (size_t)t * ld->v;
+        float *ot = o + (size_t)t * ld->o;
+        const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
+        const float a0 = (log_alpha && !alpha_vec) ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
+        if (spread && t + LA_AHEAD < T) { /* request a later token's rows */
+            const size_t ta = (size_t)t + LA_AHEAD;
+            ttt_prefetch_rows(q + ta * ld->q, 0, 1, d_k, 0);
+            ttt_prefetch_rows(k + ta * ld->k, 0, 1, d_k, 0);
+            ttt_prefetch_rows(v + ta * ld->v, 0, 1, d_v, 0);
+            ttt_prefetch_rows(o + ta * ld->o, 0, 1, d_v, 1);
+            if (vec) ttt_prefetch_rows(log_alpha + ta * ld->la, 0, 1, d_k, 0);
+        }
         for (int i0 = 0; i0 < d_k; i0 += LA_ROWS) {
             const int n = d_k - i0 < LA_ROWS ? d_k - i0 : LA_ROWS;
             if (vec) /* vectorized exp (fastexp.h, ≤ 2 ulp) rather than libm's expf per row */
                 for (int i = 0; i < n; i++)
-                    a_rows[i] = ttt_fast_expf(log_alpha[(size_t)t * d_k + i0 + i]);
+                    a_rows[i] = ttt_fast_expf(log_alpha[(size_t)t * ld->la + i0 + i]);
             const float *a = vec ? a_rows : NULL;
             float *Sg = S + (size_t)i0 * d_v;
             int j0 = 0;
@@ -118,4 +132,13 @@ void ttt_linear_attention_recurrent(float *o,               /* (T, d_v) */
                          i0 == 0);
         }
     }
+}
+
+void ttt_linear_attention_recurrent(float *o, float *S, const float *q, const float *k,
+                                    const float *v, const float *beta, const float *log_alpha,
+                                    int alpha_vec, int T, int d_k, int d_v) {
+    const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1,
+                            .la = alpha_vec ? d_k : 1};
+    ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v,
+                                      &ld);
 }

@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,6 +14,7 @@
 #endif
 
 #include "checks.h"
+#include "forms.h"
 #include "progress.h"
 #include "rng.h"
 #include "tensor.h"
@@ -98,10 +100,56 @@ static int apply_thread_count(int threads, int n_seq) {
     return n < 1 ? 1 : n;
 }
 
+/* Layers whose forward (ttt_layer_forward without a tape) is one closed-form kernel of forms.h
+ * with nothing around it but the query scale, β = θ·η and the constant decay: linear attention and
+ * the delta rule in their recurrent, parallel and chunkwise forms, without RoPE or output
+ * normalization. apply runs these kernels on the (B, T, H, D) arrays in place, with row strides
+ * (forms.h, ttt_form_ld), instead of gathering each head into (T, D) slices and scattering the
+ * output back: those copies, bound by memory bandwidth, took ~40 % of the time of the chunkwise
+ * linear attention at H = 8, d = 64, T = 4096. The kernels' arithmetic does not depend on the
+ * strides, so the outputs are the same bits either way (tests/test_apply.c compares the two paths
+ * on every such layer).
+ *
+ * Setting the environment variable TTT_APPLY_GATHER to 1 makes every layer take the gathered path
+ * (the one all other layers take): a switch for that test and for measuring the copies, which
+ * changes no output. */
+typedef enum {
+    APPLY_LAYER, /* ttt_layer_forward on gathered (T, D) slices */
+    APPLY_LA_RECURRENT,
+    APPLY_LA_CHUNKWISE, /* the parallel form is the chunkwise one with chunk = T (forms.h) */
+    APPLY_DELTA_RECURRENT,
+    APPLY_DELTA_CHUNKWISE,
+} apply_kernel;
+
+/* Which kernel runs L in place (see above), or APPLY_LAYER. has_la: the file holds per-token
+ * gates. The conditions mirror ttt_layer_forward and forward_closed (layers/ttt_layer.c): every
+ * layer they would refuse (e.g. the delta rule with vector gates) takes the layer path, which
+ * reports the error as before. */
+static apply_kernel apply_kernel_for(const ttt_layer *L, int has_la, int alpha_vec, int H,
+                                     int d_k, int d_v) {
+    const char *gather = getenv("TTT_APPLY_GATHER");
+    if (gather && strcmp(gather, "1") == 0) return APPLY_LAYER;
+    if (L->rope || L->normalize != TTT_NORMALIZE_NONE) return APPLY_LAYER;
+    const int d = d_k > d_v ? d_k : d_v;
+    if ((long long)H * d > INT_MAX) return APPLY_LAYER; /* strides are BLAS ints */
+    const int fam = ttt_layer_family(L);
+    const int recurrent = L->form == TTT_FORM_RECURRENT;
+    if (!recurrent && L->form != TTT_FORM_CHUNKWISE && L->form != TTT_FORM_PARALLEL)
+        return APPLY_LAYER;
+    if (fam == TTT_FAMILY_LINEAR_ATTENTION)
+        return recurrent ? APPLY_LA_RECURRENT : APPLY_LA_CHUNKWISE;
+    /* gates (given, or the constant decay) need coupled placement; a scalar gate only */
+    const int gated = has_la || L->decay != 1.0f;
+    if (fam == TTT_FAMILY_DELTA_RULE && !alpha_vec && (!gated || L->coupled))
+        return recurrent ? APPLY_DELTA_RECURRENT : APPLY_DELTA_CHUNKWISE;
+    return APPLY_LAYER;
+}
+
 /* Everything one (batch, head) sequence needs; read-only while the threads run, except the
  * disjoint slices of the outputs each sequence writes. */
 typedef struct apply_seq_args {
     const ttt_layer *L;
+    apply_kernel kernel;
     const ttt_st_tensor *q, *k, *v, *beta, *la; /* beta, la may be NULL */
     int alpha_vec;
     const ttt_st_tensor *const *init; /* (n_w), entries may be NULL */
@@ -186,9 +234,66 @@ static void apply_scatter(float *o,        /* (B, T, H, d_v) */
         memcpy(o + (row0 + t * H) * d_v, os + t * d_v, (size_t)d_v * sizeof(float));
 }
 
+/* Sequence s of A through its kernel (apply_kernel_for), in place in the (B, T, H, D) arrays:
+ * exactly what ttt_layer_forward computes for it on gathered slices. Its prologue is reproduced
+ * operation for operation: β_t = θ·η_t (θ·1 without η), the constant decay log(decay) per token
+ * when no gates are given, q·scale when scale ≠ 1. Those go into the thread's buffers qs (T, d_k),
+ * bs (T), ls (T); θ·η_t = η_t exactly when θ = 1, so then η is read in place, like the gates
+ * and, with scale 1, the queries. S (d_k, d_v) is the state, in/out. */
+static void apply_kernel_run(const apply_seq_args *A, long s, float *S, float *qs, float *bs,
+                             const float *ls, ttt_ctx *ctx) {
+    const ttt_layer *L = A->L;
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const int gk = A->alpha_vec ? d_k : 1;
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H); /* (b, 0, h) */
+    ttt_form_ld ld = {.o = H * d_v, .q = H * d_k, .k = H * d_k, .v = H * d_v, .beta = H,
+                      .la = H * gk};
+    const float *q = A->q->data + row0 * d_k;
+    if (L->scale != 1.0f) { /* ttt_scale: one rounding per element */
+        for (size_t t = 0; t < (size_t)T; t++)
+            for (int c = 0; c < d_k; c++)
+                qs[t * d_k + c] = q[t * ld.q + c] * L->scale;
+        q = qs;
+        ld.q = d_k;
+    }
+    const float *eta = A->beta ? A->beta->data + row0 : NULL, *beta = eta;
+    if (!eta || L->lr != 1.0f) { /* forward_closed's β */
+        for (size_t t = 0; t < (size_t)T; t++) bs[t] = L->lr * (eta ? eta[t * H] : 1.0f);
+        beta = bs;
+        ld.beta = 1;
+    }
+    const float *la = A->la ? A->la->data + row0 * gk : NULL;
+    if (!la && L->decay != 1.0f) { /* the constant decay, filled in once per thread */
+        la = ls;
+        ld.la = 1;
+    }
+    const float *k = A->k->data + row0 * d_k, *v = A->v->data + row0 * d_v;
+    float *o = A->out->t[0].data + row0 * d_v;
+    /* the parallel forms are the chunkwise ones with one chunk of T tokens */
+    const int C = L->form == TTT_FORM_PARALLEL ? T : L->chunk;
+    switch (A->kernel) {
+    case APPLY_LA_RECURRENT:
+        ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, la, A->alpha_vec, T, d_k, d_v,
+                                          &ld);
+        break;
+    case APPLY_LA_CHUNKWISE:
+        ttt_linear_attention_chunkwise_ld(ctx, o, S, q, k, v, beta, la, A->alpha_vec, T, d_k,
+                                          d_v, C, &ld);
+        break;
+    case APPLY_DELTA_RECURRENT:
+        ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, la, T, d_k, d_v, &ld);
+        break;
+    case APPLY_DELTA_CHUNKWISE:
+        ttt_delta_rule_chunkwise_ld(ctx, o, S, q, k, v, beta, la, T, d_k, d_v, C, &ld);
+        break;
+    case APPLY_LAYER: TTT_ASSERT(0);
+    }
+}
+
 /* Run sequences [first, first + count) of the B·H (batch-major) on one thread: gather each
  * one's (T, D) slices, run the layer, which writes its output straight into the output slice
- * (ttt_layer_forward), scatter it. The slices and the arena's first block are allocated once
+ * (ttt_layer_forward), scatter it — or, for a layer with an in-place kernel (apply_kernel_for),
+ * run that kernel on the file's arrays and the output directly. The slices and the arena's first block are allocated once
  * per thread and reused by every sequence (the arena is reset to a mark after each), so only
  * the first sequence touches fresh pages. Each sequence's computation is the same code on one
  * thread with single-threaded BLAS, so its output does not depend on which thread ran it.
@@ -197,17 +302,22 @@ static long apply_range(const apply_seq_args *A, long first, long count, ttt_sta
                         ttt_error *err) {
     const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
     const int gk = A->alpha_vec ? d_k : 1; /* gate values per token */
+    const int kernel = A->kernel != APPLY_LAYER;
     /* one head: (B, T, 1, D) is already (T, D) per batch element, so the layer reads the file's
      * arrays and writes the output in place (no slices, no copies) */
-    const int direct = H == 1;
+    const int direct = H == 1 || kernel;
     const size_t n = direct ? 0 : (size_t)T;
     const size_t nq = up16(n * d_k), nv = up16(n * d_v), ne = A->beta ? up16(n) : 0,
                  nl = A->la ? up16(n * gk) : 0;
-    float *buf = apply_alloc(sizeof(float) * (2 * nq + 2 * nv + ne + nl));
+    /* an in-place kernel's buffers (apply_kernel_run): scaled queries, β, constant gates */
+    const size_t kq = kernel && A->L->scale != 1.0f ? up16((size_t)T * d_k) : 0,
+                 kb = kernel ? up16((size_t)T) : 0, kl = kernel && !A->la ? up16((size_t)T) : 0;
+    float *buf = apply_alloc(sizeof(float) * (2 * nq + 2 * nv + ne + nl + kq + kb + kl));
     float *qs = buf, *ks = qs + nq;          /* (T, d_k) each */
     float *vs = ks + nq, *os = vs + nv;      /* (T, d_v) each */
     float *es = A->beta ? os + nv : NULL;    /* (T) */
     float *ls = A->la ? os + nv + ne : NULL; /* (T, gk) */
+    float *kqs = os + nv + ne + nl, *kbs = kqs + kq, *kls = kbs + kb; /* (T, d_k), (T), (T) */
     /* the layer's temporaries (state, β, the form's scratch) in one first block sized for a
      * whole sequence, created now: the marks below are taken after it, so releasing to them
      * keeps the block and its mapped pages for the next sequence */
@@ -221,13 +331,17 @@ static long apply_range(const apply_seq_args *A, long first, long count, ttt_sta
                                 A->file);
         return first;
     }
+    if (kl && A->L->decay != 1.0f) /* ttt_layer_forward's constant gates */
+        for (size_t t = 0; t < (size_t)T; t++) kls[t] = logf(A->L->decay);
     ttt_rng base;
     ttt_rng_seed(&base, APPLY_SEED);
     long failed = -1;
     for (long s = first; s < first + count; s++) {
         const int b = (int)(s / H), h = (int)(s % H);
         float *q0 = qs, *k0 = ks, *v0 = vs, *o0 = os, *e0 = es, *l0 = ls;
-        if (direct) { /* s = b: the slices are the file's rows */
+        if (kernel) {
+            /* the kernel reads the file's arrays in place (apply_kernel_run) */
+        } else if (direct) { /* s = b: the slices are the file's rows */
             q0 = A->q->data + (size_t)s * T * d_k;
             k0 = A->k->data + (size_t)s * T * d_k;
             v0 = A->v->data + (size_t)s * T * d_v;
@@ -255,7 +369,9 @@ static long apply_range(const apply_seq_args *A, long first, long count, ttt_sta
             if (A->init[w])
                 memcpy(state.W[w]->data, A->init[w]->data + bh * A->wnumel[w],
                        A->wnumel[w] * sizeof(float));
-        if (T > 0) {
+        if (T > 0 && kernel) {
+            apply_kernel_run(A, s, state.W[0]->data, kqs, kbs, kls, &ctx);
+        } else if (T > 0) {
             ttt_status st = ttt_layer_forward(&ctx, A->L, &o, &state, &q, &k, &v,
                                               es ? &eta : NULL, ls ? &la : NULL, err);
             if (st != TTT_OK) {
@@ -487,7 +603,9 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
         }
     const int nthreads = apply_thread_count(threads, B * H);
-    apply_seq_args A = {.L = &L, .q = q, .k = k, .v = v, .beta = beta, .la = la,
+    apply_seq_args A = {.L = &L,
+                        .kernel = apply_kernel_for(&L, la != NULL, alpha_vec, H, d_k, d_v),
+                        .q = q, .k = k, .v = v, .beta = beta, .la = la,
                         .alpha_vec = alpha_vec, .init = init, .wnumel = wnumel, .n_w = n_w,
                         .B = B, .T = T, .H = H, .d_k = d_k, .d_v = d_v,
                         .arena_bytes = (size_t)work, .out = out, .file = file};

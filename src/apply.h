@@ -3,7 +3,10 @@
  *
  * Files use the public layout of PyTorch linear-attention libraries, (B, T, H, D): batch, time,
  * head, feature. Internally every (batch, head) pair is one independent sequence (MATH.md §0:
- * "batch and heads are independent copies") converted to the (T, D) layout the layer works on.
+ * "batch and heads are independent copies") converted to the (T, D) layout the layer works on;
+ * the closed-form kernels of linear attention and the delta rule read and write it in place with
+ * row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the copies,
+ * src/apply.c).
  *
  * Input tensors (any dtype the safetensors reader accepts; read as float32):
  *   q              (B, T, H, d_k)   queries (multiplied by layer.scale, default 1.0 — PyTorch

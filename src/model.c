@@ -170,11 +170,14 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                   : strcmp(gate, "vector") == 0     ? TTT_GATE_VECTOR
                   : strcmp(gate, "multiscale") == 0 ? TTT_GATE_MULTISCALE
                                                     : auto_gate(L);
-        if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR)
+        if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR) {
+            static const char *const names[] = {"none", "constant", "scalar", "vector",
+                                                "multiscale"};
             return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
                                  "model.eta: dt writes with the scalar gate's step, so it needs "
                                  "model.gate: scalar (the gate here is %s)",
-                                 gate);
+                                 names[c->gate]);
+        }
         if (c->gate == TTT_GATE_VECTOR && !linear)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
                                  "model.gate: a decay per key dimension is defined for the "
@@ -200,6 +203,7 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     }
     static const char *const tf[] = {"false", "true"};
     static const char *const gates[] = {"none", "constant", "scalar", "vector", "multiscale"};
+    _Static_assert(TTT_GATE_MULTISCALE == 4, "gates[] lists every ttt_gate_kind");
     static const char *const etas[] = {"false", "true", "dt"};
     ttt_cfg_map_set(map, "qk_norm", ttt_cfg_new_scalar(tf[c->qk_norm], ttt_cfg_get(map, "qk_norm")));
     ttt_cfg_map_set(map, "eta", ttt_cfg_new_scalar(etas[c->eta], ttt_cfg_get(map, "eta")));

@@ -541,8 +541,9 @@ END_TEST
 
 /* The whole file against each (b, h) sequence run alone as a one-head file (B = H = 1). Alone, the
  * layer reads the file's arrays and writes the output in place; in the whole file the sequences
- * are gathered into slices, share one thread's slices and arena (so each starts on the previous
- * one's leftovers) and are scattered back. Same numbers in, same order of operations: o and the
+ * are gathered into slices (or, for the layers of in_place below, read with row strides), share
+ * one thread's slices and arena (so each starts on the previous one's leftovers) and are
+ * scattered back. Same numbers in, same order of operations: o and the
  * final state must agree byte for byte, for every form. Initial states are given so that models
  * which draw their initial weights per head start alike in both runs. */
 START_TEST(each_sequence_alone_gives_the_same_bits) {
@@ -602,6 +603,101 @@ START_TEST(each_sequence_alone_gives_the_same_bits) {
         }
     ttt_apply_out_free(&all);
     free_inputs(&in);
+}
+END_TEST
+
+/* Layers ttt_apply runs with a kernel in place on the (B, T, H, D) arrays (src/apply.c,
+ * apply_kernel_for: linear attention and the delta rule, recurrent, chunkwise or parallel), with
+ * every part of the layer's prologue the in-place path reproduces: scale, θ ≠ 1, the constant decay
+ * without gates, β absent; plus layers that must keep the gathered path (RoPE, normalization, the
+ * delta rule with vector gates, which is an error either way). gates: 0 none, 1 per token, 2 per
+ * token and key dimension, 3 per token without β. */
+static const struct {
+    const char *yaml;
+    int gates;
+} in_place[] = {
+    {"layer: {preset: mamba2, form: chunkwise, chunk: 8}\n", 1},
+    {"layer: {preset: mamba2, form: recurrent, scale: 0.3}\n", 1},
+    {"layer: {preset: mamba2, form: parallel, optimizer: {lr: 0.5}}\n", 3},
+    {"layer: {preset: gla, form: chunkwise, chunk: 16}\n", 2},
+    {"layer: {preset: gla, form: recurrent, scale: 0.125, optimizer: {lr: 2.0}}\n", 2},
+    {"layer: {preset: gla, form: parallel}\n", 2},
+    {"layer: {preset: retnet, form: chunkwise, chunk: 5}\n", 0},
+    {"layer: {preset: retnet, form: recurrent, optimizer: {lr: 0.7}}\n", 0},
+    {"layer: {preset: linear_attention, form: chunkwise, chunk: 8}\n", 3},
+    {"layer: {preset: deltanet, form: chunkwise, chunk: 8}\n", 0},
+    {"layer: {preset: deltanet, form: recurrent, optimizer: {lr: 0.5}}\n", 3},
+    {"layer: {preset: gated_deltanet, form: chunkwise, chunk: 8, scale: 0.25}\n", 1},
+    {"layer: {preset: gated_deltanet, form: recurrent}\n", 0},
+    {"layer: {preset: gated_deltanet, form: parallel}\n", 1},
+    {"layer: {preset: mamba2, form: chunkwise, chunk: 8, rope: true}\n", 1},
+    {"layer: {preset: retnet, form: chunkwise, chunk: 8, normalize: rms}\n", 0},
+    {"layer: {preset: deltanet, form: chunkwise, chunk: 8}\n", 2},
+};
+
+/* ttt_apply with the environment variable TTT_APPLY_GATHER set to `gather` (NULL: unset). */
+static ttt_status apply_gather_env(const char *yaml, const ttt_st_file *f, ttt_apply_out *out,
+                                   int threads, const char *gather, ttt_error *err) {
+    if (gather) ck_assert_int_eq(setenv("TTT_APPLY_GATHER", gather, 1), 0);
+    else ck_assert_int_eq(unsetenv("TTT_APPLY_GATHER"), 0);
+    ttt_cfg_node *root = NULL, *map = load_layer(yaml, &root);
+    ttt_status st = ttt_apply_threads(map, f, out, threads, err);
+    ttt_cfg_free(root);
+    unsetenv("TTT_APPLY_GATHER");
+    return st;
+}
+
+/* The in-place path equals the gathered one byte for byte (o and final_state, or the same error):
+ * the same kernels on the same numbers, only the strides differ (forms.h, ttt_form_ld; the
+ * kernels' own strided tests are in tests/test_la_forms.c and tests/test_delta_forms.c).
+ * TTT_APPLY_GATHER=1 forces the gathered path. Shapes: several heads and batches, T not a
+ * multiple of the chunk, d_k ≠ d_v, initial states, on 2 threads for one path and 1 for the
+ * other; and H = 1, where the gathered path runs the layer on the file's rows. The comparison can
+ * fail: one query changed by 1.5e-5 relative in the last sequence gives different bytes. */
+START_TEST(in_place_kernels_equal_gathered_path) {
+    const int shapes[][5] = {{2, 37, 3, 8, 6}, {1, 29, 1, 5, 7}}; /* B, T, H, d_k, d_v */
+    for (int sh = 0; sh < 2; sh++) {
+        const int B = shapes[sh][0], T = shapes[sh][1], H = shapes[sh][2], dk = shapes[sh][3],
+                  dv = shapes[sh][4];
+        const int gates = in_place[_i].gates;
+        inputs in = make_inputs(60 + (uint64_t)_i, B, T, H, dk, dv, gates != 0, gates == 2, 1);
+        if (gates == 3) {
+            free(in.beta);
+            in.beta = NULL;
+        }
+        ttt_st_tensor ts[6];
+        ttt_st_file f = {.path = "in.safetensors", .n = as_tensors(&in, ts), .t = ts};
+        ttt_apply_out a, g;
+        ttt_error ea = {0}, eg = {0};
+        ttt_status sa = apply_gather_env(in_place[_i].yaml, &f, &a, 2, NULL, &ea);
+        ttt_status sg = apply_gather_env(in_place[_i].yaml, &f, &g, 1, "1", &eg);
+        ck_assert_msg(sa == sg && strcmp(ea.msg, eg.msg) == 0, "%s: '%s' in place, '%s' gathered",
+                      in_place[_i].yaml, ea.msg, eg.msg);
+        if (sa != TTT_OK) { /* the refused layer: the same error both ways, and it is one */
+            ck_assert_msg(gates == 2, "%s: %s", in_place[_i].yaml, ea.msg);
+            free_inputs(&in);
+            continue;
+        }
+        ck_assert_int_eq(a.n, g.n);
+        for (int w = 0; w < a.n; w++) {
+            const size_t m = (size_t)ttt_st_numel(&a.t[w]);
+            ck_assert_int_eq(ttt_st_numel(&g.t[w]), m);
+            ck_assert_msg(memcmp(a.t[w].data, g.t[w].data, m * sizeof(float)) == 0,
+                          "%s (B %d, T %d, H %d): %s differs", in_place[_i].yaml, B, T, H,
+                          a.t[w].name);
+        }
+        ttt_apply_out_free(&g);
+        /* the last sequence's query at token T/2, slightly changed, shows in its output */
+        float *qp = in.q + BTHD(B - 1, T / 2, H - 1, 1, T, H, dk);
+        *qp *= 1.0f + 0x1p-16f;
+        ck_assert(apply_gather_env(in_place[_i].yaml, &f, &g, 1, "1", &eg) == TTT_OK);
+        ck_assert_msg(memcmp(a.t[0].data, g.t[0].data,
+                             (size_t)ttt_st_numel(&a.t[0]) * sizeof(float)) != 0,
+                      "%s: a changed query went unnoticed", in_place[_i].yaml);
+        ttt_apply_out_free(&g);
+        ttt_apply_out_free(&a);
+        free_inputs(&in);
+    }
 }
 END_TEST
 
@@ -707,6 +803,8 @@ static Suite *apply_suite(void) {
     const int n_forms = (int)(sizeof forms / sizeof forms[0]);
     tcase_add_loop_test(tc, every_form_writes_all_of_its_output, 0, n_forms);
     tcase_add_loop_test(tc, each_sequence_alone_gives_the_same_bits, 0, n_forms);
+    const int n_in_place = (int)(sizeof in_place / sizeof in_place[0]);
+    tcase_add_loop_test(tc, in_place_kernels_equal_gathered_path, 0, n_in_place);
     tcase_add_test(tc, shape_errors_name_tensors);
     tcase_add_test(tc, missing_input_file);
     suite_add_tcase(s, tc);

@@ -304,6 +304,84 @@ START_TEST(delta_forms_tiny_sequences) {
 }
 END_TEST
 
+/* A copy of the (rows, cols) array x with rows ld floats apart, starting `off` floats into a
+ * fresh buffer (malloc'd: free(result − off)); every other float is `fill`. */
+static float *spread(const float *x, int rows, int cols, int ld, int off, float fill) {
+    const size_t n = (size_t)rows * ld + off;
+    float *buf = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) buf[i] = fill;
+    for (int r = 0; r < rows; r++)
+        if (x) memcpy(buf + off + (size_t)r * ld, x + (size_t)r * cols, sizeof(float) * cols);
+    return buf + off;
+}
+
+/* The strided entry points (forms.h, ttt_form_ld; what ttt apply runs in place on a head of a
+ * (B, T, H, D) tensor) return the same bits as the contiguous ones: the problem laid out as head 1
+ * of 3 with an extra odd padding, the gaps NaN on input (a stray read would poison the output)
+ * and 7 on output (a stray write would show). Exact equality, not a tolerance: strides only move
+ * where numbers are read and written. Loop: β × gate (none, scalar), from a random initial state;
+ * recurrent, parallel (= chunkwise with C = T) and chunkwise C ∈ {1, 8, 16, 64}, T = 100 so the
+ * last chunk is partial. The comparison can fail: one key changed by 1.5e-5 relative is
+ * detected. */
+START_TEST(strided_equals_contiguous) {
+    const int with_beta = _i % 2, decay = _i / 2, T = 100, dk = 32, dv = 24, H = 3, h = 1;
+    tu_fixture f;
+    tu_fx_init(&f, 160 + (uint64_t)_i);
+    problem p;
+    problem_make(&f, &p, T, dk, dv, with_beta, decay, 1);
+    const ttt_form_ld ld = {.o = H * dv + 3, .q = H * dk + 5, .k = H * dk + 1, .v = H * dv + 7,
+                            .beta = H, .la = H + 2};
+    float *q = spread(p.q->data, T, dk, ld.q, h * dk, NAN);
+    float *k = spread(p.k->data, T, dk, ld.k, h * dk, NAN);
+    float *v = spread(p.v->data, T, dv, ld.v, h * dv, NAN);
+    float *beta = p.beta ? spread(p.beta->data, T, 1, ld.beta, h, NAN) : NULL;
+    float *la = p.la ? spread(p.la->data, T, 1, ld.la, h, NAN) : NULL;
+    const int cases[][2] = {{FORM_RECURRENT, 0}, {FORM_PARALLEL, T}, {FORM_CHUNKWISE, 1},
+                            {FORM_CHUNKWISE, 8}, {FORM_CHUNKWISE, 16}, {FORM_CHUNKWISE, 64}};
+    float *o_ref = malloc(sizeof(float) * T * dv), *S_ref = malloc(sizeof(float) * dk * dv);
+    float *S = malloc(sizeof(float) * dk * dv);
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+        const int form = cases[i][0], chunk = cases[i][1];
+        memcpy(S_ref, p.S0->data, sizeof(float) * dk * dv);
+        run_form(&f, form, &p, o_ref, S_ref, 0, T, chunk);
+        for (int perturb = 0; perturb < 2; perturb++) {
+            float *kp = k + (size_t)(T / 2) * ld.k + 3, keep = *kp;
+            if (perturb) *kp = keep * (1.0f + 0x1p-16f); /* 128 ulps, 1.5e-5 relative */
+            float *o = spread(NULL, T, dv, ld.o, h * dv, 7.0f);
+            memcpy(S, p.S0->data, sizeof(float) * dk * dv);
+            size_t fp0 = ttt_arena_footprint(&f.arena);
+            if (form == FORM_RECURRENT)
+                ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, la, T, dk, dv, &ld);
+            else
+                ttt_delta_rule_chunkwise_ld(&f.ctx, o, S, q, k, v, beta, la, T, dk, dv, chunk,
+                                            &ld);
+            ck_assert_uint_eq(ttt_arena_footprint(&f.arena), fp0); /* scratch released */
+            *kp = keep;
+            int same = memcmp(S, S_ref, sizeof(float) * dk * dv) == 0;
+            for (int t = 0; t < T; t++)
+                same &= memcmp(o + (size_t)t * ld.o, o_ref + (size_t)t * dv,
+                               sizeof(float) * dv) == 0;
+            ck_assert_msg(same == !perturb, "%s, chunk %d, beta %d, decay %d: %s",
+                          form_name(form), chunk, with_beta, decay,
+                          perturb ? "a perturbed key went unnoticed" : "o or S differs");
+            const float *buf = o - h * dv; /* everything outside the rows is still 7 */
+            for (size_t j = 0; j < (size_t)T * ld.o + h * dv; j++) {
+                const int in_rows = j >= (size_t)h * dv && (j - h * dv) % ld.o < (size_t)dv;
+                ck_assert_msg(in_rows || buf[j] == 7.0f, "%s wrote outside its rows",
+                              form_name(form));
+            }
+            free(o - h * dv);
+        }
+    }
+    free(o_ref), free(S_ref), free(S);
+    free(q - h * dk), free(k - h * dk), free(v - h * dv);
+    if (beta) free(beta - h);
+    if (la) free(la - h);
+    problem_free(&p);
+    tu_fx_free(&f);
+}
+END_TEST
+
 static Suite *delta_forms_suite(void) {
     Suite *s = suite_create("delta_forms");
     TCase *tc = tcase_create("forms");
@@ -318,6 +396,7 @@ static Suite *delta_forms_suite(void) {
     tcase_add_test(tc, delta_forms_long_sequence);
     tcase_add_test(tc, perturbed_form_is_detected);
     tcase_add_test(tc, delta_forms_tiny_sequences);
+    tcase_add_loop_test(tc, strided_equals_contiguous, 0, 4);
     suite_add_tcase(s, tc);
     return s;
 }

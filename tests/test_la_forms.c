@@ -341,6 +341,83 @@ START_TEST(perturbations_are_detected) {
 }
 END_TEST
 
+/* A copy of the (rows, cols) array x with rows ld floats apart, starting `off` floats into a
+ * fresh arena buffer; every other float of the buffer is `fill`. Returns the first row. */
+static float *spread(tu_fixture *f, const float *x, int rows, int cols, int ld, int off,
+                     float fill) {
+    const size_t n = (size_t)rows * ld + off;
+    float *buf = ttt_arena_alloc(f->ctx.arena, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) buf[i] = fill;
+    for (int r = 0; r < rows; r++)
+        if (x) memcpy(buf + off + (size_t)r * ld, x + (size_t)r * cols, sizeof(float) * cols);
+    return buf + off;
+}
+
+/* The strided entry points (forms.h, ttt_form_ld; what ttt apply runs in place on a head of a
+ * (B, T, H, D) tensor) return the same bits as the contiguous ones: the problem is laid out as
+ * head 1 of 3 with an extra odd padding (no stride a multiple of a row), the gaps NaN on input (a
+ * stray read would poison the output) and 7 on output (a stray write would show). Exact equality,
+ * not a tolerance: strides only move where numbers are read and written, never the arithmetic.
+ * Loop: gate kind × β. Each covers recurrent, parallel (= chunkwise with C = T) and chunkwise
+ * C ∈ {1, 7, 16, 64, 128}; the gates (log α ∈ [−1.2, −0.2]) make C = 128 and the parallel form
+ * take the long-span paths (per-pair exponentials, vec_scores' split), the shorter chunks the
+ * reference-row trick. The comparison can fail: one query changed by 1.5e-5 relative is
+ * detected. */
+START_TEST(strided_equals_contiguous) {
+    const int gate = _i / 2, with_beta = _i % 2;
+    tu_fixture f;
+    tu_fx_init(&f, 180 + (uint64_t)_i);
+    problem p = make_problem(&f, 150, 16, 12, gate, with_beta, -1.2f, -0.2f);
+    const int T = p.T, dk = p.dk, dv = p.dv, H = 3, h = 1, gk = p.avec ? dk : 1;
+    const ttt_form_ld ld = {.o = H * dv + 3, .q = H * dk + 5, .k = H * dk + 1, .v = H * dv + 7,
+                            .beta = H, .la = H * gk + 2};
+    const float *q = spread(&f, p.q, T, dk, ld.q, h * dk, NAN);
+    const float *k = spread(&f, p.k, T, dk, ld.k, h * dk, NAN);
+    const float *v = spread(&f, p.v, T, dv, ld.v, h * dv, NAN);
+    const float *beta = p.beta ? spread(&f, p.beta, T, 1, ld.beta, h, NAN) : NULL;
+    const float *la = p.la ? spread(&f, p.la, T, gk, ld.la, h * gk, NAN) : NULL;
+    for (int i = 0; i < N_FORMS; i++) {
+        float *S_ref;
+        const float *o_ref = run_form(&f, &p, forms[i], &S_ref);
+        float *o = spread(&f, NULL, T, dv, ld.o, h * dv, 7.0f);
+        float *S = fcopy(&f, p.S0, (size_t)dk * dv);
+        if (forms[i] == FORM_RECURRENT)
+            ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, la, p.avec, T, dk, dv, &ld);
+        else
+            ttt_linear_attention_chunkwise_ld(&f.ctx, o, S, q, k, v, beta, la, p.avec, T, dk, dv,
+                                              forms[i] == FORM_PARALLEL ? T : forms[i], &ld);
+        for (int t = 0; t < T; t++)
+            ck_assert_msg(memcmp(o + (size_t)t * ld.o, o_ref + (size_t)t * dv,
+                                 sizeof(float) * dv) == 0,
+                          "form %d, gate %d, beta %d: o row %d differs", forms[i], gate,
+                          with_beta, t);
+        ck_assert_msg(memcmp(S, S_ref, sizeof(float) * dk * dv) == 0, "form %d: S differs",
+                      forms[i]);
+        const float *buf = o - h * dv; /* everything outside the rows is still 7 */
+        for (size_t j = 0; j < (size_t)T * ld.o + h * dv; j++) {
+            const int in_rows = j >= (size_t)h * dv && (j - h * dv) % ld.o < (size_t)dv;
+            ck_assert_msg(in_rows || buf[j] == 7.0f, "form %d wrote outside its rows", forms[i]);
+        }
+        if (i == 0 || forms[i] == 16) { /* the comparison resolves a tiny change of one input */
+            float *qp = (float *)q + (size_t)(T / 2) * ld.q + 3;
+            const float keep = *qp;
+            *qp = keep * (1.0f + 0x1p-16f); /* 128 ulps, 1.5e-5 relative */
+            S = fcopy(&f, p.S0, (size_t)dk * dv);
+            if (forms[i] == FORM_RECURRENT)
+                ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, la, p.avec, T, dk, dv,
+                                                  &ld);
+            else
+                ttt_linear_attention_chunkwise_ld(&f.ctx, o, S, q, k, v, beta, la, p.avec, T, dk,
+                                                  dv, forms[i], &ld);
+            ck_assert(memcmp(o + (size_t)(T / 2) * ld.o, o_ref + (size_t)(T / 2) * dv,
+                             sizeof(float) * dv) != 0);
+            *qp = keep;
+        }
+    }
+    tu_fx_free(&f);
+}
+END_TEST
+
 static Suite *la_forms_suite(void) {
     Suite *s = suite_create("la_forms");
     TCase *tc = tcase_create("forms");
@@ -357,6 +434,7 @@ static Suite *la_forms_suite(void) {
     tcase_add_test(tc, edge_sizes);
     tcase_add_test(tc, scratch_is_released);
     tcase_add_test(tc, perturbations_are_detected);
+    tcase_add_loop_test(tc, strided_equals_contiguous, 0, 2 * GATE_COUNT);
     suite_add_tcase(s, tc);
     return s;
 }
