@@ -163,8 +163,10 @@ static double form_floats(const ttt_layer *L, long T) {
     double C;
     switch (L->form) {
     case TTT_FORM_PARALLEL: C = (double)T; break;
-    case TTT_FORM_CHUNKWISE:
-        C = ttt_layer_family(L) == TTT_FAMILY_TITANS ? L->mini_batch : L->chunk;
+    case TTT_FORM_CHUNKWISE: /* Titans and LaCT take one gradient per mini-batch */
+        C = ttt_layer_family(L) == TTT_FAMILY_TITANS || ttt_layer_family(L) == TTT_FAMILY_LACT
+                ? L->mini_batch
+                : L->chunk;
         break;
     case TTT_FORM_DUAL: C = L->mini_batch; break;
     default: C = 0; break;
@@ -178,6 +180,15 @@ static double form_floats(const ttt_layer *L, long T) {
             return C * C + C * (6 * dk + 4);
         if (fam == TTT_FAMILY_DELTA_RULE) /* A, Γ (C, C); UW (C, d_k + d_v); exp G, G */
             return 2 * C * C + C * (dk + dv + 4);
+        if (fam == TTT_FAMILY_LACT) {
+            /* one block: the driver's weight-sized step temporaries (as the generic estimate
+             * below, Newton–Schulz Gram matrices included) plus the block's activations, a
+             * handful of (C, hidden) and (C, d) matrices; hidden from the SwiGLU weight count
+             * w = hidden·(2 d_k + d_v) */
+            double gram;
+            const double w = weight_floats(L, &gram), hidden = w / (2 * dk + dv);
+            return (12.0 + 3 * n_opt_state(L)) * w + 6 * gram + C * (8 * hidden + 4 * (dk + dv));
+        }
         /* Titans: D (n, n) float and double, per-row coefficients, and matmul results */
         return 3 * C * C + C * (4 * dk + 4 * dv + 16) + 4 * dk * dv;
     case TTT_FORM_DUAL: /* G, Zb (B, d); M (B, B); (d, d) sums; bias vectors */

@@ -386,6 +386,17 @@ START_TEST(estimates_follow_the_forms) {
     L.form = TTT_FORM_GENERIC;
     ck_assert(ttt_layer_forward_bytes(&L, (long)T) < 4.0 * T * 200);
     ck_assert(ttt_layer_state_bytes(&L) >= 4.0 * 8 * 8);
+    /* LaCT's closed form works one mini-batch b at a time (not `chunk` tokens): its block
+     * activations include (b, hidden) matrices, so the estimate must grow with b by at least
+     * b·hidden floats (hidden = d_k for the SwiGLU model, layers/swiglu.c) */
+    ck_assert_int_eq(ttt_layer_init(&L, "swiglu", "dot", "large_batch", 16,
+                                    TTT_ORDER_APPLY_THEN_UPDATE, TTT_FORM_CHUNKWISE, 64, 64, &err),
+                     TTT_OK);
+    const double small = ttt_layer_forward_bytes(&L, (long)T);
+    L.mini_batch = 8192;
+    const double large = ttt_layer_forward_bytes(&L, (long)T);
+    ck_assert_msg(large - small >= 4.0 * (8192 - 16) * 64, "LaCT estimate %g → %g bytes", small,
+                  large);
 }
 END_TEST
 
