@@ -197,19 +197,13 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
     scratch_alloc(ctx, &w, C, d_k, d_v, log_alpha != NULL);
     memcpy(w.Y, S, sizeof(float) * (size_t)d_k * d_v);
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
-    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v;
+    const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t0 = 0; t0 < T; t0 += C) {
         const int n = t0 + C <= T ? C : T - t0;
         const size_t r = (size_t)t0;
         if (spread && t0 + C < T) {
-            const size_t r1 = r + (size_t)C;
             const int n1 = t0 + 2 * C <= T ? C : T - t0 - C;
-            ttt_prefetch_rows(q + r1 * ld->q, ld->q, n1, d_k, 0);
-            ttt_prefetch_rows(k + r1 * ld->k, ld->k, n1, d_k, 0);
-            ttt_prefetch_rows(v + r1 * ld->v, ld->v, n1, d_v, 0);
-            ttt_prefetch_rows(o + r1 * ld->o, ld->o, n1, d_v, 1);
-            if (log_alpha) ttt_prefetch_rows(log_alpha + r1 * ld->la, ld->la, n1, 1, 0);
-            if (beta) ttt_prefetch_rows(beta + r1 * ld->beta, ld->beta, n1, 1, 0);
+            ttt_prefetch_seq(ld, o, q, k, v, beta, log_alpha, 1, r + (size_t)C, n1, d_k, d_v);
         }
         delta_chunk(o + r * ld->o, q + r * ld->q, k + r * ld->k, v + r * ld->v,
                     beta ? beta + r * ld->beta : NULL, log_alpha ? log_alpha + r * ld->la : NULL,

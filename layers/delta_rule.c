@@ -129,7 +129,7 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
     if (!buf) abort(); /* the kernels have no error channel (forms.h) */
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     dr_products(p, r, S, k, q, d_k, d_v);
-    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v; /* forms.h */
+    const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
         const float *vt = v + (size_t)t * ld->v;
@@ -137,11 +137,7 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
         const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
         const float a = log_alpha ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
         if (spread && t + DR_AHEAD < T) { /* request a later token's rows */
-            const size_t ta = (size_t)t + DR_AHEAD;
-            ttt_prefetch_rows(q + ta * ld->q, 0, 1, d_k, 0);
-            ttt_prefetch_rows(k + ta * ld->k, 0, 1, d_k, 0);
-            ttt_prefetch_rows(v + ta * ld->v, 0, 1, d_v, 0);
-            ttt_prefetch_rows(o + ta * ld->o, 0, 1, d_v, 1);
+            ttt_prefetch_seq(ld, o, q, k, v, NULL, NULL, 1, (size_t)t + DR_AHEAD, 1, d_k, d_v);
         }
         float qk = 0.0f;
         for (int i = 0; i < d_k; i++) {

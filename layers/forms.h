@@ -44,6 +44,25 @@ static inline void ttt_prefetch_rows(const float *p, /* (rows, ld) */
 #endif
 }
 
+/* Whether rows lie apart (a head inside a (B, T, H, D) tensor): only then does prefetching pay. */
+static inline int ttt_form_ld_spread(const ttt_form_ld *ld, int d_k, int d_v) {
+    return ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v;
+}
+
+/* Request rows [r, r + n) of a sequence's arrays: q, k, v to read, o to write, and beta and
+ * log_alpha (gk values per row) when not NULL. */
+static inline void ttt_prefetch_seq(const ttt_form_ld *ld, const float *o, const float *q,
+                                    const float *k, const float *v, const float *beta,
+                                    const float *log_alpha, int gk, size_t r, int n, int d_k,
+                                    int d_v) {
+    ttt_prefetch_rows(q + r * ld->q, ld->q, n, d_k, 0);
+    ttt_prefetch_rows(k + r * ld->k, ld->k, n, d_k, 0);
+    ttt_prefetch_rows(v + r * ld->v, ld->v, n, d_v, 0);
+    ttt_prefetch_rows(o + r * ld->o, ld->o, n, d_v, 1);
+    if (log_alpha) ttt_prefetch_rows(log_alpha + r * ld->la, ld->la, n, gk, 0);
+    if (beta) ttt_prefetch_rows(beta + r * ld->beta, ld->beta, n, 1, 0);
+}
+
 /* Recurrent (gated) linear attention (MATH.md §4, rows linear_attention/retnet/mamba2/gla):
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  * S is the state: initial on entry, final on return. */

@@ -102,7 +102,7 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
                                        const ttt_form_ld *ld) {
     float a_rows[LA_ROWS]; /* retentions of the current row group (vector gates) */
     const int vec = log_alpha && alpha_vec;
-    const int spread = ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v; /* forms.h */
+    const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
         const float *vt = v + (size_t)t * ld->v;
@@ -110,12 +110,8 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
         const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
         const float a0 = (log_alpha && !alpha_vec) ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
         if (spread && t + LA_AHEAD < T) { /* request a later token's rows */
-            const size_t ta = (size_t)t + LA_AHEAD;
-            ttt_prefetch_rows(q + ta * ld->q, 0, 1, d_k, 0);
-            ttt_prefetch_rows(k + ta * ld->k, 0, 1, d_k, 0);
-            ttt_prefetch_rows(v + ta * ld->v, 0, 1, d_v, 0);
-            ttt_prefetch_rows(o + ta * ld->o, 0, 1, d_v, 1);
-            if (vec) ttt_prefetch_rows(log_alpha + ta * ld->la, 0, 1, d_k, 0);
+            ttt_prefetch_seq(ld, o, q, k, v, NULL, vec ? log_alpha : NULL, d_k,
+                             (size_t)t + LA_AHEAD, 1, d_k, d_v);
         }
         for (int i0 = 0; i0 < d_k; i0 += LA_ROWS) {
             const int n = d_k - i0 < LA_ROWS ? d_k - i0 : LA_ROWS;
