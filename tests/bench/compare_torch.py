@@ -13,11 +13,12 @@ the outputs agree, and prints a table of times and the speed ratio.
                                                   per-key gates, §5.3 gated delta rule with the
                                                   WY/UT transform), the same chunk size
 
-Same thread count on both sides: torch.set_num_threads(n) for PyTorch (intra-op threads),
+Same thread count on both sides: set_threads(n) for PyTorch (its intra-op threads and its BLAS's),
 OMP_NUM_THREADS=n for ttt (OpenMP over batch × heads, single-threaded BLAS inside;
 OPENBLAS_NUM_THREADS=1). ttt's time is the `seconds` its output file reports: the layer over all
 sequences, including allocating the outputs (a fresh process: their pages are faulted in by the
-first writes) and the copies between the (B, T, H, D) layout and its per-sequence (T, D) slices,
+first writes) and, for forms other than the linear-attention and delta-rule kernels (which read
+the layout in place), the copies between the (B, T, H, D) layout and per-sequence (T, D) slices,
 without reading, validating and writing files or starting the process (which the `ttt_wall_s`
 column includes). PyTorch's is the forward call on tensors already in memory, including the
 same layout conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of
@@ -242,10 +243,42 @@ def run_ttt(ttt, workdir, inputs, preset, form, chunk, threads, repeats):
     return best, wall, out["o"]
 
 
+def _find_blas_threads():
+    """openblas_set_num_threads of the BLAS this PyTorch calls for its matrix products (Debian's
+    python3-torch uses the system libblas, OpenBLAS), or None. torch.set_num_threads sets only
+    PyTorch's own intra-op threads: without this, a "1-thread" PyTorch run multiplies matrices on
+    every core (measured: a 4096×1024·1024×1024 product used 2 CPU-seconds per wall-second)."""
+    import ctypes
+    torch.ones(2, 2) @ torch.ones(2, 2)  # make sure the BLAS is loaded
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f if "blas" in line and "/" in line})
+    for path in paths:
+        try:
+            return ctypes.CDLL(path).openblas_set_num_threads
+        except (OSError, AttributeError):
+            pass
+    return None
+
+
+_BLAS_THREADS = _find_blas_threads()
+
+
+def blas_threads_note():
+    return ("PyTorch's BLAS threads set with openblas_set_num_threads" if _BLAS_THREADS else
+            "PyTorch's BLAS threads NOT controlled (no openblas_set_num_threads found)")
+
+
+def set_threads(n):
+    """n threads for PyTorch: its intra-op threads and its BLAS's threads."""
+    torch.set_num_threads(n)
+    if _BLAS_THREADS is not None:
+        _BLAS_THREADS(n)
+
+
 def run_torch(inputs, family, form, chunk, threads, repeats):
     """The layout conversion (B, T, H, D) → (B, H, T, D) and back is inside the timed call, as
     ttt apply's time includes its own (it gathers each (batch, head) sequence into (T, D))."""
-    torch.set_num_threads(threads)
+    set_threads(threads)
     q, k, v, beta, la = (None if a is None else torch.from_numpy(a) for a in inputs)
     f = {("la", "recurrent"): la_loop, ("delta", "recurrent"): delta_loop,
          ("la", "chunkwise"): lambda *x: la_chunk(*x, chunk),
@@ -294,6 +327,7 @@ def main():
     print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}; "
           f"ttt {subprocess.run([a.ttt, '--version'], capture_output=True, text=True).stdout.strip()}")
     print(f"# command: /usr/bin/python3 {' '.join(sys.argv)}")
+    print(f"# {blas_threads_note()}")
     print(f"# B = {a.batch}, H = {a.heads}, chunk = {a.chunk}; times are the best of "
           f"{a.repeats} after a warm-up; err = max|o_ttt - o_torch| / max|o_torch|")
     cols = ["preset", "form", "T", "d", "threads", "ttt_s", "ttt_wall_s", "torch_s", "speedup",

@@ -37,7 +37,7 @@ held to the same bound, so the table shows both sides' float32 rounding against 
 Measured: ~1e-6 on both sides (float32 rounding through two blocks).
 
 Timing: the same step in PyTorch — zero_grad, forward, loss, backward, clip_grad_norm_,
-torch.optim.AdamW (weight decay on the parameters ttt decays) — with torch.set_num_threads(n);
+torch.optim.AdamW (weight decay on the parameters ttt decays) — with set_threads(n) (compare_torch.py);
 ttt with train.threads = train.shards = n (data parallel over the batch), OPENBLAS_NUM_THREADS=1.
 Both report the fastest of --repeats steps after a warm-up step, the median step, and the least
 process CPU time of a step (over --rounds alternating measurements of the two: min, median of
@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import cpu_name, read_safetensors  # noqa: E402
+from compare_torch import blas_threads_note, cpu_name, read_safetensors, set_threads  # noqa: E402
 
 GRAD_TOL = 1e-4
 LOSS_TOL = 1e-5
@@ -293,7 +293,7 @@ def rel_err(a, ref):
 
 
 def time_torch(cfg, params, decay, tokens, labels, meta, threads, repeats):
-    torch.set_num_threads(threads)
+    set_threads(threads)
     P = {n: torch.tensor(a, requires_grad=True) for n, a in params.items()}
     groups = [{"params": [P[n] for n in P if decay[n]],
                "weight_decay": float(meta["train.weight_decay"])},
@@ -374,6 +374,7 @@ def main():
     self_check()
     ver = subprocess.run([a.ttt, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}; ttt {ver}")
+    print(f"# {blas_threads_note()}")
     print(f"# command: /usr/bin/python3 {' '.join(sys.argv)}")
     print(f"# MQAR model: d_model {a.d_model}, {a.layers} layers, {a.heads} heads, conv 4, no MLP,"
           f" V {a.vocab}, L {a.seq_len}, batch {a.batch} ({a.batch * a.seq_len} tokens/step); "
@@ -398,7 +399,7 @@ def main():
                 decay = {n: meta["param_decay"][i] == "1" for i, n in enumerate(names)}
                 tokens = torch.from_numpy(dump["tokens"].astype(np.int64))
                 labels = torch.from_numpy(dump["labels"].astype(np.int64))
-                torch.set_num_threads(1)
+                set_threads(1)
                 loss64, g64 = gradients(cfg, params, tokens, labels, torch.float64)
                 loss32, g32 = gradients(cfg, params, tokens, labels, torch.float32)
                 e_ttt = max(rel_err(dump["grad." + n].astype(np.float64), g64[n]) for n in names)
