@@ -492,6 +492,15 @@ static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tens
     ttt_tensor **rows = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *rows);
     ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
     TTT_ASSERT(rows && heads);
+    ttt_tensor **ms = NULL; /* multiscale: head h's constant log γ_h (T), shared by the batch */
+    if (c->gate == TTT_GATE_MULTISCALE) {
+        ms = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *ms);
+        TTT_ASSERT(ms);
+        for (int hh = 0; hh < H; hh++) {
+            ms[hh] = ttt_tensor_1d(ctx, T);
+            ttt_tensor_fill(ms[hh], (float)log1p(-ldexp(1.0, -5 - hh)));
+        }
+    }
     for (int b = 0; b < B; b++) {
         ttt_tensor *qb = seq(ctx, q, b), *kb = seq(ctx, kk, b), *vb = seq(ctx, v, b);
         ttt_tensor *eb = eta ? seq(ctx, eta, b) : NULL, *lb = la ? seq(ctx, la, b) : NULL;
@@ -510,10 +519,8 @@ static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tens
                 lh = ttt_reshape(ctx, ttt_slice_cols(ctx, lb, hh, hh + 1), 1, (int[]){T});
             else if (lb)
                 lh = ttt_slice_cols(ctx, lb, c0, c1); /* (T, D) */
-            else if (c->gate == TTT_GATE_MULTISCALE) { /* (T) constant log γ_h */
-                lh = ttt_tensor_1d(ctx, T);
-                ttt_tensor_fill(lh, (float)log1p(-ldexp(1.0, -5 - hh)));
-            }
+            else if (ms)
+                lh = ms[hh];
             ttt_layer_state st;
             ttt_layer_state_init(ctx, L, &st, NULL);
             if (c->learn_init)
