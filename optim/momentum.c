@@ -13,7 +13,7 @@
  * moves −θ g (1 + μ + μ² + …) like heavy ball, only one step earlier.
  *
  * Under `steps: per_token` with mini_batch C (gradients at the chunk start) this is Titans'
- * chunked momentum; layers/titans.c computes the same thing with matmuls per chunk
+ * chunked momentum; layers/forms/titans/chunked.c computes the same thing with matmuls per chunk
  * (ttt_momentum_chunked) and tests/test_optim.c ties the two together. */
 #include <string.h>
 

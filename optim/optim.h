@@ -1,6 +1,6 @@
 /* The inner-optimizer interface (MATH.md §3).
  *
- * The generic TTT layer (layers/ttt_layer.c) turns a block of tokens into a block gradient
+ * The generic TTT layer (layers/layer.c) turns a block of tokens into a block gradient
  *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, MATH.md §1)
  * and hands it to an optimizer, which owns everything after that: momentum buffers,
  * orthogonalization, renormalization, and how the decay factor enters its rule. An optimizer is
@@ -48,7 +48,7 @@ typedef struct ttt_optim {
     /* The same initial state built through ops from W (new tensors in state[0..n_state-1]), for
      * an optimizer whose state depends on the weights (large_batch: the renormalization target
      * ‖W_0‖ per channel). Initial weights that are themselves outer-loop parameters (learned
-     * W_0, src/model.c) replace the weights after ttt_layer_state_init and rebuild the state
+     * W_0, src/train/seqmodel.c) replace the weights after ttt_layer_state_init and rebuild the state
      * with it (ttt_optim_reinit_state below), so that the state holds THEIR values and, under a
      * tape, the outer loop differentiates through them (LaCT computes ‖W_0‖ in its graph).
      * NULL: the state does not depend on W beyond what init_state computes. */

@@ -1,4 +1,4 @@
-/* Tensors in, tensors out (src/apply.h): the (B, T, H, D) layout conversion checked per
+/* Tensors in, tensors out (src/app/apply.h): the (B, T, H, D) layout conversion checked per
  * (batch, head) against the closed kernels run directly on hand-gathered slices, the state
  * layout through a split sequence, and the whole path against float64 reference dumps made by
  * PyTorch (tests/data/make_reference.py). */
@@ -8,10 +8,10 @@
 
 #include "apply.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* Index of element (b, t, h, i) of a (B, T, H, D) tensor and of (b, h, r, c) of (B, H, R, C),
- * written here independently of src/apply.c. */
+ * written here independently of src/app/apply.c. */
 #define BTHD(b, t, h, i, T, H, D) ((((size_t)(b) * (T) + (t)) * (H) + (h)) * (D) + (i))
 #define BHRC(b, h, r, c, H, R, C) ((((size_t)(b) * (H) + (h)) * (R) + (r)) * (C) + (c))
 
@@ -606,7 +606,7 @@ START_TEST(each_sequence_alone_gives_the_same_bits) {
 }
 END_TEST
 
-/* Layers ttt_apply runs with a kernel in place on the (B, T, H, D) arrays (src/apply.c,
+/* Layers ttt_apply runs with a kernel in place on the (B, T, H, D) arrays (src/app/apply.c,
  * apply_kernel_for: linear attention and the delta rule, recurrent, chunkwise or parallel), with
  * every part of the layer's prologue the in-place path reproduces: scale, θ ≠ 1, the constant decay
  * without gates, β absent; plus layers that must keep the gathered path (RoPE, normalization, the
@@ -648,7 +648,7 @@ static ttt_status apply_gather_env(const char *yaml, const ttt_st_file *f, ttt_a
 }
 
 /* The in-place path equals the gathered one byte for byte (o and final_state, or the same error):
- * the same kernels on the same numbers, only the strides differ (forms.h, ttt_form_ld; the
+ * the same kernels on the same numbers, only the strides differ (kernels.h, ttt_form_ld; the
  * kernels' own strided tests are in tests/test_la_forms.c and tests/test_delta_forms.c).
  * TTT_APPLY_GATHER=1 forces the gathered path. Shapes: several heads and batches, T not a
  * multiple of the chunk, d_k ≠ d_v, initial states, on 2 threads for one path and 1 for the

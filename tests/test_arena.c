@@ -1,11 +1,11 @@
-/* The arena (src/tensor.h): footprint and peak bookkeeping across blocks, mark/release and reset
+/* The arena (src/core/tensor.h): footprint and peak bookkeeping across blocks, mark/release and reset
  * handing blocks to the spare list and taking them back, and the memory limit counting every
  * byte held. Expected values follow from the documented rules (64-byte rounding, blocks of
  * block_size or of the request when larger), not from running the code. */
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 #define BLOCK 4096
 

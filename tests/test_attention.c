@@ -9,7 +9,7 @@
 #include "rope.h"
 #include "softmax_attention.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* Tolerances (relative to the largest reference entry). Float32 evaluations of the same sums in
  * another order: measured ≤ ~1e-6 here; 2e-5 (~100 ulps, MATH.md §6 "~1e-5 relative") leaves

@@ -1,4 +1,4 @@
-/* Tests of reverse-mode autodiff (src/autograd.c) and of every op's backward (src/ops.c).
+/* Tests of reverse-mode autodiff (src/core/autograd.c) and of every op's backward (src/core/ops.c).
  *
  * The finite-difference check. For each op with a backward, random float32 inputs x (drawn away
  * from kinks) and a random projection r give the scalar L(x) = Σ r ⊙ op(x). The tape computes

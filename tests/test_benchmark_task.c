@@ -1,4 +1,4 @@
-/* The `benchmark` task (src/task_benchmark.c) on tiny sizes: it runs every (T, d, H, threads)
+/* The `benchmark` task (src/tasks/benchmark.c) on tiny sizes: it runs every (T, d, H, threads)
  * point, writes one record each with the documented fields, and its FLOP counts are the formulas
  * stated in its header, recomputed here from MATH.md §5.2 / §5.3 independently (chunks of C
  * tokens, the last one shorter). measure: train_step writes its records and its dump. Timings are not asserted (benchmarks are programs, not timed
@@ -11,7 +11,7 @@
 #include "experiment.h"
 #include "safetensors.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 static char *g_dir;
 static void setup(void) { g_dir = tu_mkdtemp(); }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* Tolerances (max-abs error ≤ ATOL + RTOL·max|reference|), float32 against float64.
  * Measured (the "measured" lines this suite prints; worst max-abs error / max|reference|):
@@ -315,7 +315,7 @@ static float *spread(const float *x, int rows, int cols, int ld, int off, float 
     return buf + off;
 }
 
-/* The strided entry points (forms.h, ttt_form_ld; what ttt apply runs in place on a head of a
+/* The strided entry points (kernels.h, ttt_form_ld; what ttt apply runs in place on a head of a
  * (B, T, H, D) tensor) return the same bits as the contiguous ones: the problem laid out as head 1
  * of 3 with an extra odd padding, the gaps NaN on input (a stray read would poison the output)
  * and 7 on output (a stray write would show). Exact equality, not a tolerance: strides only move

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 #include "ttt_dual.h"
 
 /* Tolerances (max-abs error ≤ ATOL + RTOL·max|reference|), float32 against float64. Outputs are

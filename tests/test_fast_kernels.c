@@ -1,7 +1,7 @@
 /* The fast paths at the head sizes they are tuned for (d = 64, 128, and 72 × 40 for the
- * vector-block tails): recurrent kernels (layers/linear_attention.c, layers/delta_rule.c: one
- * fused sweep of the state per token, column blocks of 32) and chunkwise forms (layers/la_forms.c,
- * layers/delta_forms.c: MATH.md §5.2, §5.3, explicit inverse of A for chunks ≤ 128) against
+ * vector-block tails): recurrent kernels (layers/forms/linear_attention/recurrent.c, layers/forms/delta_rule/recurrent.c: one
+ * fused sweep of the state per token, column blocks of 32) and chunkwise forms (layers/forms/linear_attention/chunkwise.c,
+ * layers/forms/delta_rule/chunkwise.c: MATH.md §5.2, §5.3, explicit inverse of A for chunks ≤ 128) against
  * float64 recurrences written here from MATH.md §4, independently of the library. The other
  * suites (test_la_forms, test_delta_forms) use d ≤ 16, below the 32-column vector blocks.
  *
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forms.h"
+#include "kernels.h"
 #include "rng.h"
 #include "tensor.h"
 #include "testutil.h"

@@ -1,10 +1,10 @@
-/* Gradients of the closed computation forms (outer-loop training, MATH.md §5; layers/composed.h,
- * layers/fused_grad.h, layers/dual_grad.h) and of the recorded RoPE op.
+/* Gradients of the closed computation forms (outer-loop training, MATH.md §5; layers/forms/composed.h,
+ * layers/forms/fused_grad.h, layers/forms/ttt_linear/dual_grad.h) and of the recorded RoPE op.
  *
  * What ties what:
- *   (i)   composed forward = the fast kernels of forms.h / ttt_dual.h (same math, float32);
+ *   (i)   composed forward = the fast kernels of kernels.h / ttt_dual.h (same math, float32);
  *   (ii)  composed AND fused gradients = central finite differences of float64 recurrences
- *         written here from MATH.md (§4 rows, §1 mini-batch rule, titans.c's momentum rule), not
+ *         written here from MATH.md (§4 rows, §1 mini-batch rule, titans/chunked.c's momentum rule), not
  *         from the forms: the definition, differentiated numerically;
  *   (iii) fused gradients = composed gradients at a training-like size (T = 100, C = 16, d = 16;
  *         the dual form also with b = 7, d = 12 and no learning rates);
@@ -29,7 +29,7 @@
  *     amplified by those large second derivatives. Dropping any single term of the fused
  *     backward (the second-derivative r term, either lr term, a dK or dG contribution, the
  *     residual) fails (ii), (iii) and (iv) for the dual form (checked by hand on a copy of
- *     layers/dual_grad.c).
+ *     layers/forms/ttt_linear/dual_grad.c).
  *   FUSED_RTOL 1e-5 for (iii): two float32 evaluations of the same gradient in different orders
  *     (measured ≤ 5e-7 of max|grad| for linear attention and the delta rule, ≤ 2.9e-7 for the
  *     dual form).
@@ -48,7 +48,7 @@
 #include "dual_grad.h"
 #include "fused_grad.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 #define FD_RTOL 2e-5
 #define FD_RTOL_DUAL 1e-4

@@ -17,14 +17,14 @@
 #include <time.h>
 
 #include "apply.h"
-#include "checks.h"
+#include "finite.h"
 #include "experiment.h"
-#include "model.h"
+#include "seqmodel.h"
 #include "safetensors.h"
 #include "task.h"
 #include "testutil.h"
 #include "train.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* 1. numeric options                                                                          */
@@ -388,7 +388,7 @@ START_TEST(estimates_follow_the_forms) {
     ck_assert(ttt_layer_state_bytes(&L) >= 4.0 * 8 * 8);
     /* LaCT's closed form works one mini-batch b at a time (not `chunk` tokens): its block
      * activations include (b, hidden) matrices, so the estimate must grow with b by at least
-     * b·hidden floats (hidden = d_k for the SwiGLU model, layers/swiglu.c) */
+     * b·hidden floats (hidden = d_k for the SwiGLU model, layers/models/swiglu.c) */
     ck_assert_int_eq(ttt_layer_init(&L, "swiglu", "dot", "large_batch", 16,
                                     TTT_ORDER_APPLY_THEN_UPDATE, TTT_FORM_CHUNKWISE, 64, 64, &err),
                      TTT_OK);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* Tolerances. Every form evaluates the same sums in float32 in a different order (per-token
  * rank-1 updates, one T × T product, or C × C products plus a carried state), so they differ from
@@ -353,7 +353,7 @@ static float *spread(tu_fixture *f, const float *x, int rows, int cols, int ld, 
     return buf + off;
 }
 
-/* The strided entry points (forms.h, ttt_form_ld; what ttt apply runs in place on a head of a
+/* The strided entry points (kernels.h, ttt_form_ld; what ttt apply runs in place on a head of a
  * (B, T, H, D) tensor) return the same bits as the contiguous ones: the problem is laid out as
  * head 1 of 3 with an extra odd padding (no stride a multiple of a row), the gaps NaN on input (a
  * stray read would poison the output) and 7 on output (a stray write would show). Exact equality,

@@ -1,8 +1,8 @@
-/* LaCT's closed form (layers/lact_composed.c, ttt_lact_composed: the chunkwise form of the LaCT
+/* LaCT's closed form (layers/forms/lact/block.c, ttt_lact_composed: the chunkwise form of the LaCT
  * family) against its definitions.
  *
  * What ties what:
- *   (a) forward: the closed form = the generic driver (layers/ttt_layer.c, MATH.md §1 with
+ *   (a) forward: the closed form = the generic driver (layers/layer.c, MATH.md §1 with
  *       apply_then_update, large_batch §3) on outputs, final weights and optimizer state, without
  *       and with a tape, over sizes with T not a multiple of b, b > T, muon on and off, momentum,
  *       both renormalization axes and none, the lact coefficients, per-token η, per-token and
@@ -51,7 +51,7 @@
 
 #include "composed.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 #define NOISE_REL 2e-7
 #define NOISE_FACTOR 8.0

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* float32 forms of the same recurrence accumulate rounding over T steps; 2e-5 relative to the
  * largest output entry is ~100 float32 ulps, far below any real discrepancy (a dropped term or

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 typedef struct grad_case {
     const char *yaml; /* the layer */

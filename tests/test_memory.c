@@ -7,9 +7,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "task_memory.h"
+#include "memory.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 static ttt_memory_result measure(const char *preset, int N, int overwrite, int trials) {
     char text[256];

@@ -1,4 +1,4 @@
-/* The sequence model (src/model.h): gradients of the whole model against finite differences,
+/* The sequence model (src/train/seqmodel.h): gradients of the whole model against finite differences,
  * determinism, causality and independence of the sequences of a batch.
  *
  * Finite differences. The model is float32 end to end; there is no float64 twin of a whole
@@ -28,7 +28,7 @@
 
 #include "autograd.h"
 #include "data.h"
-#include "model.h"
+#include "seqmodel.h"
 #include "ops.h"
 #include "testutil.h"
 
@@ -358,7 +358,7 @@ START_TEST(determinism) {
 }
 END_TEST
 
-/* The differentiable closed forms (layers/composed.c, layers/fused_grad.c) against the generic
+/* The differentiable closed forms (layers/forms/composed.c, layers/forms/fused_grad.c) against the generic
  * per-token driver (the definition, MATH.md §1), through the whole model: the same seed gives
  * the same parameters (streams by name), so the loss and every parameter gradient must agree.
  * Training runs the closed forms (form auto), so this is what makes a training curve of the

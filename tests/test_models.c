@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 typedef double complex cplx;
 
@@ -34,7 +34,7 @@ static const char *const ref_model_names[N_REF_MODELS] = {"linear", "ttt_linear"
                                                           "swiglu"};
 static const char *const ref_loss_names[N_REF_LOSSES] = {"dot", "squared", "recon"};
 
-#define LN_EPS 1e-6 /* the inner layer norm's eps, documented in layers/ttt_linear.c, mlp.c */
+#define LN_EPS 1e-6 /* the inner layer norm's eps, documented in layers/models/ttt_linear_model.c, mlp.c */
 #define MAXH 96     /* largest hidden width used here (4·d for d ≤ 24) */
 #define CS_H 1e-20  /* complex step */
 

@@ -1,4 +1,4 @@
-/* Tests of the op layer (src/ops.c): every op against a naive loop written here, in double
+/* Tests of the op layer (src/core/ops.c): every op against a naive loop written here, in double
  * precision where practical (ops.h: "every fast kernel keeps a naive twin in tests/test_ops.c").
  *
  * Inputs are float32 draws from the project RNG with fixed seeds. References are computed in double

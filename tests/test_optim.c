@@ -13,7 +13,7 @@
 
 #include "newton_schulz.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* float32 runs of the same recurrence accumulate rounding over T steps; 2e-5 relative to the
  * largest entry is ~100 float32 ulps, far below a real discrepancy (a dropped term, a gradient at

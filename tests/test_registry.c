@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 static void check_unique(const char *const *names, int n) {
     for (int i = 0; i < n; i++)

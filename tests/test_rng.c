@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 /* splitmix64 from seed 0 is the widely published sequence e220a8397b1dcdaf, 6e789e6aa1b965f4,
  * 06c45d188009454f, f88bb8a8724c81ec; xoshiro256** outputs below were computed with a separate

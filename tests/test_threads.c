@@ -1,4 +1,4 @@
-/* Threads over (batch, head) in ttt_apply_threads (src/apply.c): DESIGN.md "Same seed + same
+/* Threads over (batch, head) in ttt_apply_threads (src/app/apply.c): DESIGN.md "Same seed + same
  * thread count = bit-identical results". The sequences are independent (MATH.md §0) and each is
  * computed by one thread with single-threaded BLAS, so the outputs must be bit-identical for 1, 2
  * and 3 threads and across repeated runs with 2 threads. Comparisons are memcmp, not tolerances:
@@ -11,7 +11,7 @@
 #include "apply.h"
 #include "rng.h"
 #include "testutil.h"
-#include "ttt.h"
+#include "internal.h"
 
 enum { B = 2, T = 150, H = 3, DK = 16, DV = 16 }; /* d_k = d_v: ttt_mlp needs it */
 

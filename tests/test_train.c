@@ -1,4 +1,4 @@
-/* Outer-loop training (src/train.h) through the experiment runner: a tiny MQAR model learns;
+/* Outer-loop training (src/train/train.h) through the experiment runner: a tiny MQAR model learns;
  * an interrupted run resumed from its checkpoint ends bit-identical to an uninterrupted one
  * (also when its newest checkpoint is corrupt and the previous one is used); the result does
  * not depend on the number of threads; a non-finite loss or parameter stops the run with the

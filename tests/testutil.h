@@ -5,7 +5,7 @@
 #include <check.h>
 #include <stddef.h>
 
-#include "ttt.h"
+#include "internal.h"
 
 /* Compare `got` (float32) against `want` (float64 reference), n elements. Passes when
  * max|got − want| <= atol + rtol·max|want|. Fills a message with max-abs error, relative RMS error

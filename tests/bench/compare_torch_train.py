@@ -2,11 +2,11 @@
 """A full training step of the MQAR model in ttt and in PyTorch autograd, side by side.
 
 For each preset (and chunk size) it runs `ttt run` on a generated experiment with
-`task: {kind: benchmark, measure: train_step, dump: true}` (src/task_benchmark.c): ttt times its
+`task: {kind: benchmark, measure: train_step, dump: true}` (src/tasks/benchmark.c): ttt times its
 own training steps (forward, loss, backward, gradient clipping, AdamW; the trainer of
-src/train.c) and writes the initial parameters, the first batch, its loss and every parameter's
+src/train/train.c) and writes the initial parameters, the first batch, its loss and every parameter's
 gradient to a .safetensors file. This script then builds the SAME model in PyTorch from that
-file (src/model.h; parameter names from src/model.c):
+file (src/train/seqmodel.h; parameter names from src/train/seqmodel.c):
 
     x = embed[tokens]
     per block:  h = RMSNorm(x) · g1
@@ -185,7 +185,7 @@ def rmsnorm(x, g, eps):
 
 def conv_silu(x, w):
     """y_t = Σ_{j<K} w_j ⊙ x_{t−j} per channel (zeros before t = 0), then SiLU; x (B, T, C),
-    w (K, C) as src/ops.c stores it (tap j multiplies x_{t−j})."""
+    w (K, C) as src/core/ops.c stores it (tap j multiplies x_{t−j})."""
     K, C = w.shape
     y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w.flip(0).t().unsqueeze(1), groups=C)
     return F.silu(y.transpose(1, 2))

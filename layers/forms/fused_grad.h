@@ -1,0 +1,45 @@
+/* Fused differentiable closed forms: custom ops (autograd.h "Custom ops") whose forward is the
+ * fast chunkwise kernel of kernels.h and whose backward is written by hand (layers/forms/fused_grad.c).
+ * They must agree with the composed forms of composed.h (tests/test_form_grads.c).
+ *
+ * Memory: the forward saves only the state at the start of every chunk, ⌈T/C⌉·d_k·d_v floats
+ * (no per-token state); the backward walks the chunks from last to first, recomputes each
+ * chunk's intra-chunk quantities from its saved start state and carries dL/dS backward.
+ *
+ * Both ops take q, k (T, d_k), v (T, d_v), beta (T) or NULL (= 1), log_alpha as documented,
+ * the initial state S0 (d_k·d_v elements), chunk size C ≥ 1; return O (T, d_v) and the final
+ * state *S_out (d_k, d_v). Gradients reach q, k, v, beta, log_alpha and S0 (whichever require
+ * grad). O and *S_out are two parts of one recorded result, so a loss may use either or both. */
+#ifndef TTT_FUSED_GRAD_H
+#define TTT_FUSED_GRAD_H
+
+#include "ops.h"
+
+/* Chunkwise gated linear attention (MATH.md §5.2): forward = ttt_linear_attention_chunkwise;
+ * log_alpha (T) scalar or (T, d_k) vector decay or NULL. */
+ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                   const ttt_tensor *k, const ttt_tensor *v,
+                                   const ttt_tensor *beta, const ttt_tensor *log_alpha,
+                                   const ttt_tensor *S0, int chunk);
+
+/* Chunkwise gated delta rule, coupled scalar decay (MATH.md §5.3): forward =
+ * ttt_delta_rule_chunkwise; log_alpha (T) or NULL. */
+ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                      const ttt_tensor *k, const ttt_tensor *v,
+                                      const ttt_tensor *beta, const ttt_tensor *log_alpha,
+                                      const ttt_tensor *S0, int chunk);
+
+/* ---- shared by the fused ops (fused_grad.c, dual_grad.c) ---- */
+
+/* C (m, n) = alpha·op(A)·op(B) + beta·C, row-major with explicit leading dimensions; nothing
+ * when a dimension is 0. */
+void ttt_fused_gemm(int ta, int tb, int m, int n, int kd, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc);
+/* Zeroed scratch from ctx's arena (asserts on exhaustion, like the tape's own allocations). */
+void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes);
+/* A view of the packed result P at element off with the given shape, recorded so that its
+ * gradient lands in P's: a fused op returns several outputs as parts of one tape entry. */
+ttt_tensor *ttt_fused_part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape,
+                           const char *name);
+
+#endif

@@ -1,0 +1,170 @@
+/* The generic TTT layer driver (docs/math.md §1): any registered tuple, token by token. */
+#include "form.h"
+
+#include <string.h>
+
+#include "autograd.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* The generic driver (MATH.md §1).
+ *
+ * Inside a block starting at W_0, token i of the block (global t) contributes
+ *     g_i = η_t ∇ℓ(f(W_g; k_t), v_t),  W_g = W_0 (decoupled) or A_i·W_0 (coupled),
+ * with A_i the product of the retentions α over the block prefix 0..i.
+ *
+ * steps: per_block — the optimizer receives the decayed running sum G_i = α_t G_{i−1} + g_i (so
+ * earlier writes fade exactly as in the recurrence, and for a W-independent gradient any b
+ * reproduces b = 1) and the decay A_i; token t reads f(step(W_0, G_i, A_i); q_t), and the block
+ * ends with that step's weights and state.
+ * steps: per_token — the optimizer steps after every token from the previous token's weights and
+ * state with g_i and the token's own α_t (gradients still at W_0): Titans' chunked momentum.
+ * For SGD the two coincide. apply_then_update: every token reads f(W_0; q_t).
+ * With b = 1 every variant is exactly the per-token rule of MATH.md §3. */
+
+static void copy_into(ttt_tensor *dst, const ttt_tensor *src) {
+    TTT_ASSERT(dst->n == src->n);
+    memcpy(dst->data, src->data, src->n * sizeof(float));
+}
+
+/* Without a tape, per-token temporaries are released after every token: what must survive (the
+ * stepped weights and state, the running gradient, the prefix decay) is copied into a buffer
+ * allocated once. With a tape nothing is released or copied: every tensor stays a node of the
+ * graph, so outer-loop training differentiates through the whole inner loop. */
+static void keep(ttt_ctx *ctx, ttt_tensor **t, ttt_tensor *buffer) {
+    if (ttt_recording(ctx) || *t == buffer) return;
+    copy_into(buffer, *t);
+    *t = buffer;
+}
+
+/* Backward of the output assembly: row t of dL/do goes to the row tensor that produced it. */
+static void gather_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const int d = e->iarg[0];
+    for (int t = 0; t < e->n_in; t++) {
+        if (!e->in[t]->requires_grad) continue;
+        float *g = ttt_grad(ctx, e->in[t]);
+        for (int j = 0; j < d; j++) g[j] += dout[(size_t)t * d + j];
+    }
+}
+
+ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                               ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
+                                  const ttt_tensor *v, const ttt_tensor *eta,
+                                  const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
+    const ttt_model *M = L->model;
+    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v), nw = st->n_w,
+              ns = st->n_opt, tape = ttt_recording(ctx);
+    /* A retention per key dimension scales the rows of S (GLA): it is defined for the linear
+     * model, whose rows are key dimensions, and not for models with hidden layers. */
+    if (alpha_vec && strcmp(M->name, "linear") != 0)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "a decay per key dimension (log_alpha of shape (T, d_k)) is defined "
+                             "for the linear model only, not for model %s",
+                             M->name);
+    /* Buffers that outlive a token when nothing is recorded. */
+    ttt_tensor *bG[TTT_MAX_WEIGHTS], *bW[TTT_MAX_WEIGHTS], *bS[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+    ttt_tensor *bA = ttt_tensor_1d(ctx, alpha_vec ? d_k : 1);
+    for (int w = 0; w < nw; w++) {
+        bG[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        bW[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        for (int s = 0; s < ns; s++) bS[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
+    }
+    ttt_tensor **rows = tape ? ttt_tape_alloc(ctx, (size_t)T * sizeof *rows) : NULL;
+    const int b = L->mini_batch;
+    const ttt_tensor *la_rows =
+        log_alpha && alpha_vec ? log_alpha : NULL; /* (T, d_k): a row per token */
+
+    for (int t0 = 0; t0 < T; t0 += b) {
+        const int n = t0 + b <= T ? b : T - t0;
+        /* block start: W_0 and the optimizer state at it */
+        ttt_tensor *W0[TTT_MAX_WEIGHTS], *S0[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+        ttt_tensor *Wn[TTT_MAX_WEIGHTS], *Sn[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
+        ttt_tensor *G[TTT_MAX_WEIGHTS] = {0}, *A = NULL;
+        for (int w = 0; w < nw; w++) {
+            W0[w] = Wn[w] = st->W[w];
+            for (int s = 0; s < ns; s++) S0[w][s] = Sn[w][s] = st->opt[w][s];
+        }
+        for (int i = 0; i < n; i++) {
+            const int t = t0 + i;
+            ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+            /* this token's retention α_t and the block prefix decay A_i = α_{t0} ⋯ α_t, as
+             * tensors so that learned gates receive gradients */
+            ttt_tensor *alpha_t = NULL;
+            if (log_alpha) {
+                ttt_tensor *la = ttt_slice_rows(ctx, la_rows ? la_rows : log_alpha, t, t + 1);
+                if (la_rows) la = ttt_reshape(ctx, la, 1, (int[]){d_k});
+                alpha_t = ttt_exp(ctx, la);
+                A = i == 0 ? alpha_t : ttt_mul(ctx, A, alpha_t);
+            }
+            const float theta = L->pos_inverse ? L->lr / (float)(i + 1) : L->lr;
+            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta, .decay = A};
+            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta, .decay = alpha_t};
+            /* the point where the gradient is taken */
+            const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
+            for (int w = 0; w < nw; w++)
+                Wg[w] = L->coupled && A ? ttt_optim_apply_decay(ctx, W0[w], &blk) : W0[w];
+            ttt_tensor *xk = ttt_slice_rows(ctx, k, t, t + 1); /* (1, d_k) */
+            ttt_tensor *xv = ttt_slice_rows(ctx, v, t, t + 1); /* (1, d_v) */
+            ttt_tensor *et = eta ? ttt_slice_rows(ctx, eta, t, t + 1) : NULL; /* (1) */
+            ttt_tensor *z = L->loss->z_free ? NULL : M->apply(ctx, Wg, xk);
+            ttt_tensor *dz = L->loss->grad(ctx, z, xv);
+            ttt_tensor *g[TTT_MAX_WEIGHTS];
+            M->grad(ctx, g, Wg, xk, dz, et);
+            const int last = i == n - 1;
+            for (int w = 0; w < nw; w++) {
+                ttt_tensor *wo = NULL, *so[TTT_MAX_OPT_STATE] = {0};
+                if (L->step_per_token) {
+                    L->optim->step(ctx, L->optim_cfg, &wo, so, Wn[w],
+                                   (const ttt_tensor *const *)Sn[w], g[w], &tok);
+                } else {
+                    /* G_i = α_t G_{i−1} + g_i, stepped from the block start */
+                    G[w] = i == 0 ? g[w]
+                                  : ttt_add(ctx, alpha_t ? ttt_optim_apply_decay(ctx, G[w], &tok)
+                                                         : G[w],
+                                            g[w]);
+                    if (L->order == TTT_ORDER_APPLY_THEN_UPDATE && !last) {
+                        keep(ctx, &G[w], bG[w]);
+                        continue;
+                    }
+                    L->optim->step(ctx, L->optim_cfg, &wo, so, W0[w],
+                                   (const ttt_tensor *const *)S0[w], G[w], &blk);
+                    keep(ctx, &G[w], bG[w]);
+                }
+                Wn[w] = wo;
+                keep(ctx, &Wn[w], bW[w]);
+                for (int s = 0; s < ns; s++) {
+                    Sn[w][s] = so[s];
+                    keep(ctx, &Sn[w][s], bS[w][s]);
+                }
+            }
+            if (A) keep(ctx, &A, bA);
+            /* read-out */
+            ttt_tensor *xq = ttt_slice_rows(ctx, q, t, t + 1);
+            ttt_tensor *ot = M->apply(ctx,
+                                      L->order == TTT_ORDER_UPDATE_THEN_APPLY
+                                          ? (const ttt_tensor *const *)Wn
+                                          : (const ttt_tensor *const *)W0,
+                                      xq);
+            memcpy(o->data + (size_t)t * d_v, ot->data, (size_t)d_v * sizeof(float));
+            if (tape) rows[t] = ot;
+            else ttt_arena_release(ctx->arena, mark);
+        }
+        /* block end: the state moves to the last step's weights */
+        for (int w = 0; w < nw; w++) {
+            if (tape) {
+                st->W[w] = Wn[w];
+                for (int s = 0; s < ns; s++) st->opt[w][s] = Sn[w][s];
+            } else {
+                if (Wn[w] != st->W[w]) copy_into(st->W[w], Wn[w]);
+                for (int s = 0; s < ns; s++)
+                    if (Sn[w][s] != st->opt[w][s]) copy_into(st->opt[w][s], Sn[w][s]);
+            }
+        }
+    }
+    if (tape) {
+        ttt_tape_entry *e = ttt_tape_record(ctx, gather_rows_backward, o,
+                                            (const ttt_tensor *const *)rows, T);
+        if (e) e->iarg[0] = d_v;
+    }
+    return TTT_OK;
+}
+

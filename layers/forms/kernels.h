@@ -1,0 +1,157 @@
+/* Closed-form kernels of the classic layers: the fast paths presets pick, each tied to the generic
+ * TTT driver (layer.c) by the equivalence tests.
+ *
+ * Raw row-major float arrays, outputs first, then inputs, then sizes. Per head, per sequence.
+ * Gates: `log_alpha` holds log retentions (MATH.md §0: log space), either one per token (T) or,
+ * with alpha_vec set, one per token and key dimension (T, d_k) (GLA); NULL = no decay.
+ * `beta` (T) holds the per-token write strength (θ·η_t); NULL = 1. */
+#ifndef TTT_FORMS_H
+#define TTT_FORMS_H
+
+/* Row strides (leading dimensions, in floats) of a sequence's arrays, for the `_ld` variants of the
+ * kernels below, which read and write sequences lying inside larger arrays without copying them:
+ * one head of a (B, T, H, D) tensor has row stride H·D (ttt apply, src/app/apply.c). Row t of q is at
+ * q + t·ld.q, value t of beta at beta + t·ld.beta, and so on; a contiguous (T, D) array has
+ * stride D, and beta and a scalar log_alpha stride 1. Strides only change where values are read
+ * and written, never the arithmetic: an `_ld` call returns the same bits as the contiguous call on
+ * a copy of the rows (tests/test_la_forms.c, tests/test_delta_forms.c). */
+typedef struct ttt_form_ld {
+    int o, q, k, v; /* ≥ d_v, d_k, d_k, d_v */
+    int beta;       /* ≥ 1 (unused when beta is NULL) */
+    int la;         /* ≥ 1 for a gate per token, ≥ d_k for a vector gate (unused when NULL) */
+} ttt_form_ld;
+
+/* Ask for `rows` rows of `cols` floats, `ld` floats apart, ahead of their use (into L2; `write`:
+ * for writing). Rows of one head of a (B, T, H, D) tensor are H·D floats apart, a pattern the
+ * hardware prefetchers do not follow far enough ahead, so with such strides the chunkwise kernels
+ * request the next chunk's rows while they compute the current one, and the recurrent kernels a
+ * token's rows a few tokens before it (measured at H = 8, d = 64, one thread: 10–20 % of the
+ * strided kernels' time). A prefetch never faults and changes no result. */
+static inline void ttt_prefetch_rows(const float *p, /* (rows, ld) */
+                                     size_t ld, int rows, int cols, int write) {
+#if defined(__GNUC__)
+    for (int r = 0; r < rows; r++) {
+        const float *row = p + (size_t)r * ld;
+        for (int c = 0; c < cols; c += 16) { /* one per 64-byte line, and the row's last one */
+            if (write) __builtin_prefetch(row + c, 1, 2);
+            else __builtin_prefetch(row + c, 0, 2);
+        }
+        if (write) __builtin_prefetch(row + cols - 1, 1, 2);
+        else __builtin_prefetch(row + cols - 1, 0, 2);
+    }
+#else
+    (void)p, (void)ld, (void)rows, (void)cols, (void)write;
+#endif
+}
+
+/* Whether rows lie apart (a head inside a (B, T, H, D) tensor): only then does prefetching pay. */
+static inline int ttt_form_ld_spread(const ttt_form_ld *ld, int d_k, int d_v) {
+    return ld->q > d_k || ld->k > d_k || ld->v > d_v || ld->o > d_v;
+}
+
+/* Request rows [r, r + n) of a sequence's arrays: q, k, v to read, o to write, and beta and
+ * log_alpha (gk values per row) when not NULL. */
+static inline void ttt_prefetch_seq(const ttt_form_ld *ld, const float *o, const float *q,
+                                    const float *k, const float *v, const float *beta,
+                                    const float *log_alpha, int gk, size_t r, int n, int d_k,
+                                    int d_v) {
+    ttt_prefetch_rows(q + r * ld->q, ld->q, n, d_k, 0);
+    ttt_prefetch_rows(k + r * ld->k, ld->k, n, d_k, 0);
+    ttt_prefetch_rows(v + r * ld->v, ld->v, n, d_v, 0);
+    ttt_prefetch_rows(o + r * ld->o, ld->o, n, d_v, 1);
+    if (log_alpha) ttt_prefetch_rows(log_alpha + r * ld->la, ld->la, n, gk, 0);
+    if (beta) ttt_prefetch_rows(beta + r * ld->beta, ld->beta, n, 1, 0);
+}
+
+/* Recurrent (gated) linear attention (MATH.md §4, rows linear_attention/retnet/mamba2/gla):
+ *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
+ * S is the state: initial on entry, final on return. */
+void ttt_linear_attention_recurrent(float *o,             /* (T, d_v) */
+                                    float *S,             /* (d_k, d_v) in/out */
+                                    const float *q,       /* (T, d_k) */
+                                    const float *k,       /* (T, d_k) */
+                                    const float *v,       /* (T, d_v) */
+                                    const float *beta,    /* (T) or NULL */
+                                    const float *log_alpha, /* (T) or (T, d_k) or NULL */
+                                    int alpha_vec, int T, int d_k, int d_v);
+
+/* The same with row strides (ttt_form_ld). */
+void ttt_linear_attention_recurrent_ld(float *o, float *S, const float *q, const float *k,
+                                       const float *v, const float *beta,
+                                       const float *log_alpha, int alpha_vec, int T, int d_k,
+                                       int d_v, const ttt_form_ld *ld);
+
+/* Recurrent (gated) delta rule (MATH.md §4, rows deltanet/gated_deltanet; coupled decay):
+ *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t. */
+void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
+                              float *S,               /* (d_k, d_v) in/out */
+                              const float *q,         /* (T, d_k) */
+                              const float *k,         /* (T, d_k) */
+                              const float *v,         /* (T, d_v) */
+                              const float *beta,      /* (T) or NULL */
+                              const float *log_alpha, /* (T) or NULL */
+                              int T, int d_k, int d_v);
+/* The same with row strides (ttt_form_ld; the vector gate's stride is unused). */
+void ttt_delta_rule_recurrent_ld(float *o, float *S, const float *q, const float *k,
+                                 const float *v, const float *beta, const float *log_alpha,
+                                 int T, int d_k, int d_v, const ttt_form_ld *ld);
+
+/* ---- matmul-heavy forms (each must equal the recurrent kernel above; MATH.md §5, §6) ----
+ * Scratch memory comes from ctx->arena and is released before returning. S is the state
+ * (initial on entry, final on return) exactly as for the recurrent kernels, so a sequence can be
+ * processed in pieces. `chunk` is the chunk size C (≥ 1); T need not be a multiple of it. */
+
+#include "tensor.h"
+
+/* Parallel (quadratic) gated linear attention, MATH.md §5.1:
+ *     O = (Q ⊙ exp(G)) S_0 + ((Q Kᵀ) ⊙ D) diag(β) V,  D_ij = exp(G_i − G_j)[i ≥ j], G = cumsum(log α)
+ * (vector decay: the decay enters per key dimension, Q_i ⊙ exp(G_i), K_j ⊙ exp(−G_j) with the
+ * products formed in a numerically safe way). */
+void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                   const float *k, const float *v, const float *beta,
+                                   const float *log_alpha, int alpha_vec, int T, int d_k,
+                                   int d_v);
+/* Chunkwise gated linear attention, MATH.md §5.2. */
+void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                    const float *k, const float *v, const float *beta,
+                                    const float *log_alpha, int alpha_vec, int T, int d_k,
+                                    int d_v, int chunk);
+/* The same with row strides (ttt_form_ld). The parallel form is this with chunk = T. */
+void ttt_linear_attention_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                       const float *k, const float *v, const float *beta,
+                                       const float *log_alpha, int alpha_vec, int T, int d_k,
+                                       int d_v, int chunk, const ttt_form_ld *ld);
+/* Chunkwise (gated) delta rule via the WY / UT transform, MATH.md §5.3. */
+void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
+                              const float *v, const float *beta, const float *log_alpha, int T,
+                              int d_k, int d_v, int chunk);
+/* The same with row strides (ttt_form_ld; the vector gate's stride is unused). The parallel form
+ * is this with chunk = T. */
+void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                 const float *k, const float *v, const float *beta,
+                                 const float *log_alpha, int T, int d_k, int d_v, int chunk,
+                                 const ttt_form_ld *ld);
+/* Parallel (quadratic) delta rule, MATH.md §5.1 (with an initial state through the pseudo-values
+ * V' = U − W S_0; decay as in §5.3 with a single chunk of length T). */
+void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
+                             const float *v, const float *beta, const float *log_alpha, int T,
+                             int d_k, int d_v);
+
+/* Titans' chunked momentum (MATH.md §3 "momentum", §6 item 5; layers/forms/titans/chunked.c): the linear model
+ * with the squared loss, decoupled decay and gradients taken at the chunk start — what the generic
+ * driver computes with optimizer `momentum` (no Nesterov), `steps: per_token`, mini_batch = chunk:
+ *     g_t = η_t k_tᵀ(k_t S_0 − v_t),  M_t = μ M_{t−1} − θ g_t,  S_t = α_t S_{t−1} + M_t,  o_t = q_t S_t
+ * (S_0 = the state at the start of t's chunk), evaluated per chunk with matmuls. S and M are the
+ * state and the momentum (initial on entry, final on return). eta (T) may be NULL (= 1);
+ * log_alpha is one log retention per token (T) or NULL (no decay). */
+void ttt_momentum_chunked(ttt_ctx *ctx, float *o, /* (T, d_v) */
+                          float *S,               /* (d_k, d_v) in/out */
+                          float *M,               /* (d_k, d_v) in/out */
+                          const float *q,         /* (T, d_k) */
+                          const float *k,         /* (T, d_k) */
+                          const float *v,         /* (T, d_v) */
+                          const float *eta,       /* (T) or NULL */
+                          const float *log_alpha, /* (T) or NULL */
+                          float theta, float mu, int T, int d_k, int d_v, int chunk);
+
+#endif

@@ -1,0 +1,140 @@
+/* Recurrent (gated) linear attention, MATH.md §4: the token-by-token definition
+ *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
+ * This is also the decoding path, so it is written to be tight: the state stays in one
+ * (d_k, d_v) buffer updated in place (64 KiB at d = 128: L2-resident, L1 at d = 64), with no
+ * allocation or library call per token, and the state is swept ONCE per token: each row S_i is
+ * decayed, written and immediately read by q_t (o_t += q_ti S_i), in column blocks of LA_JB
+ * floats so that the v_t and o_t pieces stay in vector registers while the rows stream past.
+ * (The plain form — update all of S, then read all of S — sweeps the state twice.) The blocks use
+ * GCC/Clang vector extensions (8 floats: one AVX2 register, or SSE pairs), which compile to the
+ * same arithmetic on any x86-64 or ARM target; columns past the last full block take a scalar
+ * loop. */
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "fastexp.h"
+#include "kernels.h"
+
+/* Column block: 32 floats = 4 vectors of 8 for each of v_t and o_t (8 of the 16 AVX2 registers). */
+#define LA_JB 32
+#define LA_NV (LA_JB / 8)
+typedef float la_v8 __attribute__((vector_size(32)));
+
+/* Unaligned loads and stores as memcpy (macros: a function taking or returning a vector type
+ * would change the ABI between builds with and without AVX). */
+#define LA_LOAD(x, p) memcpy(&(x), (p), sizeof(la_v8))
+#define LA_STORE(p, x) memcpy((p), &(x), sizeof(la_v8))
+
+/* The full-block version of la_block below: v and o in registers. */
+__attribute__((optimize("fp-contract=fast"))) static void la_block_v(float *restrict o,       /* (LA_JB) */
+                       float *restrict S,       /* (n, ·) row stride d_v, in/out */
+                       const float *restrict q, /* (n) */
+                       const float *restrict k, /* (n) */
+                       const float *restrict v, /* (LA_JB) */
+                       const float *restrict a, /* (n) or NULL */
+                       float a0, float b, int n, int d_v, int first) {
+    la_v8 acc[LA_NV], vb[LA_NV];
+    for (int u = 0; u < LA_NV; u++) {
+        acc[u] = (la_v8){0};
+        if (!first) LA_LOAD(acc[u], o + 8 * u);
+        LA_LOAD(vb[u], v + 8 * u);
+    }
+    for (int i = 0; i < n; i++) {
+        const float ai = a ? a[i] : a0, bk = b * k[i], qi = q[i];
+        float *restrict Si = S + (size_t)i * d_v;
+        for (int u = 0; u < LA_NV; u++) {
+            la_v8 x;
+            LA_LOAD(x, Si + 8 * u);
+            x = ai * x + bk * vb[u];
+            LA_STORE(Si + 8 * u, x);
+            acc[u] += qi * x;
+        }
+    }
+    for (int u = 0; u < LA_NV; u++) LA_STORE(o + 8 * u, acc[u]);
+}
+
+/* Rows 0…n−1 of S, columns [0, jn) of the block at S (row stride d_v), jn ≤ LA_JB:
+ *   S_i ← a_i S_i + bk_i v,   o += q_i S_i (after the write);
+ * o starts from zero when `first`, else from its contents (the rows of a token in several groups).
+ * `a` is one retention per row (vector gates) or NULL with the scalar `a0`. */
+static void
+la_block(float *restrict o,       /* (jn) */
+         float *restrict S,       /* (n, ·) row stride d_v, in/out */
+         const float *restrict q, /* (n) */
+         const float *restrict k, /* (n) */
+         const float *restrict v, /* (jn) */
+         const float *restrict a, /* (n) or NULL */
+         float a0, float b, int jn, int n, int d_v, int first) {
+    float acc[LA_JB], vb[LA_JB];
+    for (int j = 0; j < jn; j++) {
+        acc[j] = first ? 0.0f : o[j];
+        vb[j] = v[j];
+    }
+    for (int i = 0; i < n; i++) {
+        const float ai = a ? a[i] : a0, bk = b * k[i], qi = q[i];
+        float *restrict Si = S + (size_t)i * d_v;
+        for (int j = 0; j < jn; j++) {
+            const float s = ai * Si[j] + bk * vb[j];
+            Si[j] = s;
+            acc[j] += qi * s;
+        }
+    }
+    for (int j = 0; j < jn; j++) o[j] = acc[j];
+}
+
+/* Rows of a token are taken in groups of at most LA_ROWS, the size of the stack buffer holding
+ * their retentions (vector gates: one expf per row per token, not per row and column block). */
+#define LA_ROWS 512
+
+/* Tokens ahead whose rows are requested (ttt_prefetch_rows) when they are strided. */
+#define LA_AHEAD 4
+
+/* Rows of the sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
+void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
+                                       float *S,               /* (d_k, d_v) in/out */
+                                       const float *q,         /* (T, d_k) */
+                                       const float *k,         /* (T, d_k) */
+                                       const float *v,         /* (T, d_v) */
+                                       const float *beta,      /* (T) or NULL */
+                                       const float *log_alpha, /* (T) or (T, d_k) or NULL */
+                                       int alpha_vec, int T, int d_k, int d_v,
+                                       const ttt_form_ld *ld) {
+    float a_rows[LA_ROWS]; /* retentions of the current row group (vector gates) */
+    const int vec = log_alpha && alpha_vec;
+    const int spread = ttt_form_ld_spread(ld, d_k, d_v);
+    for (int t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
+        const float *vt = v + (size_t)t * ld->v;
+        float *ot = o + (size_t)t * ld->o;
+        const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
+        const float a0 = (log_alpha && !alpha_vec) ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
+        if (spread && t + LA_AHEAD < T) { /* request a later token's rows */
+            ttt_prefetch_seq(ld, o, q, k, v, NULL, vec ? log_alpha : NULL, d_k,
+                             (size_t)t + LA_AHEAD, 1, d_k, d_v);
+        }
+        for (int i0 = 0; i0 < d_k; i0 += LA_ROWS) {
+            const int n = d_k - i0 < LA_ROWS ? d_k - i0 : LA_ROWS;
+            if (vec) /* vectorized exp (fastexp.h, ≤ 2 ulp) rather than libm's expf per row */
+                for (int i = 0; i < n; i++)
+                    a_rows[i] = ttt_fast_expf(log_alpha[(size_t)t * ld->la + i0 + i]);
+            const float *a = vec ? a_rows : NULL;
+            float *Sg = S + (size_t)i0 * d_v;
+            int j0 = 0;
+            for (; j0 + LA_JB <= d_v; j0 += LA_JB)
+                la_block_v(ot + j0, Sg + j0, qt + i0, kt + i0, vt + j0, a, a0, b, n, d_v, i0 == 0);
+            if (j0 < d_v)
+                la_block(ot + j0, Sg + j0, qt + i0, kt + i0, vt + j0, a, a0, b, d_v - j0, n, d_v,
+                         i0 == 0);
+        }
+    }
+}
+
+void ttt_linear_attention_recurrent(float *o, float *S, const float *q, const float *k,
+                                    const float *v, const float *beta, const float *log_alpha,
+                                    int alpha_vec, int T, int d_k, int d_v) {
+    const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1,
+                            .la = alpha_vec ? d_k : 1};
+    ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v,
+                                      &ld);
+}

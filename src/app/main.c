@@ -1,0 +1,283 @@
+/* ttt: the command-line program. The only place that exits. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "seqmodel.h"
+#include "train.h"
+#include "apply.h"
+#include "experiment.h"
+#include "layer.h"
+#include "task.h"
+
+enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
+
+/* First SIGINT/SIGTERM: ask the training loop to checkpoint and stop after the current step.
+ * A second one ends the program at once (the default action is restored). */
+static void on_stop_signal(int sig) {
+    ttt_train_request_stop();
+    signal(sig, SIG_DFL);
+}
+
+static void install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static const char usage_text[] =
+    "usage: ttt <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run FILE [--set KEY=VALUE]... [--out DIR] [--quiet]\n"
+    "                 run the experiment in FILE and write its run folder\n"
+    "  check FILE [--set KEY=VALUE]...\n"
+    "                 validate FILE and print the resolved configuration (every default)\n"
+    "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]... [--threads N]\n"
+    "                 run FILE's `layer:` on tensors from another tool (q, k, v, beta,\n"
+    "                 log_alpha, initial_state; layout (B, T, H, D)) and write o, final_state\n"
+    "  list           every registered optimizer, model, loss, preset and task with options\n"
+    "  --help, -h     this text\n"
+    "  --version      the version\n"
+    "\n"
+    "options:\n"
+    "  --set KEY=VALUE  override any key by its dotted path, e.g. --set layer.mini_batch=16 or\n"
+    "                   --set task.pairs=[8,16]; setting a swept key pins it\n"
+    "  --out DIR        write the run folder here instead of the file's `output`\n"
+    "  --quiet          no progress on stderr\n"
+    "  --threads N      apply: threads over (batch, head); 0 = every core (default)\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "ttt: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see ttt --help)\n");
+    return EXIT_USAGE;
+}
+
+static int exit_code_for(ttt_status s) {
+    switch (s) {
+    case TTT_ERR_YAML: case TTT_ERR_CONFIG: case TTT_ERR_RANGE: case TTT_ERR_NAME:
+    case TTT_ERR_ARG:
+        return EXIT_USAGE;
+    case TTT_ERR_INTERRUPTED:
+        return EXIT_INTERRUPTED;
+    default:
+        return EXIT_RUN_FAILED;
+    }
+}
+
+static int report(const ttt_error *err) {
+    fprintf(stderr, "ttt: %s%s\n", err->status == TTT_ERR_INTERRUPTED ? "" : "error: ",
+            err->msg[0] ? err->msg : ttt_status_message(err->status));
+    return exit_code_for(err->status);
+}
+
+typedef struct cli_args {
+    const char *file;
+    const char *out;
+    int quiet;
+    int n_sets;
+    const char **sets;
+} cli_args;
+
+/* Parse FILE and options after the command. Returns 0 or an exit code. */
+static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
+    memset(a, 0, sizeof *a);
+    a->sets = calloc((size_t)argc, sizeof *a->sets);
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        if (strcmp(s, "--set") == 0) {
+            if (i + 1 >= argc) return usage_error("--set needs KEY=VALUE%s", "");
+            a->sets[a->n_sets++] = argv[++i];
+        } else if (strncmp(s, "--set=", 6) == 0) {
+            a->sets[a->n_sets++] = s + 6;
+        } else if (allow_out && strcmp(s, "--out") == 0) {
+            if (i + 1 >= argc) return usage_error("--out needs a folder%s", "");
+            a->out = argv[++i];
+        } else if (allow_out && strncmp(s, "--out=", 6) == 0) {
+            a->out = s + 6;
+        } else if (allow_out && strcmp(s, "--quiet") == 0) {
+            a->quiet = 1;
+        } else if (s[0] == '-' && s[1]) {
+            return usage_error("unknown option '%s'", s);
+        } else if (!a->file) {
+            a->file = s;
+        } else {
+            return usage_error("unexpected argument '%s' (one experiment file at a time)", s);
+        }
+    }
+    if (!a->file) return usage_error("missing the experiment FILE%s", "");
+    return 0;
+}
+
+/* Parse the arguments and load, override and validate the experiment; 0 or an exit code. */
+static int load_experiment(int argc, char **argv, int allow_out, cli_args *a,
+                           ttt_experiment **e) {
+    int rc = parse_args(argc, argv, allow_out, a);
+    if (rc) {
+        free(a->sets);
+        return rc;
+    }
+    ttt_error err = {0};
+    ttt_status s = ttt_experiment_load(a->file, a->sets, a->n_sets, e, &err);
+    free(a->sets);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
+static int cmd_check(int argc, char **argv) {
+    cli_args a;
+    ttt_experiment *e = NULL;
+    int rc = load_experiment(argc, argv, 0, &a, &e);
+    if (rc) return rc;
+    ttt_experiment_write_resolved(e, stdout);
+    fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
+            e->n_points == 1 ? "" : "s");
+    ttt_experiment_free(e);
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    cli_args a;
+    ttt_experiment *e = NULL;
+    int rc = load_experiment(argc, argv, 1, &a, &e);
+    if (rc) return rc;
+    install_stop_handlers();
+    ttt_error err = {0};
+    ttt_status s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
+    if (s == TTT_OK)
+        fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
+    ttt_experiment_free(e);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
+static int cmd_apply(int argc, char **argv) {
+    const char *pos[3] = {0};
+    int np = 0;
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    int n_sets = 0, rc = 0, threads = 0;
+    for (int i = 0; i < argc && !rc; i++) {
+        if (strcmp(argv[i], "--threads") == 0) {
+            char *end = NULL;
+            long t = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || !end || *end || t < 0 || t > TTT_APPLY_MAX_THREADS)
+                rc = usage_error("--threads needs a number of threads from 0 (all cores) to "
+                                 "256%s", "");
+            threads = (int)t;
+            i++;
+        } else if (strcmp(argv[i], "--set") == 0) {
+            if (i + 1 >= argc) rc = usage_error("--set needs KEY=VALUE%s", "");
+            else sets[n_sets++] = argv[++i];
+        } else if (strncmp(argv[i], "--set=", 6) == 0) {
+            sets[n_sets++] = argv[i] + 6;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            rc = usage_error("unknown option '%s'", argv[i]);
+        } else if (np < 3) {
+            pos[np++] = argv[i];
+        } else {
+            rc = usage_error("unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!rc && np != 3) rc = usage_error("apply needs FILE IN.safetensors OUT.safetensors%s", "");
+    if (rc) {
+        free(sets);
+        return rc;
+    }
+    ttt_error err = {0};
+    ttt_cfg_node *root = NULL;
+    ttt_status s = ttt_cfg_load_file(pos[0], &root, &err);
+    for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(root, sets[i], &err);
+    free(sets);
+    if (s == TTT_OK) {
+        const ttt_cfg_node *layer = ttt_cfg_get(root, "layer");
+        if (!layer)
+            s = ttt_cfg_error(&err, TTT_ERR_CONFIG, root,
+                              "missing 'layer' (the layer to run, as in an experiment file)");
+        else
+            s = ttt_apply_file_threads((ttt_cfg_node *)layer, pos[1], pos[2], threads, &err);
+    }
+    ttt_cfg_free(root);
+    if (s != TTT_OK) return report(&err);
+    fprintf(stderr, "ttt: wrote %s\n", pos[2]);
+    return 0;
+}
+
+static void print_options(const ttt_option *o, const char *indent) {
+    for (; o && o->name; o++) {
+        char range[96] = "";
+        if ((o->type == TTT_OPT_INT || o->type == TTT_OPT_FLOAT || o->type == TTT_OPT_INT_LIST ||
+             o->type == TTT_OPT_FLOAT_LIST) && o->min <= o->max)
+            snprintf(range, sizeof range, " in [%g, %g]", o->min, o->max);
+        if (o->type == TTT_OPT_CHOICE) snprintf(range, sizeof range, " (%s)", o->choices);
+        printf("%s%-16s default %-24s %s%s\n", indent, o->name, o->def ? o->def : "(required)",
+               o->help ? o->help : "", range);
+    }
+}
+
+static int cmd_list(void) {
+    printf("Inner optimizers (layer.optimizer.name):\n");
+    for (int i = 0; i < ttt_optim_count(); i++) {
+        const ttt_optim *o = ttt_optim_at(i);
+        printf("  %-16s %s\n", o->name, o->help);
+        print_options(o->options + 1, "      "); /* +1: skip `name` */
+    }
+    printf("\nFast-weight models (layer.model):\n");
+    for (int i = 0; i < ttt_model_count(); i++)
+        printf("  %-16s %s\n", ttt_model_at(i)->name, ttt_model_at(i)->help);
+    printf("\nInner losses (layer.loss):\n");
+    for (int i = 0; i < ttt_loss_count(); i++)
+        printf("  %-16s %s\n", ttt_loss_at(i)->name, ttt_loss_at(i)->help);
+    printf("\nPresets (layer.preset):\n");
+    for (int i = 0; i < ttt_preset_count(); i++) {
+        const ttt_preset *p = ttt_preset_at(i);
+        printf("  %-16s %s\n      = (model %s, loss %s, optimizer %s, b %d, %s, steps %s, "
+               "position_scale %s)\n      recurrence: %s\n",
+               p->name, p->help, p->model, p->loss, p->optimizer, p->mini_batch, p->order,
+               p->steps, p->position_scale, p->recurrence);
+    }
+    printf("\nLayer options (layer.*):\n");
+    print_options(ttt_layer_options, "  ");
+    printf("\nTasks (task.kind):\n");
+    for (int i = 0; i < ttt_task_count(); i++) {
+        const ttt_task *t = ttt_task_at(i);
+        printf("  %-16s %s\n", t->name, t->help);
+        print_options(t->options, "      ");
+    }
+    printf("\nSequence model of the trained tasks (model.*):\n");
+    print_options(ttt_seq_model_options, "  ");
+    printf("\nOuter-loop training (train.*):\n");
+    print_options(ttt_train_options, "  ");
+    printf("\nExperiment file (top level):\n");
+    print_options(ttt_experiment_options, "  ");
+    printf("  %-16s a mapping of dotted paths to lists: runs the cartesian product\n", "sweep");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("ttt %s\n", TTT_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "list") == 0) return cmd_list();
+    if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
+    static const char *const commands[] = {"run", "check", "list", "apply"};
+    const char *close = ttt_closest_name(cmd, commands, 4);
+    fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
+            close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
+    return EXIT_USAGE;
+}

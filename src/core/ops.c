@@ -1,0 +1,1709 @@
+/* The op layer (see ops.h for the contract, MATH.md §0 for the conventions).
+ *
+ * Every op here is a forward/backward pair. The forward checks shapes, allocates the result in
+ * ctx->arena, fills it, and — only when ctx->grad is set — records a tape entry (autograd.h) naming
+ * its backward. The backward, written right above its forward, adds Jᵀ·dy to the gradient of each
+ * input that requires grad (ttt_grad gives NULL for the others). Nothing is ever written to an
+ * input's data; backward functions read the inputs and the output straight from the tensors, which
+ * is why ops must stay functional.
+ *
+ * Numerics: matrix products go through OpenBLAS (cblas_sgemm / cblas_strsm, row-major with the
+ * transpose flags, never an explicit transposed copy). Reductions accumulate in double so that long
+ * sums (T up to 1e5 tokens, cumulative log gates) do not drift; the backward of a reduction over
+ * many terms (broadcast operands, parameters shared across rows) accumulates in double too.
+ * Elementwise kernels are plain loops over restrict pointers so the compiler can vectorize them. */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "fastexp.h" /* ttt_fast_expf for the sigmoid family */
+
+/* --------------------------------------------------------------------------------------------- */
+/* shape checking, recording                                                                      */
+
+/* A shape mismatch is a programmer error: say which op and which shapes, then abort through
+ * TTT_ASSERT so the report also carries file:line of the failing check. */
+static void shape_report(const char *op, const char *cond, const ttt_tensor *a,
+                         const ttt_tensor *b) {
+    char sa[64], sb[64];
+    fprintf(stderr, "ttt: %s: shape check '%s' failed: %s%s%s\n", op, cond,
+            a ? ttt_tensor_shape_str(a, sa, sizeof sa) : "", b ? " vs " : "",
+            b ? ttt_tensor_shape_str(b, sb, sizeof sb) : "");
+}
+
+#define SHAPE_CHECK(cond, op, a, b)                                                        \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            shape_report((op), #cond, (a), (b));                                           \
+            TTT_ASSERT(cond);                                                              \
+        }                                                                                  \
+    } while (0)
+
+static ttt_tape_entry *record_named(ttt_ctx *ctx, const char *name, ttt_backward_fn fn,
+                                    ttt_tensor *r, const ttt_tensor *const *in, int n) {
+    ttt_tape_entry *e = ttt_tape_record(ctx, fn, r, in, n);
+    if (e) e->name = name;
+    return e;
+}
+
+/* Record r = op(inputs...) with backward fn; evaluates to the entry, or NULL when nothing was
+ * recorded. In no-grad mode the whole cost is the test of ctx->grad. */
+#define RECORD(ctx, name, fn, r, ...)                                                      \
+    ((ctx)->grad ? record_named((ctx), (name), (fn), (r),                                  \
+                                (const ttt_tensor *const[]){__VA_ARGS__},                  \
+                                (int)(sizeof((const ttt_tensor *const[]){__VA_ARGS__}) /   \
+                                      sizeof(const ttt_tensor *)))                         \
+                 : NULL)
+
+/* Number of rows when a tensor is read as a matrix (leading dims, cols): a 1-D tensor is one row
+ * vector (MATH.md §0: row vectors). */
+static size_t rows_of(const ttt_tensor *t) {
+    size_t r = 1;
+    for (int i = 0; i + 1 < t->ndim; i++) r *= (size_t)t->shape[i];
+    return r;
+}
+
+static int max1(int x) { return x > 1 ? x : 1; }
+
+/* Scratch space for double accumulators, taken from the arena and given back before returning
+ * (ttt_arena_release), so an op's footprint is only its result. In a backward function, take the
+ * mark only after every ttt_grad call: ttt_grad may allocate, and the release would free it. */
+static double *scratch_doubles(ttt_ctx *ctx, size_t n) {
+    double *p = ttt_arena_alloc(ctx->arena, (n ? n : 1) * sizeof(double));
+    TTT_ASSERT(p != NULL);
+    memset(p, 0, n * sizeof(double));
+    return p;
+}
+
+static float *scratch_floats(ttt_ctx *ctx, size_t n) {
+    float *p = ttt_arena_alloc(ctx->arena, (n ? n : 1) * sizeof(float));
+    TTT_ASSERT(p != NULL);
+    return p;
+}
+
+/* g += acc (n), rounding the double accumulators once. */
+static void add_doubles(float *restrict g, const double *restrict acc, size_t n) {
+    for (size_t i = 0; i < n; i++) g[i] += (float)acc[i];
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* matrix products                                                                                */
+
+/* One row-major sgemm: c = alpha·op(a)·op(b) + beta·c with op(a) (m,k), op(b) (k,n), c (m,n).
+ * lda/ldb are the stored row lengths. BLAS rejects leading dimensions of 0, and k = 0 must still
+ * scale c, so the degenerate sizes are handled here. */
+static void sgemm_rm(float *c, float alpha, const float *a, int trans_a, int lda, const float *b,
+                     int trans_b, int ldb, float beta, int m, int n, int k) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        size_t mn = (size_t)m * (size_t)n;
+        if (beta == 0.0f)
+            memset(c, 0, mn * sizeof *c);
+        else
+            for (size_t i = 0; i < mn; i++) c[i] *= beta;
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, max1(lda), b, max1(ldb),
+                beta, c, max1(n));
+}
+
+/* The matrix view of a matmul operand: its last two dims (a 1-D tensor is a (1, n) row vector),
+ * and how many matrices it holds along dim 0 (1 for a 2-D operand, shared by every batch). */
+typedef struct mat_view {
+    int batch; /* 0: not batched (shared) */
+    int rows, cols;
+} mat_view;
+
+static mat_view mat_view_of(const ttt_tensor *t) {
+    mat_view v = {0, 1, t->shape[0]};
+    if (t->ndim == 2) {
+        v.rows = t->shape[0];
+        v.cols = t->shape[1];
+    } else if (t->ndim == 3) {
+        v.batch = t->shape[0];
+        v.rows = t->shape[1];
+        v.cols = t->shape[2];
+    }
+    return v;
+}
+
+/* Gradients of C = alpha·op(A)·op(B) (batched like ttt_matmul) given dC, accumulated (beta = 1)
+ * into ga / gb when non-NULL. With op(A) (m,k), op(B) (k,n):
+ *   d op(A) = alpha·dC·op(B)ᵀ,  d op(B) = alpha·op(A)ᵀ·dC,
+ * and a transposed operand receives the transpose, written as a product with swapped factors so
+ * that no transposed copy is made. A shared (2-D) operand of a batched product sums its gradient
+ * over the batch, which beta = 1 does by itself. */
+static void matmul_grads(float *ga, float *gb, float alpha, const ttt_tensor *a, int ta,
+                         const ttt_tensor *b, int tb, const float *dc) {
+    mat_view va = mat_view_of(a), vb = mat_view_of(b);
+    int m = ta ? va.cols : va.rows, k = ta ? va.rows : va.cols, n = tb ? vb.rows : vb.cols;
+    int batch = va.batch ? va.batch : vb.batch, nb = batch ? batch : 1;
+    size_t sa = va.batch ? (size_t)va.rows * va.cols : 0; /* batch strides, 0 = shared */
+    size_t sb = vb.batch ? (size_t)vb.rows * vb.cols : 0;
+    size_t sc = (size_t)m * n;
+    for (int i = 0; i < nb; i++) {
+        const float *dci = dc + i * sc;        /* (m, n) */
+        const float *ai = a->data + i * sa;    /* stored (va.rows, va.cols) */
+        const float *bi = b->data + i * sb;    /* stored (vb.rows, vb.cols) */
+        if (ga) {
+            if (!ta) /* dA (m,k) = dC (m,n) · op(B)ᵀ (n,k) */
+                sgemm_rm(ga + i * sa, alpha, dci, 0, n, bi, !tb, vb.cols, 1.0f, m, k, n);
+            else /* dA (k,m) = op(B) (k,n) · dCᵀ (n,m) */
+                sgemm_rm(ga + i * sa, alpha, bi, tb, vb.cols, dci, 1, n, 1.0f, k, m, n);
+        }
+        if (gb) {
+            if (!tb) /* dB (k,n) = op(A)ᵀ (k,m) · dC (m,n) */
+                sgemm_rm(gb + i * sb, alpha, ai, !ta, va.cols, dci, 0, n, 1.0f, k, n, m);
+            else /* dB (n,k) = dCᵀ (n,m) · op(A) (m,k) */
+                sgemm_rm(gb + i * sb, alpha, dci, 1, n, ai, ta, va.cols, 1.0f, n, k, m);
+        }
+    }
+}
+
+static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dc) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1];
+    matmul_grads(ttt_grad(ctx, a), ttt_grad(ctx, b), 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+}
+
+ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt_tensor *b,
+                       int trans_b) {
+    SHAPE_CHECK(a->ndim <= 3 && b->ndim <= 3, "matmul", a, b);
+    mat_view va = mat_view_of(a), vb = mat_view_of(b);
+    int m = trans_a ? va.cols : va.rows, ka = trans_a ? va.rows : va.cols;
+    int kb = trans_b ? vb.cols : vb.rows, n = trans_b ? vb.rows : vb.cols;
+    SHAPE_CHECK(ka == kb, "matmul (inner dimensions)", a, b);
+    SHAPE_CHECK(va.batch == 0 || vb.batch == 0 || va.batch == vb.batch, "matmul (batch)", a, b);
+    int batch = va.batch ? va.batch : vb.batch;
+
+    ttt_tensor *c;
+    if (batch)
+        c = ttt_tensor_3d(ctx, batch, m, n);
+    else if (a->ndim == 1 && !trans_a && b->ndim == 2)
+        c = ttt_tensor_1d(ctx, n); /* row vector times matrix stays a vector: q_t S (MATH.md §0) */
+    else
+        c = ttt_tensor_2d(ctx, m, n);
+
+    size_t sa = va.batch ? (size_t)va.rows * va.cols : 0; /* batch strides, 0 = shared */
+    size_t sb = vb.batch ? (size_t)vb.rows * vb.cols : 0;
+    size_t sc = (size_t)m * n;
+    int nb = batch ? batch : 1;
+    for (int i = 0; i < nb; i++)
+        sgemm_rm(c->data + i * sc, 1.0f, a->data + i * sa, trans_a, va.cols, b->data + i * sb,
+                 trans_b, vb.cols, 0.0f, m, n, ka);
+    ttt_tape_entry *e = RECORD(ctx, "matmul", matmul_backward, c, a, b);
+    if (e) {
+        e->iarg[0] = trans_a;
+        e->iarg[1] = trans_b;
+    }
+    return c;
+}
+
+/* r = alpha·op(a)·op(b) + beta·c: the product part as matmul (scaled), dc = beta·dr. */
+static void gemm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1], *c = e->in[2];
+    float alpha = e->farg[0], beta = e->farg[1];
+    matmul_grads(ttt_grad(ctx, a), ttt_grad(ctx, b), alpha, a, e->iarg[0], b, e->iarg[1], dr);
+    float *gc = ttt_grad(ctx, c);
+    if (gc)
+        for (size_t i = 0; i < c->n; i++) gc[i] += beta * dr[i];
+}
+
+ttt_tensor *ttt_gemm(ttt_ctx *ctx, float alpha, const ttt_tensor *a, int trans_a,
+                     const ttt_tensor *b, int trans_b, float beta, const ttt_tensor *c) {
+    SHAPE_CHECK(a->ndim == 2 && b->ndim == 2, "gemm", a, b);
+    int m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
+    int kb = trans_b ? b->shape[1] : b->shape[0], n = trans_b ? b->shape[0] : b->shape[1];
+    SHAPE_CHECK(ka == kb, "gemm (inner dimensions)", a, b);
+    ttt_tensor *r = ttt_tensor_2d(ctx, m, n);
+    if (c) {
+        SHAPE_CHECK(c->ndim == 2 && c->shape[0] == m && c->shape[1] == n, "gemm (c)", r, c);
+        memcpy(r->data, c->data, r->n * sizeof(float));
+    } else {
+        beta = 0.0f;
+    }
+    sgemm_rm(r->data, alpha, a->data, trans_a, a->shape[1], b->data, trans_b, b->shape[1], beta, m,
+             n, ka);
+    ttt_tape_entry *e = RECORD(ctx, "gemm", gemm_backward, r, a, b, c);
+    if (e) {
+        e->iarg[0] = trans_a;
+        e->iarg[1] = trans_b;
+        e->farg[0] = alpha;
+        e->farg[1] = beta;
+    }
+    return r;
+}
+
+/* A vector: at most one dimension differs from 1 (so a (1, n) row slice also counts). */
+static int is_vector(const ttt_tensor *t) {
+    int big = 0;
+    for (int i = 0; i < t->ndim; i++) big += t->shape[i] != 1;
+    return big <= 1;
+}
+
+/* r = xᵀy (m,n): dx = dr·yᵀ (m), dy = x·dr (n), both as rank-1 sgemms. */
+static void outer_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *x = e->in[0], *y = e->in[1];
+    int m = (int)x->n, n = (int)y->n;
+    float *gx = ttt_grad(ctx, x), *gy = ttt_grad(ctx, y);
+    if (gx) sgemm_rm(gx, 1.0f, dr, 0, n, y->data, 1, n, 1.0f, m, 1, n);
+    if (gy) sgemm_rm(gy, 1.0f, x->data, 0, m, dr, 0, n, 1.0f, 1, n, m);
+}
+
+ttt_tensor *ttt_outer(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *y) {
+    /* xᵀy is a rank-1 product with k = 1: x as an (m,1) column, y as a (1,n) row. */
+    SHAPE_CHECK(is_vector(x) && is_vector(y), "outer (needs vectors)", x, y);
+    int m = (int)x->n, n = (int)y->n;
+    ttt_tensor *r = ttt_tensor_2d(ctx, m, n);
+    sgemm_rm(r->data, 1.0f, x->data, 0, 1, y->data, 0, n, 0.0f, m, n, 1);
+    RECORD(ctx, "outer", outer_backward, r, x, y);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* elementwise, binary                                                                            */
+
+typedef enum binop { BINOP_ADD, BINOP_SUB, BINOP_MUL, BINOP_DIV } binop;
+
+/* out = a ∘ b elementwise, n elements. One loop per operator so each one vectorizes. */
+static void binop_vv(float *restrict out, const float *restrict a, const float *restrict b,
+                     size_t n, binop op) {
+    switch (op) {
+    case BINOP_ADD: for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i]; break;
+    case BINOP_SUB: for (size_t i = 0; i < n; i++) out[i] = a[i] - b[i]; break;
+    case BINOP_MUL: for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i]; break;
+    case BINOP_DIV: for (size_t i = 0; i < n; i++) out[i] = a[i] / b[i]; break;
+    }
+}
+
+/* out = a ∘ s for a scalar s. Division stays a division (not a multiply by 1/s) so results match
+ * the same-shape path bit for bit. */
+static void binop_vs(float *restrict out, const float *restrict a, float s, size_t n, binop op) {
+    switch (op) {
+    case BINOP_ADD: for (size_t i = 0; i < n; i++) out[i] = a[i] + s; break;
+    case BINOP_SUB: for (size_t i = 0; i < n; i++) out[i] = a[i] - s; break;
+    case BINOP_MUL: for (size_t i = 0; i < n; i++) out[i] = a[i] * s; break;
+    case BINOP_DIV: for (size_t i = 0; i < n; i++) out[i] = a[i] / s; break;
+    }
+}
+
+/* b is a row vector for a when its only non-unit dimension is the last one and it matches a's
+ * last dimension. */
+static int is_row_vector_for(const ttt_tensor *b, const ttt_tensor *a) {
+    if (b->shape[b->ndim - 1] != TTT_COLS(a)) return 0;
+    for (int i = 0; i + 1 < b->ndim; i++)
+        if (b->shape[i] != 1) return 0;
+    return 1;
+}
+
+/* Backward of r = a ∘ b with b broadcast as in the forward (same shape, scalar, or row vector):
+ *   add: da = dr, db = dr;   sub: da = dr, db = −dr;
+ *   mul: da = dr·b, db = dr·a;   div: da = dr/b, db = −dr·a/b²;
+ * and db is summed over the positions a broadcast b to (all of them for a scalar, the rows for a
+ * row vector), in double. a and b may be the same tensor (x·x): the two contributions are added
+ * in separate loops. */
+static void binary_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1];
+    const binop op = (binop)e->iarg[0];
+    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    /* b's element for a's element (i, j) is bd[i·rs + j·cs] */
+    const int same = ttt_tensor_same_shape(a, b), scalar = !same && b->n == 1;
+    const size_t rows = same ? 1 : rows_of(a), cols = same ? a->n : (size_t)TTT_COLS(a);
+    const size_t rs = same ? cols : 0, cs = scalar ? 0 : 1;
+    const float *ad = a->data, *bd = b->data;
+    if (ga) {
+        for (size_t i = 0; i < rows; i++) {
+            const float *dri = dr + i * cols, *bi = bd + i * rs;
+            float *gai = ga + i * cols;
+            switch (op) {
+            case BINOP_ADD:
+            case BINOP_SUB: for (size_t j = 0; j < cols; j++) gai[j] += dri[j]; break;
+            case BINOP_MUL: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] * bi[j * cs]; break;
+            case BINOP_DIV: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] / bi[j * cs]; break;
+            }
+        }
+    }
+    if (gb) {
+        ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+        size_t nb = same ? cols : scalar ? 1 : cols;
+        double *acc = scratch_doubles(ctx, nb); /* (b->n) */
+        for (size_t i = 0; i < rows; i++) {
+            const float *dri = dr + i * cols, *ai = ad + i * cols, *bi = bd + i * rs;
+            for (size_t j = 0; j < cols; j++) {
+                double d = dri[j], bv = bi[j * cs], v;
+                switch (op) {
+                case BINOP_ADD: v = d; break;
+                case BINOP_SUB: v = -d; break;
+                case BINOP_MUL: v = d * ai[j]; break;
+                default: v = -d * ai[j] / (bv * bv); break;
+                }
+                acc[j * cs] += v;
+            }
+        }
+        add_doubles(gb, acc, nb);
+        ttt_arena_release(ctx->arena, mark);
+    }
+}
+
+static ttt_tensor *binary(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b, binop op,
+                          const char *name) {
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    if (ttt_tensor_same_shape(a, b)) {
+        binop_vv(r->data, a->data, b->data, a->n, op);
+    } else if (b->n == 1) {
+        binop_vs(r->data, a->data, b->data[0], a->n, op);
+    } else {
+        SHAPE_CHECK(is_row_vector_for(b, a), name, a, b);
+        size_t cols = (size_t)TTT_COLS(a), rows = rows_of(a);
+        for (size_t i = 0; i < rows; i++)
+            binop_vv(r->data + i * cols, a->data + i * cols, b->data, cols, op);
+    }
+    ttt_tape_entry *e = RECORD(ctx, name, binary_backward, r, a, b);
+    if (e) e->iarg[0] = (int)op;
+    return r;
+}
+
+ttt_tensor *ttt_add(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return binary(ctx, a, b, BINOP_ADD, "add");
+}
+ttt_tensor *ttt_sub(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return binary(ctx, a, b, BINOP_SUB, "sub");
+}
+ttt_tensor *ttt_mul(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return binary(ctx, a, b, BINOP_MUL, "mul");
+}
+ttt_tensor *ttt_div(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return binary(ctx, a, b, BINOP_DIV, "div");
+}
+
+/* r = alpha·a + beta·b: da = alpha·dr, db = beta·dr. */
+static void axpby_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    for (int k = 0; k < 2; k++) {
+        float *g = ttt_grad(ctx, e->in[k]), s = e->farg[k];
+        if (g)
+            for (size_t i = 0; i < e->out->n; i++) g[i] += s * dr[i];
+    }
+}
+
+ttt_tensor *ttt_axpby(ttt_ctx *ctx, float alpha, const ttt_tensor *a, float beta,
+                      const ttt_tensor *b) {
+    SHAPE_CHECK(ttt_tensor_same_shape(a, b), "axpby", a, b);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    float *restrict o = r->data;
+    const float *restrict x = a->data, *restrict y = b->data;
+    for (size_t i = 0; i < a->n; i++) o[i] = alpha * x[i] + beta * y[i];
+    ttt_tape_entry *e = RECORD(ctx, "axpby", axpby_backward, r, a, b);
+    if (e) {
+        e->farg[0] = alpha;
+        e->farg[1] = beta;
+    }
+    return r;
+}
+
+/* r = s·a (farg[0] = s; add_scalar records s = 1): da = s·dr. */
+static void scale_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    float *restrict g = ttt_grad(ctx, e->in[0]);
+    const float s = e->farg[0];
+    for (size_t i = 0; i < e->out->n; i++) g[i] += s * dr[i];
+}
+
+ttt_tensor *ttt_scale(ttt_ctx *ctx, const ttt_tensor *a, float s) {
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    binop_vs(r->data, a->data, s, a->n, BINOP_MUL);
+    ttt_tape_entry *e = RECORD(ctx, "scale", scale_backward, r, a);
+    if (e) e->farg[0] = s;
+    return r;
+}
+
+ttt_tensor *ttt_add_scalar(ttt_ctx *ctx, const ttt_tensor *a, float s) {
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    binop_vs(r->data, a->data, s, a->n, BINOP_ADD);
+    ttt_tape_entry *e = RECORD(ctx, "add_scalar", scale_backward, r, a);
+    if (e) e->farg[0] = 1.0f;
+    return r;
+}
+
+/* r_ij = a_ij·v_i: da_ij = dr_ij·v_i, dv_i = Σ_j dr_ij·a_ij. */
+static void scale_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *v = e->in[1];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    float *ga = ttt_grad(ctx, a), *gv = ttt_grad(ctx, v);
+    for (size_t i = 0; i < rows; i++) {
+        const float *dri = dr + i * cols, *ai = a->data + i * cols;
+        if (ga) {
+            const float vi = v->data[i];
+            for (size_t j = 0; j < cols; j++) ga[i * cols + j] += dri[j] * vi;
+        }
+        if (gv) {
+            double s = 0.0;
+            for (size_t j = 0; j < cols; j++) s += (double)dri[j] * ai[j];
+            gv[i] += (float)s;
+        }
+    }
+}
+
+ttt_tensor *ttt_scale_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v) {
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    SHAPE_CHECK(v->n == rows, "scale_rows (v needs one element per row of a)", a, v);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < rows; i++)
+        binop_vs(r->data + i * cols, a->data + i * cols, v->data[i], cols, BINOP_MUL);
+    RECORD(ctx, "scale_rows", scale_rows_backward, r, a, v);
+    return r;
+}
+
+/* r_ij = a_ij·v_j: da_ij = dr_ij·v_j, dv_j = Σ_i dr_ij·a_ij. */
+static void scale_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *v = e->in[1];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    float *ga = ttt_grad(ctx, a), *gv = ttt_grad(ctx, v);
+    if (ga)
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++) ga[i * cols + j] += dr[i * cols + j] * v->data[j];
+    if (gv) {
+        ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+        double *acc = scratch_doubles(ctx, cols); /* (n) */
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++)
+                acc[j] += (double)dr[i * cols + j] * a->data[i * cols + j];
+        add_doubles(gv, acc, cols);
+        ttt_arena_release(ctx->arena, mark);
+    }
+}
+
+ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v) {
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    SHAPE_CHECK(v->n == cols, "scale_cols (v needs one element per column of a)", a, v);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < rows; i++)
+        binop_vv(r->data + i * cols, a->data + i * cols, v->data, cols, BINOP_MUL);
+    RECORD(ctx, "scale_cols", scale_cols_backward, r, a, v);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* elementwise, unary                                                                             */
+
+/* Every unary op is one forward/backward pair generated from two expressions: `expr` computes
+ * the output from x (the input element), `dexpr` the derivative dy/dx from x and y (the output
+ * element, often the cheaper way to write it). The backward is da = dr · dexpr. */
+#define UNARY_OP(fname, expr, dexpr)                                                       \
+    static void fname##_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) { \
+        const ttt_tensor *a = e->in[0];                                                    \
+        float *restrict g = ttt_grad(ctx, a);                                              \
+        const float *restrict in = a->data, *restrict out = e->out->data;                  \
+        for (size_t i = 0; i < a->n; i++) {                                                \
+            const float x = in[i], y = out[i];                                             \
+            (void)x;                                                                       \
+            (void)y;                                                                       \
+            g[i] += dr[i] * (dexpr);                                                       \
+        }                                                                                  \
+    }                                                                                      \
+    ttt_tensor *fname(ttt_ctx *ctx, const ttt_tensor *a) {                                 \
+        ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);                            \
+        float *restrict o = r->data;                                                       \
+        const float *restrict in = a->data;                                                \
+        for (size_t i = 0; i < a->n; i++) {                                                \
+            const float x = in[i];                                                         \
+            o[i] = (expr);                                                                 \
+        }                                                                                  \
+        RECORD(ctx, &#fname[4], fname##_backward, r, a);                                   \
+        return r;                                                                          \
+    }
+
+/* σ(x) without overflow for either sign: with e = exp(−|x|) ∈ (0, 1],
+ * σ(x) = 1/(1+e) for x ≥ 0 and e/(1+e) for x < 0; 1 − σ(x) is the other one, so neither is ever
+ * formed by the cancelling subtraction 1 − σ.
+ * exp is src/core/fastexp.h's branch-free polynomial (≤ 2 ulp on [−87, 0], the argument range
+ * here), so that the elementwise loops below vectorize: through libm's scalar expf, silu and its
+ * backward on the short-convolution outputs took ~25 % of a training step (perf, MATH.md §7
+ * setting). Below −87 it returns 0 where expf would give a value < 1.7e-38, which changes σ(x)
+ * for x < −87 from a float denormal to 0 only. When σ(x) and 1 − σ(x) are both used (the
+ * derivatives), the compiler computes the shared exp once (both helpers are pure and inline). */
+/* e^(−|x|). A NaN argument must not reach ttt_fast_expf (its float-to-int conversion of NaN is
+ * undefined behaviour): |x| is clamped to 1000 (e = 0, as for any |x| > 87) on the bit pattern,
+ * where NaN and inf are the largest values, and the callers return x itself for NaN so that NaN
+ * still propagates (the trainer's non-finite checks rely on it). Integer selects only: a float
+ * compare-and-select against NaN kept these loops from vectorizing (measured: silu and its
+ * backward back at 34 % of a step). */
+#define ABS_BITS_1000 0x447A0000u /* 1000.0f */
+#define ABS_BITS_INF 0x7F800000u
+static inline uint32_t abs_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u & 0x7FFFFFFFu;
+}
+static inline float exp_neg_abs(float x) {
+    uint32_t u = abs_bits(x);
+    u = u < ABS_BITS_1000 ? u : ABS_BITS_1000;
+    float a;
+    memcpy(&a, &u, sizeof a);
+    return ttt_fast_expf(-a);
+}
+static inline float sigmoid_f(float x) {
+    float e = exp_neg_abs(x), s = 1.0f / (1.0f + e);
+    float r = x >= 0.0f ? s : e * s;
+    return abs_bits(x) > ABS_BITS_INF ? x : r;
+}
+static inline float sigmoid_c(float x) { /* 1 − σ(x) = σ(−x) */
+    float e = exp_neg_abs(x), s = 1.0f / (1.0f + e);
+    float r = x >= 0.0f ? e * s : s;
+    return abs_bits(x) > ABS_BITS_INF ? x : r;
+}
+
+/* gelu (tanh approximation, ops.h): 0.5x(1 + tanh(u)) = x·σ(2u), u = √(2/π)(x + 0.044715x³).
+ * The σ form keeps relative accuracy for negative x, where 1 + tanh(u) would cancel. */
+#define GELU_C 0.7978845608028654f /* √(2/π) */
+#define GELU_A 0.044715f
+
+static inline float gelu_f(float x) {
+    float u = GELU_C * (x + GELU_A * x * x * x);
+    return x * sigmoid_f(2.0f * u);
+}
+
+/* d/dx x·σ(2u) = σ(2u) + 2x·σ(2u)(1 − σ(2u))·u'(x), u' = √(2/π)(1 + 3·0.044715x²).
+ * Beyond |x| = 30 the second term is far below float resolution (σ(1−σ) ≈ e^(−2|u|) with
+ * 2|u| > 2000); clamping there keeps x·u' from reaching inf and turning 0·inf into NaN. */
+static inline float gelu_grad_f(float x) {
+    float xc = fminf(fmaxf(x, -30.0f), 30.0f);
+    float u = GELU_C * (xc + GELU_A * xc * xc * xc);
+    float du = GELU_C * (1.0f + 3.0f * GELU_A * xc * xc);
+    float s = sigmoid_f(2.0f * u), sc = sigmoid_c(2.0f * u);
+    return s + 2.0f * xc * s * sc * du;
+}
+
+/* gelu''(x), the backward of ttt_gelu_grad (needed to train through the analytic inner gradient
+ * of the MLP fast-weight model, MATH.md §2). With s = σ(2u), s' = 2u'·s(1−s) and
+ * (s(1−s))' = 2u'·s(1−s)(1−2s), differentiating gelu' = s + 2x·s(1−s)·u' gives
+ *   gelu'' = s(1−s)·(4u' + 4x(1−2s)u'² + 2x·u''),   u'' = √(2/π)·6·0.044715·x,
+ * with 1 − 2s written as (1−s) − s. Same clamp as gelu_grad_f: s(1−s) is 0 in float there. */
+static inline float gelu_grad2_f(float x) {
+    float xc = fminf(fmaxf(x, -30.0f), 30.0f);
+    float u = GELU_C * (xc + GELU_A * xc * xc * xc);
+    float du = GELU_C * (1.0f + 3.0f * GELU_A * xc * xc);
+    float ddu = GELU_C * 6.0f * GELU_A * xc;
+    float s = sigmoid_f(2.0f * u), sc = sigmoid_c(2.0f * u);
+    return s * sc * (4.0f * du + 4.0f * xc * (sc - s) * du * du + 2.0f * xc * ddu);
+}
+
+UNARY_OP(ttt_neg, -x, -1.0f)
+UNARY_OP(ttt_exp, expf(x), y)
+UNARY_OP(ttt_log, logf(x), 1.0f / x)
+UNARY_OP(ttt_sqrt, sqrtf(x), 0.5f / y)
+UNARY_OP(ttt_square, x * x, 2.0f * x)
+/* σ' = σ(1 − σ) */
+UNARY_OP(ttt_sigmoid, sigmoid_f(x), sigmoid_f(x) * sigmoid_c(x))
+/* silu' below (ttt_silu_grad) */
+UNARY_OP(ttt_silu, x * sigmoid_f(x), sigmoid_f(x) * (1.0f + x * sigmoid_c(x)))
+UNARY_OP(ttt_gelu, gelu_f(x), gelu_grad_f(x))
+/* softplus(x) = log(1 + eˣ) = max(x, 0) + log1p(e^(−|x|)): no overflow for large x, no loss of
+ * the tiny value for very negative x (hence libm's expf here, not the fast exp, which flushes
+ * below −87: softplus(−100) ≈ 3.7e-44 must stay positive; log1pf is a library call anyway, and
+ * softplus only runs on the (B·T, H) gate pre-activations). softplus' = σ. */
+UNARY_OP(ttt_softplus, fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))), sigmoid_f(x))
+/* elu(x) + 1: x + 1 for x > 0, eˣ otherwise (elu = eˣ − 1 there, so the +1 cancels exactly).
+ * Derivative 1 or eˣ = y; at the kink x = 0 the left derivative e⁰ = 1 agrees. */
+UNARY_OP(ttt_elu1, x > 0.0f ? x + 1.0f : expf(x), x > 0.0f ? 1.0f : y)
+/* relu' = [x > 0] (0 at the kink). */
+UNARY_OP(ttt_relu, x > 0.0f ? x : 0.0f, x > 0.0f ? 1.0f : 0.0f)
+/* silu'(x) = σ(x)(1 + x(1 − σ(x))) (MATH.md §2, SwiGLU gradient); its own derivative, for
+ * training through the inner gradient: silu'' = σ(1−σ)(2 + x(1−2σ)), 1−2σ = (1−σ) − σ. */
+UNARY_OP(ttt_silu_grad, sigmoid_f(x) * (1.0f + x * sigmoid_c(x)),
+         sigmoid_f(x) * sigmoid_c(x) * (2.0f + x * (sigmoid_c(x) - sigmoid_f(x))))
+UNARY_OP(ttt_gelu_grad, gelu_grad_f(x), gelu_grad2_f(x))
+
+/* --------------------------------------------------------------------------------------------- */
+/* reductions (accumulated in double)                                                             */
+
+static ttt_tensor *scalar_result(ttt_ctx *ctx, double v) {
+    ttt_tensor *r = ttt_tensor_1d(ctx, 1);
+    r->data[0] = (float)v;
+    return r;
+}
+
+/* s = Σ a: da = ds (every element). */
+static void sum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds) {
+    const ttt_tensor *a = e->in[0];
+    float *restrict g = ttt_grad(ctx, a);
+    const float d = ds[0] * e->farg[0]; /* farg[0]: 1 for sum, 1/n for mean */
+    for (size_t i = 0; i < a->n; i++) g[i] += d;
+}
+
+ttt_tensor *ttt_sum(ttt_ctx *ctx, const ttt_tensor *a) {
+    double s = 0.0;
+    for (size_t i = 0; i < a->n; i++) s += a->data[i];
+    ttt_tensor *r = scalar_result(ctx, s);
+    ttt_tape_entry *e = RECORD(ctx, "sum", sum_backward, r, a);
+    if (e) e->farg[0] = 1.0f;
+    return r;
+}
+
+ttt_tensor *ttt_mean(ttt_ctx *ctx, const ttt_tensor *a) {
+    SHAPE_CHECK(a->n > 0, "mean (of an empty tensor)", a, NULL);
+    double s = 0.0;
+    for (size_t i = 0; i < a->n; i++) s += a->data[i];
+    ttt_tensor *r = scalar_result(ctx, s / (double)a->n);
+    ttt_tape_entry *e = RECORD(ctx, "mean", sum_backward, r, a);
+    if (e) e->farg[0] = (float)(1.0 / (double)a->n);
+    return r;
+}
+
+/* s = a·b: da = ds·b, db = ds·a (a and b may be the same tensor: two separate additions). */
+static void dot_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1];
+    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    if (ga)
+        for (size_t i = 0; i < a->n; i++) ga[i] += ds[0] * b->data[i];
+    if (gb)
+        for (size_t i = 0; i < b->n; i++) gb[i] += ds[0] * a->data[i];
+}
+
+ttt_tensor *ttt_dot(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    SHAPE_CHECK(a->n == b->n, "dot (element counts)", a, b);
+    double s = 0.0;
+    for (size_t i = 0; i < a->n; i++) s += (double)a->data[i] * b->data[i];
+    ttt_tensor *r = scalar_result(ctx, s);
+    RECORD(ctx, "dot", dot_backward, r, a, b);
+    return r;
+}
+
+/* s = ‖a‖_F: da = ds·a/s (0 at a = 0, the minimum-norm subgradient). */
+static void norm_fro_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds) {
+    const ttt_tensor *a = e->in[0];
+    float *restrict g = ttt_grad(ctx, a);
+    const float s = e->out->data[0];
+    if (s == 0.0f) return;
+    const float d = ds[0] / s;
+    for (size_t i = 0; i < a->n; i++) g[i] += d * a->data[i];
+}
+
+ttt_tensor *ttt_norm_fro(ttt_ctx *ctx, const ttt_tensor *a) {
+    double s = 0.0;
+    for (size_t i = 0; i < a->n; i++) s += (double)a->data[i] * a->data[i];
+    ttt_tensor *r = scalar_result(ctx, sqrt(s));
+    RECORD(ctx, "norm_fro", norm_fro_backward, r, a);
+    return r;
+}
+
+/* r_j = Σ_i a_ij: da_ij = dr_j (dr broadcast down the rows). */
+static void sum_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) g[i * cols + j] += dr[j];
+}
+
+ttt_tensor *ttt_sum_rows(ttt_ctx *ctx, const ttt_tensor *a) {
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    ttt_tensor *r = ttt_tensor_1d(ctx, (int)cols);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *restrict acc = scratch_doubles(ctx, cols); /* (n) */
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict row = a->data + i * cols; /* (n) */
+        for (size_t j = 0; j < cols; j++) acc[j] += row[j];
+    }
+    for (size_t j = 0; j < cols; j++) r->data[j] = (float)acc[j];
+    ttt_arena_release(ctx->arena, mark);
+    RECORD(ctx, "sum_rows", sum_rows_backward, r, a);
+    return r;
+}
+
+/* r_i = Σ_j a_ij: da_ij = dr_i (dr broadcast along the row). */
+static void sum_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) g[i * cols + j] += dr[i];
+}
+
+ttt_tensor *ttt_sum_cols(ttt_ctx *ctx, const ttt_tensor *a) {
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    ttt_tensor *r = ttt_tensor_1d(ctx, (int)rows);
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict row = a->data + i * cols; /* (n) */
+        double s = 0.0;
+        for (size_t j = 0; j < cols; j++) s += row[j];
+        r->data[i] = (float)s;
+    }
+    RECORD(ctx, "sum_cols", sum_cols_backward, r, a);
+    return r;
+}
+
+/* r_i = ‖a_i‖: da_ij = dr_i·a_ij/r_i (0 for a zero row). */
+static void row_norms_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t i = 0; i < rows; i++) {
+        const float ri = e->out->data[i];
+        if (ri == 0.0f) continue;
+        const float d = dr[i] / ri;
+        for (size_t j = 0; j < cols; j++) g[i * cols + j] += d * a->data[i * cols + j];
+    }
+}
+
+ttt_tensor *ttt_row_norms(ttt_ctx *ctx, const ttt_tensor *a) {
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
+    ttt_tensor *r = ttt_tensor_1d(ctx, (int)rows);
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict row = a->data + i * cols; /* (n) */
+        double s = 0.0;
+        for (size_t j = 0; j < cols; j++) s += (double)row[j] * row[j];
+        r->data[i] = (float)sqrt(s);
+    }
+    RECORD(ctx, "row_norms", row_norms_backward, r, a);
+    return r;
+}
+
+/* r_t = Σ_{s ≤ t} a_s: da_t = Σ_{s ≥ t} dr_s, a suffix sum (in double, like the forward). */
+static void cumsum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t T = (size_t)a->shape[0], d = a->ndim == 2 ? (size_t)a->shape[1] : 1;
+    float *restrict g = ttt_grad(ctx, a);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *restrict acc = scratch_doubles(ctx, d); /* (d) */
+    for (size_t t = T; t-- > 0;)
+        for (size_t j = 0; j < d; j++) {
+            acc[j] += dr[t * d + j];
+            g[t * d + j] += (float)acc[j];
+        }
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* Prefix sums along dim 0. Used for cumulative log gates G = cumsum(log α) (MATH.md §5.1, §5.3),
+ * where the double running sum keeps late entries exact enough for exp(G_i − G_j). */
+ttt_tensor *ttt_cumsum(ttt_ctx *ctx, const ttt_tensor *a) {
+    SHAPE_CHECK(a->ndim == 1 || a->ndim == 2, "cumsum (1-D or 2-D)", a, NULL);
+    size_t T = (size_t)a->shape[0], d = a->ndim == 2 ? (size_t)a->shape[1] : 1;
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *restrict acc = scratch_doubles(ctx, d); /* (d) */
+    for (size_t t = 0; t < T; t++) {
+        const float *restrict in = a->data + t * d; /* (d) */
+        float *restrict out = r->data + t * d;      /* (d) */
+        for (size_t j = 0; j < d; j++) {
+            acc[j] += in[j];
+            out[j] = (float)acc[j];
+        }
+    }
+    ttt_arena_release(ctx->arena, mark);
+    RECORD(ctx, "cumsum", cumsum_backward, r, a);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* norms                                                                                          */
+
+/* Mean and 1/sqrt(biased variance + eps) of one row, two-pass in double. */
+static void row_moments(double *mean, double *rstd, const float *restrict x, size_t n, float eps) {
+    double s = 0.0;
+    for (size_t j = 0; j < n; j++) s += x[j];
+    double mu = n ? s / (double)n : 0.0, v = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        double d = x[j] - mu;
+        v += d * d;
+    }
+    v = n ? v / (double)n : 0.0;
+    *mean = mu;
+    *rstd = 1.0 / sqrt(v + (double)eps);
+}
+
+static void check_norm_param(const char *op, const ttt_tensor *x, const ttt_tensor *p) {
+    if (p) SHAPE_CHECK(p->n == (size_t)TTT_COLS(x), op, x, p);
+}
+
+/* y = x̂·γ + β, x̂ = (x − μ)·r. With ĝ = dy ⊙ γ (the same formula as ttt_layernorm_backward):
+ *   dx = r·(ĝ − mean(ĝ) − x̂·mean(ĝ ⊙ x̂)),   dγ = Σ_rows dy ⊙ x̂,   dβ = Σ_rows dy. */
+static void layernorm_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0], *gamma = e->in[1], *beta = e->in[2];
+    const float eps = e->farg[0];
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    float *gx = ttt_grad(ctx, x), *gg = ttt_grad(ctx, gamma), *gb = ttt_grad(ctx, beta);
+    const float *g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *acc_g = scratch_doubles(ctx, n), *acc_b = scratch_doubles(ctx, n); /* (n), (n) */
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x->data + i * n, *dyr = dy + i * n; /* (n), (n) */
+        double mu, rs;
+        row_moments(&mu, &rs, xr, n, eps);
+        double sg = 0.0, sgx = 0.0; /* Σ ĝ, Σ ĝ x̂ */
+        for (size_t j = 0; j < n; j++) {
+            double xh = (xr[j] - mu) * rs, gh = g ? (double)dyr[j] * g[j] : (double)dyr[j];
+            sg += gh;
+            sgx += gh * xh;
+            acc_g[j] += dyr[j] * xh;
+            acc_b[j] += dyr[j];
+        }
+        if (gx) {
+            double mg = sg / (double)n, mgx = sgx / (double)n;
+            for (size_t j = 0; j < n; j++) {
+                double xh = (xr[j] - mu) * rs, gh = g ? (double)dyr[j] * g[j] : (double)dyr[j];
+                gx[i * n + j] += (float)(rs * (gh - mg - xh * mgx));
+            }
+        }
+    }
+    if (gg) add_doubles(gg, acc_g, n);
+    if (gb) add_doubles(gb, acc_b, n);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_layernorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma,
+                          const ttt_tensor *beta, float eps) {
+    check_norm_param("layernorm (gamma)", x, gamma);
+    check_norm_param("layernorm (beta)", x, beta);
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
+    const float *restrict g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    const float *restrict b = beta ? beta->data : NULL;   /* (n) or NULL */
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict xr = x->data + i * n; /* (n) */
+        float *restrict yr = r->data + i * n;       /* (n) */
+        double mu, rs;
+        row_moments(&mu, &rs, xr, n, eps);
+        float m = (float)mu, s = (float)rs;
+        for (size_t j = 0; j < n; j++) yr[j] = (xr[j] - m) * s;
+        if (g)
+            for (size_t j = 0; j < n; j++) yr[j] *= g[j];
+        if (b)
+            for (size_t j = 0; j < n; j++) yr[j] += b[j];
+    }
+    ttt_tape_entry *e = RECORD(ctx, "layernorm", layernorm_op_backward, r, x, gamma, beta);
+    if (e) e->farg[0] = eps;
+    return r;
+}
+
+/* Backward of the LN backward (a second derivative of LN), for training through the analytic
+ * inner gradient of TTT-Linear / TTT-MLP (MATH.md §2, "through LN backward"). Per row, with
+ * P = I − 11ᵀ/n − x̂x̂ᵀ/n (symmetric), the forward is dx = r·P·ĝ, ĝ = dy ⊙ γ. For an upstream
+ * gradient w of dx:
+ *   ∂/∂ĝ = r·P·w   (dx is linear in ĝ), so d(dy) = (r P w) ⊙ γ and dγ = Σ_rows (r P w) ⊙ dy
+ *   ∂/∂x = −(r²/n)·[(w·Pĝ)·x̂ + (x̂·ĝ)·P w + (w·x̂)·P ĝ]
+ * The second line differentiates r(x) and x̂(x) using ∂r/∂x = −r²x̂/n and ∂x̂/∂x = r·P. */
+static void layernorm_backward_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *w) {
+    const ttt_tensor *dy = e->in[0], *x = e->in[1], *gamma = e->in[2];
+    const float eps = e->farg[0];
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    float *gdy = ttt_grad(ctx, dy), *gx = ttt_grad(ctx, x), *gg = ttt_grad(ctx, gamma);
+    const float *g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *xh = scratch_doubles(ctx, n), *gh = scratch_doubles(ctx, n);  /* (n), (n) */
+    double *pw = scratch_doubles(ctx, n), *pg = scratch_doubles(ctx, n);  /* (n), (n) */
+    double *acc_g = scratch_doubles(ctx, n);                               /* (n) */
+    const double dn = (double)n;
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x->data + i * n, *dyr = dy->data + i * n, *wr = w + i * n;
+        double mu, rs;
+        row_moments(&mu, &rs, xr, n, eps);
+        double sw = 0, sg = 0, xw = 0, xg = 0; /* Σw, Σĝ, x̂·w, x̂·ĝ */
+        for (size_t j = 0; j < n; j++) {
+            xh[j] = (xr[j] - mu) * rs;
+            gh[j] = g ? (double)dyr[j] * g[j] : (double)dyr[j];
+            sw += wr[j];
+            sg += gh[j];
+            xw += xh[j] * wr[j];
+            xg += xh[j] * gh[j];
+        }
+        double wpg = 0.0; /* w·Pĝ */
+        for (size_t j = 0; j < n; j++) {
+            pw[j] = wr[j] - sw / dn - xh[j] * xw / dn;
+            pg[j] = gh[j] - sg / dn - xh[j] * xg / dn;
+            wpg += wr[j] * pg[j];
+        }
+        for (size_t j = 0; j < n; j++) {
+            double u = rs * pw[j]; /* ∂/∂ĝ_j */
+            if (gdy) gdy[i * n + j] += (float)(g ? u * g[j] : u);
+            acc_g[j] += u * dyr[j];
+            if (gx)
+                gx[i * n + j] += (float)(-(rs * rs / dn) * (wpg * xh[j] + xg * pw[j] + xw * pg[j]));
+        }
+    }
+    if (gg) add_doubles(gg, acc_g, n);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* With x̂ = (x − μ)·r, r = 1/sqrt(var + eps), and ĝ = dy ⊙ γ, the gradient of Σ dy·LN(x) is
+ *   dx = r · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂))
+ * (differentiating μ and var, both biased means over the row). This is the "through LN backward"
+ * step of the TTT reconstruction loss (MATH.md §2). */
+ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
+                                   const ttt_tensor *gamma, float eps) {
+    SHAPE_CHECK(ttt_tensor_same_shape(dy, x), "layernorm_backward (dy vs x)", dy, x);
+    check_norm_param("layernorm_backward (gamma)", x, gamma);
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
+    const float *restrict g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict xr = x->data + i * n;   /* (n) */
+        const float *restrict dyr = dy->data + i * n; /* (n) */
+        float *restrict dxr = r->data + i * n;        /* (n) */
+        double mu, rs;
+        row_moments(&mu, &rs, xr, n, eps);
+        double sg = 0.0, sgx = 0.0; /* Σ ĝ, Σ ĝ x̂ */
+        for (size_t j = 0; j < n; j++) {
+            double gh = g ? (double)dyr[j] * g[j] : (double)dyr[j];
+            sg += gh;
+            sgx += gh * ((xr[j] - mu) * rs);
+        }
+        float mg = (float)(sg / (double)n), mgx = (float)(sgx / (double)n);
+        float m = (float)mu, s = (float)rs;
+        for (size_t j = 0; j < n; j++) {
+            float gh = g ? dyr[j] * g[j] : dyr[j];
+            float xh = (xr[j] - m) * s;
+            dxr[j] = s * (gh - mg - xh * mgx);
+        }
+    }
+    ttt_tape_entry *e =
+        RECORD(ctx, "layernorm_backward", layernorm_backward_backward, r, dy, x, gamma);
+    if (e) e->farg[0] = eps;
+    return r;
+}
+
+/* y = γ ⊙ x·s, s = (mean(x²) + eps)^(−1/2), ∂s/∂x = −s³x/n. With ĝ = dy ⊙ γ:
+ *   dx = s·ĝ − s³·x·(x·ĝ)/n,   dγ = Σ_rows dy ⊙ x·s. */
+static void rmsnorm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0], *gamma = e->in[1];
+    const float eps = e->farg[0];
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    float *gx = ttt_grad(ctx, x), *gg = ttt_grad(ctx, gamma);
+    const float *g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *acc_g = scratch_doubles(ctx, n); /* (n) */
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x->data + i * n, *dyr = dy + i * n; /* (n), (n) */
+        double ss = 0.0, xg = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            ss += (double)xr[j] * xr[j];
+            xg += (double)xr[j] * (g ? (double)dyr[j] * g[j] : (double)dyr[j]);
+        }
+        double s = 1.0 / sqrt((n ? ss / (double)n : 0.0) + (double)eps);
+        double c = s * s * s * xg / (double)n;
+        for (size_t j = 0; j < n; j++) {
+            double gh = g ? (double)dyr[j] * g[j] : (double)dyr[j];
+            if (gx) gx[i * n + j] += (float)(s * gh - c * xr[j]);
+            acc_g[j] += (double)dyr[j] * xr[j] * s;
+        }
+    }
+    if (gg) add_doubles(gg, acc_g, n);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_rmsnorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma, float eps) {
+    check_norm_param("rmsnorm (gamma)", x, gamma);
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
+    const float *restrict g = gamma ? gamma->data : NULL; /* (n) or NULL */
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict xr = x->data + i * n; /* (n) */
+        float *restrict yr = r->data + i * n;       /* (n) */
+        double ss = 0.0;
+        for (size_t j = 0; j < n; j++) ss += (double)xr[j] * xr[j];
+        float s = (float)(1.0 / sqrt((n ? ss / (double)n : 0.0) + (double)eps));
+        for (size_t j = 0; j < n; j++) yr[j] = xr[j] * s;
+        if (g)
+            for (size_t j = 0; j < n; j++) yr[j] *= g[j];
+    }
+    ttt_tape_entry *e = RECORD(ctx, "rmsnorm", rmsnorm_backward, r, x, gamma);
+    if (e) e->farg[0] = eps;
+    return r;
+}
+
+/* y = x·s, s = (Σx² + eps)^(−1/2): dx = s·dy − s³·x·(x·dy). */
+static void l2norm_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0];
+    const float eps = e->farg[0];
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    float *restrict gx = ttt_grad(ctx, x);
+    for (size_t i = 0; i < rows; i++) {
+        const float *xr = x->data + i * n, *dyr = dy + i * n; /* (n), (n) */
+        double ss = 0.0, xd = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            ss += (double)xr[j] * xr[j];
+            xd += (double)xr[j] * dyr[j];
+        }
+        double s = 1.0 / sqrt(ss + (double)eps), c = s * s * s * xd;
+        for (size_t j = 0; j < n; j++) gx[i * n + j] += (float)(s * dyr[j] - c * xr[j]);
+    }
+}
+
+ttt_tensor *ttt_l2norm_rows(ttt_ctx *ctx, const ttt_tensor *x, float eps) {
+    size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict xr = x->data + i * n; /* (n) */
+        float *restrict yr = r->data + i * n;       /* (n) */
+        double ss = 0.0;
+        for (size_t j = 0; j < n; j++) ss += (double)xr[j] * xr[j];
+        float s = (float)(1.0 / sqrt(ss + (double)eps));
+        for (size_t j = 0; j < n; j++) yr[j] = xr[j] * s;
+    }
+    ttt_tape_entry *e = RECORD(ctx, "l2norm_rows", l2norm_rows_backward, r, x);
+    if (e) e->farg[0] = eps;
+    return r;
+}
+
+/* y = softmax(a) per row: da = y ⊙ (dy − y·dy). Masked (−inf) entries have y = 0 and get 0. */
+static void softmax_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *a = e->in[0];
+    size_t rows = rows_of(a), n = (size_t)TTT_COLS(a);
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t i = 0; i < rows; i++) {
+        const float *y = e->out->data + i * n, *dyr = dy + i * n; /* (n), (n) */
+        double s = 0.0;
+        for (size_t j = 0; j < n; j++) s += (double)y[j] * dyr[j];
+        const float sf = (float)s;
+        for (size_t j = 0; j < n; j++) g[i * n + j] += y[j] * (dyr[j] - sf);
+    }
+}
+
+/* Softmax of each row after subtracting its max (so exp never overflows). -INFINITY entries are
+ * masked positions (causal_fill, log M in MATH.md §4) and get exactly 0; a row with no finite
+ * entry at all (fully masked) is all zeros rather than 0/0 = NaN. */
+ttt_tensor *ttt_softmax_rows(ttt_ctx *ctx, const ttt_tensor *a) {
+    size_t rows = rows_of(a), n = (size_t)TTT_COLS(a);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < rows; i++) {
+        const float *restrict x = a->data + i * n; /* (n) */
+        float *restrict y = r->data + i * n;       /* (n) */
+        float mx = -INFINITY;
+        for (size_t j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+        if (mx == -INFINITY) {
+            memset(y, 0, n * sizeof *y);
+            continue;
+        }
+        double s = 0.0;
+        for (size_t j = 0; j < n; j++) {
+            y[j] = expf(x[j] - mx);
+            s += y[j];
+        }
+        float inv = (float)(1.0 / s);
+        for (size_t j = 0; j < n; j++) y[j] *= inv;
+    }
+    RECORD(ctx, "softmax_rows", softmax_rows_backward, r, a);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* masks                                                                                          */
+
+/* Masks act on the last two dims; leading dims (batch, heads) are independent copies. */
+static size_t mats_of(const ttt_tensor *t) {
+    size_t b = 1;
+    for (int i = 0; i + 2 < t->ndim; i++) b *= (size_t)t->shape[i];
+    return b;
+}
+
+/* Kept entries pass their gradient through, zeroed ones get none. */
+static void tril_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    const long k = e->iarg[0];
+    size_t nb = mats_of(a);
+    long m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t b = 0; b < nb; b++)
+        for (long i = 0; i < m; i++) {
+            size_t off = (b * (size_t)m + (size_t)i) * (size_t)n;
+            long keep = i + k + 1;
+            keep = keep < 0 ? 0 : keep > n ? n : keep;
+            for (long j = 0; j < keep; j++) g[off + (size_t)j] += dr[off + (size_t)j];
+        }
+}
+
+ttt_tensor *ttt_tril(ttt_ctx *ctx, const ttt_tensor *a, int k) {
+    SHAPE_CHECK(a->ndim >= 2, "tril (needs a matrix)", a, NULL);
+    size_t nb = mats_of(a);
+    long m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t b = 0; b < nb; b++)
+        for (long i = 0; i < m; i++) {
+            const float *restrict x = a->data + (b * (size_t)m + (size_t)i) * (size_t)n; /* (n) */
+            float *restrict y = r->data + (b * (size_t)m + (size_t)i) * (size_t)n;       /* (n) */
+            long keep = i + k + 1; /* columns j < keep, i.e. j ≤ i + k */
+            keep = keep < 0 ? 0 : keep > n ? n : keep;
+            memcpy(y, x, (size_t)keep * sizeof *y);
+            memset(y + keep, 0, (size_t)(n - keep) * sizeof *y);
+        }
+    ttt_tape_entry *e = RECORD(ctx, "tril", tril_backward, r, a);
+    if (e) e->iarg[0] = k;
+    return r;
+}
+
+/* D_ij = exp(g_i − g_j) inside the mask: ∂D_ij/∂g_i = D_ij, ∂D_ij/∂g_j = −D_ij, so
+ *   dg_i += Σ_j dD_ij·D_ij (row sums),   dg_j −= Σ_i dD_ij·D_ij (column sums);
+ * outside the mask D is a constant 0. */
+static void decay_mask_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dD) {
+    const ttt_tensor *gt = e->in[0];
+    const int strict = e->iarg[0], T = gt->shape[0];
+    const float *D = e->out->data; /* (T, T) */
+    float *gg = ttt_grad(ctx, gt);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *acc = scratch_doubles(ctx, (size_t)T); /* (T) */
+    for (int i = 0; i < T; i++) {
+        int end = strict ? i : i + 1;
+        for (int j = 0; j < end; j++) {
+            double v = (double)dD[(size_t)i * T + j] * D[(size_t)i * T + j];
+            acc[i] += v;
+            acc[j] -= v;
+        }
+    }
+    add_doubles(gg, acc, (size_t)T);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* D_ij = exp(g_i − g_j) for j ≤ i (MATH.md §5.1, Γ in §5.3). Taking exp of the difference keeps
+ * every entry in (0, 1] for decaying gates even when exp(g_i) alone would underflow to 0. */
+ttt_tensor *ttt_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict) {
+    SHAPE_CHECK(g->ndim == 1, "decay_mask (g must be 1-D)", g, NULL);
+    int T = g->shape[0];
+    ttt_tensor *r = ttt_tensor_2d(ctx, T, T);
+    const float *restrict gv = g->data; /* (T) */
+    for (int i = 0; i < T; i++) {
+        float *restrict d = r->data + (size_t)i * T; /* (T) */
+        int end = strict ? i : i + 1;                /* columns j < end are inside the mask */
+        float gi = gv[i];
+        for (int j = 0; j < end; j++) d[j] = expf(gi - gv[j]);
+        memset(d + end, 0, (size_t)(T - end) * sizeof *d);
+    }
+    ttt_tape_entry *e = RECORD(ctx, "decay_mask", decay_mask_backward, r, g);
+    if (e) e->iarg[0] = strict;
+    return r;
+}
+
+/* Entries j ≤ i are copies of a; the −inf ones do not depend on a. */
+static void causal_fill_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t nb = mats_of(a), m = (size_t)a->shape[a->ndim - 1];
+    float *restrict g = ttt_grad(ctx, a);
+    for (size_t b = 0; b < nb; b++)
+        for (size_t i = 0; i < m; i++)
+            for (size_t j = 0; j <= i; j++) g[(b * m + i) * m + j] += dr[(b * m + i) * m + j];
+}
+
+ttt_tensor *ttt_causal_fill(ttt_ctx *ctx, const ttt_tensor *a) {
+    SHAPE_CHECK(a->ndim >= 2 && a->shape[a->ndim - 2] == a->shape[a->ndim - 1],
+                "causal_fill (needs square matrices)", a, NULL);
+    size_t nb = mats_of(a), m = (size_t)a->shape[a->ndim - 1];
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t b = 0; b < nb; b++)
+        for (size_t i = 0; i < m; i++) {
+            const float *restrict x = a->data + (b * m + i) * m; /* (m) */
+            float *restrict y = r->data + (b * m + i) * m;       /* (m) */
+            memcpy(y, x, (i + 1) * sizeof *y);
+            for (size_t j = i + 1; j < m; j++) y[j] = -INFINITY; /* x + (−inf) */
+        }
+    RECORD(ctx, "causal_fill", causal_fill_backward, r, a);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* triangular solve                                                                               */
+
+/* X = L⁻¹B. From dX = −L⁻¹·dL·X + L⁻¹·dB, with Y = L⁻ᵀ·dX (a solve with Lᵀ, strsm Trans):
+ *   dB = Y,   dL = −Y·Xᵀ restricted to the entries the forward reads (lower triangle; strictly
+ *   lower when unit, since the unit diagonal is not read and so gets no gradient). */
+static void solve_lower_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dX) {
+    const ttt_tensor *L = e->in[0], *B = e->in[1], *X = e->out;
+    const int unit = e->iarg[0];
+    int n = L->shape[0], m = B->ndim == 2 ? B->shape[1] : 1;
+    float *gL = ttt_grad(ctx, L), *gB = ttt_grad(ctx, B);
+    if (n == 0 || m == 0) return;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *Y = scratch_floats(ctx, (size_t)n * m); /* (n, m) */
+    memcpy(Y, dX, (size_t)n * m * sizeof *Y);
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, unit ? CblasUnit : CblasNonUnit,
+                n, m, 1.0f, L->data, n, Y, m);
+    if (gB)
+        for (size_t i = 0; i < (size_t)n * m; i++) gB[i] += Y[i];
+    if (gL) {
+        float *P = scratch_floats(ctx, (size_t)n * n); /* (n, n) = Y·Xᵀ */
+        sgemm_rm(P, 1.0f, Y, 0, m, X->data, 1, m, 0.0f, n, n, m);
+        for (int i = 0; i < n; i++) {
+            int end = unit ? i : i + 1;
+            for (int j = 0; j < end; j++) gL[(size_t)i * n + j] -= P[(size_t)i * n + j];
+        }
+    }
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* Forward substitution L·X = B through strsm on a copy of B (strsm works in place). Used for the
+ * WY/UT transform A⁻¹ of the chunkwise delta rule (MATH.md §5.3) with unit diagonal. */
+ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit) {
+    SHAPE_CHECK(L->ndim == 2 && L->shape[0] == L->shape[1], "solve_lower (L square)", L, B);
+    SHAPE_CHECK((B->ndim == 1 || B->ndim == 2) && B->shape[0] == L->shape[0],
+                "solve_lower (rows of B)", L, B);
+    int n = L->shape[0], m = B->ndim == 2 ? B->shape[1] : 1;
+    /* The copy is plain memory work, not the recorded ttt_tensor_copy: X depends on B only
+     * through the solve, whose backward covers it. */
+    ttt_tensor *X = ttt_tensor_new(ctx, B->ndim, B->shape);
+    memcpy(X->data, B->data, B->n * sizeof(float));
+    if (n > 0 && m > 0)
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans,
+                    unit ? CblasUnit : CblasNonUnit, n, m, 1.0f, L->data, n, X->data, m);
+    ttt_tape_entry *e = RECORD(ctx, "solve_lower", solve_lower_backward, X, L, B);
+    if (e) e->iarg[0] = unit;
+    return X;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* shape                                                                                          */
+
+/* y (…, n, m) = xᵀ per matrix, tiled; dst[j·m + i] = src[i·n + j] for src (m, n). */
+static inline void transpose_tiles(float *restrict y, const float *restrict x, int m, int n,
+                                   int add) {
+    enum { TILE = 32 };
+    for (int i0 = 0; i0 < m; i0 += TILE)
+        for (int j0 = 0; j0 < n; j0 += TILE) {
+            int i1 = i0 + TILE < m ? i0 + TILE : m, j1 = j0 + TILE < n ? j0 + TILE : n;
+            for (int i = i0; i < i1; i++)
+                for (int j = j0; j < j1; j++) {
+                    if (add)
+                        y[(size_t)j * m + i] += x[(size_t)i * n + j];
+                    else
+                        y[(size_t)j * m + i] = x[(size_t)i * n + j];
+                }
+        }
+}
+
+/* r = aᵀ per matrix: da += drᵀ. */
+static void transpose_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    float *g = ttt_grad(ctx, a);
+    int m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
+    size_t nb = mats_of(a), mn = (size_t)m * n;
+    for (size_t b = 0; b < nb; b++) transpose_tiles(g + b * mn, dr + b * mn, n, m, 1);
+}
+
+/* Swap the last two dims (batched over a leading dim for 3-D). Tiled so that both the reads and
+ * the writes stay within a few cache lines per tile. */
+ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a) {
+    SHAPE_CHECK(a->ndim == 2 || a->ndim == 3, "transpose (2-D or 3-D)", a, NULL);
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    int m = shp[a->ndim - 2], n = shp[a->ndim - 1];
+    shp[a->ndim - 2] = n;
+    shp[a->ndim - 1] = m;
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t nb = mats_of(a), mn = (size_t)m * n;
+    for (size_t b = 0; b < nb; b++) transpose_tiles(r->data + b * mn, a->data + b * mn, m, n, 0);
+    RECORD(ctx, "transpose", transpose_backward, r, a);
+    return r;
+}
+
+/* Elements per index of dim 0. */
+static size_t row_stride(const ttt_tensor *t) {
+    return t->shape[0] ? t->n / (size_t)t->shape[0] : 0;
+}
+
+/* r = a[r0:r1]: the gradient lands in the same rows of a. */
+static void slice_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    float *g = ttt_grad(ctx, a) + (size_t)e->iarg[0] * row_stride(a);
+    for (size_t i = 0; i < e->out->n; i++) g[i] += dr[i];
+}
+
+ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1) {
+    if (!(0 <= r0 && r0 <= r1 && r1 <= a->shape[0])) {
+        char s[64];
+        fprintf(stderr, "ttt: slice_rows: rows [%d, %d) out of range for %s\n", r0, r1,
+                ttt_tensor_shape_str(a, s, sizeof s));
+        TTT_ASSERT(0 <= r0 && r0 <= r1 && r1 <= a->shape[0]);
+    }
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    shp[0] = r1 - r0;
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t st = row_stride(a);
+    if (r->n) memcpy(r->data, a->data + (size_t)r0 * st, r->n * sizeof(float));
+    ttt_tape_entry *e = RECORD(ctx, "slice_rows", slice_rows_backward, r, a);
+    if (e) e->iarg[0] = r0;
+    return r;
+}
+
+/* r = [a; b]: the first a->n elements of dr belong to a, the rest to b. */
+static void concat_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1];
+    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    if (ga)
+        for (size_t i = 0; i < a->n; i++) ga[i] += dr[i];
+    if (gb)
+        for (size_t i = 0; i < b->n; i++) gb[i] += dr[a->n + i];
+}
+
+ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    int ok = a->ndim == b->ndim;
+    for (int i = 1; ok && i < a->ndim; i++) ok = a->shape[i] == b->shape[i];
+    SHAPE_CHECK(ok, "concat_rows (all dims but the first must match)", a, b);
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    shp[0] = a->shape[0] + b->shape[0];
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    if (a->n) memcpy(r->data, a->data, a->n * sizeof(float));
+    if (b->n) memcpy(r->data + a->n, b->data, b->n * sizeof(float));
+    RECORD(ctx, "concat_rows", concat_rows_backward, r, a, b);
+    return r;
+}
+
+/* r = [p_0; p_1; …] along dim 0: part p gets the next p->n elements of dr back. */
+static void concat_rows_n_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    size_t off = 0;
+    for (int p = 0; p < e->n_in; p++) {
+        const ttt_tensor *t = e->in[p];
+        float *g = ttt_grad(ctx, t);
+        if (g)
+            for (size_t i = 0; i < t->n; i++) g[i] += dr[off + i];
+        off += t->n;
+    }
+}
+
+ttt_tensor *ttt_concat_rows_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
+    TTT_ASSERT(n >= 1);
+    const ttt_tensor *a = parts[0];
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    shp[0] = 0;
+    for (int p = 0; p < n; p++) {
+        const ttt_tensor *t = parts[p];
+        int ok = t->ndim == a->ndim;
+        for (int i = 1; ok && i < a->ndim; i++) ok = t->shape[i] == a->shape[i];
+        SHAPE_CHECK(ok, "concat_rows (all dims but the first must match)", a, t);
+        shp[0] += t->shape[0];
+    }
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t off = 0;
+    for (int p = 0; p < n; p++) {
+        if (parts[p]->n) memcpy(r->data + off, parts[p]->data, parts[p]->n * sizeof(float));
+        off += parts[p]->n;
+    }
+    if (ctx->grad) record_named(ctx, "concat_rows_n", concat_rows_n_backward, r, parts, n);
+    return r;
+}
+
+/* r = a[..., c0:c1]: the gradient lands in the same columns of a. */
+static void slice_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a), w = (size_t)TTT_COLS(e->out);
+    float *g = ttt_grad(ctx, a) + e->iarg[0];
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < w; j++) g[i * cols + j] += dr[i * w + j];
+}
+
+ttt_tensor *ttt_slice_cols(ttt_ctx *ctx, const ttt_tensor *a, int c0, int c1) {
+    const int nc = TTT_COLS(a);
+    if (!(0 <= c0 && c0 <= c1 && c1 <= nc)) {
+        char s[64];
+        fprintf(stderr, "ttt: slice_cols: columns [%d, %d) out of range for %s\n", c0, c1,
+                ttt_tensor_shape_str(a, s, sizeof s));
+        TTT_ASSERT(0 <= c0 && c0 <= c1 && c1 <= nc);
+    }
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, a->shape, sizeof shp);
+    shp[a->ndim - 1] = c1 - c0;
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t rows = rows_of(a), w = (size_t)(c1 - c0);
+    if (w)
+        for (size_t i = 0; i < rows; i++)
+            memcpy(r->data + i * w, a->data + i * (size_t)nc + c0, w * sizeof(float));
+    ttt_tape_entry *e = RECORD(ctx, "slice_cols", slice_cols_backward, r, a);
+    if (e) e->iarg[0] = c0;
+    return r;
+}
+
+/* r = [p_0, p_1, …] along the last dim: each part gets its block of columns back. */
+static void concat_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    size_t rows = rows_of(e->out), cols = (size_t)TTT_COLS(e->out), c0 = 0;
+    for (int p = 0; p < e->n_in; p++) {
+        const ttt_tensor *t = e->in[p];
+        size_t w = (size_t)TTT_COLS(t);
+        float *g = ttt_grad(ctx, t);
+        if (g)
+            for (size_t i = 0; i < rows; i++)
+                for (size_t j = 0; j < w; j++) g[i * w + j] += dr[i * cols + c0 + j];
+        c0 += w;
+    }
+}
+
+ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
+    TTT_ASSERT(n >= 1);
+    const ttt_tensor *a = parts[0];
+    int shp[TTT_MAX_DIMS], total = 0;
+    for (int p = 0; p < n; p++) {
+        const ttt_tensor *t = parts[p];
+        int ok = t->ndim == a->ndim;
+        for (int i = 0; ok && i + 1 < a->ndim; i++) ok = t->shape[i] == a->shape[i];
+        SHAPE_CHECK(ok, "concat_cols (all dims but the last must match)", a, t);
+        total += TTT_COLS(t);
+    }
+    memcpy(shp, a->shape, sizeof shp);
+    shp[a->ndim - 1] = total;
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
+    size_t rows = rows_of(a), c0 = 0;
+    for (int p = 0; p < n; p++) {
+        size_t w = (size_t)TTT_COLS(parts[p]);
+        if (w)
+            for (size_t i = 0; i < rows; i++)
+                memcpy(r->data + i * (size_t)total + c0, parts[p]->data + i * w,
+                       w * sizeof(float));
+        c0 += w;
+    }
+    if (ctx->grad) record_named(ctx, "concat_cols", concat_cols_backward, r, parts, n);
+    return r;
+}
+
+ttt_tensor *ttt_concat_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return ttt_concat_cols_n(ctx, (const ttt_tensor *const[]){a, b}, 2);
+}
+
+ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape) {
+    TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
+    ttt_tensor view = ttt_tensor_view(a->data, ndim, shape);
+    SHAPE_CHECK(view.n == a->n, "reshape (element counts)", a, &view);
+    ttt_tensor *r = ttt_arena_alloc(ctx->arena, sizeof *r);
+    TTT_ASSERT(r != NULL);
+    *r = view;
+    /* r shares a's storage but is a tensor of its own on the tape: it gets its own gradient
+     * buffer, which its entry adds into a's element for element (same order, same count). */
+    RECORD(ctx, "reshape", ttt_backward_identity, r, a);
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* sequence-model ops                                                                             */
+
+/* r_i = table[ids_i]: the backward scatter-adds dr_i into row ids_i (repeated ids accumulate).
+ * aux holds a copy of ids (the caller's array need not outlive the forward). */
+static void embedding_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *table = e->in[0];
+    const int *ids = e->aux, n = e->iarg[0];
+    const size_t d = (size_t)table->shape[1];
+    float *g = ttt_grad(ctx, table);
+    for (int i = 0; i < n; i++) {
+        float *restrict gi = g + (size_t)ids[i] * d;   /* (d) */
+        const float *restrict di = dr + (size_t)i * d; /* (d) */
+        for (size_t j = 0; j < d; j++) gi[j] += di[j];
+    }
+}
+
+ttt_tensor *ttt_embedding(ttt_ctx *ctx, const ttt_tensor *table, const int *ids, int n) {
+    SHAPE_CHECK(table->ndim == 2, "embedding (table must be (V, d))", table, NULL);
+    const int V = table->shape[0], d = table->shape[1];
+    TTT_ASSERT(n >= 0);
+    ttt_tensor *r = ttt_tensor_2d(ctx, n, d);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= V) {
+            fprintf(stderr, "ttt: embedding: id %d at position %d is outside [0, %d)\n", ids[i], i,
+                    V);
+            TTT_ASSERT(ids[i] >= 0 && ids[i] < V);
+        }
+        memcpy(r->data + (size_t)i * d, table->data + (size_t)ids[i] * d,
+               (size_t)d * sizeof(float));
+    }
+    ttt_tape_entry *e = RECORD(ctx, "embedding", embedding_backward, r, table);
+    if (e) {
+        int *saved = ttt_tape_alloc(ctx, (size_t)(n ? n : 1) * sizeof(int));
+        if (n) memcpy(saved, ids, (size_t)n * sizeof(int));
+        e->aux = saved;
+        e->iarg[0] = n;
+    }
+    return r;
+}
+
+/* Saved by the cross-entropy forward for its backward. */
+typedef struct ce_saved {
+    int *targets; /* (N) copy of the targets */
+    float *lse;   /* (N) log Σ_j exp(z_ij) of each counted row */
+    int count;    /* rows with a target ≥ 0 */
+} ce_saved;
+
+/* L = (1/count)·Σ_{i counted} (lse_i − z_{i,t_i}):
+ *   dz_ij = dL/count · (softmax(z_i)_j − [j = t_i]) for counted rows, 0 for ignored ones.
+ * softmax is recomputed from the saved lse as exp(z_ij − lse_i), which is ≤ 1 (no overflow). */
+static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dl) {
+    const ttt_tensor *z = e->in[0];
+    const ce_saved *s = e->aux;
+    float *g = ttt_grad(ctx, z); /* created even when nothing is counted: a zero gradient */
+    if (s->count == 0) return;
+    const size_t N = rows_of(z), V = (size_t)TTT_COLS(z);
+    const float scale = dl[0] / (float)s->count;
+    for (size_t i = 0; i < N; i++) {
+        if (s->targets[i] < 0) continue;
+        const float *restrict zi = z->data + i * V; /* (V) */
+        float *restrict gi = g + i * V;             /* (V) */
+        const float lse = s->lse[i];
+        for (size_t j = 0; j < V; j++) gi[j] += scale * expf(zi[j] - lse);
+        gi[s->targets[i]] -= scale;
+    }
+}
+
+/* Mean token cross-entropy (nats) with log-sum-exp after subtracting the row max, so no exp
+ * overflows and a confident row (huge margin) still gives an exact small loss. */
+ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
+                              ttt_ce_stats *stats) {
+    SHAPE_CHECK(logits->ndim >= 1 && rows_of(logits) == (size_t)N,
+                "cross_entropy (logits must have N rows)", logits, NULL);
+    const size_t V = (size_t)TTT_COLS(logits);
+    ttt_tensor *r = ttt_tensor_1d(ctx, 1);
+    ce_saved *s = NULL;
+    if (ttt_recording(ctx) && logits->requires_grad) {
+        s = ttt_tape_alloc(ctx, sizeof *s);
+        s->targets = ttt_tape_alloc(ctx, (size_t)(N ? N : 1) * sizeof(int));
+        s->lse = ttt_tape_alloc(ctx, (size_t)(N ? N : 1) * sizeof(float));
+        if (N) memcpy(s->targets, targets, (size_t)N * sizeof(int));
+    }
+    double total = 0.0;
+    int count = 0, correct = 0;
+    for (int i = 0; i < N; i++) {
+        const int t = targets[i];
+        if (t < 0) continue; /* ignored position (padding, prompt) */
+        if ((size_t)t >= V) {
+            fprintf(stderr, "ttt: cross_entropy: target %d at row %d is outside [0, %zu)\n", t, i,
+                    V);
+            TTT_ASSERT((size_t)t < V);
+        }
+        const float *restrict z = logits->data + (size_t)i * V; /* (V) */
+        float mx = z[0];
+        size_t arg = 0;
+        for (size_t j = 1; j < V; j++)
+            if (z[j] > mx) {
+                mx = z[j];
+                arg = j;
+            }
+        double se = 0.0;
+        for (size_t j = 0; j < V; j++) se += exp((double)z[j] - mx);
+        double lse = mx + log(se);
+        total += lse - z[t];
+        count++;
+        correct += arg == (size_t)t;
+        if (s) s->lse[i] = (float)lse;
+    }
+    r->data[0] = count ? (float)(total / count) : 0.0f;
+    if (stats) {
+        stats->count = count;
+        stats->correct = correct;
+        stats->loss_sum = total;
+    }
+    if (s) {
+        s->count = count;
+        ttt_tape_entry *e = RECORD(ctx, "cross_entropy", cross_entropy_backward, r, logits);
+        e->aux = s;
+    }
+    return r;
+}
+
+/* Sequences of a conv1d input: (T, C) is one, (B, T, C) is B. */
+static void conv_dims(const ttt_tensor *x, int *B, int *T, int *C) {
+    *B = x->ndim == 3 ? x->shape[0] : 1;
+    *T = x->shape[x->ndim - 2];
+    *C = x->shape[x->ndim - 1];
+}
+
+/* y_t = b + Σ_{j<K, j≤t} w_j ⊙ x_{t−j} (per sequence): with dy_t,
+ *   dx_s += Σ_j w_j ⊙ dy_{s+j} (s + j < T),   dw_j += Σ_t dy_t ⊙ x_{t−j},   db += Σ_t dy_t,
+ * the parameter sums over every position of every sequence accumulated in double. */
+static void conv1d_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0], *w = e->in[1], *bias = e->in[2];
+    int B, T, C;
+    conv_dims(x, &B, &T, &C);
+    const int K = w->shape[0];
+    float *gx = ttt_grad(ctx, x), *gw = ttt_grad(ctx, w), *gb = ttt_grad(ctx, bias);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *aw = scratch_doubles(ctx, (size_t)K * C), *ab = scratch_doubles(ctx, (size_t)C);
+    for (int b = 0; b < B; b++) {
+        const size_t off = (size_t)b * T * C;
+        for (int t = 0; t < T; t++) {
+            const float *restrict dyt = dy + off + (size_t)t * C; /* (C) */
+            for (int c = 0; c < C; c++) ab[c] += dyt[c];
+            for (int j = 0; j < K && j <= t; j++) {
+                const float *restrict wj = w->data + (size_t)j * C;            /* (C) */
+                const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
+                if (gx) {
+                    float *restrict gs = gx + off + (size_t)(t - j) * C; /* (C) */
+                    for (int c = 0; c < C; c++) gs[c] += wj[c] * dyt[c];
+                }
+                double *restrict awj = aw + (size_t)j * C; /* (C) */
+                for (int c = 0; c < C; c++) awj[c] += (double)dyt[c] * xs[c];
+            }
+        }
+    }
+    if (gw) add_doubles(gw, aw, (size_t)K * C);
+    if (gb) add_doubles(gb, ab, (size_t)C);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
+                              const ttt_tensor *bias) {
+    SHAPE_CHECK(x->ndim == 2 || x->ndim == 3, "conv1d_causal (x must be (T, C) or (B, T, C))", x,
+                NULL);
+    int B, T, C;
+    conv_dims(x, &B, &T, &C);
+    SHAPE_CHECK(w->ndim == 2 && w->shape[1] == C, "conv1d_causal (w must be (K, C))", x, w);
+    if (bias) SHAPE_CHECK(bias->n == (size_t)C, "conv1d_causal (bias must have C elements)", x,
+                          bias);
+    const int K = w->shape[0];
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    for (int b = 0; b < B; b++) {
+        const size_t off = (size_t)b * T * C;
+        for (int t = 0; t < T; t++) {
+            float *restrict yt = y->data + off + (size_t)t * C; /* (C) */
+            if (bias)
+                memcpy(yt, bias->data, (size_t)C * sizeof *yt);
+            else
+                memset(yt, 0, (size_t)C * sizeof *yt);
+            for (int j = 0; j < K && j <= t; j++) { /* zero padding before t = 0 */
+                const float *restrict wj = w->data + (size_t)j * C;            /* (C) */
+                const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
+                for (int c = 0; c < C; c++) yt[c] += wj[c] * xs[c];
+            }
+        }
+    }
+    RECORD(ctx, "conv1d_causal", conv1d_causal_backward, y, x, w, bias);
+    return y;
+}
+
+/* --------------------------------------------------------------------------------------------- */
+/* comparisons                                                                                    */
+
+/* NaN anywhere makes the result NaN: an equivalence report must never hide a NaN behind a
+ * plausible maximum. */
+float ttt_max_abs(const ttt_tensor *a) {
+    float m = 0.0f;
+    for (size_t i = 0; i < a->n; i++) {
+        float d = fabsf(a->data[i]);
+        if (isnan(d)) return d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+float ttt_max_abs_diff(const ttt_tensor *a, const ttt_tensor *b) {
+    SHAPE_CHECK(a->n == b->n, "max_abs_diff (element counts)", a, b);
+    float m = 0.0f;
+    for (size_t i = 0; i < a->n; i++) {
+        float d = fabsf(a->data[i] - b->data[i]);
+        if (isnan(d)) return d;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+double ttt_rel_rms_diff(const ttt_tensor *a, const ttt_tensor *b) {
+    SHAPE_CHECK(a->n == b->n, "rel_rms_diff (element counts)", a, b);
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a->n; i++) {
+        double d = (double)a->data[i] - b->data[i];
+        num += d * d;
+        den += (double)b->data[i] * b->data[i];
+    }
+    if (num == 0.0) return 0.0; /* identical (including both zero) */
+    return sqrt(num) / sqrt(den); /* reference zero but a not: +inf */
+}
+
+long ttt_find_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (long)i;
+    return -1;
+}

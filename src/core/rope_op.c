@@ -1,0 +1,55 @@
+/* RoPE as a recorded op (composed.h; MATH.md §4 "RoPE", convention in rope.h).
+ *
+ * y = x R_p row by row, R_p block diagonal with 2×2 rotations [[cos, sin], [−sin, cos]] of angle
+ * p·ω_i. R_p is orthogonal, so the backward is dx = dy R_pᵀ = dy R_{−p}: the same rotation with
+ * the angle negated (an odd last dimension passes through unchanged both ways). The forward is
+ * ttt_rope_apply itself, so a recorded and an unrecorded forward agree bit for bit. */
+#include <math.h>
+#include <stddef.h>
+
+#include "ops.h"
+#include "rope.h"
+
+/* out = x R_{−p} for rows at positions pos0 + t (the inverse rotation), angles in float64 like
+ * ttt_rope_apply. Accumulates into out (a gradient buffer). */
+static void rope_inverse_add(float *out,      /* (T, d) += */
+                             const float *dy, /* (T, d) */
+                             int T, int d, int pos0, float base) {
+    const int half = d / 2;
+    for (int i = 0; i < half; i++) {
+        const double w = pow((double)base, -2.0 * i / (double)d); /* ω_i = base^{−2i/d} */
+        for (int t = 0; t < T; t++) {
+            const double a = ((double)pos0 + (double)t) * w;
+            const double c = cos(a), s = sin(a);
+            const float *g = dy + (size_t)t * d + 2 * i;
+            float *o = out + (size_t)t * d + 2 * i;
+            /* [y0 y1] = [x0 x1] [[c, s], [−s, c]]  ⇒  [x0 x1] = [y0 y1] [[c, −s], [s, c]] */
+            o[0] += (float)(g[0] * c + g[1] * s);
+            o[1] += (float)(-g[0] * s + g[1] * c);
+        }
+    }
+    if (d % 2)
+        for (int t = 0; t < T; t++) out[(size_t)t * d + d - 1] += dy[(size_t)t * d + d - 1];
+}
+
+static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0];
+    float *gx = ttt_grad(ctx, x);
+    if (!gx) return;
+    const int d = TTT_COLS(x), T = (int)(x->n / (size_t)(d ? d : 1));
+    rope_inverse_add(gx, dy, T, d, e->iarg[0], e->farg[0]);
+}
+
+ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base) {
+    TTT_ASSERT(x->ndim >= 1);
+    const int d = TTT_COLS(x), T = d ? (int)(x->n / (size_t)d) : 0;
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    if (T > 0 && d > 0) ttt_rope_apply(y->data, x->data, T, d, pos0, base);
+    ttt_tape_entry *e = ttt_tape_record(ctx, rope_backward, y, (const ttt_tensor *const[]){x}, 1);
+    if (e) {
+        e->name = "rope";
+        e->iarg[0] = pos0;
+        e->farg[0] = base;
+    }
+    return y;
+}

@@ -1,0 +1,933 @@
+/* The `benchmark` task: how fast a layer's forward pass (measure: forward) or a whole training step
+ * of a model (measure: train_step, at the end of this comment) runs on this machine, measured
+ * rather than claimed (DESIGN.md "Performance stance").
+ *
+ * measure: forward — for every sequence length T, head size d (d_k = d_v = d), head count H and
+ * thread count in the task's lists it runs the layer (preset and form from the `layer:` section;
+ * sweep layer.preset / layer.form for several) over H independent random sequences and reports
+ *   tokens_per_s        H·T / wall time (the fastest of `repeats` samples, after a warm-up)
+ *   gflops              achieved GFLOP/s = flops(form) / wall time, FLOP count below
+ *   sgemm64_gflops      single-thread cblas_sgemm at 64×64×64, timed in the same run
+ *   sgemm_shape_gflops  single-thread cblas_sgemm at the kernel's typical shape (C×d)·(d×d),
+ *                       C = layer.chunk, timed in the same run
+ *   frac_sgemm          gflops / (threads × sgemm_shape_gflops): the fraction of the
+ *                       single-thread sgemm rate each thread achieves
+ *   frac_sgemm_cpu      the same from CPU time (flops / CPU seconds of all threads /
+ *                       sgemm_shape_gflops): insensitive to preemption by other processes,
+ *                       which on a shared machine hits every call longer than a time slice
+ *   speedup_1t          the 1-thread time of the same (T, d, H) / this time (when the thread list
+ *                       holds 1 and 1 ran first)
+ *   peak_mb             peak memory: the inputs and outputs of all heads (q, k, v, o, η, gates,
+ *                       state) plus the sum over threads of each thread's arena peak
+ *                       (ttt_arena.peak: the layer's scratch and temporaries). Not getrusage's
+ *                       maxrss, which is process-wide and never goes down between measurements.
+ *
+ * FLOP counts (2 per multiply-add) of the matrix products as MATH.md writes them, T split in
+ * chunks of n = C tokens (the last one shorter). A product of masked matrices is counted dense
+ * (the masked half of the n×n products is computed and counted, as in MATH.md's formulas); a
+ * triangular solve A⁻¹X counts n² per right-hand side column; elementwise gate and mask work is
+ * not counted:
+ *   linear attention, recurrent:  4·d_k·d_v per token (state write, read-out)
+ *   linear attention, chunkwise:  per chunk 2n²(d_k + d_v) + 4n·d_k·d_v (§5.2: Q Kᵀ, its masked
+ *                                 product with V, Q S, Kᵀ V); parallel: one chunk of n = T
+ *   delta rule, recurrent:        6·d_k·d_v per token (prediction k S, write, read-out)
+ *   delta rule, chunkwise:        per chunk n²(5d_k + 3d_v) + 6n·d_k·d_v (§5.3: K Kᵀ 2n²d_k,
+ *                                 A⁻¹ on d_k + d_v columns n²(d_k + d_v), Q Kᵀ 2n²d_k, its
+ *                                 masked product with V' 2n²d_v; W S, Q S, Kᵀ V' 2n·d_k·d_v
+ *                                 each); parallel: one chunk of n = T
+ *   other families and forms:     not counted (gflops and frac_sgemm are null)
+ * Counting each causal triangle once instead would lower the chunkwise figures by the factor
+ * (4d_k d_v + n(d_k + d_v)) / (4d_k d_v + 2n(d_k + d_v)) for linear attention (5/6 at n = 64,
+ * d = 128) and (6d_k d_v + n(3d_k + 2d_v)) / (6d_k d_v + n(5d_k + 3d_v)) for the delta rule
+ * (0.85 at n = 64, d = 128).
+ *
+ * Threads: the heads are split over OpenMP threads with a static schedule, one arena per thread
+ * and single-threaded BLAS inside (openblas_set_num_threads(1); OPENBLAS_NUM_THREADS=1 in the
+ * environment also keeps OpenBLAS from starting idle threads that spin at load). Thread count 0
+ * in the list means the machine's cores (omp_get_max_threads()).
+ *
+ * measure: train_step — the speed of a whole outer training step of the sequence model (model.h)
+ * built from the point's `model:` and `layer:` sections, on multi-query associative recall
+ * (MATH.md §7, data.h; vocabulary `vocab`, `pairs` pairs, sequences of each length in
+ * `seq_len`, `train.batch` sequences per step): forward, loss, backward and the AdamW update
+ * with clipping, run by the trainer itself (ttt_train, train.h) for one warm-up step plus
+ * `repeats` timed steps. A step is timed from the trainer's request for its batch to the request
+ * for the next one: one whole iteration of the training loop (zero grad, forward, backward, shard
+ * sum, finiteness checks, clipping, AdamW). For each thread count n the batch is split into n
+ * shards computed on n threads (train.shards = train.threads = n, capped by the batch; the
+ * trainer's data parallelism), single-threaded BLAS inside. One record per (seq_len, threads):
+ *   tokens_per_s        batch·seq_len / seconds (tokens_per_s_median: / seconds_median)
+ *   seconds             the fastest timed step, wall clock (seconds_median: the median one)
+ *   cpu_seconds         the least process CPU time of a timed step, all threads: on a shared
+ *                       machine a step that another process preempted is slow in wall time but
+ *                       not in CPU time (with one thread, cpu_seconds is the work itself)
+ *   speedup_1t          the 1-thread seconds / these (when 1 ran first)
+ *   peak_mb             parameters and their gradients, AdamW's two moments, the gradient buffer
+ *                       of every shard after the first, plus the largest sum over shards of a
+ *                       step's arena peak (tape, activations, scratch; ttt_train_result)
+ * The MQAR batches are drawn from the seed before the clock starts. `dump: true` also writes
+ * <run folder>/train_step_point<i>_L<seq_len>.safetensors: every parameter at initialization
+ * ("param.<name>", names as in params.h), the first batch ("tokens", "labels" as floats, −1 = not
+ * scored), the mean loss over its scored positions ("loss") and the gradient of that loss with
+ * respect to every parameter ("grad.<name>", one shard), with the resolved `model.*`, `layer.*`
+ * and `train.*` values as metadata — what tests/bench/compare_torch_train.py needs to run the
+ * same model in PyTorch and compare. */
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "autograd.h"
+#include "data.h"
+#include "seqmodel.h"
+#include "rng.h"
+#include "safetensors.h"
+#include "task.h"
+#include "trained.h"
+#include "layer.h"
+
+#define BENCH_MAX_THREADS 64
+#define BENCH_MAX_HEADS 1024
+/* A timed sample repeats the forward pass until it lasts at least this long, so that short
+ * configurations are not measured at the clock's resolution; short enough (about one scheduler
+ * time slice) that on a shared machine some samples run without being preempted. */
+#define BENCH_MIN_SAMPLE_SECONDS 0.005
+
+static const ttt_option benchmark_options[] = {
+    {"measure", TTT_OPT_CHOICE, "forward", TTT_NO_RANGE, "forward|train_step",
+     "forward: the layer's forward pass; train_step: forward+backward+AdamW update of the "
+     "`model:` sequence model on MQAR batches of train.batch sequences"},
+    {"tokens", TTT_OPT_INT_LIST, "[1024, 4096, 16384, 65536]", 1, 1 << 24, NULL,
+     "forward: sequence lengths T"},
+    {"head_dims", TTT_OPT_INT_LIST, "[64, 128]", 1, 4096, NULL,
+     "forward: head sizes d = d_k = d_v (train_step: the model's head size)"},
+    {"heads", TTT_OPT_INT_LIST, "[1, 8]", 1, BENCH_MAX_HEADS, NULL,
+     "forward: independent heads (sequences) per call, run in parallel over the threads"},
+    {"threads", TTT_OPT_INT_LIST, "[1, 0]", 0, BENCH_MAX_THREADS, NULL,
+     "OpenMP thread counts to measure (train_step: also the shards of the batch); 0 = the "
+     "machine's cores"},
+    {"gates", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|scalar|vector",
+     "forward: per-token gates log α: auto = vector for gla, scalar for mamba2 and "
+     "gated_deltanet, none otherwise (a preset's constant decay still applies)"},
+    {"repeats", TTT_OPT_INT, "7", 1, 1000, NULL,
+     "timed samples (train_step: timed steps) per measurement after one warm-up (the fastest "
+     "is reported)"},
+    {"seq_len", TTT_OPT_INT_LIST, "[64]", 4, 1 << 20, NULL,
+     "train_step: MQAR sequence lengths L"},
+    {"vocab", TTT_OPT_INT, "64", 4, 1 << 20, NULL,
+     "train_step: MQAR vocabulary V (keys from [1, V/2), values from [V/2, V))"},
+    {"pairs", TTT_OPT_INT, "8", 1, 1 << 20, NULL, "train_step: MQAR key/value pairs N"},
+    {"dump", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "train_step: write the initial parameters, the first batch, its loss and gradients to "
+     "<run folder>/train_step_point<i>_L<seq_len>.safetensors (for an outside comparison)"},
+    TTT_OPTION_END,
+};
+
+static int list_len(const ttt_cfg_node *task, const char *key) {
+    return ttt_cfg_get(task, key)->n;
+}
+
+static long list_at(const ttt_cfg_node *task, const char *key, int i) {
+    long v = 0;
+    ttt_cfg_as_int(ttt_cfg_get(task, key)->items[i], &v, NULL);
+    return v;
+}
+
+static int is_train_step(const ttt_cfg_node *task) {
+    return strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0;
+}
+
+static ttt_status train_step_check(ttt_cfg_node *root, ttt_error *err);
+
+static ttt_status benchmark_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    if (is_train_step(task)) return train_step_check(root, err);
+    for (int i = 0; i < list_len(task, "head_dims"); i++) {
+        ttt_layer L;
+        const int d = (int)list_at(task, "head_dims", i);
+        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, err));
+    }
+    return TTT_OK;
+}
+
+static long benchmark_work(const ttt_cfg_node *root) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    if (is_train_step(task)) return (long)list_len(task, "seq_len") * list_len(task, "threads");
+    return (long)list_len(task, "tokens") * list_len(task, "head_dims") * list_len(task, "heads") *
+           list_len(task, "threads");
+}
+
+/* ---- reference: single-thread sgemm in this run ---- */
+
+/* Single-thread cblas_sgemm C = A B, row-major A (m, k), B (k, n), timed in samples of
+ * ≥ BENCH_MIN_SAMPLE_SECONDS on the calling thread. The machine is shared: a sample that another
+ * process interrupted is slow, so rates are the best sample, and samples of sgemm are taken
+ * between the samples of the layer (bench_time) so that both see the same conditions. */
+typedef struct sgemm_probe {
+    int m, n, k;
+    long reps; /* calls per sample */
+    float *a, *b, *c;
+    double best; /* best seconds per call so far */
+} sgemm_probe;
+
+static double sgemm_probe_sample(sgemm_probe *p) {
+    const double t0 = ttt_now();
+    for (long r = 0; r < p->reps; r++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, p->m, p->n, p->k, 1.0f, p->a, p->k,
+                    p->b, p->n, 0.0f, p->c, p->n);
+    const double dt = (ttt_now() - t0) / p->reps;
+    if (dt < p->best) p->best = dt;
+    return dt;
+}
+
+static int sgemm_probe_init(sgemm_probe *p, int m, int n, int k) {
+    *p = (sgemm_probe){.m = m, .n = n, .k = k, .reps = 1, .best = INFINITY};
+    p->a = malloc(sizeof(float) * (size_t)m * k);
+    p->b = malloc(sizeof(float) * (size_t)k * n);
+    p->c = malloc(sizeof(float) * (size_t)m * n);
+    if (!p->a || !p->b || !p->c) return 0;
+    for (size_t i = 0; i < (size_t)m * k; i++) p->a[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < (size_t)k * n; i++) p->b[i] = (float)(i % 7) * 0.01f;
+    const double once = sgemm_probe_sample(p); /* warm-up and calibration */
+    p->reps = (long)(BENCH_MIN_SAMPLE_SECONDS / (once + 1e-9)) + 1;
+    p->best = INFINITY;
+    for (int s = 0; s < 3; s++) sgemm_probe_sample(p);
+    return 1;
+}
+
+static double sgemm_probe_gflops(const sgemm_probe *p) {
+    return 2.0 * p->m * p->n * p->k / p->best * 1e-9;
+}
+
+static void sgemm_probe_free(sgemm_probe *p) {
+    free(p->a);
+    free(p->b);
+    free(p->c);
+}
+
+/* ---- FLOP counts (see the header comment) ---- */
+
+static double flops_chunked(int fam, long T, int dk, int dv, long C) {
+    double f = 0;
+    for (long t0 = 0; t0 < T; t0 += C) {
+        const double n = (double)(t0 + C <= T ? C : T - t0);
+        f += fam == TTT_FAMILY_LINEAR_ATTENTION
+                 ? 2.0 * n * n * (dk + dv) + 4.0 * n * dk * dv
+                 : n * n * (5.0 * dk + 3.0 * dv) + 6.0 * n * dk * dv;
+    }
+    return f;
+}
+
+static double form_flops(const ttt_layer *L, long T, int dk, int dv) {
+    const int fam = ttt_layer_family(L);
+    if (fam != TTT_FAMILY_LINEAR_ATTENTION && fam != TTT_FAMILY_DELTA_RULE) return NAN;
+    switch (L->form) {
+    case TTT_FORM_RECURRENT:
+        return (double)T * dk * dv * (fam == TTT_FAMILY_LINEAR_ATTENTION ? 4.0 : 6.0);
+    case TTT_FORM_CHUNKWISE: return flops_chunked(fam, T, dk, dv, L->chunk);
+    case TTT_FORM_PARALLEL: return flops_chunked(fam, T, dk, dv, T);
+    default: return NAN;
+    }
+}
+
+/* ---- measure: train_step ---- */
+
+/* CPU seconds used by the whole process so far (all threads). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int machine_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* The MQAR problem of one sequence length L (the generator's other settings at their defaults). */
+static void train_mqar_config(const ttt_cfg_node *task, int L, ttt_mqar_config *c) {
+    ttt_mqar_config_default(c);
+    c->vocab = (int)ttt_cfg_int(task, "vocab");
+    c->n_pairs = (int)ttt_cfg_int(task, "pairs");
+    c->seq_len = L;
+}
+
+/* The model's io: token ids in, logits over V out; learned positions (if any) sized for the
+ * longest L, so every L runs the same parameters. */
+static ttt_seq_model_io train_io(const ttt_cfg_node *task) {
+    int longest = 1;
+    for (int i = 0; i < list_len(task, "seq_len"); i++)
+        if (list_at(task, "seq_len", i) > longest) longest = (int)list_at(task, "seq_len", i);
+    return (ttt_seq_model_io){.vocab = (int)ttt_cfg_int(task, "vocab"), .seq_len = longest};
+}
+
+static ttt_status train_step_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    for (int i = 0; i < list_len(task, "seq_len"); i++) {
+        ttt_mqar_config c;
+        train_mqar_config(task, (int)list_at(task, "seq_len", i), &c);
+        ttt_status s = ttt_mqar_config_check(&c, err);
+        if (s != TTT_OK) {
+            char msg[TTT_ERROR_MSG_LEN];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            return ttt_cfg_error(err, s, ttt_cfg_get(task, "seq_len")->items[i],
+                                 "task.seq_len = %d: %s", c.seq_len, msg);
+        }
+    }
+    /* the model, layer and train sections as a trained task checks them (and the memory a
+     * step needs) */
+    const ttt_seq_model_io io = train_io(task);
+    return ttt_train_check(root, &io, err);
+}
+
+/* The data of the timed steps: TRAIN_BATCHES batches of B sequences drawn from the seed before
+ * the clock starts, handed out in turn (the trainer reads them where they are, as the mqar task
+ * hands out rows gathered from its fixed training set). The trainer asks for a batch at the start
+ * of every step, so the clocks read at each request delimit the steps: the time from one request
+ * to the next is one whole iteration of the training loop. */
+#define TRAIN_BATCHES 4
+
+typedef struct train_feed {
+    ttt_token_set set; /* (TRAIN_BATCHES·B, L) */
+    int B;
+    long next;      /* requests so far */
+    long n_stamps;  /* capacity of wall / cpu */
+    double *wall;   /* (n_stamps) ttt_now() at request i */
+    double *cpu;    /* (n_stamps) process CPU seconds at request i */
+} train_feed;
+
+static ttt_status feed_next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    train_feed *f = user;
+    if (f->next < f->n_stamps) {
+        f->wall[f->next] = ttt_now();
+        f->cpu[f->next] = cpu_now();
+    }
+    const size_t off = (size_t)(f->next++ % TRAIN_BATCHES) * (size_t)f->B * (size_t)f->set.L;
+    *out = (ttt_seq_batch){.B = f->B, .T = f->set.L, .tokens = f->set.tokens + off,
+                           .labels = f->set.labels + off};
+    return TTT_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* What one measurement found (seconds per step). */
+typedef struct train_timing {
+    double best, median; /* wall clock: fastest and median timed step */
+    double cpu_best;     /* process CPU seconds (all threads) of the step with the least */
+    double peak_bytes;
+} train_timing;
+
+/* A freshly initialized model trained by ttt_train for repeats + 2 steps on `threads` threads
+ * and as many shards. Step 1 warms the arenas, caches and pages up; steps 2 … repeats + 1 are
+ * timed from the batch request that starts each to the one that starts the next (the last step
+ * only closes the window of the one before). Also the step's memory (see the header comment). */
+static ttt_status time_train_steps(const ttt_seq_model_config *mc, const ttt_train_config *base,
+                                   train_feed *feed, int threads, int repeats, uint64_t seed,
+                                   train_timing *out, ttt_error *err) {
+    ttt_seq_model m;
+    TTT_TRY(ttt_seq_model_init(&m, mc, seed, err));
+    ttt_train_config tc = *base;
+    tc.steps = repeats + 2;
+    tc.threads = threads;
+    tc.shards = threads < tc.batch ? threads : tc.batch;
+    tc.log_every = tc.steps; /* one training record, at the end (nobody reads it) */
+    tc.eval_every = 0;
+    tc.checkpoint_every = 0;
+    tc.stop_at = 0;
+    tc.adamw.total_steps = 0; /* no cosine decay: the schedule's shape does not change the work */
+    feed->next = 0;
+    feed->n_stamps = tc.steps;
+    feed->wall = malloc(sizeof(double) * (size_t)tc.steps);
+    feed->cpu = malloc(sizeof(double) * (size_t)tc.steps);
+    double *secs = malloc(sizeof(double) * (size_t)repeats);
+    ttt_status s = TTT_OK;
+    if (!feed->wall || !feed->cpu || !secs)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+    ttt_train_data data = {.user = feed, .next = feed_next};
+    ttt_train_result res;
+    if (s == TTT_OK) {
+        const ttt_train_run tr = {.config_hash = "", .series = "", .mixer = ""};
+        s = ttt_train(&m, &tc, &data, &tr, &res, err);
+    }
+    if (s == TTT_OK && feed->next != tc.steps)
+        s = ttt_error_set(err, TTT_ERR_UNSUPPORTED, "benchmark: the trainer asked for %ld "
+                                                    "batches in %ld steps; cannot time its steps",
+                          feed->next, tc.steps);
+    if (s == TTT_OK) {
+        out->cpu_best = INFINITY;
+        for (int i = 0; i < repeats; i++) { /* step i + 2: requests i + 1 → i + 2 (0-based) */
+            secs[i] = feed->wall[i + 2] - feed->wall[i + 1];
+            const double c = feed->cpu[i + 2] - feed->cpu[i + 1];
+            if (c < out->cpu_best) out->cpu_best = c;
+        }
+        qsort(secs, (size_t)repeats, sizeof *secs, cmp_double);
+        out->best = secs[0];
+        out->median = repeats % 2 ? secs[repeats / 2]
+                                  : 0.5 * (secs[repeats / 2 - 1] + secs[repeats / 2]);
+        const double numel = (double)ttt_params_numel(&m.params);
+        out->peak_bytes = 4.0 * numel * (4.0 + (tc.shards - 1)) + (double)res.arena_peak;
+    }
+    free(secs);
+    free(feed->wall);
+    free(feed->cpu);
+    feed->wall = feed->cpu = NULL;
+    feed->n_stamps = 0;
+    ttt_seq_model_free(&m);
+    return s;
+}
+
+/* A growing list of malloc'd strings (safetensors names and metadata). */
+typedef struct strlist {
+    char **s;
+    int n, cap, oom;
+} strlist;
+
+static const char *strlist_add(strlist *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static const char *strlist_add(strlist *l, const char *fmt, ...) {
+    if (l->oom) return NULL;
+    if (l->n == l->cap) {
+        const int cap = l->cap ? 2 * l->cap : 64;
+        char **p = realloc(l->s, sizeof *p * (size_t)cap);
+        if (!p) {
+            l->oom = 1;
+            return NULL;
+        }
+        l->s = p;
+        l->cap = cap;
+    }
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    const int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *str = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (str) vsnprintf(str, (size_t)len + 1, fmt, ap2);
+    va_end(ap2);
+    if (!str) {
+        l->oom = 1;
+        return NULL;
+    }
+    return l->s[l->n++] = str;
+}
+
+static void strlist_free(strlist *l) {
+    for (int i = 0; i < l->n; i++) free(l->s[i]);
+    free(l->s);
+    memset(l, 0, sizeof *l);
+}
+
+/* Metadata "<prefix><key>" = value for every scalar of a resolved configuration map, one level
+ * of nested maps as "<prefix><key>.<subkey>" (layer.optimizer). */
+static void meta_from_map(strlist *meta, const char *prefix, const ttt_cfg_node *map, int depth) {
+    for (int i = 0; map && map->kind == TTT_CFG_MAP && i < map->n; i++) {
+        const ttt_cfg_node *v = map->items[i];
+        if (v->kind == TTT_CFG_SCALAR) {
+            strlist_add(meta, "%s%s", prefix, map->keys[i]);
+            strlist_add(meta, "%s", v->scalar ? v->scalar : "");
+        } else if (v->kind == TTT_CFG_MAP && depth == 0) {
+            char sub[128];
+            snprintf(sub, sizeof sub, "%s%s.", prefix, map->keys[i]);
+            meta_from_map(meta, sub, v, 1);
+        }
+    }
+}
+
+/* `dump: true`: the model at initialization, the first batch, the mean loss over its scored
+ * positions and every parameter's gradient of it, computed by the model's own forward and
+ * backward on one shard (the trainer's step sums the same gradient over its shards). */
+static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_config *mc,
+                                  const ttt_seq_batch *b, ttt_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train_step_point%d_L%d.safetensors", run->run_dir,
+             run->point, b->T);
+    ttt_seq_model m;
+    TTT_TRY(ttt_seq_model_init(&m, mc, run->seed, err));
+    ttt_arena arena;
+    ttt_tape tape;
+    ttt_arena_init(&arena, (size_t)16 << 20);
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
+    ttt_tensor *loss = NULL;
+    ttt_seq_stats stats;
+    ttt_status s = ttt_seq_model_loss(&ctx, &m, NULL, b, 0.0, &loss, &stats, NULL, err);
+    if (s == TTT_OK) ttt_backward(&ctx, loss);
+    const int np = m.params.n, nt = 2 * np + 3;
+    const size_t cells = (size_t)b->B * b->T;
+    ttt_st_tensor *ts = calloc((size_t)nt, sizeof *ts);
+    float *ids = malloc(sizeof(float) * 2 * cells);
+    strlist names = {0}, meta = {0};
+    if (s == TTT_OK && (!ts || !ids))
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
+    if (s == TTT_OK) {
+        for (int i = 0; i < np; i++) {
+            const ttt_param *p = m.params.p[i];
+            for (int g = 0; g < 2; g++) {
+                ttt_st_tensor *t = &ts[2 * i + g];
+                t->name = (char *)strlist_add(&names, "%s.%s", g ? "grad" : "param", p->name);
+                t->ndim = p->ndim;
+                for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
+                t->data = g ? p->grad : p->data;
+            }
+        }
+        for (size_t i = 0; i < cells; i++) {
+            ids[i] = (float)b->tokens[i];
+            ids[cells + i] = (float)b->labels[i];
+        }
+        ts[2 * np] = (ttt_st_tensor){.name = "tokens", .ndim = 2, .shape = {b->B, b->T},
+                                     .data = ids};
+        ts[2 * np + 1] = (ttt_st_tensor){.name = "labels", .ndim = 2, .shape = {b->B, b->T},
+                                         .data = ids + cells};
+        ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = loss->data};
+        const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+        meta_from_map(&meta, "model.", ttt_cfg_get(run->root, "model"), 0);
+        meta_from_map(&meta, "layer.", ttt_cfg_get(run->root, "layer"), 0);
+        meta_from_map(&meta, "train.", ttt_cfg_get(run->root, "train"), 0);
+        /* the values the model resolved (head_dim 0 = d_model / heads; form auto) */
+        strlist_add(&meta, "resolved.head_dim");
+        strlist_add(&meta, "%d", mc->head_dim);
+        strlist_add(&meta, "resolved.form");
+        strlist_add(&meta, "%s", mc->mixer == TTT_MIXER_TTT ? ttt_form_name(mc->layer.form) : "");
+        strlist_add(&meta, "resolved.chunk");
+        strlist_add(&meta, "%d", mc->layer.chunk);
+        strlist_add(&meta, "resolved.theta");
+        strlist_add(&meta, "%.9g", (double)mc->layer.lr);
+        strlist_add(&meta, "task.vocab");
+        strlist_add(&meta, "%ld", ttt_cfg_int(task, "vocab"));
+        strlist_add(&meta, "task.pairs");
+        strlist_add(&meta, "%ld", ttt_cfg_int(task, "pairs"));
+        strlist_add(&meta, "seed");
+        strlist_add(&meta, "%llu", (unsigned long long)run->seed);
+        strlist_add(&meta, "scored");
+        strlist_add(&meta, "%ld", stats.count);
+        /* AdamW's weight decay applies to the parameters marked 1 (params.h), in order */
+        char *decay = malloc((size_t)np + 1);
+        if (!decay) {
+            meta.oom = 1;
+        } else {
+            for (int i = 0; i < np; i++) decay[i] = m.params.p[i]->decay ? '1' : '0';
+            decay[np] = 0;
+            strlist_add(&meta, "param_decay");
+            strlist_add(&meta, "%s", decay);
+            free(decay);
+        }
+        if (names.oom || meta.oom)
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
+    }
+    if (s == TTT_OK)
+        s = ttt_st_write(path, ts, nt, (const char *const *)meta.s, meta.n / 2, err);
+    strlist_free(&names);
+    strlist_free(&meta);
+    free(ts);
+    free(ids);
+    ttt_tape_free(&tape);
+    ttt_arena_free(&arena);
+    ttt_seq_model_free(&m);
+    if (s != TTT_OK) ttt_error_prefix(err, "benchmark: dump");
+    return s;
+}
+
+static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    const int repeats = (int)ttt_cfg_int(task, "repeats");
+    const ttt_seq_model_io io = train_io(task);
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+    TTT_TRY(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "model"),
+                                (ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), &io, &mc, err));
+    TTT_TRY(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "train"), &tc, err));
+    char mixer[128];
+    ttt_seq_model_describe(&mc, mixer, sizeof mixer);
+    const int ttt_mixer = mc.mixer == TTT_MIXER_TTT;
+    const char *preset = ttt_mixer && mc.layer.preset ? mc.layer.preset : mixer;
+    const char *form = ttt_mixer ? ttt_form_name(mc.layer.form) : "softmax";
+    const int chunked = ttt_mixer && mc.layer.form == TTT_FORM_CHUNKWISE;
+    ttt_status s = TTT_OK;
+    for (int li = 0; li < list_len(task, "seq_len") && s == TTT_OK; li++) {
+        const int L = (int)list_at(task, "seq_len", li);
+        ttt_mqar_config c;
+        train_mqar_config(task, L, &c);
+        train_feed feed = {.B = tc.batch};
+        ttt_rng root;
+        ttt_rng_seed(&root, run->seed);
+        ttt_rng r = ttt_rng_fork(&root, ttt_hash_str("benchmark/mqar"));
+        TTT_TRY(ttt_mqar_make_set(&feed.set, &c, TRAIN_BATCHES * tc.batch, &r, err));
+        if (ttt_cfg_bool(task, "dump") && run->run_dir) {
+            ttt_seq_batch b0;
+            feed.next = 0;
+            feed_next(&feed, &b0, err);
+            s = dump_train_step(run, &mc, &b0, err);
+        }
+        double t1 = NAN; /* the 1-thread step, when measured */
+        int done[BENCH_MAX_THREADS + 1] = {0};
+        for (int ni = 0; ni < list_len(task, "threads") && s == TTT_OK; ni++) {
+            int nt = (int)list_at(task, "threads", ni);
+            if (nt == 0) nt = machine_threads();
+            if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
+            const int used = nt < tc.batch ? nt : tc.batch; /* a shard holds ≥ 1 sequence */
+            ttt_progress_update(run->progress, ++run->work_done, run->label);
+            if (done[used]++) continue;
+            train_timing tm = {NAN, NAN, NAN, NAN};
+            s = time_train_steps(&mc, &tc, &feed, used, repeats, run->seed, &tm, err);
+            if (s != TTT_OK) break;
+            const double best = tm.best, median = tm.median;
+            if (used == 1 && isnan(t1)) t1 = best;
+            const double tokens = (double)tc.batch * L;
+            ttt_record rec;
+            ttt_record_clear(&rec);
+            char series[192];
+            if (chunked)
+                snprintf(series, sizeof series, "%s %s C=%d L=%d", preset, form, mc.layer.chunk,
+                         L);
+            else
+                snprintf(series, sizeof series, "%s %s L=%d", preset, form, L);
+            ttt_record_str(&rec, "series", series);
+            ttt_record_str(&rec, "measure", "train_step");
+            ttt_record_str(&rec, "preset", preset);
+            ttt_record_str(&rec, "form", form);
+            ttt_record_str(&rec, "mixer", mixer);
+            if (chunked) ttt_record_num(&rec, "chunk", mc.layer.chunk);
+            ttt_record_num(&rec, "d_model", mc.d_model);
+            ttt_record_num(&rec, "layers", mc.n_layers);
+            ttt_record_num(&rec, "heads", mc.n_heads);
+            ttt_record_num(&rec, "d_head", mc.head_dim);
+            ttt_record_num(&rec, "batch", tc.batch);
+            ttt_record_num(&rec, "seq_len", L);
+            ttt_record_num(&rec, "vocab", c.vocab);
+            ttt_record_num(&rec, "threads", used);
+            ttt_record_num(&rec, "shards", used);
+            ttt_record_num(&rec, "steps", repeats);
+            ttt_record_num(&rec, "seconds", best);
+            ttt_record_num(&rec, "seconds_median", median);
+            ttt_record_num(&rec, "tokens_per_s", tokens / best);
+            ttt_record_num(&rec, "tokens_per_s_median", tokens / median);
+            ttt_record_num(&rec, "cpu_seconds", tm.cpu_best);
+            if (!isnan(t1)) ttt_record_num(&rec, "speedup_1t", t1 / best);
+            ttt_record_num(&rec, "peak_mb", tm.peak_bytes / (1024.0 * 1024.0));
+            ttt_results_add(run->results, &rec, 1);
+        }
+        ttt_token_set_free(&feed.set);
+    }
+    return s;
+}
+
+/* ---- forward ---- */
+
+typedef struct bench_data {
+    int H, T, d;
+    ttt_tensor q[BENCH_MAX_HEADS], k[BENCH_MAX_HEADS], v[BENCH_MAX_HEADS], o[BENCH_MAX_HEADS];
+    ttt_tensor eta[BENCH_MAX_HEADS], la[BENCH_MAX_HEADS];
+    int has_la, la_vec;
+    float *mem;
+    size_t mem_floats;
+} bench_data;
+
+/* H random sequences: q ~ N(0, 1/d), unit-norm keys (the delta rule's step is stable for
+ * β‖k‖² ≤ 2), v ~ N(0, 1), η ~ U(0.05, 1), retentions α ~ U(0.9, 1) in log space. */
+static ttt_status bench_data_make(bench_data *D, int H, int T, int d, int gates, uint64_t seed,
+                                  ttt_error *err) {
+    memset(D, 0, sizeof *D);
+    D->H = H;
+    D->T = T;
+    D->d = d;
+    D->has_la = gates != 0;
+    D->la_vec = gates == 2;
+    const size_t td = (size_t)T * d, nla = D->la_vec ? td : (size_t)T;
+    const size_t per = 4 * td + T + (D->has_la ? nla : 0);
+    D->mem_floats = per * H;
+    TTT_TRY(ttt_size_check(4.0 * D->mem_floats, "the benchmark's inputs", err));
+    D->mem = malloc(sizeof(float) * D->mem_floats);
+    if (!D->mem) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for inputs");
+    ttt_rng base;
+    ttt_rng_seed(&base, seed);
+    for (int h = 0; h < H; h++) {
+        float *p = D->mem + per * h;
+        D->q[h] = ttt_tensor_view2(p, T, d);
+        D->k[h] = ttt_tensor_view2(p + td, T, d);
+        D->v[h] = ttt_tensor_view2(p + 2 * td, T, d);
+        D->o[h] = ttt_tensor_view2(p + 3 * td, T, d);
+        D->eta[h] = ttt_tensor_view(p + 4 * td, 1, (int[]){T});
+        if (D->has_la)
+            D->la[h] = D->la_vec ? ttt_tensor_view2(p + 4 * td + T, T, d)
+                                 : ttt_tensor_view(p + 4 * td + T, 1, (int[]){T});
+        ttt_rng r = ttt_rng_fork(&base, (uint64_t)h);
+        ttt_rng_fill_normal(&r, D->q[h].data, td, 0.0f, 1.0f / sqrtf((float)d));
+        ttt_rng_fill_normal(&r, D->k[h].data, td, 0.0f, 1.0f);
+        for (int t = 0; t < T; t++) {
+            float *kt = D->k[h].data + (size_t)t * d;
+            double n2 = 0;
+            for (int c = 0; c < d; c++) n2 += (double)kt[c] * kt[c];
+            const float s = n2 > 0 ? (float)(1.0 / sqrt(n2)) : 0.0f;
+            for (int c = 0; c < d; c++) kt[c] *= s;
+        }
+        ttt_rng_fill_normal(&r, D->v[h].data, td, 0.0f, 1.0f);
+        ttt_rng_fill_uniform(&r, D->eta[h].data, (size_t)T, 0.05f, 1.0f);
+        if (D->has_la) ttt_rng_fill_uniform(&r, D->la[h].data, nla, logf(0.9f), -1e-4f);
+    }
+    return TTT_OK;
+}
+
+/* One thread's arena: a first block large enough for one call's temporaries, so the steady state
+ * allocates nothing (a release keeps the first block). */
+typedef struct bench_thread {
+    ttt_arena arena;
+    ttt_ctx ctx;
+} bench_thread;
+
+/* The layer over all H heads on `nthreads` threads (static schedule over heads). Each head
+ * starts from the model's initial state. Returns the first head's error in head order. */
+static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
+                                bench_thread *th, ttt_error *err) {
+    ttt_status st[BENCH_MAX_HEADS];
+    ttt_error *errs = calloc((size_t)D->H, sizeof *errs);
+    if (!errs) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int h = 0; h < D->H; h++) {
+#ifdef _OPENMP
+        ttt_ctx *ctx = &th[omp_get_thread_num()].ctx;
+#else
+        ttt_ctx *ctx = &th[0].ctx;
+#endif
+        ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
+        ttt_rng rng;
+        ttt_rng_seed(&rng, (uint64_t)h);
+        ttt_layer_state state;
+        ttt_layer_state_init(ctx, L, &state, &rng);
+        st[h] = ttt_layer_forward(ctx, L, &D->o[h], &state, &D->q[h], &D->k[h], &D->v[h],
+                                  &D->eta[h], D->has_la ? &D->la[h] : NULL, &errs[h]);
+        ttt_arena_release(ctx->arena, m);
+    }
+    ttt_status s = TTT_OK;
+    for (int h = 0; h < D->H && s == TTT_OK; h++)
+        if (st[h] != TTT_OK) {
+            s = st[h];
+            *err = errs[h];
+            ttt_error_prefix(err, "benchmark: head %d", h);
+        }
+    free(errs);
+    return s;
+}
+
+/* The fastest of `repeats` samples (each ≥ BENCH_MIN_SAMPLE_SECONDS) after one warm-up call:
+ * wall seconds per call, and CPU seconds per call summed over the threads (the best sample of
+ * each). On a shared machine a call longer than a scheduler time slice is preempted in every
+ * sample, which inflates wall time but not CPU time: cpu_seconds measures the work, seconds the
+ * throughput. A sample of each sgemm probe follows every sample of the layer. */
+static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, bench_thread *th,
+                             int repeats, sgemm_probe *probes, int n_probes, double *seconds,
+                             double *cpu_seconds, ttt_error *err) {
+    double t0 = ttt_now();
+    TTT_TRY(bench_forward(L, D, nthreads, th, err)); /* warm-up: caches, arena blocks, pages */
+    const double once = ttt_now() - t0;
+    const long calls = (long)(BENCH_MIN_SAMPLE_SECONDS / (once + 1e-9)) + 1;
+    double best = INFINITY, best_cpu = INFINITY;
+    for (int r = 0; r < repeats; r++) {
+        t0 = ttt_now();
+        const double c0 = cpu_now();
+        for (long c = 0; c < calls; c++) TTT_TRY(bench_forward(L, D, nthreads, th, err));
+        const double dt = (ttt_now() - t0) / calls, dc = (cpu_now() - c0) / calls;
+        if (dt < best) best = dt;
+        if (dc < best_cpu) best_cpu = dc;
+        for (int p = 0; p < n_probes; p++) sgemm_probe_sample(&probes[p]);
+    }
+    *seconds = best;
+    *cpu_seconds = best_cpu;
+    return TTT_OK;
+}
+
+static int gates_kind(const ttt_cfg_node *task, const ttt_layer *L) {
+    const char *g = ttt_cfg_str(task, "gates");
+    if (strcmp(g, "none") == 0) return 0;
+    if (strcmp(g, "scalar") == 0) return 1;
+    if (strcmp(g, "vector") == 0) return 2;
+    if (!L->preset) return 0;
+    if (strcmp(L->preset, "gla") == 0) return 2;
+    if (strcmp(L->preset, "mamba2") == 0 || strcmp(L->preset, "gated_deltanet") == 0) return 1;
+    return 0;
+}
+
+static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    if (strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0) return bench_train_step(run, err);
+    const int repeats = (int)ttt_cfg_int(task, "repeats");
+    openblas_set_num_threads(1); /* BLAS single-threaded inside the OpenMP threads */
+    ttt_status s = TTT_OK;
+    for (int di = 0; di < list_len(task, "head_dims") && s == TTT_OK; di++) {
+        const int d = (int)list_at(task, "head_dims", di);
+        ttt_layer L;
+        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), d, d, &L, err));
+        const int gates = gates_kind(task, &L);
+        /* the reference rates, timed on this thread in this run, between the layer's samples */
+        sgemm_probe probes[2] = {{0}};
+        if (!sgemm_probe_init(&probes[0], 64, 64, 64) ||
+            !sgemm_probe_init(&probes[1], L.chunk, d, d)) {
+            sgemm_probe_free(&probes[0]);
+            sgemm_probe_free(&probes[1]);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+        }
+        char layer_name[128];
+        ttt_layer_describe(&L, layer_name, sizeof layer_name);
+        for (int hi = 0; hi < list_len(task, "heads") && s == TTT_OK; hi++) {
+            const int H = (int)list_at(task, "heads", hi);
+            for (int ti = 0; ti < list_len(task, "tokens") && s == TTT_OK; ti++) {
+                const int T = (int)list_at(task, "tokens", ti);
+                bench_data *D = malloc(sizeof *D);
+                if (!D) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+                s = bench_data_make(D, H, T, d, gates, run->seed, err);
+                double t1 = NAN; /* this (T, d, H) on one thread, when measured */
+                int done[BENCH_MAX_THREADS + 1] = {0};
+                for (int ni = 0; ni < list_len(task, "threads") && s == TTT_OK; ni++) {
+                    int nt = (int)list_at(task, "threads", ni);
+                    if (nt == 0) nt = machine_threads();
+                    if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
+                    const int used = nt < H ? nt : H; /* threads beyond H have nothing to do */
+                    ttt_progress_update(run->progress, ++run->work_done, run->label);
+                    if (done[used]++) continue; /* e.g. [1, 0] with one head: measured already */
+                    bench_thread th[BENCH_MAX_THREADS];
+                    /* one call's temporaries: the layer's copies of o, q (scale), β and gates,
+                     * plus the form's scratch; 2× for slack */
+                    const size_t block = (size_t)2 * sizeof(float) * ((size_t)T * (3 * d + 2) + 
+                                         (size_t)(L.chunk + 2 * d) * (L.chunk + 2 * d)) + (1 << 20);
+                    for (int i = 0; i < used; i++) {
+                        ttt_arena_init(&th[i].arena, block);
+                        th[i].ctx = (ttt_ctx){.arena = &th[i].arena};
+                        /* create the first block now: a mark taken in an empty arena would
+                         * release it (and its pages) after every call */
+                        if (!ttt_arena_alloc(&th[i].arena, 64)) s = TTT_ERR_NOMEM;
+                    }
+                    if (s != TTT_OK) {
+                        for (int i = 0; i < used; i++) ttt_arena_free(&th[i].arena);
+                        s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+                        break;
+                    }
+                    double secs = NAN, cpu = NAN;
+                    s = bench_time(&L, D, used, th, repeats, probes, 2, &secs, &cpu, err);
+                    const double r64 = sgemm_probe_gflops(&probes[0]);
+                    const double rshape = sgemm_probe_gflops(&probes[1]);
+                    size_t arena_peak = 0;
+                    for (int i = 0; i < used; i++) {
+                        arena_peak += th[i].arena.peak;
+                        ttt_arena_free(&th[i].arena);
+                    }
+                    if (s != TTT_OK) break;
+                    if (used == 1 && isnan(t1)) t1 = secs;
+                    const double flop = H * form_flops(&L, T, d, d);
+                    const double gflops = flop / secs * 1e-9;
+                    ttt_record rec;
+                    ttt_record_clear(&rec);
+                    char series[160];
+                    snprintf(series, sizeof series, "%s %s d=%d H=%d threads=%d",
+                             L.preset ? L.preset : layer_name, ttt_form_name(L.form), d, H, used);
+                    ttt_record_str(&rec, "series", series);
+                    ttt_record_str(&rec, "preset", L.preset ? L.preset : layer_name);
+                    ttt_record_str(&rec, "form", ttt_form_name(L.form));
+                    ttt_record_str(&rec, "gates", gates == 2 ? "vector" : gates ? "scalar" : "none");
+                    if (L.form == TTT_FORM_CHUNKWISE) ttt_record_num(&rec, "chunk", L.chunk);
+                    ttt_record_num(&rec, "T", T);
+                    ttt_record_num(&rec, "d_head", d);
+                    ttt_record_num(&rec, "heads", H);
+                    ttt_record_num(&rec, "threads", used);
+                    ttt_record_num(&rec, "seconds", secs);
+                    ttt_record_num(&rec, "tokens_per_s", (double)H * T / secs);
+                    if (!isnan(flop)) { /* families and forms with a FLOP count */
+                        ttt_record_num(&rec, "gflop", flop * 1e-9);
+                        ttt_record_num(&rec, "gflops", gflops);
+                    }
+                    ttt_record_num(&rec, "sgemm64_gflops", r64);
+                    ttt_record_num(&rec, "sgemm_shape_gflops", rshape);
+                    if (!isnan(flop)) {
+                        ttt_record_num(&rec, "frac_sgemm", gflops / (used * rshape));
+                        ttt_record_num(&rec, "frac_sgemm64", gflops / (used * r64));
+                        ttt_record_num(&rec, "frac_sgemm_cpu", flop / cpu * 1e-9 / rshape);
+                    }
+                    ttt_record_num(&rec, "cpu_seconds", cpu);
+                    if (!isnan(t1)) ttt_record_num(&rec, "speedup_1t", t1 / secs);
+                    ttt_record_num(&rec, "peak_mb",
+                                   (4.0 * D->mem_floats + arena_peak) / (1024.0 * 1024.0));
+                    ttt_results_add(run->results, &rec, 1);
+                }
+                free(D->mem);
+                free(D);
+            }
+        }
+        sgemm_probe_free(&probes[0]);
+        sgemm_probe_free(&probes[1]);
+    }
+    return s;
+}
+
+static void benchmark_charts(ttt_results *res, const ttt_cfg_node *root) {
+    if (is_train_step(ttt_cfg_get(root, "task"))) {
+        ttt_chart c = {.y_from_zero = 1};
+        snprintf(c.name, sizeof c.name, "train_tokens_per_s");
+        snprintf(c.title, sizeof c.title, "Training step throughput (forward+backward+AdamW)");
+        snprintf(c.x_key, sizeof c.x_key, "threads");
+        snprintf(c.y_key, sizeof c.y_key, "tokens_per_s");
+        snprintf(c.series_key, sizeof c.series_key, "series");
+        snprintf(c.x_label, sizeof c.x_label, "threads (= shards of the batch)");
+        snprintf(c.y_label, sizeof c.y_label, "tokens / s (batch x seq_len / step time)");
+        ttt_results_add_chart(res, &c);
+        return;
+    }
+    ttt_chart c = {.log_x = 1, .y_from_zero = 1};
+    snprintf(c.name, sizeof c.name, "tokens_per_s");
+    snprintf(c.title, sizeof c.title, "Forward throughput");
+    snprintf(c.x_key, sizeof c.x_key, "T");
+    snprintf(c.y_key, sizeof c.y_key, "tokens_per_s");
+    snprintf(c.series_key, sizeof c.series_key, "series");
+    snprintf(c.x_label, sizeof c.x_label, "tokens T");
+    snprintf(c.y_label, sizeof c.y_label, "tokens / s (all heads)");
+    ttt_results_add_chart(res, &c);
+    ttt_chart f = c;
+    snprintf(f.name, sizeof f.name, "frac_sgemm");
+    snprintf(f.title, sizeof f.title, "Achieved GFLOP/s per thread / single-thread sgemm");
+    snprintf(f.y_key, sizeof f.y_key, "frac_sgemm");
+    snprintf(f.y_label, sizeof f.y_label, "fraction of sgemm at the kernel's shape");
+    ttt_results_add_chart(res, &f);
+}
+
+static const char *const benchmark_columns[] = {
+    "preset", "form", "gates", "chunk", "T", "d_head", "heads", "threads", "tokens_per_s",
+    "gflops", "sgemm64_gflops", "sgemm_shape_gflops", "frac_sgemm", "frac_sgemm_cpu",
+    "speedup_1t", "peak_mb", NULL};
+
+static const char *const train_step_columns[] = {
+    "preset", "form", "chunk", "d_model", "batch", "seq_len", "threads", "tokens_per_s",
+    "tokens_per_s_median", "seconds", "cpu_seconds", "speedup_1t", "peak_mb", NULL};
+
+static const char *const *benchmark_columns_for(const ttt_cfg_node *root) {
+    return is_train_step(ttt_cfg_get(root, "task")) ? train_step_columns : benchmark_columns;
+}
+
+const ttt_task ttt_task_benchmark = {
+    .name = "benchmark",
+    .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
+            "of single-thread sgemm (timed in the same run), peak memory. FLOPs per token "
+            "(chunk C): linear attention recurrent 4 dk dv, chunkwise 4 dk dv + 2C(dk + dv); "
+            "delta rule recurrent 6 dk dv, chunkwise 6 dk dv + C(5dk + 3dv) (MATH.md 5.2/5.3 "
+            "products, masked ones dense; src/tasks/benchmark.c). measure: train_step: tokens/s "
+            "of a whole training step (forward, backward, AdamW) of the `model:` on MQAR "
+            "batches, per seq_len and threads",
+    .options = benchmark_options,
+    .check = benchmark_check,
+    .work = benchmark_work,
+    .run = benchmark_run,
+    .columns = benchmark_columns,
+    .columns_for = benchmark_columns_for,
+    .charts = benchmark_charts,
+};

@@ -1,0 +1,229 @@
+/* The `equivalence` task: run two computation forms of the same layer side by side on the same
+ * random inputs and report how far apart their outputs and final states are, and how long each
+ * took (MATH.md §5–§6). The first form is the reference (by default the recurrence, which is the
+ * definition). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layer.h"
+#include "task.h"
+#include "layer.h"
+
+static const ttt_option equivalence_options[] = {
+    {"reference", TTT_OPT_CHOICE, "recurrent", TTT_NO_RANGE,
+     "generic|recurrent|parallel|chunkwise|dual", "the form compared against"},
+    {"candidate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE,
+     "auto|generic|recurrent|parallel|chunkwise|dual",
+     "the form under test (auto: the layer's default closed form)"},
+    {"tokens", TTT_OPT_INT, "256", 1, 1 << 24, NULL, "sequence length T"},
+    {"key_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "key dimension d_k"},
+    {"value_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "value dimension d_v"},
+    {"heads", TTT_OPT_INT, "1", 1, 1024, NULL, "independent heads (sequences) per measurement"},
+    {"gates", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|scalar|vector",
+     "per-token decay: none (the layer's constant decay), random per token, or per key dim"},
+    {"eta", TTT_OPT_CHOICE, "random", TTT_NO_RANGE, "one|random",
+     "per-token learning rates: all 1, or uniform in (0, 1)"},
+    {"repeats", TTT_OPT_INT, "3", 1, 1000, NULL, "timing repeats (the fastest is reported)"},
+    TTT_OPTION_END,
+};
+
+/* Bytes of the inputs and outputs equivalence_run allocates for H heads of T tokens: q, k, v,
+ * the gates and learning rates, two outputs and two final states per head. */
+static double inputs_bytes(double T, double dk, double dv, double H) {
+    return 4.0 * H * (T * (3 * dk + 3 * dv + dk + 1) + 3.0 * dk * dv);
+}
+
+static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    ttt_layer L;
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
+                            (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
+                            &L, err));
+    static const char *const keys[] = {"reference", "candidate"};
+    ttt_form forms[2];
+    for (int i = 0; i < 2; i++) {
+        const ttt_cfg_node *n = ttt_cfg_get(task, keys[i]);
+        if (strcmp(n->scalar, "auto") == 0) {
+            forms[i] = ttt_layer_auto_form(&L);
+            continue;
+        }
+        forms[i] = (ttt_form)ttt_form_from_name(n->scalar);
+        const char *why = ttt_layer_form_unavailable(&L, forms[i]);
+        if (why) return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "task.%s: %s", keys[i], why);
+    }
+    /* Refuse sizes the machine cannot hold now, before any point runs (the parallel form alone
+     * needs T² floats). The two forms run one after the other, so the larger scratch counts. */
+    const long T = ttt_cfg_int(task, "tokens");
+    double scratch = 0;
+    for (int i = 0; i < 2; i++) {
+        L.form = forms[i];
+        const double b = ttt_layer_forward_bytes(&L, T);
+        if (b > scratch) scratch = b;
+    }
+    const double H = (double)ttt_cfg_int(task, "heads");
+    const double bytes =
+        inputs_bytes((double)T, L.d_k, L.d_v, H) + ttt_layer_state_bytes(&L) + scratch;
+    char where[512], what[768];
+    snprintf(what, sizeof what,
+             "%s: the equivalence task (tokens %ld, heads %ld, key_dim %d, value_dim %d, forms %s "
+             "and %s)",
+             ttt_cfg_where(task, where, sizeof where), T, ttt_cfg_int(task, "heads"), L.d_k,
+             L.d_v, ttt_form_name(forms[0]), ttt_form_name(forms[1]));
+    return ttt_size_check(bytes, what, err);
+}
+
+static long equivalence_work(const ttt_cfg_node *root) {
+    return 2 * ttt_cfg_int(ttt_cfg_get(root, "task"), "repeats");
+}
+
+/* Run one form on every head; returns the fastest wall time over the repeats. */
+static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor **o, ttt_tensor **S,
+                           ttt_tensor *const *q, ttt_tensor *const *k, ttt_tensor *const *v,
+                           ttt_tensor *const *eta, ttt_tensor *const *la, int heads, int repeats,
+                           ttt_task_run *run, double *seconds, ttt_error *err) {
+    double best = INFINITY;
+    ttt_rng rng;
+    ttt_rng_seed(&rng, 0);
+    for (int r = 0; r < repeats; r++) {
+        double t0 = ttt_now();
+        for (int h = 0; h < heads; h++) {
+            ttt_layer_state st;
+            ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
+            ttt_layer_state_init(ctx, L, &st, &rng);
+            TTT_TRY(ttt_layer_forward(ctx, L, o[h], &st, q[h], k[h], v[h], eta[h], la[h], err));
+            memcpy(S[h]->data, st.W[0]->data, S[h]->n * sizeof(float));
+            ttt_arena_release(ctx->arena, m);
+        }
+        double dt = ttt_now() - t0;
+        if (dt < best) best = dt;
+        ttt_progress_update(run->progress, ++run->work_done, run->label);
+    }
+    *seconds = best;
+    return TTT_OK;
+}
+
+static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    const int T = (int)ttt_cfg_int(task, "tokens"), dk = (int)ttt_cfg_int(task, "key_dim"),
+              dv = (int)ttt_cfg_int(task, "value_dim"), H = (int)ttt_cfg_int(task, "heads"),
+              repeats = (int)ttt_cfg_int(task, "repeats");
+    const char *gates = ttt_cfg_str(task, "gates");
+    TTT_TRY(ttt_size_check(inputs_bytes(T, dk, dv, H), "the equivalence task's inputs", err));
+    if (H > 1024) return ttt_error_set(err, TTT_ERR_RANGE, "task.heads: at most 1024");
+    ttt_layer L;
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), dk, dv, &L, err));
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 22);
+    ttt_ctx ctx = {.arena = &arena};
+    ttt_rng rng;
+    ttt_rng_seed(&rng, run->seed);
+    ttt_tensor *q[1024], *k[1024], *v[1024], *eta[1024], *la[1024];
+    ttt_tensor *o[2][1024], *S[2][1024];
+    const int delta = strcmp(L.loss->name, "dot") != 0;
+    for (int h = 0; h < H; h++) {
+        q[h] = ttt_tensor_2d(&ctx, T, dk);
+        k[h] = ttt_tensor_2d(&ctx, T, dk);
+        v[h] = ttt_tensor_2d(&ctx, T, dv);
+        ttt_rng_fill_normal(&rng, q[h]->data, q[h]->n, 0.0f, 1.0f / sqrtf((float)dk));
+        ttt_rng_fill_normal(&rng, k[h]->data, k[h]->n, 0.0f, 1.0f);
+        ttt_rng_fill_normal(&rng, v[h]->data, v[h]->n, 0.0f, 1.0f);
+        /* unit keys: the delta rule's step is stable for β‖k‖² ≤ 2, and linear attention's state
+         * stays O(T) rather than O(T·d) */
+        ttt_tensor *kn = ttt_l2norm_rows(&ctx, k[h], 1e-12f);
+        memcpy(k[h]->data, kn->data, kn->n * sizeof(float));
+        eta[h] = NULL;
+        if (strcmp(ttt_cfg_str(task, "eta"), "random") == 0) {
+            eta[h] = ttt_tensor_1d(&ctx, T);
+            ttt_rng_fill_uniform(&rng, eta[h]->data, (size_t)T, delta ? 0.05f : 0.5f, 1.0f);
+        }
+        la[h] = NULL;
+        if (strcmp(gates, "none") != 0) {
+            la[h] = strcmp(gates, "vector") == 0 ? ttt_tensor_2d(&ctx, T, dk) : ttt_tensor_1d(&ctx, T);
+            /* retentions in [0.9, 1): memory over tens of tokens, no underflow in float32 */
+            ttt_rng_fill_uniform(&rng, la[h]->data, la[h]->n, logf(0.9f), -1e-4f);
+        }
+        for (int f = 0; f < 2; f++) {
+            o[f][h] = ttt_tensor_2d(&ctx, T, dv);
+            S[f][h] = ttt_tensor_2d(&ctx, dk, dv);
+        }
+    }
+    static const char *const keys[] = {"reference", "candidate"};
+    double secs[2];
+    ttt_status s = TTT_OK;
+    const char *form_name[2];
+    for (int f = 0; f < 2 && s == TTT_OK; f++) {
+        const char *name = ttt_cfg_str(task, keys[f]);
+        L.form = strcmp(name, "auto") == 0 ? ttt_layer_auto_form(&L)
+                                           : (ttt_form)ttt_form_from_name(name);
+        form_name[f] = ttt_form_name(L.form);
+        s = run_form(&ctx, &L, o[f], S[f], q, k, v, eta, la, H, repeats, run, &secs[f], err);
+    }
+    if (s == TTT_OK) {
+        double max_abs = 0, num = 0, den = 0, smax = 0;
+        for (int h = 0; h < H; h++) {
+            for (size_t i = 0; i < o[0][h]->n; i++) {
+                double d = fabs((double)o[1][h]->data[i] - o[0][h]->data[i]);
+                if (d > max_abs || isnan(d)) max_abs = d;
+                num += d * d;
+                den += (double)o[0][h]->data[i] * o[0][h]->data[i];
+            }
+            double ds = ttt_max_abs_diff(S[1][h], S[0][h]);
+            if (ds > smax || isnan(ds)) smax = ds;
+        }
+        ttt_record rec;
+        ttt_record_clear(&rec);
+        ttt_record_str(&rec, "series", run->label[0] ? run->label : form_name[1]);
+        char name[128];
+        ttt_record_str(&rec, "layer", ttt_layer_describe(&L, name, sizeof name));
+        ttt_record_str(&rec, "reference", form_name[0]);
+        ttt_record_str(&rec, "candidate", form_name[1]);
+        ttt_record_str(&rec, "gates", gates);
+        ttt_record_num(&rec, "T", T);
+        ttt_record_num(&rec, "heads", H);
+        ttt_record_num(&rec, "chunk", L.chunk);
+        ttt_record_num(&rec, "max_abs_err", max_abs);
+        ttt_record_num(&rec, "rel_rms_err", den > 0 ? sqrt(num / den) : sqrt(num));
+        ttt_record_num(&rec, "state_max_abs_err", smax);
+        ttt_record_num(&rec, "ref_seconds", secs[0]);
+        ttt_record_num(&rec, "cand_seconds", secs[1]);
+        ttt_record_num(&rec, "speedup", secs[1] > 0 ? secs[0] / secs[1] : 0);
+        ttt_results_add(run->results, &rec, 1);
+    }
+    ttt_arena_free(&arena);
+    return s;
+}
+
+static void equivalence_charts(ttt_results *res, const ttt_cfg_node *root) {
+    ttt_chart c = {.log_x = 1};
+    snprintf(c.name, sizeof c.name, "error");
+    snprintf(c.title, sizeof c.title, "Relative RMS difference from the reference form");
+    snprintf(c.x_key, sizeof c.x_key, "T");
+    snprintf(c.y_key, sizeof c.y_key, "rel_rms_err");
+    snprintf(c.series_key, sizeof c.series_key, "series");
+    snprintf(c.x_label, sizeof c.x_label, "tokens T");
+    snprintf(c.y_label, sizeof c.y_label, "relative RMS error");
+    ttt_results_add_chart(res, &c);
+    ttt_chart d = c;
+    d.y_from_zero = 1;
+    snprintf(d.name, sizeof d.name, "speedup");
+    snprintf(d.title, sizeof d.title, "Speed-up over the reference form");
+    snprintf(d.y_key, sizeof d.y_key, "speedup");
+    snprintf(d.y_label, sizeof d.y_label, "reference time / candidate time");
+    ttt_results_add_chart(res, &d);
+}
+
+static const char *const equivalence_columns[] = {
+    "layer", "gates", "reference", "candidate", "T", "max_abs_err", "rel_rms_err",
+    "state_max_abs_err", "ref_seconds", "cand_seconds", "speedup", NULL};
+
+const ttt_task ttt_task_equivalence = {
+    .name = "equivalence",
+    .help = "run two computation forms of a layer side by side: max error and time",
+    .options = equivalence_options,
+    .check = equivalence_check,
+    .work = equivalence_work,
+    .run = equivalence_run,
+    .columns = equivalence_columns,
+    .charts = equivalence_charts,
+};

@@ -1,0 +1,179 @@
+/* The `lm` task (MATH.md §7): byte-level language modelling on a text file.
+ *
+ * The file's last val_fraction is the validation split (data.h). Training batches are random
+ * windows of the training split (their rng is checkpointed); evaluation scores the first
+ * eval_windows non-overlapping windows of the validation split, every byte once. The metric is
+ * bits per byte (mean cross-entropy in nats / ln 2). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "task.h"
+#include "trained.h"
+
+/* The English corpus of the Debian package dasher-data (apt-get install dasher-data). */
+#define LM_DEFAULT_PATH "/usr/share/dasher/training_english_GB.txt"
+
+static const ttt_option lm_options[] = {
+    {"path", TTT_OPT_STRING, LM_DEFAULT_PATH, TTT_NO_RANGE, NULL,
+     "text file (bytes are tokens); default: the English corpus of the Debian package "
+     "dasher-data"},
+    {"seq_len", TTT_OPT_INT, "128", 1, 1 << 20, NULL, "bytes per training window"},
+    {"val_fraction", TTT_OPT_FLOAT, "0.1", 0.0, 0.9, NULL,
+     "the last fraction of the file is the validation split"},
+    {"eval_windows", TTT_OPT_INT, "256", 1, 1e9, NULL,
+     "validation windows scored at each evaluation (at most all of them)"},
+    {"eval_batch", TTT_OPT_INT, "64", 1, 1 << 20, NULL, "windows per evaluation batch"},
+    TTT_OPTION_END,
+};
+
+static ttt_status lm_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    const int L = (int)ttt_cfg_int(task, "seq_len");
+    const double vf = ttt_cfg_float(task, "val_fraction");
+    if (vf <= 0)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "val_fraction"),
+                             "task.val_fraction: the lm task evaluates on a validation split; "
+                             "it must be > 0");
+    /* The file is opened when the point runs, not here: `ttt check` of a shipped experiment must
+     * not need the corpus installed (lm_run names the package when it is missing). */
+    ttt_seq_model_io io = {.vocab = TTT_LM_VOCAB, .seq_len = L};
+    return ttt_train_check(root, &io, err);
+}
+
+static long lm_work(const ttt_cfg_node *root) {
+    return ttt_cfg_int(ttt_cfg_get(root, "train"), "steps");
+}
+
+typedef struct lm_data {
+    ttt_text text;
+    ttt_rng rng; /* training windows */
+    ttt_batch batch, eval;
+    int n_windows; /* validation windows scored */
+} lm_data;
+
+static ttt_status next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    lm_data *d = user;
+    ttt_text_sample(&d->text, TTT_SPLIT_TRAIN, &d->rng, &d->batch);
+    *out = (ttt_seq_batch){.B = d->batch.B, .T = d->batch.L, .tokens = d->batch.tokens,
+                           .labels = d->batch.labels};
+    return TTT_OK;
+}
+
+static void get_state(void *user, uint64_t *w) { memcpy(w, ((lm_data *)user)->rng.s, 32); }
+static ttt_status set_state(void *user, const uint64_t *w, ttt_error *err) {
+    memcpy(((lm_data *)user)->rng.s, w, 32);
+    return TTT_OK;
+}
+
+static ttt_status eval_batch(void *user, int i, ttt_seq_batch *out, ttt_error *err) {
+    lm_data *d = user;
+    const size_t first = (size_t)i * d->eval.B;
+    int n = ttt_text_windows(&d->text, TTT_SPLIT_VAL, first, &d->eval);
+    /* rows past the windows of this evaluation are not scored */
+    for (int r = 0; r < d->eval.B; r++)
+        if ((long)first + r >= d->n_windows || r >= n)
+            for (int t = 0; t < d->eval.L; t++) d->eval.labels[(size_t)r * d->eval.L + t] =
+                TTT_LABEL_IGNORE;
+    int rows = d->n_windows - (int)first < d->eval.B ? d->n_windows - (int)first : d->eval.B;
+    *out = (ttt_seq_batch){.B = rows, .T = d->eval.L, .tokens = d->eval.tokens,
+                           .labels = d->eval.labels};
+    return TTT_OK;
+}
+
+static void lm_data_free(lm_data *d) {
+    ttt_text_free(&d->text);
+    ttt_batch_free(&d->batch);
+    ttt_batch_free(&d->eval);
+}
+
+static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    const int L = (int)ttt_cfg_int(task, "seq_len");
+    const int B = (int)ttt_cfg_int(ttt_cfg_get(run->root, "train"), "batch");
+    lm_data d;
+    memset(&d, 0, sizeof d);
+    ttt_rng root;
+    ttt_rng_seed(&root, run->seed);
+    d.rng = ttt_rng_fork(&root, ttt_hash_str("lm/windows"));
+    ttt_status s = ttt_text_load(&d.text, ttt_cfg_str(task, "path"),
+                                 ttt_cfg_float(task, "val_fraction"), L, err);
+    if (s != TTT_OK) {
+        char msg[TTT_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        const ttt_cfg_node *pn = ttt_cfg_get(task, "path");
+        if (strcmp(ttt_cfg_str(task, "path"), LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
+            ttt_cfg_error(err, s, pn,
+                          "task.path: %s (install the corpus with `apt-get install dasher-data`, "
+                          "or give another text file)",
+                          msg);
+        else
+            ttt_cfg_error(err, s, pn, "task.path: %s", msg);
+    }
+    if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, L, err);
+    if (s == TTT_OK) s = ttt_batch_init(&d.eval, (int)ttt_cfg_int(task, "eval_batch"), L, err);
+    if (s != TTT_OK) {
+        lm_data_free(&d);
+        return s;
+    }
+    size_t nw = ttt_text_n_windows(&d.text, TTT_SPLIT_VAL, L);
+    long want = ttt_cfg_int(task, "eval_windows");
+    d.n_windows = (int)((long)nw < want ? (long)nw : want);
+    ttt_train_data td = {
+        .user = &d,
+        .next = next,
+        .n_state = 4,
+        .get_state = get_state,
+        .set_state = set_state,
+        .n_eval = (d.n_windows + d.eval.B - 1) / d.eval.B,
+        .eval_batch = eval_batch,
+        .bits = 1,
+    };
+    ttt_seq_model_io io = {.vocab = TTT_LM_VOCAB, .seq_len = L};
+    ttt_trained tr;
+    s = ttt_train_point(run, &io, &td, &tr, err);
+    if (s == TTT_OK && !tr.result.stopped) {
+        ttt_record r;
+        ttt_trained_record(run, &tr, &r);
+        ttt_record_num(&r, "train_bpb", ttt_bits_per_byte(tr.result.train_loss));
+        ttt_record_num(&r, "eval_bpb", ttt_bits_per_byte(tr.result.eval_loss));
+        ttt_record_num(&r, "eval_accuracy", tr.result.eval_accuracy);
+        ttt_record_num(&r, "eval_bytes", (double)tr.result.eval.count);
+        ttt_results_add(run->results, &r, 1);
+    }
+    if (s == TTT_OK) ttt_trained_free(&tr);
+    lm_data_free(&d);
+    return s;
+}
+
+static void lm_charts(ttt_results *res, const ttt_cfg_node *root) {
+    ttt_chart c = {0};
+    snprintf(c.name, sizeof c.name, "eval_bpb");
+    snprintf(c.title, sizeof c.title, "Validation bits per byte");
+    snprintf(c.x_key, sizeof c.x_key, "step");
+    snprintf(c.y_key, sizeof c.y_key, "eval_bpb");
+    snprintf(c.series_key, sizeof c.series_key, "series");
+    snprintf(c.x_label, sizeof c.x_label, "training step");
+    snprintf(c.y_label, sizeof c.y_label, "bits per byte");
+    ttt_results_add_chart_filtered(res, &c, "kind", "eval");
+    ttt_chart l = c;
+    snprintf(l.name, sizeof l.name, "train_bpb");
+    snprintf(l.title, sizeof l.title, "Training bits per byte");
+    snprintf(l.y_key, sizeof l.y_key, "loss_bpb");
+    ttt_results_add_chart_filtered(res, &l, "kind", "train");
+}
+
+static const char *const lm_columns[] = {"series", "lr", "steps", "train_bpb", "eval_bpb",
+                                         "eval_accuracy", "params", "seconds", NULL};
+
+const ttt_task ttt_task_lm = {
+    .name = "lm",
+    .help = "byte-level language modelling on a text file, trained: validation bits per byte",
+    .options = lm_options,
+    .check = lm_check,
+    .work = lm_work,
+    .run = lm_run,
+    .columns = lm_columns,
+    .charts = lm_charts,
+};

@@ -1,0 +1,242 @@
+/* The `memory` task (MATH.md §7). */
+#include "memory.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layer.h"
+#include "task.h"
+
+static void fill_unit_rows(ttt_rng *rng, float *x /* (n, d) */, int n, int d,
+                           const float *common /* (d) or NULL */, float rho) {
+    float a = sqrtf(rho), b = sqrtf(1.0f - rho);
+    for (int i = 0; i < n; i++) {
+        float *r = x + (size_t)i * d;
+        double ss = 0;
+        for (int j = 0; j < d; j++) {
+            float g = (float)ttt_rng_normal(rng);
+            r[j] = common ? a * common[j] + b * g : g;
+            ss += (double)r[j] * r[j];
+        }
+        float inv = (float)(1.0 / sqrt(ss > 0 ? ss : 1.0));
+        for (int j = 0; j < d; j++) r[j] *= inv;
+    }
+}
+
+ttt_status ttt_memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory_spec *spec,
+                           ttt_rng *rng, ttt_memory_result *out, ttt_error *err) {
+    const int N = spec->n_pairs, dk = spec->d_k, dv = spec->d_v;
+    const int T = spec->overwrite ? 2 * N : N;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+
+    ttt_tensor *common = ttt_tensor_1d(ctx, dk);
+    ttt_rng_fill_normal(rng, common->data, (size_t)dk, 0.0f, 1.0f);
+    ttt_tensor *keys = ttt_tensor_2d(ctx, N, dk);  /* (N, d_k) */
+    fill_unit_rows(rng, keys->data, N, dk, spec->correlation > 0 ? common->data : NULL,
+                   spec->correlation);
+    /* candidates: the values in the order written; the latest value of key i is row
+     * (overwrite ? N + i : i) */
+    ttt_tensor *cand = ttt_tensor_2d(ctx, T, dv); /* (T, d_v) */
+    fill_unit_rows(rng, cand->data, T, dv, NULL, 0.0f);
+
+    ttt_tensor *k = ttt_tensor_2d(ctx, T, dk); /* the write stream (T, d_k) */
+    for (int t = 0; t < T; t++)
+        memcpy(k->data + (size_t)t * dk, keys->data + (size_t)(t % N) * dk, dk * sizeof(float));
+    ttt_tensor *o = ttt_tensor_2d(ctx, T, dv);
+    ttt_layer_state st;
+    ttt_layer_state_init(ctx, L, &st, rng);
+    ttt_status s = ttt_layer_forward(ctx, L, o, &st, k, k, cand, NULL, NULL, err);
+    if (s != TTT_OK) {
+        ttt_arena_release(ctx->arena, mark);
+        return s;
+    }
+    /* Query every stored key with the final fast weights. */
+    ttt_tensor *pred = ttt_tensor_2d(ctx, N, dv); /* (N, d_v) */
+    s = ttt_layer_read(ctx, L, &st, pred, keys, err);
+    if (s != TTT_OK) {
+        ttt_arena_release(ctx->arena, mark);
+        return s;
+    }
+    ttt_tensor *sim = ttt_matmul(ctx, pred, 0, cand, 1); /* (N, T) */
+    double err_sum = 0;
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        int target = spec->overwrite ? N + i : i;
+        const float *p = pred->data + (size_t)i * dv, *v = cand->data + (size_t)target * dv;
+        double e = 0, vv = 0;
+        for (int j = 0; j < dv; j++) {
+            double d = (double)p[j] - v[j];
+            e += d * d;
+            vv += (double)v[j] * v[j];
+        }
+        err_sum += e / vv;
+        const float *row = sim->data + (size_t)i * T;
+        int best = 0;
+        for (int j = 1; j < T; j++)
+            if (row[j] > row[best]) best = j;
+        hits += best == target;
+    }
+    out->recall_error = sqrt(err_sum / N);
+    out->accuracy = (double)hits / N;
+    ttt_arena_release(ctx->arena, mark);
+    if (!isfinite(out->recall_error))
+        return ttt_error_set(err, TTT_ERR_NUMERIC,
+                             "memory task: the recall error is not finite (N = %d); the inner "
+                             "learning rate is probably too large for these keys",
+                             N);
+    return TTT_OK;
+}
+
+/* ---- the task as registered ---- */
+
+static const ttt_option memory_options[] = {
+    {"pairs", TTT_OPT_INT_LIST, "[16, 32, 64, 128, 256]", 1, 1e6, NULL,
+     "numbers of key/value pairs N written (one measurement each)"},
+    {"key_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "key dimension d_k"},
+    {"value_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "value dimension d_v"},
+    {"correlation", TTT_OPT_FLOAT, "0.0", 0.0, 0.99, NULL,
+     "pairwise correlation of the keys before normalization"},
+    {"overwrite", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "write every key a second time with a new value; recall the new one"},
+    {"trials", TTT_OPT_INT, "4", 1, 10000, NULL, "independent draws averaged per N"},
+    TTT_OPTION_END,
+};
+
+/* Bytes one measurement with N pairs takes (ttt_memory_eval): the keys, the candidates, the write
+ * stream, the outputs, the predictions, the (N, T) similarity matrix, read-out temporaries (an
+ * MLP's hidden layer is 4 times wider), the state and the layer's own scratch over T tokens. */
+static double memory_bytes(const ttt_layer *L, long N, int overwrite) {
+    const double dk = L->d_k, dv = L->d_v, n = (double)N, T = overwrite ? 2.0 * n : n;
+    const double floats = dk + n * dk + T * dv + T * dk + T * dv + n * dv + n * T +
+                          4.0 * n * (dk + dv);
+    return floats * sizeof(float) + ttt_layer_state_bytes(L) +
+           ttt_layer_forward_bytes(L, overwrite ? 2 * N : N);
+}
+
+static ttt_status memory_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    ttt_layer L;
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
+                            (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
+                            &L, err));
+    /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
+     * into a sweep. */
+    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs"), *largest = NULL;
+    long n_max = 0;
+    for (int p = 0; p < pairs->n; p++) {
+        long N = 0;
+        if (ttt_cfg_as_int(pairs->items[p], &N, NULL) == TTT_OK && N > n_max) {
+            n_max = N;
+            largest = pairs->items[p];
+        }
+    }
+    if (!largest) return TTT_OK;
+    char where[512], what[768];
+    snprintf(what, sizeof what, "%s: task.pairs = %ld (key_dim %d, value_dim %d, form %s)",
+             ttt_cfg_where(largest, where, sizeof where), n_max, L.d_k, L.d_v,
+             ttt_form_name(L.form));
+    return ttt_size_check(memory_bytes(&L, n_max, ttt_cfg_bool(task, "overwrite")), what, err);
+}
+
+static long memory_work(const ttt_cfg_node *root) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    return (long)ttt_cfg_get(task, "pairs")->n * ttt_cfg_int(task, "trials");
+}
+
+static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    ttt_memory_spec spec = {
+        .d_k = (int)ttt_cfg_int(task, "key_dim"),
+        .d_v = (int)ttt_cfg_int(task, "value_dim"),
+        .correlation = (float)ttt_cfg_float(task, "correlation"),
+        .overwrite = ttt_cfg_bool(task, "overwrite"),
+    };
+    int trials = (int)ttt_cfg_int(task, "trials");
+    ttt_layer L;
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), spec.d_k, spec.d_v,
+                            &L, err));
+    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs");
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 20);
+    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    ttt_rng base;
+    ttt_rng_seed(&base, run->seed);
+    ttt_status s = TTT_OK;
+    long done = run->work_done;
+    char layer_name[128];
+    ttt_layer_describe(&L, layer_name, sizeof layer_name);
+    for (int p = 0; p < pairs->n && s == TTT_OK; p++) {
+        long N;
+        ttt_cfg_as_int(pairs->items[p], &N, NULL);
+        spec.n_pairs = (int)N;
+        double t_start = ttt_now(), err_sum = 0, acc_sum = 0;
+        for (int tr = 0; tr < trials && s == TTT_OK; tr++) {
+            /* The data depend on (seed, N, trial) only, so every sweep point sees the same keys
+             * and values: differences between points are differences between layers. */
+            ttt_rng rng = ttt_rng_fork(&base, (uint64_t)N * 100003u + (uint64_t)tr);
+            ttt_memory_result r;
+            s = ttt_memory_eval(&ctx, &L, &spec, &rng, &r, err);
+            err_sum += r.recall_error;
+            acc_sum += r.accuracy;
+            ttt_progress_update(run->progress, ++done, run->label);
+        }
+        if (s != TTT_OK) break;
+        ttt_record rec;
+        ttt_record_clear(&rec);
+        ttt_record_str(&rec, "series", run->label[0] ? run->label : layer_name);
+        ttt_record_num(&rec, "point", run->point);
+        ttt_record_str(&rec, "layer", layer_name);
+        ttt_record_str(&rec, "form", ttt_form_name(L.form));
+        ttt_record_str(&rec, "overwrite", spec.overwrite ? "true" : "false");
+        ttt_record_num(&rec, "N", (double)N);
+        ttt_record_num(&rec, "d_k", spec.d_k);
+        ttt_record_num(&rec, "recall_error", err_sum / trials);
+        ttt_record_num(&rec, "accuracy", acc_sum / trials);
+        /* The Hebbian crosstalk prediction: with unit keys each other pair adds noise of
+         * variance 1/d_k, so the relative error is about sqrt((N−1)/d_k) (MATH.md §7). */
+        ttt_record_num(&rec, "hebbian_theory", sqrt((double)(N - 1) / spec.d_k));
+        ttt_record_num(&rec, "seconds", ttt_now() - t_start);
+        ttt_results_add(run->results, &rec, 1);
+    }
+    ttt_arena_free(&arena);
+    return s;
+}
+
+static void memory_charts(ttt_results *res, const ttt_cfg_node *root) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    ttt_chart c = {.log_x = 1, .y_from_zero = 1};
+    snprintf(c.name, sizeof c.name, "accuracy");
+    snprintf(c.title, sizeof c.title, "Top-1 retrieval accuracy vs stored pairs");
+    snprintf(c.x_key, sizeof c.x_key, "N");
+    snprintf(c.y_key, sizeof c.y_key, "accuracy");
+    snprintf(c.series_key, sizeof c.series_key, "series");
+    snprintf(c.x_label, sizeof c.x_label, "pairs written N");
+    snprintf(c.y_label, sizeof c.y_label, "top-1 accuracy");
+    ttt_results_add_chart(res, &c);
+
+    ttt_chart e = c;
+    snprintf(e.name, sizeof e.name, "recall_error");
+    snprintf(e.title, sizeof e.title, "Recall error vs stored pairs");
+    snprintf(e.y_key, sizeof e.y_key, "recall_error");
+    snprintf(e.y_label, sizeof e.y_label, "relative RMS recall error");
+    e.has_ref = 1;
+    e.ref_scale = 1.0;
+    e.ref_div = (double)ttt_cfg_int(task, "key_dim");
+    snprintf(e.ref_label, sizeof e.ref_label, "sqrt(N/d) (Hebbian theory)");
+    ttt_results_add_chart(res, &e);
+}
+
+static const char *const memory_columns[] = {"layer", "overwrite", "N", "recall_error", "hebbian_theory",
+                                             "accuracy", NULL};
+
+const ttt_task ttt_task_memory = {
+    .columns = memory_columns,
+    .name = "memory",
+    .help = "write N key/value pairs, query the stored keys: recall error and top-1 accuracy",
+    .options = memory_options,
+    .check = memory_check,
+    .work = memory_work,
+    .run = memory_run,
+    .charts = memory_charts,
+};

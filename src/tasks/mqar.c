@@ -1,0 +1,184 @@
+/* The `mqar` task (MATH.md §7): multi-query associative recall, trained end to end.
+ *
+ * A fixed training set and a fixed test set are drawn from the seed (data.h, the Zoology
+ * generator); training visits the training set in epochs of random order (the sampler state is
+ * checkpointed). Loss and accuracy count the query positions only (the only labelled ones). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+#include "task.h"
+#include "trained.h"
+
+static const ttt_option mqar_options[] = {
+    {"vocab", TTT_OPT_INT, "256", 4, 1 << 20, NULL, "vocabulary V (keys from [1, V/2), values "
+                                                     "from [V/2, V))"},
+    {"seq_len", TTT_OPT_INT, "128", 4, 1 << 20, NULL, "sequence length L"},
+    {"pairs", TTT_OPT_INT, "8", 1, 1 << 20, NULL, "key/value pairs N per sequence"},
+    {"random_filler", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "fill the gaps with random tokens instead of 0"},
+    {"power_a", TTT_OPT_FLOAT, "0.01", 1e-6, 1.0, NULL, "gap weights g^(power_a - 1)"},
+    {"train_examples", TTT_OPT_INT, "20000", 1, 1e9, NULL, "size of the training set"},
+    {"test_examples", TTT_OPT_INT, "1000", 1, 1e9, NULL, "size of the test set"},
+    {"eval_batch", TTT_OPT_INT, "250", 1, 1 << 20, NULL, "sequences per evaluation batch"},
+    TTT_OPTION_END,
+};
+
+static void mqar_config(const ttt_cfg_node *task, ttt_mqar_config *c) {
+    ttt_mqar_config_default(c);
+    c->vocab = (int)ttt_cfg_int(task, "vocab");
+    c->seq_len = (int)ttt_cfg_int(task, "seq_len");
+    c->n_pairs = (int)ttt_cfg_int(task, "pairs");
+    c->random_filler = ttt_cfg_bool(task, "random_filler");
+    c->power_a = ttt_cfg_float(task, "power_a");
+}
+
+static ttt_status mqar_check(ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    ttt_mqar_config c;
+    mqar_config(task, &c);
+    ttt_status s = ttt_mqar_config_check(&c, err);
+    if (s != TTT_OK) {
+        char msg[TTT_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ttt_cfg_error(err, s, task, "task: %s", msg);
+    }
+    /* the training and test sets are held in memory: tokens and labels, an int each */
+    const double bytes = 8.0 * c.seq_len *
+                         ((double)ttt_cfg_int(task, "train_examples") +
+                          (double)ttt_cfg_int(task, "test_examples"));
+    s = ttt_size_check(bytes, "the mqar training and test sets", err);
+    if (s != TTT_OK) {
+        char msg[TTT_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ttt_cfg_error(err, s, ttt_cfg_get(task, "train_examples"), "task: %s", msg);
+    }
+    ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
+    return ttt_train_check(root, &io, err);
+}
+
+static long mqar_work(const ttt_cfg_node *root) {
+    return ttt_cfg_int(ttt_cfg_get(root, "train"), "steps");
+}
+
+typedef struct mqar_data {
+    ttt_token_set train, test;
+    ttt_sampler sampler;
+    ttt_batch batch, eval;
+    int *idx;       /* (batch) */
+    int eval_batch; /* rows per evaluation batch */
+} mqar_data;
+
+static ttt_status next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    mqar_data *d = user;
+    ttt_sampler_next(&d->sampler, d->idx, d->batch.B);
+    ttt_token_set_gather(&d->batch, &d->train, d->idx);
+    *out = (ttt_seq_batch){.B = d->batch.B, .T = d->batch.L, .tokens = d->batch.tokens,
+                           .labels = d->batch.labels};
+    return TTT_OK;
+}
+
+static void get_state(void *user, uint64_t *w) { ttt_sampler_get_state(&((mqar_data *)user)->sampler, w); }
+static ttt_status set_state(void *user, const uint64_t *w, ttt_error *err) {
+    return ttt_sampler_set_state(&((mqar_data *)user)->sampler, w, err);
+}
+
+static ttt_status eval_batch(void *user, int i, ttt_seq_batch *out, ttt_error *err) {
+    mqar_data *d = user;
+    const int r0 = i * d->eval_batch;
+    const int n = d->test.n - r0 < d->eval_batch ? d->test.n - r0 : d->eval_batch;
+    const size_t off = (size_t)r0 * d->test.L;
+    *out = (ttt_seq_batch){.B = n, .T = d->test.L, .tokens = d->test.tokens + off,
+                           .labels = d->test.labels + off};
+    return TTT_OK;
+}
+
+static void mqar_data_free(mqar_data *d) {
+    ttt_token_set_free(&d->train);
+    ttt_token_set_free(&d->test);
+    ttt_sampler_free(&d->sampler);
+    ttt_batch_free(&d->batch);
+    free(d->idx);
+}
+
+static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    ttt_mqar_config c;
+    mqar_config(task, &c);
+    const int B = (int)ttt_cfg_int(ttt_cfg_get(run->root, "train"), "batch");
+    mqar_data d;
+    memset(&d, 0, sizeof d);
+    d.eval_batch = (int)ttt_cfg_int(task, "eval_batch");
+    ttt_rng root;
+    ttt_rng_seed(&root, run->seed);
+    ttt_rng data_root = ttt_rng_fork(&root, ttt_hash_str("mqar/data"));
+    ttt_rng samp = ttt_rng_fork(&root, ttt_hash_str("mqar/sampler"));
+    ttt_status s = ttt_mqar_make_split(&d.train, &d.test, &c, (int)ttt_cfg_int(task, "train_examples"),
+                                       (int)ttt_cfg_int(task, "test_examples"), &data_root, err);
+    if (s == TTT_OK) s = ttt_sampler_init(&d.sampler, d.train.n, &samp, err);
+    if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, c.seq_len, err);
+    if (s == TTT_OK && !(d.idx = malloc((size_t)B * sizeof *d.idx)))
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "mqar: out of memory");
+    if (s != TTT_OK) {
+        mqar_data_free(&d);
+        return s;
+    }
+    ttt_train_data td = {
+        .user = &d,
+        .next = next,
+        .n_state = TTT_SAMPLER_WORDS,
+        .get_state = get_state,
+        .set_state = set_state,
+        .n_eval = (d.test.n + d.eval_batch - 1) / d.eval_batch,
+        .eval_batch = eval_batch,
+    };
+    ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
+    ttt_trained tr;
+    s = ttt_train_point(run, &io, &td, &tr, err);
+    if (s == TTT_OK && !tr.result.stopped) {
+        ttt_record r;
+        ttt_trained_record(run, &tr, &r);
+        ttt_record_num(&r, "eval_accuracy", tr.result.eval_accuracy);
+        ttt_record_num(&r, "V", c.vocab);
+        ttt_record_num(&r, "L", c.seq_len);
+        ttt_record_num(&r, "N", c.n_pairs);
+        ttt_results_add(run->results, &r, 1);
+    }
+    if (s == TTT_OK) ttt_trained_free(&tr);
+    mqar_data_free(&d);
+    return s;
+}
+
+static void mqar_charts(ttt_results *res, const ttt_cfg_node *root) {
+    ttt_chart c = {.y_from_zero = 1};
+    snprintf(c.name, sizeof c.name, "eval_accuracy");
+    snprintf(c.title, sizeof c.title, "MQAR accuracy at the query positions (test set)");
+    snprintf(c.x_key, sizeof c.x_key, "step");
+    snprintf(c.y_key, sizeof c.y_key, "eval_accuracy");
+    snprintf(c.series_key, sizeof c.series_key, "series");
+    snprintf(c.x_label, sizeof c.x_label, "training step");
+    snprintf(c.y_label, sizeof c.y_label, "accuracy");
+    ttt_results_add_chart_filtered(res, &c, "kind", "eval");
+    ttt_chart l = c;
+    l.y_from_zero = 0;
+    snprintf(l.name, sizeof l.name, "train_loss");
+    snprintf(l.title, sizeof l.title, "Training loss (nats, query positions)");
+    snprintf(l.y_key, sizeof l.y_key, "loss");
+    snprintf(l.y_label, sizeof l.y_label, "cross-entropy (nats)");
+    ttt_results_add_chart_filtered(res, &l, "kind", "train");
+}
+
+static const char *const mqar_columns[] = {"series", "lr", "steps", "eval_accuracy", "eval_loss",
+                                           "train_loss", "params", "seconds", NULL};
+
+const ttt_task ttt_task_mqar = {
+    .name = "mqar",
+    .help = "multi-query associative recall (Zoology), trained: accuracy at the query positions",
+    .options = mqar_options,
+    .check = mqar_check,
+    .work = mqar_work,
+    .run = mqar_run,
+    .columns = mqar_columns,
+    .charts = mqar_charts,
+};

@@ -1,0 +1,109 @@
+/* The glue every trained task shares (see trained.h). */
+#include "trained.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Trained tasks */
+
+static ttt_cfg_node *section(ttt_cfg_node *root, const char *key) {
+    ttt_cfg_node *n = (ttt_cfg_node *)ttt_cfg_get(root, key);
+    if (!n) {
+        n = ttt_cfg_new_map(root);
+        ttt_cfg_map_set(root, key, n);
+    }
+    return n;
+}
+
+ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_error *err) {
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+    TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &mc, err));
+    TTT_TRY(ttt_train_config_parse(section(root, "train"), &tc, err));
+    /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
+     * width d_model (projections, convolution, norms, MLP) and, per head, the fast-weight state
+     * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
+     * the right order: a run this refuses could not have finished a step. */
+    const double per_token = 64.0 * mc.d_model + 4.0 * mc.n_heads * (double)mc.head_dim * mc.head_dim;
+    const double bytes = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
+    char what[160];
+    snprintf(what, sizeof what,
+             "a training step (batch %d, seq_len %d, d_model %d, %d layers, estimated)", tc.batch,
+             io->seq_len, mc.d_model, mc.n_layers);
+    ttt_status s = ttt_size_check(bytes, what, err);
+    if (s != TTT_OK) return ttt_cfg_error(err, s, ttt_cfg_get(root, "train"), "%s", err->msg);
+    return TTT_OK;
+}
+
+ttt_status ttt_train_point(ttt_task_run *run, const ttt_seq_model_io *io, ttt_train_data *data,
+                           ttt_trained *out, ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    ttt_seq_model_config mc;
+    TTT_TRY(ttt_seq_model_parse(section(run->root, "model"), section(run->root, "layer"), io, &mc,
+                                err));
+    TTT_TRY(ttt_train_config_parse(section(run->root, "train"), &out->train, err));
+    ttt_seq_model_describe(&mc, out->mixer, sizeof out->mixer);
+    TTT_TRY(ttt_seq_model_init(&out->model, &mc, run->seed, err));
+
+    /* the configuration hash: what determines the results */
+    ttt_cfg_node *h = ttt_cfg_clone(run->root);
+    ttt_cfg_map_remove(h, "name");
+    ttt_cfg_map_remove(h, "description");
+    ttt_cfg_map_remove(h, "output");
+    ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
+    ttt_cfg_map_remove(tr, "stop_at");
+    ttt_cfg_map_remove(tr, "threads");
+    char *flow = ttt_cfg_to_flow(h);
+    ttt_cfg_free(h);
+    char hash[17];
+    ttt_checkpoint_config_hash(flow ? flow : "", hash);
+    free(flow);
+
+    char ckpt[4096], stream[4096];
+    const char *dir = run->run_dir;
+    if (dir) {
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoints/point%d", dir, run->point);
+        snprintf(stream, sizeof stream, "%s/metrics.jsonl", dir);
+        ttt_status s = ttt_mkdirs(ckpt, err);
+        if (s != TTT_OK) {
+            ttt_trained_free(out);
+            return s;
+        }
+    }
+    ttt_train_run tr_run = {
+        .ckpt_dir = dir ? ckpt : NULL,
+        .config_hash = hash,
+        .stream_path = dir ? stream : NULL,
+        .results = run->results,
+        .progress = run->progress,
+        .work_done = run->work_done,
+        .series = run->label && run->label[0] ? run->label : out->mixer,
+        .point = run->point,
+        .mixer = out->mixer,
+    };
+    ttt_status s = ttt_train(&out->model, &out->train, data, &tr_run, &out->result, err);
+    if (s != TTT_OK) ttt_trained_free(out);
+    return s;
+}
+
+void ttt_trained_free(ttt_trained *t) { ttt_seq_model_free(&t->model); }
+
+void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_record *r) {
+    ttt_record_clear(r);
+    ttt_record_str(r, "series", run->label && run->label[0] ? run->label : t->mixer);
+    ttt_record_num(r, "point", run->point);
+    ttt_record_str(r, "mixer", t->mixer);
+    ttt_record_str(r, "kind", "summary");
+    ttt_record_num(r, "lr", t->train.adamw.lr);
+    ttt_record_num(r, "steps", (double)t->result.step);
+    ttt_record_num(r, "params", (double)ttt_params_numel(&t->model.params));
+    ttt_record_num(r, "train_loss", t->result.train_loss);
+    ttt_record_num(r, "eval_loss", t->result.eval_loss);
+    ttt_record_num(r, "seconds", t->result.seconds);
+    ttt_record_num(r, "tokens_per_s", t->result.tokens_per_s);
+    ttt_record_num(r, "resumed_from", (double)t->result.resumed_from);
+}

@@ -1,0 +1,638 @@
+/* Outer-loop training (see train.h). */
+#include "train.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cblas.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "autograd.h"
+#include "checkpoint.h"
+#include "batch.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Configuration */
+
+const ttt_option ttt_train_options[] = {
+    {"steps", TTT_OPT_INT, "1000", 1, 1e12, NULL, "optimizer updates"},
+    {"batch", TTT_OPT_INT, "32", 1, 1 << 20, NULL, "sequences per update"},
+    {"shards", TTT_OPT_INT, "2", 1, 256, NULL,
+     "parts of a batch computed independently and in parallel; results depend on this, not "
+     "on the number of threads"},
+    {"threads", TTT_OPT_INT, "0", 0, 1024, NULL,
+     "threads for the shards; 0 = min(shards, cores)"},
+    {"lr", TTT_OPT_FLOAT, "1e-3", 1e-12, 10.0, NULL, "peak learning rate of AdamW"},
+    {"beta1", TTT_OPT_FLOAT, "0.9", 0.0, 0.999999, NULL, "AdamW beta1"},
+    {"beta2", TTT_OPT_FLOAT, "0.999", 0.0, 0.999999999, NULL, "AdamW beta2"},
+    {"eps", TTT_OPT_FLOAT, "1e-8", 1e-30, 1.0, NULL, "AdamW epsilon"},
+    {"weight_decay", TTT_OPT_FLOAT, "0.1", 0.0, 100.0, NULL,
+     "decoupled weight decay of matrices (norm gains, biases and gates are not decayed)"},
+    {"warmup", TTT_OPT_INT, "100", 0, 1e12, NULL, "linear warm-up steps"},
+    {"min_lr_ratio", TTT_OPT_FLOAT, "0.1", 0.0, 1.0, NULL,
+     "the cosine schedule ends at this fraction of lr"},
+    {"clip", TTT_OPT_FLOAT, "1.0", 0.0, 1e12, NULL,
+     "clip the gradient to this global norm; 0 = off"},
+    {"eval_every", TTT_OPT_INT, "0", 0, 1e12, NULL,
+     "evaluate every this many steps; 0 = only at the end"},
+    {"log_every", TTT_OPT_INT, "10", 1, 1e12, NULL, "a training record every this many steps"},
+    {"checkpoint_every", TTT_OPT_INT, "0", 0, 1e12, NULL,
+     "write a checkpoint every this many steps; 0 = only at the end"},
+    {"stop_at", TTT_OPT_INT, "0", 0, 1e12, NULL,
+     "stop after this step as if interrupted (a checkpoint is written; run again to resume); "
+     "0 = never"},
+    TTT_OPTION_END,
+};
+
+ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
+    memset(c, 0, sizeof *c);
+    if (map->kind != TTT_CFG_MAP)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "train: expected a mapping");
+    TTT_TRY(ttt_cfg_check_map(map, "train", ttt_train_options, NULL, err));
+    c->steps = ttt_cfg_int(map, "steps");
+    c->batch = (int)ttt_cfg_int(map, "batch");
+    c->shards = (int)ttt_cfg_int(map, "shards");
+    c->threads = (int)ttt_cfg_int(map, "threads");
+    if (c->shards > c->batch) c->shards = c->batch; /* a shard holds at least one sequence */
+    ttt_adamw_config_default(&c->adamw);
+    c->adamw.lr = ttt_cfg_float(map, "lr");
+    c->adamw.beta1 = ttt_cfg_float(map, "beta1");
+    c->adamw.beta2 = ttt_cfg_float(map, "beta2");
+    c->adamw.eps = ttt_cfg_float(map, "eps");
+    c->adamw.weight_decay = ttt_cfg_float(map, "weight_decay");
+    c->adamw.warmup = ttt_cfg_int(map, "warmup");
+    c->adamw.total_steps = c->steps;
+    c->adamw.min_lr_ratio = ttt_cfg_float(map, "min_lr_ratio");
+    c->adamw.clip_norm = ttt_cfg_float(map, "clip");
+    if (c->adamw.warmup >= c->steps) c->adamw.warmup = c->steps - 1; /* T > W (adamw.h) */
+    c->eval_every = ttt_cfg_int(map, "eval_every");
+    c->log_every = ttt_cfg_int(map, "log_every");
+    c->checkpoint_every = ttt_cfg_int(map, "checkpoint_every");
+    c->stop_at = ttt_cfg_int(map, "stop_at");
+    ttt_status s = ttt_adamw_config_check(&c->adamw, err);
+    if (s != TTT_OK) ttt_error_prefix(err, "train");
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Shards */
+
+typedef struct shard {
+    ttt_arena arena;
+    ttt_tape tape;
+    ttt_ctx ctx;
+    ttt_tensor *pt;  /* parameter tensors accumulating into `grads` */
+    float **grads;   /* (n_params) shard 0: the parameters' own buffers */
+    ttt_seq_batch sub;
+    int row0; /* first row of the batch in this shard */
+    ttt_seq_stats stats;
+    double loss;
+    ttt_tensor *pred;
+    ttt_status s;
+    ttt_error err;
+} shard;
+
+typedef struct shards {
+    int n, threads;
+    shard *sh;
+    const ttt_seq_model *m;
+    int out_w; /* outputs per position */
+    int in_dim;
+} shards;
+
+static void shards_free(shards *S) {
+    for (int s = 0; S->sh && s < S->n; s++) {
+        shard *h = &S->sh[s];
+        ttt_tape_free(&h->tape);
+        ttt_arena_free(&h->arena);
+        if (h->grads && s > 0)
+            for (int i = 0; i < S->m->params.n; i++) free(h->grads[i]);
+        free(h->grads);
+        if (s > 0) free(h->pt);
+    }
+    free(S->sh);
+    memset(S, 0, sizeof *S);
+}
+
+static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int threads,
+                              ttt_error *err) {
+    memset(S, 0, sizeof *S);
+    S->n = n;
+    S->m = m;
+    S->out_w = m->cfg.io.vocab > 0 ? m->cfg.io.vocab : m->cfg.io.out_dim;
+    S->in_dim = m->cfg.io.in_dim;
+    int cores = 1;
+#ifdef _OPENMP
+    cores = omp_get_num_procs();
+#endif
+    S->threads = threads > 0 ? threads : (n < cores ? n : cores);
+    S->sh = calloc((size_t)n, sizeof *S->sh);
+    if (!S->sh) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    const int np = m->params.n;
+    for (int s = 0; s < n; s++) {
+        shard *h = &S->sh[s];
+        ttt_arena_init(&h->arena, (size_t)16 << 20);
+        ttt_tape_init(&h->tape);
+        h->ctx = (ttt_ctx){.arena = &h->arena, .grad = 0, .tape = &h->tape};
+        h->grads = calloc((size_t)np, sizeof *h->grads);
+        if (!h->grads) {
+            shards_free(S);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+        }
+        if (s == 0) {
+            for (int i = 0; i < np; i++) h->grads[i] = m->params.p[i]->grad;
+            h->pt = m->pt;
+            continue;
+        }
+        h->pt = calloc((size_t)np, sizeof *h->pt);
+        int ok = h->pt != NULL;
+        for (int i = 0; ok && i < np; i++)
+            ok = (h->grads[i] = calloc(m->params.p[i]->n, sizeof(float))) != NULL;
+        if (!ok) {
+            shards_free(S);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for shard gradients");
+        }
+        ttt_seq_model_bind(m, h->pt, h->grads);
+    }
+    return TTT_OK;
+}
+
+/* Rows [r0, r1) of a batch. */
+static ttt_seq_batch sub_batch(const ttt_seq_batch *b, int r0, int r1, int in_dim, int out_w,
+                               int vocab) {
+    ttt_seq_batch s = *b;
+    const size_t off = (size_t)r0 * b->T;
+    s.B = r1 - r0;
+    if (b->tokens) s.tokens = b->tokens + off;
+    if (b->labels) s.labels = b->labels + off;
+    if (b->inputs) s.inputs = b->inputs + off * in_dim;
+    if (b->targets && !vocab) s.targets = b->targets + off * out_w;
+    if (b->mask) s.mask = b->mask + off;
+    return s;
+}
+
+/* Number of scored positions of a batch: the loss denominator shared by the shards. */
+static double batch_count(const ttt_seq_batch *b) {
+    double n = 0;
+    const long N = (long)b->B * b->T;
+    for (long i = 0; i < N; i++) n += b->labels ? b->labels[i] >= 0 : b->mask[i] != 0.0f;
+    return n;
+}
+
+/* Forward (and backward when grad) over every shard; stats summed in shard order; the shard
+ * gradients are added into the parameters' in shard order. The arenas are NOT reset here (the
+ * caller may read the predictions). */
+static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double *loss,
+                             ttt_seq_stats *stats, ttt_error *err) {
+    const int n = S->n < b->B ? S->n : b->B;
+    const double denom = batch_count(b);
+    const int vocab = S->m->cfg.io.vocab > 0;
+    for (int s = 0; s < n; s++) {
+        shard *h = &S->sh[s];
+        int r0 = (int)((long)b->B * s / n), r1 = (int)((long)b->B * (s + 1) / n);
+        h->sub = sub_batch(b, r0, r1, S->in_dim, S->out_w, vocab);
+        h->row0 = r0;
+        h->ctx.grad = grad;
+        h->s = TTT_OK;
+        h->pred = NULL;
+        if (grad && s > 0)
+            for (int i = 0; i < S->m->params.n; i++)
+                memset(h->grads[i], 0, S->m->params.p[i]->n * sizeof(float));
+    }
+#pragma omp parallel for num_threads(S->threads) schedule(static, 1) if (S->threads > 1 && n > 1)
+    for (int s = 0; s < n; s++) {
+        shard *h = &S->sh[s];
+        ttt_tensor *l = NULL;
+        h->s = ttt_seq_model_loss(&h->ctx, S->m, h->pt, &h->sub, denom > 0 ? denom : 1.0, &l,
+                                  &h->stats, &h->pred, &h->err);
+        if (h->s == TTT_OK) {
+            h->loss = l->data[0];
+            if (grad && isfinite(h->loss)) ttt_backward(&h->ctx, l);
+        }
+        ttt_tape_reset(&h->tape);
+    }
+    memset(stats, 0, sizeof *stats);
+    *loss = 0;
+    for (int s = 0; s < n; s++) {
+        shard *h = &S->sh[s];
+        if (h->s != TTT_OK) {
+            *err = h->err;
+            return h->s;
+        }
+        stats->count += h->stats.count;
+        stats->correct += h->stats.correct;
+        stats->loss_sum += h->stats.loss_sum;
+        *loss += h->loss;
+    }
+    if (grad)
+        for (int s = 1; s < n; s++)
+            for (int i = 0; i < S->m->params.n; i++) {
+                float *restrict g = S->m->params.p[i]->grad;       /* (n) */
+                const float *restrict gs = S->sh[s].grads[i]; /* (n) */
+                for (size_t j = 0; j < S->m->params.p[i]->n; j++) g[j] += gs[j];
+            }
+    return TTT_OK;
+}
+
+/* Reset every shard's arena. ttt_arena_reset keeps only the oldest block, so a step that needed
+ * more (a recorded inner loop easily takes hundreds of MB) would map and unmap the rest every
+ * step — fresh pages, each one faulted in and zeroed by the kernel again: the arena is rebuilt
+ * once with one block of the size the step needed (+25 %). "Needed" is the peak, not the
+ * footprint at the end: scratch that an op released before the end (mark/release) still had to
+ * fit, and a block allocated for it would be unmapped at the release, every step. */
+static void shards_reset(shards *S) {
+    for (int s = 0; s < S->n; s++) {
+        ttt_arena *a = &S->sh[s].arena;
+        size_t fp = ttt_arena_footprint(a);
+        if (a->peak > fp) fp = a->peak;
+        if (fp > a->block_size) {
+            ttt_arena_free(a);
+            ttt_arena_init(a, fp + fp / 4);
+        } else {
+            ttt_arena_reset(a);
+        }
+    }
+}
+
+static ttt_status evaluate(shards *S, ttt_train_data *data, ttt_seq_stats *out, ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < data->n_eval; i++) {
+        ttt_seq_batch b;
+        TTT_TRY(data->eval_batch(data->user, i, &b, err));
+        double loss;
+        ttt_seq_stats st;
+        ttt_status s = run_shards(S, &b, 0, &loss, &st, err);
+        if (s == TTT_OK && data->eval_observe) {
+            const int n = S->n < b.B ? S->n : b.B;
+            for (int k = 0; k < n; k++) {
+                shard *h = &S->sh[k];
+                data->eval_observe(data->user, i, h->row0, &h->sub, h->pred->data);
+            }
+        }
+        shards_reset(S);
+        TTT_TRY(s);
+        out->count += st.count;
+        out->correct += st.correct;
+        out->loss_sum += st.loss_sum;
+    }
+    return TTT_OK;
+}
+
+ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int n_shards,
+                        ttt_seq_stats *out, ttt_error *err) {
+    shards S;
+    openblas_set_num_threads(1);
+    TTT_TRY(shards_init(&S, m, n_shards < 1 ? 1 : n_shards, 0, err));
+    ttt_status s = evaluate(&S, data, out, err);
+    shards_free(&S);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Records and their history (kept in checkpoints so a resumed run reproduces every record) */
+
+typedef struct history {
+    char *text;
+    size_t len, cap;
+} history;
+
+static int hist_append(history *h, const char *s) {
+    size_t n = strlen(s);
+    if (h->len + n + 1 > h->cap) {
+        size_t cap = h->cap ? h->cap : 4096;
+        while (cap < h->len + n + 1) cap *= 2;
+        char *p = realloc(h->text, cap);
+        if (!p) return 0;
+        h->text = p;
+        h->cap = cap;
+    }
+    memcpy(h->text + h->len, s, n + 1);
+    h->len += n;
+    return 1;
+}
+
+/* One record as one line: fields separated by tabs, "n<key>=<hex float>" or "s<key>=<text>"
+ * (tabs and newlines in text become spaces). Hex floats read back to the same double. */
+static int hist_add_record(history *h, const ttt_record *r) {
+    char buf[512];
+    for (int i = 0; i < r->n; i++) {
+        const ttt_field *f = &r->f[i];
+        if (f->is_num) {
+            snprintf(buf, sizeof buf, "%sn%s=%a", i ? "\t" : "", f->key, f->num);
+        } else {
+            snprintf(buf, sizeof buf, "%ss%s=%s", i ? "\t" : "", f->key, f->str);
+            for (char *p = buf + 1; *p; p++)
+                if (*p == '\t' || *p == '\n') *p = ' ';
+        }
+        if (!hist_append(h, buf)) return 0;
+    }
+    return hist_append(h, "\n");
+}
+
+/* Parse the history text back into records, calling emit for each. */
+static void hist_parse(const char *text, void (*emit)(void *, const ttt_record *), void *user) {
+    const char *p = text;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        if (!eol) eol = p + strlen(p);
+        ttt_record r;
+        ttt_record_clear(&r);
+        const char *f = p;
+        while (f < eol) {
+            const char *tab = memchr(f, '\t', (size_t)(eol - f));
+            if (!tab) tab = eol;
+            const char *eq = memchr(f, '=', (size_t)(tab - f));
+            if (eq && eq > f + 1) {
+                char key[48], val[256];
+                size_t kl = (size_t)(eq - f - 1), vl = (size_t)(tab - eq - 1);
+                if (kl >= sizeof key) kl = sizeof key - 1;
+                if (vl >= sizeof val) vl = sizeof val - 1;
+                memcpy(key, f + 1, kl);
+                key[kl] = 0;
+                memcpy(val, eq + 1, vl);
+                val[vl] = 0;
+                if (f[0] == 'n') ttt_record_num(&r, key, strtod(val, NULL));
+                else ttt_record_str(&r, key, val);
+            }
+            f = tab + 1;
+        }
+        if (r.n) emit(user, &r);
+        p = *eol ? eol + 1 : eol;
+    }
+}
+
+typedef struct trainer {
+    const ttt_train_config *c;
+    ttt_train_data *data;
+    const ttt_train_run *run;
+    ttt_seq_model *m;
+    history hist;
+    FILE *stream;
+    int oom;
+} trainer;
+
+static void emit(void *user, const ttt_record *r) {
+    trainer *t = user;
+    if (t->run->results) ttt_results_add(t->run->results, r, 0);
+    if (t->stream) {
+        ttt_record_write_json(r, t->stream);
+        fputc('\n', t->stream);
+        fflush(t->stream);
+    }
+    if (!hist_add_record(&t->hist, r)) t->oom = 1;
+}
+
+static void record_head(const trainer *t, ttt_record *r, const char *kind, long step) {
+    ttt_record_clear(r);
+    ttt_record_str(r, "series", t->run->series ? t->run->series : "");
+    ttt_record_num(r, "point", t->run->point);
+    ttt_record_str(r, "mixer", t->run->mixer ? t->run->mixer : "");
+    ttt_record_str(r, "kind", kind);
+    ttt_record_num(r, "step", (double)step);
+}
+
+/* Mean loss of a stats window: per scored position, and per output for vector tasks. */
+static double mean_loss(const ttt_seq_model *m, const ttt_seq_stats *s) {
+    if (s->count == 0) return NAN;
+    double per = m->cfg.io.vocab > 0 ? 1.0 : (double)m->cfg.io.out_dim;
+    return s->loss_sum / ((double)s->count * per);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Checkpoints */
+
+/* The metrics window in progress (so that the first record after a resume matches). */
+typedef struct window {
+    ttt_seq_stats st;
+    double grad_norm_sum;
+    long steps;
+} window;
+
+static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window *w,
+                       ttt_error *err) {
+    if (!t->run->ckpt_dir) return TTT_OK;
+    if (t->oom) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the history");
+    uint64_t words[64] = {0};
+    TTT_ASSERT(t->data->n_state <= 64);
+    if (t->data->n_state) t->data->get_state(t->data->user, words);
+    char win[256], hlen[32];
+    snprintf(win, sizeof win, "%ld %ld %a %a %ld", w->st.count, w->st.correct, w->st.loss_sum,
+             w->grad_norm_sum, w->steps);
+    snprintf(hlen, sizeof hlen, "%zu", t->hist.len);
+    const char *meta[] = {"window", win, "history_len", hlen, "history",
+                          t->hist.text ? t->hist.text : ""};
+    ttt_status s = ttt_checkpoint_save(t->run->ckpt_dir, &t->m->params, opt, step, words,
+                                       t->data->n_state, t->run->config_hash, meta, 3, err);
+    if (s != TTT_OK) ttt_error_prefix(err, "step %ld: saving a checkpoint", step);
+    return s;
+}
+
+/* Resume from the folder's checkpoint: TTT_OK with *step = −1 when there is none. */
+static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_train_result *res,
+                         ttt_error *err) {
+    *step = -1;
+    if (!t->run->ckpt_dir) return TTT_OK;
+    uint64_t words[64] = {0};
+    int64_t st = 0;
+    ttt_checkpoint_info info;
+    ttt_status s = ttt_checkpoint_load(t->run->ckpt_dir, &t->m->params, opt, &st, words,
+                                       t->data->n_state, t->run->config_hash, &info, err);
+    if (s == TTT_ERR_IO) { /* no checkpoint: a fresh start */
+        ttt_error_clear(err);
+        return TTT_OK;
+    }
+    if (s == TTT_ERR_CONFIG || s == TTT_ERR_SHAPE) {
+        ttt_error_prefix(err, "cannot resume");
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n,
+                 " (the run folder holds a run of another configuration: run into another "
+                 "folder with --out, or delete %s to start over)",
+                 t->run->ckpt_dir);
+        return s;
+    }
+    TTT_TRY(s);
+    if (info.fell_back) {
+        fprintf(stderr, "ttt: warning: %s\n", info.warning);
+        res->fell_back = 1;
+    }
+    if (t->data->n_state) TTT_TRY(t->data->set_state(t->data->user, words, err));
+    char buf[256];
+    TTT_TRY(ttt_checkpoint_read_meta(info.path, "window", buf, sizeof buf, err));
+    if (sscanf(buf, "%ld %ld %la %la %ld", &w->st.count, &w->st.correct, &w->st.loss_sum,
+               &w->grad_norm_sum, &w->steps) != 5)
+        return ttt_error_set(err, TTT_ERR_FORMAT, "checkpoint '%s': malformed window '%s'",
+                             info.path, buf);
+    TTT_TRY(ttt_checkpoint_read_meta(info.path, "history_len", buf, sizeof buf, err));
+    size_t len = (size_t)strtoull(buf, NULL, 10);
+    char *text = malloc(len + 1);
+    if (!text) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    s = ttt_checkpoint_read_meta(info.path, "history", text, len + 1, err);
+    if (s == TTT_OK) hist_parse(text, emit, t);
+    free(text);
+    TTT_TRY(s);
+    *step = (long)st;
+    return TTT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The loop */
+
+static ttt_status eval_record(trainer *t, shards *S, long step, ttt_train_result *res,
+                              ttt_error *err) {
+    ttt_seq_stats st;
+    TTT_TRY(evaluate(S, t->data, &st, err));
+    ttt_record r;
+    record_head(t, &r, "eval", step);
+    double l = mean_loss(t->m, &st);
+    ttt_record_num(&r, "eval_loss", l);
+    if (t->m->cfg.io.vocab > 0)
+        ttt_record_num(&r, "eval_accuracy", st.count ? (double)st.correct / st.count : NAN);
+    if (t->data->bits) ttt_record_num(&r, "eval_bpb", ttt_bits_per_byte(l));
+    emit(t, &r);
+    res->eval = st;
+    res->eval_loss = l;
+    res->eval_accuracy = st.count ? (double)st.correct / st.count : NAN;
+    return TTT_OK;
+}
+
+static volatile sig_atomic_t stop_requested;
+
+void ttt_train_request_stop(void) { stop_requested = 1; }
+int ttt_train_stop_requested(void) { return stop_requested != 0; }
+
+ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
+                     const ttt_train_run *run, ttt_train_result *res, ttt_error *err) {
+    memset(res, 0, sizeof *res);
+    res->resumed_from = -1;
+    res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
+    trainer t = {.c = c, .data = data, .run = run, .m = m};
+    /* parallel over shards (OpenMP), single-threaded BLAS inside: OpenBLAS's own threads lose
+     * on these small matrices and fight the shard threads for the cores (DESIGN.md) */
+    openblas_set_num_threads(1);
+    ttt_adamw opt;
+    TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));
+    shards S;
+    ttt_status s = shards_init(&S, m, c->shards, c->threads, err);
+    if (s != TTT_OK) {
+        ttt_adamw_free(&opt);
+        return s;
+    }
+    const double t_start = ttt_now();
+    window w = {0};
+    long step = 0, tokens = 0;
+    if (s == TTT_OK && run->stream_path) {
+        t.stream = fopen(run->stream_path, "a");
+        if (!t.stream)
+            s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s'", run->stream_path);
+    }
+    if (s == TTT_OK) {
+        long from;
+        s = resume(&t, &opt, &from, &w, res, err);
+        if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
+    }
+    long last_good = res->resumed_from; /* the newest checkpoint written or loaded */
+    double t_win = ttt_now();
+    long tok_win = 0;
+    const long stop = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+    while (s == TTT_OK && step < stop) {
+        ttt_seq_batch b;
+        s = data->next(data->user, &b, err);
+        if (s != TTT_OK) break;
+        ttt_params_zero_grad(&m->params);
+        double loss;
+        ttt_seq_stats st;
+        s = run_shards(&S, &b, 1, &loss, &st, err);
+        size_t peak = 0; /* before shards_reset, which may rebuild an arena (and its peak) */
+        for (int i = 0; i < S.n; i++) peak += S.sh[i].arena.peak;
+        if (peak > res->arena_peak) res->arena_peak = peak;
+        shards_reset(&S);
+        if (s != TTT_OK) break;
+        const long this_step = step + 1; /* steps are counted from 1 in records */
+        char where[160] = "no checkpoint was written yet";
+        if (last_good >= 0)
+            snprintf(where, sizeof where, "the last good checkpoint (step %ld) is in %s",
+                     last_good, run->ckpt_dir);
+        if (!isfinite(loss)) {
+            s = ttt_error_set(err, TTT_ERR_NUMERIC,
+                              "step %ld: the training loss is %s; training stopped (%s). Lower "
+                              "train.lr or set train.clip",
+                              this_step, isnan(loss) ? "nan" : "inf", where);
+            break;
+        }
+        s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_GRAD, err);
+        ttt_adamw_stats as = {0};
+        if (s == TTT_OK) s = ttt_adamw_step(&opt, &m->params, &as, err);
+        if (s == TTT_OK) s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_DATA, err);
+        if (s != TTT_OK) {
+            ttt_error_prefix(err, "step %ld", this_step);
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, "; training stopped (%s)", where);
+            err->status = s = TTT_ERR_NUMERIC;
+            break;
+        }
+        step = this_step;
+        tokens += (long)b.B * b.T;
+        tok_win += (long)b.B * b.T;
+        w.st.count += st.count;
+        w.st.correct += st.correct;
+        w.st.loss_sum += st.loss_sum;
+        w.grad_norm_sum += as.grad_norm;
+        w.steps++;
+        if (step % c->log_every == 0 || step == c->steps) {
+            ttt_record r;
+            record_head(&t, &r, "train", step);
+            double l = mean_loss(m, &w.st), now = ttt_now();
+            ttt_record_num(&r, "loss", l);
+            if (m->cfg.io.vocab > 0)
+                ttt_record_num(&r, "accuracy",
+                               w.st.count ? (double)w.st.correct / w.st.count : NAN);
+            if (data->bits) ttt_record_num(&r, "loss_bpb", ttt_bits_per_byte(l));
+            ttt_record_num(&r, "grad_norm", w.grad_norm_sum / (double)w.steps);
+            ttt_record_num(&r, "lr", as.lr);
+            ttt_record_num(&r, "tokens_per_s", now > t_win ? tok_win / (now - t_win) : 0.0);
+            emit(&t, &r);
+            res->train_loss = l;
+            memset(&w, 0, sizeof w);
+            t_win = now;
+            tok_win = 0;
+        }
+        if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps)
+            s = eval_record(&t, &S, step, res, err);
+        if (s == TTT_OK && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) ||
+                            step == stop)) {
+            s = save(&t, step, &opt, &w, err);
+            if (s == TTT_OK) last_good = step;
+        }
+        if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
+        if (s == TTT_OK && stop_requested && step < stop) {
+            if (last_good != step) s = save(&t, step, &opt, &w, err);
+            if (s == TTT_OK)
+                s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
+                                  "interrupted at step %ld of %ld; checkpoint saved in %s; run "
+                                  "the same command again to resume",
+                                  step, c->steps, run->ckpt_dir);
+        }
+    }
+    res->step = step;
+    res->stopped = s == TTT_OK && step < c->steps;
+    if (s == TTT_OK && !res->stopped) {
+        /* The final evaluation comes after the final checkpoint, so it is not in the saved
+         * history: a run resumed from its final checkpoint records it exactly once too. */
+        s = eval_record(&t, &S, step, res, err);
+    }
+    res->seconds = ttt_now() - t_start;
+    res->tokens_per_s = res->seconds > 0 ? tokens / res->seconds : 0;
+    if (t.stream) fclose(t.stream);
+    free(t.hist.text);
+    shards_free(&S);
+    ttt_adamw_free(&opt);
+    return s;
+}
+

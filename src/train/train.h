@@ -1,0 +1,123 @@
+/* Outer-loop training of a sequence model (model.h): the `train:` section of an experiment.
+ *
+ * One step: the task's next batch → forward with the tape → mean loss over the batch's scored
+ * positions → backward → gradient clipping → AdamW with warm-up and cosine schedule (adamw.h).
+ * Every `eval_every` steps (and at the end) the model is scored on the task's fixed evaluation
+ * batches; every `log_every` steps a training record is added. Records (results.h) go to the
+ * run's results and, as they happen, one JSON line each to the stream file (metrics.jsonl of the
+ * run folder), with a progress bar on stderr.
+ *
+ * Records: kind "train": step, loss (mean over the window since the previous record), accuracy,
+ * grad_norm (mean ‖g‖ before clipping), lr, tokens_per_s; kind "eval": step, eval_loss,
+ * eval_accuracy (and eval_bpb / loss_bpb for byte tasks). Every record also carries series,
+ * point and mixer.
+ *
+ * Data parallelism: a batch is split into `shards` parts (as even as possible, in order); each
+ * part runs forward and backward with its own arena, tape and gradient buffers (on its own
+ * OpenMP thread when there are several), and the shard gradients are then added in shard order.
+ * The result depends on `shards`, never on the number of threads: same seed, same bits.
+ *
+ * Checkpoints (checkpoint.h) in `ckpt_dir` every `checkpoint_every` steps and at the end hold the
+ * parameters, AdamW's moments and step, the task's data state (rng/sampler words), the metrics
+ * window in progress and the history of records. A run started where a checkpoint exists
+ * resumes from it (after checking that it was written by the same configuration) and ends with
+ * the same parameters, metrics and records as an uninterrupted run (bit for bit, except the
+ * wall-clock fields tokens_per_s and seconds). A corrupt ckpt-last falls back to ckpt-prev.
+ *
+ * Non-finite numbers: a NaN/Inf training loss, gradient or updated parameter stops the run with
+ * TTT_ERR_NUMERIC and a message naming the step and what went non-finite ("step 12: the training
+ * loss is nan ..." / "step 12: gradient of 'layer0.mixer.wq' is inf at element 3 = [0, 3] ...");
+ * nothing is written after the last good step, so the last checkpoint stays the last good one
+ * (the message names it). */
+#ifndef TTT_TRAIN_H
+#define TTT_TRAIN_H
+
+#include <stdint.h>
+
+#include "adamw.h"
+#include "config.h"
+#include "seqmodel.h"
+#include "progress.h"
+#include "results.h"
+
+/* The `train:` options. */
+extern const ttt_option ttt_train_options[];
+
+typedef struct ttt_train_config {
+    long steps;            /* number of optimizer updates */
+    int batch;             /* sequences per step */
+    int shards;            /* parts of a batch computed independently (data parallelism) */
+    ttt_adamw_config adamw;
+    long eval_every;       /* 0 = only at the end */
+    long log_every;
+    long checkpoint_every; /* 0 = only at the end */
+    long stop_at;          /* stop after this step as if interrupted (0 = never) */
+    int threads;           /* OpenMP threads for the shards (0 = as many as shards, ≤ cores) */
+} ttt_train_config;
+
+/* Validate the `train:` mapping in place (fills defaults). The AdamW values are checked too. */
+ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err);
+
+/* What the trainer asks of a task. */
+typedef struct ttt_train_data {
+    void *user;
+    /* The next training batch of `batch` sequences (advances the data state). */
+    ttt_status (*next)(void *user, ttt_seq_batch *out, ttt_error *err);
+    /* The data state, saved in checkpoints as n_state 64-bit words. */
+    int n_state;
+    void (*get_state)(void *user, uint64_t *words);
+    ttt_status (*set_state)(void *user, const uint64_t *words, ttt_error *err);
+    /* Fixed evaluation batches 0 … n_eval − 1. */
+    int n_eval;
+    ttt_status (*eval_batch)(void *user, int i, ttt_seq_batch *out, ttt_error *err);
+    /* Optional: called (on the calling thread, in batch and row order) with the predictions
+     * (rows, out) of rows [row0, row0 + part->B) of evaluation batch i. */
+    void (*eval_observe)(void *user, int i, int row0, const ttt_seq_batch *part,
+                         const float *pred);
+    int bits; /* nonzero: losses are nats per byte; records add bits per byte */
+} ttt_train_data;
+
+/* Where the run goes and how records are labelled. */
+typedef struct ttt_train_run {
+    const char *ckpt_dir;    /* checkpoint folder, NULL = no checkpoints (and no resume) */
+    const char *config_hash; /* identifies the configuration (checked on resume) */
+    const char *stream_path; /* append records here as they happen (NULL = nowhere) */
+    ttt_results *results;    /* records are added here (NULL = nowhere) */
+    ttt_progress *progress;  /* may be NULL */
+    long work_done;          /* progress units done before this run */
+    const char *series;      /* record fields */
+    int point;
+    const char *mixer;
+} ttt_train_run;
+
+typedef struct ttt_train_result {
+    long step;            /* updates done (== steps unless stopped) */
+    long resumed_from;    /* step of the checkpoint it resumed from, −1 = fresh start */
+    int fell_back;        /* the resume used ckpt-prev because ckpt-last was unusable */
+    int stopped;          /* stop_at ended the run early */
+    double train_loss;    /* mean loss of the last logging window */
+    ttt_seq_stats eval;   /* the final evaluation */
+    double eval_loss;     /* eval.loss_sum / eval.count (/ out_dim for vector tasks) */
+    double eval_accuracy; /* eval.correct / eval.count */
+    double tokens_per_s;  /* training throughput of this process (wall clock) */
+    double seconds;       /* wall clock of this process */
+    size_t arena_peak;    /* the largest sum over shards of a training step's arena peak (tape,
+                           * activations, scratch) in bytes: the step's memory besides the
+                           * parameters, gradients and AdamW moments */
+} ttt_train_result;
+
+/* Train m (initialized by the caller) on `data` under config c. See the top of this file. */
+ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
+                     const ttt_train_run *run, ttt_train_result *res, ttt_error *err);
+
+/* Score m on every evaluation batch of `data` (no gradients), with `shards` parts per batch. */
+ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int shards,
+                        ttt_seq_stats *out, ttt_error *err);
+
+/* Ask running training loops to stop at the end of the current step: they save a checkpoint and
+ * return TTT_ERR_INTERRUPTED, so running the same command again resumes. Async-signal-safe (it
+ * only sets a flag): the program calls it from its SIGINT/SIGTERM handler. */
+void ttt_train_request_stop(void);
+int ttt_train_stop_requested(void);
+
+#endif
