@@ -6,7 +6,8 @@ Code comments, help texts, experiments and the docs cite the project's documents
     docs/math.md §3 "momentum"   a section, and a word that must occur inside it
     docs/design.md "Data flow"   a heading
     README "Hardening"           a heading of README.md
-and a bare "§6" continues the nearest document named on the same or one of the five lines before.
+and a bare "§6" continues the nearest document named on the same or one of the five lines before
+(inside a document, a § more than 60 characters after the last name is the document's own).
 This check fails on: a cited .md file that is not in the repository, a section or heading that
 does not exist, a bare § with no document before it, and any mention of a document that lives
 outside the repository. Run from the repository root (ctest does): python3 tests/check_refs.py
@@ -119,6 +120,8 @@ def main():
                     errors.append(f'{where}: {m.group(1)} has no heading "{m.group(2)}"')
             for m in SECTION_RE.finditer(line):
                 before = [p for p in pos_docs if p[0] < m.start()]
+                if f.endswith(".md") and not (before and m.start() - before[-1][0] <= 60):
+                    before = [(0, f)]  # inside a document, a § far from a name is its own
                 if before:
                     target = before[-1][1]
                 elif last_doc and n - last_doc[1] <= 5:
