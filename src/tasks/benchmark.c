@@ -970,4 +970,7 @@ const ttt_task ttt_task_benchmark = {
     .columns = benchmark_columns,
     .columns_for = benchmark_columns_for,
     .charts = benchmark_charts,
+    .tiny = "task: {kind: benchmark, tokens: [32], head_dims: [8], heads: [1], threads: [1],\n"
+            "       repeats: 1}\n"
+            "layer: {preset: linear_attention, chunk: 8}\n",
 };

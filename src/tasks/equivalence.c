@@ -242,4 +242,6 @@ const ttt_task ttt_task_equivalence = {
     .run = equivalence_run,
     .columns = equivalence_columns,
     .charts = equivalence_charts,
+    .tiny = "task: {kind: equivalence, tokens: 32, key_dim: 8, value_dim: 8, repeats: 1}\n"
+            "layer: {preset: linear_attention, chunk: 8}\n",
 };

@@ -121,7 +121,7 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
     d.rng = ttt_rng_fork(&root, ttt_hash_str("lm/windows"));
     ttt_status s = ttt_text_load(&d.text, c->path, c->val_fraction, L, err);
     if (s != TTT_OK) {
-        /* "<where>: task.path: ..." as ttt_cfg_error words it, from the location kept at parse */
+        /* "<where>: task.path: ...", located at the `path` the file gave (kept at parse) */
         char msg[TTT_ERROR_MSG_LEN], full[TTT_ERROR_MSG_LEN + 160];
         snprintf(msg, sizeof msg, "%s", err->msg);
         if (strcmp(c->path, LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
@@ -131,7 +131,7 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
                      msg);
         else
             snprintf(full, sizeof full, "task.path: %s", msg);
-        full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* ttt_cfg_error's bound on the message */
+        full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* the bound a located message has */
         ttt_error_set(err, s, "%s: %s", c->path_where, full);
     }
     if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, L, err);
@@ -201,4 +201,8 @@ const ttt_task ttt_task_lm = {
     .run = lm_run,
     .columns = lm_columns,
     .charts = lm_charts,
+    .tiny = "task: {kind: lm, path: tiny.txt, seq_len: 8, eval_windows: 4, eval_batch: 4}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 2, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };

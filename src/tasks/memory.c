@@ -115,23 +115,14 @@ static double memory_bytes(const ttt_layer *L, long N, int overwrite) {
            ttt_layer_forward_bytes(L, overwrite ? 2 * N : N);
 }
 
-/* The parsed configuration of a point. */
-typedef struct memory_cfg {
-    ttt_layer L;           /* built for d_k = key_dim, d_v = value_dim */
-    ttt_memory_spec spec;  /* everything but n_pairs, which each measurement sets */
-    int trials;
-    int n_pairs;
-    long *pairs;           /* (n_pairs) the values of N, in the order given */
-} memory_cfg;
-
 static void memory_cfg_free(void *cfg) {
-    memory_cfg *c = cfg;
+    ttt_memory_cfg *c = cfg;
     free(c->pairs);
     c->pairs = NULL;
 }
 
 static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
-    memory_cfg *c = cfg;
+    ttt_memory_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->spec = (ttt_memory_spec){
         .d_k = (int)ttt_cfg_int(task, "key_dim"),
@@ -161,12 +152,12 @@ static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
 }
 
 static long memory_work(const void *cfg) {
-    const memory_cfg *c = cfg;
+    const ttt_memory_cfg *c = cfg;
     return (long)c->n_pairs * c->trials;
 }
 
 static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
-    const memory_cfg *c = run->cfg;
+    const ttt_memory_cfg *c = run->cfg;
     ttt_memory_spec spec = c->spec;
     const int trials = c->trials;
     const ttt_layer L = c->L;
@@ -216,7 +207,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
 }
 
 static void memory_charts(ttt_results *res, const void *cfg) {
-    const memory_cfg *mc = cfg;
+    const ttt_memory_cfg *mc = cfg;
     ttt_chart c = {.log_x = 1, .y_from_zero = 1};
     snprintf(c.name, sizeof c.name, "accuracy");
     snprintf(c.title, sizeof c.title, "Top-1 retrieval accuracy vs stored pairs");
@@ -247,10 +238,12 @@ const ttt_task ttt_task_memory = {
     .name = "memory",
     .help = "write N key/value pairs, query the stored keys: recall error and top-1 accuracy",
     .options = memory_options,
-    .cfg_size = sizeof(memory_cfg),
+    .cfg_size = sizeof(ttt_memory_cfg),
     .parse = memory_parse,
     .cfg_free = memory_cfg_free,
     .work = memory_work,
     .run = memory_run,
     .charts = memory_charts,
+    .tiny = "task: {kind: memory, pairs: [4, 8], key_dim: 8, value_dim: 8, trials: 1}\n"
+            "layer: {preset: deltanet}\n",
 };

@@ -191,4 +191,9 @@ const ttt_task ttt_task_mqar = {
     .run = mqar_run,
     .columns = mqar_columns,
     .charts = mqar_charts,
+    .tiny = "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"
+            "       test_examples: 8, eval_batch: 8}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 4, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };

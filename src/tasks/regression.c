@@ -260,4 +260,8 @@ const ttt_task ttt_task_regression = {
     .run = regression_run,
     .columns = regression_columns,
     .charts = regression_charts,
+    .tiny = "task: {kind: regression, dim: 2, points: 4, eval_sequences: 8, eval_batch: 8}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 4, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };
