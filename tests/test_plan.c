@@ -184,14 +184,15 @@ static int csv_column(const char *csv, const char *col, double *v, int n) {
 START_TEST(plan_does_not_depend_on_its_tree) {
     const char *yaml = "seed: 3\n"
                        "task: {kind: memory, pairs: [4, 8], key_dim: 8, value_dim: 8, trials: 2}\n"
-                       "layer: {preset: deltanet}\n";
+                       "layer: {preset: deltanet}\n"
+                       "sweep: {task.value_dim: [8]}\n";
     ttt_error err = {0};
     ttt_cfg_node *doc = NULL;
     ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
     ttt_plan *p = NULL;
     ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
     static const char *const changes[] = {"task.pairs=[2]", "task.key_dim=4", "layer.preset=gla",
-                                          "seed=99"};
+                                          "seed=99", "sweep={task.value_dim: [4]}"};
     for (size_t i = 0; i < sizeof changes / sizeof changes[0]; i++)
         ck_assert_msg(ttt_cfg_apply_set(doc, changes[i], &err) == TTT_OK, "%s", err.msg);
     ttt_cfg_free(doc);
@@ -224,6 +225,7 @@ START_TEST(plan_does_not_depend_on_its_tree) {
     ck_assert_int_eq(csv_column(frozen, "d_k", d_frozen, 4), 2);
     ck_assert_double_eq(d_frozen[0], 8);
     ck_assert_ptr_nonnull(strstr(frozen, "deltanet"));
+    ck_assert_ptr_nonnull(strstr(frozen, "\ntask.value_dim=8,")); /* the sweep label: series */
     ck_assert_ptr_null(strstr(frozen, "gla"));
     /* Same seed, same data, same layer: the recall errors are the same computation, so they
      * agree to the digits summary.csv prints. */
