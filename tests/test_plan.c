@@ -128,6 +128,8 @@ static int csv_rows(const char *path) {
  * holds config.resolved.yaml and a summary.csv with at least one row. A new task is covered by
  * this loop as soon as it is registered (it must have a `tiny` experiment). */
 START_TEST(every_task_runs_its_tiny_experiment) {
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     ck_assert_int_eq(chdir(g_dir), 0); /* tiny experiments find `tiny.txt` here */
     char text[8192] = "";
     while (strlen(text) < sizeof text - 200)
@@ -158,6 +160,7 @@ START_TEST(every_task_runs_its_tiny_experiment) {
                       t->name);
         free(resolved);
     }
+    ck_assert_int_eq(chdir(cwd), 0); /* unforked (CK_FORK=no), later tests share the process */
 }
 END_TEST
 
