@@ -143,8 +143,8 @@ typedef struct bench_cfg {
     int repeats, vocab, pairs, dump;
     ttt_layer *layers;                   /* forward: (head_dims.n) the layer for each head size */
     ttt_trained_cfg trained;             /* train_step: the model:, layer: and train: sections */
-    char **meta;                         /* train_step: (2·n_meta) key, value: the resolved
-                                          * model.*, layer.*, train.* values for `dump` */
+    char **meta;                         /* train_step: (n_meta) key, value, key, …: the
+                                          * resolved model.*, layer.*, train.* values for `dump` */
     int n_meta;
 } bench_cfg;
 
@@ -152,7 +152,7 @@ static void benchmark_cfg_free(void *cfg) {
     bench_cfg *c = cfg;
     bench_list *lists[] = {&c->tokens, &c->head_dims, &c->heads, &c->threads, &c->seq_len};
     for (int i = 0; i < 5; i++) free(lists[i]->v);
-    for (int i = 0; i < 2 * c->n_meta; i++) free(c->meta[i]);
+    for (int i = 0; i < c->n_meta; i++) free(c->meta[i]);
     free(c->meta);
     free(c->layers);
     memset(c, 0, sizeof *c);
@@ -478,7 +478,7 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
         meta_from_map(&meta, "layer.", ttt_cfg_get(root, "layer"), 0);
         meta_from_map(&meta, "train.", ttt_cfg_get(root, "train"), 0);
         c->meta = meta.s;
-        c->n_meta = meta.n / 2;
+        c->n_meta = meta.n;
         if (meta.oom) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
         return TTT_OK;
     }
@@ -541,7 +541,7 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
                                          .data = ids + cells};
         ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = loss->data};
         const bench_cfg *bc = run->cfg;
-        for (int i = 0; i < 2 * bc->n_meta; i++) strlist_add(&meta, "%s", bc->meta[i]);
+        for (int i = 0; i < bc->n_meta; i++) strlist_add(&meta, "%s", bc->meta[i]);
         /* the values the model resolved (head_dim 0 = d_model / heads; form auto) */
         strlist_add(&meta, "resolved.head_dim");
         strlist_add(&meta, "%d", mc->head_dim);
