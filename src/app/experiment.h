@@ -1,27 +1,31 @@
-/* Experiments: a YAML file → validated configuration points → runs → a run folder.
+/* Experiments: a YAML file → a plan of typed configuration points → runs → a run folder.
  *
- *   load (file:line:col kept) → --set overrides → sweep expansion → every point validated
- *   against the registries (nothing is written unless all are valid) → run each point's task →
- *   config.resolved.yaml, metrics.jsonl, summary.csv, charts, index.html (DESIGN.md "Data flow"). */
+ *   load (file:line:col kept) → --set overrides → the plan pass (plan.h: sweep expansion, every
+ *   point validated against the registries and read once by its task; nothing is written unless
+ *   all are valid) → run each point's task from its typed configuration → config.resolved.yaml,
+ *   metrics.jsonl, summary.csv, charts, index.html (docs/plan.md). */
 #ifndef TTT_EXPERIMENT_H
 #define TTT_EXPERIMENT_H
 
 #include <stdio.h>
 
 #include "config.h"
+#include "plan.h"
 
 typedef struct ttt_experiment {
     char *path;            /* the YAML file */
-    ttt_cfg_node *root;    /* as written, with overrides applied (sweep intact) */
+    /* The document as written, with overrides applied (sweep intact). Kept for callers that
+     * look at what was given (the fuzz harness bounds its work by its size); running reads only
+     * the plan. */
+    ttt_cfg_node *root;
     int n_points;
-    ttt_cfg_node **points; /* resolved configuration of each point */
-    char **labels;         /* sweep label of each point */
+    ttt_plan *plan;        /* every point, typed (plan.h) */
 } ttt_experiment;
 
 /* The top-level keys of an experiment file. */
 extern const ttt_option ttt_experiment_options[];
 
-/* Load, override and validate. `sets` are "a.b.c=value" strings. */
+/* Load, override and plan (validate every point). `sets` are "a.b.c=value" strings. */
 ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
                                ttt_experiment **out, ttt_error *err);
 /* The same from YAML text in memory (fuzzing, tests, embedding); `name` stands for the file name

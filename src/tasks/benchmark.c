@@ -129,38 +129,39 @@ static const ttt_option benchmark_options[] = {
     TTT_OPTION_END,
 };
 
-static int list_len(const ttt_cfg_node *task, const char *key) {
-    return ttt_cfg_get(task, key)->n;
+/* A validated list option, read into C. */
+typedef struct bench_list {
+    long *v; /* (n) */
+    int n;
+} bench_list;
+
+/* The parsed configuration of a point (benchmark_parse). */
+typedef struct bench_cfg {
+    int train_step;                      /* measure: train_step (else forward) */
+    bench_list tokens, head_dims, heads, threads, seq_len;
+    int gates;                           /* -1 auto, 0 none, 1 scalar, 2 vector */
+    int repeats, vocab, pairs, dump;
+    ttt_layer *layers;                   /* forward: (head_dims.n) the layer for each head size */
+    ttt_trained_cfg trained;             /* train_step: the model:, layer: and train: sections */
+    char **meta;                         /* train_step: (n_meta) key, value, key, …: the
+                                          * resolved model.*, layer.*, train.* values for `dump` */
+    int n_meta;
+} bench_cfg;
+
+static void benchmark_cfg_free(void *cfg) {
+    bench_cfg *c = cfg;
+    bench_list *lists[] = {&c->tokens, &c->head_dims, &c->heads, &c->threads, &c->seq_len};
+    for (int i = 0; i < 5; i++) free(lists[i]->v);
+    for (int i = 0; i < c->n_meta; i++) free(c->meta[i]);
+    free(c->meta);
+    free(c->layers);
+    memset(c, 0, sizeof *c);
 }
 
-static long list_at(const ttt_cfg_node *task, const char *key, int i) {
-    long v = 0;
-    ttt_cfg_as_int(ttt_cfg_get(task, key)->items[i], &v, NULL);
-    return v;
-}
-
-static int is_train_step(const ttt_cfg_node *task) {
-    return strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0;
-}
-
-static ttt_status train_step_check(ttt_cfg_node *root, ttt_error *err);
-
-static ttt_status benchmark_check(ttt_cfg_node *root, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
-    if (is_train_step(task)) return train_step_check(root, err);
-    for (int i = 0; i < list_len(task, "head_dims"); i++) {
-        ttt_layer L;
-        const int d = (int)list_at(task, "head_dims", i);
-        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &L, err));
-    }
-    return TTT_OK;
-}
-
-static long benchmark_work(const ttt_cfg_node *root) {
-    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
-    if (is_train_step(task)) return (long)list_len(task, "seq_len") * list_len(task, "threads");
-    return (long)list_len(task, "tokens") * list_len(task, "head_dims") * list_len(task, "heads") *
-           list_len(task, "threads");
+static long benchmark_work(const void *cfg) {
+    const bench_cfg *c = cfg;
+    if (c->train_step) return (long)c->seq_len.n * c->threads.n;
+    return (long)c->tokens.n * c->head_dims.n * c->heads.n * c->threads.n;
 }
 
 /* ---- reference: single-thread sgemm in this run ---- */
@@ -254,27 +255,27 @@ static int machine_threads(void) {
 }
 
 /* The MQAR problem of one sequence length L (the generator's other settings at their defaults). */
-static void train_mqar_config(const ttt_cfg_node *task, int L, ttt_mqar_config *c) {
+static void train_mqar_config(const bench_cfg *bc, int L, ttt_mqar_config *c) {
     ttt_mqar_config_default(c);
-    c->vocab = (int)ttt_cfg_int(task, "vocab");
-    c->n_pairs = (int)ttt_cfg_int(task, "pairs");
+    c->vocab = bc->vocab;
+    c->n_pairs = bc->pairs;
     c->seq_len = L;
 }
 
 /* The model's io: token ids in, logits over V out; learned positions (if any) sized for the
  * longest L, so every L runs the same parameters. */
-static ttt_seq_model_io train_io(const ttt_cfg_node *task) {
+static ttt_seq_model_io train_io(const bench_cfg *bc) {
     int longest = 1;
-    for (int i = 0; i < list_len(task, "seq_len"); i++)
-        if (list_at(task, "seq_len", i) > longest) longest = (int)list_at(task, "seq_len", i);
-    return (ttt_seq_model_io){.vocab = (int)ttt_cfg_int(task, "vocab"), .seq_len = longest};
+    for (int i = 0; i < bc->seq_len.n; i++)
+        if (bc->seq_len.v[i] > longest) longest = (int)bc->seq_len.v[i];
+    return (ttt_seq_model_io){.vocab = bc->vocab, .seq_len = longest};
 }
 
-static ttt_status train_step_check(ttt_cfg_node *root, ttt_error *err) {
+static ttt_status train_step_check(bench_cfg *bc, ttt_cfg_node *root, ttt_error *err) {
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
-    for (int i = 0; i < list_len(task, "seq_len"); i++) {
+    for (int i = 0; i < bc->seq_len.n; i++) {
         ttt_mqar_config c;
-        train_mqar_config(task, (int)list_at(task, "seq_len", i), &c);
+        train_mqar_config(bc, (int)bc->seq_len.v[i], &c);
         ttt_status s = ttt_mqar_config_check(&c, err);
         if (s != TTT_OK) {
             char msg[TTT_ERROR_MSG_LEN];
@@ -285,8 +286,8 @@ static ttt_status train_step_check(ttt_cfg_node *root, ttt_error *err) {
     }
     /* the model, layer and train sections as a trained task checks them (and the memory a
      * step needs) */
-    const ttt_seq_model_io io = train_io(task);
-    return ttt_train_check(root, &io, err);
+    const ttt_seq_model_io io = train_io(bc);
+    return ttt_trained_parse(&bc->trained, root, &io, err);
 }
 
 /* The data of the timed steps: TRAIN_BATCHES batches of B sequences drawn from the seed before
@@ -446,6 +447,53 @@ static void meta_from_map(strlist *meta, const char *prefix, const ttt_cfg_node 
     }
 }
 
+static ttt_status read_list(bench_list *l, const ttt_cfg_node *task, const char *key,
+                            ttt_error *err) {
+    return ttt_task_read_ints(task, key, &l->v, &l->n, err);
+}
+
+static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    bench_cfg *c = cfg;
+    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    c->train_step = strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0;
+    TTT_TRY(read_list(&c->tokens, task, "tokens", err));
+    TTT_TRY(read_list(&c->head_dims, task, "head_dims", err));
+    TTT_TRY(read_list(&c->heads, task, "heads", err));
+    TTT_TRY(read_list(&c->threads, task, "threads", err));
+    TTT_TRY(read_list(&c->seq_len, task, "seq_len", err));
+    const char *g = ttt_cfg_str(task, "gates");
+    c->gates = strcmp(g, "none") == 0     ? 0
+               : strcmp(g, "scalar") == 0 ? 1
+               : strcmp(g, "vector") == 0 ? 2
+                                          : -1;
+    c->repeats = (int)ttt_cfg_int(task, "repeats");
+    c->vocab = (int)ttt_cfg_int(task, "vocab");
+    c->pairs = (int)ttt_cfg_int(task, "pairs");
+    c->dump = ttt_cfg_bool(task, "dump");
+    if (c->train_step) {
+        TTT_TRY(train_step_check(c, root, err));
+        /* the values `dump` records, as resolved (after the parse filled every default) */
+        strlist meta = {0};
+        meta_from_map(&meta, "model.", ttt_cfg_get(root, "model"), 0);
+        meta_from_map(&meta, "layer.", ttt_cfg_get(root, "layer"), 0);
+        meta_from_map(&meta, "train.", ttt_cfg_get(root, "train"), 0);
+        c->meta = meta.s;
+        c->n_meta = meta.n;
+        if (meta.oom) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+        return TTT_OK;
+    }
+    c->layers = calloc((size_t)(c->head_dims.n > 0 ? c->head_dims.n : 1), sizeof *c->layers);
+    if (!c->layers) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+    /* One layer per head size; the first parse resolves `form: auto` in the tree, so every size
+     * runs the same form. */
+    for (int i = 0; i < c->head_dims.n; i++) {
+        const int d = (int)c->head_dims.v[i];
+        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &c->layers[i],
+                                err));
+    }
+    return TTT_OK;
+}
+
 /* `dump: true`: the model at initialization, the first batch, the mean loss over its scored
  * positions and every parameter's gradient of it, computed by the model's own forward and
  * backward on one shard (the trainer's step sums the same gradient over its shards). */
@@ -492,10 +540,8 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
         ts[2 * np + 1] = (ttt_st_tensor){.name = "labels", .ndim = 2, .shape = {b->B, b->T},
                                          .data = ids + cells};
         ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = loss->data};
-        const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-        meta_from_map(&meta, "model.", ttt_cfg_get(run->root, "model"), 0);
-        meta_from_map(&meta, "layer.", ttt_cfg_get(run->root, "layer"), 0);
-        meta_from_map(&meta, "train.", ttt_cfg_get(run->root, "train"), 0);
+        const bench_cfg *bc = run->cfg;
+        for (int i = 0; i < bc->n_meta; i++) strlist_add(&meta, "%s", bc->meta[i]);
         /* the values the model resolved (head_dim 0 = d_model / heads; form auto) */
         strlist_add(&meta, "resolved.head_dim");
         strlist_add(&meta, "%d", mc->head_dim);
@@ -506,9 +552,9 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
         strlist_add(&meta, "resolved.theta");
         strlist_add(&meta, "%.9g", (double)mc->layer.lr);
         strlist_add(&meta, "task.vocab");
-        strlist_add(&meta, "%ld", ttt_cfg_int(task, "vocab"));
+        strlist_add(&meta, "%d", bc->vocab);
         strlist_add(&meta, "task.pairs");
-        strlist_add(&meta, "%ld", ttt_cfg_int(task, "pairs"));
+        strlist_add(&meta, "%d", bc->pairs);
         strlist_add(&meta, "seed");
         strlist_add(&meta, "%llu", (unsigned long long)run->seed);
         strlist_add(&meta, "scored");
@@ -541,14 +587,10 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
 }
 
 static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    const int repeats = (int)ttt_cfg_int(task, "repeats");
-    const ttt_seq_model_io io = train_io(task);
-    ttt_seq_model_config mc;
-    ttt_train_config tc;
-    TTT_TRY(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "model"),
-                                (ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), &io, &mc, err));
-    TTT_TRY(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "train"), &tc, err));
+    const bench_cfg *bc = run->cfg;
+    const int repeats = bc->repeats;
+    const ttt_seq_model_config mc = bc->trained.model;
+    const ttt_train_config tc = bc->trained.train;
     char mixer[128];
     ttt_seq_model_describe(&mc, mixer, sizeof mixer);
     const int ttt_mixer = mc.mixer == TTT_MIXER_TTT;
@@ -556,16 +598,16 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
     const char *form = ttt_mixer ? ttt_form_name(mc.layer.form) : "softmax";
     const int chunked = ttt_mixer && mc.layer.form == TTT_FORM_CHUNKWISE;
     ttt_status s = TTT_OK;
-    for (int li = 0; li < list_len(task, "seq_len") && s == TTT_OK; li++) {
-        const int L = (int)list_at(task, "seq_len", li);
+    for (int li = 0; li < bc->seq_len.n && s == TTT_OK; li++) {
+        const int L = (int)bc->seq_len.v[li];
         ttt_mqar_config c;
-        train_mqar_config(task, L, &c);
+        train_mqar_config(bc, L, &c);
         train_feed feed = {.B = tc.batch};
         ttt_rng root;
         ttt_rng_seed(&root, run->seed);
         ttt_rng r = ttt_rng_fork(&root, ttt_hash_str("benchmark/mqar"));
         TTT_TRY(ttt_mqar_make_set(&feed.set, &c, TRAIN_BATCHES * tc.batch, &r, err));
-        if (ttt_cfg_bool(task, "dump") && run->run_dir) {
+        if (bc->dump && run->run_dir) {
             ttt_seq_batch b0;
             feed.next = 0;
             feed_next(&feed, &b0, err);
@@ -573,8 +615,8 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
         }
         double t1 = NAN; /* the 1-thread step, when measured */
         int done[BENCH_MAX_THREADS + 1] = {0};
-        for (int ni = 0; ni < list_len(task, "threads") && s == TTT_OK; ni++) {
-            int nt = (int)list_at(task, "threads", ni);
+        for (int ni = 0; ni < bc->threads.n && s == TTT_OK; ni++) {
+            int nt = (int)bc->threads.v[ni];
             if (nt == 0) nt = machine_threads();
             if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
             const int used = nt < tc.batch ? nt : tc.batch; /* a shard holds ≥ 1 sequence */
@@ -750,11 +792,8 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, be
     return TTT_OK;
 }
 
-static int gates_kind(const ttt_cfg_node *task, const ttt_layer *L) {
-    const char *g = ttt_cfg_str(task, "gates");
-    if (strcmp(g, "none") == 0) return 0;
-    if (strcmp(g, "scalar") == 0) return 1;
-    if (strcmp(g, "vector") == 0) return 2;
+static int gates_kind(const bench_cfg *bc, const ttt_layer *L) {
+    if (bc->gates >= 0) return bc->gates;
     if (!L->preset) return 0;
     if (strcmp(L->preset, "gla") == 0) return 2;
     if (strcmp(L->preset, "mamba2") == 0 || strcmp(L->preset, "gated_deltanet") == 0) return 1;
@@ -762,16 +801,15 @@ static int gates_kind(const ttt_cfg_node *task, const ttt_layer *L) {
 }
 
 static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    if (strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0) return bench_train_step(run, err);
-    const int repeats = (int)ttt_cfg_int(task, "repeats");
+    const bench_cfg *bc = run->cfg;
+    if (bc->train_step) return bench_train_step(run, err);
+    const int repeats = bc->repeats;
     openblas_set_num_threads(1); /* BLAS single-threaded inside the OpenMP threads */
     ttt_status s = TTT_OK;
-    for (int di = 0; di < list_len(task, "head_dims") && s == TTT_OK; di++) {
-        const int d = (int)list_at(task, "head_dims", di);
-        ttt_layer L;
-        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), d, d, &L, err));
-        const int gates = gates_kind(task, &L);
+    for (int di = 0; di < bc->head_dims.n && s == TTT_OK; di++) {
+        const int d = (int)bc->head_dims.v[di];
+        const ttt_layer L = bc->layers[di];
+        const int gates = gates_kind(bc, &L);
         /* the reference rates, timed on this thread in this run, between the layer's samples */
         sgemm_probe probes[2] = {{0}};
         if (!sgemm_probe_init(&probes[0], 64, 64, 64) ||
@@ -782,17 +820,17 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
         }
         char layer_name[128];
         ttt_layer_describe(&L, layer_name, sizeof layer_name);
-        for (int hi = 0; hi < list_len(task, "heads") && s == TTT_OK; hi++) {
-            const int H = (int)list_at(task, "heads", hi);
-            for (int ti = 0; ti < list_len(task, "tokens") && s == TTT_OK; ti++) {
-                const int T = (int)list_at(task, "tokens", ti);
+        for (int hi = 0; hi < bc->heads.n && s == TTT_OK; hi++) {
+            const int H = (int)bc->heads.v[hi];
+            for (int ti = 0; ti < bc->tokens.n && s == TTT_OK; ti++) {
+                const int T = (int)bc->tokens.v[ti];
                 bench_data *D = malloc(sizeof *D);
                 if (!D) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
                 s = bench_data_make(D, H, T, d, gates, run->seed, err);
                 double t1 = NAN; /* this (T, d, H) on one thread, when measured */
                 int done[BENCH_MAX_THREADS + 1] = {0};
-                for (int ni = 0; ni < list_len(task, "threads") && s == TTT_OK; ni++) {
-                    int nt = (int)list_at(task, "threads", ni);
+                for (int ni = 0; ni < bc->threads.n && s == TTT_OK; ni++) {
+                    int nt = (int)bc->threads.v[ni];
                     if (nt == 0) nt = machine_threads();
                     if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
                     const int used = nt < H ? nt : H; /* threads beyond H have nothing to do */
@@ -871,8 +909,8 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void benchmark_charts(ttt_results *res, const ttt_cfg_node *root) {
-    if (is_train_step(ttt_cfg_get(root, "task"))) {
+static void benchmark_charts(ttt_results *res, const void *cfg) {
+    if (((const bench_cfg *)cfg)->train_step) {
         ttt_chart c = {.y_from_zero = 1};
         snprintf(c.name, sizeof c.name, "train_tokens_per_s");
         snprintf(c.title, sizeof c.title, "Training step throughput (forward+backward+AdamW)");
@@ -910,8 +948,8 @@ static const char *const train_step_columns[] = {
     "preset", "form", "chunk", "d_model", "batch", "seq_len", "threads", "tokens_per_s",
     "tokens_per_s_median", "seconds", "cpu_seconds", "speedup_1t", "peak_mb", NULL};
 
-static const char *const *benchmark_columns_for(const ttt_cfg_node *root) {
-    return is_train_step(ttt_cfg_get(root, "task")) ? train_step_columns : benchmark_columns;
+static const char *const *benchmark_columns_for(const void *cfg) {
+    return ((const bench_cfg *)cfg)->train_step ? train_step_columns : benchmark_columns;
 }
 
 const ttt_task ttt_task_benchmark = {
@@ -924,10 +962,15 @@ const ttt_task ttt_task_benchmark = {
             "of a whole training step (forward, backward, AdamW) of the `model:` on MQAR "
             "batches, per seq_len and threads",
     .options = benchmark_options,
-    .check = benchmark_check,
+    .cfg_size = sizeof(bench_cfg),
+    .parse = benchmark_parse,
+    .cfg_free = benchmark_cfg_free,
     .work = benchmark_work,
     .run = benchmark_run,
     .columns = benchmark_columns,
     .columns_for = benchmark_columns_for,
     .charts = benchmark_charts,
+    .tiny = "task: {kind: benchmark, tokens: [32], head_dims: [8], heads: [1], threads: [1],\n"
+            "       repeats: 1}\n"
+            "layer: {preset: linear_attention, chunk: 8}\n",
 };

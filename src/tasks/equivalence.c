@@ -8,7 +8,6 @@
 
 #include "layer.h"
 #include "task.h"
-#include "layer.h"
 
 static const ttt_option equivalence_options[] = {
     {"reference", TTT_OPT_CHOICE, "recurrent", TTT_NO_RANGE,
@@ -34,14 +33,35 @@ static double inputs_bytes(double T, double dk, double dv, double H) {
     return 4.0 * H * (T * (3 * dk + 3 * dv + dk + 1) + 3.0 * dk * dv);
 }
 
-static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
+/* The parsed configuration of a point. */
+typedef struct equivalence_cfg {
+    ttt_layer L;        /* built for d_k = key_dim, d_v = value_dim */
+    ttt_form forms[2];  /* reference, candidate (auto resolved) */
+    int T, dk, dv, H, repeats;
+    const char *gates;  /* "none" | "scalar" | "vector" (static strings) */
+    int eta_random;     /* eta: random */
+} equivalence_cfg;
+
+/* The static spelling of a validated choice (the tree's text must not be kept). */
+static const char *gates_name(const char *g) {
+    return strcmp(g, "vector") == 0 ? "vector" : strcmp(g, "scalar") == 0 ? "scalar" : "none";
+}
+
+static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    equivalence_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+    c->T = (int)ttt_cfg_int(task, "tokens");
+    c->dk = (int)ttt_cfg_int(task, "key_dim");
+    c->dv = (int)ttt_cfg_int(task, "value_dim");
+    c->H = (int)ttt_cfg_int(task, "heads");
+    c->repeats = (int)ttt_cfg_int(task, "repeats");
+    c->gates = gates_name(ttt_cfg_str(task, "gates"));
+    c->eta_random = strcmp(ttt_cfg_str(task, "eta"), "random") == 0;
     ttt_layer L;
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
-                            (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
-                            &L, err));
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->dk, c->dv, &L, err));
+    c->L = L;
     static const char *const keys[] = {"reference", "candidate"};
-    ttt_form forms[2];
+    ttt_form *forms = c->forms;
     for (int i = 0; i < 2; i++) {
         const ttt_cfg_node *n = ttt_cfg_get(task, keys[i]);
         if (strcmp(n->scalar, "auto") == 0) {
@@ -73,8 +93,8 @@ static ttt_status equivalence_check(ttt_cfg_node *root, ttt_error *err) {
     return ttt_size_check(bytes, what, err);
 }
 
-static long equivalence_work(const ttt_cfg_node *root) {
-    return 2 * ttt_cfg_int(ttt_cfg_get(root, "task"), "repeats");
+static long equivalence_work(const void *cfg) {
+    return 2L * ((const equivalence_cfg *)cfg)->repeats;
 }
 
 /* Run one form on every head; returns the fastest wall time over the repeats. */
@@ -104,15 +124,12 @@ static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor **o, ttt
 }
 
 static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    const int T = (int)ttt_cfg_int(task, "tokens"), dk = (int)ttt_cfg_int(task, "key_dim"),
-              dv = (int)ttt_cfg_int(task, "value_dim"), H = (int)ttt_cfg_int(task, "heads"),
-              repeats = (int)ttt_cfg_int(task, "repeats");
-    const char *gates = ttt_cfg_str(task, "gates");
+    const equivalence_cfg *c = run->cfg;
+    const int T = c->T, dk = c->dk, dv = c->dv, H = c->H, repeats = c->repeats;
+    const char *gates = c->gates;
     TTT_TRY(ttt_size_check(inputs_bytes(T, dk, dv, H), "the equivalence task's inputs", err));
     if (H > 1024) return ttt_error_set(err, TTT_ERR_RANGE, "task.heads: at most 1024");
-    ttt_layer L;
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), dk, dv, &L, err));
+    ttt_layer L = c->L;
     ttt_arena arena;
     ttt_arena_init(&arena, 1 << 22);
     ttt_ctx ctx = {.arena = &arena};
@@ -133,7 +150,7 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
         ttt_tensor *kn = ttt_l2norm_rows(&ctx, k[h], 1e-12f);
         memcpy(k[h]->data, kn->data, kn->n * sizeof(float));
         eta[h] = NULL;
-        if (strcmp(ttt_cfg_str(task, "eta"), "random") == 0) {
+        if (c->eta_random) {
             eta[h] = ttt_tensor_1d(&ctx, T);
             ttt_rng_fill_uniform(&rng, eta[h]->data, (size_t)T, delta ? 0.05f : 0.5f, 1.0f);
         }
@@ -148,14 +165,11 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
             S[f][h] = ttt_tensor_2d(&ctx, dk, dv);
         }
     }
-    static const char *const keys[] = {"reference", "candidate"};
     double secs[2];
     ttt_status s = TTT_OK;
     const char *form_name[2];
     for (int f = 0; f < 2 && s == TTT_OK; f++) {
-        const char *name = ttt_cfg_str(task, keys[f]);
-        L.form = strcmp(name, "auto") == 0 ? ttt_layer_auto_form(&L)
-                                           : (ttt_form)ttt_form_from_name(name);
+        L.form = c->forms[f];
         form_name[f] = ttt_form_name(L.form);
         s = run_form(&ctx, &L, o[f], S[f], q, k, v, eta, la, H, repeats, run, &secs[f], err);
     }
@@ -194,7 +208,8 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void equivalence_charts(ttt_results *res, const ttt_cfg_node *root) {
+static void equivalence_charts(ttt_results *res, const void *cfg) {
+    (void)cfg;
     ttt_chart c = {.log_x = 1};
     snprintf(c.name, sizeof c.name, "error");
     snprintf(c.title, sizeof c.title, "Relative RMS difference from the reference form");
@@ -221,9 +236,12 @@ const ttt_task ttt_task_equivalence = {
     .name = "equivalence",
     .help = "run two computation forms of a layer side by side: max error and time",
     .options = equivalence_options,
-    .check = equivalence_check,
+    .cfg_size = sizeof(equivalence_cfg),
+    .parse = equivalence_parse,
     .work = equivalence_work,
     .run = equivalence_run,
     .columns = equivalence_columns,
     .charts = equivalence_charts,
+    .tiny = "task: {kind: equivalence, tokens: 32, key_dim: 8, value_dim: 8, repeats: 1}\n"
+            "layer: {preset: linear_attention, chunk: 8}\n",
 };

@@ -28,7 +28,24 @@ static const ttt_option lm_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status lm_check(ttt_cfg_node *root, ttt_error *err) {
+/* The parsed configuration of a point. */
+typedef struct lm_cfg {
+    char *path;           /* the text file (malloc'd) */
+    char path_where[512]; /* where `task.path` was given (file:line:col), for errors at run time */
+    int seq_len, eval_batch;
+    double val_fraction;
+    long eval_windows;
+    ttt_trained_cfg trained;
+} lm_cfg;
+
+static void lm_cfg_free(void *cfg) {
+    lm_cfg *c = cfg;
+    free(c->path);
+    c->path = NULL;
+}
+
+static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    lm_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     const int L = (int)ttt_cfg_int(task, "seq_len");
     const double vf = ttt_cfg_float(task, "val_fraction");
@@ -36,15 +53,20 @@ static ttt_status lm_check(ttt_cfg_node *root, ttt_error *err) {
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "val_fraction"),
                              "task.val_fraction: the lm task evaluates on a validation split; "
                              "it must be > 0");
+    c->seq_len = L;
+    c->val_fraction = vf;
+    c->eval_windows = ttt_cfg_int(task, "eval_windows");
+    c->eval_batch = (int)ttt_cfg_int(task, "eval_batch");
+    ttt_cfg_where(ttt_cfg_get(task, "path"), c->path_where, sizeof c->path_where);
+    if (!(c->path = strdup(ttt_cfg_str(task, "path"))))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     /* The file is opened when the point runs, not here: `ttt check` of a shipped experiment must
      * not need the corpus installed (lm_run names the package when it is missing). */
     ttt_seq_model_io io = {.vocab = TTT_LM_VOCAB, .seq_len = L};
-    return ttt_train_check(root, &io, err);
+    return ttt_trained_parse(&c->trained, root, &io, err);
 }
 
-static long lm_work(const ttt_cfg_node *root) {
-    return ttt_cfg_int(ttt_cfg_get(root, "train"), "steps");
-}
+static long lm_work(const void *cfg) { return ((const lm_cfg *)cfg)->trained.train.steps; }
 
 typedef struct lm_data {
     ttt_text text;
@@ -89,36 +111,37 @@ static void lm_data_free(lm_data *d) {
 }
 
 static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    const int L = (int)ttt_cfg_int(task, "seq_len");
-    const int B = (int)ttt_cfg_int(ttt_cfg_get(run->root, "train"), "batch");
+    const lm_cfg *c = run->cfg;
+    const int L = c->seq_len;
+    const int B = c->trained.train.batch;
     lm_data d;
     memset(&d, 0, sizeof d);
     ttt_rng root;
     ttt_rng_seed(&root, run->seed);
     d.rng = ttt_rng_fork(&root, ttt_hash_str("lm/windows"));
-    ttt_status s = ttt_text_load(&d.text, ttt_cfg_str(task, "path"),
-                                 ttt_cfg_float(task, "val_fraction"), L, err);
+    ttt_status s = ttt_text_load(&d.text, c->path, c->val_fraction, L, err);
     if (s != TTT_OK) {
-        char msg[TTT_ERROR_MSG_LEN];
+        /* "<where>: task.path: ...", located at the `path` the file gave (kept at parse) */
+        char msg[TTT_ERROR_MSG_LEN], full[TTT_ERROR_MSG_LEN + 160];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        const ttt_cfg_node *pn = ttt_cfg_get(task, "path");
-        if (strcmp(ttt_cfg_str(task, "path"), LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
-            ttt_cfg_error(err, s, pn,
-                          "task.path: %s (install the corpus with `apt-get install dasher-data`, "
-                          "or give another text file)",
-                          msg);
+        if (strcmp(c->path, LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
+            snprintf(full, sizeof full,
+                     "task.path: %s (install the corpus with `apt-get install dasher-data`, "
+                     "or give another text file)",
+                     msg);
         else
-            ttt_cfg_error(err, s, pn, "task.path: %s", msg);
+            snprintf(full, sizeof full, "task.path: %s", msg);
+        full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* the bound a located message has */
+        ttt_error_set(err, s, "%s: %s", c->path_where, full);
     }
     if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, L, err);
-    if (s == TTT_OK) s = ttt_batch_init(&d.eval, (int)ttt_cfg_int(task, "eval_batch"), L, err);
+    if (s == TTT_OK) s = ttt_batch_init(&d.eval, c->eval_batch, L, err);
     if (s != TTT_OK) {
         lm_data_free(&d);
         return s;
     }
     size_t nw = ttt_text_n_windows(&d.text, TTT_SPLIT_VAL, L);
-    long want = ttt_cfg_int(task, "eval_windows");
+    long want = c->eval_windows;
     d.n_windows = (int)((long)nw < want ? (long)nw : want);
     ttt_train_data td = {
         .user = &d,
@@ -130,9 +153,8 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
         .eval_batch = eval_batch,
         .bits = 1,
     };
-    ttt_seq_model_io io = {.vocab = TTT_LM_VOCAB, .seq_len = L};
     ttt_trained tr;
-    s = ttt_train_point(run, &io, &td, &tr, err);
+    s = ttt_train_point(run, &c->trained, &td, &tr, err);
     if (s == TTT_OK && !tr.result.stopped) {
         ttt_record r;
         ttt_trained_record(run, &tr, &r);
@@ -147,7 +169,8 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void lm_charts(ttt_results *res, const ttt_cfg_node *root) {
+static void lm_charts(ttt_results *res, const void *cfg) {
+    (void)cfg;
     ttt_chart c = {0};
     snprintf(c.name, sizeof c.name, "eval_bpb");
     snprintf(c.title, sizeof c.title, "Validation bits per byte");
@@ -171,9 +194,15 @@ const ttt_task ttt_task_lm = {
     .name = "lm",
     .help = "byte-level language modelling on a text file, trained: validation bits per byte",
     .options = lm_options,
-    .check = lm_check,
+    .cfg_size = sizeof(lm_cfg),
+    .parse = lm_parse,
+    .cfg_free = lm_cfg_free,
     .work = lm_work,
     .run = lm_run,
     .columns = lm_columns,
     .charts = lm_charts,
+    .tiny = "task: {kind: lm, path: tiny.txt, seq_len: 8, eval_windows: 4, eval_batch: 4}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 2, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };

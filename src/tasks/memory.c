@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layer.h"
@@ -114,49 +115,52 @@ static double memory_bytes(const ttt_layer *L, long N, int overwrite) {
            ttt_layer_forward_bytes(L, overwrite ? 2 * N : N);
 }
 
-static ttt_status memory_check(ttt_cfg_node *root, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
-    ttt_layer L;
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"),
-                            (int)ttt_cfg_int(task, "key_dim"), (int)ttt_cfg_int(task, "value_dim"),
-                            &L, err));
-    /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
-     * into a sweep. */
-    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs"), *largest = NULL;
-    long n_max = 0;
-    for (int p = 0; p < pairs->n; p++) {
-        long N = 0;
-        if (ttt_cfg_as_int(pairs->items[p], &N, NULL) == TTT_OK && N > n_max) {
-            n_max = N;
-            largest = pairs->items[p];
-        }
-    }
-    if (!largest) return TTT_OK;
-    char where[512], what[768];
-    snprintf(what, sizeof what, "%s: task.pairs = %ld (key_dim %d, value_dim %d, form %s)",
-             ttt_cfg_where(largest, where, sizeof where), n_max, L.d_k, L.d_v,
-             ttt_form_name(L.form));
-    return ttt_size_check(memory_bytes(&L, n_max, ttt_cfg_bool(task, "overwrite")), what, err);
+static void memory_cfg_free(void *cfg) {
+    ttt_memory_cfg *c = cfg;
+    free(c->pairs);
+    c->pairs = NULL;
 }
 
-static long memory_work(const ttt_cfg_node *root) {
+static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    ttt_memory_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
-    return (long)ttt_cfg_get(task, "pairs")->n * ttt_cfg_int(task, "trials");
-}
-
-static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    ttt_memory_spec spec = {
+    c->spec = (ttt_memory_spec){
         .d_k = (int)ttt_cfg_int(task, "key_dim"),
         .d_v = (int)ttt_cfg_int(task, "value_dim"),
         .correlation = (float)ttt_cfg_float(task, "correlation"),
         .overwrite = ttt_cfg_bool(task, "overwrite"),
     };
-    int trials = (int)ttt_cfg_int(task, "trials");
-    ttt_layer L;
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(run->root, "layer"), spec.d_k, spec.d_v,
-                            &L, err));
-    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs");
+    c->trials = (int)ttt_cfg_int(task, "trials");
+    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->spec.d_k, c->spec.d_v,
+                            &c->L, err));
+    TTT_TRY(ttt_task_read_ints(task, "pairs", &c->pairs, &c->n_pairs, err));
+    /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
+     * into a sweep. */
+    const ttt_cfg_node *pairs = ttt_cfg_get(task, "pairs"), *largest = NULL;
+    long n_max = 0;
+    for (int p = 0; p < c->n_pairs; p++)
+        if (c->pairs[p] > n_max) {
+            n_max = c->pairs[p];
+            largest = pairs->items[p];
+        }
+    if (!largest) return TTT_OK;
+    char where[512], what[768];
+    snprintf(what, sizeof what, "%s: task.pairs = %ld (key_dim %d, value_dim %d, form %s)",
+             ttt_cfg_where(largest, where, sizeof where), n_max, c->L.d_k, c->L.d_v,
+             ttt_form_name(c->L.form));
+    return ttt_size_check(memory_bytes(&c->L, n_max, c->spec.overwrite), what, err);
+}
+
+static long memory_work(const void *cfg) {
+    const ttt_memory_cfg *c = cfg;
+    return (long)c->n_pairs * c->trials;
+}
+
+static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
+    const ttt_memory_cfg *c = run->cfg;
+    ttt_memory_spec spec = c->spec;
+    const int trials = c->trials;
+    const ttt_layer L = c->L;
     ttt_arena arena;
     ttt_arena_init(&arena, 1 << 20);
     ttt_ctx ctx = {.arena = &arena, .grad = 0};
@@ -166,9 +170,8 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
     long done = run->work_done;
     char layer_name[128];
     ttt_layer_describe(&L, layer_name, sizeof layer_name);
-    for (int p = 0; p < pairs->n && s == TTT_OK; p++) {
-        long N;
-        ttt_cfg_as_int(pairs->items[p], &N, NULL);
+    for (int p = 0; p < c->n_pairs && s == TTT_OK; p++) {
+        const long N = c->pairs[p];
         spec.n_pairs = (int)N;
         double t_start = ttt_now(), err_sum = 0, acc_sum = 0;
         for (int tr = 0; tr < trials && s == TTT_OK; tr++) {
@@ -203,8 +206,8 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void memory_charts(ttt_results *res, const ttt_cfg_node *root) {
-    const ttt_cfg_node *task = ttt_cfg_get(root, "task");
+static void memory_charts(ttt_results *res, const void *cfg) {
+    const ttt_memory_cfg *mc = cfg;
     ttt_chart c = {.log_x = 1, .y_from_zero = 1};
     snprintf(c.name, sizeof c.name, "accuracy");
     snprintf(c.title, sizeof c.title, "Top-1 retrieval accuracy vs stored pairs");
@@ -222,7 +225,7 @@ static void memory_charts(ttt_results *res, const ttt_cfg_node *root) {
     snprintf(e.y_label, sizeof e.y_label, "relative RMS recall error");
     e.has_ref = 1;
     e.ref_scale = 1.0;
-    e.ref_div = (double)ttt_cfg_int(task, "key_dim");
+    e.ref_div = (double)mc->spec.d_k;
     snprintf(e.ref_label, sizeof e.ref_label, "sqrt(N/d) (Hebbian theory)");
     ttt_results_add_chart(res, &e);
 }
@@ -235,8 +238,12 @@ const ttt_task ttt_task_memory = {
     .name = "memory",
     .help = "write N key/value pairs, query the stored keys: recall error and top-1 accuracy",
     .options = memory_options,
-    .check = memory_check,
+    .cfg_size = sizeof(ttt_memory_cfg),
+    .parse = memory_parse,
+    .cfg_free = memory_cfg_free,
     .work = memory_work,
     .run = memory_run,
     .charts = memory_charts,
+    .tiny = "task: {kind: memory, pairs: [4, 8], key_dim: 8, value_dim: 8, trials: 1}\n"
+            "layer: {preset: deltanet}\n",
 };

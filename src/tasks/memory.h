@@ -18,6 +18,15 @@ typedef struct ttt_memory_result {
     double accuracy;     /* fraction of queries whose nearest written value is the latest one */
 } ttt_memory_result;
 
+/* The task's configuration of one point, as its parse reads it (plan.h). */
+typedef struct ttt_memory_cfg {
+    ttt_layer L;           /* built for d_k = key_dim, d_v = value_dim */
+    ttt_memory_spec spec;  /* everything but n_pairs, which each measurement sets */
+    int trials;
+    int n_pairs;
+    long *pairs;           /* (n_pairs) the values of N, in the order given */
+} ttt_memory_cfg;
+
 /* Draw one instance from rng, run the layer over it, and measure. Keys are Gaussian with the
  * requested correlation, then L2-normalized; values are unit-norm Gaussian. With overwrite the
  * candidates for retrieval include the stale values, so a memory that mixes old and new values

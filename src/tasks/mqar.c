@@ -34,10 +34,22 @@ static void mqar_config(const ttt_cfg_node *task, ttt_mqar_config *c) {
     c->power_a = ttt_cfg_float(task, "power_a");
 }
 
-static ttt_status mqar_check(ttt_cfg_node *root, ttt_error *err) {
+/* The parsed configuration of a point. */
+typedef struct mqar_cfg {
+    ttt_mqar_config data;
+    int train_examples, test_examples, eval_batch;
+    ttt_trained_cfg trained;
+} mqar_cfg;
+
+static ttt_status mqar_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    mqar_cfg *mc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_mqar_config c;
     mqar_config(task, &c);
+    mc->data = c;
+    mc->train_examples = (int)ttt_cfg_int(task, "train_examples");
+    mc->test_examples = (int)ttt_cfg_int(task, "test_examples");
+    mc->eval_batch = (int)ttt_cfg_int(task, "eval_batch");
     ttt_status s = ttt_mqar_config_check(&c, err);
     if (s != TTT_OK) {
         char msg[TTT_ERROR_MSG_LEN];
@@ -55,12 +67,10 @@ static ttt_status mqar_check(ttt_cfg_node *root, ttt_error *err) {
         return ttt_cfg_error(err, s, ttt_cfg_get(task, "train_examples"), "task: %s", msg);
     }
     ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
-    return ttt_train_check(root, &io, err);
+    return ttt_trained_parse(&mc->trained, root, &io, err);
 }
 
-static long mqar_work(const ttt_cfg_node *root) {
-    return ttt_cfg_int(ttt_cfg_get(root, "train"), "steps");
-}
+static long mqar_work(const void *cfg) { return ((const mqar_cfg *)cfg)->trained.train.steps; }
 
 typedef struct mqar_data {
     ttt_token_set train, test;
@@ -103,19 +113,18 @@ static void mqar_data_free(mqar_data *d) {
 }
 
 static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
-    ttt_mqar_config c;
-    mqar_config(task, &c);
-    const int B = (int)ttt_cfg_int(ttt_cfg_get(run->root, "train"), "batch");
+    const mqar_cfg *mc = run->cfg;
+    const ttt_mqar_config c = mc->data;
+    const int B = mc->trained.train.batch;
     mqar_data d;
     memset(&d, 0, sizeof d);
-    d.eval_batch = (int)ttt_cfg_int(task, "eval_batch");
+    d.eval_batch = mc->eval_batch;
     ttt_rng root;
     ttt_rng_seed(&root, run->seed);
     ttt_rng data_root = ttt_rng_fork(&root, ttt_hash_str("mqar/data"));
     ttt_rng samp = ttt_rng_fork(&root, ttt_hash_str("mqar/sampler"));
-    ttt_status s = ttt_mqar_make_split(&d.train, &d.test, &c, (int)ttt_cfg_int(task, "train_examples"),
-                                       (int)ttt_cfg_int(task, "test_examples"), &data_root, err);
+    ttt_status s = ttt_mqar_make_split(&d.train, &d.test, &c, mc->train_examples,
+                                       mc->test_examples, &data_root, err);
     if (s == TTT_OK) s = ttt_sampler_init(&d.sampler, d.train.n, &samp, err);
     if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, c.seq_len, err);
     if (s == TTT_OK && !(d.idx = malloc((size_t)B * sizeof *d.idx)))
@@ -133,9 +142,8 @@ static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
         .n_eval = (d.test.n + d.eval_batch - 1) / d.eval_batch,
         .eval_batch = eval_batch,
     };
-    ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
     ttt_trained tr;
-    s = ttt_train_point(run, &io, &td, &tr, err);
+    s = ttt_train_point(run, &mc->trained, &td, &tr, err);
     if (s == TTT_OK && !tr.result.stopped) {
         ttt_record r;
         ttt_trained_record(run, &tr, &r);
@@ -150,7 +158,8 @@ static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void mqar_charts(ttt_results *res, const ttt_cfg_node *root) {
+static void mqar_charts(ttt_results *res, const void *cfg) {
+    (void)cfg;
     ttt_chart c = {.y_from_zero = 1};
     snprintf(c.name, sizeof c.name, "eval_accuracy");
     snprintf(c.title, sizeof c.title, "MQAR accuracy at the query positions (test set)");
@@ -176,9 +185,15 @@ const ttt_task ttt_task_mqar = {
     .name = "mqar",
     .help = "multi-query associative recall (Zoology), trained: accuracy at the query positions",
     .options = mqar_options,
-    .check = mqar_check,
+    .cfg_size = sizeof(mqar_cfg),
+    .parse = mqar_parse,
     .work = mqar_work,
     .run = mqar_run,
     .columns = mqar_columns,
     .charts = mqar_charts,
+    .tiny = "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"
+            "       test_examples: 8, eval_batch: 8}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 4, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };

@@ -37,10 +37,21 @@ static ttt_seq_model_io reg_io(const ttt_regression_config *c) {
                               .seq_len = ttt_regression_seq_len(c)};
 }
 
-static ttt_status regression_check(ttt_cfg_node *root, ttt_error *err) {
+/* The parsed configuration of a point. */
+typedef struct regression_cfg {
+    ttt_regression_config data;
+    int eval_sequences, eval_batch;
+    ttt_trained_cfg trained;
+} regression_cfg;
+
+static ttt_status regression_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+    regression_cfg *rc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_regression_config c;
     reg_config(task, &c);
+    rc->data = c;
+    rc->eval_sequences = (int)ttt_cfg_int(task, "eval_sequences");
+    rc->eval_batch = (int)ttt_cfg_int(task, "eval_batch");
     ttt_status s = ttt_regression_config_check(&c, err);
     if (s != TTT_OK) {
         char msg[TTT_ERROR_MSG_LEN];
@@ -48,11 +59,11 @@ static ttt_status regression_check(ttt_cfg_node *root, ttt_error *err) {
         return ttt_cfg_error(err, s, task, "task: %s", msg);
     }
     ttt_seq_model_io io = reg_io(&c);
-    return ttt_train_check(root, &io, err);
+    return ttt_trained_parse(&rc->trained, root, &io, err);
 }
 
-static long regression_work(const ttt_cfg_node *root) {
-    return ttt_cfg_int(ttt_cfg_get(root, "train"), "steps");
+static long regression_work(const void *cfg) {
+    return ((const regression_cfg *)cfg)->trained.train.steps;
 }
 
 typedef struct reg_data {
@@ -118,13 +129,13 @@ static void reg_data_free(reg_data *d) {
 }
 
 static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
-    const ttt_cfg_node *task = ttt_cfg_get(run->root, "task");
+    const regression_cfg *rc = run->cfg;
     reg_data d;
     memset(&d, 0, sizeof d);
-    reg_config(task, &d.cfg);
-    const int B = (int)ttt_cfg_int(ttt_cfg_get(run->root, "train"), "batch");
-    const int n_seq = (int)ttt_cfg_int(task, "eval_sequences");
-    const int eb = (int)ttt_cfg_int(task, "eval_batch");
+    d.cfg = rc->data;
+    const int B = rc->trained.train.batch;
+    const int n_seq = rc->eval_sequences;
+    const int eb = rc->eval_batch;
     const int n = d.cfg.n_points;
     ttt_rng root;
     ttt_rng_seed(&root, run->seed);
@@ -177,9 +188,8 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
         .eval_batch = eval_batch,
         .eval_observe = eval_observe,
     };
-    ttt_seq_model_io io = reg_io(&d.cfg);
     ttt_trained tr;
-    s = ttt_train_point(run, &io, &td, &tr, err);
+    s = ttt_train_point(run, &rc->trained, &td, &tr, err);
     if (s == TTT_OK && !tr.result.stopped) {
         /* the error curve of the final evaluation, next to least squares */
         double small = 0; /* model error at k ≥ d + 1 (where least squares is exact) */
@@ -216,7 +226,8 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
-static void regression_charts(ttt_results *res, const ttt_cfg_node *root) {
+static void regression_charts(ttt_results *res, const void *cfg) {
+    (void)cfg;
     ttt_chart c = {.y_from_zero = 1};
     snprintf(c.name, sizeof c.name, "error_vs_context");
     snprintf(c.title, sizeof c.title, "Squared error vs in-context examples (final model)");
@@ -243,9 +254,14 @@ const ttt_task ttt_task_regression = {
     .name = "regression",
     .help = "in-context linear regression, trained: error vs context size against least squares",
     .options = regression_options,
-    .check = regression_check,
+    .cfg_size = sizeof(regression_cfg),
+    .parse = regression_parse,
     .work = regression_work,
     .run = regression_run,
     .columns = regression_columns,
     .charts = regression_charts,
+    .tiny = "task: {kind: regression, dim: 2, points: 4, eval_sequences: 8, eval_batch: 8}\n"
+            "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+            "layer: {preset: deltanet}\n"
+            "train: {steps: 3, batch: 4, log_every: 1, eval_every: 0, checkpoint_every: 0}\n",
 };

@@ -1,8 +1,14 @@
 /* Tasks: what an experiment measures (MATH.md §7). A task is a documented struct of function
- * pointers registered by one line in src/tasks/task_list.h. */
+ * pointers registered by one line in src/tasks/task_list.h.
+ *
+ * A task reads its configuration once, in the plan pass (src/app/plan.h): `parse` validates the
+ * point's tree and copies every value the task will use into its own C struct (cfg_size bytes).
+ * Everything after that — work, run, columns_for, charts — reads only that struct; no task
+ * sees a ttt_cfg_node while it runs (docs/plan.md). */
 #ifndef TTT_TASK_H
 #define TTT_TASK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -11,40 +17,61 @@
 
 /* One configuration point of an experiment, ready to run. */
 typedef struct ttt_task_run {
-    ttt_cfg_node *root;   /* the point's resolved configuration */
-    const char *label;    /* sweep label ("" without a sweep) */
-    int point;            /* index of the point */
+    const void *cfg;          /* the point's parsed configuration (the task's own struct) */
+    const char *label;        /* sweep label ("" without a sweep) */
+    int point;                /* index of the point */
     uint64_t seed;
-    ttt_results *results; /* add records here */
+    const char *config_hash;  /* 16 hex digits: what determines the point's results (plan.h);
+                               * checkpoints are resumed only under the same hash */
+    ttt_results *results;     /* add records here */
     ttt_progress *progress;
-    long work_done;       /* progress units done before this point */
-    const char *run_dir;  /* the run folder (exists; trained tasks keep checkpoints under it) */
+    long work_done;           /* progress units done before this point */
+    const char *run_dir;      /* the run folder (exists; trained tasks keep checkpoints under it),
+                               * or NULL */
 } ttt_task_run;
 
 typedef struct ttt_task {
     const char *name;
     const char *help;
-    /* Options of the `task:` section (besides `kind`). */
+    /* Options of the `task:` section (besides `kind`); checked, with defaults filled in, before
+     * `parse` is called. */
     const ttt_option *options;
-    /* Validate the rest of the point (e.g. build the layer with the task's dimensions) after the
-     * task options are checked; errors are located. */
-    ttt_status (*check)(ttt_cfg_node *root, ttt_error *err);
-    /* Units of progress a point takes. */
-    long (*work)(const ttt_cfg_node *root);
-    /* Run one point, adding records to run->results. */
+    /* Size in bytes of the task's parsed configuration. */
+    size_t cfg_size;
+    /* Validate the rest of the point (e.g. build the layer with the task's dimensions) and read
+     * everything the task needs into cfg (cfg_size bytes, zeroed). `root` is the point's whole
+     * tree with the task options checked; parse may fill defaults into it (they show in
+     * config.resolved.yaml) but must keep no pointer into it. Errors are located
+     * (file:line:col). On failure cfg_free (if any) is still called. */
+    ttt_status (*parse)(void *cfg, ttt_cfg_node *root, ttt_error *err);
+    /* Optional: free what parse allocated inside cfg (not cfg itself). */
+    void (*cfg_free)(void *cfg);
+    /* Units of progress a point takes (NULL: 1). */
+    long (*work)(const void *cfg);
+    /* Run one point (run->cfg is what parse filled), adding records to run->results. */
     ttt_status (*run)(ttt_task_run *run, ttt_error *err);
     /* Columns of the table `ttt run` prints at the end (NULL-terminated), or NULL. */
     const char *const *columns;
     /* Optional: the columns for this configuration (e.g. one list per kind of measurement),
      * asked of the first point; overrides `columns` when set. */
-    const char *const *(*columns_for)(const ttt_cfg_node *root);
-    /* Add the charts of the whole run (after every point). */
-    void (*charts)(ttt_results *res, const ttt_cfg_node *root);
+    const char *const *(*columns_for)(const void *cfg);
+    /* Add the charts of the whole run (after every point), given the first point's cfg. */
+    void (*charts)(ttt_results *res, const void *cfg);
+    /* A small complete experiment (YAML) that runs in about a second: tests/test_plan.c plans
+     * and runs the tiny experiment of every registered task, so a new task is covered by
+     * writing one. It runs in a folder that holds `tiny.txt`, a few kilobytes of English text,
+     * for tasks that read a corpus. */
+    const char *tiny;
 } ttt_task;
 
 const ttt_task *ttt_task_find(const char *name);
 int ttt_task_count(void);
 const ttt_task *ttt_task_at(int i);
 const char *const *ttt_task_names(void);
+
+/* The integers of a validated TTT_OPT_INT_LIST option `key` of `map`, malloc'd into *out (n of
+ * them; the caller frees). */
+ttt_status ttt_task_read_ints(const ttt_cfg_node *map, const char *key, long **out, int *n,
+                              ttt_error *err);
 
 #endif

@@ -1,4 +1,5 @@
-/* The registry of tasks: one line each (src/task_NAME.c defines `const ttt_task ttt_task_NAME`). */
+/* The registry of tasks: one line each (src/tasks/NAME.c defines `const ttt_task ttt_task_NAME`,
+ * with a `tiny` experiment that tests/test_plan.c runs). */
 TTT_TASK(memory)
 TTT_TASK(equivalence)
 TTT_TASK(mqar)

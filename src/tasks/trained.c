@@ -19,11 +19,13 @@ static ttt_cfg_node *section(ttt_cfg_node *root, const char *key) {
     return n;
 }
 
-ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_error *err) {
-    ttt_seq_model_config mc;
-    ttt_train_config tc;
-    TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &mc, err));
-    TTT_TRY(ttt_train_config_parse(section(root, "train"), &tc, err));
+ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
+                             const ttt_seq_model_io *io, ttt_error *err) {
+    TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &out->model,
+                                err));
+    TTT_TRY(ttt_train_config_parse(section(root, "train"), &out->train, err));
+    const ttt_seq_model_config mc = out->model;
+    const ttt_train_config tc = out->train;
     /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
      * width d_model (projections, convolution, norms, MLP) and, per head, the fast-weight state
      * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
@@ -39,29 +41,12 @@ ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_e
     return TTT_OK;
 }
 
-ttt_status ttt_train_point(ttt_task_run *run, const ttt_seq_model_io *io, ttt_train_data *data,
+ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_train_data *data,
                            ttt_trained *out, ttt_error *err) {
     memset(out, 0, sizeof *out);
-    ttt_seq_model_config mc;
-    TTT_TRY(ttt_seq_model_parse(section(run->root, "model"), section(run->root, "layer"), io, &mc,
-                                err));
-    TTT_TRY(ttt_train_config_parse(section(run->root, "train"), &out->train, err));
-    ttt_seq_model_describe(&mc, out->mixer, sizeof out->mixer);
-    TTT_TRY(ttt_seq_model_init(&out->model, &mc, run->seed, err));
-
-    /* the configuration hash: what determines the results */
-    ttt_cfg_node *h = ttt_cfg_clone(run->root);
-    ttt_cfg_map_remove(h, "name");
-    ttt_cfg_map_remove(h, "description");
-    ttt_cfg_map_remove(h, "output");
-    ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
-    ttt_cfg_map_remove(tr, "stop_at");
-    ttt_cfg_map_remove(tr, "threads");
-    char *flow = ttt_cfg_to_flow(h);
-    ttt_cfg_free(h);
-    char hash[17];
-    ttt_checkpoint_config_hash(flow ? flow : "", hash);
-    free(flow);
+    out->train = cfg->train;
+    ttt_seq_model_describe(&cfg->model, out->mixer, sizeof out->mixer);
+    TTT_TRY(ttt_seq_model_init(&out->model, &cfg->model, run->seed, err));
 
     char ckpt[4096], stream[4096];
     const char *dir = run->run_dir;
@@ -76,7 +61,7 @@ ttt_status ttt_train_point(ttt_task_run *run, const ttt_seq_model_io *io, ttt_tr
     }
     ttt_train_run tr_run = {
         .ckpt_dir = dir ? ckpt : NULL,
-        .config_hash = hash,
+        .config_hash = run->config_hash ? run->config_hash : "",
         .stream_path = dir ? stream : NULL,
         .results = run->results,
         .progress = run->progress,

@@ -1,15 +1,23 @@
-/* What the trained tasks (mqar.c, regression.c, lm.c) share: validating a point's `model:`,
- * `layer:` and `train:` sections, and training a point with checkpoints and streamed records. */
+/* What the trained tasks (mqar.c, regression.c, lm.c) share: reading a point's `model:`,
+ * `layer:` and `train:` sections once into a typed ttt_trained_cfg, and training a point with
+ * checkpoints and streamed records. */
 #ifndef TTT_TRAINED_H
 #define TTT_TRAINED_H
 
 #include "task.h"
 #include "train.h"
 
+/* The sequence model and its training, as the plan pass read them. */
+typedef struct ttt_trained_cfg {
+    ttt_seq_model_config model;
+    ttt_train_config train;
+} ttt_trained_cfg;
 
-/* Validate a point's `model:`, `layer:` and `train:` sections for the task's io. */
-
-ttt_status ttt_train_check(ttt_cfg_node *root, const ttt_seq_model_io *io, ttt_error *err);
+/* Validate a point's `model:`, `layer:` and `train:` sections for the task's io (filling their
+ * defaults into the tree) and read them into *out; refuses a training step too large for the
+ * machine. Errors are located. */
+ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
+                             const ttt_seq_model_io *io, ttt_error *err);
 
 /* A trained point: the model after training and what training reported. */
 typedef struct ttt_trained {
@@ -19,11 +27,10 @@ typedef struct ttt_trained {
     char mixer[128]; /* ttt_seq_model_describe */
 } ttt_trained;
 
-/* Build the point's model (seeded by run->seed), then train it with checkpoints in
- * <run_dir>/checkpoints/point<i>/ and records streamed to <run_dir>/metrics.jsonl. The config
- * hash covers the point's resolved configuration except name, description, output and the keys
- * that do not change results (train.stop_at, train.threads). Free with ttt_trained_free. */
-ttt_status ttt_train_point(ttt_task_run *run, const ttt_seq_model_io *io, ttt_train_data *data,
+/* Build the point's model from cfg (seeded by run->seed), then train it with checkpoints in
+ * <run_dir>/checkpoints/point<i>/ (resumed only under the same run->config_hash) and records
+ * streamed to <run_dir>/metrics.jsonl. Free with ttt_trained_free. */
+ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_train_data *data,
                            ttt_trained *out, ttt_error *err);
 void ttt_trained_free(ttt_trained *t);
 /* The summary fields every trained task reports (series, mixer, lr, steps, ...). */

@@ -1,0 +1,275 @@
+/* The plan pass (src/app/plan.h): a sweep becomes typed points carrying the values the YAML
+ * gives, in sweep order; the configuration hash ignores exactly the keys that do not change
+ * results; every registered task plans and runs its own tiny experiment into a run folder; and a
+ * plan does not depend on the tree it was built from (changed, then freed, before the run). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "experiment.h"
+#include "memory.h"
+#include "plan.h"
+#include "task.h"
+#include "testutil.h"
+
+static char *g_dir;
+
+static void setup(void) { g_dir = tu_mkdtemp(); }
+static void teardown(void) {
+    tu_rmtree(g_dir);
+    free(g_dir);
+}
+
+/* The plan of YAML text (the test fails on a plan error). */
+static ttt_plan *plan_of(const char *yaml) {
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
+    ttt_plan *p = NULL;
+    ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(doc);
+    return p;
+}
+
+static const char *const SWEEP =
+    "seed: 7\n"
+    "task: {kind: memory, key_dim: 8, value_dim: 8, trials: 1}\n"
+    "layer: {preset: deltanet}\n"
+    "sweep:\n"
+    "  layer.optimizer.lr: [0.5, 0.25]\n"
+    "  task.pairs: [8, [16, 4], 32]\n";
+
+/* Two axes of 2 and 3 values: 6 points, the first axis slowest, each carrying its own typed
+ * values (the layer's θ and the list of N) and the experiment's name and seed. */
+START_TEST(sweep_gives_typed_points_in_order) {
+    ttt_plan *p = plan_of(SWEEP);
+    ck_assert_int_eq(p->n_points, 6);
+    const double lr[2] = {0.5, 0.25};
+    const long pairs[3][2] = {{8, 0}, {16, 4}, {32, 0}};
+    const int n_pairs[3] = {1, 2, 1};
+    for (int i = 0; i < 6; i++) {
+        const ttt_plan_point *pt = &p->points[i];
+        const ttt_memory_cfg *c = pt->cfg;
+        ck_assert_int_eq(pt->index, i);
+        ck_assert_ptr_eq(pt->task, ttt_task_find("memory"));
+        ck_assert_str_eq(pt->name, "exp");
+        ck_assert_str_eq(pt->output, "runs/exp");
+        ck_assert_uint_eq(pt->seed, 7);
+        /* lr is exact in float: 0.5 and 0.25 are powers of two */
+        ck_assert_float_eq(c->L.lr, (float)lr[i / 3]);
+        ck_assert_int_eq(c->n_pairs, n_pairs[i % 3]);
+        for (int j = 0; j < c->n_pairs; j++) ck_assert_int_eq(c->pairs[j], pairs[i % 3][j]);
+        ck_assert_int_eq(c->spec.d_k, 8);
+        ck_assert_int_eq(c->trials, 1);
+        char want[128];
+        snprintf(want, sizeof want, "layer.optimizer.lr=%g, task.pairs=", lr[i / 3]);
+        ck_assert_msg(strncmp(pt->label, want, strlen(want)) == 0, "label %s", pt->label);
+    }
+    ck_assert_ptr_nonnull(strstr(p->resolved_yaml, "resolved:"));
+    ttt_plan_free(p);
+}
+END_TEST
+
+/* The hash of a trained point, with one override. */
+static void hash_with(const char *set, char hash[17]) {
+    const char *yaml = "name: h\n"
+                       "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2}\n"
+                       "model: {d_model: 8, layers: 1, heads: 1}\n"
+                       "train: {steps: 3, batch: 4}\n";
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
+    if (set) ck_assert_msg(ttt_cfg_apply_set(doc, set, &err) == TTT_OK, "%s", err.msg);
+    ttt_plan *p = NULL;
+    ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(doc);
+    memcpy(hash, p->points[0].config_hash, 17);
+    ck_assert_int_eq((int)strlen(hash), 16);
+    ttt_plan_free(p);
+}
+
+/* A checkpoint resumes only under the same hash, so the hash must ignore exactly what does not
+ * change results (naming, placing, stopping early, threads) and see everything else. */
+START_TEST(hash_ignores_only_what_does_not_change_results) {
+    char base[17], h[17];
+    hash_with(NULL, base);
+    static const char *const same[] = {"name=other", "description=words", "output=elsewhere",
+                                       "train.stop_at=2", "train.threads=2"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        hash_with(same[i], h);
+        ck_assert_msg(strcmp(h, base) == 0, "%s changed the hash", same[i]);
+    }
+    static const char *const differ[] = {"train.lr=0.5", "seed=1", "task.pairs=3",
+                                         "layer.preset=gla", "model.d_model=16",
+                                         "train.shards=1"};
+    for (size_t i = 0; i < sizeof differ / sizeof differ[0]; i++) {
+        hash_with(differ[i], h);
+        ck_assert_msg(strcmp(h, base) != 0, "%s left the hash unchanged", differ[i]);
+    }
+}
+END_TEST
+
+/* Rows of a CSV file (lines after the header), or -1 when it cannot be read. */
+static int csv_rows(const char *path) {
+    char *t = tu_read_file(path);
+    if (!t) return -1;
+    int lines = 0;
+    for (const char *c = t; *c; c++) lines += *c == '\n';
+    if (t[0] && t[strlen(t) - 1] != '\n') lines++;
+    free(t);
+    return lines - 1;
+}
+
+/* The contract every task keeps: its `tiny` experiment plans and runs into a run folder that
+ * holds config.resolved.yaml and a summary.csv with at least one row. A new task is covered by
+ * this loop as soon as it is registered (it must have a `tiny` experiment). */
+START_TEST(every_task_runs_its_tiny_experiment) {
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(g_dir), 0); /* tiny experiments find `tiny.txt` here */
+    char text[8192] = "";
+    while (strlen(text) < sizeof text - 200)
+        strcat(text, "The quick brown fox jumps over the lazy dog; a rolling stone gathers "
+                     "no moss. ");
+    ck_assert_int_eq(tu_write_file("tiny.txt", text), 0);
+    ck_assert_int_gt(ttt_task_count(), 0);
+    for (int i = 0; i < ttt_task_count(); i++) {
+        const ttt_task *t = ttt_task_at(i);
+        ck_assert_msg(t->tiny != NULL, "task %s has no tiny experiment", t->name);
+        ttt_error err = {0};
+        ttt_experiment *e = NULL;
+        ck_assert_msg(ttt_experiment_load_string(t->tiny, "tiny.yaml", NULL, 0, &e, &err) ==
+                          TTT_OK,
+                      "%s: %s", t->name, err.msg);
+        ck_assert_ptr_eq(e->plan->points[0].task, t);
+        char dir[4096], path[4200];
+        snprintf(dir, sizeof dir, "%s/run_%s", g_dir, t->name);
+        ck_assert_msg(ttt_experiment_run(e, dir, 0, NULL, &err) == TTT_OK, "%s: %s", t->name,
+                      err.msg);
+        ttt_experiment_free(e);
+        snprintf(path, sizeof path, "%s/summary.csv", dir);
+        const int rows = csv_rows(path);
+        ck_assert_msg(rows >= 1, "%s: summary.csv has %d rows", t->name, rows);
+        snprintf(path, sizeof path, "%s/config.resolved.yaml", dir);
+        char *resolved = tu_read_file(path);
+        ck_assert_msg(resolved && strstr(resolved, t->name), "%s: no resolved configuration",
+                      t->name);
+        free(resolved);
+    }
+    ck_assert_int_eq(chdir(cwd), 0); /* unforked (CK_FORK=no), later tests share the process */
+}
+END_TEST
+
+/* The values of column `col` in the rows of a CSV text, as numbers, into v (at most n). */
+static int csv_column(const char *csv, const char *col, double *v, int n) {
+    char *t = strdup(csv);
+    char *save = NULL;
+    int idx = -1, got = 0;
+    for (char *line = strtok_r(t, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        int k = 0;
+        char *s2 = NULL;
+        for (char *f = strtok_r(line, ",", &s2); f; f = strtok_r(NULL, ",", &s2), k++) {
+            if (idx < 0 && strcmp(f, col) == 0) idx = k;
+            else if (idx >= 0 && k == idx && got < n) v[got++] = strtod(f, NULL);
+        }
+    }
+    free(t);
+    return got;
+}
+
+/* A plan holds everything its points need: after it is built, the tree it came from is changed
+ * (other N, another layer, other dimensions) and freed, and the run still measures what the
+ * YAML said — the same numbers as a run of the same YAML through the ordinary path. */
+START_TEST(plan_does_not_depend_on_its_tree) {
+    const char *yaml = "seed: 3\n"
+                       "task: {kind: memory, pairs: [4, 8], key_dim: 8, value_dim: 8, trials: 2}\n"
+                       "layer: {preset: deltanet}\n"
+                       "sweep: {task.value_dim: [8]}\n";
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
+    ttt_plan *p = NULL;
+    ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
+    static const char *const changes[] = {"task.pairs=[2]", "task.key_dim=4", "layer.preset=gla",
+                                          "seed=99", "sweep={task.value_dim: [4]}"};
+    for (size_t i = 0; i < sizeof changes / sizeof changes[0]; i++)
+        ck_assert_msg(ttt_cfg_apply_set(doc, changes[i], &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_free(doc);
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/frozen", g_dir);
+    ck_assert_msg(ttt_plan_run(p, dir, 0, NULL, &err) == TTT_OK, "%s", err.msg);
+    ttt_plan_free(p);
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    char *frozen = tu_read_file(path);
+    ck_assert_ptr_nonnull(frozen);
+
+    /* the same YAML, planned and run without touching anything */
+    char ypath[4096], dir2[4096];
+    snprintf(ypath, sizeof ypath, "%s/exp.yaml", g_dir);
+    snprintf(dir2, sizeof dir2, "%s/plain", g_dir);
+    ck_assert_int_eq(tu_write_file(ypath, yaml), 0);
+    ttt_experiment *e = NULL;
+    ck_assert_msg(ttt_experiment_load(ypath, NULL, 0, &e, &err) == TTT_OK, "%s", err.msg);
+    ck_assert_msg(ttt_experiment_run(e, dir2, 0, NULL, &err) == TTT_OK, "%s", err.msg);
+    ttt_experiment_free(e);
+    snprintf(path, sizeof path, "%s/summary.csv", dir2);
+    char *plain = tu_read_file(path);
+    ck_assert_ptr_nonnull(plain);
+
+    double n_frozen[4], n_plain[4], d_frozen[4], e_frozen[4], e_plain[4];
+    ck_assert_int_eq(csv_column(frozen, "N", n_frozen, 4), 2);
+    ck_assert_int_eq(csv_column(plain, "N", n_plain, 4), 2);
+    ck_assert_double_eq(n_frozen[0], 4);
+    ck_assert_double_eq(n_frozen[1], 8);
+    ck_assert_int_eq(csv_column(frozen, "d_k", d_frozen, 4), 2);
+    ck_assert_double_eq(d_frozen[0], 8);
+    ck_assert_ptr_nonnull(strstr(frozen, "deltanet"));
+    ck_assert_ptr_nonnull(strstr(frozen, "\ntask.value_dim=8,")); /* the sweep label: series */
+    ck_assert_ptr_null(strstr(frozen, "gla"));
+    /* Same seed, same data, same layer: the recall errors are the same computation, so they
+     * agree to the digits summary.csv prints. */
+    ck_assert_int_eq(csv_column(frozen, "recall_error", e_frozen, 4), 2);
+    ck_assert_int_eq(csv_column(plain, "recall_error", e_plain, 4), 2);
+    for (int i = 0; i < 2; i++) ck_assert_double_eq(e_frozen[i], e_plain[i]);
+    free(frozen);
+    free(plain);
+}
+END_TEST
+
+/* Planning validates: an error in any sweep point is located and names the point, and nothing
+ * is planned. */
+START_TEST(plan_errors_are_located) {
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    const char *yaml = "task: {kind: memory, key_dim: 8, value_dim: 8}\n"
+                       "sweep:\n"
+                       "  layer.preset: [deltanet, deltanot]\n";
+    ck_assert_int_eq(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err), TTT_OK);
+    ttt_plan *p = (ttt_plan *)1;
+    ck_assert_int_ne(ttt_plan_build(doc, "exp", &p, &err), TTT_OK);
+    ck_assert_ptr_null(p);
+    ck_assert_msg(strstr(err.msg, "exp.yaml:3:") == err.msg, "%s", err.msg);
+    ck_assert_msg(strstr(err.msg, "(in sweep point layer.preset=deltanot)"), "%s", err.msg);
+    ttt_cfg_free(doc);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("plan");
+    TCase *c = tcase_create("plan");
+    tcase_add_checked_fixture(c, setup, teardown);
+    tcase_set_timeout(c, 300);
+    tcase_add_test(c, sweep_gives_typed_points_in_order);
+    tcase_add_test(c, hash_ignores_only_what_does_not_change_results);
+    tcase_add_test(c, every_task_runs_its_tiny_experiment);
+    tcase_add_test(c, plan_does_not_depend_on_its_tree);
+    tcase_add_test(c, plan_errors_are_located);
+    suite_add_tcase(s, c);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
