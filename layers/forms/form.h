@@ -7,7 +7,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define TTT_MAX_OPT_STATE 4
+#define TTT_MAX_OPT_STATE TTT_OPTIM_MAX_STATE /* optim.h: most state tensors per weight */
 #define TTT_OPTIM_CFG_MAX 512
 
 typedef enum ttt_order {
