@@ -4,7 +4,10 @@
  *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, MATH.md §1)
  * and hands it to an optimizer, which owns everything after that: momentum buffers,
  * orthogonalization, renormalization, and how the decay factor enters its rule. An optimizer is
- * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h.
+ * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h. Its rule is
+ * usually a short composition of the parts in optim/parts.h (momentum, orthogonalization,
+ * update, renormalization), and tests/test_contract_optim.c checks every registered optimizer
+ * against the contract below without being edited (docs/optimizers.md).
  *
  * Every optimizer accepts the common options of TTT_OPTIM_COMMON_OPTIONS (lr = θ, decay,
  * decay_placement); the layer reads those, the optimizer reads its own through `parse`. */
@@ -59,13 +62,13 @@ typedef struct ttt_optim {
      * shapes of state_shape, zeroed). NULL: zeros are the initial state. */
     void (*init_state)(const void *cfg, ttt_tensor **state, const ttt_tensor *W);
     /* The same initial state built through ops from W (new tensors in state[0..n_state-1], of
-     * the shapes of state_shape), for
-     * an optimizer whose state depends on the weights (large_batch: the renormalization target
-     * ‖W_0‖ per channel). Initial weights that are themselves outer-loop parameters (learned
-     * W_0, src/train/seqmodel.c) replace the weights after ttt_layer_state_init and rebuild the state
-     * with it (ttt_optim_reinit_state below), so that the state holds THEIR values and, under a
-     * tape, the outer loop differentiates through them (LaCT computes ‖W_0‖ in its graph).
-     * NULL: the state does not depend on W beyond what init_state computes. */
+     * the shapes of state_shape), for an optimizer whose state depends on the weights
+     * (large_batch: the renormalization target ‖W_0‖ per channel). Initial weights that are
+     * themselves outer-loop parameters (learned W_0, src/train/seqmodel.c) replace the weights
+     * after ttt_layer_state_init and rebuild the state with it (ttt_optim_reinit_state below),
+     * so that the state holds THEIR values and, under a tape, the outer loop differentiates
+     * through them (LaCT computes ‖W_0‖ in its graph). NULL: the state does not depend on W
+     * beyond what init_state computes. */
     void (*init_state_ops)(ttt_ctx *ctx, const void *cfg, ttt_tensor **state,
                            const ttt_tensor *W);
     /* One step for one weight tensor: from W (before the block), the block gradient G and the
