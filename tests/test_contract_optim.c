@@ -410,6 +410,48 @@ START_TEST(step_leaves_its_inputs_alone) {
 }
 END_TEST
 
+/* The layer allocates the state as declared, ttt_optim_reinit_state rebuilds it with the same
+ * shapes, and the memory estimate counts exactly what was allocated (weights, state, and the
+ * ratio normalizer's z when present), for every variant and model. */
+START_TEST(state_is_allocated_as_declared) {
+    const variant *v = &variants[_i];
+    static const char *const model_names[] = {"linear", "ttt_mlp", "swiglu"};
+    for (int m = 0; m < 3; m++) {
+        ttt_layer L;
+        variant_layer(&L, v, model_names[m], "squared", 1, "", 4);
+        ttt_arena arena;
+        ttt_arena_init(&arena, 1 << 16);
+        ttt_ctx ctx = {.arena = &arena};
+        ttt_layer_state st;
+        ttt_layer_state_init(&ctx, &L, &st, NULL);
+        ck_assert_int_eq(st.n_opt, ttt_optim_n_state(L.optim, L.optim_cfg));
+        double floats = st.z ? (double)st.z->n : 0;
+        for (int w = 0; w < st.n_w; w++) {
+            floats += (double)st.W[w]->n;
+            for (int pass = 0; pass < 2; pass++) {
+                if (pass) /* rebuilt from the weights, as with learned initial weights */
+                    ttt_optim_reinit_state(&ctx, L.optim, L.optim_cfg, st.opt[w], st.n_opt,
+                                           st.W[w]);
+                for (int s = 0; s < st.n_opt; s++) {
+                    int want[TTT_MAX_DIMS];
+                    const int nd = ttt_optim_state_shape(L.optim, L.optim_cfg, want, s,
+                                                         st.W[w]->shape, st.W[w]->ndim);
+                    ck_assert_msg(st.opt[w][s]->ndim == nd &&
+                                      memcmp(st.opt[w][s]->shape, want, nd * sizeof(int)) == 0,
+                                  "%s {%s}, model %s: state[%d][%d] not of its declared shape",
+                                  v->o->name, v->opts, model_names[m], w, s);
+                    if (pass) floats += (double)st.opt[w][s]->n;
+                }
+            }
+        }
+        ck_assert_msg(ttt_layer_state_bytes(&L) == floats * sizeof(float),
+                      "%s {%s}, model %s: estimate %.0f bytes, allocated %.0f", v->o->name,
+                      v->opts, model_names[m], ttt_layer_state_bytes(&L), floats * sizeof(float));
+        ttt_arena_free(&arena);
+    }
+}
+END_TEST
+
 /* ============================================================================================ */
 /* (c) b = 1: the driver is one step per token                                                 */
 
@@ -643,6 +685,7 @@ static Suite *contract_suite(void) {
     tcase_add_test(tc, variants_cover_the_registry);
     tcase_add_loop_test(tc, gradient_through_step_matches_finite_differences, 0, n_variants);
     tcase_add_loop_test(tc, step_leaves_its_inputs_alone, 0, n_variants);
+    tcase_add_loop_test(tc, state_is_allocated_as_declared, 0, n_variants);
     tcase_add_loop_test(tc, b1_driver_is_one_step_per_token, 0, n_variants);
     tcase_add_test(tc, every_option_is_listed_and_accepted);
     suite_add_tcase(s, tc);
