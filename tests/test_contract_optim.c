@@ -12,9 +12,9 @@
  *       ttt_optim_reinit_state);
  *   (b) `step` does not modify W, the state, G or the decay (bytes compared), and returns a new
  *       W of W's shape and every state tensor with its declared shape (optim.h state_shape);
- *   (c) with mini-batch b = 1 the driver (steps per_block and per_token, both orders) equals a
- *       hand-written loop that calls `step` once per token, the b = 1 definition of the layer
- *       (docs/math.md §1);
+ *   (c) with mini-batch b = 1 the driver (steps per_block and per_token, both orders, scalar
+ *       and per-key gates) equals a hand-written loop that calls `step` once per token, the
+ *       b = 1 definition of the layer (docs/math.md §1);
  * and for every option of every optimizer:
  *   (d) `ttt list` shows it with its default and help, and an experiment YAML that sets it
  *       (both booleans, every choice, a number inside its range) validates, resolves to that
@@ -124,12 +124,14 @@ START_TEST(variants_cover_the_registry) {
 }
 END_TEST
 
-/* Models of the b = 1 check: the linear model (one 2-D weight) and the MLP (2-D and 1-D weights,
- * random initialization, so that renormalization has norms to keep). */
+/* Models of the b = 1 check: the linear model (one 2-D weight) with a scalar gate per token and
+ * with a gate per token and key dimension, and the MLP (2-D and 1-D weights, random
+ * initialization, so that renormalization has norms to keep). */
 static const struct {
     const char *model, *loss;
-} models[] = {{"linear", "squared"}, {"ttt_mlp", "recon"}};
-#define N_MODELS 2
+    int per_key;
+} models[] = {{"linear", "squared", 0}, {"linear", "squared", 1}, {"ttt_mlp", "recon", 0}};
+#define N_MODELS 3
 
 /* ============================================================================================ */
 /* (a) gradients through step                                                                   */
@@ -141,6 +143,7 @@ enum { GT = 6, GD = 3, GB = 3, N_IN = 5 };
 
 /* The leaves of the outer loss: q, k, v, η, log α, then the initial weights. */
 typedef struct grad_problem {
+    int per_key; /* log α per token and key dimension (GLA's gates: a decay per row of W) */
     int n_leaves;
     float *buf[N_IN + TTT_MAX_WEIGHTS];
     float *grad[N_IN + TTT_MAX_WEIGHTS];
@@ -175,7 +178,7 @@ static double grad_loss(const ttt_layer *L, grad_problem *p, int with_grad) {
     ttt_tensor *o = ttt_tensor_2d(&ctx, GT, GD);
     ttt_error err = {0};
     ck_assert_msg(ttt_forward_generic(&ctx, L, o, &st, &leaf[0], &leaf[1], &leaf[2], &leaf[3],
-                                      &leaf[4], 0, &err) == TTT_OK,
+                                      &leaf[4], p->per_key, &err) == TTT_OK,
                   "%s", err.msg);
     ttt_tensor ro = ttt_tensor_view(p->r, 2, (int[]){GT, GD});
     ttt_tensor *loss = ttt_dot(&ctx, o, &ro);
@@ -196,11 +199,12 @@ static double grad_loss(const ttt_layer *L, grad_problem *p, int with_grad) {
     return val;
 }
 
-static void grad_problem_make(grad_problem *p, const ttt_layer *L, ttt_rng *rng) {
+static void grad_problem_make(grad_problem *p, const ttt_layer *L, int per_key, ttt_rng *rng) {
     memset(p, 0, sizeof *p);
+    p->per_key = per_key;
     const int nw = L->model->n_weights;
     p->n_leaves = N_IN + nw;
-    const int in_shape[N_IN][2] = {{GT, GD}, {GT, GD}, {GT, GD}, {GT, 0}, {GT, 0}};
+    const int in_shape[N_IN][2] = {{GT, GD}, {GT, GD}, {GT, GD}, {GT, 0}, {GT, per_key ? GD : 0}};
     for (int i = 0; i < N_IN; i++) {
         p->ndim[i] = in_shape[i][1] ? 2 : 1;
         p->shape[i][0] = in_shape[i][0], p->shape[i][1] = in_shape[i][1];
@@ -255,14 +259,17 @@ static void grad_problem_free(grad_problem *p) {
  * constant) is off by O(max|grad|) at differences that agree with each other. */
 static double grad_rtol(const variant *v) { return 2e-3; }
 
-/* Models of the gradient check: the linear model and SwiGLU (random initialization), whose
- * weights are all matrices. Not the MLP: its biases are vectors, for which Newton–Schulz is a
- * normalized-gradient step g/‖g‖ (newton_schulz.h), whose curvature ~1/‖g‖² for a small bias
- * gradient puts float32 central differences out of their linear range; vectors are covered by
- * the other checks. */
+/* Models of the gradient check: the linear model with a scalar gate per token and with a gate
+ * per token and key dimension (the decay scales the rows of W), and SwiGLU (random
+ * initialization), whose weights are all matrices. Not the MLP: its biases are vectors, for
+ * which Newton–Schulz is a normalized-gradient step g/‖g‖ (newton_schulz.h), whose curvature
+ * ~1/‖g‖² for a small bias gradient puts float32 central differences out of their linear range;
+ * vectors are covered by the other checks. */
 static const struct {
     const char *model, *loss;
-} grad_models[] = {{"linear", "squared"}, {"swiglu", "dot"}};
+    int per_key;
+} grad_models[] = {{"linear", "squared", 0}, {"linear", "squared", 1}, {"swiglu", "dot", 0}};
+#define N_GRAD_MODELS 3
 
 /* D(h) = (L(x + h) − L(x − h)) / (2h) for leaf element (i, j), by the step taken in float32. */
 static double central(const ttt_layer *L, grad_problem *p, int i, size_t j, double h) {
@@ -278,13 +285,13 @@ static double central(const ttt_layer *L, grad_problem *p, int i, size_t j, doub
 START_TEST(gradient_through_step_matches_finite_differences) {
     const variant *v = &variants[_i];
     static const char *const names[N_IN] = {"q", "k", "v", "eta", "log_alpha"};
-    for (int m = 0; m < N_MODELS; m++) {
+    for (int m = 0; m < N_GRAD_MODELS; m++) {
         ttt_layer L;
         variant_layer(&L, v, grad_models[m].model, grad_models[m].loss, GB, "", GD);
         ttt_rng rng;
         ttt_rng_seed(&rng, 500 + 31 * (uint64_t)_i + (uint64_t)m);
         grad_problem p;
-        grad_problem_make(&p, &L, &rng);
+        grad_problem_make(&p, &L, grad_models[m].per_key, &rng);
         grad_loss(&L, &p, 1);
         const double h = 4e-3, rtol = grad_rtol(v);
         for (int i = 0; i < p.n_leaves; i++) {
@@ -300,9 +307,10 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                 if (i < N_IN) snprintf(leaf, sizeof leaf, "%s", names[i]);
                 else snprintf(leaf, sizeof leaf, "W0[%d]", i - N_IN);
                 ck_assert_msg(fabs(fd2 - p.grad[i][j]) <= rtol * gmax + 1e-4 + 2 * unc,
-                              "%s {%s}, model %s: dL/d%s[%zu]: tape %.6g, finite difference "
+                              "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
                               "%.6g (%.6g with twice the step; max |grad| %.3g)",
-                              v->o->name, v->opts, grad_models[m].model, leaf, j, p.grad[i][j], fd2,
+                              v->o->name, v->opts, grad_models[m].model,
+                              grad_models[m].per_key ? " (gates per key)" : "", leaf, j, p.grad[i][j], fd2,
                               fd, gmax);
             }
         }
@@ -488,9 +496,13 @@ START_TEST(b1_driver_is_one_step_per_token) {
             ttt_tensor *q = randn_like(&ctx, &rng, 2, (int[]){CT, CD});
             ttt_tensor *k = randn_like(&ctx, &rng, 2, (int[]){CT, CD});
             ttt_tensor *vv = randn_like(&ctx, &rng, 2, (int[]){CT, CD});
-            ttt_tensor *eta = ttt_tensor_1d(&ctx, CT), *la = ttt_tensor_1d(&ctx, CT);
+            const int per_key = models[m].per_key;
+            ttt_tensor *eta = ttt_tensor_1d(&ctx, CT);
+            ttt_tensor *la = per_key ? ttt_tensor_2d(&ctx, CT, CD) : ttt_tensor_1d(&ctx, CT);
             ttt_rng_fill_uniform(&rng, eta->data, CT, 0.2f, 0.8f);
-            ttt_rng_fill_uniform(&rng, la->data, CT, -0.4f, -0.05f);
+            ttt_rng_fill_uniform(&rng, la->data, la->n, -0.4f, -0.05f);
+            char what[160];
+            snprintf(what, sizeof what, "%s%s", layouts[li] + 2, per_key ? ", gates per key" : "");
             /* the driver */
             ttt_layer_state st;
             ttt_rng init;
@@ -498,7 +510,7 @@ START_TEST(b1_driver_is_one_step_per_token) {
             ttt_layer_state_init(&ctx, &L, &st, &init);
             ttt_tensor *o = ttt_tensor_2d(&ctx, CT, CD);
             ttt_error err = {0};
-            ck_assert_msg(ttt_forward_generic(&ctx, &L, o, &st, q, k, vv, eta, la, 0, &err) ==
+            ck_assert_msg(ttt_forward_generic(&ctx, &L, o, &st, q, k, vv, eta, la, per_key, &err) ==
                               TTT_OK,
                           "%s", err.msg);
             /* the definition: per token t, g = η_t ∇ℓ(f(W_g; k_t), v_t) at W_g = W_{t−1}
@@ -510,7 +522,9 @@ START_TEST(b1_driver_is_one_step_per_token) {
             const int nw = ref.n_w, ns = ref.n_opt;
             ttt_tensor *o_ref = ttt_tensor_2d(&ctx, CT, CD);
             for (int t = 0; t < CT; t++) {
-                ttt_tensor *alpha = ttt_exp(&ctx, ttt_slice_rows(&ctx, la, t, t + 1)); /* (1) */
+                ttt_tensor *la_t = ttt_slice_rows(&ctx, la, t, t + 1);
+                if (per_key) la_t = ttt_reshape(&ctx, la_t, 1, (int[]){CD});
+                ttt_tensor *alpha = ttt_exp(&ctx, la_t); /* (1), or (d_k): one per row of W */
                 ttt_optim_block blk = {.t0 = t, .n = 1, .theta = L.lr, .decay = alpha};
                 const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
                 for (int w = 0; w < nw; w++)
@@ -537,12 +551,12 @@ START_TEST(b1_driver_is_one_step_per_token) {
                     xq);
                 memcpy(o_ref->data + (size_t)t * CD, ot->data, CD * sizeof(float));
             }
-            assert_same(o, o_ref, "outputs", v, models[m].model, layouts[li]);
+            assert_same(o, o_ref, "outputs", v, models[m].model, what);
             for (int w = 0; w < nw; w++) {
-                assert_same(st.W[w], ref.W[w], "final weights", v, models[m].model, layouts[li]);
+                assert_same(st.W[w], ref.W[w], "final weights", v, models[m].model, what);
                 for (int s = 0; s < ns; s++)
                     assert_same(st.opt[w][s], ref.opt[w][s], "final state", v, models[m].model,
-                                layouts[li]);
+                                what);
             }
             ttt_arena_free(&arena);
         }
