@@ -310,8 +310,8 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                               "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
                               "%.6g (%.6g with twice the step; max |grad| %.3g)",
                               v->o->name, v->opts, grad_models[m].model,
-                              grad_models[m].per_key ? " (gates per key)" : "", leaf, j, p.grad[i][j], fd2,
-                              fd, gmax);
+                              grad_models[m].per_key ? " (gates per key)" : "", leaf, j,
+                              p.grad[i][j], fd2, fd, gmax);
             }
         }
         grad_problem_free(&p);
