@@ -187,10 +187,12 @@ static double grad_loss(const ttt_layer *L, grad_problem *p, int with_grad) {
         for (int s = -1; s < st.n_opt; s++) {
             ttt_tensor *t = s < 0 ? st.W[w] : st.opt[w][s];
             ck_assert(off + t->n <= (size_t)GT * GD + R_FLOATS);
-            /* the tape keeps pointers to its inputs: a tensor in the arena, not on the stack */
-            ttt_tensor rv = ttt_tensor_view(p->r + off, t->ndim, t->shape);
+            /* the tape keeps pointers to its inputs: a constant in the arena, not a view on the
+             * stack */
+            ttt_tensor *rt = ttt_tensor_new(&ctx, t->ndim, t->shape);
+            memcpy(rt->data, p->r + off, t->n * sizeof(float));
             off += t->n;
-            loss = ttt_add(&ctx, loss, ttt_dot(&ctx, t, ttt_tensor_copy(&ctx, &rv)));
+            loss = ttt_add(&ctx, loss, ttt_dot(&ctx, t, rt));
         }
     const double val = loss->data[0];
     if (with_grad) ttt_backward(&ctx, loss);
