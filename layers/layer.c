@@ -287,7 +287,7 @@ ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, con
 void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng) {
     memset(st, 0, sizeof *st);
     st->n_w = L->model->n_weights;
-    st->n_opt = L->optim->n_state ? L->optim->n_state(L->optim_cfg) : 0;
+    st->n_opt = ttt_optim_n_state(L->optim, L->optim_cfg);
     TTT_ASSERT(st->n_w <= TTT_MAX_WEIGHTS && st->n_opt <= TTT_MAX_OPT_STATE);
     for (int w = 0; w < st->n_w; w++) {
         int shape[TTT_MAX_DIMS];
@@ -300,10 +300,10 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st,
         st->z = ttt_tensor_2d(ctx, L->d_k, 1);
         ttt_tensor_fill(st->z, 0.0f);
     }
-    for (int w = 0; w < st->n_w; w++) {
-        for (int s = 0; s < st->n_opt; s++) st->opt[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
-        if (L->optim->init_state) L->optim->init_state(L->optim_cfg, st->opt[w], st->W[w]);
-    }
+    /* the state of the shapes the optimizer declares (optim.h state_shape), from the
+     * initialized weights */
+    for (int w = 0; w < st->n_w; w++)
+        ttt_optim_state_new(ctx, L->optim, L->optim_cfg, st->opt[w], st->W[w]);
 }
 
 /* One pass of the layer's form over (q, k, v): the generic driver, a closed-form kernel, or — with

@@ -23,14 +23,22 @@ static double weight_floats(const ttt_layer *L, double *gram) {
     return total;
 }
 
-static int n_opt_state(const ttt_layer *L) {
-    return L->optim->n_state ? L->optim->n_state(L->optim_cfg) : 0;
+/* Floats of the optimizer state over all weights, from the shapes it declares (optim.h
+ * state_shape: Adam's step count is one float, large_batch's norms one per channel). */
+static double opt_state_floats(const ttt_layer *L) {
+    double total = 0;
+    for (int w = 0; w < L->model->n_weights; w++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        total += ttt_optim_state_floats(L->optim, L->optim_cfg, shape, nd);
+    }
+    return total;
 }
 
 double ttt_layer_state_bytes(const ttt_layer *L) {
     double gram;
     const double w = weight_floats(L, &gram);
-    double floats = w * (1 + n_opt_state(L));
+    double floats = w + opt_state_floats(L);
     if (L->normalize == TTT_NORMALIZE_RATIO) floats += L->d_k;
     return floats * sizeof(float);
 }
@@ -67,7 +75,8 @@ static double form_floats(const ttt_layer *L, long T) {
              * w = hidden·(2 d_k + d_v) */
             double gram;
             const double w = weight_floats(L, &gram), hidden = w / (2 * dk + dv);
-            return (12.0 + 3 * n_opt_state(L)) * w + 6 * gram + C * (8 * hidden + 4 * (dk + dv));
+            return 12.0 * w + 3 * opt_state_floats(L) + 6 * gram +
+                   C * (8 * hidden + 4 * (dk + dv));
         }
         /* Titans: D (n, n) float and double, per-row coefficients, and matmul results */
         return 3 * C * C + C * (4 * dk + 4 * dv + 16) + 4 * dk * dv;
@@ -76,13 +85,13 @@ static double form_floats(const ttt_layer *L, long T) {
     case TTT_FORM_RECURRENT:
         return 2 * dk * dv + 2 * (dk + dv);
     default: {
-        /* The generic driver keeps (2 + n_state) block buffers per weight and makes per token a
-         * handful of weight-sized temporaries (decayed copy, gradient, sum, step results);
-         * Newton–Schulz adds Gram-sized matrices. Per-token activations are (1, width). */
+        /* The generic driver keeps 2 weight-sized block buffers per weight plus one copy of
+         * the declared state, and makes per token a handful of weight-sized temporaries
+         * (decayed copy, gradient, sum, step results, new state); Newton–Schulz adds
+         * Gram-sized matrices. Per-token activations are (1, width). */
         double gram;
         const double w = weight_floats(L, &gram);
-        const int ns = n_opt_state(L);
-        return (12.0 + 3 * ns) * w + 6 * gram + 64 * (dk + dv);
+        return 12.0 * w + 3 * opt_state_floats(L) + 6 * gram + 64 * (dk + dv);
     }
     }
 }

@@ -6,15 +6,17 @@
  *     W ← α W − θ m̂ / (sqrt(v̂) + ε)
  *
  * This file is also the worked example of adding an optimizer (README "Adding an inner
- * optimizer"): one `const ttt_optim` here, one line in optim/optim_list.h.
+ * optimizer", docs/optimizers.md): one `const ttt_optim` here, one line in optim/optim_list.h;
+ * a state tensor of its own shape (the step count) through state_shape.
  *
- * State (three tensors of W's shape): m, v, and the step count t. The count is a per-coordinate
- * quantity that happens to be equal everywhere (every coordinate has seen t steps), so it is kept
- * as a tensor whose every element holds t; the rule reads element 0. Stored as float it is exact up
- * to 2^24 steps, far beyond where the bias corrections (1 − β^t) have reached 1 in float32. */
+ * State (optim.h state_shape): m and v of W's shape, and the step count t, a 1-element tensor
+ * (every coordinate has seen the same t steps). It stays a tensor so that it travels with the rest
+ * of the state (carried between calls, saved) like m and v. Stored as float it is exact up to 2^24
+ * steps, far beyond where the bias corrections (1 − β^t) have reached 1 in float32. */
 #include <math.h>
+#include <string.h>
 
-#include "optim.h"
+#include "parts.h"
 
 typedef struct adam_cfg {
     float beta1, beta2, eps;
@@ -48,26 +50,38 @@ static ttt_status adam_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err
     return TTT_OK;
 }
 
-static int adam_n_state(const void *cfg) { return 3; /* m, v, t */ }
+enum { ADAM_M, ADAM_V, ADAM_T, ADAM_N_STATE };
+
+static int adam_n_state(const void *cfg) { return ADAM_N_STATE; }
+
+/* m and v have W's shape; t is one number. */
+static int adam_state_shape(const void *cfg, int *shape, int i, const int *w_shape, int w_ndim) {
+    if (i == ADAM_T) {
+        shape[0] = 1;
+        return 1;
+    }
+    memcpy(shape, w_shape, (size_t)w_ndim * sizeof *shape);
+    return w_ndim;
+}
 
 static void adam_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
                       const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
                       const ttt_optim_block *blk) {
     const adam_cfg *c = cfg;
-    ttt_tensor *m = ttt_axpby(ctx, c->beta1, state[0], 1.0f - c->beta1, G);
-    ttt_tensor *v = ttt_axpby(ctx, c->beta2, state[1], 1.0f - c->beta2, ttt_square(ctx, G));
-    const double t = (double)state[2]->data[0] + 1.0;
-    ttt_tensor *count = ttt_tensor_zeros_like(ctx, state[2]);
-    ttt_tensor_fill(count, (float)t);
+    ttt_tensor *m = ttt_axpby(ctx, c->beta1, state[ADAM_M], 1.0f - c->beta1, G);
+    ttt_tensor *v = ttt_axpby(ctx, c->beta2, state[ADAM_V], 1.0f - c->beta2, ttt_square(ctx, G));
+    const double t = (double)state[ADAM_T]->data[0] + 1.0;
+    ttt_tensor *count = ttt_tensor_zeros_like(ctx, state[ADAM_T]); /* (1) */
+    count->data[0] = (float)t;
     /* bias corrections in double: 1 − β^t loses all precision in float for β near 1, small t */
     const float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2 = (float)(1.0 - pow(c->beta2, t));
     ttt_tensor *m_hat = ttt_scale(ctx, m, 1.0f / bc1);
     ttt_tensor *v_hat = ttt_scale(ctx, v, 1.0f / bc2);
     ttt_tensor *dir = ttt_div(ctx, m_hat, ttt_add_scalar(ctx, ttt_sqrt(ctx, v_hat), c->eps));
-    *W_out = ttt_axpby(ctx, 1.0f, ttt_optim_apply_decay(ctx, W, blk), -blk->theta, dir);
-    state_out[0] = m;
-    state_out[1] = v;
-    state_out[2] = count;
+    *W_out = ttt_part_update(ctx, W, blk, 1.0f, -blk->theta, dir); /* αW − θ·dir */
+    state_out[ADAM_M] = m;
+    state_out[ADAM_V] = v;
+    state_out[ADAM_T] = count;
 }
 
 const ttt_optim ttt_optim_adam = {
@@ -78,6 +92,7 @@ const ttt_optim ttt_optim_adam = {
     .cfg_size = sizeof(adam_cfg),
     .parse = adam_parse,
     .n_state = adam_n_state,
+    .state_shape = adam_state_shape,
     .init_state = NULL,
     .step = adam_step,
 };

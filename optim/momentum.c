@@ -15,9 +15,7 @@
  * Under `steps: per_token` with mini_batch C (gradients at the chunk start) this is Titans'
  * chunked momentum; layers/forms/titans/chunked.c computes the same thing with matmuls per chunk
  * (ttt_momentum_chunked) and tests/test_optim.c ties the two together. */
-#include <string.h>
-
-#include "optim.h"
+#include "parts.h"
 
 typedef struct momentum_cfg {
     float mu;
@@ -42,20 +40,16 @@ static ttt_status momentum_parse(void *cfg, const ttt_cfg_node *opts, ttt_error 
 
 static int momentum_n_state(const void *cfg) { return 1; /* M */ }
 
+/* The momentum accumulator with g = −θ (M in weight units), then W ← αW + d (optim/parts.h). */
 static void momentum_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
                           ttt_tensor **state_out, const ttt_tensor *W,
                           const ttt_tensor *const *state, const ttt_tensor *G,
                           const ttt_optim_block *blk) {
     const momentum_cfg *c = cfg;
-    ttt_tensor *M = ttt_axpby(ctx, c->mu, state[0], -blk->theta, G); /* μM − θG */
-    ttt_tensor *Wd = ttt_optim_apply_decay(ctx, W, blk);              /* αW */
-    if (c->nesterov) {
-        ttt_tensor *step = ttt_axpby(ctx, c->mu, M, -blk->theta, G); /* μM_new − θG */
-        *W_out = ttt_add(ctx, Wd, step);
-    } else {
-        *W_out = ttt_add(ctx, Wd, M);
-    }
-    state_out[0] = M;
+    /* d = M_new = μM − θG (heavy ball) or μM_new − θG (nesterov) */
+    ttt_tensor *d = ttt_part_momentum(ctx, &state_out[0], state[0], G, c->mu, -blk->theta,
+                                      c->nesterov);
+    *W_out = ttt_part_update(ctx, W, blk, 1.0f, 1.0f, d); /* αW + d */
 }
 
 const ttt_optim ttt_optim_momentum = {

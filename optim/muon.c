@@ -17,12 +17,14 @@
  * Muon is for matrices. A 1-D weight (a bias, a LayerNorm gain) is treated as one row, so NS
  * returns p(1)·G/‖G‖ (a normalized-gradient step of fixed length, see newton_schulz.h) and s = 1.
  * A zero G gives a zero update (NS(0) = 0). Defaults follow Muon: μ = 0.95, Nesterov, the muon
- * quintic for 5 steps. */
+ * quintic for 5 steps.
+ *
+ * Built from optim/parts.h (docs/optimizers.md "Parts"): the momentum accumulator with g = 1,
+ * the orthogonalization, and the update with keep = 1 − λ, scale = −θs. */
 #include <math.h>
 #include <string.h>
 
-#include "newton_schulz.h"
-#include "optim.h"
+#include "parts.h"
 
 typedef enum muon_scale { SCALE_MUON, SCALE_FAN, SCALE_NONE } muon_scale;
 
@@ -71,20 +73,17 @@ static float muon_shape_factor(muon_scale scale, const ttt_tensor *W) {
     return (float)sqrt(ratio > 1.0 ? ratio : 1.0);
 }
 
+/* momentum → orthogonalize → update, from optim/parts.h. */
 static void muon_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
                       const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
                       const ttt_optim_block *blk) {
     const muon_cfg *c = cfg;
-    const ttt_tensor *A = G; /* what gets orthogonalized */
-    if (c->mu > 0.0f) {
-        ttt_tensor *M = ttt_axpby(ctx, c->mu, state[0], 1.0f, G); /* μM + G */
-        state_out[0] = M;
-        A = c->nesterov ? ttt_axpby(ctx, 1.0f, G, c->mu, M) : M; /* G + μM_new or M */
-    }
-    ttt_tensor *U = ttt_newton_schulz(ctx, A, c->ns.set, c->ns.steps);
-    ttt_tensor *Wd = ttt_optim_apply_decay(ctx, W, blk); /* αW */
+    const ttt_tensor *A = G; /* what gets orthogonalized: M_new, G + μM_new, or G itself */
+    if (c->mu > 0.0f) A = ttt_part_momentum(ctx, &state_out[0], state[0], G, c->mu, 1.0f,
+                                            c->nesterov);
+    ttt_tensor *U = ttt_part_orthogonalize(ctx, A, &c->ns);
     const float s = muon_shape_factor(c->scale, W);
-    *W_out = ttt_axpby(ctx, 1.0f - c->weight_decay, Wd, -blk->theta * s, U);
+    *W_out = ttt_part_update(ctx, W, blk, 1.0f - c->weight_decay, -blk->theta * s, U);
 }
 
 const ttt_optim ttt_optim_muon = {

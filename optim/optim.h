@@ -4,7 +4,10 @@
  *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, MATH.md §1)
  * and hands it to an optimizer, which owns everything after that: momentum buffers,
  * orthogonalization, renormalization, and how the decay factor enters its rule. An optimizer is
- * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h.
+ * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h. Its rule is
+ * usually a short composition of the parts in optim/parts.h (momentum, orthogonalization,
+ * update, renormalization), and tests/test_contract_optim.c checks every registered optimizer
+ * against the contract below without being edited (docs/optimizers.md).
  *
  * Every optimizer accepts the common options of TTT_OPTIM_COMMON_OPTIONS (lr = θ, decay,
  * decay_placement); the layer reads those, the optimizer reads its own through `parse`. */
@@ -40,23 +43,39 @@ typedef struct ttt_optim {
     /* Read the validated options into cfg (cfg_size bytes, zeroed). Cross-field checks return
      * a located error (ttt_cfg_error). May be NULL when cfg_size == 0. */
     ttt_status (*parse)(void *cfg, const ttt_cfg_node *opts, ttt_error *err);
-    /* Number of state tensors it keeps per weight tensor (each of the weight's shape). */
+    /* Number of state tensors it keeps per weight tensor (at most TTT_OPTIM_MAX_STATE; it may
+     * depend on the options: muon keeps its momentum buffer only when μ > 0). State tensor s of
+     * weight w lives in ttt_layer_state.opt[w][s], in the order the optimizer chooses. */
     int (*n_state)(const void *cfg);
-    /* Initialize the state of one weight tensor W (state[0..n_state-1], preallocated, zeroed).
-     * NULL: zeros are the initial state. */
+    /* The shape of state tensor i (0 ≤ i < n_state) kept for a weight of shape
+     * w_shape[0..w_ndim-1]: writes shape[0..nd-1] and returns nd (1 ≤ nd ≤ TTT_MAX_DIMS). The
+     * layer allocates exactly these shapes (zeroed) before init_state, copies and estimates
+     * them (layers/layer.c, layers/layer_memory.c, the generic driver's block buffers), and
+     * step / init_state_ops must return tensors of the same shapes. A scalar (Adam's step
+     * count) is shape (1); a statistic per channel a vector (large_batch's target norms);
+     * a moment buffer the weight's own shape. State stays tensors, never hidden C fields, so
+     * that the tape differentiates through it and callers can carry it from one call to the
+     * next. Must depend only on cfg and the weight's shape. NULL: every state tensor has the
+     * weight's shape. See docs/optimizers.md "State". */
+    int (*state_shape)(const void *cfg, int *shape, int i, const int *w_shape, int w_ndim);
+    /* Initialize the state of one weight tensor W (state[0..n_state-1], preallocated with the
+     * shapes of state_shape, zeroed). NULL: zeros are the initial state. */
     void (*init_state)(const void *cfg, ttt_tensor **state, const ttt_tensor *W);
-    /* The same initial state built through ops from W (new tensors in state[0..n_state-1]), for
-     * an optimizer whose state depends on the weights (large_batch: the renormalization target
-     * ‖W_0‖ per channel). Initial weights that are themselves outer-loop parameters (learned
-     * W_0, src/train/seqmodel.c) replace the weights after ttt_layer_state_init and rebuild the state
-     * with it (ttt_optim_reinit_state below), so that the state holds THEIR values and, under a
-     * tape, the outer loop differentiates through them (LaCT computes ‖W_0‖ in its graph).
-     * NULL: the state does not depend on W beyond what init_state computes. */
+    /* The same initial state built through ops from W (new tensors in state[0..n_state-1], of
+     * the shapes of state_shape), for an optimizer whose state depends on the weights
+     * (large_batch: the renormalization target ‖W_0‖ per channel). Initial weights that are
+     * themselves outer-loop parameters (learned W_0, src/train/seqmodel.c) replace the weights
+     * after ttt_layer_state_init and rebuild the state with it (ttt_optim_reinit_state below),
+     * so that the state holds THEIR values and, under a tape, the outer loop differentiates
+     * through them (LaCT computes ‖W_0‖ in its graph). NULL: the state does not depend on W
+     * beyond what init_state computes. */
     void (*init_state_ops)(ttt_ctx *ctx, const void *cfg, ttt_tensor **state,
                            const ttt_tensor *W);
     /* One step for one weight tensor: from W (before the block), the block gradient G and the
      * state, compute the new weights and state. Functional: results are new tensors allocated
-     * through ops in ctx; inputs are not modified. state_out has n_state slots. */
+     * through ops in ctx (or an input passed on unchanged, see large_batch's norms); inputs are
+     * not modified. state_out has n_state slots, each receiving a tensor of its declared
+     * shape. tests/test_contract_optim.c holds every registered optimizer to this. */
     void (*step)(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
                  const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
                  const ttt_optim_block *blk);
@@ -75,19 +94,36 @@ typedef struct ttt_optim {
  * when there is no decay (ops never modify their inputs, so sharing is safe). */
 ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_optim_block *blk);
 
+/* ---- state (declared by n_state / state_shape, see docs/optimizers.md "State") ---- */
+
+/* Most state tensors per weight an optimizer may declare (the size of ttt_layer_state.opt's
+ * second dimension). */
+#define TTT_OPTIM_MAX_STATE 4
+
+/* n_state(cfg), 0 when the slot is NULL. */
+int ttt_optim_n_state(const ttt_optim *o, const void *cfg);
+
+/* The declared shape of state tensor i for a weight of shape w_shape[0..w_ndim-1] (the
+ * weight's own shape when state_shape is NULL): writes shape, returns its ndim. */
+int ttt_optim_state_shape(const ttt_optim *o, const void *cfg, int *shape, int i,
+                          const int *w_shape, int w_ndim);
+
+/* Floats of all the state kept for one weight of shape w_shape (memory estimates). */
+double ttt_optim_state_floats(const ttt_optim *o, const void *cfg, const int *w_shape,
+                              int w_ndim);
+
+/* Allocate the initial state of weight W in ctx: n_state zeroed tensors of the declared shapes
+ * in state[0..n_state-1], then init_state. Returns n_state. What ttt_layer_state_init runs for
+ * every weight. */
+int ttt_optim_state_new(ttt_ctx *ctx, const ttt_optim *o, const void *cfg, ttt_tensor **state,
+                        const ttt_tensor *W);
+
 /* Rebuild the n_state state tensors of weight W after W replaced the weights that
  * ttt_layer_state_init initialized them from: through init_state_ops when the optimizer has it
- * (differentiable w.r.t. W), else by init_state on fresh zeroed tensors (the right values, as
- * constants), else nothing (zero state does not depend on W). */
-static inline void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
-                                          ttt_tensor **state, int n_state, const ttt_tensor *W) {
-    if (o->init_state_ops) {
-        o->init_state_ops(ctx, cfg, state, W);
-    } else if (o->init_state) {
-        for (int s = 0; s < n_state; s++) state[s] = ttt_tensor_zeros_like(ctx, state[s]);
-        o->init_state(cfg, state, W);
-    }
-}
+ * (differentiable w.r.t. W), else by init_state on fresh zeroed tensors of the declared shapes
+ * (the right values, as constants), else nothing (zero state does not depend on W). */
+void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
+                            ttt_tensor **state, int n_state, const ttt_tensor *W);
 
 /* Read the `momentum` option μ ∈ [0, 1) (the table's ranges are inclusive; μ = 1 would never
  * forget a gradient) with a located error. */

@@ -45,3 +45,74 @@ ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_erro
                              (double)*mu);
     return TTT_OK;
 }
+
+/* ---- state ---- */
+
+int ttt_optim_n_state(const ttt_optim *o, const void *cfg) {
+    const int n = o->n_state ? o->n_state(cfg) : 0;
+    TTT_ASSERT(n >= 0 && n <= TTT_OPTIM_MAX_STATE);
+    return n;
+}
+
+int ttt_optim_state_shape(const ttt_optim *o, const void *cfg, int *shape, int i,
+                          const int *w_shape, int w_ndim) {
+    TTT_ASSERT(i >= 0 && i < ttt_optim_n_state(o, cfg));
+    if (!o->state_shape) {
+        memcpy(shape, w_shape, (size_t)w_ndim * sizeof *shape);
+        return w_ndim;
+    }
+    const int nd = o->state_shape(cfg, shape, i, w_shape, w_ndim);
+    TTT_ASSERT(nd >= 1 && nd <= TTT_MAX_DIMS);
+    for (int d = 0; d < nd; d++) TTT_ASSERT(shape[d] >= 1);
+    return nd;
+}
+
+double ttt_optim_state_floats(const ttt_optim *o, const void *cfg, const int *w_shape,
+                              int w_ndim) {
+    double total = 0;
+    for (int s = 0; s < ttt_optim_n_state(o, cfg); s++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_optim_state_shape(o, cfg, shape, s, w_shape, w_ndim);
+        double n = 1;
+        for (int d = 0; d < nd; d++) n *= shape[d];
+        total += n;
+    }
+    return total;
+}
+
+/* Fresh zeroed tensors of the declared shapes in state[0..n-1]. */
+static int alloc_zero_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg, ttt_tensor **state,
+                            const ttt_tensor *W) {
+    const int n = ttt_optim_n_state(o, cfg);
+    for (int s = 0; s < n; s++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_optim_state_shape(o, cfg, shape, s, W->shape, W->ndim);
+        state[s] = ttt_tensor_new(ctx, nd, shape);
+        ttt_tensor_fill(state[s], 0.0f);
+    }
+    return n;
+}
+
+int ttt_optim_state_new(ttt_ctx *ctx, const ttt_optim *o, const void *cfg, ttt_tensor **state,
+                        const ttt_tensor *W) {
+    const int n = alloc_zero_state(ctx, o, cfg, state, W);
+    if (o->init_state) o->init_state(cfg, state, W);
+    return n;
+}
+
+void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
+                            ttt_tensor **state, int n_state, const ttt_tensor *W) {
+    TTT_ASSERT(n_state == ttt_optim_n_state(o, cfg));
+    if (o->init_state_ops) {
+        o->init_state_ops(ctx, cfg, state, W);
+        for (int s = 0; s < n_state; s++) { /* the declaration is a contract for the ops too */
+            int shape[TTT_MAX_DIMS];
+            const int nd = ttt_optim_state_shape(o, cfg, shape, s, W->shape, W->ndim);
+            TTT_ASSERT(state[s]->ndim == nd &&
+                       memcmp(state[s]->shape, shape, (size_t)nd * sizeof *shape) == 0);
+        }
+    } else if (o->init_state) {
+        alloc_zero_state(ctx, o, cfg, state, W);
+        o->init_state(cfg, state, W);
+    }
+}

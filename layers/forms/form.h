@@ -7,7 +7,7 @@
 #include "model.h"
 #include "optim.h"
 
-#define TTT_MAX_OPT_STATE 4
+#define TTT_MAX_OPT_STATE TTT_OPTIM_MAX_STATE /* optim.h: most state tensors per weight */
 #define TTT_OPTIM_CFG_MAX 512
 
 typedef enum ttt_order {
@@ -68,7 +68,9 @@ typedef struct ttt_layer_state {
     int n_w;                                          /* model->n_weights */
     int n_opt;                                        /* optimizer state tensors per weight */
     ttt_tensor *W[TTT_MAX_WEIGHTS];                   /* fast weights */
-    ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE]; /* optimizer state, per weight */
+    /* optimizer state: opt[w][s] is state tensor s of weight w, of the shape the optimizer
+     * declares (optim.h n_state, state_shape) */
+    ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
     ttt_tensor *z;    /* (d_k, 1) normalizer state of normalize: ratio, else NULL */
     long pos;         /* tokens processed so far (RoPE positions continue from here) */
 } ttt_layer_state;

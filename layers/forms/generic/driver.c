@@ -66,7 +66,8 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     for (int w = 0; w < nw; w++) {
         bG[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
         bW[w] = ttt_tensor_zeros_like(ctx, st->W[w]);
-        for (int s = 0; s < ns; s++) bS[w][s] = ttt_tensor_zeros_like(ctx, st->W[w]);
+        /* each state tensor has its own declared shape (optim.h state_shape) */
+        for (int s = 0; s < ns; s++) bS[w][s] = ttt_tensor_zeros_like(ctx, st->opt[w][s]);
     }
     ttt_tensor **rows = tape ? ttt_tape_alloc(ctx, (size_t)T * sizeof *rows) : NULL;
     const int b = L->mini_batch;
