@@ -13,6 +13,8 @@
 #include "trained.h"
 #include "train.h"
 #include "experiment.h"
+#include "memory.h"
+#include "plan.h"
 #include "kernels.h"
 #include "seqmodel.h"
 #include "normalized.h"

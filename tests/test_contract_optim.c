@@ -671,7 +671,12 @@ START_TEST(every_option_is_listed_and_accepted) {
                 ck_assert_int_eq(e->n_points, 1);
                 char path[96];
                 snprintf(path, sizeof path, "layer.optimizer.%s", opt->name);
-                const ttt_cfg_node *n = ttt_cfg_get_path(e->points[0], path);
+                /* the value as the run folder's config.resolved.yaml shows it */
+                ttt_cfg_node *resolved = NULL;
+                ck_assert_int_eq(ttt_cfg_load_string(e->plan->resolved_yaml, "resolved.yaml",
+                                                     &resolved, &err),
+                                 TTT_OK);
+                const ttt_cfg_node *n = ttt_cfg_get_path(resolved, path);
                 ck_assert_msg(n && n->scalar, "%s: not in the resolved configuration", path);
                 if (opt->type == TTT_OPT_FLOAT || opt->type == TTT_OPT_INT)
                     ck_assert_msg(strtod(n->scalar, NULL) == strtod(val, NULL), "%s: %s, set %s",
@@ -680,10 +685,14 @@ START_TEST(every_option_is_listed_and_accepted) {
                     ck_assert_msg(strcmp(n->scalar, val) == 0, "%s: %s, set %s", path, n->scalar,
                                   val);
                 ttt_layer L;
-                ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(e->points[0], "layer"),
-                                              4, 4, &L, &err) == TTT_OK,
+                ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(resolved, "layer"), 4,
+                                              4, &L, &err) == TTT_OK,
                               "%s = %s: %s", path, val, err.msg);
                 ck_assert_ptr_eq(L.optim, o);
+                /* and the plan's typed point carries the same optimizer */
+                const ttt_memory_cfg *mc = e->plan->points[0].cfg;
+                ck_assert_ptr_eq(mc->L.optim, o);
+                ttt_cfg_free(resolved);
                 ttt_experiment_free(e);
             }
         }
