@@ -138,4 +138,33 @@ double ttt_layer_state_bytes(const ttt_layer *L);
  * hold are refused by ttt_size_check (tensor.h) before anything is allocated. */
 double ttt_layer_forward_bytes(const ttt_layer *L, long T);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Batched forward on caller buffers in the (B, T, H, D) layout (layers/batch.c): every
+ * (batch, head) pair is one independent sequence (MATH.md §0).
+ *
+ * The state of one sequence as a flat list of tensors: the fast weights, then each weight's
+ * optimizer state tensors (weight 0's, then weight 1's, …), then the normalizer z of
+ * normalize: ratio. */
+int ttt_layer_state_count(const ttt_layer *L);
+/* Name and shape (one sequence's, without B and H) of state tensor i; returns its ndim, or -1
+ * when i is out of range. */
+int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape[TTT_MAX_DIMS]);
+
+typedef struct ttt_layer_io {
+    int B, T, H;
+    float *o;                       /* (B, T, H, d_v) written */
+    const float *q, *k;             /* (B, T, H, d_k) */
+    const float *v;                 /* (B, T, H, d_v) */
+    const float *eta;               /* (B, T, H) or NULL */
+    const float *log_alpha;         /* (B, T, H) or, with alpha_vec, (B, T, H, d_k); or NULL */
+    int alpha_vec;
+    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = initial state */
+    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not wanted */
+    uint64_t seed;                  /* the models' random initial weights */
+} ttt_layer_io;
+
+/* Run the layer over every (b, h) sequence; threads ≥ 1 runs that many, 0 = the default. */
+ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads,
+                                   ttt_error *err);
+
 #endif
