@@ -97,7 +97,8 @@ static int demo(const char *preset, const char *form) {
     float *outs[2];
     const int t0[2] = {0, T1}, tn[2] = {T1, T - T1};
     for (int part = 0; part < 2; part++) {
-        float *qs = slice_time(q, t0[part], tn[part], D), *ks = slice_time(k, t0[part], tn[part], D);
+        float *qs = slice_time(q, t0[part], tn[part], D);
+        float *ks = slice_time(k, t0[part], tn[part], D);
         float *vs = slice_time(v, t0[part], tn[part], D);
         float *es = slice_time(eta, t0[part], tn[part], 1);
         float *ls = slice_time(la, t0[part], tn[part], 1);

@@ -202,11 +202,15 @@ static ttt_status check_value(const ttt_option *o, const char *path, const ttt_o
         return TTT_OK;
     }
     case TTT_OPT_CHOICE: {
+        /* split "a|b|c" in place (no strtok: builds may run on several threads) */
         char choices[256], *names[16];
         snprintf(choices, sizeof choices, "%s", o->choices);
         int n = 0;
-        for (char *tok = strtok(choices, "|"); tok && n < 16; tok = strtok(NULL, "|"))
+        for (char *tok = choices; tok && n < 16;) {
             names[n++] = tok;
+            tok = strchr(tok, '|');
+            if (tok) *tok++ = '\0';
+        }
         for (int i = 0; i < n; i++)
             if (strcmp(names[i], v->text) == 0) return TTT_OK;
         const char *close = ttt_closest_name(v->text, (const char *const *)names, n);

@@ -158,8 +158,10 @@ typedef struct ttt_layer_io {
     const float *eta;               /* (B, T, H) or NULL */
     const float *log_alpha;         /* (B, T, H) or, with alpha_vec, (B, T, H, d_k); or NULL */
     int alpha_vec;
-    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = initial state */
-    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not wanted */
+    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = initial
+                                     * state */
+    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not
+                                     * wanted */
     uint64_t seed;                  /* the models' random initial weights */
 } ttt_layer_io;
 

@@ -431,6 +431,24 @@ START_TEST(experiment_from_a_string) {
     ck_assert_int_ne(access(out2, F_OK), 0);
     ck_assert_int_eq(ttt_experiment_run_file("/nonexistent/x.yaml", NULL, 0, out2, &err),
                      TTT_ERR_IO);
+    /* the layer's own checks, reached from YAML, are located at the value that fails them */
+    const char *task = "task:\n  kind: memory\n  pairs: [4]\n  key_dim: 8\n  value_dim: 8\n";
+    const struct { const char *layer, *want; } located[] = {
+        /* the task takes lines 1-5 and `layer:` line 6; "  form: " ends at column 8 */
+        {"layer:\n  preset: deltanet\n  form: dual\n", "bad.yaml:8:9: layer.form: no dual form"},
+        /* 1.0 at column 25 of "  optimizer: {momentum: 1.0}" */
+        {"layer:\n  preset: titans\n  optimizer: {momentum: 1.0}\n",
+         "bad.yaml:8:25: layer.optimizer.momentum: 1 is out of range"},
+        {"layer:\n  preset: linear_attention\n  loss: squared\n  normalize: ratio\n",
+         "bad.yaml:9:14: layer.normalize: ratio is normalized linear attention"},
+    };
+    for (size_t i = 0; i < sizeof located / sizeof located[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", task, located[i].layer);
+        ck_assert_int_ne(ttt_experiment_run_string(text, "bad.yaml", NULL, 0, out2, &err), TTT_OK);
+        ck_assert_msg(strncmp(ttt_errmsg(&err), located[i].want, strlen(located[i].want)) == 0,
+                      "'%s', expected '%s…'", ttt_errmsg(&err), located[i].want);
+    }
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST
