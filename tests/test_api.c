@@ -228,12 +228,54 @@ START_TEST(forward_is_the_recurrence) {
 }
 END_TEST
 
+/* GLA: S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t with one gate per key dimension, read from the
+ * (B, T, H, d_k) gate layout; from the initial state of zeros (state_in NULL). */
+START_TEST(vector_gates_are_per_key_dimension) {
+    enum { B = 2, T = 7, H = 2, DK = 3, DV = 2 };
+    ttt_error err;
+    ttt_layer_spec s;
+    ttt_layer_spec_init(&s);
+    s.preset = "gla";
+    ttt_layer_handle *h = NULL;
+    ck_assert_msg(ttt_layer_new(&h, &s, DK, DV, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    float *q = rbuf((size_t)B * T * H * DK, -1, 1), *k = rbuf((size_t)B * T * H * DK, -1, 1);
+    float *v = rbuf((size_t)B * T * H * DV, -1, 1), *eta = rbuf((size_t)B * T * H, 0.1f, 0.9f);
+    float *la = rbuf((size_t)B * T * H * DK, -1.0f, 0.0f);
+    float *o = calloc((size_t)B * T * H * DV, sizeof(float));
+    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+                       .log_alpha = la, .alpha_vec = 1};
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    /* float32 rounding over 7 tokens ~1e-6; a gate of the wrong dimension or token is O(0.1) */
+    double maxerr = 0;
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++) {
+            double S[DK][DV] = {{0}};
+            for (int t = 0; t < T; t++) {
+                const size_t row = ((size_t)b * T + t) * H + hh;
+                for (int i = 0; i < DK; i++)
+                    for (int j = 0; j < DV; j++)
+                        S[i][j] = exp(la[row * DK + i]) * S[i][j] +
+                                  eta[row] * k[row * DK + i] * v[row * DV + j];
+                for (int j = 0; j < DV; j++) {
+                    double y = 0;
+                    for (int i = 0; i < DK; i++) y += q[row * DK + i] * S[i][j];
+                    maxerr = fmax(maxerr, fabs(y - o[row * DV + j]));
+                }
+            }
+        }
+    ck_assert_msg(maxerr < 1e-5, "max |api - recurrence| = %g", maxerr);
+    free(q), free(k), free(v), free(eta), free(la), free(o);
+    ttt_layer_free(h);
+}
+END_TEST
+
 /* ---- backward against finite differences ---- */
 
 enum { GB = 1, GT = 5, GH = 2, GD = 3, MAXS = 2 };
 
 typedef struct grad_problem {
     ttt_layer_handle *h;
+    int alpha_vec;
     int n_state;
     size_t n_state_el[MAXS];
     float *x[5]; /* q, k, v, eta, log_alpha */
@@ -248,6 +290,7 @@ static double loss(const grad_problem *p) {
     float *outs[MAXS] = {fin[0], fin[1]};
     ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p->x[0], .k = p->x[1],
                        .v = p->x[2], .eta = p->x[3], .log_alpha = p->x[4],
+                       .alpha_vec = p->alpha_vec,
                        .state_in = (const float *const *)p->state, .state_out = outs};
     ttt_error err;
     ck_assert_msg(ttt_layer_forward_run(p->h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -274,8 +317,8 @@ static double fd(const grad_problem *p, float *x) {
     return (4 * d[1] - d[0]) / 3;
 }
 
-static void check_gradients(const char *preset, int mini_batch) {
-    grad_problem p = {0};
+static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
+    grad_problem p = {.alpha_vec = alpha_vec};
     ttt_error err;
     ttt_layer_spec s;
     ttt_layer_spec_init(&s);
@@ -285,7 +328,7 @@ static void check_gradients(const char *preset, int mini_batch) {
     p.n_state = ttt_layer_state_tensors(p.h);
     ck_assert_int_le(p.n_state, MAXS);
     const size_t nqk = GB * GT * GH * GD, ntok = GB * GT * GH;
-    const size_t n[5] = {nqk, nqk, nqk, ntok, ntok};
+    const size_t n[5] = {nqk, nqk, nqk, ntok, alpha_vec ? nqk : ntok};
     const float lo[5] = {-1, -0.6f, -1, 0.2f, -0.3f}, hi[5] = {1, 0.6f, 1, 0.8f, -0.05f};
     for (int i = 0; i < 5; i++) p.x[i] = rbuf(p.n[i] = n[i], lo[i], hi[i]);
     for (int i = 0; i < p.n_state; i++) {
@@ -302,7 +345,7 @@ static void check_gradients(const char *preset, int mini_batch) {
     for (int i = 0; i < 5; i++) g[i] = calloc(p.n[i], sizeof(float));
     for (int i = 0; i < p.n_state; i++) gs[i] = calloc(p.n_state_el[i], sizeof(float));
     ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p.x[0], .k = p.x[1], .v = p.x[2],
-                       .eta = p.x[3], .log_alpha = p.x[4],
+                       .eta = p.x[3], .log_alpha = p.x[4], .alpha_vec = alpha_vec,
                        .state_in = (const float *const *)p.state};
     ttt_batch_grad gr = {.d_o = p.d_o, .d_state_out = (const float *const *)p.d_s,
                          .d_q = g[0], .d_k = g[1], .d_v = g[2], .d_eta = g[3],
@@ -335,8 +378,9 @@ static void check_gradients(const char *preset, int mini_batch) {
 }
 
 START_TEST(backward_matches_finite_differences) {
-    check_gradients("gated_deltanet", TTT_SPEC_UNSET_INT); /* a closed form on the tape */
-    check_gradients("titans", 2); /* optimizer state (momentum) in the state */
+    check_gradients("gated_deltanet", TTT_SPEC_UNSET_INT, 0); /* a closed form on the tape */
+    check_gradients("titans", 2, 0); /* optimizer state (momentum) in the state */
+    check_gradients("gla", TTT_SPEC_UNSET_INT, 1); /* gates per key dimension */
 }
 END_TEST
 
@@ -459,6 +503,7 @@ int main(void) {
     tcase_add_test(tc, bad_fields_are_named);
     tcase_add_test(tc, presets_and_overrides);
     tcase_add_test(tc, forward_is_the_recurrence);
+    tcase_add_test(tc, vector_gates_are_per_key_dimension);
     tcase_add_test(tc, backward_matches_finite_differences);
     tcase_add_test(tc, backward_rejects_missing_inputs);
     tcase_add_test(tc, registries_list_the_library);
