@@ -45,13 +45,13 @@ static int fail(const char *what, const ttt_error *err) {
 /* Run one layer; returns 0 when the split run matches the whole one. */
 static int demo(const char *preset, const char *form) {
     ttt_error err;
-    ttt_layer_spec spec;
-    ttt_layer_spec_init(&spec);
-    spec.preset = preset;
-    spec.scale = 1.0 / sqrt((double)D); /* the usual attention scaling of the queries */
-    spec.form = form;                    /* NULL: the preset's default (auto) */
+    ttt_layer_descriptor desc;
+    ttt_layer_descriptor_init(&desc);
+    desc.preset = preset;
+    desc.scale = 1.0 / sqrt((double)D); /* the usual attention scaling of the queries */
+    desc.form = form;                    /* NULL: the preset's default (auto) */
     ttt_layer_handle *layer = NULL;
-    if (ttt_layer_new(&layer, &spec, D, D, &err) != TTT_OK) return fail(preset, &err);
+    if (ttt_layer_new(&layer, &desc, D, D, &err) != TTT_OK) return fail(preset, &err);
     printf("\n%s\n", ttt_layer_tuple(layer));
 
     /* The state: its tensors and their shapes (one sequence's; the buffers are (B, H, …)). */

@@ -22,13 +22,13 @@
 
 /* ---- descriptors ---- */
 
-/* Build spec with d_k = d_v = 4 and expect failure with `status` and a message starting with
+/* Build desc with d_k = d_v = 4 and expect failure with `status` and a message starting with
  * `want_prefix` and containing `want_part`. */
-static void expect_error(const ttt_layer_spec *spec, int d_k, int d_v, ttt_status status,
+static void expect_error(const ttt_layer_descriptor *desc, int d_k, int d_v, ttt_status status,
                          const char *want_prefix, const char *want_part) {
     ttt_error err;
     ttt_layer_handle *h = (ttt_layer_handle *)1;
-    ttt_status s = ttt_layer_new(&h, spec, d_k, d_v, &err);
+    ttt_status s = ttt_layer_new(&h, desc, d_k, d_v, &err);
     ck_assert_msg(s == status, "status %d, expected %d (%s)", (int)s, (int)status,
                   ttt_errmsg(&err));
     ck_assert_ptr_null(h);
@@ -39,69 +39,69 @@ static void expect_error(const ttt_layer_spec *spec, int d_k, int d_v, ttt_statu
 }
 
 START_TEST(bad_fields_are_named) {
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     s.optimizer = "momentum";
-    const ttt_spec_option mu_big[] = {{"momentum", 1.5, NULL}};
+    const ttt_option_value mu_big[] = {{"momentum", 1.5, NULL}};
     s.options = mu_big;
     s.n_options = 1;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.momentum: expected a number in [0, 1]",
                  "got 1.5");
     /* μ = 1 passes the table's inclusive range; the optimizer's own check refuses it, and its
      * message names the field, not a location */
-    const ttt_spec_option mu_one[] = {{"momentum", 1.0, NULL}};
+    const ttt_option_value mu_one[] = {{"momentum", 1.0, NULL}};
     s.options = mu_one;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.momentum: 1 is out of range", "[0, 1)");
-    const ttt_spec_option misspelt[] = {{"momentun", 0.5, NULL}};
+    const ttt_option_value misspelt[] = {{"momentun", 0.5, NULL}};
     s.options = misspelt;
     expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.optimizer (momentum): unknown option 'momentun'",
                  "did you mean 'momentum'?");
-    const ttt_spec_option text_for_bool[] = {{"nesterov", 0, "yes"}};
+    const ttt_option_value text_for_bool[] = {{"nesterov", 0, "yes"}};
     s.options = text_for_bool;
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.optimizer.nesterov: expected 0 or 1",
                  "'yes'");
-    const ttt_spec_option lr_as_option[] = {{"lr", 0.5, NULL}};
+    const ttt_option_value lr_as_option[] = {{"lr", 0.5, NULL}};
     s.options = lr_as_option;
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.optimizer.lr:", "field `lr`");
 
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.preset = "gated_deltant";
     expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.preset: unknown preset 'gated_deltant'",
                  "did you mean 'gated_deltanet'?");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.model = "lineer";
     expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.model: unknown model 'lineer'", "'linear'");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.mini_batch = 0;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.mini_batch: expected an integer in [1, ",
                  "got 0");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.decay = 1.5;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.decay: expected a number in ",
                  "got 1.5");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.order = "apply_then_updat";
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.order: expected one of ",
                  "did you mean 'apply_then_update'?");
     /* cross-field checks of the build */
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.preset = "deltanet";
     s.form = "dual";
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.form: no dual form for (model linear",
                  "expected form: generic");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.preset = "ttt_linear";
     expect_error(&s, 4, 3, TTT_ERR_CONFIG, "layer.model: ttt_linear adds its input",
                  "d_k = 4, d_v = 3");
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     expect_error(&s, 0, 4, TTT_ERR_ARG, "ttt_layer_new: d_k = 0", "expected >= 1");
 }
 END_TEST
 
 START_TEST(presets_and_overrides) {
     ttt_error err;
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     s.preset = "gated_deltanet";
     ttt_layer_handle *h = NULL;
     ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -121,7 +121,7 @@ START_TEST(presets_and_overrides) {
                       strstr(t, "form chunkwise, chunk 8"),
                   "%s", t);
     ttt_layer_free(h);
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.preset = "titans";
     s.optimizer = "sgd"; /* titans' momentum options (lr 0.1, decay 0.99) do not apply to sgd */
     ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -130,9 +130,9 @@ START_TEST(presets_and_overrides) {
                   "%s", t);
     ttt_layer_free(h);
     /* typed options reach the optimizer: μ = 0.5 and Nesterov on */
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor_init(&s);
     s.preset = "titans";
-    const ttt_spec_option o[] = {{"momentum", 0.5, NULL}, {"nesterov", 1, NULL}};
+    const ttt_option_value o[] = {{"momentum", 0.5, NULL}, {"nesterov", 1, NULL}};
     s.options = o;
     s.n_options = 2;
     ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -166,8 +166,8 @@ START_TEST(forward_is_the_recurrence) {
     enum { B = 2, T = 13, H = 3, DK = 4, DV = 3 };
     const double scale = 0.7;
     ttt_error err;
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     s.preset = "gated_deltanet";
     s.scale = scale;
     s.form = "chunkwise"; /* chunks of 4 over 13 tokens: a partial last chunk */
@@ -233,8 +233,8 @@ END_TEST
 START_TEST(vector_gates_are_per_key_dimension) {
     enum { B = 2, T = 7, H = 2, DK = 3, DV = 2 };
     ttt_error err;
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     s.preset = "gla";
     ttt_layer_handle *h = NULL;
     ck_assert_msg(ttt_layer_new(&h, &s, DK, DV, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -320,8 +320,8 @@ static double fd(const grad_problem *p, float *x) {
 static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
     grad_problem p = {.alpha_vec = alpha_vec};
     ttt_error err;
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     s.preset = preset;
     s.mini_batch = mini_batch;
     ck_assert_msg(ttt_layer_new(&p.h, &s, GD, GD, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -378,16 +378,16 @@ static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
 }
 
 START_TEST(backward_matches_finite_differences) {
-    check_gradients("gated_deltanet", TTT_SPEC_UNSET_INT, 0); /* a closed form on the tape */
+    check_gradients("gated_deltanet", TTT_DESC_UNSET_INT, 0); /* a closed form on the tape */
     check_gradients("titans", 2, 0); /* optimizer state (momentum) in the state */
-    check_gradients("gla", TTT_SPEC_UNSET_INT, 1); /* gates per key dimension */
+    check_gradients("gla", TTT_DESC_UNSET_INT, 1); /* gates per key dimension */
 }
 END_TEST
 
 START_TEST(backward_rejects_missing_inputs) {
     ttt_error err;
-    ttt_layer_spec s;
-    ttt_layer_spec_init(&s);
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
     ttt_layer_handle *h = NULL;
     ck_assert(ttt_layer_new(&h, &s, 2, 2, &err) == TTT_OK);
     float x[4] = {0}, o[4], de[2];

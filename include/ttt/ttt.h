@@ -86,51 +86,51 @@ ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry
 /* ---- layer descriptor --------------------------------------------------------------------- */
 
 /* "Unset": the field takes the preset's value, else the documented default (docs/api.md). */
-#define TTT_SPEC_UNSET_INT (-2147483647 - 1)
-#define TTT_SPEC_UNSET_NUM (-1.0e300)
+#define TTT_DESC_UNSET_INT (-2147483647 - 1)
+#define TTT_DESC_UNSET_NUM (-1.0e300)
 
 /* An optimizer option: int, float and bool options (bool: 0 or 1) read `number`; choice and
  * string options read `text`. Which one is given by the optimizer's option table. */
-typedef struct ttt_spec_option {
+typedef struct ttt_option_value {
     const char *key;
     double number;
     const char *text;
-} ttt_spec_option;
+} ttt_option_value;
 
 /* A layer as C fields (the `layer:` mapping of an experiment file, docs/api.md). Start from
- * ttt_layer_spec_init (every field unset); strings are read during ttt_layer_new only. */
-typedef struct ttt_layer_spec {
-    const char *preset;             /* "gated_deltanet", …; NULL = none */
-    const char *model, *loss;       /* registry names */
-    const char *optimizer;          /* registry name */
-    const ttt_spec_option *options; /* (n_options) the optimizer's own options */
+ * ttt_layer_descriptor_init (every field unset); strings are read during ttt_layer_new only. */
+typedef struct ttt_layer_descriptor {
+    const char *preset;              /* "gated_deltanet", …; NULL = none */
+    const char *model, *loss;        /* registry names */
+    const char *optimizer;           /* registry name */
+    const ttt_option_value *options; /* (n_options) the optimizer's own options */
     int n_options;
-    double lr;                      /* θ, the block learning rate */
-    double decay;                   /* constant retention α per token (1 = no forgetting) */
-    const char *decay_placement;    /* "coupled" | "decoupled" */
-    int mini_batch;                 /* tokens per inner step b */
-    const char *order;              /* "update_then_apply" | "apply_then_update" */
-    const char *steps;              /* "per_block" | "per_token" */
-    const char *position_scale;     /* "none" | "inverse" */
-    const char *form;               /* "auto" | "generic" | "recurrent" | "parallel" | … */
-    int chunk;                      /* chunk size of the chunkwise forms */
-    double scale;                   /* queries are multiplied by this */
-    int rope;                       /* 0 or 1 */
+    double lr;                       /* θ, the block learning rate */
+    double decay;                    /* constant retention α per token (1 = no forgetting) */
+    const char *decay_placement;     /* "coupled" | "decoupled" */
+    int mini_batch;                  /* tokens per inner step b */
+    const char *order;               /* "update_then_apply" | "apply_then_update" */
+    const char *steps;               /* "per_block" | "per_token" */
+    const char *position_scale;      /* "none" | "inverse" */
+    const char *form;                /* "auto" | "generic" | "recurrent" | "parallel" | … */
+    int chunk;                       /* chunk size of the chunkwise forms */
+    double scale;                    /* queries are multiplied by this */
+    int rope;                        /* 0 or 1 */
     double rope_base;
-    const char *normalize;          /* "none" | "ratio" | "rms" */
-} ttt_layer_spec;
+    const char *normalize;           /* "none" | "ratio" | "rms" */
+} ttt_layer_descriptor;
 
-void ttt_layer_spec_init(ttt_layer_spec *spec);
+void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
 typedef struct ttt_layer_handle ttt_layer_handle;
 
-/* Build the layer `spec` describes for key dimension d_k and value dimension d_v. On failure
+/* Build the layer `desc` describes for key dimension d_k and value dimension d_v. On failure
  * *out is NULL and err names the field ("layer.optimizer.momentum: expected a number in [0, 1],
  * got 1.5"). */
-ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_spec *spec, int d_k, int d_v,
-                         ttt_error *err);
+ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
+                         int d_v, ttt_error *err);
 void ttt_layer_free(ttt_layer_handle *h);
 
 /* The resolved tuple, every value: "gated_deltanet = (model linear, loss squared, …)". Owned by

@@ -72,19 +72,19 @@ ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry
 
 /* ---- layers ---- */
 
-void ttt_layer_spec_init(ttt_layer_spec *s) {
+void ttt_layer_descriptor_init(ttt_layer_descriptor *s) {
     memset(s, 0, sizeof *s);
-    s->lr = s->decay = s->scale = s->rope_base = TTT_SPEC_UNSET_NUM;
-    s->mini_batch = s->chunk = s->rope = TTT_SPEC_UNSET_INT;
+    s->lr = s->decay = s->scale = s->rope_base = TTT_DESC_UNSET_NUM;
+    s->mini_batch = s->chunk = s->rope = TTT_DESC_UNSET_INT;
 }
 
-static double num(double x) { return x == TTT_SPEC_UNSET_NUM ? TTT_UNSET_NUM : x; }
-static int integer(int x) { return x == TTT_SPEC_UNSET_INT ? TTT_UNSET_INT : x; }
+static double num(double x) { return x == TTT_DESC_UNSET_NUM ? TTT_UNSET_NUM : x; }
+static int integer(int x) { return x == TTT_DESC_UNSET_INT ? TTT_UNSET_INT : x; }
 
-_Static_assert(sizeof(ttt_spec_option) == sizeof(ttt_opt_value) &&
-                   offsetof(ttt_spec_option, number) == offsetof(ttt_opt_value, number) &&
-                   offsetof(ttt_spec_option, text) == offsetof(ttt_opt_value, text),
-               "ttt_spec_option mirrors ttt_opt_value");
+_Static_assert(sizeof(ttt_option_value) == sizeof(ttt_opt_value) &&
+                   offsetof(ttt_option_value, number) == offsetof(ttt_opt_value, number) &&
+                   offsetof(ttt_option_value, text) == offsetof(ttt_opt_value, text),
+               "ttt_option_value mirrors ttt_opt_value");
 
 static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
     char name[128];
@@ -104,40 +104,40 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
                                                  : "none");
 }
 
-ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_spec *spec, int d_k, int d_v,
-                         ttt_error *err) {
+ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
+                         int d_v, ttt_error *err) {
     if (err) ttt_error_clear(err);
     if (!out) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: out is NULL");
     *out = NULL;
-    if (!spec) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: spec is NULL");
+    if (!desc) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
     if (d_k < 1 || d_v < 1)
         return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1",
                              d_k, d_v);
-    if (spec->n_options < 0 || (spec->n_options > 0 && !spec->options))
+    if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options))
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer.optimizer: %d options given without an array",
-                             spec->n_options);
+                             desc->n_options);
     ttt_layer_desc d;
     ttt_layer_desc_init(&d);
-    d.preset = spec->preset;
-    d.model = spec->model;
-    d.loss = spec->loss;
-    d.optimizer = spec->optimizer;
-    d.opts = (const ttt_opt_value *)spec->options;
-    d.n_opts = spec->n_options;
-    d.lr = num(spec->lr);
-    d.decay = num(spec->decay);
-    d.decay_placement = spec->decay_placement;
-    d.mini_batch = integer(spec->mini_batch);
-    d.order = spec->order;
-    d.steps = spec->steps;
-    d.position_scale = spec->position_scale;
-    d.form = spec->form;
-    d.chunk = integer(spec->chunk);
-    d.scale = num(spec->scale);
-    d.rope = integer(spec->rope);
-    d.rope_base = num(spec->rope_base);
-    d.normalize = spec->normalize;
+    d.preset = desc->preset;
+    d.model = desc->model;
+    d.loss = desc->loss;
+    d.optimizer = desc->optimizer;
+    d.opts = (const ttt_opt_value *)desc->options;
+    d.n_opts = desc->n_options;
+    d.lr = num(desc->lr);
+    d.decay = num(desc->decay);
+    d.decay_placement = desc->decay_placement;
+    d.mini_batch = integer(desc->mini_batch);
+    d.order = desc->order;
+    d.steps = desc->steps;
+    d.position_scale = desc->position_scale;
+    d.form = desc->form;
+    d.chunk = integer(desc->chunk);
+    d.scale = num(desc->scale);
+    d.rope = integer(desc->rope);
+    d.rope_base = num(desc->rope_base);
+    d.normalize = desc->normalize;
     ttt_layer_handle *h = calloc(1, sizeof *h);
     if (!h) return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_new: out of memory");
     ttt_status s = ttt_layer_build(&d, d_k, d_v, &h->L, err);
