@@ -31,7 +31,7 @@ typedef struct ttt_opt_value {
     const char *text;
 } ttt_opt_value;
 
-/* A named tuple (MATH.md §4), as C data. Every field is a default the user can override. */
+/* A named tuple (docs/math.md §4), as C data. Every field is a default the user can override. */
 typedef struct ttt_preset {
     const char *name;
     const char *help;
@@ -140,7 +140,7 @@ double ttt_layer_forward_bytes(const ttt_layer *L, long T);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Batched forward on caller buffers in the (B, T, H, D) layout (layers/batch.c): every
- * (batch, head) pair is one independent sequence (MATH.md §0).
+ * (batch, head) pair is one independent sequence (docs/math.md §0).
  *
  * The state of one sequence as a flat list of tensors: the fast weights, then each weight's
  * optimizer state tensors (weight 0's, then weight 1's, …), then the normalizer z of
