@@ -2,6 +2,9 @@
 #include "layer.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "autograd.h"
@@ -16,38 +19,46 @@
  * take them from the task when it supplies them; the optimizer's constant `decay` below is what
  * they use otherwise. */
 
+/* A preset's optimizer options: a typed array and its length. */
+#define OPTS(...)                                                                              \
+    (const ttt_opt_value[]){__VA_ARGS__},                                                      \
+        (int)(sizeof((const ttt_opt_value[]){__VA_ARGS__}) / sizeof(ttt_opt_value))
+#define NO_OPTS NULL, 0
+
 static const ttt_preset presets[] = {
     {"linear_attention", "linear attention: Hebbian writes, no forgetting", "linear", "dot",
-     "{name: sgd}", 1, "update_then_apply", "per_block", "none",
+     "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
      "S_t = S_{t-1} + k_t^T v_t,  o_t = q_t S_t"},
-    {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot",
-     "{name: sgd, decay: 0.96875}", 1, "update_then_apply", "per_block", "none",
+    {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot", "sgd",
+     OPTS({"decay", 0.96875, NULL}), 1, "update_then_apply", "per_block", "none",
      "S_t = gamma S_{t-1} + k_t^T v_t"},
-    {"mamba2", "Mamba2 (SSD): a scalar forget gate per token", "linear", "dot",
-     "{name: sgd, decay: 0.97}", 1, "update_then_apply", "per_block", "none",
+    {"mamba2", "Mamba2 (SSD): a scalar forget gate per token", "linear", "dot", "sgd",
+     OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block", "none",
      "S_t = alpha_t S_{t-1} + k_t^T v_t"},
     {"gla", "gated linear attention: a forget gate per token and key dimension", "linear", "dot",
-     "{name: sgd, decay: 0.97}", 1, "update_then_apply", "per_block", "none",
+     "sgd", OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block", "none",
      "S_t = Diag(alpha_t) S_{t-1} + k_t^T v_t"},
-    {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared",
-     "{name: sgd, decay_placement: coupled}", 1, "update_then_apply", "per_block", "none",
+    {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared", "sgd",
+     OPTS({"decay_placement", 0, "coupled"}), 1, "update_then_apply", "per_block", "none",
      "S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})"},
     {"gated_deltanet", "Gated DeltaNet: delta rule with a coupled forget gate", "linear",
-     "squared", "{name: sgd, decay: 0.99, decay_placement: coupled}", 1, "update_then_apply",
-     "per_block", "none", "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
+     "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}), 1,
+     "update_then_apply", "per_block", "none",
+     "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
-     "ttt_linear", "recon", "{name: sgd}", 16, "update_then_apply", "per_block", "inverse",
+     "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, MATH.md 5.4)"},
     {"ttt_mlp", "TTT-MLP: x + LN(gelu(x W1 + b1) W2 + b2), mini-batch GD", "ttt_mlp", "recon",
-     "{name: sgd, lr: 0.1}", 16, "update_then_apply", "per_block", "inverse",
+     "sgd", OPTS({"lr", 0.1, NULL}), 16, "update_then_apply", "per_block", "inverse",
      "primal mini-batch GD"},
     {"titans", "Titans: momentum with a decoupled forget gate, gradients per chunk", "linear",
-     "squared", "{name: momentum, lr: 0.1, momentum: 0.9, decay: 0.99}", 16,
+     "squared", "momentum",
+     OPTS({"lr", 0.1, NULL}, {"momentum", 0.9, NULL}, {"decay", 0.99, NULL}), 16,
      "update_then_apply", "per_token", "none",
      "M_t = mu M_{t-1} - theta grad_t(W_chunk start), W_t = alpha W_{t-1} + M_t"},
     {"lact", "LaCT: SwiGLU fast weight, one large-batch update per block, Muon, renormalized",
-     "swiglu", "dot", "{name: large_batch, muon: true}", 2048, "apply_then_update", "per_block",
-     "none", "W <- renorm(W - lr NS(sum_s eta_s grad_s(W_0))) once per block"},
+     "swiglu", "dot", "large_batch", OPTS({"muon", 1, NULL}), 2048, "apply_then_update",
+     "per_block", "none", "W <- renorm(W - lr NS(sum_s eta_s grad_s(W_0))) once per block"},
 };
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
@@ -115,14 +126,393 @@ static ttt_status check_scalar_name(const ttt_cfg_node *n, const char *what,
     return ttt_cfg_check_name(n, what, names, count, err);
 }
 
-/* Fill a preset's tuple into the keys the user left out. */
+/* ------------------------------------------------------------------------------------------ */
+/* Typed option values (the descriptor's path; YAML values are checked by ttt_cfg_check_map). */
+
+static const ttt_option *find_option(const ttt_option *table, const char *key) {
+    for (const ttt_option *o = table; o->name; o++)
+        if (strcmp(o->name, key) == 0) return o;
+    return NULL;
+}
+
+static int option_count(const ttt_option *table) {
+    int n = 0;
+    while (table[n].name) n++;
+    return n;
+}
+
+static int is_numeric(ttt_opt_type t) {
+    return t == TTT_OPT_INT || t == TTT_OPT_FLOAT || t == TTT_OPT_BOOL;
+}
+
+/* The scalar text of a typed value, as the YAML reader would accept it: the shortest decimal that
+ * reads back to the same double, so that a value survives the trip through a node exactly. */
+static const char *value_text(const ttt_option *o, const ttt_opt_value *v, char *buf, size_t len) {
+    if (!is_numeric(o->type)) return v->text;
+    if (o->type == TTT_OPT_BOOL)
+        snprintf(buf, len, "%s", v->number != 0 ? "true" : "false");
+    else if (o->type == TTT_OPT_INT)
+        snprintf(buf, len, "%.0f", v->number);
+    else {
+        snprintf(buf, len, "%.15g", v->number);
+        if (strtod(buf, NULL) != v->number) snprintf(buf, len, "%.17g", v->number);
+    }
+    return buf;
+}
+
+/* The option's default (its table's YAML scalar text) as a typed value. */
+static ttt_opt_value option_default(const ttt_option *o) {
+    ttt_opt_value v = {o->name, 0.0, NULL};
+    if (o->type == TTT_OPT_BOOL)
+        v.number = o->def && strcmp(o->def, "true") == 0;
+    else if (is_numeric(o->type))
+        v.number = o->def ? strtod(o->def, NULL) : 0.0;
+    else
+        v.text = o->def;
+    return v;
+}
+
+/* Check a typed value against its option: the table says which member it must use, the range
+ * and the choices. path names the field in messages ("layer.optimizer.momentum"). */
+static ttt_status check_value(const ttt_option *o, const char *path, const ttt_opt_value *v,
+                              ttt_error *err) {
+    if (is_numeric(o->type) && v->text)
+        return ttt_error_set(err, TTT_ERR_CONFIG, "%s: expected %s, got the text '%s'", path,
+                             o->type == TTT_OPT_BOOL ? "0 or 1 (false or true)" : "a number",
+                             v->text);
+    if (!is_numeric(o->type) && !v->text)
+        return ttt_error_set(err, TTT_ERR_CONFIG, "%s: expected %s, got no text", path,
+                             o->type == TTT_OPT_CHOICE ? o->choices : "a string");
+    const double x = v->number;
+    switch (o->type) {
+    case TTT_OPT_BOOL:
+        if (x != 0.0 && x != 1.0)
+            return ttt_error_set(err, TTT_ERR_CONFIG,
+                                 "%s: expected 0 or 1 (false or true), got %g", path, x);
+        return TTT_OK;
+    case TTT_OPT_INT:
+    case TTT_OPT_FLOAT: {
+        const int is_int = o->type == TTT_OPT_INT;
+        if (!isfinite(x) || (is_int && x != floor(x)))
+            return ttt_error_set(err, TTT_ERR_CONFIG, "%s: expected %s, got %g", path,
+                                 is_int ? "an integer" : "a finite number", x);
+        if (o->min <= o->max && (x < o->min || x > o->max))
+            return ttt_error_set(err, TTT_ERR_RANGE, "%s: expected %s in [%g, %g], got %g", path,
+                                 is_int ? "an integer" : "a number", o->min, o->max, x);
+        return TTT_OK;
+    }
+    case TTT_OPT_CHOICE: {
+        /* split "a|b|c" in place (no strtok: builds may run on several threads) */
+        char choices[256], *names[16];
+        snprintf(choices, sizeof choices, "%s", o->choices);
+        int n = 0;
+        for (char *tok = choices; tok && n < 16;) {
+            names[n++] = tok;
+            tok = strchr(tok, '|');
+            if (tok) *tok++ = '\0';
+        }
+        for (int i = 0; i < n; i++)
+            if (strcmp(names[i], v->text) == 0) return TTT_OK;
+        const char *close = ttt_closest_name(v->text, (const char *const *)names, n);
+        if (close)
+            return ttt_error_set(err, TTT_ERR_CONFIG,
+                                 "%s: expected one of %s, got '%s'; did you mean '%s'?", path,
+                                 o->choices, v->text, close);
+        return ttt_error_set(err, TTT_ERR_CONFIG, "%s: expected one of %s, got '%s'", path,
+                             o->choices, v->text);
+    }
+    default:
+        return TTT_OK;
+    }
+}
+
+/* "layer.model: unknown model 'lineer'; did you mean 'linear'? (valid: ...)". */
+static ttt_status check_name(const char *path, const char *what, const char *name,
+                             const char *const *names, int count, ttt_error *err) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(names[i], name) == 0) return TTT_OK;
+    char valid[512] = "";
+    for (int i = 0; i < count; i++) {
+        size_t l = strlen(valid);
+        snprintf(valid + l, sizeof valid - l, "%s%s", i ? ", " : "", names[i]);
+    }
+    const char *close = ttt_closest_name(name, names, count);
+    if (close)
+        return ttt_error_set(err, TTT_ERR_NAME,
+                             "%s: unknown %s '%s'; did you mean '%s'? (valid: %s)", path, what,
+                             name, close, valid);
+    return ttt_error_set(err, TTT_ERR_NAME, "%s: unknown %s '%s'; expected one of: %s", path, what,
+                         name, valid);
+}
+
+const char *ttt_preset_optimizer_text(const ttt_preset *p, char *buf, size_t len) {
+    const ttt_optim *o = ttt_optim_find(p->optimizer);
+    size_t at = (size_t)snprintf(buf, len, "{name: %s", p->optimizer);
+    for (int i = 0; i < p->n_opts && at < len; i++) {
+        char num[64];
+        const ttt_option *opt = find_option(o->options, p->opts[i].key);
+        at += (size_t)snprintf(buf + at, len - at, ", %s: %s", p->opts[i].key,
+                               value_text(opt, &p->opts[i], num, sizeof num));
+    }
+    if (at < len) snprintf(buf + at, len - at, "}");
+    return buf;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The descriptor → the layer */
+
+void ttt_layer_desc_init(ttt_layer_desc *d) {
+    memset(d, 0, sizeof *d);
+    d->lr = d->decay = d->scale = d->rope_base = TTT_UNSET_NUM;
+    d->mini_batch = d->chunk = d->rope = TTT_UNSET_INT;
+}
+
+/* Where a field of the `layer:` mapping was written, when the descriptor came from YAML. Errors
+ * of the build are then located there (file:line:col), exactly as the YAML reader locates its
+ * own; from a C descriptor they name the field alone. */
+static ttt_status field_error(ttt_error *err, ttt_status s, const ttt_cfg_node *src,
+                              const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static ttt_status field_error(ttt_error *err, ttt_status s, const ttt_cfg_node *src,
+                              const char *key, const char *fmt, ...) {
+    char msg[TTT_ERROR_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const ttt_cfg_node *at = src ? ttt_cfg_get(src, key) : NULL;
+    if (at) return ttt_cfg_error(err, s, at, "%s", msg);
+    return ttt_error_set(err, s, "%s", msg);
+}
+
+/* A layer-level field: the given value (checked against ttt_layer_options), else the preset's,
+ * else the table's default. */
+static ttt_status layer_number(const char *key, double given, double preset, double *out,
+                               ttt_error *err) {
+    const ttt_option *o = find_option(ttt_layer_options, key);
+    if (given == TTT_UNSET_NUM) {
+        *out = preset != TTT_UNSET_NUM ? preset : option_default(o).number;
+        return TTT_OK;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "layer.%s", key);
+    ttt_opt_value v = {key, given, NULL};
+    TTT_TRY(check_value(o, path, &v, err));
+    *out = given;
+    return TTT_OK;
+}
+
+static double int_field(int x) { return x == TTT_UNSET_INT ? TTT_UNSET_NUM : (double)x; }
+
+static ttt_status layer_choice(const char *key, const char *given, const char *preset,
+                               const char **out, ttt_error *err) {
+    const ttt_option *o = find_option(ttt_layer_options, key);
+    if (!given) {
+        *out = preset ? preset : o->def;
+        return TTT_OK;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "layer.%s", key);
+    ttt_opt_value v = {key, 0.0, given};
+    TTT_TRY(check_value(o, path, &v, err));
+    *out = given;
+    return TTT_OK;
+}
+
+/* The location given to optimizer options of a C descriptor: optimizers report their own
+ * cross-field errors through ttt_cfg_error at a node, and this pseudo-file is cut off again. */
+#define DESC_WHERE "<layer descriptor>"
+static const ttt_cfg_node desc_where = {.kind = TTT_CFG_SCALAR, .file = DESC_WHERE};
+
+/* The optimizer's options as a detached node, every option present (defaults, then the preset's
+ * values when the preset's optimizer is kept, then the descriptor's): the optimizer's `parse`
+ * reads a node. Values are located where the YAML wrote them (src_opt) or at DESC_WHERE. */
+#define MAX_OPTIM_OPTIONS 32
+static ttt_status optimizer_node(const ttt_layer_desc *d, const ttt_preset *p,
+                                 const ttt_optim *o, const ttt_cfg_node *src_opt,
+                                 ttt_cfg_node **out, ttt_error *err) {
+    const int n = option_count(o->options);
+    TTT_ASSERT(n <= MAX_OPTIM_OPTIONS);
+    ttt_opt_value vals[MAX_OPTIM_OPTIONS];
+    for (int i = 0; i < n; i++) vals[i] = option_default(&o->options[i]);
+    if (p && strcmp(p->optimizer, o->name) == 0)
+        for (int j = 0; j < p->n_opts; j++) {
+            const ttt_option *opt = find_option(o->options, p->opts[j].key);
+            TTT_ASSERT(opt); /* the preset table is ours */
+            vals[opt - o->options] = p->opts[j];
+        }
+    /* the common options, which are descriptor fields */
+    const ttt_opt_value common[3] = {{"lr", d->lr, NULL},
+                                     {"decay", d->decay, NULL},
+                                     {"decay_placement", 0.0, d->decay_placement}};
+    for (int j = 0; j < 3; j++) {
+        if (j < 2 ? common[j].number == TTT_UNSET_NUM : !common[j].text) continue;
+        const ttt_option *opt = find_option(o->options, common[j].key);
+        char path[80];
+        snprintf(path, sizeof path, "layer.optimizer.%s", common[j].key);
+        TTT_TRY(check_value(opt, path, &common[j], err));
+        vals[opt - o->options] = common[j];
+    }
+    const char *names[MAX_OPTIM_OPTIONS];
+    int n_own = 0;
+    for (int i = 4; i < n; i++) names[n_own++] = o->options[i].name; /* after the common four */
+    for (int j = 0; j < d->n_opts; j++) {
+        const ttt_opt_value *v = &d->opts[j];
+        const ttt_option *opt = v->key ? find_option(o->options, v->key) : NULL;
+        if (opt && opt - o->options < 4)
+            return ttt_error_set(err, TTT_ERR_CONFIG,
+                                 "layer.optimizer.%s: set through the descriptor's field `%s`, "
+                                 "not as an option",
+                                 v->key, strcmp(v->key, "name") == 0 ? "optimizer" : v->key);
+        if (!opt) {
+            char path[64];
+            snprintf(path, sizeof path, "layer.optimizer (%s)", o->name);
+            if (!n_own)
+                return ttt_error_set(err, TTT_ERR_CONFIG,
+                                     "%s: unknown option '%s'; %s has no options besides lr, "
+                                     "decay and decay_placement",
+                                     path, v->key ? v->key : "(null)", o->name);
+            return check_name(path, "option", v->key ? v->key : "(null)", names, n_own, err);
+        }
+        char path[80];
+        snprintf(path, sizeof path, "layer.optimizer.%s", v->key);
+        TTT_TRY(check_value(opt, path, v, err));
+        vals[opt - o->options] = *v;
+    }
+    ttt_cfg_node *node = ttt_cfg_new_map(src_opt ? src_opt : &desc_where);
+    const ttt_cfg_node *nw = src_opt ? ttt_cfg_get(src_opt, "name") : NULL;
+    ttt_cfg_map_set(node, "name", ttt_cfg_new_scalar(o->name, nw ? nw : &desc_where));
+    for (int i = 1; i < n; i++) {
+        char num[64];
+        const ttt_cfg_node *w = src_opt ? ttt_cfg_get(src_opt, o->options[i].name) : NULL;
+        ttt_cfg_map_set(node, o->options[i].name,
+                        ttt_cfg_new_scalar(value_text(&o->options[i], &vals[i], num, sizeof num),
+                                           w ? w : &desc_where));
+    }
+    *out = node;
+    return TTT_OK;
+}
+
+static ttt_status build_optimizer(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
+                                  const ttt_cfg_node *src, ttt_error *err) {
+    const char *name = d->optimizer ? d->optimizer : p ? p->optimizer : "sgd";
+    TTT_TRY(check_name("layer.optimizer", "optimizer", name, ttt_optim_names(), ttt_optim_count(),
+                       err));
+    L->optim = ttt_optim_find(name);
+    const ttt_cfg_node *src_opt = src ? ttt_cfg_get(src, "optimizer") : NULL;
+    ttt_cfg_node *opt = NULL;
+    TTT_TRY(optimizer_node(d, p, L->optim, src_opt, &opt, err));
+    L->sgd_plain = strcmp(L->optim->name, "sgd") == 0 && ttt_cfg_float(opt, "l2") == 0.0;
+    if (strcmp(L->optim->name, "momentum") == 0) {
+        L->momentum_plain = !ttt_cfg_bool(opt, "nesterov");
+        L->momentum_mu = (float)ttt_cfg_float(opt, "momentum");
+    }
+    L->lr = (float)ttt_cfg_float(opt, "lr");
+    L->decay = (float)ttt_cfg_float(opt, "decay");
+    L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
+    TTT_ASSERT(L->optim->cfg_size <= TTT_OPTIM_CFG_MAX);
+    memset(L->optim_cfg, 0, sizeof L->optim_cfg);
+    ttt_status s = L->optim->parse ? L->optim->parse(L->optim_cfg, opt, err) : TTT_OK;
+    ttt_cfg_free(opt);
+    const size_t cut = strlen(DESC_WHERE ": ");
+    if (s != TTT_OK && err && strncmp(err->msg, DESC_WHERE ": ", cut) == 0)
+        memmove(err->msg, err->msg + cut, strlen(err->msg + cut) + 1);
+    return s;
+}
+
+/* The build behind ttt_layer_build and ttt_layer_parse; src is the validated `layer:` mapping
+ * the descriptor was read from (for error locations), or NULL. */
+static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L,
+                           const ttt_cfg_node *src, ttt_error *err) {
+    memset(L, 0, sizeof *L);
+    const ttt_preset *p = NULL;
+    if (d->preset && strcmp(d->preset, "none") != 0) {
+        TTT_TRY(check_name("layer.preset", "preset", d->preset, preset_names, N_PRESETS, err));
+        p = ttt_preset_find(d->preset);
+        L->preset = p->name;
+    }
+    const char *model = d->model ? d->model : p ? p->model : "linear";
+    TTT_TRY(check_name("layer.model", "model", model, ttt_model_names(), ttt_model_count(), err));
+    L->model = ttt_model_find(model);
+    const char *loss = d->loss ? d->loss : p ? p->loss : "dot";
+    TTT_TRY(check_name("layer.loss", "loss", loss, ttt_loss_names(), ttt_loss_count(), err));
+    L->loss = ttt_loss_find(loss);
+    TTT_TRY(build_optimizer(d, p, L, src, err));
+
+    double x;
+    const char *c;
+    TTT_TRY(layer_number("mini_batch", int_field(d->mini_batch),
+                         p ? p->mini_batch : TTT_UNSET_NUM, &x, err));
+    L->mini_batch = (int)x;
+    TTT_TRY(layer_choice("order", d->order, p ? p->order : NULL, &c, err));
+    L->order = strcmp(c, "apply_then_update") == 0 ? TTT_ORDER_APPLY_THEN_UPDATE
+                                                   : TTT_ORDER_UPDATE_THEN_APPLY;
+    TTT_TRY(layer_number("scale", d->scale, TTT_UNSET_NUM, &x, err));
+    L->scale = (float)x;
+    TTT_TRY(layer_choice("steps", d->steps, p ? p->steps : NULL, &c, err));
+    L->step_per_token = strcmp(c, "per_token") == 0;
+    TTT_TRY(layer_number("rope", int_field(d->rope), TTT_UNSET_NUM, &x, err));
+    L->rope = x != 0.0;
+    TTT_TRY(layer_number("rope_base", d->rope_base, TTT_UNSET_NUM, &x, err));
+    L->rope_base = (float)x;
+    TTT_TRY(layer_choice("normalize", d->normalize, NULL, &c, err));
+    L->normalize = strcmp(c, "ratio") == 0 ? TTT_NORMALIZE_RATIO
+                   : strcmp(c, "rms") == 0 ? TTT_NORMALIZE_RMS
+                                           : TTT_NORMALIZE_NONE;
+    TTT_TRY(layer_choice("position_scale", d->position_scale, p ? p->position_scale : NULL, &c,
+                         err));
+    L->pos_inverse = strcmp(c, "inverse") == 0;
+    if (L->model->square && d_k != d_v)
+        return field_error(err, TTT_ERR_CONFIG, src, "model",
+                           "layer.model: %s adds its input to its output, so it needs equal key "
+                           "and value dimensions; got d_k = %d, d_v = %d",
+                           L->model->name, d_k, d_v);
+    L->d_k = d_k;
+    L->d_v = d_v;
+
+    TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
+    L->chunk = (int)x;
+    if (L->normalize == TTT_NORMALIZE_RATIO && ttt_layer_family(L) != TTT_FAMILY_LINEAR_ATTENTION)
+        return field_error(err, TTT_ERR_CONFIG, src, "normalize",
+                           "layer.normalize: ratio is normalized linear attention, the ratio of "
+                           "two linear-attention states (MATH.md §4); it needs model linear, "
+                           "loss dot, plain sgd and update_then_apply");
+    const char *form;
+    TTT_TRY(layer_choice("form", d->form, NULL, &form, err));
+    if (strcmp(form, "auto") == 0) {
+        L->form = ttt_layer_auto_form(L);
+        return TTT_OK;
+    }
+    L->form = (ttt_form)ttt_form_from_name(form);
+    const char *why = ttt_layer_form_unavailable(L, L->form);
+    if (why)
+        return field_error(err, TTT_ERR_CONFIG, src, "form",
+                           "layer.form: no %s form for (model %s, loss %s, optimizer %s, "
+                           "mini_batch %d, order %s): %s; expected form: generic",
+                           form, L->model->name, L->loss->name, L->optim->name, L->mini_batch,
+                           L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply"
+                                                                   : "apply_then_update",
+                           why);
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *out,
+                           ttt_error *err) {
+    return build_at(d, d_k, d_v, out, NULL, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* YAML → descriptor */
+
+/* Fill a preset's tuple into the keys the user left out, so that the resolved configuration
+ * shows every value the run used. */
 static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
     if (!pn || (pn->kind == TTT_CFG_SCALAR && pn->scalar && strcmp(pn->scalar, "none") == 0))
         return TTT_OK;
     TTT_TRY(check_scalar_name(pn, "preset", preset_names, N_PRESETS, err));
     const ttt_preset *p = ttt_preset_find(pn->scalar);
-    char buf[256];
+    char buf[64];
     set_default(map, "model", p->model);
     set_default(map, "loss", p->loss);
     snprintf(buf, sizeof buf, "%d", p->mini_batch);
@@ -138,50 +528,30 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     if (opt->kind != TTT_CFG_MAP) return TTT_OK; /* reported by the schema check */
     /* The preset's optimizer options fill the keys the user did not give — but only when the
      * user kept the preset's optimizer: options of another optimizer would not fit it. */
-    snprintf(buf, sizeof buf, "optimizer: %s\n", p->optimizer);
-    ttt_cfg_node *doc = NULL;
-    ttt_status s = ttt_cfg_load_string(buf, "<preset>", &doc, err);
-    TTT_ASSERT(s == TTT_OK); /* the preset table is ours */
-    const ttt_cfg_node *popt = ttt_cfg_get(doc, "optimizer");
     const ttt_cfg_node *uname = ttt_cfg_get(opt, "name");
-    const char *pname = ttt_cfg_str(popt, "name");
-    if (!uname || (uname->kind == TTT_CFG_SCALAR && uname->scalar &&
-                   strcmp(uname->scalar, pname) == 0)) {
-        for (int i = 0; i < popt->n; i++)
-            if (!ttt_cfg_get(opt, popt->keys[i])) {
-                ttt_cfg_node *val = ttt_cfg_clone(popt->items[i]);
-                /* locate preset-supplied values at the preset key, for messages */
-                free(val->file);
-                val->file = strdup(pn->file ? pn->file : "");
-                val->line = pn->line;
-                val->col = pn->col;
-                ttt_cfg_map_set(opt, popt->keys[i], val);
-            }
-    }
-    ttt_cfg_free(doc);
+    if (uname && !(uname->kind == TTT_CFG_SCALAR && uname->scalar &&
+                   strcmp(uname->scalar, p->optimizer) == 0))
+        return TTT_OK;
+    /* preset-supplied values are located at the preset key, for messages */
+    if (!uname) ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar(p->optimizer, pn));
+    const ttt_optim *o = ttt_optim_find(p->optimizer);
+    for (int i = 0; i < p->n_opts; i++)
+        if (!ttt_cfg_get(opt, p->opts[i].key)) {
+            const ttt_option *oo = find_option(o->options, p->opts[i].key);
+            ttt_cfg_map_set(opt, p->opts[i].key,
+                            ttt_cfg_new_scalar(value_text(oo, &p->opts[i], buf, sizeof buf), pn));
+        }
     return TTT_OK;
 }
 
-static ttt_status parse_optimizer(ttt_cfg_node *opt, ttt_layer *L, ttt_error *err) {
+/* The validated optimizer mapping: its name, then its schema (defaults filled in). */
+static ttt_status check_optimizer(ttt_cfg_node *opt, ttt_error *err) {
     if (!ttt_cfg_get(opt, "name")) /* the default optimizer, as for `optimizer:` left out */
         ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar("sgd", opt));
     const ttt_cfg_node *name = ttt_cfg_get(opt, "name");
     TTT_TRY(check_scalar_name(name, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
-    L->optim = ttt_optim_find(name->scalar);
-    TTT_TRY(ttt_cfg_check_map(opt, "layer.optimizer", L->optim->options, NULL, err));
-    const ttt_cfg_node *l2 = ttt_cfg_get(opt, "l2");
-    L->sgd_plain = strcmp(L->optim->name, "sgd") == 0 && (!l2 || ttt_cfg_float(opt, "l2") == 0.0);
-    if (strcmp(L->optim->name, "momentum") == 0) {
-        L->momentum_plain = !ttt_cfg_bool(opt, "nesterov");
-        L->momentum_mu = (float)ttt_cfg_float(opt, "momentum");
-    }
-    L->lr = (float)ttt_cfg_float(opt, "lr");
-    L->decay = (float)ttt_cfg_float(opt, "decay");
-    L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
-    TTT_ASSERT(L->optim->cfg_size <= TTT_OPTIM_CFG_MAX);
-    memset(L->optim_cfg, 0, sizeof L->optim_cfg);
-    if (L->optim->parse) TTT_TRY(L->optim->parse(L->optim_cfg, opt, err));
-    return TTT_OK;
+    const ttt_optim *o = ttt_optim_find(name->scalar);
+    return ttt_cfg_check_map(opt, "layer.optimizer", o->options, NULL, err);
 }
 
 ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, ttt_error *err) {
@@ -197,61 +567,54 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     }
     TTT_TRY(apply_preset(map, err));
     TTT_TRY(ttt_cfg_check_map(map, "layer", ttt_layer_options, NULL, err));
+    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "model"), "model", ttt_model_names(),
+                              ttt_model_count(), err));
+    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "loss"), "loss", ttt_loss_names(),
+                              ttt_loss_count(), err));
+    opt = get_mut(map, "optimizer");
+    TTT_TRY(check_optimizer(opt, err));
+
+    /* Every value is now present and of its type: read them into a descriptor. */
+    ttt_layer_desc d;
+    ttt_layer_desc_init(&d);
     const char *pname = ttt_cfg_str(map, "preset");
-    L->preset = strcmp(pname, "none") == 0 ? NULL : ttt_preset_find(pname)->name;
-
-    const ttt_cfg_node *mn = ttt_cfg_get(map, "model");
-    TTT_TRY(check_scalar_name(mn, "model", ttt_model_names(), ttt_model_count(), err));
-    L->model = ttt_model_find(mn->scalar);
-    const ttt_cfg_node *ln = ttt_cfg_get(map, "loss");
-    TTT_TRY(check_scalar_name(ln, "loss", ttt_loss_names(), ttt_loss_count(), err));
-    L->loss = ttt_loss_find(ln->scalar);
-    TTT_TRY(parse_optimizer(get_mut(map, "optimizer"), L, err));
-
-    L->mini_batch = (int)ttt_cfg_int(map, "mini_batch");
-    L->order = strcmp(ttt_cfg_str(map, "order"), "apply_then_update") == 0
-                   ? TTT_ORDER_APPLY_THEN_UPDATE
-                   : TTT_ORDER_UPDATE_THEN_APPLY;
-    L->scale = (float)ttt_cfg_float(map, "scale");
-    L->step_per_token = strcmp(ttt_cfg_str(map, "steps"), "per_token") == 0;
-    L->rope = ttt_cfg_bool(map, "rope");
-    L->rope_base = (float)ttt_cfg_float(map, "rope_base");
-    const char *nz = ttt_cfg_str(map, "normalize");
-    L->normalize = strcmp(nz, "ratio") == 0 ? TTT_NORMALIZE_RATIO
-                   : strcmp(nz, "rms") == 0 ? TTT_NORMALIZE_RMS
-                                            : TTT_NORMALIZE_NONE;
-    L->pos_inverse = strcmp(ttt_cfg_str(map, "position_scale"), "inverse") == 0;
-    if (L->model->square && d_k != d_v)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, mn,
-                             "layer.model: %s adds its input to its output, so it needs equal key "
-                             "and value dimensions; got d_k = %d, d_v = %d",
-                             L->model->name, d_k, d_v);
-    L->d_k = d_k;
-    L->d_v = d_v;
-
-    L->chunk = (int)ttt_cfg_int(map, "chunk");
-    if (L->normalize == TTT_NORMALIZE_RATIO && ttt_layer_family(L) != TTT_FAMILY_LINEAR_ATTENTION)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "normalize"),
-                             "layer.normalize: ratio is normalized linear attention, the ratio of "
-                             "two linear-attention states (MATH.md §4); it needs model linear, "
-                             "loss dot, plain sgd and update_then_apply");
-    ttt_cfg_node *fn = get_mut(map, "form");
-    if (strcmp(fn->scalar, "auto") == 0) {
-        L->form = ttt_layer_auto_form(L);
-        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(ttt_form_name(L->form), fn));
-        return TTT_OK;
+    d.preset = strcmp(pname, "none") == 0 ? NULL : pname;
+    d.model = ttt_cfg_str(map, "model");
+    d.loss = ttt_cfg_str(map, "loss");
+    d.optimizer = ttt_cfg_str(opt, "name");
+    const ttt_optim *o = ttt_optim_find(d.optimizer);
+    ttt_opt_value opts[MAX_OPTIM_OPTIONS];
+    for (const ttt_option *oo = o->options + 4; oo->name; oo++) { /* after the common four */
+        ttt_opt_value *v = &opts[d.n_opts++];
+        *v = (ttt_opt_value){oo->name, 0.0, NULL};
+        if (oo->type == TTT_OPT_INT)
+            v->number = (double)ttt_cfg_int(opt, oo->name);
+        else if (oo->type == TTT_OPT_FLOAT)
+            v->number = ttt_cfg_float(opt, oo->name);
+        else if (oo->type == TTT_OPT_BOOL)
+            v->number = ttt_cfg_bool(opt, oo->name);
+        else
+            v->text = ttt_cfg_str(opt, oo->name);
     }
-    L->form = (ttt_form)ttt_form_from_name(fn->scalar);
-    const char *why = ttt_layer_form_unavailable(L, L->form);
-    if (why)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, fn,
-                             "layer.form: no %s form for (model %s, loss %s, optimizer %s, "
-                             "mini_batch %d, order %s): %s; expected form: generic",
-                             fn->scalar, L->model->name, L->loss->name, L->optim->name,
-                             L->mini_batch,
-                             L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply"
-                                                                     : "apply_then_update",
-                             why);
+    d.opts = opts;
+    d.lr = ttt_cfg_float(opt, "lr");
+    d.decay = ttt_cfg_float(opt, "decay");
+    d.decay_placement = ttt_cfg_str(opt, "decay_placement");
+    d.mini_batch = (int)ttt_cfg_int(map, "mini_batch");
+    d.order = ttt_cfg_str(map, "order");
+    d.steps = ttt_cfg_str(map, "steps");
+    d.position_scale = ttt_cfg_str(map, "position_scale");
+    d.form = ttt_cfg_str(map, "form");
+    d.chunk = (int)ttt_cfg_int(map, "chunk");
+    d.scale = ttt_cfg_float(map, "scale");
+    d.rope = ttt_cfg_bool(map, "rope");
+    d.rope_base = ttt_cfg_float(map, "rope_base");
+    d.normalize = ttt_cfg_str(map, "normalize");
+    TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
+    /* the resolved configuration names the form that ran */
+    ttt_cfg_node *fn = get_mut(map, "form");
+    if (strcmp(fn->scalar, "auto") == 0)
+        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(ttt_form_name(L->form), fn));
     return TTT_OK;
 }
 
@@ -267,18 +630,15 @@ const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len) {
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
                           int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
                           ttt_error *err) {
-    char text[512];
-    snprintf(text, sizeof text,
-             "layer: {model: %s, loss: %s, optimizer: {name: %s}, mini_batch: %d, order: %s, "
-             "form: %s}\n",
-             model, loss, optim, mini_batch,
-             order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
-             ttt_form_name(form));
-    ttt_cfg_node *root = NULL;
-    TTT_TRY(ttt_cfg_load_string(text, "<ttt_layer_init>", &root, err));
-    ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d_k, d_v, L, err);
-    ttt_cfg_free(root);
-    return s;
+    ttt_layer_desc d;
+    ttt_layer_desc_init(&d);
+    d.model = model;
+    d.loss = loss;
+    d.optimizer = optim;
+    d.mini_batch = mini_batch;
+    d.order = order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update";
+    d.form = ttt_form_name(form);
+    return ttt_layer_build(&d, d_k, d_v, L, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */

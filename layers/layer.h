@@ -22,13 +22,23 @@
 #include "config.h"
 #include "form.h"
 
-/* A named tuple (MATH.md §4). Every field is a default the user can override in YAML. */
+/* One optimizer option given as a typed value (no YAML): the option's type in the optimizer's
+ * table (ttt_optim.options) says which member is read. int, float and bool options read `number`
+ * (bool: 0 or 1); choice and string options read `text`. */
+typedef struct ttt_opt_value {
+    const char *key;
+    double number;
+    const char *text;
+} ttt_opt_value;
+
+/* A named tuple (docs/math.md §4), as C data. Every field is a default the user can override. */
 typedef struct ttt_preset {
     const char *name;
     const char *help;
     const char *model, *loss;
-    /* The optimizer as YAML flow text, e.g. "{name: momentum, momentum: 0.9, decay: 0.99}". */
-    const char *optimizer;
+    const char *optimizer;        /* the optimizer's registry name */
+    const ttt_opt_value *opts;    /* (n_opts) its options that differ from the table defaults */
+    int n_opts;
     int mini_batch;
     const char *order;          /* update_then_apply | apply_then_update */
     const char *steps;          /* per_block | per_token */
@@ -40,19 +50,57 @@ const ttt_preset *ttt_preset_find(const char *name);
 int ttt_preset_count(void);
 const ttt_preset *ttt_preset_at(int i);
 const char *const *ttt_preset_names(void);
+/* The preset's optimizer in flow style for tables ("{name: sgd, decay: 0.99}"); returns buf. */
+const char *ttt_preset_optimizer_text(const ttt_preset *p, char *buf, size_t len);
 
 /* The `layer:` options (for `ttt list` and validation). */
 extern const ttt_option ttt_layer_options[];
 
-/* Validate the `layer:` mapping in place (fills every default, resolves `form: auto`) and build
- * the layer for key/value dims d_k, d_v. Errors name the file:line:col. */
+/* ------------------------------------------------------------------------------------------ */
+/* A layer descriptor: the `layer:` options as C fields, for programs that build layers without
+ * YAML (the public API in include/ttt/ttt.h mirrors it, docs/api.md). Every field starts "unset"
+ * (ttt_layer_desc_init): an unset field takes the preset's value when a preset is named and
+ * fixes it, else the documented default of ttt_layer_options / the optimizer's option table. */
+#define TTT_UNSET_INT (-2147483647 - 1)
+#define TTT_UNSET_NUM (-1.0e300) /* below every option's range, so never a real value */
+
+typedef struct ttt_layer_desc {
+    const char *preset;            /* NULL or "none": no preset */
+    const char *model, *loss;      /* registry names */
+    const char *optimizer;         /* registry name */
+    const ttt_opt_value *opts;     /* (n_opts) the optimizer's own options (not name/lr/decay/
+                                    * decay_placement, which are the fields below) */
+    int n_opts;
+    double lr, decay;              /* θ and the constant retention α */
+    const char *decay_placement;   /* coupled | decoupled */
+    int mini_batch;
+    const char *order;             /* update_then_apply | apply_then_update */
+    const char *steps;             /* per_block | per_token */
+    const char *position_scale;    /* none | inverse */
+    const char *form;              /* auto | generic | recurrent | parallel | chunkwise | dual */
+    int chunk;
+    double scale;
+    int rope;                      /* 0 or 1 */
+    double rope_base;
+    const char *normalize;         /* none | ratio | rms */
+} ttt_layer_desc;
+
+/* Every field unset. */
+void ttt_layer_desc_init(ttt_layer_desc *d);
+/* Build the layer a descriptor names for key/value dims d_k, d_v. Errors name the field:
+ * "layer.optimizer.momentum: expected a number in [0, 1], got 1.5". */
+ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *out,
+                           ttt_error *err);
+
+/* Validate the `layer:` mapping in place (fills every default, resolves `form: auto`), read it
+ * into a descriptor and build the layer with ttt_layer_build for key/value dims d_k, d_v. Errors
+ * name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
 /* A short name for tables: the preset's name, or "model/loss/optimizer/b" for a custom tuple. */
 const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
 
-/* Build a layer from names and numbers (tests, programs); optimizer options take defaults.
- * preset may be NULL. */
+/* Build a layer from names and numbers (tests, programs); optimizer options take defaults. */
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
                           int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
                           ttt_error *err);
@@ -89,5 +137,36 @@ double ttt_layer_state_bytes(const ttt_layer *L);
  * dual and Titans forms) and the generic driver's copies of the state. Sizes the machine cannot
  * hold are refused by ttt_size_check (tensor.h) before anything is allocated. */
 double ttt_layer_forward_bytes(const ttt_layer *L, long T);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batched forward on caller buffers in the (B, T, H, D) layout (layers/batch.c): every
+ * (batch, head) pair is one independent sequence (docs/math.md §0).
+ *
+ * The state of one sequence as a flat list of tensors: the fast weights, then each weight's
+ * optimizer state tensors (weight 0's, then weight 1's, …), then the normalizer z of
+ * normalize: ratio. */
+int ttt_layer_state_count(const ttt_layer *L);
+/* Name and shape (one sequence's, without B and H) of state tensor i; returns its ndim, or -1
+ * when i is out of range. */
+int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape[TTT_MAX_DIMS]);
+
+typedef struct ttt_layer_io {
+    int B, T, H;
+    float *o;                       /* (B, T, H, d_v) written */
+    const float *q, *k;             /* (B, T, H, d_k) */
+    const float *v;                 /* (B, T, H, d_v) */
+    const float *eta;               /* (B, T, H) or NULL */
+    const float *log_alpha;         /* (B, T, H) or, with alpha_vec, (B, T, H, d_k); or NULL */
+    int alpha_vec;
+    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = initial
+                                     * state */
+    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not
+                                     * wanted */
+    uint64_t seed;                  /* the models' random initial weights */
+} ttt_layer_io;
+
+/* Run the layer over every (b, h) sequence; threads ≥ 1 runs that many, 0 = the default. */
+ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads,
+                                   ttt_error *err);
 
 #endif

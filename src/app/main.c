@@ -234,9 +234,11 @@ static int cmd_list(void) {
     printf("\nPresets (layer.preset):\n");
     for (int i = 0; i < ttt_preset_count(); i++) {
         const ttt_preset *p = ttt_preset_at(i);
+        char optim[256];
         printf("  %-16s %s\n      = (model %s, loss %s, optimizer %s, b %d, %s, steps %s, "
                "position_scale %s)\n      recurrence: %s\n",
-               p->name, p->help, p->model, p->loss, p->optimizer, p->mini_batch, p->order,
+               p->name, p->help, p->model, p->loss,
+               ttt_preset_optimizer_text(p, optim, sizeof optim), p->mini_batch, p->order,
                p->steps, p->position_scale, p->recurrence);
     }
     printf("\nLayer options (layer.*):\n");

@@ -1,0 +1,203 @@
+/* libttt's public C API: the one header a program needs (docs/api.md).
+ *
+ * Build a layer — linear attention, RetNet, Mamba2, GLA, DeltaNet, Gated DeltaNet, TTT-Linear/MLP,
+ * Titans, LaCT, or any tuple (fast-weight model, inner loss, inner optimizer, mini-batch size,
+ * ordering) — from a descriptor, run it on float32 buffers in the (B, T, H, D) layout with an
+ * optional initial state in and final state out, differentiate it, and run experiments.
+ *
+ * Conventions:
+ *   - every fallible function returns a ttt_status (TTT_OK = 0) and, when `err` is not NULL,
+ *     writes the message there (ttt_errmsg). Nothing exits; the library keeps no global error,
+ *     so calls on different handles may run on different threads;
+ *   - handles are opaque and come in new/free pairs; free accepts NULL;
+ *   - buffers are the caller's: the library reads inputs during the call and writes outputs,
+ *     and keeps no pointer after it returns;
+ *   - outputs come first in argument lists, then inputs, then sizes. */
+#ifndef TTT_TTT_H
+#define TTT_TTT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status and errors ------------------------------------------------------------------ */
+
+/* The library's own status codes and error record (the same types; defined here only when the
+ * library's internal status header has not been seen). */
+#ifndef TTT_STATUS_H
+typedef enum ttt_status {
+    TTT_OK = 0,
+    TTT_ERR_NOMEM,       /* an allocation failed or would exceed the allowed size */
+    TTT_ERR_IO,          /* a file could not be opened, read, written or renamed */
+    TTT_ERR_YAML,        /* the YAML text is malformed */
+    TTT_ERR_CONFIG,      /* unknown key, wrong type, missing required value */
+    TTT_ERR_RANGE,       /* a value is outside its allowed range */
+    TTT_ERR_NAME,        /* an unknown optimizer / model / loss / preset / task name */
+    TTT_ERR_SHAPE,       /* tensor shapes that do not fit together */
+    TTT_ERR_NUMERIC,     /* NaN or Inf where a finite number is required */
+    TTT_ERR_FORMAT,      /* a data file (e.g. safetensors) is malformed */
+    TTT_ERR_ARG,         /* a bad argument */
+    TTT_ERR_UNSUPPORTED, /* a valid request this build or combination does not support */
+    TTT_ERR_INTERRUPTED, /* stopped on request (SIGINT/SIGTERM) after saving a checkpoint */
+    TTT_STATUS_COUNT
+} ttt_status;
+
+#define TTT_ERROR_MSG_LEN 1024
+
+/* What went wrong, in words a user can act on. */
+typedef struct ttt_error {
+    ttt_status status;
+    char msg[TTT_ERROR_MSG_LEN];
+} ttt_error;
+
+/* One short phrase per status code ("unknown name", …). */
+const char *ttt_status_message(ttt_status s);
+#endif
+#define TTT_PUBLIC_STATUS_COUNT 13 /* checked against the library's count when it is built */
+
+/* The message of the last failure recorded in err ("" after success); never NULL. */
+const char *ttt_errmsg(const ttt_error *err);
+
+/* The library version, "MAJOR.MINOR.PATCH". */
+const char *ttt_version(void);
+
+/* ---- registries --------------------------------------------------------------------------- */
+
+typedef enum ttt_registry {
+    TTT_REGISTRY_OPTIMIZERS, /* layer optimizer names */
+    TTT_REGISTRY_MODELS,     /* fast-weight models */
+    TTT_REGISTRY_LOSSES,     /* inner losses */
+    TTT_REGISTRY_PRESETS,    /* named layers */
+    TTT_REGISTRY_FORMS,      /* computation forms (besides "auto") */
+    TTT_REGISTRY_TASKS,      /* experiment tasks */
+    TTT_REGISTRY_COUNT
+} ttt_registry;
+
+/* Number of entries, or -1 for an unknown registry. */
+int ttt_registry_count(ttt_registry r);
+/* Entry i: its name and a one-line help (static strings). TTT_ERR_ARG when r or i is out of
+ * range. */
+ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry r, int i,
+                              ttt_error *err);
+
+/* ---- layer descriptor --------------------------------------------------------------------- */
+
+/* "Unset": the field takes the preset's value, else the documented default (docs/api.md). */
+#define TTT_DESC_UNSET_INT (-2147483647 - 1)
+#define TTT_DESC_UNSET_NUM (-1.0e300)
+
+/* An optimizer option: int, float and bool options (bool: 0 or 1) read `number`; choice and
+ * string options read `text`. Which one is given by the optimizer's option table. */
+typedef struct ttt_option_value {
+    const char *key;
+    double number;
+    const char *text;
+} ttt_option_value;
+
+/* A layer as C fields (the `layer:` mapping of an experiment file, docs/api.md). Start from
+ * ttt_layer_descriptor_init (every field unset); strings are read during ttt_layer_new only. */
+typedef struct ttt_layer_descriptor {
+    const char *preset;              /* "gated_deltanet", …; NULL = none */
+    const char *model, *loss;        /* registry names */
+    const char *optimizer;           /* registry name */
+    const ttt_option_value *options; /* (n_options) the optimizer's own options */
+    int n_options;
+    double lr;                       /* θ, the block learning rate */
+    double decay;                    /* constant retention α per token (1 = no forgetting) */
+    const char *decay_placement;     /* "coupled" | "decoupled" */
+    int mini_batch;                  /* tokens per inner step b */
+    const char *order;               /* "update_then_apply" | "apply_then_update" */
+    const char *steps;               /* "per_block" | "per_token" */
+    const char *position_scale;      /* "none" | "inverse" */
+    const char *form;                /* "auto" | "generic" | "recurrent" | "parallel" | … */
+    int chunk;                       /* chunk size of the chunkwise forms */
+    double scale;                    /* queries are multiplied by this */
+    int rope;                        /* 0 or 1 */
+    double rope_base;
+    const char *normalize;           /* "none" | "ratio" | "rms" */
+} ttt_layer_descriptor;
+
+void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
+
+/* ---- layers ------------------------------------------------------------------------------- */
+
+typedef struct ttt_layer_handle ttt_layer_handle;
+
+/* Build the layer `desc` describes for key dimension d_k and value dimension d_v. On failure
+ * *out is NULL and err names the field ("layer.optimizer.momentum: expected a number in [0, 1],
+ * got 1.5"). */
+ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
+                         int d_v, ttt_error *err);
+void ttt_layer_free(ttt_layer_handle *h);
+
+/* The resolved tuple, every value: "gated_deltanet = (model linear, loss squared, …)". Owned by
+ * the handle. */
+const char *ttt_layer_tuple(const ttt_layer_handle *h);
+void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h);
+
+/* The state of one sequence is a list of tensors: the fast weights, then each weight's
+ * optimizer state, then the normalizer z of normalize: ratio. */
+int ttt_layer_state_tensors(const ttt_layer_handle *h);
+/* Tensor i's name and shape for one sequence (the batched buffers are (B, H, shape…)); returns
+ * its number of dimensions, or -1 when i is out of range. */
+int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h, int i);
+
+/* The buffers of one batched call, all float32, row-major, in the (B, T, H, D) layout.
+ * Sequence (b, h) is independent of every other. */
+typedef struct ttt_batch_io {
+    int B, T, H;
+    float *o;                     /* (B, T, H, d_v) written */
+    const float *q, *k;           /* (B, T, H, d_k) */
+    const float *v;               /* (B, T, H, d_v) */
+    const float *eta;             /* (B, T, H) per-token learning rates, or NULL (= 1) */
+    const float *log_alpha;       /* (B, T, H), or with alpha_vec (B, T, H, d_k), log retention
+                                   * per token; NULL = the constant decay */
+    int alpha_vec;
+    const float *const *state_in; /* NULL, or one pointer per state tensor i: (B, H, shape_i)
+                                   * or NULL = the layer's initial value */
+    float *const *state_out;      /* NULL, or one pointer per state tensor i: (B, H, shape_i)
+                                   * written, or NULL = not wanted */
+    uint64_t seed;                /* random initial weights (models that have them) */
+} ttt_batch_io;
+
+/* The forward pass. threads ≥ 1 runs that many threads, 0 = the default. */
+ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
+                                 ttt_error *err);
+
+/* Gradients of L = Σ d_o ⊙ o + Σ_i d_state_out[i] ⊙ final_state_i with respect to the inputs and
+ * the initial state. Every output pointer may be NULL (not wanted); d_eta and d_log_alpha need
+ * io->eta and io->log_alpha. Outputs are overwritten, not accumulated. */
+typedef struct ttt_batch_grad {
+    const float *d_o;                 /* (B, T, H, d_v) */
+    const float *const *d_state_out;  /* NULL, or per state tensor: (B, H, shape_i) or NULL */
+    float *d_q, *d_k;                 /* (B, T, H, d_k) written */
+    float *d_v;                       /* (B, T, H, d_v) written */
+    float *d_eta;                     /* (B, T, H) written */
+    float *d_log_alpha;               /* like io->log_alpha, written */
+    float *const *d_state_in;         /* NULL, or per state tensor: (B, H, shape_i) written */
+} ttt_batch_grad;
+
+/* The forward pass (io->o and io->state_out are written as by ttt_layer_forward_run) recorded
+ * per sequence, then its backward with the layer's differentiable forms. */
+ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
+                                  const ttt_batch_grad *g, ttt_error *err);
+
+/* ---- experiments -------------------------------------------------------------------------- */
+
+/* Load an experiment (a YAML file, or YAML text standing for the file `name`), apply the
+ * "a.b.c=value" overrides in sets[0..n_sets-1] and run every point into the run folder out_dir
+ * (NULL = the experiment's `output`): config.resolved.yaml, metrics.jsonl, summary.csv, … */
+ttt_status ttt_experiment_run_file(const char *path, const char *const *sets, int n_sets,
+                                   const char *out_dir, ttt_error *err);
+ttt_status ttt_experiment_run_string(const char *yaml, const char *name,
+                                     const char *const *sets, int n_sets, const char *out_dir,
+                                     ttt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

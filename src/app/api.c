@@ -1,0 +1,352 @@
+/* The public C API (include/ttt/ttt.h, docs/api.md) over the library's internals: descriptors
+ * become ttt_layer_desc (layers/layer.h), batched calls ttt_layer_forward_batch, gradients the
+ * tape (src/core/autograd.h) per (batch, head) sequence, experiments src/app/experiment.h. The
+ * internal headers come first: ttt.h then reuses their ttt_status and ttt_error. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "experiment.h"
+#include "layer.h"
+#include "task.h"
+
+#include <ttt/ttt.h>
+
+_Static_assert(TTT_PUBLIC_STATUS_COUNT == TTT_STATUS_COUNT,
+               "include/ttt/ttt.h must list the status codes of src/core/status.h");
+
+struct ttt_layer_handle {
+    ttt_layer L;
+    char tuple[768];
+};
+
+const char *ttt_errmsg(const ttt_error *err) { return err ? err->msg : ""; }
+
+const char *ttt_version(void) { return TTT_VERSION; }
+
+/* ---- registries ---- */
+
+/* One line per form (indexed by ttt_form), for listings. */
+static const char *const form_help[TTT_FORM_COUNT] = {
+    [TTT_FORM_GENERIC] = "the generic driver: any (model, loss, optimizer, b, order), token by "
+                         "token (docs/math.md §1)",
+    [TTT_FORM_RECURRENT] = "a closed-form token-by-token kernel",
+    [TTT_FORM_PARALLEL] = "quadratic in T, one masked matrix product (docs/math.md §5.1)",
+    [TTT_FORM_CHUNKWISE] = "chunks of `chunk` tokens (docs/math.md §5.2, §5.3)",
+    [TTT_FORM_DUAL] = "the TTT-Linear mini-batch dual form (docs/math.md §5.4)",
+};
+
+int ttt_registry_count(ttt_registry r) {
+    switch (r) {
+    case TTT_REGISTRY_OPTIMIZERS: return ttt_optim_count();
+    case TTT_REGISTRY_MODELS: return ttt_model_count();
+    case TTT_REGISTRY_LOSSES: return ttt_loss_count();
+    case TTT_REGISTRY_PRESETS: return ttt_preset_count();
+    case TTT_REGISTRY_FORMS: return TTT_FORM_COUNT;
+    case TTT_REGISTRY_TASKS: return ttt_task_count();
+    default: return -1;
+    }
+}
+
+ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry r, int i,
+                              ttt_error *err) {
+    const int n = ttt_registry_count(r);
+    if (n < 0) return ttt_error_set(err, TTT_ERR_ARG, "registry %d: no such registry", (int)r);
+    if (i < 0 || i >= n)
+        return ttt_error_set(err, TTT_ERR_ARG, "registry entry %d: expected 0 <= i < %d", i, n);
+    const char *nm = NULL, *hp = NULL;
+    switch (r) {
+    case TTT_REGISTRY_OPTIMIZERS: nm = ttt_optim_at(i)->name, hp = ttt_optim_at(i)->help; break;
+    case TTT_REGISTRY_MODELS: nm = ttt_model_at(i)->name, hp = ttt_model_at(i)->help; break;
+    case TTT_REGISTRY_LOSSES: nm = ttt_loss_at(i)->name, hp = ttt_loss_at(i)->help; break;
+    case TTT_REGISTRY_PRESETS: nm = ttt_preset_at(i)->name, hp = ttt_preset_at(i)->help; break;
+    case TTT_REGISTRY_FORMS: nm = ttt_form_name((ttt_form)i), hp = form_help[i]; break;
+    case TTT_REGISTRY_TASKS: nm = ttt_task_at(i)->name, hp = ttt_task_at(i)->help; break;
+    default: break;
+    }
+    if (name) *name = nm;
+    if (help) *help = hp;
+    return TTT_OK;
+}
+
+/* ---- layers ---- */
+
+void ttt_layer_descriptor_init(ttt_layer_descriptor *s) {
+    memset(s, 0, sizeof *s);
+    s->lr = s->decay = s->scale = s->rope_base = TTT_DESC_UNSET_NUM;
+    s->mini_batch = s->chunk = s->rope = TTT_DESC_UNSET_INT;
+}
+
+static double num(double x) { return x == TTT_DESC_UNSET_NUM ? TTT_UNSET_NUM : x; }
+static int integer(int x) { return x == TTT_DESC_UNSET_INT ? TTT_UNSET_INT : x; }
+
+_Static_assert(sizeof(ttt_option_value) == sizeof(ttt_opt_value) &&
+                   offsetof(ttt_option_value, number) == offsetof(ttt_opt_value, number) &&
+                   offsetof(ttt_option_value, text) == offsetof(ttt_opt_value, text),
+               "ttt_option_value mirrors ttt_opt_value");
+
+static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
+    char name[128];
+    snprintf(buf, len,
+             "%s = (model %s, loss %s, optimizer %s, lr %g, decay %g, decay_placement %s, "
+             "mini_batch %d, order %s, steps %s, position_scale %s, form %s, chunk %d, "
+             "scale %g, rope %s, rope_base %g, normalize %s)",
+             ttt_layer_describe(L, name, sizeof name), L->model->name, L->loss->name,
+             L->optim->name, (double)L->lr, (double)L->decay,
+             L->coupled ? "coupled" : "decoupled", L->mini_batch,
+             L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
+             L->step_per_token ? "per_token" : "per_block", L->pos_inverse ? "inverse" : "none",
+             ttt_form_name(L->form), L->chunk, (double)L->scale, L->rope ? "true" : "false",
+             (double)L->rope_base,
+             L->normalize == TTT_NORMALIZE_RATIO ? "ratio"
+             : L->normalize == TTT_NORMALIZE_RMS ? "rms"
+                                                 : "none");
+}
+
+ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
+                         int d_v, ttt_error *err) {
+    if (err) ttt_error_clear(err);
+    if (!out) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: out is NULL");
+    *out = NULL;
+    if (!desc) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
+    if (d_k < 1 || d_v < 1)
+        return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1",
+                             d_k, d_v);
+    if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options))
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "layer.optimizer: %d options given without an array",
+                             desc->n_options);
+    ttt_layer_desc d;
+    ttt_layer_desc_init(&d);
+    d.preset = desc->preset;
+    d.model = desc->model;
+    d.loss = desc->loss;
+    d.optimizer = desc->optimizer;
+    d.opts = (const ttt_opt_value *)desc->options;
+    d.n_opts = desc->n_options;
+    d.lr = num(desc->lr);
+    d.decay = num(desc->decay);
+    d.decay_placement = desc->decay_placement;
+    d.mini_batch = integer(desc->mini_batch);
+    d.order = desc->order;
+    d.steps = desc->steps;
+    d.position_scale = desc->position_scale;
+    d.form = desc->form;
+    d.chunk = integer(desc->chunk);
+    d.scale = num(desc->scale);
+    d.rope = integer(desc->rope);
+    d.rope_base = num(desc->rope_base);
+    d.normalize = desc->normalize;
+    ttt_layer_handle *h = calloc(1, sizeof *h);
+    if (!h) return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_new: out of memory");
+    ttt_status s = ttt_layer_build(&d, d_k, d_v, &h->L, err);
+    if (s != TTT_OK) {
+        free(h);
+        return s;
+    }
+    tuple_text(h->tuple, sizeof h->tuple, &h->L);
+    *out = h;
+    return TTT_OK;
+}
+
+void ttt_layer_free(ttt_layer_handle *h) { free(h); }
+
+const char *ttt_layer_tuple(const ttt_layer_handle *h) { return h ? h->tuple : ""; }
+
+void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h) {
+    if (d_k) *d_k = h->L.d_k;
+    if (d_v) *d_v = h->L.d_v;
+}
+
+int ttt_layer_state_tensors(const ttt_layer_handle *h) { return ttt_layer_state_count(&h->L); }
+
+int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h, int i) {
+    _Static_assert(TTT_MAX_DIMS == 4, "ttt.h documents 4 dimensions");
+    return ttt_layer_state_info(&h->L, i, name, shape);
+}
+
+static ttt_status check_io(const ttt_layer_handle *h, const ttt_batch_io *io, ttt_error *err) {
+    if (!h || !io) return ttt_error_set(err, TTT_ERR_ARG, "layer call: handle or io is NULL");
+    if (io->B < 0 || io->T < 0 || io->H < 0)
+        return ttt_error_set(err, TTT_ERR_SHAPE, "layer call: B = %d, T = %d, H = %d; expected "
+                             ">= 0", io->B, io->T, io->H);
+    if (!io->o || !io->q || !io->k || !io->v)
+        return ttt_error_set(err, TTT_ERR_ARG, "layer call: o, q, k and v are required");
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
+                                 ttt_error *err) {
+    if (err) ttt_error_clear(err);
+    TTT_TRY(check_io(h, io, err));
+    const ttt_layer_io in = {
+        .B = io->B, .T = io->T, .H = io->H, .o = io->o, .q = io->q, .k = io->k, .v = io->v,
+        .eta = io->eta, .log_alpha = io->log_alpha, .alpha_vec = io->alpha_vec,
+        .state_in = io->state_in, .state_out = io->state_out, .seed = io->seed};
+    return ttt_layer_forward_batch(&h->L, &in, threads, err);
+}
+
+/* ---- gradients ---- */
+
+/* State tensor i of a sequence's state, in the order of ttt_layer_state_info. */
+static ttt_tensor **state_slot(ttt_layer_state *st, int i) {
+    if (i < st->n_w) return &st->W[i];
+    i -= st->n_w;
+    if (i < st->n_w * st->n_opt) return &st->opt[i / st->n_opt][i % st->n_opt];
+    return &st->z;
+}
+
+/* Copy rows of sequence (b, h) between the (B, T, H, w) layout and a (T, w) block. */
+static void gather(float *dst, const float *src, int b, int h, int T, int H, int w) {
+    for (int t = 0; t < T; t++)
+        memcpy(dst + (size_t)t * w, src + (((size_t)b * T + t) * H + h) * w, w * sizeof(float));
+}
+static void scatter(float *dst, const float *src, int b, int h, int T, int H, int w) {
+    for (int t = 0; t < T; t++)
+        memcpy(dst + (((size_t)b * T + t) * H + h) * w, src + (size_t)t * w, w * sizeof(float));
+}
+
+/* A leaf of the graph: a (rows, cols) or (rows) tensor holding sequence (b, h) of a batched
+ * buffer, whose gradient accumulates into a zeroed buffer of the arena. */
+static ttt_tensor *leaf(ttt_ctx *ctx, int ndim, int T, int w, const float *src, int b, int h,
+                        int H) {
+    ttt_tensor *t = ndim == 1 ? ttt_tensor_1d(ctx, T) : ttt_tensor_2d(ctx, T, w);
+    gather(t->data, src, b, h, T, H, w);
+    float *g = ttt_arena_alloc(ctx->arena, t->n * sizeof(float) + 1);
+    TTT_ASSERT(g);
+    memset(g, 0, t->n * sizeof(float));
+    ttt_tensor_set_param(t, g);
+    return t;
+}
+
+/* One sequence: the recorded forward, L = Σ d_o ⊙ o + Σ d_state_out ⊙ state, its backward. */
+static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
+                               const ttt_batch_grad *g, int b, int h, ttt_error *err) {
+    const int T = io->T, H = io->H, d_k = L->d_k, d_v = L->d_v, gk = io->alpha_vec ? d_k : 1;
+    const size_t bh = (size_t)b * H + h;
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 20);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
+    ttt_tensor *q = leaf(&ctx, 2, T, d_k, io->q, b, h, H);
+    ttt_tensor *k = leaf(&ctx, 2, T, d_k, io->k, b, h, H);
+    ttt_tensor *v = leaf(&ctx, 2, T, d_v, io->v, b, h, H);
+    ttt_tensor *eta = io->eta ? leaf(&ctx, 1, T, 1, io->eta, b, h, H) : NULL;
+    ttt_tensor *la = io->log_alpha ? leaf(&ctx, io->alpha_vec ? 2 : 1, T, gk, io->log_alpha, b,
+                                          h, H)
+                                   : NULL;
+    /* the initial state as the forward would start it (ttt_layer_forward_batch), then leaves */
+    ttt_rng base;
+    ttt_rng_seed(&base, io->seed);
+    ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
+    ttt_layer_state st;
+    ttt_layer_state_init(&ctx, L, &st, &rng);
+    const int n_state = ttt_layer_state_count(L);
+    int w_given = 0;
+    for (int i = 0; io->state_in && i < n_state; i++)
+        if (io->state_in[i]) {
+            ttt_tensor *x = *state_slot(&st, i);
+            memcpy(x->data, io->state_in[i] + bh * x->n, x->n * sizeof(float));
+            w_given |= i < st.n_w;
+        }
+    for (int w = 0; w < st.n_w && w_given; w++) {
+        ttt_tensor *given[TTT_MAX_OPT_STATE];
+        memcpy(given, st.opt[w], sizeof given);
+        ttt_optim_reinit_state(&ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt, st.W[w]);
+        for (int j = 0; j < st.n_opt; j++)
+            if (io->state_in[st.n_w + w * st.n_opt + j]) st.opt[w][j] = given[j];
+    }
+    ttt_tensor *init[TTT_MAX_WEIGHTS * (1 + TTT_MAX_OPT_STATE) + 1];
+    for (int i = 0; i < n_state; i++) {
+        ttt_tensor **slot = state_slot(&st, i);
+        /* a fresh copy per slot: state tensors may share storage with each other */
+        ttt_tensor *x = ttt_tensor_copy(&ctx, *slot);
+        float *gb = ttt_arena_alloc(&arena, x->n * sizeof(float) + 1);
+        TTT_ASSERT(gb);
+        memset(gb, 0, x->n * sizeof(float));
+        ttt_tensor_set_param(x, gb);
+        *slot = init[i] = x;
+    }
+
+    ttt_tensor *o = ttt_tensor_2d(&ctx, T, d_v);
+    ttt_status s = T > 0 ? ttt_layer_forward(&ctx, L, o, &st, q, k, v, eta, la, err) : TTT_OK;
+    if (s != TTT_OK) {
+        ttt_error_prefix(err, "batch %d, head %d", b, h);
+        goto done;
+    }
+    ttt_tensor *dO = ttt_tensor_2d(&ctx, T, d_v);
+    gather(dO->data, g->d_o, b, h, T, H, d_v);
+    ttt_tensor *loss = ttt_dot(&ctx, o, dO);
+    for (int i = 0; g->d_state_out && i < n_state; i++)
+        if (g->d_state_out[i]) {
+            const ttt_tensor *x = *state_slot(&st, i);
+            ttt_tensor *dS = ttt_tensor_zeros_like(&ctx, x);
+            memcpy(dS->data, g->d_state_out[i] + bh * x->n, x->n * sizeof(float));
+            loss = ttt_add(&ctx, loss, ttt_dot(&ctx, x, dS));
+        }
+    ttt_backward(&ctx, loss);
+
+    scatter(io->o, o->data, b, h, T, H, d_v);
+    for (int i = 0; io->state_out && i < n_state; i++) {
+        const ttt_tensor *x = *state_slot(&st, i);
+        if (io->state_out[i]) memcpy(io->state_out[i] + bh * x->n, x->data, x->n * sizeof(float));
+    }
+    if (g->d_q) scatter(g->d_q, q->grad, b, h, T, H, d_k);
+    if (g->d_k) scatter(g->d_k, k->grad, b, h, T, H, d_k);
+    if (g->d_v) scatter(g->d_v, v->grad, b, h, T, H, d_v);
+    if (g->d_eta && eta) scatter(g->d_eta, eta->grad, b, h, T, H, 1);
+    if (g->d_log_alpha && la) scatter(g->d_log_alpha, la->grad, b, h, T, H, gk);
+    for (int i = 0; g->d_state_in && i < n_state; i++)
+        if (g->d_state_in[i])
+            memcpy(g->d_state_in[i] + bh * init[i]->n, init[i]->grad,
+                   init[i]->n * sizeof(float));
+done:
+    ttt_tape_free(&tape);
+    ttt_arena_free(&arena);
+    return s;
+}
+
+ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
+                                  const ttt_batch_grad *g, ttt_error *err) {
+    if (err) ttt_error_clear(err);
+    TTT_TRY(check_io(h, io, err));
+    if (!g || !g->d_o) return ttt_error_set(err, TTT_ERR_ARG, "layer backward: d_o is required");
+    if ((g->d_eta && !io->eta) || (g->d_log_alpha && !io->log_alpha))
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "layer backward: d_eta and d_log_alpha need io->eta and "
+                             "io->log_alpha");
+    for (int b = 0; b < io->B; b++)
+        for (int hh = 0; hh < io->H; hh++)
+            TTT_TRY(backward_one(&h->L, io, g, b, hh, err));
+    return TTT_OK;
+}
+
+/* ---- experiments ---- */
+
+static ttt_status run_loaded(ttt_experiment *e, const char *out_dir, ttt_error *err) {
+    ttt_status s = ttt_experiment_run(e, out_dir, 0, NULL, err);
+    ttt_experiment_free(e);
+    return s;
+}
+
+ttt_status ttt_experiment_run_file(const char *path, const char *const *sets, int n_sets,
+                                   const char *out_dir, ttt_error *err) {
+    if (err) ttt_error_clear(err);
+    if (!path) return ttt_error_set(err, TTT_ERR_ARG, "experiment: path is NULL");
+    ttt_experiment *e = NULL;
+    TTT_TRY(ttt_experiment_load(path, sets, n_sets, &e, err));
+    return run_loaded(e, out_dir, err);
+}
+
+ttt_status ttt_experiment_run_string(const char *yaml, const char *name,
+                                     const char *const *sets, int n_sets, const char *out_dir,
+                                     ttt_error *err) {
+    if (err) ttt_error_clear(err);
+    if (!yaml) return ttt_error_set(err, TTT_ERR_ARG, "experiment: text is NULL");
+    ttt_experiment *e = NULL;
+    TTT_TRY(ttt_experiment_load_string(yaml, name ? name : "experiment.yaml", sets, n_sets, &e,
+                                       err));
+    return run_loaded(e, out_dir, err);
+}

@@ -1,0 +1,517 @@
+/* The public C API (include/ttt/ttt.h), seen from a program: this suite includes the public
+ * header only and links libttt.so.
+ *
+ * - descriptors: a bad field gives an error naming it; unset fields take the preset's values,
+ *   set ones override them;
+ * - forward: the batched (B, T, H, D) call equals the Gated DeltaNet recurrence (the preset's
+ *   definition, docs/math.md §4) computed here in double per (b, h) sequence from a given
+ *   initial state, output and final state;
+ * - backward: the gradients with respect to q, k, v, η, log α and the initial state equal
+ *   central finite differences of the forward;
+ * - registries list what the library has; an experiment from a string writes its run folder. */
+#define _XOPEN_SOURCE 700
+#include <check.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ttt/ttt.h>
+
+/* ---- descriptors ---- */
+
+/* Build desc with d_k = d_v = 4 and expect failure with `status` and a message starting with
+ * `want_prefix` and containing `want_part`. */
+static void expect_error(const ttt_layer_descriptor *desc, int d_k, int d_v, ttt_status status,
+                         const char *want_prefix, const char *want_part) {
+    ttt_error err;
+    ttt_layer_handle *h = (ttt_layer_handle *)1;
+    ttt_status s = ttt_layer_new(&h, desc, d_k, d_v, &err);
+    ck_assert_msg(s == status, "status %d, expected %d (%s)", (int)s, (int)status,
+                  ttt_errmsg(&err));
+    ck_assert_ptr_null(h);
+    ck_assert_msg(strncmp(ttt_errmsg(&err), want_prefix, strlen(want_prefix)) == 0,
+                  "message '%s' does not start with '%s'", ttt_errmsg(&err), want_prefix);
+    ck_assert_msg(strstr(ttt_errmsg(&err), want_part), "message '%s' lacks '%s'",
+                  ttt_errmsg(&err), want_part);
+}
+
+START_TEST(bad_fields_are_named) {
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    s.optimizer = "momentum";
+    const ttt_option_value mu_big[] = {{"momentum", 1.5, NULL}};
+    s.options = mu_big;
+    s.n_options = 1;
+    expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.momentum: expected a number in [0, 1]",
+                 "got 1.5");
+    /* μ = 1 passes the table's inclusive range; the optimizer's own check refuses it, and its
+     * message names the field, not a location */
+    const ttt_option_value mu_one[] = {{"momentum", 1.0, NULL}};
+    s.options = mu_one;
+    expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.momentum: 1 is out of range", "[0, 1)");
+    const ttt_option_value misspelt[] = {{"momentun", 0.5, NULL}};
+    s.options = misspelt;
+    expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.optimizer (momentum): unknown option 'momentun'",
+                 "did you mean 'momentum'?");
+    const ttt_option_value text_for_bool[] = {{"nesterov", 0, "yes"}};
+    s.options = text_for_bool;
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.optimizer.nesterov: expected 0 or 1",
+                 "'yes'");
+    const ttt_option_value lr_as_option[] = {{"lr", 0.5, NULL}};
+    s.options = lr_as_option;
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.optimizer.lr:", "field `lr`");
+
+    ttt_layer_descriptor_init(&s);
+    s.preset = "gated_deltant";
+    expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.preset: unknown preset 'gated_deltant'",
+                 "did you mean 'gated_deltanet'?");
+    ttt_layer_descriptor_init(&s);
+    s.model = "lineer";
+    expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.model: unknown model 'lineer'", "'linear'");
+    ttt_layer_descriptor_init(&s);
+    s.mini_batch = 0;
+    expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.mini_batch: expected an integer in [1, ",
+                 "got 0");
+    ttt_layer_descriptor_init(&s);
+    s.decay = 1.5;
+    expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.decay: expected a number in ",
+                 "got 1.5");
+    ttt_layer_descriptor_init(&s);
+    s.order = "apply_then_updat";
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.order: expected one of ",
+                 "did you mean 'apply_then_update'?");
+    /* cross-field checks of the build */
+    ttt_layer_descriptor_init(&s);
+    s.preset = "deltanet";
+    s.form = "dual";
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.form: no dual form for (model linear",
+                 "expected form: generic");
+    ttt_layer_descriptor_init(&s);
+    s.preset = "ttt_linear";
+    expect_error(&s, 4, 3, TTT_ERR_CONFIG, "layer.model: ttt_linear adds its input",
+                 "d_k = 4, d_v = 3");
+    ttt_layer_descriptor_init(&s);
+    expect_error(&s, 0, 4, TTT_ERR_ARG, "ttt_layer_new: d_k = 0", "expected >= 1");
+}
+END_TEST
+
+START_TEST(presets_and_overrides) {
+    ttt_error err;
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    s.preset = "gated_deltanet";
+    ttt_layer_handle *h = NULL;
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    /* unset fields: the preset's tuple (docs/math.md §4) */
+    const char *t = ttt_layer_tuple(h);
+    ck_assert_msg(strstr(t, "gated_deltanet = (model linear, loss squared, optimizer sgd, lr 1, "
+                            "decay 0.99, decay_placement coupled, mini_batch 1,"),
+                  "%s", t);
+    ttt_layer_free(h);
+    /* set fields override it; an option of another optimizer replaces the preset's options */
+    s.decay = 0.5;
+    s.chunk = 8;
+    s.form = "chunkwise";
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    t = ttt_layer_tuple(h);
+    ck_assert_msg(strstr(t, "decay 0.5, decay_placement coupled") &&
+                      strstr(t, "form chunkwise, chunk 8"),
+                  "%s", t);
+    ttt_layer_free(h);
+    ttt_layer_descriptor_init(&s);
+    s.preset = "titans";
+    s.optimizer = "sgd"; /* titans' momentum options (lr 0.1, decay 0.99) do not apply to sgd */
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    t = ttt_layer_tuple(h);
+    ck_assert_msg(strstr(t, "optimizer sgd, lr 1, decay 1,") && strstr(t, "steps per_token"),
+                  "%s", t);
+    ttt_layer_free(h);
+    /* typed options reach the optimizer: μ = 0.5 and Nesterov on */
+    ttt_layer_descriptor_init(&s);
+    s.preset = "titans";
+    const ttt_option_value o[] = {{"momentum", 0.5, NULL}, {"nesterov", 1, NULL}};
+    s.options = o;
+    s.n_options = 2;
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    /* Nesterov has no chunked closed form: auto falls back to the generic driver */
+    ck_assert_msg(strstr(ttt_layer_tuple(h), "form generic"), "%s", ttt_layer_tuple(h));
+    ck_assert_int_eq(ttt_layer_state_tensors(h), 2); /* W and its momentum M */
+    const char *name;
+    int shape[4];
+    ck_assert_int_eq(ttt_layer_state_shape(&name, shape, h, 1), 2);
+    ck_assert_int_eq(shape[0], 4);
+    ck_assert_int_eq(shape[1], 4);
+    ck_assert_int_eq(ttt_layer_state_shape(&name, shape, h, 2), -1);
+    ttt_layer_free(h);
+}
+END_TEST
+
+/* ---- forward against the recurrence ---- */
+
+static uint64_t rs = 12345;
+static float urand(float lo, float hi) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((rs >> 40) * (1.0 / 16777216.0));
+}
+static float *rbuf(size_t n, float lo, float hi) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = urand(lo, hi);
+    return x;
+}
+
+START_TEST(forward_is_the_recurrence) {
+    enum { B = 2, T = 13, H = 3, DK = 4, DV = 3 };
+    const double scale = 0.7;
+    ttt_error err;
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    s.preset = "gated_deltanet";
+    s.scale = scale;
+    s.form = "chunkwise"; /* chunks of 4 over 13 tokens: a partial last chunk */
+    s.chunk = 4;
+    ttt_layer_handle *h = NULL;
+    ck_assert_msg(ttt_layer_new(&h, &s, DK, DV, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert_int_eq(ttt_layer_state_tensors(h), 1);
+    float *q = rbuf((size_t)B * T * H * DK, -1, 1), *k = rbuf((size_t)B * T * H * DK, -1, 1);
+    float *v = rbuf((size_t)B * T * H * DV, -1, 1), *eta = rbuf((size_t)B * T * H, 0.1f, 0.9f);
+    float *la = rbuf((size_t)B * T * H, -0.3f, 0.0f), *s0 = rbuf((size_t)B * H * DK * DV, -1, 1);
+    for (size_t r = 0; r < (size_t)B * T * H; r++) { /* unit keys: a contraction */
+        double n = 0;
+        for (int j = 0; j < DK; j++) n += (double)k[r * DK + j] * k[r * DK + j];
+        for (int j = 0; j < DK; j++) k[r * DK + j] /= (float)sqrt(n);
+    }
+    float *o = calloc((size_t)B * T * H * DV, sizeof(float));
+    float *s1 = calloc((size_t)B * H * DK * DV, sizeof(float));
+    const float *sin[1] = {s0};
+    float *sout[1] = {s1};
+    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+                       .log_alpha = la, .state_in = sin, .state_out = sout};
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+
+    /* S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t, o_t = (scale q_t) S_t, β_t = lr η_t
+     * with lr = 1, per (b, h), in double. Float32 rounding over 13 tokens of O(1) values is
+     * ~1e-6; 1e-5 leaves a margin, and a wrong layout, gate or order is off by O(0.1). */
+    double maxerr = 0;
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++) {
+            double S[DK][DV];
+            for (int i = 0; i < DK; i++)
+                for (int j = 0; j < DV; j++)
+                    S[i][j] = s0[(((size_t)b * H + hh) * DK + i) * DV + j];
+            for (int t = 0; t < T; t++) {
+                const size_t row = ((size_t)b * T + t) * H + hh;
+                const float *kt = k + row * DK, *qt = q + row * DK, *vt = v + row * DV;
+                const double a = exp(la[row]), beta = eta[row];
+                for (int j = 0; j < DV; j++) {
+                    double pred = 0;
+                    for (int i = 0; i < DK; i++) pred += kt[i] * a * S[i][j];
+                    for (int i = 0; i < DK; i++)
+                        S[i][j] = a * S[i][j] - beta * kt[i] * (pred - vt[j]);
+                }
+                for (int j = 0; j < DV; j++) {
+                    double y = 0;
+                    for (int i = 0; i < DK; i++) y += scale * qt[i] * S[i][j];
+                    maxerr = fmax(maxerr, fabs(y - o[row * DV + j]));
+                }
+            }
+            for (int i = 0; i < DK; i++)
+                for (int j = 0; j < DV; j++)
+                    maxerr = fmax(maxerr,
+                                  fabs(S[i][j] - s1[(((size_t)b * H + hh) * DK + i) * DV + j]));
+        }
+    ck_assert_msg(maxerr < 1e-5, "max |api - recurrence| = %g", maxerr);
+    free(q), free(k), free(v), free(eta), free(la), free(s0), free(o), free(s1);
+    ttt_layer_free(h);
+}
+END_TEST
+
+/* GLA: S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t with one gate per key dimension, read from the
+ * (B, T, H, d_k) gate layout; from the initial state of zeros (state_in NULL). */
+START_TEST(vector_gates_are_per_key_dimension) {
+    enum { B = 2, T = 7, H = 2, DK = 3, DV = 2 };
+    ttt_error err;
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    s.preset = "gla";
+    ttt_layer_handle *h = NULL;
+    ck_assert_msg(ttt_layer_new(&h, &s, DK, DV, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    float *q = rbuf((size_t)B * T * H * DK, -1, 1), *k = rbuf((size_t)B * T * H * DK, -1, 1);
+    float *v = rbuf((size_t)B * T * H * DV, -1, 1), *eta = rbuf((size_t)B * T * H, 0.1f, 0.9f);
+    float *la = rbuf((size_t)B * T * H * DK, -1.0f, 0.0f);
+    float *o = calloc((size_t)B * T * H * DV, sizeof(float));
+    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+                       .log_alpha = la, .alpha_vec = 1};
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    /* float32 rounding over 7 tokens ~1e-6; a gate of the wrong dimension or token is O(0.1) */
+    double maxerr = 0;
+    for (int b = 0; b < B; b++)
+        for (int hh = 0; hh < H; hh++) {
+            double S[DK][DV] = {{0}};
+            for (int t = 0; t < T; t++) {
+                const size_t row = ((size_t)b * T + t) * H + hh;
+                for (int i = 0; i < DK; i++)
+                    for (int j = 0; j < DV; j++)
+                        S[i][j] = exp(la[row * DK + i]) * S[i][j] +
+                                  eta[row] * k[row * DK + i] * v[row * DV + j];
+                for (int j = 0; j < DV; j++) {
+                    double y = 0;
+                    for (int i = 0; i < DK; i++) y += q[row * DK + i] * S[i][j];
+                    maxerr = fmax(maxerr, fabs(y - o[row * DV + j]));
+                }
+            }
+        }
+    ck_assert_msg(maxerr < 1e-5, "max |api - recurrence| = %g", maxerr);
+    free(q), free(k), free(v), free(eta), free(la), free(o);
+    ttt_layer_free(h);
+}
+END_TEST
+
+/* ---- backward against finite differences ---- */
+
+enum { GB = 1, GT = 5, GH = 2, GD = 3, MAXS = 2 };
+
+typedef struct grad_problem {
+    ttt_layer_handle *h;
+    int alpha_vec;
+    int n_state;
+    size_t n_state_el[MAXS];
+    float *x[5]; /* q, k, v, eta, log_alpha */
+    size_t n[5];
+    float *state[MAXS];
+    float *d_o, *d_s[MAXS];
+} grad_problem;
+
+/* L = Σ d_o ⊙ o + Σ_i d_s[i] ⊙ final_state_i through the forward, in double. */
+static double loss(const grad_problem *p) {
+    float o[GB * GT * GH * GD], fin[MAXS][GB * GH * GD * GD];
+    float *outs[MAXS] = {fin[0], fin[1]};
+    ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p->x[0], .k = p->x[1],
+                       .v = p->x[2], .eta = p->x[3], .log_alpha = p->x[4],
+                       .alpha_vec = p->alpha_vec,
+                       .state_in = (const float *const *)p->state, .state_out = outs};
+    ttt_error err;
+    ck_assert_msg(ttt_layer_forward_run(p->h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    double l = 0;
+    for (size_t i = 0; i < GB * GT * GH * GD; i++) l += (double)p->d_o[i] * o[i];
+    for (int s = 0; s < p->n_state; s++)
+        for (size_t i = 0; i < p->n_state_el[s]; i++) l += (double)p->d_s[s][i] * fin[s][i];
+    return l;
+}
+
+/* Central difference of L in x[i], Richardson-extrapolated: D* = (4 D(h/2) − D(h)) / 3 cancels
+ * the h² term, leaving float32 rounding of about 1e-7 |L| / h. */
+static double fd(const grad_problem *p, float *x) {
+    const float x0 = *x, hs[2] = {4e-3f, 2e-3f};
+    double d[2];
+    for (int j = 0; j < 2; j++) {
+        *x = x0 + hs[j];
+        const double lp = loss(p);
+        *x = x0 - hs[j];
+        const double lm = loss(p);
+        d[j] = (lp - lm) / (double)((x0 + hs[j]) - (x0 - hs[j]));
+    }
+    *x = x0;
+    return (4 * d[1] - d[0]) / 3;
+}
+
+static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
+    grad_problem p = {.alpha_vec = alpha_vec};
+    ttt_error err;
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    s.preset = preset;
+    s.mini_batch = mini_batch;
+    ck_assert_msg(ttt_layer_new(&p.h, &s, GD, GD, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    p.n_state = ttt_layer_state_tensors(p.h);
+    ck_assert_int_le(p.n_state, MAXS);
+    const size_t nqk = GB * GT * GH * GD, ntok = GB * GT * GH;
+    const size_t n[5] = {nqk, nqk, nqk, ntok, alpha_vec ? nqk : ntok};
+    const float lo[5] = {-1, -0.6f, -1, 0.2f, -0.3f}, hi[5] = {1, 0.6f, 1, 0.8f, -0.05f};
+    for (int i = 0; i < 5; i++) p.x[i] = rbuf(p.n[i] = n[i], lo[i], hi[i]);
+    for (int i = 0; i < p.n_state; i++) {
+        int shape[4];
+        const int nd = ttt_layer_state_shape(NULL, shape, p.h, i);
+        p.n_state_el[i] = GB * GH;
+        for (int j = 0; j < nd; j++) p.n_state_el[i] *= (size_t)shape[j];
+        p.state[i] = rbuf(p.n_state_el[i], -0.5f, 0.5f);
+        p.d_s[i] = rbuf(p.n_state_el[i], -1, 1);
+    }
+    p.d_o = rbuf(nqk, -1, 1);
+
+    float *g[5], *gs[MAXS], o[GB * GT * GH * GD];
+    for (int i = 0; i < 5; i++) g[i] = calloc(p.n[i], sizeof(float));
+    for (int i = 0; i < p.n_state; i++) gs[i] = calloc(p.n_state_el[i], sizeof(float));
+    ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p.x[0], .k = p.x[1], .v = p.x[2],
+                       .eta = p.x[3], .log_alpha = p.x[4], .alpha_vec = alpha_vec,
+                       .state_in = (const float *const *)p.state};
+    ttt_batch_grad gr = {.d_o = p.d_o, .d_state_out = (const float *const *)p.d_s,
+                         .d_q = g[0], .d_k = g[1], .d_v = g[2], .d_eta = g[3],
+                         .d_log_alpha = g[4], .d_state_in = gs};
+    ck_assert_msg(ttt_layer_backward_run(p.h, &io, &gr, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+
+    /* Tolerance: 2e-3 max|grad| + 1e-4 (the Richardson remainder and float32 rounding, as in
+     * tests/test_layer_grad.c); a wrong or missing gradient term is O(max|grad|). */
+    const char *what[5] = {"q", "k", "v", "eta", "log_alpha"};
+    for (int i = 0; i < 5 + p.n_state; i++) {
+        float *x = i < 5 ? p.x[i] : p.state[i - 5];
+        const float *an = i < 5 ? g[i] : gs[i - 5];
+        const size_t m = i < 5 ? p.n[i] : p.n_state_el[i - 5];
+        double gmax = 0;
+        for (size_t j = 0; j < m; j++) gmax = fmax(gmax, fabs(an[j]));
+        ck_assert_msg(gmax > 1e-3, "%s: gradient of %s%s is zero", preset,
+                      i < 5 ? what[i] : "state", i < 5 ? "" : "_in");
+        for (size_t j = 0; j < m; j++) {
+            const double num = fd(&p, &x[j]);
+            ck_assert_msg(fabs(num - an[j]) <= 2e-3 * gmax + 1e-4,
+                          "%s: d%s[%zu] = %g from the tape, %g by finite differences", preset,
+                          i < 5 ? what[i] : (i == 5 ? "state0" : "state1"), j, (double)an[j],
+                          num);
+        }
+    }
+    for (int i = 0; i < 5; i++) free(p.x[i]), free(g[i]);
+    for (int i = 0; i < p.n_state; i++) free(p.state[i]), free(p.d_s[i]), free(gs[i]);
+    free(p.d_o);
+    ttt_layer_free(p.h);
+}
+
+START_TEST(backward_matches_finite_differences) {
+    check_gradients("gated_deltanet", TTT_DESC_UNSET_INT, 0); /* a closed form on the tape */
+    check_gradients("titans", 2, 0); /* optimizer state (momentum) in the state */
+    check_gradients("gla", TTT_DESC_UNSET_INT, 1); /* gates per key dimension */
+}
+END_TEST
+
+START_TEST(backward_rejects_missing_inputs) {
+    ttt_error err;
+    ttt_layer_descriptor s;
+    ttt_layer_descriptor_init(&s);
+    ttt_layer_handle *h = NULL;
+    ck_assert(ttt_layer_new(&h, &s, 2, 2, &err) == TTT_OK);
+    float x[4] = {0}, o[4], de[2];
+    ttt_batch_io io = {.B = 1, .T = 2, .H = 1, .o = o, .q = x, .k = x, .v = x};
+    ttt_batch_grad g = {.d_o = x, .d_eta = de};
+    ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), TTT_ERR_ARG);
+    ck_assert_msg(strstr(ttt_errmsg(&err), "need io->eta"), "%s", ttt_errmsg(&err));
+    io.q = NULL;
+    ck_assert_int_eq(ttt_layer_forward_run(h, &io, 0, &err), TTT_ERR_ARG);
+    ttt_layer_free(h);
+}
+END_TEST
+
+/* ---- registries, version ---- */
+
+static int listed(ttt_registry r, const char *want) {
+    for (int i = 0; i < ttt_registry_count(r); i++) {
+        const char *name = NULL, *help = NULL;
+        ck_assert(ttt_registry_entry(&name, &help, r, i, NULL) == TTT_OK);
+        ck_assert(name && help && help[0]);
+        if (strcmp(name, want) == 0) return 1;
+    }
+    return 0;
+}
+
+START_TEST(registries_list_the_library) {
+    ck_assert(listed(TTT_REGISTRY_OPTIMIZERS, "momentum"));
+    ck_assert(listed(TTT_REGISTRY_MODELS, "swiglu"));
+    ck_assert(listed(TTT_REGISTRY_LOSSES, "squared"));
+    ck_assert(listed(TTT_REGISTRY_PRESETS, "gated_deltanet"));
+    ck_assert(listed(TTT_REGISTRY_FORMS, "chunkwise"));
+    ck_assert(listed(TTT_REGISTRY_TASKS, "memory"));
+    ck_assert(!listed(TTT_REGISTRY_PRESETS, "sgd"));
+    ttt_error err;
+    const char *name;
+    ck_assert_int_eq(ttt_registry_entry(&name, NULL, TTT_REGISTRY_MODELS, -1, &err), TTT_ERR_ARG);
+    ck_assert_int_eq(ttt_registry_count(TTT_REGISTRY_COUNT), -1);
+    ck_assert_int_eq(ttt_registry_entry(&name, NULL, TTT_REGISTRY_COUNT, 0, &err), TTT_ERR_ARG);
+    ck_assert(strchr(ttt_version(), '.'));
+    ck_assert_str_eq(ttt_errmsg(NULL), "");
+}
+END_TEST
+
+/* ---- experiments ---- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+START_TEST(experiment_from_a_string) {
+    char dir[] = "/tmp/ttt-api-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char out[256];
+    snprintf(out, sizeof out, "%s/run", dir);
+    const char *yaml = "name: api\nseed: 0\ntask:\n  kind: memory\n  pairs: [4]\n  key_dim: 8\n"
+                       "  value_dim: 8\n  trials: 1\nlayer:\n  preset: deltanet\n";
+    const char *sets[] = {"layer.chunk=8"};
+    ttt_error err;
+    ck_assert_msg(ttt_experiment_run_string(yaml, "api.yaml", sets, 1, out, &err) == TTT_OK, "%s",
+                  ttt_errmsg(&err));
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.resolved.yaml", out);
+    const char *text = read_text(path);
+    ck_assert_msg(text && strstr(text, "preset: deltanet") && strstr(text, "chunk: 8"), "%s",
+                  text ? text : "(no config.resolved.yaml)");
+    snprintf(path, sizeof path, "%s/summary.csv", out);
+    ck_assert_ptr_nonnull(read_text(path));
+    /* a located error from the text, nothing written */
+    char out2[256];
+    snprintf(out2, sizeof out2, "%s/bad", dir);
+    ck_assert_int_eq(ttt_experiment_run_string("task:\n  kind: memory\n  pairz: 3\n", "bad.yaml",
+                                               NULL, 0, out2, &err),
+                     TTT_ERR_CONFIG);
+    ck_assert_msg(strncmp(ttt_errmsg(&err), "bad.yaml:3:3: ", 14) == 0, "%s", ttt_errmsg(&err));
+    ck_assert_int_ne(access(out2, F_OK), 0);
+    ck_assert_int_eq(ttt_experiment_run_file("/nonexistent/x.yaml", NULL, 0, out2, &err),
+                     TTT_ERR_IO);
+    /* the layer's own checks, reached from YAML, are located at the value that fails them */
+    const char *task = "task:\n  kind: memory\n  pairs: [4]\n  key_dim: 8\n  value_dim: 8\n";
+    const struct { const char *layer, *want; } located[] = {
+        /* the task takes lines 1-5 and `layer:` line 6; "  form: " ends at column 8 */
+        {"layer:\n  preset: deltanet\n  form: dual\n", "bad.yaml:8:9: layer.form: no dual form"},
+        /* 1.0 at column 25 of "  optimizer: {momentum: 1.0}" */
+        {"layer:\n  preset: titans\n  optimizer: {momentum: 1.0}\n",
+         "bad.yaml:8:25: layer.optimizer.momentum: 1 is out of range"},
+        {"layer:\n  preset: linear_attention\n  loss: squared\n  normalize: ratio\n",
+         "bad.yaml:9:14: layer.normalize: ratio is normalized linear attention"},
+    };
+    for (size_t i = 0; i < sizeof located / sizeof located[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", task, located[i].layer);
+        ck_assert_int_ne(ttt_experiment_run_string(text, "bad.yaml", NULL, 0, out2, &err), TTT_OK);
+        ck_assert_msg(strncmp(ttt_errmsg(&err), located[i].want, strlen(located[i].want)) == 0,
+                      "'%s', expected '%s…'", ttt_errmsg(&err), located[i].want);
+    }
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("api");
+    tcase_add_test(tc, bad_fields_are_named);
+    tcase_add_test(tc, presets_and_overrides);
+    tcase_add_test(tc, forward_is_the_recurrence);
+    tcase_add_test(tc, vector_gates_are_per_key_dimension);
+    tcase_add_test(tc, backward_matches_finite_differences);
+    tcase_add_test(tc, backward_rejects_missing_inputs);
+    tcase_add_test(tc, registries_list_the_library);
+    tcase_add_test(tc, experiment_from_a_string);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

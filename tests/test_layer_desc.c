@@ -1,0 +1,147 @@
+/* The layer descriptor (layers/layer.h, ttt_layer_build) against the YAML reader
+ * (ttt_layer_parse), which reads a `layer:` mapping into a descriptor and builds it: both paths
+ * must give the same ttt_layer, byte for byte (including the optimizer's parsed configuration),
+ * for every preset and for overrides of every kind of field and option type. */
+#include <string.h>
+
+#include "testutil.h"
+#include "internal.h"
+
+static void yaml_layer(const char *text, int d_k, int d_v, ttt_layer *L) {
+    char doc[512];
+    snprintf(doc, sizeof doc, "layer: %s\n", text);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert(ttt_cfg_load_string(doc, "d.yaml", &root, &err) == TTT_OK);
+    memset(L, 0xA5, sizeof *L); /* the build must write every byte it is compared on */
+    ck_assert_msg(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d_k, d_v, L,
+                                  &err) == TTT_OK,
+                  "%s: %s", text, err.msg);
+    ttt_cfg_free(root);
+}
+
+static void desc_layer(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L) {
+    ttt_error err = {0};
+    memset(L, 0x5A, sizeof *L);
+    ck_assert_msg(ttt_layer_build(d, d_k, d_v, L, &err) == TTT_OK, "%s", err.msg);
+}
+
+static void assert_same(const ttt_layer *a, const ttt_layer *b, const char *what) {
+    ck_assert_msg((a->preset == NULL) == (b->preset == NULL) &&
+                      (!a->preset || strcmp(a->preset, b->preset) == 0),
+                  "%s: preset differs", what);
+    ttt_layer x = *a, y = *b;
+    x.preset = y.preset = NULL;
+    ck_assert_msg(memcmp(&x, &y, sizeof x) == 0, "%s: the layers differ", what);
+}
+
+/* The optimizer's configuration parsed by the optimizer itself from YAML flow text, without the
+ * layer code: what the descriptor's typed values must arrive at. */
+static void assert_optim_cfg(const ttt_layer *L, const char *flow) {
+    char doc[256];
+    snprintf(doc, sizeof doc, "o: %s\n", flow);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert(ttt_cfg_load_string(doc, "o.yaml", &root, &err) == TTT_OK);
+    ttt_cfg_node *o = (ttt_cfg_node *)ttt_cfg_get(root, "o");
+    const ttt_optim *opt = ttt_optim_find(ttt_cfg_str(o, "name"));
+    ck_assert(ttt_cfg_check_map(o, "o", opt->options, NULL, &err) == TTT_OK);
+    _Alignas(16) unsigned char cfg[TTT_OPTIM_CFG_MAX] = {0};
+    ck_assert(opt->parse(cfg, o, &err) == TTT_OK);
+    ttt_cfg_free(root);
+    ck_assert_ptr_eq(L->optim, opt);
+    ck_assert_msg(memcmp(cfg, L->optim_cfg, opt->cfg_size) == 0, "%s: configuration differs",
+                  flow);
+}
+
+START_TEST(every_preset_builds_the_same_both_ways) {
+    for (int i = 0; i < ttt_preset_count(); i++) {
+        const char *name = ttt_preset_at(i)->name;
+        char text[128];
+        snprintf(text, sizeof text, "{preset: %s}", name);
+        ttt_layer a, b;
+        yaml_layer(text, 8, 8, &a);
+        ttt_layer_desc d;
+        ttt_layer_desc_init(&d);
+        d.preset = name;
+        desc_layer(&d, 8, 8, &b);
+        assert_same(&a, &b, name);
+    }
+}
+END_TEST
+
+START_TEST(overrides_build_the_same_both_ways) {
+    ttt_layer a, b;
+    ttt_layer_desc d;
+    /* layer fields of every type, and typed optimizer options (float, bool) over a preset's */
+    yaml_layer("{preset: titans, mini_batch: 4, chunk: 4, scale: 0.5, rope: true, rope_base: 500, "
+               "form: generic, optimizer: {lr: 0.25, momentum: 0.5, nesterov: true}}",
+               6, 6, &a);
+    ttt_layer_desc_init(&d);
+    d.preset = "titans";
+    d.mini_batch = 4;
+    d.chunk = 4;
+    d.scale = 0.5;
+    d.rope = 1;
+    d.rope_base = 500;
+    d.form = "generic";
+    d.lr = 0.25;
+    const ttt_opt_value titans[] = {{"momentum", 0.5, NULL}, {"nesterov", 1, NULL}};
+    d.opts = titans;
+    d.n_opts = 2;
+    desc_layer(&d, 6, 6, &b);
+    assert_same(&a, &b, "titans with overrides");
+    assert_optim_cfg(&b, "{name: momentum, momentum: 0.5, nesterov: true}");
+    ck_assert_float_eq(b.momentum_mu, 0.5f);
+
+    /* int and choice options */
+    yaml_layer("{model: swiglu, loss: squared, mini_batch: 2, order: apply_then_update, "
+               "optimizer: {name: muon, steps: 3, scale: fan, coefficients: cubic, decay: 0.9, "
+               "decay_placement: coupled}}",
+               4, 5, &a);
+    ttt_layer_desc_init(&d);
+    d.model = "swiglu";
+    d.loss = "squared";
+    d.mini_batch = 2;
+    d.order = "apply_then_update";
+    d.optimizer = "muon";
+    d.decay = 0.9;
+    d.decay_placement = "coupled";
+    const ttt_opt_value muon[] = {{"steps", 3, NULL}, {"scale", 0, "fan"},
+                                  {"coefficients", 0, "cubic"}};
+    d.opts = muon;
+    d.n_opts = 3;
+    desc_layer(&d, 4, 5, &b);
+    assert_same(&a, &b, "muon");
+    assert_optim_cfg(&b, "{name: muon, steps: 3, scale: fan, coefficients: cubic}");
+
+    /* the descriptor differs from the preset where it is set, and only there */
+    ttt_layer_desc_init(&d);
+    d.preset = "gated_deltanet";
+    desc_layer(&d, 4, 4, &a);
+    d.decay = 0.5;
+    desc_layer(&d, 4, 4, &b);
+    ck_assert_float_eq(a.decay, 0.99f);
+    ck_assert_float_eq(b.decay, 0.5f);
+    b.decay = a.decay;
+    assert_same(&a, &b, "gated_deltanet, decay 0.5");
+
+    /* ttt_layer_init is a descriptor too */
+    ttt_error err = {0};
+    ck_assert(ttt_layer_init(&b, "linear", "squared", "sgd", 2, TTT_ORDER_APPLY_THEN_UPDATE,
+                             TTT_FORM_GENERIC, 3, 3, &err) == TTT_OK);
+    yaml_layer("{model: linear, loss: squared, mini_batch: 2, order: apply_then_update, "
+               "form: generic}",
+               3, 3, &a);
+    assert_same(&a, &b, "ttt_layer_init");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("layer_desc");
+    TCase *tc = tcase_create("layer_desc");
+    tcase_add_test(tc, every_preset_builds_the_same_both_ways);
+    tcase_add_test(tc, overrides_build_the_same_both_ways);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
