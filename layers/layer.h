@@ -11,7 +11,9 @@
  *     order: update_then_apply    # or apply_then_update
  *     steps: per_block            # or per_token (optimizer state advances every token)
  *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
- *     form: auto                  # generic | recurrent | parallel | chunkwise | dual; auto picks
+ *     form: auto                  # generic | recurrent | parallel | chunkwise | dual (the
+ *                                 # registry's names, layers/forms/form_list.h); auto picks per
+ *                                 # call among the forms available for the call's inputs
  *     chunk: 16                   # chunk size of the chunkwise forms
  *     scale: 1.0                  # queries are multiplied by this before read-out
  *     rope: false                 # rotary positions on q and k (rope_base: 10000)
@@ -44,7 +46,7 @@ const char *const *ttt_preset_names(void);
 /* The `layer:` options (for `ttt list` and validation). */
 extern const ttt_option ttt_layer_options[];
 
-/* Validate the `layer:` mapping in place (fills every default, resolves `form: auto`) and build
+/* Validate the `layer:` mapping in place (fills every default; `form: auto` stays auto) and build
  * the layer for key/value dims d_k, d_v. Errors name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
@@ -54,8 +56,12 @@ const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
 /* Build a layer from names and numbers (tests, programs); optimizer options take defaults.
  * preset may be NULL. */
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
-                          int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
+                          int mini_batch, ttt_order order, const char *form, int d_k, int d_v,
                           ttt_error *err);
+
+/* The name of the form a call with inputs `in` runs (form: auto resolves per call), or "none"
+ * when no form is available for them: what records and descriptions report. */
+const char *ttt_layer_form_used(const ttt_layer *L, const ttt_form_inputs *in);
 /* Allocate the state in ctx and set it to the model's initial weights and zero optimizer state. */
 void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng);
 
@@ -84,9 +90,9 @@ ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_stat
  * the normalizer of normalize: ratio). */
 double ttt_layer_state_bytes(const ttt_layer *L);
 /* An upper estimate of the bytes ttt_layer_forward allocates for one sequence of T tokens on
- * top of q, k, v, o and the state: the transformed inputs (scale, RoPE, feature map), the form's
- * scratch (T² floats for the parallel forms, C² per chunk for the chunkwise ones, b² for the
- * dual and Titans forms) and the generic driver's copies of the state. Sizes the machine cannot
+ * top of q, k, v, o and the state: the transformed inputs (scale, RoPE, feature map) and the
+ * largest scratch_bytes (form.h) among the registry entries the call may run (L->form's entries;
+ * for auto, every entry auto may choose, the generic driver included). Sizes the machine cannot
  * hold are refused by ttt_size_check (tensor.h) before anything is allocated. */
 double ttt_layer_forward_bytes(const ttt_layer *L, long T);
 

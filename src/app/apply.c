@@ -113,43 +113,31 @@ static int apply_thread_count(int threads, int n_seq) {
  * Setting the environment variable TTT_APPLY_GATHER to 1 makes every layer take the gathered path
  * (the one all other layers take): a switch for that test and for measuring the copies, which
  * changes no output. */
-typedef enum {
-    APPLY_LAYER, /* ttt_layer_forward on gathered (T, D) slices */
-    APPLY_LA_RECURRENT,
-    APPLY_LA_CHUNKWISE, /* the parallel form is the chunkwise one with chunk = T (kernels.h) */
-    APPLY_DELTA_RECURRENT,
-    APPLY_DELTA_CHUNKWISE,
-} apply_kernel;
-
-/* Which kernel runs L in place (see above), or APPLY_LAYER. has_la: the file holds per-token
- * gates. The conditions mirror ttt_layer_forward and forward_closed (layers/layer.c): every
- * layer they would refuse (e.g. the delta rule with vector gates) takes the layer path, which
- * reports the error as before. */
-static apply_kernel apply_kernel_for(const ttt_layer *L, int has_la, int alpha_vec, int H,
-                                     int d_k, int d_v) {
+/* The registry entry that runs L in place (see above: its forward_strided) for these inputs, or
+ * NULL for the gathered path. The entry is the one ttt_layer_forward would choose for the same
+ * inputs (ttt_form_choose), so both paths run the same form. */
+static const ttt_form_entry *apply_strided_entry(const ttt_layer *L, int T, int has_eta,
+                                                 int has_la, int alpha_vec, int H, int d_k,
+                                                 int d_v) {
     const char *gather = getenv("TTT_APPLY_GATHER");
-    if (gather && strcmp(gather, "1") == 0) return APPLY_LAYER;
-    if (L->rope || L->normalize != TTT_NORMALIZE_NONE) return APPLY_LAYER;
+    if (gather && strcmp(gather, "1") == 0) return NULL;
+    if (L->rope || L->normalize != TTT_NORMALIZE_NONE) return NULL;
     const int d = d_k > d_v ? d_k : d_v;
-    if ((long long)H * d > INT_MAX) return APPLY_LAYER; /* strides are BLAS ints */
-    const int fam = ttt_layer_family(L);
-    const int recurrent = L->form == TTT_FORM_RECURRENT;
-    if (!recurrent && L->form != TTT_FORM_CHUNKWISE && L->form != TTT_FORM_PARALLEL)
-        return APPLY_LAYER;
-    if (fam == TTT_FAMILY_LINEAR_ATTENTION)
-        return recurrent ? APPLY_LA_RECURRENT : APPLY_LA_CHUNKWISE;
-    /* gates (given, or the constant decay) need coupled placement; a scalar gate only */
-    const int gated = has_la || L->decay != 1.0f;
-    if (fam == TTT_FAMILY_DELTA_RULE && !alpha_vec && (!gated || L->coupled))
-        return recurrent ? APPLY_DELTA_RECURRENT : APPLY_DELTA_CHUNKWISE;
-    return APPLY_LAYER;
+    if ((long long)H * d > INT_MAX) return NULL; /* strides are BLAS ints */
+    const ttt_form_inputs in = {.T = T, .eta = has_eta,
+                                .gate = alpha_vec ? TTT_FORM_GATE_KEY
+                                        : has_la || L->decay != 1.0f ? TTT_FORM_GATE_TOKEN
+                                                                     : TTT_FORM_GATE_NONE,
+                                .tape = 0};
+    const ttt_form_entry *e = ttt_form_choose(L, &in, NULL);
+    return e && e->forward_strided ? e : NULL;
 }
 
 /* Everything one (batch, head) sequence needs; read-only while the threads run, except the
  * disjoint slices of the outputs each sequence writes. */
 typedef struct apply_seq_args {
     const ttt_layer *L;
-    apply_kernel kernel;
+    const ttt_form_entry *kernel; /* the in-place form (apply_strided_entry), or NULL */
     const ttt_st_tensor *q, *k, *v, *beta, *la; /* beta, la may be NULL */
     int alpha_vec;
     const ttt_st_tensor *const *init; /* (n_w), entries may be NULL */
@@ -234,7 +222,7 @@ static void apply_scatter(float *o,        /* (B, T, H, d_v) */
         memcpy(o + (row0 + t * H) * d_v, os + t * d_v, (size_t)d_v * sizeof(float));
 }
 
-/* Sequence s of A through its kernel (apply_kernel_for), in place in the (B, T, H, D) arrays:
+/* Sequence s of A through its in-place form (apply_strided_entry), in place in the (B, T, H, D) arrays:
  * exactly what ttt_layer_forward computes for it on gathered slices. Its prologue is reproduced
  * operation for operation: β_t = θ·η_t (θ·1 without η), the constant decay log(decay) per token
  * when no gates are given, q·scale when scale ≠ 1. Those go into the thread's buffers qs (T, d_k),
@@ -257,7 +245,7 @@ static void apply_kernel_run(const apply_seq_args *A, long s, float *S, float *q
         ld.q = d_k;
     }
     const float *eta = A->beta ? A->beta->data + row0 : NULL, *beta = eta;
-    if (!eta || L->lr != 1.0f) { /* forward_closed's β */
+    if (!eta || L->lr != 1.0f) { /* the entries' β (ttt_form_beta_array) */
         for (size_t t = 0; t < (size_t)T; t++) bs[t] = L->lr * (eta ? eta[t * H] : 1.0f);
         beta = bs;
         ld.beta = 1;
@@ -269,30 +257,14 @@ static void apply_kernel_run(const apply_seq_args *A, long s, float *S, float *q
     }
     const float *k = A->k->data + row0 * d_k, *v = A->v->data + row0 * d_v;
     float *o = A->out->t[0].data + row0 * d_v;
-    /* the parallel forms are the chunkwise ones with one chunk of T tokens */
-    const int C = L->form == TTT_FORM_PARALLEL ? T : L->chunk;
-    switch (A->kernel) {
-    case APPLY_LA_RECURRENT:
-        ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, la, A->alpha_vec, T, d_k, d_v,
-                                          &ld);
-        break;
-    case APPLY_LA_CHUNKWISE:
-        ttt_linear_attention_chunkwise_ld(ctx, o, S, q, k, v, beta, la, A->alpha_vec, T, d_k,
-                                          d_v, C, &ld);
-        break;
-    case APPLY_DELTA_RECURRENT:
-        ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, la, T, d_k, d_v, &ld);
-        break;
-    case APPLY_DELTA_CHUNKWISE:
-        ttt_delta_rule_chunkwise_ld(ctx, o, S, q, k, v, beta, la, T, d_k, d_v, C, &ld);
-        break;
-    case APPLY_LAYER: TTT_ASSERT(0);
-    }
+    const ttt_form_strided a = {.o = o, .q = q, .k = k, .v = v, .beta = beta, .log_alpha = la,
+                                .alpha_vec = A->alpha_vec, .T = T, .ld = ld};
+    A->kernel->forward_strided(ctx, L, S, &a);
 }
 
 /* Run sequences [first, first + count) of the B·H (batch-major) on one thread: gather each
  * one's (T, D) slices, run the layer, which writes its output straight into the output slice
- * (ttt_layer_forward), scatter it — or, for a layer with an in-place kernel (apply_kernel_for),
+ * (ttt_layer_forward), scatter it — or, for a layer with an in-place kernel (apply_strided_entry),
  * run that kernel on the file's arrays and the output directly. The slices and the arena's first block are allocated once
  * per thread and reused by every sequence (the arena is reset to a mark after each), so only
  * the first sequence touches fresh pages. Each sequence's computation is the same code on one
@@ -302,7 +274,7 @@ static long apply_range(const apply_seq_args *A, long first, long count, ttt_sta
                         ttt_error *err) {
     const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
     const int gk = A->alpha_vec ? d_k : 1; /* gate values per token */
-    const int kernel = A->kernel != APPLY_LAYER;
+    const int kernel = A->kernel != NULL;
     /* one head: (B, T, 1, D) is already (T, D) per batch element, so the layer reads the file's
      * arrays and writes the output in place (no slices, no copies) */
     const int direct = H == 1 || kernel;
@@ -604,7 +576,8 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
         }
     const int nthreads = apply_thread_count(threads, B * H);
     apply_seq_args A = {.L = &L,
-                        .kernel = apply_kernel_for(&L, la != NULL, alpha_vec, H, d_k, d_v),
+                        .kernel = apply_strided_entry(&L, T, beta != NULL, la != NULL,
+                                                      alpha_vec, H, d_k, d_v),
                         .q = q, .k = k, .v = v, .beta = beta, .la = la,
                         .alpha_vec = alpha_vec, .init = init, .wnumel = wnumel, .n_w = n_w,
                         .B = B, .T = T, .H = H, .d_k = d_k, .d_v = d_v,
@@ -618,13 +591,19 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     }
 
     /* ---- metadata ---- */
+    /* the form that ran (form: auto is chosen for these inputs) */
+    const ttt_form_inputs used_in = {.T = T, .eta = beta != NULL,
+                                     .gate = alpha_vec ? TTT_FORM_GATE_KEY
+                                             : la || L.decay != 1.0f ? TTT_FORM_GATE_TOKEN
+                                                                     : TTT_FORM_GATE_NONE};
+    const char *form_used = ttt_layer_form_used(&L, &used_in);
     char *flow = ttt_cfg_to_flow(layer_map);
     char nth[16], secs[32];
     snprintf(nth, sizeof nth, "%d", nthreads);
     snprintf(secs, sizeof secs, "%.9g", seconds);
     const char *kv[2 * TTT_APPLY_MAX_META] = {
         "ttt_version", TTT_VERSION, "preset",  L.preset ? L.preset : "none",
-        "form",        ttt_cfg_str(layer_map, "form"),
+        "form",        form_used,
         "layer",       flow ? flow : "",
         "layout",      "BTHD",      "threads", nth,
         "seconds",     secs};
