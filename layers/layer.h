@@ -21,6 +21,8 @@
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
 
+#include <stdint.h>
+
 #include "config.h"
 #include "form.h"
 
@@ -95,5 +97,50 @@ double ttt_layer_state_bytes(const ttt_layer *L);
  * for auto, every entry auto may choose, the generic driver included). Sizes the machine cannot
  * hold are refused by ttt_size_check (tensor.h) before anything is allocated. */
 double ttt_layer_forward_bytes(const ttt_layer *L, long T);
+
+/* ---- batched runs on caller buffers (layers/batch.c) ---- */
+
+#define TTT_BATCH_MAX_STATE (TTT_MAX_WEIGHTS * (1 + TTT_MAX_OPT_STATE) + 1)
+#define TTT_BATCH_MAX_THREADS 256
+
+/* The tensors of a layer's carried state, in order: the model's weights, then for each weight the
+ * optimizer's state tensors, then the normalizer z of normalize: ratio. Per sequence. Names:
+ * "W" (or "W.0", "W.1", … for models with several weights), "W.opt0", … ("W.0.opt0", …) for the
+ * optimizer's state of each weight, "z". */
+int ttt_layer_state_count(const ttt_layer *L);
+int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape[TTT_MAX_DIMS]); /* returns ndim */
+
+typedef struct ttt_layer_io {
+    int B, T, H;
+    float *o;                       /* (B, T, H, d_v) written */
+    const float *q, *k;             /* (B, T, H, d_k) */
+    const float *v;                 /* (B, T, H, d_v) */
+    const float *eta;               /* (B, T, H) or NULL */
+    const float *log_alpha;         /* (B, T, H) or, with alpha_vec, (B, T, H, d_k); or NULL */
+    int alpha_vec;
+    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = the layer's initial state */
+    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not wanted */
+    uint64_t seed;                  /* initial weights of models with random init */
+} ttt_layer_io;
+
+/* Run layer L (no tape) on every (batch, head) sequence of the (B, T, H, D) arrays of io, in
+ * parallel over `threads` OpenMP threads (0: OpenMP's default), single-threaded BLAS inside each;
+ * the outputs are bit-identical for every thread count. Each sequence starts from state_in (a
+ * weight given without its optimizer state gets that state rebuilt from it, as at
+ * initialization) and ends in state_out, so a sequence split in two and continued with the full
+ * carried state gives the output of one call. Models with random initial weights draw them from
+ * `seed`, one stream per head (the same for every batch element). RoPE positions start at 0 in
+ * every call. Layers whose form has a strided kernel (form.h, forward_strided) run in place on
+ * the arrays (TTT_APPLY_GATHER=1 in the environment forces the copies). Errors name the batch
+ * and head. */
+ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads, ttt_error *err);
+
+/* The threads ttt_layer_forward_batch runs for `threads` and n_seq sequences. */
+int ttt_layer_batch_threads(int threads, long n_seq);
+/* Bytes one of its threads allocates for a sequence of T tokens (slices and arena). */
+double ttt_layer_batch_work_bytes(const ttt_layer *L, long T);
+/* A buffer for large outputs written once: 2 MiB aligned and advised as huge pages (fewer page
+ * faults on first touch). Released with free(). */
+void *ttt_batch_alloc(size_t bytes);
 
 #endif
