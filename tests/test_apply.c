@@ -342,6 +342,17 @@ START_TEST(split_sequence_resumes_through_state) {
 }
 END_TEST
 
+/* The optimizer's state is carried too: Titans' momentum (final_state.opt0) and LaCT's momentum
+ * and renormalization targets. Without it the second call restarts the momentum at zero, and
+ * Titans' continuation was 33 % off. Split at a block boundary (b = 4, T1 = 8), so the blocks of
+ * the two calls are those of one call. */
+START_TEST(split_carries_optimizer_state) {
+    check_split_resume("layer: {preset: titans, mini_batch: 4}\n", 8, 8, 5, 1);
+    check_split_resume("layer: {preset: lact, mini_batch: 4, optimizer: {momentum: 0.5}}\n", 8, 6,
+                       6, 1);
+}
+END_TEST
+
 /* A model with two weights of different ranks (ttt_linear: W (d, d), b (d)): names
  * final_state.0 / .1, shapes (B, H, *W_i), and the state round trip through initial_state.i. */
 START_TEST(several_weights_named_and_resumable) {
@@ -800,6 +811,7 @@ static Suite *apply_suite(void) {
     tcase_add_test(tc, heads_and_batches_stay_apart);
     tcase_add_test(tc, split_sequence_resumes_through_state);
     tcase_add_test(tc, several_weights_named_and_resumable);
+    tcase_add_test(tc, split_carries_optimizer_state);
     tcase_add_test(tc, matches_pytorch_gated_delta_reference);
     tcase_add_test(tc, matches_pytorch_gla_reference);
     tcase_add_test(tc, empty_sequence_returns_initial_state);
