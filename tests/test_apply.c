@@ -273,7 +273,7 @@ static void check_split_resume(const char *yaml, int T1, int dk, int dv, int wit
         in.la = NULL;
     }
     char *dir = tu_mkdtemp();
-    ttt_st_tensor ts[6 + TTT_MAX_WEIGHTS];
+    ttt_st_tensor ts[6 + TTT_BATCH_MAX_STATE];
     int n = as_tensors(&in, ts);
     ttt_st_file *full = run_apply_file(dir, ts, n, yaml);
 
@@ -293,7 +293,7 @@ static void check_split_resume(const char *yaml, int T1, int dk, int dv, int wit
     ttt_st_file *first = run_apply_file(dir, ts, n, yaml);
     n = as_tensors(&p2, ts);
     /* every final_state* of the first call becomes the matching initial_state* */
-    char names[TTT_MAX_WEIGHTS][48];
+    char names[TTT_BATCH_MAX_STATE][48];
     int n_w = 0;
     for (int i = 0; i < first->n; i++) {
         const ttt_st_tensor *t = &first->t[i];
