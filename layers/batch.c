@@ -25,22 +25,21 @@ int ttt_layer_state_count(const ttt_layer *L) {
     return n_w * (1 + ttt_layer_opt_state_count(L)) + (L->normalize == TTT_NORMALIZE_RATIO);
 }
 
+/* The names of the state tensors: constants, so that any thread may hand them out. */
+_Static_assert(TTT_MAX_WEIGHTS == 8 && TTT_MAX_OPT_STATE == 4, "extend the name tables below");
+static const char *const names_one[1 + TTT_MAX_OPT_STATE] = {"W", "W.opt0", "W.opt1", "W.opt2",
+                                                              "W.opt3"};
+static const char *const names_multi[TTT_MAX_WEIGHTS][1 + TTT_MAX_OPT_STATE] = {
+    {"W.0", "W.0.opt0", "W.0.opt1", "W.0.opt2", "W.0.opt3"},
+    {"W.1", "W.1.opt0", "W.1.opt1", "W.1.opt2", "W.1.opt3"},
+    {"W.2", "W.2.opt0", "W.2.opt1", "W.2.opt2", "W.2.opt3"},
+    {"W.3", "W.3.opt0", "W.3.opt1", "W.3.opt2", "W.3.opt3"},
+    {"W.4", "W.4.opt0", "W.4.opt1", "W.4.opt2", "W.4.opt3"},
+    {"W.5", "W.5.opt0", "W.5.opt1", "W.5.opt2", "W.5.opt3"},
+    {"W.6", "W.6.opt0", "W.6.opt1", "W.6.opt2", "W.6.opt3"},
+    {"W.7", "W.7.opt0", "W.7.opt1", "W.7.opt2", "W.7.opt3"}};
+
 int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape[TTT_MAX_DIMS]) {
-    /* names for every slot, built once (models have ≤ TTT_MAX_WEIGHTS weights, optimizers
-     * ≤ TTT_MAX_OPT_STATE state tensors per weight) */
-    static char names[2][TTT_MAX_WEIGHTS][1 + TTT_MAX_OPT_STATE][16];
-    static int built;
-    if (!built) { /* the same text whichever thread writes it first */
-        for (int one = 0; one < 2; one++)
-            for (int w = 0; w < TTT_MAX_WEIGHTS; w++)
-                for (int s = 0; s <= TTT_MAX_OPT_STATE; s++) {
-                    char wn[8] = "";
-                    if (!one) snprintf(wn, sizeof wn, ".%d", w);
-                    if (s == 0) snprintf(names[one][w][s], sizeof names[one][w][s], "W%s", wn);
-                    else snprintf(names[one][w][s], sizeof names[one][w][s], "W%s.opt%d", wn, s - 1);
-                }
-        built = 1;
-    }
     const int n_w = L->model->n_weights, n_opt = ttt_layer_opt_state_count(L);
     if (i < 0 || i >= ttt_layer_state_count(L)) return 0;
     if (i >= n_w * (1 + n_opt)) { /* the normalizer z of normalize: ratio */
@@ -51,7 +50,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
     }
     /* weights first, then each weight's optimizer state tensors (of the weight's shape) */
     const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
-    if (name) *name = names[n_w == 1][w][s];
+    if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
     return L->model->shape(w, L->d_k, L->d_v, shape);
 }
 
@@ -79,22 +78,23 @@ int ttt_layer_batch_threads(int threads, long n_seq) {
 }
 
 
-/* Layers whose forward (ttt_layer_forward without a tape) is one closed-form kernel of kernels.h
- * with nothing around it but the query scale, β = θ·η and the constant decay: linear attention and
- * the delta rule in their recurrent, parallel and chunkwise forms, without RoPE or output
- * normalization. the batch runner runs these kernels on the (B, T, H, D) arrays in place, with row strides
- * (kernels.h, ttt_form_ld; the entry's forward_strided), instead of gathering each head into (T, D) slices and scattering the
- * output back: those copies, bound by memory bandwidth, took ~40 % of the time of the chunkwise
- * linear attention at H = 8, d = 64, T = 4096. The kernels' arithmetic does not depend on the
- * strides, so the outputs are the same bits either way (tests/test_apply.c compares the two paths
- * on every such layer).
+/* Layers whose forward (ttt_layer_forward without a tape) is one closed-form kernel with nothing
+ * around it but the query scale, β = θ·η and the constant decay — the entries with a
+ * forward_strided (form.h), for layers without RoPE or output normalization — run on the
+ * (B, T, H, D) arrays in place, with row strides (kernels.h, ttt_form_ld), instead of gathering
+ * each head into (T, D) slices and scattering the output back: those copies, bound by memory
+ * bandwidth, took ~40 % of the time of the chunkwise linear attention at H = 8, d = 64,
+ * T = 4096. The kernels' arithmetic does not depend on the strides, so the outputs are the same
+ * bits either way (tests/test_apply.c compares the two paths on every such layer,
+ * tests/test_contract_forms.c every entry).
  *
  * Setting the environment variable TTT_APPLY_GATHER to 1 makes every layer take the gathered path
  * (the one all other layers take): a switch for that test and for measuring the copies, which
  * changes no output. */
-/* The registry entry that runs L in place (see above: its forward_strided) for these inputs, or
- * NULL for the gathered path. The entry is the one ttt_layer_forward would choose for the same
- * inputs (ttt_form_choose), so both paths run the same form. */
+
+/* The registry entry that runs L in place for these inputs, or NULL for the gathered path. The
+ * entry is the one ttt_layer_forward would choose for the same inputs (ttt_form_choose), so both
+ * paths run the same form. */
 static const ttt_form_entry *strided_entry(const ttt_layer *L, int T, int has_eta,
                                                  int has_la, int alpha_vec, int H, int d_k,
                                                  int d_v) {
@@ -276,8 +276,8 @@ static double arena_bytes(const ttt_layer *L, long T) {
  * one's (T, D) slices, run the layer, which writes its output straight into the output slice
  * (ttt_layer_forward), scatter it — or, for a layer with an in-place kernel (strided_entry),
  * run that kernel on the caller's arrays and the output directly. The slices and the arena's
- * first block are allocated once per thread and reused by every sequence (the arena is reset to a mark after each), so only
- * the first sequence touches fresh pages. Each sequence's computation is the same code on one
+ * first block are allocated once per thread and reused by every sequence (the arena is reset to
+ * a mark after each), so only the first sequence touches fresh pages. Each sequence's computation is the same code on one
  * thread with single-threaded BLAS, so its output does not depend on which thread ran it.
  * Returns the index of the first failing sequence (its error in err), or -1. */
 static long batch_range(const batch_args *A, long first, long count, ttt_status *st_out,
@@ -293,7 +293,8 @@ static long batch_range(const batch_args *A, long first, long count, ttt_status 
                  nl = A->io->log_alpha ? up16(n * gk) : 0;
     /* an in-place kernel's buffers (batch_kernel_run): scaled queries, β, constant gates */
     const size_t kq = kernel && A->L->scale != 1.0f ? up16((size_t)T * d_k) : 0,
-                 kb = kernel ? up16((size_t)T) : 0, kl = kernel && !A->io->log_alpha ? up16((size_t)T) : 0;
+                 kb = kernel ? up16((size_t)T) : 0,
+                 kl = kernel && !A->io->log_alpha ? up16((size_t)T) : 0;
     float *buf = ttt_batch_alloc(sizeof(float) * (2 * nq + 2 * nv + ne + nl + kq + kb + kl));
     float *qs = buf, *ks = qs + nq;          /* (T, d_k) each */
     float *vs = ks + nq, *os = vs + nv;      /* (T, d_v) each */

@@ -96,7 +96,9 @@ static batch_in make_in(int dk, int dv, uint64_t seed) {
     return in;
 }
 
-static void free_in(batch_in *in) { free(in->q), free(in->k), free(in->v), free(in->eta), free(in->la); }
+static void free_in(batch_in *in) {
+    free(in->q), free(in->k), free(in->v), free(in->eta), free(in->la);
+}
 
 /* Tokens [t0, t0 + n) of a (B, T, H, d) array as a (B, n, H, d) one. */
 static float *slice(const float *x, int d, int t0, int n) {
@@ -261,7 +263,8 @@ START_TEST(auto_runs_them_through_apply) {
     enum { DK = 6, DV = 5 };
     ttt_rng r;
     ttt_rng_seed(&r, 8);
-    float *q = randn(&r, (size_t)B * T * H * DK, 0.5f), *k = randn(&r, (size_t)B * T * H * DK, 0.4f);
+    float *q = randn(&r, (size_t)B * T * H * DK, 0.5f);
+    float *k = randn(&r, (size_t)B * T * H * DK, 0.4f);
     float *v = randn(&r, (size_t)B * T * H * DV, 1.0f);
     float *e = uniform(&r, (size_t)B * T * H, 0.2f, 1.0f);
     float *la = uniform(&r, (size_t)B * T * H * (c->vec ? DK : 1), -0.2f, -0.01f);

@@ -70,7 +70,9 @@ static int build_layer(ttt_layer *L, const ttt_preset *p) {
 }
 
 static const char *gate_name(ttt_gate_shape g) {
-    return g == TTT_FORM_GATE_NONE ? "no gate" : g == TTT_FORM_GATE_TOKEN ? "gate (T)" : "gate (T, d_k)";
+    return g == TTT_FORM_GATE_NONE    ? "no gate"
+           : g == TTT_FORM_GATE_TOKEN ? "gate (T)"
+                                      : "gate (T, d_k)";
 }
 
 /* The inputs a layer call makes: with a constant decay a "no gate" call passes log α per token,

@@ -908,8 +908,8 @@ START_TEST(test_layer_diff_matches_generic) {
 }
 END_TEST
 
-/* Without a tape ttt_layer_forward_diff is an ordinary forward: the output of the entry's forward and
- * the final state written in place (the state tensors keep their identity). */
+/* Without a tape ttt_layer_forward_diff is an ordinary forward: the output of the entry's forward
+ * and the final state written in place (the state tensors keep their identity). */
 START_TEST(test_layer_diff_nograd) {
     const lcase *lc = &layer_cases[_i];
     ttt_layer L;

@@ -964,7 +964,8 @@ START_TEST(sgd_l2_equals_decoupled_decay) {
                dv);
     make_layer(&Ld, "model: linear, loss: squared, optimizer: {name: sgd, lr: 0.5, decay: 0.9}, "
                     "form: generic", dk, dv);
-    ck_assert_str_eq(tu_form_used(&Ll), "generic"); /* l2 has no closed form: auto must not pick one */
+    /* l2 has no closed form: auto must not pick one */
+    ck_assert_str_eq(tu_form_used(&Ll), "generic");
     ttt_layer_state sl = {0}, sd = {0};
     ttt_tensor *ol = forward(&f, &Ll, &sl, q, k, v, NULL, NULL);
     ttt_tensor *od = forward(&f, &Ld, &sd, q, k, v, NULL, NULL);

@@ -32,7 +32,8 @@ const char *ttt_form_choices(void) {
     size_t w = (size_t)snprintf(buf, sizeof buf, "auto");
     for (int i = 0; i < N_FORMS; i++) {
         int seen = 0;
-        for (int j = 0; j < i && !seen; j++) seen = strcmp(registry[j]->form, registry[i]->form) == 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(registry[j]->form, registry[i]->form) == 0;
         if (!seen && w < sizeof buf)
             w += (size_t)snprintf(buf + w, sizeof buf - w, "|%s", registry[i]->form);
     }

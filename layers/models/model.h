@@ -18,7 +18,8 @@
 enum {
     TTT_MODEL_LINEAR_MAP = 1 << 0,  /* f(W; x) = x W, one weight W (d_k, d_v) whose rows are the
                                      * key dimensions (a per-key gate scales its rows) */
-    TTT_MODEL_RESIDUAL_LN = 1 << 1, /* f(W, b; x) = x + LN(x W + b), LN without affine (TTT-Linear) */
+    TTT_MODEL_RESIDUAL_LN = 1 << 1, /* f(W, b; x) = x + LN(x W + b), LN without affine
+                                     * (TTT-Linear) */
     TTT_MODEL_SWIGLU = 1 << 2,      /* f(W; x) = (silu(x W0) ⊙ (x W2)) W1, no residual (LaCT) */
 };
 

@@ -5,8 +5,8 @@
  * head, feature. Internally every (batch, head) pair is one independent sequence (MATH.md §0:
  * "batch and heads are independent copies") converted to the (T, D) layout the layer works on;
  * forms with a strided kernel (layers/forms/form.h, forward_strided) read and write it in place
- * with row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the copies,
- * layers/batch.c).
+ * with row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the
+ * copies, layers/batch.c).
  *
  * Input tensors (any dtype the safetensors reader accepts; read as float32):
  *   q              (B, T, H, d_k)   queries (multiplied by layer.scale, default 1.0 — PyTorch
@@ -39,7 +39,8 @@
  *                                   every final_state* as initial_state* equals one call.
  * Metadata: ttt_version, preset, form (the form that ran: auto is resolved for the inputs),
  * layer (the resolved `layer:` mapping), layout ("BTHD"), threads (how many ran the sequences)
- * and seconds (wall time of the layer over all sequences, without reading or writing files: what a benchmark against another tool compares).
+ * and seconds (wall time of the layer over all sequences, without reading or writing files:
+ * what a benchmark against another tool compares).
  *
  * Threads: the (batch, head) sequences are split over OpenMP threads in contiguous ranges (a
  * static schedule), single-threaded BLAS inside each (ttt_apply* call openblas_set_num_threads(1)). Every sequence is computed by one thread with the same code, so the

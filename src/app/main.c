@@ -239,7 +239,8 @@ static int cmd_list(void) {
                p->name, p->help, p->model, p->loss, p->optimizer, p->mini_batch, p->order,
                p->steps, p->position_scale, p->recurrence);
     }
-    printf("\nComputation forms (layer.form: auto or a form name; family/form, auto preference):\n");
+    printf("\nComputation forms (layer.form: auto or a form name; family/form, auto "
+           "preference):\n");
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
         char name[64];

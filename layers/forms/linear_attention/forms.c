@@ -110,7 +110,9 @@ static double la_chunk_bytes(const ttt_layer *L, long T, double C) {
 static double la_scratch_recurrent(const ttt_layer *L, long T) {
     return (2.0 * L->d_k * L->d_v + 2.0 * (L->d_k + L->d_v) + (double)T + 16) * sizeof(float);
 }
-static double la_scratch_parallel(const ttt_layer *L, long T) { return la_chunk_bytes(L, T, (double)T); }
+static double la_scratch_parallel(const ttt_layer *L, long T) {
+    return la_chunk_bytes(L, T, (double)T);
+}
 static double la_scratch_chunkwise(const ttt_layer *L, long T) {
     return la_chunk_bytes(L, T, L->chunk);
 }
