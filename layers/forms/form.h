@@ -1,6 +1,7 @@
 /* What every computation form of a layer sees: the resolved layer (a tuple with its numbers,
- * docs/math.md §1), its state, and the choice among forms. The forms themselves are in the
- * family folders beside this header; layers/layer.h builds layers and runs them. */
+ * docs/math.md §1), its state, and the registry of forms with the choice among them (docs/forms.md).
+ * The forms themselves are in the family folders beside this header, one registry entry each
+ * (form_list.h); layers/layer.h builds layers and runs them. */
 #ifndef TTT_FORM_H
 #define TTT_FORM_H
 
