@@ -1,123 +1,457 @@
-/* The batched forward on caller buffers (layer.h, ttt_layer_forward_batch): each (batch, head)
- * sequence of the (B, T, H, D) layout is gathered into (T, D) tensors, run by ttt_layer_forward
- * from its initial state, and scattered back with its final state. A plain reference
- * implementation: one sequence after another, copies in and out. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
+/* The batched runner (layer.h, ttt_layer_forward_batch): a layer over (B, T, H, D) arrays of the
+ * caller, one (batch, head) sequence at a time, with its whole carried state (weights, optimizer
+ * state, normalizer) in and out. What `ttt apply` (src/app/apply.c) and the C API run. */
+#define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) next to the build's _POSIX_C_SOURCE */
 #include "layer.h"
 
-static int n_opt_state(const ttt_layer *L) {
-    return L->optim->n_state ? L->optim->n_state(L->optim_cfg) : 0;
-}
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels.h"
+#include "rng.h"
+
+/* ---- the carried state, as a list of tensors ---- */
 
 int ttt_layer_state_count(const ttt_layer *L) {
     const int n_w = L->model->n_weights;
-    return n_w + n_w * n_opt_state(L) + (L->normalize == TTT_NORMALIZE_RATIO);
+    return n_w * (1 + ttt_layer_opt_state_count(L)) + (L->normalize == TTT_NORMALIZE_RATIO);
 }
 
-/* Names of the state tensors: "W0"…, "W0.opt0"…, "z". */
-#define W_NAMES(w) "W" #w
-#define OPT_NAMES(w) {"W" #w ".opt0", "W" #w ".opt1", "W" #w ".opt2", "W" #w ".opt3"}
-static const char *const weight_names[TTT_MAX_WEIGHTS] = {
-    W_NAMES(0), W_NAMES(1), W_NAMES(2), W_NAMES(3), W_NAMES(4), W_NAMES(5), W_NAMES(6), W_NAMES(7)};
-static const char *const opt_names[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE] = {
-    OPT_NAMES(0), OPT_NAMES(1), OPT_NAMES(2), OPT_NAMES(3),
-    OPT_NAMES(4), OPT_NAMES(5), OPT_NAMES(6), OPT_NAMES(7)};
+/* The names of the state tensors: constants, so that any thread may hand them out. */
+_Static_assert(TTT_MAX_WEIGHTS == 8 && TTT_MAX_OPT_STATE == 4, "extend the name tables below");
+static const char *const names_one[1 + TTT_MAX_OPT_STATE] = {"W", "W.opt0", "W.opt1", "W.opt2",
+                                                              "W.opt3"};
+static const char *const names_multi[TTT_MAX_WEIGHTS][1 + TTT_MAX_OPT_STATE] = {
+    {"W.0", "W.0.opt0", "W.0.opt1", "W.0.opt2", "W.0.opt3"},
+    {"W.1", "W.1.opt0", "W.1.opt1", "W.1.opt2", "W.1.opt3"},
+    {"W.2", "W.2.opt0", "W.2.opt1", "W.2.opt2", "W.2.opt3"},
+    {"W.3", "W.3.opt0", "W.3.opt1", "W.3.opt2", "W.3.opt3"},
+    {"W.4", "W.4.opt0", "W.4.opt1", "W.4.opt2", "W.4.opt3"},
+    {"W.5", "W.5.opt0", "W.5.opt1", "W.5.opt2", "W.5.opt3"},
+    {"W.6", "W.6.opt0", "W.6.opt1", "W.6.opt2", "W.6.opt3"},
+    {"W.7", "W.7.opt0", "W.7.opt1", "W.7.opt2", "W.7.opt3"}};
 
 int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape[TTT_MAX_DIMS]) {
-    const int n_w = L->model->n_weights, n_opt = n_opt_state(L);
+    const int n_w = L->model->n_weights, n_opt = ttt_layer_opt_state_count(L);
     if (i < 0 || i >= ttt_layer_state_count(L)) return -1;
-    if (i >= n_w + n_w * n_opt) { /* z (d_k, 1) */
+    if (i >= n_w * (1 + n_opt)) { /* the normalizer z of normalize: ratio */
         if (name) *name = "z";
         shape[0] = L->d_k;
         shape[1] = 1;
         return 2;
     }
-    const int w = i < n_w ? i : (i - n_w) / n_opt; /* an optimizer state has its weight's shape */
-    if (name) *name = i < n_w ? weight_names[w] : opt_names[w][(i - n_w) % n_opt];
-    return L->model->shape(w, L->d_k, L->d_v, shape);
+    /* weights first, then each weight's optimizer state tensors, of the shapes the optimizer
+     * declares for that weight (optim.h state_shape: e.g. Adam's step count is one float) */
+    const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
+    if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
+    const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+    if (s == 0) return nd;
+    int w_shape[TTT_MAX_DIMS];
+    memcpy(w_shape, shape, sizeof w_shape);
+    return ttt_optim_state_shape(L->optim, L->optim_cfg, shape, s - 1, w_shape, nd);
 }
 
-/* State tensor i of a sequence's state, in the order of ttt_layer_state_info. */
-static ttt_tensor **state_slot(ttt_layer_state *st, int i) {
-    if (i < st->n_w) return &st->W[i];
-    i -= st->n_w;
-    if (i < st->n_w * st->n_opt) return &st->opt[i / st->n_opt][i % st->n_opt];
-    return &st->z;
+/* The state slot i of st. */
+static ttt_tensor *state_slot(const ttt_layer *L, ttt_layer_state *st, int i) {
+    const int n_w = st->n_w, n_opt = st->n_opt;
+    (void)L;
+    if (i < n_w) return st->W[i];
+    if (i < n_w * (1 + n_opt)) return st->opt[(i - n_w) / n_opt][(i - n_w) % n_opt];
+    return st->z;
+}
+
+/* The threads that run the sequences: `threads` if positive, else OpenMP's default (the machine's
+ * cores, or OMP_NUM_THREADS), never more than there are sequences; 1 without OpenMP. */
+int ttt_layer_batch_threads(int threads, long n_seq) {
+#ifdef _OPENMP
+    int n = threads > 0 ? threads : omp_get_max_threads();
+#else
+    int n = 1;
+    (void)threads;
+#endif
+    if (n > n_seq) n = (int)n_seq;
+    if (n > TTT_BATCH_MAX_THREADS) n = TTT_BATCH_MAX_THREADS;
+    return n < 1 ? 1 : n;
+}
+
+
+/* Layers whose forward (ttt_layer_forward without a tape) is one closed-form kernel with nothing
+ * around it but the query scale, β = θ·η and the constant decay — the entries with a
+ * forward_strided (form.h), for layers without RoPE or output normalization — run on the
+ * (B, T, H, D) arrays in place, with row strides (kernels.h, ttt_form_ld), instead of gathering
+ * each head into (T, D) slices and scattering the output back: those copies, bound by memory
+ * bandwidth, took ~40 % of the time of the chunkwise linear attention at H = 8, d = 64,
+ * T = 4096. The kernels' arithmetic does not depend on the strides, so the outputs are the same
+ * bits either way (tests/test_apply.c compares the two paths on every such layer,
+ * tests/test_contract_forms.c every entry).
+ *
+ * Setting the environment variable TTT_APPLY_GATHER to 1 makes every layer take the gathered path
+ * (the one all other layers take): a switch for that test and for measuring the copies, which
+ * changes no output. */
+
+/* The registry entry that runs L in place for these inputs, or NULL for the gathered path. The
+ * entry is the one ttt_layer_forward would choose for the same inputs (ttt_form_choose), so both
+ * paths run the same form. */
+static const ttt_form_entry *strided_entry(const ttt_layer *L, int T, int has_eta,
+                                                 int has_la, int alpha_vec, int H, int d_k,
+                                                 int d_v) {
+    const char *gather = getenv("TTT_APPLY_GATHER");
+    if (gather && strcmp(gather, "1") == 0) return NULL;
+    if (L->rope || L->normalize != TTT_NORMALIZE_NONE) return NULL;
+    const int d = d_k > d_v ? d_k : d_v;
+    if ((long long)H * d > INT_MAX) return NULL; /* strides are BLAS ints */
+    const ttt_form_inputs in = {.T = T, .eta = has_eta,
+                                .gate = alpha_vec ? TTT_FORM_GATE_KEY
+                                        : has_la || L->decay != 1.0f ? TTT_FORM_GATE_TOKEN
+                                                                     : TTT_FORM_GATE_NONE,
+                                .tape = 0};
+    const ttt_form_entry *e = ttt_form_choose(L, &in, NULL);
+    return e && e->forward_strided ? e : NULL;
+}
+
+/* Everything the sequences need; read-only while the threads run, except the disjoint slices of
+ * the outputs each sequence writes. */
+typedef struct batch_args {
+    const ttt_layer *L;
+    const ttt_form_entry *kernel; /* the in-place form (strided_entry), or NULL */
+    const ttt_layer_io *io;
+    int alpha_vec;
+    int n_state;
+    size_t numel[TTT_BATCH_MAX_STATE]; /* elements of each state tensor, per sequence */
+    int B, T, H, d_k, d_v;
+    size_t arena_bytes; /* the first arena block of each thread: one sequence's temporaries */
+} batch_args;
+
+
+/* Large buffers that a call writes once (the output, each thread's slices) are fresh memory
+ * in a fresh process, and the first touch of each 4 KiB page is a page fault: 1–2 µs each on the
+ * measured machine (a VM), more than writing the page (touching 8 MiB for the first time took
+ * 4–8 ms, the second time 0.2 ms). Aligned to 2 MiB and advised as transparent huge pages
+ * (THP in "madvise" mode, the common default), the same 8 MiB faulted in 0.3–1.3 ms. Where
+ * huge pages are unavailable the advice does nothing. Released with free(). */
+#define BATCH_HUGE ((size_t)2 << 20)
+void *ttt_batch_alloc(size_t bytes) {
+    if (bytes < BATCH_HUGE) return malloc(bytes + 1); /* + 1: never malloc(0) */
+    const size_t n = (bytes + BATCH_HUGE - 1) / BATCH_HUGE * BATCH_HUGE;
+    void *p = aligned_alloc(BATCH_HUGE, n);
+#ifdef MADV_HUGEPAGE
+    if (p) (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: failure changes nothing */
+#endif
+    return p;
+}
+
+/* Floats rounded up to 64 bytes, so that every slice starts where an arena allocation would. */
+static size_t up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* A head's rows in the file are H·D floats apart, so each one starts a new run of cache lines
+ * (and at H·D ≥ 512 a new 4 KiB page), which the hardware prefetcher does not anticipate and
+ * the gather then waits for. Asking for the rows this many tokens ahead cut the gather's CPU
+ * time by ~20 % (mamba2, H = 8, d = 64, T = 4096: 6.9 → 5.6 ms per call; 4 and 16 rows ahead
+ * did no better than 8). */
+#define BATCH_PREFETCH_ROWS 8
+static void prefetch_row(const float *p, /* (n) */ int n) {
+#if defined(__GNUC__)
+    for (int i = 0; i < n; i += 16) __builtin_prefetch(p + i, 0, 0); /* one per 64 bytes */
+#else
+    (void)p, (void)n;
+#endif
+}
+
+
+/* Sequence s = b·H + h of the (B, T, H, D) layout gathered into (T, D) slices, one pass over
+ * the tokens for all inputs: row t of every input of (b, h) is at ((b·T + t)·H + h)·D. NULL
+ * beta / la (and their slices) are skipped; la holds gk values per token. The pass is bound by
+ * memory bandwidth: gathering all heads of a (b, t) row at once (contiguous reads into H slices)
+ * measured no faster (~4 ms for q, k, v at H = 8, d = 64, T = 4096 either way, including the
+ * layer's read of the slices) and needs H slices per thread. */
+static void batch_gather(float *qs, float *ks, float *vs, /* (T, d_k), (T, d_k), (T, d_v) */
+                         float *es, float *ls,            /* (T), (T, gk) or NULL */
+                         const batch_args *A, long s, int gk) {
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const float *q = A->io->q, *k = A->io->k, *v = A->io->v;
+    const float *beta = es ? A->io->eta : NULL, *la = ls ? A->io->log_alpha : NULL;
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H); /* (b, 0, h) */
+    for (size_t t = 0; t < (size_t)T; t++) {
+        const size_t r = row0 + t * H; /* (b, t, h) */
+        if (t + BATCH_PREFETCH_ROWS < (size_t)T) {
+            const size_t rp = r + (size_t)BATCH_PREFETCH_ROWS * H;
+            prefetch_row(q + rp * d_k, d_k);
+            prefetch_row(k + rp * d_k, d_k);
+            prefetch_row(v + rp * d_v, d_v);
+            if (la && gk > 1) prefetch_row(la + rp * gk, gk);
+        }
+        memcpy(qs + t * d_k, q + r * d_k, (size_t)d_k * sizeof(float));
+        memcpy(ks + t * d_k, k + r * d_k, (size_t)d_k * sizeof(float));
+        memcpy(vs + t * d_v, v + r * d_v, (size_t)d_v * sizeof(float));
+        if (beta) es[t] = beta[r];
+        if (la && gk == 1) ls[t] = la[r];
+        else if (la) memcpy(ls + t * gk, la + r * gk, (size_t)gk * sizeof(float));
+    }
+}
+
+/* The (T, d_v) output of sequence s into o (B, T, H, d_v). */
+static void batch_scatter(float *o,        /* (B, T, H, d_v) */
+                          const float *os, /* (T, d_v) */
+                          long s, int T, int H, int d_v) {
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H);
+    for (size_t t = 0; t < (size_t)T; t++)
+        memcpy(o + (row0 + t * H) * d_v, os + t * d_v, (size_t)d_v * sizeof(float));
+}
+
+/* Sequence s of A through its in-place form (strided_entry), in place in the (B, T, H, D) arrays:
+ * exactly what ttt_layer_forward computes for it on gathered slices. Its prologue is reproduced
+ * operation for operation: β_t = θ·η_t (θ·1 without η), the constant decay log(decay) per token
+ * when no gates are given, q·scale when scale ≠ 1. Those go into the thread's buffers qs (T, d_k),
+ * bs (T), ls (T); θ·η_t = η_t exactly when θ = 1, so then η is read in place, like the gates
+ * and, with scale 1, the queries. S (d_k, d_v) is the state, in/out. */
+static void batch_kernel_run(const batch_args *A, long s, float *S, float *qs, float *bs,
+                             const float *ls, ttt_ctx *ctx) {
+    const ttt_layer *L = A->L;
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const int gk = A->alpha_vec ? d_k : 1;
+    const size_t row0 = (size_t)(s / H) * T * H + (size_t)(s % H); /* (b, 0, h) */
+    ttt_form_ld ld = {.o = H * d_v, .q = H * d_k, .k = H * d_k, .v = H * d_v, .beta = H,
+                      .la = H * gk};
+    const float *q = A->io->q + row0 * d_k;
+    if (L->scale != 1.0f) { /* ttt_scale: one rounding per element */
+        for (size_t t = 0; t < (size_t)T; t++)
+            for (int c = 0; c < d_k; c++)
+                qs[t * d_k + c] = q[t * ld.q + c] * L->scale;
+        q = qs;
+        ld.q = d_k;
+    }
+    const float *eta = A->io->eta ? A->io->eta + row0 : NULL, *beta = eta;
+    if (!eta || L->lr != 1.0f) { /* the entries' β (ttt_form_beta_array) */
+        for (size_t t = 0; t < (size_t)T; t++) bs[t] = L->lr * (eta ? eta[t * H] : 1.0f);
+        beta = bs;
+        ld.beta = 1;
+    }
+    const float *la = A->io->log_alpha ? A->io->log_alpha + row0 * gk : NULL;
+    if (!la && L->decay != 1.0f) { /* the constant decay, filled in once per thread */
+        la = ls;
+        ld.la = 1;
+    }
+    const float *k = A->io->k + row0 * d_k, *v = A->io->v + row0 * d_v;
+    float *o = A->io->o + row0 * d_v;
+    const ttt_form_strided a = {.o = o, .q = q, .k = k, .v = v, .beta = beta, .log_alpha = la,
+                                .alpha_vec = A->alpha_vec, .T = T, .ld = ld};
+    A->kernel->forward_strided(ctx, L, S, &a);
+}
+
+/* The caller's initial state of sequence bh into st: every given tensor replaces the layer's
+ * own initial value. A weight given without its optimizer state gets that state rebuilt from it
+ * (optim.h: init_state, e.g. large_batch's renormalization target ‖W_0‖), as the layer's
+ * initialization would have; given optimizer state then overrides. */
+static void batch_state_in(const batch_args *A, ttt_ctx *ctx, ttt_layer_state *st, size_t bh) {
+    const float *const *in = A->io->state_in;
+    if (!in) return;
+    const ttt_layer *L = A->L;
+    for (int i = 0; i < A->n_state; i++)
+        if (in[i]) memcpy(state_slot(L, st, i)->data, in[i] + bh * A->numel[i],
+                          A->numel[i] * sizeof(float));
+    for (int w = 0; w < st->n_w && L->optim->init_state; w++) {
+        if (!in[w]) continue;
+        ttt_tensor *fresh[TTT_MAX_OPT_STATE];
+        for (int s = 0; s < st->n_opt; s++) fresh[s] = ttt_tensor_zeros_like(ctx, st->opt[w][s]);
+        L->optim->init_state(L->optim_cfg, fresh, st->W[w]);
+        for (int s = 0; s < st->n_opt; s++)
+            if (!in[st->n_w + w * st->n_opt + s])
+                memcpy(st->opt[w][s]->data, fresh[s]->data, fresh[s]->n * sizeof(float));
+    }
+}
+
+/* One sequence's arena: the layer's estimate (layer.h) plus the state several times over (the
+ * driver's block copies and gradients), 1 MiB of slack for tensor headers and alignment. */
+static double arena_bytes(const ttt_layer *L, long T) {
+    double gram;
+    const double w = ttt_layer_weight_floats(L, &gram);
+    return ttt_layer_forward_bytes(L, T) + (1 << 20) +
+           ((4.0 + TTT_MAX_OPT_STATE) * w + 2.0 * ttt_layer_opt_state_floats(L)) * sizeof(float);
+}
+
+/* Run sequences [first, first + count) of the B·H (batch-major) on one thread: gather each
+ * one's (T, D) slices, run the layer, which writes its output straight into the output slice
+ * (ttt_layer_forward), scatter it — or, for a layer with an in-place kernel (strided_entry),
+ * run that kernel on the caller's arrays and the output directly. The slices and the arena's
+ * first block are allocated once per thread and reused by every sequence (the arena is reset to
+ * a mark after each), so only the first sequence touches fresh pages. Each sequence's computation is the same code on one
+ * thread with single-threaded BLAS, so its output does not depend on which thread ran it.
+ * Returns the index of the first failing sequence (its error in err), or -1. */
+static long batch_range(const batch_args *A, long first, long count, ttt_status *st_out,
+                        ttt_error *err) {
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const int gk = A->alpha_vec ? d_k : 1; /* gate values per token */
+    const int kernel = A->kernel != NULL;
+    /* one head: (B, T, 1, D) is already (T, D) per batch element, so the layer reads the caller's
+     * arrays and writes the output in place (no slices, no copies) */
+    const int direct = H == 1 || kernel;
+    const size_t n = direct ? 0 : (size_t)T;
+    const size_t nq = up16(n * d_k), nv = up16(n * d_v), ne = A->io->eta ? up16(n) : 0,
+                 nl = A->io->log_alpha ? up16(n * gk) : 0;
+    /* an in-place kernel's buffers (batch_kernel_run): scaled queries, β, constant gates */
+    const size_t kq = kernel && A->L->scale != 1.0f ? up16((size_t)T * d_k) : 0,
+                 kb = kernel ? up16((size_t)T) : 0,
+                 kl = kernel && !A->io->log_alpha ? up16((size_t)T) : 0;
+    float *buf = ttt_batch_alloc(sizeof(float) * (2 * nq + 2 * nv + ne + nl + kq + kb + kl));
+    float *qs = buf, *ks = qs + nq;          /* (T, d_k) each */
+    float *vs = ks + nq, *os = vs + nv;      /* (T, d_v) each */
+    float *es = A->io->eta ? os + nv : NULL;          /* (T) */
+    float *ls = A->io->log_alpha ? os + nv + ne : NULL; /* (T, gk) */
+    float *kqs = os + nv + ne + nl, *kbs = kqs + kq, *kls = kbs + kb; /* (T, d_k), (T), (T) */
+    /* the layer's temporaries (state, β, the form's scratch) in one first block sized for a
+     * whole sequence, created now: the marks below are taken after it, so releasing to them
+     * keeps the block and its mapped pages for the next sequence */
+    ttt_arena arena;
+    ttt_arena_init(&arena, A->arena_bytes);
+    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    if (!buf || !ttt_arena_alloc(&arena, 1)) {
+        free(buf);
+        ttt_arena_free(&arena);
+        *st_out = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the sequences' slices");
+        return first;
+    }
+    if (kl && A->L->decay != 1.0f) /* ttt_layer_forward's constant gates */
+        for (size_t t = 0; t < (size_t)T; t++) kls[t] = logf(A->L->decay);
+    ttt_rng base;
+    ttt_rng_seed(&base, A->io->seed);
+    long failed = -1;
+    for (long s = first; s < first + count; s++) {
+        const int b = (int)(s / H), h = (int)(s % H);
+        float *q0 = qs, *k0 = ks, *v0 = vs, *o0 = os, *e0 = es, *l0 = ls;
+        if (kernel) {
+            /* the kernel reads the caller's arrays in place (batch_kernel_run) */
+        } else if (direct) { /* s = b: the slices are the caller's rows */
+            q0 = (float *)A->io->q + (size_t)s * T * d_k;
+            k0 = (float *)A->io->k + (size_t)s * T * d_k;
+            v0 = (float *)A->io->v + (size_t)s * T * d_v;
+            o0 = A->io->o + (size_t)s * T * d_v;
+            if (es) e0 = (float *)A->io->eta + (size_t)s * T;
+            if (ls) l0 = (float *)A->io->log_alpha + (size_t)s * T * gk;
+        } else {
+            batch_gather(qs, ks, vs, es, ls, A, s, gk);
+        }
+        ttt_arena_mark mark = ttt_arena_mark_get(&arena);
+        ttt_tensor q = ttt_tensor_view2(q0, T, d_k);
+        ttt_tensor k = ttt_tensor_view2(k0, T, d_k);
+        ttt_tensor v = ttt_tensor_view2(v0, T, d_v);
+        ttt_tensor o = ttt_tensor_view2(o0, T, d_v);
+        ttt_tensor eta = es ? ttt_tensor_view(e0, 1, (int[]){T}) : (ttt_tensor){0};
+        ttt_tensor la = !ls           ? (ttt_tensor){0}
+                        : A->alpha_vec ? ttt_tensor_view2(l0, T, d_k)
+                                       : ttt_tensor_view(l0, 1, (int[]){T});
+        ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
+        ttt_layer_state state;
+        ttt_layer_state_init(&ctx, A->L, &state, &rng);
+        /* state_in[i] (B, H, shape_i…): tensor i of (b, h) is the block at (b·H + h)·|shape_i| */
+        const size_t bh = (size_t)s;
+        batch_state_in(A, &ctx, &state, bh);
+        if (T > 0 && kernel) {
+            batch_kernel_run(A, s, state.W[0]->data, kqs, kbs, kls, &ctx);
+        } else if (T > 0) {
+            ttt_status st = ttt_layer_forward(&ctx, A->L, &o, &state, &q, &k, &v,
+                                              es ? &eta : NULL, ls ? &la : NULL, err);
+            if (st != TTT_OK) {
+                ttt_error_prefix(err, "batch %d, head %d", b, h);
+                *st_out = st;
+                failed = s;
+                break;
+            }
+        }
+        for (int i = 0; A->io->state_out && i < A->n_state; i++)
+            if (A->io->state_out[i])
+                memcpy(A->io->state_out[i] + bh * A->numel[i],
+                       state_slot(A->L, &state, i)->data, A->numel[i] * sizeof(float));
+        ttt_arena_release(&arena, mark);
+        if (!direct) batch_scatter(A->io->o, os, s, T, H, d_v);
+    }
+    free(buf);
+    ttt_arena_free(&arena);
+    return failed;
+}
+
+/* MATH.md §0 / DESIGN.md "Performance stance": the (batch, head) pairs are independent, so they
+ * are split over OpenMP threads in fixed contiguous ranges (the static schedule, computed here
+ * rather than left to the runtime), with single-threaded BLAS inside each. Nothing is reduced
+ * across threads, so the outputs are bit-identical for any thread count. The error reported is
+ * that of the first failing sequence in (batch, head) order, whichever thread met it. */
+static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *err) {
+    const long n_seq = (long)A->B * A->H;
+    /* BLAS threads would fight the OpenMP ones, and one thread per call keeps each sequence's
+     * arithmetic the same whatever the thread count */
+    openblas_set_num_threads(1);
+    long *failed_at = calloc((size_t)nthreads, sizeof *failed_at);
+    ttt_status *failed_st = calloc((size_t)nthreads, sizeof *failed_st);
+    ttt_error *errs = calloc((size_t)nthreads, sizeof *errs);
+    if (!failed_at || !failed_st || !errs) {
+        free(failed_at);
+        free(failed_st);
+        free(errs);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_forward_batch: out of memory");
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static, 1) num_threads(nthreads)
+#endif
+    for (int t = 0; t < nthreads; t++) {
+        const long first = n_seq * t / nthreads, last = n_seq * (t + 1) / nthreads;
+        failed_st[t] = TTT_OK;
+        failed_at[t] = batch_range(A, first, last - first, &failed_st[t], &errs[t]);
+    }
+    ttt_status st = TTT_OK;
+    for (int t = 0; t < nthreads; t++)
+        if (failed_at[t] >= 0) { /* ranges are in order: the first failure is the earliest */
+            st = failed_st[t];
+            if (err) *err = errs[t];
+            break;
+        }
+    free(failed_at);
+    free(failed_st);
+    free(errs);
+    return st;
+}
+
+double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
+    /* the slices q, k, v, o, β and gates (batch_range) */
+    const double slices = (double)T * (2 * L->d_k + 2 * L->d_v + 1 + L->d_k) * sizeof(float);
+    /* the state several times over (weights, optimizer state and the driver's block copies and
+     * gradients) and the form's temporaries (T² floats for parallel forms); 1 MiB of slack for
+     * tensor headers and alignment. The arena's first block is this size: it is reserved, and
+     * only the pages a sequence touches are mapped. */
+    return slices + arena_bytes(L, T);
 }
 
 ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads,
                                    ttt_error *err) {
-    (void)threads; /* one sequence after another */
-    const int B = io->B, T = io->T, H = io->H, d_k = L->d_k, d_v = L->d_v;
-    if (B < 0 || T < 0 || H < 0 || !io->o || !io->q || !io->k || !io->v)
-        return ttt_error_set(err, TTT_ERR_ARG,
-                             "forward_batch: B, T, H must be >= 0 and o, q, k, v given");
-    const int gk = io->alpha_vec ? d_k : 1;
-    const int n_state = ttt_layer_state_count(L);
-    ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 20);
-    ttt_ctx ctx = {.arena = &arena, .grad = 0};
-    ttt_rng base;
-    ttt_rng_seed(&base, io->seed);
-    ttt_status s = TTT_OK;
-    for (int b = 0; b < B && s == TTT_OK; b++)
-        for (int h = 0; h < H && s == TTT_OK; h++) {
-            const size_t bh = (size_t)b * H + h;
-            ttt_tensor *q = ttt_tensor_2d(&ctx, T, d_k), *k = ttt_tensor_2d(&ctx, T, d_k);
-            ttt_tensor *v = ttt_tensor_2d(&ctx, T, d_v), *o = ttt_tensor_2d(&ctx, T, d_v);
-            ttt_tensor *eta = io->eta ? ttt_tensor_1d(&ctx, T) : NULL;
-            ttt_tensor *la = !io->log_alpha ? NULL
-                             : io->alpha_vec ? ttt_tensor_2d(&ctx, T, d_k)
-                                             : ttt_tensor_1d(&ctx, T);
-            for (int t = 0; t < T; t++) {
-                const size_t row = (size_t)b * T * H + (size_t)t * H + h; /* (b, t, h) */
-                memcpy(q->data + (size_t)t * d_k, io->q + row * d_k, d_k * sizeof(float));
-                memcpy(k->data + (size_t)t * d_k, io->k + row * d_k, d_k * sizeof(float));
-                memcpy(v->data + (size_t)t * d_v, io->v + row * d_v, d_v * sizeof(float));
-                if (eta) eta->data[t] = io->eta[row];
-                if (la) memcpy(la->data + (size_t)t * gk, io->log_alpha + row * gk,
-                               gk * sizeof(float));
-            }
-            ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
-            ttt_layer_state st;
-            ttt_layer_state_init(&ctx, L, &st, &rng);
-            int w_given = 0;
-            for (int i = 0; io->state_in && i < n_state; i++) {
-                ttt_tensor *x = *state_slot(&st, i);
-                if (!io->state_in[i]) continue;
-                memcpy(x->data, io->state_in[i] + bh * x->n, x->n * sizeof(float));
-                w_given |= i < st.n_w;
-            }
-            /* optimizer state not given starts from the given weights (e.g. LaCT's norms) */
-            for (int w = 0; w < st.n_w && w_given; w++) {
-                ttt_tensor *given[TTT_MAX_OPT_STATE];
-                memcpy(given, st.opt[w], sizeof given);
-                ttt_optim_reinit_state(&ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt,
-                                       st.W[w]);
-                for (int j = 0; j < st.n_opt; j++)
-                    if (io->state_in[st.n_w + w * st.n_opt + j]) st.opt[w][j] = given[j];
-            }
-            if (T > 0) {
-                s = ttt_layer_forward(&ctx, L, o, &st, q, k, v, eta, la, err);
-                if (s != TTT_OK) {
-                    ttt_error_prefix(err, "batch %d, head %d", b, h);
-                    break;
-                }
-            }
-            for (int t = 0; t < T; t++) {
-                const size_t row = (size_t)b * T * H + (size_t)t * H + h;
-                memcpy(io->o + row * d_v, o->data + (size_t)t * d_v, d_v * sizeof(float));
-            }
-            for (int i = 0; io->state_out && i < n_state; i++) {
-                const ttt_tensor *x = *state_slot(&st, i);
-                if (io->state_out[i])
-                    memcpy(io->state_out[i] + bh * x->n, x->data, x->n * sizeof(float));
-            }
-            ttt_arena_reset(&arena);
-        }
-    ttt_arena_free(&arena);
-    return s;
+    if (!io || io->B < 1 || io->H < 1 || io->T < 0 ||
+        (io->T > 0 && (!io->o || !io->q || !io->k || !io->v)))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "ttt_layer_forward_batch: B, H ≥ 1, T ≥ 0 and o, q, k, v are "
+                             "required");
+    if (io->alpha_vec && !io->log_alpha)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "ttt_layer_forward_batch: alpha_vec set without log_alpha");
+    batch_args A = {.L = L, .io = io, .alpha_vec = io->alpha_vec && io->log_alpha,
+                    .n_state = ttt_layer_state_count(L), .B = io->B, .T = io->T, .H = io->H,
+                    .d_k = L->d_k, .d_v = L->d_v};
+    TTT_ASSERT(A.n_state <= TTT_BATCH_MAX_STATE);
+    for (int i = 0; i < A.n_state; i++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_layer_state_info(L, i, NULL, shape);
+        A.numel[i] = 1;
+        for (int d = 0; d < nd; d++) A.numel[i] *= (size_t)shape[d];
+    }
+    A.kernel = strided_entry(L, io->T, io->eta != NULL, io->log_alpha != NULL, A.alpha_vec,
+                             io->H, L->d_k, L->d_v);
+    /* in place the entry updates a single weight and nothing else */
+    if (A.kernel && (L->model->n_weights != 1 || ttt_layer_opt_state_count(L) != 0))
+        A.kernel = NULL;
+    A.arena_bytes = (size_t)arena_bytes(L, io->T);
+    return batch_sequences(&A, ttt_layer_batch_threads(threads, (long)io->B * io->H), err);
 }

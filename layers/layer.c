@@ -96,9 +96,9 @@ const ttt_option ttt_layer_options[] = {
      "start)"},
     {"position_scale", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|inverse",
      "inverse: token i of a block reads with lr/(i+1) (TTT-Linear/MLP)"},
-    {"form", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE,
-     "auto|generic|recurrent|parallel|chunkwise|dual",
-     "computation form; auto = the fastest closed form the tuple has, else the generic driver"},
+    {"form", TTT_OPT_STRING, "auto", TTT_NO_RANGE, NULL,
+     "computation form (see `ttt list`); auto = per call, the fastest form available for the "
+     "call's inputs, else the generic driver"},
     {"chunk", TTT_OPT_INT, "16", 1, 1 << 20, NULL,
      "chunk size C of the chunkwise forms; 16 = the fastest forward and training step measured "
      "(README \"Chunk size\")"},
@@ -402,11 +402,6 @@ static ttt_status build_optimizer(const ttt_layer_desc *d, const ttt_preset *p, 
     const ttt_cfg_node *src_opt = src ? ttt_cfg_get(src, "optimizer") : NULL;
     ttt_cfg_node *opt = NULL;
     TTT_TRY(optimizer_node(d, p, L->optim, src_opt, &opt, err));
-    L->sgd_plain = strcmp(L->optim->name, "sgd") == 0 && ttt_cfg_float(opt, "l2") == 0.0;
-    if (strcmp(L->optim->name, "momentum") == 0) {
-        L->momentum_plain = !ttt_cfg_bool(opt, "nesterov");
-        L->momentum_mu = (float)ttt_cfg_float(opt, "momentum");
-    }
     L->lr = (float)ttt_cfg_float(opt, "lr");
     L->decay = (float)ttt_cfg_float(opt, "decay");
     L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
@@ -472,19 +467,27 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
 
     TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
     L->chunk = (int)x;
-    if (L->normalize == TTT_NORMALIZE_RATIO && ttt_layer_family(L) != TTT_FAMILY_LINEAR_ATTENTION)
+    if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "
                            "two linear-attention states (MATH.md §4); it needs model linear, "
                            "loss dot, plain sgd and update_then_apply");
-    const char *form;
-    TTT_TRY(layer_choice("form", d->form, NULL, &form, err));
+    /* `form: auto` stays auto: the form is chosen per call, for that call's inputs
+     * (ttt_form_choose). A named form must be a registry entry's (the pointer kept is the
+     * registry's own string, so the layer outlives the text it was read from) and must apply to
+     * the tuple for some inputs; the inputs of each call are checked again then. */
+    const char *form = d->form ? d->form : "auto";
     if (strcmp(form, "auto") == 0) {
-        L->form = ttt_layer_auto_form(L);
+        L->form = "auto";
         return TTT_OK;
     }
-    L->form = (ttt_form)ttt_form_from_name(form);
-    const char *why = ttt_layer_form_unavailable(L, L->form);
+    for (int i = 0; i < ttt_form_count() && !L->form; i++)
+        if (strcmp(ttt_form_at(i)->form, form) == 0) L->form = ttt_form_at(i)->form;
+    if (!L->form)
+        return field_error(err, TTT_ERR_CONFIG, src, "form",
+                           "layer.form: unknown form '%s'; expected one of %s", form,
+                           ttt_form_choices());
+    const char *why = ttt_form_unavailable(L);
     if (why)
         return field_error(err, TTT_ERR_CONFIG, src, "form",
                            "layer.form: no %s form for (model %s, loss %s, optimizer %s, "
@@ -610,11 +613,9 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     d.rope = ttt_cfg_bool(map, "rope");
     d.rope_base = ttt_cfg_float(map, "rope_base");
     d.normalize = ttt_cfg_str(map, "normalize");
+    /* `form: auto` stays auto in the resolved configuration: the form is chosen per call, for
+     * that call's inputs (ttt_form_choose); records name the form used (ttt_layer_form_used). */
     TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
-    /* the resolved configuration names the form that ran */
-    ttt_cfg_node *fn = get_mut(map, "form");
-    if (strcmp(fn->scalar, "auto") == 0)
-        ttt_cfg_map_set(map, "form", ttt_cfg_new_scalar(ttt_form_name(L->form), fn));
     return TTT_OK;
 }
 
@@ -628,7 +629,7 @@ const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len) {
 }
 
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
-                          int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
+                          int mini_batch, ttt_order order, const char *form, int d_k, int d_v,
                           ttt_error *err) {
     ttt_layer_desc d;
     ttt_layer_desc_init(&d);
@@ -637,7 +638,7 @@ ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, con
     d.optimizer = optim;
     d.mini_batch = mini_batch;
     d.order = order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update";
-    d.form = ttt_form_name(form);
+    d.form = form ? form : "auto";
     return ttt_layer_build(&d, d_k, d_v, L, err);
 }
 
@@ -666,17 +667,23 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st,
         ttt_optim_state_new(ctx, L->optim, L->optim_cfg, st->opt[w], st->W[w]);
 }
 
-/* One pass of the layer's form over (q, k, v): the generic driver, a closed-form kernel, or — with
- * a tape — the differentiable closed form. */
+/* One pass of the form the registry chooses for these inputs (form.h): its forward, or — with a
+ * tape — its differentiable forward_diff (fused ops where the entry has them). */
 static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_layer_state *st,
-                           const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v,
-                           const ttt_tensor *eta, const ttt_tensor *beta,
-                           const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
-    if (L->form == TTT_FORM_GENERIC)
-        return ttt_forward_generic(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
-    if (ttt_recording(ctx))
-        return ttt_layer_forward_diff(ctx, L, o, st, q, k, v, beta, log_alpha, 1, err);
-    return ttt_forward_closed(ctx, L, o, st, q, k, v, eta, log_alpha, alpha_vec, err);
+                           const ttt_form_args *a, ttt_error *err) {
+    const ttt_form_inputs in = {.T = TTT_ROWS(a->k), .eta = a->eta != NULL,
+                                .gate = !a->log_alpha ? TTT_FORM_GATE_NONE
+                                        : a->alpha_vec ? TTT_FORM_GATE_KEY
+                                                       : TTT_FORM_GATE_TOKEN,
+                                .tape = ttt_recording(ctx)};
+    const ttt_form_entry *e = ttt_form_choose(L, &in, err);
+    if (!e) return TTT_ERR_UNSUPPORTED;
+    return in.tape ? e->forward_diff(ctx, L, o, st, a, err) : e->forward(ctx, L, o, st, a, err);
+}
+
+const char *ttt_layer_form_used(const ttt_layer *L, const ttt_form_inputs *in) {
+    const ttt_form_entry *e = ttt_form_choose(L, in, NULL);
+    return e ? e->form : "none";
 }
 
 ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
@@ -728,13 +735,14 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     /* With a tape the closed forms run differentiably (layers/forms/composed.c: fused ops with
      * hand-written backward where they exist, composed ops elsewhere); β = θ·η is recorded so
      * that learned learning rates receive gradients. */
-    const ttt_tensor *beta = tape && L->form != TTT_FORM_GENERIC && eta ? ttt_scale(ctx, eta, L->lr)
-                                                                        : NULL;
+    const ttt_tensor *beta = tape && eta ? ttt_scale(ctx, eta, L->lr) : NULL;
+    const ttt_form_args args = {.q = q, .k = k, .v = v, .eta = eta, .beta = beta,
+                                .log_alpha = log_alpha, .alpha_vec = alpha_vec, .fused = 1};
     /* The form's output (T, d_v). Without a tape the form writes straight into the caller's o
      * (which must not alias the inputs): no temporary to fault in, no copy. With a tape o is
      * recorded as a separate node below. */
     ttt_tensor *res = !tape && o->ndim == 2 ? o : ttt_tensor_2d(ctx, T, L->d_v);
-    ttt_status s = run_form(ctx, L, res, st, q, k, v, eta, beta, log_alpha, alpha_vec, err);
+    ttt_status s = run_form(ctx, L, res, st, &args, err);
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
         /* The denominator q_t z_t is the same layer run with a single value column of ones
          * (MATH.md §6 item 9): z is its (d_k, 1) state. */
@@ -746,7 +754,9 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         ttt_layer_state s1 = {.n_w = 1, .W = {st->z}};
         ttt_tensor *ones = ttt_tensor_2d(ctx, T, 1), *den = ttt_tensor_2d(ctx, T, 1);
         ttt_tensor_fill(ones, 1.0f);
-        s = run_form(ctx, &L1, den, &s1, q, k, ones, eta, beta, log_alpha, alpha_vec, err);
+        ttt_form_args a1 = args;
+        a1.v = ones;
+        s = run_form(ctx, &L1, den, &s1, &a1, err);
         st->z = s1.W[0];
         /* o / (q z + ε), as ops: 1/x = exp(−log x) is safe since q z > 0 for φ = elu+1 */
         ttt_tensor *inv = ttt_exp(ctx, ttt_neg(ctx, ttt_log(ctx, ttt_add_scalar(ctx, den, TTT_NLA_EPS))));

@@ -11,13 +11,17 @@
  *     order: update_then_apply    # or apply_then_update
  *     steps: per_block            # or per_token (optimizer state advances every token)
  *     position_scale: none        # or inverse: θ_i = θ/(i+1) inside a block (TTT)
- *     form: auto                  # generic | recurrent | parallel | chunkwise | dual; auto picks
+ *     form: auto                  # generic | recurrent | parallel | chunkwise | dual (the
+ *                                 # registry's names, layers/forms/form_list.h); auto picks per
+ *                                 # call among the forms available for the call's inputs
  *     chunk: 16                   # chunk size of the chunkwise forms
  *     scale: 1.0                  # queries are multiplied by this before read-out
  *     rope: false                 # rotary positions on q and k (rope_base: 10000)
  *     normalize: none             # ratio (normalized linear attention) | rms (post-norm) */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
+
+#include <stdint.h>
 
 #include "config.h"
 #include "form.h"
@@ -92,9 +96,9 @@ void ttt_layer_desc_init(ttt_layer_desc *d);
 ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
 
-/* Validate the `layer:` mapping in place (fills every default, resolves `form: auto`), read it
- * into a descriptor and build the layer with ttt_layer_build for key/value dims d_k, d_v. Errors
- * name the file:line:col. */
+/* Validate the `layer:` mapping in place (fills every default; `form: auto` stays auto: the form
+ * is chosen per call, for the inputs given), read it into a descriptor and build the layer with
+ * ttt_layer_build for key/value dims d_k, d_v. Errors name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
 /* A short name for tables: the preset's name, or "model/loss/optimizer/b" for a custom tuple. */
@@ -102,8 +106,12 @@ const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
 
 /* Build a layer from names and numbers (tests, programs); optimizer options take defaults. */
 ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, const char *optim,
-                          int mini_batch, ttt_order order, ttt_form form, int d_k, int d_v,
+                          int mini_batch, ttt_order order, const char *form, int d_k, int d_v,
                           ttt_error *err);
+
+/* The name of the form a call with inputs `in` runs (form: auto resolves per call), or "none"
+ * when no form is available for them: what records and descriptions report. */
+const char *ttt_layer_form_used(const ttt_layer *L, const ttt_form_inputs *in);
 /* Allocate the state in ctx and set it to the model's initial weights and zero optimizer state. */
 void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng);
 
@@ -132,19 +140,21 @@ ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_stat
  * the normalizer of normalize: ratio). */
 double ttt_layer_state_bytes(const ttt_layer *L);
 /* An upper estimate of the bytes ttt_layer_forward allocates for one sequence of T tokens on
- * top of q, k, v, o and the state: the transformed inputs (scale, RoPE, feature map), the form's
- * scratch (T² floats for the parallel forms, C² per chunk for the chunkwise ones, b² for the
- * dual and Titans forms) and the generic driver's copies of the state. Sizes the machine cannot
+ * top of q, k, v, o and the state: the transformed inputs (scale, RoPE, feature map) and the
+ * largest scratch_bytes (form.h) among the registry entries the call may run (L->form's entries;
+ * for auto, every entry auto may choose, the generic driver included). Sizes the machine cannot
  * hold are refused by ttt_size_check (tensor.h) before anything is allocated. */
 double ttt_layer_forward_bytes(const ttt_layer *L, long T);
 
-/* ------------------------------------------------------------------------------------------ */
-/* Batched forward on caller buffers in the (B, T, H, D) layout (layers/batch.c): every
- * (batch, head) pair is one independent sequence (docs/math.md §0).
- *
- * The state of one sequence as a flat list of tensors: the fast weights, then each weight's
- * optimizer state tensors (weight 0's, then weight 1's, …), then the normalizer z of
- * normalize: ratio. */
+/* ---- batched runs on caller buffers (layers/batch.c) ---- */
+
+#define TTT_BATCH_MAX_STATE (TTT_MAX_WEIGHTS * (1 + TTT_MAX_OPT_STATE) + 1)
+#define TTT_BATCH_MAX_THREADS 256
+
+/* The tensors of a layer's carried state, in order: the model's weights, then for each weight the
+ * optimizer's state tensors, then the normalizer z of normalize: ratio. Per sequence. Names:
+ * "W" (or "W.0", "W.1", … for models with several weights), "W.opt0", … ("W.0.opt0", …) for the
+ * optimizer's state of each weight, "z". */
 int ttt_layer_state_count(const ttt_layer *L);
 /* Name and shape (one sequence's, without B and H) of state tensor i; returns its ndim, or -1
  * when i is out of range. */
@@ -158,15 +168,29 @@ typedef struct ttt_layer_io {
     const float *eta;               /* (B, T, H) or NULL */
     const float *log_alpha;         /* (B, T, H) or, with alpha_vec, (B, T, H, d_k); or NULL */
     int alpha_vec;
-    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = initial
-                                     * state */
-    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not
-                                     * wanted */
-    uint64_t seed;                  /* the models' random initial weights */
+    const float *const *state_in;   /* NULL, or state_in[i] (B, H, shape_i…) or NULL = the layer's initial state */
+    float *const *state_out;        /* NULL, or state_out[i] (B, H, shape_i…) or NULL = not wanted */
+    uint64_t seed;                  /* initial weights of models with random init */
 } ttt_layer_io;
 
-/* Run the layer over every (b, h) sequence; threads ≥ 1 runs that many, 0 = the default. */
-ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads,
-                                   ttt_error *err);
+/* Run layer L (no tape) on every (batch, head) sequence of the (B, T, H, D) arrays of io, in
+ * parallel over `threads` OpenMP threads (0: OpenMP's default), single-threaded BLAS inside each;
+ * the outputs are bit-identical for every thread count. Each sequence starts from state_in (a
+ * weight given without its optimizer state gets that state rebuilt from it, as at
+ * initialization) and ends in state_out, so a sequence split in two and continued with the full
+ * carried state gives the output of one call. Models with random initial weights draw them from
+ * `seed`, one stream per head (the same for every batch element). RoPE positions start at 0 in
+ * every call. Layers whose form has a strided kernel (form.h, forward_strided) run in place on
+ * the arrays (TTT_APPLY_GATHER=1 in the environment forces the copies). Errors name the batch
+ * and head. */
+ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads, ttt_error *err);
+
+/* The threads ttt_layer_forward_batch runs for `threads` and n_seq sequences. */
+int ttt_layer_batch_threads(int threads, long n_seq);
+/* Bytes one of its threads allocates for a sequence of T tokens (slices and arena). */
+double ttt_layer_batch_work_bytes(const ttt_layer *L, long T);
+/* A buffer for large outputs written once: 2 MiB aligned and advised as huge pages (fewer page
+ * faults on first touch). Released with free(). */
+void *ttt_batch_alloc(size_t bytes);
 
 #endif

@@ -127,6 +127,12 @@ static void large_batch_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
     *W_out = ttt_part_renormalize(ctx, Wn, state[s], renorm_axis(c));
 }
 
+/* One update per large block from its start weights (LaCT): the per-block form applies. */
+static ttt_optim_traits large_batch_traits(const void *cfg) {
+    (void)cfg;
+    return (ttt_optim_traits){.block_step = 1};
+}
+
 const ttt_optim ttt_optim_large_batch = {
     .name = "large_batch",
     .help = "LaCT's large-chunk update: optional momentum and Newton-Schulz, W <- decay*W - lr*U, "
@@ -139,4 +145,5 @@ const ttt_optim ttt_optim_large_batch = {
     .init_state = large_batch_init_state,
     .init_state_ops = large_batch_init_state_ops,
     .step = large_batch_step,
+    .traits = large_batch_traits,
 };

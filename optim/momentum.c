@@ -52,6 +52,12 @@ static void momentum_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out,
     *W_out = ttt_part_update(ctx, W, blk, 1.0f, 1.0f, d); /* αW + d */
 }
 
+/* Heavy-ball momentum (not Nesterov's look-ahead): Titans' chunked form applies. */
+static ttt_optim_traits momentum_traits(const void *cfg) {
+    const momentum_cfg *c = cfg;
+    return (ttt_optim_traits){.momentum = !c->nesterov, .mu = c->mu, .linear_in_G = 1};
+}
+
 const ttt_optim ttt_optim_momentum = {
     .name = "momentum",
     .help = "momentum with decoupled decay (Titans): M <- mu*M - lr*G; W <- decay*W + M",
@@ -61,4 +67,5 @@ const ttt_optim ttt_optim_momentum = {
     .n_state = momentum_n_state,
     .init_state = NULL,
     .step = momentum_step,
+    .traits = momentum_traits,
 };

@@ -30,6 +30,20 @@ typedef struct ttt_optim_block {
     const ttt_tensor *decay;
 } ttt_optim_block;
 
+/* What a step does, declared by the optimizer for its parsed options, so that computation forms
+ * can tell whether their closed-form algebra holds (docs/forms.md "Traits") without knowing
+ * optimizers by name. Zero = not claimed. */
+typedef struct ttt_optim_traits {
+    int plain_sgd;   /* the step is exactly W ← α·W − θ·G (no state, no extra terms): linear
+                      * attention, the delta rule, TTT's dual form */
+    int momentum;    /* heavy-ball momentum without Nesterov, M ← μ·M − θ·G, W ← α·W + M, one
+                      * state tensor M: Titans' chunked form */
+    float mu;        /* its μ */
+    int linear_in_G; /* the step is linear in G (θ·η may be folded into the gradient) */
+    int block_step;  /* meant to step once per block of many tokens, from the block-start
+                      * weights (LaCT's large-batch update): the per-block form applies */
+} ttt_optim_traits;
+
 typedef struct ttt_optim {
     /* Registry name, used in YAML (`layer.optimizer.name`). */
     const char *name;
@@ -79,6 +93,9 @@ typedef struct ttt_optim {
     void (*step)(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
                  const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
                  const ttt_optim_block *blk);
+    /* Its traits for the parsed options cfg. NULL: none claimed (only the generic driver
+     * computes layers with it). */
+    ttt_optim_traits (*traits)(const void *cfg);
 } ttt_optim;
 
 /* The options every optimizer accepts (first in its table). */

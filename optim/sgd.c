@@ -32,6 +32,12 @@ static void sgd_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tens
     *W_out = ttt_axpby(ctx, 1.0f, Wd, -blk->theta, G);   /* α·W − θ·G */
 }
 
+/* Plain SGD when nothing is added to the gradient: the closed forms' W ← α·W − θ·G. */
+static ttt_optim_traits sgd_traits(const void *cfg) {
+    const sgd_cfg *c = cfg;
+    return (ttt_optim_traits){.plain_sgd = c->l2 == 0.0f, .linear_in_G = 1};
+}
+
 const ttt_optim ttt_optim_sgd = {
     .name = "sgd",
     .help = "stochastic gradient descent: W <- decay*W - lr*(G + l2*W)",
@@ -41,4 +47,5 @@ const ttt_optim ttt_optim_sgd = {
     .n_state = sgd_n_state,
     .init_state = NULL,
     .step = sgd_step,
+    .traits = sgd_traits,
 };

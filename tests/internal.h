@@ -33,4 +33,18 @@
 #include "ttt_dual.h"
 #include "layer.h"
 
+/* The form a call of L without η or gates (the constant decay, if any, as a per-token gate) and
+ * without a tape runs: what `form: auto` resolves to for such a call. */
+static inline const char *tu_form_used(const ttt_layer *L) {
+    const ttt_form_inputs in = ttt_form_inputs_plain(L, 64, 0);
+    return ttt_layer_form_used(L, &in);
+}
+
+/* NULL when L can run in the form named `form` (for some inputs), else why not. */
+static inline const char *tu_form_unavailable(const ttt_layer *L, const char *form) {
+    ttt_layer c = *L;
+    c.form = form;
+    return ttt_form_unavailable(&c);
+}
+
 #endif

@@ -153,7 +153,7 @@ START_TEST(check_prints_every_default_and_applies_overrides) {
     int rc = tu_run_ttt(args, &out, &err);
     ck_assert_msg(rc == 0, "%s", err);
     const char *want[] = {"key_dim: 16", "value_dim: 64", "trials: 4", "overwrite: false",
-                          "loss: squared", "lr: 0.5", "form: recurrent", "mini_batch: 1",
+                          "loss: squared", "lr: 0.5", "form: auto", "mini_batch: 1",
                           "seed: 0", "output: runs/c"};
     for (int i = 0; i < 10; i++) ck_assert_msg(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
     free(cfg), free(args), free(out), free(err);

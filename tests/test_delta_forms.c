@@ -198,7 +198,7 @@ START_TEST(delta_chunkwise_matches_generic_driver) {
         ttt_layer L;
         ttt_error err = {0};
         ck_assert_msg(ttt_layer_init(&L, "linear", "squared", "sgd", 1, TTT_ORDER_UPDATE_THEN_APPLY,
-                                     TTT_FORM_GENERIC, dk, dv, &err) == TTT_OK,
+                                     "generic", dk, dv, &err) == TTT_OK,
                       "%s", err.msg);
         L.coupled = 1; /* Gated DeltaNet: decay first, error at the decayed state */
         ttt_layer_state st;

@@ -371,7 +371,7 @@ START_TEST(dual_matches_generic_driver) {
         ttt_layer L;
         ttt_error err = {0};
         ck_assert_msg(ttt_layer_init(&L, "ttt_linear", "squared", "sgd", bs[i],
-                                     TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, d, d,
+                                     TTT_ORDER_UPDATE_THEN_APPLY, "generic", d, d,
                                      &err) == TTT_OK,
                       "%s", err.msg);
         L.pos_inverse = 1; /* τ_i = 1/(i+1) */

@@ -374,23 +374,23 @@ START_TEST(estimates_follow_the_forms) {
     ttt_layer L;
     ttt_error err = {0};
     ck_assert_int_eq(ttt_layer_init(&L, "linear", "squared", "sgd", 1,
-                                    TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_PARALLEL, 8, 8, &err),
+                                    TTT_ORDER_UPDATE_THEN_APPLY, "parallel", 8, 8, &err),
                      TTT_OK);
     const double T = 1 << 16;
     ck_assert(ttt_layer_forward_bytes(&L, (long)T) >= 4.0 * T * T);
-    L.form = TTT_FORM_CHUNKWISE;
+    L.form = "chunkwise";
     L.chunk = 64;
     ck_assert(ttt_layer_forward_bytes(&L, (long)T) < 4.0 * T * 200);
-    L.form = TTT_FORM_RECURRENT;
+    L.form = "recurrent";
     ck_assert(ttt_layer_forward_bytes(&L, (long)T) < 4.0 * T * 200);
-    L.form = TTT_FORM_GENERIC;
+    L.form = "generic";
     ck_assert(ttt_layer_forward_bytes(&L, (long)T) < 4.0 * T * 200);
     ck_assert(ttt_layer_state_bytes(&L) >= 4.0 * 8 * 8);
     /* LaCT's closed form works one mini-batch b at a time (not `chunk` tokens): its block
      * activations include (b, hidden) matrices, so the estimate must grow with b by at least
      * b·hidden floats (hidden = d_k for the SwiGLU model, layers/models/swiglu.c) */
     ck_assert_int_eq(ttt_layer_init(&L, "swiglu", "dot", "large_batch", 16,
-                                    TTT_ORDER_APPLY_THEN_UPDATE, TTT_FORM_CHUNKWISE, 64, 64, &err),
+                                    TTT_ORDER_APPLY_THEN_UPDATE, "chunkwise", 64, 64, &err),
                      TTT_OK);
     const double small = ttt_layer_forward_bytes(&L, (long)T);
     L.mini_batch = 8192;

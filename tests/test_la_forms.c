@@ -151,7 +151,7 @@ START_TEST(forms_equal_generic_driver) {
     ttt_layer L;
     ttt_error err = {0};
     ck_assert_msg(ttt_layer_init(&L, "linear", "dot", "sgd", 1, TTT_ORDER_UPDATE_THEN_APPLY,
-                                 TTT_FORM_GENERIC, p.dk, p.dv, &err) == TTT_OK,
+                                 "generic", p.dk, p.dv, &err) == TTT_OK,
                   "%s", err.msg);
     ttt_layer_state st;
     ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);

@@ -92,7 +92,7 @@ START_TEST(overrides_build_the_same_both_ways) {
     desc_layer(&d, 6, 6, &b);
     assert_same(&a, &b, "titans with overrides");
     assert_optim_cfg(&b, "{name: momentum, momentum: 0.5, nesterov: true}");
-    ck_assert_float_eq(b.momentum_mu, 0.5f);
+    ck_assert_float_eq(b.optim->traits(b.optim_cfg).mu, 0.5f);
 
     /* int and choice options */
     yaml_layer("{model: swiglu, loss: squared, mini_batch: 2, order: apply_then_update, "
@@ -129,7 +129,7 @@ START_TEST(overrides_build_the_same_both_ways) {
     /* ttt_layer_init is a descriptor too */
     ttt_error err = {0};
     ck_assert(ttt_layer_init(&b, "linear", "squared", "sgd", 2, TTT_ORDER_APPLY_THEN_UPDATE,
-                             TTT_FORM_GENERIC, 3, 3, &err) == TTT_OK);
+                             "generic", 3, 3, &err) == TTT_OK);
     yaml_layer("{model: linear, loss: squared, mini_batch: 2, order: apply_then_update, "
                "form: generic}",
                3, 3, &a);

@@ -106,7 +106,7 @@ static void make_inputs(inputs *in, ttt_rng *rng, float *r /* (T·D) */, float *
 static void check_case(const grad_case *c, uint64_t seed) {
     ttt_layer L;
     layer_from(c->yaml, &L);
-    ck_assert_int_eq(L.form, TTT_FORM_GENERIC);
+    ck_assert_str_eq(tu_form_used(&L), "generic");
     ttt_rng rng;
     ttt_rng_seed(&rng, seed);
     inputs in;
@@ -199,7 +199,7 @@ START_TEST(closed_forms_under_the_tape_match_generic) {
             g_form[i] = in.grad[i];
             in.grad[i] = calloc(in.n[i], sizeof(float));
         }
-        L.form = TTT_FORM_GENERIC;
+        L.form = "generic";
         double l_gen = run_loss(&L, &in, fc[c].gates, r, r2, 1);
         ck_assert_msg(fabs(l_form - l_gen) <= 2e-5 * fabs(l_gen) + 1e-6, "%s: loss %g vs %g",
                       fc[c].yaml, l_form, l_gen);

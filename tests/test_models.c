@@ -291,13 +291,13 @@ START_TEST(models_and_losses_are_registered_with_their_shapes) {
     ttt_layer L;
     ttt_error err = {0};
     ck_assert_int_eq(ttt_layer_init(&L, "ttt_linear", "recon", "sgd", 4,
-                                    TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, 6, 4, &err),
+                                    TTT_ORDER_UPDATE_THEN_APPLY, "generic", 6, 4, &err),
                      TTT_ERR_CONFIG);
     ck_assert_int_eq(ttt_layer_init(&L, "ttt_mlp", "recon", "sgd", 4,
-                                    TTT_ORDER_UPDATE_THEN_APPLY, TTT_FORM_GENERIC, 4, 6, &err),
+                                    TTT_ORDER_UPDATE_THEN_APPLY, "generic", 4, 6, &err),
                      TTT_ERR_CONFIG);
     ck_assert_int_eq(ttt_layer_init(&L, "swiglu", "dot", "sgd", 4, TTT_ORDER_UPDATE_THEN_APPLY,
-                                    TTT_FORM_GENERIC, 6, 4, &err),
+                                    "generic", 6, 4, &err),
                      TTT_OK);
 }
 END_TEST
@@ -625,7 +625,7 @@ static drive_out lib_drive(tu_fixture *f, const drive_cfg *c, int dk, int dv, co
     ttt_layer L;
     ttt_error err = {0};
     ttt_status s = ttt_layer_init(&L, ref_model_names[c->model], ref_loss_names[c->loss], "sgd",
-                                  c->b, (ttt_order)c->order, TTT_FORM_GENERIC, dk, dv, &err);
+                                  c->b, (ttt_order)c->order, "generic", dk, dv, &err);
     ck_assert_msg(s == TTT_OK, "layer init: %s", err.msg);
     L.lr = (float)c->theta;
     L.pos_inverse = c->pos_inverse;
@@ -892,7 +892,7 @@ START_TEST(ttt_linear_without_ln_b1_equals_deltanet) {
     ttt_layer L;
     ttt_error err = {0};
     ck_assert(ttt_layer_init(&L, "linear", "squared", "sgd", 1, TTT_ORDER_UPDATE_THEN_APPLY,
-                             TTT_FORM_GENERIC, da, d, &err) == TTT_OK);
+                             "generic", da, d, &err) == TTT_OK);
     L.lr = (float)theta;
     ttt_layer_state st;
     ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);

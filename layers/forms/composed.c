@@ -378,9 +378,26 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, ttt_te
 /* ------------------------------------------------------------------------------------------ */
 /* the layer entry point */
 
-/* The final state into the layer state: the node itself when recording (the graph continues
- * from it), else its values into the existing buffer (the caller releases the arena). */
-static void set_state(ttt_ctx *ctx, ttt_tensor **slot, ttt_tensor *val) {
+float *ttt_form_beta_array(ttt_ctx *ctx, const ttt_layer *L, const ttt_tensor *eta, int T) {
+    ttt_tensor *beta = ttt_tensor_1d(ctx, T);
+    for (int t = 0; t < T; t++) beta->data[t] = L->lr * (eta ? eta->data[t] : 1.0f);
+    return beta->data;
+}
+
+const ttt_tensor *ttt_form_beta_node(ttt_ctx *ctx, const ttt_layer *L, const ttt_form_args *a,
+                                     int T) {
+    return a->beta ? a->beta : const_1d(ctx, T, L->lr);
+}
+
+void ttt_form_diff_output(ttt_ctx *ctx, ttt_tensor *o, const ttt_tensor *O) {
+    TTT_ASSERT(o->n == O->n);
+    memcpy(o->data, O->data, O->n * sizeof(float));
+    ttt_tape_entry *e = ttt_tape_record(ctx, ttt_backward_identity, o,
+                                        (const ttt_tensor *const[]){O}, 1);
+    if (e) e->name = "forward_diff_out";
+}
+
+void ttt_form_set_state(ttt_ctx *ctx, ttt_tensor **slot, ttt_tensor *val) {
     if (ttt_recording(ctx)) {
         if (val->ndim != (*slot)->ndim || !ttt_tensor_same_shape(val, *slot))
             val = ttt_reshape(ctx, val, (*slot)->ndim, (*slot)->shape);
@@ -396,65 +413,21 @@ ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
                                   const ttt_tensor *v, const ttt_tensor *beta,
                                   const ttt_tensor *log_alpha, int fused, ttt_error *err) {
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
-    const int fam = ttt_layer_family(L);
     const int alpha_vec = log_alpha && log_alpha->ndim == 2;
-    const char *why = L->form == TTT_FORM_GENERIC ? "the generic form is not a closed form"
-                                                  : ttt_layer_form_unavailable(L, L->form);
-    if (why)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer form %s has no closed form here: %s",
-                             ttt_form_name(L->form), why);
     if (TTT_ROWS(o) != T || TTT_COLS(o) != d_v || TTT_ROWS(q) != T || TTT_ROWS(v) != T ||
         TTT_COLS(q) != d_k || (beta && beta->n != (size_t)T))
         return ttt_error_set(err, TTT_ERR_SHAPE, "forward_diff: inputs do not fit T = %d", T);
-    if (fam == TTT_FAMILY_DELTA_RULE && log_alpha && !L->coupled)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "the closed delta-rule forms decay before the error is measured "
-                             "(decay_placement: coupled); this layer has per-token gates with "
-                             "decoupled placement: use form: generic or decay_placement: coupled");
-    if (fam == TTT_FAMILY_TTT_LINEAR && log_alpha)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "the TTT-Linear dual form has no forget gate; use form: generic");
-    if (fam != TTT_FAMILY_LINEAR_ATTENTION && alpha_vec)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "this closed form takes a scalar decay per token, not a vector; use "
-                             "form: generic");
-    /* LaCT steps with Newton–Schulz, not linear in G: it takes η itself, β/θ (θ > 0 there) */
-    if (fam == TTT_FAMILY_LACT)
-        return ttt_lact_composed(ctx, L, o, st, q, k, v,
-                                 beta ? ttt_scale(ctx, beta, 1.0f / L->lr) : NULL, log_alpha, err);
-    /* β = θ when the caller has no per-token rates */
-    if (!beta) beta = const_1d(ctx, T, L->lr);
-    ttt_tensor *O = NULL, *S = NULL, *M = NULL, *bias = NULL;
-    const int C = L->form == TTT_FORM_PARALLEL ? (T > 0 ? T : 1) : L->chunk;
-    switch (fam) {
-    case TTT_FAMILY_LINEAR_ATTENTION:
-        O = fused ? ttt_la_chunkwise_fused(ctx, &S, q, k, v, beta, log_alpha, st->W[0], C)
-                  : ttt_la_chunkwise_composed(ctx, &S, q, k, v, beta, log_alpha, st->W[0], C);
-        break;
-    case TTT_FAMILY_DELTA_RULE:
-        O = fused ? ttt_delta_chunkwise_fused(ctx, &S, q, k, v, beta, log_alpha, st->W[0], C)
-                  : ttt_delta_chunkwise_composed(ctx, &S, q, k, v, beta, log_alpha, st->W[0], C);
-        break;
-    case TTT_FAMILY_TITANS:
-        /* gradients are taken once per mini-batch: the chunk of the closed form is b */
-        O = ttt_titans_chunked_composed(ctx, &S, &M, q, k, v, beta, log_alpha, st->W[0],
-                                        st->opt[0][0], L->momentum_mu, L->mini_batch);
-        break;
-    case TTT_FAMILY_TTT_LINEAR:
-        O = fused ? ttt_ttt_linear_dual_fused(ctx, &S, &bias, q, k, v, beta, st->W[0], st->W[1],
-                                              L->mini_batch)
-                  : ttt_ttt_linear_dual_composed(ctx, &S, &bias, q, k, v, beta, st->W[0],
-                                                 st->W[1], L->mini_batch);
-        break;
-    default:
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "no closed form for this tuple");
-    }
-    memcpy(o->data, O->data, O->n * sizeof(float));
-    ttt_tape_entry *e = ttt_tape_record(ctx, ttt_backward_identity, o,
-                                        (const ttt_tensor *const[]){O}, 1);
-    if (e) e->name = "forward_diff_out";
-    set_state(ctx, &st->W[0], S);
-    if (M) set_state(ctx, &st->opt[0][0], M);
-    if (bias) set_state(ctx, &st->W[1], bias);
-    return TTT_OK;
+    const ttt_form_inputs in = {.T = T, .eta = beta != NULL,
+                                .gate = !log_alpha ? TTT_FORM_GATE_NONE
+                                        : alpha_vec ? TTT_FORM_GATE_KEY
+                                                    : TTT_FORM_GATE_TOKEN,
+                                .tape = ttt_recording(ctx)};
+    const ttt_form_entry *e = ttt_form_choose(L, &in, err);
+    if (!e) return TTT_ERR_UNSUPPORTED;
+    /* entries that step with η itself (the generic driver, LaCT: Newton–Schulz is not linear in
+     * G) get η = β/θ */
+    const ttt_tensor *eta = beta && L->lr != 0.0f ? ttt_scale(ctx, beta, 1.0f / L->lr) : NULL;
+    const ttt_form_args a = {.q = q, .k = k, .v = v, .eta = eta, .beta = beta,
+                             .log_alpha = log_alpha, .alpha_vec = alpha_vec, .fused = fused};
+    return e->forward_diff(ctx, L, o, st, &a, err);
 }

@@ -76,7 +76,7 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_
 
 
 /* LaCT (MATH.md §3 "large_batch", §4; layers/forms/lact/block.c): the whole layer for the LaCT
- * family (ttt_layer_family: swiglu model, dot/squared/recon loss, large_batch optimizer,
+ * family (layers/forms/lact/form.c: swiglu model, dot/squared/recon loss, a block-step optimizer,
  * apply_then_update, steps per_block, lr > 0, no coupled decay), one chain of ops per block of
  * b = L->mini_batch tokens: O_blk = f(W; Q_blk) with the block-start weights, the block gradient
  * G = Σ_i η_i (Π_{i<j<n} α_j) ∇ℓ(f(W; k_i), v_i) in closed form (SwiGLU backward as matmuls),
@@ -87,31 +87,38 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_
  * eta (T) the per-token rates η_t (not θ·η: Newton–Schulz is not linear in G) or NULL (= 1);
  * log_alpha (T) or NULL. Errors (TTT_ERR_UNSUPPORTED, "use form: generic"): a tuple outside the
  * family, a vector decay, per-token gates with coupled placement. */
+/* NULL when the LaCT form computes L for inputs in (NULL: for some inputs), else why not
+ * (layers/forms/lact/form.c). */
+const char *ttt_lact_available(const ttt_layer *L, const ttt_form_inputs *in);
 ttt_status ttt_lact_composed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                              const ttt_tensor *v, const ttt_tensor *eta,
                              const ttt_tensor *log_alpha, ttt_error *err);
 
-/* Differentiable closed form: same contract as layer.c's forward_closed (o (T, d_v) written
- * and — when recording — a node of the graph; st->W[...] (and st->opt for Titans) replaced by
- * graph nodes holding the final state when recording, updated in place otherwise), for every
- * (family, form) that ttt_layer_form_unavailable accepts: linear attention recurrent / parallel /
- * chunkwise (scalar and vector decay), delta rule recurrent / parallel / chunkwise (scalar coupled
- * decay), TTT-Linear dual, Titans chunkwise, LaCT chunkwise (ttt_lact_composed, with
- * η = β/θ: θ > 0 in that family).
+/* ---- helpers of the registry entries (form.h) ---- */
+
+/* β_t = θ·η_t (θ without η) as a plain (T) array in ctx: the no-tape kernels' write strengths. */
+float *ttt_form_beta_array(ttt_ctx *ctx, const ttt_layer *L, const ttt_tensor *eta, int T);
+/* a->beta, or a constant (T) tensor of θ when the call has no per-token rates. */
+const ttt_tensor *ttt_form_beta_node(ttt_ctx *ctx, const ttt_layer *L, const ttt_form_args *a,
+                                     int T);
+/* O into the caller's o, recorded as o's producer (a no-op record without a tape). */
+void ttt_form_diff_output(ttt_ctx *ctx, ttt_tensor *o, const ttt_tensor *O);
+/* A final state into the layer state: the node itself when recording (the graph continues
+ * from it), else its values into the existing buffer. */
+void ttt_form_set_state(ttt_ctx *ctx, ttt_tensor **slot, ttt_tensor *val);
+
+/* The differentiable form of L for these inputs (the registry's choice, form.h: L->form or, for
+ * "auto", the preferred available entry) through its forward_diff: o (T, d_v) written and — when
+ * recording — a node of the graph; st's tensors replaced by graph nodes holding the final state
+ * when recording, updated in place otherwise.
  *
  * beta (T) is β_t = θ·η_t, already formed by the caller (as a recorded op when η is learned);
- * NULL means η = 1, i.e. β_t = θ = L->lr for every token (a constant). For Titans β is the
- * momentum step's θ·η_t, for TTT-Linear the per-token learning rate lr_j = θ·η_j.
- * log_alpha (T) or (T, d_k) or NULL (the caller turns a constant L->decay into a (T) tensor).
- *
- * The recurrent form is differentiated through the chunkwise math with chunk L->chunk (the same
- * function; the token-by-token kernel has no backward), the parallel form as one chunk.
- * `fused` selects the fused ops (fused_grad.h, dual_grad.h) for linear attention, the delta rule
- * and the TTT-Linear dual form; Titans and LaCT have only the composed path (fused is ignored).
- * Errors: TTT_ERR_UNSUPPORTED for what forward_closed rejects (vector decay outside linear
- * attention, per-token gates with decoupled placement on the delta rule, gates on TTT-Linear) and
- * for tuples without a closed form. */
+ * NULL means η = 1. Entries that need η itself receive β/θ. log_alpha (T) or (T, d_k) or NULL.
+ * The recurrent forms are differentiated through the chunkwise math with chunk L->chunk (the
+ * same function; the token-by-token kernels have no backward), the parallel forms as one chunk.
+ * `fused` selects the fused ops (fused_grad.h, dual_grad.h) where an entry has them.
+ * Errors: TTT_ERR_UNSUPPORTED, naming why, when the form is not available for these inputs. */
 ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                   ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                                   const ttt_tensor *v, const ttt_tensor *beta,

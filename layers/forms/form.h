@@ -1,11 +1,13 @@
 /* What every computation form of a layer sees: the resolved layer (a tuple with its numbers,
- * docs/math.md §1), its state, and the choice among forms. The forms themselves are in the
- * family folders beside this header; layers/layer.h builds layers and runs them. */
+ * docs/math.md §1), its state, and the registry of forms with the choice among them (docs/forms.md).
+ * The forms themselves are in the family folders beside this header, one registry entry each
+ * (form_list.h); layers/layer.h builds layers and runs them. */
 #ifndef TTT_FORM_H
 #define TTT_FORM_H
 
 #include "model.h"
 #include "optim.h"
+#include "kernels.h"
 
 #define TTT_MAX_OPT_STATE TTT_OPTIM_MAX_STATE /* optim.h: most state tensors per weight */
 #define TTT_OPTIM_CFG_MAX 512
@@ -14,19 +16,6 @@ typedef enum ttt_order {
     TTT_ORDER_UPDATE_THEN_APPLY, /* token t reads the weights after its own update */
     TTT_ORDER_APPLY_THEN_UPDATE, /* every token of a block reads the weights from before it */
 } ttt_order;
-
-typedef enum ttt_form {
-    TTT_FORM_GENERIC,   /* the generic driver over (model, loss, optimizer) */
-    TTT_FORM_RECURRENT, /* a closed-form token-by-token kernel (layers/forms/kernels.h) */
-    TTT_FORM_PARALLEL,  /* quadratic in T (MATH.md §5.1) */
-    TTT_FORM_CHUNKWISE, /* chunks of `chunk` tokens (MATH.md §5.2, §5.3) */
-    TTT_FORM_DUAL,      /* TTT-Linear mini-batch dual form (MATH.md §5.4) */
-    TTT_FORM_COUNT
-} ttt_form;
-
-const char *ttt_form_name(ttt_form f);
-/* The form named s, or -1. */
-int ttt_form_from_name(const char *s);
 
 typedef struct ttt_layer {
     const char *preset; /* name of the preset it came from, or NULL */
@@ -44,11 +33,8 @@ typedef struct ttt_layer {
                          * per_block (default) — one step per block with the summed gradient */
     int pos_inverse;   /* position_scale: inverse — token i of a block (from 0) reads with
                         * θ/(i+1) (TTT's τ_i, MATH.md §5.4); none (default) — θ */
-    ttt_form form;
+    const char *form;  /* the requested form: "auto" or a form name of the registry (static) */
     int chunk;         /* chunk size C of the chunkwise forms */
-    int sgd_plain;     /* the optimizer is sgd without extra terms (closed forms apply) */
-    int momentum_plain; /* the optimizer is momentum without Nesterov (Titans' chunked form) */
-    float momentum_mu;  /* its μ */
     float scale;
     int rope;          /* rotate q and k by their positions before the inner loop (MATH.md §4) */
     float rope_base;
@@ -75,32 +61,114 @@ typedef struct ttt_layer_state {
     long pos;         /* tokens processed so far (RoPE positions continue from here) */
 } ttt_layer_state;
 
-/* The closed-form family of a tuple (which fast forms exist for it). */
-enum {
-    TTT_FAMILY_NONE,
-    TTT_FAMILY_LINEAR_ATTENTION, /* linear, dot, plain sgd, update_then_apply */
-    TTT_FAMILY_DELTA_RULE,       /* linear, squared, plain sgd, b = 1, coupled or no decay */
-    TTT_FAMILY_TTT_LINEAR,       /* ttt_linear, recon/squared, plain sgd, position_scale inverse */
-    TTT_FAMILY_TITANS,           /* linear, squared, momentum (no Nesterov), steps per_token */
-    TTT_FAMILY_LACT,             /* swiglu, dot/squared/recon, large_batch, apply_then_update,
-                                  * steps per_block, lr > 0, no coupled decay */
-};
-int ttt_layer_family(const ttt_layer *L);
+/* ---- traits of the tuple, for the forms' availability tests ---- */
 
-/* NULL when the layer's tuple can be computed in form f; otherwise a sentence saying why not.
- * Linear-attention family (linear model, dot loss, plain sgd, update_then_apply; any b, since
- * the dot loss's gradient does not depend on W): recurrent, parallel, chunkwise.
- * Delta-rule family (linear, squared, plain sgd, b = 1, update_then_apply, no decay or coupled
- * decay): recurrent, parallel, chunkwise. TTT-Linear (ttt_linear, recon or squared, plain sgd,
- * position_scale inverse, no decay, update_then_apply): dual. Titans (linear, squared, momentum
- * without Nesterov, steps per_token, no or decoupled scalar decay, update_then_apply): chunkwise
- * with the chunk = mini_batch. LaCT (swiglu, dot/squared/recon, large_batch, apply_then_update,
- * steps per_block, lr > 0, no coupled decay): chunkwise with the chunk = mini_batch
- * (layers/forms/lact/block.c). The generic form always applies. */
-const char *ttt_layer_form_unavailable(const ttt_layer *L, ttt_form f);
-/* The default for `form: auto`: the chunkwise form where it exists, else recurrent, else
- * generic. */
-ttt_form ttt_layer_auto_form(const ttt_layer *L);
+/* The optimizer's traits for its parsed options (its `traits` slot, or none). */
+ttt_optim_traits ttt_layer_optim_traits(const ttt_layer *L);
+/* The tuple is (normalized) linear attention: a linear map, a loss whose gradient does not
+ * depend on W, plain SGD, update_then_apply, no position scale. normalize: ratio needs it. */
+int ttt_layer_is_linear_attention(const ttt_layer *L);
+
+/* ---- the registry of computation forms (docs/forms.md) ----
+ *
+ * One entry per (family, form): the closed-form kernels of a family of tuples, and the generic
+ * driver (family "generic", form "generic"), which computes every tuple. An entry is one C file
+ * defining `const ttt_form_entry ttt_form_FAMILY_FORM = {...};` and one line in
+ * layers/forms/form_list.h. Nothing outside an entry knows which tuples it computes: layers,
+ * apply, memory estimates and FLOP counts ask the entry. */
+
+/* The gate a call supplies. */
+typedef enum ttt_gate_shape {
+    TTT_FORM_GATE_NONE,  /* no decay */
+    TTT_FORM_GATE_TOKEN, /* log_alpha (T): given per token, or the constant `decay` filled in */
+    TTT_FORM_GATE_KEY,   /* log_alpha (T, d_k): per token and key dimension (GLA) */
+} ttt_gate_shape;
+
+/* What an entry may depend on besides the tuple: the shapes of one call's inputs. */
+typedef struct ttt_form_inputs {
+    long T;              /* tokens */
+    int eta;             /* per-token learning rates η are given */
+    ttt_gate_shape gate; /* the log_alpha the form receives */
+    int tape;            /* the call records on a tape (outer-loop training) */
+} ttt_form_inputs;
+
+/* The inputs of one call of a form, after the layer's input transforms (scale, RoPE, feature
+ * map) and with a constant decay already turned into log_alpha (T). */
+typedef struct ttt_form_args {
+    const ttt_tensor *q, *k;    /* (T, d_k) */
+    const ttt_tensor *v;        /* (T, d_v) */
+    const ttt_tensor *eta;      /* (T) per-token rates η, or NULL (= 1) */
+    const ttt_tensor *beta;     /* (T) β = θ·η (a recorded op under a tape), or NULL (= θ) */
+    const ttt_tensor *log_alpha; /* (T) or, with alpha_vec, (T, d_k); or NULL */
+    int alpha_vec;
+    int fused; /* forward_diff: 1 = the fused ops with hand-written backward (fused_grad.h),
+                * 0 = the composed reference (composed.h); entries with one path ignore it */
+} ttt_form_args;
+
+/* One sequence of a (B, T, H, D) array, in place: pointers to its first rows and the strides
+ * (kernels.h), with β = θ·η and the constant decay already formed by the caller. */
+typedef struct ttt_form_strided {
+    float *o;                   /* (T, d_v) rows ld.o apart */
+    const float *q, *k, *v;     /* rows ld.q, ld.k, ld.v apart */
+    const float *beta;          /* (T) β_t, ld.beta apart */
+    const float *log_alpha;     /* (T) or (T, d_k), ld.la apart, or NULL */
+    int alpha_vec;
+    int T;
+    ttt_form_ld ld;
+} ttt_form_strided;
+
+typedef struct ttt_form_entry {
+    const char *family; /* e.g. "delta_rule" */
+    const char *form;   /* e.g. "chunkwise": the name `layer.form` selects */
+    const char *help;   /* one line for `ttt list` */
+    /* Preference of `form: auto` among the entries available for a call: the highest wins, ties
+     * by registry order; 0 = never chosen by auto (only when asked for by name). The numbers
+     * encode measured speed (docs/forms.md "How auto chooses"). */
+    int auto_rank;
+    /* NULL when the entry computes layer L for inputs `in`; otherwise a sentence saying why not
+     * (ending in what to do instead). in == NULL asks about the tuple alone: whether some call
+     * of this layer can use the entry. */
+    const char *(*available)(const ttt_layer *L, const ttt_form_inputs *in);
+    /* Without a tape: o (T, d_v) written, st updated in place. Temporaries in ctx (the caller
+     * releases them). */
+    ttt_status (*forward)(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_layer_state *st,
+                          const ttt_form_args *a, ttt_error *err);
+    /* Under a tape, differentiable: o (T, d_v) written and made a graph node; st's tensors
+     * replaced by graph nodes holding the final state. Without a tape the same function as
+     * forward. */
+    ttt_status (*forward_diff)(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                               ttt_layer_state *st, const ttt_form_args *a, ttt_error *err);
+    /* Optional (NULL if none): forward on rows inside a larger array (ttt_layer_forward_batch),
+     * the same bits as forward on a copy of the rows. S the single (d_k, d_v) weight, in/out.
+     * Only called for layers without RoPE and output normalization. */
+    void (*forward_strided)(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                            const ttt_form_strided *a);
+    /* An upper estimate of the bytes forward and forward_diff allocate on top of their inputs,
+     * output and state for T tokens (tests/test_contract_forms.c checks it against the arena's
+     * measured peak). */
+    double (*scratch_bytes)(const ttt_layer *L, long T);
+    /* Floating-point operations of forward over T tokens, or NAN when not counted (NULL too). */
+    double (*flops)(const ttt_layer *L, long T);
+} ttt_form_entry;
+
+int ttt_form_count(void);
+const ttt_form_entry *ttt_form_at(int i);
+/* Nonzero when some entry has this form name ("auto" is not one). */
+int ttt_form_known(const char *form);
+/* "auto|generic|recurrent|…": every form name once, in registry order, for the option table. */
+const char *ttt_form_choices(void);
+
+/* The entry that computes L for inputs `in`: for L->form "auto" the available entry with the
+ * highest auto_rank (the generic driver at worst), else the available entry of that form name.
+ * NULL when there is none, with a TTT_ERR_UNSUPPORTED error saying why. */
+const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs *in,
+                                      ttt_error *err);
+/* NULL when the form name L->form applies to L for some inputs (the check at parse time);
+ * otherwise why not. */
+const char *ttt_form_unavailable(const ttt_layer *L);
+/* The inputs a call makes when it passes no η and no gates (the constant decay, if any, becomes
+ * a per-token gate): what tasks that do not pass them use. */
+ttt_form_inputs ttt_form_inputs_plain(const ttt_layer *L, long T, int tape);
 
 /* The generic driver (forms/generic/driver.c): any (model, loss, optimizer, b, ordering), token
  * by token, through ops (differentiable under a tape). Same contract as ttt_layer_forward after
@@ -109,10 +177,14 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                                const ttt_tensor *v, const ttt_tensor *eta,
                                const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err);
-/* The closed-form kernels without a tape (forms/registry.c). */
-ttt_status ttt_forward_closed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
-                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
-                              const ttt_tensor *v, const ttt_tensor *eta,
-                              const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err);
+/* The generic driver's scratch (layers/forms/generic/driver.c), also the estimate of other
+ * entries that run the driver's optimizer step (LaCT). */
+double ttt_generic_scratch_bytes(const ttt_layer *L, long T);
+/* Floats of the model's weights; gram = Σ min(rows, cols)² over its matrices. */
+double ttt_layer_weight_floats(const ttt_layer *L, double *gram);
+int ttt_layer_opt_state_count(const ttt_layer *L);
+/* Floats of the optimizer state over all weights, of the shapes the optimizer declares (optim.h
+ * state_shape: Adam's step count is one float, large_batch's norms one per channel). */
+double ttt_layer_opt_state_floats(const ttt_layer *L);
 
 #endif

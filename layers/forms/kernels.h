@@ -10,9 +10,9 @@
 
 /* Row strides (leading dimensions, in floats) of a sequence's arrays, for the `_ld` variants of the
  * kernels below, which read and write sequences lying inside larger arrays without copying them:
- * one head of a (B, T, H, D) tensor has row stride H·D (ttt apply, src/app/apply.c). Row t of q is at
- * q + t·ld.q, value t of beta at beta + t·ld.beta, and so on; a contiguous (T, D) array has
- * stride D, and beta and a scalar log_alpha stride 1. Strides only change where values are read
+ * one head of a (B, T, H, D) tensor has row stride H·D (layers/batch.c, behind ttt apply). Row t
+ * of q is at q + t·ld.q, value t of beta at beta + t·ld.beta, and so on; a contiguous (T, D)
+ * array has stride D, and beta and a scalar log_alpha stride 1. Strides only change where values are read
  * and written, never the arithmetic: an `_ld` call returns the same bits as the contiguous call on
  * a copy of the rows (tests/test_la_forms.c, tests/test_delta_forms.c). */
 typedef struct ttt_form_ld {

@@ -34,4 +34,5 @@ const ttt_model ttt_model_linear = {
     .init = linear_init,
     .apply = linear_apply,
     .grad = linear_grad,
+    .traits = TTT_MODEL_LINEAR_MAP,
 };

@@ -40,6 +40,7 @@ const ttt_loss ttt_loss_squared = {
     .grad = squared_grad,
     .value = squared_value,
     .z_free = 0,
+    .traits = TTT_LOSS_RESIDUAL,
 };
 
 /* recon (TTT view reconstruction, MATH.md §2): for a residual model z = f(W; k) = k + g(W; k)
@@ -67,4 +68,5 @@ const ttt_loss ttt_loss_recon = {
     .grad = recon_grad,
     .value = recon_value,
     .z_free = 0,
+    .traits = TTT_LOSS_RESIDUAL,
 };

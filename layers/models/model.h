@@ -13,6 +13,21 @@
 
 #define TTT_MAX_WEIGHTS 8
 
+/* Traits a model declares (flags), for the computation forms' availability tests
+ * (docs/forms.md "Traits"). */
+enum {
+    TTT_MODEL_LINEAR_MAP = 1 << 0,  /* f(W; x) = x W, one weight W (d_k, d_v) whose rows are the
+                                     * key dimensions (a per-key gate scales its rows) */
+    TTT_MODEL_RESIDUAL_LN = 1 << 1, /* f(W, b; x) = x + LN(x W + b), LN without affine
+                                     * (TTT-Linear) */
+    TTT_MODEL_SWIGLU = 1 << 2,      /* f(W; x) = (silu(x W0) ⊙ (x W2)) W1, no residual (LaCT) */
+};
+
+/* Traits of inner losses (flags). */
+enum {
+    TTT_LOSS_RESIDUAL = 1 << 0, /* ∂ℓ/∂z = z − v (½‖z − v‖² and its reconstruction variant) */
+};
+
 typedef struct ttt_model {
     const char *name;
     const char *help;
@@ -30,6 +45,8 @@ typedef struct ttt_model {
      * Writes n_weights new tensors into G. */
     void (*grad)(ttt_ctx *ctx, ttt_tensor **G, const ttt_tensor *const *W, const ttt_tensor *x,
                  const ttt_tensor *dz, const ttt_tensor *eta);
+    /* TTT_MODEL_* flags. */
+    unsigned traits;
 } ttt_model;
 
 typedef struct ttt_loss {
@@ -41,6 +58,8 @@ typedef struct ttt_loss {
     double (*value)(const ttt_tensor *z, const ttt_tensor *v);
     /* Nonzero when ∂ℓ/∂z does not depend on z (the dot loss): the layer may skip apply. */
     int z_free;
+    /* TTT_LOSS_* flags. */
+    unsigned traits;
 } ttt_loss;
 
 const ttt_model *ttt_model_find(const char *name);

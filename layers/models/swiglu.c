@@ -74,4 +74,5 @@ const ttt_model ttt_model_swiglu = {
     .init = swiglu_init,
     .apply = swiglu_apply,
     .grad = swiglu_grad,
+    .traits = TTT_MODEL_SWIGLU,
 };

@@ -70,4 +70,5 @@ const ttt_model ttt_model_ttt_linear = {
     .init = ttt_linear_init,
     .apply = ttt_linear_apply,
     .grad = ttt_linear_grad,
+    .traits = TTT_MODEL_RESIDUAL_LN,
 };

@@ -27,23 +27,13 @@ const char *ttt_version(void) { return TTT_VERSION; }
 
 /* ---- registries ---- */
 
-/* One line per form (indexed by ttt_form), for listings. */
-static const char *const form_help[TTT_FORM_COUNT] = {
-    [TTT_FORM_GENERIC] = "the generic driver: any (model, loss, optimizer, b, order), token by "
-                         "token (docs/math.md §1)",
-    [TTT_FORM_RECURRENT] = "a closed-form token-by-token kernel",
-    [TTT_FORM_PARALLEL] = "quadratic in T, one masked matrix product (docs/math.md §5.1)",
-    [TTT_FORM_CHUNKWISE] = "chunks of `chunk` tokens (docs/math.md §5.2, §5.3)",
-    [TTT_FORM_DUAL] = "the TTT-Linear mini-batch dual form (docs/math.md §5.4)",
-};
-
 int ttt_registry_count(ttt_registry r) {
     switch (r) {
     case TTT_REGISTRY_OPTIMIZERS: return ttt_optim_count();
     case TTT_REGISTRY_MODELS: return ttt_model_count();
     case TTT_REGISTRY_LOSSES: return ttt_loss_count();
     case TTT_REGISTRY_PRESETS: return ttt_preset_count();
-    case TTT_REGISTRY_FORMS: return TTT_FORM_COUNT;
+    case TTT_REGISTRY_FORMS: return ttt_form_count();
     case TTT_REGISTRY_TASKS: return ttt_task_count();
     default: return -1;
     }
@@ -61,7 +51,7 @@ ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry
     case TTT_REGISTRY_MODELS: nm = ttt_model_at(i)->name, hp = ttt_model_at(i)->help; break;
     case TTT_REGISTRY_LOSSES: nm = ttt_loss_at(i)->name, hp = ttt_loss_at(i)->help; break;
     case TTT_REGISTRY_PRESETS: nm = ttt_preset_at(i)->name, hp = ttt_preset_at(i)->help; break;
-    case TTT_REGISTRY_FORMS: nm = ttt_form_name((ttt_form)i), hp = form_help[i]; break;
+    case TTT_REGISTRY_FORMS: nm = ttt_form_at(i)->form, hp = ttt_form_at(i)->help; break;
     case TTT_REGISTRY_TASKS: nm = ttt_task_at(i)->name, hp = ttt_task_at(i)->help; break;
     default: break;
     }
@@ -97,7 +87,7 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
              L->coupled ? "coupled" : "decoupled", L->mini_batch,
              L->order == TTT_ORDER_UPDATE_THEN_APPLY ? "update_then_apply" : "apply_then_update",
              L->step_per_token ? "per_token" : "per_block", L->pos_inverse ? "inverse" : "none",
-             ttt_form_name(L->form), L->chunk, (double)L->scale, L->rope ? "true" : "false",
+             L->form, L->chunk, (double)L->scale, L->rope ? "true" : "false",
              (double)L->rope_base,
              L->normalize == TTT_NORMALIZE_RATIO ? "ratio"
              : L->normalize == TTT_NORMALIZE_RMS ? "rms"

@@ -4,9 +4,9 @@
  * Files use the public layout of PyTorch linear-attention libraries, (B, T, H, D): batch, time,
  * head, feature. Internally every (batch, head) pair is one independent sequence (MATH.md §0:
  * "batch and heads are independent copies") converted to the (T, D) layout the layer works on;
- * the closed-form kernels of linear attention and the delta rule read and write it in place with
- * row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the copies,
- * src/app/apply.c).
+ * forms with a strided kernel (layers/forms/form.h, forward_strided) read and write it in place
+ * with row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the
+ * copies, layers/batch.c).
  *
  * Input tensors (any dtype the safetensors reader accepts; read as float32):
  *   q              (B, T, H, d_k)   queries (multiplied by layer.scale, default 1.0 — PyTorch
@@ -23,17 +23,24 @@
  *                                   (B, H, d_k, d_v). Models with several weight tensors take
  *                                   initial_state.0, initial_state.1, … each (B, H, *W_i) and each
  *                                   optional. Absent: the model's own initialization.
+ *   initial_state.opt0, …           optional optimizer state of each weight (initial_state.0.opt0,
+ *                  (B, H, *W)       … with several weights), e.g. Titans' momentum; absent: the
+ *                                   optimizer's initial state for the weights above.
+ *   initial_state.z (B, H, d_k, 1)  the normalizer of normalize: ratio.
+ *                                   The names follow ttt_layer_state_info (layers/layer.h).
  * Any other name is an error (a misspelt optional tensor must not be silently ignored).
  *
  * Output tensors (F32):
  *   o              (B, T, H, d_v)   the layer output o_t = f(W_t; q_t)
  *   final_state    (B, H, *W)       the fast weights after the last token (final_state.0, … for
  *                                   models with several weights), in the layout initial_state
- *                                   takes, so a sequence can be continued in a second call.
- * Optimizer state (e.g. momentum) starts at zero and is not exported.
- * Metadata: ttt_version, preset, form, layer (the resolved `layer:` mapping), layout ("BTHD"),
- * threads (how many ran the sequences) and seconds (wall time of the layer over all sequences,
- * without reading or writing files: what a benchmark against another tool compares).
+ *                                   takes, and final_state.opt0, … / final_state.z for the rest of
+ *                                   the carried state: a sequence continued in a second call with
+ *                                   every final_state* as initial_state* equals one call.
+ * Metadata: ttt_version, preset, form (the form that ran: auto is resolved for the inputs),
+ * layer (the resolved `layer:` mapping), layout ("BTHD"), threads (how many ran the sequences)
+ * and seconds (wall time of the layer over all sequences, without reading or writing files:
+ * what a benchmark against another tool compares).
  *
  * Threads: the (batch, head) sequences are split over OpenMP threads in contiguous ranges (a
  * static schedule), single-threaded BLAS inside each (ttt_apply* call openblas_set_num_threads(1)). Every sequence is computed by one thread with the same code, so the
@@ -45,7 +52,7 @@
 #include "safetensors.h"
 #include "status.h"
 
-#define TTT_APPLY_MAX_OUT 9 /* o + up to TTT_MAX_WEIGHTS (8) weight tensors */
+#define TTT_APPLY_MAX_OUT 42 /* o + up to TTT_BATCH_MAX_STATE (layers/layer.h) state tensors */
 #define TTT_APPLY_MAX_META 7 /* metadata pairs of the output file */
 #define TTT_APPLY_MAX_THREADS 256
 

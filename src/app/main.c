@@ -241,6 +241,14 @@ static int cmd_list(void) {
                ttt_preset_optimizer_text(p, optim, sizeof optim), p->mini_batch, p->order,
                p->steps, p->position_scale, p->recurrence);
     }
+    printf("\nComputation forms (layer.form: auto or a form name; family/form, auto "
+           "preference):\n");
+    for (int i = 0; i < ttt_form_count(); i++) {
+        const ttt_form_entry *e = ttt_form_at(i);
+        char name[64];
+        snprintf(name, sizeof name, "%s/%s", e->family, e->form);
+        printf("  %-28s %2d  %s\n", name, e->auto_rank, e->help);
+    }
     printf("\nLayer options (layer.*):\n");
     print_options(ttt_layer_options, "  ");
     printf("\nTasks (task.kind):\n");

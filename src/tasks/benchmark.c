@@ -214,27 +214,21 @@ static void sgemm_probe_free(sgemm_probe *p) {
 
 /* ---- FLOP counts (see the header comment) ---- */
 
-static double flops_chunked(int fam, long T, int dk, int dv, long C) {
-    double f = 0;
-    for (long t0 = 0; t0 < T; t0 += C) {
-        const double n = (double)(t0 + C <= T ? C : T - t0);
-        f += fam == TTT_FAMILY_LINEAR_ATTENTION
-                 ? 2.0 * n * n * (dk + dv) + 4.0 * n * dk * dv
-                 : n * n * (5.0 * dk + 3.0 * dv) + 6.0 * n * dk * dv;
-    }
-    return f;
+/* The form a sequence model's TTT layers run in a training step: tape recorded, with the gates
+ * and learning rates the model feeds them. */
+static const char *train_form_used(const ttt_seq_model_config *mc) {
+    ttt_form_inputs in = ttt_form_inputs_plain(&mc->layer, 0, 1);
+    in.eta = mc->eta != TTT_ETA_NONE;
+    in.gate = mc->gate == TTT_GATE_VECTOR ? TTT_FORM_GATE_KEY
+              : mc->gate == TTT_GATE_NONE ? TTT_FORM_GATE_NONE
+                                          : TTT_FORM_GATE_TOKEN;
+    return ttt_layer_form_used(&mc->layer, &in);
 }
 
-static double form_flops(const ttt_layer *L, long T, int dk, int dv) {
-    const int fam = ttt_layer_family(L);
-    if (fam != TTT_FAMILY_LINEAR_ATTENTION && fam != TTT_FAMILY_DELTA_RULE) return NAN;
-    switch (L->form) {
-    case TTT_FORM_RECURRENT:
-        return (double)T * dk * dv * (fam == TTT_FAMILY_LINEAR_ATTENTION ? 4.0 : 6.0);
-    case TTT_FORM_CHUNKWISE: return flops_chunked(fam, T, dk, dv, L->chunk);
-    case TTT_FORM_PARALLEL: return flops_chunked(fam, T, dk, dv, T);
-    default: return NAN;
-    }
+/* The FLOPs of the form that runs L for inputs `in` (the registry entry's count), or NAN. */
+static double form_flops(const ttt_layer *L, const ttt_form_inputs *in) {
+    const ttt_form_entry *e = ttt_form_choose(L, in, NULL);
+    return e && e->flops ? e->flops(L, in->T) : NAN;
 }
 
 /* ---- measure: train_step ---- */
@@ -546,7 +540,7 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
         strlist_add(&meta, "resolved.head_dim");
         strlist_add(&meta, "%d", mc->head_dim);
         strlist_add(&meta, "resolved.form");
-        strlist_add(&meta, "%s", mc->mixer == TTT_MIXER_TTT ? ttt_form_name(mc->layer.form) : "");
+        strlist_add(&meta, "%s", mc->mixer == TTT_MIXER_TTT ? train_form_used(mc) : "");
         strlist_add(&meta, "resolved.chunk");
         strlist_add(&meta, "%d", mc->layer.chunk);
         strlist_add(&meta, "resolved.theta");
@@ -595,8 +589,8 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
     ttt_seq_model_describe(&mc, mixer, sizeof mixer);
     const int ttt_mixer = mc.mixer == TTT_MIXER_TTT;
     const char *preset = ttt_mixer && mc.layer.preset ? mc.layer.preset : mixer;
-    const char *form = ttt_mixer ? ttt_form_name(mc.layer.form) : "softmax";
-    const int chunked = ttt_mixer && mc.layer.form == TTT_FORM_CHUNKWISE;
+    const char *form = ttt_mixer ? train_form_used(&mc) : "softmax";
+    const int chunked = ttt_mixer && strcmp(form, "chunkwise") == 0;
     ttt_status s = TTT_OK;
     for (int li = 0; li < bc->seq_len.n && s == TTT_OK; li++) {
         const int L = (int)bc->seq_len.v[li];
@@ -864,18 +858,24 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     }
                     if (s != TTT_OK) break;
                     if (used == 1 && isnan(t1)) t1 = secs;
-                    const double flop = H * form_flops(&L, T, d, d);
+                    const ttt_form_inputs in = {.T = T, .eta = 1,
+                                                .gate = gates == 2 ? TTT_FORM_GATE_KEY
+                                                        : gates || L.decay != 1.0f
+                                                            ? TTT_FORM_GATE_TOKEN
+                                                            : TTT_FORM_GATE_NONE};
+                    const char *form_used = ttt_layer_form_used(&L, &in);
+                    const double flop = H * form_flops(&L, &in);
                     const double gflops = flop / secs * 1e-9;
                     ttt_record rec;
                     ttt_record_clear(&rec);
                     char series[160];
                     snprintf(series, sizeof series, "%s %s d=%d H=%d threads=%d",
-                             L.preset ? L.preset : layer_name, ttt_form_name(L.form), d, H, used);
+                             L.preset ? L.preset : layer_name, form_used, d, H, used);
                     ttt_record_str(&rec, "series", series);
                     ttt_record_str(&rec, "preset", L.preset ? L.preset : layer_name);
-                    ttt_record_str(&rec, "form", ttt_form_name(L.form));
+                    ttt_record_str(&rec, "form", form_used);
                     ttt_record_str(&rec, "gates", gates == 2 ? "vector" : gates ? "scalar" : "none");
-                    if (L.form == TTT_FORM_CHUNKWISE) ttt_record_num(&rec, "chunk", L.chunk);
+                    if (strcmp(form_used, "chunkwise") == 0) ttt_record_num(&rec, "chunk", L.chunk);
                     ttt_record_num(&rec, "T", T);
                     ttt_record_num(&rec, "d_head", d);
                     ttt_record_num(&rec, "heads", H);

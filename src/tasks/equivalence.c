@@ -10,11 +10,10 @@
 #include "task.h"
 
 static const ttt_option equivalence_options[] = {
-    {"reference", TTT_OPT_CHOICE, "recurrent", TTT_NO_RANGE,
-     "generic|recurrent|parallel|chunkwise|dual", "the form compared against"},
-    {"candidate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE,
-     "auto|generic|recurrent|parallel|chunkwise|dual",
-     "the form under test (auto: the layer's default closed form)"},
+    {"reference", TTT_OPT_STRING, "recurrent", TTT_NO_RANGE, NULL,
+     "the form compared against (a form name of `ttt list`)"},
+    {"candidate", TTT_OPT_STRING, "auto", TTT_NO_RANGE, NULL,
+     "the form under test (auto: the form auto chooses for these inputs)"},
     {"tokens", TTT_OPT_INT, "256", 1, 1 << 24, NULL, "sequence length T"},
     {"key_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "key dimension d_k"},
     {"value_dim", TTT_OPT_INT, "64", 1, 4096, NULL, "value dimension d_v"},
@@ -36,7 +35,7 @@ static double inputs_bytes(double T, double dk, double dv, double H) {
 /* The parsed configuration of a point. */
 typedef struct equivalence_cfg {
     ttt_layer L;        /* built for d_k = key_dim, d_v = value_dim */
-    ttt_form forms[2];  /* reference, candidate (auto resolved) */
+    const char *forms[2]; /* reference, candidate: "auto" or a registry form name (static) */
     int T, dk, dv, H, repeats;
     const char *gates;  /* "none" | "scalar" | "vector" (static strings) */
     int eta_random;     /* eta: random */
@@ -61,15 +60,18 @@ static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *er
     TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->dk, c->dv, &L, err));
     c->L = L;
     static const char *const keys[] = {"reference", "candidate"};
-    ttt_form *forms = c->forms;
+    const char **forms = c->forms;
     for (int i = 0; i < 2; i++) {
         const ttt_cfg_node *n = ttt_cfg_get(task, keys[i]);
-        if (strcmp(n->scalar, "auto") == 0) {
-            forms[i] = ttt_layer_auto_form(&L);
-            continue;
-        }
-        forms[i] = (ttt_form)ttt_form_from_name(n->scalar);
-        const char *why = ttt_layer_form_unavailable(&L, forms[i]);
+        if (!n->scalar || (strcmp(n->scalar, "auto") != 0 && !ttt_form_known(n->scalar)))
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "task.%s: expected one of %s", keys[i],
+                                 ttt_form_choices());
+        /* the registry's own string: the tree is freed after planning */
+        forms[i] = "auto";
+        for (int j = 0; j < ttt_form_count(); j++)
+            if (strcmp(ttt_form_at(j)->form, n->scalar) == 0) forms[i] = ttt_form_at(j)->form;
+        L.form = forms[i];
+        const char *why = ttt_form_unavailable(&L);
         if (why) return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "task.%s: %s", keys[i], why);
     }
     /* Refuse sizes the machine cannot hold now, before any point runs (the parallel form alone
@@ -89,7 +91,7 @@ static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *er
              "%s: the equivalence task (tokens %ld, heads %ld, key_dim %d, value_dim %d, forms %s "
              "and %s)",
              ttt_cfg_where(task, where, sizeof where), T, ttt_cfg_int(task, "heads"), L.d_k,
-             L.d_v, ttt_form_name(forms[0]), ttt_form_name(forms[1]));
+             L.d_v, forms[0], forms[1]);
     return ttt_size_check(bytes, what, err);
 }
 
@@ -170,7 +172,13 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
     const char *form_name[2];
     for (int f = 0; f < 2 && s == TTT_OK; f++) {
         L.form = c->forms[f];
-        form_name[f] = ttt_form_name(L.form);
+        /* the form that runs for these inputs (auto chooses per call) */
+        const ttt_form_inputs in = {.T = T, .eta = eta[0] != NULL,
+                                    .gate = strcmp(gates, "vector") == 0 ? TTT_FORM_GATE_KEY
+                                            : strcmp(gates, "none") != 0 || L.decay != 1.0f
+                                                ? TTT_FORM_GATE_TOKEN
+                                                : TTT_FORM_GATE_NONE};
+        form_name[f] = ttt_layer_form_used(&L, &in);
         s = run_form(&ctx, &L, o[f], S[f], q, k, v, eta, la, H, repeats, run, &secs[f], err);
     }
     if (s == TTT_OK) {

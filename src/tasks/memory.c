@@ -147,7 +147,7 @@ static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
     char where[512], what[768];
     snprintf(what, sizeof what, "%s: task.pairs = %ld (key_dim %d, value_dim %d, form %s)",
              ttt_cfg_where(largest, where, sizeof where), n_max, c->L.d_k, c->L.d_v,
-             ttt_form_name(c->L.form));
+             c->L.form);
     return ttt_size_check(memory_bytes(&c->L, n_max, c->spec.overwrite), what, err);
 }
 
@@ -190,7 +190,9 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
         ttt_record_str(&rec, "series", run->label[0] ? run->label : layer_name);
         ttt_record_num(&rec, "point", run->point);
         ttt_record_str(&rec, "layer", layer_name);
-        ttt_record_str(&rec, "form", ttt_form_name(L.form));
+        /* the form the writes ran in (no η, no gates but the constant decay) */
+        const ttt_form_inputs in = ttt_form_inputs_plain(&L, (long)N, 0);
+        ttt_record_str(&rec, "form", ttt_layer_form_used(&L, &in));
         ttt_record_str(&rec, "overwrite", spec.overwrite ? "true" : "false");
         ttt_record_num(&rec, "N", (double)N);
         ttt_record_num(&rec, "d_k", spec.d_k);

@@ -70,28 +70,20 @@ ttt_status ttt_lact_composed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                              const ttt_tensor *v, const ttt_tensor *eta,
                              const ttt_tensor *log_alpha, ttt_error *err) {
-    if (ttt_layer_family(L) != TTT_FAMILY_LACT)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "the LaCT closed form needs model swiglu, loss dot, squared or "
-                             "recon, optimizer large_batch, order apply_then_update, steps "
-                             "per_block, lr > 0 and no coupled decay; use form: generic");
-    if (log_alpha && log_alpha->ndim != 1)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "the LaCT closed form takes a scalar decay per token, not a vector; "
-                             "use form: generic");
-    if (log_alpha && L->coupled)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "the LaCT closed form takes every gradient at the block-start "
-                             "weights (decay_placement: decoupled); this layer has per-token "
-                             "gates with coupled placement: use form: generic or "
-                             "decay_placement: decoupled");
+    const ttt_form_inputs in = {.T = TTT_ROWS(k), .eta = eta != NULL,
+                                .gate = !log_alpha ? TTT_FORM_GATE_NONE
+                                        : log_alpha->ndim != 1 ? TTT_FORM_GATE_KEY
+                                                               : TTT_FORM_GATE_TOKEN,
+                                .tape = ttt_recording(ctx)};
+    const char *why = ttt_lact_available(L, &in);
+    if (why) return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "%s", why);
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
     const int nw = st->n_w, ns = st->n_opt, tape = ttt_recording(ctx);
     if (q->ndim != 2 || k->ndim != 2 || v->ndim != 2 || TTT_ROWS(q) != T || TTT_ROWS(v) != T ||
         TTT_COLS(q) != d_k || o->ndim != 2 || TTT_ROWS(o) != T || TTT_COLS(o) != d_v ||
         (eta && eta->n != (size_t)T) || (log_alpha && log_alpha->n != (size_t)T) || nw != 3)
         return ttt_error_set(err, TTT_ERR_SHAPE, "LaCT closed form: inputs do not fit T = %d", T);
-    const int dot = strcmp(L->loss->name, "dot") == 0;
+    const int dot = L->loss->z_free; /* ∂ℓ/∂z = −v */
     /* the running weights and optimizer state: graph nodes with a tape, st's tensors (updated
      * in place after every block) without one */
     ttt_tensor *W[3], *S[3][TTT_MAX_OPT_STATE];

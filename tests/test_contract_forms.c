@@ -1,0 +1,435 @@
+/* The contract of every computation form (layers/forms/form.h), checked by looping over the
+ * registry: no list of forms here, so a new entry (one file + one line in form_list.h) is tested
+ * as soon as it exists. For every entry × every preset it accepts (asked through `available` for
+ * each gate shape, with and without per-token rates η):
+ *   (a) forward equals the generic driver (the definition, docs/math.md §1): output and every
+ *       state tensor;
+ *   (b) forward_diff's gradients (w.r.t. q, k, v, η, the gates and the whole initial state) equal
+ *       the generic driver's under the tape, fused and composed paths;
+ *   (c) scratch_bytes is at least the arena's measured peak during forward;
+ *   (d) forward_strided, where present, gives forward's bits on rows inside a (T, H, D) array.
+ * Every entry must be exercised by at least one preset (a new entry that no preset reaches fails
+ * here and needs a preset or a case).
+ *
+ * Sizes: d_k = d_v = 4 (square models need equal dims), chunk 3, b = 4 for presets with b > 1,
+ * T = 13 (four blocks, the last partial) and T = 40. Inputs: q ~ N(0, 0.5²), unit keys (the
+ * squared loss's step is stable for β‖k‖² ≤ 2), v ~ N(0, 1), η ~ U[0.1, 1), log α ~ U[−0.2, −0.01).
+ *
+ * Tolerances. Both sides are float32 evaluations of the same function in a different order (chunk
+ * matrices vs token-by-token updates).
+ *   Forward: |got − want| ≤ 1e-5 + 1e-4·|want| elementwise. A wrong term (e.g. a gate applied
+ *   once too often, θ off by 1 %) moves outputs by ≥ 1e-2.
+ *   Gradients: max |g − g_ref| ≤ 1e-4 · max |g_ref| + 1e-6 per tensor. A wrong backward term is
+ *   off by O(1).
+ *   Layers whose optimizer takes LaCT's block step (trait block_step; Newton–Schulz with muon):
+ *   the function is ill-conditioned at float32 resolution — outputs and gradients move by up to
+ *   8e-3 of their size when the inputs change by one rounding (tests/test_lact_composed.c
+ *   measures this floor per case) — so there |got − want| ≤ 1e-2 · max |want| forward (measured
+ *   6e-4 of max) and 3e-2 · max |g_ref| for gradients. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+#define D 4
+#define CHUNK 3
+#define FWD_ATOL 1e-5
+#define FWD_RTOL 1e-4
+#define GRAD_RTOL 1e-4
+#define GRAD_RTOL_NS 3e-2
+#define GRAD_ATOL 1e-6
+#define FWD_TOL_NS 1e-2
+
+/* Newton–Schulz amplifies float32 rounding (see the header). */
+static int ill_conditioned(const ttt_layer *L) { return ttt_layer_optim_traits(L).block_step; }
+
+/* The forward tolerance for want: elementwise, or relative to max |want| (ill-conditioned). */
+static int fwd_close(const float *got, const float *want, size_t n, const ttt_layer *L, char *msg,
+                     size_t len) {
+    if (!ill_conditioned(L)) return tu_close_f(got, want, n, FWD_ATOL, FWD_RTOL, msg, len);
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+    return tu_close_f(got, want, n, FWD_TOL_NS * mx + FWD_ATOL, 0.0, msg, len);
+}
+
+static const int Ts[] = {13, 40};
+
+static int build_layer(ttt_layer *L, const ttt_preset *p) {
+    char text[256];
+    snprintf(text, sizeof text, "layer: {preset: %s, chunk: %d, mini_batch: %d, form: generic}\n",
+             p->name, CHUNK, p->mini_batch > 1 ? 4 : 1);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
+    ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, L, &err);
+    ttt_cfg_free(root);
+    ck_assert_msg(s == TTT_OK, "%s: %s", p->name, err.msg);
+    return 1;
+}
+
+static const char *gate_name(ttt_gate_shape g) {
+    return g == TTT_FORM_GATE_NONE    ? "no gate"
+           : g == TTT_FORM_GATE_TOKEN ? "gate (T)"
+                                      : "gate (T, d_k)";
+}
+
+/* The inputs a layer call makes: with a constant decay a "no gate" call passes log α per token,
+ * so that shape does not occur. */
+static int call_possible(const ttt_layer *L, ttt_gate_shape g) {
+    return !(g == TTT_FORM_GATE_NONE && L->decay != 1.0f);
+}
+
+typedef struct inputs {
+    ttt_tensor *q, *k, *v, *eta, *la;
+} inputs;
+
+static inputs make_inputs(ttt_ctx *c, ttt_rng *rng, const ttt_layer *L, int T, ttt_gate_shape g,
+                          int with_eta) {
+    inputs in = {0};
+    in.q = ttt_tensor_2d(c, T, D);
+    in.k = ttt_tensor_2d(c, T, D);
+    in.v = ttt_tensor_2d(c, T, D);
+    ttt_rng_fill_normal(rng, in.q->data, in.q->n, 0.0f, 0.5f);
+    ttt_rng_fill_normal(rng, in.k->data, in.k->n, 0.0f, 1.0f);
+    for (int t = 0; t < T; t++) { /* unit keys */
+        float *kt = in.k->data + (size_t)t * D;
+        double s = 0;
+        for (int j = 0; j < D; j++) s += (double)kt[j] * kt[j];
+        for (int j = 0; j < D; j++) kt[j] = (float)(kt[j] / sqrt(s));
+    }
+    ttt_rng_fill_normal(rng, in.v->data, in.v->n, 0.0f, 1.0f);
+    if (with_eta) {
+        in.eta = ttt_tensor_1d(c, T);
+        ttt_rng_fill_uniform(rng, in.eta->data, in.eta->n, 0.1f, 1.0f);
+    }
+    if (g == TTT_FORM_GATE_KEY) {
+        in.la = ttt_tensor_2d(c, T, D);
+        ttt_rng_fill_uniform(rng, in.la->data, in.la->n, -0.2f, -0.01f);
+    } else if (g == TTT_FORM_GATE_TOKEN) {
+        in.la = ttt_tensor_1d(c, T);
+        if (L->decay != 1.0f) /* the constant decay, as ttt_layer_forward passes it */
+            ttt_tensor_fill(in.la, logf(L->decay));
+        else
+            ttt_rng_fill_uniform(rng, in.la->data, in.la->n, -0.2f, -0.01f);
+    }
+    return in;
+}
+
+/* Every state tensor of st, in ttt_layer_state_info order. */
+static int state_tensors(const ttt_layer_state *st, ttt_tensor **out) {
+    int n = 0;
+    for (int w = 0; w < st->n_w; w++) out[n++] = st->W[w];
+    for (int w = 0; w < st->n_w; w++)
+        for (int s = 0; s < st->n_opt; s++) out[n++] = st->opt[w][s];
+    if (st->z) out[n++] = st->z;
+    return n;
+}
+
+/* The same initial state for every run (models with random initial weights draw from rng 7). */
+static void init_state(ttt_ctx *c, const ttt_layer *L, ttt_layer_state *st) {
+    ttt_rng r;
+    ttt_rng_seed(&r, 7);
+    ttt_layer_state_init(c, L, st, &r);
+}
+
+/* Calls f(entry, layer, preset, T, gate, eta) for every entry × preset × call shape the entry
+ * accepts; returns how many; counts per entry in covered[]. */
+typedef void (*case_fn)(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                        ttt_gate_shape g, int with_eta, void *arg);
+
+static int each_case(case_fn f, void *arg, int *covered) {
+    int n = 0;
+    for (int i = 0; i < ttt_form_count(); i++) {
+        const ttt_form_entry *e = ttt_form_at(i);
+        for (int j = 0; j < ttt_preset_count(); j++) {
+            const ttt_preset *p = ttt_preset_at(j);
+            ttt_layer L;
+            build_layer(&L, p);
+            L.form = e->form;
+            if (e->available(&L, NULL)) continue;
+            for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++)
+                for (int g = TTT_FORM_GATE_NONE; g <= TTT_FORM_GATE_KEY; g++)
+                    for (int with_eta = 0; with_eta < 2; with_eta++) {
+                        if (!call_possible(&L, (ttt_gate_shape)g)) continue;
+                        const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
+                                                    .gate = (ttt_gate_shape)g, .tape = 0};
+                        if (e->available(&L, &in)) continue;
+                        f(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta, arg);
+                        n++;
+                        covered[i]++;
+                    }
+        }
+    }
+    return n;
+}
+
+static void check_covered(const int *covered) {
+    for (int i = 0; i < ttt_form_count(); i++)
+        ck_assert_msg(covered[i] > 0, "form %s/%s: no preset reaches it", ttt_form_at(i)->family,
+                      ttt_form_at(i)->form);
+}
+
+/* ---- (a) forward = the generic driver ---- */
+
+static void forward_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                         ttt_gate_shape g, int with_eta, void *arg) {
+    (void)arg;
+    tu_fixture f;
+    tu_fx_init(&f, 1000 + (uint64_t)T);
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    ttt_layer_state s_ref, s_got;
+    init_state(&f.ctx, L, &s_ref);
+    init_state(&f.ctx, L, &s_got);
+    ttt_tensor *o_ref = ttt_tensor_2d(&f.ctx, T, D), *o = ttt_tensor_2d(&f.ctx, T, D);
+    ttt_error err = {0};
+    const int vec = g == TTT_FORM_GATE_KEY;
+    ck_assert_msg(ttt_forward_generic(&f.ctx, L, o_ref, &s_ref, in.q, in.k, in.v, in.eta, in.la,
+                                      vec, &err) == TTT_OK,
+                  "%s", err.msg);
+    const ttt_form_args a = {.q = in.q, .k = in.k, .v = in.v, .eta = in.eta,
+                             .log_alpha = in.la, .alpha_vec = vec, .fused = 1};
+    ck_assert_msg(e->forward(&f.ctx, L, o, &s_got, &a, &err) == TTT_OK, "%s/%s %s: %s",
+                  e->family, e->form, p->name, err.msg);
+    char msg[256];
+    ck_assert_msg(fwd_close(o->data, o_ref->data, o->n, L, msg, sizeof msg),
+                  "%s/%s, preset %s, T %d, %s%s: o: %s", e->family, e->form, p->name, T,
+                  gate_name(g), with_eta ? ", eta" : "", msg);
+    ttt_tensor *sr[TTT_BATCH_MAX_STATE], *sg[TTT_BATCH_MAX_STATE];
+    const int n = state_tensors(&s_ref, sr);
+    ck_assert_int_eq(state_tensors(&s_got, sg), n);
+    for (int i = 0; i < n; i++)
+        ck_assert_msg(fwd_close(sg[i]->data, sr[i]->data, sr[i]->n, L, msg, sizeof msg),
+                      "%s/%s, preset %s, T %d, %s%s: state %d: %s", e->family, e->form, p->name,
+                      T, gate_name(g), with_eta ? ", eta" : "", i, msg);
+    tu_fx_free(&f);
+}
+
+START_TEST(forward_equals_generic_driver) {
+    int covered[64] = {0};
+    ck_assert_int_le(ttt_form_count(), 64);
+    const int n = each_case(forward_case, NULL, covered);
+    ck_assert_int_gt(n, 0);
+    check_covered(covered);
+}
+END_TEST
+
+/* ---- (b) forward_diff's gradients = the generic driver's ---- */
+
+enum { P_Q, P_K, P_V, P_ETA, P_LA, P_STATE }; /* then one per state tensor */
+#define N_P (P_STATE + TTT_BATCH_MAX_STATE)
+
+typedef struct grads {
+    float *g[N_P];
+    size_t n[N_P];
+} grads;
+
+/* One recorded forward (e NULL: the generic driver) and the backward of
+ * Σ R_o ⊙ o + Σ R_i ⊙ final state_i; the gradients of every input and initial state tensor. */
+static void run_grads(grads *out, tu_tape_fixture *fx, const ttt_form_entry *e, int fused,
+                      const ttt_layer *L, int T, ttt_gate_shape g, int with_eta) {
+    ttt_ctx *c = &fx->ctx;
+    ttt_tape_reset(c->tape);
+    ttt_rng rng;
+    ttt_rng_seed(&rng, 4242 + (uint64_t)T);
+    inputs in = make_inputs(c, &rng, L, T, g, with_eta);
+    ttt_layer_state st;
+    init_state(c, L, &st);
+    ttt_tensor *p[N_P] = {in.q, in.k, in.v, in.eta, in.la};
+    ttt_tensor *s0[TTT_BATCH_MAX_STATE];
+    const int ns = state_tensors(&st, s0);
+    for (int i = 0; i < ns; i++) p[P_STATE + i] = s0[i];
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < P_STATE + ns; i++) {
+        if (!p[i]) continue;
+        out->n[i] = p[i]->n;
+        out->g[i] = tu_zalloc(c, p[i]->n * sizeof(float));
+        ttt_tensor_set_param(p[i], out->g[i]);
+    }
+    ttt_tensor *o = ttt_tensor_2d(c, T, D);
+    ttt_error err = {0};
+    const int vec = g == TTT_FORM_GATE_KEY;
+    ttt_status s;
+    if (!e) {
+        s = ttt_forward_generic(c, L, o, &st, in.q, in.k, in.v, in.eta, in.la, vec, &err);
+    } else {
+        const ttt_form_args a = {.q = in.q, .k = in.k, .v = in.v, .eta = in.eta,
+                                 .beta = in.eta ? ttt_scale(c, in.eta, L->lr) : NULL,
+                                 .log_alpha = in.la, .alpha_vec = vec, .fused = fused};
+        s = e->forward_diff(c, L, o, &st, &a, &err);
+    }
+    ck_assert_msg(s == TTT_OK, "%s", err.msg);
+    ttt_tensor *outs[1 + TTT_BATCH_MAX_STATE];
+    outs[0] = o;
+    const int n_out = 1 + state_tensors(&st, outs + 1);
+    ttt_rng rr;
+    ttt_rng_seed(&rr, 99);
+    ttt_tensor *loss = NULL;
+    for (int i = 0; i < n_out; i++) {
+        ttt_tensor *R = ttt_tensor_new(c, outs[i]->ndim, outs[i]->shape);
+        ttt_rng_fill_normal(&rr, R->data, R->n, 0.0f, 1.0f);
+        ttt_tensor *term = ttt_sum(c, ttt_mul(c, outs[i], R));
+        loss = loss ? ttt_add(c, loss, term) : term;
+    }
+    ttt_backward(c, loss);
+}
+
+static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                      ttt_gate_shape g, int with_eta, void *arg) {
+    (void)arg;
+    if (T > Ts[0]) return; /* gradients at the small size only: the tape of the driver is long */
+    tu_tape_fixture fx;
+    tu_tape_fx_init(&fx);
+    grads ref, got;
+    run_grads(&ref, &fx, NULL, 0, L, T, g, with_eta);
+    /* Newton–Schulz amplifies rounding (see the header) */
+    const double rtol = ill_conditioned(L) ? GRAD_RTOL_NS : GRAD_RTOL;
+    for (int fused = 0; fused < 2; fused++) {
+        run_grads(&got, &fx, e, fused, L, T, g, with_eta);
+        for (int i = 0; i < N_P; i++) {
+            if (!ref.g[i]) continue;
+            ck_assert_uint_eq(got.n[i], ref.n[i]);
+            double mx = 0, err = 0;
+            for (size_t j = 0; j < ref.n[i]; j++) {
+                mx = fmax(mx, fabs(ref.g[i][j]));
+                const double d = fabs((double)got.g[i][j] - ref.g[i][j]);
+                if (d > err || isnan(d)) err = d;
+            }
+            ck_assert_msg(err <= rtol * mx + GRAD_ATOL,
+                          "%s/%s (%s), preset %s, T %d, %s%s: gradient %d: max error %.3g, max "
+                          "|g| %.3g",
+                          e->family, e->form, fused ? "fused" : "composed", p->name, T,
+                          gate_name(g), with_eta ? ", eta" : "", i, err, mx);
+        }
+    }
+    tu_tape_fx_free(&fx);
+}
+
+START_TEST(forward_diff_gradients_equal_generic_driver) {
+    int covered[64] = {0};
+    each_case(diff_case, NULL, covered);
+    check_covered(covered);
+}
+END_TEST
+
+/* ---- (c) scratch_bytes ≥ the measured peak ---- */
+
+static void scratch_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                         ttt_gate_shape g, int with_eta, void *arg) {
+    (void)arg;
+    tu_fixture f;
+    tu_fx_init(&f, 5);
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    ttt_layer_state st;
+    init_state(&f.ctx, L, &st);
+    ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, D);
+    /* the form's own allocations, alone in a fresh arena */
+    ttt_arena a;
+    ttt_arena_init(&a, 1 << 16);
+    ttt_ctx c = {.arena = &a};
+    const ttt_form_args args = {.q = in.q, .k = in.k, .v = in.v, .eta = in.eta,
+                                .log_alpha = in.la, .alpha_vec = g == TTT_FORM_GATE_KEY,
+                                .fused = 1};
+    ttt_error err = {0};
+    ck_assert_msg(e->forward(&c, L, o, &st, &args, &err) == TTT_OK, "%s", err.msg);
+    const double est = e->scratch_bytes(L, T);
+    ck_assert_msg(est >= (double)a.peak,
+                  "%s/%s, preset %s, T %d, %s: scratch_bytes %.0f < measured peak %zu",
+                  e->family, e->form, p->name, T, gate_name(g), est, a.peak);
+    /* and the layer's whole estimate covers the layer's whole forward */
+    ttt_layer La = *L;
+    ttt_arena_reset(&a);
+    a.peak = 0;
+    init_state(&f.ctx, &La, &st);
+    ck_assert_msg(ttt_layer_forward(&c, &La, o, &st, in.q, in.k, in.v, in.eta, in.la, &err) ==
+                      TTT_OK,
+                  "%s", err.msg);
+    ck_assert_msg(ttt_layer_forward_bytes(&La, T) >= (double)a.peak,
+                  "%s/%s, preset %s, T %d: ttt_layer_forward_bytes %.0f < measured peak %zu",
+                  e->family, e->form, p->name, T, ttt_layer_forward_bytes(&La, T), a.peak);
+    ttt_arena_free(&a);
+    tu_fx_free(&f);
+}
+
+START_TEST(scratch_covers_measured_peak) {
+    int covered[64] = {0};
+    each_case(scratch_case, NULL, covered);
+    check_covered(covered);
+}
+END_TEST
+
+/* ---- (d) forward_strided = forward, bit for bit ---- */
+
+#define H 3   /* rows of the sequence are H·D floats apart, like one head of (T, H, D) */
+#define HEAD 1
+
+/* rows (T, cols) into head HEAD of a (T, H, cols) array */
+static float *spread(const float *x, int T, int cols) {
+    float *y = calloc((size_t)T * H * cols, sizeof(float));
+    for (int t = 0; t < T; t++)
+        memcpy(y + ((size_t)t * H + HEAD) * cols, x + (size_t)t * cols, cols * sizeof(float));
+    return y;
+}
+
+static void strided_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                         ttt_gate_shape g, int with_eta, void *arg) {
+    int *n_strided = arg;
+    if (!e->forward_strided || L->model->n_weights != 1 || ttt_layer_opt_state_count(L) != 0)
+        return;
+    ++*n_strided;
+    tu_fixture f;
+    tu_fx_init(&f, 31);
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    ttt_layer_state st;
+    init_state(&f.ctx, L, &st);
+    ttt_tensor *S = ttt_tensor_copy(&f.ctx, st.W[0]);
+    ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, D);
+    const int vec = g == TTT_FORM_GATE_KEY, gk = vec ? D : 1;
+    const ttt_form_args a = {.q = in.q, .k = in.k, .v = in.v, .eta = in.eta, .log_alpha = in.la,
+                             .alpha_vec = vec, .fused = 1};
+    ttt_error err = {0};
+    ck_assert(e->forward(&f.ctx, L, o, &st, &a, &err) == TTT_OK);
+    /* β = θ·η as the entries form it */
+    float *beta = malloc(sizeof(float) * (size_t)(T ? T : 1));
+    for (int t = 0; t < T; t++) beta[t] = L->lr * (in.eta ? in.eta->data[t] : 1.0f);
+    float *qs = spread(in.q->data, T, D), *ks = spread(in.k->data, T, D);
+    float *vs = spread(in.v->data, T, D), *bs = spread(beta, T, 1);
+    float *ls = in.la ? spread(in.la->data, T, gk) : NULL;
+    float *os = calloc((size_t)T * H * D, sizeof(float));
+    const ttt_form_strided sa = {
+        .o = os + HEAD * D, .q = qs + HEAD * D, .k = ks + HEAD * D, .v = vs + HEAD * D,
+        .beta = bs + HEAD, .log_alpha = ls ? ls + HEAD * gk : NULL, .alpha_vec = vec, .T = T,
+        .ld = {.o = H * D, .q = H * D, .k = H * D, .v = H * D, .beta = H, .la = H * gk}};
+    e->forward_strided(&f.ctx, L, S->data, &sa);
+    for (int t = 0; t < T; t++)
+        ck_assert_msg(memcmp(os + ((size_t)t * H + HEAD) * D, o->data + (size_t)t * D,
+                             D * sizeof(float)) == 0,
+                      "%s/%s, preset %s, T %d, %s: strided output row %d differs", e->family,
+                      e->form, p->name, T, gate_name(g), t);
+    ck_assert_msg(memcmp(S->data, st.W[0]->data, S->n * sizeof(float)) == 0,
+                  "%s/%s, preset %s: strided state differs", e->family, e->form, p->name);
+    free(beta), free(qs), free(ks), free(vs), free(bs), free(ls), free(os);
+    tu_fx_free(&f);
+}
+
+START_TEST(forward_strided_equals_forward_bits) {
+    int covered[64] = {0}, n_strided = 0;
+    each_case(strided_case, &n_strided, covered);
+    ck_assert_int_gt(n_strided, 0);
+}
+END_TEST
+
+static Suite *contract_suite(void) {
+    Suite *s = suite_create("contract_forms");
+    TCase *tc = tcase_create("forms");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, forward_equals_generic_driver);
+    tcase_add_test(tc, forward_diff_gradients_equal_generic_driver);
+    tcase_add_test(tc, scratch_covers_measured_peak);
+    tcase_add_test(tc, forward_strided_equals_forward_bits);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(contract_suite()); }
