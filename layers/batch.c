@@ -377,7 +377,7 @@ static long batch_range(const batch_args *A, long first, long count, ttt_status 
     return failed;
 }
 
-/* MATH.md §0 / DESIGN.md "Performance stance": the (batch, head) pairs are independent, so they
+/* docs/math.md §0 / docs/design.md "Performance stance": the (batch, head) pairs are independent, so they
  * are split over OpenMP threads in fixed contiguous ranges (the static schedule, computed here
  * rather than left to the runtime), with single-threaded BLAS inside each. Nothing is reduced
  * across threads, so the outputs are bit-identical for any thread count. The error reported is

@@ -1,4 +1,4 @@
-/* The generic TTT layer driver (MATH.md §1), its presets (§4) and configuration. */
+/* The generic TTT layer driver (docs/math.md §1), its presets (§4) and configuration. */
 #include "layer.h"
 
 #include <math.h>
@@ -15,7 +15,7 @@
 #include "ttt_dual.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* Presets (MATH.md §4). Presets whose gates are per-token (mamba2, gla, gated_deltanet, titans)
+/* Presets (docs/math.md §4). Presets whose gates are per-token (mamba2, gla, gated_deltanet, titans)
  * take them from the task when it supplies them; the optimizer's constant `decay` below is what
  * they use otherwise. */
 
@@ -47,7 +47,7 @@ static const ttt_preset presets[] = {
      "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t"},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
-     "mini-batch GD, E_ij = lr_j/(i+1) (dual form, MATH.md 5.4)"},
+     "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)"},
     {"ttt_mlp", "TTT-MLP: x + LN(gelu(x W1 + b1) W2 + b2), mini-batch GD", "ttt_mlp", "recon",
      "sgd", OPTS({"lr", 0.1, NULL}), 16, "update_then_apply", "per_block", "inverse",
      "primal mini-batch GD"},
@@ -101,7 +101,7 @@ const ttt_option ttt_layer_options[] = {
      "call's inputs, else the generic driver"},
     {"chunk", TTT_OPT_INT, "16", 1, 1 << 20, NULL,
      "chunk size C of the chunkwise forms; 16 = the fastest forward and training step measured "
-     "(README \"Chunk size\")"},
+     "(docs/benchmarks.md \"Chunk size\")"},
     {"scale", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "queries are multiplied by this"},
     {"rope", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
      "rotate q and k by their positions (RoPE, interleaved pairs) before the inner loop"},
@@ -470,7 +470,7 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
     if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "
-                           "two linear-attention states (MATH.md §4); it needs model linear, "
+                           "two linear-attention states (docs/math.md §4); it needs model linear, "
                            "loss dot, plain sgd and update_then_apply");
     /* `form: auto` stays auto: the form is chosen per call, for that call's inputs
      * (ttt_form_choose). A named form must be a registry entry's (the pointer kept is the
@@ -745,7 +745,7 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     ttt_status s = run_form(ctx, L, res, st, &args, err);
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
         /* The denominator q_t z_t is the same layer run with a single value column of ones
-         * (MATH.md §6 item 9): z is its (d_k, 1) state. */
+         * (docs/math.md §6 item 9): z is its (d_k, 1) state. */
         ttt_layer L1 = *L;
         L1.d_v = 1;
         L1.normalize = TTT_NORMALIZE_NONE;

@@ -1,6 +1,6 @@
 /* The generic TTT layer: a tuple (fast-weight model, inner loss, inner optimizer, mini-batch size
- * b, ordering) run over a sequence (MATH.md §1), plus the presets that name the classic layers
- * (MATH.md §4) and the closed forms they can use instead of the generic driver.
+ * b, ordering) run over a sequence (docs/math.md §1), plus the presets that name the classic layers
+ * (docs/math.md §4) and the closed forms they can use instead of the generic driver.
  *
  * YAML (`layer:` section of an experiment):
  *     preset: deltanet            # optional: fills in the tuple below

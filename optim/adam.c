@@ -1,5 +1,5 @@
 /* Adam on the block gradient, with the layer's decay as decoupled weight decay (AdamW-style;
- * MATH.md §3 "going further": per-coordinate second moment).
+ * docs/math.md §3 "going further": per-coordinate second moment).
  *
  *     m ← β1 m + (1 − β1) G            v ← β2 v + (1 − β2) G²          t ← t + 1
  *     m̂ = m / (1 − β1^t)               v̂ = v / (1 − β2^t)

@@ -1,4 +1,4 @@
-/* Large-chunk test-time training, the LaCT recipe (MATH.md §3 "large_batch").
+/* Large-chunk test-time training, the LaCT recipe (docs/math.md §3 "large_batch").
  *
  * Meant for `order: apply_then_update` with a huge mini_batch b (2K … 1M tokens): the driver hands
  * over the block gradient G = Σ_s η_s ∇ℓ_s(W_0) once per block, and
@@ -10,9 +10,9 @@
  *
  * Renormalization axis. LaCT stores a fast weight as (fan_out, fan_in) and applies it as W·x; it
  * rescales every stored row, i.e. every output channel, to its norm at initialization. Our models
- * compute x·W with W of shape (fan_in, fan_out) (MATH.md §0), so LaCT's rows are our COLUMNS:
+ * compute x·W with W of shape (fan_in, fan_out) (docs/math.md §0), so LaCT's rows are our COLUMNS:
  * `renormalize_axis: columns` (default) is LaCT's rule; `rows` is the literal reading of
- * MATH.md §3 in our layout (one norm per input dimension). A 1-D weight is one vector (one norm).
+ * docs/math.md §3 in our layout (one norm per input dimension). A 1-D weight is one vector (one norm).
  *
  * The initial norms are taken by init_state, which ttt_layer_state_init calls after the model
  * has initialized the weights. Code that overwrites the weights afterwards rebuilds the state

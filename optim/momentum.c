@@ -1,4 +1,4 @@
-/* Momentum with decoupled decay: Titans' memory update (MATH.md §3 "momentum").
+/* Momentum with decoupled decay: Titans' memory update (docs/math.md §3 "momentum").
  *
  *     M ← μ M − θ G            W ← α W + M                       (heavy ball)
  *     M ← μ M − θ G            W ← α W + μ M − θ G                (nesterov: true)

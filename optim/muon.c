@@ -1,4 +1,4 @@
-/* Muon: momentum, then Newton–Schulz orthogonalization of the update (MATH.md §3 "muon").
+/* Muon: momentum, then Newton–Schulz orthogonalization of the update (docs/math.md §3 "muon").
  *
  *     M ← μ M + G
  *     U = NS(M)                  (nesterov: U = NS(G + μ M) with the updated M)
@@ -6,10 +6,10 @@
  *
  * α is the block's retention (`decay`), λ the decoupled weight decay (`weight_decay`), and the
  * shape factor s (`scale`):
- *   muon — s = sqrt(max(1, rows/cols)) of the weight as stored (MATH.md §3; Keller Jordan's
+ *   muon — s = sqrt(max(1, rows/cols)) of the weight as stored (docs/math.md §3; Keller Jordan's
  *          formula applied to our layout);
  *   fan  — s = sqrt(max(1, cols/rows)). Our weights are (fan_in, fan_out) because models compute
- *          x·W (MATH.md §0), while PyTorch stores (fan_out, fan_in): this is Muon's
+ *          x·W (docs/math.md §0), while PyTorch stores (fan_out, fan_in): this is Muon's
  *          sqrt(max(1, fan_out/fan_in)) as meant for PyTorch weights;
  *   none — s = 1.
  * For square weights (the linear model with d_k = d_v) all three agree.
@@ -44,7 +44,7 @@ static const ttt_option muon_options[] = {
      "orthogonalize G + mu*M (with the updated M) instead of M"},
     TTT_NS_OPTIONS,
     {"scale", TTT_OPT_CHOICE, "muon", TTT_NO_RANGE, "muon|fan|none",
-     "update factor s: muon = sqrt(max(1, rows/cols)) (MATH.md), fan = sqrt(max(1, cols/rows)) "
+     "update factor s: muon = sqrt(max(1, rows/cols)) (docs/math.md), fan = sqrt(max(1, cols/rows)) "
      "(Muon's fan_out/fan_in for our (fan_in, fan_out) weights), none = 1"},
     {"weight_decay", TTT_OPT_FLOAT, "0.0", 0.0, 1.0, NULL,
      "decoupled weight decay lambda: W <- (1 - lambda)*decay*W - lr*s*U"},

@@ -1,4 +1,4 @@
-/* Newton–Schulz orthogonalization (MATH.md §3): see newton_schulz.h. */
+/* Newton–Schulz orthogonalization (docs/math.md §3): see newton_schulz.h. */
 #include "newton_schulz.h"
 
 #include <cblas.h>
@@ -6,7 +6,7 @@
 
 /* Keller Jordan's Muon quintic, used at every step. */
 static const double ns_muon[3] = {3.4445, -4.7750, 2.0315};
-/* LaCT's per-step quintics (MATH.md §3), in order. */
+/* LaCT's per-step quintics (docs/math.md §3), in order. */
 static const double ns_lact[5][3] = {
     {4.0848, -6.8946, 2.9270}, {3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037},
     {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012},

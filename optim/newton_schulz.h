@@ -1,4 +1,4 @@
-/* Newton–Schulz orthogonalization (MATH.md §3, "muon"), shared by the muon and large_batch
+/* Newton–Schulz orthogonalization (docs/math.md §3, "muon"), shared by the muon and large_batch
  * optimizers.
  *
  *     X = A / (‖A‖_F + 1e-7);  transpose so that rows ≤ cols;

@@ -1,7 +1,7 @@
-/* The inner-optimizer interface (MATH.md §3).
+/* The inner-optimizer interface (docs/math.md §3).
  *
  * The generic TTT layer (layers/layer.c) turns a block of tokens into a block gradient
- *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, MATH.md §1)
+ *     G = Σ_s (A_blk / A_s) η_s ∇ℓ_s          (per-token learning rates η_s, decay A, docs/math.md §1)
  * and hands it to an optimizer, which owns everything after that: momentum buffers,
  * orthogonalization, renormalization, and how the decay factor enters its rule. An optimizer is
  * one C file that defines a `const ttt_optim` and one line in optim/optim_list.h. Its rule is
@@ -23,7 +23,7 @@ typedef struct ttt_optim_block {
     int n;                    /* tokens in the block (the last block may be shorter than b) */
     float theta;              /* block-level learning rate θ (option `lr`) */
     /* Decay to apply to the weights in this step (the product of the per-token retentions over
-     * the block, MATH.md §3): a 1-element tensor (scalar decay) or a tensor with one entry per
+     * the block, docs/math.md §3): a 1-element tensor (scalar decay) or a tensor with one entry per
      * row of W (GLA's decay per key dimension); NULL = no decay. A tensor, not a float, so that
      * outer-loop training differentiates through learned gates. Apply it with
      * ttt_optim_apply_decay. */
@@ -101,7 +101,7 @@ typedef struct ttt_optim {
 /* The options every optimizer accepts (first in its table). */
 #define TTT_OPTIM_COMMON_OPTIONS                                                               \
     {"name", TTT_OPT_STRING, NULL, TTT_NO_RANGE, NULL, "which optimizer (see `ttt list`)"},    \
-    {"lr", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "block learning rate θ (MATH.md §3)"},        \
+    {"lr", TTT_OPT_FLOAT, "1.0", 0.0, 1e6, NULL, "block learning rate θ (docs/math.md §3)"},        \
     {"decay", TTT_OPT_FLOAT, "1.0", 1e-9, 1.0, NULL,                                          \
      "constant retention α per token (1 = no forgetting); per-token gates override it"},     \
     {"decay_placement", TTT_OPT_CHOICE, "decoupled", TTT_NO_RANGE, "coupled|decoupled",        \

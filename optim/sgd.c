@@ -1,8 +1,8 @@
-/* Plain SGD with optional decay and L2 regularization (MATH.md §3):
+/* Plain SGD with optional decay and L2 regularization (docs/math.md §3):
  *     W ← α·W − θ·(G + l2·W).
  * With the dot loss this is (gated) linear attention; with the squared loss, the delta rule.
  * `l2` is the gradient of the regularizer (l2/2)‖W‖² taken at the undecayed weights; with
- * l2 = (1 − γ)/θ and no decay it reproduces decoupled decay γ exactly (MATH.md §3, a test). */
+ * l2 = (1 − γ)/θ and no decay it reproduces decoupled decay γ exactly (docs/math.md §3, a test). */
 #include "optim.h"
 
 typedef struct sgd_cfg {

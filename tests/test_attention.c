@@ -1,4 +1,4 @@
-/* RoPE, normalized linear attention, post-norm and softmax attention (MATH.md §4 "Normalized
+/* RoPE, normalized linear attention, post-norm and softmax attention (docs/math.md §4 "Normalized
  * linear attention", "Quadratic baselines", "RoPE"; §6 item 9) against float64 evaluations
  * written here independently. */
 #include <math.h>
@@ -12,7 +12,7 @@
 #include "internal.h"
 
 /* Tolerances (relative to the largest reference entry). Float32 evaluations of the same sums in
- * another order: measured ≤ ~1e-6 here; 2e-5 (~100 ulps, MATH.md §6 "~1e-5 relative") leaves
+ * another order: measured ≤ ~1e-6 here; 2e-5 (~100 ulps, docs/math.md §6.11 "1e-5") leaves
  * headroom while a 0.1 % change of one input is still caught (perturbation checks below).
  * RoPE on its own is one rotation per pair in float64 rounded once to float32: 1e-6. */
 #define RTOL 2e-5
@@ -93,7 +93,7 @@ START_TEST(rope_matches_reference_and_preserves_norms) {
 END_TEST
 
 /* (q_t R_t)·(k_s R_s) depends only on t − s: equal for shifted positions and equal to
- * (q R_{t−s})·k (MATH.md §4 "RoPE"); and it does change with t − s (the check can fail). */
+ * (q R_{t−s})·k (docs/math.md §4 "RoPE"); and it does change with t − s (the check can fail). */
 START_TEST(rope_relative_position) {
     tu_fixture f;
     tu_fx_init(&f, 201);
@@ -259,7 +259,7 @@ START_TEST(normalized_forms_match_reference) {
 }
 END_TEST
 
-/* MATH.md §6.9: the normalized output is the ratio of two linear-attention states on
+/* docs/math.md §6.9: the normalized output is the ratio of two linear-attention states on
  * (φ(q), φ(k)): numerator with values v, denominator with values 1, both through the recurrent
  * linear-attention kernel. Also: a 0.1 % change of one value is caught. */
 START_TEST(normalized_is_ratio_of_two_states) {

@@ -1,6 +1,6 @@
 /* The `benchmark` task (src/tasks/benchmark.c) on tiny sizes: it runs every (T, d, H, threads)
  * point, writes one record each with the documented fields, and its FLOP counts are the formulas
- * stated in its header, recomputed here from MATH.md §5.2 / §5.3 independently (chunks of C
+ * stated in its header, recomputed here from docs/math.md §5.2 / §5.3 independently (chunks of C
  * tokens, the last one shorter). measure: train_step writes its records and its dump. Timings are not asserted (benchmarks are programs, not timed
  * tests); only that they are positive and finite. */
 #include <math.h>
@@ -51,7 +51,7 @@ static char *run(const char *yaml) {
     return m;
 }
 
-/* MATH.md §5.2 (linear attention) and §5.3 (delta rule) per chunk of n tokens, d_k = d_v = d:
+/* docs/math.md §5.2 (linear attention) and §5.3 (delta rule) per chunk of n tokens, d_k = d_v = d:
  *   LA:    Q Kᵀ 2n²d, masked product with V 2n²d, Q S and Kᵀ V 2nd² each
  *   delta: K Kᵀ 2n²d, A⁻¹ on 2d columns 2n²d, Q Kᵀ 2n²d, masked product with V' 2n²d,
  *          W S, Q S, Kᵀ V' 2nd² each */

@@ -1,4 +1,4 @@
-/* Data of the trained tasks (MATH.md §7): mqar invariants and gap law, the epoch sampler,
+/* Data of the trained tasks (docs/math.md §7): mqar invariants and gap law, the epoch sampler,
  * regression layouts and the least-squares baseline against closed-form expectations, lm windows
  * and splits, scoring. */
 #include <math.h>
@@ -139,7 +139,7 @@ static double chi2_quantile(int k, double z) {
     return k * q * q * q;
 }
 
-/* The gap slots follow p_g ∝ g^−0.99 (MATH.md §7). The first key's slot is the first weighted
+/* The gap slots follow p_g ∝ g^−0.99 (docs/math.md §7). The first key's slot is the first weighted
  * draw, so its law is exactly p; the second key's slot is the second draw without replacement:
  * P(g2 = j) = Σ_{i≠j} p_i · p_j / (1 − p_i). Both are tested with Pearson's χ² over all S slots
  * (every expected count ≥ 60 here). The threshold is the χ² quantile at z = 4.75 (upper tail

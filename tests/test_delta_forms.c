@@ -1,6 +1,6 @@
-/* The matmul-heavy delta-rule forms (MATH.md §5.1 parallel, §5.3 chunkwise WY / UT) against the
+/* The matmul-heavy delta-rule forms (docs/math.md §5.1 parallel, §5.3 chunkwise WY / UT) against the
  * recurrent kernel, the generic TTT driver and a float64 evaluation of the recurrence written
- * here independently (MATH.md §6 item 3). Keys are L2-normalized, β ∈ (0, 1). */
+ * here independently (docs/math.md §6 item 3). Keys are L2-normalized, β ∈ (0, 1). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
  * sequence, not an error of the chunked algebra). T = 4096: recurrent 4.6e-7, chunkwise (C = 64)
  * 3.9e-7. The delta rule's state is a contraction for normalized keys and β < 1, so the error
  * does not grow with T. RTOL = 3e-6 keeps a ~5× margin for other seeds and BLAS kernels, is ~30×
- * tighter than MATH.md's ~1e-4 budget for chunked vs recurrent, and rejects a single token
+ * tighter than docs/math.md's ~1e-4 budget for chunked vs recurrent, and rejects a single token
  * written 0.1 % too weakly (perturbed_form_is_detected). */
 #define RTOL 3e-6
 #define ATOL 1e-7
@@ -26,7 +26,7 @@
  * decay the long-range terms vanish and it measures 2.3e-7 like the other forms. Same ~5× margin. */
 #define RTOL_PARALLEL_LONG 1.5e-5
 
-/* float64 gated delta rule, written from MATH.md §4 in its matrix form (not the expanded one
+/* float64 gated delta rule, written from docs/math.md §4 in its matrix form (not the expanded one
  * the library's kernels use): P = α_t (I − β_t k_tᵀ k_t), S_t = P S_{t−1} + β_t k_tᵀ v_t,
  * o_t = q_t S_t. S (d_k, d_v) in/out. */
 static void ref_delta(double *o, double *S, const float *q, const float *k, const float *v,

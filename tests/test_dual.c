@@ -1,4 +1,4 @@
-/* TTT-Linear: mini-batch dual form = primal form (MATH.md §5.4, §6 item 4), both in float32,
+/* TTT-Linear: mini-batch dual form = primal form (docs/math.md §5.4, §6 item 4), both in float32,
  * against float64 evaluations of the rule written here independently: a block primal that
  * materializes every W_i, and (for b = 1) the plain per-token online-SGD recurrence. The LN
  * reconstruction gradient of the references is an explicit Jacobian product, itself checked
@@ -85,7 +85,7 @@ static void ref_read(double *o, const float *x, const double *W, const double *b
     for (int j = 0; j < d; j++) o[j] = x[j] + y[j];
 }
 
-/* Block primal (MATH.md §1, §5.4): gradients of the block at (W_0, b_0); token i reads
+/* Block primal (docs/math.md §1, §5.4): gradients of the block at (W_0, b_0); token i reads
  * W_i = W_0 − Σ_{j ≤ i} τ_i lr_j k_jᵀ g_j (and b_i), each sum formed from scratch; the block
  * ends with W_{n−1}. W (d, d), bias (d) in/out. */
 static void ref_block(double *o, double *W, double *bias, const float *q, const float *k,
@@ -118,7 +118,7 @@ static void ref_block(double *o, double *W, double *bias, const float *q, const 
     free(g), free(Wi);
 }
 
-/* Per-token online SGD (MATH.md §1, b = 1): W ← W − lr_t ∇_W ℓ_t(W), b likewise,
+/* Per-token online SGD (docs/math.md §1, b = 1): W ← W − lr_t ∇_W ℓ_t(W), b likewise,
  * o_t = f(W_t; q_t). */
 static void ref_per_token(double *o, double *W, double *bias, const float *q, const float *k,
                           const float *v, const float *lr, int T, int d) {

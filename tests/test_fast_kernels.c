@@ -1,8 +1,8 @@
 /* The fast paths at the head sizes they are tuned for (d = 64, 128, and 72 × 40 for the
  * vector-block tails): recurrent kernels (layers/forms/linear_attention/recurrent.c, layers/forms/delta_rule/recurrent.c: one
  * fused sweep of the state per token, column blocks of 32) and chunkwise forms (layers/forms/linear_attention/chunkwise.c,
- * layers/forms/delta_rule/chunkwise.c: MATH.md §5.2, §5.3, explicit inverse of A for chunks ≤ 128) against
- * float64 recurrences written here from MATH.md §4, independently of the library. The other
+ * layers/forms/delta_rule/chunkwise.c: docs/math.md §5.2, §5.3, explicit inverse of A for chunks ≤ 128) against
+ * float64 recurrences written here from docs/math.md §4, independently of the library. The other
  * suites (test_la_forms, test_delta_forms) use d ≤ 16, below the 32-column vector blocks.
  *
  * Tolerances (max-abs error ≤ ATOL + RTOL·max|reference|). The forms evaluate the same sums in
@@ -12,7 +12,7 @@
  * max|ref|): linear attention 6.1e-7, delta rule 6.8e-7 (the largest from the parallel form,
  * whose reductions run over all 300 tokens instead of a chunk). RTOL 5e-6 (linear attention) and
  * 3e-6 (delta rule, as in test_delta_forms) keep a 4–8× margin for other seeds and BLAS kernels,
- * are inside MATH.md §6's ~1e-5 / ~1e-4 budgets, and far below a real error: the perturbation
+ * are inside docs/math.md §6's ~1e-5 / ~1e-4 budgets, and far below a real error: the perturbation
  * test at the end shows that one token written 0.1 % too weakly exceeds them for every form. */
 #include <math.h>
 #include <stdlib.h>
@@ -59,7 +59,7 @@ static problem make(uint64_t seed, int T, int dk, int dv, int gate, int delta) {
     ttt_rng_fill_uniform(&r, p.la, nla, logf(0.9f), -1e-3f);
     ttt_rng_fill_normal(&r, p.S0, (size_t)dk * dv, 0.0f, 0.1f);
 
-    /* float64 recurrence, MATH.md §4:
+    /* float64 recurrence, docs/math.md §4:
      *   linear attention  S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t
      *   delta rule        S_t = α_t S_{t−1} + β_t k_tᵀ (v_t − α_t k_t S_{t−1})
      *   o_t = q_t S_t */

@@ -1,15 +1,15 @@
-/* Gradients of the closed computation forms (outer-loop training, MATH.md §5; layers/forms/composed.h,
+/* Gradients of the closed computation forms (outer-loop training, docs/math.md §5; layers/forms/composed.h,
  * layers/forms/fused_grad.h, layers/forms/ttt_linear/dual_grad.h) and of the recorded RoPE op.
  *
  * What ties what:
  *   (i)   composed forward = the fast kernels of kernels.h / ttt_dual.h (same math, float32);
  *   (ii)  composed AND fused gradients = central finite differences of float64 recurrences
- *         written here from MATH.md (§4 rows, §1 mini-batch rule, titans/chunked.c's momentum rule), not
+ *         written here from docs/math.md (§4 rows, §1 mini-batch rule, titans/chunked.c's momentum rule), not
  *         from the forms: the definition, differentiated numerically;
  *   (iii) fused gradients = composed gradients at a training-like size (T = 100, C = 16, d = 16;
  *         the dual form also with b = 7, d = 12 and no learning rates);
  *   (iv)  ttt_layer_forward_diff (composed and fused) = the generic driver's gradients through the
- *         tape (the definition of the layer, MATH.md §1, with q, k, v, η, log α and the initial
+ *         tape (the definition of the layer, docs/math.md §1, with q, k, v, η, log α and the initial
  *         state as parameters), for every (family, form) the closed forms cover;
  *   (v)   RoPE: the op's gradient by finite differences, and positions that continue from pos0.
  * A loss L = Σ R ⊙ (outputs and final state) with fixed random R turns each path into a scalar.
@@ -36,7 +36,7 @@
  *   GEN_RTOL 2e-5 for (iv): the generic driver takes the T tokens one at a time (T rank-1 updates
  *     in float32) against chunked matmuls; measured ≤ 1.3e-6 (TTT-Linear: 9e-7 composed,
  *     1.3e-6 fused), ≤ 3.5e-7 otherwise.
- *   FWD_RTOL 2e-5 for (i) (as tests/test_la_forms.c: ~1e-5 relative, MATH.md §6); measured
+ *   FWD_RTOL 2e-5 for (i) (as tests/test_la_forms.c: ~1e-5 relative, docs/math.md §6); measured
  *     ≤ 2e-7.
  * test_harness_detects_wrong_gradient checks that a gradient off by a relative 1e-3 in one
  * element fails the FD comparison, so the tolerances are tight enough to catch real errors. */
@@ -134,7 +134,7 @@ static void draw(problem *p, const gcase *c, uint64_t seed) {
             p->f[i][e] = (float)val;
         }
     }
-    /* keys of the delta rule and Titans: unit rows (the stable regime, MATH.md §6) */
+    /* keys of the delta rule and Titans: unit rows (the stable regime, docs/math.md §6) */
     if (c->fam == FAM_DELTA || c->fam == FAM_TITANS)
         for (int t = 0; t < T; t++) {
             float *kt = p->f[IN_K] + (size_t)t * dk;
@@ -156,7 +156,7 @@ static void draw(problem *p, const gcase *c, uint64_t seed) {
 /* ------------------------------------------------------------------------------------------ */
 /* float64 references: the recurrences, token by token */
 
-/* Gated linear attention (MATH.md §4 rows linear_attention … gla):
+/* Gated linear attention (docs/math.md §4 rows linear_attention … gla):
  *   S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t. */
 static void ref_la(const gcase *c, double *const *x, double *O, double *S, double *X) {
     const int T = c->T, dk = c->d_k, dv = c->d_v;
@@ -180,7 +180,7 @@ static void ref_la(const gcase *c, double *const *x, double *O, double *S, doubl
     (void)X;
 }
 
-/* Gated delta rule (MATH.md §4 rows deltanet, gated_deltanet):
+/* Gated delta rule (docs/math.md §4 rows deltanet, gated_deltanet):
  *   S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t. */
 static void ref_delta(const gcase *c, double *const *x, double *O, double *S, double *X) {
     const int T = c->T, dk = c->d_k, dv = c->d_v;
@@ -206,7 +206,7 @@ static void ref_delta(const gcase *c, double *const *x, double *O, double *S, do
     (void)X;
 }
 
-/* Titans' momentum with gradients at the chunk start (MATH.md §3 "momentum"; the generic driver
+/* Titans' momentum with gradients at the chunk start (docs/math.md §3 "momentum"; the generic driver
  * with steps: per_token, mini_batch C), β_t = θ η_t:
  *   M_t = μ M_{t−1} − β_t k_tᵀ(k_t S_c − v_t),  S_t = α_t S_{t−1} + M_t,  o_t = q_t S_t. */
 static void ref_titans(const gcase *c, double *const *x, double *O, double *S, double *M) {
@@ -246,7 +246,7 @@ static void ref_ln(double *y, const double *z, int d) {
     for (int j = 0; j < d; j++) y[j] = (z[j] - m) * r;
 }
 
-/* TTT-Linear, primal mini-batch GD (MATH.md §1 mini-batch rule, §2 TTT reconstruction, §5.4
+/* TTT-Linear, primal mini-batch GD (docs/math.md §1 mini-batch rule, §2 TTT reconstruction, §5.4
  * position factors): in a block from (W_0, b_0), g_j = ∂ℓ_j/∂z at (W_0, b_0) with
  * ℓ = ½‖LN(k W_0 + b_0) − (v − k)‖², token i reads with
  * W_i = W_0 − (1/(i+1)) Σ_{j ≤ i} lr_j k_jᵀ g_j,

@@ -1,4 +1,4 @@
-/* Hardening guarantees (README "Hardening"), each checked here so that it can fail:
+/* Hardening guarantees (docs/hardening.md), each checked here so that it can fail:
  *   1. every numeric option has a range, its default is inside it, and a value outside it is
  *      refused with a located message (through every option table, and end to end through
  *      --set); NaN and Inf spellings in YAML are refused;

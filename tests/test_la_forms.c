@@ -1,6 +1,6 @@
-/* Parallel (MATH.md §5.1) and chunkwise (§5.2) gated linear attention against the recurrence:
+/* Parallel (docs/math.md §5.1) and chunkwise (§5.2) gated linear attention against the recurrence:
  * float64 evaluations written here independently, the recurrent kernel, and the generic TTT
- * driver with (linear, dot, sgd θ = 1, b = 1) (MATH.md §6 items 1–2). */
+ * driver with (linear, dot, sgd θ = 1, b = 1) (docs/math.md §6 items 1–2). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +11,7 @@
 /* Tolerances. Every form evaluates the same sums in float32 in a different order (per-token
  * rank-1 updates, one T × T product, or C × C products plus a carried state), so they differ from
  * the float64 recurrence by accumulated rounding: measured ≤ ~2e-6 of max|ref| here (T ≤ 2048,
- * d ≤ 16). 2e-5 relative to the largest reference entry is ~100 float32 ulps — the MATH.md §6
+ * d ≤ 16). 2e-5 relative to the largest reference entry is ~100 float32 ulps — the docs/math.md §6
  * "~1e-5 relative" level — and far below any real discrepancy: a dropped token, an off-by-one
  * gate or a wrong chunk boundary changes outputs at O(1e-3 … 1) relative scale (the perturbation
  * tests below show a 0.1 % change of one token's write is caught). */
@@ -57,7 +57,7 @@ static problem make_problem(tu_fixture *f, int T, int dk, int dv, int gate, int 
     return p;
 }
 
-/* float64 recurrence, MATH.md §4 (rows linear_attention … gla), written from the definition:
+/* float64 recurrence, docs/math.md §4 (rows linear_attention … gla), written from the definition:
  *   S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,   o_t = q_t S_t.
  * S (dk, dv) in/out. */
 static void ref_la(double *o, double *S, const float *q, const float *k, const float *v,
@@ -181,7 +181,7 @@ START_TEST(forms_equal_generic_driver) {
 }
 END_TEST
 
-/* Split-sequence resume (MATH.md §6.1): T1 tokens, then T2 more with the carried state, equals
+/* Split-sequence resume (docs/math.md §6.1): T1 tokens, then T2 more with the carried state, equals
  * one pass, for the parallel and chunkwise forms (T1 = 37 is not a multiple of the chunk, so the
  * chunk boundaries of the two runs differ: equal within rounding, not bitwise). */
 START_TEST(split_sequence_resume) {

@@ -2,7 +2,7 @@
  * family) against its definitions.
  *
  * What ties what:
- *   (a) forward: the closed form = the generic driver (layers/layer.c, MATH.md §1 with
+ *   (a) forward: the closed form = the generic driver (layers/layer.c, docs/math.md §1 with
  *       apply_then_update, large_batch §3) on outputs, final weights and optimizer state, without
  *       and with a tape, over sizes with T not a multiple of b, b > T, muon on and off, momentum,
  *       both renormalization axes and none, the lact coefficients, per-token η, per-token and
@@ -11,7 +11,7 @@
  *   (b) gradients: of L = Σ R ⊙ (outputs, final weights, final momentum) with fixed random R,
  *       w.r.t. q, k, v, η, log α and the initial weights W0, W1, W2: the closed form through the
  *       tape = the generic driver through the tape; and = central finite differences of a float64
- *       LaCT written here from MATH.md (SwiGLU §2, large_batch and Newton–Schulz §3), whose
+ *       LaCT written here from docs/math.md (SwiGLU §2, large_batch and Newton–Schulz §3), whose
  *       forward also equals the closed form's;
  *   (c) a deliberately wrong variant fails: the float64 reference with the block reading its own
  *       update, with the other renormalization axis, or without the in-block decay weights; the
@@ -442,7 +442,7 @@ START_TEST(test_grads_match_generic) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
-/* the float64 reference, written from MATH.md §2 (SwiGLU) and §3 (large_batch, Newton–Schulz) */
+/* the float64 reference, written from docs/math.md §2 (SwiGLU) and §3 (large_batch, Newton–Schulz) */
 
 enum { VAR_OK, VAR_READ_AFTER, VAR_AXIS_SWAP, VAR_NO_DECAY_WEIGHTS };
 

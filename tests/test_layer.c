@@ -1,5 +1,5 @@
 /* The generic TTT driver against the closed recurrent forms and against float64 evaluations of
- * the recurrences written here independently (MATH.md §1, §3, §4, §6 items 1–4). */
+ * the recurrences written here independently (docs/math.md §1, §3, §4, §6 items 1–4). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +13,7 @@
 #define RTOL 2e-5
 #define ATOL 1e-6
 
-/* float64 references, written from MATH.md §4 independently of the library.
+/* float64 references, written from docs/math.md §4 independently of the library.
  * kind 0: S = Diag(α) S + β kᵀv                (linear attention family)
  * kind 1: S = α S; S += β kᵀ(v − k S)          (delta rule, coupled decay)
  * kind 2: S = α S − β kᵀ(k S_old − v)          (delta rule, decoupled decay)
@@ -127,7 +127,7 @@ END_TEST
 START_TEST(gated_delta_rule_forms_match_recurrence) { check_family(1, 1, 5); }
 END_TEST
 
-/* Decoupled decay with the squared loss: gradient at the undecayed weights (MATH.md §3). */
+/* Decoupled decay with the squared loss: gradient at the undecayed weights (docs/math.md §3). */
 START_TEST(decoupled_decay_delta_generic_matches_recurrence) {
     const int T = 29, dk = 6, dv = 7;
     tu_fixture f;
@@ -225,7 +225,7 @@ START_TEST(dot_loss_any_mini_batch_equals_recurrence) {
 }
 END_TEST
 
-/* b = T with the squared loss is one full-batch gradient step from W_0 (MATH.md §6.4): every
+/* b = T with the squared loss is one full-batch gradient step from W_0 (docs/math.md §6.4): every
  * gradient is taken at W_0 = 0 here, so S_T = θ Σ η_s k_sᵀ v_s and token t reads the partial sum. */
 START_TEST(squared_loss_full_batch_is_one_step) {
     const int T = 19, dk = 7, dv = 3;
@@ -260,7 +260,7 @@ START_TEST(squared_loss_full_batch_is_one_step) {
 }
 END_TEST
 
-/* Mini-batch delta rule with b = 4 against a float64 evaluation of MATH.md §1 written directly:
+/* Mini-batch delta rule with b = 4 against a float64 evaluation of docs/math.md §1 written directly:
  * block gradients at W_0, causal partial updates inside the block, last block shorter. */
 START_TEST(squared_loss_mini_batch_matches_definition) {
     const int T = 18, dk = 5, dv = 4, b = 4;
@@ -409,7 +409,7 @@ START_TEST(every_form_through_the_layer_matches_generic) {
 END_TEST
 
 /* normalize: ratio through the layer (the ratio of two linear-attention passes, one with a column
- * of ones) equals the normalized-attention kernel, which keeps S and z in one pass (MATH.md §6.9);
+ * of ones) equals the normalized-attention kernel, which keeps S and z in one pass (docs/math.md §6.9);
  * RoPE positions continue across a split; normalize: rms is RMSNorm of the plain output. */
 START_TEST(normalize_and_rope_options) {
     const int T = 33, d = 8, T1 = 14;

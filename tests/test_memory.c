@@ -1,4 +1,4 @@
-/* The memory task reproduces the known shape of MATH.md §7. The expected numbers come from the
+/* The memory task reproduces the known shape of docs/math.md §7. The expected numbers come from the
  * theory there, not from this code's output:
  *  - Hebbian writes: o_i = v_i + Σ_{j≠i} (k_i·k_j) v_j, and for unit random keys E[(k_i·k_j)²] =
  *    1/d, so the relative RMS recall error is sqrt((N−1)/d);

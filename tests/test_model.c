@@ -359,7 +359,7 @@ START_TEST(determinism) {
 END_TEST
 
 /* The differentiable closed forms (layers/forms/composed.c, layers/forms/fused_grad.c) against the generic
- * per-token driver (the definition, MATH.md §1), through the whole model: the same seed gives
+ * per-token driver (the definition, docs/math.md §1), through the whole model: the same seed gives
  * the same parameters (streams by name), so the loss and every parameter gradient must agree.
  * Training runs the closed forms (form auto), so this is what makes a training curve of the
  * fast path the training curve of the definition. chunk 3 over 7 tokens: two full chunks and a

@@ -1,11 +1,11 @@
-/* Fast-weight models and inner losses (MATH.md §2) and the generic driver running them in
- * mini-batches (MATH.md §1, §5.4, §6 items 4 and 10).
+/* Fast-weight models and inner losses (docs/math.md §2) and the generic driver running them in
+ * mini-batches (docs/math.md §1, §5.4, §6 items 4 and 10).
  *
  * The reference for everything here is an independent float64 re-implementation of each model's
- * forward pass, written below from the formulas of MATH.md §2 (it shares no code with layers/).
+ * forward pass, written below from the formulas of docs/math.md §2 (it shares no code with layers/).
  * Its gradients come from differentiating that forward numerically, never from an analytic
  * formula of the library:
- *   - central finite differences in real double arithmetic (the check MATH.md §6.10 asks for);
+ *   - central finite differences in real double arithmetic (the check docs/math.md §6.10 asks for);
  *   - the complex step, ∂J/∂p_j = Im J(p + i·h·e_j) / h with h = 1e-20: the forward is written in
  *     double complex, and every function in it (products, layer norm with csqrt, tanh, exp) is
  *     analytic, so this derivative has no truncation and no cancellation error — it is exact to
@@ -25,7 +25,7 @@
 typedef double complex cplx;
 
 /* ------------------------------------------------------------------------------------------ */
-/* The float64 reference models (MATH.md §2), written independently of layers/. */
+/* The float64 reference models (docs/math.md §2), written independently of layers/. */
 
 enum { M_LINEAR, M_TTT_LINEAR, M_MLP, M_SWIGLU, N_REF_MODELS };
 enum { L_DOT, L_SQUARED, L_RECON, N_REF_LOSSES };
@@ -47,7 +47,7 @@ typedef struct ref_spec {
 
 static ref_spec ref_layout(int model, int dk, int dv) {
     ref_spec r = {.model = model, .dk = dk, .dv = dv};
-    /* shapes as MATH.md §2 (and the task) define them */
+    /* shapes as docs/math.md §2 (and the task) define them */
     switch (model) {
     case M_LINEAR: /* S (d_k, d_v) */
         r.nw = 1;
@@ -366,7 +366,7 @@ START_TEST(init_is_seeded_and_has_the_documented_scale) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
-/* Forward and inner gradients (MATH.md §2, §6.10) */
+/* Forward and inner gradients (docs/math.md §2, §6.10) */
 
 /* The float64 forward written above equals model.apply (float32). Inputs and weights are the
  * same float32 numbers; the only difference is float32 rounding inside apply (sgemm over ≤ 4d
@@ -522,7 +522,7 @@ START_TEST(complex_step_matches_central_differences) {
 }
 END_TEST
 
-/* SwiGLU with the dot loss: MATH.md §2's closed form, evaluated here in double, equals
+/* SwiGLU with the dot loss: docs/math.md §2's closed form, evaluated here in double, equals
  * model.grad (one row; the §2 formulas are for a single pair). Same tolerance as the FD check
  * (float32 rounding of model.grad). */
 START_TEST(swiglu_dot_gradient_matches_math_md_closed_form) {
@@ -566,7 +566,7 @@ START_TEST(swiglu_dot_gradient_matches_math_md_closed_form) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
-/* The generic driver in mini-batches (MATH.md §1) against a float64 primal evaluation. */
+/* The generic driver in mini-batches (docs/math.md §1) against a float64 primal evaluation. */
 
 typedef struct drive_cfg {
     int model, loss, b, order, pos_inverse;
@@ -574,10 +574,10 @@ typedef struct drive_cfg {
     int T;
 } drive_cfg;
 
-/* MATH.md §1 in float64: blocks of b tokens (the last may be shorter); inside a block starting
+/* docs/math.md §1 in float64: blocks of b tokens (the last may be shorter); inside a block starting
  * at W_0 every gradient is taken at W_0 (complex step), token i of the block (from 0) reads
  *     update_then_apply:  f(W_0 − θ_i Σ_{s ≤ i} η_s g_s; q_t),   apply_then_update: f(W_0; q_t)
- * with θ_i = θ/(i+1) under position_scale inverse (MATH.md §5.4's τ_i) and θ otherwise, and the
+ * with θ_i = θ/(i+1) under position_scale inverse (docs/math.md §5.4's τ_i) and θ otherwise, and the
  * block ends at the last token's weights W_0 − θ_{n−1} Σ_s η_s g_s.
  * grad_at_current != 0 instead takes each gradient at the running weights (online SGD): a wrong
  * semantics for b > 1, used to show the comparison can tell. */
@@ -790,7 +790,7 @@ START_TEST(mini_batch_comparison_detects_wrong_semantics) {
 }
 END_TEST
 
-/* MATH.md §6.4: b = T is one full-batch step. The final weights equal
+/* docs/math.md §6.4: b = T is one full-batch step. The final weights equal
  * W_0 − θ ∇_W Σ_s η_s ℓ(f(W_0; k_s), v_s), the gradient of the whole objective taken at once
  * (complex step on the summed objective, not a sum of per-token gradients); with
  * update_then_apply the last token reads those weights, with apply_then_update every token reads
@@ -843,7 +843,7 @@ START_TEST(full_batch_equals_one_gradient_step) {
 END_TEST
 
 /* ------------------------------------------------------------------------------------------ */
-/* MATH.md §6.4: TTT-Linear without LN and with b = 1 equals DeltaNet.
+/* docs/math.md §6.4: TTT-Linear without LN and with b = 1 equals DeltaNet.
  *
  * Without LN, f(W, b; x) = x + x W + b and ½‖f − v‖² = ½‖[x, 1]·[W; b] − (v − x)‖²: the delta
  * rule on augmented keys k' = [k, 1] with values v − k, read out as q + [q, 1]·S. The float64
@@ -918,13 +918,13 @@ START_TEST(ttt_linear_without_ln_b1_equals_deltanet) {
 }
 END_TEST
 
-/* MATH.md §5.4: ttt_linear + recon with position_scale inverse and mini-batch b equals the
+/* docs/math.md §5.4: ttt_linear + recon with position_scale inverse and mini-batch b equals the
  * primal formula with E_ij = τ_i lr_j, τ_i = 1/(i+1), lr_j = θ η_j, written here in float64 from
  * §5.4 with a hand-derived LN-reconstruction backward (not the complex step):
  *     Z = K W_0 + b_0,  g_j = LN'(Z_j)ᵀ (LN(Z_j) − (v_j − k_j)),
  *     W_i = W_0 − Σ_{j ≤ i} E_ij k_jᵀ g_j,  b_i = b_0 − Σ_{j ≤ i} E_ij g_j,
  *     o_i = q_i + LN(q_i W_i + b_i),
- * and the block ends at (W_{n−1}, b_{n−1}). The §5.4 dual form
+ * and the block ends at (W_{n−1}, b_{n−1}). The docs/math.md §5.4 dual form
  *     Z̄ = Q W_0 − (E ⊙ tril(Q Kᵀ)) G + b_0 − E G,  o = Q + LN(Z̄)
  * is evaluated as well and must equal the primal in double (1e-10: both are exact formulas).
  * T = 13, b = 4: blocks of 4, 4, 4, 1. Tolerance DRV_RTOL (float32 driver, LN amplification). */

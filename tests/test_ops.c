@@ -3,7 +3,7 @@
  *
  * Inputs are float32 draws from the project RNG with fixed seeds. References are computed in double
  * from those same float inputs, so the only error measured is the op's own float32 arithmetic.
- * Unless a test says otherwise, tolerances follow MATH.md §6: float32 forms of the same math agree
+ * Unless a test says otherwise, tolerances follow docs/math.md §6: float32 forms of the same math agree
  * to ~1e-5 relative (float32 has ~6e-8 unit roundoff; short dot products and libm float functions
  * stay two orders of magnitude below 1e-5). */
 #include <check.h>
@@ -162,7 +162,7 @@ END_TEST
 START_TEST(test_matmul_vector_and_empty) {
     ttt_rng r;
     ttt_rng_seed(&r, 103);
-    /* q_t S: a 1-D row vector times a matrix stays 1-D (MATH.md §0). */
+    /* q_t S: a 1-D row vector times a matrix stays 1-D (docs/math.md §0). */
     ttt_tensor *q = randn1(&r, 5), *S = randn2(&r, 5, 3);
     ttt_tensor *o = ttt_matmul(ctx, q, 0, S, 0);
     assert_shape1(o, 3);
@@ -470,7 +470,7 @@ START_TEST(test_activation_grads_fd) {
         double x = a->data[i], s = sigmoid_d(x);
         wsi[i] = fd(silu_d, x);
         wg[i] = fd(gelu_d, x);
-        wsi_formula[i] = s * (1.0 + x * (1.0 - s)); /* MATH.md §2 */
+        wsi_formula[i] = s * (1.0 + x * (1.0 - s)); /* docs/math.md §2 */
     }
     ttt_tensor *gs = ttt_silu_grad(ctx, a), *gg = ttt_gelu_grad(ctx, a);
     /* The float gradient sums O(1) terms (x·u' reaches ~40 on the grid): absolute 2e-6 plus a
@@ -543,7 +543,7 @@ END_TEST
 START_TEST(test_cumsum) {
     ttt_rng r;
     ttt_rng_seed(&r, 403);
-    /* 1-D: cumulative log gates (MATH.md §5.1), long enough for float accumulation to show. */
+    /* 1-D: cumulative log gates (docs/math.md §5.1), long enough for float accumulation to show. */
     const int T = 5000, d = 3;
     ttt_tensor *g = ttt_tensor_1d(ctx, T);
     ttt_rng_fill_uniform(&r, g->data, (size_t)T, -0.1f, 0.0f);

@@ -1,6 +1,6 @@
-/* The inner optimizers of MATH.md §3 (momentum, muon, large_batch, adam, sgd with l2) and the
+/* The inner optimizers of docs/math.md §3 (momentum, muon, large_batch, adam, sgd with l2) and the
  * Newton–Schulz orthogonalization, each against a float64 evaluation of its rule written here
- * independently of the library (MATH.md §6 items 3, 5–8), plus their YAML options.
+ * independently of the library (docs/math.md §6 items 3, 5–8), plus their YAML options.
  *
  * The layers are built from YAML (ttt_cfg_load_string + ttt_layer_parse) so that optimizer options
  * go through the same path as an experiment file; the linear model with the squared loss on
@@ -89,7 +89,7 @@ static void dmatmul(double *C, const double *A, const double *B, int m, int p, i
         }
 }
 
-/* Newton–Schulz in float64, written from MATH.md §3: X = A/(‖A‖_F + 1e-7), transposed to
+/* Newton–Schulz in float64, written from docs/math.md §3: X = A/(‖A‖_F + 1e-7), transposed to
  * rows ≤ cols, `steps` times P = X Xᵀ, X ← aX + (bP + cP²)X. Coefficients passed per step. */
 static void dns(double *out, const double *A, int r, int c, const double (*abc)[3], int steps) {
     const int tr = r > c, m = tr ? c : r, n = tr ? r : c;
@@ -152,7 +152,7 @@ static void dsvd(double *U, double *s, double *Vt, const double *A, int m, int n
 /* momentum (Titans)                                                                             */
 
 /* Float64 Titans recurrence with gradients at the start of chunks of C tokens (C = 1: the plain
- * per-token recurrence of MATH.md §3), decoupled decay:
+ * per-token recurrence of docs/math.md §3), decoupled decay:
  *     g_t = η_t k_tᵀ(k_t W_c − v_t)   (W_c: weights at the chunk start)
  *     M ← μM − θ g_t;   W ← α_t W + M   (nesterov: W ← α_t W + μM − θ g_t);   o_t = q_t W. */
 static void ref_momentum(double *o, double *W, double *M, const ttt_tensor *q, const ttt_tensor *k,
@@ -174,7 +174,7 @@ static void ref_momentum(double *o, double *W, double *M, const ttt_tensor *q, c
     free(Wc), free(g);
 }
 
-/* §6.5: momentum with μ = 0 is decoupled-decay SGD, to the last bit (same float operations:
+/* docs/math.md §6.5: momentum with μ = 0 is decoupled-decay SGD, to the last bit (same float operations:
  * M = 0·M − θG = −θG exactly, then αW + M). */
 START_TEST(momentum_mu0_equals_decoupled_sgd) {
     const int T = 37, dk = 6, dv = 5;
@@ -205,7 +205,7 @@ START_TEST(momentum_mu0_equals_decoupled_sgd) {
 }
 END_TEST
 
-/* §3: momentum with b = 1 is the Titans recurrence (float64 reference), with per-token decay,
+/* docs/math.md §3: momentum with b = 1 is the Titans recurrence (float64 reference), with per-token decay,
  * per-token η, and with the Nesterov look-ahead. A heavy-ball run compared against the Nesterov
  * reference (and the reverse) must fail: the test tells the two rules apart. */
 START_TEST(momentum_b1_matches_titans_recurrence) {
@@ -241,7 +241,7 @@ START_TEST(momentum_b1_matches_titans_recurrence) {
 }
 END_TEST
 
-/* §6.5: momentum recurrence = its chunked form. With mini_batch C and steps: per_token the
+/* docs/math.md §6.5: momentum recurrence = its chunked form. With mini_batch C and steps: per_token the
  * driver takes every gradient at the chunk start and steps the optimizer every token; the kernel
  * ttt_momentum_chunked computes the same chunk by chunk with matmuls (gradients of the whole chunk
  * in one product, momentum and weights by decayed cumulative sums). Both are compared against the
@@ -305,7 +305,7 @@ END_TEST
 /* ============================================================================================ */
 /* Newton–Schulz                                                                                 */
 
-/* §6.6: cubic coefficients converge to the polar factor U Vᵀ of A = U Σ Vᵀ (LAPACKE dgesvd on the
+/* docs/math.md §6.6: cubic coefficients converge to the polar factor U Vᵀ of A = U Σ Vᵀ (LAPACKE dgesvd on the
  * same matrix in float64). Tall, wide and square matrices. From x = σ_min/‖A‖_F the cubic first
  * grows x by ~1.5× per step, then converges quadratically, so log(0.5/x)/log(1.5) + 8 steps are
  * plenty; the test asserts that x is not so small that 40 steps would not suffice.
@@ -340,9 +340,9 @@ START_TEST(ns_cubic_converges_to_polar_factor) {
 }
 END_TEST
 
-/* §3 / §6.6: on a rank-1 A = x yᵀ the muon quintic gives exactly p(σ_0) x̂ŷᵀ, with p the scalar
- * iteration x ← a x + b x³ + c x⁵ and σ_0 = ‖A‖_F/(‖A‖_F + 1e-7) (≈ 1: MATH.md's "started at 1").
- * MATH.md quotes p(1) ≈ 0.69644 for Muon's 5 steps: cross-checked here. Also LaCT's set with 7
+/* docs/math.md §3 / §6.6: on a rank-1 A = x yᵀ the muon quintic gives exactly p(σ_0) x̂ŷᵀ, with p the scalar
+ * iteration x ← a x + b x³ + c x⁵ and σ_0 = ‖A‖_F/(‖A‖_F + 1e-7) (≈ 1: docs/math.md's "started at 1").
+ * docs/math.md quotes p(1) ≈ 0.69644 for Muon's 5 steps: cross-checked here. Also LaCT's set with 7
  * steps (its last tuple repeated), both orientations, and a 1-D weight (a row:
  * NS(g) = p(σ_0) g/‖g‖).
  * Tolerance 1e-4 absolute on entries ≤ 1. In float32 the normalized X is rank 1 only up to
@@ -354,7 +354,7 @@ START_TEST(ns_quintic_rank1_closed_form) {
     coeff_table(muon, 5, "muon");
     coeff_table(lact, 7, "lact"); /* 7 steps: the last tuple is repeated for steps 6 and 7 */
     const double p1 = scalar_ns(1.0, muon, 5);
-    ck_assert_msg(fabs(p1 - 0.69644) < 5e-6, "p(1) = %.8f, MATH.md says 0.69644", p1);
+    ck_assert_msg(fabs(p1 - 0.69644) < 5e-6, "p(1) = %.8f, docs/math.md says 0.69644", p1);
     tu_fixture f;
     tu_fx_init(&f, 105);
     const int dims[][2] = {{7, 4}, {4, 7}, {1, 9}};
@@ -389,11 +389,11 @@ START_TEST(ns_quintic_rank1_closed_form) {
 }
 END_TEST
 
-/* §6.6: the muon quintic on random full-rank matrices. In exact arithmetic NS(A) = U p(Σ/‖A‖_F) Vᵀ,
+/* docs/math.md §6.6: the muon quintic on random full-rank matrices. In exact arithmetic NS(A) = U p(Σ/‖A‖_F) Vᵀ,
  * so (a) the whole matrix is compared with that float64 spectral evaluation, and (b) its singular
  * values (LAPACKE on the float32 result) lie in the band of p over [x_lo, 1], which this test
  * computes by scanning p in double; x_lo = 0.002 covers every matrix here (asserted). The band is
- * about [0.682, 1.202] — MATH.md's "roughly [0.7, 1.2]" is slightly optimistic at the low end.
+ * about [0.682, 1.202] — docs/math.md's "roughly [0.7, 1.2]" is slightly optimistic at the low end.
  * Singular values are allowed 1e-4 outside the band: float32 rounding in 5 steps, amplified by at
  * most a^5 ≈ 490 only for singular values near 0, which x_lo keeps away. */
 START_TEST(ns_quintic_singular_value_band) {
@@ -544,7 +544,7 @@ END_TEST
 
 /* The fused backward (R + Rᵀ, the P-products, the radial normalization term) against:
  * (a) the composed form's gradient through the tape (its ops' own backwards);
- * (b) float64 central differences of dns (the float64 NS above, written from MATH.md §3) with
+ * (b) float64 central differences of dns (the float64 NS above, written from docs/math.md §3) with
  *     h = 1e-6: truncation ~h²·(third derivative) and cancellation ~1e-16/h, both < 1e-9 of
  *     the gradients, far below float32's;
  * for L = Σ R ⊙ NS(A), R random, on well-conditioned inputs (ns_input), every shape and set.
@@ -856,7 +856,7 @@ static void ref_large_batch(double *o, double *W, const ttt_tensor *q, const ttt
     free(N0), free(G), free(M), free(U), free(Nn);
 }
 
-/* §6.7: large_batch with b = T, apply_then_update, one block = one full-batch step followed by
+/* docs/math.md §6.7: large_batch with b = T, apply_then_update, one block = one full-batch step followed by
  * the renormalization (both axes), from a random non-zero initial state set after
  * ttt_layer_state_init (init_state re-run to take the initial norms). Skipping the
  * renormalization is rejected. Then several blocks with momentum, with and without Newton–Schulz
@@ -952,7 +952,7 @@ static void ref_delta(double *o, double *S, const ttt_tensor *q, const ttt_tenso
     free(Sg), free(g), free(vt);
 }
 
-/* §6.8: the L2-regularized loss ℓ + (1−γ)/(2θ)‖W‖² under plain SGD is decoupled decay γ. */
+/* docs/math.md §6.8: the L2-regularized loss ℓ + (1−γ)/(2θ)‖W‖² under plain SGD is decoupled decay γ. */
 START_TEST(sgd_l2_equals_decoupled_decay) {
     const int T = 31, dk = 6, dv = 4;
     const double theta = 0.5, gamma = 0.9;
@@ -983,7 +983,7 @@ START_TEST(sgd_l2_equals_decoupled_decay) {
 }
 END_TEST
 
-/* §3 / §6.3: for the squared loss, coupled (α, θ = β, target v) equals decoupled (γ = α,
+/* docs/math.md §3 / §6.3: for the squared loss, coupled (α, θ = β, target v) equals decoupled (γ = α,
  * θ = αβ, target v/α): both give αS + αβ kᵀ(v/α − kS). Both runs use the generic driver; the
  * coupled/decoupled pair with the same (α, β, v) is a different rule and must be rejected. */
 START_TEST(coupled_equals_rescaled_decoupled) {
@@ -1019,7 +1019,7 @@ END_TEST
 /* ============================================================================================ */
 /* adam                                                                                          */
 
-/* Float64 Adam with the driver's block semantics (MATH.md §1): within a block every token reads
+/* Float64 Adam with the driver's block semantics (docs/math.md §1): within a block every token reads
  * step(W_0, state_0, G_i) with the prefix gradient G_i = Σ_{s≤i} η_s g_s(W_0) and the prefix decay
  * A_i; the block ends with the last token's step (so the count advances once per block). */
 static void ref_adam(double *o, double *W, const ttt_tensor *q, const ttt_tensor *k,

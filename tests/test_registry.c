@@ -74,7 +74,7 @@ START_TEST(models_losses_presets_tasks_are_registered) {
 }
 END_TEST
 
-/* Presets resolve to the tuple of MATH.md §4 through the YAML path. */
+/* Presets resolve to the tuple of docs/math.md §4 through the YAML path. */
 START_TEST(presets_resolve_to_their_tuples) {
     const char *text = "layer: {preset: deltanet}\n";
     ttt_cfg_node *root;

@@ -1,4 +1,4 @@
-/* Causal softmax attention and its forget-gate form (FoX), MATH.md §4 "Quadratic baselines".
+/* Causal softmax attention and its forget-gate form (FoX), docs/math.md §4 "Quadratic baselines".
  * Tiling and numerics are described in softmax_attention.h. */
 #include "softmax_attention.h"
 

@@ -1,8 +1,8 @@
-/* Quadratic baselines, MATH.md §4 "Quadratic baselines": causal softmax attention and its
+/* Quadratic baselines, docs/math.md §4 "Quadratic baselines": causal softmax attention and its
  * forget-gate form (FoX; ALiBi is the case of a constant gate):
  *     O = softmax(Q Kᵀ·scale + log Γ) V,     Γ_ij = Π_{r=j+1}^{i} α_r for j ≤ i, 0 (log −∞) else.
  * log Γ_ij = G_i − G_j with G = cumsum(log α) accumulated in float64 (never a product of gates,
- * MATH.md §0). log_alpha = NULL gives plain causal attention (log Γ = log M).
+ * docs/math.md §0). log_alpha = NULL gives plain causal attention (log Γ = log M).
  *
  * Computation: tiles of 64 query rows; per tile one sgemm for the scores against the keys up to
  * the tile's last row, an exact softmax over full rows (row max subtracted before exp, so any

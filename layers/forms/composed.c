@@ -1,5 +1,5 @@
 /* The composed (slow, reference) differentiable closed forms and ttt_layer_forward_diff
- * (composed.h). Every form is a chain of recorded ops per chunk (MATH.md §5.2–5.4 and Titans'
+ * (composed.h). Every form is a chain of recorded ops per chunk (docs/math.md §5.2–5.4 and Titans'
  * chunked momentum), so the tape differentiates it without any hand-written derivative except
  * the trivial row gather at the end (cat_rows below). The state runs from chunk to chunk as a
  * graph node, so gradients reach the initial state and every gate.
@@ -84,7 +84,7 @@ static ttt_tensor *write_factors(ttt_ctx *ctx, const ttt_tensor *G, const ttt_te
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* (a) gated linear attention, MATH.md §5.2 */
+/* (a) gated linear attention, docs/math.md §5.2 */
 
 /* Vector decay: the largest span (nats) of the cumulative gates inside one chunk, measured from
  * its first row, that the one-reference-row scores accept (factors within [e^−60, e^60], far
@@ -180,7 +180,7 @@ ttt_tensor *ttt_la_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, const tt
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* (a) gated delta rule, UT transform, MATH.md §5.3 */
+/* (a) gated delta rule, UT transform, docs/math.md §5.3 */
 
 static ttt_tensor *delta_chunk_ops(ttt_ctx *ctx, ttt_tensor **S, const ttt_tensor *Q,
                                    const ttt_tensor *K, const ttt_tensor *V, const ttt_tensor *b,
@@ -245,7 +245,7 @@ ttt_tensor *ttt_delta_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, const
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* (a) TTT-Linear dual form, MATH.md §5.4 */
+/* (a) TTT-Linear dual form, docs/math.md §5.4 */
 
 ttt_tensor *ttt_ttt_linear_dual_composed(ttt_ctx *ctx, ttt_tensor **W_out, ttt_tensor **b_out,
                                          const ttt_tensor *q, const ttt_tensor *k,
@@ -271,7 +271,7 @@ ttt_tensor *ttt_ttt_linear_dual_composed(ttt_ctx *ctx, ttt_tensor **W_out, ttt_t
         const int t0 = c * B, t1 = t0 + B < T ? t0 + B : T, n = t1 - t0;
         ttt_tensor *Qb = ttt_slice_rows(ctx, q, t0, t1), *Kb = ttt_slice_rows(ctx, k, t0, t1);
         ttt_tensor *Vb = ttt_slice_rows(ctx, v, t0, t1), *lb = rows_of(ctx, lr, t0, t1);
-        /* G = ∂ℓ/∂Z at (W_0, b_0): the LN-reconstruction backward (MATH.md §2) */
+        /* G = ∂ℓ/∂Z at (W_0, b_0): the LN-reconstruction backward (docs/math.md §2) */
         ttt_tensor *Z = ttt_add(ctx, ttt_matmul(ctx, Kb, 0, W, 0), bv); /* (n, d) */
         ttt_tensor *dy = ttt_sub(ctx, ttt_layernorm(ctx, Z, NULL, NULL, eps),
                                  ttt_sub(ctx, Vb, Kb));

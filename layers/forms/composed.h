@@ -1,4 +1,4 @@
-/* Differentiable closed forms (outer-loop training through the inner loop, MATH.md §5).
+/* Differentiable closed forms (outer-loop training through the inner loop, docs/math.md §5).
  *
  * Two ways to differentiate the same closed forms:
  *   (a) COMPOSED (this header, layers/forms/composed.c): each form written with recorded ops (ops.h),
@@ -8,7 +8,7 @@
  *       kernel of kernels.h / ttt_dual.h and whose backward is written by hand, recomputing each
  *       chunk from the states saved at chunk boundaries.
  * tests/test_form_grads.c ties (a) to finite differences of float64 recurrences, (b) to (a), and
- * both to the generic driver's gradients (the definition, MATH.md §1).
+ * both to the generic driver's gradients (the definition, docs/math.md §1).
  *
  * Conventions of every form below (one head, one sequence; shapes are checked with TTT_ASSERT):
  *   q, k (T, d_k); v (T, d_v); beta (T) the write strength β_t, or NULL (= 1); log_alpha the log
@@ -22,7 +22,7 @@
 #include "ops.h"
 #include "form.h"
 
-/* Gated linear attention, chunkwise (MATH.md §5.2; the parallel form §5.1 is chunk = T):
+/* Gated linear attention, chunkwise (docs/math.md §5.2; the parallel form §5.1 is chunk = T):
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t.
  * Per chunk (G = cumsum(log α) inside it, Γ_ij = exp(G_i − G_j) [i ≥ j]):
  *     O = (Q ⊙ e^G) S + ((Q Kᵀ) ⊙ Γ) diag(β) V,   S ← e^{G_n} S + (e^{G_n − G} ⊙ K)ᵀ diag(β) V.
@@ -36,7 +36,7 @@ ttt_tensor *ttt_la_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_k,
                                       const ttt_tensor *log_alpha, const ttt_tensor *S0,
                                       int chunk);
 
-/* Gated delta rule (coupled scalar decay), chunkwise via the UT transform (MATH.md §5.3):
+/* Gated delta rule (coupled scalar decay), chunkwise via the UT transform (docs/math.md §5.3):
  *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,  o_t = q_t S_t.
  * Per chunk: A = strictly_lower(diag(β) K Kᵀ ⊙ Γ) (unit diagonal implied), U = A⁻¹(β ⊙ V),
  * W = A⁻¹(β ⊙ e^G ⊙ K) (ttt_solve_lower), V' = U − W S,
@@ -48,7 +48,7 @@ ttt_tensor *ttt_delta_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d
                                          const ttt_tensor *log_alpha, const ttt_tensor *S0,
                                          int chunk);
 
-/* TTT-Linear mini-batch dual form (MATH.md §5.4; the rule of ttt_dual.h), d = d_k = d_v:
+/* TTT-Linear mini-batch dual form (docs/math.md §5.4; the rule of ttt_dual.h), d = d_k = d_v:
  * per block with Z = K W_0 + b_0 and G = LN'(Z)ᵀ(LN(Z) − (V − K)) (ttt_layernorm_backward, whose
  * own backward supplies the second derivatives of LN),
  *     Z̄ = Q W_0 + b_0 − (E ⊙ (tril(Q Kᵀ) + 1)) G,   O = Q + LN(Z̄),   E_ij = lr_j/(i + 1) [i ≥ j]
@@ -61,7 +61,7 @@ ttt_tensor *ttt_ttt_linear_dual_composed(ttt_ctx *ctx, ttt_tensor **W_out, /* (d
                                          const ttt_tensor *W0, const ttt_tensor *b0,
                                          int mini_batch);
 
-/* Titans' chunked momentum (layers/forms/titans/chunked.c, MATH.md §3 "momentum"): inside a chunk from
+/* Titans' chunked momentum (layers/forms/titans/chunked.c, docs/math.md §3 "momentum"): inside a chunk from
  * (S_0, M_in), with e_i = β_i (k_i S_0 − v_i) (β = θ·η: the learning rate is folded in),
  *     M_i = μ M_{i−1} − k_iᵀ e_i,  S_i = α_i S_{i−1} + M_i,  o_i = q_i S_i,
  * as O = diag(A) Q S_0 + diag(c) Q M_in − ((Q Kᵀ) ⊙ D) E with A_i = e^{G_i},
@@ -75,7 +75,7 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, /* (d_
                                         const ttt_tensor *M0, float mu, int chunk);
 
 
-/* LaCT (MATH.md §3 "large_batch", §4; layers/forms/lact/block.c): the whole layer for the LaCT
+/* LaCT (docs/math.md §3 "large_batch", §4; layers/forms/lact/block.c): the whole layer for the LaCT
  * family (layers/forms/lact/form.c: swiglu model, dot/squared/recon loss, a block-step optimizer,
  * apply_then_update, steps per_block, lr > 0, no coupled decay), one chain of ops per block of
  * b = L->mini_batch tokens: O_blk = f(W; Q_blk) with the block-start weights, the block gradient

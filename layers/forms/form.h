@@ -32,11 +32,11 @@ typedef struct ttt_layer {
                          * (gradients still taken at the block start; Titans' chunked momentum);
                          * per_block (default) — one step per block with the summed gradient */
     int pos_inverse;   /* position_scale: inverse — token i of a block (from 0) reads with
-                        * θ/(i+1) (TTT's τ_i, MATH.md §5.4); none (default) — θ */
+                        * θ/(i+1) (TTT's τ_i, docs/math.md §5.4); none (default) — θ */
     const char *form;  /* the requested form: "auto" or a form name of the registry (static) */
     int chunk;         /* chunk size C of the chunkwise forms */
     float scale;
-    int rope;          /* rotate q and k by their positions before the inner loop (MATH.md §4) */
+    int rope;          /* rotate q and k by their positions before the inner loop (docs/math.md §4) */
     float rope_base;
     int normalize;     /* TTT_NORMALIZE_*: output normalization */
     int d_k, d_v;
@@ -123,7 +123,7 @@ typedef struct ttt_form_entry {
     const char *help;   /* one line for `ttt list` */
     /* Preference of `form: auto` among the entries available for a call: the highest wins, ties
      * by registry order; 0 = never chosen by auto (only when asked for by name). The numbers
-     * encode measured speed (docs/forms.md "How auto chooses"). */
+     * encode measured speed (docs/forms.md "How `auto` chooses"). */
     int auto_rank;
     /* NULL when the entry computes layer L for inputs `in`; otherwise a sentence saying why not
      * (ending in what to do instead). in == NULL asks about the tuple alone: whether some call

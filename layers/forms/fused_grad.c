@@ -408,7 +408,7 @@ ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_t
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* gated delta rule (MATH.md §5.3)
+/* gated delta rule (docs/math.md §5.3)
  *
  * Forward of one chunk (decay coupled and scalar; without decay G = 0):
  *     Ar = strictly_lower(diag(β) K Kᵀ ⊙ Γ)    (A = I + Ar, unit lower triangular)

@@ -15,14 +15,14 @@
 
 #include "ops.h"
 
-/* Chunkwise gated linear attention (MATH.md §5.2): forward = ttt_linear_attention_chunkwise;
+/* Chunkwise gated linear attention (docs/math.md §5.2): forward = ttt_linear_attention_chunkwise;
  * log_alpha (T) scalar or (T, d_k) vector decay or NULL. */
 ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
                                    const ttt_tensor *k, const ttt_tensor *v,
                                    const ttt_tensor *beta, const ttt_tensor *log_alpha,
                                    const ttt_tensor *S0, int chunk);
 
-/* Chunkwise gated delta rule, coupled scalar decay (MATH.md §5.3): forward =
+/* Chunkwise gated delta rule, coupled scalar decay (docs/math.md §5.3): forward =
  * ttt_delta_rule_chunkwise; log_alpha (T) or NULL. */
 ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
                                       const ttt_tensor *k, const ttt_tensor *v,

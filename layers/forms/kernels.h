@@ -2,7 +2,7 @@
  * TTT driver (layer.c) by the equivalence tests.
  *
  * Raw row-major float arrays, outputs first, then inputs, then sizes. Per head, per sequence.
- * Gates: `log_alpha` holds log retentions (MATH.md §0: log space), either one per token (T) or,
+ * Gates: `log_alpha` holds log retentions (docs/math.md §0: log space), either one per token (T) or,
  * with alpha_vec set, one per token and key dimension (T, d_k) (GLA); NULL = no decay.
  * `beta` (T) holds the per-token write strength (θ·η_t); NULL = 1. */
 #ifndef TTT_FORMS_H
@@ -63,7 +63,7 @@ static inline void ttt_prefetch_seq(const ttt_form_ld *ld, const float *o, const
     if (beta) ttt_prefetch_rows(beta + r * ld->beta, ld->beta, n, 1, 0);
 }
 
-/* Recurrent (gated) linear attention (MATH.md §4, rows linear_attention/retnet/mamba2/gla):
+/* Recurrent (gated) linear attention (docs/math.md §4, rows linear_attention/retnet/mamba2/gla):
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  * S is the state: initial on entry, final on return. */
 void ttt_linear_attention_recurrent(float *o,             /* (T, d_v) */
@@ -81,7 +81,7 @@ void ttt_linear_attention_recurrent_ld(float *o, float *S, const float *q, const
                                        const float *log_alpha, int alpha_vec, int T, int d_k,
                                        int d_v, const ttt_form_ld *ld);
 
-/* Recurrent (gated) delta rule (MATH.md §4, rows deltanet/gated_deltanet; coupled decay):
+/* Recurrent (gated) delta rule (docs/math.md §4, rows deltanet/gated_deltanet; coupled decay):
  *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t. */
 void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
                               float *S,               /* (d_k, d_v) in/out */
@@ -96,14 +96,14 @@ void ttt_delta_rule_recurrent_ld(float *o, float *S, const float *q, const float
                                  const float *v, const float *beta, const float *log_alpha,
                                  int T, int d_k, int d_v, const ttt_form_ld *ld);
 
-/* ---- matmul-heavy forms (each must equal the recurrent kernel above; MATH.md §5, §6) ----
+/* ---- matmul-heavy forms (each must equal the recurrent kernel above; docs/math.md §5, §6) ----
  * Scratch memory comes from ctx->arena and is released before returning. S is the state
  * (initial on entry, final on return) exactly as for the recurrent kernels, so a sequence can be
  * processed in pieces. `chunk` is the chunk size C (≥ 1); T need not be a multiple of it. */
 
 #include "tensor.h"
 
-/* Parallel (quadratic) gated linear attention, MATH.md §5.1:
+/* Parallel (quadratic) gated linear attention, docs/math.md §5.1:
  *     O = (Q ⊙ exp(G)) S_0 + ((Q Kᵀ) ⊙ D) diag(β) V,  D_ij = exp(G_i − G_j)[i ≥ j], G = cumsum(log α)
  * (vector decay: the decay enters per key dimension, Q_i ⊙ exp(G_i), K_j ⊙ exp(−G_j) with the
  * products formed in a numerically safe way). */
@@ -111,7 +111,7 @@ void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float
                                    const float *k, const float *v, const float *beta,
                                    const float *log_alpha, int alpha_vec, int T, int d_k,
                                    int d_v);
-/* Chunkwise gated linear attention, MATH.md §5.2. */
+/* Chunkwise gated linear attention, docs/math.md §5.2. */
 void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q,
                                     const float *k, const float *v, const float *beta,
                                     const float *log_alpha, int alpha_vec, int T, int d_k,
@@ -121,7 +121,7 @@ void ttt_linear_attention_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const f
                                        const float *k, const float *v, const float *beta,
                                        const float *log_alpha, int alpha_vec, int T, int d_k,
                                        int d_v, int chunk, const ttt_form_ld *ld);
-/* Chunkwise (gated) delta rule via the WY / UT transform, MATH.md §5.3. */
+/* Chunkwise (gated) delta rule via the WY / UT transform, docs/math.md §5.3. */
 void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
                               const float *v, const float *beta, const float *log_alpha, int T,
                               int d_k, int d_v, int chunk);
@@ -131,13 +131,13 @@ void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *
                                  const float *k, const float *v, const float *beta,
                                  const float *log_alpha, int T, int d_k, int d_v, int chunk,
                                  const ttt_form_ld *ld);
-/* Parallel (quadratic) delta rule, MATH.md §5.1 (with an initial state through the pseudo-values
+/* Parallel (quadratic) delta rule, docs/math.md §5.1 (with an initial state through the pseudo-values
  * V' = U − W S_0; decay as in §5.3 with a single chunk of length T). */
 void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
                              const float *v, const float *beta, const float *log_alpha, int T,
                              int d_k, int d_v);
 
-/* Titans' chunked momentum (MATH.md §3 "momentum", §6 item 5; layers/forms/titans/chunked.c): the linear model
+/* Titans' chunked momentum (docs/math.md §3 "momentum", §6 item 5; layers/forms/titans/chunked.c): the linear model
  * with the squared loss, decoupled decay and gradients taken at the chunk start — what the generic
  * driver computes with optimizer `momentum` (no Nesterov), `steps: per_token`, mini_batch = chunk:
  *     g_t = η_t k_tᵀ(k_t S_0 − v_t),  M_t = μ M_{t−1} − θ g_t,  S_t = α_t S_{t−1} + M_t,  o_t = q_t S_t

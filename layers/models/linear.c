@@ -1,4 +1,4 @@
-/* The linear fast-weight model f(S; x) = x S, S (d_k, d_v) (MATH.md §2).
+/* The linear fast-weight model f(S; x) = x S, S (d_k, d_v) (docs/math.md §2).
  * With loss gradient dz = ∂ℓ/∂z the weighted inner gradient is Σ_s η_s k_sᵀ dz_s = Kᵀ diag(η) dZ:
  * for the dot loss −Kᵀ diag(η) V, for the squared loss Kᵀ diag(η)(K S − V). */
 #include <string.h>

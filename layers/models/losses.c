@@ -1,4 +1,4 @@
-/* Inner losses (MATH.md §2). */
+/* Inner losses (docs/math.md §2). */
 #include "model.h"
 
 /* dot (Hebbian): ℓ = −⟨z, v⟩, ∂ℓ/∂z = −v. */
@@ -43,7 +43,7 @@ const ttt_loss ttt_loss_squared = {
     .traits = TTT_LOSS_RESIDUAL,
 };
 
-/* recon (TTT view reconstruction, MATH.md §2): for a residual model z = f(W; k) = k + g(W; k)
+/* recon (TTT view reconstruction, docs/math.md §2): for a residual model z = f(W; k) = k + g(W; k)
  * (ttt_linear, ttt_mlp) the TTT inner loss ½‖g(W; k) − (v − k)‖² (e.g. ½‖LN(kW + b) − (v − k)‖²)
  * equals ½‖z − v‖²: the same value and ∂ℓ/∂z = z − v as `squared`, the residual's −k sitting
  * inside z. It is registered under its own name so configurations say which view they mean;

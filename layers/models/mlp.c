@@ -1,4 +1,4 @@
-/* TTT-MLP fast-weight model (MATH.md §2, table row "MLP"):
+/* TTT-MLP fast-weight model (docs/math.md §2, table row "MLP"):
  *     f(W; x) = x + LN(gelu(x W1 + b1) W2 + b2),
  *     W1 (d, 4d), b1 (4d), W2 (4d, d), b2 (d),   d = d_k = d_v; weights in that order.
  * gelu is the tanh approximation (ops.h). The layer norm has no affine part and eps = 1e-6, for

@@ -1,4 +1,4 @@
-/* Fast-weight models and inner losses (MATH.md §2).
+/* Fast-weight models and inner losses (docs/math.md §2).
  *
  * A fast-weight model f(W; x) maps rows x (n, d_k) to predictions z (n, d_v) with weights
  * W = (W_0 … W_{m-1}); its `grad` is the analytic inner gradient, written in ops. An inner loss

@@ -1,4 +1,4 @@
-/* SwiGLU fast-weight model of LaCT (MATH.md §2, table row "SwiGLU"):
+/* SwiGLU fast-weight model of LaCT (docs/math.md §2, table row "SwiGLU"):
  *     f(W; x) = (silu(x W0) ⊙ (x W2)) W1,
  *     weights in the order W0 (d_k, d_h), W1 (d_h, d_v), W2 (d_k, d_h).
  * Hidden width d_h = d_k: the model then has 3·d_k·d_v-like capacity per head, the same order
@@ -8,7 +8,7 @@
  * Inner gradient, with h = x W0, u = x W2, a = silu(h) ⊙ u and dz = ∂ℓ/∂z:
  *     e = diag(η) dz,       G_W1 = aᵀ e,
  *     δ = e W1ᵀ,            G_W2 = xᵀ (δ ⊙ silu(h)),     G_W0 = xᵀ (δ ⊙ u ⊙ silu'(h)).
- * For the dot loss (dz = −v) this is §2's closed form ∇W1 = −aᵀv, ∇W2 = −kᵀ(δ⊙silu(h)),
+ * For the dot loss (dz = −v) this is docs/math.md §2's closed form ∇W1 = −aᵀv, ∇W2 = −kᵀ(δ⊙silu(h)),
  * ∇W0 = −kᵀ(δ⊙u⊙silu'(h)) with §2's δ = v W1ᵀ. */
 #include <math.h>
 

@@ -1,4 +1,4 @@
-/* TTT-Linear fast-weight model (MATH.md §2, table row "linear + LN + residual"):
+/* TTT-Linear fast-weight model (docs/math.md §2, table row "linear + LN + residual"):
  *     f(W, b; x) = x + LN(x W + b),      W (d, d), b (d),      d = d_k = d_v.
  *
  * The layer norm inside the inner model has no affine part here (γ = 1, β = 0): in TTT-Linear
@@ -7,7 +7,7 @@
  * to the fast weights. eps = 1e-6 (TTT_LINEAR_LN_EPS) as in the TTT reference code: it only
  * guards var = 0, and the hidden pre-activations never come near that at the initial scale below.
  *
- * Inner gradient (§2, "through LN backward"): with h = x W + b and dz = ∂ℓ/∂z, the residual
+ * Inner gradient (docs/math.md §2, "through LN backward"): with h = x W + b and dz = ∂ℓ/∂z, the residual
  * passes dz straight to LN's output, so
  *     dh = LN'(h)ᵀ dz,     G_W = xᵀ diag(η) dh,     G_b = Σ_s η_s dh_s.
  * With the `recon` (or `squared`) loss dz = z − v = LN(h) − (v − x): TTT's view reconstruction. */

@@ -2,7 +2,7 @@
  * e.g. by PyTorch, and hand the outputs back. Behind `ttt apply LAYER.yaml IN OUT`.
  *
  * Files use the public layout of PyTorch linear-attention libraries, (B, T, H, D): batch, time,
- * head, feature. Internally every (batch, head) pair is one independent sequence (MATH.md §0:
+ * head, feature. Internally every (batch, head) pair is one independent sequence (docs/math.md §0:
  * "batch and heads are independent copies") converted to the (T, D) layout the layer works on;
  * forms with a strided kernel (layers/forms/form.h, forward_strided) read and write it in place
  * with row strides instead (same output bits; TTT_APPLY_GATHER=1 in the environment forces the

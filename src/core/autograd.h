@@ -1,4 +1,4 @@
-/* Reverse-mode automatic differentiation over the op layer (DESIGN.md "Core types": "each op gets
+/* Reverse-mode automatic differentiation over the op layer (docs/design.md "Core types": "each op gets
  * a backward, recorded on a tape when gradients are enabled").
  *
  * Model

@@ -1,4 +1,4 @@
-/* The op layer (see ops.h for the contract, MATH.md §0 for the conventions).
+/* The op layer (see ops.h for the contract, docs/math.md §0 for the conventions).
  *
  * Every op here is a forward/backward pair. The forward checks shapes, allocates the result in
  * ctx->arena, fills it, and — only when ctx->grad is set — records a tape entry (autograd.h) naming
@@ -60,7 +60,7 @@ static ttt_tape_entry *record_named(ttt_ctx *ctx, const char *name, ttt_backward
                  : NULL)
 
 /* Number of rows when a tensor is read as a matrix (leading dims, cols): a 1-D tensor is one row
- * vector (MATH.md §0: row vectors). */
+ * vector (docs/math.md §0: row vectors). */
 static size_t rows_of(const ttt_tensor *t) {
     size_t r = 1;
     for (int i = 0; i + 1 < t->ndim; i++) r *= (size_t)t->shape[i];
@@ -184,7 +184,7 @@ ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt
     if (batch)
         c = ttt_tensor_3d(ctx, batch, m, n);
     else if (a->ndim == 1 && !trans_a && b->ndim == 2)
-        c = ttt_tensor_1d(ctx, n); /* row vector times matrix stays a vector: q_t S (MATH.md §0) */
+        c = ttt_tensor_1d(ctx, n); /* row vector times matrix stays a vector: q_t S (docs/math.md §0) */
     else
         c = ttt_tensor_2d(ctx, m, n);
 
@@ -520,7 +520,7 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
  * formed by the cancelling subtraction 1 − σ.
  * exp is src/core/fastexp.h's branch-free polynomial (≤ 2 ulp on [−87, 0], the argument range
  * here), so that the elementwise loops below vectorize: through libm's scalar expf, silu and its
- * backward on the short-convolution outputs took ~25 % of a training step (perf, MATH.md §7
+ * backward on the short-convolution outputs took ~25 % of a training step (perf, docs/math.md §7
  * setting). Below −87 it returns 0 where expf would give a value < 1.7e-38, which changes σ(x)
  * for x < −87 from a float denormal to 0 only. When σ(x) and 1 − σ(x) are both used (the
  * derivatives), the compiler computes the shared exp once (both helpers are pure and inline). */
@@ -577,7 +577,7 @@ static inline float gelu_grad_f(float x) {
 }
 
 /* gelu''(x), the backward of ttt_gelu_grad (needed to train through the analytic inner gradient
- * of the MLP fast-weight model, MATH.md §2). With s = σ(2u), s' = 2u'·s(1−s) and
+ * of the MLP fast-weight model, docs/math.md §2). With s = σ(2u), s' = 2u'·s(1−s) and
  * (s(1−s))' = 2u'·s(1−s)(1−2s), differentiating gelu' = s + 2x·s(1−s)·u' gives
  *   gelu'' = s(1−s)·(4u' + 4x(1−2s)u'² + 2x·u''),   u'' = √(2/π)·6·0.044715·x,
  * with 1 − 2s written as (1−s) − s. Same clamp as gelu_grad_f: s(1−s) is 0 in float there. */
@@ -610,7 +610,7 @@ UNARY_OP(ttt_softplus, fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))), sigmoid_f(x))
 UNARY_OP(ttt_elu1, x > 0.0f ? x + 1.0f : expf(x), x > 0.0f ? 1.0f : y)
 /* relu' = [x > 0] (0 at the kink). */
 UNARY_OP(ttt_relu, x > 0.0f ? x : 0.0f, x > 0.0f ? 1.0f : 0.0f)
-/* silu'(x) = σ(x)(1 + x(1 − σ(x))) (MATH.md §2, SwiGLU gradient); its own derivative, for
+/* silu'(x) = σ(x)(1 + x(1 − σ(x))) (docs/math.md §2, SwiGLU gradient); its own derivative, for
  * training through the inner gradient: silu'' = σ(1−σ)(2 + x(1−2σ)), 1−2σ = (1−σ) − σ. */
 UNARY_OP(ttt_silu_grad, sigmoid_f(x) * (1.0f + x * sigmoid_c(x)),
          sigmoid_f(x) * sigmoid_c(x) * (2.0f + x * (sigmoid_c(x) - sigmoid_f(x))))
@@ -776,7 +776,7 @@ static void cumsum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
     ttt_arena_release(ctx->arena, mark);
 }
 
-/* Prefix sums along dim 0. Used for cumulative log gates G = cumsum(log α) (MATH.md §5.1, §5.3),
+/* Prefix sums along dim 0. Used for cumulative log gates G = cumsum(log α) (docs/math.md §5.1, §5.3),
  * where the double running sum keeps late entries exact enough for exp(G_i − G_j). */
 ttt_tensor *ttt_cumsum(ttt_ctx *ctx, const ttt_tensor *a) {
     SHAPE_CHECK(a->ndim == 1 || a->ndim == 2, "cumsum (1-D or 2-D)", a, NULL);
@@ -879,7 +879,7 @@ ttt_tensor *ttt_layernorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *g
 }
 
 /* Backward of the LN backward (a second derivative of LN), for training through the analytic
- * inner gradient of TTT-Linear / TTT-MLP (MATH.md §2, "through LN backward"). Per row, with
+ * inner gradient of TTT-Linear / TTT-MLP (docs/math.md §2, "through LN backward"). Per row, with
  * P = I − 11ᵀ/n − x̂x̂ᵀ/n (symmetric), the forward is dx = r·P·ĝ, ĝ = dy ⊙ γ. For an upstream
  * gradient w of dx:
  *   ∂/∂ĝ = r·P·w   (dx is linear in ĝ), so d(dy) = (r P w) ⊙ γ and dγ = Σ_rows (r P w) ⊙ dy
@@ -930,7 +930,7 @@ static void layernorm_backward_backward(ttt_ctx *ctx, const ttt_tape_entry *e, c
 /* With x̂ = (x − μ)·r, r = 1/sqrt(var + eps), and ĝ = dy ⊙ γ, the gradient of Σ dy·LN(x) is
  *   dx = r · (ĝ − mean(ĝ) − x̂ · mean(ĝ ⊙ x̂))
  * (differentiating μ and var, both biased means over the row). This is the "through LN backward"
- * step of the TTT reconstruction loss (MATH.md §2). */
+ * step of the TTT reconstruction loss (docs/math.md §2). */
 ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
                                    const ttt_tensor *gamma, float eps) {
     SHAPE_CHECK(ttt_tensor_same_shape(dy, x), "layernorm_backward (dy vs x)", dy, x);
@@ -1062,7 +1062,7 @@ static void softmax_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const f
 }
 
 /* Softmax of each row after subtracting its max (so exp never overflows). -INFINITY entries are
- * masked positions (causal_fill, log M in MATH.md §4) and get exactly 0; a row with no finite
+ * masked positions (causal_fill, log M in docs/math.md §4) and get exactly 0; a row with no finite
  * entry at all (fully masked) is all zeros rather than 0/0 = NaN. */
 ttt_tensor *ttt_softmax_rows(ttt_ctx *ctx, const ttt_tensor *a) {
     size_t rows = rows_of(a), n = (size_t)TTT_COLS(a);
@@ -1155,7 +1155,7 @@ static void decay_mask_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
     ttt_arena_release(ctx->arena, mark);
 }
 
-/* D_ij = exp(g_i − g_j) for j ≤ i (MATH.md §5.1, Γ in §5.3). Taking exp of the difference keeps
+/* D_ij = exp(g_i − g_j) for j ≤ i (docs/math.md §5.1, Γ in §5.3). Taking exp of the difference keeps
  * every entry in (0, 1] for decaying gates even when exp(g_i) alone would underflow to 0. */
 ttt_tensor *ttt_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict) {
     SHAPE_CHECK(g->ndim == 1, "decay_mask (g must be 1-D)", g, NULL);
@@ -1231,7 +1231,7 @@ static void solve_lower_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 /* Forward substitution L·X = B through strsm on a copy of B (strsm works in place). Used for the
- * WY/UT transform A⁻¹ of the chunkwise delta rule (MATH.md §5.3) with unit diagonal. */
+ * WY/UT transform A⁻¹ of the chunkwise delta rule (docs/math.md §5.3) with unit diagonal. */
 ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit) {
     SHAPE_CHECK(L->ndim == 2 && L->shape[0] == L->shape[1], "solve_lower (L square)", L, B);
     SHAPE_CHECK((B->ndim == 1 || B->ndim == 2) && B->shape[0] == L->shape[0],

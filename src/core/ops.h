@@ -3,7 +3,7 @@
  * Ops are functional: they allocate their result in ctx->arena and never modify their inputs, so
  * that a tape (outer-loop training) can replay them backward. Shapes are checked when an op is
  * called; a mismatch is a programmer error (TTT_ASSERT with both shapes printed).
- * Conventions follow MATH.md §0: row-major, tokens as rows, row vectors.
+ * Conventions follow docs/math.md §0: row-major, tokens as rows, row vectors.
  *
  * Autodiff (autograd.h): every op below has a hand-written backward and records itself on
  * ctx->tape when ctx->grad is set and one of its inputs requires grad; the comparisons at the end
@@ -63,7 +63,7 @@ ttt_tensor *ttt_sigmoid(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_softplus(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_elu1(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_relu(ttt_ctx *ctx, const ttt_tensor *a);
-/* Derivatives of the activations, evaluated at a (for analytic inner gradients, MATH.md §2):
+/* Derivatives of the activations, evaluated at a (for analytic inner gradients, docs/math.md §2):
  * silu'(x) = σ(x)(1 + x(1 − σ(x))). */
 ttt_tensor *ttt_silu_grad(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_gelu_grad(ttt_ctx *ctx, const ttt_tensor *a);
@@ -103,7 +103,7 @@ ttt_tensor *ttt_softmax_rows(ttt_ctx *ctx, const ttt_tensor *a);
  * k = -1 is M⁻ (strictly lower). */
 ttt_tensor *ttt_tril(ttt_ctx *ctx, const ttt_tensor *a, int k);
 /* Decay mask from cumulative log gates g (T): D[i][j] = exp(g[i] − g[j]) for i ≥ j (i > j when
- * strict), else 0. Computed from differences, never from products (MATH.md §0). */
+ * strict), else 0. Computed from differences, never from products (docs/math.md §0). */
 ttt_tensor *ttt_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict);
 /* Additive causal mask for softmax: 0 where j ≤ i, -INFINITY elsewhere, added to a (m,m). */
 ttt_tensor *ttt_causal_fill(ttt_ctx *ctx, const ttt_tensor *a);

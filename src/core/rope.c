@@ -1,4 +1,4 @@
-/* Rotary position embedding, MATH.md §4 "RoPE"; convention and numerics in rope.h. */
+/* Rotary position embedding, docs/math.md §4 "RoPE"; convention and numerics in rope.h. */
 #include "rope.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Rotary position embedding (RoPE), MATH.md §4 "RoPE": q_t and k_t are rotated by the position-t
+/* Rotary position embedding (RoPE), docs/math.md §4 "RoPE": q_t and k_t are rotated by the position-t
  * rotation before the inner loop, so that (q_t R_t)(k_s R_s)ᵀ = q_t R_{t−s} k_sᵀ depends on the
  * positions only through t − s.
  *
@@ -25,7 +25,7 @@ void ttt_rope_apply(float *out,     /* (T, d) */
 
 #include "ops.h"
 
-/* RoPE as a recorded op (MATH.md §4 "RoPE", convention of rope.h): row t of x (T, d) rotated by
+/* RoPE as a recorded op (docs/math.md §4 "RoPE", convention of rope.h): row t of x (T, d) rotated by
  * the angle of position pos0 + t (y = x R_p). Its backward is the inverse rotation,
  * dx = dy R_pᵀ = dy R_{−p}. Implemented in rope_op.c. */
 ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);

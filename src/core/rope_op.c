@@ -1,4 +1,4 @@
-/* RoPE as a recorded op (composed.h; MATH.md §4 "RoPE", convention in rope.h).
+/* RoPE as a recorded op (composed.h; docs/math.md §4 "RoPE", convention in rope.h).
  *
  * y = x R_p row by row, R_p block diagonal with 2×2 rotations [[cos, sin], [−sin, cos]] of angle
  * p·ω_i. R_p is orthogonal, so the backward is dx = dy R_pᵀ = dy R_{−p}: the same rotation with

@@ -1,6 +1,6 @@
 /* Status codes and the error record every fallible library call fills.
  *
- * Two tiers (DESIGN.md "Errors"): expected failures (bad input, missing file, NaN) return a
+ * Two tiers (docs/design.md "Errors"): expected failures (bad input, missing file, NaN) return a
  * ttt_status and write a human message into a ttt_error; broken invariants (programmer errors)
  * go through TTT_ASSERT, which prints file:line and aborts. Library code never calls exit(). */
 #ifndef TTT_STATUS_H

@@ -1,4 +1,4 @@
-/* Checks on what comes from outside before it is used (README "Hardening"):
+/* Checks on what comes from outside before it is used (docs/hardening.md):
  *   - every number of an input tensor is finite, and when one is not the message says which
  *     tensor and where: "in.safetensors: tensor 'q' has NaN at (0, 3, 1, 2)";
  *   - outputs computed from finite inputs are finite, or the overflow is reported.

@@ -1,6 +1,6 @@
 /* The `benchmark` task: how fast a layer's forward pass (measure: forward) or a whole training step
  * of a model (measure: train_step, at the end of this comment) runs on this machine, measured
- * rather than claimed (DESIGN.md "Performance stance").
+ * rather than claimed (docs/design.md "Performance stance").
  *
  * measure: forward — for every sequence length T, head size d (d_k = d_v = d), head count H and
  * thread count in the task's lists it runs the layer (preset and form from the `layer:` section;
@@ -22,16 +22,16 @@
  *                       (ttt_arena.peak: the layer's scratch and temporaries). Not getrusage's
  *                       maxrss, which is process-wide and never goes down between measurements.
  *
- * FLOP counts (2 per multiply-add) of the matrix products as MATH.md writes them, T split in
+ * FLOP counts (2 per multiply-add) of the matrix products as docs/math.md writes them, T split in
  * chunks of n = C tokens (the last one shorter). A product of masked matrices is counted dense
- * (the masked half of the n×n products is computed and counted, as in MATH.md's formulas); a
+ * (the masked half of the n×n products is computed and counted, as in docs/math.md's formulas); a
  * triangular solve A⁻¹X counts n² per right-hand side column; elementwise gate and mask work is
  * not counted:
  *   linear attention, recurrent:  4·d_k·d_v per token (state write, read-out)
  *   linear attention, chunkwise:  per chunk 2n²(d_k + d_v) + 4n·d_k·d_v (§5.2: Q Kᵀ, its masked
  *                                 product with V, Q S, Kᵀ V); parallel: one chunk of n = T
  *   delta rule, recurrent:        6·d_k·d_v per token (prediction k S, write, read-out)
- *   delta rule, chunkwise:        per chunk n²(5d_k + 3d_v) + 6n·d_k·d_v (§5.3: K Kᵀ 2n²d_k,
+ *   delta rule, chunkwise:        per chunk n²(5d_k + 3d_v) + 6n·d_k·d_v (docs/math.md §5.3: K Kᵀ 2n²d_k,
  *                                 A⁻¹ on d_k + d_v columns n²(d_k + d_v), Q Kᵀ 2n²d_k, its
  *                                 masked product with V' 2n²d_v; W S, Q S, Kᵀ V' 2n·d_k·d_v
  *                                 each); parallel: one chunk of n = T
@@ -48,7 +48,7 @@
  *
  * measure: train_step — the speed of a whole outer training step of the sequence model (model.h)
  * built from the point's `model:` and `layer:` sections, on multi-query associative recall
- * (MATH.md §7, data.h; vocabulary `vocab`, `pairs` pairs, sequences of each length in
+ * (docs/math.md §7, data.h; vocabulary `vocab`, `pairs` pairs, sequences of each length in
  * `seq_len`, `train.batch` sequences per step): forward, loss, backward and the AdamW update
  * with clipping, run by the trainer itself (ttt_train, train.h) for one warm-up step plus
  * `repeats` timed steps. A step is timed from the trainer's request for its batch to the request
@@ -957,7 +957,7 @@ const ttt_task ttt_task_benchmark = {
     .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
             "of single-thread sgemm (timed in the same run), peak memory. FLOPs per token "
             "(chunk C): linear attention recurrent 4 dk dv, chunkwise 4 dk dv + 2C(dk + dv); "
-            "delta rule recurrent 6 dk dv, chunkwise 6 dk dv + C(5dk + 3dv) (MATH.md 5.2/5.3 "
+            "delta rule recurrent 6 dk dv, chunkwise 6 dk dv + C(5dk + 3dv) (docs/math.md 5.2/5.3 "
             "products, masked ones dense; src/tasks/benchmark.c). measure: train_step: tokens/s "
             "of a whole training step (forward, backward, AdamW) of the `model:` on MQAR "
             "batches, per seq_len and threads",

@@ -1,4 +1,4 @@
-/* Data for the trained tasks of MATH.md §7: multi-query associative recall (mqar), in-context
+/* Data for the trained tasks of docs/math.md §7: multi-query associative recall (mqar), in-context
  * linear regression (regression) and byte-level language modelling (lm).
  *
  * Every generator is deterministic given its ttt_rng (same state, same bits) and draws in a
@@ -16,7 +16,7 @@
 #include "batch.h"
 
 /* ============================================================================================
- * mqar — multi-query associative recall (MATH.md §7; Arora, Eyuboglu et al., "Zoology", the
+ * mqar — multi-query associative recall (docs/math.md §7; Arora, Eyuboglu et al., "Zoology", the
  * multiquery_ar generator of HazyResearch/zoology)
  *
  * With V = vocab, L = seq_len, N = n_pairs, C = 2N, S = ⌊(L − C)/2⌋ gap slots:
@@ -79,7 +79,7 @@ ttt_status ttt_mqar_make_split(ttt_token_set *train, ttt_token_set *test, const 
                                int n_train, int n_test, const ttt_rng *root, ttt_error *err);
 
 /* ============================================================================================
- * regression — in-context linear regression (MATH.md §7; the setting of Garg et al., "What can
+ * regression — in-context linear regression (docs/math.md §7; the setting of Garg et al., "What can
  * transformers learn in-context?")
  *
  * Per sequence: w ~ N(0, I_d); for points i = 0 … n−1: x_i ~ N(0, I_d), y_i = w·x_i + σ·ε_i,
@@ -143,7 +143,7 @@ ttt_status ttt_regression_ls_curve(double *curve /* (n) */, const ttt_regression
                                    int n_seq, ttt_rng *rng, ttt_error *err);
 
 /* ============================================================================================
- * lm — byte-level language modelling on a text file (MATH.md §7)
+ * lm — byte-level language modelling on a text file (docs/math.md §7)
  *
  * The file's bytes are the tokens (vocabulary 256). The last ⌊size · val_fraction⌋ bytes are the
  * validation split, the rest the training split; a window never crosses the boundary. A window

@@ -1,4 +1,4 @@
-/* Byte-level language modelling data from a text file (see data.h, MATH.md §7). */
+/* Byte-level language modelling data from a text file (see data.h, docs/math.md §7). */
 #include "data.h"
 
 #include <errno.h>

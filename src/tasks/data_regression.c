@@ -1,4 +1,4 @@
-/* In-context linear regression and its least-squares baseline (see data.h, MATH.md §7). */
+/* In-context linear regression and its least-squares baseline (see data.h, docs/math.md §7). */
 #include "data.h"
 
 #include <lapacke.h>

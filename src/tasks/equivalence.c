@@ -1,6 +1,6 @@
 /* The `equivalence` task: run two computation forms of the same layer side by side on the same
  * random inputs and report how far apart their outputs and final states are, and how long each
- * took (MATH.md §5–§6). The first form is the reference (by default the recurrence, which is the
+ * took (docs/math.md §5–§6). The first form is the reference (by default the recurrence, which is the
  * definition). */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The `lm` task (MATH.md §7): byte-level language modelling on a text file.
+/* The `lm` task (docs/math.md §7): byte-level language modelling on a text file.
  *
  * The file's last val_fraction is the validation split (data.h). Training batches are random
  * windows of the training split (their rng is checkpointed); evaluation scores the first

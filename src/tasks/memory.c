@@ -1,4 +1,4 @@
-/* The `memory` task (MATH.md §7). */
+/* The `memory` task (docs/math.md §7). */
 #include "memory.h"
 
 #include <math.h>
@@ -199,7 +199,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
         ttt_record_num(&rec, "recall_error", err_sum / trials);
         ttt_record_num(&rec, "accuracy", acc_sum / trials);
         /* The Hebbian crosstalk prediction: with unit keys each other pair adds noise of
-         * variance 1/d_k, so the relative error is about sqrt((N−1)/d_k) (MATH.md §7). */
+         * variance 1/d_k, so the relative error is about sqrt((N−1)/d_k) (docs/math.md §7). */
         ttt_record_num(&rec, "hebbian_theory", sqrt((double)(N - 1) / spec.d_k));
         ttt_record_num(&rec, "seconds", ttt_now() - t_start);
         ttt_results_add(run->results, &rec, 1);

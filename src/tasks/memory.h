@@ -1,4 +1,4 @@
-/* The `memory` task (MATH.md §7): write N random key/value pairs into the fast weight, query the
+/* The `memory` task (docs/math.md §7): write N random key/value pairs into the fast weight, query the
  * stored keys, report recall error and top-1 retrieval accuracy. No training. */
 #ifndef TTT_TASK_MEMORY_H
 #define TTT_TASK_MEMORY_H

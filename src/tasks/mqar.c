@@ -1,4 +1,4 @@
-/* The `mqar` task (MATH.md §7): multi-query associative recall, trained end to end.
+/* The `mqar` task (docs/math.md §7): multi-query associative recall, trained end to end.
  *
  * A fixed training set and a fixed test set are drawn from the seed (data.h, the Zoology
  * generator); training visits the training set in epochs of random order (the sampler state is

@@ -1,4 +1,4 @@
-/* The `regression` task (MATH.md §7): in-context linear regression, trained end to end.
+/* The `regression` task (docs/math.md §7): in-context linear regression, trained end to end.
  *
  * Every training sequence is a fresh problem: w ~ N(0, I_d), x_i ~ N(0, I_d), y_i = w·x_i (data.h,
  * interleaved layout: token 2i = [x_i, 0] predicts y_i, token 2i+1 = [0, y_i] reveals it). The

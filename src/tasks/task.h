@@ -1,4 +1,4 @@
-/* Tasks: what an experiment measures (MATH.md §7). A task is a documented struct of function
+/* Tasks: what an experiment measures (docs/math.md §7). A task is a documented struct of function
  * pointers registered by one line in src/tasks/task_list.h.
  *
  * A task reads its configuration once, in the plan pass (src/app/plan.h): `parse` validates the

@@ -567,7 +567,7 @@ static ttt_tensor *mixer_softmax(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
             qh = rope_op(ctx, qh, T, c->rope_base);
             kh = rope_op(ctx, kh, T, c->rope_base);
         }
-        /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (MATH.md §4) */
+        /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (docs/math.md §4) */
         ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, qh, 0, kh, 1), scale); /* (B, T, T) */
         ttt_tensor *p = ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s));
         heads[hh] = ttt_matmul(ctx, p, 0, vh, 0); /* (B, T, D) */

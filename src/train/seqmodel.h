@@ -38,7 +38,7 @@
  *     out_gate:  o = o ⊙ silu(h W_g)
  *     mixer(h) = o W_o
  * The softmax mixer (model.mixer: softmax) uses the same q/k/v, conv, output norm/gate and W_o
- * with o_bh = softmax(q_bh k_bhᵀ / sqrt(D) + log M) v_bh (MATH.md §4 quadratic baseline);
+ * with o_bh = softmax(q_bh k_bhᵀ / sqrt(D) + log M) v_bh (docs/math.md §4 quadratic baseline);
  * positions: learned (a (max_len, d) table added to the embedding) or rope (q, k rotated per head).
  *
  * Gates derived from the layer's tuple when left at `auto` (documented choices):

@@ -514,7 +514,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
     trainer t = {.c = c, .data = data, .run = run, .m = m};
     /* parallel over shards (OpenMP), single-threaded BLAS inside: OpenBLAS's own threads lose
-     * on these small matrices and fight the shard threads for the cores (DESIGN.md) */
+     * on these small matrices and fight the shard threads for the cores (docs/design.md) */
     openblas_set_num_threads(1);
     ttt_adamw opt;
     TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));

@@ -9,7 +9,7 @@ the outputs agree, and prints a table of times and the speed ratio.
                                                   one set of tensor ops per token, as a
                                                   straightforward decoder would run)
   chunkwise   ttt's chunkwise form (chunk C)   vs  a batched chunkwise implementation in PyTorch
-                                                  (MATH.md §5.2 linear attention with scalar or
+                                                  (docs/math.md §5.2 linear attention with scalar or
                                                   per-key gates, §5.3 gated delta rule with the
                                                   WY/UT transform), the same chunk size
 
@@ -24,7 +24,7 @@ column includes). PyTorch's is the forward call on tensors already in memory, in
 same layout conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of
 --repeats runs after a warm-up.
 
-Agreement: max |o_ttt − o_torch| / max |o_torch| must be ≤ 1e-4 (MATH.md §6's budget for
+Agreement: max |o_ttt − o_torch| / max |o_torch| must be ≤ 1e-4 (docs/math.md §6's budget for
 chunked against recurrent delta rule in float32; measured ~1e-6) or the script exits 1.
 
 Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
@@ -117,7 +117,7 @@ def delta_loop(q, k, v, beta, la):
 
 
 def la_chunk(q, k, v, beta, la, C):
-    """MATH.md §5.2 with gates, chunk by chunk, batched over (B, H). Within a chunk with
+    """docs/math.md §5.2 with gates, chunk by chunk, batched over (B, H). Within a chunk with
     G = cumsum(log α) (per key dimension for vector gates):
         O = (Q ⊙ e^G) S + [((Q ⊙ e^G)(K ⊙ e^−G)ᵀ) ⊙ M] diag(β) V
         S ← e^{G_n} S + (K ⊙ e^{G_n − G})ᵀ diag(β) V
@@ -153,7 +153,7 @@ def la_chunk(q, k, v, beta, la, C):
 
 
 def delta_chunk(q, k, v, beta, la, C):
-    """MATH.md §5.3, chunk by chunk, batched over (B, H):
+    """docs/math.md §5.3, chunk by chunk, batched over (B, H):
         A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ),  U = A⁻¹(β⊙V),  W = A⁻¹(β⊙e^G⊙K)
         V' = U − W S,  O = (e^G⊙Q) S + ((Q Kᵀ) ⊙ Γ ⊙ M) V',  S ← e^{G_n} S + (e^{G_n−G}⊙K)ᵀ V'."""
     B, H, T, dk = q.shape

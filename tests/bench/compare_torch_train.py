@@ -21,7 +21,7 @@ file (src/train/seqmodel.h; parameter names from src/train/seqmodel.c):
 
 with the layer as a batched chunkwise implementation (all chunks of all sequences and heads at
 once where the algorithm allows it):
-    linear attention (MATH.md §5.2, no gates): the state before chunk n is the exclusive prefix
+    linear attention (docs/math.md §5.2, no gates): the state before chunk n is the exclusive prefix
         sum of Kᵀ(β⊙V) over the chunks; O = Q S_n + (Q Kᵀ ⊙ M)(β⊙V), M causal with diagonal.
     delta rule, gated or not (§5.3, the WY/UT transform): per chunk, G = cumsum(log α),
         Γ_ij = e^{G_i − G_j} (i ≥ j), A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ),

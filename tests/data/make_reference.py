@@ -2,16 +2,16 @@
 """Reference dumps for tests/test_apply.c, computed in PyTorch in float64.
 
 Writes, next to this script:
-  delta_reference.safetensors  gated delta rule (MATH.md §4 row gated_deltanet) with per-token
+  delta_reference.safetensors  gated delta rule (docs/math.md §4 row gated_deltanet) with per-token
                                beta and log_alpha, an initial state and query scaling
-  gla_reference.safetensors    gated linear attention (MATH.md §4 row gla) with a per-key-dimension
+  gla_reference.safetensors    gated linear attention (docs/math.md §4 row gla) with a per-key-dimension
                                gate log_alpha (B, T, H, d_k), beta and an initial state
 
 Every file holds the inputs in the public layout (B, T, H, D) as F32 (exactly what `ttt apply`
 reads), the expected outputs as F64 under `expected.o` (B, T, H, d_v) and `expected.final_state`
 (B, H, d_k, d_v), and in its metadata the `layer:` mapping to run (flow YAML). The expected
 outputs are computed from the float32-rounded inputs, in float64, by a naive token-by-token loop
-written here from MATH.md (no library code involved).
+written here from docs/math.md (no library code involved).
 
 Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
     /usr/bin/python3 tests/data/make_reference.py
@@ -51,7 +51,7 @@ def write_safetensors(path, tensors, metadata):
 
 
 def gated_delta_rule(q, k, v, beta, log_alpha, S0, scale):
-    """float64, (B, T, H, D) layout. Per token (MATH.md §4, coupled decay):
+    """float64, (B, T, H, D) layout. Per token (docs/math.md §4, coupled decay):
         S <- alpha_t S;  S <- S + beta_t k_t^T (v_t - k_t S);  o_t = (scale q_t) S."""
     B, T, H, dk = q.shape
     S = S0.clone()  # (B, H, d_k, d_v)

@@ -1,5 +1,5 @@
-/* Matmul-heavy forms of the (gated) delta rule: chunkwise WY / UT transform (MATH.md §5.3) and
- * the quadratic parallel form (MATH.md §5.1). Both must equal the recurrent definition
+/* Matmul-heavy forms of the (gated) delta rule: chunkwise WY / UT transform (docs/math.md §5.3) and
+ * the quadratic parallel form (docs/math.md §5.1). Both must equal the recurrent definition
  * ttt_delta_rule_recurrent (layers/forms/delta_rule/recurrent.c):
  *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  *
@@ -12,7 +12,7 @@
  *     O = (exp(G)⊙Q) S + ((Q Kᵀ) ⊙ Γ) V'        (Γ masked to i ≥ j, diagonal included)
  *     S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V'.
  *
- * Numerics (MATH.md §0): gates enter only as exp of differences G_i − G_j with i ≥ j, exp(G_i)
+ * Numerics (docs/math.md §0): gates enter only as exp of differences G_i − G_j with i ≥ j, exp(G_i)
  * and exp(G_C − G_i), all ≤ 0 in the exponent for retentions α ≤ 1, so nothing overflows; the
  * cumulative sums are kept in double so that the differences of long sums (the parallel form
  * over a whole sequence) do not lose the small in-between gate values to cancellation. Only the
@@ -81,7 +81,7 @@ static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part on
     }
 }
 
-/* One chunk of n tokens (MATH.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
+/* One chunk of n tokens (docs/math.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
  * copies it in and out), on entry at the chunk start and on return at its end. Rows of the
  * sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
 static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
@@ -213,13 +213,13 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
     ttt_arena_release(ctx->arena, mark);
 }
 
-/* Chunkwise (gated) delta rule, MATH.md §5.3. Per chunk of C tokens (multiply-adds): one ssyrk
+/* Chunkwise (gated) delta rule, docs/math.md §5.3. Per chunk of C tokens (multiply-adds): one ssyrk
  * (C²d_k/2), the explicit inverse of A (C³/6), two strmm on d_v and d_k columns
  * (C²(d_k + d_v)/2), four sgemm (W S and the state write C d_k d_v each, Q Kᵀ C² d_k, the
  * read-out [exp(G)⊙Q | (Q Kᵀ)⊙Γ] [S; V'] C d_v (d_k + C)); C²/2 exponentials with decay. The
  * scratch is O(C² + C(d_k + d_v) + d_k d_v) floats, allocated once per call. Cost is linear in T.
- * Measured (README.md, Benchmarks; one thread, T = 4K–64K, d = 128, C = 64): 0.77–0.82 of
- * the single-thread sgemm rate on the §5.3 FLOP count; C = 16 gives the most tokens/s (1.5×
+ * Measured (docs/benchmarks.md; one thread, T = 4K–64K, d = 128, C = 64): 0.77–0.82 of
+ * the single-thread sgemm rate on the docs/math.md §5.3 FLOP count; C = 16 gives the most tokens/s (1.5×
  * C = 64 for the gated delta rule), and the recurrent kernel is faster still for a single
  * sequence on this CPU (0.70 vs 0.46 M tokens/s at d = 128): its 64 KiB state stays in L2. */
 void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, /* (T, d_v) */
@@ -234,7 +234,7 @@ void ttt_delta_rule_chunkwise(ttt_ctx *ctx, float *o, /* (T, d_v) */
     delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk, &ld);
 }
 
-/* MATH.md §5.3 on rows ld floats apart (kernels.h): what ttt apply runs on a head of a
+/* docs/math.md §5.3 on rows ld floats apart (kernels.h): what ttt apply runs on a head of a
  * (B, T, H, D) tensor in place. */
 void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
                                  const float *k, const float *v, const float *beta,
@@ -243,7 +243,7 @@ void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *
     delta_chunks(ctx, o, S, q, k, v, beta, log_alpha, T, d_k, d_v, chunk, ld);
 }
 
-/* Parallel (quadratic) delta rule, MATH.md §5.1: the quadratic reference form.
+/* Parallel (quadratic) delta rule, docs/math.md §5.1: the quadratic reference form.
  *     O = (Q Kᵀ ⊙ M) (I + diag(β)(K Kᵀ ⊙ M⁻))⁻¹ diag(β) V        for S_0 = 0.
  * Generalized to an initial state S_0 and to decay exactly as §5.3 with ONE chunk of length T:
  * V' = A⁻¹(β⊙V) − A⁻¹(β⊙exp(G)⊙K) S_0, O = (exp(G)⊙Q) S_0 + ((Q Kᵀ) ⊙ Γ) V', with G the

@@ -1,4 +1,4 @@
-/* Recurrent (gated) delta rule, MATH.md §4: the token-by-token definition
+/* Recurrent (gated) delta rule, docs/math.md §4: the token-by-token definition
  *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t,
  * computed without forming the d_k×d_k matrix, from two products with the previous state,
  * p_t = k_t S_{t−1} and r_t = q_t S_{t−1}:

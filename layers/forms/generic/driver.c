@@ -6,7 +6,7 @@
 #include "autograd.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* The generic driver (MATH.md §1).
+/* The generic driver (docs/math.md §1).
  *
  * Inside a block starting at W_0, token i of the block (global t) contributes
  *     g_i = η_t ∇ℓ(f(W_g; k_t), v_t),  W_g = W_0 (decoupled) or A_i·W_0 (coupled),
@@ -19,7 +19,7 @@
  * steps: per_token — the optimizer steps after every token from the previous token's weights and
  * state with g_i and the token's own α_t (gradients still at W_0): Titans' chunked momentum.
  * For SGD the two coincide. apply_then_update: every token reads f(W_0; q_t).
- * With b = 1 every variant is exactly the per-token rule of MATH.md §3. */
+ * With b = 1 every variant is exactly the per-token rule of docs/math.md §3. */
 
 static void copy_into(ttt_tensor *dst, const ttt_tensor *src) {
     TTT_ASSERT(dst->n == src->n);

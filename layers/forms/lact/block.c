@@ -1,6 +1,6 @@
 /* LaCT as a differentiable closed form (composed.h, ttt_lact_composed): one chain of recorded ops
  * per block instead of the generic driver's per-token loop, so outer-loop training through a
- * LaCT layer costs a few matmuls per block (MATH.md §1 mini-batch rule, §2 "SwiGLU", §3
+ * LaCT layer costs a few matmuls per block (docs/math.md §1 mini-batch rule, §2 "SwiGLU", §3
  * "large_batch", §4 "LaCT").
  *
  * With apply_then_update and steps: per_block, a block [t0, t0 + n) of the generic driver
@@ -22,7 +22,7 @@
  * model rebuilds the state from them, optim.h init_state_ops) they are graph nodes too.
  *
  * The SwiGLU gradient (f(W; x) = (silu(x W0) ⊙ (x W2)) W1, weights (fan_in, fan_out), no
- * residual; MATH.md §2) is written out here for a block rather than taken from swiglu.c, so that
+ * residual; docs/math.md §2) is written out here for a block rather than taken from swiglu.c, so that
  * the comparison with the generic driver (tests/test_lact_composed.c) ties two separate
  * derivations. With H = K W0, U = K W2, A = silu(H) ⊙ U and E = diag(w) ∂ℓ/∂Z:
  *     ∂ℓ/∂Z = −V (dot) or A W1 − V (squared, recon);

@@ -1,4 +1,4 @@
-/* Matmul-heavy forms of (gated) linear attention: parallel (MATH.md §5.1) and chunkwise (§5.2).
+/* Matmul-heavy forms of (gated) linear attention: parallel (docs/math.md §5.1) and chunkwise (§5.2).
  * Both must reproduce the recurrence of ttt_linear_attention_recurrent (layers/forms/linear_attention/recurrent.c):
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  *
@@ -12,7 +12,7 @@
  * calls per chunk (scores, inter-chunk read, intra-chunk read, state update); scratch is
  * allocated once per call from ctx->arena (C² + O(C d_k) floats) and released on return.
  *
- * Numerics (MATH.md §0, gates in log space; retentions α ≤ 1, i.e. log α ≤ 0):
+ * Numerics (docs/math.md §0, gates in log space; retentions α ≤ 1, i.e. log α ≤ 0):
  * - G is accumulated in float64 and exponentiated once per token (and key dimension) as
  *   E = exp(G) ≤ 1, or as differences G_i − G_j; nothing is a product of many gates. For long
  *   sequences (the parallel form over T = 2048 with log α ≈ −1 reaches G ≈ −2000) E underflows
@@ -315,7 +315,7 @@ static ttt_form_ld dense_ld(int alpha_vec, int d_k, int d_v) {
                          .la = alpha_vec ? d_k : 1};
 }
 
-/* MATH.md §5.1: the whole sequence as one chunk (T² scores in scratch). */
+/* docs/math.md §5.1: the whole sequence as one chunk (T² scores in scratch). */
 void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float *q,
                                    const float *k, const float *v, const float *beta,
                                    const float *log_alpha, int alpha_vec, int T, int d_k,
@@ -324,7 +324,7 @@ void ttt_linear_attention_parallel(ttt_ctx *ctx, float *o, float *S, const float
     la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, T > 0 ? T : 1, &ld);
 }
 
-/* MATH.md §5.2: chunks of C tokens (the last may be shorter) carrying the state. */
+/* docs/math.md §5.2: chunks of C tokens (the last may be shorter) carrying the state. */
 void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const float *q,
                                     const float *k, const float *v, const float *beta,
                                     const float *log_alpha, int alpha_vec, int T, int d_k,
@@ -333,7 +333,7 @@ void ttt_linear_attention_chunkwise(ttt_ctx *ctx, float *o, float *S, const floa
     la_run(ctx, o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v, chunk, &ld);
 }
 
-/* MATH.md §5.2 on rows ld floats apart (kernels.h): what ttt apply runs on a head of a
+/* docs/math.md §5.2 on rows ld floats apart (kernels.h): what ttt apply runs on a head of a
  * (B, T, H, D) tensor in place. */
 void ttt_linear_attention_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *q,
                                        const float *k, const float *v, const float *beta,

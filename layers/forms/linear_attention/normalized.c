@@ -1,4 +1,4 @@
-/* Normalized linear attention and RMS post-normalization, MATH.md §4, §6.9 (see normalized.h). */
+/* Normalized linear attention and RMS post-normalization, docs/math.md §4, §6.9 (see normalized.h). */
 #include "normalized.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /* Normalized linear attention (the early "imitation of softmax" era) and TransNormer's
- * post-normalization, MATH.md §4 "Normalized linear attention", §6 item 9.
+ * post-normalization, docs/math.md §4 "Normalized linear attention", §6 item 9.
  *
  * Normalized linear attention, with the positive feature map φ(x) = elu(x) + 1 applied
  * elementwise to the queries AND the keys (not to the values), inside these functions (callers
@@ -8,7 +8,7 @@
  *     z_t = z_{t−1} + φ(k_t)             (d_k)        denominator state (Σ_{s≤t} φ(k_s)ᵀ)
  *     o_t = (φ(q_t) S_t) / (φ(q_t) · z_t + eps)
  * i.e. the ratio of two linear-attention states over the same (φ(q), φ(k)): values v and values 1
- * (§6.9). φ > 0, so the denominator is positive once a key has been written; eps (default
+ * (docs/math.md §6.9). φ > 0, so the denominator is positive once a key has been written; eps (default
  * TTT_NLA_EPS = 1e-6, added to the denominator, not clamped) only guards an empty state or
  * denominators that underflow, and biases ordinary outputs by a relative ~eps/(φ(q)·z), i.e.
  * ≤ 1e-6 for denominators ≥ 1. S and z are the state: initial on entry, final on return
@@ -34,7 +34,7 @@ void ttt_normalized_la_recurrent(float *o,       /* (T, d_v) */
                                  const float *v, /* (T, d_v) */
                                  int T, int d_k, int d_v, float eps);
 
-/* Chunkwise (MATH.md §5.2) through ttt_linear_attention_chunkwise on the augmented values
+/* Chunkwise (docs/math.md §5.2) through ttt_linear_attention_chunkwise on the augmented values
  * [v | 1] with state [S | z] (d_k, d_v + 1): numerator and denominator in the same sgemms.
  * chunk ≥ T is the parallel form (§5.1). Scratch from ctx->arena, O(T (d_k + d_v)). */
 void ttt_normalized_la_chunkwise(ttt_ctx *ctx, float *o, float *S, float *z, const float *q,

@@ -1,4 +1,4 @@
-/* Recurrent (gated) linear attention, MATH.md §4: the token-by-token definition
+/* Recurrent (gated) linear attention, docs/math.md §4: the token-by-token definition
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  * This is also the decoding path, so it is written to be tight: the state stays in one
  * (d_k, d_v) buffer updated in place (64 KiB at d = 128: L2-resident, L1 at d = 64), with no

@@ -1,4 +1,4 @@
-/* Titans' chunked momentum for the linear model and the squared loss (MATH.md §3 "momentum",
+/* Titans' chunked momentum for the linear model and the squared loss (docs/math.md §3 "momentum",
  * §6 item 5): the recurrence the generic driver runs with optimizer `momentum`,
  * `steps: per_token`, mini_batch C and decoupled decay, computed chunk by chunk with matmuls.
  *
@@ -16,7 +16,7 @@
  *     M_end = μ^n M_in − θ (μ^{n−1−s} ⊙ K)ᵀ E.
  * c and D follow c_i = α_i c_{i−1} + μ^{i+1} and D_ss = 1, D_is = α_i D_{i−1,s} + μ^{i−s}: only
  * products of retentions ≤ 1 and no division, so nothing can overflow, and an underflow to zero
- * is the correct limit (MATH.md §0 asks for log space where products could blow up; here A_i is
+ * is the correct limit (docs/math.md §0 asks for log space where products could blow up; here A_i is
  * formed from the log-space G directly). */
 #include <math.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* TTT-Linear mini-batch dual form and its primal twin (MATH.md §5.4; rule in ttt_dual.h).
+/* TTT-Linear mini-batch dual form and its primal twin (docs/math.md §5.4; rule in ttt_dual.h).
  *
  * Why the dual form equals the primal one: z̄_i = q_i W_i + b_i with W_i, b_i from ttt_dual.h
  * expands to q_i W_0 + b_0 − Σ_{j ≤ i} E_ij (q_i·k_j) g_j − Σ_{j ≤ i} E_ij g_j, i.e. row i of
@@ -21,7 +21,7 @@ static void ln_moments(double *mu, double *rstd, const float *x, int d) {
 }
 
 /* Rows of Z = K W_0 + b_0 turned in place into G = ∂ℓ/∂Z of the reconstruction loss
- * ℓ = ½‖LN(z) − (v − k)‖² (MATH.md §2): with x̂ = LN(z), dy = x̂ − (v − k), r = 1/σ,
+ * ℓ = ½‖LN(z) − (v − k)‖² (docs/math.md §2): with x̂ = LN(z), dy = x̂ − (v − k), r = 1/σ,
  *     g = r (dy − mean(dy) − x̂ mean(dy ⊙ x̂)). */
 static void recon_grad(float *zg,      /* (n, d) in: Z, out: G */
                        const float *k, /* (n, d) */

@@ -7,10 +7,10 @@
  * inside a block is recomputed from them. Products are float sgemms (accumulating with beta = 1);
  * per-row layer-norm reductions and the per-token sums for lr are in double, as in ttt_linear/dual.c.
  *
- * Forward of one block of n tokens (MATH.md §5.4; pointers start at its first token), with the
+ * Forward of one block of n tokens (docs/math.md §5.4; pointers start at its first token), with the
  * block-start weights (W, b), τ_i = 1/(i + 1), E_ij = τ_i lr_j [i ≥ j], e_j = E_{n−1,j} = lr_j/n:
  *     Z  = K W + 1bᵀ,   x̂ = LN(Z) row by row (μ, r = 1/sqrt(var + eps)),   u = x̂ − (V − K)
- *     G  = LN'(Z)ᵀ u:   g = r P u,  P u = u − mean(u) − x̂·mean(u ⊙ x̂)      (MATH.md §2)
+ *     G  = LN'(Z)ᵀ u:   g = r P u,  P u = u − mean(u) − x̂·mean(u ⊙ x̂)      (docs/math.md §2)
  *     A  = Q Kᵀ,   M = E ⊙ (A + 1) (lower triangle, diagonal included)
  *     Z̄  = Q W + 1bᵀ − M G,   O = Q + LN(Z̄)
  *     W' = W − Kᵀ Ge,   b' = b − 1ᵀ Ge,   Ge = diag(e) G

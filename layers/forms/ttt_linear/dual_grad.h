@@ -1,4 +1,4 @@
-/* TTT-Linear mini-batch dual form (MATH.md §5.4) as one fused differentiable op: the forward is
+/* TTT-Linear mini-batch dual form (docs/math.md §5.4) as one fused differentiable op: the forward is
  * the fast kernel of ttt_dual.h run block by block, the backward is written by hand
  * (layers/forms/ttt_linear/dual_grad.c). It must agree with ttt_ttt_linear_dual_composed (composed.h), which is the
  * same function differentiated through recorded ops (tests/test_form_grads.c).

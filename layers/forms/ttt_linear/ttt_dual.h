@@ -1,8 +1,8 @@
-/* TTT-Linear: the mini-batch dual form (MATH.md §5.4) and its primal twin.
+/* TTT-Linear: the mini-batch dual form (docs/math.md §5.4) and its primal twin.
  *
  * One head, d = d_k = d_v. Fast-weight model f(W, b; x) = x + LN(x W + b) with a layer norm of
  * fixed γ = 1, β = 0 (biased variance, eps TTT_LINEAR_DUAL_LN_EPS, the value the ttt_linear model
- * uses), inner loss ½‖f(k) − v‖² = ½‖LN(k W + b) − (v − k)‖² (MATH.md §2, TTT reconstruction).
+ * uses), inner loss ½‖f(k) − v‖² = ½‖LN(k W + b) − (v − k)‖² (docs/math.md §2, TTT reconstruction).
  *
  * The sequence is cut into blocks of b = mini_batch tokens (the last may be shorter). In a block
  * starting at (W_0, b_0), every gradient g_j = ∂ℓ_j/∂z_j is taken at (W_0, b_0), and token i
@@ -25,7 +25,7 @@
 /* Must equal the eps of the ttt_linear model's layer norm (layers/models/ttt_linear_model.c). */
 #define TTT_LINEAR_DUAL_LN_EPS 1e-6f
 
-/* Dual form (MATH.md §5.4): per block, with Z = K W_0 + b_0 and G = ∂ℓ/∂Z,
+/* Dual form (docs/math.md §5.4): per block, with Z = K W_0 + b_0 and G = ∂ℓ/∂Z,
  *     Z̄ = Q W_0 − (E ⊙ tril(Q Kᵀ)) G + b_0 − E G,   O = Q + LN(Z̄),
  *     W ← W_0 − (E_{n−1,·}ᵀ ⊙ K)ᵀ G,   b ← b_0 − E_{n−1,·} G.
  * Matrix products only (sgemm / strmm on b×d and b×b blocks); no per-token weights. */
