@@ -26,6 +26,7 @@
 #include "safetensors.h"
 #include "softmax_attention.h"
 #include "status.h"
+#include "strbuf.h"
 #include "task.h"
 #include "tensor.h"
 #include "ttt_dual.h"
