@@ -21,6 +21,7 @@
 #include "params.h"
 #include "progress.h"
 #include "results.h"
+#include "results_internal.h"
 #include "rng.h"
 #include "rope.h"
 #include "safetensors.h"
