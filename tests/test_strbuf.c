@@ -203,6 +203,17 @@ static void via_va_list(ttt_strbuf *b, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* config.c declares its builders as `= {0}`: a zeroed struct must be an empty builder. */
+START_TEST(zeroed_struct_is_an_empty_builder) {
+    ttt_strbuf z = {0};
+    ttt_strbuf_printf(&z, "%s%d", "x", 1);
+    ck_assert(!z.failed);
+    char *s = ttt_strbuf_take(&z);
+    ck_assert_str_eq(s, "x1");
+    free(s);
+}
+END_TEST
+
 START_TEST(take_and_reset) {
     ttt_strbuf b;
     ttt_strbuf_init(&b);
@@ -249,6 +260,7 @@ static Suite *strbuf_suite(void) {
     tcase_add_test(tc, failure_is_sticky_and_leaves_whole_text);
     tcase_add_test(tc, printf_failure_keeps_the_text_before_it);
     tcase_add_test(tc, size_overflow_fails);
+    tcase_add_test(tc, zeroed_struct_is_an_empty_builder);
     tcase_add_test(tc, take_and_reset);
     suite_add_tcase(s, tc);
     return s;

@@ -26,7 +26,6 @@
 #include "results_internal.h"
 
 /* ------------------------------------------------------------------------------------------ */
-/* ------------------------------------------------------------------------------------------ */
 /* number formatting                                                                          */
 
 /* JSON spelling of a finite double: integer form when exact, else the shortest round trip. */
@@ -64,6 +63,13 @@ void ttt_field_text(const ttt_field *f, char *out, size_t len) {
         ttt_fmt_num_text(out, len, f->num);
     else
         snprintf(out, len, "%s", f->str);
+}
+
+void ttt_field_short(const ttt_field *fl, char *out, size_t len) {
+    if (fl->is_num)
+        ttt_fmt_num_short(out, len, fl->num);
+    else
+        snprintf(out, len, "%s", fl->str);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -434,13 +440,6 @@ static void csv_cell(FILE *f, const char *s) {
         fputc(*s, f);
     }
     fputc('"', f);
-}
-
-void ttt_field_short(const ttt_field *fl, char *out, size_t len) {
-    if (fl->is_num)
-        ttt_fmt_num_short(out, len, fl->num);
-    else
-        snprintf(out, len, "%s", fl->str);
 }
 
 static ttt_status write_summary(const ttt_results *res, const ttt_keylist *kl, const char *dir,
