@@ -18,6 +18,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "strbuf.h"
+
 /* Nesting deeper than this is refused: the loader, clone and free are recursive, and no
  * experiment file needs more than a handful of levels. */
 #define MAX_DEPTH 64
@@ -62,22 +64,23 @@ static int ieq(const char *a, const char *b) {
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* A growable NUL-terminated string. */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-} sbuf;
+/* Text is built with the core's ttt_strbuf. This module aborts when memory runs out (see the
+ * top of the file), so every append goes through these wrappers, which check the builder's
+ * failure flag at once: text in hand is always whole. A zeroed sbuf is an empty builder. */
+typedef ttt_strbuf sbuf;
+
+static _Noreturn void sb_out_of_memory(void) {
+    fprintf(stderr, "ttt: out of memory building text in the configuration code\n");
+    abort();
+}
+
+static void sb_check(const sbuf *b) {
+    if (b->failed) sb_out_of_memory();
+}
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        b->p = xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    ttt_strbuf_append(b, s, n);
+    sb_check(b);
 }
 
 static void sb_puts(sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
@@ -85,30 +88,17 @@ static void sb_putc(sbuf *b, char c) { sb_putn(b, &c, 1); }
 
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    ttt_strbuf_vprintf(b, fmt, ap);
     va_end(ap);
-    if (k < 0) return;
-    if ((size_t)k < sizeof tmp) {
-        sb_putn(b, tmp, (size_t)k);
-        return;
-    }
-    char *big = xmalloc((size_t)k + 1);
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    sb_putn(b, big, (size_t)k);
-    free(big);
+    sb_check(b);
 }
 
 /* The text built so far (never NULL); ownership passes to the caller. */
 static char *sb_take(sbuf *b) {
-    if (!b->p) sb_putn(b, "", 0);
-    char *p = b->p;
-    b->p = NULL;
-    b->n = b->cap = 0;
+    char *p = ttt_strbuf_take(b);
+    if (!p) sb_out_of_memory();
     return p;
 }
 
@@ -730,19 +720,19 @@ ttt_status ttt_cfg_load_file(const char *path, ttt_cfg_node **out, ttt_error *er
     size_t got;
     while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
         sb_putn(&b, chunk, got);
-        if (b.n > (size_t)MAX_FILE_BYTES) break;
+        if (b.len > (size_t)MAX_FILE_BYTES) break;
     }
     int read_errno = ferror(f) ? errno : 0;
     fclose(f);
-    if (read_errno || b.n > (size_t)MAX_FILE_BYTES) {
-        free(b.p);
+    if (read_errno || b.len > (size_t)MAX_FILE_BYTES) {
+        ttt_strbuf_free(&b);
         if (read_errno)
             return ttt_error_set(err, TTT_ERR_IO, "cannot read '%s': %s", path,
                                  strerror(read_errno));
         return ttt_error_set(err, TTT_ERR_IO, "'%s' is larger than %ld bytes; expected a "
                              "YAML experiment file", path, MAX_FILE_BYTES);
     }
-    size_t n = b.n;
+    size_t n = b.len;
     char *text = sb_take(&b);
     ttt_status s = load_text(text, n, path, NULL, 1, out, err);
     free(text);
@@ -1420,13 +1410,13 @@ static void put_after_indicator(sbuf *b, const ttt_cfg_node *v, int indent, int 
             /* Lists of numbers read best on one line; long ones go back to block style. */
             sbuf flow = {0};
             put_flow(&flow, v);
-            int fits = indent + (int)flow.n <= 96;
+            int fits = indent + (int)flow.len <= 96;
             if (fits) {
                 sb_putc(b, ' ');
-                sb_puts(b, flow.p);
+                sb_puts(b, flow.data);
                 sb_putc(b, '\n');
             }
-            free(flow.p);
+            ttt_strbuf_free(&flow);
             if (fits) return;
         }
         sb_putc(b, '\n');
@@ -1473,8 +1463,8 @@ void ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f) {
         put_block_map(&b, root, 0, 0);
     else
         put_block_seq(&b, root, 0);
-    fwrite(b.p, 1, b.n, f);
-    free(b.p);
+    fwrite(b.data, 1, b.len, f);
+    ttt_strbuf_free(&b);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1564,7 +1554,7 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     sb_printf(&origin_text, "--set %s", assignment);
     ttt_cfg_node origin;
     memset(&origin, 0, sizeof origin);
-    origin.file = origin_text.p;
+    origin.file = origin_text.data;
 
     const char *text = eq + 1, *end = text + strlen(text);
     while (isspace((unsigned char)*text)) text++;
@@ -1632,7 +1622,7 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     }
     unpin_sweep(root, path);
 done:
-    free(origin_text.p);
+    ttt_strbuf_free(&origin_text);
     free(path);
     return s;
 }
@@ -1694,8 +1684,8 @@ static ttt_status check_sweep(const ttt_cfg_node *sweep, long *total, ttt_error 
         ttt_status s = ttt_cfg_error(err, TTT_ERR_RANGE, sweep,
                                      "sweep: %s combinations is too many; expected at most %d "
                                      "points",
-                                     sizes.p, TTT_CFG_MAX_SWEEP_POINTS);
-        free(sizes.p);
+                                     sizes.data, TTT_CFG_MAX_SWEEP_POINTS);
+        ttt_strbuf_free(&sizes);
         return s;
     }
     *total = n;
@@ -1763,7 +1753,7 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
         free(idx);
         if (s != TTT_OK) {
             ttt_cfg_free(pt);
-            free(label.p);
+            ttt_strbuf_free(&label);
             break;
         }
         pts[made] = pt;

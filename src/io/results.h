@@ -8,7 +8,11 @@
  *   metrics.jsonl          one JSON object per measurement
  *   summary.csv            the summary records, one row each, columns in first-seen order
  *   <chart>.svg            self-contained SVG line charts
- *   index.html             the charts and the summary table on one page */
+ *   index.html             the charts and the summary table on one page
+ *
+ * Implemented in three parts: records.c (atomic files, records, the collection, metrics.jsonl,
+ * summary.csv, the text table, ttt_results_write), charts.c (the SVG charts) and page.c
+ * (index.html); results_internal.h is what they share. */
 #ifndef TTT_RESULTS_H
 #define TTT_RESULTS_H
 

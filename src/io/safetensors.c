@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "results.h"
+#include "strbuf.h"
 #include "tensor.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -911,50 +912,17 @@ const char *ttt_st_meta(const ttt_st_file *f, const char *key) {
 /* ------------------------------------------------------------------------------------------ */
 /* Writer */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(sbuf *b, const char *fmt, ...) {
-    char tmp[64];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    sb_put(b, tmp, (size_t)n);
-}
 /* A JSON string literal (RFC 8259 escapes; UTF-8 passes through). */
-static void sb_json(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void put_json_string(ttt_strbuf *b, const char *s) {
+    ttt_strbuf_putc(b, '"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"') sb_put(b, "\\\"", 2);
-        else if (c == '\\') sb_put(b, "\\\\", 2);
-        else if (c < 0x20) sb_fmt(b, "\\u%04x", c);
-        else sb_put(b, (const char *)&c, 1);
+        if (c == '"') ttt_strbuf_puts(b, "\\\"");
+        else if (c == '\\') ttt_strbuf_puts(b, "\\\\");
+        else if (c < 0x20) ttt_strbuf_printf(b, "\\u%04x", c);
+        else ttt_strbuf_putc(b, (char)c);
     }
-    sb_put(b, "\"", 1);
+    ttt_strbuf_putc(b, '"');
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -1047,47 +1015,50 @@ ttt_status ttt_st_write(const char *path, const ttt_st_tensor *ts, int n,
     free(names);
 
     /* the header, in the order given */
-    sbuf h = {0};
-    sb_str(&h, "{");
+    ttt_strbuf h;
+    ttt_strbuf_init(&h);
+    ttt_strbuf_puts(&h, "{");
     if (n_meta > 0) {
-        sb_str(&h, "\"__metadata__\":{");
+        ttt_strbuf_puts(&h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_str(&h, ",");
-            sb_json(&h, meta_kv[2 * i]);
-            sb_str(&h, ":");
-            sb_json(&h, meta_kv[2 * i + 1]);
+            if (i) ttt_strbuf_puts(&h, ",");
+            put_json_string(&h, meta_kv[2 * i]);
+            ttt_strbuf_puts(&h, ":");
+            put_json_string(&h, meta_kv[2 * i + 1]);
         }
-        sb_str(&h, "}");
+        ttt_strbuf_puts(&h, "}");
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const ttt_st_tensor *t = &ts[i];
         uint64_t bytes = (uint64_t)ttt_st_numel(t) * 4;
-        if (i || n_meta > 0) sb_str(&h, ",");
-        sb_json(&h, t->name);
-        sb_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) sb_fmt(&h, "%s%" PRId64, d ? "," : "", t->shape[d]);
-        sb_fmt(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
+        if (i || n_meta > 0) ttt_strbuf_puts(&h, ",");
+        put_json_string(&h, t->name);
+        ttt_strbuf_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++)
+            ttt_strbuf_printf(&h, "%s%" PRId64, d ? "," : "", t->shape[d]);
+        ttt_strbuf_printf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
         off += bytes;
     }
-    sb_str(&h, "}");
-    while ((8 + h.n) % 8) sb_str(&h, " "); /* data buffer 8-byte aligned */
-    if (h.oom) {
-        free(h.s);
+    ttt_strbuf_puts(&h, "}");
+    /* data buffer 8-byte aligned; padding in one append, which a failed builder ignores */
+    ttt_strbuf_append(&h, "        ", (8 - h.len % 8) % 8);
+    if (h.failed) {
+        ttt_strbuf_free(&h);
         return werr(err, TTT_ERR_NOMEM, path, "out of memory for the header");
     }
 
     ttt_afile af;
     ttt_status st = ttt_afile_open(&af, path, err);
     if (st != TTT_OK) {
-        free(h.s);
+        ttt_strbuf_free(&h);
         return st;
     }
     unsigned char len8[8];
-    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)h.n >> (8 * k));
+    for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
     fwrite(len8, 1, 8, af.f);
-    fwrite(h.s, 1, h.n, af.f);
-    free(h.s);
+    fwrite(h.data, 1, h.len, af.f);
+    ttt_strbuf_free(&h);
     /* little-endian float32, through a small buffer so the host byte order does not matter */
     unsigned char chunk[4096];
     for (int i = 0; i < n; i++) {

@@ -1,0 +1,76 @@
+/* What the three parts of results.h share: the layout of the collection and the text forms.
+ *
+ *   records.c  number formats, atomic files, records, the collection, metrics.jsonl,
+ *              summary.csv, the text table, and ttt_results_write (which calls the other two)
+ *   charts.c   the SVG charts
+ *   page.c     index.html
+ *
+ * Private to src/io; white-box tests reach it through tests/internal.h. */
+#ifndef TTT_RESULTS_INTERNAL_H
+#define TTT_RESULTS_INTERNAL_H
+
+#include <stddef.h>
+
+#include "results.h"
+#include "strbuf.h"
+
+typedef struct ttt_chart_entry {
+    ttt_chart c;
+    char filter_key[48];
+    char filter_value[160];
+} ttt_chart_entry;
+
+struct ttt_results {
+    char *title;
+    ttt_record *recs;
+    unsigned char *summary;
+    int n, cap;
+    ttt_chart_entry *charts;
+    int nc, capc;
+    int oom; /* an add failed for lack of memory; reported by ttt_results_write */
+};
+
+/* ---- text forms (records.c; the number formats are described at its top) ---- */
+
+/* The text form of a number, used for grouping and filtering: the JSON spelling, or nan / inf
+ * / -inf. */
+void ttt_fmt_num_text(char *out, size_t len, double v);
+/* The readable form for summary.csv, the HTML table and chart hover text. */
+void ttt_fmt_num_short(char *out, size_t len, double v);
+/* A field's text form (the string, or ttt_fmt_num_text of the number). */
+void ttt_field_text(const ttt_field *f, char *out, size_t len);
+/* A field's readable form (the string, or ttt_fmt_num_short of the number). */
+void ttt_field_short(const ttt_field *f, char *out, size_t len);
+
+/* ---- the run folder (records.c) ---- */
+
+/* Union of the keys of the summary records, in first-seen order (the columns of summary.csv
+ * and of the page's table). The strings belong to the records; free `k` only. */
+typedef struct ttt_keylist {
+    const char **k;
+    int n;
+} ttt_keylist;
+
+/* "dir/name" (malloc'd; NULL when out of memory). */
+char *ttt_results_path(const char *dir, const char *name);
+/* Open `dir/name` as an atomic file. */
+ttt_status ttt_results_open_in(ttt_afile *af, const char *dir, const char *name, ttt_error *err);
+
+/* ---- charts (charts.c) ---- */
+
+/* `s` as XML / HTML text: the five markup characters escaped, control characters other than
+ * tab and newline (not allowed in XML 1.0) as spaces. */
+void ttt_put_xml(ttt_strbuf *b, const char *s);
+/* The file stem of chart i (a safe file name, "chart<i>" when unnamed). */
+void ttt_chart_stem(const ttt_results *res, int i, char *out, size_t len);
+/* Draw every chart into svgs[i] (res->nc entries, zeroed by the caller, malloc'd strings the
+ * caller frees) and write each to dir/<stem>.svg. */
+ttt_status ttt_charts_write(const ttt_results *res, char **svgs, const char *dir, ttt_error *err);
+
+/* ---- the page (page.c) ---- */
+
+/* index.html: the title, every chart (svgs from ttt_charts_write) and the summary table. */
+ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *const *svgs,
+                          const char *dir, ttt_error *err);
+
+#endif
