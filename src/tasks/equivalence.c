@@ -139,7 +139,7 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
     ttt_rng_seed(&rng, run->seed);
     ttt_tensor *q[1024], *k[1024], *v[1024], *eta[1024], *la[1024];
     ttt_tensor *o[2][1024], *S[2][1024];
-    const int delta = strcmp(L.loss->name, "dot") != 0;
+    const int delta = !L.loss->z_free; /* the delta rule (residual loss), not Hebbian writes */
     for (int h = 0; h < H; h++) {
         q[h] = ttt_tensor_2d(&ctx, T, dk);
         k[h] = ttt_tensor_2d(&ctx, T, dk);

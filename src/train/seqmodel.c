@@ -157,9 +157,12 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                                  "model.mixer: ttt needs a `layer:` section");
         TTT_TRY(ttt_layer_parse(layer_map, c->head_dim, c->head_dim, &c->layer, err));
         const ttt_layer *L = &c->layer;
-        const int linear = strcmp(L->model->name, "linear") == 0;
-        const int dot = strcmp(L->loss->name, "dot") == 0;
-        c->qk_norm = qk >= 0 ? qk : (linear && strcmp(L->loss->name, "squared") == 0);
+        /* defaults from the tuple's traits (layers/models/model.h): a linear map trained on a
+         * residual loss is the delta rule, whose step is stable for unit keys; a loss whose
+         * gradient does not depend on the prediction (dot) writes unscaled */
+        const int linear = (L->model->traits & TTT_MODEL_LINEAR_MAP) != 0;
+        const int dot = L->loss->z_free;
+        c->qk_norm = qk >= 0 ? qk : (linear && (L->loss->traits & TTT_LOSS_RESIDUAL));
         const int mamba2 = L->preset && strcmp(L->preset, "mamba2") == 0;
         c->eta = eta >= 0 ? (ttt_eta_kind)eta
                  : mamba2 ? TTT_ETA_DT
