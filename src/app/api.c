@@ -13,9 +13,6 @@
 
 #include <ttt/ttt.h>
 
-_Static_assert(TTT_PUBLIC_STATUS_COUNT == TTT_STATUS_COUNT,
-               "include/ttt/ttt.h must list the status codes of src/core/status.h");
-
 struct ttt_layer_handle {
     ttt_layer L;
     char tuple[768];

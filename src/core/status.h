@@ -9,33 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef enum ttt_status {
-    TTT_OK = 0,
-    TTT_ERR_NOMEM,       /* an allocation failed or would exceed the allowed size */
-    TTT_ERR_IO,          /* a file could not be opened, read, written or renamed */
-    TTT_ERR_YAML,        /* the YAML text is malformed */
-    TTT_ERR_CONFIG,      /* unknown key, wrong type, missing required value */
-    TTT_ERR_RANGE,       /* a value is outside its allowed range */
-    TTT_ERR_NAME,        /* an unknown optimizer / model / loss / preset / task name */
-    TTT_ERR_SHAPE,       /* tensor shapes that do not fit together */
-    TTT_ERR_NUMERIC,     /* NaN or Inf where a finite number is required */
-    TTT_ERR_FORMAT,      /* a data file (e.g. safetensors) is malformed */
-    TTT_ERR_ARG,         /* a bad command-line argument */
-    TTT_ERR_UNSUPPORTED, /* a valid request this build or combination does not support */
-    TTT_ERR_INTERRUPTED, /* stopped on request (SIGINT/SIGTERM) after saving a checkpoint */
-    TTT_STATUS_COUNT
-} ttt_status;
-
-/* One short message per status code (the single table lives in status.c). */
-const char *ttt_status_message(ttt_status s);
-
-#define TTT_ERROR_MSG_LEN 1024
-
-/* What went wrong, in words a user can act on: "exp.yaml:12:5: unknown key 'lrr' ...". */
-typedef struct ttt_error {
-    ttt_status status;
-    char msg[TTT_ERROR_MSG_LEN];
-} ttt_error;
+#include <ttt/status.h> /* the codes, the error record and ttt_status_message */
 
 /* Record an error and return `s` (so callers can `return ttt_error_set(...)`).
  * `err` may be NULL, in which case only the status is returned. */
