@@ -2,8 +2,9 @@
  * = bit-identical results (docs/design.md "Errors, memory, determinism"). The sequences are
  * independent (docs/math.md §0) and each is computed by one thread with single-threaded BLAS, so
  * the outputs must be bit-identical for 1, 2 and 3 threads and across repeated runs with 2
- * threads. Comparisons are memcmp, not tolerances: any difference in arithmetic (a shared arena, a race on a slice buffer, a reduction across
- * threads, BLAS threads inside) shows up as a mismatch. */
+ * threads. Comparisons are memcmp, not tolerances: any difference in arithmetic (a shared arena,
+ * a race on a slice buffer, a reduction across threads, BLAS threads inside) shows up as a
+ * mismatch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
