@@ -5,9 +5,10 @@
  *     m̂ = m / (1 − β1^t)               v̂ = v / (1 − β2^t)
  *     W ← α W − θ m̂ / (sqrt(v̂) + ε)
  *
- * This file is also the worked example of adding an optimizer (README "Adding an inner
- * optimizer", docs/optimizers.md): one `const ttt_optim` here, one line in optim/optim_list.h;
- * a state tensor of its own shape (the step count) through state_shape.
+ * This file is also the worked example of adding an optimizer
+ * (docs/extending.md "Adding an inner optimizer", docs/optimizers.md): one `const ttt_optim`
+ * here, one line in optim/optim_list.h; a state tensor of its own shape (the step count) through
+ * state_shape.
  *
  * State (optim.h state_shape): m and v of W's shape, and the step count t, a 1-element tensor
  * (every coordinate has seen the same t steps). It stays a tensor so that it travels with the rest

@@ -1,9 +1,10 @@
-/* Threads over (batch, head) in ttt_apply_threads (src/app/apply.c): docs/design.md "Same seed + same
- * thread count = bit-identical results". The sequences are independent (docs/math.md §0) and each is
- * computed by one thread with single-threaded BLAS, so the outputs must be bit-identical for 1, 2
- * and 3 threads and across repeated runs with 2 threads. Comparisons are memcmp, not tolerances:
- * any difference in arithmetic (a shared arena, a race on a slice buffer, a reduction across
- * threads, BLAS threads inside) shows up as a mismatch. */
+/* Threads over (batch, head) in ttt_apply_threads (src/app/apply.c): same seed + same thread count
+ * = bit-identical results (docs/design.md "Errors, memory, determinism"). The sequences are
+ * independent (docs/math.md §0) and each is computed by one thread with single-threaded BLAS, so
+ * the outputs must be bit-identical for 1, 2 and 3 threads and across repeated runs with 2
+ * threads. Comparisons are memcmp, not tolerances: any difference in arithmetic (a shared arena,
+ * a race on a slice buffer, a reduction across threads, BLAS threads inside) shows up as a
+ * mismatch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  *   load (file:line:col kept) → --set overrides → the plan pass (plan.h: sweep expansion, every
  *   point validated against the registries and read once by its task; nothing is written unless
  *   all are valid) → run each point's task from its typed configuration → config.resolved.yaml,
- *   metrics.jsonl, summary.csv, charts, index.html (docs/plan.md). */
+ *   metrics.jsonl, summary.csv, charts, index.html (docs/design.md "Data flow"). */
 #ifndef TTT_EXPERIMENT_H
 #define TTT_EXPERIMENT_H
 

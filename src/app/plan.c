@@ -1,4 +1,4 @@
-/* The plan pass (plan.h, docs/plan.md). */
+/* The plan pass (plan.h, docs/design.md "Data flow"). */
 #include "plan.h"
 
 #include <stdlib.h>

@@ -7,7 +7,7 @@
  *   The plan → ttt_plan_run → each point's task runs from its struct.
  *
  * Nothing below the plan sees a ttt_cfg_node: a plan holds no pointer into any tree, so the tree
- * it was built from may be changed or freed before it runs (docs/plan.md). */
+ * it was built from may be changed or freed before it runs (docs/design.md "Data flow"). */
 #ifndef TTT_PLAN_H
 #define TTT_PLAN_H
 

@@ -4,7 +4,7 @@
  * A task reads its configuration once, in the plan pass (src/app/plan.h): `parse` validates the
  * point's tree and copies every value the task will use into its own C struct (cfg_size bytes).
  * Everything after that — work, run, columns_for, charts — reads only that struct; no task
- * sees a ttt_cfg_node while it runs (docs/plan.md). */
+ * sees a ttt_cfg_node while it runs (docs/design.md "Data flow"). */
 #ifndef TTT_TASK_H
 #define TTT_TASK_H
 
