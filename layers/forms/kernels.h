@@ -8,6 +8,15 @@
 #ifndef TTT_FORMS_H
 #define TTT_FORMS_H
 
+/* Fused multiply-adds in the recurrent kernels' register blocks: gcc's per-function option
+ * (the build's default keeps a·b + c as two roundings); clang contracts within an expression by
+ * default and has no such attribute. */
+#if defined(__clang__) || !defined(__GNUC__)
+#define TTT_FP_CONTRACT
+#else
+#define TTT_FP_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#endif
+
 /* Row strides (leading dimensions, in floats) of a sequence's arrays, for the `_ld` variants of the
  * kernels below, which read and write sequences lying inside larger arrays without copying them:
  * one head of a (B, T, H, D) tensor has row stride H·D (layers/batch.c, behind ttt apply). Row t

@@ -31,17 +31,9 @@ typedef float dr_v8 __attribute__((vector_size(32)));
 #define DR_LOAD(x, p) memcpy(&(x), (p), sizeof(dr_v8))
 #define DR_STORE(p, x) memcpy((p), &(x), sizeof(dr_v8))
 
-/* Fused multiply-adds in the block kernel (gcc's per-function option; clang contracts a·b + c
- * within an expression by default and has no such attribute). */
-#if defined(__clang__)
-#define DR_FMA
-#else
-#define DR_FMA __attribute__((optimize("fp-contract=fast")))
-#endif
-
 /* Columns [0, DR_JB) of the block at S (row stride d_v), all d_k rows:
  *   S_i ← a S_i + bk_i e,   and with `next`: p += kn_i S_i, r += qn_i S_i (after the write). */
-DR_FMA static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t+1} S_t, written if next */
+TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t+1} S_t, written if next */
                        float *restrict r,        /* (DR_JB) q_{t+1} S_t, written if next */
                        float *restrict S,        /* (d_k, ·) row stride d_v, in/out */
                        const float *restrict e,  /* (DR_JB) */

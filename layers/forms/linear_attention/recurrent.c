@@ -27,7 +27,7 @@ typedef float la_v8 __attribute__((vector_size(32)));
 #define LA_STORE(p, x) memcpy((p), &(x), sizeof(la_v8))
 
 /* The full-block version of la_block below: v and o in registers. */
-__attribute__((optimize("fp-contract=fast"))) static void la_block_v(float *restrict o,       /* (LA_JB) */
+TTT_FP_CONTRACT static void la_block_v(float *restrict o,       /* (LA_JB) */
                        float *restrict S,       /* (n, ·) row stride d_v, in/out */
                        const float *restrict q, /* (n) */
                        const float *restrict k, /* (n) */
