@@ -143,3 +143,23 @@ def test_backward_matches_finite_differences():
         e[idx] = h
         fd = (f(la + e) - f(la - e)) / (2 * h)
         assert abs(fd - g["log_alpha"][idx]) <= 2e-3 * max(1.0, abs(fd)), idx
+
+
+def test_the_form_a_call_runs_is_reported():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 40, 2, 8)).astype(np.float32)
+    tok = rng.uniform(-0.2, -0.01, (1, 40, 2)).astype(np.float32)
+    key = rng.uniform(-0.2, -0.01, (1, 40, 2, 8)).astype(np.float32)
+    L = ttt.Layer("gated_deltanet", chunk=8)
+    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence, and the generic
+    # driver when the gate is per key dimension
+    assert L.form_for(x, x, x, log_alpha=tok) == "recurrent"
+    o_auto, _ = L(x, x, x, log_alpha=tok)
+    assert L.last_form == "recurrent"
+    assert L.form_for(x, x, x, log_alpha=key) == "generic"
+    L(x, x, x, log_alpha=key)
+    assert L.last_form == "generic"
+    # what it names is what ran: bit for bit the named form's output, not another's
+    o_rec, _ = ttt.Layer("gated_deltanet", chunk=8, form="recurrent")(x, x, x, log_alpha=tok)
+    o_chk, _ = ttt.Layer("gated_deltanet", chunk=8, form="chunkwise")(x, x, x, log_alpha=tok)
+    assert np.array_equal(o_auto, o_rec) and not np.array_equal(o_auto, o_chk)

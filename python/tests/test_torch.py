@@ -1,5 +1,8 @@
 """PyTorch: the autograd Function and module, gradcheck of the float64 reference, the library's
 float32 backward against it, and a chunkwise gated delta rule checked by ttt.assert_close."""
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -9,49 +12,10 @@ import ttt  # noqa: E402
 import ttt.nn  # noqa: E402
 from ttt.check import make_inputs  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from chunk_gdn import chunk_gated_delta_rule  # noqa: E402  (docs/python.md's worked example)
+
 torch.manual_seed(0)
-
-
-def chunk_gated_delta_rule(q, k, v, beta, log_alpha, initial_state, scale, chunk=16):
-    """A plain PyTorch chunkwise gated delta rule (the WY/UT form, docs/math.md §5.3), the kind
-    of kernel a user brings: (B, T, H, D) in, (o, S) out."""
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    pad = (-T) % chunk
-    f = lambda x: torch.nn.functional.pad(x, (0, 0) * (x.dim() - 3) + (0, 0, 0, pad))  # noqa
-    # padded tokens write nothing (beta = 0) and forget nothing (log alpha = 0)
-    q, k, v = f(q) * scale, f(k), f(v)
-    beta = torch.nn.functional.pad(beta, (0, 0, 0, pad))
-    g = torch.nn.functional.pad(log_alpha, (0, 0, 0, pad))
-    n = (T + pad) // chunk
-    # (B, H, n, C, D)
-    r = lambda x: x.reshape(B, n, chunk, H, -1).permute(0, 3, 1, 2, 4)  # noqa: E731
-    q, k, v, beta, g = r(q), r(k), r(v), r(beta[..., None])[..., 0], r(g[..., None])[..., 0]
-    g = g.cumsum(-1)
-    eye = torch.eye(chunk, dtype=q.dtype)
-    low = torch.tril(torch.ones(chunk, chunk, dtype=torch.bool), -1)
-    decay = torch.exp((g[..., :, None] - g[..., None, :]).masked_fill(~torch.tril(
-        torch.ones(chunk, chunk, dtype=torch.bool)), float("-inf")))
-    kb = k * beta[..., None]
-    A = -(kb @ k.transpose(-1, -2) * decay).masked_fill(~low, 0)
-    rows = [A[..., 0, :]]
-    for i in range(1, chunk):  # (I - A)^{-1} by forward substitution, row by row
-        rows.append(A[..., i, :] + (A[..., i, :, None] * torch.stack(rows + [A[..., i, :]] * (
-            chunk - i), -2)).sum(-2) * (torch.arange(chunk) < i))
-    Tm = torch.stack(rows, -2) + eye
-    u = Tm @ (v * beta[..., None])
-    w = Tm @ (kb * torch.exp(g)[..., None])
-    S = initial_state[0].clone()
-    outs = []
-    for c in range(n):
-        qc, kc, uc, wc, gc = q[:, :, c], k[:, :, c], u[:, :, c], w[:, :, c], g[:, :, c]
-        vn = uc - wc @ S
-        att = (qc @ kc.transpose(-1, -2) * decay[:, :, c])
-        outs.append((qc * torch.exp(gc)[..., None]) @ S + att @ vn)
-        S = S * torch.exp(gc[..., -1])[..., None, None] + \
-            (kc * torch.exp(gc[..., -1:] - gc)[..., None]).transpose(-1, -2) @ vn
-    o = torch.stack(outs, 2).permute(0, 2, 3, 1, 4).reshape(B, n * chunk, H, V)
-    return o[:, :T], S
 
 
 def test_assert_close_validates_a_pytorch_chunkwise_kernel():

@@ -54,6 +54,7 @@ class Layer:
             else:
                 self._options[key] = val
         self._handles = {}
+        self.last_form = None
         self._handle(8, 8)  # validates every name and value now, not at the first call
 
     # -- the C handle, one per (d_k, d_v) --------------------------------------------------
@@ -186,13 +187,40 @@ class Layer:
         st = [np.empty((p["B"], p["H"]) + s, np.float32) for s in p["shapes"]]
         return o, st
 
-    def forward(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None):
-        """(o, final_state) as float32 numpy arrays; final_state is a list of tensors."""
+    def form_for(self, q, k, v, beta=None, log_alpha=None, eta=None):
+        """The computation form a call on these inputs runs ("chunkwise", "recurrent",
+        "generic", …): `auto` resolved as the call resolves it (ttt_layer_form_for)."""
+        p = self._prepare(q, k, v, beta, log_alpha, eta, None)
+        io = ffi.new("ttt_batch_io *")
+        io.B, io.T, io.H = p["B"], p["T"], p["H"]
+        io.eta, io.log_alpha = _ptr(p["eta"]), _ptr(p["log_alpha"])
+        io.alpha_vec = p["alpha_vec"]
+        return ffi.string(lib.ttt_layer_form_for(p["h"], io)).decode()
+
+    def forward(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
+                out=None):
+        """(o, final_state) as float32 numpy arrays; final_state is a list of tensors.
+
+        out=(o, [state tensors]) writes into those float32 C-contiguous arrays instead of new
+        ones (no allocation: a large new output costs its page faults, docs/python.md "Speed");
+        a state entry may be None (not wanted)."""
         p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state)
-        o, st = self._out(p)
+        if out is None:
+            o, st = self._out(p)
+        else:
+            o, st = out[0], list(out[1]) + [None] * (len(p["shapes"]) - len(out[1]))
+            want = [(p["B"], p["T"], p["H"], p["d_v"])] + [(p["B"], p["H"]) + s
+                                                           for s in p["shapes"]]
+            for name, a, shp in zip(["o"] + p["names"], [o] + st, want):
+                if a is not None and (not isinstance(a, np.ndarray) or a.dtype != np.float32
+                                      or not a.flags.c_contiguous or a.shape != shp):
+                    raise ValueError("ttt: out for %s must be a C-contiguous float32 array of "
+                                     "shape %s" % (name, shp))
         io, keep = self._io(p, o, st)
         err = ffi.new("ttt_error *")
         check(lib.ttt_layer_forward_run(p["h"], io, self.threads, err), err)
+        # the form this call ran, for the record (`auto` is resolved per call)
+        self.last_form = ffi.string(lib.ttt_layer_form_for(p["h"], io)).decode()
         del keep
         return o, st
 
@@ -238,19 +266,21 @@ class Layer:
             out["beta"] = out.pop("eta") / p["lr"]
         return out
 
-    def __call__(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None):
+    def __call__(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
+                 out=None):
         """(o, final_state) in the (B, T, H, D) layout.
 
         numpy in, numpy out (in the dtype of q); torch in, torch out, differentiable through
         the library's backward when any input requires a gradient (ttt.nn). final_state is one
         array when the layer carries one tensor (the linear model's S: (B, H, d_k, d_v), as in
-        flash-linear-attention), else a tuple in the order of state_info()."""
+        flash-linear-attention), else a tuple in the order of state_info(). out: see forward
+        (numpy only)."""
         if type(q).__module__.startswith("torch"):
             from .nn import layer_apply
             return layer_apply(self, q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
                                initial_state=initial_state)
         dtype = np.asarray(q).dtype
-        o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state)
+        o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state, out)
         if dtype == np.float64:
             o, st = o.astype(np.float64), [s.astype(np.float64) for s in st]
         return o, (st[0] if len(st) == 1 else tuple(st))
