@@ -46,3 +46,14 @@ def test_errors_are_located(tmp_path):
 def test_load_run_of_a_missing_folder(tmp_path):
     with pytest.raises(FileNotFoundError):
         ttt.load_run(str(tmp_path / "nothing"))
+
+
+def test_load_run_without_pandas(tmp_path, monkeypatch):
+    import sys
+    out = str(tmp_path / "run")
+    ttt.run(TINY, out=out)
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
+    r = ttt.load_run(out)
+    assert isinstance(r.summary, list) and [row["N"] for row in r.summary] == [4, 8]
+    assert isinstance(r.summary[0]["recall_error"], float)
+    assert isinstance(r.metrics, list) and len(r.metrics) == 2

@@ -15,6 +15,7 @@ from .check import assert_close, compare, make_inputs
 from .experiments import Run, load_run, registries, registry, run
 from .layer import Layer
 from .reference import reference
+from . import prototype
 
 __version__ = _ffi.string(_clib.ttt_version()).decode()
 
@@ -28,5 +29,5 @@ def __getattr__(name):
 
 
 __all__ = ["Layer", "Error", "reference", "assert_close", "compare", "make_inputs", "run",
-           "load_run", "Run", "registry", "registries", "library_path", "status_name",
+           "load_run", "Run", "registry", "prototype", "registries", "library_path", "status_name",
            "__version__"]

@@ -23,13 +23,12 @@ def _candidates(name, env, inside):
     return out
 
 
-def _first(paths, what, env):
+def _first(paths, what, env, hint):
     for p in paths:
         if os.path.exists(p):
             return p
-    raise ImportError(
-        "ttt: cannot find %s (looked in: %s); build it with `cmake --build build --target "
-        "ttt_shared` or set %s" % (what, ", ".join(paths), env))
+    raise ImportError("ttt: cannot find %s (looked in: %s); %s, or set %s"
+                      % (what, ", ".join(paths), hint, env))
 
 
 def _header_dir():
@@ -39,7 +38,8 @@ def _header_dir():
         paths.append(os.path.join(os.environ["TTT_INCLUDE"], "ttt", "ttt.h"))
     paths += [os.path.join(_HERE, "include", "ttt", "ttt.h"),
               os.path.join(_ROOT, "include", "ttt", "ttt.h")]
-    return os.path.dirname(_first(paths, "the public header ttt/ttt.h", "TTT_INCLUDE"))
+    return os.path.dirname(_first(paths, "the public header ttt/ttt.h", "TTT_INCLUDE",
+                                  "it is the repository's include/ttt/ttt.h"))
 
 
 def _strip(text):
@@ -90,7 +90,7 @@ def _load():
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     path = _first(_candidates("build/libttt.so", "TTT_LIBRARY", "libttt.so"), "libttt.so",
-                  "TTT_LIBRARY")
+                  "TTT_LIBRARY", "build it with `cmake --build build --target ttt_shared`")
     lib = ffi.dlopen(path)
     return ffi, lib, consts, path
 
