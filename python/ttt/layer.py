@@ -117,6 +117,13 @@ class Layer:
         _, names, shapes, _, _ = self._handle(d_k, d_v or d_k)
         return list(zip(names, shapes))
 
+    def initial_state(self, B, H, d_k, d_v=None):
+        """The state a call starts from when none is given (zeros, or the random weights of
+        `seed` for models that have them): a list of float32 arrays (B, H, shape_i)."""
+        d_v = d_v or d_k
+        z = np.zeros((B, 0, H, d_k), np.float32)
+        return self.forward(z, z, np.zeros((B, 0, H, d_v), np.float32))[1]
+
     def __repr__(self):
         return "ttt.Layer(%s)" % self.tuple()
 
@@ -136,7 +143,8 @@ class Layer:
         if beta is not None and eta is not None:
             raise ValueError("ttt: give beta or eta, not both (beta = lr * eta)")
         if beta is not None:
-            eta = np.asarray(beta, dtype=np.float64) / lr
+            # β = lr·η: with lr = 1 (the delta-rule presets) beta is passed as it is, zero-copy
+            eta = beta if lr == 1.0 else np.asarray(beta, dtype=np.float64) / lr
         eta = None if eta is None else _f32(eta, "eta", (B, T, H))
         alpha_vec = 0
         if log_alpha is not None:
@@ -287,14 +295,3 @@ class Layer:
 
 
 __all__ = ["Layer", "Error"]
-
-
-def _initial_state(self, B, H, d_k, d_v=None):
-    """The state a call starts from when none is given (zeros, or the random weights of `seed`
-    for models that have them), as a list of float32 arrays (B, H, shape_i)."""
-    d_v = d_v or d_k
-    z = np.zeros((B, 0, H, d_k), np.float32)
-    return self.forward(z, z, np.zeros((B, 0, H, d_v), np.float32))[1]
-
-
-Layer.initial_state = _initial_state

@@ -47,7 +47,7 @@ class LayerFunction(torch.autograd.Function):
                  t("log_alpha", need[5])]
         for i in range(len(state)):
             grads.append(torch.from_numpy(g["initial_state"][i]).to(dt)
-                         if need[6 + i] else None)
+                         if need[6 + i] and state[i] is not None else None)
         return tuple(grads)
 
 
@@ -61,15 +61,15 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         eta = beta / layer._handle(d_k, d_v)[4]
     state = []
     if initial_state is not None:
-        state = list(initial_state) if isinstance(initial_state, (list, tuple)) else \
+        given = list(initial_state) if isinstance(initial_state, (list, tuple)) else \
             [initial_state]
-        if any(s is None for s in state):
-            init = layer.initial_state(q.shape[0], q.shape[2], d_k, d_v)
-            state = [torch.from_numpy(init[i]).to(q.dtype) if s is None else s
-                     for i, s in enumerate(state)]
-        state += [torch.from_numpy(x).to(q.dtype) for x in
-                  layer.initial_state(q.shape[0], q.shape[2], d_k, d_v)[len(state):]] \
-            if len(state) < len(names) else []
+        if len(given) > len(names):
+            raise ValueError("ttt: initial_state has %d tensors; this layer carries %d"
+                             % (len(given), len(names)))
+        # None entries reach the library as NULL: that tensor starts at its initial value, and
+        # optimizer state not given is initialized from the given weights (docs/api.md
+        # "Forward"), exactly as on numpy
+        state = given
     out = LayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
     o, st = out[0], out[1:]
     return o, (st[0] if len(st) == 1 else tuple(st))
