@@ -29,8 +29,12 @@ def test_run_a_file(tmp_path):
     path.write_text("name: f\ntask: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, "
                     "trials: 1}\nlayer: {preset: retnet}\n")
     out = str(tmp_path / "out")
-    ttt.run(str(path), out=out)
+    assert ttt.run(str(path), out=out) == out
     assert os.path.exists(os.path.join(out, "summary.csv"))
+    # without out: the experiment's own output, which run returns
+    path.write_text(path.read_text() + "output: %s\n" % (tmp_path / "own"))
+    assert ttt.run(str(path)) == str(tmp_path / "own")
+    assert os.path.exists(os.path.join(str(tmp_path / "own"), "summary.csv"))
 
 
 def test_errors_are_located(tmp_path):

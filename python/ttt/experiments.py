@@ -2,6 +2,7 @@
 import csv
 import json
 import os
+import re
 
 from ._lib import check, ffi, lib
 
@@ -46,8 +47,8 @@ def run(experiment, set=None, out=None):
     """Run an experiment: a YAML file's path, YAML text, or a dict (the YAML mapping).
 
     set: {"layer.optimizer.lr": 0.5, …} overrides as `ttt run --set`; out: the run folder (None:
-    the experiment's `output`). Returns the run folder's path. Errors are ttt.Error with the
-    located message of the library."""
+    the experiment's `output`, else runs/<name>). Returns the run folder's path. Errors are
+    ttt.Error with the located message of the library."""
     sets = _sets(set)
     c_sets = [ffi.new("char[]", s.encode()) for s in sets]
     arr = ffi.new("char *[]", c_sets) if c_sets else ffi.NULL
@@ -57,15 +58,26 @@ def run(experiment, set=None, out=None):
         text = json.dumps(experiment, indent=1)
         check(lib.ttt_experiment_run_string(text.encode(), b"<dict>", arr, len(sets), c_out,
                                             err), err)
-        folder = out or experiment.get("output") or os.path.join("runs", experiment["name"])
-    elif "\n" in experiment or not os.path.exists(experiment) and ":" in experiment:
-        check(lib.ttt_experiment_run_string(experiment.encode(), b"<string>", arr, len(sets),
-                                            c_out, err), err)
-        folder = out
+    elif "\n" in experiment or (":" in experiment and not os.path.exists(experiment)):
+        text = experiment
+        check(lib.ttt_experiment_run_string(text.encode(), b"<string>", arr, len(sets), c_out,
+                                            err), err)
     else:
+        with open(experiment) as f:
+            text = f.read()
         check(lib.ttt_experiment_run_file(experiment.encode(), arr, len(sets), c_out, err), err)
-        folder = out
-    return folder
+    return out or _output(text, set)
+
+
+def _output(text, set):
+    """The run folder an experiment without --out writes: `output`, else runs/<name>."""
+    if set and "output" in set:
+        return str(set["output"])
+    m = re.search(r'^\s*"?output"?\s*:\s*"?([^",\n]+)"?', text, re.M)
+    if m:
+        return m.group(1).strip()
+    m = re.search(r'^\s*"?name"?\s*:\s*"?([^",\n]+)"?', text, re.M)
+    return os.path.join("runs", m.group(1).strip()) if m else None
 
 
 class Run:

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from ._lib import Error, check, ffi, lib, consts
+from ._lib import Error, check, ffi, lib
 
 _STR_FIELDS = ("preset", "model", "loss", "optimizer", "decay_placement", "order", "steps",
                "position_scale", "form", "normalize")

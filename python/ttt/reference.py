@@ -126,7 +126,6 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     xp = _Xp(q)
     q, k, v = xp.asarray(q), xp.asarray(k), xp.asarray(v)
     B, T, H, d_k = q.shape
-    d_v = v.shape[-1]
     if beta is not None and eta is not None:
         raise ValueError("ttt.reference: give beta or eta, not both (beta = lr * eta)")
     lr = float(cfg["lr"])
