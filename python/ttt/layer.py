@@ -104,7 +104,10 @@ class Layer:
             names.append(ffi.string(nm[0]).decode())
             shapes.append(tuple(shape[j] for j in range(nd)))
         tup = ffi.string(lib.ttt_layer_tuple(h)).decode()
-        lr = float(re.search(r"\blr ([^,]+),", tup).group(1))
+        # θ, to turn beta into eta: as given, else the tuple's (printed with %g: exact for the
+        # presets' 1 and 0.1)
+        lr = float(self._fields["lr"]) if self._fields.get("lr") is not None else \
+            float(re.search(r"\blr ([^,]+),", tup).group(1))
         self._handles[key] = (h, names, shapes, tup, lr)
         return self._handles[key]
 
