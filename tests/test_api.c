@@ -502,6 +502,95 @@ START_TEST(experiment_from_a_string) {
 }
 END_TEST
 
+/* ---- the form a call runs ---- */
+
+/* Forward of `preset` (form `form`, NULL = auto) on fixed inputs of (1, T, 2, 8) into o. */
+static void run_form(float *o, const char *preset, const char *form, int T, const float *la,
+                     int alpha_vec) {
+    enum { H = 2, D = 8 };
+    static float q[1 * 40 * H * D], k[1 * 40 * H * D], v[1 * 40 * H * D];
+    unsigned x = 12345;
+    for (int i = 0; i < T * H * D; i++) {
+        x = x * 1103515245u + 12345u;
+        q[i] = (float)((x >> 8) & 0xffff) / 65536.0f - 0.5f;
+        k[i] = (float)((x >> 4) & 0xffff) / 65536.0f - 0.5f;
+        v[i] = (float)((x >> 12) & 0xffff) / 65536.0f - 0.5f;
+    }
+    ttt_layer_descriptor desc;
+    ttt_layer_descriptor_init(&desc);
+    desc.preset = preset;
+    desc.form = form;
+    desc.chunk = 8;
+    ttt_error err;
+    ttt_layer_handle *h;
+    ck_assert_msg(ttt_layer_new(&h, &desc, D, D, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ttt_batch_io io = {.B = 1, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .log_alpha = la,
+                       .alpha_vec = alpha_vec};
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ttt_layer_free(h);
+}
+
+/* The form `auto` resolves to for a call on io, for preset. */
+static const char *form_for(const char *preset, const ttt_batch_io *io) {
+    ttt_layer_descriptor desc;
+    ttt_layer_descriptor_init(&desc);
+    desc.preset = preset;
+    desc.chunk = 8;
+    ttt_error err;
+    ttt_layer_handle *h;
+    ck_assert_msg(ttt_layer_new(&h, &desc, 8, 8, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    static char name[32];
+    snprintf(name, sizeof name, "%s", ttt_layer_form_for(h, io));
+    ttt_layer_free(h);
+    return name;
+}
+
+/* ttt_layer_form_for names the form auto runs: the output of an auto call is bit for bit the
+ * output of the named form, and differs from another form's (the forms round differently), so
+ * a wrong name is seen. The names follow docs/forms.md "How `auto` chooses". */
+START_TEST(form_for_names_the_form_that_runs) {
+    enum { T = 40, N = 1 * T * 2 * 8 };
+    static float la_tok[T * 2], la_key[T * 2 * 8], o_auto[N], o_named[N], o_other[N];
+    for (int i = 0; i < T * 2; i++) la_tok[i] = -0.05f - 0.001f * (float)i;
+    for (int i = 0; i < T * 2 * 8; i++) la_key[i] = -0.05f - 0.0003f * (float)i;
+    static const struct {
+        const char *preset;
+        int gate; /* 0 none, 1 per token, 2 per key */
+        const char *want, *other;
+    } cases[] = {
+        {"linear_attention", 0, "chunkwise", "recurrent"},
+        {"gla", 2, "chunkwise", "generic"},
+        {"deltanet", 0, "recurrent", "chunkwise"},
+        {"gated_deltanet", 1, "recurrent", "chunkwise"},
+        {"gated_deltanet", 2, "generic", NULL}, /* the closed forms take a scalar gate */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const float *la = cases[c].gate == 1 ? la_tok : cases[c].gate == 2 ? la_key : NULL;
+        const ttt_batch_io io = {.B = 1, .T = T, .H = 2, .log_alpha = la,
+                                 .alpha_vec = cases[c].gate == 2};
+        const char *got = form_for(cases[c].preset, &io);
+        ck_assert_msg(strcmp(got, cases[c].want) == 0, "%s (gate %d): form_for says %s, "
+                      "expected %s", cases[c].preset, cases[c].gate, got, cases[c].want);
+        run_form(o_auto, cases[c].preset, NULL, T, la, cases[c].gate == 2);
+        run_form(o_named, cases[c].preset, got, T, la, cases[c].gate == 2);
+        ck_assert_msg(memcmp(o_auto, o_named, sizeof o_auto) == 0,
+                      "%s: auto's output is not %s's", cases[c].preset, got);
+        if (cases[c].other) {
+            run_form(o_other, cases[c].preset, cases[c].other, T, la, cases[c].gate == 2);
+            ck_assert_msg(memcmp(o_auto, o_other, sizeof o_auto) != 0,
+                          "%s: %s and %s agree bit for bit; the comparison cannot tell them "
+                          "apart", cases[c].preset, got, cases[c].other);
+        }
+    }
+    /* TTT-Linear runs its dual form; a per-key gate has no form for it; no handle: "none" */
+    const ttt_batch_io io = {.B = 1, .T = T, .H = 2};
+    ck_assert_str_eq(form_for("ttt_linear", &io), "dual");
+    const ttt_batch_io io_key = {.B = 1, .T = T, .H = 2, .log_alpha = la_key, .alpha_vec = 1};
+    ck_assert_str_eq(form_for("ttt_linear", &io_key), "none");
+    ck_assert_str_eq(ttt_layer_form_for(NULL, &io), "none");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("api");
     TCase *tc = tcase_create("api");
@@ -513,6 +602,7 @@ int main(void) {
     tcase_add_test(tc, backward_rejects_missing_inputs);
     tcase_add_test(tc, registries_list_the_library);
     tcase_add_test(tc, experiment_from_a_string);
+    tcase_add_test(tc, form_for_names_the_form_that_runs);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -136,6 +136,12 @@ typedef struct ttt_batch_io {
 ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
                                  ttt_error *err);
 
+/* The computation form ttt_layer_forward_run runs for a call on io: `auto` resolved as every
+ * call resolves it, from io's T, whether io->eta and io->log_alpha are given and io->alpha_vec
+ * ("chunkwise", "recurrent", "generic", …; "none" when no form takes these inputs). No buffer
+ * is read. A static string. */
+const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io);
+
 /* Gradients of L = Σ d_o ⊙ o + Σ_i d_state_out[i] ⊙ final_state_i with respect to the inputs and
  * the initial state. Every output pointer may be NULL (not wanted); d_eta and d_log_alpha need
  * io->eta and io->log_alpha. Outputs are overwritten, not accumulated. */

@@ -174,6 +174,19 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
     return ttt_layer_forward_batch(&h->L, &in, threads, err);
 }
 
+/* The inputs the form registry sees for a forward call on io, as ttt_layer_forward_batch
+ * describes them: a constant decay other than 1 is a gate per token. */
+const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io) {
+    if (!h || !io) return "none";
+    const ttt_layer *L = &h->L;
+    const ttt_form_inputs in = {.T = io->T, .eta = io->eta != NULL,
+                                .gate = io->log_alpha && io->alpha_vec ? TTT_FORM_GATE_KEY
+                                        : io->log_alpha || L->decay != 1.0f ? TTT_FORM_GATE_TOKEN
+                                                                            : TTT_FORM_GATE_NONE,
+                                .tape = 0};
+    return ttt_layer_form_used(L, &in);
+}
+
 /* ---- gradients ---- */
 
 /* State tensor i of a sequence's state, in the order of ttt_layer_state_info. */

@@ -1,0 +1,165 @@
+"""ttt.Layer over libttt.so: declarations, registries, errors, dtypes, zero-copy, state."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+import ttt
+from ttt import _lib
+from ttt.layer import _f32
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def test_every_public_function_is_declared_and_loaded():
+    # the declarations are parsed from the header: every function of ttt.h reaches Python
+    with open(os.path.join(ROOT, "include", "ttt", "ttt.h")) as f:
+        names = set(re.findall(r"\b(ttt_\w+)\s*\(", _lib._strip(f.read())))
+    assert len(names) >= 15
+    for n in sorted(names):
+        assert hasattr(_lib.lib, n), n
+
+
+def test_header_constants_evaluated():
+    assert _lib.consts["TTT_DESC_UNSET_INT"] == -2**31
+    assert _lib.consts["TTT_DESC_UNSET_NUM"] == -1.0e300
+    assert _lib.ffi.sizeof("ttt_error") >= _lib.consts["TTT_ERROR_MSG_LEN"]
+
+
+def test_registries_list_every_preset_and_optimizer():
+    presets = [n for n, _ in ttt.registry("presets")]
+    assert presets[:6] == ["linear_attention", "retnet", "mamba2", "gla", "deltanet",
+                           "gated_deltanet"]
+    reg = ttt.registries()
+    assert set(reg) == {"optimizers", "models", "losses", "presets", "forms", "tasks"}
+    assert {"sgd", "momentum", "muon", "large_batch", "adam"} <= set(reg["optimizers"])
+    assert "memory" in reg["tasks"]
+    with pytest.raises(ValueError, match="unknown registry"):
+        ttt.registry("optimisers")
+
+
+def test_every_preset_optimizer_and_form_is_reachable():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 5, 2, 8)).astype(np.float32)
+    for p, _ in ttt.registry("presets"):
+        o, _ = ttt.Layer(p, mini_batch=4)(x, x, x)
+        assert o.shape == x.shape and np.all(np.isfinite(o)), p
+    for name, _ in ttt.registry("optimizers"):
+        o, _ = ttt.Layer("deltanet", optimizer=name)(x, x, x)
+        assert np.all(np.isfinite(o)), name
+    # every form computes some preset (linear attention, delta rule, TTT-Linear, Titans, LaCT)
+    for form, _ in ttt.registry("forms"):
+        ok = False
+        for p in ("linear_attention", "deltanet", "ttt_linear", "titans", "lact"):
+            try:
+                ttt.Layer(p, form=form, mini_batch=4)(x, x, x)
+                ok = True
+                break
+            except ttt.Error:
+                pass
+        assert ok, form
+
+
+def test_errors_carry_the_library_message():
+    with pytest.raises(ttt.Error) as e:
+        ttt.Layer("gated_deltant")
+    assert e.value.status == "TTT_ERR_NAME"
+    assert "did you mean 'gated_deltanet'" in str(e.value)
+    with pytest.raises(ttt.Error, match=r"layer.optimizer.momentum.*\[0, 1\)"):
+        ttt.Layer("titans", momentum=1.0)
+    with pytest.raises(ttt.Error, match="momentun"):
+        ttt.Layer("titans", momentun=0.5)
+    with pytest.raises(ValueError, match="log_alpha has shape"):
+        x = np.zeros((1, 3, 2, 4), np.float32)
+        ttt.Layer("mamba2")(x, x, x, log_alpha=np.zeros((1, 3, 3), np.float32))
+
+
+def test_float32_inputs_are_not_copied():
+    a = np.zeros((2, 3, 4, 5), np.float32)
+    assert _f32(a, "a") is a
+    assert _f32(a.astype(np.float64), "a") is not a
+    assert _f32(a[:, ::2], "a").flags.c_contiguous
+
+
+def test_float64_in_float64_out_and_beta_is_lr_eta():
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((2, 20, 3, 8)) for _ in range(3))
+    eta = rng.uniform(0.1, 1, (2, 20, 3))
+    L = ttt.Layer("titans")  # lr 0.1: beta = 0.1 eta
+    o64, st = L(q, k, v, eta=eta)
+    assert o64.dtype == np.float64 and st[0].dtype == np.float64
+    o32, _ = L(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+               eta=eta.astype(np.float32))
+    assert o32.dtype == np.float32
+    np.testing.assert_array_equal(o64.astype(np.float32), o32)
+    ob, _ = L(q, k, v, beta=0.1 * eta)
+    # beta/lr in float64, then lr*eta in float32: a few float32 roundings apart
+    np.testing.assert_allclose(ob, o64, rtol=0, atol=1e-5 * np.abs(o64).max())
+    with pytest.raises(ValueError, match="beta or eta"):
+        L(q, k, v, beta=eta, eta=eta)
+
+
+def test_split_sequence_resumes_from_the_state():
+    rng = np.random.default_rng(2)
+    B, T, H, d = 2, 32, 2, 8
+    q, k, v = (rng.standard_normal((B, T, H, d)).astype(np.float32) for _ in range(3))
+    L = ttt.Layer("titans")  # carries W and the momentum M; blocks of 16
+    o, st = L(q, k, v)
+    o1, st1 = L(q[:, :16], k[:, :16], v[:, :16])
+    o2, st2 = L(q[:, 16:], k[:, 16:], v[:, 16:], initial_state=st1)
+    tol = 1e-5 * np.abs(o).max()  # forms may differ in summation order between T = 16 and 32
+    np.testing.assert_allclose(np.concatenate([o1, o2], 1), o, atol=tol, rtol=0)
+    for a, b in zip(st2, st):
+        np.testing.assert_allclose(a, b, atol=1e-5 * np.abs(b).max(), rtol=0)
+    # without the momentum half of the state the continuation differs
+    o3, _ = L(q[:, 16:], k[:, 16:], v[:, 16:], initial_state=[st1[0]])
+    assert np.abs(o3 - o2).max() > 100 * tol
+
+
+def test_initial_state_shapes_and_seed():
+    L = ttt.Layer("ttt_linear", seed=3)
+    s = L.initial_state(2, 3, 8)
+    assert [x.shape for x in s] == [(2, 3, 8, 8), (2, 3, 8)]
+    assert np.abs(s[0]).max() > 0 and np.all(s[1] == 0)
+    assert not np.array_equal(ttt.Layer("ttt_linear", seed=4).initial_state(2, 3, 8)[0], s[0])
+
+
+def test_backward_matches_finite_differences():
+    rng = np.random.default_rng(3)
+    B, T, H, d = 1, 6, 1, 4
+    q, k, v = (rng.standard_normal((B, T, H, d)) for _ in range(3))
+    la = rng.uniform(-0.5, -0.1, (B, T, H))
+    beta = rng.uniform(0.2, 0.8, (B, T, H))
+    d_o = rng.standard_normal((B, T, H, d))
+    L = ttt.Layer("gated_deltanet", form="generic")
+    g = L.backward(d_o, q, k, v, beta=beta, log_alpha=la)
+
+    def f(la_):
+        return float(np.sum(L.forward(q, k, v, beta=beta, log_alpha=la_)[0] * d_o))
+    h = 1e-2  # central differences in float32: step large enough to rise above rounding
+    for idx in [(0, 0, 0), (0, 3, 0), (0, 5, 0)]:
+        e = np.zeros_like(la)
+        e[idx] = h
+        fd = (f(la + e) - f(la - e)) / (2 * h)
+        assert abs(fd - g["log_alpha"][idx]) <= 2e-3 * max(1.0, abs(fd)), idx
+
+
+def test_the_form_a_call_runs_is_reported():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 40, 2, 8)).astype(np.float32)
+    tok = rng.uniform(-0.2, -0.01, (1, 40, 2)).astype(np.float32)
+    key = rng.uniform(-0.2, -0.01, (1, 40, 2, 8)).astype(np.float32)
+    L = ttt.Layer("gated_deltanet", chunk=8)
+    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence, and the generic
+    # driver when the gate is per key dimension
+    assert L.form_for(x, x, x, log_alpha=tok) == "recurrent"
+    o_auto, _ = L(x, x, x, log_alpha=tok)
+    assert L.last_form == "recurrent"
+    assert L.form_for(x, x, x, log_alpha=key) == "generic"
+    L(x, x, x, log_alpha=key)
+    assert L.last_form == "generic"
+    # what it names is what ran: bit for bit the named form's output, not another's
+    o_rec, _ = ttt.Layer("gated_deltanet", chunk=8, form="recurrent")(x, x, x, log_alpha=tok)
+    o_chk, _ = ttt.Layer("gated_deltanet", chunk=8, form="chunkwise")(x, x, x, log_alpha=tok)
+    assert np.array_equal(o_auto, o_rec) and not np.array_equal(o_auto, o_chk)

@@ -1,0 +1,155 @@
+"""PyTorch: the autograd Function and module, gradcheck of the float64 reference, the library's
+float32 backward against it, and a chunkwise gated delta rule checked by ttt.assert_close."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ttt  # noqa: E402
+import ttt.nn  # noqa: E402
+from ttt.check import make_inputs  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+from chunk_gdn import chunk_gated_delta_rule  # noqa: E402  (docs/python.md's worked example)
+
+torch.manual_seed(0)
+
+
+def test_assert_close_validates_a_pytorch_chunkwise_kernel():
+    # float64 throughout: the chunkwise form equals the recurrence to rounding
+    rep = ttt.assert_close(chunk_gated_delta_rule, "gated_deltanet", tol=1e-10, as_torch=True)
+    assert rep["o"][0] < 1e-10
+
+
+def test_assert_close_catches_a_tail_chunk_bug():
+    # a kernel that drops the gates of the last, partial chunk (a padding slip): only the
+    # shapes whose T is not a multiple of the chunk reveal it
+    def tail_bug(q, k, v, beta, log_alpha, initial_state, scale):
+        T = q.shape[1]
+        la = log_alpha.clone()
+        la[:, (T // 16) * 16:] = 0
+        return chunk_gated_delta_rule(q, k, v, beta, la, initial_state, scale)
+    ttt.assert_close(tail_bug, "gated_deltanet", shapes=[(1, 64, 2, 16, 16)], tol=1e-10,
+                     as_torch=True)
+    with pytest.raises(AssertionError, match="above tol"):
+        ttt.assert_close(tail_bug, "gated_deltanet", tol=1e-5, as_torch=True)
+
+
+FAMILIES = ["linear_attention", "retnet", "mamba2", "gla", "deltanet", "gated_deltanet",
+            "titans", "ttt_linear", "lact"]
+# small enough for gradcheck's finite differences, long enough to cross a block boundary
+GC_PARAMS = {"titans": dict(mini_batch=3), "ttt_linear": dict(mini_batch=3),
+             "lact": dict(mini_batch=3)}
+
+
+def _torch_inputs(preset, B=1, T=7, H=2, d=4, seed=0):
+    kw = make_inputs(preset, B, T, H, d, d, seed=seed)
+    return {key: (torch.from_numpy(val).requires_grad_() if isinstance(val, np.ndarray) else
+                  [torch.from_numpy(x).requires_grad_() for x in val] if isinstance(val, list)
+                  else val) for key, val in kw.items()}
+
+
+@pytest.mark.parametrize("preset", FAMILIES)
+def test_gradcheck_float64_reference(preset):
+    kw = _torch_inputs(preset)
+    names = [n for n in kw if n not in ("scale", "initial_state")]
+    n_state = len(kw["initial_state"])
+    if preset == "lact":
+        n_state = 3  # the recorded initial norms are not differentiated by the library either
+    params = GC_PARAMS.get(preset, {})
+
+    def f(*xs):
+        args = dict(zip(names, xs[:len(names)]))
+        st = list(xs[len(names):]) + kw["initial_state"][n_state:]
+        o, s = ttt.reference(preset, scale=0.5, initial_state=st, **args, **params)
+        s = s if isinstance(s, tuple) else (s,)
+        return (o,) + tuple(s[:n_state])
+    assert torch.autograd.gradcheck(f, [kw[n] for n in names] + kw["initial_state"][:n_state],
+                                    eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset", FAMILIES)
+def test_library_backward_equals_the_reference_gradient(preset):
+    kw = _torch_inputs(preset, B=2, T=9, H=2, d=4, seed=1)
+    params = GC_PARAMS.get(preset, {})
+    layer = ttt.Layer(preset, scale=0.5, **params)
+    names = [n for n in kw if n not in ("scale", "initial_state")]
+    o_ref, s_ref = ttt.reference(preset, scale=0.5, initial_state=kw["initial_state"],
+                                 **{n: kw[n] for n in names}, **params)
+    s_ref = s_ref if isinstance(s_ref, tuple) else (s_ref,)
+    n_state = 3 if preset == "lact" else len(s_ref)
+    # L = sum(c_o * o) + sum_i sum(c_i * S_i) with fixed random weights c
+    gen = torch.Generator().manual_seed(2)
+    c_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    cs = [torch.randn(s.shape, generator=gen, dtype=torch.float64) for s in s_ref[:n_state]]
+    loss = (c_o * o_ref).sum() + sum((c * s).sum() for c, s in zip(cs, s_ref))
+    leaves = [kw[n] for n in names] + kw["initial_state"][:n_state]
+    g_ref = torch.autograd.grad(loss, leaves)
+
+    lib_in = {n: kw[n].detach().clone().requires_grad_() for n in names}
+    st = [x.detach().clone().requires_grad_() for x in kw["initial_state"]]
+    o, s = layer(**lib_in, initial_state=st)
+    s = s if isinstance(s, tuple) else (s,)
+    loss = (c_o * o).sum() + sum((c * x).sum() for c, x in zip(cs, s))
+    loss.backward()
+    g_lib = [lib_in[n].grad for n in names] + [x.grad for x in st[:n_state]]
+    for name, a, b in zip(names + ["state%d" % i for i in range(n_state)], g_lib, g_ref):
+        # float32 forward and backward against float64: rounding of O(T) float32 steps,
+        # relative to the gradient's scale (LaCT's Newton-Schulz amplifies it, docs/math.md §5.7)
+        tol = (1e-3 if preset == "lact" else 1e-4) * b.abs().max().item()
+        err = (a - b).abs().max().item()
+        if os.environ.get("TTT_PRINT_ERRORS"):
+            print("%s %s %.2e" % (preset, name, err / b.abs().max().item()))
+        assert err <= tol, (name, err, tol)
+
+
+def test_function_keeps_dtype_and_the_state_output_is_differentiable():
+    L = ttt.Layer("deltanet")
+    q, k, v = (torch.randn(1, 5, 2, 4, dtype=torch.float32, requires_grad=True)
+               for _ in range(3))
+    o, S = L(q, k, v)
+    assert o.dtype == torch.float32 and S.shape == (1, 2, 4, 4)
+    S.sum().backward()
+    assert q.grad is not None and float(q.grad.abs().max()) == 0.0  # S does not depend on q
+    assert float(k.grad.abs().max()) > 0
+
+
+def test_a_tiny_model_trains():
+    torch.manual_seed(0)
+    d, V, T = 32, 16, 24
+    model = torch.nn.Sequential(torch.nn.Embedding(V, d), ttt.nn.TTTLayer(d, 2, "gated_deltanet"),
+                                torch.nn.Linear(d, V))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    x = torch.randint(0, V, (8, T))
+    y = torch.roll(x, 1, dims=1)  # copy the previous token: needs the layer's memory
+    losses = []
+    for _ in range(60):
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    # a model without memory cannot beat log V = 2.77 nats on this target (the previous token
+    # is independent of the current one); the ttt layer has to carry it
+    assert losses[-1] < 1.0, losses[::10]
+
+
+def test_partial_initial_state_means_what_it_means_on_numpy():
+    # LaCT carries (W0, W1, W2) and their initial column norms: given the weights only, the
+    # norms are taken from the given weights (not the seed's), on torch as on numpy; the
+    # gradient reaches the given weights
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 20, 2, 4)).astype(np.float32) for _ in range(3))
+    Ws = [rng.standard_normal((1, 2, 4, 4)).astype(np.float32) for _ in range(3)]
+    L = ttt.Layer("lact", mini_batch=4)
+    o_np, _ = L(q, k, v, initial_state=Ws)
+    o_seed, _ = L(q, k, v, initial_state=Ws + L.initial_state(1, 2, 4)[3:])
+    assert not np.allclose(o_np, o_seed)  # the norms matter after the first block
+    Wt = [torch.from_numpy(W).requires_grad_() for W in Ws]
+    o_t, _ = L(*(torch.from_numpy(x) for x in (q, k, v)), initial_state=Wt)
+    assert np.array_equal(o_t.detach().numpy(), o_np)
+    o_t.sum().backward()
+    assert all(W.grad is not None and float(W.grad.abs().max()) > 0 for W in Wt)

@@ -1,0 +1,33 @@
+"""ttt from Python: the library's layers on numpy arrays and torch tensors, their float64
+reference, a checker for other implementations, and experiments (docs/python.md).
+
+    import ttt
+    layer = ttt.Layer("gated_deltanet", chunk=64, scale=0.125)
+    o, S = layer(q, k, v, beta=beta, log_alpha=log_alpha)        # (B, T, H, D)
+    o64, S64 = ttt.reference("gated_deltanet", q, k, v, beta=beta, log_alpha=log_alpha)
+    ttt.assert_close(my_kernel, "gated_deltanet", tol=1e-5)
+
+PyTorch (optional): ttt.nn.TTTLayer, ttt.nn.LayerFunction.
+"""
+from ._lib import Error, library_path, status_name
+from ._lib import ffi as _ffi, lib as _clib
+from .check import assert_close, compare, make_inputs
+from .experiments import Run, load_run, registries, registry, run
+from .layer import Layer
+from .reference import reference
+from . import prototype
+
+__version__ = _ffi.string(_clib.ttt_version()).decode()
+
+
+def __getattr__(name):
+    # ttt.nn imports torch: only when asked for
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'ttt' has no attribute '%s'" % name)
+
+
+__all__ = ["Layer", "Error", "reference", "assert_close", "compare", "make_inputs", "run",
+           "load_run", "Run", "registry", "prototype", "registries", "library_path", "status_name",
+           "__version__"]

@@ -1,0 +1,291 @@
+"""The float64 reference: each preset family's recurrent definition (docs/math.md §4), token by
+token (block by block for mini-batch layers), written once for numpy and torch.
+
+With numpy inputs the result is numpy float64; with torch float64 tensors it is differentiable by
+torch.autograd, which is what gradcheck checks and what the library's float32 backward is
+compared with (docs/python.md "The float64 reference"). These loops are slow by design: they
+are the definition, not a fast path.
+"""
+import numpy as np
+
+# The presets' tuples as the reference evaluates them (layers/layer.c, docs/math.md §4).
+# tests/test_reference.py compares each with the library's own layer, so a drift fails there.
+PRESETS = {
+    "linear_attention": dict(family="linear", lr=1.0, decay=1.0),
+    "retnet": dict(family="linear", lr=1.0, decay=0.96875),
+    "mamba2": dict(family="linear", lr=1.0, decay=0.97),
+    "gla": dict(family="linear", lr=1.0, decay=0.97),
+    "deltanet": dict(family="delta", lr=1.0, decay=1.0, decay_placement="coupled"),
+    "gated_deltanet": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
+    "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
+    "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
+    "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
+                 ns_steps=5, renormalize=True),
+}
+
+_LN_EPS = 1e-6      # docs/math.md §2: LN without affine part, biased variance, eps 1e-6
+_RENORM_EPS = 1e-5  # docs/math.md §3.5
+_NS_EPS = 1e-7      # docs/math.md §3.4
+_MUON = (3.4445, -4.7750, 2.0315)
+
+
+class _Xp:
+    """The few array operations the recurrences need, for numpy or torch."""
+
+    def __init__(self, like):
+        self.torch = type(like).__module__.startswith("torch")
+        if self.torch:
+            import torch
+            self.t = torch
+        self.like = like
+
+    def asarray(self, x):
+        if x is None:
+            return None
+        if self.torch:
+            if type(x).__module__.startswith("torch"):
+                return x.to(self.t.float64)
+            return self.t.as_tensor(np.asarray(x, dtype=np.float64))
+        return np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, np.float64)
+
+    def zeros(self, shape):
+        return self.t.zeros(shape, dtype=self.t.float64) if self.torch else np.zeros(shape)
+
+    def ones(self, shape):
+        return self.t.ones(shape, dtype=self.t.float64) if self.torch else np.ones(shape)
+
+    def stack(self, xs, axis):
+        return self.t.stack(xs, dim=axis) if self.torch else np.stack(xs, axis=axis)
+
+    def exp(self, x):
+        return self.t.exp(x) if self.torch else np.exp(x)
+
+    def sqrt(self, x):
+        return self.t.sqrt(x) if self.torch else np.sqrt(x)
+
+    def einsum(self, eq, *xs):
+        return self.t.einsum(eq, *xs) if self.torch else np.einsum(eq, *xs)
+
+    def norm_sq(self, x, axis):
+        return (x * x).sum(axis) if not self.torch else (x * x).sum(dim=axis)
+
+    def mean(self, x, axis):
+        return x.mean(axis, keepdims=True) if not self.torch else x.mean(dim=axis, keepdim=True)
+
+    def swap(self, x):
+        return x.transpose(-1, -2) if self.torch else np.swapaxes(x, -1, -2)
+
+    def sigmoid(self, x):
+        return self.t.sigmoid(x) if self.torch else 1.0 / (1.0 + np.exp(-x))
+
+
+def _ln(xp, u):
+    """LN without affine part and its backward operator (docs/math.md §2)."""
+    mu = xp.mean(u, -1)
+    c = u - mu
+    r = 1.0 / xp.sqrt(xp.mean(c * c, -1) + _LN_EPS)
+    xh = c * r
+
+    def back(d):
+        return r * (d - xp.mean(d, -1) - xh * xp.mean(d * xh, -1))
+    return xh, back
+
+
+def _newton_schulz(xp, A, steps):
+    """NS(A) with Muon's quintic, per (b, h) matrix (docs/math.md §3.4)."""
+    tr = A.shape[-2] > A.shape[-1]
+    X = xp.swap(A) if tr else A
+    nrm = xp.sqrt(xp.norm_sq(X.reshape(X.shape[:-2] + (-1,)), -1))[..., None, None]
+    X = X / (nrm + _NS_EPS)
+    a, b, c = _MUON
+    for _ in range(steps):
+        P = X @ xp.swap(X)
+        X = a * X + (b * P + c * (P @ P)) @ X
+    return xp.swap(X) if tr else X
+
+
+def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
+              scale=1.0, **params):
+    """(o, final_state) of `preset` in float64, in the (B, T, H, D) layout of ttt.Layer.
+
+    beta is the delta-rule step (beta = lr * eta); eta the per-token learning rate; log_alpha
+    (B, T, H) or, for gla, (B, T, H, d_k) per-token log retentions (None: the constant decay).
+    initial_state: one array or a sequence in the order of Layer.state_info (None: zeros; the
+    models with random initial weights, ttt_linear and lact, need it given). params override the
+    preset's lr, decay, decay_placement, momentum, mini_batch. final_state is one array when the
+    state is one tensor, else a tuple, as ttt.Layer returns it."""
+    if preset not in PRESETS:
+        raise ValueError("ttt.reference: no float64 reference for preset '%s' (have: %s)"
+                         % (preset, ", ".join(PRESETS)))
+    cfg = dict(PRESETS[preset])
+    for key, val in params.items():
+        if key not in cfg and key not in ("decay_placement",):
+            raise ValueError("ttt.reference: %s has no parameter '%s' (have: %s)"
+                             % (preset, key, ", ".join(k for k in cfg if k != "family")))
+        cfg[key] = val
+    xp = _Xp(q)
+    q, k, v = xp.asarray(q), xp.asarray(k), xp.asarray(v)
+    B, T, H, d_k = q.shape
+    if beta is not None and eta is not None:
+        raise ValueError("ttt.reference: give beta or eta, not both (beta = lr * eta)")
+    lr = float(cfg["lr"])
+    step = xp.asarray(beta) if beta is not None else (
+        lr * xp.asarray(eta) if eta is not None else lr * xp.ones((B, T, H)))
+    alpha = None if log_alpha is None else xp.exp(xp.asarray(log_alpha))
+    if initial_state is not None and not isinstance(initial_state, (list, tuple)):
+        initial_state = [initial_state]
+    init = None if initial_state is None else [None if s is None else xp.asarray(s)
+                                                for s in initial_state]
+    fam = cfg["family"]
+    qs = q * scale
+    if fam in ("linear", "delta"):
+        o, st = _linear(xp, cfg, fam, qs, k, v, step, alpha, init)
+    elif fam == "titans":
+        o, st = _titans(xp, cfg, qs, k, v, step, alpha, init)
+    elif fam == "ttt_linear":
+        if alpha is not None:
+            raise ValueError("ttt.reference: ttt_linear has no forget gate")
+        o, st = _ttt_linear(xp, cfg, qs, k, v, step, init)
+    else:
+        o, st = _lact(xp, cfg, qs, k, v, step, alpha, init)
+    return o, (st[0] if len(st) == 1 else tuple(st))
+
+
+def _first(init, i, xp, shape):
+    if init is None or len(init) <= i or init[i] is None:
+        return xp.zeros(shape)
+    return init[i]
+
+
+def _linear(xp, cfg, fam, q, k, v, step, alpha, init):
+    """Linear attention (dot loss) and the delta rule (squared loss), sgd, b = 1."""
+    B, T, H, d_k = q.shape
+    S = _first(init, 0, xp, (B, H, d_k, v.shape[-1]))
+    coupled = cfg.get("decay_placement", "decoupled") == "coupled"
+    outs = []
+    for t in range(T):
+        if alpha is None:
+            a = cfg["decay"]
+        elif alpha.ndim == 4:
+            a = alpha[:, t][..., None]          # (B, H, d_k, 1): one retention per row of S
+        else:
+            a = alpha[:, t][..., None, None]
+        kt, vt, bt = k[:, t], v[:, t], step[:, t][..., None, None]
+        if fam == "linear":
+            S = a * S + bt * xp.einsum("bhk,bhv->bhkv", kt, vt)
+        else:
+            Sd = a * S if coupled else S
+            err = xp.einsum("bhk,bhkv->bhv", kt, Sd) - vt
+            S = (a * S) - bt * xp.einsum("bhk,bhv->bhkv", kt, err)
+        outs.append(xp.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return xp.stack(outs, 1), [S]
+
+
+def _titans(xp, cfg, q, k, v, step, alpha, init):
+    """Momentum per token, gradients at the chunk start, decoupled decay (docs/math.md §5.6)."""
+    B, T, H, d_k = q.shape
+    d_v = v.shape[-1]
+    S = _first(init, 0, xp, (B, H, d_k, d_v))
+    M = _first(init, 1, xp, (B, H, d_k, d_v))
+    mu, b = cfg["momentum"], int(cfg["mini_batch"])
+    outs = []
+    for t0 in range(0, T, b):
+        S0 = S
+        for t in range(t0, min(t0 + b, T)):
+            a = cfg["decay"] if alpha is None else alpha[:, t][..., None, None]
+            kt = k[:, t]
+            e = xp.einsum("bhk,bhkv->bhv", kt, S0) - v[:, t]
+            g = step[:, t][..., None, None] * xp.einsum("bhk,bhv->bhkv", kt, e)
+            M = mu * M - g             # step = lr * eta: theta is inside g
+            S = a * S + M
+            outs.append(xp.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return xp.stack(outs, 1), [S, M]
+
+
+def _ttt_linear(xp, cfg, q, k, v, step, init):
+    """TTT-Linear, primal mini-batch GD with tau_i = 1/(i + 1) (docs/math.md §5.4)."""
+    B, T, H, d = q.shape
+    if init is None or init[0] is None or len(init) < 2 or init[1] is None:
+        raise ValueError("ttt.reference: ttt_linear starts from random weights; pass "
+                         "initial_state=(W, b) (Layer.initial_state gives the library's)")
+    W, bias = init[0], init[1]
+    bsz = int(cfg["mini_batch"])
+    outs = []
+    for t0 in range(0, T, bsz):
+        n = min(bsz, T - t0)
+        K, V, Q = k[:, t0:t0 + n], v[:, t0:t0 + n], q[:, t0:t0 + n]     # (B, n, H, d)
+        U = xp.einsum("bnhk,bhkj->bnhj", K, W) + bias[:, None]
+        xh, back = _ln(xp, U)
+        G = back(K + xh - V)                                            # dl/du per token
+        for i in range(n):
+            # W_i = W_0 - sum_{j<=i} tau_i lr_j k_j^T g_j
+            w = step[:, t0:t0 + i + 1] / (i + 1)                         # (B, i+1, H)
+            Gi = G[:, :i + 1] * w[..., None]
+            Wi = W - xp.einsum("bnhk,bnhj->bhkj", K[:, :i + 1], Gi)
+            bi = bias - Gi.sum(1) if not xp.torch else bias - Gi.sum(dim=1)
+            ui = xp.einsum("bhk,bhkj->bhj", Q[:, i], Wi) + bi
+            outs.append(Q[:, i] + _ln(xp, ui)[0])
+        W, bias = Wi, bi
+    return xp.stack(outs, 1), [W, bias]
+
+
+def _silu(xp, x):
+    return x * xp.sigmoid(x)
+
+
+def _lact(xp, cfg, q, k, v, step, alpha, init):
+    """LaCT: SwiGLU, dot loss, one large_batch step with Muon per block, apply_then_update,
+    per-column renormalization to the initial norms (docs/math.md §3.5, §5.7)."""
+    B, T, H, d_k = q.shape
+    if init is None or len(init) < 3 or any(x is None for x in init[:3]):
+        raise ValueError("ttt.reference: lact starts from random weights; pass initial_state "
+                         "(W0, W1, W2, …) (Layer.initial_state gives the library's)")
+    if cfg["momentum"] != 0.0:
+        raise ValueError("ttt.reference: lact's reference keeps no momentum (momentum = 0)")
+    W0, W1, W2 = init[0], init[1], init[2]
+    # optimizer state: the initial column norms of each weight (docs/math.md §3.5)
+    if len(init) >= 6 and all(x is not None for x in init[3:6]):
+        N = list(init[3:6])
+    else:
+        N = [xp.sqrt(xp.norm_sq(W, -2)) for W in (W0, W1, W2)]
+    bsz = int(cfg["mini_batch"])
+    outs = []
+    for t0 in range(0, T, bsz):
+        n = min(bsz, T - t0)
+        K, V, Q = k[:, t0:t0 + n], v[:, t0:t0 + n], q[:, t0:t0 + n]
+        hq = xp.einsum("bnhk,bhkj->bnhj", Q, W0)
+        uq = xp.einsum("bnhk,bhkj->bnhj", Q, W2)
+        outs.append(xp.einsum("bnhj,bhjv->bnhv", _silu(xp, hq) * uq, W1))
+        if alpha is None:
+            a_blk = cfg["decay"] ** n
+            wts = step[:, t0:t0 + n] * xp.asarray(
+                np.array([cfg["decay"] ** (n - 1 - i) for i in range(n)]))[None, :, None]
+        else:
+            la = alpha[:, t0:t0 + n]
+            lg = xp.t.log(la) if xp.torch else np.log(la)
+            cs = lg.cumsum(1) if not xp.torch else lg.cumsum(dim=1)
+            tot = cs[:, -1:]
+            wts = step[:, t0:t0 + n] * xp.exp(tot - cs)
+            a_blk = xp.exp(tot[:, 0])[..., None, None]
+        Hh = xp.einsum("bnhk,bhkj->bnhj", K, W0)
+        Uu = xp.einsum("bnhk,bhkj->bnhj", K, W2)
+        sg = xp.sigmoid(Hh)
+        A = _silu(xp, Hh) * Uu
+        E = -V * wts[..., None]                          # dot loss: dl/dz = -v
+        G1 = xp.einsum("bnhj,bnhv->bhjv", A, E)
+        Dl = xp.einsum("bnhv,bhjv->bnhj", E, W1)
+        G2 = xp.einsum("bnhk,bnhj->bhkj", K, Dl * _silu(xp, Hh))
+        G0 = xp.einsum("bnhk,bnhj->bhkj", K, Dl * Uu * sg * (1 + Hh * (1 - sg)))
+        new = []
+        for W, G, Nw in ((W0, G0, N[0]), (W1, G1, N[1]), (W2, G2, N[2])):
+            Wn = a_blk * W - cfg["lr"] * _newton_schulz(xp, G, int(cfg["ns_steps"]))
+            if cfg["renormalize"]:
+                cn = xp.sqrt(xp.norm_sq(Wn, -2))[..., None, :]
+                Wn = Wn / (cn + _RENORM_EPS) * Nw[..., None, :]
+            new.append(Wn)
+        W0, W1, W2 = new
+    o = xp.t.cat(outs, dim=1) if xp.torch else np.concatenate(outs, axis=1)
+    return o, [W0, W1, W2] + N
+
+
+__all__ = ["reference", "PRESETS"]
