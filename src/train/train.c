@@ -17,6 +17,7 @@
 #include "autograd.h"
 #include "checkpoint.h"
 #include "batch.h"
+#include "comm.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -102,6 +103,15 @@ typedef struct shard {
 typedef struct shards {
     int n, threads;
     shard *sh;
+    /* Data parallelism over ranks (docs/scaling.md "Data-parallel training"): this rank computes
+     * the shards first … first + n − 1 of `total`; the others come from the other ranks. Alone:
+     * first = 0, total = n, comm = NULL. */
+    int first, total;
+    const ttt_comm *comm;
+    unsigned char *send, *recv; /* the gathered slots (slot_bytes each) */
+    size_t slot_bytes;
+    int slots;                  /* slots per rank: the most shards any rank computes */
+    int stop_any;               /* some rank was asked to stop (agreed in the last gather) */
     const ttt_seq_model *m;
     int out_w; /* outputs per position */
     int in_dim;
@@ -118,6 +128,8 @@ static void shards_free(shards *S) {
         if (s > 0) free(h->pt);
     }
     free(S->sh);
+    free(S->send);
+    free(S->recv);
     memset(S, 0, sizeof *S);
 }
 
@@ -125,6 +137,7 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
                               ttt_error *err) {
     memset(S, 0, sizeof *S);
     S->n = n;
+    S->total = n;
     S->m = m;
     S->out_w = m->cfg.io.vocab > 0 ? m->cfg.io.vocab : m->cfg.io.out_dim;
     S->in_dim = m->cfg.io.in_dim;
@@ -186,17 +199,126 @@ static double batch_count(const ttt_seq_batch *b) {
     return n;
 }
 
+/* The ranks' shards put together (docs/scaling.md "Data-parallel training"). Every rank sends
+ * one slot per shard it computed: a header (status, loss, count, correct, loss_sum, stop) and
+ * the shard's gradient, every parameter flat in order; one MPI_Allgather hands every rank every
+ * slot, and each rank adds them exactly as one process adds its shards — stats and loss from 0
+ * in shard order, gradients shard 0 + shard 1 + … — so the sum, and every AdamW step after it,
+ * is the same bits on every rank and for any number of ranks (the same `shards`). */
+enum { SLOT_HEAD = 6 };
+
+static float *slot_grad(unsigned char *slot) { return (float *)(slot + SLOT_HEAD * sizeof(double)); }
+
+static ttt_status gather_shards(shards *S, int n, int total, int grad, double *loss,
+                                ttt_seq_stats *stats, ttt_error *err) {
+    const int np = S->m->params.n;
+    const int stop = ttt_train_stop_requested();
+    int failed = -1;
+    for (int s = 0; s < S->slots; s++) {
+        unsigned char *slot = S->send + (size_t)s * S->slot_bytes;
+        double head[SLOT_HEAD] = {0, 0, 0, 0, 0, stop};
+        if (s < n) {
+            const shard *h = &S->sh[s];
+            head[0] = h->s;
+            if (h->s != TTT_OK && failed < 0) failed = s;
+            head[1] = h->loss;
+            head[2] = (double)h->stats.count;
+            head[3] = (double)h->stats.correct;
+            head[4] = h->stats.loss_sum;
+            if (grad) {
+                float *g = slot_grad(slot);
+                for (int i = 0; i < np; i++) {
+                    memcpy(g, S->sh[s].grads[i], S->m->params.p[i]->n * sizeof(float));
+                    g += S->m->params.p[i]->n;
+                }
+            }
+        }
+        memcpy(slot, head, sizeof head);
+    }
+    TTT_TRY(ttt_comm_allgather(S->comm, S->recv, S->send, (size_t)S->slots * S->slot_bytes, err));
+    memset(stats, 0, sizeof *stats);
+    *loss = 0;
+    S->stop_any = 0;
+    for (int g = 0, r = 0; g < total; g++) {
+        while (g >= (int)((long)S->total * (r + 1) / S->comm->size)) r++;
+        const int local = g - (int)((long)S->total * r / S->comm->size);
+        unsigned char *slot = S->recv + ((size_t)r * S->slots + (size_t)local) * S->slot_bytes;
+        double head[SLOT_HEAD];
+        memcpy(head, slot, sizeof head);
+        if (head[5] != 0) S->stop_any = 1;
+        if (head[0] != TTT_OK) {
+            if (failed >= 0) *err = S->sh[failed].err;
+            else
+                ttt_error_set(err, (ttt_status)head[0],
+                              "rank %d failed in shard %d (its message is on its stderr)", r, g);
+            return (ttt_status)head[0];
+        }
+        stats->count += (long)head[2];
+        stats->correct += (long)head[3];
+        stats->loss_sum += head[4];
+        *loss += head[1];
+        if (!grad) continue;
+        const float *gs = slot_grad(slot);
+        for (int i = 0; i < np; i++) {
+            float *restrict gp = S->m->params.p[i]->grad; /* (n) */
+            const size_t len = S->m->params.p[i]->n;
+            if (g == 0) memcpy(gp, gs, len * sizeof(float));
+            else
+                for (size_t j = 0; j < len; j++) gp[j] += gs[j];
+            gs += len;
+        }
+    }
+    for (int r = 0; r < S->comm->size && !S->stop_any; r++)
+        for (int s = 0; s < S->slots; s++) {
+            double head[SLOT_HEAD];
+            memcpy(head, S->recv + ((size_t)r * S->slots + (size_t)s) * S->slot_bytes, sizeof head);
+            if (head[5] != 0) S->stop_any = 1;
+        }
+    return TTT_OK;
+}
+
+/* This rank's part of `total` shards over comm's ranks, with its gather buffers. */
+static ttt_status shards_init_ranks(shards *S, const ttt_seq_model *m, int total, int threads,
+                                    const ttt_comm *comm, ttt_error *err) {
+    const int R = comm->size, r = comm->rank;
+    if (total < R)
+        return ttt_error_set(err, TTT_ERR_CONFIG,
+                             "train.shards is %d but the run has %d MPI ranks: each rank computes "
+                             "at least one shard (set train.shards to a multiple of %d, at most "
+                             "train.batch)",
+                             total, R, R);
+    const int first = (int)((long)total * r / R), last = (int)((long)total * (r + 1) / R);
+    TTT_TRY(shards_init(S, m, last - first, threads, err));
+    S->first = first;
+    S->total = total;
+    S->comm = comm;
+    S->slots = (total + R - 1) / R;
+    S->slot_bytes = SLOT_HEAD * sizeof(double) + ttt_params_numel(&m->params) * sizeof(float);
+    S->slot_bytes = (S->slot_bytes + 7) / 8 * 8;
+    S->send = calloc((size_t)S->slots, S->slot_bytes);
+    S->recv = calloc((size_t)S->slots * R, S->slot_bytes);
+    if (!S->send || !S->recv) {
+        shards_free(S);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the gathered gradients");
+    }
+    return TTT_OK;
+}
+
 /* Forward (and backward when grad) over every shard; stats summed in shard order; the shard
  * gradients are added into the parameters' in shard order. The arenas are NOT reset here (the
  * caller may read the predictions). */
 static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double *loss,
                              ttt_seq_stats *stats, ttt_error *err) {
-    const int n = S->n < b->B ? S->n : b->B;
+    const int total = S->total < b->B ? S->total : b->B;
+    int n = total - S->first; /* the shards of this rank that hold rows */
+    if (n > S->n) n = S->n;
+    if (n < 0) n = 0;
     const double denom = batch_count(b);
     const int vocab = S->m->cfg.io.vocab > 0;
     for (int s = 0; s < n; s++) {
         shard *h = &S->sh[s];
-        int r0 = (int)((long)b->B * s / n), r1 = (int)((long)b->B * (s + 1) / n);
+        const int g = S->first + s;
+        int r0 = (int)((long)b->B * g / total), r1 = (int)((long)b->B * (g + 1) / total);
         h->sub = sub_batch(b, r0, r1, S->in_dim, S->out_w, vocab);
         h->row0 = r0;
         h->ctx.grad = grad;
@@ -218,6 +340,7 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
         }
         ttt_tape_reset(&h->tape);
     }
+    if (S->comm) return gather_shards(S, n, total, grad, loss, stats, err);
     memset(stats, 0, sizeof *stats);
     *loss = 0;
     for (int s = 0; s < n; s++) {
@@ -418,6 +541,8 @@ typedef struct window {
 static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window *w,
                        ttt_error *err) {
     if (!t->run->ckpt_dir) return TTT_OK;
+    const ttt_comm *comm = t->run->comm;
+    if (comm && comm->rank != 0) return TTT_OK; /* one writer: every rank holds the same state */
     if (t->oom) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the history");
     uint64_t words[64] = {0};
     TTT_ASSERT(t->data->n_state <= 64);
@@ -512,18 +637,32 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     memset(res, 0, sizeof *res);
     res->resumed_from = -1;
     res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
+    /* Under several ranks only rank 0 speaks: the others train without records or progress. */
+    const ttt_comm *comm = run->comm && run->comm->size > 1 ? run->comm : NULL;
+    ttt_train_run quiet;
+    if (comm && comm->rank != 0) {
+        quiet = *run;
+        quiet.stream_path = NULL;
+        quiet.results = NULL;
+        quiet.progress = NULL;
+        run = &quiet;
+    }
     trainer t = {.c = c, .data = data, .run = run, .m = m};
     /* parallel over shards (OpenMP), single-threaded BLAS inside: OpenBLAS's own threads lose
      * on these small matrices and fight the shard threads for the cores (docs/design.md) */
     openblas_set_num_threads(1);
     ttt_adamw opt;
     TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));
-    shards S;
-    ttt_status s = shards_init(&S, m, c->shards, c->threads, err);
+    shards S, E; /* E: evaluation, every shard on every rank (the same numbers everywhere) */
+    memset(&E, 0, sizeof E);
+    ttt_status s = comm ? shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
+                        : shards_init(&S, m, c->shards, c->threads, err);
     if (s != TTT_OK) {
         ttt_adamw_free(&opt);
         return s;
     }
+    if (comm) s = shards_init(&E, m, c->shards, c->threads, err);
+    shards *ev = comm ? &E : &S;
     const double t_start = ttt_now();
     window w = {0};
     long step = 0, tokens = 0;
@@ -536,6 +675,15 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         long from;
         s = resume(&t, &opt, &from, &w, res, err);
         if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
+    }
+    if (comm) { /* every rank read the checkpoint rank 0 wrote: they must agree on the step */
+        long lo, hi;
+        ttt_comm_minmax(comm, s == TTT_OK ? step : -2, &lo, &hi);
+        if (s == TTT_OK && lo != hi)
+            s = ttt_error_set(err, TTT_ERR_IO,
+                              "the MPI ranks resumed from different steps (%ld to %ld): is %s "
+                              "on a file system every rank sees?",
+                              lo < 0 ? 0 : lo, hi, run->ckpt_dir ? run->ckpt_dir : "the run folder");
     }
     long last_good = res->resumed_from; /* the newest checkpoint written or loaded */
     double t_win = ttt_now();
@@ -604,14 +752,19 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             tok_win = 0;
         }
         if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps)
-            s = eval_record(&t, &S, step, res, err);
+            s = eval_record(&t, ev, step, res, err);
         if (s == TTT_OK && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) ||
                             step == stop)) {
             s = save(&t, step, &opt, &w, err);
+            if (comm && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
+                s = ttt_error_set(err, TTT_ERR_IO, "step %ld: rank 0 could not save the "
+                                  "checkpoint (its message is on its stderr)", step);
             if (s == TTT_OK) last_good = step;
         }
+        /* under MPI the ranks agree on a stop in the gather (one may see the signal late) */
+        const int stop_now = comm ? S.stop_any : stop_requested;
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
-        if (s == TTT_OK && stop_requested && step < stop) {
+        if (s == TTT_OK && stop_now && step < stop) {
             if (last_good != step) s = save(&t, step, &opt, &w, err);
             if (s == TTT_OK)
                 s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
@@ -625,13 +778,14 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     if (s == TTT_OK && !res->stopped) {
         /* The final evaluation comes after the final checkpoint, so it is not in the saved
          * history: a run resumed from its final checkpoint records it exactly once too. */
-        s = eval_record(&t, &S, step, res, err);
+        s = eval_record(&t, ev, step, res, err);
     }
     res->seconds = ttt_now() - t_start;
     res->tokens_per_s = res->seconds > 0 ? tokens / res->seconds : 0;
     if (t.stream) fclose(t.stream);
     free(t.hist.text);
     shards_free(&S);
+    if (comm) shards_free(&E);
     ttt_adamw_free(&opt);
     return s;
 }
