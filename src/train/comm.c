@@ -67,6 +67,27 @@ void ttt_comm_abort(const ttt_comm *c, int code) {
     exit(code);
 }
 
+#ifdef TTT_HAVE_MPI
+/* MPI counts are ints: a large buffer goes as blocks of a contiguous type of 1 MiB (the caller
+ * frees *t when it is not MPI_BYTE). */
+static ttt_status mpi_count(size_t bytes, MPI_Datatype *t, int *count, ttt_error *err) {
+    const size_t block = (size_t)1 << 20;
+    *t = MPI_BYTE;
+    size_t n = bytes;
+    if (bytes > INT32_MAX) {
+        if (bytes % block != 0)
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "MPI: a message of %zu bytes is over 2 GiB and not whole MiB",
+                                 bytes);
+        MPI_Type_contiguous((int)block, MPI_BYTE, t);
+        MPI_Type_commit(t);
+        n = bytes / block;
+    }
+    *count = (int)n;
+    return TTT_OK;
+}
+#endif
+
 ttt_status ttt_comm_allgather(const ttt_comm *c, void *recv, const void *send, size_t bytes,
                               ttt_error *err) {
     if (!c->world || c->size == 1) {
@@ -74,20 +95,59 @@ ttt_status ttt_comm_allgather(const ttt_comm *c, void *recv, const void *send, s
         return TTT_OK;
     }
 #ifdef TTT_HAVE_MPI
-    /* Counts are ints: large buffers go as blocks of a contiguous type. */
-    const size_t block = (size_t)1 << 20;
-    MPI_Datatype t = MPI_BYTE;
-    size_t count = bytes;
-    if (bytes % block == 0 && bytes / block > 0) {
-        MPI_Type_contiguous((int)block, MPI_BYTE, &t);
-        MPI_Type_commit(&t);
-        count = bytes / block;
-    }
-    if (count > INT32_MAX)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "MPI: %zu bytes per rank is too large", bytes);
-    int rc = MPI_Allgather(send, (int)count, t, recv, (int)count, t, MPI_COMM_WORLD);
+    MPI_Datatype t;
+    int n = 0;
+    TTT_TRY(mpi_count(bytes, &t, &n, err));
+    int rc = MPI_Allgather(send, n, t, recv, n, t, MPI_COMM_WORLD);
     if (t != MPI_BYTE) MPI_Type_free(&t);
     if (rc != MPI_SUCCESS) return ttt_error_set(err, TTT_ERR_IO, "MPI_Allgather failed");
+    return TTT_OK;
+#else
+    return ttt_error_set(err, TTT_ERR_IO, "built without MPI");
+#endif
+}
+
+ttt_status ttt_comm_send(const ttt_comm *c, int to, const void *buf, size_t bytes,
+                         ttt_error *err) {
+#ifdef TTT_HAVE_MPI
+    if (c->world) {
+        MPI_Datatype t;
+        int n = 0;
+        TTT_TRY(mpi_count(bytes, &t, &n, err));
+        int rc = MPI_Send(buf, n, t, to, 0, MPI_COMM_WORLD);
+        if (t != MPI_BYTE) MPI_Type_free(&t);
+        if (rc != MPI_SUCCESS) return ttt_error_set(err, TTT_ERR_IO, "MPI_Send to rank %d failed", to);
+        return TTT_OK;
+    }
+#endif
+    return ttt_error_set(err, TTT_ERR_ARG, "send to rank %d: this process is alone", to);
+}
+
+ttt_status ttt_comm_recv(const ttt_comm *c, int from, void *buf, size_t bytes, ttt_error *err) {
+#ifdef TTT_HAVE_MPI
+    if (c->world) {
+        MPI_Datatype t;
+        int n = 0;
+        TTT_TRY(mpi_count(bytes, &t, &n, err));
+        int rc = MPI_Recv(buf, n, t, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (t != MPI_BYTE) MPI_Type_free(&t);
+        if (rc != MPI_SUCCESS)
+            return ttt_error_set(err, TTT_ERR_IO, "MPI_Recv from rank %d failed", from);
+        return TTT_OK;
+    }
+#endif
+    return ttt_error_set(err, TTT_ERR_ARG, "receive from rank %d: this process is alone", from);
+}
+
+ttt_status ttt_comm_bcast(const ttt_comm *c, int root, void *buf, size_t bytes, ttt_error *err) {
+    if (!c->world || c->size == 1) return TTT_OK;
+#ifdef TTT_HAVE_MPI
+    MPI_Datatype t;
+    int n = 0;
+    TTT_TRY(mpi_count(bytes, &t, &n, err));
+    int rc = MPI_Bcast(buf, n, t, root, MPI_COMM_WORLD);
+    if (t != MPI_BYTE) MPI_Type_free(&t);
+    if (rc != MPI_SUCCESS) return ttt_error_set(err, TTT_ERR_IO, "MPI_Bcast failed");
     return TTT_OK;
 #else
     return ttt_error_set(err, TTT_ERR_IO, "built without MPI");

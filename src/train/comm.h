@@ -37,6 +37,13 @@ void ttt_comm_abort(const ttt_comm *c, int code);
 /* Every rank sends `bytes` bytes; recv (size × bytes) receives them in rank order. */
 ttt_status ttt_comm_allgather(const ttt_comm *c, void *recv, const void *send, size_t bytes,
                               ttt_error *err);
+/* Point to point, in order between a pair of ranks: send `bytes` to rank `to`; receive `bytes`
+ * from rank `from`. */
+ttt_status ttt_comm_send(const ttt_comm *c, int to, const void *buf, size_t bytes,
+                         ttt_error *err);
+ttt_status ttt_comm_recv(const ttt_comm *c, int from, void *buf, size_t bytes, ttt_error *err);
+/* Rank `root`'s `bytes` at buf on every rank. */
+ttt_status ttt_comm_bcast(const ttt_comm *c, int root, void *buf, size_t bytes, ttt_error *err);
 /* The logical AND over ranks of `ok` (nonzero = true). */
 int ttt_comm_all(const ttt_comm *c, int ok);
 /* The minimum and maximum over ranks of v. */

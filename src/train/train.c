@@ -108,9 +108,11 @@ typedef struct shards {
      * first = 0, total = n, comm = NULL. */
     int first, total;
     const ttt_comm *comm;
-    unsigned char *send, *recv; /* the gathered slots (slot_bytes each) */
-    size_t slot_bytes;
     int slots;                  /* slots per rank: the most shards any rank computes */
+    size_t numel;               /* floats of one flat gradient (every parameter in order) */
+    double *head_send, *head_recv; /* shard headers: (slots, 6) and (ranks, slots, 6) */
+    float *gsend;               /* this rank's shard gradients, flat: (slots, numel) */
+    float *acc;                 /* the chain's sum: (numel) */
     int stop_any;               /* some rank was asked to stop (agreed in the last gather) */
     const ttt_seq_model *m;
     int out_w; /* outputs per position */
@@ -128,8 +130,10 @@ static void shards_free(shards *S) {
         if (s > 0) free(h->pt);
     }
     free(S->sh);
-    free(S->send);
-    free(S->recv);
+    free(S->head_send);
+    free(S->head_recv);
+    free(S->gsend);
+    free(S->acc);
     memset(S, 0, sizeof *S);
 }
 
@@ -199,54 +203,59 @@ static double batch_count(const ttt_seq_batch *b) {
     return n;
 }
 
-/* The ranks' shards put together (docs/scaling.md "Data-parallel training"). Every rank sends
- * one slot per shard it computed: a header (status, loss, count, correct, loss_sum, stop) and
- * the shard's gradient, every parameter flat in order; one MPI_Allgather hands every rank every
- * slot, and each rank adds them exactly as one process adds its shards — stats and loss from 0
- * in shard order, gradients shard 0 + shard 1 + … — so the sum, and every AdamW step after it,
- * is the same bits on every rank and for any number of ranks (the same `shards`). */
+/* The ranks' shards put together (docs/scaling.md "Data-parallel training"), so that every rank
+ * ends with exactly what one process computes from the same `shards`: stats and loss added from
+ * 0 in shard order, gradients shard 0 + shard 1 + … in that order.
+ *   1. One MPI_Allgather of every shard's header (status, loss, count, correct, loss_sum, stop):
+ *      every rank adds the stats in shard order and learns whether any shard failed or any rank
+ *      was asked to stop.
+ *   2. The gradients as an ordered chain: rank 0 starts the sum with its shards, each rank
+ *      receives the partial sum from the rank before it, adds its own shards in order and sends
+ *      it on, in chunks so that the ranks add at the same time; the last rank holds the sum of
+ *      every shard in shard order and broadcasts it. Each rank receives about two gradients per
+ *      step whatever the number of ranks (an MPI_Allreduce moves as much, but adds in an order
+ *      that depends on the MPI library and the number of ranks). */
 enum { SLOT_HEAD = 6 };
-
-static float *slot_grad(unsigned char *slot) { return (float *)(slot + SLOT_HEAD * sizeof(double)); }
+#define CHAIN_CHUNK ((size_t)1 << 16) /* floats per message of the chain (256 KiB) */
 
 static ttt_status gather_shards(shards *S, int n, int total, int grad, double *loss,
                                 ttt_seq_stats *stats, ttt_error *err) {
-    const int np = S->m->params.n;
+    const int np = S->m->params.n, R = S->comm->size, me = S->comm->rank;
+    const size_t P = S->numel;
     const int stop = ttt_train_stop_requested();
     int failed = -1;
-    for (int s = 0; s < S->slots; s++) {
-        unsigned char *slot = S->send + (size_t)s * S->slot_bytes;
-        double head[SLOT_HEAD] = {0, 0, 0, 0, 0, stop};
-        if (s < n) {
-            const shard *h = &S->sh[s];
-            head[0] = h->s;
-            if (h->s != TTT_OK && failed < 0) failed = s;
-            head[1] = h->loss;
-            head[2] = (double)h->stats.count;
-            head[3] = (double)h->stats.correct;
-            head[4] = h->stats.loss_sum;
-            if (grad) {
-                float *g = slot_grad(slot);
-                for (int i = 0; i < np; i++) {
-                    memcpy(g, S->sh[s].grads[i], S->m->params.p[i]->n * sizeof(float));
-                    g += S->m->params.p[i]->n;
-                }
-            }
-        }
-        memcpy(slot, head, sizeof head);
-    }
-    TTT_TRY(ttt_comm_allgather(S->comm, S->recv, S->send, (size_t)S->slots * S->slot_bytes, err));
     memset(stats, 0, sizeof *stats);
     *loss = 0;
+    for (int s = 0; s < S->slots; s++) {
+        double *head = S->head_send + (size_t)s * SLOT_HEAD;
+        memset(head, 0, SLOT_HEAD * sizeof *head);
+        head[5] = stop;
+        if (s >= n) continue;
+        const shard *h = &S->sh[s];
+        head[0] = h->s;
+        if (h->s != TTT_OK && failed < 0) failed = s;
+        head[1] = h->loss;
+        head[2] = (double)h->stats.count;
+        head[3] = (double)h->stats.correct;
+        head[4] = h->stats.loss_sum;
+        if (grad) {
+            float *g = S->gsend + (size_t)s * P;
+            for (int i = 0; i < np; i++) {
+                memcpy(g, h->grads[i], S->m->params.p[i]->n * sizeof(float));
+                g += S->m->params.p[i]->n;
+            }
+        }
+    }
+    TTT_TRY(ttt_comm_allgather(S->comm, S->head_recv, S->head_send,
+                               (size_t)S->slots * SLOT_HEAD * sizeof(double), err));
     S->stop_any = 0;
+    for (size_t k = 0; k < (size_t)R * S->slots; k++)
+        if (S->head_recv[k * SLOT_HEAD + 5] != 0) S->stop_any = 1;
     for (int g = 0, r = 0; g < total; g++) {
-        while (g >= (int)((long)S->total * (r + 1) / S->comm->size)) r++;
-        const int local = g - (int)((long)S->total * r / S->comm->size);
-        unsigned char *slot = S->recv + ((size_t)r * S->slots + (size_t)local) * S->slot_bytes;
-        double head[SLOT_HEAD];
-        memcpy(head, slot, sizeof head);
-        if (head[5] != 0) S->stop_any = 1;
-        if (head[0] != TTT_OK) {
+        while (g >= (int)((long)S->total * (r + 1) / R)) r++;
+        const int local = g - (int)((long)S->total * r / R);
+        const double *head = S->head_recv + ((size_t)r * S->slots + (size_t)local) * SLOT_HEAD;
+        if (head[0] != TTT_OK) { /* every rank sees it and stops here: no chain is started */
             if (failed >= 0) *err = S->sh[failed].err;
             else
                 ttt_error_set(err, (ttt_status)head[0],
@@ -257,23 +266,30 @@ static ttt_status gather_shards(shards *S, int n, int total, int grad, double *l
         stats->correct += (long)head[3];
         stats->loss_sum += head[4];
         *loss += head[1];
-        if (!grad) continue;
-        const float *gs = slot_grad(slot);
-        for (int i = 0; i < np; i++) {
-            float *restrict gp = S->m->params.p[i]->grad; /* (n) */
-            const size_t len = S->m->params.p[i]->n;
-            if (g == 0) memcpy(gp, gs, len * sizeof(float));
-            else
-                for (size_t j = 0; j < len; j++) gp[j] += gs[j];
-            gs += len;
-        }
     }
-    for (int r = 0; r < S->comm->size && !S->stop_any; r++)
-        for (int s = 0; s < S->slots; s++) {
-            double head[SLOT_HEAD];
-            memcpy(head, S->recv + ((size_t)r * S->slots + (size_t)s) * S->slot_bytes, sizeof head);
-            if (head[5] != 0) S->stop_any = 1;
+    if (!grad) return TTT_OK;
+    for (size_t off = 0; off < P; off += CHAIN_CHUNK) {
+        const size_t len = P - off < CHAIN_CHUNK ? P - off : CHAIN_CHUNK;
+        float *restrict a = S->acc + off; /* (len) */
+        int s0 = 0;
+        if (me == 0) { /* shard 0 starts the sum */
+            memcpy(a, S->gsend + off, len * sizeof(float));
+            s0 = 1;
+        } else {
+            TTT_TRY(ttt_comm_recv(S->comm, me - 1, a, len * sizeof(float), err));
         }
+        for (int s = s0; s < n; s++) {
+            const float *restrict gs = S->gsend + (size_t)s * P + off; /* (len) */
+            for (size_t j = 0; j < len; j++) a[j] += gs[j];
+        }
+        if (me < R - 1) TTT_TRY(ttt_comm_send(S->comm, me + 1, a, len * sizeof(float), err));
+    }
+    TTT_TRY(ttt_comm_bcast(S->comm, R - 1, S->acc, P * sizeof(float), err));
+    const float *a = S->acc;
+    for (int i = 0; i < np; i++) {
+        memcpy(S->m->params.p[i]->grad, a, S->m->params.p[i]->n * sizeof(float));
+        a += S->m->params.p[i]->n;
+    }
     return TTT_OK;
 }
 
@@ -293,11 +309,12 @@ static ttt_status shards_init_ranks(shards *S, const ttt_seq_model *m, int total
     S->total = total;
     S->comm = comm;
     S->slots = (total + R - 1) / R;
-    S->slot_bytes = SLOT_HEAD * sizeof(double) + ttt_params_numel(&m->params) * sizeof(float);
-    S->slot_bytes = (S->slot_bytes + 7) / 8 * 8;
-    S->send = calloc((size_t)S->slots, S->slot_bytes);
-    S->recv = calloc((size_t)S->slots * R, S->slot_bytes);
-    if (!S->send || !S->recv) {
+    S->numel = ttt_params_numel(&m->params);
+    S->head_send = calloc((size_t)S->slots * SLOT_HEAD, sizeof(double));
+    S->head_recv = calloc((size_t)S->slots * R * SLOT_HEAD, sizeof(double));
+    S->gsend = calloc((size_t)S->slots * S->numel, sizeof(float));
+    S->acc = calloc(S->numel, sizeof(float));
+    if (!S->head_send || !S->head_recv || !S->gsend || !S->acc) {
         shards_free(S);
         return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the gathered gradients");
     }
