@@ -6,8 +6,9 @@
    whole `ttt run`, points per minute, and the CPU seconds the processes used.
 2. Data-parallel scaling of the MQAR training step (one point of mqar_quick, deltanet, batch 32,
    train.shards 4, 60 steps): 1 rank × 1 and 2 threads, 2 ranks × 1 thread; the trainer's own
-   seconds and tokens/s (rank 0's summary row), and the bytes each rank receives per step.
-3. On paper: the gather's volume per step against the step time for the same model and a model
+   seconds and tokens/s (rank 0's summary row), and the bytes a rank receives per step (the
+   partial sum from the rank before it and the broadcast sum).
+3. On paper: the ordered chain's volume per step against the step time for the same model and a model
    100× larger (step time assumed ×100: the work of a step grows with the parameters at a fixed
    number of tokens), at 10 Gb Ethernet and 100 Gb/s InfiniBand (bandwidth only, no latency);
    also what a ring MPI_Allreduce would move.
@@ -77,32 +78,37 @@ def main():
             params = int(float(r["params"]))
             base = base or sec
             step1 = step1 or sec / 60
-            slot = 6 * 8 + 4 * params
-            recv = (4 - 4 // ranks) * slot if ranks > 1 else 0
+            # the chain's partial sum from the rank before + the broadcast sum (+ 4 headers)
+            recv = 2 * 4 * params + 4 * 6 * 8 if ranks > 1 else 0
             print("| %d × %d | %.2f | %.0f | %.1f | %.2f× | %s |"
                   % (ranks, threads, sec, tps, 1000 * sec / 60, base / sec,
                      "%.0f KB" % (recv / 1e3) if recv else "—"))
 
-        print("\n## On paper: what a step moves against what it computes (S = R shards, the "
-              "global batch fixed, so each rank computes 1/R of the step)\n")
-        print("| model | params | step on 1 rank | R | compute/rank | gather MB/rank | "
-              "ms at 10 GbE / IB | all-reduce MB/rank | ms at 10 GbE / IB | gather share at "
-              "10 GbE / IB |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("\n## On paper: what a step moves against what it computes (the global batch "
+              "fixed, so each of R ranks computes 1/R of the step; bandwidth only)\n")
+        print("| model | params | step on 1 rank | R | compute/rank | received MB/rank | "
+              "chain + broadcast ms, 10 GbE / IB | ring all-reduce ms, 10 GbE / IB | "
+              "communication share, 10 GbE / IB |")
+        print("|---|---|---|---|---|---|---|---|---|")
         gbe, ib = 1.25e9, 12e9  # bytes/s: 10 Gb Ethernet, 100 Gb/s InfiniBand
+        chunk = 65536           # floats per message of the chain (src/train/train.c)
         for name, scale in (("MQAR quick", 1), ("100× larger", 100)):
             P = params * scale
             step = step1 * scale
             for R in (2, 8, 64):
-                gather = (R - 1) * 4 * P      # every other rank's shard gradient, float32
+                # the chain: P floats pass every rank, pipelined in chunks: P + (R−1)·chunk on
+                # the critical path; the broadcast: a binomial tree, ⌈log2 R⌉ hops of P (an
+                # upper bound: a pipelined broadcast approaches one P)
+                hops = (R - 1).bit_length()
+                chain = 4 * (P + (R - 1) * min(P, chunk)) + 4 * P * hops
                 ring = 2 * (R - 1) / R * 4 * P
                 comp = step / R
-                print("| %s | %.2fM | %.0f ms | %d | %.1f ms | %.2f | %.2f / %.2f | %.2f | "
-                      "%.2f / %.2f | %.0f %% / %.0f %% |"
-                      % (name, P / 1e6, 1000 * step, R, 1000 * comp, gather / 1e6,
-                         1000 * gather / gbe, 1000 * gather / ib, ring / 1e6, 1000 * ring / gbe,
-                         1000 * ring / ib, 100 * (gather / gbe) / (gather / gbe + comp),
-                         100 * (gather / ib) / (gather / ib + comp)))
+                print("| %s | %.2fM | %.0f ms | %d | %.1f ms | %.2f | %.2f / %.2f | %.2f / %.2f | "
+                      "%.0f %% / %.0f %% |"
+                      % (name, P / 1e6, 1000 * step, R, 1000 * comp, 2 * 4 * P / 1e6,
+                         1000 * chain / gbe, 1000 * chain / ib, 1000 * ring / gbe,
+                         1000 * ring / ib, 100 * (chain / gbe) / (chain / gbe + comp),
+                         100 * (chain / ib) / (chain / ib + comp)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
