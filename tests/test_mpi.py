@@ -81,12 +81,19 @@ class Ctx:
 
     def run(self, args, ranks=0, check=True, background=False):
         cmd = [self.ttt] + args + ["--quiet"]
+        env = self.env
         if ranks:
             cmd = [self.mpiexec, "-np", str(ranks), "--oversubscribe"] + cmd
+            # In the sanitizer build, leak reports are off for the ranks only: Open MPI leaves
+            # ~120 KB from MPI_Init in components it unloads at MPI_Finalize (frames of an
+            # "<unknown module>", so no suppression can name them). Memory errors are still
+            # reported, and every run without mpirun keeps leak detection.
+            env = dict(env, ASAN_OPTIONS=(env.get("ASAN_OPTIONS", "") + ":detect_leaks=0")
+                       .lstrip(":"))
         if background:
-            return subprocess.Popen(cmd, cwd=self.tmp, env=self.env, stdout=subprocess.PIPE,
+            return subprocess.Popen(cmd, cwd=self.tmp, env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
-        r = subprocess.run(cmd, cwd=self.tmp, env=self.env, capture_output=True, text=True,
+        r = subprocess.run(cmd, cwd=self.tmp, env=env, capture_output=True, text=True,
                            timeout=600)
         if check and r.returncode != 0:
             fail("%s exited %d:\n%s%s" % (" ".join(cmd), r.returncode, r.stdout, r.stderr))

@@ -27,7 +27,7 @@ const ttt_option ttt_train_options[] = {
     {"batch", TTT_OPT_INT, "32", 1, 1 << 20, NULL, "sequences per update"},
     {"shards", TTT_OPT_INT, "2", 1, 256, NULL,
      "parts of a batch computed independently and in parallel; results depend on this, not "
-     "on the number of threads"},
+     "on the number of threads or of MPI ranks (at least the number of ranks)"},
     {"threads", TTT_OPT_INT, "0", 0, 1024, NULL,
      "threads for the shards; 0 = min(shards, cores)"},
     {"lr", TTT_OPT_FLOAT, "1e-3", 1e-12, 10.0, NULL, "peak learning rate of AdamW"},
