@@ -14,7 +14,7 @@
           * data-parallel training: 1, 2 and 4 ranks with `shards: 4` give the same records, bit
             for bit (every number is printed with the digits that read back the same double),
             and `shards: 2` does not (so the comparison can fail); 3 ranks (an uneven split) on
-            a model whose gradient crosses the chain in two messages, likewise;
+            a model whose gradient crosses the chain in nine messages, likewise;
           * data-parallel stop (train.stop_at) and resume over 2 ranks, a resume on 1 rank of a
             checkpoint 2 ranks wrote, and kill -9 of rank 1 mid-training then rerun: the same
             records as the run never interrupted (resumed_from excepted).
@@ -270,13 +270,13 @@ def test_mpi(c):
     for n in (2, 4):
         c.run(["run", dp, "--out", "dp%d" % n], ranks=n)
         same_folder(c.path("dp1"), c.path("dp%d" % n), "data-parallel over %d ranks vs one" % n)
-    # 3 ranks (shards 1, 1, 2) on a model whose gradient (98 308 floats) travels the chain in two
-    # messages of at most 65 536
+    # 3 ranks (shards 1, 1, 2) on a model whose gradient (98 308 floats) travels the chain in
+    # nine messages of 12 288 floats (the last shorter)
     big = c.file("big.yaml", DATA.replace("d_model: 16", "d_model: 96").replace("steps: 16,",
                                                                               "steps: 4,"))
     c.run(["run", big, "--out", "big1"])
     c.run(["run", big, "--out", "big3"], ranks=3)
-    same_folder(c.path("big1"), c.path("big3"), "data-parallel over 3 ranks, 2 chunks, vs one")
+    same_folder(c.path("big1"), c.path("big3"), "data-parallel over 3 ranks, 9 messages, vs one")
     c.run(["run", dp, "--out", "dps2", "--set", "train.shards=2"])
     if metrics(c.path("dp1")) == metrics(c.path("dps2")):
         fail("shards 2 gave the records of shards 4: the comparison cannot tell runs apart")

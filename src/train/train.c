@@ -216,7 +216,13 @@ static double batch_count(const ttt_seq_batch *b) {
  *      step whatever the number of ranks (an MPI_Allreduce moves as much, but adds in an order
  *      that depends on the MPI library and the number of ranks). */
 enum { SLOT_HEAD = 6 };
-#define CHAIN_CHUNK ((size_t)1 << 16) /* floats per message of the chain (256 KiB) */
+/* Floats per message of the chain: an eighth of the gradient, so that even a small one is
+ * pipelined over the ranks, within [4 Ki, 64 Ki] (16–256 KiB: few messages, each well above
+ * the latency). */
+static size_t chain_chunk(size_t numel) {
+    const size_t c = numel / 8;
+    return c < 4096 ? 4096 : c > 65536 ? 65536 : c;
+}
 
 static ttt_status gather_shards(shards *S, int n, int total, int grad, double *loss,
                                 ttt_seq_stats *stats, ttt_error *err) {
@@ -268,8 +274,9 @@ static ttt_status gather_shards(shards *S, int n, int total, int grad, double *l
         *loss += head[1];
     }
     if (!grad) return TTT_OK;
-    for (size_t off = 0; off < P; off += CHAIN_CHUNK) {
-        const size_t len = P - off < CHAIN_CHUNK ? P - off : CHAIN_CHUNK;
+    const size_t chunk = chain_chunk(P);
+    for (size_t off = 0; off < P; off += chunk) {
+        const size_t len = P - off < chunk ? P - off : chunk;
         float *restrict a = S->acc + off; /* (len) */
         int s0 = 0;
         if (me == 0) { /* shard 0 starts the sum */

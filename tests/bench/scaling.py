@@ -91,10 +91,11 @@ def main():
               "communication share, 10 GbE / IB |")
         print("|---|---|---|---|---|---|---|---|---|")
         gbe, ib = 1.25e9, 12e9  # bytes/s: 10 Gb Ethernet, 100 Gb/s InfiniBand
-        chunk = 65536           # floats per message of the chain (src/train/train.c)
+
         for name, scale in (("MQAR quick", 1), ("100× larger", 100)):
             P = params * scale
             step = step1 * scale
+            chunk = min(max(P // 8, 4096), 65536)  # floats per message (src/train/train.c)
             for R in (2, 8, 64):
                 # the chain: P floats pass every rank, pipelined in chunks: P + (R−1)·chunk on
                 # the critical path; the broadcast: a binomial tree, ⌈log2 R⌉ hops of P (an
