@@ -3,7 +3,8 @@
 (docs/scaling.md). Two parts, each a ctest test:
 
   shards  (no MPI needed)  `ttt run --shard i/n` jobs + `ttt merge` = one `ttt run`; a merge
-                           with a shard missing fails and names the points missing.
+                           with a shard missing fails and names the points missing; a task of
+                           `srun -n 4` that is not an MPI rank refuses to run the whole sweep.
   mpi     (needs a build with MPI and mpirun; exit 77 = skipped, with the reason)
           * a sweep over `mpirun -np 2`: the same files, config.resolved.yaml, summary rows,
             metrics and charts as one process (the timing fields seconds and tokens_per_s
@@ -194,6 +195,15 @@ def test_shards(c):
     c.run(["merge", exp, "--out", "sh"])
     same_folder(c.path("one"), c.path("sh"), "3 shards + merge vs one process")
     print("ok: --shard 0/3, 1/3, 2/3 + merge == one process; a merge with a shard missing fails")
+
+    # one of several srun tasks that is not an MPI rank refuses to run the whole sweep
+    env = dict(c.env, SLURM_STEP_NUM_TASKS="4")
+    r = subprocess.run([c.ttt, "run", exp, "--out", "srun", "--quiet"], cwd=c.tmp, env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 2 or "--shard" not in r.stderr or os.path.exists(c.path("srun")):
+        fail("4 srun tasks without MPI must each refuse (exit 2, naming --shard) and write "
+             "nothing: exit %d, %s" % (r.returncode, r.stderr))
+    print("ok: one of 4 srun tasks without MPI refuses to run the whole sweep")
 
 
 def wait_for(pred, proc, what, limit=120):

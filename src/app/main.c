@@ -178,6 +178,17 @@ static int cmd_run(int argc, char **argv, const ttt_comm *comm) {
         return usage_error("--shard is for jobs started without MPI; under mpirun the ranks "
                            "share the points themselves%s", "");
     }
+    /* srun without an MPI plugin starts N copies that do not know of each other: each would run
+     * the whole experiment into the same folder */
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (comm->size == 1 && a.n_shards == 0 && tasks && atoi(tasks) > 1) {
+        ttt_experiment_free(e);
+        fprintf(stderr, "ttt: started by srun as one of %s tasks, but not as an MPI rank: use "
+                        "`srun --mpi=pmix ttt run ...` (a build with MPI), or give each task its "
+                        "shard: `ttt run ... --shard $SLURM_PROCID/$SLURM_NTASKS` "
+                        "(docs/scaling.md)\n", tasks);
+        return EXIT_USAGE;
+    }
     install_stop_handlers();
     ttt_error err = {0};
     ttt_plan_exec x = {.comm = comm, .parallel = a.parallel, .shard = a.shard,
