@@ -243,6 +243,20 @@ def test_mpi(c):
         fail("the parts folder outlived a successful run")
     print("ok: a sweep over 2 ranks leaves the folder one process leaves")
 
+    # train.data_parallel decides how the ranks share a sweep, and --parallel overrides it: with
+    # one shard per batch, 2 ranks cannot split a batch, so data-parallel must refuse and
+    # points-over-ranks must run
+    r = c.run(["run", exp, "--out", "dpt", "--set", "train.data_parallel=true", "--set",
+               "train.shards=1"], ranks=2, check=False)
+    if r.returncode == 0 or "train.shards is 1" not in r.stderr:
+        fail("train.data_parallel: true with shards 1 on 2 ranks must refuse: %s" % r.stderr)
+    c.run(["run", exp, "--out", "dpf", "--set", "train.data_parallel=false", "--set",
+           "train.shards=1"], ranks=2)
+    c.run(["run", exp, "--out", "dpo", "--set", "train.data_parallel=true", "--set",
+           "train.shards=1", "--parallel", "points"], ranks=2)
+    print("ok: train.data_parallel true/false chooses how 2 ranks share a sweep; --parallel "
+          "overrides it")
+
     # a longer sweep, one rank killed once some points have ended
     long_exp = c.file("long.yaml", SWEEP.replace("steps: 6,", "steps: 150,")
                       .replace("train.lr: [1e-2, 3e-3]", "train.lr: [1e-2, 3e-3, 1e-3]"))

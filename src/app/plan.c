@@ -25,7 +25,7 @@ static void error_suffix_point(ttt_error *err, const char *label) {
 
 /* The configuration hash of a resolved point: everything but the keys that name or place the
  * run (name, description, output) and those that do not change its results (train.stop_at,
- * train.threads). Checkpoints store it; changing the definition orphans every checkpoint. */
+ * train.threads, train.data_parallel). Checkpoints store it; changing the definition orphans every checkpoint. */
 static void config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_node *h = ttt_cfg_clone(root);
     ttt_cfg_map_remove(h, "name");
@@ -35,6 +35,7 @@ static void config_hash(const ttt_cfg_node *root, char hash[17]) {
     if (tr) {
         ttt_cfg_map_remove(tr, "stop_at");
         ttt_cfg_map_remove(tr, "threads");
+        ttt_cfg_map_remove(tr, "data_parallel");
     }
     char *flow = ttt_cfg_to_flow(h);
     ttt_cfg_free(h);
@@ -72,6 +73,13 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     if (t->parse) TTT_TRY(t->parse(pt->cfg, root, err));
     pt->seed = (uint64_t)ttt_cfg_int(root, "seed");
     pt->cost = t->work ? (double)t->work(pt->cfg) : 1.0;
+    const ttt_cfg_node *dp = ttt_cfg_get(root, "train");
+    dp = dp ? ttt_cfg_get(dp, "data_parallel") : NULL;
+    pt->parallel = TTT_PARALLEL_AUTO;
+    if (dp && dp->kind == TTT_CFG_SCALAR && dp->scalar) {
+        if (strcmp(dp->scalar, "true") == 0) pt->parallel = TTT_PARALLEL_DATA;
+        if (strcmp(dp->scalar, "false") == 0) pt->parallel = TTT_PARALLEL_POINTS;
+    }
     pt->name = strdup(ttt_cfg_str(root, "name"));
     pt->output = strdup(ttt_cfg_str(root, "output"));
     if (!pt->name || !pt->output) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
@@ -242,7 +250,9 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     const ttt_comm *comm = x && x->comm ? x->comm : &ttt_comm_self;
     const int R = comm->size, leader = comm->rank == 0;
     const int sharded = x && x->n_shards > 0;
-    const ttt_plan_parallel par = x ? x->parallel : TTT_PARALLEL_AUTO;
+    /* --parallel, when given, else the first point's train.data_parallel */
+    const ttt_plan_parallel par = x && x->parallel != TTT_PARALLEL_AUTO ? x->parallel
+                                                                       : (ttt_plan_parallel)p->points[0].parallel;
     /* data: every rank trains every point together; split: each point has one owner (a rank or
      * a shard) and its records travel through its part file */
     const int data = R > 1 && !sharded &&

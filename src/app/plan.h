@@ -27,10 +27,11 @@ typedef struct ttt_plan_point {
     const ttt_task *task;  /* `task.kind` */
     double cost;           /* estimated cost: the task's `work` units (1 without): what the
                             * ranks and shards of a distributed sweep balance */
+    int parallel;          /* ttt_plan_parallel from `train.data_parallel` (auto without) */
     void *cfg;             /* task->cfg_size bytes, filled by task->parse */
     /* What determines the point's results: ttt_checkpoint_config_hash of the resolved point
-     * without name, description, output, train.stop_at and train.threads (a checkpoint resumes
-     * only under the same hash). */
+     * without name, description, output, train.stop_at, train.threads and train.data_parallel
+     * (a checkpoint resumes only under the same hash). */
     char config_hash[17];
 } ttt_plan_point;
 
@@ -65,7 +66,7 @@ typedef enum ttt_plan_parallel {
 
 typedef struct ttt_plan_exec {
     const struct ttt_comm *comm; /* the MPI ranks (NULL: this process alone) */
-    ttt_plan_parallel parallel;
+    ttt_plan_parallel parallel;  /* --parallel; AUTO: the first point's train.data_parallel */
     int shard, n_shards;         /* --shard i/n: run only the points of shard i (n_shards 0:
                                   * all points); the run folder is written by ttt_plan_merge */
 } ttt_plan_exec;

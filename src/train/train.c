@@ -30,6 +30,10 @@ const ttt_option ttt_train_options[] = {
      "on the number of threads or of MPI ranks (at least the number of ranks)"},
     {"threads", TTT_OPT_INT, "0", 0, 1024, NULL,
      "threads for the shards; 0 = min(shards, cores)"},
+    {"data_parallel", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
+     "under MPI: true = every rank trains each point, the shards of a batch split over the "
+     "ranks; false = each point whole on one rank; auto = true when the sweep has fewer points "
+     "than ranks (the first point's value decides; results are the same either way)"},
     {"lr", TTT_OPT_FLOAT, "1e-3", 1e-12, 10.0, NULL, "peak learning rate of AdamW"},
     {"beta1", TTT_OPT_FLOAT, "0.9", 0.0, 0.999999, NULL, "AdamW beta1"},
     {"beta2", TTT_OPT_FLOAT, "0.999", 0.0, 0.999999999, NULL, "AdamW beta2"},
