@@ -93,12 +93,14 @@ static void hash_with(const char *set, char hash[17]) {
 }
 
 /* A checkpoint resumes only under the same hash, so the hash must ignore exactly what does not
- * change results (naming, placing, stopping early, threads) and see everything else. */
+ * change results (naming, placing, stopping early, threads, how ranks share the work) and see
+ * everything else. */
 START_TEST(hash_ignores_only_what_does_not_change_results) {
     char base[17], h[17];
     hash_with(NULL, base);
     static const char *const same[] = {"name=other", "description=words", "output=elsewhere",
-                                       "train.stop_at=2", "train.threads=2"};
+                                       "train.stop_at=2", "train.threads=2",
+                                       "train.data_parallel=true"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
         hash_with(same[i], h);
         ck_assert_msg(strcmp(h, base) == 0, "%s changed the hash", same[i]);

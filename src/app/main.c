@@ -8,7 +8,9 @@
 #include "seqmodel.h"
 #include "train.h"
 #include "apply.h"
+#include "comm.h"
 #include "experiment.h"
+#include "plan.h"
 #include "layer.h"
 #include "task.h"
 
@@ -34,8 +36,12 @@ static const char usage_text[] =
     "usage: ttt <command> [options]\n"
     "\n"
     "commands:\n"
-    "  run FILE [--set KEY=VALUE]... [--out DIR] [--quiet]\n"
-    "                 run the experiment in FILE and write its run folder\n"
+    "  run FILE [--set KEY=VALUE]... [--out DIR] [--quiet] [--shard I/N]\n"
+    "      [--parallel auto|points|data]\n"
+    "                 run the experiment in FILE and write its run folder; under mpirun or\n"
+    "                 srun the ranks share the work (docs/scaling.md)\n"
+    "  merge FILE [--set KEY=VALUE]... [--out DIR]\n"
+    "                 write the run folder from the points that `run --shard` jobs ran\n"
     "  check FILE [--set KEY=VALUE]...\n"
     "                 validate FILE and print the resolved configuration (every default)\n"
     "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]... [--threads N]\n"
@@ -50,6 +56,11 @@ static const char usage_text[] =
     "                   --set task.pairs=[8,16]; setting a swept key pins it\n"
     "  --out DIR        write the run folder here instead of the file's `output`\n"
     "  --quiet          no progress on stderr\n"
+    "  --shard I/N      run only shard I (0 … N−1) of the sweep's points, balanced by cost, for\n"
+    "                   job arrays without MPI; then `ttt merge` writes the run folder\n"
+    "  --parallel P     under MPI: points (each point whole on one rank), data (every rank\n"
+    "                   trains each point: the batch's shards split over ranks), auto (points\n"
+    "                   when there are at least as many points as ranks; the default)\n"
     "  --threads N      apply: threads over (batch, head); 0 = every core (default)\n";
 
 static int usage_error(const char *fmt, const char *arg) {
@@ -81,6 +92,8 @@ typedef struct cli_args {
     const char *file;
     const char *out;
     int quiet;
+    int shard, n_shards;
+    ttt_plan_parallel parallel;
     int n_sets;
     const char **sets;
 } cli_args;
@@ -103,6 +116,18 @@ static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
             a->out = s + 6;
         } else if (allow_out && strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
+        } else if (allow_out == 1 && strcmp(s, "--shard") == 0) {
+            int c = 0;
+            if (i + 1 >= argc || sscanf(argv[i + 1], "%d/%d%n", &a->shard, &a->n_shards, &c) != 2 ||
+                argv[i + 1][c] || a->n_shards < 1 || a->shard < 0 || a->shard >= a->n_shards)
+                return usage_error("--shard needs I/N with 0 <= I < N, e.g. --shard 0/4%s", "");
+            i++;
+        } else if (allow_out == 1 && strcmp(s, "--parallel") == 0) {
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(v, "auto") == 0) a->parallel = TTT_PARALLEL_AUTO;
+            else if (strcmp(v, "points") == 0) a->parallel = TTT_PARALLEL_POINTS;
+            else if (strcmp(v, "data") == 0) a->parallel = TTT_PARALLEL_DATA;
+            else return usage_error("--parallel needs auto, points or data, not '%s'", v);
         } else if (s[0] == '-' && s[1]) {
             return usage_error("unknown option '%s'", s);
         } else if (!a->file) {
@@ -141,14 +166,53 @@ static int cmd_check(int argc, char **argv) {
     return 0;
 }
 
-static int cmd_run(int argc, char **argv) {
+/* The ranks of the job (or this process alone); every rank reads the same files and options,
+ * so each builds the same plan. Only rank 0 prints the table and the final line. */
+static int cmd_run(int argc, char **argv, const ttt_comm *comm) {
     cli_args a;
     ttt_experiment *e = NULL;
     int rc = load_experiment(argc, argv, 1, &a, &e);
     if (rc) return rc;
+    if (a.n_shards > 0 && comm->size > 1) {
+        ttt_experiment_free(e);
+        return usage_error("--shard is for jobs started without MPI; under mpirun the ranks "
+                           "share the points themselves%s", "");
+    }
+    /* srun without an MPI plugin starts N copies that do not know of each other: each would run
+     * the whole experiment into the same folder */
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (comm->size == 1 && a.n_shards == 0 && tasks && atoi(tasks) > 1) {
+        ttt_experiment_free(e);
+        fprintf(stderr, "ttt: started by srun as one of %s tasks, but not as an MPI rank: use "
+                        "`srun --mpi=pmix ttt run ...` (a build with MPI), or give each task its "
+                        "shard: `ttt run ... --shard $SLURM_PROCID/$SLURM_NTASKS` "
+                        "(docs/scaling.md)\n", tasks);
+        return EXIT_USAGE;
+    }
     install_stop_handlers();
     ttt_error err = {0};
-    ttt_status s = ttt_experiment_run(e, a.out, !a.quiet, stdout, &err);
+    ttt_plan_exec x = {.comm = comm, .parallel = a.parallel, .shard = a.shard,
+                       .n_shards = a.n_shards};
+    const int leader = comm->rank == 0;
+    ttt_status s = ttt_plan_run_exec(e->plan, a.out, !a.quiet, leader ? stdout : NULL, &x, &err);
+    if (s == TTT_OK && a.n_shards > 0)
+        fprintf(stderr, "ttt: shard %d/%d done; when every shard is, `ttt merge %s` (with the "
+                        "same --set/--out) writes %s/\n",
+                a.shard, a.n_shards, a.file, ttt_experiment_output(e, a.out));
+    else if (s == TTT_OK && leader)
+        fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
+    ttt_experiment_free(e);
+    if (s != TTT_OK && comm->size > 1) fprintf(stderr, "ttt: rank %d of %d:\n", comm->rank, comm->size);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
+static int cmd_merge(int argc, char **argv) {
+    cli_args a;
+    ttt_experiment *e = NULL;
+    int rc = load_experiment(argc, argv, 2, &a, &e);
+    if (rc) return rc;
+    ttt_error err = {0};
+    ttt_status s = ttt_plan_merge(e->plan, a.out, stdout, &err);
     if (s == TTT_OK)
         fprintf(stderr, "ttt: results in %s/ (open index.html)\n", ttt_experiment_output(e, a.out));
     ttt_experiment_free(e);
@@ -281,12 +345,22 @@ int main(int argc, char **argv) {
         printf("ttt %s\n", TTT_VERSION);
         return 0;
     }
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") == 0) {
+        ttt_comm comm;
+        ttt_error err = {0};
+        if (ttt_comm_init(&comm, &argc, &argv, &err) != TTT_OK) return report(&err);
+        int rc = cmd_run(argc - 2, argv + 2, &comm);
+        /* a rank that failed alone would leave the others waiting: end the whole job */
+        if (rc && comm.size > 1 && rc != EXIT_INTERRUPTED) ttt_comm_abort(&comm, rc);
+        ttt_comm_finalize();
+        return rc;
+    }
+    if (strcmp(cmd, "merge") == 0) return cmd_merge(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list();
     if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
-    static const char *const commands[] = {"run", "check", "list", "apply"};
-    const char *close = ttt_closest_name(cmd, commands, 4);
+    static const char *const commands[] = {"run", "merge", "check", "list", "apply"};
+    const char *close = ttt_closest_name(cmd, commands, 5);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

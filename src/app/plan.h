@@ -25,10 +25,13 @@ typedef struct ttt_plan_point {
     char *output;          /* the point's `output` folder (default runs/<name>) */
     uint64_t seed;         /* `seed` */
     const ttt_task *task;  /* `task.kind` */
+    double cost;           /* estimated cost: the task's `work` units (1 without): what the
+                            * ranks and shards of a distributed sweep balance */
+    int parallel;          /* ttt_plan_parallel from `train.data_parallel` (auto without) */
     void *cfg;             /* task->cfg_size bytes, filled by task->parse */
     /* What determines the point's results: ttt_checkpoint_config_hash of the resolved point
-     * without name, description, output, train.stop_at and train.threads (a checkpoint resumes
-     * only under the same hash). */
+     * without name, description, output, train.stop_at, train.threads and train.data_parallel
+     * (a checkpoint resumes only under the same hash). */
     char config_hash[17];
 } ttt_plan_point;
 
@@ -52,5 +55,38 @@ const char *ttt_plan_output(const ttt_plan *p, const char *out_dir);
  * table at the end (NULL = nowhere). */
 ttt_status ttt_plan_run(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
                         ttt_error *err);
+
+/* How the points are shared among processes (docs/scaling.md). */
+typedef enum ttt_plan_parallel {
+    TTT_PARALLEL_AUTO = 0, /* points over ranks when there are at least as many points as ranks,
+                            * else data-parallel */
+    TTT_PARALLEL_POINTS,   /* each point runs whole on one rank */
+    TTT_PARALLEL_DATA,     /* every rank runs every point together (data-parallel training) */
+} ttt_plan_parallel;
+
+typedef struct ttt_plan_exec {
+    const struct ttt_comm *comm; /* the MPI ranks (NULL: this process alone) */
+    ttt_plan_parallel parallel;  /* --parallel; AUTO: the first point's train.data_parallel */
+    int shard, n_shards;         /* --shard i/n: run only the points of shard i (n_shards 0:
+                                  * all points); the run folder is written by ttt_plan_merge */
+} ttt_plan_exec;
+
+/* Give each of the points to one of n owners (ranks or shards), balanced by estimated cost:
+ * the costliest point first, each to the owner with the least cost so far (ties: the lowest
+ * owner). owner: (n_points). The same plan and n give the same assignment on every process. */
+void ttt_plan_assign(const ttt_plan *p, int n, int *owner);
+
+/* ttt_plan_run shared among processes: the points of a sweep over MPI ranks or --shard jobs,
+ * or each point data-parallel over the ranks. Each point's records go to
+ * <dir>/parts/point<i>.rec when it ends, so a point already done (a part under the same
+ * configuration hash) is not run again: a rank or job that dies loses only the points it was
+ * running. Rank 0 then writes the run folder exactly as ttt_plan_run would (and removes parts/);
+ * with --shard, ttt_plan_merge does. A one-process exec behaves as ttt_plan_run (and still uses
+ * the parts an earlier distributed run left). */
+ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
+                             const ttt_plan_exec *x, ttt_error *err);
+/* Write the run folder from the parts every point left (after --shard jobs). A point without
+ * its part is an error naming the points missing. */
+ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, ttt_error *err);
 
 #endif

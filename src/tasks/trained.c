@@ -52,7 +52,8 @@ ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_tr
     const char *dir = run->run_dir;
     if (dir) {
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/point%d", dir, run->point);
-        snprintf(stream, sizeof stream, "%s/metrics.jsonl", dir);
+        if (run->stream_path) snprintf(stream, sizeof stream, "%s", run->stream_path);
+        else snprintf(stream, sizeof stream, "%s/metrics.jsonl", dir);
         ttt_status s = ttt_mkdirs(ckpt, err);
         if (s != TTT_OK) {
             ttt_trained_free(out);
@@ -69,6 +70,7 @@ ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_tr
         .series = run->label && run->label[0] ? run->label : out->mixer,
         .point = run->point,
         .mixer = out->mixer,
+        .comm = run->comm,
     };
     ttt_status s = ttt_train(&out->model, &out->train, data, &tr_run, &out->result, err);
     if (s != TTT_OK) ttt_trained_free(out);

@@ -17,6 +17,7 @@
 #include "autograd.h"
 #include "checkpoint.h"
 #include "batch.h"
+#include "comm.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -26,9 +27,13 @@ const ttt_option ttt_train_options[] = {
     {"batch", TTT_OPT_INT, "32", 1, 1 << 20, NULL, "sequences per update"},
     {"shards", TTT_OPT_INT, "2", 1, 256, NULL,
      "parts of a batch computed independently and in parallel; results depend on this, not "
-     "on the number of threads"},
+     "on the number of threads or of MPI ranks (at least the number of ranks)"},
     {"threads", TTT_OPT_INT, "0", 0, 1024, NULL,
      "threads for the shards; 0 = min(shards, cores)"},
+    {"data_parallel", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
+     "under MPI: true = every rank trains each point, the shards of a batch split over the "
+     "ranks; false = each point whole on one rank; auto = true when the sweep has fewer points "
+     "than ranks (the first point's value decides; results are the same either way)"},
     {"lr", TTT_OPT_FLOAT, "1e-3", 1e-12, 10.0, NULL, "peak learning rate of AdamW"},
     {"beta1", TTT_OPT_FLOAT, "0.9", 0.0, 0.999999, NULL, "AdamW beta1"},
     {"beta2", TTT_OPT_FLOAT, "0.999", 0.0, 0.999999999, NULL, "AdamW beta2"},
@@ -102,6 +107,17 @@ typedef struct shard {
 typedef struct shards {
     int n, threads;
     shard *sh;
+    /* Data parallelism over ranks (docs/scaling.md "Data-parallel training"): this rank computes
+     * the shards first … first + n − 1 of `total`; the others come from the other ranks. Alone:
+     * first = 0, total = n, comm = NULL. */
+    int first, total;
+    const ttt_comm *comm;
+    int slots;                  /* slots per rank: the most shards any rank computes */
+    size_t numel;               /* floats of one flat gradient (every parameter in order) */
+    double *head_send, *head_recv; /* shard headers: (slots, 6) and (ranks, slots, 6) */
+    float *gsend;               /* this rank's shard gradients, flat: (slots, numel) */
+    float *acc;                 /* the chain's sum: (numel) */
+    int stop_any;               /* some rank was asked to stop (agreed in the last gather) */
     const ttt_seq_model *m;
     int out_w; /* outputs per position */
     int in_dim;
@@ -118,6 +134,10 @@ static void shards_free(shards *S) {
         if (s > 0) free(h->pt);
     }
     free(S->sh);
+    free(S->head_send);
+    free(S->head_recv);
+    free(S->gsend);
+    free(S->acc);
     memset(S, 0, sizeof *S);
 }
 
@@ -125,6 +145,7 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
                               ttt_error *err) {
     memset(S, 0, sizeof *S);
     S->n = n;
+    S->total = n;
     S->m = m;
     S->out_w = m->cfg.io.vocab > 0 ? m->cfg.io.vocab : m->cfg.io.out_dim;
     S->in_dim = m->cfg.io.in_dim;
@@ -186,17 +207,146 @@ static double batch_count(const ttt_seq_batch *b) {
     return n;
 }
 
+/* The ranks' shards put together (docs/scaling.md "Data-parallel training"), so that every rank
+ * ends with exactly what one process computes from the same `shards`: stats and loss added from
+ * 0 in shard order, gradients shard 0 + shard 1 + … in that order.
+ *   1. One MPI_Allgather of every shard's header (status, loss, count, correct, loss_sum, stop):
+ *      every rank adds the stats in shard order and learns whether any shard failed or any rank
+ *      was asked to stop.
+ *   2. The gradients as an ordered chain: rank 0 starts the sum with its shards, each rank
+ *      receives the partial sum from the rank before it, adds its own shards in order and sends
+ *      it on, in chunks so that the ranks add at the same time; the last rank holds the sum of
+ *      every shard in shard order and broadcasts it. Each rank receives about two gradients per
+ *      step whatever the number of ranks (an MPI_Allreduce moves as much, but adds in an order
+ *      that depends on the MPI library and the number of ranks). */
+enum { SLOT_HEAD = 6 };
+/* Floats per message of the chain: an eighth of the gradient, so that even a small one is
+ * pipelined over the ranks, within [4 Ki, 64 Ki] (16–256 KiB: few messages, each well above
+ * the latency). */
+static size_t chain_chunk(size_t numel) {
+    const size_t c = numel / 8;
+    return c < 4096 ? 4096 : c > 65536 ? 65536 : c;
+}
+
+static ttt_status gather_shards(shards *S, int n, int total, int grad, double *loss,
+                                ttt_seq_stats *stats, ttt_error *err) {
+    const int np = S->m->params.n, R = S->comm->size, me = S->comm->rank;
+    const size_t P = S->numel;
+    const int stop = ttt_train_stop_requested();
+    int failed = -1;
+    memset(stats, 0, sizeof *stats);
+    *loss = 0;
+    for (int s = 0; s < S->slots; s++) {
+        double *head = S->head_send + (size_t)s * SLOT_HEAD;
+        memset(head, 0, SLOT_HEAD * sizeof *head);
+        head[5] = stop;
+        if (s >= n) continue;
+        const shard *h = &S->sh[s];
+        head[0] = h->s;
+        if (h->s != TTT_OK && failed < 0) failed = s;
+        head[1] = h->loss;
+        head[2] = (double)h->stats.count;
+        head[3] = (double)h->stats.correct;
+        head[4] = h->stats.loss_sum;
+        if (grad) {
+            float *g = S->gsend + (size_t)s * P;
+            for (int i = 0; i < np; i++) {
+                memcpy(g, h->grads[i], S->m->params.p[i]->n * sizeof(float));
+                g += S->m->params.p[i]->n;
+            }
+        }
+    }
+    TTT_TRY(ttt_comm_allgather(S->comm, S->head_recv, S->head_send,
+                               (size_t)S->slots * SLOT_HEAD * sizeof(double), err));
+    S->stop_any = 0;
+    for (size_t k = 0; k < (size_t)R * S->slots; k++)
+        if (S->head_recv[k * SLOT_HEAD + 5] != 0) S->stop_any = 1;
+    for (int g = 0, r = 0; g < total; g++) {
+        while (g >= (int)((long)S->total * (r + 1) / R)) r++;
+        const int local = g - (int)((long)S->total * r / R);
+        const double *head = S->head_recv + ((size_t)r * S->slots + (size_t)local) * SLOT_HEAD;
+        if (head[0] != TTT_OK) { /* every rank sees it and stops here: no chain is started */
+            if (failed >= 0) *err = S->sh[failed].err;
+            else
+                ttt_error_set(err, (ttt_status)head[0],
+                              "rank %d failed in shard %d (its message is on its stderr)", r, g);
+            return (ttt_status)head[0];
+        }
+        stats->count += (long)head[2];
+        stats->correct += (long)head[3];
+        stats->loss_sum += head[4];
+        *loss += head[1];
+    }
+    if (!grad) return TTT_OK;
+    const size_t chunk = chain_chunk(P);
+    for (size_t off = 0; off < P; off += chunk) {
+        const size_t len = P - off < chunk ? P - off : chunk;
+        float *restrict a = S->acc + off; /* (len) */
+        int s0 = 0;
+        if (me == 0) { /* shard 0 starts the sum */
+            memcpy(a, S->gsend + off, len * sizeof(float));
+            s0 = 1;
+        } else {
+            TTT_TRY(ttt_comm_recv(S->comm, me - 1, a, len * sizeof(float), err));
+        }
+        for (int s = s0; s < n; s++) {
+            const float *restrict gs = S->gsend + (size_t)s * P + off; /* (len) */
+            for (size_t j = 0; j < len; j++) a[j] += gs[j];
+        }
+        if (me < R - 1) TTT_TRY(ttt_comm_send(S->comm, me + 1, a, len * sizeof(float), err));
+    }
+    TTT_TRY(ttt_comm_bcast(S->comm, R - 1, S->acc, P * sizeof(float), err));
+    const float *a = S->acc;
+    for (int i = 0; i < np; i++) {
+        memcpy(S->m->params.p[i]->grad, a, S->m->params.p[i]->n * sizeof(float));
+        a += S->m->params.p[i]->n;
+    }
+    return TTT_OK;
+}
+
+/* This rank's part of `total` shards over comm's ranks, with its gather buffers. */
+static ttt_status shards_init_ranks(shards *S, const ttt_seq_model *m, int total, int threads,
+                                    const ttt_comm *comm, ttt_error *err) {
+    const int R = comm->size, r = comm->rank;
+    if (total < R)
+        return ttt_error_set(err, TTT_ERR_CONFIG,
+                             "train.shards is %d but the run has %d MPI ranks: each rank computes "
+                             "at least one shard (set train.shards to a multiple of %d, at most "
+                             "train.batch)",
+                             total, R, R);
+    const int first = (int)((long)total * r / R), last = (int)((long)total * (r + 1) / R);
+    TTT_TRY(shards_init(S, m, last - first, threads, err));
+    S->first = first;
+    S->total = total;
+    S->comm = comm;
+    S->slots = (total + R - 1) / R;
+    S->numel = ttt_params_numel(&m->params);
+    S->head_send = calloc((size_t)S->slots * SLOT_HEAD, sizeof(double));
+    S->head_recv = calloc((size_t)S->slots * R * SLOT_HEAD, sizeof(double));
+    S->gsend = calloc((size_t)S->slots * S->numel, sizeof(float));
+    S->acc = calloc(S->numel, sizeof(float));
+    if (!S->head_send || !S->head_recv || !S->gsend || !S->acc) {
+        shards_free(S);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the gathered gradients");
+    }
+    return TTT_OK;
+}
+
 /* Forward (and backward when grad) over every shard; stats summed in shard order; the shard
  * gradients are added into the parameters' in shard order. The arenas are NOT reset here (the
  * caller may read the predictions). */
 static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double *loss,
                              ttt_seq_stats *stats, ttt_error *err) {
-    const int n = S->n < b->B ? S->n : b->B;
+    const int total = S->total < b->B ? S->total : b->B;
+    int n = total - S->first; /* the shards of this rank that hold rows */
+    if (n > S->n) n = S->n;
+    if (n < 0) n = 0;
     const double denom = batch_count(b);
     const int vocab = S->m->cfg.io.vocab > 0;
     for (int s = 0; s < n; s++) {
         shard *h = &S->sh[s];
-        int r0 = (int)((long)b->B * s / n), r1 = (int)((long)b->B * (s + 1) / n);
+        const int g = S->first + s;
+        int r0 = (int)((long)b->B * g / total), r1 = (int)((long)b->B * (g + 1) / total);
         h->sub = sub_batch(b, r0, r1, S->in_dim, S->out_w, vocab);
         h->row0 = r0;
         h->ctx.grad = grad;
@@ -218,6 +368,7 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
         }
         ttt_tape_reset(&h->tape);
     }
+    if (S->comm) return gather_shards(S, n, total, grad, loss, stats, err);
     memset(stats, 0, sizeof *stats);
     *loss = 0;
     for (int s = 0; s < n; s++) {
@@ -418,6 +569,8 @@ typedef struct window {
 static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window *w,
                        ttt_error *err) {
     if (!t->run->ckpt_dir) return TTT_OK;
+    const ttt_comm *comm = t->run->comm;
+    if (comm && comm->rank != 0) return TTT_OK; /* one writer: every rank holds the same state */
     if (t->oom) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the history");
     uint64_t words[64] = {0};
     TTT_ASSERT(t->data->n_state <= 64);
@@ -512,18 +665,32 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     memset(res, 0, sizeof *res);
     res->resumed_from = -1;
     res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
+    /* Under several ranks only rank 0 speaks: the others train without records or progress. */
+    const ttt_comm *comm = run->comm && run->comm->size > 1 ? run->comm : NULL;
+    ttt_train_run quiet;
+    if (comm && comm->rank != 0) {
+        quiet = *run;
+        quiet.stream_path = NULL;
+        quiet.results = NULL;
+        quiet.progress = NULL;
+        run = &quiet;
+    }
     trainer t = {.c = c, .data = data, .run = run, .m = m};
     /* parallel over shards (OpenMP), single-threaded BLAS inside: OpenBLAS's own threads lose
      * on these small matrices and fight the shard threads for the cores (docs/design.md) */
     openblas_set_num_threads(1);
     ttt_adamw opt;
     TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));
-    shards S;
-    ttt_status s = shards_init(&S, m, c->shards, c->threads, err);
+    shards S, E; /* E: evaluation, every shard on every rank (the same numbers everywhere) */
+    memset(&E, 0, sizeof E);
+    ttt_status s = comm ? shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
+                        : shards_init(&S, m, c->shards, c->threads, err);
     if (s != TTT_OK) {
         ttt_adamw_free(&opt);
         return s;
     }
+    if (comm) s = shards_init(&E, m, c->shards, c->threads, err);
+    shards *ev = comm ? &E : &S;
     const double t_start = ttt_now();
     window w = {0};
     long step = 0, tokens = 0;
@@ -536,6 +703,15 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         long from;
         s = resume(&t, &opt, &from, &w, res, err);
         if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
+    }
+    if (comm) { /* every rank read the checkpoint rank 0 wrote: they must agree on the step */
+        long lo, hi;
+        ttt_comm_minmax(comm, s == TTT_OK ? step : -2, &lo, &hi);
+        if (s == TTT_OK && lo != hi)
+            s = ttt_error_set(err, TTT_ERR_IO,
+                              "the MPI ranks resumed from different steps (%ld to %ld): is %s "
+                              "on a file system every rank sees?",
+                              lo < 0 ? 0 : lo, hi, run->ckpt_dir ? run->ckpt_dir : "the run folder");
     }
     long last_good = res->resumed_from; /* the newest checkpoint written or loaded */
     double t_win = ttt_now();
@@ -604,14 +780,19 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             tok_win = 0;
         }
         if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps)
-            s = eval_record(&t, &S, step, res, err);
+            s = eval_record(&t, ev, step, res, err);
         if (s == TTT_OK && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) ||
                             step == stop)) {
             s = save(&t, step, &opt, &w, err);
+            if (comm && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
+                s = ttt_error_set(err, TTT_ERR_IO, "step %ld: rank 0 could not save the "
+                                  "checkpoint (its message is on its stderr)", step);
             if (s == TTT_OK) last_good = step;
         }
+        /* under MPI the ranks agree on a stop in the gather (one may see the signal late) */
+        const int stop_now = comm ? S.stop_any : stop_requested;
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
-        if (s == TTT_OK && stop_requested && step < stop) {
+        if (s == TTT_OK && stop_now && step < stop) {
             if (last_good != step) s = save(&t, step, &opt, &w, err);
             if (s == TTT_OK)
                 s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
@@ -625,13 +806,14 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     if (s == TTT_OK && !res->stopped) {
         /* The final evaluation comes after the final checkpoint, so it is not in the saved
          * history: a run resumed from its final checkpoint records it exactly once too. */
-        s = eval_record(&t, &S, step, res, err);
+        s = eval_record(&t, ev, step, res, err);
     }
     res->seconds = ttt_now() - t_start;
     res->tokens_per_s = res->seconds > 0 ? tokens / res->seconds : 0;
     if (t.stream) fclose(t.stream);
     free(t.hist.text);
     shards_free(&S);
+    if (comm) shards_free(&E);
     ttt_adamw_free(&opt);
     return s;
 }

@@ -15,7 +15,8 @@
  * Data parallelism: a batch is split into `shards` parts (as even as possible, in order); each
  * part runs forward and backward with its own arena, tape and gradient buffers (on its own
  * OpenMP thread when there are several), and the shard gradients are then added in shard order.
- * The result depends on `shards`, never on the number of threads: same seed, same bits.
+ * The result depends on `shards`, never on the number of threads: same seed, same bits; nor on
+ * the number of MPI ranks that share the shards (ttt_train_run.comm, docs/scaling.md).
  *
  * Checkpoints (checkpoint.h) in `ckpt_dir` every `checkpoint_every` steps and at the end hold the
  * parameters, AdamW's moments and step, the task's data state (rng/sampler words), the metrics
@@ -88,6 +89,12 @@ typedef struct ttt_train_run {
     const char *series;      /* record fields */
     int point;
     const char *mixer;
+    /* The ranks that train this model together (comm.h), or NULL: this process alone. With
+     * several, each computes its part of the `shards` of every batch, the shard gradients are
+     * gathered and added in shard order on every rank, so every rank takes the same AdamW step
+     * and the run equals a one-process run with the same `shards` bit for bit. Only rank 0
+     * writes checkpoints, streams and adds records, and shows progress. */
+    const struct ttt_comm *comm;
 } ttt_train_run;
 
 typedef struct ttt_train_result {
