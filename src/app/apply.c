@@ -262,10 +262,16 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
         }
     const int nthreads = ttt_layer_batch_threads(threads, (long)B * H);
-    const ttt_layer_io io = {.B = B, .T = T, .H = H, .o = out->t[0].data, .q = q->data,
-                             .k = k->data, .v = v->data, .eta = beta ? beta->data : NULL,
-                             .log_alpha = la ? la->data : NULL, .alpha_vec = alpha_vec,
+    /* A tensor of T = 0 has no data in the file (NULL): the runner must still see which inputs
+     * are given (a gate given empty is still a gate), and offsets into NULL are undefined. */
+    static float no_floats[1];
+#define APPLY_DATA(t) ((t)->data ? (t)->data : no_floats)
+    const ttt_layer_io io = {.B = B, .T = T, .H = H, .o = out->t[0].data, .q = APPLY_DATA(q),
+                             .k = APPLY_DATA(k), .v = APPLY_DATA(v),
+                             .eta = beta ? APPLY_DATA(beta) : NULL,
+                             .log_alpha = la ? APPLY_DATA(la) : NULL, .alpha_vec = alpha_vec,
                              .state_in = state_in, .state_out = state_out, .seed = APPLY_SEED};
+#undef APPLY_DATA
     ttt_status st = ttt_layer_forward_batch(&L, &io, nthreads, err);
     if (st != TTT_OK) ttt_error_prefix(err, "%s", file);
     const double seconds = ttt_now() - t_start;

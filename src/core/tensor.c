@@ -2,9 +2,14 @@
 
 #include "autograd.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define TTT_ALIGN 64
 
@@ -199,6 +204,38 @@ const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
+/* Address space still free under an address-space limit (`ulimit -v`, RLIMIT_AS, as on many
+ * clusters), or a negative number when there is none. Under such a limit a large allocation
+ * fails although the machine has the memory, and OpenBLAS retries its buffer allocation in a loop
+ * instead of failing (docs/hardening.md "Out of memory"); refusing up front avoids both. */
+double ttt_address_space_left(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1.0;
+    double used = 0.0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long pages = 0;
+        if (fscanf(f, "%lu", &pages) == 1) used = (double)pages * (double)sysconf(_SC_PAGESIZE);
+        fclose(f);
+    }
+    const double left = (double)rl.rlim_cur - used;
+    return left > 0.0 ? left : 0.0;
+}
+
+/* Address space a run takes beyond what the estimates count, under an address-space limit:
+ * OpenBLAS maps a 32 MiB buffer per thread (plus its fixed pool), glibc reserves a 64 MiB malloc
+ * arena per thread that allocates, and every thread a stack. Measured: the smallest trained run
+ * (`mqar` tiny) needs `ulimit -v` ≈ 300 MiB with one thread and ≈ 430 MiB with two
+ * (docs/hardening.md "Out of memory"); 192 MiB + 128 MiB per thread covers both. */
+double ttt_runtime_reserve(void) {
+    int threads = openblas_get_num_threads();
+#ifdef _OPENMP
+    if (omp_get_max_threads() > threads) threads = omp_get_max_threads();
+#endif
+    if (threads < 1) threads = 1;
+    return (192.0 + 128.0 * threads) * 1048576.0;
+}
+
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double phys = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
@@ -206,5 +243,14 @@ ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "%s would need %.2f GiB of memory; this machine has %.2f GiB", what,
                              bytes / 1073741824.0, phys / 1073741824.0);
+    const double left = ttt_address_space_left();
+    const double reserve = left >= 0.0 ? ttt_runtime_reserve() : 0.0;
+    if (left >= 0.0 && bytes + reserve > left)
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "%s would need %.2f GiB of memory, and %.0f MiB more for the BLAS "
+                             "and thread buffers; the address-space limit (ulimit -v) leaves "
+                             "%.2f GiB",
+                             what, bytes / 1073741824.0, reserve / 1048576.0,
+                             left / 1073741824.0);
     return TTT_OK;
 }

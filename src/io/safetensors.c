@@ -418,6 +418,12 @@ static ttt_status int_array(parser *p, const char *nm, const char *key, int max,
 
 static ttt_status tensor_entry(parser *p, char *name) {
     char b[96], b2[96];
+    /* A tensor is looked up, listed and written back by its name: "" names nothing. */
+    if (!*name)
+        return fail(p->err, p->file,
+                    "a tensor has an empty name (\"\") before header byte %zu; expected a "
+                    "non-empty name",
+                    p->i);
     if (p->i >= p->n || p->s[p->i] != '{')
         return fail(p->err, p->file,
                     "tensor '%s': expected an object {\"dtype\": ..., \"shape\": ..., "
@@ -564,7 +570,9 @@ static ttt_status parse_header(parser *p) {
             if (m == 0) break;
         }
     }
-    ws(p); /* the padding */
+    /* The padding: spaces only (the format pads the header with 0x20 to its aligned length;
+     * JSON's other whitespace is allowed between tokens, not here). */
+    while (p->i < p->n && p->s[p->i] == ' ') p->i++;
     if (p->i < p->n)
         return fail(p->err, p->file,
                     "unexpected bytes after the JSON object at header byte %zu (the header may "
