@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <stdint.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,6 +364,61 @@ START_TEST(address_space_limit_ends_in_a_clear_error) {
 }
 END_TEST
 
+
+/* `ttt check` refuses exactly what `ttt run` cannot hold: over random small trained
+ * configurations and random address-space limits, every configuration `check` accepts runs to
+ * the end (exit 0), and every one it refuses for memory `run` refuses the same way (exit 1,
+ * before anything is written). Both outcomes must occur, or the property was not exercised. */
+START_TEST(check_refuses_exactly_what_run_cannot_hold) {
+    static const char *const presets[] = {"deltanet", "gated_deltanet", "ttt_linear", "titans",
+                                          "linear_attention"};
+    static const char *const blas[] = {"1", "2"};
+    char *dir = tu_mkdtemp();
+    char path[512], out[512];
+    snprintf(path, sizeof path, "%s/p.yaml", dir);
+    snprintf(out, sizeof out, "%s/run", dir);
+    uint64_t r = 12345;
+    int accepted = 0, refused = 0;
+    for (int trial = 0; trial < 20; trial++) {
+        r = r * 6364136223846793005u + 1442695040888963407u;
+        const int d = 8 << (int)((r >> 33) % 4), layers = 1 + (int)((r >> 40) % 2);
+        const int batch = 2 << (int)((r >> 44) % 3), seq = 16 << (int)((r >> 48) % 2);
+        const char *preset = presets[(r >> 52) % 5];
+        const long kib = 300000 + 50000 * (long)((r >> 20) % 10); /* 293 to 732 MiB */
+        char yaml[1024];
+        snprintf(yaml, sizeof yaml,
+                 "task: {kind: mqar, vocab: 32, seq_len: %d, pairs: 2, train_examples: 64,\n"
+                 "       test_examples: 16}\n"
+                 "model: {d_model: %d, layers: %d, heads: 2}\n"
+                 "layer: {preset: %s}\n"
+                 "train: {steps: 3, batch: %d, log_every: 1, checkpoint_every: 0}\n",
+                 seq, d, layers, preset, batch);
+        write_text(path, yaml);
+        setenv("OPENBLAS_NUM_THREADS", blas[(r >> 30) % 2], 1);
+        unsetenv("TTT_ADDRESS_LIMIT_RESTART");
+        const char *cargs[] = {"check", path, NULL};
+        run_cost c = run_ttt(dir, cargs, kib, 30.0);
+        tu_rmtree(out);
+        const char *rargs[] = {"run", path, "--out", out, NULL};
+        run_cost g = run_ttt(dir, rargs, kib, 60.0);
+        ck_assert_msg(c.code == 0 || (c.code == 1 && c.err && strstr(c.err, "would need")),
+                      "check under ulimit -v %ld: exit %d: %s\n%s", kib, c.code,
+                      c.err ? c.err : "", yaml);
+        ck_assert_msg(g.code == c.code,
+                      "ulimit -v %ld, %s BLAS threads: check exit %d, run exit %d (%s)\n%s", kib,
+                      getenv("OPENBLAS_NUM_THREADS"), c.code, g.code, g.err ? g.err : "", yaml);
+        if (c.code == 0) accepted++;
+        else refused++;
+        free(c.err);
+        free(g.err);
+    }
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    ck_assert_msg(accepted > 0 && refused > 0, "accepted %d, refused %d", accepted, refused);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("limits");
     TCase *tc = tcase_create("limits");
@@ -377,6 +433,7 @@ int main(void) {
     /* AddressSanitizer reserves terabytes of address space for its shadow memory, so a program
      * built with it cannot start under an address-space limit at all. */
     tcase_add_test(tc, address_space_limit_ends_in_a_clear_error);
+    tcase_add_test(tc, check_refuses_exactly_what_run_cannot_hold);
 #endif
     suite_add_tcase(s, tc);
     return tu_run(s);

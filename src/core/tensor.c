@@ -204,36 +204,31 @@ const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
-/* Address space still free under an address-space limit (`ulimit -v`, RLIMIT_AS, as on many
- * clusters), or a negative number when there is none. Under such a limit a large allocation
- * fails although the machine has the memory, and OpenBLAS retries its buffer allocation in a loop
- * instead of failing (docs/hardening.md "Out of memory"); refusing up front avoids both. */
+/* The address-space limit (`ulimit -v`, RLIMIT_AS, as on many clusters) in bytes, or a negative
+ * number when there is none. Under such a limit a large allocation fails although the machine
+ * has the memory, and OpenBLAS retries its buffer allocation in a loop instead of failing
+ * (docs/hardening.md "Out of memory"); refusing up front avoids both. The limit itself is
+ * compared, not what the process has left of it at the moment, so that `ttt check` and `ttt run`
+ * decide alike; the reserve below counts the address space the program takes besides. */
 double ttt_address_space_left(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1.0;
-    double used = 0.0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f) {
-        unsigned long pages = 0;
-        if (fscanf(f, "%lu", &pages) == 1) used = (double)pages * (double)sysconf(_SC_PAGESIZE);
-        fclose(f);
-    }
-    const double left = (double)rl.rlim_cur - used;
-    return left > 0.0 ? left : 0.0;
+    return (double)rl.rlim_cur;
 }
 
-/* Address space a run takes beyond what the estimates count, under an address-space limit:
- * OpenBLAS maps a 32 MiB buffer per thread (plus its fixed pool), glibc reserves a 64 MiB malloc
- * arena per thread that allocates, and every thread a stack. Measured: the smallest trained run
- * (`mqar` tiny) needs `ulimit -v` ≈ 300 MiB with one thread and ≈ 430 MiB with two
- * (docs/hardening.md "Out of memory"); 192 MiB + 128 MiB per thread covers both. */
+/* Address space a run takes beyond what the estimates count, under an address-space limit: the
+ * program and its libraries (about 50 MiB), OpenBLAS maps a 32 MiB buffer per thread (plus its fixed pool), glibc reserves a 64 MiB malloc
+ * arena per thread that allocates, and every thread a stack. Measured: small trained runs
+ * (`mqar`, d_model 16 to 64) need `ulimit -v` of up to ≈ 430 MiB with one thread and more with
+ * two (docs/hardening.md "Out of memory"); 256 MiB + 192 MiB per thread covers them, which
+ * test_limits checks over random small configurations. */
 double ttt_runtime_reserve(void) {
     int threads = openblas_get_num_threads();
 #ifdef _OPENMP
     if (omp_get_max_threads() > threads) threads = omp_get_max_threads();
 #endif
     if (threads < 1) threads = 1;
-    return (192.0 + 128.0 * threads) * 1048576.0;
+    return (256.0 + 192.0 * threads) * 1048576.0;
 }
 
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
@@ -248,7 +243,7 @@ ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
     if (left >= 0.0 && bytes + reserve > left)
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "%s would need %.2f GiB of memory, and %.0f MiB more for the BLAS "
-                             "and thread buffers; the address-space limit (ulimit -v) leaves "
+                             "and thread buffers; the address-space limit (ulimit -v) is "
                              "%.2f GiB",
                              what, bytes / 1073741824.0, reserve / 1048576.0,
                              left / 1073741824.0);
