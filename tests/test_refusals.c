@@ -202,6 +202,11 @@ START_TEST(estimates_count_parameters_and_evaluation_sets) {
                 NULL, 1, "parameters with gradients and AdamW state, estimated) would need");
     expect_exit("task: {kind: regression, dim: 4096, points: 1000000, eval_sequences: 100000}\n",
                 NULL, 1, "task: the regression evaluation set would need");
+    /* the benchmark's inputs were checked only when the point ran, after the earlier points */
+    expect_exit("task: {kind: benchmark, tokens: [1024, 16777216], head_dims: [4096], heads: [64]}"
+                "\n",
+                NULL, 1, "task: the benchmark at 16777216 tokens, 64 heads of dimension 4096 would "
+                         "need");
 }
 END_TEST
 
