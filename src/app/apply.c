@@ -13,6 +13,7 @@
 #include <omp.h>
 #endif
 
+#include "fault.h"
 #include "finite.h"
 #include "kernels.h"
 #include "progress.h"
@@ -32,7 +33,7 @@ _Static_assert(TTT_APPLY_MAX_OUT >= 1 + TTT_BATCH_MAX_STATE, "room for o and eve
 
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
-    char *p = malloc(n);
+    char *p = ttt_fault_malloc(n);
     if (p) memcpy(p, s, n);
     return p;
 }
@@ -304,7 +305,8 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     for (int i = 0; i < 2 * TTT_APPLY_MAX_META; i++)
         if (!out->meta[i]) {
             ttt_apply_out_free(out);
-            return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory");
+            return ttt_error_set(err, TTT_ERR_NOMEM,
+                                 "ttt apply: out of memory for the metadata");
         }
     return TTT_OK;
 }
