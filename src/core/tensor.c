@@ -128,10 +128,25 @@ void ttt_arena_reset(ttt_arena *a) {
     a->closed = 0;
 }
 
+/* Ops return tensors, not a status, so running out of memory inside one cannot be reported as an
+ * error; the estimates checked before a run (ttt_size_check) are what keeps it from happening.
+ * When it happens anyway the message says what was being allocated instead of an assertion. */
+static _Noreturn void tensor_out_of_memory(const ttt_arena *a, int ndim, const int *shape) {
+    char dims[96];
+    size_t o = 0;
+    for (int i = 0; i < ndim && o < sizeof dims; i++)
+        o += (size_t)snprintf(dims + o, sizeof dims - o, i ? ", %d" : "%d", shape[i]);
+    fprintf(stderr,
+            "ttt: out of memory allocating a tensor of shape (%s) (the arena holds %.1f MiB); the "
+            "memory estimates did not cover this run\n",
+            dims, (double)ttt_arena_footprint(a) / 1048576.0);
+    abort();
+}
+
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
     ttt_tensor *t = ttt_arena_alloc(ctx->arena, sizeof *t);
-    TTT_ASSERT(t != NULL);
+    if (!t) tensor_out_of_memory(ctx->arena, ndim, shape);
     t->ndim = ndim;
     t->n = 1;
     t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
@@ -143,7 +158,7 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
         t->n *= (size_t)shape[i];
     }
     t->data = ttt_arena_alloc(ctx->arena, t->n * sizeof(float));
-    TTT_ASSERT(t->data != NULL);
+    if (!t->data) tensor_out_of_memory(ctx->arena, ndim, shape);
     return t;
 }
 
@@ -231,6 +246,13 @@ double ttt_runtime_reserve(void) {
     return (256.0 + 192.0 * threads) * 1048576.0;
 }
 
+/* "3.25 GiB", or "12.5 MiB" below a GiB (a small amount read as "0.00 GiB" says nothing). */
+static const char *amount(double bytes, char *buf, size_t n) {
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double phys = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
@@ -240,12 +262,13 @@ ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
                              bytes / 1073741824.0, phys / 1073741824.0);
     const double left = ttt_address_space_left();
     const double reserve = left >= 0.0 ? ttt_runtime_reserve() : 0.0;
-    if (left >= 0.0 && bytes + reserve > left)
+    if (left >= 0.0 && bytes + reserve > left) {
+        char b1[32], b2[32];
         return ttt_error_set(err, TTT_ERR_NOMEM,
-                             "%s would need %.2f GiB of memory, and %.0f MiB more for the BLAS "
-                             "and thread buffers; the address-space limit (ulimit -v) is "
-                             "%.2f GiB",
-                             what, bytes / 1073741824.0, reserve / 1048576.0,
-                             left / 1073741824.0);
+                             "%s would need %s of memory, and %.0f MiB more for the BLAS and "
+                             "thread buffers; the address-space limit (ulimit -v) is %s",
+                             what, amount(bytes, b1, sizeof b1), reserve / 1048576.0,
+                             amount(left, b2, sizeof b2));
+    }
     return TTT_OK;
 }

@@ -64,7 +64,7 @@ typedef struct ttt_ctx {
     ttt_tape *tape; /* where ops record when grad != 0; NULL = nothing is recorded */
 } ttt_ctx;
 
-/* New tensors live in ctx->arena. They abort (TTT_ASSERT) on out-of-memory: callers that must
+/* New tensors live in ctx->arena. They abort with a message on out-of-memory: callers that must
  * survive huge sizes check the size first with ttt_size_check. */
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape);
 ttt_tensor *ttt_tensor_1d(ttt_ctx *ctx, int n0);
