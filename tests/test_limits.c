@@ -177,6 +177,49 @@ START_TEST(sweep_at_the_byte_limit_is_checked_within_bounds) {
 }
 END_TEST
 
+/* The sweep's value limit: 10 000 points of 200 values (a point is 7 values plus the list of
+ * `pairs`) is the most allowed; one value more per point is refused. */
+static char *values_doc(int n_pairs) {
+    ttt_strbuf b = {0};
+    ttt_strbuf_printf(&b, "name: big\ntask: {kind: memory, key_dim: 8, value_dim: 8, pairs: [");
+    for (int i = 0; i < n_pairs; i++) ttt_strbuf_printf(&b, "%s1", i ? ", " : "");
+    ttt_strbuf_printf(&b, "]}\nsweep:\n  seed: [");
+    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%d", i ? ", " : "", i);
+    ttt_strbuf_printf(&b, "]\n  layer.optimizer.lr: [");
+    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%g", i ? ", " : "", 0.01 * (i + 1));
+    ttt_strbuf_printf(&b, "]\n");
+    ck_assert(!b.failed);
+    return ttt_strbuf_take(&b);
+}
+
+START_TEST(sweep_at_the_value_limit_is_checked_within_bounds) {
+    char *dir = tu_mkdtemp();
+    char path[512];
+    snprintf(path, sizeof path, "%s/values.yaml", dir);
+    char *doc = values_doc(193);
+    write_text(path, doc);
+    free(doc);
+    const char *args[] = {"check", path, NULL};
+    run_cost c = run_ttt(dir, args, 0, 180.0 * SAN_FACTOR);
+    /* measured 4.0 s and 966 MiB (the 10 000 validated trees, defaults filled in); ceilings 30 s
+     * and 2 GiB */
+    ck_assert_msg(c.code == 0, "exit %d: %s", c.code, c.err ? c.err : "");
+    ck_assert_msg(c.seconds < 30.0 * SAN_FACTOR, "took %.1f s", c.seconds);
+    ck_assert_msg(c.rss_mib < 2048.0 * SAN_FACTOR, "peaked at %.0f MiB", c.rss_mib);
+    free(c.err);
+    doc = values_doc(194);
+    write_text(path, doc);
+    free(doc);
+    c = run_ttt(dir, args, 0, 60.0 * SAN_FACTOR);
+    ck_assert_int_eq(c.code, 2);
+    ck_assert_msg(c.err && strstr(c.err, "10000 points of 201 values each is too much"), "%s",
+                  c.err ? c.err : "");
+    free(c.err);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 /* A mapping of 200 000 keys, the last a duplicate of the first: found in linear time. */
 START_TEST(duplicate_keys_are_found_in_linear_time) {
     const int n = 200000;
@@ -427,6 +470,7 @@ int main(void) {
     TCase *tc = tcase_create("limits");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sweep_at_the_byte_limit_is_checked_within_bounds);
+    tcase_add_test(tc, sweep_at_the_value_limit_is_checked_within_bounds);
     tcase_add_test(tc, duplicate_keys_are_found_in_linear_time);
     tcase_add_test(tc, many_anchors_and_aliases_load_in_linear_time);
     tcase_add_test(tc, alias_expansion_is_bounded_in_bytes);
