@@ -13,6 +13,7 @@
 #include <omp.h>
 #endif
 
+#include "fault.h"
 #include "finite.h"
 #include "kernels.h"
 #include "progress.h"
@@ -32,7 +33,7 @@ _Static_assert(TTT_APPLY_MAX_OUT >= 1 + TTT_BATCH_MAX_STATE, "room for o and eve
 
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
-    char *p = malloc(n);
+    char *p = ttt_fault_malloc(n);
     if (p) memcpy(p, s, n);
     return p;
 }
@@ -262,10 +263,16 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
             return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory for the outputs");
         }
     const int nthreads = ttt_layer_batch_threads(threads, (long)B * H);
-    const ttt_layer_io io = {.B = B, .T = T, .H = H, .o = out->t[0].data, .q = q->data,
-                             .k = k->data, .v = v->data, .eta = beta ? beta->data : NULL,
-                             .log_alpha = la ? la->data : NULL, .alpha_vec = alpha_vec,
+    /* A tensor of T = 0 has no data in the file (NULL): the runner must still see which inputs
+     * are given (a gate given empty is still a gate), and offsets into NULL are undefined. */
+    static float no_floats[1];
+#define APPLY_DATA(t) ((t)->data ? (t)->data : no_floats)
+    const ttt_layer_io io = {.B = B, .T = T, .H = H, .o = out->t[0].data, .q = APPLY_DATA(q),
+                             .k = APPLY_DATA(k), .v = APPLY_DATA(v),
+                             .eta = beta ? APPLY_DATA(beta) : NULL,
+                             .log_alpha = la ? APPLY_DATA(la) : NULL, .alpha_vec = alpha_vec,
                              .state_in = state_in, .state_out = state_out, .seed = APPLY_SEED};
+#undef APPLY_DATA
     ttt_status st = ttt_layer_forward_batch(&L, &io, nthreads, err);
     if (st != TTT_OK) ttt_error_prefix(err, "%s", file);
     const double seconds = ttt_now() - t_start;
@@ -298,7 +305,8 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     for (int i = 0; i < 2 * TTT_APPLY_MAX_META; i++)
         if (!out->meta[i]) {
             ttt_apply_out_free(out);
-            return ttt_error_set(err, TTT_ERR_NOMEM, "ttt apply: out of memory");
+            return ttt_error_set(err, TTT_ERR_NOMEM,
+                                 "ttt apply: out of memory for the metadata");
         }
     return TTT_OK;
 }

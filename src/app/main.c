@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "seqmodel.h"
@@ -256,6 +257,22 @@ static int cmd_apply(int argc, char **argv) {
     ttt_status s = ttt_cfg_load_file(pos[0], &root, &err);
     for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(root, sets[i], &err);
     free(sets);
+    /* The layer file describes one layer: a sweep there would be dropped without a word. */
+    const ttt_cfg_node *sweep = s == TTT_OK ? ttt_cfg_get(root, "sweep") : NULL;
+    if (sweep)
+        s = ttt_cfg_error(&err, TTT_ERR_CONFIG, sweep,
+                          "'sweep' has no meaning for ttt apply, which runs one layer; expected "
+                          "a file with one 'layer:' (use --set to change a value)");
+    /* Writing the output over the input would destroy the only copy of the inputs (the output
+     * is renamed into place, so the input is gone even if it was still needed). */
+    struct stat st_in, st_out;
+    if (s == TTT_OK && (strcmp(pos[1], pos[2]) == 0 ||
+                        (stat(pos[1], &st_in) == 0 && stat(pos[2], &st_out) == 0 &&
+                         st_in.st_dev == st_out.st_dev && st_in.st_ino == st_out.st_ino)))
+        s = ttt_error_set(&err, TTT_ERR_ARG,
+                          "ttt apply: the output '%s' is the input file '%s'; expected a "
+                          "different output file (the input would be overwritten)",
+                          pos[2], pos[1]);
     if (s == TTT_OK) {
         const ttt_cfg_node *layer = ttt_cfg_get(root, "layer");
         if (!layer)
@@ -331,7 +348,22 @@ static int cmd_list(void) {
     return 0;
 }
 
+/* OpenBLAS starts its worker threads before main, and each maps a buffer of its own; under an
+ * address-space limit too small for them (`ulimit -v`, common on clusters) a worker retries the
+ * mapping forever and the process spins and never exits (docs/hardening.md "Out of memory").
+ * Then the program starts again single-threaded, where the memory checks can refuse cleanly. */
+static void fit_threads_to_address_limit(char **argv) {
+    const double left = ttt_address_space_left();
+    if (left < 0.0 || left >= ttt_runtime_reserve() || getenv("TTT_ADDRESS_LIMIT_RESTART"))
+        return;
+    setenv("TTT_ADDRESS_LIMIT_RESTART", "1", 1);
+    setenv("OPENBLAS_NUM_THREADS", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: then go on as we are */
+}
+
 int main(int argc, char **argv) {
+    fit_threads_to_address_limit(argv);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;

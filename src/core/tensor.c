@@ -2,9 +2,14 @@
 
 #include "autograd.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define TTT_ALIGN 64
 
@@ -123,10 +128,25 @@ void ttt_arena_reset(ttt_arena *a) {
     a->closed = 0;
 }
 
+/* Ops return tensors, not a status, so running out of memory inside one cannot be reported as an
+ * error; the estimates checked before a run (ttt_size_check) are what keeps it from happening.
+ * When it happens anyway the message says what was being allocated instead of an assertion. */
+static _Noreturn void tensor_out_of_memory(const ttt_arena *a, int ndim, const int *shape) {
+    char dims[96];
+    size_t o = 0;
+    for (int i = 0; i < ndim && o < sizeof dims; i++)
+        o += (size_t)snprintf(dims + o, sizeof dims - o, i ? ", %d" : "%d", shape[i]);
+    fprintf(stderr,
+            "ttt: out of memory allocating a tensor of shape (%s) (the arena holds %.1f MiB); the "
+            "memory estimates did not cover this run\n",
+            dims, (double)ttt_arena_footprint(a) / 1048576.0);
+    abort();
+}
+
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
     ttt_tensor *t = ttt_arena_alloc(ctx->arena, sizeof *t);
-    TTT_ASSERT(t != NULL);
+    if (!t) tensor_out_of_memory(ctx->arena, ndim, shape);
     t->ndim = ndim;
     t->n = 1;
     t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
@@ -138,7 +158,7 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
         t->n *= (size_t)shape[i];
     }
     t->data = ttt_arena_alloc(ctx->arena, t->n * sizeof(float));
-    TTT_ASSERT(t->data != NULL);
+    if (!t->data) tensor_out_of_memory(ctx->arena, ndim, shape);
     return t;
 }
 
@@ -199,6 +219,40 @@ const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
+/* The address-space limit (`ulimit -v`, RLIMIT_AS, as on many clusters) in bytes, or a negative
+ * number when there is none. Under such a limit a large allocation fails although the machine
+ * has the memory, and OpenBLAS retries its buffer allocation in a loop instead of failing
+ * (docs/hardening.md "Out of memory"); refusing up front avoids both. The limit itself is
+ * compared, not what the process has left of it at the moment, so that `ttt check` and `ttt run`
+ * decide alike; the reserve below counts the address space the program takes besides. */
+double ttt_address_space_left(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return -1.0;
+    return (double)rl.rlim_cur;
+}
+
+/* Address space a run takes beyond what the estimates count, under an address-space limit: the
+ * program and its libraries (about 50 MiB), OpenBLAS maps a 32 MiB buffer per thread (plus its fixed pool), glibc reserves a 64 MiB malloc
+ * arena per thread that allocates, and every thread a stack. Measured: small trained runs
+ * (`mqar`, d_model 16 to 64) need `ulimit -v` of up to ≈ 430 MiB with one thread and more with
+ * two (docs/hardening.md "Out of memory"); 256 MiB + 192 MiB per thread covers them, which
+ * test_limits checks over random small configurations. */
+double ttt_runtime_reserve(void) {
+    int threads = openblas_get_num_threads();
+#ifdef _OPENMP
+    if (omp_get_max_threads() > threads) threads = omp_get_max_threads();
+#endif
+    if (threads < 1) threads = 1;
+    return (256.0 + 192.0 * threads) * 1048576.0;
+}
+
+/* "3.25 GiB", or "12.5 MiB" below a GiB (a small amount read as "0.00 GiB" says nothing). */
+static const char *amount(double bytes, char *buf, size_t n) {
+    if (bytes >= 1073741824.0) snprintf(buf, n, "%.2f GiB", bytes / 1073741824.0);
+    else snprintf(buf, n, "%.1f MiB", bytes / 1048576.0);
+    return buf;
+}
+
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double phys = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
@@ -206,5 +260,15 @@ ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "%s would need %.2f GiB of memory; this machine has %.2f GiB", what,
                              bytes / 1073741824.0, phys / 1073741824.0);
+    const double left = ttt_address_space_left();
+    const double reserve = left >= 0.0 ? ttt_runtime_reserve() : 0.0;
+    if (left >= 0.0 && bytes + reserve > left) {
+        char b1[32], b2[32];
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "%s would need %s of memory, and %.0f MiB more for the BLAS and "
+                             "thread buffers; the address-space limit (ulimit -v) is %s",
+                             what, amount(bytes, b1, sizeof b1), reserve / 1048576.0,
+                             amount(left, b2, sizeof b2));
+    }
     return TTT_OK;
 }

@@ -64,7 +64,7 @@ typedef struct ttt_ctx {
     ttt_tape *tape; /* where ops record when grad != 0; NULL = nothing is recorded */
 } ttt_ctx;
 
-/* New tensors live in ctx->arena. They abort (TTT_ASSERT) on out-of-memory: callers that must
+/* New tensors live in ctx->arena. They abort with a message on out-of-memory: callers that must
  * survive huge sizes check the size first with ttt_size_check. */
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape);
 ttt_tensor *ttt_tensor_1d(ttt_ctx *ctx, int n0);
@@ -87,8 +87,14 @@ const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n);
 #define TTT_ROWS(t) ((t)->shape[0])
 #define TTT_COLS(t) ((t)->shape[(t)->ndim - 1])
 
-/* Refuse sizes that would need more than `limit` bytes (0 = physical memory) before allocating.
- * Fills err with the amount it would need. */
+/* Refuse sizes that would need more than 80 % of physical memory, or more than an address-space
+ * limit leaves (with the runtime reserve below), before allocating. Fills err with the amount
+ * it would need. */
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err);
+/* Under an address-space limit (RLIMIT_AS, `ulimit -v`) the bytes of address space still free,
+ * else a negative number; and the address space a run needs beyond the estimates for the BLAS
+ * and thread buffers of the current thread counts. ttt_size_check counts both. */
+double ttt_address_space_left(void);
+double ttt_runtime_reserve(void);
 
 #endif

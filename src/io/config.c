@@ -14,8 +14,10 @@
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <yaml.h>
 
 #include "strbuf.h"
@@ -171,6 +173,65 @@ static int find_key(const ttt_cfg_node *map, const char *key) {
     return -1;
 }
 
+/* A string -> index table (open addressing, linear probing, kept at most half full) so that the
+ * loader finds duplicate keys and anchors in time linear in the document: a scan per key made
+ * a mapping of n keys cost n^2 / 2 comparisons (200 000 keys: minutes). `names` is the caller's
+ * array the stored indices point into; the table holds index + 1 (0 = empty slot). */
+typedef struct str_index {
+    int *slot;
+    size_t cap; /* a power of two, or 0 */
+    size_t n;
+    size_t seed; /* set when the table is first filled */
+} str_index;
+
+/* FNV-1a started from a value of each table (the clock and the table's address), so that a
+ * file cannot be prepared whose keys all collide (lookups would be a scan again); the order of
+ * slots never shows in results. */
+static size_t str_hash(const str_index *x, const char *s) {
+    size_t h = x->seed;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+/* Index stored for `s`, or -1. */
+static int str_index_find(const str_index *x, const char *const *names, const char *s) {
+    if (!x->cap) return -1;
+    for (size_t i = str_hash(x, s) & (x->cap - 1);; i = (i + 1) & (x->cap - 1)) {
+        if (!x->slot[i]) return -1;
+        if (strcmp(names[x->slot[i] - 1], s) == 0) return x->slot[i] - 1;
+    }
+}
+
+/* Store `idx` for names[idx], replacing an entry of the same name (the latest wins). */
+static void str_index_put(str_index *x, const char *const *names, int idx) {
+    if (!x->cap)
+        x->seed = ((size_t)time(NULL) * 2654435761u) ^ (size_t)(uintptr_t)x ^ 1469598103934665603u;
+    if (2 * (x->n + 1) > x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 64;
+        int *slot = xmalloc(cap * sizeof *slot);
+        memset(slot, 0, cap * sizeof *slot);
+        for (size_t i = 0; i < x->cap; i++) {
+            if (!x->slot[i]) continue;
+            size_t j = str_hash(x, names[x->slot[i] - 1]) & (cap - 1);
+            while (slot[j]) j = (j + 1) & (cap - 1);
+            slot[j] = x->slot[i];
+        }
+        free(x->slot);
+        x->slot = slot;
+        x->cap = cap;
+    }
+    size_t i = str_hash(x, names[idx]) & (x->cap - 1);
+    for (; x->slot[i]; i = (i + 1) & (x->cap - 1))
+        if (strcmp(names[x->slot[i] - 1], names[idx]) == 0) break;
+    if (!x->slot[i]) x->n++;
+    x->slot[i] = idx + 1;
+}
+
+static void str_index_free(str_index *x) {
+    free(x->slot);
+    memset(x, 0, sizeof *x);
+}
+
 /* Append without looking for an existing key (callers have checked). */
 static void map_append(ttt_cfg_node *map, const char *key, int key_line, int key_col,
                        ttt_cfg_node *val) {
@@ -262,6 +323,16 @@ void ttt_cfg_free(ttt_cfg_node *n) {
 static long count_nodes(const ttt_cfg_node *n) {
     long c = 1;
     for (int i = 0; i < n->n; i++) c += count_nodes(n->items[i]);
+    return c;
+}
+
+/* Bytes of text (scalar values and keys) in the tree: what copies of it cost beyond its nodes. */
+static long count_text_bytes(const ttt_cfg_node *n) {
+    long c = n->scalar ? (long)strlen(n->scalar) : 0;
+    for (int i = 0; i < n->n; i++) {
+        c += count_text_bytes(n->items[i]);
+        if (n->keys) c += (long)strlen(n->keys[i]);
+    }
     return c;
 }
 
@@ -359,10 +430,6 @@ static ttt_status type_error(ttt_error *err, const ttt_cfg_node *n, const char *
 /* ------------------------------------------------------------------------------------------ */
 /* loading                                                                                     */
 
-typedef struct anchor_rec {
-    char *name;
-    const ttt_cfg_node *node; /* inside the tree being built; only used while loading */
-} anchor_rec;
 
 typedef struct loader {
     yaml_parser_t parser;
@@ -370,9 +437,12 @@ typedef struct loader {
     const char *text;          /* the input, to look at the character a problem points to */
     size_t len;
     const ttt_cfg_node *fixed; /* non-NULL: every node gets this location (defaults, --set) */
-    anchor_rec *anchors;
+    char **anchor_names;               /* (n_anchors) */
+    const ttt_cfg_node **anchor_nodes; /* (n_anchors) inside the tree being built */
     int n_anchors, cap_anchors;
+    str_index anchor_index; /* name -> its latest definition */
     long alias_nodes; /* nodes created so far by expanding aliases */
+    long alias_bytes; /* text bytes created so far by expanding aliases */
     ttt_error *err;
 } loader;
 
@@ -463,10 +533,14 @@ static ttt_status next_event(loader *L, yaml_event_t *ev) {
 static void add_anchor(loader *L, char *name, const ttt_cfg_node *node) {
     if (L->n_anchors == L->cap_anchors) {
         L->cap_anchors = L->cap_anchors ? 2 * L->cap_anchors : 8;
-        L->anchors = xrealloc(L->anchors, (size_t)L->cap_anchors * sizeof *L->anchors);
+        L->anchor_names =
+            xrealloc(L->anchor_names, (size_t)L->cap_anchors * sizeof *L->anchor_names);
+        L->anchor_nodes =
+            xrealloc(L->anchor_nodes, (size_t)L->cap_anchors * sizeof *L->anchor_nodes);
     }
-    L->anchors[L->n_anchors].name = name;
-    L->anchors[L->n_anchors].node = node;
+    L->anchor_names[L->n_anchors] = name;
+    L->anchor_nodes[L->n_anchors] = node;
+    str_index_put(&L->anchor_index, (const char *const *)L->anchor_names, L->n_anchors);
     L->n_anchors++;
 }
 
@@ -475,8 +549,8 @@ static ttt_status expand_alias(loader *L, const yaml_event_t *ev, ttt_cfg_node *
     const ttt_cfg_node *target = NULL;
     /* The latest definition wins, as in YAML; an anchor is only registered once its node is
      * complete, so an alias cannot refer to its own enclosing node (no cycles). */
-    for (int i = L->n_anchors - 1; i >= 0 && !target; i--)
-        if (strcmp(L->anchors[i].name, name) == 0) target = L->anchors[i].node;
+    int ai = str_index_find(&L->anchor_index, (const char *const *)L->anchor_names, name);
+    if (ai >= 0) target = L->anchor_nodes[ai];
     if (!target)
         return load_error(L, TTT_ERR_YAML, ev->start_mark,
                           "unknown alias '*%s'; expected an anchor '&%s' defined before it", name,
@@ -487,6 +561,12 @@ static ttt_status expand_alias(loader *L, const yaml_event_t *ev, ttt_cfg_node *
                           "alias '*%s': aliases expand to more than %d values in total; "
                           "expected a smaller document (nested aliases grow exponentially)",
                           name, TTT_CFG_MAX_ALIAS_NODES);
+    L->alias_bytes += count_text_bytes(target);
+    if (L->alias_bytes > TTT_CFG_MAX_EXPANDED_BYTES)
+        return load_error(L, TTT_ERR_YAML, ev->start_mark,
+                          "alias '*%s': aliases expand to more than %ld bytes of text in total; "
+                          "expected a smaller document (each alias copies its anchor's text)",
+                          name, TTT_CFG_MAX_EXPANDED_BYTES);
     ttt_cfg_node *c = ttt_cfg_clone(target);
     /* The copy as a whole is used here, so messages about it should point here; its inner
      * values keep pointing at where they were written. */
@@ -520,7 +600,18 @@ static ttt_status parse_seq(loader *L, ttt_cfg_node *seq, const char *path, int 
     }
 }
 
+static ttt_status parse_map_keys(loader *L, ttt_cfg_node *map, const char *path, int depth,
+                                 str_index *seen);
+
 static ttt_status parse_map(loader *L, ttt_cfg_node *map, const char *path, int depth) {
+    str_index seen = {0};
+    ttt_status s = parse_map_keys(L, map, path, depth, &seen);
+    str_index_free(&seen);
+    return s;
+}
+
+static ttt_status parse_map_keys(loader *L, ttt_cfg_node *map, const char *path, int depth,
+                                 str_index *seen) {
     for (;;) {
         yaml_event_t ev;
         TTT_TRY(next_event(L, &ev));
@@ -547,7 +638,7 @@ static ttt_status parse_map(loader *L, ttt_cfg_node *map, const char *path, int 
         char *key = xstrndup((const char *)ev.data.scalar.value, ev.data.scalar.length);
         yaml_event_delete(&ev);
 
-        int dup = find_key(map, key);
+        int dup = str_index_find(seen, (const char *const *)map->keys, key);
         if (dup >= 0) {
             char first[64] = "";
             if (map->key_line[dup] > 0)
@@ -570,6 +661,7 @@ static ttt_status parse_map(loader *L, ttt_cfg_node *map, const char *path, int 
             return s;
         }
         map_append(map, key, kline, kcol, child);
+        str_index_put(seen, (const char *const *)map->keys, map->n - 1);
         free(key);
     }
 }
@@ -583,6 +675,22 @@ static ttt_status parse_node(loader *L, yaml_event_t *ev, const char *path, int 
                                   "values are nested more than %d levels deep; expected a "
                                   "flatter structure",
                                   MAX_DEPTH);
+        yaml_event_delete(ev);
+        return s;
+    }
+    /* Tags would give a second way to type a value: `!!str 16` read as the text 16 where "16"
+     * (the same string) is refused as a number, and a custom tag would mean nothing at all.
+     * Values are typed by their option; quotes alone make a string (docs/hardening.md "Bad
+     * input: the classes of error and their guarantees"). */
+    const yaml_char_t *tag = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.tag
+                             : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.tag
+                             : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.tag
+                                                                      : NULL;
+    if (tag) {
+        ttt_status s = load_error(L, TTT_ERR_YAML, ev->start_mark,
+                                  "%s%sthe tag '%s' is not supported; expected the value without "
+                                  "a tag (quotes make a string; each option has its own type)",
+                                  path, *path ? ": " : "", (const char *)tag);
         yaml_event_delete(ev);
         return s;
     }
@@ -694,8 +802,10 @@ static ttt_status load_text(const char *text, size_t len, const char *name,
                           kind_name(root));
 
     yaml_parser_delete(&L.parser);
-    for (int i = 0; i < L.n_anchors; i++) free(L.anchors[i].name);
-    free(L.anchors);
+    for (int i = 0; i < L.n_anchors; i++) free(L.anchor_names[i]);
+    free(L.anchor_names);
+    free(L.anchor_nodes);
+    str_index_free(&L.anchor_index);
     if (s != TTT_OK) {
         ttt_cfg_free(root);
         return s;
@@ -789,8 +899,9 @@ static ttt_status conv_int(const ttt_cfg_node *n, long *out, const char *label, 
     if (errno == ERANGE) {
         const char *sep = label && *label ? ": " : "";
         return ttt_cfg_error(err, TTT_ERR_RANGE, n,
-                             "%s%s%s is too large; expected an integer from %ld to %ld",
-                             label ? label : "", sep, s, LONG_MIN, LONG_MAX);
+                             "%s%s%s is too %s; expected an integer from %ld to %ld",
+                             label ? label : "", sep, s, v < 0 ? "small" : "large", LONG_MIN,
+                             LONG_MAX);
     }
     *out = v;
     return TTT_OK;
@@ -818,9 +929,10 @@ static ttt_status conv_float(const ttt_cfg_node *n, double *out, const char *lab
     if ((errno == ERANGE && fabs(v) == HUGE_VAL) || !isfinite(v)) {
         const char *sep = label && *label ? ": " : "";
         return ttt_cfg_error(err, TTT_ERR_RANGE, n,
-                             "%s%s%s is too large; expected a finite number (below about "
-                             "1.8e308)",
-                             label ? label : "", sep, s);
+                             "%s%s%s is too %s; expected a finite number (from about "
+                             "-1.8e308 to 1.8e308)",
+                             label ? label : "", sep, s,
+                             v < 0 ? "large in magnitude (negative)" : "large");
     }
     *out = v; /* underflow to 0 or a subnormal is fine */
     return TTT_OK;
@@ -1194,6 +1306,12 @@ static ttt_status check_list(ttt_cfg_node *map, int i, const ttt_option *o, cons
         map->items[i] = v = seq;
     }
     if (v->kind != TTT_CFG_SEQ) return type_error(err, v, label, type_desc(o->type));
+    /* Every list option is a set of measurements or sizes: an empty one would run and produce
+     * nothing. */
+    if (v->n == 0)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
+                             "%s: the list is empty; expected at least one value (%s)", label,
+                             type_desc(o->type));
     for (int j = 0; j < v->n; j++) {
         char elem[PATH_BUF + 16];
         snprintf(elem, sizeof elem, "%s[%d]", label, j);
@@ -1206,11 +1324,24 @@ static ttt_status check_value(ttt_cfg_node *map, int i, const ttt_option *o, con
                               ttt_error *err) {
     ttt_cfg_node *v = map->items[i];
     if (is_null(v)) {
-        /* An empty value ("lr:" or "lr: ~") means "the default", written back explicitly so
-         * the resolved file shows it; a default that is itself null means "not set". */
+        /* An empty value ("lr:" or "lr: ~") is refused: taking the default silently hides a
+         * value the author forgot to write. An option whose default is itself null ("not
+         * set") accepts null, which means exactly that, and an empty mapping section
+         * ("train:") means all of its defaults (docs/hardening.md "Bad input: the classes of
+         * error and their guarantees"). */
         if (!o->def && o->type != TTT_OPT_MAP)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, v, "%s: a value is required; expected %s",
                                  label, type_desc(o->type));
+        if (o->type != TTT_OPT_MAP) {
+            ttt_cfg_node *d = default_node(o, v);
+            int def_null = d && is_null(d);
+            ttt_cfg_free(d);
+            if (!def_null)
+                return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
+                                     "%s: the value is empty (null); expected %s (write the "
+                                     "value, or leave the key out for the default %s)",
+                                     label, type_desc(o->type), o->def);
+        }
         ttt_cfg_node *d = default_node(o, v);
         ttt_cfg_free(v);
         map->items[i] = v = d;
@@ -1717,6 +1848,15 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
                              "expected at most %ld values over all points (fewer points or a "
                              "smaller document)",
                              total, per_point, MAX_SWEEP_NODES);
+    }
+    const long per_point_bytes = count_text_bytes(base);
+    if (total > 1 && per_point_bytes > TTT_CFG_MAX_EXPANDED_BYTES / total) {
+        ttt_cfg_free(base);
+        return ttt_cfg_error(err, TTT_ERR_RANGE, sweep,
+                             "sweep: %ld points of %ld bytes of text each is too much to expand; "
+                             "expected at most %ld bytes over all points (fewer points or a "
+                             "shorter document: every point is a full copy)",
+                             total, per_point_bytes, TTT_CFG_MAX_EXPANDED_BYTES);
     }
     ttt_cfg_node **pts = xmalloc((size_t)total * sizeof *pts);
     char **labs = xmalloc((size_t)total * sizeof *labs);

@@ -144,6 +144,10 @@ void ttt_cfg_points_free(ttt_cfg_node **points, char **labels, int n_points);
  * ("billion laughs"). Exceeding either is an error, not a truncation. */
 #define TTT_CFG_MAX_SWEEP_POINTS 10000
 #define TTT_CFG_MAX_ALIAS_NODES 100000
+/* Counts alone do not bound memory: one 100 kB string copied into 10 000 sweep points is 1 GB.
+ * The text (keys and scalar values) that alias expansion adds, and the text of all sweep points
+ * together, may each be at most this many bytes (docs/hardening.md "Limits"). */
+#define TTT_CFG_MAX_EXPANDED_BYTES (64L << 20)
 
 /* ---- output ---- */
 

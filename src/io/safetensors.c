@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fault.h"
 #include "results.h"
 #include "strbuf.h"
 #include "tensor.h"
@@ -418,6 +419,12 @@ static ttt_status int_array(parser *p, const char *nm, const char *key, int max,
 
 static ttt_status tensor_entry(parser *p, char *name) {
     char b[96], b2[96];
+    /* A tensor is looked up, listed and written back by its name: "" names nothing. */
+    if (!*name)
+        return fail(p->err, p->file,
+                    "a tensor has an empty name (\"\") before header byte %zu; expected a "
+                    "non-empty name",
+                    p->i);
     if (p->i >= p->n || p->s[p->i] != '{')
         return fail(p->err, p->file,
                     "tensor '%s': expected an object {\"dtype\": ..., \"shape\": ..., "
@@ -426,7 +433,7 @@ static ttt_status tensor_entry(parser *p, char *name) {
     p->i++;
     if (p->n_e == p->cap_e) {
         int cap = p->cap_e ? 2 * p->cap_e : 16;
-        entry *e = realloc(p->e, (size_t)cap * sizeof *e);
+        entry *e = ttt_fault_realloc(p->e, (size_t)cap * sizeof *e);
         if (!e) return ttt_error_set(p->err, TTT_ERR_NOMEM, "%s: out of memory", p->file);
         p->e = e;
         p->cap_e = cap;
@@ -530,7 +537,7 @@ static ttt_status metadata(parser *p) {
                             shown(key, b, sizeof b));
         if (p->n_meta == p->cap_meta) {
             int cap = p->cap_meta ? 2 * p->cap_meta : 8;
-            char **m = realloc(p->meta, (size_t)cap * 2 * sizeof *m);
+            char **m = ttt_fault_realloc(p->meta, (size_t)cap * 2 * sizeof *m);
             if (!m) return ttt_error_set(p->err, TTT_ERR_NOMEM, "%s: out of memory", p->file);
             p->meta = m;
             p->cap_meta = cap;
@@ -564,7 +571,9 @@ static ttt_status parse_header(parser *p) {
             if (m == 0) break;
         }
     }
-    ws(p); /* the padding */
+    /* The padding: spaces only (the format pads the header with 0x20 to its aligned length;
+     * JSON's other whitespace is allowed between tokens, not here). */
+    while (p->i < p->n && p->s[p->i] == ' ') p->i++;
     if (p->i < p->n)
         return fail(p->err, p->file,
                     "unexpected bytes after the JSON object at header byte %zu (the header may "
@@ -781,8 +790,8 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
 
     ttt_status st = TTT_OK;
     parser p = {.n = (size_t)hlen, .file = name, .err = err};
-    unsigned char *hdr = malloc((size_t)hlen);
-    p.pool = malloc((size_t)hlen + 1);
+    unsigned char *hdr = ttt_fault_malloc((size_t)hlen);
+    p.pool = ttt_fault_malloc((size_t)hlen + 1);
     entry **order = NULL;
     ttt_st_file *f = NULL;
     float *data = NULL;
@@ -797,7 +806,7 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     }
     p.s = hdr;
     if ((st = parse_header(&p)) != TTT_OK) goto done;
-    order = malloc(((size_t)p.n_e + 1) * sizeof *order);
+    order = ttt_fault_malloc(((size_t)p.n_e + 1) * sizeof *order);
     if (!order) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory", name);
         goto done;
@@ -811,15 +820,15 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     char what[128];
     snprintf(what, sizeof what, "reading %s", name);
     if ((st = ttt_size_check((double)total * sizeof(float), what, err)) != TTT_OK) goto done;
-    f = calloc(1, sizeof *f);
+    f = ttt_fault_calloc(1, sizeof *f);
     if (f) {
-        f->path = malloc(strlen(name) + 1);
-        f->t = calloc((size_t)p.n_e + 1, sizeof *f->t);
-        f->meta_key = calloc((size_t)p.n_meta + 1, sizeof *f->meta_key);
-        f->meta_val = calloc((size_t)p.n_meta + 1, sizeof *f->meta_val);
+        f->path = ttt_fault_malloc(strlen(name) + 1);
+        f->t = ttt_fault_calloc((size_t)p.n_e + 1, sizeof *f->t);
+        f->meta_key = ttt_fault_calloc((size_t)p.n_meta + 1, sizeof *f->meta_key);
+        f->meta_val = ttt_fault_calloc((size_t)p.n_meta + 1, sizeof *f->meta_val);
     }
-    data = total ? malloc((size_t)total * sizeof(float)) : NULL;
-    scratch = malloc(1 << 16);
+    data = total ? ttt_fault_malloc((size_t)total * sizeof(float)) : NULL;
+    scratch = ttt_fault_malloc(1 << 16);
     if (!f || !f->path || !f->t || !f->meta_key || !f->meta_val || (total && !data) || !scratch) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory for %" PRIu64 " floats", name,
                            total);
@@ -993,7 +1002,7 @@ ttt_status ttt_st_write(const char *path, const ttt_st_tensor *ts, int n,
                         shown(meta_kv[i], b, sizeof b));
     }
     int nn = n > n_meta ? n : n_meta;
-    const char **names = malloc(((size_t)nn + 1) * sizeof *names);
+    const char **names = ttt_fault_malloc(((size_t)nn + 1) * sizeof *names);
     if (!names) return werr(err, TTT_ERR_NOMEM, path, "out of memory");
     for (int i = 0; i < n; i++) names[i] = ts[i].name;
     const char *dup = find_duplicate(names, n);

@@ -485,6 +485,28 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
         TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &c->layers[i],
                                 err));
     }
+    /* The largest measurement's inputs (bench_data_make: q, k, v, o, η and the gates per head)
+     * and one forward's state and scratch, checked here so that `ttt check` refuses what the run
+     * would refuse hours in, at the same size check. */
+    for (int i = 0; i < c->head_dims.n; i++)
+        for (int t = 0; t < c->tokens.n; t++)
+            for (int h = 0; h < c->heads.n; h++) {
+                const double T = (double)c->tokens.v[t], d = (double)c->head_dims.v[i];
+                const double per = 4.0 * T * d + T + (c->gates == 2 ? T * d : c->gates ? T : 0.0);
+                const double bytes = 4.0 * per * (double)c->heads.v[h] +
+                                     ttt_layer_state_bytes(&c->layers[i]) +
+                                     ttt_layer_forward_bytes(&c->layers[i], (long)T);
+                char what[160];
+                snprintf(what, sizeof what,
+                         "the benchmark at %.0f tokens, %ld heads of dimension %.0f", T,
+                         (long)c->heads.v[h], d);
+                ttt_status s = ttt_size_check(bytes, what, err);
+                if (s != TTT_OK) {
+                    char msg[TTT_ERROR_MSG_LEN];
+                    snprintf(msg, sizeof msg, "%s", err->msg);
+                    return ttt_cfg_error(err, s, ttt_cfg_get(task, "tokens"), "task: %s", msg);
+                }
+            }
     return TTT_OK;
 }
 

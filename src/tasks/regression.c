@@ -58,6 +58,18 @@ static ttt_status regression_parse(void *cfg, ttt_cfg_node *root, ttt_error *err
         snprintf(msg, sizeof msg, "%s", err->msg);
         return ttt_cfg_error(err, s, task, "task: %s", msg);
     }
+    /* The fixed evaluation set is held whole (ttt_regression_batch_init per batch): per sequence
+     * T tokens of d + 1 features, targets, masks and context counts, its n points (d + 1
+     * floats each) and w (d floats), plus a double per token for the least-squares errors. */
+    const double T = ttt_regression_seq_len(&c), d = c.dim, n = c.n_points;
+    const double eval_bytes =
+        (double)rc->eval_sequences * (4.0 * (T * (d + 3.0) + n * (d + 1.0) + d) + 8.0 * T);
+    s = ttt_size_check(eval_bytes, "the regression evaluation set", err);
+    if (s != TTT_OK) {
+        char msg[TTT_ERROR_MSG_LEN];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return ttt_cfg_error(err, s, ttt_cfg_get(task, "eval_sequences"), "task: %s", msg);
+    }
     ttt_seq_model_io io = reg_io(&c);
     return ttt_trained_parse(&rc->trained, root, &io, err);
 }

@@ -31,11 +31,18 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
      * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
      * the right order: a run this refuses could not have finished a step. */
     const double per_token = 64.0 * mc.d_model + 4.0 * mc.n_heads * (double)mc.head_dim * mc.head_dim;
-    const double bytes = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
-    char what[160];
+    /* The parameters cost their values, gradients and AdamW's two moments, plus one gradient
+     * copy per further data-parallel shard (src/train/train.c); with a large vocabulary the
+     * embedding and head (vocab × d_model each) dominate. */
+    const double params = ttt_seq_model_param_bound(&mc);
+    const double shards = tc.shards > 1 ? tc.shards : 1;
+    const double bytes = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers +
+                         4.0 * params * (3.0 + shards);
+    char what[200];
     snprintf(what, sizeof what,
-             "a training step (batch %d, seq_len %d, d_model %d, %d layers, estimated)", tc.batch,
-             io->seq_len, mc.d_model, mc.n_layers);
+             "a training step (batch %d, seq_len %d, d_model %d, %d layers, %.0f parameters with "
+             "gradients and AdamW state, estimated)",
+             tc.batch, io->seq_len, mc.d_model, mc.n_layers, params);
     ttt_status s = ttt_size_check(bytes, what, err);
     if (s != TTT_OK) return ttt_cfg_error(err, s, ttt_cfg_get(root, "train"), "%s", err->msg);
     return TTT_OK;

@@ -285,6 +285,30 @@ void ttt_seq_model_bind(const ttt_seq_model *m, ttt_tensor *out, float *const *g
     }
 }
 
+double ttt_seq_model_param_bound(const ttt_seq_model_config *c) {
+    /* Each term takes the largest of what ttt_seq_model_init may add for it (the mixer's
+     * optional parts all counted), so that the memory check it feeds never underestimates. */
+    const double d = c->d_model, H = c->n_heads, D = c->head_dim, C = H * D;
+    const double n_in = c->io.vocab > 0 ? c->io.vocab : (double)c->io.in_dim + 1.0;
+    const double n_out = c->io.vocab > 0 ? c->io.vocab : c->io.out_dim;
+    double w0 = 0.0; /* the fast-weight model's learned initialization, per head */
+    if (c->learn_init && c->mixer == TTT_MIXER_TTT && c->layer.model)
+        for (int w = 0; w < c->layer.model->n_weights; w++) {
+            int shp[TTT_MAX_DIMS];
+            const int nd = c->layer.model->shape(w, c->head_dim, c->head_dim, shp);
+            double e = 1.0;
+            for (int i = 0; i < nd; i++) e *= shp[i];
+            w0 += H * e;
+        }
+    const double block = 4.0 * d + 2.0 * D         /* norms (with biases), output norm */
+                         + 5.0 * d * C              /* wq, wk, wv, w_g, wo */
+                         + 3.0 * (double)c->conv * C /* short convolutions */
+                         + d * C + d * H + 3.0 * C + 3.0 * H /* gates, learning rates, biases */
+                         + 2.0 * (double)c->mlp * d * d + w0;
+    return n_in * d + (double)c->max_len * d + (double)c->n_layers * block + 2.0 * d +
+           d * n_out + n_out;
+}
+
 ttt_status ttt_seq_model_init(ttt_seq_model *m, const ttt_seq_model_config *cfg, uint64_t seed,
                               ttt_error *err) {
     memset(m, 0, sizeof *m);

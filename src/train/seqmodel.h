@@ -127,6 +127,9 @@ typedef struct ttt_seq_model_config {
 ttt_status ttt_seq_model_parse(ttt_cfg_node *model_map, ttt_cfg_node *layer_map,
                                const ttt_seq_model_io *io, ttt_seq_model_config *cfg,
                                ttt_error *err);
+/* An upper bound of the number of parameters ttt_seq_model_init creates for cfg (without
+ * allocating): the embedding (vocab × d_model) and head, position table, every block's weights. */
+double ttt_seq_model_param_bound(const ttt_seq_model_config *cfg);
 /* "deltanet", "softmax", … for tables. */
 const char *ttt_seq_model_describe(const ttt_seq_model_config *cfg, char *buf, size_t len);
 
