@@ -107,6 +107,18 @@ static void write_text(const char *path, const char *text) {
     ck_assert_int_eq(tu_write_file(path, text), 0);
 }
 
+/* The sweep both documents below end with: 100 seeds × 100 inner learning rates, 10 000 points
+ * (the point limit). Takes b. */
+static char *with_sweep(ttt_strbuf *b) {
+    ttt_strbuf_printf(b, "sweep:\n  seed: [");
+    for (int i = 0; i < 100; i++) ttt_strbuf_printf(b, "%s%d", i ? ", " : "", i);
+    ttt_strbuf_printf(b, "]\n  layer.optimizer.lr: [");
+    for (int i = 0; i < 100; i++) ttt_strbuf_printf(b, "%s%g", i ? ", " : "", 0.01 * (i + 1));
+    ttt_strbuf_printf(b, "]\n");
+    ck_assert(!b->failed);
+    return ttt_strbuf_take(b);
+}
+
 /* A sweep of 10 000 points (the point limit) whose document carries a description of `desc`
  * bytes; the memory task's smallest sizes keep validation cheap. */
 static char *sweep_doc(long desc) {
@@ -114,13 +126,8 @@ static char *sweep_doc(long desc) {
     ttt_strbuf_printf(&b, "name: big\ntask: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8}\n"
                           "description: ");
     for (long i = 0; i < desc; i++) ttt_strbuf_append(&b, "x", 1);
-    ttt_strbuf_printf(&b, "\nsweep:\n  seed: [");
-    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%d", i ? ", " : "", i);
-    ttt_strbuf_printf(&b, "]\n  layer.optimizer.lr: [");
-    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%g", i ? ", " : "", 0.01 * (i + 1));
-    ttt_strbuf_printf(&b, "]\n");
-    ck_assert(!b.failed);
-    return ttt_strbuf_take(&b);
+    ttt_strbuf_printf(&b, "\n");
+    return with_sweep(&b);
 }
 
 /* The text of one point of sweep_doc besides the description: measured by the refusal message
@@ -183,13 +190,8 @@ static char *values_doc(int n_pairs) {
     ttt_strbuf b = {0};
     ttt_strbuf_printf(&b, "name: big\ntask: {kind: memory, key_dim: 8, value_dim: 8, pairs: [");
     for (int i = 0; i < n_pairs; i++) ttt_strbuf_printf(&b, "%s1", i ? ", " : "");
-    ttt_strbuf_printf(&b, "]}\nsweep:\n  seed: [");
-    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%d", i ? ", " : "", i);
-    ttt_strbuf_printf(&b, "]\n  layer.optimizer.lr: [");
-    for (int i = 0; i < 100; i++) ttt_strbuf_printf(&b, "%s%g", i ? ", " : "", 0.01 * (i + 1));
-    ttt_strbuf_printf(&b, "]\n");
-    ck_assert(!b.failed);
-    return ttt_strbuf_take(&b);
+    ttt_strbuf_printf(&b, "]}\n");
+    return with_sweep(&b);
 }
 
 START_TEST(sweep_at_the_value_limit_is_checked_within_bounds) {
