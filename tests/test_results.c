@@ -2,10 +2,12 @@
  * progress display. */
 #include <dirent.h>
 #include <math.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "progress.h"
 #include "results.h"
@@ -593,8 +595,9 @@ START_TEST(test_afile_missing_dir_and_notdir) {
 }
 END_TEST
 
-/* A full disk: the stream of an open afile is swapped for /dev/full, which fails every write
- * with ENOSPC. The commit must fail, remove the temporary file and keep the earlier file. */
+/* A full disk: the descriptor under an open afile is swapped for /dev/full, which fails every
+ * write with ENOSPC. The commit must fail naming ENOSPC (not EIO), remove the temporary file and
+ * keep the earlier file. */
 START_TEST(test_afile_disk_full_keeps_old_file) {
     FILE *probe = fopen("/dev/full", "w");
     if (!probe) return; /* no /dev/full here */
@@ -605,9 +608,10 @@ START_TEST(test_afile_disk_full_keeps_old_file) {
     ck_assert_int_eq(ttt_write_file_atomic(path, "old contents\n", &err), TTT_OK);
     ttt_afile af;
     ck_assert_int_eq(ttt_afile_open(&af, path, &err), TTT_OK);
-    fclose(af.f);
-    af.f = fopen("/dev/full", "w");
-    ck_assert_ptr_nonnull(af.f);
+    int full = open("/dev/full", O_WRONLY);
+    ck_assert_int_ge(full, 0);
+    ck_assert_int_eq(dup2(full, ttt_afile_fd(&af)), ttt_afile_fd(&af));
+    close(full);
     fputs("new contents that will not fit\n", af.f);
     ck_assert_int_eq(ttt_afile_commit(&af, &err), TTT_ERR_IO);
     ck_assert_msg(strstr(err.msg, path) != NULL, "message lacks the path: %s", err.msg);

@@ -290,27 +290,47 @@ static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
     ttt_strbuf_puts(b, "</text>\n");
 }
 
+typedef struct collect {
+    const ttt_chart_entry *ce;
+    series_list *sl;
+    point *pts;
+    int n, cap, seen;
+} collect;
+
+static int collect_point(void *user, const ttt_record *r) {
+    collect *c = user;
+    int i = c->seen++;
+    double x, y;
+    if (!record_in_chart(c->ce, r, &x, &y)) return 0;
+    char name[224];
+    series_name(c->ce, r, name, sizeof name);
+    int s = series_find_or_add(c->sl, name);
+    if (s < 0) return -1;
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 256;
+        point *p = realloc(c->pts, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        c->pts = p;
+        c->cap = cap;
+    }
+    c->pts[c->n++] = (point){x, y, s, i};
+    return 0;
+}
+
 char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     TTT_ASSERT(chart_index >= 0 && chart_index < res->nc);
     const ttt_chart_entry *ce = &res->charts[chart_index];
     const ttt_chart *c = &ce->c;
     const char *title = c->title[0] ? c->title : c->name;
 
-    point *pts = malloc((size_t)(res->n ? res->n : 1) * sizeof *pts);
     series_list sl = {0};
     ttt_strbuf b;
     ttt_strbuf_init(&b);
-    if (!pts) goto fail;
-    int np = 0;
-    for (int i = 0; i < res->n; i++) {
-        double x, y;
-        if (!record_in_chart(ce, &res->recs[i], &x, &y)) continue;
-        char name[224];
-        series_name(ce, &res->recs[i], name, sizeof name);
-        int s = series_find_or_add(&sl, name);
-        if (s < 0) goto fail;
-        pts[np++] = (point){x, y, s, i};
-    }
+    collect col = {.ce = ce, .sl = &sl};
+    /* only the points of this chart are kept: the records may be streamed from disk */
+    if (ttt_results_foreach(res, collect_point, &col) != 0) goto fail;
+    point *pts = col.pts;
+    int np = col.n;
     qsort(pts, (size_t)np, sizeof *pts, point_cmp);
 
     int nlegend = sl.n + (ref_ok(c) && np ? 1 : 0);
@@ -434,7 +454,7 @@ done:
     free(sl.name);
     return ttt_strbuf_take(&b); /* NULL when the text ran out of memory */
 fail:
-    free(pts);
+    free(col.pts);
     free(sl.name);
     ttt_strbuf_free(&b);
     return NULL;

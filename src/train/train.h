@@ -119,5 +119,9 @@ ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int shards
  * only sets a flag): the program calls it from its SIGINT/SIGTERM handler. */
 void ttt_train_request_stop(void);
 int ttt_train_stop_requested(void);
+/* For every other long loop (memory sweeps, equivalence, benchmarks, evaluation sets): TTT_OK,
+ * or TTT_ERR_INTERRUPTED with the message "interrupted" once a stop was requested; the caller
+ * returns it, and the plan writes what the finished points measured. */
+ttt_status ttt_train_check_stop(ttt_error *err);
 
 #endif
