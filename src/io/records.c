@@ -690,6 +690,10 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
     if (res->oom)
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "out of memory while collecting results; nothing written to '%s'", dir);
+    /* a streamed metrics.jsonl that could not be written fails first, with its real cause (the
+     * charts read it back) */
+    if (res->stream.f && (fflush(res->stream.f) != 0 || ferror(res->stream.f)))
+        return ttt_afile_commit(&res->stream, err);
     ttt_keylist kl;
     TTT_TRY(summary_keys(res, &kl, err));
     ttt_status s = write_summary(res, &kl, dir, err);
