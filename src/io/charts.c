@@ -290,6 +290,42 @@ static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
     ttt_strbuf_puts(b, "</text>\n");
 }
 
+/* A line of more points than a chart is pixels wide shows no more than its envelope, and a long
+ * run's chart would grow without bound (docs/hardening.md "Flat memory over long runs"): a
+ * series of more than CHART_MAX_POINTS points (sorted by x) is cut into CHART_MAX_POINTS / 2
+ * runs of consecutive points, each drawn by its lowest and highest point in x order. Returns
+ * the new number of points (in place). */
+#define CHART_MAX_POINTS 1000
+
+static int decimate(point *pts, int np) {
+    int out = 0;
+    for (int i = 0; i < np;) {
+        const int start = i;
+        while (i < np && pts[i].series == pts[start].series) i++;
+        const int n = i - start;
+        if (n <= CHART_MAX_POINTS) {
+            memmove(pts + out, pts + start, (size_t)n * sizeof *pts);
+            out += n;
+            continue;
+        }
+        const int buckets = CHART_MAX_POINTS / 2;
+        for (int k = 0; k < buckets; k++) {
+            int lo = start + (int)((long)n * k / buckets);
+            int hi = start + (int)((long)n * (k + 1) / buckets);
+            int imin = lo, imax = lo;
+            for (int j = lo + 1; j < hi; j++) {
+                if (pts[j].y < pts[imin].y) imin = j;
+                if (pts[j].y > pts[imax].y) imax = j;
+            }
+            /* out <= lo: every earlier run kept at most 2 of its >= 2 points */
+            const point a = pts[imin < imax ? imin : imax], b = pts[imin < imax ? imax : imin];
+            pts[out++] = a;
+            if (imin != imax) pts[out++] = b;
+        }
+    }
+    return out;
+}
+
 typedef struct collect {
     const ttt_chart_entry *ce;
     series_list *sl;
@@ -332,6 +368,7 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     point *pts = col.pts;
     int np = col.n;
     qsort(pts, (size_t)np, sizeof *pts, point_cmp);
+    np = decimate(pts, np);
 
     int nlegend = sl.n + (ref_ok(c) && np ? 1 : 0);
     int h = SVG_H_MIN;
