@@ -72,7 +72,8 @@ static char *eval_lines(const char *out) {
     size_t cap = strlen(m) + 1, n = 0;
     char *res = calloc(cap, 1);
     for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n"))
-        if (strstr(line, "\"kind\":\"eval\"")) n += (size_t)snprintf(res + n, cap - n, "%s\n", line);
+        if (strstr(line, "\"kind\":\"eval\""))
+            n += (size_t)snprintf(res + n, cap - n, "%s\n", line);
     free(m);
     return res;
 }
@@ -171,7 +172,8 @@ START_TEST(every_nth_io_call_fails_cleanly_and_the_run_resumes) {
                     char rel[300];
                     snprintf(rel, sizeof rel, "f/%s", kept_files[i]);
                     char *t = read_in(rel);
-                    ck_assert_msg(t && (strcmp(t, base[i]) == 0 || complete_new(i, t, ref_losses, "f")),
+                    ck_assert_msg(t && (strcmp(t, base[i]) == 0 ||
+                                        complete_new(i, t, ref_losses, "f")),
                                   "%s #%ld (%s): %s is half-written (%s)", ops[o], n, kind,
                                   kept_files[i], err);
                     free(t);

@@ -167,6 +167,47 @@ START_TEST(test_json_numbers_round_trip) {
 }
 END_TEST
 
+/* What a resumed run reads back from its record journal is the record that was written: the
+ * same keys in order, strings byte for byte (quotes, backslashes, control characters, UTF-8),
+ * numbers the same doubles, null as NaN; anything else is refused. */
+START_TEST(test_json_parse_reads_back_what_was_written) {
+    ttt_record r, back;
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "s", "a\"b\\c\nd\x01" "e\tf/caf\xc3\xa9");
+    ttt_record_str(&r, "k\"ey", "");
+    const double vals[] = {0.1, 1.0 / 3, 1e-300, -2.5, 4.9e-324, 1.7976931348623157e308,
+                           9007199254740993.0, -1e-7, 0.0};
+    for (int i = 0; i < 9; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "v%d", i);
+        ttt_record_num(&r, key, vals[i]);
+    }
+    ttt_record_num(&r, "nan", NAN);
+    char *j = record_json(&r);
+    char line[2048];
+    snprintf(line, sizeof line, "%s\n", j);
+    ck_assert_int_eq(ttt_record_parse_json(&back, line), TTT_OK);
+    ck_assert_int_eq(back.n, r.n);
+    for (int i = 0; i < r.n; i++) {
+        ck_assert_str_eq(back.f[i].key, r.f[i].key);
+        ck_assert_int_eq(back.f[i].is_num, r.f[i].is_num);
+        if (!r.f[i].is_num)
+            ck_assert_str_eq(back.f[i].str, r.f[i].str);
+        else if (isnan(r.f[i].num))
+            ck_assert(isnan(back.f[i].num));
+        else
+            ck_assert_msg(back.f[i].num == r.f[i].num, "%s: %.17g read back as %.17g",
+                          r.f[i].key, r.f[i].num, back.f[i].num);
+    }
+    free(j);
+    static const char *const bad[] = {"", "{", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x",
+                                      "{a:1}", "{\"a\":\"x}", "{\"a\":\"\\q\"}", "[1]"};
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(ttt_record_parse_json(&back, bad[i]) == TTT_ERR_FORMAT, "accepted '%s'",
+                      bad[i]);
+}
+END_TEST
+
 START_TEST(test_json_nonfinite_is_null) {
     ttt_record r;
     ttt_record_clear(&r);
@@ -817,6 +858,7 @@ static Suite *results_suite(void) {
     tcase_add_test(tc, test_record_set_replace_get);
     tcase_add_test(tc, test_json_escaping);
     tcase_add_test(tc, test_json_numbers_round_trip);
+    tcase_add_test(tc, test_json_parse_reads_back_what_was_written);
     tcase_add_test(tc, test_json_nonfinite_is_null);
     tcase_add_test(tc, test_record_truncates_long_strings);
     suite_add_tcase(s, tc);

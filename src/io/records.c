@@ -291,7 +291,8 @@ int ttt_remove_stale_tmp(const char *dir) {
         if (n[0] != '.') continue;
         /* ".<name>.tmp.<digits>": the last mark, followed by a pid and nothing else */
         const char *m = NULL;
-        for (const char *p = strstr(n + 1, TTT_AFILE_TMP_MARK); p; p = strstr(p + 1, TTT_AFILE_TMP_MARK))
+        for (const char *p = strstr(n + 1, TTT_AFILE_TMP_MARK); p;
+             p = strstr(p + 1, TTT_AFILE_TMP_MARK))
             m = p;
         if (!m || m == n + 1 || !m[ml]) continue;
         const char *q = m + ml;

@@ -628,7 +628,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         }
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
         if (s == TTT_OK && stop_requested && step < stop) {
-            if (last_good != step) s = save(&t, step, &opt, &w, res, t_before + ttt_now() - t_start, tokens, err);
+            if (last_good != step)
+                s = save(&t, step, &opt, &w, res, t_before + ttt_now() - t_start, tokens, err);
             if (s == TTT_OK)
                 s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
                                   "interrupted at step %ld of %ld; checkpoint saved in %s; run "

@@ -4,8 +4,8 @@
  * positions → backward → gradient clipping → AdamW with warm-up and cosine schedule (adamw.h).
  * Every `eval_every` steps (and at the end) the model is scored on the task's fixed evaluation
  * batches; every `log_every` steps a training record is added. Records (results.h) go to the
- * run's results and, as they happen, one JSON line each to the stream file (metrics.jsonl of the
- * run folder), with a progress bar on stderr.
+ * run's results and, as they happen, one JSON line each to the point's journal (stream_path), with
+ * a progress bar on stderr.
  *
  * Records: kind "train": step, loss (mean over the window since the previous record), accuracy,
  * grad_norm (mean ‖g‖ before clipping), lr, tokens_per_s; kind "eval": step, eval_loss,
@@ -19,8 +19,9 @@
  *
  * Checkpoints (checkpoint.h) in `ckpt_dir` every `checkpoint_every` steps and at the end hold the
  * parameters, AdamW's moments and step, the task's data state (rng/sampler words), the metrics
- * window in progress and the history of records. A run started where a checkpoint exists
- * resumes from it (after checking that it was written by the same configuration) and ends with
+ * window in progress, the last train loss, the time and tokens so far, and the length of the
+ * record journal (stream_path) it has seen — not the records. A run started where a checkpoint
+ * exists resumes from it (after checking that it was written by the same configuration) and ends with
  * the same parameters, metrics and records as an uninterrupted run (bit for bit, except the
  * wall-clock fields tokens_per_s and seconds). A corrupt ckpt-last falls back to ckpt-prev.
  *
@@ -81,7 +82,9 @@ typedef struct ttt_train_data {
 typedef struct ttt_train_run {
     const char *ckpt_dir;    /* checkpoint folder, NULL = no checkpoints (and no resume) */
     const char *config_hash; /* identifies the configuration (checked on resume) */
-    const char *stream_path; /* append records here as they happen (NULL = nowhere) */
+    /* the point's record journal: records are appended as they happen; a checkpoint stores its
+     * length, a resume cuts it back to that length and replays it (NULL = nowhere) */
+    const char *stream_path;
     ttt_results *results;    /* records are added here (NULL = nowhere) */
     ttt_progress *progress;  /* may be NULL */
     long work_done;          /* progress units done before this run */
