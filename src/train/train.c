@@ -474,7 +474,13 @@ static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_
     double loss = NAN, secs = 0;
     long long tok = 0, bytes = 0;
     for (int k = 0; k < 4; k++) {
-        TTT_TRY(ttt_checkpoint_read_meta(info.path, keys[k], buf, sizeof buf, err));
+        s = ttt_checkpoint_read_meta(info.path, keys[k], buf, sizeof buf, err);
+        if (s == TTT_ERR_CONFIG) /* the key is absent: a checkpoint that kept records inside */
+            return ttt_error_set(err, TTT_ERR_FORMAT,
+                                 "cannot resume from '%s': it was written by an earlier version "
+                                 "of ttt (no '%s'); delete %s to start this run over",
+                                 info.path, keys[k], t->run->ckpt_dir);
+        TTT_TRY(s);
         int ok = k == 0   ? sscanf(buf, "%la", &loss) == 1 || strcmp(buf, "nan") == 0
                  : k == 1 ? sscanf(buf, "%la", &secs) == 1
                  : k == 2 ? sscanf(buf, "%lld", &tok) == 1
