@@ -50,6 +50,19 @@ static const char *slow_cfg =
     "layer: {preset: gated_deltanet}\n"
     "train: {steps: 1000, batch: 64, shards: 1, log_every: 1, checkpoint_every: 0}\n";
 
+/* one point each that runs for seconds: a benchmark of long sequences and an equivalence check
+ * with the token-by-token driver */
+static const char *bench_cfg =
+    "name: b\n"
+    "task: {kind: benchmark, tokens: [4096, 16384, 65536], head_dims: [64], heads: [2],\n"
+    "       threads: [1], repeats: 10}\n"
+    "layer: {preset: gated_deltanet, form: recurrent}\n";
+static const char *equiv_cfg =
+    "name: e\n"
+    "task: {kind: equivalence, reference: recurrent, candidate: generic, tokens: 50000,\n"
+    "       repeats: 10, key_dim: 64, value_dim: 64, gates: scalar}\n"
+    "layer: {preset: gated_deltanet}\n";
+
 static void write_cfg(const char *file, const char *text) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", dir, file);
@@ -61,6 +74,8 @@ static void setup(void) {
     write_cfg("t.yaml", train_cfg);
     write_cfg("m.yaml", memory_cfg);
     write_cfg("s.yaml", slow_cfg);
+    write_cfg("b.yaml", bench_cfg);
+    write_cfg("e.yaml", equiv_cfg);
 }
 static void teardown(void) {
     tu_rmtree(dir);
@@ -343,6 +358,32 @@ END_TEST
 START_TEST(sighup_is_handled_like_sigterm) { stop_memory_sweep(SIGHUP, "hup"); }
 END_TEST
 
+/* Inside one long point of a benchmark or an equivalence check (no sweep: the stop between
+ * points does not help), SIGTERM ends the run within 1.5 s with exit 130: the tasks check
+ * after every timed sample (at most about 0.6 s here, 5 s for the whole point). */
+static void stop_one_long_point(const char *cfg, const char *out) {
+    pid_t pid = start_run(cfg, out, out);
+    char rel[300];
+    snprintf(rel, sizeof rel, "%s/config.resolved.yaml", out);
+    wait_for_file(rel);
+    sleep_ms(700);
+    double t0 = now_s();
+    kill(pid, SIGTERM);
+    int rc = wait_exit(pid);
+    double dt = now_s() - t0;
+    snprintf(rel, sizeof rel, "%s.err", out);
+    char *err = read_in(rel);
+    ck_assert_msg(rc == 130, "%s: exit %d: %s", cfg, rc, err);
+    ck_assert_msg(dt < 1.5, "%s: it took %.2f s to stop", cfg, dt);
+    free(err);
+}
+
+START_TEST(sigterm_stops_a_benchmark_and_an_equivalence_check_within_a_point) {
+    stop_one_long_point("b.yaml", "bench");
+    stop_one_long_point("e.yaml", "equiv");
+}
+END_TEST
+
 /* SIGINT asks for a graceful stop at the end of a long training step; SIGTERM right after ends
  * the program at once (killed by the signal, not exit 130 after the step). */
 START_TEST(a_second_signal_ends_the_program_at_once) {
@@ -374,6 +415,7 @@ static Suite *run_folder_suite(void) {
     tcase_add_test(tc, temporary_files_of_killed_runs_are_removed);
     tcase_add_test(tc, sigterm_stops_a_memory_sweep_keeping_what_was_measured);
     tcase_add_test(tc, sighup_is_handled_like_sigterm);
+    tcase_add_test(tc, sigterm_stops_a_benchmark_and_an_equivalence_check_within_a_point);
     tcase_add_test(tc, a_second_signal_ends_the_program_at_once);
     suite_add_tcase(s, tc);
     return s;

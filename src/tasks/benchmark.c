@@ -781,6 +781,7 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, be
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
         for (int p = 0; p < n_probes; p++) sgemm_probe_sample(&probes[p]);
+        TTT_TRY(ttt_train_check_stop(err)); /* a sample at a time (docs/hardening.md "Signals") */
     }
     *seconds = best;
     *cpu_seconds = best_cpu;
