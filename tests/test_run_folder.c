@@ -324,8 +324,8 @@ END_TEST
 
 /* ---- signals ---- */
 
-/* One signal to a memory sweep in progress: it ends within a second (a trial takes
- * milliseconds), exit 130, the message says what is kept, and summary.csv holds the sizes
+/* One signal to a memory sweep in progress: it ends within 2 s (a trial takes milliseconds; the
+ * rest is room for a loaded machine), exit 130, the message says what is kept, and summary.csv holds the sizes
  * measured so far. */
 static void stop_memory_sweep(int sig, const char *out) {
     pid_t pid = start_run("m.yaml", out, out);
@@ -340,7 +340,7 @@ static void stop_memory_sweep(int sig, const char *out) {
     snprintf(rel, sizeof rel, "%s.err", out);
     char *err = read_in(rel);
     ck_assert_msg(rc == 130, "signal %d: exit %d: %s", sig, rc, err);
-    ck_assert_msg(dt < 1.0, "signal %d: it took %.2f s to stop", sig, dt);
+    ck_assert_msg(dt < 2.0, "signal %d: it took %.2f s to stop", sig, dt);
     ck_assert_msg(strstr(err, "interrupted in point") && strstr(err, "what was measured so far"),
                   "%s", err);
     snprintf(rel, sizeof rel, "%s/summary.csv", out);
@@ -359,8 +359,8 @@ START_TEST(sighup_is_handled_like_sigterm) { stop_memory_sweep(SIGHUP, "hup"); }
 END_TEST
 
 /* Inside one long point of a benchmark or an equivalence check (no sweep: the stop between
- * points does not help), SIGTERM ends the run within 1.5 s with exit 130: the tasks check
- * after every timed sample (at most about 0.6 s here, 5 s for the whole point). */
+ * points does not help), SIGTERM ends the run within 3 s with exit 130: the tasks check after
+ * every timed sample (at most about 0.6 s here on an idle machine, 5 s for the whole point). */
 static void stop_one_long_point(const char *cfg, const char *out) {
     pid_t pid = start_run(cfg, out, out);
     char rel[300];
@@ -374,7 +374,7 @@ static void stop_one_long_point(const char *cfg, const char *out) {
     snprintf(rel, sizeof rel, "%s.err", out);
     char *err = read_in(rel);
     ck_assert_msg(rc == 130, "%s: exit %d: %s", cfg, rc, err);
-    ck_assert_msg(dt < 1.5, "%s: it took %.2f s to stop", cfg, dt);
+    ck_assert_msg(dt < 3.0, "%s: it took %.2f s to stop", cfg, dt);
     free(err);
 }
 
@@ -398,7 +398,7 @@ START_TEST(a_second_signal_ends_the_program_at_once) {
     double dt = now_s() - t0;
     char *err = read_in("twice.err");
     ck_assert_msg(rc == -SIGTERM, "exit %d after two signals: %s", rc, err);
-    ck_assert_msg(dt < 0.5, "the second signal took %.2f s", dt);
+    ck_assert_msg(dt < 1.0, "the second signal took %.2f s", dt);
     free(err);
 }
 END_TEST
