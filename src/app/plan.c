@@ -258,6 +258,13 @@ static ttt_status lock_run_folder(const char *dir, int *fd, ttt_error *err) {
         int e = errno;
         char who[1024] = "";
         ssize_t n = e == EWOULDBLOCK ? pread(f, who, sizeof who - 1, 0) : -1;
+        if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
+            /* a file system without locks (some network mounts): run, but say so */
+            fprintf(stderr, "ttt: warning: cannot lock the run folder '%s' (%s); make sure no "
+                            "other run writes into it\n", dir, strerror(e));
+            *fd = f;
+            return TTT_OK;
+        }
         close(f);
         if (e != EWOULDBLOCK)
             return ttt_error_set(err, TTT_ERR_IO, "cannot lock the run folder '%s': %s", dir,

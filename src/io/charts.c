@@ -367,7 +367,7 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     if (ttt_results_foreach(res, collect_point, &col) != 0) goto fail;
     point *pts = col.pts;
     int np = col.n;
-    qsort(pts, (size_t)np, sizeof *pts, point_cmp);
+    if (np > 1) qsort(pts, (size_t)np, sizeof *pts, point_cmp); /* pts is NULL without points */
     np = decimate(pts, np);
 
     int nlegend = sl.n + (ref_ok(c) && np ? 1 : 0);
