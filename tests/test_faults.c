@@ -162,11 +162,12 @@ START_TEST(full_disk_is_a_clear_error_and_keeps_earlier_outputs) {
         before[i] = tu_read_file(p);
         ck_assert_ptr_nonnull(before[i]);
     }
-    /* a fresh start in the same folder (no checkpoints), so it has to write a lot */
+    /* a fresh start in the same folder (no checkpoints, no mark of completion), so it has to
+     * write a lot */
     char *cmd;
-    ck_assert(asprintf(&cmd, "rm -rf %s/checkpoints; trap '' XFSZ; ulimit -f 8; %s run %s/f.yaml "
-                             "--out %s --quiet >/dev/null 2>%s/full.err",
-                       out, bin(), dir, out, dir) > 0);
+    ck_assert(asprintf(&cmd, "rm -rf %s/checkpoints %s/.ttt-complete; trap '' XFSZ; ulimit -f 8; "
+                             "%s run %s/f.yaml --out %s --quiet >/dev/null 2>%s/full.err",
+                       out, out, bin(), dir, out, dir) > 0);
     int st = system(cmd);
     free(cmd);
     char errp[512];

@@ -3,7 +3,8 @@
 (docs/scaling.md). Two parts, each a ctest test:
 
   shards  (no MPI needed)  `ttt run --shard i/n` jobs + `ttt merge` = one `ttt run`; a merge
-                           with a shard missing fails and names the points missing; a task of
+                           with a shard missing fails and names the points missing; a second
+                           job of the same shard is refused (a sibling shard is not); a task of
                            `srun -n 4` that is not an MPI rank refuses to run the whole sweep.
   mpi     (needs a build with MPI and mpirun; exit 77 = skipped, with the reason)
           * a sweep over `mpirun -np 2`: the same files, config.resolved.yaml, summary rows,
@@ -23,6 +24,7 @@
 usage: test_mpi.py shards|mpi TTT_BIN [MPIEXEC] [MPI_BUILT(ON|OFF)]
 """
 import csv
+import fcntl
 import io
 import json
 import os
@@ -191,8 +193,38 @@ def test_shards(c):
     recs = [p for p in parts if p.endswith(".rec")]
     if len(recs) != 4:  # 6 points of equal cost over 3 shards: 2 each
         fail("two shards of three should leave 4 parts, found %s" % parts)
+
+    # The lock under --shard (docs/scaling.md "Run folders shared by ranks and jobs"): sibling
+    # shard jobs share the folder (.ttt-lock shared), each shard has one job (.ttt-lock.shard<i>
+    # exclusive); this process stands for a live job of shard 1/3.
+    me = "pid %d on host test: a job of shard 1/3" % os.getpid()
+    with open(c.path("sh", ".ttt-lock"), "a") as main, \
+            open(c.path("sh", ".ttt-lock.shard1"), "a+") as own:
+        fcntl.flock(main, fcntl.LOCK_SH)
+        fcntl.flock(own, fcntl.LOCK_EX)
+        own.truncate(0)
+        own.write(me + "\n")
+        own.flush()
+        r = c.run(["run", exp, "--out", "sh", "--shard", "1/3"], check=False)
+        if r.returncode == 0 or "shard 1/3" not in r.stderr or me not in r.stderr:
+            fail("a second job of shard 1/3 must be refused naming the first: exit %d, %s"
+                 % (r.returncode, r.stderr))
+        left = [p for p in os.listdir(c.path("sh", "parts")) if p.endswith(".rec")]
+        if len(left) != 4:
+            fail("the refused job of shard 1/3 wrote parts: %s" % sorted(left))
+        for args in (["merge", exp, "--out", "sh"], ["run", exp, "--out", "sh"]):
+            r = c.run(args, check=False)
+            if r.returncode == 0 or "in use by another ttt run" not in r.stderr:
+                fail("`ttt %s` while a shard job runs must be refused: exit %d, %s"
+                     % (args[0], r.returncode, r.stderr))
+        c.run(["run", exp, "--out", "sh", "--shard", "0/3"])  # a sibling shard: not refused
+    print("ok: a second job of the same shard is refused naming the first; a sibling shard "
+          "runs; merge and a whole run wait for the shard jobs")
+
     c.run(["run", exp, "--out", "sh", "--shard", "1/3"])
     c.run(["merge", exp, "--out", "sh"])
+    if any(n.startswith(".ttt-lock.shard") for n in os.listdir(c.path("sh"))):
+        fail("the merge must remove the shard jobs' lock files: %s" % os.listdir(c.path("sh")))
     same_folder(c.path("one"), c.path("sh"), "3 shards + merge vs one process")
     print("ok: --shard 0/3, 1/3, 2/3 + merge == one process; a merge with a shard missing fails")
 
@@ -242,6 +274,28 @@ def test_mpi(c):
     if os.path.exists(c.path("two", "parts")):
         fail("the parts folder outlived a successful run")
     print("ok: a sweep over 2 ranks leaves the folder one process leaves")
+
+    # The run folder's lock and completion mark under MPI (docs/scaling.md "Run folders shared
+    # by ranks and jobs"): rank 0 holds the lock; a completed run is left as it is by every
+    # rank; a second writer is refused on every rank, and nothing is written.
+    def stamps():  # every file but the lock, which records its holder
+        return {n: os.stat(c.path("two", n)).st_mtime_ns for n in listing(c.path("two"))
+                if n != ".ttt-lock"}
+    before = stamps()
+    r = c.run(["run", exp, "--out", "two"], ranks=2)
+    after = stamps()
+    if "completed run" not in r.stderr or before != after:
+        fail("a rerun of a completed run over 2 ranks must change nothing: %s" % r.stderr)
+    os.unlink(c.path("two", ".ttt-complete"))
+    with open(c.path("two", ".ttt-lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = c.run(["run", exp, "--out", "two"], ranks=2, check=False)
+        if r.returncode == 0 or "in use by another ttt run" not in r.stderr:
+            fail("a run over 2 ranks into a locked folder must be refused: exit %d, %s"
+                 % (r.returncode, r.stderr))
+        if os.path.exists(c.path("two", "parts")):
+            fail("a refused run over 2 ranks wrote parts")
+    print("ok: over 2 ranks, a completed run is left as it is, and a locked folder is refused")
 
     # train.data_parallel decides how the ranks share a sweep, and --parallel overrides it: with
     # one shard per batch, 2 ranks cannot split a batch, so data-parallel must refuse and

@@ -2,10 +2,12 @@
  * progress display. */
 #include <dirent.h>
 #include <math.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "progress.h"
 #include "results.h"
@@ -162,6 +164,47 @@ START_TEST(test_json_numbers_round_trip) {
     char *j = record_json(&r);
     ck_assert_str_eq(j, "{\"i\":3,\"n\":-256,\"f\":0.1,\"big\":1000000000000000}");
     free(j);
+}
+END_TEST
+
+/* What a resumed run reads back from its record journal is the record that was written: the
+ * same keys in order, strings byte for byte (quotes, backslashes, control characters, UTF-8),
+ * numbers the same doubles, null as NaN; anything else is refused. */
+START_TEST(test_json_parse_reads_back_what_was_written) {
+    ttt_record r, back;
+    ttt_record_clear(&r);
+    ttt_record_str(&r, "s", "a\"b\\c\nd\x01" "e\tf/caf\xc3\xa9");
+    ttt_record_str(&r, "k\"ey", "");
+    const double vals[] = {0.1, 1.0 / 3, 1e-300, -2.5, 4.9e-324, 1.7976931348623157e308,
+                           9007199254740993.0, -1e-7, 0.0};
+    for (int i = 0; i < 9; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "v%d", i);
+        ttt_record_num(&r, key, vals[i]);
+    }
+    ttt_record_num(&r, "nan", NAN);
+    char *j = record_json(&r);
+    char line[2048];
+    snprintf(line, sizeof line, "%s\n", j);
+    ck_assert_int_eq(ttt_record_parse_json(&back, line), TTT_OK);
+    ck_assert_int_eq(back.n, r.n);
+    for (int i = 0; i < r.n; i++) {
+        ck_assert_str_eq(back.f[i].key, r.f[i].key);
+        ck_assert_int_eq(back.f[i].is_num, r.f[i].is_num);
+        if (!r.f[i].is_num)
+            ck_assert_str_eq(back.f[i].str, r.f[i].str);
+        else if (isnan(r.f[i].num))
+            ck_assert(isnan(back.f[i].num));
+        else
+            ck_assert_msg(back.f[i].num == r.f[i].num, "%s: %.17g read back as %.17g",
+                          r.f[i].key, r.f[i].num, back.f[i].num);
+    }
+    free(j);
+    static const char *const bad[] = {"", "{", "{\"a\":}", "{\"a\":1,}", "{\"a\":1} x",
+                                      "{a:1}", "{\"a\":\"x}", "{\"a\":\"\\q\"}", "[1]"};
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg(ttt_record_parse_json(&back, bad[i]) == TTT_ERR_FORMAT, "accepted '%s'",
+                      bad[i]);
 }
 END_TEST
 
@@ -593,8 +636,9 @@ START_TEST(test_afile_missing_dir_and_notdir) {
 }
 END_TEST
 
-/* A full disk: the stream of an open afile is swapped for /dev/full, which fails every write
- * with ENOSPC. The commit must fail, remove the temporary file and keep the earlier file. */
+/* A full disk: the descriptor under an open afile is swapped for /dev/full, which fails every
+ * write with ENOSPC. The commit must fail naming ENOSPC (not EIO), remove the temporary file and
+ * keep the earlier file. */
 START_TEST(test_afile_disk_full_keeps_old_file) {
     FILE *probe = fopen("/dev/full", "w");
     if (!probe) return; /* no /dev/full here */
@@ -605,9 +649,10 @@ START_TEST(test_afile_disk_full_keeps_old_file) {
     ck_assert_int_eq(ttt_write_file_atomic(path, "old contents\n", &err), TTT_OK);
     ttt_afile af;
     ck_assert_int_eq(ttt_afile_open(&af, path, &err), TTT_OK);
-    fclose(af.f);
-    af.f = fopen("/dev/full", "w");
-    ck_assert_ptr_nonnull(af.f);
+    int full = open("/dev/full", O_WRONLY);
+    ck_assert_int_ge(full, 0);
+    ck_assert_int_eq(dup2(full, ttt_afile_fd(&af)), ttt_afile_fd(&af));
+    close(full);
     fputs("new contents that will not fit\n", af.f);
     ck_assert_int_eq(ttt_afile_commit(&af, &err), TTT_ERR_IO);
     ck_assert_msg(strstr(err.msg, path) != NULL, "message lacks the path: %s", err.msg);
@@ -813,6 +858,7 @@ static Suite *results_suite(void) {
     tcase_add_test(tc, test_record_set_replace_get);
     tcase_add_test(tc, test_json_escaping);
     tcase_add_test(tc, test_json_numbers_round_trip);
+    tcase_add_test(tc, test_json_parse_reads_back_what_was_written);
     tcase_add_test(tc, test_json_nonfinite_is_null);
     tcase_add_test(tc, test_record_truncates_long_strings);
     suite_add_tcase(s, tc);

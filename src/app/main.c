@@ -17,11 +17,16 @@
 
 enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
-/* First SIGINT/SIGTERM: ask the training loop to checkpoint and stop after the current step.
- * A second one ends the program at once (the default action is restored). */
+/* First SIGINT/SIGTERM/SIGHUP: ask every running loop to stop (training checkpoints after the
+ * current step; other tasks stop after the current measurement) and write what is finished.
+ * A second one of any of them ends the program at once: the default actions are restored
+ * (docs/hardening.md "Signals"). */
 static void on_stop_signal(int sig) {
+    (void)sig;
     ttt_train_request_stop();
-    signal(sig, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
 }
 
 static void install_stop_handlers(void) {
@@ -31,6 +36,7 @@ static void install_stop_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 static const char usage_text[] =

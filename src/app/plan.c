@@ -1,9 +1,14 @@
 /* The plan pass (plan.h, docs/design.md "Data flow"). */
 #include "plan.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -12,6 +17,7 @@
 #include "point_records.h"
 #include "progress.h"
 #include "results.h"
+#include "train.h"
 
 /* Keys allowed at the top level besides the options: the sweep (expanded away before a point
  * is checked) and the informational `resolved` list a previous run wrote. */
@@ -43,6 +49,44 @@ static void config_hash(const ttt_cfg_node *root, char hash[17]) {
     free(flow);
 }
 
+/* The first control character of s (C0, DEL or a C1 code point written in UTF-8), or NULL.
+ * Such characters in a folder name or a message would act on the terminal that prints them. */
+static const unsigned char *control_char(const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p == 0x7f) return p;
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) return p;
+    }
+    return NULL;
+}
+
+/* `name` becomes the folder runs/<name> and the title of messages and the page: one plain
+ * folder name, so a run can neither write outside runs/ nor into runs/ itself
+ * (docs/hardening.md "Run folders: names, one writer, re-runs"). */
+static ttt_status check_name(const ttt_cfg_node *root, ttt_error *err) {
+    const ttt_cfg_node *n = ttt_cfg_get(root, "name");
+    const char *s = n && n->scalar ? n->scalar : "";
+    const unsigned char *c = control_char(s);
+    if (c)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n,
+                             "name: control character 0x%02x at byte %d; a name becomes a folder "
+                             "name and is printed, so it must be printable text",
+                             *c, (int)(c - (const unsigned char *)s));
+    if (!s[0])
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n,
+                             "name: empty; expected a folder name (the run goes to runs/<name>)");
+    if (strchr(s, '/') || strcmp(s, ".") == 0 || strcmp(s, "..") == 0)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n,
+                             "name: '%s' is not a plain folder name (no '/', not '.' or '..'): "
+                             "the run goes to runs/<name>; use `output:` or --out to place it "
+                             "elsewhere", s);
+    const ttt_cfg_node *o = ttt_cfg_get(root, "output");
+    if (o && o->scalar && (c = control_char(o->scalar)))
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, o,
+                             "output: control character 0x%02x at byte %d; expected a printable "
+                             "folder path", *c, (int)(c - (const unsigned char *)o->scalar));
+    return TTT_OK;
+}
+
 /* Validate one point's tree against the registries (filling every default into it), then let
  * its task read it into pt->cfg. */
 static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char *stem,
@@ -50,6 +94,7 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     ttt_cfg_map_remove(root, "resolved");
     if (!ttt_cfg_get(root, "name")) ttt_cfg_map_set(root, "name", ttt_cfg_new_scalar(stem, root));
     TTT_TRY(ttt_cfg_check_map(root, "", ttt_experiment_options, top_extra, err));
+    TTT_TRY(check_name(root, err));
     const ttt_cfg_node *out = ttt_cfg_get(root, "output");
     if (!out->scalar || !out->scalar[0]) {
         char buf[512];
@@ -173,7 +218,6 @@ void ttt_plan_free(ttt_plan *p) {
 const char *ttt_plan_output(const ttt_plan *p, const char *out_dir) {
     return out_dir ? out_dir : p->points[0].output;
 }
-
 /* config.resolved.yaml goes first, so a run folder always says what produced it. */
 static ttt_status write_resolved(const ttt_plan *p, const char *dir, ttt_error *err) {
     char path[4096];
@@ -181,16 +225,175 @@ static ttt_status write_resolved(const ttt_plan *p, const char *dir, ttt_error *
     return ttt_write_file_atomic(path, p->resolved_yaml, err);
 }
 
-/* Charts, metrics.jsonl, summary.csv, the charts, index.html, and the table. */
-static ttt_status finish(const ttt_plan *p, ttt_results *res, const char *dir, FILE *table,
-                         ttt_error *err) {
-    const ttt_plan_point *first = &p->points[0];
-    const ttt_task *t = first->task;
-    if (t->charts) t->charts(res, first->cfg);
-    TTT_TRY(ttt_results_write(res, dir, err));
-    const char *const *cols = t->columns_for ? t->columns_for(first->cfg) : t->columns;
-    if (cols && table) ttt_results_print_table(res, table, cols);
+/* ------------------------------------------------------------------------------------------ */
+/* One writer per run folder (docs/hardening.md "Run folders: names, one writer, re-runs";
+ * docs/scaling.md "Run folders shared by ranks and jobs"). Under MPI only rank 0 locks. A run
+ * or `ttt merge` holds .ttt-lock exclusively; a --shard job holds it shared (its sibling jobs
+ * write the same folder, each into the parts of its own points) and .ttt-lock.shard<i>
+ * exclusively, so a second job of the same shard is refused, and so is a run or a merge while
+ * shard jobs run. */
+
+#define LOCK_FILE ".ttt-lock"
+#define COMPLETE_FILE ".ttt-complete"
+
+/* Printable text only: the holder's line is shown to another user's terminal. */
+static void printable(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = ' ';
+}
+
+/* "pid P on host H since YYYY-MM-DD HH:MM:SS UTC: the command line" */
+static void holder_line(char *out, size_t len) {
+    char host[256] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    char when[64] = "?";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    char cmd[1024] = "";
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, cmd, sizeof cmd - 1);
+        close(fd);
+        if (n < 0) n = 0;
+        cmd[n] = '\0';
+        for (ssize_t i = 0; i + 1 < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+    }
+    snprintf(out, len, "pid %ld on host %s since %s: %s", (long)getpid(), host, when,
+             cmd[0] ? cmd : "(command unknown)");
+    printable(out);
+}
+
+/* Take the advisory lock dir/<name> (flock, held until *fd is closed, released by the kernel
+ * when the process dies however it dies). op: LOCK_EX (the holder records itself in the file)
+ * or LOCK_SH. A writer that cannot have it is refused, naming the holder as it recorded itself
+ * in the file; `what` names what is locked in that message. */
+static ttt_status lock_file(const char *dir, const char *name, int op, const char *what, int *fd,
+                            ttt_error *err) {
+    *fd = -1;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return ttt_error_set(err, TTT_ERR_IO, "run folder path '%s' is too long", dir);
+    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (f < 0)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot lock the run folder '%s': %s: %s", dir,
+                             path, strerror(errno));
+    if (flock(f, op | LOCK_NB) != 0) {
+        int e = errno;
+        char who[1024] = "";
+        ssize_t n = e == EWOULDBLOCK ? pread(f, who, sizeof who - 1, 0) : -1;
+        if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL) {
+            /* a file system without locks (some network mounts): run, but say so */
+            fprintf(stderr, "ttt: warning: cannot lock the run folder '%s' (%s); make sure no "
+                            "other run writes into it\n", dir, strerror(e));
+            *fd = f;
+            return TTT_OK;
+        }
+        close(f);
+        if (e != EWOULDBLOCK)
+            return ttt_error_set(err, TTT_ERR_IO, "cannot lock the run folder '%s': %s", dir,
+                                 strerror(e));
+        who[n > 0 ? n : 0] = '\0';
+        char *nl = strchr(who, '\n');
+        if (nl) *nl = '\0';
+        printable(who);
+        return ttt_error_set(err, TTT_ERR_IO,
+                             "%s is in use by another ttt run (%s); wait for it to end, or write "
+                             "into another folder with --out",
+                             what, who[0] ? who : "it has not recorded itself yet, or --shard "
+                                                  "jobs are writing into it");
+    }
+    if (op == LOCK_EX) {
+        char line[1400];
+        holder_line(line, sizeof line);
+        size_t len = strlen(line);
+        line[len++] = '\n';
+        /* informational: a failure to record the holder does not stop the run (the lock holds) */
+        int recorded = ftruncate(f, 0) == 0 && pwrite(f, line, len, 0) == (ssize_t)len;
+        (void)recorded;
+    }
+    *fd = f;
     return TTT_OK;
+}
+
+/* The locks one process holds on a run folder: the main lock, and a --shard job's own. */
+typedef struct run_locks {
+    int main, shard;
+    int main_op;
+} run_locks;
+
+/* shard < 0: the whole folder (a run or a merge); else the lock of --shard shard/n_shards. */
+static ttt_status lock_run_folder(const char *dir, int shard, int n_shards, run_locks *L,
+                                  ttt_error *err) {
+    L->main = L->shard = -1;
+    L->main_op = shard < 0 ? LOCK_EX : LOCK_SH;
+    char what[4400];
+    snprintf(what, sizeof what, "the run folder '%s'", dir);
+    TTT_TRY(lock_file(dir, LOCK_FILE, L->main_op, what, &L->main, err));
+    if (shard < 0) return TTT_OK;
+    char name[64];
+    snprintf(name, sizeof name, LOCK_FILE ".shard%d", shard);
+    snprintf(what, sizeof what, "shard %d/%d of the run folder '%s'", shard, n_shards, dir);
+    ttt_status s = lock_file(dir, name, LOCK_EX, what, &L->shard, err);
+    if (s != TTT_OK) {
+        close(L->main);
+        L->main = -1;
+    }
+    return s;
+}
+
+static void unlock_run_folder(run_locks *L) {
+    if (L->shard >= 0) close(L->shard);
+    if (L->main >= 0) close(L->main);
+    L->main = L->shard = -1;
+}
+
+/* Temporary files a killed run left in the folders the lock holder owns (no live writer owns
+ * them): the whole folder's for the main lock's exclusive holder; a shard job's own points'
+ * checkpoint folders only (its siblings write into the run folder and parts/ at the same time).
+ * owner: (n_points) or NULL = every point. */
+static void remove_stale_tmp(const ttt_plan *p, const char *dir, const int *owner, int me) {
+    char path[4096];
+    if (!owner) {
+        ttt_remove_stale_tmp(dir);
+        snprintf(path, sizeof path, "%s/parts", dir);
+        ttt_remove_stale_tmp(path);
+    }
+    for (int i = 0; i < p->n_points; i++) {
+        if (owner && owner[i] != me) continue;
+        snprintf(path, sizeof path, "%s/checkpoints/point%d", dir, i);
+        ttt_remove_stale_tmp(path);
+    }
+}
+
+/* What the completion mark of this plan says: the hash of config.resolved.yaml. */
+static void complete_text(const ttt_plan *p, char out[32]) {
+    char h[17];
+    ttt_checkpoint_config_hash(p->resolved_yaml, h);
+    snprintf(out, 32, "%s\n", h);
+}
+
+/* The folder holds a completed run of exactly this plan: its mark matches and its results are
+ * there. Running it again would only spend the time to write the same numbers. */
+static int run_is_complete(const ttt_plan *p, const char *dir) {
+    char path[4096 + 32], want[32], got[32] = "";
+    snprintf(path, sizeof path, "%s/" COMPLETE_FILE, dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    fclose(f);
+    got[n] = '\0';
+    complete_text(p, want);
+    snprintf(path, sizeof path, "%s/summary.csv", dir);
+    struct stat st;
+    return strcmp(got, want) == 0 && stat(path, &st) == 0;
+}
+
+static void say_complete(const char *dir) {
+    fprintf(stderr, "ttt: %s holds this experiment's completed run; nothing was run and nothing "
+                    "changed (to run it again, delete the folder or use --out)\n", dir);
 }
 
 static void part_path(char *out, size_t len, const char *dir, int i, const char *ext) {
@@ -203,11 +406,59 @@ static void remove_parts(const ttt_plan *p, const char *dir) {
     for (int i = 0; i < p->n_points; i++) {
         part_path(path, sizeof path, dir, i, "rec");
         unlink(path);
-        part_path(path, sizeof path, dir, i, "jsonl");
+        part_path(path, sizeof path, dir, i, "jsonl"); /* a stream earlier versions kept */
         unlink(path);
     }
     snprintf(path, sizeof path, "%s/parts", dir);
     rmdir(path); /* left in place when it holds anything else */
+}
+
+/* The --shard jobs' lock files, once their parts are merged. Only under the exclusive main lock:
+ * no shard job holds (or can take) its own lock while that is held. */
+static void remove_shard_locks(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    const size_t pl = strlen(LOCK_FILE ".shard");
+    struct dirent *de;
+    char path[4096 + 256];
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, LOCK_FILE ".shard", pl) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        unlink(path);
+    }
+    closedir(d);
+}
+
+/* Charts, metrics.jsonl, summary.csv, the charts, index.html, and the table (table NULL: none). */
+static ttt_status finish(const ttt_plan *p, ttt_results *res, const char *dir, FILE *table,
+                         ttt_error *err) {
+    const ttt_plan_point *first = &p->points[0];
+    const ttt_task *t = first->task;
+    if (t->charts) t->charts(res, first->cfg);
+    TTT_TRY(ttt_results_write(res, dir, err));
+    const char *const *cols = t->columns_for ? t->columns_for(first->cfg) : t->columns;
+    if (cols && table) ttt_results_print_table(res, table, cols);
+    return TTT_OK;
+}
+
+/* A whole run's end: the run folder, then the completion mark, then the parts are spent (in
+ * that order: a run that fails at its last write still has what it needs to end). */
+static ttt_status conclude(const ttt_plan *p, ttt_results *res, const char *dir, FILE *table,
+                           ttt_error *err) {
+    TTT_TRY(finish(p, res, dir, table, err));
+    char mark[4096 + 32], text[32];
+    snprintf(mark, sizeof mark, "%s/" COMPLETE_FILE, dir);
+    complete_text(p, text);
+    TTT_TRY(ttt_write_file_atomic(mark, text, err));
+    remove_parts(p, dir);
+    remove_shard_locks(dir);
+    return TTT_OK;
+}
+
+static void remove_mark(const char *dir) {
+    char mark[4096 + 32];
+    snprintf(mark, sizeof mark, "%s/" COMPLETE_FILE, dir);
+    unlink(mark);
 }
 
 void ttt_plan_assign(const ttt_plan *p, int n, int *owner) {
@@ -240,6 +491,8 @@ void ttt_plan_assign(const ttt_plan *p, int n, int *owner) {
     free(load);
 }
 
+static ttt_status merge_locked(const ttt_plan *p, const char *dir, FILE *table, ttt_error *err);
+
 ttt_status ttt_plan_run(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
                         ttt_error *err) {
     return ttt_plan_run_exec(p, out_dir, progress, table, NULL, err);
@@ -258,52 +511,91 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     const int data = R > 1 && !sharded &&
                      (par == TTT_PARALLEL_DATA || (par == TTT_PARALLEL_AUTO && p->n_points < R));
     const int split = sharded || (R > 1 && !data);
+    /* the one process that writes the run folder's shared files (and holds its lock): rank 0,
+     * or a --shard job (its own points' parts; ttt_plan_merge writes the rest) */
+    const int writer = leader || sharded;
     const char *dir = ttt_plan_output(p, out_dir);
     char path[4096];
-
-    ttt_status s = TTT_OK;
-    if (leader || sharded) {
-        s = ttt_mkdirs(dir, err);
-        if (s == TTT_OK) s = write_resolved(p, dir, err);
-    }
-    /* Trained tasks stream records into metrics.jsonl as they happen (a resumed run streams
-     * the restored history first); the complete file is rewritten at the end. Points that run
-     * apart stream into their parts/point<i>.jsonl instead: metrics.jsonl has one writer. */
-    if (s == TTT_OK && leader && !sharded) {
-        snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-        FILE *stream = fopen(path, "w");
-        if (stream) fclose(stream);
-    }
-    if (s == TTT_OK && split) {
-        snprintf(path, sizeof path, "%s/parts", dir);
-        s = ttt_mkdirs(path, err);
-    }
-    if (R > 1 && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
-        s = ttt_error_set(err, TTT_ERR_IO, "rank 0 could not prepare the run folder %s", dir);
-    if (s != TTT_OK) return s;
 
     int *owner = calloc((size_t)p->n_points, sizeof *owner);
     if (!owner) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     const int me = sharded ? x->shard : comm->rank;
     if (split) ttt_plan_assign(p, sharded ? x->n_shards : R, owner);
 
+    /* The writer locks the folder, removes what killed runs left and decides whether the run is
+     * already complete; the other ranks learn both from it before anyone writes. */
+    run_locks L = {-1, -1, 0};
+    int complete = 0;
+    ttt_status s = TTT_OK;
+    if (writer) {
+        s = ttt_mkdirs(dir, err);
+        if (s == TTT_OK)
+            s = lock_run_folder(dir, sharded ? x->shard : -1, sharded ? x->n_shards : 0, &L, err);
+        if (s == TTT_OK) {
+            remove_stale_tmp(p, dir, sharded ? owner : NULL, me);
+            complete = run_is_complete(p, dir);
+        }
+    }
+    if (R > 1 && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
+        s = ttt_error_set(err, TTT_ERR_IO, "rank 0 could not take the run folder %s (its "
+                          "message is on its stderr)", dir);
+    if (s == TTT_OK && R > 1) complete = !ttt_comm_all(comm, !complete);
+    if (s != TTT_OK || complete) {
+        if (complete && leader) say_complete(dir);
+        unlock_run_folder(&L);
+        free(owner);
+        return s;
+    }
+    if (leader && !sharded) remove_mark(dir); /* this run replaces whatever the folder held */
+
+    const ttt_plan_point *first = &p->points[0];
+    ttt_results *res = ttt_results_new(first->name);
+    if (!res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (s == TTT_OK && writer) s = write_resolved(p, dir, err);
+    /* Records go to metrics.jsonl as they are made (a temporary name until the run completes;
+     * trained points also journal theirs next to their checkpoints, which only the point's owner
+     * writes), so memory stays flat however long the run (docs/hardening.md "Flat memory over
+     * long runs"). Points that run apart keep theirs in their part files: metrics.jsonl has one
+     * writer, rank 0, which merges the parts. */
+    if (s == TTT_OK && leader && !split) s = ttt_results_stream(res, dir, err);
+    if (s == TTT_OK && split) {
+        snprintf(path, sizeof path, "%s/parts", dir);
+        s = ttt_mkdirs(path, err);
+    }
+    if (R > 1 && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
+        s = ttt_error_set(err, TTT_ERR_IO, "rank 0 could not prepare the run folder %s", dir);
+    if (s != TTT_OK) {
+        ttt_results_free(res);
+        unlock_run_folder(&L);
+        free(owner);
+        return s;
+    }
+
     long total = 0;
     for (int i = 0; i < p->n_points; i++)
         if (!split || owner[i] == me) total += (long)p->points[i].cost;
-    const ttt_plan_point *first = &p->points[0];
-    ttt_results *res = ttt_results_new(first->name);
+    /* ranks that run points apart tell each other of a stop (data-parallel ranks agree on it in
+     * every step's gather and before each point) */
+    if (split && R > 1) ttt_train_stop_peers(comm);
     ttt_progress pr;
     ttt_progress_init(&pr, first->name, total, NULL, progress && leader);
     long done = 0;
+    int finished = 0;
     for (int i = 0; i < p->n_points && s == TTT_OK; i++) {
         const ttt_plan_point *pt = &p->points[i];
         if (split && owner[i] != me) continue;
         const ttt_task *t = pt->task;
+        /* a stop before the point: ranks that run it together agree on it first */
+        int stop = ttt_train_stop_requested();
+        if (data) stop = !ttt_comm_all(comm, !stop);
+        if (stop) {
+            s = ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted");
+            break;
+        }
         ttt_results *into = split ? ttt_results_new(first->name) : res;
         const int from = into ? ttt_results_count(into) : 0;
-        char part[4096], stream[4096];
+        char part[4096];
         part_path(part, sizeof part, dir, i, "rec");
-        part_path(stream, sizeof stream, dir, i, "jsonl");
         int found = 0;
         if (!into) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
         /* a part under the same configuration: the point ended in an earlier run */
@@ -312,45 +604,79 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
             ttt_task_run run = {.cfg = pt->cfg, .label = pt->label, .point = i, .seed = pt->seed,
                                 .config_hash = pt->config_hash, .results = into,
                                 .progress = &pr, .work_done = done, .run_dir = dir,
-                                .stream_path = split ? stream : NULL,
                                 .comm = data ? comm : NULL};
             s = t->run(&run, err);
-            if (s != TTT_OK && pt->label[0]) error_suffix_point(err, pt->label);
+            if (s != TTT_OK && s != TTT_ERR_INTERRUPTED && pt->label[0])
+                error_suffix_point(err, pt->label);
             if (s == TTT_OK && split) s = ttt_part_save(into, from, part, pt->config_hash, err);
         }
+        if (s == TTT_OK) finished++;
         if (split) ttt_results_free(into);
         done += (long)pt->cost;
         ttt_progress_update(&pr, done, pt->label);
     }
     ttt_progress_finish(&pr);
     free(owner);
-    if (R > 1 && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
-        s = ttt_error_set(err, TTT_ERR_IO,
-                          "another rank failed (its message is on its stderr); the points that "
-                          "ended are kept in %s/parts: run the same command again to run the "
-                          "rest", dir);
-    if (s == TTT_OK && leader && !sharded) {
+    /* The ranks agree on how the run ended: a stop on any rank is a stop for all */
+    if (R > 1) {
+        const int all_ok = ttt_comm_all(comm, s == TTT_OK);
+        const int any_stop = !ttt_comm_all(comm, s != TTT_ERR_INTERRUPTED);
+        if (split) ttt_train_stop_peers(NULL);
+        if (s == TTT_OK && !all_ok) {
+            if (any_stop)
+                s = ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted (on another rank)");
+            else
+                s = ttt_error_set(err, TTT_ERR_IO,
+                                  "another rank failed (its message is on its stderr); the points "
+                                  "that ended are kept in %s/parts: run the same command again to "
+                                  "run the rest", dir);
+        }
+    }
+    if (s == TTT_ERR_INTERRUPTED) {
+        /* Interrupted: what the finished points measured is kept all the same (and a trained
+         * point's checkpoint was saved), so a stopped sweep keeps its work (docs/hardening.md
+         * "Signals"): written into the run folder, or, when the points ran apart, in their
+         * parts, which the next run (or `ttt merge`) picks up. */
+        ttt_error stop_msg = *err;
+        ttt_status w = TTT_OK;
+        if (leader && !split) w = finish(p, res, dir, NULL, err);
+        if (w != TTT_OK) {
+            s = w;
+        } else if (split) {
+            ttt_error_set(err, TTT_ERR_INTERRUPTED,
+                          "%s; the points that ended are kept in %s/parts: run the same command "
+                          "again to run the rest", stop_msg.msg, dir);
+        } else if (strcmp(stop_msg.msg, "interrupted") == 0) {
+            ttt_error_set(err, TTT_ERR_INTERRUPTED,
+                          "interrupted in point %d of %d (%d finished); what was measured so far "
+                          "is in %s; run the same command again to run it whole",
+                          finished + 1, p->n_points, finished, dir);
+        } else {
+            ttt_error_set(err, TTT_ERR_INTERRUPTED, "%s; the results so far are in %s",
+                          stop_msg.msg, dir);
+        }
+    } else if (s == TTT_OK && leader && !sharded) {
         if (split) {
             ttt_results_free(res);
             res = NULL;
-            s = ttt_plan_merge(p, dir, table, err);
+            s = merge_locked(p, dir, table, err);
         } else {
-            s = finish(p, res, dir, table, err);
-            if (s == TTT_OK) remove_parts(p, dir);
+            s = conclude(p, res, dir, table, err);
         }
     }
     ttt_results_free(res);
+    unlock_run_folder(&L);
     return s;
 }
 
-ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, ttt_error *err) {
-    const char *dir = ttt_plan_output(p, out_dir);
+/* The run folder from the parts every point left; the caller holds the folder's lock. */
+static ttt_status merge_locked(const ttt_plan *p, const char *dir, FILE *table, ttt_error *err) {
     const ttt_plan_point *first = &p->points[0];
     ttt_results *res = ttt_results_new(first->name);
     if (!res) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     char missing[256] = "";
     int n_missing = 0;
-    ttt_status s = TTT_OK;
+    ttt_status s = ttt_results_stream(res, dir, err);
     for (int i = 0; i < p->n_points && s == TTT_OK; i++) {
         char part[4096];
         part_path(part, sizeof part, dir, i, "rec");
@@ -371,8 +697,27 @@ ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, t
                           "%s); run their shards (or the run without --shard) first",
                           dir, n_missing, p->n_points, dir, missing);
     if (s == TTT_OK) s = write_resolved(p, dir, err);
-    if (s == TTT_OK) s = finish(p, res, dir, table, err);
-    if (s == TTT_OK) remove_parts(p, dir);
+    if (s == TTT_OK) s = conclude(p, res, dir, table, err);
     ttt_results_free(res);
+    return s;
+}
+
+ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, ttt_error *err) {
+    const char *dir = ttt_plan_output(p, out_dir);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot merge %s: %s (run the --shard jobs first)",
+                             dir, strerror(errno));
+    run_locks L;
+    TTT_TRY(lock_run_folder(dir, -1, 0, &L, err));
+    remove_stale_tmp(p, dir, NULL, 0);
+    ttt_status s = TTT_OK;
+    if (run_is_complete(p, dir)) {
+        say_complete(dir);
+    } else {
+        remove_mark(dir);
+        s = merge_locked(p, dir, table, err);
+    }
+    unlock_run_folder(&L);
     return s;
 }

@@ -82,11 +82,15 @@ void ttt_plan_assign(const ttt_plan *p, int n, int *owner);
  * configuration hash) is not run again: a rank or job that dies loses only the points it was
  * running. Rank 0 then writes the run folder exactly as ttt_plan_run would (and removes parts/);
  * with --shard, ttt_plan_merge does. A one-process exec behaves as ttt_plan_run (and still uses
- * the parts an earlier distributed run left). */
+ * the parts an earlier distributed run left). Only the writer locks the folder: rank 0
+ * (.ttt-lock), which also decides for every rank whether the run is refused or already
+ * complete (.ttt-complete) before anything is written; a --shard job holds .ttt-lock shared and
+ * .ttt-lock.shard<i> exclusively (docs/scaling.md "Run folders shared by ranks and jobs"). */
 ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
                              const ttt_plan_exec *x, ttt_error *err);
-/* Write the run folder from the parts every point left (after --shard jobs). A point without
- * its part is an error naming the points missing. */
+/* Write the run folder from the parts every point left (after --shard jobs), holding .ttt-lock
+ * exclusively (refused while shard jobs run), then the completion mark; a completed run is left
+ * as it is. A point without its part is an error naming the points missing. */
 ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, ttt_error *err);
 
 #endif

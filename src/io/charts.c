@@ -290,28 +290,85 @@ static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
     ttt_strbuf_puts(b, "</text>\n");
 }
 
+/* A line of more points than a chart is pixels wide shows no more than its envelope, and a long
+ * run's chart would grow without bound (docs/hardening.md "Flat memory over long runs"): a
+ * series of more than CHART_MAX_POINTS points (sorted by x) is cut into CHART_MAX_POINTS / 2
+ * runs of consecutive points, each drawn by its lowest and highest point in x order. Returns
+ * the new number of points (in place). */
+#define CHART_MAX_POINTS 1000
+
+static int decimate(point *pts, int np) {
+    int out = 0;
+    for (int i = 0; i < np;) {
+        const int start = i;
+        while (i < np && pts[i].series == pts[start].series) i++;
+        const int n = i - start;
+        if (n <= CHART_MAX_POINTS) {
+            memmove(pts + out, pts + start, (size_t)n * sizeof *pts);
+            out += n;
+            continue;
+        }
+        const int buckets = CHART_MAX_POINTS / 2;
+        for (int k = 0; k < buckets; k++) {
+            int lo = start + (int)((long)n * k / buckets);
+            int hi = start + (int)((long)n * (k + 1) / buckets);
+            int imin = lo, imax = lo;
+            for (int j = lo + 1; j < hi; j++) {
+                if (pts[j].y < pts[imin].y) imin = j;
+                if (pts[j].y > pts[imax].y) imax = j;
+            }
+            /* out <= lo: every earlier run kept at most 2 of its >= 2 points */
+            const point a = pts[imin < imax ? imin : imax], b = pts[imin < imax ? imax : imin];
+            pts[out++] = a;
+            if (imin != imax) pts[out++] = b;
+        }
+    }
+    return out;
+}
+
+typedef struct collect {
+    const ttt_chart_entry *ce;
+    series_list *sl;
+    point *pts;
+    int n, cap, seen;
+} collect;
+
+static int collect_point(void *user, const ttt_record *r) {
+    collect *c = user;
+    int i = c->seen++;
+    double x, y;
+    if (!record_in_chart(c->ce, r, &x, &y)) return 0;
+    char name[224];
+    series_name(c->ce, r, name, sizeof name);
+    int s = series_find_or_add(c->sl, name);
+    if (s < 0) return -1;
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 256;
+        point *p = realloc(c->pts, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        c->pts = p;
+        c->cap = cap;
+    }
+    c->pts[c->n++] = (point){x, y, s, i};
+    return 0;
+}
+
 char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     TTT_ASSERT(chart_index >= 0 && chart_index < res->nc);
     const ttt_chart_entry *ce = &res->charts[chart_index];
     const ttt_chart *c = &ce->c;
     const char *title = c->title[0] ? c->title : c->name;
 
-    point *pts = malloc((size_t)(res->n ? res->n : 1) * sizeof *pts);
     series_list sl = {0};
     ttt_strbuf b;
     ttt_strbuf_init(&b);
-    if (!pts) goto fail;
-    int np = 0;
-    for (int i = 0; i < res->n; i++) {
-        double x, y;
-        if (!record_in_chart(ce, &res->recs[i], &x, &y)) continue;
-        char name[224];
-        series_name(ce, &res->recs[i], name, sizeof name);
-        int s = series_find_or_add(&sl, name);
-        if (s < 0) goto fail;
-        pts[np++] = (point){x, y, s, i};
-    }
-    qsort(pts, (size_t)np, sizeof *pts, point_cmp);
+    collect col = {.ce = ce, .sl = &sl};
+    /* only the points of this chart are kept: the records may be streamed from disk */
+    if (ttt_results_foreach(res, collect_point, &col) != 0) goto fail;
+    point *pts = col.pts;
+    int np = col.n;
+    if (np > 1) qsort(pts, (size_t)np, sizeof *pts, point_cmp); /* pts is NULL without points */
+    np = decimate(pts, np);
 
     int nlegend = sl.n + (ref_ok(c) && np ? 1 : 0);
     int h = SVG_H_MIN;
@@ -434,7 +491,7 @@ done:
     free(sl.name);
     return ttt_strbuf_take(&b); /* NULL when the text ran out of memory */
 fail:
-    free(pts);
+    free(col.pts);
     free(sl.name);
     ttt_strbuf_free(&b);
     return NULL;

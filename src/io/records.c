@@ -11,9 +11,12 @@
  *          for reading; metrics.jsonl holds the exact values).
  * The "text form" of a field, used to group series and to match chart filters, is the string
  * itself or the JSON spelling of the number (with nan / inf / -inf for non-finite values). */
+#define _GNU_SOURCE /* fopencookie */
 #include "results.h"
 
 #include <assert.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -82,18 +85,81 @@ static char *dup_str(const char *s) {
     return p;
 }
 
+/* The stream under an atomic file: its descriptor and the first write error, kept so that the
+ * error reported at commit is the real cause (ENOSPC: "No space left on device"), not the EIO
+ * that a stream's sticky error flag would leave (docs/hardening.md "I/O faults"). */
+typedef struct afile_io {
+    int fd;
+    int first_errno;
+} afile_io;
+
+/* Every byte or an error: a short write is retried with the rest. */
+static ssize_t afile_io_write(void *cookie, const char *buf, size_t size) {
+    afile_io *io = cookie;
+    size_t done = 0;
+    while (done < size) {
+        ssize_t w = write(io->fd, buf + done, size - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!io->first_errno) io->first_errno = w < 0 ? errno : EIO;
+            return done > 0 ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)done;
+}
+
+static int afile_io_close(void *cookie) {
+    afile_io *io = cookie;
+    int rc = 0;
+    if (io->fd >= 0 && close(io->fd) != 0) {
+        rc = -1;
+        if (!io->first_errno) io->first_errno = errno;
+    }
+    io->fd = -1;
+    return rc;
+}
+
 static void afile_release(ttt_afile *af) {
     free(af->path);
     free(af->tmp);
+    free(af->io);
     af->path = NULL;
     af->tmp = NULL;
+    af->io = NULL;
     af->f = NULL;
+}
+
+int ttt_afile_fd(const ttt_afile *af) { return af->io ? ((const afile_io *)af->io)->fd : -1; }
+
+ttt_status ttt_fsync_dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? malloc((size_t)(slash - path) + 2) : dup_str(".");
+    if (!dir) return TTT_ERR_NOMEM;
+    if (slash) {
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(dir);
+    if (fd < 0) return TTT_ERR_IO;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    /* some file systems cannot sync a folder (EINVAL): nothing more can be done there */
+    if (rc != 0 && e != EINVAL && e != EROFS) {
+        errno = e;
+        return TTT_ERR_IO;
+    }
+    return TTT_OK;
 }
 
 ttt_status ttt_afile_open(ttt_afile *af, const char *path, ttt_error *err) {
     af->f = NULL;
     af->path = NULL;
     af->tmp = NULL;
+    af->io = NULL;
     if (!path || !*path) return ttt_error_set(err, TTT_ERR_IO, "cannot write a file with an empty name");
     /* The temporary file lives next to the target so rename() never crosses file systems;
      * the leading dot keeps it out of casual listings, the pid keeps processes apart. */
@@ -104,35 +170,54 @@ ttt_status ttt_afile_open(ttt_afile *af, const char *path, ttt_error *err) {
     size_t tlen = dirlen + strlen(base) + 48;
     af->path = dup_str(path);
     af->tmp = malloc(tlen);
-    if (!af->path || !af->tmp) {
+    afile_io *io = af->io = malloc(sizeof *io);
+    if (!af->path || !af->tmp || !io) {
         afile_release(af);
         return ttt_error_set(err, TTT_ERR_NOMEM, "cannot write '%s': out of memory", path);
     }
-    snprintf(af->tmp, tlen, "%.*s.%s.tmp.%ld", (int)dirlen, path, base, (long)getpid());
-    af->f = fopen(af->tmp, "w");
-    if (!af->f) {
+    snprintf(af->tmp, tlen, "%.*s.%s" TTT_AFILE_TMP_MARK "%ld", (int)dirlen, path, base,
+             (long)getpid());
+    io->first_errno = 0;
+    io->fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (io->fd < 0) {
         int e = errno;
         afile_release(af);
         return ttt_error_set(err, TTT_ERR_IO, "cannot write '%s': %s", path, strerror(e));
+    }
+    cookie_io_functions_t fns = {.read = NULL, .write = afile_io_write, .seek = NULL,
+                                 .close = afile_io_close};
+    af->f = fopencookie(io, "w", fns);
+    if (!af->f) {
+        close(io->fd);
+        unlink(af->tmp);
+        afile_release(af);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "cannot write '%s': out of memory", path);
     }
     return TTT_OK;
 }
 
 ttt_status ttt_afile_commit(ttt_afile *af, ttt_error *err) {
-    TTT_ASSERT(af && af->f && af->path && af->tmp);
+    TTT_ASSERT(af && af->f && af->path && af->tmp && af->io);
+    afile_io *io = af->io;
     int e = 0;
-    /* fflush retries the buffered bytes and reports their errno (e.g. ENOSPC); a stream error
-     * flag left by an earlier failed write whose cause is gone is reported as EIO. */
-    if (fflush(af->f) != 0) e = errno;
-    if (!e && ferror(af->f)) e = EIO;
+    /* The first failed write names the cause; fflush writes what is still buffered. */
+    if (fflush(af->f) != 0 || ferror(af->f)) e = io->first_errno ? io->first_errno : EIO;
     /* fsync before rename: otherwise a crash could leave the new name on empty contents. */
-    if (!e && fsync(fileno(af->f)) != 0) e = errno;
-    if (fclose(af->f) != 0 && !e) e = errno;
+    if (!e && fsync(io->fd) != 0) e = errno;
+    if (fclose(af->f) != 0 && !e) e = io->first_errno ? io->first_errno : EIO;
     af->f = NULL;
     if (!e && rename(af->tmp, af->path) != 0) e = errno;
     if (e) {
         unlink(af->tmp);
         ttt_error_set(err, TTT_ERR_IO, "cannot write '%s': %s", af->path, strerror(e));
+        afile_release(af);
+        return TTT_ERR_IO;
+    }
+    /* the rename itself reaches the disk only with its folder */
+    if (ttt_fsync_dir_of(af->path) != TTT_OK) {
+        e = errno;
+        ttt_error_set(err, TTT_ERR_IO, "cannot write '%s': syncing its folder: %s", af->path,
+                      strerror(e));
         afile_release(af);
         return TTT_ERR_IO;
     }
@@ -195,6 +280,32 @@ ttt_status ttt_mkdirs(const char *path, ttt_error *err) {
     free(buf);
     return s;
 }
+int ttt_remove_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    const size_t ml = strlen(TTT_AFILE_TMP_MARK);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        const char *n = de->d_name;
+        if (n[0] != '.') continue;
+        /* ".<name>.tmp.<digits>": the last mark, followed by a pid and nothing else */
+        const char *m = NULL;
+        for (const char *p = strstr(n + 1, TTT_AFILE_TMP_MARK); p;
+             p = strstr(p + 1, TTT_AFILE_TMP_MARK))
+            m = p;
+        if (!m || m == n + 1 || !m[ml]) continue;
+        const char *q = m + ml;
+        while (*q >= '0' && *q <= '9') q++;
+        if (*q) continue;
+        char *path = ttt_results_path(dir, n);
+        if (path && unlink(path) == 0) removed++;
+        free(path);
+    }
+    closedir(d);
+    return removed;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* records                                                                                    */
 
@@ -282,6 +393,78 @@ void ttt_record_write_json(const ttt_record *r, FILE *f) {
     fputc('}', f);
 }
 
+/* The text of a JSON string at *p (after its opening quote) into out (at most cap−1 bytes);
+ * *p ends after the closing quote. 0 on malformed text. */
+static int json_parse_string(const char **p, char *out, size_t cap) {
+    const char *s = *p;
+    size_t n = 0;
+    while (*s && *s != '"') {
+        unsigned c = (unsigned char)*s++;
+        if (c == '\\') {
+            char e = *s++;
+            switch (e) {
+            case '"': case '\\': case '/': c = (unsigned char)e; break;
+            case 'n': c = '\n'; break;
+            case 't': c = '\t'; break;
+            case 'r': c = '\r'; break;
+            case 'b': c = '\b'; break;
+            case 'f': c = '\f'; break;
+            case 'u': {
+                char hex[5] = {0};
+                for (int i = 0; i < 4; i++) {
+                    if (!s[i]) return 0;
+                    hex[i] = s[i];
+                }
+                char *end;
+                c = (unsigned)strtoul(hex, &end, 16);
+                if (*end || c >= 0x80) return 0; /* only what ttt_record_write_json writes */
+                s += 4;
+                break;
+            }
+            default: return 0;
+            }
+        }
+        if (n + 1 < cap) out[n++] = (char)c;
+    }
+    if (*s != '"') return 0;
+    out[n] = '\0';
+    *p = s + 1;
+    return 1;
+}
+
+ttt_status ttt_record_parse_json(ttt_record *r, const char *line) {
+    ttt_record_clear(r);
+    const char *p = line;
+    if (*p++ != '{') return TTT_ERR_FORMAT;
+    if (*p == '}') return TTT_OK;
+    for (;;) {
+        char key[sizeof r->f[0].key], str[sizeof r->f[0].str];
+        if (*p++ != '"' || !json_parse_string(&p, key, sizeof key) || *p++ != ':')
+            return TTT_ERR_FORMAT;
+        if (*p == '"') {
+            p++;
+            if (!json_parse_string(&p, str, sizeof str)) return TTT_ERR_FORMAT;
+            ttt_record_str(r, key, str);
+        } else if (strncmp(p, "null", 4) == 0) {
+            ttt_record_num(r, key, NAN);
+            p += 4;
+        } else {
+            char *end;
+            double v = strtod(p, &end);
+            if (end == p) return TTT_ERR_FORMAT;
+            ttt_record_num(r, key, v);
+            p = end;
+        }
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (*p++ != '}') return TTT_ERR_FORMAT;
+        while (*p == '\n' || *p == '\r') p++;
+        return *p ? TTT_ERR_FORMAT : TTT_OK;
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* the collection                                                                             */
 
@@ -298,6 +481,7 @@ ttt_results *ttt_results_new(const char *title) {
 
 void ttt_results_free(ttt_results *res) {
     if (!res) return;
+    if (res->stream.f) ttt_afile_abort(&res->stream);
     free(res->title);
     free(res->recs);
     free(res->summary);
@@ -305,7 +489,18 @@ void ttt_results_free(ttt_results *res) {
     free(res);
 }
 
+ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err) {
+    TTT_ASSERT(!res->stream.f && res->n == 0);
+    return ttt_results_open_in(&res->stream, dir, "metrics.jsonl", err);
+}
+
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary) {
+    res->n_all++;
+    if (res->stream.f) {
+        ttt_record_write_json(rec, res->stream.f);
+        fputc('\n', res->stream.f);
+        if (!summary) return;
+    }
     if (res->n == res->cap) {
         int cap = res->cap ? res->cap * 2 : 64;
         ttt_record *recs = realloc(res->recs, (size_t)cap * sizeof *recs);
@@ -370,6 +565,29 @@ const ttt_record *ttt_results_get(const ttt_results *res, int i) {
     return &res->recs[i];
 }
 
+int ttt_results_foreach(const ttt_results *res, int (*fn)(void *user, const ttt_record *r),
+                        void *user) {
+    if (!res->stream.f) {
+        for (int i = 0; i < res->n; i++) {
+            int rc = fn(user, &res->recs[i]);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    if (fflush(res->stream.f) != 0) return -1;
+    FILE *in = fopen(res->stream.tmp, "r");
+    ttt_record *r = malloc(sizeof *r);
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = in && r ? 0 : -1;
+    while (rc == 0 && getline(&line, &cap, in) > 0)
+        rc = ttt_record_parse_json(r, line) == TTT_OK ? fn(user, r) : -1;
+    free(line);
+    free(r);
+    if (in) fclose(in);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* writing the run folder                                                                     */
 
@@ -391,7 +609,8 @@ ttt_status ttt_results_open_in(ttt_afile *af, const char *dir, const char *name,
     return s;
 }
 
-static ttt_status write_metrics(const ttt_results *res, const char *dir, ttt_error *err) {
+static ttt_status write_metrics(ttt_results *res, const char *dir, ttt_error *err) {
+    if (res->stream.f) return ttt_afile_commit(&res->stream, err);
     ttt_afile af;
     TTT_TRY(ttt_results_open_in(&af, dir, "metrics.jsonl", err));
     for (int i = 0; i < res->n; i++) {
@@ -468,11 +687,14 @@ static ttt_status write_summary(const ttt_results *res, const ttt_keylist *kl, c
     return ttt_afile_commit(&af, err);
 }
 
-ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error *err) {
+ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) {
     if (res->oom)
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "out of memory while collecting results; nothing written to '%s'", dir);
-    TTT_TRY(write_metrics(res, dir, err));
+    /* a streamed metrics.jsonl that could not be written fails first, with its real cause (the
+     * charts read it back) */
+    if (res->stream.f && (fflush(res->stream.f) != 0 || ferror(res->stream.f)))
+        return ttt_afile_commit(&res->stream, err);
     ttt_keylist kl;
     TTT_TRY(summary_keys(res, &kl, err));
     ttt_status s = write_summary(res, &kl, dir, err);
@@ -484,6 +706,8 @@ ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error 
     /* the page embeds the charts' SVG text, so it is drawn once and kept for both */
     if (s == TTT_OK) s = ttt_charts_write(res, svgs, dir, err);
     if (s == TTT_OK) s = ttt_page_write(res, &kl, svgs, dir, err);
+    /* last: a streamed metrics.jsonl is read back by the charts until it is committed */
+    if (s == TTT_OK) s = write_metrics(res, dir, err);
     for (int i = 0; svgs && i < res->nc; i++) free(svgs[i]);
     free(svgs);
     free(kl.k);

@@ -25,13 +25,25 @@
 typedef struct ttt_afile {
     FILE *f;    /* write here */
     char *path; /* final name */
-    char *tmp;  /* temporary name in the same folder */
+    char *tmp;  /* temporary name in the same folder: ".<name>" TTT_AFILE_TMP_MARK "<pid>" */
+    void *io;   /* the stream's descriptor and first write error (records.c) */
 } ttt_afile;
+
+/* What marks a temporary file: a run removes those a killed process left (ttt_remove_stale_tmp). */
+#define TTT_AFILE_TMP_MARK ".tmp."
 
 ttt_status ttt_afile_open(ttt_afile *af, const char *path, ttt_error *err);
 /* Flush, fsync, close and rename into place. Any write error seen on the stream (e.g. ENOSPC)
  * makes this fail, removes the temporary file and leaves an earlier file at `path` intact. */
 ttt_status ttt_afile_commit(ttt_afile *af, ttt_error *err);
+/* The descriptor the afile writes to (for tests that swap it for a failing one). */
+int ttt_afile_fd(const ttt_afile *af);
+/* fsync the folder holding `path`, so a rename in it is durable; errno tells why on failure. */
+ttt_status ttt_fsync_dir_of(const char *path);
+/* Remove the temporary files ".<name>.tmp.<pid>" that killed runs left in `dir` (not in its
+ * subfolders); the caller holds the folder's lock, so no live writer owns them. Returns how
+ * many were removed. */
+int ttt_remove_stale_tmp(const char *dir);
 /* Close and remove the temporary file (after an error elsewhere). Safe on a committed file. */
 void ttt_afile_abort(ttt_afile *af);
 /* Write a whole string to `path` atomically. */
@@ -66,6 +78,9 @@ void ttt_record_str(ttt_record *r, const char *key, const char *s);
 const ttt_field *ttt_record_get(const ttt_record *r, const char *key);
 /* One JSON object, no trailing newline. Strings escaped per RFC 8259. */
 void ttt_record_write_json(const ttt_record *r, FILE *f);
+/* Read back one line that ttt_record_write_json wrote (a trailing newline is fine): every
+ * number is the same double, null becomes NaN. TTT_ERR_FORMAT on anything else. */
+ttt_status ttt_record_parse_json(ttt_record *r, const char *line);
 
 /* ---- the collection of a run ---- */
 
@@ -88,6 +103,12 @@ typedef struct ttt_results ttt_results;
 
 ttt_results *ttt_results_new(const char *title);
 void ttt_results_free(ttt_results *res);
+/* From now on (before the first add) stream every record as a line of dir/metrics.jsonl (an
+ * atomic file, committed by ttt_results_write, removed by ttt_results_free when never
+ * committed) and keep only the summary records in memory: memory stays flat however many
+ * records a run adds; charts read the records back from the file. ttt_results_count and
+ * ttt_results_get then see the summary records only. */
+ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err);
 /* Keep a copy. summary != 0: the record also becomes a row of summary.csv and index.html. */
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary);
 void ttt_results_add_chart(ttt_results *res, const ttt_chart *chart);
@@ -100,7 +121,7 @@ const ttt_record *ttt_results_get(const ttt_results *res, int i);
 
 /* Write metrics.jsonl, summary.csv, every chart's SVG and index.html into `dir` (which must
  * exist), each atomically. */
-ttt_status ttt_results_write(const ttt_results *res, const char *dir, ttt_error *err);
+ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err);
 
 /* Print the summary records as an aligned text table with the given columns (NULL-terminated);
  * numbers as in summary.csv, absent fields as "-". */

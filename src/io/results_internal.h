@@ -28,7 +28,17 @@ struct ttt_results {
     ttt_chart_entry *charts;
     int nc, capc;
     int oom; /* an add failed for lack of memory; reported by ttt_results_write */
+    /* Streaming (ttt_results_stream): every record is a line of this atomic metrics.jsonl as
+     * it is added, and only the summary records stay in recs (n of them). */
+    ttt_afile stream;
+    int stream_errno; /* the first failed write to the stream */
+    long n_all;       /* every record added, also those only in the stream */
 };
+
+/* Call fn on every record in the order added; stops at fn's first nonzero return and returns
+ * it. Streamed records are read back from the stream one at a time; -1 when they cannot be. */
+int ttt_results_foreach(const ttt_results *res, int (*fn)(void *user, const ttt_record *r),
+                        void *user);
 
 /* ---- text forms (records.c; the number formats are described at its top) ---- */
 

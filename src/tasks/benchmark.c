@@ -637,6 +637,7 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
             if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
             const int used = nt < tc.batch ? nt : tc.batch; /* a shard holds ≥ 1 sequence */
             ttt_progress_update(run->progress, ++run->work_done, run->label);
+            if ((s = ttt_train_check_stop(err)) != TTT_OK) break; /* docs/hardening.md "Signals" */
             if (done[used]++) continue;
             train_timing tm = {NAN, NAN, NAN, NAN};
             s = time_train_steps(&mc, &tc, &feed, used, repeats, run->seed, &tm, err);
@@ -802,6 +803,7 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, be
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
         for (int p = 0; p < n_probes; p++) sgemm_probe_sample(&probes[p]);
+        TTT_TRY(ttt_train_check_stop(err)); /* a sample at a time (docs/hardening.md "Signals") */
     }
     *seconds = best;
     *cpu_seconds = best_cpu;
@@ -851,6 +853,7 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     if (nt > BENCH_MAX_THREADS) nt = BENCH_MAX_THREADS;
                     const int used = nt < H ? nt : H; /* threads beyond H have nothing to do */
                     ttt_progress_update(run->progress, ++run->work_done, run->label);
+                    if ((s = ttt_train_check_stop(err)) != TTT_OK) break; /* "Signals" */
                     if (done[used]++) continue; /* e.g. [1, 0] with one head: measured already */
                     bench_thread th[BENCH_MAX_THREADS];
                     /* one call's temporaries: the layer's copies of o, q (scale), β and gates,

@@ -8,6 +8,7 @@
 
 #include "layer.h"
 #include "task.h"
+#include "train.h"
 
 static const ttt_option equivalence_options[] = {
     {"reference", TTT_OPT_STRING, "recurrent", TTT_NO_RANGE, NULL,
@@ -120,6 +121,7 @@ static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor **o, ttt
         double dt = ttt_now() - t0;
         if (dt < best) best = dt;
         ttt_progress_update(run->progress, ++run->work_done, run->label);
+        TTT_TRY(ttt_train_check_stop(err)); /* docs/hardening.md "Signals" */
     }
     *seconds = best;
     return TTT_OK;

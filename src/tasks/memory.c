@@ -8,6 +8,7 @@
 
 #include "layer.h"
 #include "task.h"
+#include "train.h"
 
 static void fill_unit_rows(ttt_rng *rng, float *x /* (n, d) */, int n, int d,
                            const float *common /* (d) or NULL */, float rho) {
@@ -183,6 +184,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
             err_sum += r.recall_error;
             acc_sum += r.accuracy;
             ttt_progress_update(run->progress, ++done, run->label);
+            if (s == TTT_OK) s = ttt_train_check_stop(err); /* docs/hardening.md "Signals" */
         }
         if (s != TTT_OK) break;
         ttt_record rec;

@@ -164,6 +164,7 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
     /* the fixed evaluation set and its least-squares errors */
     long *ls_cnt = calloc((size_t)n, sizeof *ls_cnt);
     for (int i = 0; s == TTT_OK && i < d.n_eval; i++) {
+        if ((s = ttt_train_check_stop(err)) != TTT_OK) break; /* docs/hardening.md "Signals" */
         int rows = n_seq - i * eb < eb ? n_seq - i * eb : eb;
         s = ttt_regression_batch_init(&d.eval[i], &d.cfg, rows, err);
         if (s != TTT_OK) break;

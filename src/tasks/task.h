@@ -28,8 +28,6 @@ typedef struct ttt_task_run {
     long work_done;           /* progress units done before this point */
     const char *run_dir;      /* the run folder (exists; trained tasks keep checkpoints under it),
                                * or NULL */
-    const char *stream_path;  /* where trained tasks stream records as they happen; NULL:
-                               * <run_dir>/metrics.jsonl */
     const struct ttt_comm *comm; /* the MPI ranks that run this point together (data-parallel
                                * training, docs/scaling.md), or NULL: this process alone */
 } ttt_task_run;

@@ -55,12 +55,13 @@ ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_tr
     ttt_seq_model_describe(&cfg->model, out->mixer, sizeof out->mixer);
     TTT_TRY(ttt_seq_model_init(&out->model, &cfg->model, run->seed, err));
 
-    char ckpt[4096], stream[4096];
+    char ckpt[4096], stream[4096 + 16];
     const char *dir = run->run_dir;
     if (dir) {
         snprintf(ckpt, sizeof ckpt, "%s/checkpoints/point%d", dir, run->point);
-        if (run->stream_path) snprintf(stream, sizeof stream, "%s", run->stream_path);
-        else snprintf(stream, sizeof stream, "%s/metrics.jsonl", dir);
+        /* the point's record journal, next to its checkpoints (a resume cuts it back to the
+         * checkpoint's length); under MPI only the rank that writes the checkpoints writes it */
+        snprintf(stream, sizeof stream, "%s/records.jsonl", ckpt);
         ttt_status s = ttt_mkdirs(ckpt, err);
         if (s != TTT_OK) {
             ttt_trained_free(out);

@@ -181,3 +181,42 @@ void ttt_comm_barrier(const ttt_comm *c) {
     if (c->world && c->size > 1) MPI_Barrier(MPI_COMM_WORLD);
 #endif
 }
+
+/* The stop notice (comm.h): a message of its own tag, never matched by the receives above (tag 0
+ * from a named rank). */
+enum { TAG_STOP = 77 };
+
+void ttt_comm_stop_notify(const ttt_comm *c) {
+#ifdef TTT_HAVE_MPI
+    static const int one = 1; /* stays valid until the sends complete */
+    if (!c->world || c->size < 2) return;
+    for (int r = 0; r < c->size; r++) {
+        if (r == c->rank) continue;
+        MPI_Request req;
+        if (MPI_Isend((void *)&one, 1, MPI_INT, r, TAG_STOP, MPI_COMM_WORLD, &req) == MPI_SUCCESS)
+            MPI_Request_free(&req);
+    }
+#else
+    (void)c;
+#endif
+}
+
+int ttt_comm_stop_heard(const ttt_comm *c) {
+#ifdef TTT_HAVE_MPI
+    if (!c->world || c->size < 2) return 0;
+    int heard = 0;
+    for (;;) { /* every notice that arrived (several ranks may have sent one) */
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_STOP, MPI_COMM_WORLD, &flag, &st) != MPI_SUCCESS || !flag)
+            break;
+        int v;
+        MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, TAG_STOP, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        heard = 1;
+    }
+    return heard;
+#else
+    (void)c;
+    return 0;
+#endif
+}

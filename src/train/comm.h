@@ -50,4 +50,10 @@ int ttt_comm_all(const ttt_comm *c, int ok);
 void ttt_comm_minmax(const ttt_comm *c, long v, long *min, long *max);
 void ttt_comm_barrier(const ttt_comm *c);
 
+/* A stop without a collective, for ranks that run apart (each its own sweep points): notify
+ * tells every other rank (non-blocking sends of a tag of their own); heard says whether a
+ * notice arrived, receiving every one that did. Main thread only, outside collectives. */
+void ttt_comm_stop_notify(const ttt_comm *c);
+int ttt_comm_stop_heard(const ttt_comm *c);
+
 #endif

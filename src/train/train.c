@@ -1,12 +1,14 @@
 /* Outer-loop training (see train.h). */
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -447,97 +449,87 @@ ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int n_shar
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Records and their history (kept in checkpoints so a resumed run reproduces every record) */
-
-typedef struct history {
-    char *text;
-    size_t len, cap;
-} history;
-
-static int hist_append(history *h, const char *s) {
-    size_t n = strlen(s);
-    if (h->len + n + 1 > h->cap) {
-        size_t cap = h->cap ? h->cap : 4096;
-        while (cap < h->len + n + 1) cap *= 2;
-        char *p = realloc(h->text, cap);
-        if (!p) return 0;
-        h->text = p;
-        h->cap = cap;
-    }
-    memcpy(h->text + h->len, s, n + 1);
-    h->len += n;
-    return 1;
-}
-
-/* One record as one line: fields separated by tabs, "n<key>=<hex float>" or "s<key>=<text>"
- * (tabs and newlines in text become spaces). Hex floats read back to the same double. */
-static int hist_add_record(history *h, const ttt_record *r) {
-    char buf[512];
-    for (int i = 0; i < r->n; i++) {
-        const ttt_field *f = &r->f[i];
-        if (f->is_num) {
-            snprintf(buf, sizeof buf, "%sn%s=%a", i ? "\t" : "", f->key, f->num);
-        } else {
-            snprintf(buf, sizeof buf, "%ss%s=%s", i ? "\t" : "", f->key, f->str);
-            for (char *p = buf + 1; *p; p++)
-                if (*p == '\t' || *p == '\n') *p = ' ';
-        }
-        if (!hist_append(h, buf)) return 0;
-    }
-    return hist_append(h, "\n");
-}
-
-/* Parse the history text back into records, calling emit for each. */
-static void hist_parse(const char *text, void (*emit)(void *, const ttt_record *), void *user) {
-    const char *p = text;
-    while (*p) {
-        const char *eol = strchr(p, '\n');
-        if (!eol) eol = p + strlen(p);
-        ttt_record r;
-        ttt_record_clear(&r);
-        const char *f = p;
-        while (f < eol) {
-            const char *tab = memchr(f, '\t', (size_t)(eol - f));
-            if (!tab) tab = eol;
-            const char *eq = memchr(f, '=', (size_t)(tab - f));
-            if (eq && eq > f + 1) {
-                char key[48], val[256];
-                size_t kl = (size_t)(eq - f - 1), vl = (size_t)(tab - eq - 1);
-                if (kl >= sizeof key) kl = sizeof key - 1;
-                if (vl >= sizeof val) vl = sizeof val - 1;
-                memcpy(key, f + 1, kl);
-                key[kl] = 0;
-                memcpy(val, eq + 1, vl);
-                val[vl] = 0;
-                if (f[0] == 'n') ttt_record_num(&r, key, strtod(val, NULL));
-                else ttt_record_str(&r, key, val);
-            }
-            f = tab + 1;
-        }
-        if (r.n) emit(user, &r);
-        p = *eol ? eol + 1 : eol;
-    }
-}
+/* Records: streamed to the point's journal as they happen; a checkpoint stores the journal's
+ * length, not the records, so memory and checkpoints stay flat however long the run
+ * (docs/hardening.md "Flat memory over long runs"). */
 
 typedef struct trainer {
     const ttt_train_config *c;
     ttt_train_data *data;
     const ttt_train_run *run;
     ttt_seq_model *m;
-    history hist;
-    FILE *stream;
-    int oom;
+    FILE *stream;    /* the journal (run->stream_path), appended */
+    int stream_errno; /* the first failed write to it */
 } trainer;
 
 static void emit(void *user, const ttt_record *r) {
     trainer *t = user;
     if (t->run->results) ttt_results_add(t->run->results, r, 0);
-    if (t->stream) {
+    if (t->stream && !t->stream_errno) {
         ttt_record_write_json(r, t->stream);
         fputc('\n', t->stream);
-        fflush(t->stream);
+        if (fflush(t->stream) != 0 || ferror(t->stream)) t->stream_errno = errno ? errno : EIO;
     }
-    if (!hist_add_record(&t->hist, r)) t->oom = 1;
+}
+
+/* Everything written to the journal is on disk; its length in *bytes. */
+static ttt_status stream_sync(trainer *t, long long *bytes, ttt_error *err) {
+    *bytes = 0;
+    if (!t->stream) return TTT_OK;
+    if (!t->stream_errno && (fflush(t->stream) != 0 || fsync(fileno(t->stream)) != 0))
+        t->stream_errno = errno ? errno : EIO;
+    if (t->stream_errno)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot write '%s': %s", t->run->stream_path,
+                             strerror(t->stream_errno));
+    struct stat st;
+    if (fstat(fileno(t->stream), &st) != 0)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot read the size of '%s': %s",
+                             t->run->stream_path, strerror(errno));
+    *bytes = (long long)st.st_size;
+    return TTT_OK;
+}
+
+/* Cut the journal back to `bytes` (what the loaded checkpoint had seen; 0 for a fresh start)
+ * and hand its records to the results again, one line at a time. */
+static ttt_status stream_replay(trainer *t, long long bytes, ttt_error *err) {
+    if (!t->stream) return TTT_OK;
+    const char *path = t->run->stream_path;
+    struct stat st;
+    if (fstat(fileno(t->stream), &st) != 0)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot read the size of '%s': %s", path,
+                             strerror(errno));
+    if ((long long)st.st_size < bytes)
+        return ttt_error_set(err, TTT_ERR_FORMAT,
+                             "cannot resume: '%s' holds %lld bytes of records but the checkpoint "
+                             "was written after %lld (the file was cut or replaced; delete the "
+                             "run folder to start over)",
+                             path, (long long)st.st_size, bytes);
+    if (ftruncate(fileno(t->stream), (off_t)bytes) != 0)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot cut '%s' back to the checkpoint: %s", path,
+                             strerror(errno));
+    if (bytes == 0 || !t->run->results) return TTT_OK;
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    ttt_status s = TTT_OK;
+    ttt_record *r = malloc(sizeof *r);
+    if (!r) s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    while (s == TTT_OK && (n = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        if (ttt_record_parse_json(r, line) != TTT_OK)
+            s = ttt_error_set(err, TTT_ERR_FORMAT, "%s:%ld: not a record written by ttt", path,
+                              lineno);
+        else
+            ttt_results_add(t->run->results, r, 0);
+    }
+    free(r);
+    free(line);
+    fclose(in);
+    return s;
 }
 
 static void record_head(const trainer *t, ttt_record *r, const char *kind, long step) {
@@ -566,30 +558,39 @@ typedef struct window {
     long steps;
 } window;
 
+/* What a resumed run needs besides the weights: the metrics window in progress, the last train
+ * loss, the wall clock and tokens so far, and how much of the journal the checkpoint has seen. */
 static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window *w,
-                       ttt_error *err) {
+                       const ttt_train_result *res, double elapsed, long tokens, ttt_error *err) {
     if (!t->run->ckpt_dir) return TTT_OK;
     const ttt_comm *comm = t->run->comm;
     if (comm && comm->rank != 0) return TTT_OK; /* one writer: every rank holds the same state */
-    if (t->oom) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the history");
     uint64_t words[64] = {0};
     TTT_ASSERT(t->data->n_state <= 64);
     if (t->data->n_state) t->data->get_state(t->data->user, words);
-    char win[256], hlen[32];
+    long long bytes = 0;
+    ttt_status s = stream_sync(t, &bytes, err);
+    char win[256], loss[64], secs[64], tok[32], rb[32];
     snprintf(win, sizeof win, "%ld %ld %a %a %ld", w->st.count, w->st.correct, w->st.loss_sum,
              w->grad_norm_sum, w->steps);
-    snprintf(hlen, sizeof hlen, "%zu", t->hist.len);
-    const char *meta[] = {"window", win, "history_len", hlen, "history",
-                          t->hist.text ? t->hist.text : ""};
-    ttt_status s = ttt_checkpoint_save(t->run->ckpt_dir, &t->m->params, opt, step, words,
-                                       t->data->n_state, t->run->config_hash, meta, 3, err);
+    snprintf(loss, sizeof loss, "%a", res->train_loss);
+    snprintf(secs, sizeof secs, "%a", elapsed);
+    snprintf(tok, sizeof tok, "%ld", tokens);
+    snprintf(rb, sizeof rb, "%lld", bytes);
+    const char *meta[] = {"window", win, "train_loss", loss, "seconds", secs,
+                          "tokens", tok, "records_bytes", rb};
+    if (s == TTT_OK)
+        s = ttt_checkpoint_save(t->run->ckpt_dir, &t->m->params, opt, step, words,
+                                t->data->n_state, t->run->config_hash, meta, 5, err);
     if (s != TTT_OK) ttt_error_prefix(err, "step %ld: saving a checkpoint", step);
     return s;
 }
 
 /* Resume from the folder's checkpoint: TTT_OK with *step = −1 when there is none. */
+/* Resume from the folder's checkpoint: TTT_OK with *step = −1 when there is none (the journal
+ * is then emptied). */
 static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_train_result *res,
-                         ttt_error *err) {
+                         double *elapsed, long *tokens, ttt_error *err) {
     *step = -1;
     if (!t->run->ckpt_dir) return TTT_OK;
     uint64_t words[64] = {0};
@@ -599,7 +600,7 @@ static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_
                                        t->data->n_state, t->run->config_hash, &info, err);
     if (s == TTT_ERR_IO) { /* no checkpoint: a fresh start */
         ttt_error_clear(err);
-        return TTT_OK;
+        return stream_replay(t, 0, err);
     }
     if (s == TTT_ERR_CONFIG || s == TTT_ERR_SHAPE) {
         ttt_error_prefix(err, "cannot resume");
@@ -622,14 +623,29 @@ static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_
                &w->grad_norm_sum, &w->steps) != 5)
         return ttt_error_set(err, TTT_ERR_FORMAT, "checkpoint '%s': malformed window '%s'",
                              info.path, buf);
-    TTT_TRY(ttt_checkpoint_read_meta(info.path, "history_len", buf, sizeof buf, err));
-    size_t len = (size_t)strtoull(buf, NULL, 10);
-    char *text = malloc(len + 1);
-    if (!text) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
-    s = ttt_checkpoint_read_meta(info.path, "history", text, len + 1, err);
-    if (s == TTT_OK) hist_parse(text, emit, t);
-    free(text);
-    TTT_TRY(s);
+    static const char *const keys[] = {"train_loss", "seconds", "tokens", "records_bytes"};
+    double loss = NAN, secs = 0;
+    long long tok = 0, bytes = 0;
+    for (int k = 0; k < 4; k++) {
+        s = ttt_checkpoint_read_meta(info.path, keys[k], buf, sizeof buf, err);
+        if (s == TTT_ERR_CONFIG) /* the key is absent: a checkpoint that kept records inside */
+            return ttt_error_set(err, TTT_ERR_FORMAT,
+                                 "cannot resume from '%s': it was written by an earlier version "
+                                 "of ttt (no '%s'); delete %s to start this run over",
+                                 info.path, keys[k], t->run->ckpt_dir);
+        TTT_TRY(s);
+        int ok = k == 0   ? sscanf(buf, "%la", &loss) == 1 || strcmp(buf, "nan") == 0
+                 : k == 1 ? sscanf(buf, "%la", &secs) == 1
+                 : k == 2 ? sscanf(buf, "%lld", &tok) == 1
+                          : sscanf(buf, "%lld", &bytes) == 1;
+        if (!ok)
+            return ttt_error_set(err, TTT_ERR_FORMAT, "checkpoint '%s': malformed %s '%s'",
+                                 info.path, keys[k], buf);
+    }
+    TTT_TRY(stream_replay(t, bytes, err));
+    res->train_loss = loss;
+    *elapsed = secs;
+    *tokens = (long)tok;
     *step = (long)st;
     return TTT_OK;
 }
@@ -657,8 +673,35 @@ static ttt_status eval_record(trainer *t, shards *S, long step, ttt_train_result
 
 static volatile sig_atomic_t stop_requested;
 
+/* Ranks that run apart and share a stop (ttt_train_stop_peers), and whether they were told. */
+static const ttt_comm *stop_peers;
+static int stop_told;
+
 void ttt_train_request_stop(void) { stop_requested = 1; }
-int ttt_train_stop_requested(void) { return stop_requested != 0; }
+
+void ttt_train_stop_peers(const ttt_comm *c) {
+    if (!c && stop_peers) (void)ttt_comm_stop_heard(stop_peers); /* notices no one waits for */
+    stop_peers = c && c->size > 1 ? c : NULL;
+    stop_told = 0;
+}
+
+int ttt_train_stop_requested(void) {
+    if (stop_peers && !omp_in_parallel() && !stop_told) { /* MPI from the main thread only */
+        if (stop_requested) {
+            ttt_comm_stop_notify(stop_peers);
+            stop_told = 1;
+        } else if (ttt_comm_stop_heard(stop_peers)) {
+            stop_requested = 1;
+            stop_told = 1; /* the rank that saw the signal told every rank */
+        }
+    }
+    return stop_requested != 0;
+}
+
+ttt_status ttt_train_check_stop(ttt_error *err) {
+    return ttt_train_stop_requested() ? ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted")
+                                      : TTT_OK;
+}
 
 ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
                      const ttt_train_run *run, ttt_train_result *res, ttt_error *err) {
@@ -692,16 +735,18 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     if (comm) s = shards_init(&E, m, c->shards, c->threads, err);
     shards *ev = comm ? &E : &S;
     const double t_start = ttt_now();
+    double t_before = 0; /* seconds of the earlier processes of a resumed run */
     window w = {0};
     long step = 0, tokens = 0;
     if (s == TTT_OK && run->stream_path) {
         t.stream = fopen(run->stream_path, "a");
         if (!t.stream)
-            s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s'", run->stream_path);
+            s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s': %s",
+                              run->stream_path, strerror(errno));
     }
     if (s == TTT_OK) {
         long from;
-        s = resume(&t, &opt, &from, &w, res, err);
+        s = resume(&t, &opt, &from, &w, res, &t_before, &tokens, err);
         if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
     }
     if (comm) { /* every rank read the checkpoint rank 0 wrote: they must agree on the step */
@@ -783,17 +828,22 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             s = eval_record(&t, ev, step, res, err);
         if (s == TTT_OK && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) ||
                             step == stop)) {
-            s = save(&t, step, &opt, &w, err);
+            s = save(&t, step, &opt, &w, res, t_before + ttt_now() - t_start, tokens, err);
             if (comm && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
                 s = ttt_error_set(err, TTT_ERR_IO, "step %ld: rank 0 could not save the "
                                   "checkpoint (its message is on its stderr)", step);
             if (s == TTT_OK) last_good = step;
         }
         /* under MPI the ranks agree on a stop in the gather (one may see the signal late) */
-        const int stop_now = comm ? S.stop_any : stop_requested;
+        const int stop_now = comm ? S.stop_any : ttt_train_stop_requested();
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
         if (s == TTT_OK && stop_now && step < stop) {
-            if (last_good != step) s = save(&t, step, &opt, &w, err);
+            if (last_good != step) {
+                s = save(&t, step, &opt, &w, res, t_before + ttt_now() - t_start, tokens, err);
+                if (comm && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
+                    s = ttt_error_set(err, TTT_ERR_IO, "step %ld: rank 0 could not save the "
+                                      "checkpoint (its message is on its stderr)", step);
+            }
             if (s == TTT_OK)
                 s = ttt_error_set(err, TTT_ERR_INTERRUPTED,
                                   "interrupted at step %ld of %ld; checkpoint saved in %s; run "
@@ -804,14 +854,20 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     res->step = step;
     res->stopped = s == TTT_OK && step < c->steps;
     if (s == TTT_OK && !res->stopped) {
-        /* The final evaluation comes after the final checkpoint, so it is not in the saved
-         * history: a run resumed from its final checkpoint records it exactly once too. */
+        /* The final evaluation comes after the final checkpoint, so it lies beyond the journal
+         * length that checkpoint saved: a run resumed from its final checkpoint cuts it off and
+         * records it again, exactly once. */
         s = eval_record(&t, ev, step, res, err);
     }
-    res->seconds = ttt_now() - t_start;
+    /* over the whole run, also when it was resumed (a run resumed from its final checkpoint
+     * reports what the run that wrote it measured, plus the final evaluation) */
+    res->seconds = t_before + ttt_now() - t_start;
     res->tokens_per_s = res->seconds > 0 ? tokens / res->seconds : 0;
-    if (t.stream) fclose(t.stream);
-    free(t.hist.text);
+    if (t.stream) {
+        long long bytes;
+        if (s == TTT_OK) s = stream_sync(&t, &bytes, err);
+        fclose(t.stream);
+    }
     shards_free(&S);
     if (comm) shards_free(&E);
     ttt_adamw_free(&opt);

@@ -4,8 +4,8 @@
  * positions → backward → gradient clipping → AdamW with warm-up and cosine schedule (adamw.h).
  * Every `eval_every` steps (and at the end) the model is scored on the task's fixed evaluation
  * batches; every `log_every` steps a training record is added. Records (results.h) go to the
- * run's results and, as they happen, one JSON line each to the stream file (metrics.jsonl of the
- * run folder), with a progress bar on stderr.
+ * run's results and, as they happen, one JSON line each to the point's journal (stream_path), with
+ * a progress bar on stderr.
  *
  * Records: kind "train": step, loss (mean over the window since the previous record), accuracy,
  * grad_norm (mean ‖g‖ before clipping), lr, tokens_per_s; kind "eval": step, eval_loss,
@@ -20,8 +20,9 @@
  *
  * Checkpoints (checkpoint.h) in `ckpt_dir` every `checkpoint_every` steps and at the end hold the
  * parameters, AdamW's moments and step, the task's data state (rng/sampler words), the metrics
- * window in progress and the history of records. A run started where a checkpoint exists
- * resumes from it (after checking that it was written by the same configuration) and ends with
+ * window in progress, the last train loss, the time and tokens so far, and the length of the
+ * record journal (stream_path) it has seen — not the records. A run started where a checkpoint
+ * exists resumes from it (after checking that it was written by the same configuration) and ends with
  * the same parameters, metrics and records as an uninterrupted run (bit for bit, except the
  * wall-clock fields tokens_per_s and seconds). A corrupt ckpt-last falls back to ckpt-prev.
  *
@@ -82,7 +83,9 @@ typedef struct ttt_train_data {
 typedef struct ttt_train_run {
     const char *ckpt_dir;    /* checkpoint folder, NULL = no checkpoints (and no resume) */
     const char *config_hash; /* identifies the configuration (checked on resume) */
-    const char *stream_path; /* append records here as they happen (NULL = nowhere) */
+    /* the point's record journal: records are appended as they happen; a checkpoint stores its
+     * length, a resume cuts it back to that length and replays it (NULL = nowhere) */
+    const char *stream_path;
     ttt_results *results;    /* records are added here (NULL = nowhere) */
     ttt_progress *progress;  /* may be NULL */
     long work_done;          /* progress units done before this run */
@@ -126,5 +129,14 @@ ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int shards
  * only sets a flag): the program calls it from its SIGINT/SIGTERM handler. */
 void ttt_train_request_stop(void);
 int ttt_train_stop_requested(void);
+/* For every other long loop (memory sweeps, equivalence, benchmarks, evaluation sets): TTT_OK,
+ * or TTT_ERR_INTERRUPTED with the message "interrupted" once a stop was requested; the caller
+ * returns it, and the plan writes what the finished points measured. */
+ttt_status ttt_train_check_stop(ttt_error *err);
+/* Ranks that run apart (a sweep's points over MPI ranks) and must stop together: from now on a
+ * stop seen here is sent to them and a stop they saw is taken as this process's own, both when
+ * the stop is checked (ttt_train_stop_requested, on the main thread). NULL: this process alone
+ * again. Ranks that train one point together agree in the step's gather instead. */
+void ttt_train_stop_peers(const struct ttt_comm *c);
 
 #endif
