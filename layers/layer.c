@@ -561,8 +561,16 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     memset(L, 0, sizeof *L);
     if (map->kind != TTT_CFG_MAP)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "layer: expected a mapping");
-    /* `optimizer: sgd` is shorthand for `optimizer: {name: sgd}`. */
+    /* `optimizer: sgd` is shorthand for `optimizer: {name: sgd}`. An empty `optimizer:` is
+     * refused rather than read as the default: it is most often a section whose keys were not
+     * indented under it, and sgd would then run without a word. */
     ttt_cfg_node *opt = get_mut(map, "optimizer");
+    if (opt && opt->kind == TTT_CFG_SCALAR && !opt->scalar)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, opt,
+                             "layer.optimizer: the value is empty; expected an optimizer name "
+                             "or a mapping such as {name: momentum, lr: 0.1} (leave the key out "
+                             "for the preset's optimizer; if its options follow on the next "
+                             "lines, indent them under 'optimizer:')");
     if (opt && opt->kind == TTT_CFG_SCALAR && opt->scalar) {
         ttt_cfg_node *m = ttt_cfg_new_map(opt);
         ttt_cfg_map_set(m, "name", ttt_cfg_new_scalar(opt->scalar, opt));

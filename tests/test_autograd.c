@@ -334,7 +334,7 @@ static ttt_tensor *op_scale_rc(ttt_ctx *x, ttt_tensor *const *in, const fd_case 
 /* unary ops, iarg[0] selects; the double forms are the textbook definitions (gelu in its tanh
  * form, which the float code does not use) */
 enum { U_NEG, U_EXP, U_LOG, U_SQRT, U_SQUARE, U_SIGMOID, U_SILU, U_GELU, U_SOFTPLUS, U_ELU1,
-       U_RELU, U_SILU_GRAD, U_GELU_GRAD };
+       U_RELU, U_SILU_GRAD, U_GELU_GRAD, U_SIGN, U_ABS };
 static double sig_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double unary_d(int u, double x) {
     const double k = sqrt(2.0 / PI_D), a = 0.044715;
@@ -351,6 +351,8 @@ static double unary_d(int u, double x) {
     case U_ELU1: return x > 0 ? x + 1.0 : exp(x);
     case U_RELU: return x > 0 ? x : 0.0;
     case U_SILU_GRAD: return sig_d(x) * (1.0 + x * (1.0 - sig_d(x)));
+    case U_SIGN: return (x > 0) - (x < 0);
+    case U_ABS: return fabs(x);
     default: { /* d/dx of 0.5x(1 + tanh u) */
         double u = k * (x + a * x * x * x), t = tanh(u);
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * a * x * x);
@@ -363,8 +365,31 @@ static void ref_unary(double *out, const double *const *in, const fd_case *c) {
 static ttt_tensor *op_unary(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
     ttt_tensor *(*const f[])(ttt_ctx *, const ttt_tensor *) = {
         ttt_neg,  ttt_exp,      ttt_log,  ttt_sqrt, ttt_square, ttt_sigmoid,   ttt_silu,
-        ttt_gelu, ttt_softplus, ttt_elu1, ttt_relu, ttt_silu_grad, ttt_gelu_grad};
+        ttt_gelu, ttt_softplus, ttt_elu1, ttt_relu, ttt_silu_grad, ttt_gelu_grad,
+        ttt_sign, ttt_abs};
     return f[c->iarg[0]](x, in[0]);
+}
+
+/* the ops for optimizer rules with parameters: iarg[0] 0 clamp(farg lo, hi), 1 maximum,
+ * 2 minimum, 3 pow_scalar(farg[0]) */
+static void ref_optop(double *out, const double *const *in, const fd_case *c) {
+    for (size_t i = 0; i < in_numel(c, 0); i++) {
+        const double x = in[0][i];
+        switch (c->iarg[0]) {
+        case 0: out[i] = fmin(fmax(x, c->farg[0]), c->farg[1]); break;
+        case 1: out[i] = fmax(x, in[1][i]); break;
+        case 2: out[i] = fmin(x, in[1][i]); break;
+        default: out[i] = pow(x, c->farg[0]); break;
+        }
+    }
+}
+static ttt_tensor *op_optop(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
+    switch (c->iarg[0]) {
+    case 0: return ttt_clamp(x, in[0], c->farg[0], c->farg[1]);
+    case 1: return ttt_maximum(x, in[0], in[1]);
+    case 2: return ttt_minimum(x, in[0], in[1]);
+    default: return ttt_pow_scalar(x, in[0], c->farg[0]);
+    }
 }
 
 /* reductions, iarg[0] selects */
@@ -737,6 +762,16 @@ static const fd_case k_cases[] = {
      .dom = {DOM_WIDE}},
     {"gelu_grad", op_unary, ref_unary, 1, {2}, {{3, 5}}, .iarg = {U_GELU_GRAD},
      .dom = {DOM_WIDE}},
+    /* ops for optimizer rules (kinks kept away from the finite-difference steps) */
+    {"sign", op_unary, ref_unary, 1, {2}, {{3, 5}}, .iarg = {U_SIGN}, .dom = {DOM_AWAY}},
+    {"abs", op_unary, ref_unary, 1, {2}, {{3, 5}}, .iarg = {U_ABS}, .dom = {DOM_AWAY}},
+    {"clamp", op_optop, ref_optop, 1, {2}, {{4, 5}}, .iarg = {0}, .farg = {-0.6f, 0.9f}},
+    {"maximum", op_optop, ref_optop, 2, {2, 2}, {{3, 5}, {3, 5}}, .iarg = {1}},
+    {"minimum", op_optop, ref_optop, 2, {2, 2}, {{3, 5}, {3, 5}}, .iarg = {2}},
+    {"pow_scalar 2.5", op_optop, ref_optop, 1, {2}, {{3, 5}}, .iarg = {3}, .farg = {2.5f},
+     .dom = {DOM_POS}},
+    {"pow_scalar -1.5", op_optop, ref_optop, 1, {2}, {{3, 5}}, .iarg = {3}, .farg = {-1.5f},
+     .dom = {DOM_POS}},
     /* reductions */
     {"sum", op_reduce, ref_reduce, 1, {2}, {{3, 4}}, .iarg = {R_SUM}},
     {"mean", op_reduce, ref_reduce, 1, {3}, {{2, 3, 4}}, .iarg = {R_MEAN}},

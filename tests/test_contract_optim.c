@@ -296,12 +296,25 @@ START_TEST(gradient_through_step_matches_finite_differences) {
         grad_problem_make(&p, &L, grad_models[m].per_key, &rng);
         grad_loss(&L, &p, 1);
         const double h = 4e-3, rtol = grad_rtol(v);
+        size_t jumps = 0, total = 0;
+        for (int i = 0; i < p.n_leaves; i++) total += p.n[i];
         for (int i = 0; i < p.n_leaves; i++) {
             double gmax = 0;
             for (size_t j = 0; j < p.n[i]; j++) gmax = fmax(gmax, fabs(p.grad[i][j]));
             for (size_t j = 0; j < p.n[i]; j++) {
                 const double D1 = central(&L, &p, i, j, h), D2 = central(&L, &p, i, j, h / 2),
                              D4 = central(&L, &p, i, j, h / 4);
+                /* A rule with a step function (lion's sign) has jumps: when one lies within
+                 * h/4 of the point, every difference is J/(2h') for its own step h', so halving
+                 * the step doubles it. There is no derivative to compare there (the tape's
+                 * gradient of a step function is 0 by convention, src/core/ops.h); such points
+                 * are counted and must stay rare (at most 10 %; lion on SwiGLU has 3 of 93),
+                 * so a backward that is wrong everywhere still fails. */
+                if (fabs(D4) > 10 * (gmax + 1e-3) && fabs(D4 - 2 * D2) < 0.05 * fabs(D4) &&
+                    fabs(D2 - 2 * D1) < 0.05 * fabs(D2)) {
+                    jumps++;
+                    continue;
+                }
                 const double fd = (4 * D2 - D1) / 3, fd2 = (4 * D4 - D2) / 3;
                 /* the difference's own uncertainty (see grad_rtol) */
                 const double unc = fmax(fabs(fd - fd2), fmax(fabs(D1 - D2), fabs(D2 - D4)));
@@ -316,6 +329,9 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                               p.grad[i][j], fd2, fd, gmax);
             }
         }
+        ck_assert_msg(jumps * 10 <= total, "%s {%s}, model %s: %zu of %zu elements sit on a "
+                      "jump of the loss; expected at most 10 %%", v->o->name, v->opts,
+                      grad_models[m].model, jumps, total);
         grad_problem_free(&p);
     }
 }

@@ -481,6 +481,43 @@ START_TEST(test_activation_grads_fd) {
 }
 END_TEST
 
+/* The gradient conventions of the ops for optimizer rules at their kinks and ties, where a
+ * finite difference says nothing (ops.h; PyTorch's choices): sign' = 0, abs'(0) = 0, clamp
+ * passes the gradient on its boundaries, maximum/minimum split it evenly on a tie, and
+ * pow_scalar with p = 0 has gradient 0. */
+START_TEST(test_optimizer_op_conventions) {
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx c = {.arena = &a, .grad = 1, .tape = &tape};
+    const float xs[5] = {-1.0f, 0.0f, 0.5f, 2.0f, -0.5f};
+    const float ys[5] = {-1.0f, 1.0f, 0.5f, 1.0f, 0.25f};
+    ttt_tensor *x = ttt_tensor_1d(&c, 5), *y = ttt_tensor_1d(&c, 5);
+    memcpy(x->data, xs, sizeof xs);
+    memcpy(y->data, ys, sizeof ys);
+    x->requires_grad = y->requires_grad = 1;
+    /* L = Σ sign(x) + abs(x) + clamp(x, −0.5, 0.5) + maximum(x, y) + 2·minimum(x, y) + x⁰ */
+    ttt_tensor *L = ttt_add(&c, ttt_sum(&c, ttt_sign(&c, x)), ttt_sum(&c, ttt_abs(&c, x)));
+    L = ttt_add(&c, L, ttt_sum(&c, ttt_clamp(&c, x, -0.5f, 0.5f)));
+    L = ttt_add(&c, L, ttt_sum(&c, ttt_maximum(&c, x, y)));
+    L = ttt_add(&c, L, ttt_scale(&c, ttt_sum(&c, ttt_minimum(&c, x, y)), 2.0f));
+    L = ttt_add(&c, L, ttt_sum(&c, ttt_pow_scalar(&c, x, 0.0f)));
+    ttt_backward(&c, L);
+    /* by hand, element by element:
+     *   sign' 0;  abs' = sign(x): −1, 0, 1, 1, −1;  clamp' (bounds ±0.5): 0, 1, 1, 0, 1;
+     *   max/min with y: tie (½ + 2·½ to x), x < y (0 + 2), tie (½ + 1), x > y (1 + 0), x < y (0 + 2) */
+    const float gx[5] = {-1 + 0 + 1.5f, 0 + 1 + 2, 1 + 1 + 1.5f, 1 + 0 + 1, -1 + 1 + 2};
+    const float gy[5] = {1.5f, 1, 1.5f, 2, 1};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_msg(x->grad[i] == gx[i], "dx[%d] = %g, expected %g", i, x->grad[i], gx[i]);
+        ck_assert_msg(y->grad[i] == gy[i], "dy[%d] = %g, expected %g", i, y->grad[i], gy[i]);
+    }
+    ttt_tape_free(&tape);
+    ttt_arena_free(&a);
+}
+END_TEST
+
 /* --------------------------------------------------------------------------------------------- */
 /* reductions                                                                                     */
 
@@ -1023,6 +1060,7 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_activations);
     tcase_add_test(tc, test_activations_extreme);
     tcase_add_test(tc, test_activation_grads_fd);
+    tcase_add_test(tc, test_optimizer_op_conventions);
     tcase_add_test(tc, test_reductions_full);
     tcase_add_test(tc, test_reductions_rows_cols);
     tcase_add_test(tc, test_cumsum);

@@ -1,4 +1,4 @@
-/* The inner optimizers of docs/math.md §3 (momentum, muon, large_batch, adam, sgd with l2) and the
+/* The inner optimizers of docs/math.md §3 (momentum, muon, large_batch, adam, lion, sgd with l2) and the
  * Newton–Schulz orthogonalization, each against a float64 evaluation of its rule written here
  * independently of the library (docs/math.md §6 items 3, 5–8), plus their YAML options.
  *
@@ -1100,6 +1100,77 @@ START_TEST(adam_matches_reference) {
 END_TEST
 
 /* ============================================================================================ */
+/* lion                                                                                          */
+
+/* Float64 Lion with the driver's block semantics (as ref_adam): every token of a block reads
+ * step(W_0, M_0, G_i) with the prefix gradient; the block ends with the last token's step.
+ * Returns the smallest |c| seen, so the test can tell a sign decided by rounding from a wrong
+ * rule. */
+static double ref_lion(double *o, double *W, const ttt_tensor *q, const ttt_tensor *k,
+                       const ttt_tensor *v, const float *eta, double alpha, double theta,
+                       double b1, double b2, double lambda, int b, int T, int dk, int dv) {
+    const size_t n = (size_t)dk * dv;
+    double *M = dzeros(n), *G = dzeros(n), *W0 = dzeros(n), *Wi = dzeros(n), *Mi = dzeros(n);
+    double cmin = INFINITY;
+    for (int t0 = 0; t0 < T; t0 += b) {
+        const int nb = t0 + b <= T ? b : T - t0;
+        memcpy(W0, W, n * sizeof(double));
+        memset(G, 0, n * sizeof(double));
+        for (int i = 0; i < nb; i++) {
+            const int t = t0 + i;
+            for (size_t j = 0; j < n; j++) G[j] *= i > 0 ? alpha : 1.0;
+            dadd_sq_grad(G, W0, k->data + t * dk, v->data + t * dv, eta ? eta[t] : 1.0, dk, dv);
+            const double A = pow(alpha, i + 1);
+            for (size_t j = 0; j < n; j++) {
+                const double c = b1 * M[j] + (1 - b1) * G[j];
+                cmin = fmin(cmin, fabs(c));
+                Wi[j] = (1 - lambda) * A * W0[j] - theta * ((c > 0) - (c < 0));
+                Mi[j] = b2 * M[j] + (1 - b2) * G[j];
+            }
+            drow_mat(o + (size_t)t * dv, q->data + t * dk, Wi, dk, dv);
+        }
+        memcpy(W, Wi, n * sizeof(double));
+        memcpy(M, Mi, n * sizeof(double));
+    }
+    free(M), free(G), free(W0), free(Wi), free(Mi);
+    return cmin;
+}
+
+/* Lion against its float64 rule: b = 1 with decay and weight decay, b = 4 (prefix-gradient block
+ * steps). Every coordinate moves by ±θ, so the comparison is exact in structure: with no |c|
+ * within float32 rounding of 0 (checked: the smallest |c| is reported), a wrong sign, a missing
+ * interpolation or a momentum update in the wrong order changes whole coordinates by 2θ. */
+START_TEST(lion_matches_reference) {
+    const int T = 23, dk = 5, dv = 4;
+    tu_fixture f;
+    tu_fx_init(&f, 121);
+    ttt_tensor *q = tu_randn(&f, T, dk, 0.5f), *k = tu_unit_rows(&f, T, dk), *v = tu_randn(&f, T, dv, 1);
+    ttt_tensor *eta = tu_uniform(&f, T, 0.1f, 1.0f);
+    const struct { int b; double alpha, lambda; } cases[] = {{1, 0.97, 0.01}, {4, 1.0, 0.0}};
+    for (int ci = 0; ci < 2; ci++) {
+        char body[300];
+        snprintf(body, sizeof body,
+                 "model: linear, loss: squared, mini_batch: %d, optimizer: {name: lion, lr: 0.05, "
+                 "decay: %g, beta1: 0.8, beta2: 0.9, weight_decay: %g}",
+                 cases[ci].b, cases[ci].alpha, cases[ci].lambda);
+        ttt_layer L;
+        make_layer(&L, body, dk, dv);
+        ttt_layer_state st = {0};
+        ttt_tensor *o = forward(&f, &L, &st, q, k, v, eta, NULL);
+        double *o_ref = dzeros((size_t)T * dv), *W = dzeros(dk * dv);
+        const double cmin = ref_lion(o_ref, W, q, k, v, eta->data, (double)(float)cases[ci].alpha,
+                                     (double)0.05f, (double)0.8f, (double)0.9f,
+                                     (double)(float)cases[ci].lambda, cases[ci].b, T, dk, dv);
+        ck_assert_msg(cmin > 1e-5, "|c| = %g: a sign decided by rounding", cmin);
+        TU_ASSERT_CLOSE(o->data, o_ref, o->n, ATOL, RTOL);
+        TU_ASSERT_CLOSE(st.W[0]->data, W, st.W[0]->n, ATOL, RTOL);
+        free(o_ref), free(W);
+    }
+    tu_fx_free(&f);
+}
+END_TEST
+
+/* ============================================================================================ */
 /* YAML                                                                                          */
 
 /* Every optimizer is selectable from YAML with its defaults filled in, options reach the rule,
@@ -1210,6 +1281,7 @@ static Suite *optim_suite(void) {
     tcase_add_test(tc, sgd_l2_equals_decoupled_decay);
     tcase_add_test(tc, coupled_equals_rescaled_decoupled);
     tcase_add_test(tc, adam_matches_reference);
+    tcase_add_test(tc, lion_matches_reference);
     tcase_add_test(tc, optimizers_selectable_from_yaml);
     tcase_add_test(tc, bad_optimizer_options_are_located_errors);
     suite_add_tcase(s, tc);

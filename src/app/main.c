@@ -1,5 +1,6 @@
 /* ttt: the command-line program. The only place that exits. */
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "comm.h"
 #include "experiment.h"
 #include "plan.h"
+#include "provenance.h"
 #include "layer.h"
 #include "task.h"
 
@@ -49,8 +51,9 @@ static const char usage_text[] =
     "                 srun the ranks share the work (docs/scaling.md)\n"
     "  merge FILE [--set KEY=VALUE]... [--out DIR]\n"
     "                 write the run folder from the points that `run --shard` jobs ran\n"
-    "  check FILE [--set KEY=VALUE]...\n"
-    "                 validate FILE and print the resolved configuration (every default)\n"
+    "  check FILE [--set KEY=VALUE]... [--brief]\n"
+    "                 validate FILE and print the resolved configuration (every default);\n"
+    "                 --brief: one line per run point instead\n"
     "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]... [--threads N]\n"
     "                 run FILE's `layer:` on tensors from another tool (q, k, v, beta,\n"
     "                 log_alpha, initial_state; layout (B, T, H, D)) and write o, final_state\n"
@@ -99,6 +102,7 @@ typedef struct cli_args {
     const char *file;
     const char *out;
     int quiet;
+    int brief; /* check: one line per point instead of the resolved configuration */
     int shard, n_shards;
     ttt_plan_parallel parallel;
     int n_sets;
@@ -123,6 +127,8 @@ static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
             a->out = s + 6;
         } else if (allow_out && strcmp(s, "--quiet") == 0) {
             a->quiet = 1;
+        } else if (!allow_out && strcmp(s, "--brief") == 0) {
+            a->brief = 1;
         } else if (allow_out == 1 && strcmp(s, "--shard") == 0) {
             int c = 0;
             if (i + 1 >= argc || sscanf(argv[i + 1], "%d/%d%n", &a->shard, &a->n_shards, &c) != 2 ||
@@ -166,7 +172,24 @@ static int cmd_check(int argc, char **argv) {
     ttt_experiment *e = NULL;
     int rc = load_experiment(argc, argv, 0, &a, &e);
     if (rc) return rc;
-    ttt_experiment_write_resolved(e, stdout);
+    if (a.brief) {
+        /* one line per point: what runs where, without the hundreds of lines of defaults */
+        const ttt_plan *p = e->plan;
+        int w = 5;
+        for (int i = 0; i < p->n_points; i++)
+            if ((int)strlen(p->points[i].label) > w) w = (int)strlen(p->points[i].label);
+        printf("%5s  %-10s  %-*s  %10s  %-16s  %s\n", "point", "task", w, "sweep", "cost",
+               "config hash", "seed");
+        for (int i = 0; i < p->n_points; i++) {
+            const ttt_plan_point *pt = &p->points[i];
+            printf("%5d  %-10s  %-*s  %10.3g  %-16s  %llu\n", pt->index, pt->task->name, w,
+                   pt->label[0] ? pt->label : "-", pt->cost, pt->config_hash,
+                   (unsigned long long)pt->seed);
+        }
+        printf("run folder: %s\n", ttt_experiment_output(e, NULL));
+    } else {
+        ttt_experiment_write_resolved(e, stdout);
+    }
     fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
             e->n_points == 1 ? "" : "s");
     ttt_experiment_free(e);
@@ -293,15 +316,28 @@ static int cmd_apply(int argc, char **argv) {
     return 0;
 }
 
+/* A bound as a reader would write it: integers in full (1048576, not 1.04858e+06). */
+static const char *fmt_bound(char *buf, size_t len, double v) {
+    if (v == floor(v) && fabs(v) < 1e15)
+        snprintf(buf, len, "%.0f", v);
+    else
+        snprintf(buf, len, "%g", v);
+    return buf;
+}
+
 static void print_options(const ttt_option *o, const char *indent) {
+    int w = 16; /* the name column fits the longest name */
+    for (const ttt_option *p = o; p && p->name; p++)
+        if ((int)strlen(p->name) > w) w = (int)strlen(p->name);
     for (; o && o->name; o++) {
-        char range[96] = "";
+        char range[160] = "", lo[40], hi[40];
         if ((o->type == TTT_OPT_INT || o->type == TTT_OPT_FLOAT || o->type == TTT_OPT_INT_LIST ||
              o->type == TTT_OPT_FLOAT_LIST) && o->min <= o->max)
-            snprintf(range, sizeof range, " in [%g, %g]", o->min, o->max);
+            snprintf(range, sizeof range, " in [%s, %s]", fmt_bound(lo, sizeof lo, o->min),
+                     fmt_bound(hi, sizeof hi, o->max));
         if (o->type == TTT_OPT_CHOICE) snprintf(range, sizeof range, " (%s)", o->choices);
-        printf("%s%-16s default %-24s %s%s\n", indent, o->name, o->def ? o->def : "(required)",
-               o->help ? o->help : "", range);
+        printf("%s%-*s  default %-24s %s%s\n", indent, w, o->name,
+               o->def ? o->def : "(required)", o->help ? o->help : "", range);
     }
 }
 
@@ -374,6 +410,7 @@ int main(int argc, char **argv) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
     }
+    ttt_provenance_set_command(argc, argv);
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage_text, stdout);

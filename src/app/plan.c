@@ -16,6 +16,7 @@
 #include "experiment.h"
 #include "point_records.h"
 #include "progress.h"
+#include "provenance.h"
 #include "results.h"
 #include "train.h"
 
@@ -25,8 +26,39 @@ static const char *const top_extra[] = {"sweep", "resolved", NULL};
 
 /* Name the sweep point after the message, so the message still starts with file:line:col. */
 static void error_suffix_point(ttt_error *err, const char *label) {
+    /* An error located at a --set option is about the option, whichever point found it first:
+     * naming that point would suggest the sweep is at fault. */
+    if (strncmp(err->msg, "--set ", 6) == 0) return;
     size_t n = strlen(err->msg);
     snprintf(err->msg + n, sizeof err->msg - n, " (in sweep point %s)", label);
+}
+
+/* Two axes `P.name` and `P.key` vary independently, so every name is given `key`, which only
+ * some of them take (sweeping the optimizer with `momentum` fails on sgd). When the error is
+ * that unknown key, say how to sweep what was meant: one axis of mappings. */
+static void error_hint_axes(ttt_error *err, const ttt_cfg_node *sweep) {
+    if (!sweep || sweep->kind != TTT_CFG_MAP) return;
+    for (int a = 0; a < sweep->n; a++) {
+        const char *ka = sweep->keys[a], *dot = strrchr(ka, '.');
+        if (!dot || strcmp(dot + 1, "name") != 0) continue;
+        const size_t plen = (size_t)(dot - ka);
+        for (int b = 0; b < sweep->n; b++) {
+            const char *kb = sweep->keys[b];
+            if (b == a || strncmp(kb, ka, plen) != 0 || kb[plen] != '.' ||
+                strchr(kb + plen + 1, '.'))
+                continue;
+            char needle[160];
+            snprintf(needle, sizeof needle, "unknown key '%s'", kb + plen + 1);
+            if (!strstr(err->msg, needle)) continue;
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n,
+                     "; the sweep axes '%s' and '%s' vary independently, so every %.*s gets "
+                     "'%s': to give it only to some, sweep one list of mappings instead, e.g. "
+                     "'%.*s: [{name: sgd}, {name: momentum, momentum: 0.9}]'",
+                     ka, kb, (int)plen, ka, kb + plen + 1, (int)plen, ka);
+            return;
+        }
+    }
 }
 
 /* The configuration hash of a resolved point: everything but the keys that name or place the
@@ -186,7 +218,10 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
             break;
         }
         s = plan_point(pt, trees[i], stem, err);
-        if (s != TTT_OK && labels[i][0]) error_suffix_point(err, labels[i]);
+        if (s != TTT_OK && labels[i][0]) {
+            error_suffix_point(err, labels[i]);
+            error_hint_axes(err, ttt_cfg_get(doc, "sweep"));
+        }
     }
     if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, trees, labels, n)))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
@@ -552,6 +587,10 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     ttt_results *res = ttt_results_new(first->name);
     if (!res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     if (s == TTT_OK && writer) s = write_resolved(p, dir, err);
+    /* how the run was made, rewritten with its end below (docs/training.md "Provenance") */
+    const time_t started = time(NULL);
+    const int provenance = leader && !sharded;
+    if (s == TTT_OK && provenance) s = ttt_provenance_write(dir, started, 0, NULL, err);
     /* Records go to metrics.jsonl as they are made (a temporary name until the run completes;
      * trained points also journal theirs next to their checkpoints, which only the point's owner
      * writes), so memory stays flat however long the run (docs/hardening.md "Flat memory over
@@ -665,6 +704,18 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         }
     }
     ttt_results_free(res);
+    if (provenance) {
+        char outcome[sizeof err->msg + 16];
+        if (s == TTT_OK) snprintf(outcome, sizeof outcome, "complete");
+        else if (s == TTT_ERR_INTERRUPTED) snprintf(outcome, sizeof outcome, "interrupted");
+        else snprintf(outcome, sizeof outcome, "failed: %s", err->msg);
+        ttt_error perr;
+        const ttt_status w = ttt_provenance_write(dir, started, time(NULL), outcome, &perr);
+        if (w != TTT_OK && s == TTT_OK) {
+            *err = perr;
+            s = w;
+        }
+    }
     unlock_run_folder(&L);
     return s;
 }
@@ -716,7 +767,11 @@ ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, t
         say_complete(dir);
     } else {
         remove_mark(dir);
+        const time_t started = time(NULL);
         s = merge_locked(p, dir, table, err);
+        /* the merge's own command and time: the --shard jobs' are their own (docs/training.md
+         * "Provenance") */
+        if (s == TTT_OK) s = ttt_provenance_write(dir, started, time(NULL), "complete", err);
     }
     unlock_run_folder(&L);
     return s;

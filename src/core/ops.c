@@ -615,6 +615,79 @@ UNARY_OP(ttt_relu, x > 0.0f ? x : 0.0f, x > 0.0f ? 1.0f : 0.0f)
 UNARY_OP(ttt_silu_grad, sigmoid_f(x) * (1.0f + x * sigmoid_c(x)),
          sigmoid_f(x) * sigmoid_c(x) * (2.0f + x * (sigmoid_c(x) - sigmoid_f(x))))
 UNARY_OP(ttt_gelu_grad, gelu_grad_f(x), gelu_grad2_f(x))
+/* Ops for optimizer rules; gradient conventions in ops.h (docs/extending.md "Adding an op"). */
+UNARY_OP(ttt_sign, (float)((x > 0.0f) - (x < 0.0f)), 0.0f)
+UNARY_OP(ttt_abs, fabsf(x), (float)((x > 0.0f) - (x < 0.0f)))
+
+/* r = min(max(a, lo), hi) (farg = lo, hi): da = dr where lo ≤ a ≤ hi. */
+static void clamp_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    float *restrict g = ttt_grad(ctx, a);
+    const float lo = e->farg[0], hi = e->farg[1];
+    for (size_t i = 0; i < a->n; i++)
+        if (a->data[i] >= lo && a->data[i] <= hi) g[i] += dr[i];
+}
+
+ttt_tensor *ttt_clamp(ttt_ctx *ctx, const ttt_tensor *a, float lo, float hi) {
+    TTT_ASSERT(lo <= hi);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < a->n; i++) r->data[i] = fminf(fmaxf(a->data[i], lo), hi);
+    ttt_tape_entry *e = RECORD(ctx, "clamp", clamp_backward, r, a);
+    if (e) {
+        e->farg[0] = lo;
+        e->farg[1] = hi;
+    }
+    return r;
+}
+
+/* r = max(a, b) (iarg[0] = 1) or min(a, b) (iarg[0] = 0), same shapes: the gradient goes to the
+ * selected input, half to each on a tie. */
+static void extremum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0], *b = e->in[1];
+    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    const int is_max = e->iarg[0];
+    for (size_t i = 0; i < a->n; i++) {
+        const float x = a->data[i], y = b->data[i];
+        const float wa = x == y ? 0.5f : ((x > y) == is_max ? 1.0f : 0.0f);
+        if (ga) ga[i] += wa * dr[i];
+        if (gb) gb[i] += (1.0f - wa) * dr[i];
+    }
+}
+
+static ttt_tensor *extremum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b, int is_max) {
+    SHAPE_CHECK(ttt_tensor_same_shape(a, b), is_max ? "maximum" : "minimum", a, b);
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < a->n; i++)
+        r->data[i] = is_max ? fmaxf(a->data[i], b->data[i]) : fminf(a->data[i], b->data[i]);
+    ttt_tape_entry *e =
+        RECORD(ctx, is_max ? "maximum" : "minimum", extremum_backward, r, a, b);
+    if (e) e->iarg[0] = is_max;
+    return r;
+}
+
+ttt_tensor *ttt_maximum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return extremum(ctx, a, b, 1);
+}
+ttt_tensor *ttt_minimum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    return extremum(ctx, a, b, 0);
+}
+
+/* r = a^p (farg[0] = p): da = dr·p·a^(p−1), 0 for p = 0. */
+static void pow_scalar_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    float *restrict g = ttt_grad(ctx, a);
+    const float p = e->farg[0];
+    if (p == 0.0f) return;
+    for (size_t i = 0; i < a->n; i++) g[i] += dr[i] * p * powf(a->data[i], p - 1.0f);
+}
+
+ttt_tensor *ttt_pow_scalar(ttt_ctx *ctx, const ttt_tensor *a, float p) {
+    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
+    for (size_t i = 0; i < a->n; i++) r->data[i] = powf(a->data[i], p);
+    ttt_tape_entry *e = RECORD(ctx, "pow_scalar", pow_scalar_backward, r, a);
+    if (e) e->farg[0] = p;
+    return r;
+}
 
 /* --------------------------------------------------------------------------------------------- */
 /* reductions (accumulated in double)                                                             */

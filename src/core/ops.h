@@ -63,6 +63,18 @@ ttt_tensor *ttt_sigmoid(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_softplus(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_elu1(ttt_ctx *ctx, const ttt_tensor *a);
 ttt_tensor *ttt_relu(ttt_ctx *ctx, const ttt_tensor *a);
+/* Ops for writing optimizer rules (sign-SGD, Lion, clipped updates). Gradient conventions, as
+ * PyTorch's (docs/extending.md "Adding an op"): sign' = 0 everywhere (a step function; 0 also at
+ * x = 0); abs' = sign(x), 0 at x = 0; clamp passes the gradient where lo ≤ x ≤ hi (boundaries
+ * included) and 0 outside; maximum/minimum route it to the larger/smaller input and split it
+ * evenly on a tie; pow_scalar(x, p) = x^p elementwise with p·x^(p−1) (0 when p = 0; x < 0
+ * with a non-integer p is NaN, as in libm). */
+ttt_tensor *ttt_sign(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_abs(ttt_ctx *ctx, const ttt_tensor *a);
+ttt_tensor *ttt_clamp(ttt_ctx *ctx, const ttt_tensor *a, float lo, float hi);
+ttt_tensor *ttt_maximum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_minimum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
+ttt_tensor *ttt_pow_scalar(ttt_ctx *ctx, const ttt_tensor *a, float p);
 /* Derivatives of the activations, evaluated at a (for analytic inner gradients, docs/math.md §2):
  * silu'(x) = σ(x)(1 + x(1 − σ(x))). */
 ttt_tensor *ttt_silu_grad(ttt_ctx *ctx, const ttt_tensor *a);

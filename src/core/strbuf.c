@@ -108,3 +108,15 @@ char *ttt_strbuf_take(ttt_strbuf *b) {
     ttt_strbuf_free(b);
     return p;
 }
+
+void ttt_strbuf_put_json(ttt_strbuf *b, const char *s) {
+    ttt_strbuf_putc(b, '"');
+    for (; *s; s++) {
+        const unsigned char c = (unsigned char)*s;
+        if (c == '"') ttt_strbuf_puts(b, "\\\"");
+        else if (c == '\\') ttt_strbuf_puts(b, "\\\\");
+        else if (c < 0x20) ttt_strbuf_printf(b, "\\u%04x", c);
+        else ttt_strbuf_putc(b, (char)c);
+    }
+    ttt_strbuf_putc(b, '"');
+}

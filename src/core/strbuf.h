@@ -44,6 +44,9 @@ void ttt_strbuf_printf(ttt_strbuf *b, const char *fmt, ...) __attribute__((forma
 void ttt_strbuf_vprintf(ttt_strbuf *b, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
+/* Append s as a JSON string literal (RFC 8259 escapes; UTF-8 passes through). */
+void ttt_strbuf_put_json(ttt_strbuf *b, const char *s);
+
 /* The text so far, never NULL ("" when nothing was appended); valid until the next append. */
 const char *ttt_strbuf_str(const ttt_strbuf *b);
 

@@ -1279,17 +1279,34 @@ static ttt_status unknown_key(const ttt_cfg_node *map, int i, const char *path,
         snprintf(in, sizeof in, " at the top level");
     const char *key = map->keys[i];
     const char *close = ttt_closest_name(key, names, k);
+    /* A section left empty just above ("optimizer:" with its keys not indented under it) makes
+     * its keys land here; say so rather than only listing what is valid at this level. */
+    char hint[PATH_BUF + 160] = "";
+    for (int j = i - 1; j >= 0; j--) {
+        const ttt_option *oj = NULL;
+        for (const ttt_option *o = opts; o->name; o++)
+            if (strcmp(o->name, map->keys[j]) == 0) oj = o;
+        if (!oj || oj->type != TTT_OPT_MAP) continue;
+        if (is_null(map->items[j])) {
+            char where[512];
+            snprintf(hint, sizeof hint,
+                     " ('%s' at %s is empty: if '%s' belongs to it, indent it under '%s:')",
+                     map->keys[j], ttt_cfg_where(map->items[j], where, sizeof where), key,
+                     map->keys[j]);
+        }
+        break;
+    }
     ttt_status s;
     if (close)
         s = key_error(err, TTT_ERR_CONFIG, map, i,
-                      "unknown key '%s'%s; did you mean '%s'? (valid keys: %s)", key, in, close,
-                      valid);
+                      "unknown key '%s'%s%s; did you mean '%s'? (valid keys: %s)", key, in, hint,
+                      close, valid);
     else if (k > 0)
-        s = key_error(err, TTT_ERR_CONFIG, map, i, "unknown key '%s'%s; expected one of: %s",
-                      key, in, valid);
+        s = key_error(err, TTT_ERR_CONFIG, map, i, "unknown key '%s'%s%s; expected one of: %s",
+                      key, in, hint, valid);
     else
-        s = key_error(err, TTT_ERR_CONFIG, map, i, "unknown key '%s'%s; expected no keys here",
-                      key, in);
+        s = key_error(err, TTT_ERR_CONFIG, map, i,
+                      "unknown key '%s'%s%s; expected no keys here", key, in, hint);
     free(valid);
     free(names);
     return s;
@@ -1656,6 +1673,71 @@ static void unpin_sweep(ttt_cfg_node *root, const char *path) {
     if (sweep->n == 0) ttt_cfg_map_remove(root, "sweep");
 }
 
+/* A sweep axis whose path covers `path` (the axis `layer` for `--set layer.preset=...`) gives
+ * the whole containing value in every point, so the override would be lost without a word. The
+ * override is pinned everywhere it appears instead: set inside every mapping the axis lists. An
+ * axis value that is not a mapping cannot hold it, and an override that makes two of the axis's
+ * values identical means the user wanted one value of the axis, not a change inside each: both
+ * are errors naming the axis and the way to say what was meant (docs/design.md "The plan pass
+ * (`ttt_plan_build`)"). */
+static ttt_status pin_inside_sweep(ttt_cfg_node *root, const char *path, const ttt_cfg_node *val,
+                                   const ttt_cfg_node *origin, const char *assignment,
+                                   ttt_error *err) {
+    int si = find_key(root, "sweep");
+    if (si < 0 || root->items[si]->kind != TTT_CFG_MAP) return TTT_OK;
+    ttt_cfg_node *sweep = root->items[si];
+    for (int a = 0; a < sweep->n; a++) {
+        const char *axis = sweep->keys[a];
+        const size_t len = strlen(axis);
+        if (strncmp(path, axis, len) != 0 || path[len] != '.') continue;
+        ttt_cfg_node *list = sweep->items[a];
+        if (list->kind != TTT_CFG_SEQ) continue; /* check_sweep reports it */
+        const char *rest = path + len + 1;
+        char where[512];
+        for (int i = 0; i < list->n; i++) {
+            ttt_cfg_node *v = list->items[i];
+            const ttt_cfg_node *blocker = NULL;
+            size_t prefix = 0;
+            if (is_null(v)) {
+                ttt_cfg_node *m = ttt_cfg_new_map(v);
+                ttt_cfg_free(v);
+                list->items[i] = v = m;
+            }
+            if (v->kind != TTT_CFG_MAP ||
+                set_path(v, rest, ttt_cfg_clone(val), origin, &blocker, &prefix) != TTT_OK) {
+                char got[160];
+                describe_node(blocker ? blocker : v, got, sizeof got);
+                return ttt_error_set(
+                    err, TTT_ERR_ARG,
+                    "--set '%s': the sweep axis '%s' (at %s) sets '%s' to a whole value in every "
+                    "point, and its value %d is %s, which cannot hold '%s', so this override "
+                    "would be lost; expected to choose the axis values instead, e.g. --set "
+                    "'sweep.%s=[...]'",
+                    assignment, axis, ttt_cfg_where(v, where, sizeof where), axis, i + 1, got,
+                    rest, axis);
+            }
+        }
+        for (int i = 0; i < list->n; i++)
+            for (int j = i + 1; j < list->n; j++) {
+                char *fi = ttt_cfg_to_flow(list->items[i]), *fj = ttt_cfg_to_flow(list->items[j]);
+                const int same = strcmp(fi, fj) == 0;
+                ttt_status s = TTT_OK;
+                if (same)
+                    s = ttt_error_set(
+                        err, TTT_ERR_ARG,
+                        "--set '%s': the sweep axis '%s' (at %s) gives '%s' in every point; "
+                        "setting '%s' inside each of its values makes values %d and %d the same "
+                        "(%s); to run one value of the axis, expected e.g. --set 'sweep.%s=[%s]'",
+                        assignment, axis, ttt_cfg_where(list, where, sizeof where), axis, rest,
+                        i + 1, j + 1, fi, axis, fi);
+                free(fi);
+                free(fj);
+                if (same) return s;
+            }
+    }
+    return TTT_OK;
+}
+
 ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_error *err) {
     TTT_ASSERT(root && assignment);
     if (root->kind != TTT_CFG_MAP)
@@ -1738,6 +1820,11 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
         goto done;
     }
 
+    s = pin_inside_sweep(root, path, val, &origin, assignment, err);
+    if (s != TTT_OK) {
+        ttt_cfg_free(val);
+        goto done;
+    }
     const ttt_cfg_node *blocker = NULL;
     size_t prefix = 0;
     s = set_path(root, path, val, &origin, &blocker, &prefix);

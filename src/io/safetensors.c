@@ -921,19 +921,6 @@ const char *ttt_st_meta(const ttt_st_file *f, const char *key) {
 /* ------------------------------------------------------------------------------------------ */
 /* Writer */
 
-/* A JSON string literal (RFC 8259 escapes; UTF-8 passes through). */
-static void put_json_string(ttt_strbuf *b, const char *s) {
-    ttt_strbuf_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"') ttt_strbuf_puts(b, "\\\"");
-        else if (c == '\\') ttt_strbuf_puts(b, "\\\\");
-        else if (c < 0x20) ttt_strbuf_printf(b, "\\u%04x", c);
-        else ttt_strbuf_putc(b, (char)c);
-    }
-    ttt_strbuf_putc(b, '"');
-}
-
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -1031,9 +1018,9 @@ ttt_status ttt_st_write(const char *path, const ttt_st_tensor *ts, int n,
         ttt_strbuf_puts(&h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
             if (i) ttt_strbuf_puts(&h, ",");
-            put_json_string(&h, meta_kv[2 * i]);
+            ttt_strbuf_put_json(&h, meta_kv[2 * i]);
             ttt_strbuf_puts(&h, ":");
-            put_json_string(&h, meta_kv[2 * i + 1]);
+            ttt_strbuf_put_json(&h, meta_kv[2 * i + 1]);
         }
         ttt_strbuf_puts(&h, "}");
     }
@@ -1042,7 +1029,7 @@ ttt_status ttt_st_write(const char *path, const ttt_st_tensor *ts, int n,
         const ttt_st_tensor *t = &ts[i];
         uint64_t bytes = (uint64_t)ttt_st_numel(t) * 4;
         if (i || n_meta > 0) ttt_strbuf_puts(&h, ",");
-        put_json_string(&h, t->name);
+        ttt_strbuf_put_json(&h, t->name);
         ttt_strbuf_puts(&h, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++)
             ttt_strbuf_printf(&h, "%s%" PRId64, d ? "," : "", t->shape[d]);
