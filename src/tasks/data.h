@@ -157,14 +157,31 @@ typedef enum ttt_split { TTT_SPLIT_TRAIN = 0, TTT_SPLIT_VAL = 1 } ttt_split;
 
 typedef struct ttt_text {
     char *path;
-    unsigned char *bytes; /* (size) the whole file */
-    size_t size;
-    size_t n_train; /* train = [0, n_train), validation = [n_train, size) */
+    unsigned char *bytes; /* (size · width) the token file(s): training tokens, then validation */
+    int width;            /* bytes per token: 1 (bytes of text), 2 or 4 (little-endian) */
+    size_t size;          /* tokens */
+    size_t n_train; /* train = [0, n_train), validation = [n_train, size) (tokens) */
 } ttt_text;
 
-/* Errors naming the file: missing or unreadable (TTT_ERR_IO), empty (TTT_ERR_FORMAT), a split
- * shorter than seq_len + 1 bytes (TTT_ERR_RANGE, with the sizes); val_fraction in [0, 1)
- * (0 = no validation split). */
+/* Where the tokens come from: a text file (every byte a token, vocabulary 256) or a file of
+ * token ids, uint16 or uint32 little-endian as nanoGPT's prepare scripts write them
+ * (train.bin / val.bin). */
+typedef struct ttt_token_source {
+    const char *path;     /* the training tokens; also the validation ones without val_path */
+    const char *val_path; /* NULL: the validation split is the last val_fraction of path */
+    int width;            /* 1 = text bytes, 2 = uint16, 4 = uint32 */
+    int vocab;            /* every token id must be below it (256 for text) */
+    double val_fraction;  /* used without val_path */
+    int seq_len;
+} ttt_token_source;
+
+/* Errors naming the file: missing or unreadable (TTT_ERR_IO), empty or not a whole number of
+ * tokens (TTT_ERR_FORMAT), a token id ≥ vocab (TTT_ERR_RANGE, with its position), a split
+ * shorter than seq_len + 1 tokens (TTT_ERR_RANGE, with the sizes). */
+ttt_status ttt_tokens_load(ttt_text *t, const ttt_token_source *src, ttt_error *err);
+
+/* A text file as tokens (ttt_tokens_load with width 1, vocabulary 256, no val_path);
+ * val_fraction in [0, 1) (0 = no validation split). */
 ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
                          ttt_error *err);
 void ttt_text_free(ttt_text *t);

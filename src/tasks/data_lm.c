@@ -1,4 +1,5 @@
-/* Byte-level language modelling data from a text file (see data.h, docs/math.md §7). */
+/* Language modelling data: the bytes of a text file, or token ids from uint16/uint32 files (see
+ * data.h, docs/math.md §7). */
 #include "data.h"
 
 #include <errno.h>
@@ -15,62 +16,132 @@ void ttt_text_free(ttt_text *t) {
     memset(t, 0, sizeof *t);
 }
 
-ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
-                         ttt_error *err) {
-    memset(t, 0, sizeof *t);
-    if (!(val_fraction >= 0 && val_fraction < 1))
-        return ttt_error_set(err, TTT_ERR_RANGE,
-                             "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
-                             val_fraction);
-    if (seq_len < 1)
-        return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", seq_len);
+/* Append the whole file at `path` to buf (*len bytes so far, *cap allocated); its size is
+ * returned in *got. */
+static ttt_status read_whole(unsigned char **buf, size_t *len, size_t *cap, const char *path,
+                             size_t *got, ttt_error *err) {
     FILE *fp = fopen(path, "rb");
     if (!fp)
-        return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open text file '%s': %s", path,
+        return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open token file '%s': %s", path,
                              strerror(errno));
     struct stat sb;
     if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
         fclose(fp);
         return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file", path);
     }
-    size_t size = (size_t)sb.st_size;
+    const size_t size = (size_t)sb.st_size;
     if (size == 0) {
         fclose(fp);
-        return ttt_error_set(err, TTT_ERR_FORMAT, "lm: text file '%s' is empty", path);
+        return ttt_error_set(err, TTT_ERR_FORMAT, "lm: token file '%s' is empty", path);
     }
-    t->bytes = malloc(size);
-    t->path = malloc(strlen(path) + 1);
-    if (!t->bytes || !t->path) {
-        fclose(fp);
-        ttt_text_free(t);
-        return ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory for '%s' (%zu bytes)", path,
-                             size);
+    if (*len + size > *cap) {
+        unsigned char *nb = realloc(*buf, *len + size);
+        if (!nb) {
+            fclose(fp);
+            return ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory for '%s' (%zu bytes)",
+                                 path, size);
+        }
+        *buf = nb;
+        *cap = *len + size;
     }
-    strcpy(t->path, path);
-    size_t got = fread(t->bytes, 1, size, fp);
+    const size_t n = fread(*buf + *len, 1, size, fp);
     fclose(fp);
-    if (got != size) {
-        ttt_text_free(t);
-        return ttt_error_set(err, TTT_ERR_IO, "lm: read %zu of the %zu bytes of '%s'", got, size,
+    if (n != size)
+        return ttt_error_set(err, TTT_ERR_IO, "lm: read %zu of the %zu bytes of '%s'", n, size,
                              path);
+    *len += size;
+    *got = size;
+    return TTT_OK;
+}
+
+/* Token i of the loaded data (little-endian ids of `width` bytes). */
+static inline uint32_t token_at(const ttt_text *t, size_t i) {
+    const unsigned char *p = t->bytes + i * (size_t)t->width;
+    switch (t->width) {
+    case 1: return p[0];
+    case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    default:
+        return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+               (uint32_t)p[3] << 24;
     }
-    t->size = size;
-    size_t n_val = (size_t)floor((double)size * val_fraction);
-    t->n_train = size - n_val;
-    size_t need = (size_t)seq_len + 1;
-    if (t->n_train < need || (n_val > 0 && n_val < need)) {
-        int train_short = t->n_train < need;
-        ttt_status st = ttt_error_set(
-            err, TTT_ERR_RANGE,
-            "lm: text file '%s' has %zu bytes: its %s split (%zu bytes%s) is shorter than "
-            "seq_len + 1 = %zu bytes; use a larger file%s",
-            path, size, train_short ? "training" : "validation", train_short ? t->n_train : n_val,
-            train_short ? "" : ", the last val_fraction of it", need,
-            train_short ? " or a shorter seq_len" : ", a larger val_fraction or a shorter seq_len");
-        ttt_text_free(t);
-        return st;
+}
+
+/* Check that the file's bytes are whole tokens below the vocabulary: first token `from`,
+ * `bytes` bytes. */
+static ttt_status check_tokens(const ttt_text *t, size_t from, size_t bytes, const char *path,
+                               int vocab, ttt_error *err) {
+    if (bytes % (size_t)t->width != 0)
+        return ttt_error_set(err, TTT_ERR_FORMAT,
+                             "lm: token file '%s' has %zu bytes, not a whole number of %d-byte "
+                             "tokens (is `format` right?)",
+                             path, bytes, t->width);
+    if (t->width == 1 && vocab >= 256) return TTT_OK; /* every byte is a token */
+    const size_t n = bytes / (size_t)t->width;
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t id = token_at(t, from + i);
+        if (id >= (uint32_t)vocab)
+            return ttt_error_set(err, TTT_ERR_RANGE,
+                                 "lm: token %u at position %zu of '%s' is not below the "
+                                 "vocabulary size %d (task.vocab)",
+                                 id, i, path, vocab);
     }
     return TTT_OK;
+}
+
+ttt_status ttt_tokens_load(ttt_text *t, const ttt_token_source *src, ttt_error *err) {
+    memset(t, 0, sizeof *t);
+    TTT_ASSERT(src->width == 1 || src->width == 2 || src->width == 4);
+    const double vf = src->val_path ? 0.0 : src->val_fraction;
+    if (!(vf >= 0 && vf < 1))
+        return ttt_error_set(err, TTT_ERR_RANGE,
+                             "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
+                             vf);
+    if (src->seq_len < 1)
+        return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", src->seq_len);
+    t->width = src->width;
+    if (!(t->path = strdup(src->path)))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory");
+    size_t len = 0, cap = 0, got_train = 0, got_val = 0;
+    ttt_status s = read_whole(&t->bytes, &len, &cap, src->path, &got_train, err);
+    if (s == TTT_OK) s = check_tokens(t, 0, got_train, src->path, src->vocab, err);
+    if (s == TTT_OK && src->val_path) {
+        s = read_whole(&t->bytes, &len, &cap, src->val_path, &got_val, err);
+        if (s == TTT_OK)
+            s = check_tokens(t, got_train / (size_t)t->width, got_val, src->val_path, src->vocab,
+                             err);
+    }
+    if (s != TTT_OK) {
+        ttt_text_free(t);
+        return s;
+    }
+    t->size = len / (size_t)t->width;
+    const size_t n_val =
+        src->val_path ? got_val / (size_t)t->width : (size_t)floor((double)t->size * vf);
+    t->n_train = t->size - n_val;
+    const size_t need = (size_t)src->seq_len + 1;
+    if (t->n_train < need || (n_val > 0 && n_val < need)) {
+        const int train_short = t->n_train < need;
+        const char *unit = t->width == 1 ? "bytes" : "tokens";
+        const char *file = train_short || !src->val_path ? src->path : src->val_path;
+        s = ttt_error_set(err, TTT_ERR_RANGE,
+                          "lm: the %s split of '%s' (%zu of its %zu %s%s) is shorter than "
+                          "seq_len + 1 = %zu %s; use a larger file or a shorter seq_len",
+                          train_short ? "training" : "validation", file,
+                          train_short ? t->n_train : n_val,
+                          src->val_path ? (train_short ? t->n_train : n_val) : t->size, unit,
+                          train_short || src->val_path ? "" : ", the last val_fraction",
+                          need, unit);
+        ttt_text_free(t);
+        return s;
+    }
+    return TTT_OK;
+}
+
+ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
+                         ttt_error *err) {
+    const ttt_token_source src = {.path = path, .width = 1, .vocab = TTT_LM_VOCAB,
+                                  .val_fraction = val_fraction, .seq_len = seq_len};
+    return ttt_tokens_load(t, &src, err);
 }
 
 size_t ttt_text_split_start(const ttt_text *t, ttt_split s) {
@@ -81,12 +152,12 @@ size_t ttt_text_split_size(const ttt_text *t, ttt_split s) {
     return s == TTT_SPLIT_TRAIN ? t->n_train : t->size - t->n_train;
 }
 
-/* One window of L+1 bytes starting at absolute offset `at`. */
-static void window(int *tokens /* (L) */, int *labels /* (L) */, const unsigned char *bytes,
-                   size_t at, int L) {
+/* One window of L+1 tokens starting at absolute token `at`. */
+static void window(int *tokens /* (L) */, int *labels /* (L) */, const ttt_text *t, size_t at,
+                   int L) {
     for (int i = 0; i < L; i++) {
-        tokens[i] = bytes[at + (size_t)i];
-        labels[i] = bytes[at + (size_t)i + 1];
+        tokens[i] = (int)token_at(t, at + (size_t)i);
+        labels[i] = (int)token_at(t, at + (size_t)i + 1);
     }
 }
 
@@ -96,7 +167,7 @@ void ttt_text_sample(const ttt_text *t, ttt_split s, ttt_rng *rng, ttt_batch *b)
     TTT_ASSERT(size >= L + 1); /* ensured by ttt_text_load for its seq_len */
     for (int r = 0; r < b->B; r++) {
         size_t at = start + (size_t)ttt_rng_below(rng, (uint64_t)(size - L));
-        window(b->tokens + (size_t)r * L, b->labels + (size_t)r * L, t->bytes, at, b->L);
+        window(b->tokens + (size_t)r * L, b->labels + (size_t)r * L, t, at, b->L);
     }
 }
 
@@ -113,7 +184,7 @@ int ttt_text_windows(const ttt_text *t, ttt_split s, size_t first, ttt_batch *b)
         int *tok = b->tokens + (size_t)r * L, *lab = b->labels + (size_t)r * L;
         size_t j = first + (size_t)r;
         if (j < nw) {
-            window(tok, lab, t->bytes, start + j * L, b->L);
+            window(tok, lab, t, start + j * L, b->L);
             filled++;
         } else {
             for (size_t i = 0; i < L; i++) {

@@ -17,11 +17,19 @@
 
 static const ttt_option lm_options[] = {
     {"path", TTT_OPT_STRING, LM_DEFAULT_PATH, TTT_NO_RANGE, NULL,
-     "text file (bytes are tokens); default: the English corpus of the Debian package "
-     "dasher-data"},
+     "text file (bytes are tokens) or token file (format uint16/uint32); default: the English "
+     "corpus of the Debian package dasher-data"},
+    {"format", TTT_OPT_CHOICE, "text", TTT_NO_RANGE, "text|uint16|uint32",
+     "text: every byte is a token (vocabulary 256); uint16/uint32: little-endian token ids, "
+     "as nanoGPT's train.bin / val.bin"},
+    {"vocab", TTT_OPT_INT, "0", 0, 1 << 30, NULL,
+     "vocabulary size of a token file (every id must be below it; GPT-2's is 50257); 0 for text"},
+    {"val_path", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL,
+     "validation tokens in a file of their own (same format; e.g. val.bin); empty: the last "
+     "val_fraction of path"},
     {"seq_len", TTT_OPT_INT, "128", 1, 1 << 20, NULL, "bytes per training window"},
     {"val_fraction", TTT_OPT_FLOAT, "0.1", 0.0, 0.9, NULL,
-     "the last fraction of the file is the validation split"},
+     "the last fraction of the file is the validation split (without val_path)"},
     {"eval_windows", TTT_OPT_INT, "256", 1, 1e9, NULL,
      "validation windows scored at each evaluation (at most all of them)"},
     {"eval_batch", TTT_OPT_INT, "64", 1, 1 << 20, NULL, "windows per evaluation batch"},
@@ -30,8 +38,11 @@ static const ttt_option lm_options[] = {
 
 /* The parsed configuration of a point. */
 typedef struct lm_cfg {
-    char *path;           /* the text file (malloc'd) */
+    char *path;           /* the text or token file (malloc'd) */
+    char *val_path;       /* the validation token file (malloc'd), NULL without */
     char path_where[512]; /* where `task.path` was given (file:line:col), for errors at run time */
+    int width;            /* bytes per token: 1 text, 2 uint16, 4 uint32 */
+    int vocab;
     int seq_len, eval_batch;
     double val_fraction;
     long eval_windows;
@@ -41,7 +52,8 @@ typedef struct lm_cfg {
 static void lm_cfg_free(void *cfg) {
     lm_cfg *c = cfg;
     free(c->path);
-    c->path = NULL;
+    free(c->val_path);
+    c->path = c->val_path = NULL;
 }
 
 static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
@@ -53,6 +65,27 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "val_fraction"),
                              "task.val_fraction: the lm task evaluates on a validation split; "
                              "it must be > 0");
+    const char *fmt = ttt_cfg_str(task, "format");
+    c->width = strcmp(fmt, "uint16") == 0 ? 2 : strcmp(fmt, "uint32") == 0 ? 4 : 1;
+    c->vocab = (int)ttt_cfg_int(task, "vocab");
+    if (c->width == 1 && c->vocab != 0 && c->vocab != TTT_LM_VOCAB)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "vocab"),
+                             "task.vocab: a text file's tokens are its bytes (vocabulary 256); "
+                             "expected 0, or format uint16/uint32 for a file of token ids");
+    if (c->width == 1) c->vocab = TTT_LM_VOCAB;
+    if (c->width > 1 && c->vocab == 0)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "format"),
+                             "task.vocab: a %s token file needs its vocabulary size (e.g. "
+                             "vocab: 50257 for GPT-2's tokens)",
+                             fmt);
+    if (c->width == 2 && c->vocab > 65536)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(task, "vocab"),
+                             "task.vocab: %d ids do not fit uint16 tokens; expected at most "
+                             "65536, or format: uint32",
+                             c->vocab);
+    const char *vp = ttt_cfg_str(task, "val_path");
+    if (vp[0] && !(c->val_path = strdup(vp)))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     c->seq_len = L;
     c->val_fraction = vf;
     c->eval_windows = ttt_cfg_int(task, "eval_windows");
@@ -62,7 +95,7 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     /* The file is opened when the point runs, not here: `ttt check` of a shipped experiment must
      * not need the corpus installed (lm_run names the package when it is missing). */
-    ttt_seq_model_io io = {.vocab = TTT_LM_VOCAB, .seq_len = L};
+    ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L};
     return ttt_trained_parse(&c->trained, root, &io, err);
 }
 
@@ -119,7 +152,10 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
     ttt_rng root;
     ttt_rng_seed(&root, run->seed);
     d.rng = ttt_rng_fork(&root, ttt_hash_str("lm/windows"));
-    ttt_status s = ttt_text_load(&d.text, c->path, c->val_fraction, L, err);
+    const ttt_token_source src = {.path = c->path, .val_path = c->val_path, .width = c->width,
+                                  .vocab = c->vocab, .val_fraction = c->val_fraction,
+                                  .seq_len = L};
+    ttt_status s = ttt_tokens_load(&d.text, &src, err);
     if (s != TTT_OK) {
         /* "<where>: task.path: ...", located at the `path` the file gave (kept at parse) */
         char msg[TTT_ERROR_MSG_LEN], full[TTT_ERROR_MSG_LEN + 160];
@@ -151,17 +187,23 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
         .set_state = set_state,
         .n_eval = (d.n_windows + d.eval.B - 1) / d.eval.B,
         .eval_batch = eval_batch,
-        .bits = 1,
+        .bits = c->width == 1, /* bits per byte only where a token is a byte */
     };
     ttt_trained tr;
     s = ttt_train_point(run, &c->trained, &td, &tr, err);
     if (s == TTT_OK && !tr.result.stopped) {
         ttt_record r;
         ttt_trained_record(run, &tr, &r);
-        ttt_record_num(&r, "train_bpb", ttt_bits_per_byte(tr.result.train_loss));
-        ttt_record_num(&r, "eval_bpb", ttt_bits_per_byte(tr.result.eval_loss));
+        /* bits per token: per byte for text (ttt_bits_per_byte converts nats to bits) */
+        const char *per = c->width == 1 ? "bpb" : "bpt";
+        char key[32];
+        snprintf(key, sizeof key, "train_%s", per);
+        ttt_record_num(&r, key, ttt_bits_per_byte(tr.result.train_loss));
+        snprintf(key, sizeof key, "eval_%s", per);
+        ttt_record_num(&r, key, ttt_bits_per_byte(tr.result.eval_loss));
         ttt_record_num(&r, "eval_accuracy", tr.result.eval_accuracy);
-        ttt_record_num(&r, "eval_bytes", (double)tr.result.eval.count);
+        ttt_record_num(&r, c->width == 1 ? "eval_bytes" : "eval_tokens",
+                       (double)tr.result.eval.count);
         ttt_results_add(run->results, &r, 1);
     }
     if (s == TTT_OK) ttt_trained_free(&tr);
@@ -170,29 +212,32 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
 }
 
 static void lm_charts(ttt_results *res, const void *cfg) {
-    (void)cfg;
+    /* bits per byte for text; for token files the trainer logs the loss in nats per token */
+    const int text = ((const lm_cfg *)cfg)->width == 1;
     ttt_chart c = {0};
-    snprintf(c.name, sizeof c.name, "eval_bpb");
-    snprintf(c.title, sizeof c.title, "Validation bits per byte");
+    snprintf(c.name, sizeof c.name, text ? "eval_bpb" : "eval_loss");
+    snprintf(c.title, sizeof c.title, text ? "Validation bits per byte" : "Validation loss");
     snprintf(c.x_key, sizeof c.x_key, "step");
-    snprintf(c.y_key, sizeof c.y_key, "eval_bpb");
+    snprintf(c.y_key, sizeof c.y_key, text ? "eval_bpb" : "eval_loss");
     snprintf(c.series_key, sizeof c.series_key, "series");
     snprintf(c.x_label, sizeof c.x_label, "training step");
-    snprintf(c.y_label, sizeof c.y_label, "bits per byte");
+    snprintf(c.y_label, sizeof c.y_label, text ? "bits per byte" : "nats per token");
     ttt_results_add_chart_filtered(res, &c, "kind", "eval");
     ttt_chart l = c;
-    snprintf(l.name, sizeof l.name, "train_bpb");
-    snprintf(l.title, sizeof l.title, "Training bits per byte");
-    snprintf(l.y_key, sizeof l.y_key, "loss_bpb");
+    snprintf(l.name, sizeof l.name, text ? "train_bpb" : "train_loss");
+    snprintf(l.title, sizeof l.title, text ? "Training bits per byte" : "Training loss");
+    snprintf(l.y_key, sizeof l.y_key, text ? "loss_bpb" : "loss");
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
 }
 
 static const char *const lm_columns[] = {"series", "lr", "steps", "train_bpb", "eval_bpb",
-                                         "eval_accuracy", "params", "seconds", NULL};
+                                         "train_bpt", "eval_bpt", "eval_accuracy", "params",
+                                         "seconds", NULL};
 
 const ttt_task ttt_task_lm = {
     .name = "lm",
-    .help = "byte-level language modelling on a text file, trained: validation bits per byte",
+    .help = "language modelling on the bytes of a text file or on token files (nanoGPT's "
+            "uint16/uint32 .bin), trained: validation bits per byte (per token)",
     .options = lm_options,
     .cfg_size = sizeof(lm_cfg),
     .parse = lm_parse,
