@@ -148,6 +148,63 @@ START_TEST(lm_task_trains_on_token_files) {
 }
 END_TEST
 
+/* `ttt sample` on a model trained to count modulo 97 (each id's successor is id + 1): greedy
+ * decoding continues the count across the wrap; top-k 1 at any temperature and seed is the
+ * same as greedy; the errors name what is missing. */
+START_TEST(sample_continues_what_the_model_learned) {
+    uint32_t ids[4096];
+    for (int i = 0; i < 4096; i++) ids[i] = (uint32_t)(i % 97);
+    char *pt = write_ids("train.bin", ids, 4000, 2), *pv = write_ids("val.bin", ids + 4000, 96, 2);
+    char *cfg, *text, *args, *out, *err;
+    ck_assert(asprintf(&cfg, "%s/count.yaml", dir) > 0);
+    ck_assert(asprintf(&text,
+                       "task: {kind: lm, path: %s, val_path: %s, format: uint16, vocab: 97, "
+                       "seq_len: 16, eval_windows: 4, eval_batch: 4}\n"
+                       "model: {d_model: 32, layers: 1, heads: 1, mlp: 0}\n"
+                       "layer: {preset: deltanet}\n"
+                       "train: {steps: 150, batch: 8, log_every: 50, eval_every: 0, "
+                       "checkpoint_every: 0, lr: 1e-2}\n",
+                       pt, pv) > 0);
+    ck_assert_int_eq(tu_write_file(cfg, text), 0);
+    ck_assert(asprintf(&args, "run %s --out %s/run --quiet", cfg, dir) > 0);
+    int rc = tu_run_ttt(args, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    free(out), free(err), free(args);
+    ck_assert(asprintf(&args, "sample %s/run --prompt '90, 91 92' --tokens 8 --temperature 0",
+                       dir) > 0);
+    rc = tu_run_ttt(args, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    ck_assert_str_eq(out, "93 94 95 96 0 1 2 3\n");
+    char *greedy = out;
+    free(err), free(args);
+    ck_assert(asprintf(&args, "sample %s/run --prompt '90 91 92' --tokens 8 --top-k 1 "
+                              "--temperature 2 --seed 7", dir) > 0);
+    rc = tu_run_ttt(args, &out, &err);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
+    ck_assert_str_eq(out, greedy);
+    free(out), free(err), free(args), free(greedy);
+    /* ids outside the vocabulary, a point that does not exist, no checkpoint */
+    ck_assert(asprintf(&args, "sample %s/run --prompt '5 97'", dir) > 0);
+    rc = tu_run_ttt(args, &out, &err);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_msg(strstr(err, "below the vocabulary size 97"), "%s", err);
+    free(out), free(err), free(args);
+    ck_assert(asprintf(&args, "sample %s/run --prompt 5 --point 3", dir) > 0);
+    rc = tu_run_ttt(args, &out, &err);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_msg(strstr(err, "fewer points"), "%s", err);
+    free(out), free(err), free(args);
+    char *rm;
+    ck_assert(asprintf(&rm, "rm -rf %s/run/checkpoints", dir) > 0);
+    ck_assert_int_eq(system(rm), 0);
+    ck_assert(asprintf(&args, "sample %s/run --prompt 5", dir) > 0);
+    rc = tu_run_ttt(args, &out, &err);
+    ck_assert_int_ne(rc, 0);
+    ck_assert_msg(strstr(err, "no checkpoint") && strstr(err, "point0"), "%s", err);
+    free(out), free(err), free(args), free(rm), free(text), free(cfg), free(pt), free(pv);
+}
+END_TEST
+
 static Suite *tokens_suite(void) {
     Suite *s = suite_create("tokens");
     TCase *tc = tcase_create("tokens");
@@ -156,6 +213,7 @@ static Suite *tokens_suite(void) {
     tcase_add_test(tc, token_files_give_their_ids);
     tcase_add_test(tc, token_files_that_do_not_fit_are_refused);
     tcase_add_test(tc, lm_task_trains_on_token_files);
+    tcase_add_test(tc, sample_continues_what_the_model_learned);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -57,6 +57,9 @@ static const char usage_text[] =
     "  apply FILE IN.safetensors OUT.safetensors [--set KEY=VALUE]... [--threads N]\n"
     "                 run FILE's `layer:` on tensors from another tool (q, k, v, beta,\n"
     "                 log_alpha, initial_state; layout (B, T, H, D)) and write o, final_state\n"
+    "  sample RUN_DIR [--point I] [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
+    "      [--seed S]   continue a prompt with a trained lm point's model (its last\n"
+    "                 checkpoint); temperature 0 = greedy\n"
     "  list           every registered optimizer, model, loss, preset and task with options\n"
     "  --help, -h     this text\n"
     "  --version      the version\n"
@@ -194,6 +197,77 @@ static int cmd_check(int argc, char **argv) {
             e->n_points == 1 ? "" : "s");
     ttt_experiment_free(e);
     return 0;
+}
+
+/* ttt sample RUN_DIR: continue a prompt with a trained point's model, from the run folder's
+ * resolved configuration and the point's last checkpoint (docs/training.md "Sampling"). */
+static int cmd_sample(int argc, char **argv) {
+    const char *run_dir = NULL, *prompt = "";
+    long point = 0, n_tokens = 200, top_k = 0;
+    double temperature = 1.0;
+    unsigned long long seed = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(o, "--prompt") == 0 && v) {
+            prompt = v;
+        } else if (strcmp(o, "--point") == 0 && v) {
+            point = strtol(v, &end, 10);
+            if (*end || point < 0) return usage_error("--point needs a point index >= 0, not '%s'", v);
+        } else if (strcmp(o, "--tokens") == 0 && v) {
+            n_tokens = strtol(v, &end, 10);
+            if (*end || n_tokens < 1 || n_tokens > 1000000)
+                return usage_error("--tokens needs a number from 1 to 1000000, not '%s'", v);
+        } else if (strcmp(o, "--temperature") == 0 && v) {
+            temperature = strtod(v, &end);
+            if (*end || !(temperature >= 0 && temperature <= 100))
+                return usage_error("--temperature needs a number from 0 (greedy) to 100, not '%s'", v);
+        } else if (strcmp(o, "--top-k") == 0 && v) {
+            top_k = strtol(v, &end, 10);
+            if (*end || top_k < 0 || top_k > (1L << 30))
+                return usage_error("--top-k needs a number >= 0 (0 = every token), not '%s'", v);
+        } else if (strcmp(o, "--seed") == 0 && v) {
+            seed = strtoull(v, &end, 10);
+            if (*end) return usage_error("--seed needs a non-negative integer, not '%s'", v);
+        } else if (o[0] == '-' && o[1]) {
+            return usage_error("sample: unknown option or missing value '%s'", o);
+        } else if (!run_dir) {
+            run_dir = o;
+            continue;
+        } else {
+            return usage_error("sample: unexpected argument '%s' (one run folder)", o);
+        }
+        i++;
+    }
+    if (!run_dir) return usage_error("sample needs a RUN_DIR (a run folder of a trained task)%s", "");
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.resolved.yaml", run_dir);
+    ttt_error err = {0};
+    ttt_experiment *e = NULL;
+    ttt_status s = ttt_experiment_load(cfg, NULL, 0, &e, &err);
+    if (s != TTT_OK) return report(&err);
+    if (point >= e->n_points) {
+        ttt_experiment_free(e);
+        char msg[64];
+        snprintf(msg, sizeof msg, "%ld", point);
+        return usage_error("--point %s: the run has fewer points (see `ttt check --brief` of "
+                           "its config.resolved.yaml)", msg);
+    }
+    const ttt_plan_point *pt = &e->plan->points[point];
+    if (!pt->task->sample) {
+        s = ttt_error_set(&err, TTT_ERR_ARG,
+                          "sample: point %ld of %s is a %s task, which has no model to sample "
+                          "from (lm has)",
+                          point, run_dir, pt->task->name);
+    } else {
+        const ttt_task_sample q = {.cfg = pt->cfg, .run_dir = run_dir, .point = (int)point,
+                                   .prompt = prompt, .n_tokens = (int)n_tokens,
+                                   .temperature = temperature, .top_k = (int)top_k,
+                                   .seed = seed, .out = stdout};
+        s = pt->task->sample(&q, &err);
+    }
+    ttt_experiment_free(e);
+    return s == TTT_OK ? 0 : report(&err);
 }
 
 /* The ranks of the job (or this process alone); every rank reads the same files and options,
@@ -433,9 +507,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "merge") == 0) return cmd_merge(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list();
+    if (strcmp(cmd, "sample") == 0) return cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
-    static const char *const commands[] = {"run", "merge", "check", "list", "apply"};
-    const char *close = ttt_closest_name(cmd, commands, 5);
+    static const char *const commands[] = {"run", "merge", "check", "list", "apply", "sample"};
+    const char *close = ttt_closest_name(cmd, commands, 6);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

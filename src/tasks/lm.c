@@ -84,7 +84,7 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
                              "65536, or format: uint32",
                              c->vocab);
     const char *vp = ttt_cfg_str(task, "val_path");
-    if (vp[0] && !(c->val_path = strdup(vp)))
+    if (vp && vp[0] && !(c->val_path = strdup(vp)))
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     c->seq_len = L;
     c->val_fraction = vf;
@@ -230,9 +230,68 @@ static void lm_charts(ttt_results *res, const void *cfg) {
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
 }
 
+/* `ttt sample`: text models read the prompt as bytes and write bytes; token-file models read
+ * and write ids separated by spaces or commas. */
+static ttt_status lm_sample(const ttt_task_sample *q, ttt_error *err) {
+    const lm_cfg *c = q->cfg;
+    const char *prompt = q->prompt ? q->prompt : "";
+    const size_t plen = strlen(prompt);
+    int *ids = malloc((plen + 1) * sizeof *ids), n = 0;
+    int *gen = malloc(((size_t)q->n_tokens + 1) * sizeof *gen);
+    if (!ids || !gen) {
+        free(ids), free(gen);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "sample: out of memory");
+    }
+    ttt_status s = TTT_OK;
+    if (c->width == 1) {
+        for (size_t i = 0; i < plen; i++) ids[n++] = (unsigned char)prompt[i];
+        if (n == 0) ids[n++] = '\n'; /* an empty prompt starts a new line */
+    } else {
+        for (const char *p = prompt; *p && s == TTT_OK;) {
+            if (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') {
+                p++;
+                continue;
+            }
+            char *end;
+            const long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v >= c->vocab)
+                s = ttt_error_set(err, TTT_ERR_ARG,
+                                  "sample: --prompt '%s': expected token ids below the "
+                                  "vocabulary size %d, separated by spaces or commas",
+                                  prompt, c->vocab);
+            else
+                ids[n++] = (int)v;
+            p = end;
+        }
+        if (s == TTT_OK && n == 0)
+            s = ttt_error_set(err, TTT_ERR_ARG,
+                              "sample: a token-file model needs a prompt of token ids "
+                              "(--prompt '13 7 42')");
+    }
+    if (s == TTT_OK)
+        s = ttt_trained_generate(gen, &c->trained, q->run_dir, q->point, ids, n, q->n_tokens,
+                                 c->seq_len, q->temperature, q->top_k, q->seed, err);
+    if (s == TTT_OK) {
+        if (c->width == 1) {
+            fwrite(prompt, 1, plen, q->out);
+            for (int i = 0; i < q->n_tokens; i++) fputc(gen[i], q->out);
+            fputc('\n', q->out);
+        } else {
+            for (int i = 0; i < q->n_tokens; i++) fprintf(q->out, "%s%d", i ? " " : "", gen[i]);
+            fputc('\n', q->out);
+        }
+    }
+    free(ids), free(gen);
+    return s;
+}
+
 static const char *const lm_columns[] = {"series", "lr", "steps", "train_bpb", "eval_bpb",
-                                         "train_bpt", "eval_bpt", "eval_accuracy", "params",
-                                         "seconds", NULL};
+                                         "eval_accuracy", "params", "seconds", NULL};
+static const char *const lm_token_columns[] = {"series", "lr", "steps", "train_bpt", "eval_bpt",
+                                               "eval_accuracy", "params", "seconds", NULL};
+static const char *const *lm_columns_for(const void *cfg) {
+    return ((const lm_cfg *)cfg)->width == 1 ? lm_columns : lm_token_columns;
+}
 
 const ttt_task ttt_task_lm = {
     .name = "lm",
@@ -245,7 +304,9 @@ const ttt_task ttt_task_lm = {
     .work = lm_work,
     .run = lm_run,
     .columns = lm_columns,
+    .columns_for = lm_columns_for,
     .charts = lm_charts,
+    .sample = lm_sample,
     .tiny = "task: {kind: lm, path: tiny.txt, seq_len: 8, eval_windows: 4, eval_batch: 4}\n"
             "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
             "layer: {preset: deltanet}\n"

@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "progress.h"
@@ -31,6 +32,19 @@ typedef struct ttt_task_run {
     const struct ttt_comm *comm; /* the MPI ranks that run this point together (data-parallel
                                * training, docs/scaling.md), or NULL: this process alone */
 } ttt_task_run;
+
+/* What `ttt sample` asks of a trained point (ttt_task.sample). */
+typedef struct ttt_task_sample {
+    const void *cfg;     /* the point's parsed configuration */
+    const char *run_dir; /* the run folder: its checkpoints/point<i>/ hold the weights */
+    int point;
+    const char *prompt;  /* the task's notation: text for byte models, ids for token files */
+    int n_tokens;        /* tokens to generate */
+    double temperature;  /* 0 = greedy (arg-max) */
+    int top_k;           /* 0 = the whole vocabulary */
+    uint64_t seed;
+    FILE *out;
+} ttt_task_sample;
 
 typedef struct ttt_task {
     const char *name;
@@ -59,6 +73,9 @@ typedef struct ttt_task {
     const char *const *(*columns_for)(const void *cfg);
     /* Add the charts of the whole run (after every point), given the first point's cfg. */
     void (*charts)(ttt_results *res, const void *cfg);
+    /* Optional: generate from a trained point's model (`ttt sample`, src/app/main.c), writing
+     * the continuation of s->prompt to s->out. NULL: the task has nothing to sample. */
+    ttt_status (*sample)(const struct ttt_task_sample *s, ttt_error *err);
     /* A small complete experiment (YAML) that runs in about a second: tests/test_plan.c plans
      * and runs the tiny experiment of every registered task, so a new task is covered by
      * writing one. It runs in a folder that holds `tiny.txt`, a few kilobytes of English text,

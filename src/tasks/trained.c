@@ -1,6 +1,7 @@
 /* The glue every trained task shares (see trained.h). */
 #include "trained.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,4 +102,85 @@ void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_recor
     ttt_record_num(r, "seconds", t->result.seconds);
     ttt_record_num(r, "tokens_per_s", t->result.tokens_per_s);
     ttt_record_num(r, "resumed_from", (double)t->result.resumed_from);
+}
+
+/* Index of the next token: arg-max at temperature 0, else a draw from the tempered softmax over
+ * the top_k largest logits (ties in index order). logits: (V); order: (V) scratch. */
+static int draw(const float *logits, int V, double temperature, int top_k, int *order,
+                ttt_rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0) return best;
+    const int k = top_k > 0 && top_k < V ? top_k : V;
+    /* the k largest by selection (k is small in practice; V for all) */
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 0; i < k; i++) {
+        int m = i;
+        for (int j = i + 1; j < V; j++)
+            if (logits[order[j]] > logits[order[m]]) m = j;
+        const int t = order[i];
+        order[i] = order[m];
+        order[m] = t;
+    }
+    double z = 0.0;
+    for (int i = 0; i < k; i++) z += exp(((double)logits[order[i]] - logits[best]) / temperature);
+    double u = ttt_rng_uniform(rng) * z;
+    for (int i = 0; i < k; i++) {
+        u -= exp(((double)logits[order[i]] - logits[best]) / temperature);
+        if (u < 0) return order[i];
+    }
+    return order[k - 1];
+}
+
+ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char *run_dir,
+                                int point, const int *prompt, int n_prompt, int n_new,
+                                int window, double temperature, int top_k, uint64_t seed,
+                                ttt_error *err) {
+    TTT_ASSERT(n_prompt >= 1 && n_new >= 0 && window >= 1);
+    const int V = cfg->model.io.vocab;
+    if (V <= 0) return ttt_error_set(err, TTT_ERR_ARG, "sample: the model has no vocabulary");
+    ttt_seq_model m;
+    TTT_TRY(ttt_seq_model_init(&m, &cfg->model, 0, err));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/checkpoints/point%d", run_dir, point);
+    int64_t step = 0;
+    ttt_status s = ttt_checkpoint_load(dir, &m.params, NULL, &step, NULL, -1, NULL, NULL, err);
+    if (s == TTT_ERR_IO)
+        s = ttt_error_set(err, TTT_ERR_IO,
+                          "sample: no checkpoint in %s: point %d of %s has not been trained "
+                          "(run it first)",
+                          dir, point, run_dir);
+    const size_t total = (size_t)n_prompt + (size_t)n_new;
+    int *seq = malloc(total * sizeof *seq), *order = malloc((size_t)V * sizeof *order);
+    if (s == TTT_OK && (!seq || !order))
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "sample: out of memory for %zu tokens", total);
+    if (s != TTT_OK) {
+        free(seq), free(order);
+        ttt_seq_model_free(&m);
+        return s;
+    }
+    memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    ttt_rng rng;
+    ttt_rng_seed(&rng, seed);
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_ctx ctx = {.arena = &a};
+    size_t len = (size_t)n_prompt;
+    for (int i = 0; i < n_new && s == TTT_OK; i++) {
+        const size_t T = len < (size_t)window ? len : (size_t)window;
+        ttt_seq_batch b = {.B = 1, .T = (int)T, .tokens = seq + (len - T)};
+        ttt_tensor *logits; /* (T, V) */
+        s = ttt_seq_model_forward(&ctx, &m, NULL, &b, &logits, err);
+        if (s != TTT_OK) break;
+        const int next = draw(logits->data + (T - 1) * (size_t)V, V, temperature, top_k, order,
+                              &rng);
+        seq[len++] = next;
+        out[i] = next;
+        ttt_arena_reset(&a);
+    }
+    ttt_arena_free(&a);
+    free(seq), free(order);
+    ttt_seq_model_free(&m);
+    return s;
 }

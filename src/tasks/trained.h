@@ -33,6 +33,15 @@ typedef struct ttt_trained {
 ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_train_data *data,
                            ttt_trained *out, ttt_error *err);
 void ttt_trained_free(ttt_trained *t);
+/* Generate n_new tokens after prompt[0..n_prompt-1] (n_prompt ≥ 1) with the weights of the
+ * point's last checkpoint (<run_dir>/checkpoints/point<i>/, which training writes at its last
+ * step): each step runs the model on the last `window` tokens (at most the length it was
+ * trained on) and draws the next token from softmax(logits / temperature) over the top_k most
+ * likely (0: all); temperature 0 takes the arg-max. out: (n_new). */
+ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char *run_dir,
+                                int point, const int *prompt, int n_prompt, int n_new,
+                                int window, double temperature, int top_k, uint64_t seed,
+                                ttt_error *err);
 /* The summary fields every trained task reports (series, mixer, lr, steps, ...). */
 void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_record *r);
 

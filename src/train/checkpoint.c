@@ -337,7 +337,7 @@ ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw 
         st = ttt_error_set(err, TTT_ERR_FORMAT, "'%s': malformed %s metadata", path, KEY_RNG);
         goto done;
     }
-    if (got_rng != n_rng) {
+    if (n_rng >= 0 && got_rng != n_rng) {
         st = ttt_error_set(err, TTT_ERR_SHAPE,
                            "checkpoint '%s' holds %d random-state words, this run needs %d", path,
                            got_rng, n_rng);

@@ -61,7 +61,8 @@ ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, cons
                                     const char *config_hash, const char *const *meta_kv, int n_meta,
                                     ttt_error *err);
 
-/* Load one file into existing parameters (and `opt` when not NULL), *step and rng[0..n_rng-1].
+/* Load one file into existing parameters (and `opt` when not NULL), *step and rng[0..n_rng-1]
+ * (n_rng −1: the random state is not wanted, e.g. to only read the weights, and rng may be NULL).
  * Nothing is modified unless everything checks out. Errors:
  *     TTT_ERR_IO      the file does not exist or cannot be opened
  *     TTT_ERR_FORMAT  corrupt: unreadable, truncated, not a ttt checkpoint, checksum mismatch
