@@ -10,21 +10,6 @@
 
 #include "testutil.h"
 
-static char *dir;
-
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) {
-    tu_rmtree(dir);
-    free(dir);
-}
-
-static char *write_yaml(const char *name, const char *text) {
-    char *path;
-    ck_assert(asprintf(&path, "%s/%s", dir, name) > 0);
-    ck_assert_int_eq(tu_write_file(path, text), 0);
-    return path;
-}
-
 /* Run `ttt <fmt…>`; returns the exit code, stdout and stderr in *out / *err (caller frees). */
 static int run(char **out, char **err, const char *fmt, const char *a, const char *b) {
     char *args;
@@ -52,7 +37,7 @@ static const char *optimizers =
 /* An override inside a swept mapping is pinned in every point; before, each point's mapping
  * replaced it and the three points kept lr 1.0, 0.1 and 0.5. */
 START_TEST(set_inside_a_swept_mapping_applies_to_every_point) {
-    char *cfg = write_yaml("opt.yaml", optimizers), *out, *err;
+    char *cfg = tu_dir_write("opt.yaml", optimizers), *out, *err;
     int rc = run(&out, &err, "check %s --brief --set layer.optimizer.lr=0.25", cfg, NULL);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     /* each point's label is its axis value with the override inside */
@@ -67,7 +52,7 @@ END_TEST
 /* An override that would make the values of a covering axis the same is an error naming the
  * axis and how to choose one value of it (before: every value ran, the override lost). */
 START_TEST(set_that_collapses_an_axis_is_refused) {
-    char *cfg = write_yaml("layers.yaml",
+    char *cfg = tu_dir_write("layers.yaml",
                            "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, "
                            "trials: 1}\nsweep:\n  layer:\n    - {preset: deltanet}\n"
                            "    - {preset: gated_deltanet}\n    - {preset: linear_attention}\n"),
@@ -79,7 +64,7 @@ START_TEST(set_that_collapses_an_axis_is_refused) {
                   "%s", err);
     free(out), free(err);
     /* a covering axis of plain values cannot hold a key at all */
-    char *cfg2 = write_yaml("scalar.yaml",
+    char *cfg2 = tu_dir_write("scalar.yaml",
                             "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, "
                             "trials: 1}\nlayer: {preset: deltanet}\nsweep:\n"
                             "  layer.optimizer: [sgd, momentum]\n");
@@ -93,7 +78,7 @@ END_TEST
 
 /* A typo in an override is about the override: no "(in sweep point …)" after it. */
 START_TEST(set_typo_names_no_sweep_point) {
-    char *cfg = write_yaml("opt.yaml", optimizers), *out, *err;
+    char *cfg = tu_dir_write("opt.yaml", optimizers), *out, *err;
     int rc = run(&out, &err, "check %s --set layer.mini_bach=4", cfg, NULL);
     ck_assert_int_ne(rc, 0);
     ck_assert_msg(strstr(err, "did you mean 'mini_batch'") && !strstr(err, "in sweep point"),
@@ -103,7 +88,7 @@ START_TEST(set_typo_names_no_sweep_point) {
 END_TEST
 
 START_TEST(empty_or_unindented_sections_are_named) {
-    char *cfg = write_yaml("empty.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
+    char *cfg = tu_dir_write("empty.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
                                          "value_dim: 8, trials: 1}\nlayer:\n  preset: deltanet\n"
                                          "  optimizer:\n  name: momentum\n"),
          *out, *err;
@@ -114,7 +99,7 @@ START_TEST(empty_or_unindented_sections_are_named) {
                       strstr(err, "indent them under 'optimizer:'"),
                   "%s", err);
     free(out), free(err);
-    char *cfg2 = write_yaml("train.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
+    char *cfg2 = tu_dir_write("train.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
                                           "value_dim: 8, trials: 1}\ntrain:\nlr: 3\n");
     rc = run(&out, &err, "check %s", cfg2, NULL);
     ck_assert_int_ne(rc, 0);
@@ -127,7 +112,7 @@ END_TEST
 
 /* Sweeping the name and an option only some names take: the hint says to sweep mappings. */
 START_TEST(independent_axes_hint_at_a_list_of_mappings) {
-    char *cfg = write_yaml("axes.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
+    char *cfg = tu_dir_write("axes.yaml", "task: {kind: memory, pairs: [4], key_dim: 8, "
                                         "value_dim: 8, trials: 1}\nlayer: {preset: deltanet}\n"
                                         "sweep:\n  layer.optimizer.name: [sgd, momentum]\n"
                                         "  layer.optimizer.momentum: [0.5]\n"),
@@ -142,7 +127,7 @@ START_TEST(independent_axes_hint_at_a_list_of_mappings) {
 END_TEST
 
 START_TEST(check_brief_prints_one_line_per_point) {
-    char *cfg = write_yaml("opt.yaml", optimizers), *out, *err;
+    char *cfg = tu_dir_write("opt.yaml", optimizers), *out, *err;
     int rc = run(&out, &err, "check %s --brief", cfg, NULL);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     int lines = count(out, "\n");
@@ -180,9 +165,9 @@ START_TEST(list_columns_align_and_ranges_are_plain) {
 END_TEST
 
 START_TEST(run_folder_records_its_provenance) {
-    char *cfg = write_yaml("opt.yaml", optimizers), *out, *err;
+    char *cfg = tu_dir_write("opt.yaml", optimizers), *out, *err;
     char *outdir;
-    ck_assert(asprintf(&outdir, "%s/run", dir) > 0);
+    ck_assert(asprintf(&outdir, "%s/run", tu_dir) > 0);
     int rc = run(&out, &err, "run %s --out %s --quiet --set layer.mini_batch=2", cfg, outdir);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     char p[600];
@@ -217,7 +202,7 @@ END_TEST
 static Suite *repro_suite(void) {
     Suite *s = suite_create("repro");
     TCase *tc = tcase_create("repro");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_dir_setup, tu_dir_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, set_inside_a_swept_mapping_applies_to_every_point);
     tcase_add_test(tc, set_that_collapses_an_axis_is_refused);

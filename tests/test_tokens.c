@@ -10,18 +10,11 @@
 #include "data.h"
 #include "testutil.h"
 
-static char *dir;
-static void setup(void) { dir = tu_mkdtemp(); }
-static void teardown(void) {
-    tu_rmtree(dir);
-    free(dir);
-}
-
 /* Write n ids as little-endian integers of `width` bytes (byte by byte: independent of the
  * machine's order). */
 static char *write_ids(const char *name, const uint32_t *ids, size_t n, int width) {
     char *path;
-    ck_assert(asprintf(&path, "%s/%s", dir, name) > 0);
+    ck_assert(asprintf(&path, "%s/%s", tu_dir, name) > 0);
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     for (size_t i = 0; i < n; i++)
@@ -118,7 +111,7 @@ START_TEST(lm_task_trains_on_token_files) {
     for (int i = 0; i < 4096; i++) ids[i] = (uint32_t)(i % 97); /* a learnable cycle */
     char *pt = write_ids("train.bin", ids, 4000, 2), *pv = write_ids("val.bin", ids + 4000, 96, 2);
     char *cfg, *args, *out, *err;
-    ck_assert(asprintf(&cfg, "%s/lm.yaml", dir) > 0);
+    ck_assert(asprintf(&cfg, "%s/lm.yaml", tu_dir) > 0);
     char *text;
     ck_assert(asprintf(&text,
                        "task: {kind: lm, path: %s, val_path: %s, format: uint16, vocab: 97, "
@@ -129,11 +122,11 @@ START_TEST(lm_task_trains_on_token_files) {
                        "checkpoint_every: 0}\n",
                        pt, pv) > 0);
     ck_assert_int_eq(tu_write_file(cfg, text), 0);
-    ck_assert(asprintf(&args, "run %s --out %s/run --quiet", cfg, dir) > 0);
+    ck_assert(asprintf(&args, "run %s --out %s/run --quiet", cfg, tu_dir) > 0);
     int rc = tu_run_ttt(args, &out, &err);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     char p[600];
-    snprintf(p, sizeof p, "%s/run/summary.csv", dir);
+    snprintf(p, sizeof p, "%s/run/summary.csv", tu_dir);
     char *sum = tu_read_file(p);
     ck_assert_msg(sum && strstr(sum, "eval_bpt") && !strstr(sum, "eval_bpb"), "%s", sum);
     free(sum), free(out), free(err), free(args), free(text);
@@ -156,7 +149,7 @@ START_TEST(sample_continues_what_the_model_learned) {
     for (int i = 0; i < 4096; i++) ids[i] = (uint32_t)(i % 97);
     char *pt = write_ids("train.bin", ids, 4000, 2), *pv = write_ids("val.bin", ids + 4000, 96, 2);
     char *cfg, *text, *args, *out, *err;
-    ck_assert(asprintf(&cfg, "%s/count.yaml", dir) > 0);
+    ck_assert(asprintf(&cfg, "%s/count.yaml", tu_dir) > 0);
     ck_assert(asprintf(&text,
                        "task: {kind: lm, path: %s, val_path: %s, format: uint16, vocab: 97, "
                        "seq_len: 16, eval_windows: 4, eval_batch: 4}\n"
@@ -166,38 +159,38 @@ START_TEST(sample_continues_what_the_model_learned) {
                        "checkpoint_every: 0, lr: 1e-2}\n",
                        pt, pv) > 0);
     ck_assert_int_eq(tu_write_file(cfg, text), 0);
-    ck_assert(asprintf(&args, "run %s --out %s/run --quiet", cfg, dir) > 0);
+    ck_assert(asprintf(&args, "run %s --out %s/run --quiet", cfg, tu_dir) > 0);
     int rc = tu_run_ttt(args, &out, &err);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     free(out), free(err), free(args);
     ck_assert(asprintf(&args, "sample %s/run --prompt '90, 91 92' --tokens 8 --temperature 0",
-                       dir) > 0);
+                       tu_dir) > 0);
     rc = tu_run_ttt(args, &out, &err);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     ck_assert_str_eq(out, "93 94 95 96 0 1 2 3\n");
     char *greedy = out;
     free(err), free(args);
     ck_assert(asprintf(&args, "sample %s/run --prompt '90 91 92' --tokens 8 --top-k 1 "
-                              "--temperature 2 --seed 7", dir) > 0);
+                              "--temperature 2 --seed 7", tu_dir) > 0);
     rc = tu_run_ttt(args, &out, &err);
     ck_assert_msg(rc == 0, "exit %d: %s", rc, err);
     ck_assert_str_eq(out, greedy);
     free(out), free(err), free(args), free(greedy);
     /* ids outside the vocabulary, a point that does not exist, no checkpoint */
-    ck_assert(asprintf(&args, "sample %s/run --prompt '5 97'", dir) > 0);
+    ck_assert(asprintf(&args, "sample %s/run --prompt '5 97'", tu_dir) > 0);
     rc = tu_run_ttt(args, &out, &err);
     ck_assert_int_ne(rc, 0);
     ck_assert_msg(strstr(err, "below the vocabulary size 97"), "%s", err);
     free(out), free(err), free(args);
-    ck_assert(asprintf(&args, "sample %s/run --prompt 5 --point 3", dir) > 0);
+    ck_assert(asprintf(&args, "sample %s/run --prompt 5 --point 3", tu_dir) > 0);
     rc = tu_run_ttt(args, &out, &err);
     ck_assert_int_ne(rc, 0);
     ck_assert_msg(strstr(err, "fewer points"), "%s", err);
     free(out), free(err), free(args);
     char *rm;
-    ck_assert(asprintf(&rm, "rm -rf %s/run/checkpoints", dir) > 0);
+    ck_assert(asprintf(&rm, "rm -rf %s/run/checkpoints", tu_dir) > 0);
     ck_assert_int_eq(system(rm), 0);
-    ck_assert(asprintf(&args, "sample %s/run --prompt 5", dir) > 0);
+    ck_assert(asprintf(&args, "sample %s/run --prompt 5", tu_dir) > 0);
     rc = tu_run_ttt(args, &out, &err);
     ck_assert_int_ne(rc, 0);
     ck_assert_msg(strstr(err, "no checkpoint") && strstr(err, "point0"), "%s", err);
@@ -208,7 +201,7 @@ END_TEST
 static Suite *tokens_suite(void) {
     Suite *s = suite_create("tokens");
     TCase *tc = tcase_create("tokens");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, tu_dir_setup, tu_dir_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, token_files_give_their_ids);
     tcase_add_test(tc, token_files_that_do_not_fit_are_refused);

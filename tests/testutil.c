@@ -62,6 +62,26 @@ char *tu_mkdtemp(void) {
     return d ? strdup(d) : NULL;
 }
 
+char *tu_dir;
+
+void tu_dir_setup(void) { tu_dir = tu_mkdtemp(); }
+
+void tu_dir_teardown(void) {
+    tu_rmtree(tu_dir);
+    free(tu_dir);
+    tu_dir = NULL;
+}
+
+char *tu_dir_write(const char *name, const char *text) {
+    char *path = NULL;
+    if (asprintf(&path, "%s/%s", tu_dir, name) < 0) return NULL;
+    if (tu_write_file(path, text) != 0) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
 void tu_rmtree(const char *path) {
     if (!path || !*path || strcmp(path, "/") == 0) return;
     char *cmd = NULL;

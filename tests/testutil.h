@@ -39,6 +39,13 @@ void tu_rmtree(const char *path);
 char *tu_read_file(const char *path);
 /* Write text to a file; returns 0 on success. */
 int tu_write_file(const char *path, const char *text);
+/* A fresh temporary folder for each test of a Check case: add tu_dir_setup / tu_dir_teardown
+ * as its checked fixture; tu_dir is the folder's path while a test runs. */
+extern char *tu_dir;
+void tu_dir_setup(void);
+void tu_dir_teardown(void);
+/* Write text to tu_dir/name; returns the file's path (malloc'd). */
+char *tu_dir_write(const char *name, const char *text);
 /* Run the ttt program (path from $TTT_BIN) with a shell command line appended; captures stdout
  * and stderr (malloc'd, may be NULL) and returns the exit status. */
 int tu_run_ttt(const char *args, char **out, char **errout);
