@@ -12,10 +12,12 @@
 #include "apply.h"
 #include "comm.h"
 #include "experiment.h"
+#include "export.h"
 #include "plan.h"
 #include "provenance.h"
 #include "layer.h"
 #include "task.h"
+#include "trained.h"
 
 enum { EXIT_RUN_FAILED = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
@@ -60,6 +62,9 @@ static const char usage_text[] =
     "  sample RUN_DIR [--point I] [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
     "      [--seed S]   continue a prompt with a trained lm point's model (its last\n"
     "                 checkpoint); temperature 0 = greedy\n"
+    "  export RUN_DIR OUT.safetensors [--point I]\n"
+    "                 a trained point's weights in PyTorch's names and (out, in) layouts\n"
+    "                 (train.init_from reads them back)\n"
     "  list           every registered optimizer, model, loss, preset and task with options\n"
     "  --help, -h     this text\n"
     "  --version      the version\n"
@@ -199,6 +204,70 @@ static int cmd_check(int argc, char **argv) {
     return 0;
 }
 
+/* The experiment a run folder holds (its config.resolved.yaml), with `point` checked; 0 or an
+ * exit code. */
+static int load_run_point(const char *run_dir, long point, ttt_experiment **e) {
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.resolved.yaml", run_dir);
+    ttt_error err = {0};
+    if (ttt_experiment_load(cfg, NULL, 0, e, &err) != TTT_OK) return report(&err);
+    if (point >= (*e)->n_points) {
+        ttt_experiment_free(*e);
+        *e = NULL;
+        char msg[64];
+        snprintf(msg, sizeof msg, "%ld", point);
+        return usage_error("--point %s: the run has fewer points (see `ttt check --brief` of "
+                           "its config.resolved.yaml)", msg);
+    }
+    return 0;
+}
+
+/* ttt export RUN_DIR OUT.safetensors [--point I]: a trained point's weights in PyTorch's names
+ * and layouts (docs/training.md "Exporting to PyTorch"). */
+static int cmd_export(int argc, char **argv) {
+    const char *pos[2] = {0};
+    int np = 0;
+    long point = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
+            char *end;
+            point = strtol(argv[++i], &end, 10);
+            if (*end || point < 0)
+                return usage_error("--point needs a point index >= 0, not '%s'", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return usage_error("export: unknown option or missing value '%s'", argv[i]);
+        } else if (np < 2) {
+            pos[np++] = argv[i];
+        } else {
+            return usage_error("export: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (np != 2) return usage_error("export needs RUN_DIR OUT.safetensors%s", "");
+    ttt_experiment *e = NULL;
+    int rc = load_run_point(pos[0], point, &e);
+    if (rc) return rc;
+    const ttt_plan_point *pt = &e->plan->points[point];
+    ttt_error err = {0};
+    ttt_status s;
+    if (!pt->task->model) {
+        s = ttt_error_set(&err, TTT_ERR_ARG,
+                          "export: point %ld of %s is a %s task, which trains no model (mqar, "
+                          "regression and lm do)",
+                          point, pos[0], pt->task->name);
+    } else {
+        ttt_seq_model m;
+        s = ttt_trained_load(&m, pt->task->model(pt->cfg), pos[0], (int)point, &err);
+        if (s == TTT_OK) {
+            s = ttt_export_write(pos[1], &m, e->plan->resolved_yaml, &err);
+            ttt_seq_model_free(&m);
+        }
+    }
+    ttt_experiment_free(e);
+    if (s != TTT_OK) return report(&err);
+    fprintf(stderr, "ttt: wrote %s (point %ld of %s)\n", pos[1], point, pos[0]);
+    return 0;
+}
+
 /* ttt sample RUN_DIR: continue a prompt with a trained point's model, from the run folder's
  * resolved configuration and the point's last checkpoint (docs/training.md "Sampling"). */
 static int cmd_sample(int argc, char **argv) {
@@ -240,19 +309,11 @@ static int cmd_sample(int argc, char **argv) {
         i++;
     }
     if (!run_dir) return usage_error("sample needs a RUN_DIR (a run folder of a trained task)%s", "");
-    char cfg[4096];
-    snprintf(cfg, sizeof cfg, "%s/config.resolved.yaml", run_dir);
-    ttt_error err = {0};
     ttt_experiment *e = NULL;
-    ttt_status s = ttt_experiment_load(cfg, NULL, 0, &e, &err);
-    if (s != TTT_OK) return report(&err);
-    if (point >= e->n_points) {
-        ttt_experiment_free(e);
-        char msg[64];
-        snprintf(msg, sizeof msg, "%ld", point);
-        return usage_error("--point %s: the run has fewer points (see `ttt check --brief` of "
-                           "its config.resolved.yaml)", msg);
-    }
+    int rc = load_run_point(run_dir, point, &e);
+    if (rc) return rc;
+    ttt_error err = {0};
+    ttt_status s = TTT_OK;
     const ttt_plan_point *pt = &e->plan->points[point];
     if (!pt->task->sample) {
         s = ttt_error_set(&err, TTT_ERR_ARG,
@@ -508,9 +569,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list();
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
-    static const char *const commands[] = {"run", "merge", "check", "list", "apply", "sample"};
-    const char *close = ttt_closest_name(cmd, commands, 6);
+    static const char *const commands[] = {"run",   "merge",  "check", "list",
+                                           "apply", "sample", "export"};
+    const char *close = ttt_closest_name(cmd, commands, 7);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

@@ -293,6 +293,10 @@ static const char *const *lm_columns_for(const void *cfg) {
     return ((const lm_cfg *)cfg)->width == 1 ? lm_columns : lm_token_columns;
 }
 
+static const ttt_seq_model_config *lm_model(const void *cfg) {
+    return &((const lm_cfg *)cfg)->trained.model;
+}
+
 const ttt_task ttt_task_lm = {
     .name = "lm",
     .help = "language modelling on the bytes of a text file or on token files (nanoGPT's "
@@ -303,6 +307,7 @@ const ttt_task ttt_task_lm = {
     .cfg_free = lm_cfg_free,
     .work = lm_work,
     .run = lm_run,
+    .model = lm_model,
     .columns = lm_columns,
     .columns_for = lm_columns_for,
     .charts = lm_charts,

@@ -181,6 +181,10 @@ static void mqar_charts(ttt_results *res, const void *cfg) {
 static const char *const mqar_columns[] = {"series", "lr", "steps", "eval_accuracy", "eval_loss",
                                            "train_loss", "params", "seconds", NULL};
 
+static const ttt_seq_model_config *mqar_model(const void *cfg) {
+    return &((const mqar_cfg *)cfg)->trained.model;
+}
+
 const ttt_task ttt_task_mqar = {
     .name = "mqar",
     .help = "multi-query associative recall (Zoology), trained: accuracy at the query positions",
@@ -189,6 +193,7 @@ const ttt_task ttt_task_mqar = {
     .parse = mqar_parse,
     .work = mqar_work,
     .run = mqar_run,
+    .model = mqar_model,
     .columns = mqar_columns,
     .charts = mqar_charts,
     .tiny = "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"

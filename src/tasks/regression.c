@@ -263,6 +263,10 @@ static const char *const regression_columns[] = {"series", "lr", "steps", "eval_
                                                  "mse_k_d", "ls_k_d", "mse_k_gt_d", "seconds",
                                                  NULL};
 
+static const ttt_seq_model_config *regression_model(const void *cfg) {
+    return &((const regression_cfg *)cfg)->trained.model;
+}
+
 const ttt_task ttt_task_regression = {
     .name = "regression",
     .help = "in-context linear regression, trained: error vs context size against least squares",
@@ -271,6 +275,7 @@ const ttt_task ttt_task_regression = {
     .parse = regression_parse,
     .work = regression_work,
     .run = regression_run,
+    .model = regression_model,
     .columns = regression_columns,
     .charts = regression_charts,
     .tiny = "task: {kind: regression, dim: 2, points: 4, eval_sequences: 8, eval_batch: 8}\n"

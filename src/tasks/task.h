@@ -73,6 +73,9 @@ typedef struct ttt_task {
     const char *const *(*columns_for)(const void *cfg);
     /* Add the charts of the whole run (after every point), given the first point's cfg. */
     void (*charts)(ttt_results *res, const void *cfg);
+    /* Optional, for tasks that train a sequence model: its configuration in the point's cfg
+     * (`ttt export`, `ttt sample`). */
+    const struct ttt_seq_model_config *(*model)(const void *cfg);
     /* Optional: generate from a trained point's model (`ttt sample`, src/app/main.c), writing
      * the continuation of s->prompt to s->out. NULL: the task has nothing to sample. */
     ttt_status (*sample)(const struct ttt_task_sample *s, ttt_error *err);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "export.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Trained tasks */
@@ -25,6 +26,17 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
     TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &out->model,
                                 err));
     TTT_TRY(ttt_train_config_parse(section(root, "train"), &out->train, err));
+    const ttt_cfg_node *train = ttt_cfg_get(root, "train");
+    const char *init = ttt_cfg_str(train, "init_from");
+    if (init && init[0]) {
+        if (strlen(init) >= sizeof out->init_from)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(train, "init_from"),
+                                 "train.init_from: the path is longer than %zu bytes",
+                                 sizeof out->init_from - 1);
+        snprintf(out->init_from, sizeof out->init_from, "%s", init);
+        ttt_cfg_where(ttt_cfg_get(train, "init_from"), out->init_from_where,
+                      sizeof out->init_from_where);
+    }
     const ttt_seq_model_config mc = out->model;
     const ttt_train_config tc = out->train;
     /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
@@ -55,6 +67,17 @@ ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_tr
     out->train = cfg->train;
     ttt_seq_model_describe(&cfg->model, out->mixer, sizeof out->mixer);
     TTT_TRY(ttt_seq_model_init(&out->model, &cfg->model, run->seed, err));
+    if (cfg->init_from[0]) {
+        /* before training, so a checkpoint of this run (a resume) still replaces it */
+        ttt_status s = ttt_export_read(&out->model, cfg->init_from, err);
+        if (s != TTT_OK) {
+            char msg[TTT_ERROR_MSG_LEN];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            ttt_error_set(err, s, "%s: train.init_from: %s", cfg->init_from_where, msg);
+            ttt_trained_free(out);
+            return s;
+        }
+    }
 
     char ckpt[4096], stream[4096 + 16];
     const char *dir = run->run_dir;
@@ -104,6 +127,22 @@ void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_recor
     ttt_record_num(r, "resumed_from", (double)t->result.resumed_from);
 }
 
+ttt_status ttt_trained_load(ttt_seq_model *m, const ttt_seq_model_config *cfg,
+                            const char *run_dir, int point, ttt_error *err) {
+    TTT_TRY(ttt_seq_model_init(m, cfg, 0, err));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/checkpoints/point%d", run_dir, point);
+    int64_t step = 0;
+    ttt_status s = ttt_checkpoint_load(dir, &m->params, NULL, &step, NULL, -1, NULL, NULL, err);
+    if (s == TTT_ERR_IO)
+        s = ttt_error_set(err, TTT_ERR_IO,
+                          "no checkpoint in %s: point %d of %s has not been trained (run it "
+                          "first)",
+                          dir, point, run_dir);
+    if (s != TTT_OK) ttt_seq_model_free(m);
+    return s;
+}
+
 /* Index of the next token: arg-max at temperature 0, else a draw from the tempered softmax over
  * the top_k largest logits (ties in index order). logits: (V); order: (V) scratch. */
 static int draw(const float *logits, int V, double temperature, int top_k, int *order,
@@ -141,16 +180,8 @@ ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char
     const int V = cfg->model.io.vocab;
     if (V <= 0) return ttt_error_set(err, TTT_ERR_ARG, "sample: the model has no vocabulary");
     ttt_seq_model m;
-    TTT_TRY(ttt_seq_model_init(&m, &cfg->model, 0, err));
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/checkpoints/point%d", run_dir, point);
-    int64_t step = 0;
-    ttt_status s = ttt_checkpoint_load(dir, &m.params, NULL, &step, NULL, -1, NULL, NULL, err);
-    if (s == TTT_ERR_IO)
-        s = ttt_error_set(err, TTT_ERR_IO,
-                          "sample: no checkpoint in %s: point %d of %s has not been trained "
-                          "(run it first)",
-                          dir, point, run_dir);
+    TTT_TRY(ttt_trained_load(&m, &cfg->model, run_dir, point, err));
+    ttt_status s = TTT_OK;
     const size_t total = (size_t)n_prompt + (size_t)n_new;
     int *seq = malloc(total * sizeof *seq), *order = malloc((size_t)V * sizeof *order);
     if (s == TTT_OK && (!seq || !order))

@@ -11,6 +11,8 @@
 typedef struct ttt_trained_cfg {
     ttt_seq_model_config model;
     ttt_train_config train;
+    char init_from[1024];        /* train.init_from: initial parameters ("" = none) */
+    char init_from_where[512];   /* where it was given (file:line:col), for errors at run time */
 } ttt_trained_cfg;
 
 /* Validate a point's `model:`, `layer:` and `train:` sections for the task's io (filling their
@@ -33,6 +35,10 @@ typedef struct ttt_trained {
 ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_train_data *data,
                            ttt_trained *out, ttt_error *err);
 void ttt_trained_free(ttt_trained *t);
+/* The model of a trained point, from its run folder: built from cfg, with the weights of the
+ * point's last checkpoint (<run_dir>/checkpoints/point<i>/). Free with ttt_seq_model_free. */
+ttt_status ttt_trained_load(ttt_seq_model *m, const ttt_seq_model_config *cfg,
+                            const char *run_dir, int point, ttt_error *err);
 /* Generate n_new tokens after prompt[0..n_prompt-1] (n_prompt ≥ 1) with the weights of the
  * point's last checkpoint (<run_dir>/checkpoints/point<i>/, which training writes at its last
  * step): each step runs the model on the last `window` tokens (at most the length it was

@@ -52,6 +52,10 @@ const ttt_option ttt_train_options[] = {
     {"log_every", TTT_OPT_INT, "10", 1, 1e12, NULL, "a training record every this many steps"},
     {"checkpoint_every", TTT_OPT_INT, "0", 0, 1e12, NULL,
      "write a checkpoint every this many steps; 0 = only at the end"},
+    {"init_from", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL,
+     "initial parameters from a file `ttt export` wrote or PyTorch saved in its names and "
+     "layouts (docs/training.md \"Exporting to PyTorch\"); empty: the model's own "
+     "initialization. A checkpoint of the run itself, when there is one, wins (resume)"},
     {"stop_at", TTT_OPT_INT, "0", 0, 1e12, NULL,
      "stop after this step as if interrupted (a checkpoint is written; run again to resume); "
      "0 = never"},

@@ -1,0 +1,159 @@
+/* Export and import of a model's parameters in PyTorch's names and layouts (export.h). */
+#include "export.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd.h"
+#include "safetensors.h"
+
+void ttt_export_name(char *buf, size_t len, const char *name, int kind) {
+    char tmp[TTT_PARAM_NAME_LEN + 16];
+    const char *rest = name;
+    int l = -1, used = 0;
+    /* "layer<N>." → "layers.<N>." */
+    if (sscanf(name, "layer%d.%n", &l, &used) == 1 && used > 0) {
+        snprintf(tmp, sizeof tmp, "layers.%d.", l);
+        rest = name + used;
+    } else {
+        tmp[0] = '\0';
+    }
+    const size_t n = strlen(rest);
+    if (kind == TTT_EXPORT_BIAS && n >= 2 && strcmp(rest + n - 2, ".b") == 0)
+        snprintf(buf, len, "%s%.*s.bias", tmp, (int)(n - 2), rest);
+    else
+        snprintf(buf, len, "%s%s.%s", tmp, rest, kind == TTT_EXPORT_BIAS ? "bias" : "weight");
+}
+
+ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
+    const int n = m->params.n;
+    memset(kind, 0, (size_t)n * sizeof *kind);
+    const ttt_seq_model_config *c = &m->cfg;
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
+    /* one token (or one input vector) is enough for every parameter to enter the graph */
+    int tok = 0, lab = 0;
+    float *in = calloc((size_t)(c->io.in_dim > 0 ? c->io.in_dim : 1), sizeof *in);
+    float tgt[1] = {0}, mask[1] = {1};
+    ttt_seq_batch b = {.B = 1, .T = 1, .labels = &lab};
+    if (c->io.vocab > 0) b.tokens = &tok;
+    else b.inputs = in, b.targets = tgt, b.mask = mask;
+    ttt_tensor *y;
+    ttt_status s = in ? ttt_seq_model_forward(&ctx, m, NULL, &b, &y, err)
+                      : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
+    for (const ttt_tape_entry *e = tape.last; s == TTT_OK && e; e = e->prev) {
+        if (!e->name || e->n_in < 2) continue;
+        const int mm = strcmp(e->name, "matmul") == 0 && !e->iarg[1], add = !strcmp(e->name, "add");
+        for (int i = 0; i < n && (mm || add); i++)
+            if (e->in[1] == &m->pt[i] && m->pt[i].ndim == (mm ? 2 : 1))
+                kind[i] = mm ? TTT_EXPORT_LINEAR : TTT_EXPORT_BIAS;
+    }
+    free(in);
+    ttt_tape_free(&tape);
+    ttt_arena_free(&a);
+    return s;
+}
+
+ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char *config_yaml,
+                            ttt_error *err) {
+    const int n = m->params.n;
+    int *kind = calloc((size_t)n, sizeof *kind);
+    ttt_st_tensor *ts = calloc((size_t)n, sizeof *ts);
+    /* metadata: format, config, then "ttt.<export name>" → its layout, per tensor */
+    const char **kv = calloc((size_t)(2 * (2 + n)), sizeof *kv);
+    char *names = calloc((size_t)n, 2 * (TTT_PARAM_NAME_LEN + 32));
+    ttt_status s = kind && ts && kv && names
+                       ? TTT_OK
+                       : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
+    if (s == TTT_OK) s = ttt_export_kinds(kind, m, err);
+    int made = 0;
+    for (int i = 0; s == TTT_OK && i < n; i++, made++) {
+        const ttt_param *p = m->params.p[i];
+        char *ename = names + (size_t)i * 2 * (TTT_PARAM_NAME_LEN + 32);
+        char *key = ename + TTT_PARAM_NAME_LEN + 32;
+        ttt_export_name(ename, TTT_PARAM_NAME_LEN + 32, p->name, kind[i]);
+        ts[i].name = ename;
+        ts[i].ndim = p->ndim;
+        for (int d = 0; d < p->ndim; d++) ts[i].shape[d] = p->shape[d];
+        if (kind[i] == TTT_EXPORT_LINEAR) { /* (in, out) → (out, in) */
+            const int r = p->shape[0], c = p->shape[1];
+            float *t = malloc(p->n * sizeof *t);
+            if (!t) {
+                s = ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory for '%s'", p->name);
+                break;
+            }
+            for (int a = 0; a < r; a++)
+                for (int b = 0; b < c; b++) t[(size_t)b * r + a] = p->data[(size_t)a * c + b];
+            ts[i].shape[0] = c;
+            ts[i].shape[1] = r;
+            ts[i].data = t;
+        } else {
+            ts[i].data = p->data;
+        }
+        snprintf(key, TTT_PARAM_NAME_LEN + 32, "ttt.%s", ename);
+        kv[4 + 2 * i] = key;
+        kv[5 + 2 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
+                        : kind[i] == TTT_EXPORT_BIAS ? "bias"
+                                                     : "as_is";
+    }
+    if (s == TTT_OK) {
+        kv[0] = "ttt.format";
+        kv[1] = TTT_EXPORT_FORMAT;
+        kv[2] = "ttt.config";
+        kv[3] = config_yaml ? config_yaml : "";
+        s = ttt_st_write(path, ts, n, kv, 2 + n, err);
+    }
+    for (int i = 0; i < made && ts; i++)
+        if (kind && kind[i] == TTT_EXPORT_LINEAR) free(ts[i].data);
+    free(kind), free(ts), free(kv), free(names);
+    return s;
+}
+
+ttt_status ttt_export_read(ttt_seq_model *m, const char *path, ttt_error *err) {
+    const int n = m->params.n;
+    int *kind = calloc((size_t)n, sizeof *kind);
+    if (!kind) return ttt_error_set(err, TTT_ERR_NOMEM, "import: out of memory");
+    ttt_status s = ttt_export_kinds(kind, m, err);
+    ttt_st_file *f = NULL;
+    if (s == TTT_OK) s = ttt_st_read(path, &f, err);
+    /* every tensor checked before any parameter changes */
+    for (int pass = 0; pass < 2 && s == TTT_OK; pass++)
+        for (int i = 0; i < n && s == TTT_OK; i++) {
+            ttt_param *p = m->params.p[i];
+            char ename[TTT_PARAM_NAME_LEN + 32];
+            ttt_export_name(ename, sizeof ename, p->name, kind[i]);
+            const ttt_st_tensor *t = ttt_st_find(f, ename);
+            const int lin = kind[i] == TTT_EXPORT_LINEAR;
+            int want[2] = {lin ? p->shape[1] : p->shape[0],
+                           lin ? p->shape[0] : (p->ndim > 1 ? p->shape[1] : 0)};
+            int ok = t && t->ndim == p->ndim;
+            for (int d = 0; ok && d < p->ndim; d++)
+                ok = t->shape[d] == (d < 2 ? want[d] : p->shape[d]);
+            if (!ok) {
+                char sh[96] = "missing";
+                if (t) ttt_st_shape_str(t, sh, sizeof sh);
+                s = ttt_error_set(err, TTT_ERR_SHAPE,
+                                  "import: '%s': tensor '%s' (the model's %s) is %s; expected "
+                                  "%d dimensions%s",
+                                  path, ename, p->name, sh, p->ndim,
+                                  lin ? ", (out, in) as torch.nn.Linear stores it" : "");
+                break;
+            }
+            if (pass == 0) continue;
+            if (lin) {
+                const int r = p->shape[0], c = p->shape[1];
+                for (int a = 0; a < r; a++)
+                    for (int b = 0; b < c; b++)
+                        p->data[(size_t)a * c + b] = t->data[(size_t)b * r + a];
+            } else {
+                memcpy(p->data, t->data, p->n * sizeof(float));
+            }
+        }
+    ttt_st_free(f);
+    free(kind);
+    return s;
+}
