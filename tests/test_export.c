@@ -65,6 +65,8 @@ START_TEST(export_names_and_layouts) {
         const char *layout = ttt_st_meta(e, key);
         ck_assert_msg(layout && strcmp(layout, want[w].layout) == 0, "%s: layout %s", key,
                       layout ? layout : "(none)");
+        snprintf(key, sizeof key, "ttt.source.%s", want[w].exp);
+        ck_assert_str_eq(ttt_st_meta(e, key), want[w].ttt);
         ck_assert_int_eq(src->ndim, dst->ndim);
         const int64_t n = ttt_st_numel(src);
         ck_assert_int_eq(n, ttt_st_numel(dst));

@@ -63,9 +63,10 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
     const int n = m->params.n;
     int *kind = calloc((size_t)n, sizeof *kind);
     ttt_st_tensor *ts = calloc((size_t)n, sizeof *ts);
-    /* metadata: format, config, then "ttt.<export name>" → its layout, per tensor */
-    const char **kv = calloc((size_t)(2 * (2 + n)), sizeof *kv);
-    char *names = calloc((size_t)n, 2 * (TTT_PARAM_NAME_LEN + 32));
+    /* metadata: format, config, then per tensor "ttt.<export name>" → its layout and
+     * "ttt.source.<export name>" → its ttt name */
+    const char **kv = calloc((size_t)(2 * (2 + 2 * n)), sizeof *kv);
+    char *names = calloc((size_t)n, 3 * (TTT_PARAM_NAME_LEN + 32));
     ttt_status s = kind && ts && kv && names
                        ? TTT_OK
                        : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
@@ -73,8 +74,8 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
     int made = 0;
     for (int i = 0; s == TTT_OK && i < n; i++, made++) {
         const ttt_param *p = m->params.p[i];
-        char *ename = names + (size_t)i * 2 * (TTT_PARAM_NAME_LEN + 32);
-        char *key = ename + TTT_PARAM_NAME_LEN + 32;
+        char *ename = names + (size_t)i * 3 * (TTT_PARAM_NAME_LEN + 32);
+        char *key = ename + TTT_PARAM_NAME_LEN + 32, *skey = key + TTT_PARAM_NAME_LEN + 32;
         ttt_export_name(ename, TTT_PARAM_NAME_LEN + 32, p->name, kind[i]);
         ts[i].name = ename;
         ts[i].ndim = p->ndim;
@@ -95,17 +96,20 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
             ts[i].data = p->data;
         }
         snprintf(key, TTT_PARAM_NAME_LEN + 32, "ttt.%s", ename);
-        kv[4 + 2 * i] = key;
-        kv[5 + 2 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
+        kv[4 + 4 * i] = key;
+        kv[5 + 4 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
                         : kind[i] == TTT_EXPORT_BIAS ? "bias"
                                                      : "as_is";
+        snprintf(skey, TTT_PARAM_NAME_LEN + 32, "ttt.source.%s", ename);
+        kv[6 + 4 * i] = skey;
+        kv[7 + 4 * i] = p->name;
     }
     if (s == TTT_OK) {
         kv[0] = "ttt.format";
         kv[1] = TTT_EXPORT_FORMAT;
         kv[2] = "ttt.config";
         kv[3] = config_yaml ? config_yaml : "";
-        s = ttt_st_write(path, ts, n, kv, 2 + n, err);
+        s = ttt_st_write(path, ts, n, kv, 2 + 2 * n, err);
     }
     for (int i = 0; i < made && ts; i++)
         if (kind && kind[i] == TTT_EXPORT_LINEAR) free(ts[i].data);
