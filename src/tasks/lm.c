@@ -171,23 +171,17 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
 
 static void lm_charts(ttt_results *res, const void *cfg) {
     (void)cfg;
-    ttt_chart c = {0};
-    snprintf(c.name, sizeof c.name, "eval_bpb");
-    snprintf(c.title, sizeof c.title, "Validation bits per byte");
-    snprintf(c.x_key, sizeof c.x_key, "step");
-    snprintf(c.y_key, sizeof c.y_key, "eval_bpb");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "training step");
-    snprintf(c.y_label, sizeof c.y_label, "bits per byte");
+    ttt_chart c = ttt_chart_make("eval_bpb", "Validation bits per byte", "step", "eval_bpb",
+                                 "series", "training step", "bits per byte");
     ttt_results_add_chart_filtered(res, &c, "kind", "eval");
-    ttt_chart l = c;
-    snprintf(l.name, sizeof l.name, "train_bpb");
-    snprintf(l.title, sizeof l.title, "Training bits per byte");
-    snprintf(l.y_key, sizeof l.y_key, "loss_bpb");
+    ttt_chart l = ttt_chart_make("train_bpb", "Training bits per byte", "step", "loss_bpb",
+                                 "series", "training step", "bits per byte");
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
+    ttt_trained_charts(res, "cross-entropy (nats)");
+    ttt_results_set_main(res, "eval_bpb", "");
 }
 
-static const char *const lm_columns[] = {"series", "lr", "steps", "train_bpb", "eval_bpb",
+static const char *const lm_columns[] = {"series", "steps", "train_bpb", "eval_bpb",
                                          "eval_accuracy", "params", "seconds", NULL};
 
 const ttt_task ttt_task_lm = {

@@ -36,4 +36,8 @@ void ttt_trained_free(ttt_trained *t);
 /* The summary fields every trained task reports (series, mixer, lr, steps, ...). */
 void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_record *r);
 
+/* The charts of what training logs besides the task's own: the gradient norm and the learning
+ * rate per step, and the evaluation loss (in `loss_label`) at each evaluation. */
+void ttt_trained_charts(ttt_results *res, const char *loss_label);
+
 #endif
