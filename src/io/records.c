@@ -558,6 +558,8 @@ static void stamp_record(ttt_record *out, const ttt_record *stamp, const ttt_rec
     }
 }
 
+void ttt_results_stream_measurements_only(ttt_results *res) { res->stream_no_summary = 1; }
+
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary) {
     ttt_record *merged = NULL;
     if (res->stamp && (merged = malloc(sizeof *merged)) != NULL) {
@@ -573,7 +575,7 @@ void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary) {
         free(merged);
         return;
     }
-    if (res->stream.f) {
+    if (res->stream.f && !res->stream_no_summary) {
         ttt_record_write_json(rec, res->stream.f);
         fputc('\n', res->stream.f);
     }
@@ -700,27 +702,36 @@ static ttt_status write_metrics(ttt_results *res, const char *dir, ttt_error *er
     return ttt_afile_commit(&af, err);
 }
 
-static ttt_status summary_keys(const ttt_rows *rows, ttt_keylist *kl, ttt_error *err) {
+/* The sweep's columns first, in the sweep's order (a leaf of a mapping axis that the first
+ * point lacks is still a swept column), then every other key in first-seen order. */
+static ttt_status summary_keys(const ttt_results *res, const ttt_rows *rows, ttt_keylist *kl,
+                               ttt_error *err) {
     int cap = 0;
     kl->k = NULL;
     kl->n = 0;
-    for (int i = 0; i < rows->n; i++) {
-        const ttt_record *r = rows->rows[i];
-        for (int j = 0; j < r->n; j++) {
-            int found = 0;
-            for (int q = 0; q < kl->n && !found; q++) found = strcmp(kl->k[q], r->f[j].key) == 0;
-            if (found) continue;
-            if (kl->n == cap) {
-                cap = cap ? cap * 2 : 32;
-                const char **p = realloc(kl->k, (size_t)cap * sizeof *p);
-                if (!p) {
-                    free(kl->k);
-                    kl->k = NULL;
-                    return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    for (int pass = 0; pass < 2; pass++) {
+        for (int a = 0; a < (pass == 0 ? res->n_axes : 1); a++) {
+            for (int i = 0; i < rows->n; i++) {
+                const ttt_record *r = rows->rows[i];
+                for (int j = 0; j < r->n; j++) {
+                    const char *key = r->f[j].key;
+                    if (pass == 0 && strcmp(key, res->axes[a]) != 0) continue;
+                    int found = 0;
+                    for (int q = 0; q < kl->n && !found; q++) found = strcmp(kl->k[q], key) == 0;
+                    if (found) continue;
+                    if (kl->n == cap) {
+                        cap = cap ? cap * 2 : 32;
+                        const char **p = realloc(kl->k, (size_t)cap * sizeof *p);
+                        if (!p) {
+                            free(kl->k);
+                            kl->k = NULL;
+                            return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+                        }
+                        kl->k = p;
+                    }
+                    kl->k[kl->n++] = key;
                 }
-                kl->k = p;
             }
-            kl->k[kl->n++] = r->f[j].key;
         }
     }
     return TTT_OK;
@@ -974,7 +985,7 @@ static ttt_status write_summary(const ttt_results *res, const ttt_rows *rows,
     for (int i = 0; i < res->n; i++)
         if (res->summary[i]) all.rows[all.n++] = &res->recs[i];
     ttt_keylist kall;
-    ttt_status s = summary_keys(&all, &kall, err);
+    ttt_status s = summary_keys(res, &all, &kall, err);
     if (s == TTT_OK) s = write_csv(all.rows, all.n, &kall, dir, "summary_seeds.csv", err);
     free(kall.k);
     ttt_rows_free(&all);
@@ -992,7 +1003,7 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
     ttt_rows rows;
     TTT_TRY(ttt_results_rows(res, &rows, err));
     ttt_keylist kl;
-    ttt_status s = summary_keys(&rows, &kl, err);
+    ttt_status s = summary_keys(res, &rows, &kl, err);
     if (s != TTT_OK) {
         ttt_rows_free(&rows);
         return s;

@@ -133,6 +133,9 @@ void ttt_results_free(ttt_results *res);
  * records a run adds; charts read the records back from the file. ttt_results_count and
  * ttt_results_get then see the summary records only. */
 ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err);
+/* The stream (ttt_results_stream) then takes the measurements only, not the summary records
+ * (a merge of finished runs whose summaries are not measurements of its own). */
+void ttt_results_stream_measurements_only(ttt_results *res);
 /* Keep a copy. summary != 0: the record also becomes a row of summary.csv and index.html. */
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary);
 void ttt_results_add_chart(ttt_results *res, const ttt_chart *chart);

@@ -33,6 +33,7 @@ struct ttt_results {
     ttt_afile stream;
     int stream_errno; /* the first failed write to the stream */
     long n_all;       /* every record added, also those only in the stream */
+    int stream_no_summary; /* ttt_results_stream_measurements_only */
     /* Per record in recs: the configuration (group) and replicate (member) it belongs to
      * (ttt_results_set_point; -1 without a seed axis). */
     int *group, *member;
