@@ -327,6 +327,68 @@ START_TEST(seeds_are_points_for_shards) {
 }
 END_TEST
 
+/* ---- charts of a run ---- */
+
+/* The file `name` of run folder `out` (malloc'd; the test fails when it is missing). */
+static char *file_in(const char *out, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/%s", g_dir, out, name);
+    char *t = tu_read_file(path);
+    ck_assert_msg(t != NULL, "no %s", path);
+    return t;
+}
+
+/* The Hebbian crosstalk curve is drawn for a Hebbian memory, labelled as docs/math.md §7.1
+ * writes it, and passes through sqrt((N−1)/d) — at N = 1 it is 0, so the dashed path starts on
+ * the y = 0 grid line (sqrt(N/d) would start at 0.25); for the delta rule there is no curve. */
+START_TEST(theory_curve_only_where_it_applies) {
+    /* linear y (the YAML option): the error at N = 1 is ~1e-8, which `auto` would put on a log
+     * axis, where the curve's 0 has no place */
+    free(run_yaml("task: {kind: memory, pairs: [1, 64], key_dim: 16, value_dim: 16, trials: 1}\n"
+                  "layer: {preset: linear_attention}\n"
+                  "charts: {log_y: false}\n", "heb"));
+    free(run_yaml("task: {kind: memory, pairs: [1, 64], key_dim: 16, value_dim: 16, trials: 1}\n"
+                  "layer: {preset: deltanet}\n", "delta"));
+    char *h = file_in("heb", "recall_error.svg"), *d = file_in("delta", "recall_error.svg");
+    ck_assert_msg(strstr(h, ">sqrt((N−1)/d), Hebbian theory (d = 16)</text>"), "no label");
+    ck_assert_ptr_null(strstr(h, "sqrt(N/d)"));
+    ck_assert_ptr_null(strstr(d, "stroke-dasharray"));
+    ck_assert_ptr_null(strstr(d, "Hebbian theory"));
+    /* the curve's first point (N = 1) is at y = 0: the y of the tick labelled 0 */
+    const char *path = strstr(h, "stroke-dasharray=\"6,4\" d=\"M");
+    ck_assert_ptr_nonnull(path);
+    double x0, y0;
+    ck_assert_int_eq(sscanf(path + strlen("stroke-dasharray=\"6,4\" d=\"M"), "%lf,%lf", &x0, &y0), 2);
+    const char *zero = strstr(h, "dy=\"0.35em\" fill=\"#333333\">0.0</text>");
+    if (!zero) zero = strstr(h, "dy=\"0.35em\" fill=\"#333333\">0</text>");
+    ck_assert_ptr_nonnull(zero);
+    const char *ytag = zero;
+    while (ytag > h && strncmp(ytag, " y=\"", 4) != 0) ytag--;
+    ck_assert_double_eq_tol(strtod(ytag + 4, NULL), y0, 0.01);
+    free(h), free(d);
+}
+END_TEST
+
+/* A trained run charts what training logs: the gradient norm, the learning rate and the
+ * evaluation loss, each with data. */
+START_TEST(trained_runs_chart_what_is_logged) {
+    free(run_yaml("task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"
+                  "       test_examples: 8, eval_batch: 8}\n"
+                  "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+                  "layer: {preset: deltanet}\n"
+                  "train: {steps: 4, batch: 4, log_every: 1, eval_every: 2, checkpoint_every: 0}\n",
+                  "trained"));
+    const char *charts[] = {"grad_norm.svg", "lr.svg", "eval_loss.svg", "train_loss.svg",
+                            "eval_accuracy.svg"};
+    for (int i = 0; i < 5; i++) {
+        char *svg = file_in("trained", charts[i]);
+        ck_assert_msg(strstr(svg, "<polyline") && !strstr(svg, "no data"), "%s is empty",
+                      charts[i]);
+        free(svg);
+    }
+}
+END_TEST
+
 /* ---- compare ---- */
 
 /* Two runs side by side: the table has a `run` column and the union of both runs' swept
@@ -421,6 +483,8 @@ static Suite *suite(void) {
     tcase_add_test(c, seeds_aggregate_to_mean_std_min_max);
     tcase_add_test(c, swept_seed_aggregates);
     tcase_add_test(c, seeds_are_points_for_shards);
+    tcase_add_test(c, theory_curve_only_where_it_applies);
+    tcase_add_test(c, trained_runs_chart_what_is_logged);
     tcase_add_test(c, compare_two_runs);
     tcase_add_test(c, compare_refusals);
     suite_add_tcase(s, c);
