@@ -172,7 +172,7 @@ START_TEST(swept_keys_are_columns) {
     ck_assert_ptr_nonnull(nl);
     char head[512];
     snprintf(head, sizeof head, "%.*s", (int)(nl - table), table);
-    ck_assert_msg(strncmp(head, "key_dim", 7) == 0, "%s", head);
+    ck_assert_msg(strncmp(head, "task.key_dim", 12) == 0, "%s", head);
     ck_assert_msg(strstr(head, "optimizer.name") && strstr(head, "optimizer.lr") &&
                   strstr(head, "optimizer.momentum"), "%s", head);
     ck_assert_msg(!strstr(head, "series"), "%s", head);
@@ -370,14 +370,23 @@ START_TEST(theory_curve_only_where_it_applies) {
 END_TEST
 
 /* A trained run charts what training logs: the gradient norm, the learning rate and the
- * evaluation loss, each with data. */
+ * evaluation loss, each with data. Its sweep over `layer` mappings gives the columns
+ * layer.mixer and layer.preset, with the value each point was given even where the task moves
+ * the key (layer.mixer becomes model.mixer in the resolved configuration). */
 START_TEST(trained_runs_chart_what_is_logged) {
     free(run_yaml("task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"
                   "       test_examples: 8, eval_batch: 8}\n"
                   "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
                   "layer: {preset: deltanet}\n"
-                  "train: {steps: 4, batch: 4, log_every: 1, eval_every: 2, checkpoint_every: 0}\n",
+                  "train: {steps: 4, batch: 4, log_every: 1, eval_every: 2, checkpoint_every: 0}\n"
+                  "sweep: {layer: [{mixer: softmax}, {preset: gla}]}\n",
                   "trained"));
+    csv c = read_in("trained", "summary.csv");
+    ck_assert_int_eq(c.rows, 2);
+    ck_assert_str_eq(at(&c, 0, "layer.mixer"), "softmax");
+    ck_assert_str_eq(at(&c, 1, "layer.preset"), "gla");
+    ck_assert_str_eq(at(&c, 1, "mixer"), "gla");
+    csv_free(&c);
     const char *charts[] = {"grad_norm.svg", "lr.svg", "eval_loss.svg", "train_loss.svg",
                             "eval_accuracy.svg"};
     for (int i = 0; i < 5; i++) {
@@ -425,7 +434,7 @@ START_TEST(compare_two_runs) {
     snprintf(path, sizeof path, "%s/accuracy.svg", out);
     char *svg = tu_read_file(path);
     ck_assert_ptr_nonnull(svg);
-    ck_assert_msg(strstr(svg, ">ra: key_dim=8</text>") && strstr(svg, ">rb: optimizer.lr=0.5</text>"),
+    ck_assert_msg(strstr(svg, ">ra: task.key_dim=8</text>") && strstr(svg, ">rb: optimizer.lr=0.5</text>"),
                   "legend of %s", path);
     free(svg);
     snprintf(path, sizeof path, "%s/index.html", out);

@@ -275,7 +275,12 @@ static ttt_status plan_columns(ttt_plan *p, const ttt_cfg_node *sweep,
     p->seed_axis = seed_axis >= 0 || p->seeds > 1;
     if (p->seed_axis) TTT_TRY(col_add(p, "seed", err));
     char **shortn = calloc((size_t)(p->n_cols ? p->n_cols : 1), sizeof *shortn);
-    if (!shortn) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    int *digit = calloc((size_t)(axes ? axes : 1), sizeof *digit);
+    if (!shortn || !digit) {
+        free(shortn);
+        free(digit);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
     ttt_status s = TTT_OK;
     for (int c = 0; c < p->n_cols && s == TTT_OK; c++) {
         char sh[128];
@@ -291,6 +296,7 @@ static ttt_status plan_columns(ttt_plan *p, const ttt_cfg_node *sweep,
         for (int a = axes - 1; a >= 0; a--) {
             const int na = sweep->items[a]->n, d = (int)(rest % na);
             rest /= na;
+            digit[a] = d;
             if (a == seed_axis) {
                 seed_digit = d;
                 continue;
@@ -307,14 +313,31 @@ static ttt_status plan_columns(ttt_plan *p, const ttt_cfg_node *sweep,
         ttt_strbuf b;
         ttt_strbuf_init(&b);
         for (int c = 0; c < p->n_cols; c++) {
-            pt->values[c] = value_text(ttt_cfg_get_path(trees[i], p->cols[c]));
-            if (!pt->values[c] || strcmp(p->cols[c], "seed") == 0) continue;
-            ttt_strbuf_printf(&b, "%s%s=%s", b.len ? ", " : "", shortn[c], pt->values[c]);
+            /* the value the sweep gave the point, if it gave this leaf */
+            const ttt_cfg_node *given = NULL;
+            for (int a = 0; !given && a < axes; a++) {
+                const size_t kl = strlen(sweep->keys[a]);
+                if (strncmp(p->cols[c], sweep->keys[a], kl) != 0) continue;
+                const ttt_cfg_node *v = sweep->items[a]->items[digit[a]];
+                if (p->cols[c][kl] == '\0') given = v;
+                else if (p->cols[c][kl] == '.' && v->kind == TTT_CFG_MAP)
+                    given = ttt_cfg_get_path(v, p->cols[c] + kl + 1);
+            }
+            /* the column: the resolved value (defaults and a preset's values included), else
+             * the given one (a leaf the task moves, such as layer.mixer into model.mixer) */
+            const ttt_cfg_node *resolved = ttt_cfg_get_path(trees[i], p->cols[c]);
+            pt->values[c] = value_text(resolved ? resolved : given);
+            /* the legend: only what the sweep set, so that lines read as the sweep reads */
+            if (!given || strcmp(p->cols[c], "seed") == 0) continue;
+            char *t = value_text(given);
+            if (t) ttt_strbuf_printf(&b, "%s%s=%s", b.len ? ", " : "", shortn[c], t);
+            free(t);
         }
         if (!(pt->series = ttt_strbuf_take(&b))) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     }
     for (int c = 0; c < p->n_cols; c++) free(shortn[c]);
     free(shortn);
+    free(digit);
     return s;
 }
 

@@ -25,8 +25,9 @@ typedef struct ttt_plan_point {
     int index;             /* 0 … n_points − 1 (sweep order: the first axis varies slowest) */
     char *label;           /* sweep label, "layer.optimizer.lr=0.1, task.pairs=8" ("" without),
                             * with ", seed=S" under `seeds:` */
-    char *series;          /* the legend of its lines in charts: the swept values but the seed,
-                            * by short column names, "lr=0.1, pairs=8" ("" without a sweep) */
+    char *series;          /* the legend of its lines in charts: what the sweep set (not the
+                            * seed) by short column names, as written, "train.lr=3e-3,
+                            * layer.preset=deltanet" ("" without a sweep) */
     char **values;         /* (plan n_cols) its value of each column (text; NULL: none) */
     int group, member;     /* the configuration but for the seed, and which replicate of it
                             * (group -1 without a seed axis) */

@@ -889,10 +889,11 @@ void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len) {
 
 void ttt_key_short(const char *const *keys, int nkeys, int i, char *out, size_t len) {
     const char *key = keys[i];
-    /* a path of three parts or more keeps two ("optimizer.name", not a bare "name") */
+    /* at least two parts ("train.lr", "optimizer.name"): a bare "lr" or "name" does not say
+     * whose it is */
     int parts = 1;
     for (const char *p = key; *p; p++) parts += *p == '.';
-    const int min_parts = parts >= 3 ? 2 : 1;
+    const int min_parts = parts >= 2 ? 2 : 1;
     /* candidate suffixes from the last part outwards */
     int taken = 0;
     for (const char *p = key + strlen(key); p > key;) {

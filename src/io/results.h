@@ -146,8 +146,8 @@ void ttt_results_add_chart_filtered(ttt_results *res, const ttt_chart *chart,
 /* The sweep of the run, for the tables: the swept key paths as records carry them (the
  * plan adds them to every record of a point through ttt_results_set_point). Copied. */
 void ttt_results_set_axes(ttt_results *res, const char *const *keys, int n);
-/* The shortest suffix of keys[i] (whole dot-separated parts) that no other key ends with:
- * "layer.optimizer.lr" beside "train.lr" → "optimizer.lr". */
+/* The shortest suffix of keys[i] of at least two whole dot-separated parts that no other key
+ * ends with: "layer.optimizer.lr" → "optimizer.lr", "train.lr" stays. */
 void ttt_key_short(const char *const *keys, int n, int i, char *out, size_t len);
 /* Every record added from now on starts with `fields` (the point's swept values and seed; a
  * field of the record itself with the same key wins), and its summary records belong to

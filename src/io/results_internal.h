@@ -61,8 +61,7 @@ typedef struct ttt_rows {
 } ttt_rows;
 ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err);
 void ttt_rows_free(ttt_rows *r);
-/* The column name for sweep axis i in tables: the shortest suffix of its key path (whole
- * dot-separated parts) that no other axis ends with. */
+/* The column name for sweep axis i in tables (ttt_key_short). */
 void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len);
 /* A number of an aggregated row as "mean ± std" when the row has `<key>_std`, else its short
  * form; strings as they are. */
