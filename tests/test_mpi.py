@@ -146,7 +146,7 @@ def page(d, drop=()):
     import re
     with open(os.path.join(d, "index.html")) as f:
         html = f.read()
-    head = re.search(r"<thead><tr>(.*?)</tr></thead>", html)
+    head = re.search(r"<table class=\"summary\">\s*<thead><tr>(.*?)</tr></thead>", html)
     if not head:
         return html
     cols = re.findall(r"<th>(.*?)</th>", head.group(1))

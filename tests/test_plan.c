@@ -230,7 +230,7 @@ START_TEST(plan_does_not_depend_on_its_tree) {
     ck_assert_int_eq(csv_column(frozen, "d_k", d_frozen, 4), 2);
     ck_assert_double_eq(d_frozen[0], 8);
     ck_assert_ptr_nonnull(strstr(frozen, "deltanet"));
-    ck_assert_ptr_nonnull(strstr(frozen, "\ntask.value_dim=8,")); /* the sweep label: series */
+    ck_assert_ptr_nonnull(strstr(frozen, "\n8,task.value_dim=8,")); /* the swept column, the series */
     ck_assert_ptr_null(strstr(frozen, "gla"));
     /* Same seed, same data, same layer: the recall errors are the same computation, so they
      * agree to the digits summary.csv prints. */

@@ -460,8 +460,8 @@ START_TEST(test_svg_series_legend_escaping) {
     ck_assert_ptr_nonnull(strstr(svg, "sequence length N"));
     ck_assert_ptr_nonnull(strstr(svg, "stroke-dasharray"));
     ck_assert_ptr_nonnull(strstr(svg, ">sqrt(N/4)</text>"));
-    /* one marker per plotted point (5 N values x 3 series) plus one per legend entry */
-    ck_assert_int_eq(count_substr(svg, "<circle"), 15 + 3);
+    /* one marker with hover text per plotted point (5 N values x 3 series) */
+    ck_assert_int_eq(count_substr(svg, "</title></"), 15);
     /* distinct colours */
     ck_assert_ptr_nonnull(strstr(svg, "#0072B2"));
     ck_assert_ptr_nonnull(strstr(svg, "#E69F00"));
@@ -492,7 +492,7 @@ START_TEST(test_svg_filter) {
     free(svg);
     svg = ttt_chart_svg(res, 2);
     ck_assert_int_eq(count_substr(svg, "<polyline"), 3);
-    ck_assert_int_eq(count_substr(svg, "<circle"), 3 + 3); /* points + legend */
+    ck_assert_int_eq(count_substr(svg, "</title></"), 3); /* one marker per point */
     free(svg);
     ttt_results_free(res);
 }
@@ -852,6 +852,156 @@ START_TEST(test_now_monotonic) {
 }
 END_TEST
 
+/* ---- chart styles, log axes, replicate bands ---- */
+
+/* A results object with `n` series of 3 points each (x = 1, 2, 3), series i at y = i + x. */
+static ttt_results *many_series(int n) {
+    ttt_results *res = ttt_results_new("many");
+    for (int s = 0; s < n; s++)
+        for (int x = 1; x <= 3; x++) {
+            ttt_record r;
+            ttt_record_clear(&r);
+            char name[32];
+            snprintf(name, sizeof name, "s%02d", s);
+            ttt_record_str(&r, "series", name);
+            ttt_record_num(&r, "x", x);
+            ttt_record_num(&r, "y", s + x);
+            ttt_results_add(res, &r, 0);
+        }
+    return res;
+}
+
+/* The legend entry of series `name` in an SVG: its colour and marker element ("circle", "rect",
+ * "polygon points=..." shape by its point count, hollow circles apart). */
+static void legend_style(const char *svg, const char *name, char *colour, char *marker) {
+    char want[64];
+    snprintf(want, sizeof want, ">%s</text>", name);
+    const char *t = strstr(svg, want);
+    ck_assert_msg(t != NULL, "no legend entry %s", name);
+    /* the legend line and marker precede the text on the same line */
+    const char *line = t;
+    while (line > svg && line[-1] != '\n') line--;
+    const char *st = strstr(line, "stroke=\"");
+    ck_assert_ptr_nonnull(st);
+    snprintf(colour, 8, "%.7s", st + 8);
+    const char *m = strstr(line, "/>");
+    ck_assert_ptr_nonnull(m);
+    m += 2; /* after the legend line: the marker element */
+    if (strncmp(m, "<circle", 7) == 0)
+        snprintf(marker, 16, strstr(m, "fill=\"#ffffff\"") && strstr(m, "fill=\"#ffffff\"") < t
+                                 ? "hollow" : "circle");
+    else if (strncmp(m, "<rect", 5) == 0)
+        snprintf(marker, 16, "rect");
+    else {
+        /* polygons by their vertex count and which way the first vertex points */
+        const char *pts = strstr(m, "points=\"") + 8;
+        int commas = 0;
+        for (const char *p = pts; *p != '"'; p++) commas += *p == ',';
+        double x0, y0, x1, y1;
+        sscanf(pts, "%lf,%lf %lf,%lf", &x0, &y0, &x1, &y1);
+        snprintf(marker, 16, "%s", commas == 4 ? "diamond" : y0 < y1 ? "tri_up" : "tri_down");
+    }
+}
+
+/* Twelve series: every one has its own (colour, marker) pair, the first ten have ten different
+ * colours, and neighbours differ in both. */
+START_TEST(test_twelve_series_distinct_styles) {
+    ttt_results *res = many_series(12);
+    ttt_chart c = make_chart("many", "Many", "x", "y", "series");
+    ttt_results_add_chart(res, &c);
+    char *svg = ttt_chart_svg(res, 0);
+    char colour[12][8], marker[12][16];
+    for (int s = 0; s < 12; s++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%02d", s);
+        legend_style(svg, name, colour[s], marker[s]);
+    }
+    for (int a = 0; a < 12; a++)
+        for (int b = 0; b < a; b++) {
+            ck_assert_msg(strcmp(colour[a], colour[b]) || strcmp(marker[a], marker[b]),
+                          "series %d and %d share %s %s", a, b, colour[a], marker[a]);
+            if (a < 10) ck_assert_msg(strcmp(colour[a], colour[b]), "series %d and %d share %s", a,
+                                      b, colour[a]);
+        }
+    for (int s = 1; s < 12; s++)
+        ck_assert_msg(strcmp(colour[s], colour[s - 1]) && strcmp(marker[s], marker[s - 1]),
+                      "neighbours %d and %d", s - 1, s);
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
+/* Log y: automatic over more than two decades of positive values (ticks at decades), not over
+ * less, and the run's choice overrides the chart's both ways. */
+START_TEST(test_log_y) {
+    ttt_results *res = ttt_results_new("log");
+    const double ys[4] = {2, 30, 400, 5000};
+    for (int i = 0; i < 4; i++) {
+        ttt_record r;
+        ttt_record_clear(&r);
+        ttt_record_num(&r, "x", i);
+        ttt_record_num(&r, "y", ys[i]);
+        ttt_record_num(&r, "z", 10 + i); /* less than a decade */
+        ttt_results_add(res, &r, 0);
+    }
+    ttt_chart wide = make_chart("wide", "Wide", "x", "y", "");
+    ttt_chart narrow = make_chart("narrow", "Narrow", "x", "z", "");
+    ttt_results_add_chart(res, &wide);
+    ttt_results_add_chart(res, &narrow);
+    char *a = ttt_chart_svg(res, 0), *b = ttt_chart_svg(res, 1);
+    ck_assert_msg(strstr(a, "y (log scale)"), "auto: 2 … 5000 is log");
+    const char *decades[] = {">1</text>", ">10</text>", ">100</text>", ">1000</text>",
+                             ">10000</text>"};
+    for (int i = 0; i < 5; i++) ck_assert_msg(strstr(a, decades[i]), "no tick %s", decades[i]);
+    ck_assert_msg(!strstr(b, "(log scale)"), "auto: 10 … 13 is linear");
+    free(a), free(b);
+    ttt_results_set_log_y(res, TTT_LOG_Y_OFF, NULL);
+    a = ttt_chart_svg(res, 0);
+    ck_assert_msg(!strstr(a, "(log scale)"), "log_y: false");
+    free(a);
+    ttt_results_set_log_y(res, TTT_LOG_Y_ON, "narrow");
+    a = ttt_chart_svg(res, 0), b = ttt_chart_svg(res, 1);
+    ck_assert_msg(strstr(b, "(log scale)"), "log_y: [narrow]");
+    ck_assert_msg(strstr(a, "(log scale)"), "a chart the list leaves out keeps its own (auto)");
+    free(a), free(b);
+    ttt_results_free(res);
+}
+END_TEST
+
+/* Replicates (records of one series at one x): one point at their mean, a band of mean ± sample
+ * std, and hover text that says so; a series without replicates has no band. */
+START_TEST(test_replicate_band) {
+    ttt_results *res = ttt_results_new("band");
+    const double ys[3] = {1, 2, 6}; /* mean 3, sample std sqrt(7) */
+    for (int seed = 0; seed < 3; seed++)
+        for (int x = 1; x <= 2; x++) {
+            ttt_record r;
+            ttt_record_clear(&r);
+            ttt_record_str(&r, "series", "a");
+            ttt_record_num(&r, "seed", seed);
+            ttt_record_num(&r, "x", x);
+            ttt_record_num(&r, "y", ys[seed] * x);
+            ttt_results_add(res, &r, 0);
+        }
+    ttt_chart c = make_chart("band", "Band", "x", "y", "series");
+    ttt_results_add_chart(res, &c);
+    char *svg = ttt_chart_svg(res, 0);
+    ck_assert_int_eq(count_substr(svg, "class=\"band\""), 1);
+    ck_assert_int_eq(count_substr(svg, "</title></"), 2); /* two x values, not six points */
+    char want[96];
+    snprintf(want, sizeof want, "y = 3 ± %.6g (mean ± std of 3)", sqrt(7.0));
+    ck_assert_msg(strstr(svg, want), "no '%s'", want);
+    free(svg);
+    ttt_results_free(res);
+    res = many_series(2);
+    ttt_results_add_chart(res, &c);
+    svg = ttt_chart_svg(res, 0);
+    ck_assert_ptr_null(strstr(svg, "class=\"band\""));
+    free(svg);
+    ttt_results_free(res);
+}
+END_TEST
+
 static Suite *results_suite(void) {
     Suite *s = suite_create("results");
     TCase *tc = tcase_create("records");
@@ -894,6 +1044,9 @@ static Suite *results_suite(void) {
     tcase_add_test(tc, test_progress_disabled);
     tcase_add_test(tc, test_progress_tty_redraw);
     tcase_add_test(tc, test_now_monotonic);
+    tcase_add_test(tc, test_twelve_series_distinct_styles);
+    tcase_add_test(tc, test_log_y);
+    tcase_add_test(tc, test_replicate_band);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -345,7 +345,7 @@ static void stop_memory_sweep(int sig, const char *out) {
                   "%s", err);
     snprintf(rel, sizeof rel, "%s/summary.csv", out);
     char *sum = read_in(rel);
-    ck_assert_msg(sum && strstr(sum, "\ntask.overwrite=false,0,gla,"),
+    ck_assert_msg(sum && strstr(sum, "\nfalse,task.overwrite=false,0,gla,"),
                   "signal %d: nothing kept: %s", sig, sum ? sum : "(no summary.csv)");
     free(err), free(sum);
 }

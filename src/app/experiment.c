@@ -9,6 +9,12 @@ const ttt_option ttt_experiment_options[] = {
      "name of the experiment (default: the file name without .yaml)"},
     {"description", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL, "what the experiment shows"},
     {"seed", TTT_OPT_INT, "0", 0, 9007199254740992.0, NULL, "seed of every random draw"},
+    {"seeds", TTT_OPT_INT, "1", 1, TTT_MAX_SEEDS, NULL,
+     "run every point this many times, with seeds seed … seed + seeds − 1, and report mean ± "
+     "std over them (docs/results.md \"Seeds\")"},
+    {"charts", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,
+     "how the charts are drawn: log_y: auto (log when all values are positive and span more "
+     "than two decades), true, false, or a list of chart names"},
     {"task", TTT_OPT_MAP, NULL, TTT_NO_RANGE, NULL, "what to measure; `kind` names the task"},
     {"layer", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL, "the TTT layer (see `ttt list`)"},
     {"model", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,

@@ -12,6 +12,7 @@
 #include "train.h"
 #include "apply.h"
 #include "comm.h"
+#include "compare.h"
 #include "experiment.h"
 #include "export.h"
 #include "plan.h"
@@ -66,6 +67,10 @@ static const char usage_text[] =
     "  export RUN_DIR OUT.safetensors [--point I]\n"
     "                 a trained point's weights in PyTorch's names and (out, in) layouts\n"
     "                 (train.init_from reads them back)\n"
+    "  compare RUN_DIR... [--out DIR]\n"
+    "                 the summaries of several run folders (of one task kind) side by side,\n"
+    "                 aligned on their swept columns; --out DIR also writes the merged\n"
+    "                 summary.csv, metrics.jsonl and a page with the runs' charts overlaid\n"
     "  list           every registered optimizer, model, loss, preset and task with options\n"
     "  --help, -h     this text\n"
     "  --version      the version\n"
@@ -385,6 +390,42 @@ static int cmd_merge(int argc, char **argv) {
     return s == TTT_OK ? 0 : report(&err);
 }
 
+/* `ttt compare RUN_DIR... [--out DIR]` (docs/results.md "Comparing runs"). */
+static int cmd_compare(int argc, char **argv) {
+    const char **dirs = calloc((size_t)argc + 1, sizeof *dirs);
+    if (!dirs) {
+        fprintf(stderr, "ttt: error: out of memory\n");
+        return EXIT_RUN_FAILED;
+    }
+    const char *out = NULL;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--out") == 0) {
+            if (i + 1 >= argc) {
+                free(dirs);
+                return usage_error("--out needs a folder%s", "");
+            }
+            out = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            free(dirs);
+            return usage_error("compare: unknown option '%s' (expected run folders and --out DIR)",
+                               argv[i]);
+        } else {
+            dirs[n++] = argv[i];
+        }
+    }
+    if (n < 1) {
+        free(dirs);
+        return usage_error("compare needs run folders: ttt compare runs/a runs/b [--out DIR]%s",
+                           "");
+    }
+    ttt_error err = {0};
+    ttt_status s = ttt_compare(dirs, n, out, stdout, &err);
+    free(dirs);
+    if (s == TTT_OK && out) fprintf(stderr, "ttt: comparison in %s/ (open index.html)\n", out);
+    return s == TTT_OK ? 0 : report(&err);
+}
+
 static int cmd_apply(int argc, char **argv) {
     const char *pos[3] = {0};
     int np = 0;
@@ -579,9 +620,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
-    static const char *const commands[] = {"run",   "merge",  "check", "list",
-                                           "apply", "sample", "export"};
-    const char *close = ttt_closest_name(cmd, commands, 7);
+    if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
+    static const char *const commands[] = {"run",    "merge",  "check",  "list",
+                                           "apply",  "sample", "export", "compare"};
+    const char *close = ttt_closest_name(cmd, commands, 8);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

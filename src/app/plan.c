@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -18,6 +19,7 @@
 #include "progress.h"
 #include "provenance.h"
 #include "results.h"
+#include "strbuf.h"
 #include "train.h"
 
 /* Keys allowed at the top level besides the options: the sweep (expanded away before a point
@@ -69,6 +71,8 @@ static void config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_map_remove(h, "name");
     ttt_cfg_map_remove(h, "description");
     ttt_cfg_map_remove(h, "output");
+    ttt_cfg_map_remove(h, "seeds");  /* a point's own seed is `seed`; */
+    ttt_cfg_map_remove(h, "charts"); /* how its results are drawn changes none of them */
     ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
     if (tr) {
         ttt_cfg_map_remove(tr, "stop_at");
@@ -172,7 +176,7 @@ static char *resolved_text(const ttt_cfg_node *doc, ttt_cfg_node *const *trees,
     size_t size = 0;
     FILE *f = open_memstream(&buf, &size);
     if (!f) return NULL;
-    if (!ttt_cfg_get(doc, "sweep")) {
+    if (!ttt_cfg_get(doc, "sweep") && n == 1) {
         ttt_cfg_write_yaml(trees[0], f);
     } else {
         ttt_cfg_node *d = ttt_cfg_clone(doc);
@@ -196,6 +200,237 @@ static char *resolved_text(const ttt_cfg_node *doc, ttt_cfg_node *const *trees,
     return buf;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Result columns and the seed axis (docs/results.md "Columns", "Seeds")                      */
+
+/* `seeds:` of the document: 1 when absent; a value that is not a count is left to the option
+ * check of every point, which names its location. */
+static int doc_seeds(const ttt_cfg_node *doc) {
+    const ttt_cfg_node *n = ttt_cfg_get(doc, "seeds");
+    long v = 1;
+    ttt_error e;
+    if (!n || ttt_cfg_as_int(n, &v, &e) != TTT_OK || v < 1 || v > TTT_MAX_SEEDS) return 1;
+    return (int)v;
+}
+
+/* `charts: {log_y: auto | true | false | [chart names]}` into p. */
+static ttt_status read_charts(const ttt_cfg_node *doc, ttt_plan *p, ttt_error *err) {
+    const ttt_cfg_node *c = ttt_cfg_get(doc, "charts");
+    if (!c || c->kind != TTT_CFG_MAP) return TTT_OK; /* the option check reports a non-map */
+    for (int i = 0; i < c->n; i++) {
+        const ttt_cfg_node *v = c->items[i];
+        if (strcmp(c->keys[i], "log_y") != 0)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
+                                 "charts: unknown key '%s'; expected log_y (auto, true, false or "
+                                 "a list of chart names)", c->keys[i]);
+        if (v->kind == TTT_CFG_SEQ) {
+            ttt_strbuf b;
+            ttt_strbuf_init(&b);
+            for (int k = 0; k < v->n; k++) {
+                const ttt_cfg_node *it = v->items[k];
+                if (it->kind != TTT_CFG_SCALAR || !it->scalar || strchr(it->scalar, ',')) {
+                    ttt_strbuf_free(&b);
+                    return ttt_cfg_error(err, TTT_ERR_CONFIG, it,
+                                         "charts.log_y: expected a chart name (the stem of its "
+                                         ".svg file, e.g. train_loss)");
+                }
+                ttt_strbuf_printf(&b, "%s%s", k ? "," : "", it->scalar);
+            }
+            p->log_y = TTT_LOG_Y_ON;
+            p->log_y_only = ttt_strbuf_take(&b);
+            if (!p->log_y_only) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+            continue;
+        }
+        const char *t = v->kind == TTT_CFG_SCALAR && v->scalar ? v->scalar : "";
+        if (strcmp(t, "auto") == 0) p->log_y = TTT_LOG_Y_AUTO;
+        else if (strcmp(t, "true") == 0) p->log_y = TTT_LOG_Y_ON;
+        else if (strcmp(t, "false") == 0) p->log_y = TTT_LOG_Y_OFF;
+        else
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
+                                 "charts.log_y: '%s'; expected auto (log when every value is "
+                                 "positive and they span more than two decades), true, false, "
+                                 "or a list of chart names", t);
+    }
+    return TTT_OK;
+}
+
+static int col_find(const ttt_plan *p, const char *key) {
+    for (int c = 0; c < p->n_cols; c++)
+        if (strcmp(p->cols[c], key) == 0) return c;
+    return -1;
+}
+
+static ttt_status col_add(ttt_plan *p, const char *key, ttt_error *err) {
+    if (col_find(p, key) >= 0) return TTT_OK;
+    char **c = realloc(p->cols, (size_t)(p->n_cols + 1) * sizeof *c);
+    if (!c) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    p->cols = c;
+    if (!(c[p->n_cols] = strdup(key))) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    p->n_cols++;
+    return TTT_OK;
+}
+
+/* The columns of a sweep value at `path`: a mapping by its leaves, anything else itself. */
+static ttt_status cols_of(ttt_plan *p, const char *path, const ttt_cfg_node *v, ttt_error *err) {
+    if (v->kind != TTT_CFG_MAP || v->n == 0) return col_add(p, path, err);
+    for (int i = 0; i < v->n; i++) {
+        size_t len = strlen(path) + strlen(v->keys[i]) + 2;
+        char *sub = malloc(len);
+        if (!sub) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        snprintf(sub, len, "%s.%s", path, v->keys[i]);
+        ttt_status s = cols_of(p, sub, v->items[i], err);
+        free(sub);
+        TTT_TRY(s);
+    }
+    return TTT_OK;
+}
+
+/* The text of the node at `path` of a mapping value (NULL: none). */
+static char *value_text(const ttt_cfg_node *n) {
+    if (!n) return NULL;
+    if (n->kind == TTT_CFG_SCALAR) return n->scalar ? strdup(n->scalar) : NULL;
+    return ttt_cfg_to_flow(n);
+}
+
+/* Columns, values, groups and series labels of every point. `digits` (n_sweep × axes): the
+ * sweep value index of each axis for each sweep point; point i is sweep point i / seeds,
+ * replicate i % seeds; `trees` the points' resolved trees. */
+static ttt_status plan_columns(ttt_plan *p, const ttt_cfg_node *sweep,
+                               ttt_cfg_node *const *trees, ttt_error *err) {
+    const int axes = sweep && sweep->kind == TTT_CFG_MAP ? sweep->n : 0;
+    int seed_axis = -1;
+    for (int a = 0; a < axes; a++) {
+        if (strcmp(sweep->keys[a], "seed") == 0) seed_axis = a;
+        for (int k = 0; k < sweep->items[a]->n; k++)
+            TTT_TRY(cols_of(p, sweep->keys[a], sweep->items[a]->items[k], err));
+    }
+    p->seed_axis = seed_axis >= 0 || p->seeds > 1;
+    if (p->seed_axis) TTT_TRY(col_add(p, "seed", err));
+    char **shortn = calloc((size_t)(p->n_cols ? p->n_cols : 1), sizeof *shortn);
+    int *digit = calloc((size_t)(axes ? axes : 1), sizeof *digit);
+    if (!shortn || !digit) {
+        free(shortn);
+        free(digit);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    ttt_status s = TTT_OK;
+    for (int c = 0; c < p->n_cols && s == TTT_OK; c++) {
+        char sh[128];
+        ttt_key_short((const char *const *)p->cols, p->n_cols, c, sh, sizeof sh);
+        if (!(shortn[c] = strdup(sh))) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < p->n_points && s == TTT_OK; i++) {
+        ttt_plan_point *pt = &p->points[i];
+        const long sp = i / p->seeds;
+        /* mixed-radix digits of the sweep point, the last axis fastest (ttt_cfg_sweep_expand) */
+        long rest = sp, group = 0, radix = 1;
+        int seed_digit = 0;
+        for (int a = axes - 1; a >= 0; a--) {
+            const int na = sweep->items[a]->n, d = (int)(rest % na);
+            rest /= na;
+            digit[a] = d;
+            if (a == seed_axis) {
+                seed_digit = d;
+                continue;
+            }
+            group += d * radix;
+            radix *= na;
+        }
+        pt->group = p->seed_axis ? (int)group : -1;
+        pt->member = seed_digit * p->seeds + i % p->seeds;
+        if (!(pt->values = calloc((size_t)(p->n_cols ? p->n_cols : 1), sizeof *pt->values))) {
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+            break;
+        }
+        ttt_strbuf b;
+        ttt_strbuf_init(&b);
+        for (int c = 0; c < p->n_cols; c++) {
+            /* the value the sweep gave the point, if it gave this leaf */
+            const ttt_cfg_node *given = NULL;
+            for (int a = 0; !given && a < axes; a++) {
+                const size_t kl = strlen(sweep->keys[a]);
+                if (strncmp(p->cols[c], sweep->keys[a], kl) != 0) continue;
+                const ttt_cfg_node *v = sweep->items[a]->items[digit[a]];
+                if (p->cols[c][kl] == '\0') given = v;
+                else if (p->cols[c][kl] == '.' && v->kind == TTT_CFG_MAP)
+                    given = ttt_cfg_get_path(v, p->cols[c] + kl + 1);
+            }
+            /* the column: the resolved value (defaults and a preset's values included), else
+             * the given one (a leaf the task moves, such as layer.mixer into model.mixer) */
+            const ttt_cfg_node *resolved = ttt_cfg_get_path(trees[i], p->cols[c]);
+            pt->values[c] = value_text(resolved ? resolved : given);
+            /* the legend: only what the sweep set, so that lines read as the sweep reads */
+            if (!given || strcmp(p->cols[c], "seed") == 0) continue;
+            char *t = value_text(given);
+            if (t) ttt_strbuf_printf(&b, "%s%s=%s", b.len ? ", " : "", shortn[c], t);
+            free(t);
+        }
+        if (!(pt->series = ttt_strbuf_take(&b))) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    for (int c = 0; c < p->n_cols; c++) free(shortn[c]);
+    free(shortn);
+    free(digit);
+    return s;
+}
+
+/* The fields every record of point i starts with: its value of each column, a number when
+ * the text is one. */
+static void point_fields(const ttt_plan *p, int i, ttt_record *r) {
+    ttt_record_clear(r);
+    const ttt_plan_point *pt = &p->points[i];
+    for (int c = 0; c < p->n_cols; c++) {
+        const char *v = pt->values[c];
+        if (!v) continue;
+        char *end;
+        double d = strtod(v, &end);
+        if (end != v && !*end && isfinite(d))
+            ttt_record_num(r, p->cols[c], d);
+        else
+            ttt_record_str(r, p->cols[c], v);
+    }
+}
+
+/* Each sweep point `seeds` times with seeds seed, seed + 1, …: the trees and labels replaced
+ * by the n × seeds ones. */
+static ttt_status replicate(ttt_cfg_node ***trees, char ***labels, int *n, int seeds,
+                            ttt_error *err) {
+    if (seeds <= 1) return TTT_OK;
+    const int m = *n * seeds;
+    ttt_cfg_node **t = calloc((size_t)m, sizeof *t);
+    char **l = calloc((size_t)m, sizeof *l);
+    if (!t || !l) {
+        free(t);
+        free(l);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    }
+    ttt_status s = TTT_OK;
+    for (int i = 0; i < *n && s == TTT_OK; i++) {
+        const ttt_cfg_node *sn = ttt_cfg_get((*trees)[i], "seed");
+        long base = 0;
+        ttt_error e;
+        if (sn && ttt_cfg_as_int(sn, &base, &e) != TTT_OK) base = 0; /* the check reports it */
+        for (int j = 0; j < seeds; j++) {
+            const int k = i * seeds + j;
+            t[k] = ttt_cfg_clone((*trees)[i]);
+            char num[32], *lab;
+            snprintf(num, sizeof num, "%ld", base + j);
+            ttt_cfg_map_set(t[k], "seed", ttt_cfg_new_scalar(num, sn ? sn : t[k]));
+            const char *old = (*labels)[i];
+            size_t len = strlen(old) + 48;
+            if (!(lab = l[k] = malloc(len))) {
+                s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+                break;
+            }
+            snprintf(lab, len, "%s%sseed=%s", old, old[0] ? ", " : "", num);
+        }
+    }
+    ttt_cfg_points_free(*trees, *labels, *n);
+    *trees = t;
+    *labels = l;
+    *n = m;
+    return s;
+}
+
 ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, ttt_error *err) {
     *out = NULL;
     ttt_cfg_map_remove(doc, "resolved");
@@ -203,6 +438,12 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
     char **labels = NULL;
     int n = 0;
     TTT_TRY(ttt_cfg_sweep_expand(doc, &trees, &labels, &n, err));
+    const int seeds = doc_seeds(doc);
+    ttt_status rs = replicate(&trees, &labels, &n, seeds, err);
+    if (rs != TTT_OK) {
+        ttt_cfg_points_free(trees, labels, n);
+        return rs;
+    }
     ttt_plan *p = calloc(1, sizeof *p);
     ttt_status s = TTT_OK;
     if (!p || !(p->points = calloc((size_t)(n > 0 ? n : 1), sizeof *p->points))) {
@@ -223,6 +464,11 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
             error_hint_axes(err, ttt_cfg_get(doc, "sweep"));
         }
     }
+    if (s == TTT_OK) {
+        p->seeds = seeds;
+        s = read_charts(doc, p, err);
+    }
+    if (s == TTT_OK) s = plan_columns(p, ttt_cfg_get(doc, "sweep"), trees, err);
     if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, trees, labels, n)))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     /* Below this line nothing sees a tree: the points' trees go now. */
@@ -242,10 +488,16 @@ void ttt_plan_free(ttt_plan *p) {
         if (pt->cfg && pt->task && pt->task->cfg_free) pt->task->cfg_free(pt->cfg);
         free(pt->cfg);
         free(pt->label);
+        free(pt->series);
+        for (int c = 0; pt->values && c < p->n_cols; c++) free(pt->values[c]);
+        free(pt->values);
         free(pt->name);
         free(pt->output);
     }
     free(p->points);
+    for (int c = 0; c < p->n_cols; c++) free(p->cols[c]);
+    free(p->cols);
+    free(p->log_y_only);
     free(p->resolved_yaml);
     free(p);
 }
@@ -469,6 +721,9 @@ static ttt_status finish(const ttt_plan *p, ttt_results *res, const char *dir, F
                          ttt_error *err) {
     const ttt_plan_point *first = &p->points[0];
     const ttt_task *t = first->task;
+    ttt_results_set_point(res, NULL, -1, 0);
+    ttt_results_set_axes(res, (const char *const *)p->cols, p->n_cols);
+    ttt_results_set_log_y(res, p->log_y, p->log_y_only);
     if (t->charts) t->charts(res, first->cfg);
     TTT_TRY(ttt_results_write(res, dir, err));
     const char *const *cols = t->columns_for ? t->columns_for(first->cfg) : t->columns;
@@ -488,6 +743,18 @@ static ttt_status conclude(const ttt_plan *p, ttt_results *res, const char *dir,
     remove_parts(p, dir);
     remove_shard_locks(dir);
     return TTT_OK;
+}
+
+/* From now on the records added to res belong to point i: its columns first. */
+static void stamp_point(const ttt_plan *p, int i, ttt_results *res) {
+    ttt_record *r = malloc(sizeof *r);
+    if (!r) {
+        ttt_results_set_point(res, NULL, -1, 0);
+        return;
+    }
+    point_fields(p, i, r);
+    ttt_results_set_point(res, p->n_cols ? r : NULL, p->points[i].group, p->points[i].member);
+    free(r);
 }
 
 static void remove_mark(const char *dir) {
@@ -633,6 +900,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         }
         ttt_results *into = split ? ttt_results_new(first->name) : res;
         const int from = into ? ttt_results_count(into) : 0;
+        if (into) stamp_point(p, i, into);
         char part[4096];
         part_path(part, sizeof part, dir, i, "rec");
         int found = 0;
@@ -640,7 +908,8 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         /* a part under the same configuration: the point ended in an earlier run */
         else if (!data) s = ttt_part_load(into, part, pt->config_hash, &found, err);
         if (s == TTT_OK && !found) {
-            ttt_task_run run = {.cfg = pt->cfg, .label = pt->label, .point = i, .seed = pt->seed,
+            /* the label names the point's lines in charts: its seeds share one */
+            ttt_task_run run = {.cfg = pt->cfg, .label = pt->series, .point = i, .seed = pt->seed,
                                 .config_hash = pt->config_hash, .results = into,
                                 .progress = &pr, .work_done = done, .run_dir = dir,
                                 .comm = data ? comm : NULL};
@@ -732,6 +1001,7 @@ static ttt_status merge_locked(const ttt_plan *p, const char *dir, FILE *table, 
         char part[4096];
         part_path(part, sizeof part, dir, i, "rec");
         int found = 0;
+        stamp_point(p, i, res);
         s = ttt_part_load(res, part, p->points[i].config_hash, &found, err);
         if (s == TTT_OK && !found) {
             size_t n = strlen(missing);

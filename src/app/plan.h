@@ -17,10 +17,20 @@
 #include "config.h"
 #include "task.h"
 
+/* The most replicates `seeds:` asks for. */
+#define TTT_MAX_SEEDS 1000
+
 /* One configuration point, ready to run. */
 typedef struct ttt_plan_point {
     int index;             /* 0 … n_points − 1 (sweep order: the first axis varies slowest) */
-    char *label;           /* sweep label, "layer.optimizer.lr=0.1, task.pairs=8" ("" without) */
+    char *label;           /* sweep label, "layer.optimizer.lr=0.1, task.pairs=8" ("" without),
+                            * with ", seed=S" under `seeds:` */
+    char *series;          /* the legend of its lines in charts: what the sweep set (not the
+                            * seed) by short column names, as written, "train.lr=3e-3,
+                            * layer.preset=deltanet" ("" without a sweep) */
+    char **values;         /* (plan n_cols) its value of each column (text; NULL: none) */
+    int group, member;     /* the configuration but for the seed, and which replicate of it
+                            * (group -1 without a seed axis) */
     char *name;            /* the experiment's `name` */
     char *output;          /* the point's `output` folder (default runs/<name>) */
     uint64_t seed;         /* `seed` */
@@ -38,6 +48,16 @@ typedef struct ttt_plan_point {
 typedef struct ttt_plan {
     int n_points;
     ttt_plan_point *points;    /* (n_points) */
+    /* The columns every record of a point starts with (docs/results.md "Columns"): the swept
+     * key paths, a mapping-valued axis flattened to its leaf keys ("layer" over {preset: …}
+     * gives layer.preset), and `seed` when there is a seed axis (`seeds: N` or a swept seed). */
+    int n_cols;
+    char **cols;               /* (n_cols) */
+    int seeds;                 /* `seeds:` (1 without): each point of the sweep runs this many
+                                * times, with seeds seed … seed + seeds − 1 */
+    int seed_axis;             /* replicates are aggregated (seeds > 1 or a swept seed) */
+    int log_y;                 /* `charts: {log_y: …}` (TTT_LOG_Y_*) */
+    char *log_y_only;          /* the charts it names ("a,b"), or NULL: every chart */
     char *resolved_yaml;       /* the text of config.resolved.yaml */
 } ttt_plan;
 

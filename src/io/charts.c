@@ -28,11 +28,29 @@ void ttt_put_xml(ttt_strbuf *b, const char *s) {
     }
 }
 
-/* Okabe–Ito: distinguishable with the common colour-vision deficiencies. Yellow is last since
- * it is faint on white. */
-static const char *const palette[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
-                                      "#CC79A7", "#56B4E9", "#000000", "#F0E442"};
-#define PALETTE_N ((int)(sizeof palette / sizeof palette[0]))
+/* Ten colours: Okabe–Ito's seven (distinguishable with the common colour-vision deficiencies;
+ * its yellow, faint on white, left out) and three more of distinct hue and lightness. */
+static const char *const palette[TTT_CHART_COLOURS] = {
+    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7",
+    "#56B4E9", "#000000", "#882255", "#999933", "#7F7F7F"};
+
+const char *ttt_chart_colour(int s) { return palette[(s < 0 ? -s : s) % TTT_CHART_COLOURS]; }
+int ttt_chart_marker(int s) { return (s < 0 ? -s : s) % TTT_CHART_MARKERS; }
+
+ttt_chart ttt_chart_make(const char *name, const char *title, const char *x_key,
+                         const char *y_key, const char *series_key, const char *x_label,
+                         const char *y_label) {
+    ttt_chart c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "%s", name ? name : "");
+    snprintf(c.title, sizeof c.title, "%s", title ? title : "");
+    snprintf(c.x_key, sizeof c.x_key, "%s", x_key ? x_key : "");
+    snprintf(c.y_key, sizeof c.y_key, "%s", y_key ? y_key : "");
+    snprintf(c.series_key, sizeof c.series_key, "%s", series_key ? series_key : "");
+    snprintf(c.x_label, sizeof c.x_label, "%s", x_label ? x_label : "");
+    snprintf(c.y_label, sizeof c.y_label, "%s", y_label ? y_label : "");
+    return c;
+}
 
 /* Layout of the SVG canvas (pixels). The legend sits right of the plot area. */
 enum { SVG_W_MIN = 780, SVG_H_MIN = 440, PLOT_L = 80, PLOT_R = 560, PLOT_T = 50, LEGEND_X = 580 };
@@ -43,6 +61,8 @@ static const int PLOT_BOTTOM_MARGIN = 70;
 typedef struct point {
     double x, y;
     int series, order;
+    double lo, hi; /* the band: mean ± sample std over the replicates at this x (= y alone) */
+    int n;         /* how many records were averaged into it */
 } point;
 
 static int point_cmp(const void *a, const void *b) {
@@ -85,7 +105,7 @@ static double nice_num(double x, int round_it) {
 /* A linear axis: [lo, hi] widened to multiples of a 1-2-5 step, about 6 ticks. */
 typedef struct axis {
     double lo, hi, step; /* for log axes lo/hi are exponents of 2 and step is in exponents */
-    int log2;
+    int log2; /* 0 linear, 1 log2, 2 log10 */
 } axis;
 
 static void widen_degenerate(double *lo, double *hi, int keep_zero) {
@@ -117,6 +137,22 @@ static axis log2_axis(double lo, double hi) {
     return a;
 }
 
+/* A log10 axis over whole decades; lo/hi/step in exponents of 10. */
+static axis log10_axis(double lo, double hi) {
+    double klo = floor(log10(lo) + 1e-9), khi = ceil(log10(hi) - 1e-9);
+    if (khi <= klo) khi = klo + 1;
+    double step = ceil((khi - klo) / 8);
+    axis a = {klo, klo + ceil((khi - klo) / step) * step, step, 2};
+    return a;
+}
+
+static void log10_label(char *out, size_t len, int k) {
+    if (k >= -3 && k <= 4)
+        snprintf(out, len, "%g", pow(10, k));
+    else
+        snprintf(out, len, "1e%d", k);
+}
+
 /* Tick label for a linear axis with the decimals the step needs, so 0.1+0.2 prints "0.3". */
 static void tick_label(char *out, size_t len, double v, const axis *a) {
     if (fabs(v) < a->step * 1e-6) v = 0;
@@ -141,7 +177,8 @@ static void log2_label(char *out, size_t len, int k) {
 }
 
 static double axis_frac(const axis *a, double v) {
-    if (a->log2) v = log2(v);
+    if (a->log2 == 1) v = log2(v);
+    if (a->log2 == 2) v = v > 0 ? log10(v) : a->lo - 1;
     return (v - a->lo) / (a->hi - a->lo);
 }
 
@@ -199,7 +236,9 @@ static int ref_ok(const ttt_chart *c) {
     return c->has_ref && c->ref_div != 0 && isfinite(c->ref_scale);
 }
 
-static double ref_y(const ttt_chart *c, double x) { return c->ref_scale * sqrt(x / c->ref_div); }
+static double ref_y(const ttt_chart *c, double x) {
+    return c->ref_scale * sqrt((x - c->ref_shift) / c->ref_div);
+}
 
 /* x of the i-th of n samples spread over the axis data range (log-spaced on a log axis). */
 static double ref_sample_x(const ttt_chart *c, double xmin, double xmax, int i, int n) {
@@ -227,6 +266,8 @@ static void svg_open(ttt_strbuf *b, int w, int h, const char *title) {
     ttt_strbuf_puts(b, "</text>\n");
 }
 
+/* The six marker shapes (ttt_chart_marker), each an element that the caller closes with
+ * marker_close after its optional <title>. */
 static void svg_marker(ttt_strbuf *b, int shape, double x, double y, const char *colour) {
     switch (shape) {
     case 0:
@@ -237,15 +278,27 @@ static void svg_marker(ttt_strbuf *b, int shape, double x, double y, const char 
         ttt_strbuf_printf(b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"7\" height=\"7\" fill=\"%s\">",
                           x - 3.5, y - 3.5, colour);
         break;
-    default:
+    case 2: /* triangle up */
         ttt_strbuf_printf(b, "<polygon points=\"%.2f,%.2f %.2f,%.2f %.2f,%.2f\" fill=\"%s\">", x,
                           y - 4.5, x - 4, y + 3, x + 4, y + 3, colour);
+        break;
+    case 3: /* diamond */
+        ttt_strbuf_printf(b, "<polygon points=\"%.2f,%.2f %.2f,%.2f %.2f,%.2f %.2f,%.2f\" "
+                             "fill=\"%s\">", x, y - 4.5, x + 4.5, y, x, y + 4.5, x - 4.5, y, colour);
+        break;
+    case 4: /* triangle down */
+        ttt_strbuf_printf(b, "<polygon points=\"%.2f,%.2f %.2f,%.2f %.2f,%.2f\" fill=\"%s\">", x,
+                          y + 4.5, x - 4, y - 3, x + 4, y - 3, colour);
+        break;
+    default: /* hollow circle */
+        ttt_strbuf_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"#ffffff\" "
+                             "stroke=\"%s\" stroke-width=\"2\">", x, y, colour);
         break;
     }
 }
 
 static const char *marker_close(int shape) {
-    return shape == 0 ? "</circle>" : shape == 1 ? "</rect>" : "</polygon>";
+    return shape == 0 || shape == 5 ? "</circle>" : shape == 1 ? "</rect>" : "</polygon>";
 }
 
 static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
@@ -258,7 +311,10 @@ static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
         double yy = pb - (double)k / ny * (pb - PLOT_T);
         ttt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" "
                              "stroke=\"#e3e3e3\"/>\n", PLOT_L, yy, PLOT_R, yy);
-        tick_label(lab, sizeof lab, v, &fr->y);
+        if (fr->y.log2)
+            log10_label(lab, sizeof lab, (int)floor(v + 0.5));
+        else
+            tick_label(lab, sizeof lab, v, &fr->y);
         ttt_strbuf_printf(b, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\" dy=\"0.35em\" "
                              "fill=\"#333333\">%s</text>\n", PLOT_L - 6, yy, lab);
     }
@@ -287,6 +343,7 @@ static void svg_axes(ttt_strbuf *b, const frame *fr, const ttt_chart *c) {
     ttt_strbuf_printf(b, "<text x=\"22\" y=\"%.2f\" text-anchor=\"middle\" font-size=\"13\" "
                          "transform=\"rotate(-90 22 %.2f)\">", ymid, ymid);
     ttt_put_xml(b, c->y_label[0] ? c->y_label : c->y_key);
+    if (fr->y.log2) ttt_strbuf_puts(b, " (log scale)");
     ttt_strbuf_puts(b, "</text>\n");
 }
 
@@ -349,8 +406,61 @@ static int collect_point(void *user, const ttt_record *r) {
         c->pts = p;
         c->cap = cap;
     }
-    c->pts[c->n++] = (point){x, y, s, i};
+    c->pts[c->n++] = (point){x, y, s, i, y, y, 1};
     return 0;
+}
+
+/* Points of one series at the same x (the replicates of a configuration: its seeds) become
+ * their mean, with the band mean ± sample std. In place; returns the new count. pts sorted. */
+static int merge_replicates(point *pts, int np) {
+    int out = 0;
+    for (int i = 0; i < np;) {
+        int j = i;
+        double sum = 0;
+        while (j < np && pts[j].series == pts[i].series && pts[j].x == pts[i].x) sum += pts[j++].y;
+        const int n = j - i;
+        point m = pts[i];
+        if (n > 1) {
+            const double mean = sum / n;
+            double ss = 0;
+            for (int q = i; q < j; q++) ss += (pts[q].y - mean) * (pts[q].y - mean);
+            const double sd = sqrt(ss / (n - 1));
+            m.y = mean;
+            m.lo = mean - sd;
+            m.hi = mean + sd;
+            m.n = n;
+        }
+        pts[out++] = m;
+        i = j;
+    }
+    return out;
+}
+
+/* Is the chart's y axis log10? The run's choice (charts: {log_y: …}) where it applies, else the
+ * chart's; AUTO: every y positive and spanning more than two decades (docs/results.md
+ * "Charts"). */
+static int chart_log_y(const ttt_results *res, const ttt_chart_entry *ce, const point *pts,
+                       int np) {
+    int mode = ce->c.log_y;
+    if (res->log_y != TTT_LOG_Y_AUTO) {
+        char name[80];
+        snprintf(name, sizeof name, ",%s,", ce->c.name);
+        if (!res->log_y_only[0] || strstr(res->log_y_only, name)) mode = res->log_y;
+    }
+    if (mode == TTT_LOG_Y_OFF || np == 0) return 0;
+    double lo = INFINITY, hi = -INFINITY;
+    int positive = 0;
+    for (int i = 0; i < np; i++) {
+        if (!(pts[i].y > 0)) {
+            if (mode == TTT_LOG_Y_AUTO) return 0;
+            continue;
+        }
+        positive++;
+        lo = fmin(lo, pts[i].y);
+        hi = fmax(hi, pts[i].y);
+    }
+    if (!positive) return 0; /* nothing placeable on a log axis */
+    return mode == TTT_LOG_Y_ON || hi > 100 * lo;
 }
 
 char *ttt_chart_svg(const ttt_results *res, int chart_index) {
@@ -368,7 +478,21 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     point *pts = col.pts;
     int np = col.n;
     if (np > 1) qsort(pts, (size_t)np, sizeof *pts, point_cmp); /* pts is NULL without points */
+    np = merge_replicates(pts, np);
     np = decimate(pts, np);
+    const int log_y = chart_log_y(res, ce, pts, np);
+    if (log_y) { /* points at y <= 0 cannot be placed; a band is cut at the lowest point */
+        int k = 0;
+        double ylo = INFINITY;
+        for (int i = 0; i < np; i++)
+            if (pts[i].y > 0) {
+                ylo = fmin(ylo, pts[i].y);
+                pts[k++] = pts[i];
+            }
+        np = k;
+        for (int i = 0; i < np; i++)
+            if (!(pts[i].lo > 0)) pts[i].lo = ylo;
+    }
 
     int nlegend = sl.n + (ref_ok(c) && np ? 1 : 0);
     int h = SVG_H_MIN;
@@ -392,27 +516,27 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     for (int i = 0; i < np; i++) {
         xmin = fmin(xmin, pts[i].x);
         xmax = fmax(xmax, pts[i].x);
-        ymin = fmin(ymin, pts[i].y);
-        ymax = fmax(ymax, pts[i].y);
+        ymin = fmin(ymin, pts[i].lo);
+        ymax = fmax(ymax, pts[i].hi);
     }
     /* The reference curve is there to be compared against: keep all of it in view. */
     if (ref_ok(c)) {
         for (int i = 0; i < REF_SAMPLES; i++) {
             double yv = ref_y(c, ref_sample_x(c, xmin, xmax, i, REF_SAMPLES));
-            if (isfinite(yv)) {
+            if (isfinite(yv) && (!log_y || yv > 0)) {
                 ymin = fmin(ymin, yv);
                 ymax = fmax(ymax, yv);
             }
         }
     }
-    if (c->y_from_zero) {
+    if (c->y_from_zero && !log_y) {
         ymin = fmin(ymin, 0);
         ymax = fmax(ymax, 0);
     }
     frame fr;
     fr.plot_b = h - PLOT_BOTTOM_MARGIN;
     fr.x = c->log_x ? log2_axis(xmin, xmax) : linear_axis(xmin, xmax, 0);
-    fr.y = linear_axis(ymin, ymax, c->y_from_zero);
+    fr.y = log_y ? log10_axis(ymin, ymax) : linear_axis(ymin, ymax, c->y_from_zero);
     svg_axes(&b, &fr, c);
 
     /* reference curve: a <path>, so that every <polyline> is a data series */
@@ -422,7 +546,7 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
         int pen = 0;
         for (int i = 0; i < REF_SAMPLES; i++) {
             double xv = ref_sample_x(c, xmin, xmax, i, REF_SAMPLES), yv = ref_y(c, xv);
-            if (!isfinite(yv)) {
+            if (!isfinite(yv) || (log_y && yv <= 0)) {
                 pen = 0;
                 continue;
             }
@@ -434,10 +558,21 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
 
     /* series */
     for (int s = 0, i = 0; s < sl.n; s++) {
-        const char *colour = palette[s % PALETTE_N];
-        int shape = (s / PALETTE_N) % 3;
+        const char *colour = ttt_chart_colour(s);
+        int shape = ttt_chart_marker(s);
         int start = i;
         while (i < np && pts[i].series == s) i++;
+        int band = 0;
+        for (int j = start; j < i; j++) band |= pts[j].n > 1 && pts[j].hi > pts[j].lo;
+        if (band) { /* mean ± std over the replicates, under the line */
+            ttt_strbuf_printf(&b, "<polygon class=\"band\" fill=\"%s\" fill-opacity=\"0.18\" "
+                                  "stroke=\"none\" points=\"", colour);
+            for (int j = start; j < i; j++)
+                ttt_strbuf_printf(&b, "%.2f,%.2f ", px(&fr, pts[j].x), py(&fr, pts[j].hi));
+            for (int j = i - 1; j >= start; j--)
+                ttt_strbuf_printf(&b, "%.2f,%.2f ", px(&fr, pts[j].x), py(&fr, pts[j].lo));
+            ttt_strbuf_puts(&b, "\"/>\n");
+        }
         ttt_strbuf_printf(&b, "<g>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" "
                               "stroke-linejoin=\"round\" points=\"", colour);
         for (int j = start; j < i; j++)
@@ -456,7 +591,13 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
             ttt_put_xml(&b, c->x_key);
             ttt_strbuf_printf(&b, " = %s, ", tx);
             ttt_put_xml(&b, c->y_key);
-            ttt_strbuf_printf(&b, " = %s</title>", ty);
+            if (pts[j].n > 1) {
+                char sd[40];
+                ttt_fmt_num_short(sd, sizeof sd, (pts[j].hi - pts[j].lo) / 2);
+                ttt_strbuf_printf(&b, " = %s ± %s (mean ± std of %d)</title>", ty, sd, pts[j].n);
+            } else {
+                ttt_strbuf_printf(&b, " = %s</title>", ty);
+            }
             ttt_strbuf_printf(&b, "%s\n", marker_close(shape));
         }
         ttt_strbuf_puts(&b, "</g>\n");
@@ -465,8 +606,8 @@ char *ttt_chart_svg(const ttt_results *res, int chart_index) {
     /* legend */
     for (int s = 0; s < sl.n; s++) {
         double ly = PLOT_T + 8 + 22 * s;
-        const char *colour = palette[s % PALETTE_N];
-        int shape = (s / PALETTE_N) % 3;
+        const char *colour = ttt_chart_colour(s);
+        int shape = ttt_chart_marker(s);
         ttt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"%s\" "
                               "stroke-width=\"2\"/>", LEGEND_X, ly, LEGEND_X + 24, ly, colour);
         svg_marker(&b, shape, LEGEND_X + 12, ly, colour);

@@ -4,6 +4,7 @@
 #include "results.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "results_internal.h"
 #include "strbuf.h"
@@ -17,10 +18,144 @@ static const char html_style[] =
     "table{border-collapse:collapse;font-size:.85em}"
     "th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;white-space:nowrap}"
     "th{background:#f0f0f0;position:sticky;top:0}td.t{text-align:left}"
-    "tr:nth-child(even) td{background:#fafafa}";
+    "tr:nth-child(even) td{background:#fafafa}"
+    "table.pivot{font-size:.95em;margin:1em 0}table.pivot td,table.pivot th{white-space:normal}"
+    "details{margin:1em 0}summary{cursor:pointer;color:#245}";
 
-ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *const *svgs,
-                          const char *dir, ttt_error *err) {
+/* Distinct text values of `key` over the rows, in first-seen order (at most cap). */
+static int distinct(const ttt_rows *rows, const char *key, char (*vals)[160], int cap) {
+    int n = 0;
+    for (int i = 0; i < rows->n; i++) {
+        const ttt_field *f = ttt_record_get(rows->rows[i], key);
+        char t[160] = "-";
+        if (f) ttt_field_short(f, t, sizeof t);
+        int seen = 0;
+        for (int q = 0; q < n && !seen; q++) seen = strcmp(vals[q], t) == 0;
+        if (!seen && n < cap) snprintf(vals[n++], sizeof vals[0], "%s", t);
+    }
+    return n;
+}
+
+enum { PIVOT_MAX = 64 };
+
+/* The row label of a row: its values of the row keys, joined by " / ". */
+static void row_label(const ttt_record *r, const char *const *keys, int nk, char *out,
+                      size_t len) {
+    size_t at = 0;
+    out[0] = '\0';
+    for (int k = 0; k < nk && at < len; k++) {
+        const ttt_field *f = ttt_record_get(r, keys[k]);
+        char t[160] = "-";
+        if (f) ttt_field_short(f, t, sizeof t);
+        at += (size_t)snprintf(out + at, len - at, "%s%s", k ? " / " : "", t);
+    }
+}
+
+/* The main metric as a table a person reads without scrolling: rows = the values of every sweep
+ * axis but one, columns = the values of that one (the task's pivot key, or the axis with the
+ * fewest values), cells = the metric (mean ± std over seeds). */
+static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *rows) {
+    const char *metric = res->main_metric;
+    if (!metric[0] || !rows->n) return;
+    int has = 0;
+    for (int i = 0; i < rows->n && !has; i++) has = ttt_record_get(rows->rows[i], metric) != NULL;
+    if (!has) return;
+    char vals[PIVOT_MAX][160];
+    const char *col = NULL;
+    if (res->pivot_key[0]) {
+        col = res->pivot_key;
+    } else {
+        int best = 0;
+        for (int a = 0; a < res->n_axes; a++) {
+            if (strcmp(res->axes[a], "seed") == 0) continue;
+            int n = distinct(rows, res->axes[a], vals, PIVOT_MAX);
+            if (n >= 2 && (!col || n < best) && res->n_axes > 1) {
+                col = res->axes[a];
+                best = n;
+            }
+        }
+    }
+    const char *rk[64];
+    char rk_head[64][64];
+    int nrk = 0;
+    for (int a = 0; a < res->n_axes && nrk < 64; a++) {
+        if (col && strcmp(res->axes[a], col) == 0) continue;
+        if (rows->aggregated && strcmp(res->axes[a], "seed") == 0) continue;
+        ttt_axis_short(res, a, rk_head[nrk], sizeof rk_head[0]);
+        rk[nrk++] = res->axes[a];
+    }
+    if (!nrk) {
+        rk[nrk] = "series";
+        snprintf(rk_head[nrk++], sizeof rk_head[0], "series");
+    }
+    char cols[PIVOT_MAX][160];
+    int ncol = col ? distinct(rows, col, cols, PIVOT_MAX) : 1;
+    if (!col) snprintf(cols[0], sizeof cols[0], "%s", metric);
+    char (*rl)[320] = malloc((size_t)rows->n * sizeof *rl);
+    if (!rl) return;
+    int nrow = 0;
+    for (int i = 0; i < rows->n; i++) {
+        char l[320];
+        row_label(rows->rows[i], rk, nrk, l, sizeof l);
+        int seen = 0;
+        for (int q = 0; q < nrow && !seen; q++) seen = strcmp(rl[q], l) == 0;
+        if (!seen) snprintf(rl[nrow++], sizeof rl[0], "%s", l);
+    }
+    ttt_strbuf_puts(b, "<h2>");
+    ttt_put_xml(b, metric);
+    ttt_strbuf_puts(b, rows->aggregated ? " (mean ± std over seeds)" : "");
+    ttt_strbuf_puts(b, "</h2>\n<table class=\"pivot\">\n<thead><tr><th class=\"t\">");
+    for (int k = 0; k < nrk; k++) {
+        if (k) ttt_strbuf_puts(b, " / ");
+        ttt_put_xml(b, rk_head[k]);
+    }
+    ttt_strbuf_puts(b, "</th>");
+    for (int c = 0; c < ncol; c++) {
+        ttt_strbuf_puts(b, "<th>");
+        if (col) {
+            char h[64];
+            int a = 0;
+            while (a < res->n_axes && strcmp(res->axes[a], col)) a++;
+            if (a < res->n_axes) ttt_axis_short(res, a, h, sizeof h);
+            else snprintf(h, sizeof h, "%s", col);
+            ttt_put_xml(b, h);
+            ttt_strbuf_puts(b, " = ");
+        }
+        ttt_put_xml(b, cols[c]);
+        ttt_strbuf_puts(b, "</th>");
+    }
+    ttt_strbuf_puts(b, "</tr></thead>\n<tbody>\n");
+    for (int r = 0; r < nrow; r++) {
+        ttt_strbuf_puts(b, "<tr><td class=\"t\">");
+        ttt_put_xml(b, rl[r]);
+        ttt_strbuf_puts(b, "</td>");
+        for (int c = 0; c < ncol; c++) {
+            char cell[160] = "";
+            for (int i = 0; i < rows->n && !cell[0]; i++) {
+                char l[320];
+                row_label(rows->rows[i], rk, nrk, l, sizeof l);
+                if (strcmp(l, rl[r]) != 0) continue;
+                if (col) {
+                    const ttt_field *f = ttt_record_get(rows->rows[i], col);
+                    char t[160] = "-";
+                    if (f) ttt_field_short(f, t, sizeof t);
+                    if (strcmp(t, cols[c]) != 0) continue;
+                }
+                if (ttt_record_get(rows->rows[i], metric))
+                    ttt_row_cell(rows->rows[i], metric, cell, sizeof cell);
+            }
+            ttt_strbuf_puts(b, "<td>");
+            ttt_put_xml(b, cell);
+            ttt_strbuf_puts(b, "</td>");
+        }
+        ttt_strbuf_puts(b, "</tr>\n");
+    }
+    ttt_strbuf_puts(b, "</tbody>\n</table>\n");
+    free(rl);
+}
+
+ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, const ttt_rows *rows,
+                          char *const *svgs, const char *dir, ttt_error *err) {
     ttt_strbuf b;
     ttt_strbuf_init(&b);
     ttt_strbuf_puts(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
@@ -29,7 +164,10 @@ ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *c
     ttt_strbuf_printf(&b, "</title>\n<style>%s</style>\n</head>\n<body>\n<h1>", html_style);
     ttt_put_xml(&b, res->title[0] ? res->title : "ttt run");
     ttt_strbuf_puts(&b, "</h1>\n<p>Files: <a href=\"metrics.jsonl\">metrics.jsonl</a>, "
-                        "<a href=\"summary.csv\">summary.csv</a></p>\n");
+                        "<a href=\"summary.csv\">summary.csv</a>");
+    if (rows->aggregated)
+        ttt_strbuf_puts(&b, ", <a href=\"summary_seeds.csv\">summary_seeds.csv</a> (every seed)");
+    ttt_strbuf_puts(&b, "</p>\n");
     for (int i = 0; i < res->nc; i++) {
         char stem[80];
         ttt_chart_stem(res, i, stem, sizeof stem);
@@ -41,22 +179,23 @@ ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *c
         ttt_put_xml(&b, stem);
         ttt_strbuf_puts(&b, ".svg</a></figcaption>\n</figure>\n");
     }
+    pivot_table(&b, res, rows);
     ttt_strbuf_puts(&b, "<h2>Summary</h2>\n");
     if (!kl->n) {
         ttt_strbuf_puts(&b, "<p>No summary records.</p>\n");
     } else {
-        ttt_strbuf_puts(&b, "<div class=\"scroll\"><table>\n<thead><tr>");
+        ttt_strbuf_puts(&b, "<details><summary>Every column of summary.csv</summary>\n"
+                            "<div class=\"scroll\"><table class=\"summary\">\n<thead><tr>");
         for (int q = 0; q < kl->n; q++) {
             ttt_strbuf_puts(&b, "<th>");
             ttt_put_xml(&b, kl->k[q]);
             ttt_strbuf_puts(&b, "</th>");
         }
         ttt_strbuf_puts(&b, "</tr></thead>\n<tbody>\n");
-        for (int i = 0; i < res->n; i++) {
-            if (!res->summary[i]) continue;
+        for (int i = 0; i < rows->n; i++) {
             ttt_strbuf_puts(&b, "<tr>");
             for (int q = 0; q < kl->n; q++) {
-                const ttt_field *fl = ttt_record_get(&res->recs[i], kl->k[q]);
+                const ttt_field *fl = ttt_record_get(rows->rows[i], kl->k[q]);
                 char cell[192] = "";
                 if (fl) ttt_field_short(fl, cell, sizeof cell);
                 ttt_strbuf_puts(&b, fl && !fl->is_num ? "<td class=\"t\">" : "<td>");
@@ -65,7 +204,7 @@ ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *c
             }
             ttt_strbuf_puts(&b, "</tr>\n");
         }
-        ttt_strbuf_puts(&b, "</tbody>\n</table></div>\n");
+        ttt_strbuf_puts(&b, "</tbody>\n</table></div></details>\n");
     }
     ttt_strbuf_puts(&b, "</body>\n</html>\n");
     char *text = ttt_strbuf_take(&b);

@@ -471,6 +471,7 @@ ttt_status ttt_record_parse_json(ttt_record *r, const char *line) {
 ttt_results *ttt_results_new(const char *title) {
     ttt_results *res = calloc(1, sizeof *res);
     if (!res) return NULL;
+    res->cur_group = -1;
     res->title = dup_str(title ? title : "");
     if (!res->title) {
         free(res);
@@ -485,8 +486,59 @@ void ttt_results_free(ttt_results *res) {
     free(res->title);
     free(res->recs);
     free(res->summary);
+    free(res->group);
+    free(res->member);
+    free(res->stamp);
+    for (int i = 0; i < res->n_axes; i++) free(res->axes[i]);
+    free(res->axes);
     free(res->charts);
     free(res);
+}
+
+void ttt_results_set_axes(ttt_results *res, const char *const *keys, int n) {
+    for (int i = 0; i < res->n_axes; i++) free(res->axes[i]);
+    free(res->axes);
+    res->axes = NULL;
+    res->n_axes = 0;
+    if (n <= 0) return;
+    res->axes = calloc((size_t)n, sizeof *res->axes);
+    if (!res->axes) {
+        res->oom = 1;
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        res->axes[i] = dup_str(keys[i]);
+        if (!res->axes[i]) res->oom = 1;
+        else res->n_axes = i + 1;
+    }
+}
+
+void ttt_results_set_point(ttt_results *res, const ttt_record *fields, int group, int member) {
+    res->cur_group = group;
+    res->cur_member = member;
+    if (!fields) {
+        free(res->stamp);
+        res->stamp = NULL;
+        return;
+    }
+    if (!res->stamp && !(res->stamp = malloc(sizeof *res->stamp))) {
+        res->oom = 1;
+        return;
+    }
+    *res->stamp = *fields;
+}
+
+void ttt_results_set_main(ttt_results *res, const char *metric, const char *pivot_key) {
+    snprintf(res->main_metric, sizeof res->main_metric, "%s", metric ? metric : "");
+    snprintf(res->pivot_key, sizeof res->pivot_key, "%s", pivot_key ? pivot_key : "");
+}
+
+void ttt_results_set_log_y(ttt_results *res, int mode, const char *only) {
+    res->log_y = mode;
+    if (only && *only)
+        snprintf(res->log_y_only, sizeof res->log_y_only, ",%s,", only);
+    else
+        res->log_y_only[0] = '\0';
 }
 
 ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err) {
@@ -494,35 +546,65 @@ ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err)
     return ttt_results_open_in(&res->stream, dir, "metrics.jsonl", err);
 }
 
+/* The stamp's fields first, then the record's own (which win over a stamp field of the same
+ * key). */
+static void stamp_record(ttt_record *out, const ttt_record *stamp, const ttt_record *rec) {
+    *out = *stamp;
+    for (int i = 0; i < rec->n && i < TTT_RECORD_MAX_FIELDS; i++) {
+        const ttt_field *f = &rec->f[i];
+        if (!ttt_record_get(out, f->key) && out->n >= TTT_RECORD_MAX_FIELDS) continue;
+        if (f->is_num) ttt_record_num(out, f->key, f->num);
+        else ttt_record_str(out, f->key, f->str);
+    }
+}
+
+void ttt_results_stream_measurements_only(ttt_results *res) { res->stream_no_summary = 1; }
+
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary) {
+    ttt_record *merged = NULL;
+    if (res->stamp && (merged = malloc(sizeof *merged)) != NULL) {
+        stamp_record(merged, res->stamp, rec);
+        rec = merged;
+    } else if (res->stamp) {
+        res->oom = 1;
+    }
     res->n_all++;
-    if (res->stream.f) {
+    if (res->stream.f && !summary) {
         ttt_record_write_json(rec, res->stream.f);
         fputc('\n', res->stream.f);
-        if (!summary) return;
+        free(merged);
+        return;
+    }
+    if (res->stream.f && !res->stream_no_summary) {
+        ttt_record_write_json(rec, res->stream.f);
+        fputc('\n', res->stream.f);
     }
     if (res->n == res->cap) {
         int cap = res->cap ? res->cap * 2 : 64;
         ttt_record *recs = realloc(res->recs, (size_t)cap * sizeof *recs);
-        if (!recs) {
+        if (recs) res->recs = recs;
+        unsigned char *sm = recs ? realloc(res->summary, (size_t)cap) : NULL;
+        if (sm) res->summary = sm;
+        int *g = sm ? realloc(res->group, (size_t)cap * sizeof *g) : NULL;
+        if (g) res->group = g;
+        int *m = g ? realloc(res->member, (size_t)cap * sizeof *m) : NULL;
+        if (m) res->member = m;
+        if (!m) {
             res->oom = 1;
+            free(merged);
             return;
         }
-        res->recs = recs;
-        unsigned char *sm = realloc(res->summary, (size_t)cap);
-        if (!sm) {
-            res->oom = 1;
-            return;
-        }
-        res->summary = sm;
         res->cap = cap;
     }
+    res->group[res->n] = res->cur_group;
+    res->member[res->n] = res->cur_member;
     ttt_record *dst = &res->recs[res->n];
     int nf = rec->n < 0 ? 0 : rec->n > TTT_RECORD_MAX_FIELDS ? TTT_RECORD_MAX_FIELDS : rec->n;
     dst->n = nf;
     memcpy(dst->f, rec->f, (size_t)nf * sizeof rec->f[0]);
     res->summary[res->n] = summary != 0;
     res->n++;
+    free(merged);
 }
 
 /* Strings in the chart come from callers; force termination so a full buffer is harmless. */
@@ -620,31 +702,237 @@ static ttt_status write_metrics(ttt_results *res, const char *dir, ttt_error *er
     return ttt_afile_commit(&af, err);
 }
 
-static ttt_status summary_keys(const ttt_results *res, ttt_keylist *kl, ttt_error *err) {
+/* The sweep's columns first, in the sweep's order (a leaf of a mapping axis that the first
+ * point lacks is still a swept column), then every other key in first-seen order. */
+static ttt_status summary_keys(const ttt_results *res, const ttt_rows *rows, ttt_keylist *kl,
+                               ttt_error *err) {
     int cap = 0;
     kl->k = NULL;
     kl->n = 0;
-    for (int i = 0; i < res->n; i++) {
-        if (!res->summary[i]) continue;
-        const ttt_record *r = &res->recs[i];
-        for (int j = 0; j < r->n; j++) {
-            int found = 0;
-            for (int q = 0; q < kl->n && !found; q++) found = strcmp(kl->k[q], r->f[j].key) == 0;
-            if (found) continue;
-            if (kl->n == cap) {
-                cap = cap ? cap * 2 : 32;
-                const char **p = realloc(kl->k, (size_t)cap * sizeof *p);
-                if (!p) {
-                    free(kl->k);
-                    kl->k = NULL;
-                    return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    for (int pass = 0; pass < 2; pass++) {
+        for (int a = 0; a < (pass == 0 ? res->n_axes : 1); a++) {
+            for (int i = 0; i < rows->n; i++) {
+                const ttt_record *r = rows->rows[i];
+                for (int j = 0; j < r->n; j++) {
+                    const char *key = r->f[j].key;
+                    if (pass == 0 && strcmp(key, res->axes[a]) != 0) continue;
+                    int found = 0;
+                    for (int q = 0; q < kl->n && !found; q++) found = strcmp(kl->k[q], key) == 0;
+                    if (found) continue;
+                    if (kl->n == cap) {
+                        cap = cap ? cap * 2 : 32;
+                        const char **p = realloc(kl->k, (size_t)cap * sizeof *p);
+                        if (!p) {
+                            free(kl->k);
+                            kl->k = NULL;
+                            return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+                        }
+                        kl->k = p;
+                    }
+                    kl->k[kl->n++] = key;
                 }
-                kl->k = p;
             }
-            kl->k[kl->n++] = r->f[j].key;
         }
     }
     return TTT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* replicates: one row per configuration (docs/results.md "Seeds")                            */
+
+void ttt_rows_free(ttt_rows *r) {
+    free(r->rows);
+    free(r->agg);
+    r->rows = NULL;
+    r->agg = NULL;
+    r->n = 0;
+}
+
+/* Does some configuration have two replicates? */
+static int has_replicates(const ttt_results *res) {
+    for (int i = 0; i < res->n; i++) {
+        if (!res->summary[i] || res->group[i] < 0) continue;
+        for (int j = 0; j < i; j++)
+            if (res->summary[j] && res->group[j] == res->group[i] &&
+                res->member[j] != res->member[i])
+                return 1;
+    }
+    return 0;
+}
+
+/* The key list `keys` (n of them, TTT_RECORD_MAX_FIELDS * 4 at most) holds key? */
+static int key_in(char (*keys)[48], int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i], key) == 0) return 1;
+    return 0;
+}
+
+ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    int ns = 0;
+    for (int i = 0; i < res->n; i++) ns += res->summary[i];
+    out->rows = malloc((size_t)(ns ? ns : 1) * sizeof *out->rows);
+    if (!out->rows) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    if (!has_replicates(res)) {
+        for (int i = 0; i < res->n; i++)
+            if (res->summary[i]) out->rows[out->n++] = &res->recs[i];
+        return TTT_OK;
+    }
+    /* cell of each summary record: (group, ordinal among its replicate's summary records) */
+    int *cell = malloc((size_t)(ns ? ns : 1) * sizeof *cell), *idx = malloc((size_t)(ns ? ns : 1) * sizeof *idx);
+    int *cg = malloc((size_t)(ns ? ns : 1) * sizeof *cg), *ck = malloc((size_t)(ns ? ns : 1) * sizeof *ck);
+    char(*vary)[48] = malloc(4 * TTT_RECORD_MAX_FIELDS * sizeof *vary);
+    if (!cell || !idx || !cg || !ck || !vary) {
+        free(cell), free(idx), free(cg), free(ck), free(vary);
+        ttt_rows_free(out);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    }
+    int nr = 0, ncell = 0, nvary = 0;
+    for (int i = 0; i < res->n; i++) {
+        if (!res->summary[i]) continue;
+        int k = 0;
+        for (int j = 0; j < i; j++)
+            k += res->summary[j] && res->group[j] == res->group[i] &&
+                 res->member[j] == res->member[i];
+        const int g = res->group[i];
+        int c = -1;
+        for (int q = 0; q < ncell && c < 0 && g >= 0; q++)
+            if (cg[q] == g && ck[q] == k) c = q;
+        if (c < 0) {
+            c = ncell++;
+            cg[c] = g;
+            ck[c] = g >= 0 ? k : -1 - i; /* a record outside every group is its own cell */
+        }
+        idx[nr] = i;
+        cell[nr++] = c;
+    }
+    /* the numbers that differ between the replicates of some cell */
+    for (int a = 0; a < nr; a++) {
+        const ttt_record *ra = &res->recs[idx[a]];
+        for (int b = a + 1; b < nr; b++) {
+            if (cell[b] != cell[a]) continue;
+            const ttt_record *rb = &res->recs[idx[b]];
+            for (int f = 0; f < ra->n; f++) {
+                const ttt_field *fa = &ra->f[f], *fb = ttt_record_get(rb, fa->key);
+                if (!fa->is_num || !fb || !fb->is_num || key_in(vary, nvary, fa->key)) continue;
+                if (!strcmp(fa->key, "seed") || !strcmp(fa->key, "point")) continue;
+                int same = fa->num == fb->num || (isnan(fa->num) && isnan(fb->num));
+                if (!same && nvary < TTT_RECORD_MAX_FIELDS) snprintf(vary[nvary++], 48, "%s", fa->key);
+            }
+        }
+    }
+    out->agg = calloc((size_t)(ncell ? ncell : 1), sizeof *out->agg);
+    if (!out->agg) {
+        free(cell), free(idx), free(cg), free(ck), free(vary);
+        ttt_rows_free(out);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    }
+    out->aggregated = 1;
+    for (int c = 0; c < ncell; c++) {
+        ttt_record *o = &out->agg[c];
+        int members = 0;
+        for (int a = 0; a < nr; a++) {
+            if (cell[a] != c) continue;
+            members++;
+            const ttt_record *r = &res->recs[idx[a]];
+            for (int f = 0; f < r->n; f++) {
+                const ttt_field *fl = &r->f[f];
+                if (!strcmp(fl->key, "seed") || !strcmp(fl->key, "point")) continue;
+                if (ttt_record_get(o, fl->key)) continue;
+                const int agg = fl->is_num && key_in(vary, nvary, fl->key);
+                if (o->n + (agg ? 4 : 1) > TTT_RECORD_MAX_FIELDS - 1) continue;
+                if (!fl->is_num) {
+                    ttt_record_str(o, fl->key, fl->str);
+                    continue;
+                }
+                if (!agg) {
+                    ttt_record_num(o, fl->key, fl->num);
+                    continue;
+                }
+                /* over the finite values of the cell's members */
+                double sum = 0, lo = INFINITY, hi = -INFINITY;
+                int n = 0;
+                for (int b = 0; b < nr; b++) {
+                    const ttt_field *v = cell[b] == c ? ttt_record_get(&res->recs[idx[b]], fl->key) : NULL;
+                    if (!v || !v->is_num || !isfinite(v->num)) continue;
+                    sum += v->num;
+                    lo = fmin(lo, v->num);
+                    hi = fmax(hi, v->num);
+                    n++;
+                }
+                const double mean = n ? sum / n : NAN;
+                double ss = 0;
+                for (int b = 0; b < nr; b++) {
+                    const ttt_field *v = cell[b] == c ? ttt_record_get(&res->recs[idx[b]], fl->key) : NULL;
+                    if (v && v->is_num && isfinite(v->num)) ss += (v->num - mean) * (v->num - mean);
+                }
+                char key[64];
+                ttt_record_num(o, fl->key, mean);
+                snprintf(key, sizeof key, "%s_std", fl->key);
+                ttt_record_num(o, key, n > 1 ? sqrt(ss / (n - 1)) : NAN);
+                snprintf(key, sizeof key, "%s_min", fl->key);
+                ttt_record_num(o, key, n ? lo : NAN);
+                snprintf(key, sizeof key, "%s_max", fl->key);
+                ttt_record_num(o, key, n ? hi : NAN);
+            }
+        }
+        ttt_record_num(o, "seeds", members);
+        out->rows[out->n++] = o;
+    }
+    free(cell), free(idx), free(cg), free(ck), free(vary);
+    return TTT_OK;
+}
+
+void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len) {
+    ttt_key_short((const char *const *)res->axes, res->n_axes, i, out, len);
+}
+
+void ttt_key_short(const char *const *keys, int nkeys, int i, char *out, size_t len) {
+    const char *key = keys[i];
+    /* at least two parts ("train.lr", "optimizer.name"): a bare "lr" or "name" does not say
+     * whose it is */
+    int parts = 1;
+    for (const char *p = key; *p; p++) parts += *p == '.';
+    const int min_parts = parts >= 2 ? 2 : 1;
+    /* candidate suffixes from the last part outwards */
+    int taken = 0;
+    for (const char *p = key + strlen(key); p > key;) {
+        do p--; while (p > key && p[-1] != '.');
+        if (++taken < min_parts) continue;
+        int unique = 1;
+        size_t sl = strlen(p);
+        for (int j = 0; j < nkeys && unique; j++) {
+            if (j == i) continue;
+            const char *o = keys[j];
+            size_t ol = strlen(o);
+            if (ol >= sl && strcmp(o + ol - sl, p) == 0 && (ol == sl || o[ol - sl - 1] == '.'))
+                unique = 0;
+        }
+        if (unique) {
+            snprintf(out, len, "%s", p);
+            return;
+        }
+    }
+    snprintf(out, len, "%s", key);
+}
+
+void ttt_row_cell(const ttt_record *row, const char *key, char *out, size_t len) {
+    const ttt_field *fl = ttt_record_get(row, key);
+    if (!fl) {
+        snprintf(out, len, "-");
+        return;
+    }
+    if (!fl->is_num) {
+        snprintf(out, len, "%s", fl->str);
+        return;
+    }
+    char k[64];
+    snprintf(k, sizeof k, "%s_std", key);
+    const ttt_field *sd = ttt_record_get(row, k);
+    if (sd && sd->is_num && isfinite(sd->num) && isfinite(fl->num))
+        snprintf(out, len, "%.4g ± %.2g", fl->num, sd->num);
+    else
+        ttt_fmt_num_short(out, len, fl->num);
 }
 
 /* RFC 4180: quote when the text holds a separator, a quote or a line break; double quotes. */
@@ -661,10 +949,11 @@ static void csv_cell(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static ttt_status write_summary(const ttt_results *res, const ttt_keylist *kl, const char *dir,
-                                ttt_error *err) {
+/* A CSV file of the given rows under the columns of kl. */
+static ttt_status write_csv(const ttt_record *const *rows, int n, const ttt_keylist *kl,
+                            const char *dir, const char *name, ttt_error *err) {
     ttt_afile af;
-    TTT_TRY(ttt_results_open_in(&af, dir, "summary.csv", err));
+    TTT_TRY(ttt_results_open_in(&af, dir, name, err));
     if (kl->n) {
         for (int q = 0; q < kl->n; q++) {
             if (q) fputc(',', af.f);
@@ -672,11 +961,10 @@ static ttt_status write_summary(const ttt_results *res, const ttt_keylist *kl, c
         }
         fputc('\n', af.f); /* plain LF, not RFC 4180's CRLF: friendlier to diff and grep */
     }
-    for (int i = 0; i < res->n; i++) {
-        if (!res->summary[i]) continue;
+    for (int i = 0; i < n; i++) {
         for (int q = 0; q < kl->n; q++) {
             if (q) fputc(',', af.f);
-            const ttt_field *fl = ttt_record_get(&res->recs[i], kl->k[q]);
+            const ttt_field *fl = ttt_record_get(rows[i], kl->k[q]);
             if (!fl) continue;
             char cell[192];
             ttt_field_short(fl, cell, sizeof cell);
@@ -687,6 +975,24 @@ static ttt_status write_summary(const ttt_results *res, const ttt_keylist *kl, c
     return ttt_afile_commit(&af, err);
 }
 
+/* summary.csv; with replicates also summary_seeds.csv, the record of every seed. */
+static ttt_status write_summary(const ttt_results *res, const ttt_rows *rows,
+                                const ttt_keylist *kl, const char *dir, ttt_error *err) {
+    TTT_TRY(write_csv(rows->rows, rows->n, kl, dir, "summary.csv", err));
+    if (!rows->aggregated) return TTT_OK;
+    ttt_rows all = {0};
+    all.rows = malloc((size_t)(res->n ? res->n : 1) * sizeof *all.rows);
+    if (!all.rows) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
+    for (int i = 0; i < res->n; i++)
+        if (res->summary[i]) all.rows[all.n++] = &res->recs[i];
+    ttt_keylist kall;
+    ttt_status s = summary_keys(res, &all, &kall, err);
+    if (s == TTT_OK) s = write_csv(all.rows, all.n, &kall, dir, "summary_seeds.csv", err);
+    free(kall.k);
+    ttt_rows_free(&all);
+    return s;
+}
+
 ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) {
     if (res->oom)
         return ttt_error_set(err, TTT_ERR_NOMEM,
@@ -695,9 +1001,15 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
      * charts read it back) */
     if (res->stream.f && (fflush(res->stream.f) != 0 || ferror(res->stream.f)))
         return ttt_afile_commit(&res->stream, err);
+    ttt_rows rows;
+    TTT_TRY(ttt_results_rows(res, &rows, err));
     ttt_keylist kl;
-    TTT_TRY(summary_keys(res, &kl, err));
-    ttt_status s = write_summary(res, &kl, dir, err);
+    ttt_status s = summary_keys(res, &rows, &kl, err);
+    if (s != TTT_OK) {
+        ttt_rows_free(&rows);
+        return s;
+    }
+    s = write_summary(res, &rows, &kl, dir, err);
     char **svgs = NULL;
     if (s == TTT_OK && res->nc) {
         svgs = calloc((size_t)res->nc, sizeof *svgs);
@@ -705,12 +1017,13 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
     }
     /* the page embeds the charts' SVG text, so it is drawn once and kept for both */
     if (s == TTT_OK) s = ttt_charts_write(res, svgs, dir, err);
-    if (s == TTT_OK) s = ttt_page_write(res, &kl, svgs, dir, err);
+    if (s == TTT_OK) s = ttt_page_write(res, &kl, &rows, svgs, dir, err);
     /* last: a streamed metrics.jsonl is read back by the charts until it is committed */
     if (s == TTT_OK) s = write_metrics(res, dir, err);
     for (int i = 0; svgs && i < res->nc; i++) free(svgs[i]);
     free(svgs);
     free(kl.k);
+    ttt_rows_free(&rows);
     return s;
 }
 
@@ -718,34 +1031,51 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
 /* plain-text table of the summary records (printed by `ttt run`)                             */
 
 void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols) {
-    enum { MAXC = 16, W = 200 };
+    enum { MAXC = 40, W = 200 };
+    const char *key[MAXC];
+    char head[MAXC][64];
     int nc = 0;
-    while (cols[nc] && nc < MAXC) nc++;
+    ttt_rows rows;
+    ttt_error e;
+    if (ttt_results_rows(res, &rows, &e) != TTT_OK) return;
+    for (int a = 0; a < res->n_axes && nc < MAXC; a++) {
+        if (rows.aggregated && strcmp(res->axes[a], "seed") == 0) continue; /* averaged over */
+        key[nc] = res->axes[a];
+        ttt_axis_short(res, a, head[nc], sizeof head[nc]);
+        nc++;
+    }
+    if (rows.aggregated && nc < MAXC) {
+        key[nc] = "seeds";
+        snprintf(head[nc++], sizeof head[0], "seeds");
+    }
+    for (int c = 0; cols[c] && nc < MAXC; c++) {
+        if (res->n_axes && strcmp(cols[c], "series") == 0) continue;
+        int dup = 0;
+        for (int q = 0; q < nc; q++) dup |= strcmp(key[q], cols[c]) == 0;
+        if (dup) continue;
+        key[nc] = cols[c];
+        snprintf(head[nc++], sizeof head[0], "%s", cols[c]);
+    }
     int width[MAXC];
-    for (int c = 0; c < nc; c++) width[c] = (int)strlen(cols[c]);
+    for (int c = 0; c < nc; c++) width[c] = (int)strlen(head[c]);
     char cell[W + 1];
-    /* two passes: measure, then print */
+    /* two passes: measure, then print; widths count characters, not bytes ("±") */
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1) {
-            for (int c = 0; c < nc; c++) fprintf(f, "%s%-*s", c ? "  " : "", width[c], cols[c]);
+            for (int c = 0; c < nc; c++) fprintf(f, "%s%-*s", c ? "  " : "", width[c], head[c]);
             fputc('\n', f);
         }
-        for (int i = 0; i < res->n; i++) {
-            if (!res->summary[i]) continue;
+        for (int i = 0; i < rows.n; i++) {
             for (int c = 0; c < nc; c++) {
-                const ttt_field *fl = ttt_record_get(&res->recs[i], cols[c]);
-                if (!fl)
-                    snprintf(cell, sizeof cell, "-");
-                else if (fl->is_num)
-                    ttt_fmt_num_short(cell, sizeof cell, fl->num);
-                else
-                    snprintf(cell, sizeof cell, "%s", fl->str);
-                int len = (int)strlen(cell);
+                ttt_row_cell(rows.rows[i], key[c], cell, sizeof cell);
+                int len = 0;
+                for (const char *p = cell; *p; p++) len += ((unsigned char)*p & 0xC0) != 0x80;
                 if (pass == 0 && len > width[c]) width[c] = len;
-                if (pass == 1) fprintf(f, "%s%-*s", c ? "  " : "", width[c], cell);
+                if (pass == 1)
+                    fprintf(f, "%s%s%*s", c ? "  " : "", cell, width[c] - len, "");
             }
             if (pass == 1) fputc('\n', f);
         }
     }
+    ttt_rows_free(&rows);
 }
-

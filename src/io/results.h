@@ -6,7 +6,10 @@
  * A run folder holds:
  *   config.resolved.yaml   every option with its value (written by the caller through ttt_afile)
  *   metrics.jsonl          one JSON object per measurement
- *   summary.csv            the summary records, one row each, columns in first-seen order
+ *   summary.csv            the summary records, one row each, columns in first-seen order;
+ *                          with replicates (seeds) one row per configuration: mean, _std,
+ *                          _min and _max of each number that varies between seeds
+ *   summary_seeds.csv      with replicates only: the summary record of every seed
  *   <chart>.svg            self-contained SVG line charts
  *   index.html             the charts and the summary table on one page
  *
@@ -92,12 +95,33 @@ typedef struct ttt_chart {
     char series_key[48]; /* records with equal values of this field form one line ("" = one) */
     char x_label[96], y_label[96];
     int log_x;         /* log2 axis for x (e.g. N = 16 … 256) */
-    int y_from_zero;   /* include 0 in the y range */
-    /* optional reference curve y = ref_scale * sqrt(x / ref_div), drawn dashed, labelled */
+    int y_from_zero;   /* include 0 in the y range (ignored on a log y axis) */
+    /* y axis: TTT_LOG_Y_AUTO (log10 when every y is positive and they span more than two
+     * decades), _ON or _OFF; ttt_results_set_log_y overrides it for the whole run */
+    int log_y;
+    /* optional reference curve y = ref_scale * sqrt((x - ref_shift) / ref_div), drawn dashed,
+     * labelled as the docs write it */
     int has_ref;
-    double ref_scale, ref_div;
+    double ref_scale, ref_div, ref_shift;
     char ref_label[64];
 } ttt_chart;
+
+enum { TTT_LOG_Y_AUTO = 0, TTT_LOG_Y_ON = 1, TTT_LOG_Y_OFF = 2 };
+
+/* A chart with its keys and labels filled in (the other fields zero): the set-up every task
+ * shares. series_key "" = one line. */
+ttt_chart ttt_chart_make(const char *name, const char *title, const char *x_key,
+                         const char *y_key, const char *series_key, const char *x_label,
+                         const char *y_label);
+
+/* ---- charts: colours and markers ---- */
+
+/* Series s is drawn in colour ttt_chart_colour(s) with marker shape ttt_chart_marker(s): ten
+ * colours and six shapes, so the first 30 series differ in the pair and neighbours in both. */
+#define TTT_CHART_COLOURS 10
+#define TTT_CHART_MARKERS 6
+const char *ttt_chart_colour(int s);
+int ttt_chart_marker(int s);
 
 typedef struct ttt_results ttt_results;
 
@@ -109,6 +133,9 @@ void ttt_results_free(ttt_results *res);
  * records a run adds; charts read the records back from the file. ttt_results_count and
  * ttt_results_get then see the summary records only. */
 ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err);
+/* The stream (ttt_results_stream) then takes the measurements only, not the summary records
+ * (a merge of finished runs whose summaries are not measurements of its own). */
+void ttt_results_stream_measurements_only(ttt_results *res);
 /* Keep a copy. summary != 0: the record also becomes a row of summary.csv and index.html. */
 void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary);
 void ttt_results_add_chart(ttt_results *res, const ttt_chart *chart);
@@ -116,6 +143,27 @@ void ttt_results_add_chart(ttt_results *res, const ttt_chart *chart);
  * go into the chart (e.g. task.overwrite = false); filter_key "" = all records. */
 void ttt_results_add_chart_filtered(ttt_results *res, const ttt_chart *chart,
                                     const char *filter_key, const char *filter_value);
+/* The sweep of the run, for the tables: the swept key paths as records carry them (the
+ * plan adds them to every record of a point through ttt_results_set_point). Copied. */
+void ttt_results_set_axes(ttt_results *res, const char *const *keys, int n);
+/* The shortest suffix of keys[i] of at least two whole dot-separated parts that no other key
+ * ends with: "layer.optimizer.lr" → "optimizer.lr", "train.lr" stays. */
+void ttt_key_short(const char *const *keys, int n, int i, char *out, size_t len);
+/* Every record added from now on starts with `fields` (the point's swept values and seed; a
+ * field of the record itself with the same key wins), and its summary records belong to
+ * replicate `member` of configuration `group` (the same point but for the seed). Records of
+ * one group and ordinal (the k-th summary record of each member) are aggregated over the
+ * members in summary.csv, the tables and the charts (docs/results.md "Seeds"). fields NULL:
+ * none; group < 0: no seed axis. */
+void ttt_results_set_point(ttt_results *res, const ttt_record *fields, int group, int member);
+/* The run's main metric (a field of the summary records) and the key the page's pivot table
+ * spreads over its columns ("" = the sweep axis with the fewest values). Set by the task's
+ * chart set-up. */
+void ttt_results_set_main(ttt_results *res, const char *metric, const char *pivot_key);
+/* The y axis of every chart (TTT_LOG_Y_*; from the experiment's `charts: {log_y: …}`),
+ * overriding each chart's own choice unless AUTO; `only` (comma-separated chart names, or NULL
+ * = all) limits it to those charts. */
+void ttt_results_set_log_y(ttt_results *res, int mode, const char *only);
 int ttt_results_count(const ttt_results *res);
 const ttt_record *ttt_results_get(const ttt_results *res, int i);
 
@@ -123,8 +171,11 @@ const ttt_record *ttt_results_get(const ttt_results *res, int i);
  * exist), each atomically. */
 ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err);
 
-/* Print the summary records as an aligned text table with the given columns (NULL-terminated);
- * numbers as in summary.csv, absent fields as "-". */
+/* Print the summary records as an aligned text table: the sweep axes first (headed by the
+ * shortest unique suffix of their key path), then the given columns (NULL-terminated; "series"
+ * is left out when there are sweep axes, which say the same); numbers as in summary.csv,
+ * absent fields as "-". With replicates (seeds), one row per configuration, each aggregated
+ * number as "mean ± std" and a column `seeds`. */
 void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols);
 
 /* The SVG of one chart over the records (exposed for tests). Returns a malloc'd string. */

@@ -33,7 +33,39 @@ struct ttt_results {
     ttt_afile stream;
     int stream_errno; /* the first failed write to the stream */
     long n_all;       /* every record added, also those only in the stream */
+    int stream_no_summary; /* ttt_results_stream_measurements_only */
+    /* Per record in recs: the configuration (group) and replicate (member) it belongs to
+     * (ttt_results_set_point; -1 without a seed axis). */
+    int *group, *member;
+    ttt_record *stamp; /* the fields every added record starts with, or NULL */
+    int cur_group, cur_member;
+    char **axes;      /* the sweep's key paths (ttt_results_set_axes) */
+    int n_axes;
+    char main_metric[48], pivot_key[48];
+    int log_y;         /* TTT_LOG_Y_*: the run's choice */
+    char log_y_only[256]; /* ",a,b," chart names it applies to, "" = all */
 };
+
+/* ---- summary rows (records.c) ---- */
+
+/* The rows of summary.csv, the page's table and the printed table: the summary records, or,
+ * when some configuration has more than one replicate, one aggregated record per configuration
+ * and ordinal (mean as the field itself, then <field>_std (sample, n − 1), _min, _max for every
+ * number that differs between replicates; `seeds` = how many; `seed` and `point` dropped).
+ * rows[i] points into res or into *agg (malloc'd, freed by the caller with `rows`). */
+typedef struct ttt_rows {
+    const ttt_record **rows;
+    int n;
+    ttt_record *agg;
+    int aggregated;
+} ttt_rows;
+ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err);
+void ttt_rows_free(ttt_rows *r);
+/* The column name for sweep axis i in tables (ttt_key_short). */
+void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len);
+/* A number of an aggregated row as "mean ± std" when the row has `<key>_std`, else its short
+ * form; strings as they are. */
+void ttt_row_cell(const ttt_record *row, const char *key, char *out, size_t len);
 
 /* Call fn on every record in the order added; stops at fn's first nonzero return and returns
  * it. Streamed records are read back from the stream one at a time; -1 when they cannot be. */
@@ -79,8 +111,9 @@ ttt_status ttt_charts_write(const ttt_results *res, char **svgs, const char *dir
 
 /* ---- the page (page.c) ---- */
 
-/* index.html: the title, every chart (svgs from ttt_charts_write) and the summary table. */
-ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, char *const *svgs,
-                          const char *dir, ttt_error *err);
+/* index.html: the title, every chart (svgs from ttt_charts_write), the main metric as a pivot
+ * table and the summary table (rows). */
+ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, const ttt_rows *rows,
+                          char *const *svgs, const char *dir, ttt_error *err);
 
 #endif

@@ -936,32 +936,28 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
 
 static void benchmark_charts(ttt_results *res, const void *cfg) {
     if (((const bench_cfg *)cfg)->train_step) {
-        ttt_chart c = {.y_from_zero = 1};
-        snprintf(c.name, sizeof c.name, "train_tokens_per_s");
-        snprintf(c.title, sizeof c.title, "Training step throughput (forward+backward+AdamW)");
-        snprintf(c.x_key, sizeof c.x_key, "threads");
-        snprintf(c.y_key, sizeof c.y_key, "tokens_per_s");
-        snprintf(c.series_key, sizeof c.series_key, "series");
-        snprintf(c.x_label, sizeof c.x_label, "threads (= shards of the batch)");
-        snprintf(c.y_label, sizeof c.y_label, "tokens / s (batch x seq_len / step time)");
+        ttt_chart c = ttt_chart_make("train_tokens_per_s",
+                                     "Training step throughput (forward+backward+AdamW)",
+                                     "threads", "tokens_per_s", "series",
+                                     "threads (= shards of the batch)",
+                                     "tokens / s (batch x seq_len / step time)");
+        c.y_from_zero = 1;
         ttt_results_add_chart(res, &c);
+        ttt_results_set_main(res, "tokens_per_s", "threads");
         return;
     }
-    ttt_chart c = {.log_x = 1, .y_from_zero = 1};
-    snprintf(c.name, sizeof c.name, "tokens_per_s");
-    snprintf(c.title, sizeof c.title, "Forward throughput");
-    snprintf(c.x_key, sizeof c.x_key, "T");
-    snprintf(c.y_key, sizeof c.y_key, "tokens_per_s");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "tokens T");
-    snprintf(c.y_label, sizeof c.y_label, "tokens / s (all heads)");
+    ttt_chart c = ttt_chart_make("tokens_per_s", "Forward throughput", "T", "tokens_per_s",
+                                 "series", "tokens T", "tokens / s (all heads)");
+    c.log_x = 1;
+    c.y_from_zero = 1;
     ttt_results_add_chart(res, &c);
-    ttt_chart f = c;
-    snprintf(f.name, sizeof f.name, "frac_sgemm");
-    snprintf(f.title, sizeof f.title, "Achieved GFLOP/s per thread / single-thread sgemm");
-    snprintf(f.y_key, sizeof f.y_key, "frac_sgemm");
-    snprintf(f.y_label, sizeof f.y_label, "fraction of sgemm at the kernel's shape");
+    ttt_chart f = ttt_chart_make("frac_sgemm", "Achieved GFLOP/s per thread / single-thread sgemm",
+                                 "T", "frac_sgemm", "series", "tokens T",
+                                 "fraction of sgemm at the kernel's shape");
+    f.log_x = 1;
+    f.y_from_zero = 1;
     ttt_results_add_chart(res, &f);
+    ttt_results_set_main(res, "tokens_per_s", "T");
 }
 
 static const char *const benchmark_columns[] = {

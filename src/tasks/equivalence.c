@@ -220,22 +220,16 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
 
 static void equivalence_charts(ttt_results *res, const void *cfg) {
     (void)cfg;
-    ttt_chart c = {.log_x = 1};
-    snprintf(c.name, sizeof c.name, "error");
-    snprintf(c.title, sizeof c.title, "Relative RMS difference from the reference form");
-    snprintf(c.x_key, sizeof c.x_key, "T");
-    snprintf(c.y_key, sizeof c.y_key, "rel_rms_err");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "tokens T");
-    snprintf(c.y_label, sizeof c.y_label, "relative RMS error");
+    ttt_chart c = ttt_chart_make("error", "Relative RMS difference from the reference form", "T",
+                                 "rel_rms_err", "series", "tokens T", "relative RMS error");
+    c.log_x = 1;
     ttt_results_add_chart(res, &c);
-    ttt_chart d = c;
+    ttt_chart d = ttt_chart_make("speedup", "Speed-up over the reference form", "T", "speedup",
+                                 "series", "tokens T", "reference time / candidate time");
+    d.log_x = 1;
     d.y_from_zero = 1;
-    snprintf(d.name, sizeof d.name, "speedup");
-    snprintf(d.title, sizeof d.title, "Speed-up over the reference form");
-    snprintf(d.y_key, sizeof d.y_key, "speedup");
-    snprintf(d.y_label, sizeof d.y_label, "reference time / candidate time");
     ttt_results_add_chart(res, &d);
+    ttt_results_set_main(res, "rel_rms_err", "T");
 }
 
 static const char *const equivalence_columns[] = {

@@ -212,22 +212,21 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
 }
 
 static void lm_charts(ttt_results *res, const void *cfg) {
-    /* bits per byte for text; for token files the trainer logs the loss in nats per token */
+    /* bits per byte for text; for token files the loss in nats per token, as the trainer logs
+     * it (the evaluation loss is among the trained tasks' own charts) */
     const int text = ((const lm_cfg *)cfg)->width == 1;
-    ttt_chart c = {0};
-    snprintf(c.name, sizeof c.name, text ? "eval_bpb" : "eval_loss");
-    snprintf(c.title, sizeof c.title, text ? "Validation bits per byte" : "Validation loss");
-    snprintf(c.x_key, sizeof c.x_key, "step");
-    snprintf(c.y_key, sizeof c.y_key, text ? "eval_bpb" : "eval_loss");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "training step");
-    snprintf(c.y_label, sizeof c.y_label, text ? "bits per byte" : "nats per token");
-    ttt_results_add_chart_filtered(res, &c, "kind", "eval");
-    ttt_chart l = c;
-    snprintf(l.name, sizeof l.name, text ? "train_bpb" : "train_loss");
-    snprintf(l.title, sizeof l.title, text ? "Training bits per byte" : "Training loss");
-    snprintf(l.y_key, sizeof l.y_key, text ? "loss_bpb" : "loss");
+    if (text) {
+        ttt_chart c = ttt_chart_make("eval_bpb", "Validation bits per byte", "step", "eval_bpb",
+                                     "series", "training step", "bits per byte");
+        ttt_results_add_chart_filtered(res, &c, "kind", "eval");
+    }
+    ttt_chart l = ttt_chart_make(text ? "train_bpb" : "train_loss",
+                                 text ? "Training bits per byte" : "Training loss", "step",
+                                 text ? "loss_bpb" : "loss", "series", "training step",
+                                 text ? "bits per byte" : "nats per token");
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
+    ttt_trained_charts(res, text ? "cross-entropy (nats)" : "nats per token");
+    ttt_results_set_main(res, text ? "eval_bpb" : "eval_bpt", "");
 }
 
 /* `ttt sample`: text models read the prompt as bytes and write bytes; token-file models read
@@ -285,9 +284,9 @@ static ttt_status lm_sample(const ttt_task_sample *q, ttt_error *err) {
     return s;
 }
 
-static const char *const lm_columns[] = {"series", "lr", "steps", "train_bpb", "eval_bpb",
+static const char *const lm_columns[] = {"series", "steps", "train_bpb", "eval_bpb",
                                          "eval_accuracy", "params", "seconds", NULL};
-static const char *const lm_token_columns[] = {"series", "lr", "steps", "train_bpt", "eval_bpt",
+static const char *const lm_token_columns[] = {"series", "steps", "train_bpt", "eval_bpt",
                                                "eval_accuracy", "params", "seconds", NULL};
 static const char *const *lm_columns_for(const void *cfg) {
     return ((const lm_cfg *)cfg)->width == 1 ? lm_columns : lm_token_columns;

@@ -160,25 +160,19 @@ static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
 
 static void mqar_charts(ttt_results *res, const void *cfg) {
     (void)cfg;
-    ttt_chart c = {.y_from_zero = 1};
-    snprintf(c.name, sizeof c.name, "eval_accuracy");
-    snprintf(c.title, sizeof c.title, "MQAR accuracy at the query positions (test set)");
-    snprintf(c.x_key, sizeof c.x_key, "step");
-    snprintf(c.y_key, sizeof c.y_key, "eval_accuracy");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "training step");
-    snprintf(c.y_label, sizeof c.y_label, "accuracy");
+    ttt_chart c = ttt_chart_make("eval_accuracy", "MQAR accuracy at the query positions (test set)",
+                                 "step", "eval_accuracy", "series", "training step", "accuracy");
+    c.y_from_zero = 1;
+    c.log_y = TTT_LOG_Y_OFF; /* a fraction: its linear scale is the one to read */
     ttt_results_add_chart_filtered(res, &c, "kind", "eval");
-    ttt_chart l = c;
-    l.y_from_zero = 0;
-    snprintf(l.name, sizeof l.name, "train_loss");
-    snprintf(l.title, sizeof l.title, "Training loss (nats, query positions)");
-    snprintf(l.y_key, sizeof l.y_key, "loss");
-    snprintf(l.y_label, sizeof l.y_label, "cross-entropy (nats)");
+    ttt_chart l = ttt_chart_make("train_loss", "Training loss (nats, query positions)", "step",
+                                 "loss", "series", "training step", "cross-entropy (nats)");
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
+    ttt_trained_charts(res, "cross-entropy (nats)");
+    ttt_results_set_main(res, "eval_accuracy", "");
 }
 
-static const char *const mqar_columns[] = {"series", "lr", "steps", "eval_accuracy", "eval_loss",
+static const char *const mqar_columns[] = {"series", "steps", "eval_accuracy", "eval_loss",
                                            "train_loss", "params", "seconds", NULL};
 
 static const ttt_seq_model_config *mqar_model(const void *cfg) {

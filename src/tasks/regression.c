@@ -241,25 +241,19 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
 
 static void regression_charts(ttt_results *res, const void *cfg) {
     (void)cfg;
-    ttt_chart c = {.y_from_zero = 1};
-    snprintf(c.name, sizeof c.name, "error_vs_context");
-    snprintf(c.title, sizeof c.title, "Squared error vs in-context examples (final model)");
-    snprintf(c.x_key, sizeof c.x_key, "k");
-    snprintf(c.y_key, sizeof c.y_key, "mse");
-    snprintf(c.series_key, sizeof c.series_key, "series");
-    snprintf(c.x_label, sizeof c.x_label, "(x, y) pairs in context k");
-    snprintf(c.y_label, sizeof c.y_label, "mean squared error");
+    ttt_chart c = ttt_chart_make("error_vs_context",
+                                 "Squared error vs in-context examples (final model)", "k", "mse",
+                                 "series", "(x, y) pairs in context k", "mean squared error");
+    c.y_from_zero = 1;
     ttt_results_add_chart_filtered(res, &c, "kind", "curve");
-    ttt_chart l = c;
-    snprintf(l.name, sizeof l.name, "train_loss");
-    snprintf(l.title, sizeof l.title, "Training loss (MSE)");
-    snprintf(l.x_key, sizeof l.x_key, "step");
-    snprintf(l.y_key, sizeof l.y_key, "loss");
-    snprintf(l.x_label, sizeof l.x_label, "training step");
+    ttt_chart l = ttt_chart_make("train_loss", "Training loss (MSE)", "step", "loss", "series",
+                                 "training step", "mean squared error");
     ttt_results_add_chart_filtered(res, &l, "kind", "train");
+    ttt_trained_charts(res, "mean squared error");
+    ttt_results_set_main(res, "eval_loss", "");
 }
 
-static const char *const regression_columns[] = {"series", "lr", "steps", "eval_loss", "mse_k0",
+static const char *const regression_columns[] = {"series", "steps", "eval_loss", "mse_k0",
                                                  "mse_k_d", "ls_k_d", "mse_k_gt_d", "seconds",
                                                  NULL};
 

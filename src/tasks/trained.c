@@ -215,3 +215,17 @@ ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char
     ttt_seq_model_free(&m);
     return s;
 }
+
+void ttt_trained_charts(ttt_results *res, const char *loss_label) {
+    ttt_chart e = ttt_chart_make("eval_loss", "Evaluation loss", "step", "eval_loss", "series",
+                                 "training step", loss_label);
+    ttt_results_add_chart_filtered(res, &e, "kind", "eval");
+    ttt_chart g = ttt_chart_make("grad_norm", "Gradient norm (mean over the "
+                                 "logging window)", "step", "grad_norm", "series",
+                                 "training step", "global L2 norm");
+    ttt_results_add_chart_filtered(res, &g, "kind", "train");
+    ttt_chart l = ttt_chart_make("lr", "Learning rate (warmup and decay schedule)", "step", "lr",
+                                 "series", "training step", "AdamW learning rate");
+    l.log_y = TTT_LOG_Y_OFF; /* the schedule's shape reads best on its own scale */
+    ttt_results_add_chart_filtered(res, &l, "kind", "train");
+}

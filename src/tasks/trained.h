@@ -51,4 +51,8 @@ ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char
 /* The summary fields every trained task reports (series, mixer, lr, steps, ...). */
 void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_record *r);
 
+/* The charts of what training logs besides the task's own: the gradient norm and the learning
+ * rate per step, and the evaluation loss (in `loss_label`) at each evaluation. */
+void ttt_trained_charts(ttt_results *res, const char *loss_label);
+
 #endif
