@@ -78,6 +78,7 @@ MIXERS = {
     "gla": "{preset: gla}",
     "deltanet": "{preset: deltanet}",
     "gated_deltanet": "{preset: gated_deltanet}",
+    "ttt_linear": "{preset: ttt_linear}",
     "softmax": "{mixer: softmax}",
 }
 

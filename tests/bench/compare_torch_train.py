@@ -196,6 +196,71 @@ def delta_loop(q, k, v, beta, la):
     return torch.stack(out, 2)
 
 
+TTT_LN_EPS = 1e-6  # the layer norm inside TTT-Linear's fast-weight model (docs/math.md §2)
+
+
+def ln_plain(h):
+    """LN without affine part, biased variance: (x̂, 1/σ)."""
+    mu = h.mean(-1, keepdim=True)
+    rs = torch.rsqrt((h - mu).pow(2).mean(-1, keepdim=True) + TTT_LN_EPS)
+    return (h - mu) * rs, rs
+
+
+def ttt_linear_dual(q, k, v, beta, W0, b0, bs, inverse):
+    """TTT-Linear (docs/math.md §1, §2, §5.4): f(W, b; x) = x + LN(x W + b), loss
+    ½‖f(k) − v‖², mini-batch SGD over blocks of bs tokens with every gradient at the block's
+    start weights, update_then_apply, token i of a block reading with β/(i + 1) (inverse) or β.
+    Dual form per block: dh = LN'(k W + b)ᵀ (f(k) − v), the read-out pre-activation
+    z_i = q_i W + b − Σ_{s ≤ i} c_i (q_i·k_s + 1) β_s dh_s (c_i = 1/(i+1) or 1), o_i = q_i + LN(z_i);
+    the block's last step becomes the next start. q, k, v (B, H, T, D), beta (B, H, T),
+    W0 (H, D, D), b0 (H, D)."""
+    B, H, T, D = q.shape
+    W = W0[None].expand(B, H, D, D)
+    b = b0[None, :, None, :].expand(B, H, 1, D)
+    outs = []
+    for t0 in range(0, T, bs):
+        n = min(bs, T - t0)
+        qb, kb, vb = q[:, :, t0:t0 + n], k[:, :, t0:t0 + n], v[:, :, t0:t0 + n]
+        xh, rs = ln_plain(kb @ W + b)
+        dz = xh + kb - vb                                            # ∂ℓ/∂f
+        dh = rs * (dz - dz.mean(-1, keepdim=True) - xh * (dz * xh).mean(-1, keepdim=True))
+        g = beta[:, :, t0:t0 + n, None] * dh                         # β_s dh_s
+        c = (1.0 / torch.arange(1, n + 1, dtype=q.dtype) if inverse
+             else torch.ones(n, dtype=q.dtype))[:, None]             # (n, 1)
+        M = torch.ones(n, n, dtype=torch.bool).tril()
+        A = (qb @ kb.transpose(-1, -2) + 1).masked_fill(~M, 0)
+        z = qb @ W + b - c * (A @ g)
+        outs.append(qb + ln_plain(z)[0])
+        W = W - c[-1] * kb.transpose(-1, -2) @ g
+        b = b - c[-1] * g.sum(-2, keepdim=True)
+    return torch.cat(outs, 2)
+
+
+def ttt_linear_loop(q, k, v, beta, W0, b0, bs, inverse):
+    """The same, token by token in the primal form, the inner gradients from autograd."""
+    B, H, T, D = q.shape
+    out = torch.empty_like(q)
+    for bi in range(B):
+        for h in range(H):
+            W, b = W0[h].clone(), b0[h].clone()
+            for t0 in range(0, T, bs):
+                n = min(bs, T - t0)
+                gW, gb = torch.zeros_like(W), torch.zeros_like(b)
+                for i in range(n):
+                    t = t0 + i
+                    Wr = W.detach().clone().requires_grad_(True)
+                    br = b.detach().clone().requires_grad_(True)
+                    x = k[bi, h, t]
+                    loss = 0.5 * (x + ln_plain(x @ Wr + br)[0] - v[bi, h, t]).pow(2).sum()
+                    dW, db = torch.autograd.grad(loss, (Wr, br))
+                    gW, gb = gW + beta[bi, h, t] * dW, gb + beta[bi, h, t] * db
+                    c = 1.0 / (i + 1) if inverse else 1.0
+                    out[bi, h, t] = q[bi, h, t] + ln_plain(q[bi, h, t] @ (W - c * gW)
+                                                           + (b - c * gb))[0]
+                W, b = W - c * gW, b - c * gb
+    return out
+
+
 def self_check():
     """The chunkwise implementations above against the recurrences, float64, T not a multiple
     of C (padding) and C = 1 and C ≥ T (the two extremes)."""
@@ -215,6 +280,12 @@ def self_check():
                                   (delta_chunk, delta_loop, la)):
             err = (chunk(q, k, v, beta, gate, C) - loop(q, k, v, beta, gate)).abs().max().item()
             assert err < 1e-10, f"{chunk.__name__} C={C} gate={gate is not None}: {err}"
+    W0 = 0.3 * torch.randn(H, D, D, generator=g, dtype=torch.float64)
+    b0 = 0.1 * torch.randn(H, D, generator=g, dtype=torch.float64)
+    for bs, inverse in ((1, False), (8, True), (16, False), (64, True)):
+        err = (ttt_linear_dual(q, k, v, beta, W0, b0, bs, inverse) -
+               ttt_linear_loop(q, k, v, beta, W0, b0, bs, inverse)).abs().max().item()
+        assert err < 1e-10, f"ttt_linear_dual bs={bs} inverse={inverse}: {err}"
 
 # ---------------------------------------------------------------- the model
 
@@ -242,14 +313,14 @@ KNOWN = {
     "model.conv": None, "model.qk_norm": ("true", "false"), "model.eta": ("true", "false", "dt"),
     "model.gate": ("none", "constant", "scalar", "vector", "multiscale"),
     "model.out_norm": ("true", "false"), "model.out_gate": ("true", "false"),
-    "model.learn_init": ("false",), "model.init_std": None, "model.dt_min": None,
+    "model.learn_init": ("true", "false"), "model.init_std": None, "model.dt_min": None,
     "model.dt_max": None, "model.rope_base": None,
 }
 KNOWN_TTT = {
-    "layer.preset": None, "layer.form": None, "layer.chunk": None, "layer.model": ("linear",),
-    "layer.loss": ("dot", "squared"), "layer.mini_batch": ("1",),
-    "layer.order": ("update_then_apply",), "layer.steps": None,
-    "layer.position_scale": ("none",), "layer.optimizer.name": ("sgd",),
+    "layer.preset": None, "layer.form": None, "layer.chunk": None,
+    "layer.model": ("linear", "ttt_linear"), "layer.loss": ("dot", "squared", "recon"),
+    "layer.mini_batch": None, "layer.order": ("update_then_apply",), "layer.steps": None,
+    "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd",),
     "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
     "layer.rope": ("false",), "layer.rope_base": None, "layer.normalize": ("none",),
@@ -260,10 +331,11 @@ NEUTRAL = ("none", "false", "0", "0.0", "")
 def decays(name, shape):
     """The twin's own rule for AdamW's weight decay (docs/training.md "Training parity with
     PyTorch"): the matrices that multiply activations (embedding, positions, projections, head)
-    decay; convolution kernels, norm gains, biases and gate constants do not. Checked against the
+    decay; convolution kernels, norm gains, biases, gate constants and the learned initial fast
+    weights do not. Checked against the
     flags in the dump, so that a change of ttt's groups fails the comparison rather than being
     copied."""
-    return len(shape) == 2 and ".conv_" not in name
+    return len(shape) == 2 and ".conv_" not in name and ".w0_" not in name
 
 
 class Config:
@@ -307,7 +379,25 @@ class Config:
             fam = (meta["layer.model"], meta["layer.loss"])
             gated = self.gate in ("scalar", "vector", "multiscale", "constant") or \
                 self.decay != 1.0
-            if fam == ("linear", "dot"):
+            self.learn_init = meta["model.learn_init"] == "true"
+            self.mini_batch = int(meta["layer.mini_batch"])
+            self.inverse = meta["layer.position_scale"] == "inverse"
+            if fam[0] == "linear":
+                if self.learn_init:
+                    bad.append("model.learn_init = true with the linear model (zeros here)")
+                if self.mini_batch != 1 or self.inverse:
+                    bad.append("layer.mini_batch ≠ 1 or position_scale inverse with the linear "
+                               "model")
+            if fam[0] == "ttt_linear":
+                self.layer = "ttt_linear"
+                if fam[1] not in ("recon", "squared"):
+                    bad.append(f"layer.loss = {fam[1]} with ttt_linear (recon or squared here)")
+                if gated:
+                    bad.append("forget gates with ttt_linear (none here)")
+                if not self.learn_init:
+                    bad.append("model.learn_init = false with ttt_linear (its initial weights "
+                               "come from the layer's own stream, not the dump)")
+            elif fam == ("linear", "dot"):
                 self.layer = la_chunk
             elif fam == ("linear", "squared"):
                 self.layer = delta_chunk
@@ -316,6 +406,8 @@ class Config:
                 if gated and meta["layer.optimizer.decay_placement"] != "coupled":
                     bad.append("a gated delta rule with decay_placement = "
                                f"{meta['layer.optimizer.decay_placement']} (coupled only here)")
+            else:
+                bad.append(f"layer model/loss = {fam[0]}/{fam[1]}")
         if bad:
             raise SystemExit("compare_torch_train: not implemented on the PyTorch side: " +
                              "; ".join(bad))
@@ -359,6 +451,9 @@ def mixer_ttt(cfg, p, h, q, k, v, T):
         la = g[None, :, None].expand(B, H, T)
     elif cfg.decay != 1.0:                       # the tuple's constant decay (gate constant/none)
         la = q.new_full((B, H, T), math.log(cfg.decay))
+    if cfg.layer == "ttt_linear":                # learned initial fast weights, one set per head
+        return ttt_linear_dual(q, k, v, beta, p("mixer.w0_0"), p("mixer.w0_1"), cfg.mini_batch,
+                               cfg.inverse)
     return cfg.layer(q, k, v, beta, la, cfg.chunk)
 
 
