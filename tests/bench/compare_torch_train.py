@@ -549,6 +549,17 @@ def time_torch(cfg, params, decay, tokens, labels, meta, threads, repeats):
 # ---------------------------------------------------------------- ttt
 
 
+def layer_section(preset, chunk):
+    """The `layer:` of a preset: the chunkwise form with chunk C where the preset has one (the
+    linear-attention and delta-rule families); ttt_linear's own form; `softmax` = softmax
+    attention."""
+    if preset == "softmax":
+        return "{mixer: softmax}"
+    if preset == "ttt_linear":
+        return "{preset: ttt_linear}"
+    return f"{{preset: {preset}, form: chunkwise, chunk: {chunk}}}"
+
+
 def run_ttt(a, wd, preset, chunk):
     y = os.path.join(wd, f"{preset}_{chunk}.yaml")
     out = os.path.join(wd, f"{preset}_{chunk}")
@@ -558,7 +569,7 @@ seed: {a.seed}
 task: {{kind: benchmark, measure: train_step, threads: [{a.threads}], repeats: {a.repeats},
         dump: true, seq_len: [{a.seq_len}], vocab: {a.vocab}, pairs: {a.pairs}}}
 model: {{d_model: {a.d_model}, layers: {a.layers}, heads: {a.heads}, mlp: 0, conv: 4}}
-layer: {{preset: {preset}, form: chunkwise, chunk: {chunk}}}
+layer: {layer_section(preset, chunk)}
 train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
 """)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -577,7 +588,9 @@ train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ttt", default="build/ttt", help="the ttt program")
-    ap.add_argument("--presets", default="linear_attention,deltanet,gated_deltanet")
+    ap.add_argument("--presets", default="linear_attention,deltanet,gated_deltanet",
+                    help="presets, and softmax (any of linear_attention, retnet, mamba2, gla, "
+                         "deltanet, gated_deltanet, ttt_linear, softmax)")
     ap.add_argument("--chunks", default="16,64", help="chunk sizes C")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=20, help="timed steps (after one warm-up)")
