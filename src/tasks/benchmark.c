@@ -73,7 +73,7 @@
  * and `train.*` values as metadata — what tests/bench/compare_torch_train.py needs to run the
  * same model in PyTorch and compare. `dump_steps: N` also trains a fresh model N steps with the
  * trainer on N fresh batches and writes every step's batch, loss and learning rate
- * (dump_train_steps below; tests/bench/compare_torch_train.py --steps). */
+ * (dump_train_steps below; tests/bench/compare_torch_steps.py). */
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
@@ -474,6 +474,16 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
     c->dump_steps = (int)ttt_cfg_int(task, "dump_steps");
     if (c->train_step) {
         TTT_TRY(train_step_check(c, root, err));
+        for (int i = 0; i < c->seq_len.n && c->dump_steps > 0; i++) {
+            /* dump_steps' batches: token ids and labels, and their float copies in the file */
+            const double bytes = 16.0 * c->dump_steps * c->trained.train.batch * c->seq_len.v[i];
+            ttt_status s = ttt_size_check(bytes, "the batches of dump_steps", err);
+            if (s != TTT_OK) {
+                char msg[TTT_ERROR_MSG_LEN];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                return ttt_cfg_error(err, s, ttt_cfg_get(task, "dump_steps"), "task: %s", msg);
+            }
+        }
         /* the values `dump` records, as resolved (after the parse filled every default) */
         strlist meta = {0};
         meta_from_map(&meta, "model.", ttt_cfg_get(root, "model"), 0);

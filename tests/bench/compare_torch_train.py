@@ -303,9 +303,8 @@ def conv_silu(x, w):
 
 
 # Every model.* / layer.* key of the dump's metadata the twin knows, with the values it
-# implements (None: any value; a callable: a check of the value). A key it does not know — an
-# option added to ttt after this twin was written — is refused unless its value is listed in
-# NEUTRAL (a value meaning "off"), so a new block option never passes unnoticed.
+# implements (None: any value). A key it does not know — an option added to ttt after this twin
+# was written — is refused whatever its value: the twin must be taught what it means first.
 KNOWN = {
     "model.mixer": ("ttt", "softmax"), "model.d_model": None, "model.layers": None,
     "model.heads": None, "model.head_dim": None, "model.mlp": None, "model.norm": ("rms", "layer"),
@@ -325,7 +324,6 @@ KNOWN_TTT = {
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
     "layer.rope": ("false",), "layer.rope_base": None, "layer.normalize": ("none",),
 }
-NEUTRAL = ("none", "false", "0", "0.0", "")
 
 
 def decays(name, shape):
@@ -352,8 +350,7 @@ class Config:
                 continue
             if key not in known:
                 if self.mixer == "ttt" or key.startswith("model."):
-                    if val not in NEUTRAL:
-                        bad.append(f"{key} = {val} (an option this twin does not know)")
+                    bad.append(f"{key} = {val} (an option this twin does not know)")
             elif known[key] is not None and val not in known[key]:
                 bad.append(f"{key} = {val} (need {' or '.join(known[key])})")
         self.d = int(meta["model.d_model"])
