@@ -71,7 +71,9 @@
  * scored), the mean loss over its scored positions ("loss") and the gradient of that loss with
  * respect to every parameter ("grad.<name>", one shard), with the resolved `model.*`, `layer.*`
  * and `train.*` values as metadata — what tests/bench/compare_torch_train.py needs to run the
- * same model in PyTorch and compare. */
+ * same model in PyTorch and compare. `dump_steps: N` also trains a fresh model N steps with the
+ * trainer on N fresh batches and writes every step's batch, loss and learning rate
+ * (dump_train_steps below; tests/bench/compare_torch_steps.py). */
 #include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
@@ -126,6 +128,10 @@ static const ttt_option benchmark_options[] = {
     {"dump", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
      "train_step: write the initial parameters, the first batch, its loss and gradients to "
      "<run folder>/train_step_point<i>_L<seq_len>.safetensors (for an outside comparison)"},
+    {"dump_steps", TTT_OPT_INT, "0", 0, 100000, NULL,
+     "train_step: also train a fresh model this many steps on as many fresh MQAR batches and "
+     "write every step's batch, loss and learning rate to <run folder>/train_steps_point<i>_"
+     "L<seq_len>.safetensors (docs/training.md \"Training parity with PyTorch\"); 0 = off"},
     TTT_OPTION_END,
 };
 
@@ -141,6 +147,7 @@ typedef struct bench_cfg {
     bench_list tokens, head_dims, heads, threads, seq_len;
     int gates;                           /* -1 auto, 0 none, 1 scalar, 2 vector */
     int repeats, vocab, pairs, dump;
+    int dump_steps;                      /* train_step: the steps of the recorded run (0 = off) */
     ttt_layer *layers;                   /* forward: (head_dims.n) the layer for each head size */
     ttt_trained_cfg trained;             /* train_step: the model:, layer: and train: sections */
     char **meta;                         /* train_step: (n_meta) key, value, key, …: the
@@ -292,8 +299,8 @@ static ttt_status train_step_check(bench_cfg *bc, ttt_cfg_node *root, ttt_error 
 #define TRAIN_BATCHES 4
 
 typedef struct train_feed {
-    ttt_token_set set; /* (TRAIN_BATCHES·B, L) */
-    int B;
+    ttt_token_set set; /* (n_batches·B, L) */
+    int B, n_batches;
     long next;      /* requests so far */
     long n_stamps;  /* capacity of wall / cpu */
     double *wall;   /* (n_stamps) ttt_now() at request i */
@@ -307,7 +314,7 @@ static ttt_status feed_next(void *user, ttt_seq_batch *out, ttt_error *err) {
         f->wall[f->next] = ttt_now();
         f->cpu[f->next] = cpu_now();
     }
-    const size_t off = (size_t)(f->next++ % TRAIN_BATCHES) * (size_t)f->B * (size_t)f->set.L;
+    const size_t off = (size_t)(f->next++ % f->n_batches) * (size_t)f->B * (size_t)f->set.L;
     *out = (ttt_seq_batch){.B = f->B, .T = f->set.L, .tokens = f->set.tokens + off,
                            .labels = f->set.labels + off};
     return TTT_OK;
@@ -464,8 +471,19 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
     c->vocab = (int)ttt_cfg_int(task, "vocab");
     c->pairs = (int)ttt_cfg_int(task, "pairs");
     c->dump = ttt_cfg_bool(task, "dump");
+    c->dump_steps = (int)ttt_cfg_int(task, "dump_steps");
     if (c->train_step) {
         TTT_TRY(train_step_check(c, root, err));
+        for (int i = 0; i < c->seq_len.n && c->dump_steps > 0; i++) {
+            /* dump_steps' batches: token ids and labels, and their float copies in the file */
+            const double bytes = 16.0 * c->dump_steps * c->trained.train.batch * c->seq_len.v[i];
+            ttt_status s = ttt_size_check(bytes, "the batches of dump_steps", err);
+            if (s != TTT_OK) {
+                char msg[TTT_ERROR_MSG_LEN];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                return ttt_cfg_error(err, s, ttt_cfg_get(task, "dump_steps"), "task: %s", msg);
+            }
+        }
         /* the values `dump` records, as resolved (after the parse filled every default) */
         strlist meta = {0};
         meta_from_map(&meta, "model.", ttt_cfg_get(root, "model"), 0);
@@ -508,6 +526,46 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
                 }
             }
     return TTT_OK;
+}
+
+/* The metadata of a dump: the resolved model.*, layer.* and train.* values, what the model
+ * resolved, the task's MQAR settings and seed, the scored positions of the (first) batch, and
+ * which parameters AdamW decays. */
+static void dump_meta(strlist *meta, const ttt_task_run *run, const ttt_seq_model_config *mc,
+                      const ttt_seq_model *m, long scored) {
+    const bench_cfg *bc = run->cfg;
+    const int np = m->params.n;
+    for (int i = 0; i < bc->n_meta; i++) strlist_add(meta, "%s", bc->meta[i]);
+    /* the values the model resolved (head_dim 0 = d_model / heads; form auto) */
+    strlist_add(meta, "resolved.head_dim");
+    strlist_add(meta, "%d", mc->head_dim);
+    strlist_add(meta, "resolved.form");
+    strlist_add(meta, "%s", mc->mixer == TTT_MIXER_TTT ? train_form_used(mc) : "");
+    strlist_add(meta, "resolved.chunk");
+    strlist_add(meta, "%d", mc->layer.chunk);
+    strlist_add(meta, "resolved.theta");
+    strlist_add(meta, "%.9g", (double)mc->layer.lr);
+    strlist_add(meta, "task.vocab");
+    strlist_add(meta, "%d", bc->vocab);
+    strlist_add(meta, "task.pairs");
+    strlist_add(meta, "%d", bc->pairs);
+    strlist_add(meta, "seed");
+    strlist_add(meta, "%llu", (unsigned long long)run->seed);
+    if (scored >= 0) {
+        strlist_add(meta, "scored");
+        strlist_add(meta, "%ld", scored);
+    }
+    /* AdamW's weight decay applies to the parameters marked 1 (params.h), in order */
+    char *decay = malloc((size_t)np + 1);
+    if (!decay) {
+        meta->oom = 1;
+    } else {
+        for (int i = 0; i < np; i++) decay[i] = m->params.p[i]->decay ? '1' : '0';
+        decay[np] = 0;
+        strlist_add(meta, "param_decay");
+        strlist_add(meta, "%s", decay);
+        free(decay);
+    }
 }
 
 /* `dump: true`: the model at initialization, the first batch, the mean loss over its scored
@@ -556,36 +614,7 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
         ts[2 * np + 1] = (ttt_st_tensor){.name = "labels", .ndim = 2, .shape = {b->B, b->T},
                                          .data = ids + cells};
         ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = loss->data};
-        const bench_cfg *bc = run->cfg;
-        for (int i = 0; i < bc->n_meta; i++) strlist_add(&meta, "%s", bc->meta[i]);
-        /* the values the model resolved (head_dim 0 = d_model / heads; form auto) */
-        strlist_add(&meta, "resolved.head_dim");
-        strlist_add(&meta, "%d", mc->head_dim);
-        strlist_add(&meta, "resolved.form");
-        strlist_add(&meta, "%s", mc->mixer == TTT_MIXER_TTT ? train_form_used(mc) : "");
-        strlist_add(&meta, "resolved.chunk");
-        strlist_add(&meta, "%d", mc->layer.chunk);
-        strlist_add(&meta, "resolved.theta");
-        strlist_add(&meta, "%.9g", (double)mc->layer.lr);
-        strlist_add(&meta, "task.vocab");
-        strlist_add(&meta, "%d", bc->vocab);
-        strlist_add(&meta, "task.pairs");
-        strlist_add(&meta, "%d", bc->pairs);
-        strlist_add(&meta, "seed");
-        strlist_add(&meta, "%llu", (unsigned long long)run->seed);
-        strlist_add(&meta, "scored");
-        strlist_add(&meta, "%ld", stats.count);
-        /* AdamW's weight decay applies to the parameters marked 1 (params.h), in order */
-        char *decay = malloc((size_t)np + 1);
-        if (!decay) {
-            meta.oom = 1;
-        } else {
-            for (int i = 0; i < np; i++) decay[i] = m.params.p[i]->decay ? '1' : '0';
-            decay[np] = 0;
-            strlist_add(&meta, "param_decay");
-            strlist_add(&meta, "%s", decay);
-            free(decay);
-        }
+        dump_meta(&meta, run, mc, &m, stats.count);
         if (names.oom || meta.oom)
             s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
     }
@@ -599,6 +628,128 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
     ttt_arena_free(&arena);
     ttt_seq_model_free(&m);
     if (s != TTT_OK) ttt_error_prefix(err, "benchmark: dump");
+    return s;
+}
+
+/* `dump_steps: N`: a fresh model (the same seed, so the same initial parameters as `dump`)
+ * trained by the trainer itself (ttt_train: zero grad, forward, backward, clipping, AdamW) for N
+ * steps on N fresh MQAR batches, one shard on one thread, with the `train:` section's AdamW and
+ * clipping and the schedule of a run of N steps (warm-up train.warmup capped at N − 1, cosine
+ * down to min_lr_ratio · lr at step N; adamw.h). The trainer's record of every step (log_every 1)
+ * gives its loss, learning rate and gradient norm. Writes
+ * <run folder>/train_steps_point<i>_L<L>.safetensors: "param.<name>" at initialization,
+ * "final.<name>" after step N, "tokens" and "labels" (N, B, L) as floats (−1 = not scored),
+ * "loss", "lr" and "grad_norm" (N), with dump's metadata plus parity.steps and parity.warmup
+ * (docs/training.md "Training parity with PyTorch"). */
+static ttt_status dump_train_steps(const ttt_task_run *run, const ttt_seq_model_config *mc,
+                                   const ttt_train_config *base, const ttt_mqar_config *mq,
+                                   ttt_error *err) {
+    const bench_cfg *bc = run->cfg;
+    const int N = bc->dump_steps, B = base->batch, L = mq->seq_len;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/train_steps_point%d_L%d.safetensors", run->run_dir,
+             run->point, L);
+    train_feed feed = {.B = B, .n_batches = N};
+    ttt_rng root;
+    ttt_rng_seed(&root, run->seed);
+    ttt_rng r = ttt_rng_fork(&root, ttt_hash_str("benchmark/parity"));
+    TTT_TRY(ttt_mqar_make_set(&feed.set, mq, N * B, &r, err));
+    ttt_seq_model m;
+    ttt_status s = ttt_seq_model_init(&m, mc, run->seed, err);
+    if (s != TTT_OK) {
+        ttt_token_set_free(&feed.set);
+        return s;
+    }
+    const int np = m.params.n, nt = 2 * np + 5;
+    const size_t cells = (size_t)N * B * L;
+    float **init = calloc((size_t)np, sizeof *init); /* init[i]: (params.p[i]->n) */
+    float *curves = malloc(sizeof(float) * (3 * (size_t)N + 2 * cells));
+    ttt_st_tensor *ts = calloc((size_t)nt, sizeof *ts);
+    ttt_results *res = ttt_results_new("parity");
+    strlist names = {0}, meta = {0};
+    if (!init || !curves || !ts || !res)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for dump_steps");
+    for (int i = 0; i < np && s == TTT_OK; i++) {
+        const ttt_param *p = m.params.p[i];
+        init[i] = malloc(sizeof(float) * p->n);
+        if (!init[i]) s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+        else memcpy(init[i], p->data, sizeof(float) * p->n);
+    }
+    ttt_train_config tc = *base;
+    tc.steps = N;
+    tc.threads = tc.shards = 1;
+    tc.log_every = 1;
+    tc.eval_every = tc.checkpoint_every = tc.stop_at = 0;
+    tc.adamw.total_steps = N;
+    if (tc.adamw.warmup >= N) tc.adamw.warmup = N - 1; /* as a run of N steps (train.c) */
+    if (s == TTT_OK) {
+        ttt_train_data data = {.user = &feed, .next = feed_next};
+        const ttt_train_run tr = {.config_hash = "", .series = "", .mixer = "", .results = res};
+        ttt_train_result tres;
+        s = ttt_train(&m, &tc, &data, &tr, &tres, err);
+    }
+    float *loss = curves, *lr = curves + N, *gn = curves + 2 * N, *ids = curves + 3 * N;
+    for (int i = 0; s == TTT_OK && i < 3 * N; i++) curves[i] = NAN;
+    for (int i = 0; s == TTT_OK && i < ttt_results_count(res); i++) {
+        const ttt_record *rec = ttt_results_get(res, i);
+        const ttt_field *kind = ttt_record_get(rec, "kind"), *step = ttt_record_get(rec, "step");
+        if (!kind || strcmp(kind->str, "train") != 0 || !step) continue;
+        const long k = (long)step->num - 1;
+        if (k < 0 || k >= N) continue;
+        const ttt_field *fl = ttt_record_get(rec, "loss"), *fr = ttt_record_get(rec, "lr"),
+                        *fg = ttt_record_get(rec, "grad_norm");
+        if (fl && fr && fg) {
+            loss[k] = (float)fl->num;
+            lr[k] = (float)fr->num;
+            gn[k] = (float)fg->num;
+        }
+    }
+    for (int i = 0; s == TTT_OK && i < N; i++)
+        if (isnan(lr[i]))
+            s = ttt_error_set(err, TTT_ERR_UNSUPPORTED, "benchmark: dump_steps: the trainer "
+                                                        "recorded no step %d", i + 1);
+    if (s == TTT_OK) {
+        for (int i = 0; i < np; i++) {
+            const ttt_param *p = m.params.p[i];
+            for (int g = 0; g < 2; g++) {
+                ttt_st_tensor *t = &ts[2 * i + g];
+                t->name = (char *)strlist_add(&names, "%s.%s", g ? "final" : "param", p->name);
+                t->ndim = p->ndim;
+                for (int d = 0; d < p->ndim; d++) t->shape[d] = p->shape[d];
+                t->data = g ? p->data : init[i];
+            }
+        }
+        for (size_t i = 0; i < cells; i++) {
+            ids[i] = (float)feed.set.tokens[i];
+            ids[cells + i] = (float)feed.set.labels[i];
+        }
+        ts[2 * np] = (ttt_st_tensor){.name = "tokens", .ndim = 3, .shape = {N, B, L}, .data = ids};
+        ts[2 * np + 1] = (ttt_st_tensor){.name = "labels", .ndim = 3, .shape = {N, B, L},
+                                         .data = ids + cells};
+        ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 1, .shape = {N}, .data = loss};
+        ts[2 * np + 3] = (ttt_st_tensor){.name = "lr", .ndim = 1, .shape = {N}, .data = lr};
+        ts[2 * np + 4] = (ttt_st_tensor){.name = "grad_norm", .ndim = 1, .shape = {N},
+                                         .data = gn};
+        dump_meta(&meta, run, mc, &m, -1);
+        strlist_add(&meta, "parity.steps");
+        strlist_add(&meta, "%d", N);
+        strlist_add(&meta, "parity.warmup");
+        strlist_add(&meta, "%ld", tc.adamw.warmup);
+        if (names.oom || meta.oom)
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
+    }
+    if (s == TTT_OK)
+        s = ttt_st_write(path, ts, nt, (const char *const *)meta.s, meta.n / 2, err);
+    strlist_free(&names);
+    strlist_free(&meta);
+    if (res) ttt_results_free(res);
+    free(ts);
+    free(curves);
+    for (int i = 0; init && i < np; i++) free(init[i]);
+    free(init);
+    ttt_seq_model_free(&m);
+    ttt_token_set_free(&feed.set);
+    if (s != TTT_OK) ttt_error_prefix(err, "benchmark: dump_steps");
     return s;
 }
 
@@ -618,7 +769,7 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
         const int L = (int)bc->seq_len.v[li];
         ttt_mqar_config c;
         train_mqar_config(bc, L, &c);
-        train_feed feed = {.B = tc.batch};
+        train_feed feed = {.B = tc.batch, .n_batches = TRAIN_BATCHES};
         ttt_rng root;
         ttt_rng_seed(&root, run->seed);
         ttt_rng r = ttt_rng_fork(&root, ttt_hash_str("benchmark/mqar"));
@@ -629,6 +780,8 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
             feed_next(&feed, &b0, err);
             s = dump_train_step(run, &mc, &b0, err);
         }
+        if (s == TTT_OK && bc->dump_steps > 0 && run->run_dir)
+            s = dump_train_steps(run, &mc, &tc, &c, err);
         double t1 = NAN; /* the 1-thread step, when measured */
         int done[BENCH_MAX_THREADS + 1] = {0};
         for (int ni = 0; ni < bc->threads.n && s == TTT_OK; ni++) {

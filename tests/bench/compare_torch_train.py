@@ -8,27 +8,37 @@ src/train/train.c) and writes the initial parameters, the first batch, its loss 
 gradient to a .safetensors file. This script then builds the SAME model in PyTorch from that
 file (src/train/seqmodel.h; parameter names from src/train/seqmodel.c):
 
-    x = embed[tokens]
-    per block:  h = RMSNorm(x) · g1
+    x = embed[tokens] (+ pos[:T], learned positions)
+    per block:  h = norm(x)                                   RMSNorm · g1 (or LayerNorm)
                 q, k, v = SiLU(causal depthwise conv_K(h W_q|k|v))      (B, T, H·D)
                 q, k = q/sqrt(|q|² + 1e-6), k/...  per head              (qk_norm)
-                β = θ · sigmoid(h W_η + b_η)  (eta; else β = θ)
-                log α = −exp(a_log) · softplus(h W_a + dt_bias)           (scalar gate)
-                o = layer(q, k, v, β, log α) per (sequence, head)         chunkwise, below
+                TTT mixer (model.mixer: ttt):
+                  β = θ · sigmoid(h W_η + b_η) (eta: true), θ · dt (eta: dt), else θ
+                  log α = −exp(a_log) · dt, dt = softplus(h W_a + dt_bias)  (gate: scalar)
+                          logsigmoid(h W_a + b_a) / 16 per key dimension   (gate: vector, GLA)
+                          log(1 − 2^(−5−h)) for head h                   (gate: multiscale)
+                          log(layer.optimizer.decay) when ≠ 1             (gate: constant/none)
+                  o = layer(q, k, v, β, log α) per (sequence, head)       chunkwise, below
+                softmax mixer: o = softmax(q kᵀ / sqrt(D), causal) v
                 o = RMSNorm_D(o) · g_o  (out_norm);  o = o ⊙ SiLU(h W_g)  (out_gate)
-                x = x + o W_o
-    logits = RMSNorm(x) · g_f · W_head;  loss = mean cross-entropy over the labelled positions
+                x = x + o W_o;  x = x + gelu_tanh(norm2(x) W1) W2  (mlp > 0)
+    logits = norm(x) · W_head;  loss = mean cross-entropy over the labelled positions
 
 with the layer as a batched chunkwise implementation (all chunks of all sequences and heads at
 once where the algorithm allows it):
-    linear attention (docs/math.md §5.2, no gates): the state before chunk n is the exclusive prefix
-        sum of Kᵀ(β⊙V) over the chunks; O = Q S_n + (Q Kᵀ ⊙ M)(β⊙V), M causal with diagonal.
+    linear attention (docs/math.md §5.2): ungated, the state before chunk n is the exclusive
+        prefix sum of Kᵀ(β⊙V) over the chunks; O = Q S_n + (Q Kᵀ ⊙ M)(β⊙V), M causal with
+        diagonal. Gated (a scalar or a per-key-dimension log α), per chunk G = cumsum(log α),
+        A_ij = Σ_c q_ic k_jc e^{G_ic − G_jc} (i ≥ j, the exponent taken pairwise so that strong
+        gates cannot overflow), O = (Q⊙e^G) S + A (β⊙V), S ← e^{G_n} ⊙ S + (K⊙e^{G_n − G})ᵀ(β⊙V).
     delta rule, gated or not (§5.3, the WY/UT transform): per chunk, G = cumsum(log α),
         Γ_ij = e^{G_i − G_j} (i ≥ j), A = I + strictly_lower(diag(β) K Kᵀ ⊙ Γ),
         [U | W] = A⁻¹ [β⊙V | β⊙e^G⊙K] (one batched triangular solve for every chunk); then chunk
         by chunk: V' = U − W S, O = (e^G⊙Q) S + (Q Kᵀ ⊙ Γ ⊙ M) V',
         S ← e^{G_n} S + (e^{G_n − G}⊙K)ᵀ V'.
-Both are checked at start-up against a token-by-token loop of the recurrence in float64.
+Both are checked at start-up against a token-by-token loop of the recurrence in float64. The
+twin is built from the dump's resolved model.* and layer.* values (class Config); a value it
+does not implement, or an option it does not know, is refused by name.
 
 Agreement (the script exits 1 if it fails): the loss and every gradient of ttt against PyTorch
 in float64 (the same float32 parameters and batch, promoted): per parameter
@@ -90,19 +100,42 @@ def pad_to_chunks(C, *xs):
 
 
 def la_chunk(q, k, v, beta, la, C):
-    """Linear attention (update_then_apply: o_t = q_t S_t, S_t = S_{t−1} + β_t k_tᵀ v_t)."""
-    assert la is None, "gated linear attention is not implemented here"
+    """Linear attention with optional forget gates (update_then_apply):
+    S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t, o_t = q_t S_t, with log α None (α = 1), (B, H, T)
+    (a scalar per token and head) or (B, H, T, D) (a gate per key dimension, GLA)."""
     B, H, T, D = q.shape
-    q, k, v, beta = pad_to_chunks(C, q, k, v, beta)
+    Dv = v.shape[-1]
+    if la is None:
+        q, k, v, beta = pad_to_chunks(C, q, k, v, beta)
+        N = q.shape[2] // C
+        qc, kc = q.reshape(B, H, N, C, D), k.reshape(B, H, N, C, D)
+        vc = (v * beta[..., None]).reshape(B, H, N, C, Dv)
+        kv = kc.transpose(-1, -2) @ vc                            # (B, H, N, D, Dv)
+        S = kv.cumsum(2) - kv                                     # state before each chunk
+        mask = torch.ones(C, C, dtype=torch.bool).tril()
+        A = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0)
+        o = qc @ S + A @ vc
+        return o.reshape(B, H, N * C, -1)[:, :, :T]
+    lg = la if la.dim() == 4 else la[..., None]                   # (B, H, T, 1 or D)
+    q, k, v, beta, lg = pad_to_chunks(C, q, k, v, beta, lg)
     N = q.shape[2] // C
     qc, kc = q.reshape(B, H, N, C, D), k.reshape(B, H, N, C, D)
-    vc = (v * beta[..., None]).reshape(B, H, N, C, v.shape[-1])
-    kv = kc.transpose(-1, -2) @ vc                                # (B, H, N, D, Dv)
-    S = kv.cumsum(2) - kv                                         # state before each chunk
-    mask = torch.ones(C, C, dtype=torch.bool).tril()
-    A = (qc @ kc.transpose(-1, -2)).masked_fill(~mask, 0)
-    o = qc @ S + A @ vc
-    return o.reshape(B, H, N * C, -1)[:, :, :T]
+    vc = (v * beta[..., None]).reshape(B, H, N, C, Dv)
+    G = lg.reshape(B, H, N, C, lg.shape[-1]).cumsum(3)            # log decay since chunk start
+    incl = torch.ones(C, C, dtype=torch.bool).tril()
+    # e^{G_i − G_j} for i ≥ j taken pairwise (never e^{−G} alone, which overflows for strong
+    # gates): (B, H, N, C, C, 1 or D)
+    dec = (G[..., :, None, :] - G[..., None, :, :]).masked_fill(~incl[..., None], -math.inf).exp()
+    A = (qc[..., :, None, :] * kc[..., None, :, :] * dec).sum(-1)  # (B, H, N, C, C)
+    qg = qc * G.exp()                                              # reads the chunk's start state
+    kw = kc * (G[..., -1:, :] - G).exp()                           # writes decayed to its end
+    last = G[..., -1, :].exp()                                     # (B, H, N, 1 or D)
+    S = q.new_zeros(B, H, D, Dv)
+    outs = []
+    for n in range(N):
+        outs.append(qg[:, :, n] @ S + A[:, :, n] @ vc[:, :, n])
+        S = last[:, :, n, :, None] * S + kw[:, :, n].transpose(-1, -2) @ vc[:, :, n]
+    return torch.stack(outs, 2).reshape(B, H, N * C, Dv)[:, :, :T]
 
 
 def delta_chunk(q, k, v, beta, la, C):
@@ -143,6 +176,9 @@ def la_loop(q, k, v, beta, la):
     S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
     out = []
     for t in range(q.shape[2]):
+        if la is not None:
+            a = la[:, :, t].exp()
+            S = S * (a[..., None, None] if a.dim() == 2 else a[..., None])
         S = S + (beta[:, :, t, None] * k[:, :, t])[..., None] * v[:, :, t, None, :]
         out.append((q[:, :, t, None, :] @ S).squeeze(-2))
     return torch.stack(out, 2)
@@ -160,6 +196,71 @@ def delta_loop(q, k, v, beta, la):
     return torch.stack(out, 2)
 
 
+TTT_LN_EPS = 1e-6  # the layer norm inside TTT-Linear's fast-weight model (docs/math.md §2)
+
+
+def ln_plain(h):
+    """LN without affine part, biased variance: (x̂, 1/σ)."""
+    mu = h.mean(-1, keepdim=True)
+    rs = torch.rsqrt((h - mu).pow(2).mean(-1, keepdim=True) + TTT_LN_EPS)
+    return (h - mu) * rs, rs
+
+
+def ttt_linear_dual(q, k, v, beta, W0, b0, bs, inverse):
+    """TTT-Linear (docs/math.md §1, §2, §5.4): f(W, b; x) = x + LN(x W + b), loss
+    ½‖f(k) − v‖², mini-batch SGD over blocks of bs tokens with every gradient at the block's
+    start weights, update_then_apply, token i of a block reading with β/(i + 1) (inverse) or β.
+    Dual form per block: dh = LN'(k W + b)ᵀ (f(k) − v), the read-out pre-activation
+    z_i = q_i W + b − Σ_{s ≤ i} c_i (q_i·k_s + 1) β_s dh_s (c_i = 1/(i+1) or 1), o_i = q_i + LN(z_i);
+    the block's last step becomes the next start. q, k, v (B, H, T, D), beta (B, H, T),
+    W0 (H, D, D), b0 (H, D)."""
+    B, H, T, D = q.shape
+    W = W0[None].expand(B, H, D, D)
+    b = b0[None, :, None, :].expand(B, H, 1, D)
+    outs = []
+    for t0 in range(0, T, bs):
+        n = min(bs, T - t0)
+        qb, kb, vb = q[:, :, t0:t0 + n], k[:, :, t0:t0 + n], v[:, :, t0:t0 + n]
+        xh, rs = ln_plain(kb @ W + b)
+        dz = xh + kb - vb                                            # ∂ℓ/∂f
+        dh = rs * (dz - dz.mean(-1, keepdim=True) - xh * (dz * xh).mean(-1, keepdim=True))
+        g = beta[:, :, t0:t0 + n, None] * dh                         # β_s dh_s
+        c = (1.0 / torch.arange(1, n + 1, dtype=q.dtype) if inverse
+             else torch.ones(n, dtype=q.dtype))[:, None]             # (n, 1)
+        M = torch.ones(n, n, dtype=torch.bool).tril()
+        A = (qb @ kb.transpose(-1, -2) + 1).masked_fill(~M, 0)
+        z = qb @ W + b - c * (A @ g)
+        outs.append(qb + ln_plain(z)[0])
+        W = W - c[-1] * kb.transpose(-1, -2) @ g
+        b = b - c[-1] * g.sum(-2, keepdim=True)
+    return torch.cat(outs, 2)
+
+
+def ttt_linear_loop(q, k, v, beta, W0, b0, bs, inverse):
+    """The same, token by token in the primal form, the inner gradients from autograd."""
+    B, H, T, D = q.shape
+    out = torch.empty_like(q)
+    for bi in range(B):
+        for h in range(H):
+            W, b = W0[h].clone(), b0[h].clone()
+            for t0 in range(0, T, bs):
+                n = min(bs, T - t0)
+                gW, gb = torch.zeros_like(W), torch.zeros_like(b)
+                for i in range(n):
+                    t = t0 + i
+                    Wr = W.detach().clone().requires_grad_(True)
+                    br = b.detach().clone().requires_grad_(True)
+                    x = k[bi, h, t]
+                    loss = 0.5 * (x + ln_plain(x @ Wr + br)[0] - v[bi, h, t]).pow(2).sum()
+                    dW, db = torch.autograd.grad(loss, (Wr, br))
+                    gW, gb = gW + beta[bi, h, t] * dW, gb + beta[bi, h, t] * db
+                    c = 1.0 / (i + 1) if inverse else 1.0
+                    out[bi, h, t] = q[bi, h, t] + ln_plain(q[bi, h, t] @ (W - c * gW)
+                                                           + (b - c * gb))[0]
+                W, b = W - c * gW, b - c * gb
+    return out
+
+
 def self_check():
     """The chunkwise implementations above against the recurrences, float64, T not a multiple
     of C (padding) and C = 1 and C ≥ T (the two extremes)."""
@@ -170,11 +271,21 @@ def self_check():
     v = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
     beta = torch.rand(B, H, T, generator=g, dtype=torch.float64)
     la = -0.1 * torch.rand(B, H, T, generator=g, dtype=torch.float64)
+    # per key dimension, some strong (α down to e^{−3}: the pairwise exponentials must not
+    # overflow)
+    lv = -3.0 * torch.rand(B, H, T, D, generator=g, dtype=torch.float64) ** 4
     for C in (1, 8, 64):
-        for chunk, loop, gate in ((la_chunk, la_loop, None), (delta_chunk, delta_loop, None),
+        for chunk, loop, gate in ((la_chunk, la_loop, None), (la_chunk, la_loop, la),
+                                  (la_chunk, la_loop, lv), (delta_chunk, delta_loop, None),
                                   (delta_chunk, delta_loop, la)):
             err = (chunk(q, k, v, beta, gate, C) - loop(q, k, v, beta, gate)).abs().max().item()
             assert err < 1e-10, f"{chunk.__name__} C={C} gate={gate is not None}: {err}"
+    W0 = 0.3 * torch.randn(H, D, D, generator=g, dtype=torch.float64)
+    b0 = 0.1 * torch.randn(H, D, generator=g, dtype=torch.float64)
+    for bs, inverse in ((1, False), (8, True), (16, False), (64, True)):
+        err = (ttt_linear_dual(q, k, v, beta, W0, b0, bs, inverse) -
+               ttt_linear_loop(q, k, v, beta, W0, b0, bs, inverse)).abs().max().item()
+        assert err < 1e-10, f"ttt_linear_dual bs={bs} inverse={inverse}: {err}"
 
 # ---------------------------------------------------------------- the model
 
@@ -191,65 +302,178 @@ def conv_silu(x, w):
     return F.silu(y.transpose(1, 2))
 
 
+# Every model.* / layer.* key of the dump's metadata the twin knows, with the values it
+# implements (None: any value). A key it does not know — an option added to ttt after this twin
+# was written — is refused whatever its value: the twin must be taught what it means first.
+KNOWN = {
+    "model.mixer": ("ttt", "softmax"), "model.d_model": None, "model.layers": None,
+    "model.heads": None, "model.head_dim": None, "model.mlp": None, "model.norm": ("rms", "layer"),
+    "model.norm_eps": None, "model.positions": ("none", "learned"), "model.max_len": None,
+    "model.conv": None, "model.qk_norm": ("true", "false"), "model.eta": ("true", "false", "dt"),
+    "model.gate": ("none", "constant", "scalar", "vector", "multiscale"),
+    "model.out_norm": ("true", "false"), "model.out_gate": ("true", "false"),
+    "model.learn_init": ("true", "false"), "model.init_std": None, "model.dt_min": None,
+    "model.dt_max": None, "model.rope_base": None,
+}
+KNOWN_TTT = {
+    "layer.preset": None, "layer.form": None, "layer.chunk": None,
+    "layer.model": ("linear", "ttt_linear"), "layer.loss": ("dot", "squared", "recon"),
+    "layer.mini_batch": None, "layer.order": ("update_then_apply",), "layer.steps": None,
+    "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd",),
+    "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
+    "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
+    "layer.rope": ("false",), "layer.rope_base": None, "layer.normalize": ("none",),
+}
+
+
+def decays(name, shape):
+    """The twin's own rule for AdamW's weight decay (docs/training.md "Training parity with
+    PyTorch"): the matrices that multiply activations (embedding, positions, projections, head)
+    decay; convolution kernels, norm gains, biases, gate constants and the learned initial fast
+    weights do not. Checked against the
+    flags in the dump, so that a change of ttt's groups fails the comparison rather than being
+    copied."""
+    return len(shape) == 2 and ".conv_" not in name and ".w0_" not in name
+
+
 class Config:
     """The resolved `model.*` / `layer.*` values from the dump's metadata; refuses what the
     PyTorch side does not implement."""
 
     def __init__(self, meta):
         self.meta = meta
+        bad = []
+        self.mixer = meta.get("model.mixer", "ttt")
+        known = dict(KNOWN, **(KNOWN_TTT if self.mixer == "ttt" else {}))
+        for key, val in meta.items():
+            if not key.startswith(("model.", "layer.")):
+                continue
+            if key not in known:
+                if self.mixer == "ttt" or key.startswith("model."):
+                    bad.append(f"{key} = {val} (an option this twin does not know)")
+            elif known[key] is not None and val not in known[key]:
+                bad.append(f"{key} = {val} (need {' or '.join(known[key])})")
         self.d = int(meta["model.d_model"])
         self.layers = int(meta["model.layers"])
         self.H = int(meta["model.heads"])
         self.D = int(meta["resolved.head_dim"])
+        self.mlp = int(meta["model.mlp"])
+        self.layernorm = meta["model.norm"] == "layer"
+        self.positions = meta["model.positions"]
         self.conv = int(meta["model.conv"])
         self.act = meta.get("model.act", "silu")
         self.eps = float(meta["model.norm_eps"])
         self.qk_norm = meta["model.qk_norm"] == "true"
-        self.eta = meta["model.eta"] == "true"
+        self.eta = meta["model.eta"]
         self.gate = meta["model.gate"]
         self.out_norm = meta["model.out_norm"] == "true"
         self.out_gate = meta["model.out_gate"] == "true"
-        self.theta = float(meta["resolved.theta"])
-        self.scale = float(meta["layer.scale"])
-        self.chunk = int(meta["resolved.chunk"])
-        self.form = meta["resolved.form"]
-        fam = (meta["layer.model"], meta["layer.loss"])
-        need = {
-            "model.mixer": "ttt", "model.mlp": "0", "model.norm": "rms", "model.positions": "none",
-            "model.learn_init": "false", "layer.normalize": "none", "layer.rope": "false",
-            "layer.mini_batch": "1", "layer.order": "update_then_apply",
-            "layer.optimizer.name": "sgd", "resolved.form": "chunkwise",
-        }
-        bad = [f"{k} = {meta.get(k)} (need {v})" for k, v in need.items() if meta.get(k) != v]
+        self.layer = None
         if (self.act == "silu") != (self.conv > 0):
             bad.append(f"model.act = {self.act} with model.conv = {self.conv} (here: SiLU exactly "
                        "when there is a convolution)")
-        if fam == ("linear", "dot"):
-            self.layer = la_chunk
-            if self.gate != "none":
-                bad.append(f"model.gate = {self.gate} (linear attention: only none here)")
-        elif fam == ("linear", "squared"):
-            self.layer = delta_chunk
-            if self.gate not in ("none", "scalar"):
-                bad.append(f"model.gate = {self.gate} (delta rule: none or scalar here)")
-            if self.gate == "none" and float(meta["layer.optimizer.decay"]) != 1.0:
-                bad.append("a constant decay without per-token gates")
-        else:
-            bad.append(f"layer model/loss = {fam} (linear + dot or squared here)")
-        if meta["model.eta"] not in ("true", "false"):
-            bad.append(f"model.eta = {meta['model.eta']}")
+        if self.mixer == "ttt":
+            self.theta = float(meta["resolved.theta"])
+            self.scale = float(meta["layer.scale"])
+            self.decay = float(meta["layer.optimizer.decay"])
+            self.chunk = int(meta["resolved.chunk"]) or 16
+            fam = (meta["layer.model"], meta["layer.loss"])
+            gated = self.gate in ("scalar", "vector", "multiscale", "constant") or \
+                self.decay != 1.0
+            self.learn_init = meta["model.learn_init"] == "true"
+            self.mini_batch = int(meta["layer.mini_batch"])
+            self.inverse = meta["layer.position_scale"] == "inverse"
+            if fam[0] == "linear":
+                if self.learn_init:
+                    bad.append("model.learn_init = true with the linear model (zeros here)")
+                if self.mini_batch != 1 or self.inverse:
+                    bad.append("layer.mini_batch ≠ 1 or position_scale inverse with the linear "
+                               "model")
+            if fam[0] == "ttt_linear":
+                self.layer = "ttt_linear"
+                if fam[1] not in ("recon", "squared"):
+                    bad.append(f"layer.loss = {fam[1]} with ttt_linear (recon or squared here)")
+                if gated:
+                    bad.append("forget gates with ttt_linear (none here)")
+                if not self.learn_init:
+                    bad.append("model.learn_init = false with ttt_linear (its initial weights "
+                               "come from the layer's own stream, not the dump)")
+            elif fam == ("linear", "dot"):
+                self.layer = la_chunk
+            elif fam == ("linear", "squared"):
+                self.layer = delta_chunk
+                if self.gate == "vector":
+                    bad.append("model.gate = vector with the delta rule (scalar gates only here)")
+                if gated and meta["layer.optimizer.decay_placement"] != "coupled":
+                    bad.append("a gated delta rule with decay_placement = "
+                               f"{meta['layer.optimizer.decay_placement']} (coupled only here)")
+            else:
+                bad.append(f"layer model/loss = {fam[0]}/{fam[1]}")
         if bad:
             raise SystemExit("compare_torch_train: not implemented on the PyTorch side: " +
                              "; ".join(bad))
+
+    def describe(self):
+        if self.mixer == "softmax":
+            return "softmax"
+        return self.meta.get("layer.preset", "custom")
+
+
+def norm(cfg, P, name, x):
+    """The block norms: RMSNorm or LayerNorm (learned gain, LayerNorm's bias "<name>.b")."""
+    if cfg.layernorm:
+        return F.layer_norm(x, x.shape[-1:], P[name], P[name + ".b"], cfg.eps)
+    return rmsnorm(x, P[name], cfg.eps)
+
+
+def mixer_ttt(cfg, p, h, q, k, v, T):
+    """The TTT mixer's inputs to the layer (src/train/seqmodel.h) and the layer: β, log α."""
+    B, H = h.shape[0], cfg.H
+    if cfg.scale != 1.0:
+        q = q * cfg.scale
+    dt = None
+    if cfg.gate == "scalar":                     # log α = −exp(a_log) · softplus(h W_a + dt_bias)
+        dt = F.softplus(h @ p("mixer.w_a") + p("mixer.dt_bias"))
+    if cfg.eta == "true":                        # β = θ · sigmoid(h W_η + b_η)
+        beta = cfg.theta * torch.sigmoid(h @ p("mixer.w_eta") + p("mixer.b_eta"))
+        beta = beta.transpose(1, 2)                                 # (B, H, T)
+    elif cfg.eta == "dt":                        # β = θ · dt (Mamba2's x_t Δ_t write)
+        beta = cfg.theta * dt.transpose(1, 2)
+    else:
+        beta = q.new_full((B, H, T), cfg.theta)
+    la = None
+    if cfg.gate == "scalar":
+        la = (-p("mixer.a_log").exp() * dt).transpose(1, 2)        # (B, H, T)
+    elif cfg.gate == "vector":                   # GLA: log α = logsigmoid(h W_a + b_a) / 16
+        la = F.logsigmoid(h @ p("mixer.w_a") + p("mixer.b_a")) / 16
+        la = la.reshape(B, T, H, cfg.D).transpose(1, 2)             # (B, H, T, D)
+    elif cfg.gate == "multiscale":               # RetNet: γ_h = 1 − 2^(−5−h), nothing learned
+        g = torch.tensor([math.log1p(-2.0 ** (-5 - i)) for i in range(H)], dtype=q.dtype)
+        la = g[None, :, None].expand(B, H, T)
+    elif cfg.decay != 1.0:                       # the tuple's constant decay (gate constant/none)
+        la = q.new_full((B, H, T), math.log(cfg.decay))
+    if cfg.layer == "ttt_linear":                # learned initial fast weights, one set per head
+        return ttt_linear_dual(q, k, v, beta, p("mixer.w0_0"), p("mixer.w0_1"), cfg.mini_batch,
+                               cfg.inverse)
+    return cfg.layer(q, k, v, beta, la, cfg.chunk)
+
+
+def mixer_softmax(cfg, q, k, v, T):
+    """Causal softmax attention per head (docs/math.md §4's quadratic baseline)."""
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.D)
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(s, -1) @ v
 
 
 def forward_loss(cfg, P, tokens, labels):
     B, T = tokens.shape
     H, D = cfg.H, cfg.D
     x = F.embedding(tokens, P["embed"])
+    if cfg.positions == "learned":
+        x = x + P["pos"][:T]
     for l in range(cfg.layers):
         p = lambda n: P[f"layer{l}.{n}"]  # noqa: E731
-        h = rmsnorm(x, p("norm1"), cfg.eps)
+        h = norm(cfg, P, f"layer{l}.norm1", x)
         qkv = []
         for n in "qkv":
             y = h @ p(f"mixer.w{n}")
@@ -260,25 +484,20 @@ def forward_loss(cfg, P, tokens, labels):
         if cfg.qk_norm:
             q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
             k = k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
-        if cfg.scale != 1.0:
-            q = q * cfg.scale
-        if cfg.eta:
-            beta = cfg.theta * torch.sigmoid(h @ p("mixer.w_eta") + p("mixer.b_eta"))
-            beta = beta.transpose(1, 2)                             # (B, H, T)
+        if cfg.mixer == "ttt":
+            o = mixer_ttt(cfg, p, h, q, k, v, T)                    # (B, H, T, D)
         else:
-            beta = q.new_full((B, H, T), cfg.theta)
-        la = None
-        if cfg.gate == "scalar":
-            la = -p("mixer.a_log").exp() * F.softplus(h @ p("mixer.w_a") + p("mixer.dt_bias"))
-            la = la.transpose(1, 2)
-        o = cfg.layer(q, k, v, beta, la, cfg.chunk)                 # (B, H, T, D)
+            o = mixer_softmax(cfg, q, k, v, T)
         if cfg.out_norm:
             o = rmsnorm(o, p("mixer.onorm"), cfg.eps)
         o = o.transpose(1, 2).reshape(B, T, H * D)
         if cfg.out_gate:
             o = o * F.silu(h @ p("mixer.w_g"))
         x = x + o @ p("mixer.wo")
-    logits = rmsnorm(x, P["norm_f"], cfg.eps) @ P["head"]
+        if cfg.mlp > 0:
+            u = norm(cfg, P, f"layer{l}.norm2", x)
+            x = x + F.gelu(u @ p("mlp.w1"), approximate="tanh") @ p("mlp.w2")
+    logits = norm(cfg, P, "norm_f", x) @ P["head"]
     return F.cross_entropy(logits.reshape(B * T, -1), labels.reshape(-1), ignore_index=-1)
 
 
@@ -286,6 +505,9 @@ def gradients(cfg, params, tokens, labels, dtype):
     P = {n: torch.tensor(a, dtype=dtype, requires_grad=True) for n, a in params.items()}
     loss = forward_loss(cfg, P, tokens, labels)
     loss.backward()
+    unused = [n for n, t in P.items() if t.grad is None]
+    if unused:
+        raise SystemExit(f"compare_torch_train: the twin does not use {', '.join(unused)}")
     return loss.item(), {n: t.grad.double().numpy() for n, t in P.items()}
 
 
@@ -328,6 +550,17 @@ def time_torch(cfg, params, decay, tokens, labels, meta, threads, repeats):
 # ---------------------------------------------------------------- ttt
 
 
+def layer_section(preset, chunk):
+    """The `layer:` of a preset: the chunkwise form with chunk C where the preset has one (the
+    linear-attention and delta-rule families); ttt_linear's own form; `softmax` = softmax
+    attention."""
+    if preset == "softmax":
+        return "{mixer: softmax}"
+    if preset == "ttt_linear":
+        return "{preset: ttt_linear}"
+    return f"{{preset: {preset}, form: chunkwise, chunk: {chunk}}}"
+
+
 def run_ttt(a, wd, preset, chunk):
     y = os.path.join(wd, f"{preset}_{chunk}.yaml")
     out = os.path.join(wd, f"{preset}_{chunk}")
@@ -337,7 +570,7 @@ seed: {a.seed}
 task: {{kind: benchmark, measure: train_step, threads: [{a.threads}], repeats: {a.repeats},
         dump: true, seq_len: [{a.seq_len}], vocab: {a.vocab}, pairs: {a.pairs}}}
 model: {{d_model: {a.d_model}, layers: {a.layers}, heads: {a.heads}, mlp: 0, conv: 4}}
-layer: {{preset: {preset}, form: chunkwise, chunk: {chunk}}}
+layer: {layer_section(preset, chunk)}
 train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
 """)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -356,7 +589,9 @@ train: {{batch: {a.batch}, lr: 3e-3, warmup: 50, weight_decay: 0.1, clip: 1.0}}
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ttt", default="build/ttt", help="the ttt program")
-    ap.add_argument("--presets", default="linear_attention,deltanet,gated_deltanet")
+    ap.add_argument("--presets", default="linear_attention,deltanet,gated_deltanet",
+                    help="presets, and softmax (any of linear_attention, retnet, mamba2, gla, "
+                         "deltanet, gated_deltanet, ttt_linear, softmax)")
     ap.add_argument("--chunks", default="16,64", help="chunk sizes C")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=20, help="timed steps (after one warm-up)")
