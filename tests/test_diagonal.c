@@ -7,9 +7,10 @@
  *         definitions, through a loss L = Σ R ⊙ output with fixed random R, for the recurrent and
  *         the scan path;
  *   (iv)  the ring initialization puts |λ| in [r_min, r_max] and the phase in [0, θ_max];
- *   (v)   RetNet with RoPE = the complex diagonal recurrence with eigenvalues γe^{iω_j} (§8.3);
- *   (vi)  the LRU layer and Mamba's block (blocks.c): directional derivatives of every weight
- *         against finite differences, and the S4D-real and dt initializations.
+ *   (v)   RetNet with RoPE = the complex diagonal recurrence with eigenvalues γe^{iω_j} (docs/math.md §8.3);
+ *   (vi)  the LRU layer and Mamba's block (blocks.c): their forward against float64 compositions
+ *         written from the papers, directional derivatives of every weight against finite
+ *         differences, and the S4D-real and dt initializations.
  *
  * Tolerances (|got − want| ≤ atol + rtol·max|want|):
  *   FWD_RTOL 2e-5 for (i), (ii): float32 against float64 / against another float32 order; the
@@ -486,6 +487,100 @@ START_TEST(test_mamba_init) {
 }
 END_TEST
 
+/* The blocks' forward against float64 compositions written here from docs/math.md §8.1–§8.2
+ * (tolerance FWD_RTOL as above: a few float32 products and the scan). */
+static double silu_d(double x) { return x / (1 + exp(-x)); }
+
+START_TEST(test_blocks_forward_reference) {
+    tu_fixture f;
+    tu_fx_init(&f, 54);
+    ttt_ctx *c = &f.ctx;
+    const int B = 2, T = 9, d = 3, di = 5, N = 4, r = 2, K = 4, n = 3;
+    /* Mamba: weights as in test_mamba_block_gradients */
+    ttt_tensor *w[8] = {ttt_tensor_2d(c, d, 2 * di), ttt_tensor_2d(c, K, di), ttt_tensor_1d(c, di),
+                        ttt_tensor_2d(c, di, r + 2 * N), ttt_tensor_2d(c, r, di),
+                        ttt_tensor_1d(c, di), ttt_tensor_2d(c, di, N), ttt_tensor_1d(c, di)};
+    for (int i = 0; i < 8; i++) ttt_rng_fill_normal(&f.rng, w[i]->data, w[i]->n, 0, 0.5f);
+    ttt_mamba_init_a_log(w[6]->data, di, N);
+    ttt_tensor *x = ttt_tensor_2d(c, B * T, d);
+    ttt_rng_fill_normal(&f.rng, x->data, x->n, 0, 1);
+    ttt_tensor *y = mamba_fn(c, w, x, B, T);
+    double *want = calloc((size_t)B * T * di, sizeof(double));
+    for (int b = 0; b < B; b++) {
+        double xz[9][10], xc[9][5], h[5][4] = {{0}};
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < 2 * di; j++) {
+                xz[t][j] = 0;
+                for (int i = 0; i < d; i++)
+                    xz[t][j] += (double)x->data[(b * T + t) * d + i] * w[0]->data[i * 2 * di + j];
+            }
+        for (int t = 0; t < T; t++) /* causal depthwise conv (j = 0: this token), SiLU */
+            for (int ch = 0; ch < di; ch++) {
+                double s = w[2]->data[ch];
+                for (int j = 0; j < K && j <= t; j++) s += w[1]->data[j * di + ch] * xz[t - j][ch];
+                xc[t][ch] = silu_d(s);
+            }
+        for (int t = 0; t < T; t++) {
+            double xd[10];
+            for (int j = 0; j < r + 2 * N; j++) {
+                xd[j] = 0;
+                for (int ch = 0; ch < di; ch++) xd[j] += xc[t][ch] * w[3]->data[ch * (r + 2 * N) + j];
+            }
+            for (int ch = 0; ch < di; ch++) {
+                double a = w[5]->data[ch];
+                for (int j = 0; j < r; j++) a += xd[j] * w[4]->data[j * di + ch];
+                const double dt = log1p(exp(a)); /* softplus */
+                double yt = w[7]->data[ch] * xc[t][ch];
+                for (int k = 0; k < N; k++) {
+                    const double A = -exp(w[6]->data[ch * N + k]);
+                    h[ch][k] = exp(dt * A) * h[ch][k] + dt * xd[r + k] * xc[t][ch];
+                    yt += xd[r + N + k] * h[ch][k];
+                }
+                want[(b * T + t) * di + ch] = yt * silu_d(xz[t][di + ch]);
+            }
+        }
+    }
+    TU_ASSERT_CLOSE(y->data, want, y->n, FWD_ATOL, FWD_RTOL);
+    free(want);
+    /* LRU: y = Re(C h) + D ⊙ x with u = x W_B in halves [Re | Im] */
+    ttt_tensor *lw[5] = {ttt_tensor_2d(c, d, 2 * n), ttt_tensor_1d(c, n), ttt_tensor_1d(c, n),
+                         ttt_tensor_2d(c, 2 * n, d), ttt_tensor_1d(c, d)};
+    ttt_rng_fill_normal(&f.rng, lw[0]->data, lw[0]->n, 0, 0.5f);
+    ttt_lru_init_ring(lw[1]->data, lw[2]->data, n, 0.5f, 0.95f, 3.0f, &f.rng);
+    ttt_rng_fill_normal(&f.rng, lw[3]->data, lw[3]->n, 0, 0.5f);
+    ttt_rng_fill_normal(&f.rng, lw[4]->data, lw[4]->n, 0, 1);
+    ttt_tensor *yl = lru_fn(c, lw, x, B, T);
+    want = calloc((size_t)B * T * d, sizeof(double));
+    for (int b = 0; b < B; b++) {
+        double hr[3] = {0}, hi[3] = {0};
+        for (int t = 0; t < T; t++) {
+            const float *xt = x->data + (b * T + t) * d;
+            for (int j = 0; j < n; j++) {
+                const double rr = exp(-exp(lw[1]->data[j])), ph = exp(lw[2]->data[j]);
+                const double g = sqrt(1 - rr * rr);
+                double ur = 0, ui = 0;
+                for (int i = 0; i < d; i++) {
+                    ur += xt[i] * lw[0]->data[i * 2 * n + j];
+                    ui += xt[i] * lw[0]->data[i * 2 * n + n + j];
+                }
+                const double a = rr * cos(ph) * hr[j] - rr * sin(ph) * hi[j] + g * ur;
+                const double bb = rr * cos(ph) * hi[j] + rr * sin(ph) * hr[j] + g * ui;
+                hr[j] = a, hi[j] = bb;
+            }
+            for (int o = 0; o < d; o++) {
+                double s = lw[4]->data[o] * xt[o];
+                for (int j = 0; j < n; j++)
+                    s += hr[j] * lw[3]->data[j * d + o] + hi[j] * lw[3]->data[(n + j) * d + o];
+                want[(b * T + t) * d + o] = s;
+            }
+        }
+    }
+    TU_ASSERT_CLOSE(yl->data, want, yl->n, FWD_ATOL, FWD_RTOL);
+    free(want);
+    tu_fx_free(&f);
+}
+END_TEST
+
 static Suite *diagonal_suite(void) {
     Suite *s = suite_create("diagonal");
     TCase *tc = tcase_create("diagonal");
@@ -499,6 +594,7 @@ static Suite *diagonal_suite(void) {
     tcase_add_test(tc, test_lru_block_gradients);
     tcase_add_test(tc, test_mamba_block_gradients);
     tcase_add_test(tc, test_mamba_init);
+    tcase_add_test(tc, test_blocks_forward_reference);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -10,6 +10,7 @@
 
 #include "autograd.h"
 #include "diagonal.h"
+#include "fastexp.h"
 #include "scan.h"
 
 /* ---- LRU ---- */
@@ -148,7 +149,10 @@ void ttt_lru_init_ring(float *nu, float *theta, int n, float r_min, float r_max,
 /* ---- Mamba(1) selective scan ---- */
 
 /* The recurrence over tokens [t0, t1) from state h (d, N), updated in place; y_t written (without
- * D ⊙ x) unless y is NULL. */
+ * D ⊙ x) unless y is NULL. exp(Δ A) by fastexp.h (≤ 2 ulp, vectorized over the N states): with
+ * libm's scalar expf the exponentials were most of the kernel's time. */
+#define SS_NMAX 64 /* states per group of exponentials (stack buffer) */
+
 static void ss_run(float *y, float *h, const float *x, const float *delta, const float *A,
                    const float *B, const float *C, int t0, int t1, int d, int N) {
     for (int t = t0; t < t1; t++) {
@@ -157,12 +161,17 @@ static void ss_run(float *y, float *h, const float *x, const float *delta, const
         for (int i = 0; i < d; i++) {
             float *hi = h + (size_t)i * N;
             const float *Ai = A + (size_t)i * N;
-            const float dx = dt[i] * xt[i];
-            float acc = 0;
-            for (int k = 0; k < N; k++) {
-                hi[k] = expf(dt[i] * Ai[k]) * hi[k] + dx * Bt[k];
-                acc += Ct[k] * hi[k];
+            const float dx = dt[i] * xt[i], di = dt[i];
+            /* three loops rather than one: the first two vectorize (the read-out's float sum
+             * would not, and would keep the exponentials scalar with it) */
+            float e[SS_NMAX];
+            for (int k0 = 0; k0 < N; k0 += SS_NMAX) {
+                const int nk = N - k0 < SS_NMAX ? N - k0 : SS_NMAX;
+                for (int k = 0; k < nk; k++) e[k] = ttt_fast_expf(di * Ai[k0 + k]);
+                for (int k = 0; k < nk; k++) hi[k0 + k] = e[k] * hi[k0 + k] + dx * Bt[k0 + k];
             }
+            float acc = 0;
+            for (int k = 0; k < N; k++) acc += Ct[k] * hi[k];
             if (y) y[(size_t)t * d + i] = acc;
         }
     }
@@ -224,8 +233,13 @@ void ttt_selective_scan(ttt_ctx *ctx, float *y, float *h, const float *x, const 
                 for (int t = t0; t < t1; t++) {
                     cum += delta[(size_t)t * d + i];
                     const float *Ct = C + (size_t)t * N;
-                    float acc = 0;
-                    for (int k = 0; k < N; k++) acc += Ct[k] * expf(cum * Ai[k]) * Si[k];
+                    float acc = 0, e[SS_NMAX]; /* exponentials vectorized, as in ss_run */
+                    for (int k0 = 0; k0 < N; k0 += SS_NMAX) {
+                        const int nk = N - k0 < SS_NMAX ? N - k0 : SS_NMAX;
+                        for (int k = 0; k < nk; k++)
+                            e[k] = Ct[k0 + k] * ttt_fast_expf(cum * Ai[k0 + k]) * Si[k0 + k];
+                        for (int k = 0; k < nk; k++) acc += e[k];
+                    }
                     y[(size_t)t * d + i] += acc;
                 }
             }

@@ -844,9 +844,10 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, in
 /* ---- measure: selective_scan ---- */
 
 /* One timing of Mamba(1)'s selective scan over H sequences of (T, d) with state N, on `nt`
- * threads given to each call (blocks: 1 = the recurrence). Best of `repeats` samples. */
+ * threads given to each call (blocks: 1 = the recurrence): wall seconds per call, best of
+ * `repeats` samples, and the least CPU seconds (all threads) in *cpu. */
 static double bench_ss_time(ttt_ctx *ctx, float *const *in, int H, int T, int d, int N,
-                            int blocks, int nt, int repeats) {
+                            int blocks, int nt, int repeats, double *cpu) {
     const size_t td = (size_t)T * d;
     float *x = in[0], *dl = in[1], *A = in[2], *B = in[3], *C = in[4], *D = in[5], *y = in[6];
     float *h = in[7];
@@ -858,8 +859,9 @@ static double bench_ss_time(ttt_ctx *ctx, float *const *in, int H, int T, int d,
 #endif
     double best = INFINITY;
     long calls = 1;
+    *cpu = INFINITY;
     for (int r = -1; r < repeats; r++) { /* r = −1: warm-up and calibration */
-        const double t0 = ttt_now();
+        const double t0 = ttt_now(), c0 = cpu_now();
         for (long c = 0; c < calls; c++)
             for (int hh = 0; hh < H; hh++) {
                 memset(h, 0, sizeof(float) * (size_t)d * N);
@@ -867,9 +869,13 @@ static double bench_ss_time(ttt_ctx *ctx, float *const *in, int H, int T, int d,
                                    B + (size_t)hh * T * N, C + (size_t)hh * T * N, D, T, d, N,
                                    blocks);
             }
-        const double dt = (ttt_now() - t0) / calls;
-        if (r < 0) calls = (long)(BENCH_MIN_SAMPLE_SECONDS / (dt + 1e-9)) + 1;
-        else if (dt < best) best = dt;
+        const double dt = (ttt_now() - t0) / calls, dc = (cpu_now() - c0) / calls;
+        if (r < 0) {
+            calls = (long)(BENCH_MIN_SAMPLE_SECONDS / (dt + 1e-9)) + 1;
+        } else {
+            if (dt < best) best = dt;
+            if (dc < *cpu) *cpu = dc;
+        }
     }
 #ifdef _OPENMP
     omp_set_num_threads(prev);
@@ -922,8 +928,9 @@ static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
                     /* the two forms alternate sample sets within one measurement */
                     for (int f = 0; f < 2; f++) {
                         const int blocks = f ? P : 1;
+                        double cpu = NAN;
                         const double secs = bench_ss_time(&ctx, in, H, T, d, N, blocks, nt,
-                                                          bc->repeats);
+                                                          bc->repeats, &cpu);
                         if (nt == 1 && isnan(t1[f])) t1[f] = secs;
                         const double flop = H * ttt_selective_scan_flops(T, d, N, blocks);
                         ttt_record rec;
@@ -944,6 +951,8 @@ static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
                         ttt_record_num(&rec, "tokens_per_s", (double)H * T / secs);
                         ttt_record_num(&rec, "gflop", flop * 1e-9);
                         ttt_record_num(&rec, "gflops", flop / secs * 1e-9);
+                        ttt_record_num(&rec, "cpu_seconds", cpu);
+                        ttt_record_num(&rec, "gflops_cpu", flop / cpu * 1e-9);
                         if (!isnan(t1[f])) ttt_record_num(&rec, "speedup_1t", t1[f] / secs);
                         ttt_results_add(run->results, &rec, 1);
                     }
@@ -1128,7 +1137,7 @@ static const char *const train_step_columns[] = {
 
 static const char *const selective_columns[] = {
     "preset", "form", "blocks", "T", "d_head", "d_state", "heads", "threads", "tokens_per_s",
-    "gflops", "speedup_1t", NULL};
+    "gflops", "cpu_seconds", "gflops_cpu", "speedup_1t", NULL};
 
 static const char *const *benchmark_columns_for(const void *cfg) {
     const bench_cfg *c = cfg;
