@@ -3,8 +3,9 @@
  * diagonal) and S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t, o_t = q_t S_t (gated linear attention),
  * at long T with hard gates (retentions down to e^−30, i.e. the state forgotten within a token,
  * next to retentions 1 − 1e-4), for several block counts, with an initial state; the naive
- * sequential fold of the pairs; the same bits on one and two threads; and the `scan` entry
- * through ttt_layer_forward against `form: recurrent` at T = 3000.
+ * sequential fold of the pairs; the same bits on one and two threads; the `scan` entry
+ * through ttt_layer_forward against `form: recurrent` at T = 3000; and the scan op's backward
+ * against finite differences (test_la_scan_op_gradients, its tolerance stated there).
  *
  * Tolerance: |got − want| ≤ 1e-6 + 2e-5·max|want| (want in float64). The float32 scan rounds each
  * local state, carry and fix-up product once more than the recurrence; with |a| ≤ 1 the errors do
@@ -20,6 +21,7 @@
 #endif
 
 #include "scan.h"
+#include "scan_grad.h"
 #include "testutil.h"
 #include "internal.h"
 
@@ -299,6 +301,97 @@ START_TEST(test_scan_entry_through_layer) {
 }
 END_TEST
 
+/* The scan op's hand-written backward (layers/forms/linear_attention/scan_grad.c) against central
+ * differences of the float64 recurrence, at T = 150 with hard gates (retentions down to e^−30)
+ * and 1, 4 and 64 blocks: every input (q, k, v, β, log α, S_0) of L = Σ R ⊙ [O; S_T]. Tolerance:
+ * FD_RTOL 1e-4 of max|fd| (the float64 difference is exact to ~1e-9; the float32 backward
+ * accumulates ~T·eps ≈ 1e-5 over 150 tokens; measured ~3e-7). */
+#define FD_RTOL 1e-4
+
+static double la_loss(const double *q, const double *k, const double *v, const double *beta,
+                      const double *la, int gk, const double *S0, const float *R, int T, int dk,
+                      int dv) {
+    double S[64], L = 0;
+    for (int i = 0; i < dk * dv; i++) S[i] = S0[i];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < dk; i++) {
+            const double a = gk ? exp(la[t * gk + (gk > 1 ? i : 0)]) : 1.0;
+            for (int j = 0; j < dv; j++)
+                S[i * dv + j] = a * S[i * dv + j] + beta[t] * k[t * dk + i] * v[t * dv + j];
+        }
+        for (int j = 0; j < dv; j++) {
+            double o = 0;
+            for (int i = 0; i < dk; i++) o += q[t * dk + i] * S[i * dv + j];
+            L += R[t * dv + j] * o;
+        }
+    }
+    for (int i = 0; i < dk * dv; i++) L += R[T * dv + i] * S[i];
+    return L;
+}
+
+START_TEST(test_la_scan_op_gradients) {
+    const int T = 150, dk = 4, dv = 3;
+    const int gates[] = {0, 1, dk};
+    for (int g = 0; g < 3; g++)
+        for (int bi = 0; bi < 3; bi++) {
+            const int blocks = bi == 0 ? 1 : bi == 1 ? 4 : 64;
+            tu_tape_fixture fx;
+            tu_tape_fx_init(&fx);
+            ttt_ctx *c = &fx.ctx;
+            ttt_rng rng;
+            ttt_rng_seed(&rng, 70 + (uint64_t)g);
+            const int gk = gates[g];
+            ttt_tensor *P[6] = {ttt_tensor_2d(c, T, dk), ttt_tensor_2d(c, T, dk),
+                                ttt_tensor_2d(c, T, dv), ttt_tensor_1d(c, T),
+                                gk > 1 ? ttt_tensor_2d(c, T, gk) : gk ? ttt_tensor_1d(c, T) : NULL,
+                                ttt_tensor_2d(c, dk, dv)};
+            ttt_rng_fill_normal(&rng, P[0]->data, P[0]->n, 0, 0.5f);
+            ttt_rng_fill_normal(&rng, P[1]->data, P[1]->n, 0, 0.5f);
+            ttt_rng_fill_normal(&rng, P[2]->data, P[2]->n, 0, 1);
+            ttt_rng_fill_uniform(&rng, P[3]->data, P[3]->n, 0.1f, 1.0f);
+            if (P[4]) hard_log_gates(&rng, P[4]->data, P[4]->n);
+            ttt_rng_fill_normal(&rng, P[5]->data, P[5]->n, 0, 1);
+            float *G[6];
+            for (int i = 0; i < 6; i++)
+                if (P[i]) {
+                    G[i] = tu_zalloc(c, P[i]->n * sizeof(float));
+                    ttt_tensor_set_param(P[i], G[i]);
+                }
+            ttt_tensor *Y = ttt_la_scan_op(c, P[0], P[1], P[2], P[3], P[4], gk > 1, P[5], blocks);
+            ttt_tensor *R = ttt_tensor_2d(c, T + dk, dv);
+            ttt_rng_fill_normal(&rng, R->data, R->n, 0, 1);
+            ttt_backward(c, ttt_sum(c, ttt_mul(c, Y, R)));
+            double *D[6] = {0};
+            for (int i = 0; i < 6; i++)
+                if (P[i]) {
+                    D[i] = malloc(sizeof(double) * P[i]->n);
+                    for (size_t j = 0; j < P[i]->n; j++) D[i][j] = P[i]->data[j];
+                }
+            for (int i = 0; i < 6; i++) {
+                if (!P[i]) continue;
+                double *fd = malloc(sizeof(double) * P[i]->n);
+                for (size_t j = 0; j < P[i]->n; j++) {
+                    const double x = D[i][j], h = 1e-6 * fmax(1.0, fabs(x));
+                    D[i][j] = x + h;
+                    const double lp = la_loss(D[0], D[1], D[2], D[3], D[4], gk, D[5], R->data, T,
+                                              dk, dv);
+                    D[i][j] = x - h;
+                    const double lm = la_loss(D[0], D[1], D[2], D[3], D[4], gk, D[5], R->data, T,
+                                              dk, dv);
+                    D[i][j] = x;
+                    fd[j] = (lp - lm) / (2 * h);
+                }
+                char msg[512];
+                ck_assert_msg(tu_close(G[i], fd, P[i]->n, ATOL, FD_RTOL, msg, sizeof msg),
+                              "gate %d, blocks %d, input %d: %s", gk, blocks, i, msg);
+                free(fd);
+            }
+            for (int i = 0; i < 6; i++) free(D[i]);
+            tu_tape_fx_free(&fx);
+        }
+}
+END_TEST
+
 static Suite *scan_suite(void) {
     Suite *s = suite_create("scan");
     TCase *tc = tcase_create("scan");
@@ -309,6 +402,7 @@ static Suite *scan_suite(void) {
     tcase_add_test(tc, test_scan_detects_wrong_carry);
     tcase_add_test(tc, test_scan_same_bits_any_threads);
     tcase_add_test(tc, test_scan_entry_through_layer);
+    tcase_add_test(tc, test_la_scan_op_gradients);
     suite_add_tcase(s, tc);
     return s;
 }

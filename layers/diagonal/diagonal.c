@@ -256,7 +256,9 @@ double ttt_selective_scan_flops(long T, int d, int N, int blocks) {
     return blocks > 1 ? per + 5.0 * (double)T * d * N : per;
 }
 
-/* in: x, Δ, A_log, B, C, D, h0; out y. The states are recomputed (float, as the forward). */
+/* in: x, Δ, A_log, B, C, D, h0; out y. The states are recomputed (float, as the forward), and
+ * exp(Δ A) with the forward's fastexp.h, so the adjoint differentiates exactly what ran; the
+ * per-(t, i) sums over the N states in float, the sums over time of ∂A in double. */
 static void ss_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
     const ttt_tensor *x = e->in[0], *delta = e->in[1], *A_log = e->in[2], *Bt = e->in[3];
     const ttt_tensor *Ct = e->in[4], *Dt = e->in[5], *h0 = e->in[6];
@@ -269,7 +271,7 @@ static void ss_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) 
     float *A = ttt_arena_alloc(ctx->arena, sizeof(float) * dn);
     float *Hs = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)(T + 1) * dn); /* h_{−1..T−1} */
     double *dA = ttt_arena_alloc(ctx->arena, sizeof(double) * dn);
-    double *g = ttt_arena_alloc(ctx->arena, sizeof(double) * dn); /* exp(Δ_{t+1}A) δ_{t+1} */
+    float *g = ttt_arena_alloc(ctx->arena, sizeof(float) * dn); /* exp(Δ_{t+1}A) δ_{t+1} */
     for (size_t j = 0; j < dn; j++) {
         A[j] = -expf(A_log->data[j]);
         Hs[j] = h0 ? h0->data[j] : 0.0f;
@@ -277,35 +279,46 @@ static void ss_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) 
     }
     for (int t = 0; t < T; t++) { /* the states, as the forward computes them */
         memcpy(Hs + (size_t)(t + 1) * dn, Hs + (size_t)t * dn, sizeof(float) * dn);
-        ss_run(NULL, Hs + (size_t)(t + 1) * dn, x->data, delta->data, A,
-               Bt->data, Ct->data, t, t + 1, d, N);
+        ss_run(NULL, Hs + (size_t)(t + 1) * dn, x->data, delta->data, A, Bt->data, Ct->data, t,
+               t + 1, d, N);
     }
     for (int t = T - 1; t >= 0; t--) {
         const float *ht = Hs + (size_t)(t + 1) * dn, *hp = Hs + (size_t)t * dn;
         const float *xt = x->data + (size_t)t * d, *dt = delta->data + (size_t)t * d;
         const float *Bv = Bt->data + (size_t)t * N, *Cv = Ct->data + (size_t)t * N;
         const float *dyt = dy + (size_t)t * d;
+        float *gBt = gB ? gB + (size_t)t * N : NULL, *gCt = gC ? gC + (size_t)t * N : NULL;
         for (int i = 0; i < d; i++) {
-            double gxi = 0, gdi = 0;
-            for (int k = 0; k < N; k++) {
-                const size_t j = (size_t)i * N + k;
-                const double dl = (double)dyt[i] * Cv[k] + g[j]; /* δ_t */
-                const double ex = exp((double)dt[i] * A[j]);
-                if (gC) gC[(size_t)t * N + k] += (float)((double)dyt[i] * ht[j]);
-                gxi += dl * dt[i] * Bv[k];
-                if (gB) gB[(size_t)t * N + k] += (float)(dl * dt[i] * xt[i]);
-                gdi += dl * (A[j] * ex * hp[j] + (double)Bv[k] * xt[i]);
-                dA[j] += dl * dt[i] * ex * hp[j];
-                g[j] = ex * dl;
+            const float dyi = dyt[i], dti = dt[i], xi = xt[i];
+            const float *Ai = A + (size_t)i * N, *hpi = hp + (size_t)i * N;
+            const float *hti = ht + (size_t)i * N;
+            float *gi = g + (size_t)i * N;
+            double *dAi = dA + (size_t)i * N;
+            float gxi = 0, gdi = 0, ex[SS_NMAX], dl[SS_NMAX];
+            for (int k0 = 0; k0 < N; k0 += SS_NMAX) {
+                const int nk = N - k0 < SS_NMAX ? N - k0 : SS_NMAX;
+                for (int k = 0; k < nk; k++) ex[k] = ttt_fast_expf(dti * Ai[k0 + k]);
+                for (int k = 0; k < nk; k++) dl[k] = dyi * Cv[k0 + k] + gi[k0 + k]; /* δ_t */
+                for (int k = 0; k < nk; k++) {
+                    const float eh = ex[k] * hpi[k0 + k];
+                    gxi += dl[k] * Bv[k0 + k];
+                    gdi += dl[k] * (Ai[k0 + k] * eh + Bv[k0 + k] * xi);
+                    dAi[k0 + k] += (double)(dl[k] * dti * eh);
+                    gi[k0 + k] = ex[k] * dl[k];
+                }
+                if (gCt)
+                    for (int k = 0; k < nk; k++) gCt[k0 + k] += dyi * hti[k0 + k];
+                if (gBt)
+                    for (int k = 0; k < nk; k++) gBt[k0 + k] += dl[k] * dti * xi;
             }
-            if (gx) gx[(size_t)t * d + i] += (float)(gxi + (Dt ? (double)dyt[i] * Dt->data[i] : 0.0));
-            if (gdel) gdel[(size_t)t * d + i] += (float)gdi;
-            if (gD) gD[i] += (float)((double)dyt[i] * xt[i]);
+            if (gx) gx[(size_t)t * d + i] += gxi * dti + (Dt ? dyi * Dt->data[i] : 0.0f);
+            if (gdel) gdel[(size_t)t * d + i] += gdi;
+            if (gD) gD[i] += dyi * xi;
         }
     }
     for (size_t j = 0; j < dn; j++) {
         if (gAl) gAl[j] += (float)(dA[j] * A[j]); /* ∂A/∂A_log = A */
-        if (gh0) gh0[j] += (float)g[j];
+        if (gh0) gh0[j] += g[j];
     }
     ttt_arena_release(ctx->arena, m);
 }

@@ -7,9 +7,11 @@
  * chunkwise form parallelizes over heads). */
 #include <math.h>
 
+#include "autograd.h"
 #include "composed.h"
-#include "fused_grad.h"
+#include "ops.h"
 #include "scan.h"
+#include "scan_grad.h"
 
 static const char *scan_available(const ttt_layer *L, const ttt_form_inputs *in) {
     (void)in;
@@ -30,21 +32,17 @@ static ttt_status scan_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     return TTT_OK;
 }
 
-/* Under a tape: the chunkwise math with its hand-written backward (fused) or composed ops, the
- * same differentiable path as the recurrent entry (the gradient of a linear recurrence does not
- * depend on the order its prefix products were taken in). */
+/* Under a tape: one recorded op whose backward is itself a two-level scan backward in time
+ * (scan_grad.c); fused and composed are the same path here. Without a tape, the forward. */
 static ttt_status scan_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_layer_state *st,
                             const ttt_form_args *a, ttt_error *err) {
-    (void)err;
-    const int T = TTT_ROWS(a->k);
+    if (!ttt_recording(ctx)) return scan_forward(ctx, L, o, st, a, err);
+    const int T = TTT_ROWS(a->k), d_k = TTT_COLS(a->k);
     const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
-    ttt_tensor *S = NULL;
-    ttt_tensor *O = a->fused ? ttt_la_chunkwise_fused(ctx, &S, a->q, a->k, a->v, beta,
-                                                      a->log_alpha, st->W[0], L->chunk)
-                             : ttt_la_chunkwise_composed(ctx, &S, a->q, a->k, a->v, beta,
-                                                         a->log_alpha, st->W[0], L->chunk);
-    ttt_form_diff_output(ctx, o, O);
-    ttt_form_set_state(ctx, &st->W[0], S);
+    ttt_tensor *Y = ttt_la_scan_op(ctx, a->q, a->k, a->v, beta, a->log_alpha, a->alpha_vec,
+                                   st->W[0], ttt_scan_blocks(T, L->chunk));
+    ttt_form_diff_output(ctx, o, ttt_slice_rows(ctx, Y, 0, T));
+    ttt_form_set_state(ctx, &st->W[0], ttt_slice_rows(ctx, Y, T, T + d_k));
     return TTT_OK;
 }
 
