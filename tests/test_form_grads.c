@@ -775,6 +775,13 @@ static const lcase layer_cases[] = {
      "layer: {preset: titans, mini_batch: 4, optimizer: {name: momentum, lr: 0.3, momentum: "
      "0.8}, form: generic}\n",
      "chunkwise", GATE_SCALAR, 13, 4, 3, 4},
+    /* the scan entry's differentiable path (layers/forms/linear_attention/scan.c) */
+    {"linear attention scan vector",
+     "layer: {model: linear, loss: dot, optimizer: {name: sgd, lr: 0.7}, form: generic}\n",
+     "scan", GATE_VECTOR, 13, 4, 3, 4},
+    {"linear attention scan scalar",
+     "layer: {model: linear, loss: dot, optimizer: {name: sgd, lr: 0.7}, form: generic}\n",
+     "scan", GATE_SCALAR, 13, 3, 4, 2},
 };
 #define N_LAYER_CASES ((int)(sizeof layer_cases / sizeof layer_cases[0]))
 

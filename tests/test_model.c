@@ -28,6 +28,7 @@
 
 #include "autograd.h"
 #include "data.h"
+#include "diagonal.h"
 #include "mixer.h"
 #include "seqmodel.h"
 #include "ops.h"
@@ -566,6 +567,71 @@ START_TEST(every_mixer_contract) {
 }
 END_TEST
 
+/* The lru and mamba mixers (src/train/mixers/lru.c, mamba.c) are their papers' blocks
+ * (layers/diagonal/blocks.c, tested against float64 compositions in tests/test_diagonal.c) on
+ * the parameters their names say, initialized as the papers do: block 0's mixer output equals
+ * the block function called on the parameters looked up by name, bit for bit. */
+static const ttt_tensor *param_named(const fixture *f, const char *name) {
+    for (int p = 0; p < f->m.params.n; p++)
+        if (strcmp(f->m.params.p[p]->name, name) == 0) return &f->m.pt[p];
+    ck_abort_msg("no parameter %s", name);
+    return NULL;
+}
+
+static ttt_tensor *mixer_out(fixture *f, const ttt_tensor *h) {
+    const ttt_mixer_call call = {.ctx = &f->ctx, .m = &f->m, .pt = f->m.pt, .ids = &f->m.blk[0],
+                                 .h = h, .layer = 0, .B = NB, .T = NT};
+    ttt_tensor *o = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_mixer_at(f->m.cfg.mixer)->forward(&call, &o, &err) == TTT_OK, "%s",
+                  err.msg);
+    return o;
+}
+
+START_TEST(diagonal_mixers_are_their_blocks) {
+    fixture f;
+    build(&f, "{mixer: mamba, d_model: 8, heads: 2, layers: 1, mlp: 0}", "{}", 5);
+    ck_assert_int_eq(f.m.cfg.n_heads * f.m.cfg.head_dim, 16); /* expand 2 */
+    ttt_tensor *h = ttt_tensor_2d(&f.ctx, NB * NT, 8);
+    ttt_rng r;
+    ttt_rng_seed(&r, 9);
+    ttt_rng_fill_normal(&r, h->data, h->n, 0, 1);
+    const ttt_mamba_weights mw = {
+        param_named(&f, "layer0.mixer.w_in"),    param_named(&f, "layer0.mixer.conv_w"),
+        param_named(&f, "layer0.mixer.conv_b"),  param_named(&f, "layer0.mixer.w_x"),
+        param_named(&f, "layer0.mixer.w_dt"),    param_named(&f, "layer0.mixer.dt_bias"),
+        param_named(&f, "layer0.mixer.a_log"),   param_named(&f, "layer0.mixer.d")};
+    ttt_tensor *want = ttt_mamba_block(&f.ctx, &mw, h, NB, NT, 1), *got = mixer_out(&f, h);
+    ck_assert(memcmp(got->data, want->data, want->n * sizeof(float)) == 0);
+    for (int i = 0; i < 16; i++) /* S4D-real A, D = 1, dt in [dt_min, dt_max] */
+        for (int n = 0; n < 16; n++)
+            ck_assert(fabsf(expf(mw.a_log->data[i * 16 + n]) - (float)(n + 1)) < 1e-4f);
+    for (int i = 0; i < 16; i++) {
+        const double dt = log1p(exp((double)mw.b_dt->data[i]));
+        ck_assert(mw.d->data[i] == 1.0f);
+        ck_assert(dt >= f.m.cfg.dt_min * 0.999 && dt <= f.m.cfg.dt_max * 1.001);
+    }
+    destroy(&f);
+
+    build(&f, "{mixer: lru, d_model: 8, heads: 2, layers: 1, mlp: 0, lru_state: 5}", "{}", 5);
+    h = ttt_tensor_2d(&f.ctx, NB * NT, 8);
+    ttt_rng_fill_normal(&r, h->data, h->n, 0, 1);
+    const ttt_lru_weights lw = {param_named(&f, "layer0.mixer.w_b"),
+                                param_named(&f, "layer0.mixer.nu_log"),
+                                param_named(&f, "layer0.mixer.theta_log"),
+                                param_named(&f, "layer0.mixer.w_c"), param_named(&f, "layer0.mixer.d")};
+    ck_assert_int_eq((int)lw.nu->n, 5);
+    want = ttt_gelu(&f.ctx, ttt_lru_block(&f.ctx, &lw, h, NB, NT, 1));
+    got = mixer_out(&f, h);
+    ck_assert(memcmp(got->data, want->data, want->n * sizeof(float)) == 0);
+    for (int j = 0; j < 5; j++) { /* the ring: |λ| ∈ [0.4, 0.99], phase ∈ [0, 2π] */
+        const double rr = exp(-exp((double)lw.nu->data[j])), ph = exp((double)lw.theta->data[j]);
+        ck_assert(rr >= 0.4 * 0.999 && rr <= 0.99 * 1.001 && ph <= 6.2832);
+    }
+    destroy(&f);
+}
+END_TEST
+
 /* An unknown mixer, in either place, is refused at its location with the registered names. */
 START_TEST(unknown_mixer_is_located) {
     static const char *const texts[] = {
@@ -671,6 +737,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_lact_learned_init_generic);
     tcase_add_test(g, fd_detects_wrong_gradient);
     tcase_add_test(g, every_mixer_contract);
+    tcase_add_test(g, diagonal_mixers_are_their_blocks);
     suite_add_tcase(s, g);
     TCase *o = tcase_create("other");
     tcase_add_test(o, determinism);

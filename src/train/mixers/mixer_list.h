@@ -5,3 +5,5 @@
 TTT_MIXER(ttt, TTT)
 TTT_MIXER(softmax, SOFTMAX)
 TTT_MIXER(fox, FOX)
+TTT_MIXER(lru, LRU)
+TTT_MIXER(mamba, MAMBA)
