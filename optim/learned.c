@@ -13,8 +13,9 @@
  *     d = c_g G + c_m M + Σ_h w2_h tanh(Σ_f x_f W1_fh + b1_h)
  *     W ← α W − θ d
  *
- * with the log-magnitude and sign preprocessing of Andrychowicz et al. §3.2 made smooth, so that
- * the rule is differentiable everywhere (the outer loop differentiates through it):
+ * with the log-magnitude and sign preprocessing of Andrychowicz et al. (their appendix on
+ * preprocessing) made smooth, so that the rule is differentiable everywhere (the outer loop
+ * differentiates through it):
  *
  *     ℓ(x) = log(x² + ε²) / (2 log(1/ε))     ≈ log|x| / log(1/ε), and ≥ −1
  *     s(x) = x / sqrt(x² + ε²)               ≈ sign x
@@ -99,7 +100,9 @@ typedef struct feat_consts {
     float eps2, inv2p; /* ε², 1/(2 log(1/ε)) */
 } feat_consts;
 
-static inline float f_log(const feat_consts *k, float x) { return logf(x * x + k->eps2) * k->inv2p; }
+static inline float f_log(const feat_consts *k, float x) {
+    return logf(x * x + k->eps2) * k->inv2p;
+}
 static inline float f_sign(const feat_consts *k, float x) { return x / sqrtf(x * x + k->eps2); }
 static inline float f_log_d(const feat_consts *k, float x) {
     return 2.0f * x * k->inv2p / (x * x + k->eps2);

@@ -27,7 +27,8 @@
  * block start: exact ridge after each block when there is no decay; with decay inside a block
  * the curvature of earlier tokens of the block is not decayed (b = 1 is the definition).
  *
- * State: P, (d_k, d_k) for a matrix weight of d_k rows; a 1-element tensor for a vector (a bias). */
+ * State: P, (d_k, d_k) for a matrix weight of d_k rows; a 1-element tensor for a vector (a
+ * bias). */
 #include <string.h>
 
 #include "optim.h"
