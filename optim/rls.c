@@ -31,6 +31,7 @@
  * bias). */
 #include <string.h>
 
+#include "autograd.h"
 #include "optim.h"
 
 typedef struct rls_cfg {
@@ -84,6 +85,28 @@ static ttt_tensor *forget(ttt_ctx *ctx, ttt_tensor *P, const ttt_optim_block *bl
     return ttt_scale_rows(ctx, ttt_div(ctx, P, s), ttt_div(ctx, ones, s)); /* P_ij / (s_i s_j) */
 }
 
+/* P ← P − η (P kᵀ)(k P) / (1 + η k P kᵀ) for every row k of x, in place on the symmetric P
+ * (d, d), accumulating in double; u = k P is the row (P kᵀ)ᵀ. */
+static void sm_inplace(ttt_ctx *ctx, ttt_tensor *P, const ttt_tensor *x,
+                       const ttt_tensor *x_eta) {
+    const int d = P->shape[0];
+    float *u = ttt_tensor_1d(ctx, d)->data; /* (d) */
+    for (int s = 0; s < TTT_ROWS(x); s++) {
+        const float *k = x->data + (size_t)s * d;
+        double kPk = 0;
+        for (int j = 0; j < d; j++) {
+            double acc = 0;
+            for (int i = 0; i < d; i++) acc += (double)k[i] * P->data[(size_t)i * d + j];
+            u[j] = (float)acc;
+            kPk += acc * k[j];
+        }
+        const double eta = x_eta ? x_eta->data[s] : 1.0;
+        const float coef = (float)(eta / (1.0 + eta * kPk));
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) P->data[(size_t)i * d + j] -= coef * (u[i] * u[j]); /* exactly symmetric */
+    }
+}
+
 static void rls_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tensor **state_out,
                      const ttt_tensor *W, const ttt_tensor *const *state, const ttt_tensor *G,
                      const ttt_optim_block *blk) {
@@ -95,7 +118,14 @@ static void rls_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_tens
         return;
     }
     const int d = W->shape[0];
-    if (blk->x && TTT_COLS(blk->x) == d) {
+    if (blk->x && TTT_COLS(blk->x) == d && !ttt_recording(ctx)) {
+        /* nothing recorded: the same updates in place on one fresh P, without the d × d
+         * temporaries of the ops below (tests/test_contract_optim.c compares this path, which its
+         * finite differences run, with the recorded one, which its tape runs) */
+        P = forget(ctx, P, blk);
+        if (P == state[0]) P = ttt_tensor_copy(ctx, P);
+        sm_inplace(ctx, P, blk->x, blk->x_eta);
+    } else if (blk->x && TTT_COLS(blk->x) == d) {
         P = forget(ctx, P, blk);
         for (int s = 0; s < TTT_ROWS(blk->x); s++) {
             ttt_tensor *k = ttt_slice_rows(ctx, blk->x, s, s + 1); /* (1, d) */
