@@ -5,14 +5,19 @@
  *   - the gradients of an outer loss w.r.t. its outer parameters (and, with the network active,
  *     w.r.t. q, k, v) agree with finite differences;
  *   - the layer carries the parameters: replacing them in the state changes the outputs, and the
- *     batch runner (which starts from the initialization) equals the layer at its init.
+ *     batch runner (which starts from the initialization) equals the layer at its init;
+ *   - the sequence model registers them as its own parameters (the `ttt` mixer, which asks the
+ *     optimizer for them without knowing its name), one set per block, and the gradients of its
+ *     training loss reach them (compared with finite differences).
  * The optimizer contract (tests/test_contract_optim.c) covers it through the registry. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "internal.h"
+#include "seqmodel.h"
 #include "testutil.h"
 
 static void make_layer(ttt_layer *L, const char *body, int d) {
@@ -285,6 +290,113 @@ START_TEST(state_carries_the_outer_parameters) {
 }
 END_TEST
 
+/* ---- in the sequence model ---- */
+
+enum { SV = 11, ST = 7, SB = 2 };
+
+static double seq_loss(ttt_seq_model *m, ttt_ctx *ctx, const ttt_seq_batch *b, int grad) {
+    ttt_tensor *loss;
+    ttt_error err = {0};
+    ctx->grad = grad;
+    ck_assert_msg(ttt_seq_model_loss(ctx, m, NULL, b, 0, &loss, NULL, NULL, &err) == TTT_OK, "%s",
+                  err.msg);
+    const double v = loss->data[0];
+    if (grad) ttt_backward(ctx, loss);
+    ttt_tape_reset(ctx->tape);
+    ttt_arena_reset(ctx->arena);
+    ctx->grad = 0;
+    return v;
+}
+
+/* A two-block model whose TTT layers use the learned rule: every block has the four declared
+ * tensors as parameters "layer<l>.mixer.opt_<name>" of the declared shapes, starting at the
+ * rule's initialization, excluded from weight decay (decay would pull the rule away from the one
+ * it starts as); and the derivative of the training loss along a random direction of each
+ * agrees with a 4-point difference quotient (float32 loss, h = 1e-3: truncation O(h⁴) and
+ * rounding ~1e-7·|L|/h ≈ 1e-4 relative; accepted within 2 % of the derivative + 1e-4). The
+ * network is switched on first (w2 = 0.3) so that W1 and b1 get gradients too. A mixer that
+ * registered the tensors but did not put them into the layer's state would give them no
+ * gradient at all (checked: nonzero). */
+START_TEST(sequence_model_trains_the_outer_parameters) {
+    const char *text = "model: {d_model: 8, layers: 2, heads: 2, mlp: 0, conv: 0, init_std: 0.3}\n"
+                       "layer: {model: linear, loss: squared, form: generic, mini_batch: 2, "
+                       "optimizer: {name: learned, lr: 0.5, momentum: 0.5, hidden: 3, "
+                       "eps: 0.05}}\n";
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert(ttt_cfg_load_string(text, "seq.yaml", &root, &err) == TTT_OK);
+    ttt_seq_model_io io = {.vocab = SV, .seq_len = ST};
+    ttt_seq_model_config c;
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                      &err) == TTT_OK,
+                  "%s", err.msg);
+    ttt_cfg_free(root);
+    ttt_seq_model m;
+    ck_assert_msg(ttt_seq_model_init(&m, &c, 7, &err) == TTT_OK, "%s", err.msg);
+    ttt_optim_param decl[TTT_OPTIM_MAX_OUTER];
+    const int no = ttt_optim_n_outer(c.layer.optim, c.layer.optim_cfg, decl);
+    ck_assert_int_eq(no, 4);
+    ttt_arena arena;
+    ttt_arena_init(&arena, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &arena, .tape = &tape};
+    ttt_tensor *init[TTT_OPTIM_MAX_OUTER];
+    ttt_optim_outer_new(&ctx, c.layer.optim, c.layer.optim_cfg, init);
+    ttt_param *P[2][TTT_OPTIM_MAX_OUTER];
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < no; i++) {
+            char name[TTT_PARAM_NAME_LEN];
+            snprintf(name, sizeof name, "layer%d.mixer.opt_%s", l, decl[i].name);
+            P[l][i] = ttt_params_find(&m.params, name);
+            ck_assert_msg(P[l][i], "no parameter %s", name);
+            ck_assert_int_eq(P[l][i]->ndim, decl[i].ndim);
+            ck_assert(memcmp(P[l][i]->shape, decl[i].shape, decl[i].ndim * sizeof(int)) == 0);
+            ck_assert_msg(memcmp(P[l][i]->data, init[i]->data, init[i]->n * sizeof(float)) == 0,
+                          "%s does not start at the rule's initialization", name);
+            ck_assert_int_eq(P[l][i]->decay, 0);
+        }
+    ttt_arena_reset(&arena);
+    for (int l = 0; l < 2; l++)
+        for (size_t j = 0; j < P[l][3]->n; j++) P[l][3]->data[j] = 0.3f; /* w2: network on */
+    int tokens[SB * ST], labels[SB * ST];
+    ttt_rng r;
+    ttt_rng_seed(&r, 77);
+    for (int i = 0; i < SB * ST; i++) {
+        tokens[i] = (int)ttt_rng_below(&r, SV);
+        labels[i] = (int)ttt_rng_below(&r, SV);
+    }
+    const ttt_seq_batch b = {.B = SB, .T = ST, .tokens = tokens, .labels = labels};
+    ttt_params_zero_grad(&m.params);
+    seq_loss(&m, &ctx, &b, 1);
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < no; i++) {
+            ttt_param *p = P[l][i];
+            float *dir = malloc(p->n * sizeof(float)), *save = malloc(p->n * sizeof(float));
+            ttt_rng_fill_normal(&r, dir, p->n, 0, 1);
+            memcpy(save, p->data, p->n * sizeof(float));
+            double gdot = 0;
+            for (size_t j = 0; j < p->n; j++) gdot += (double)p->grad[j] * dir[j];
+            const double h = 1e-3, steps[4] = {2 * h, h, -h, -2 * h};
+            double v[4];
+            for (int k = 0; k < 4; k++) {
+                for (size_t j = 0; j < p->n; j++) p->data[j] = save[j] + (float)(steps[k] * dir[j]);
+                v[k] = seq_loss(&m, &ctx, &b, 0);
+            }
+            memcpy(p->data, save, p->n * sizeof(float));
+            const double fd = (-v[0] + 8 * v[1] - 8 * v[2] + v[3]) / (12 * h);
+            ck_assert_msg(fabs(gdot) > 1e-6, "%s: no gradient", p->name);
+            ck_assert_msg(fabs(fd - gdot) <= 0.02 * fabs(fd) + 1e-4,
+                          "%s: tape %.6g, finite difference %.6g", p->name, gdot, fd);
+            free(dir), free(save);
+        }
+    ttt_tape_free(&tape);
+    ttt_arena_free(&arena);
+    ttt_seq_model_free(&m);
+}
+END_TEST
+
 static Suite *learned_suite(void) {
     Suite *s = suite_create("learned_optim");
     TCase *tc = tcase_create("learned");
@@ -293,6 +405,7 @@ static Suite *learned_suite(void) {
     tcase_add_test(tc, init_momentum_is_momentum);
     tcase_add_test(tc, outer_gradients_match_finite_differences);
     tcase_add_test(tc, state_carries_the_outer_parameters);
+    tcase_add_test(tc, sequence_model_trains_the_outer_parameters);
     suite_add_tcase(s, tc);
     return s;
 }
