@@ -10,7 +10,7 @@
  *
  *     M ← μ M + G                                              (state, W's shape)
  *     x = (ℓ(G), s(G), ℓ(M), s(M), W)                          (5 features per coordinate)
- *     d = c_g G + c_m M + Σ_h w2_h tanh(Σ_f x_f W1_fh + b1_h)
+ *     d = c_g G + c_m M + Σ_h w2_h σ(Σ_f x_f W1_fh + b1_h),     σ(a) = a / sqrt(1 + a²)
  *     W ← α W − θ d
  *
  * with the log-magnitude and sign preprocessing of Andrychowicz et al. (their appendix on
@@ -25,7 +25,7 @@
  * `init: momentum` sets c = (0, 1), which is the `momentum` optimizer with the same μ
  * (W ← αW − θ(μM + G) with M in gradient units, M_momentum = −θ M); `init: sgd` sets c = (1, 0),
  * plain SGD (tests/test_learned.c checks both). W1 starts from a fixed pseudo-random draw (it
- * must not be zero, or w2 would get no gradient through tanh(b1) = 0 alone), b1 at 0.
+ * must not be zero, or w2 would get no gradient through σ(b1) = 0 alone), b1 at 0.
  *
  * Only the network's read-out is learned, not a coordinatewise LSTM: the recurrence is the
  * momentum buffer, which keeps the hand-written rules representable exactly.
@@ -116,12 +116,16 @@ static void features(const feat_consts *k, float *x, float g, float m, float w) 
     x[0] = f_log(k, g), x[1] = f_sign(k, g), x[2] = f_log(k, m), x[3] = f_sign(k, m), x[4] = w;
 }
 
-/* z_h = tanh(Σ_f x_f W1_fh + b1_h) for one coordinate. */
-static void hidden_layer(float *z, const float *x, const float *w1, const float *b1, int H) {
+/* z_h = σ(Σ_f x_f W1_fh + b1_h) for one coordinate, with the squashing σ(a) = a/sqrt(1 + a²)
+ * (smooth, odd, bounded by 1 like tanh, but one square root instead of tanh's exponential, which
+ * took two thirds of a training step); r_h = 1/sqrt(1 + a²), so that σ'(a) = r_h³. */
+static void hidden_layer(float *z, float *r, const float *x, const float *w1, const float *b1,
+                         int H) {
     for (int h = 0; h < H; h++) {
         float a = b1[h];
         for (int f = 0; f < N_FEAT; f++) a += x[f] * w1[f * H + h];
-        z[h] = tanhf(a);
+        r[h] = 1.0f / sqrtf(1.0f + a * a);
+        z[h] = a * r[h];
     }
 }
 
@@ -145,14 +149,14 @@ static void direction_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const floa
     for (size_t j = 0; j < G->n; j++) {
         const float g = G->data[j], m = M->data[j], dj = dd[j];
         if (dj == 0.0f) continue;
-        float x[N_FEAT], z[MAX_HIDDEN], da[MAX_HIDDEN], dx[N_FEAT] = {0};
+        float x[N_FEAT], z[MAX_HIDDEN], r[MAX_HIDDEN], da[MAX_HIDDEN], dx[N_FEAT] = {0};
         features(&k, x, g, m, W->data[j]);
-        hidden_layer(z, x, w1, b1, H);
+        hidden_layer(z, r, x, w1, b1, H);
         acc_c[0] += (double)dj * g;
         acc_c[1] += (double)dj * m;
         for (int h = 0; h < H; h++) {
             acc_w2[h] += (double)dj * z[h];
-            da[h] = dj * w2[h] * (1.0f - z[h] * z[h]);
+            da[h] = dj * w2[h] * (r[h] * r[h] * r[h]); /* σ'(a) = (1 + a²)^(−3/2) */
             acc_b1[h] += da[h];
             for (int f = 0; f < N_FEAT; f++) {
                 acc_w1[f * H + h] += (double)x[f] * da[h];
@@ -171,7 +175,7 @@ static void direction_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const floa
     }
 }
 
-/* d = c_g G + c_m M + Σ_h w2_h tanh(x·W1 + b1)_h, coordinatewise; a new tensor of G's shape. */
+/* d = c_g G + c_m M + Σ_h w2_h σ(x·W1 + b1)_h, coordinatewise; a new tensor of G's shape. */
 static ttt_tensor *direction(ttt_ctx *ctx, const learned_cfg *cf, const ttt_tensor *G,
                              const ttt_tensor *M, const ttt_tensor *W,
                              const ttt_tensor *const *P) {
@@ -186,9 +190,9 @@ static ttt_tensor *direction(ttt_ctx *ctx, const learned_cfg *cf, const ttt_tens
     for (size_t j = 0; j < G->n; j++) {
         float out = c[0] * G->data[j] + c[1] * M->data[j];
         if (net) {
-            float x[N_FEAT], z[MAX_HIDDEN];
+            float x[N_FEAT], z[MAX_HIDDEN], r[MAX_HIDDEN];
             features(&k, x, G->data[j], M->data[j], W->data[j]);
-            hidden_layer(z, x, w1, b1, H);
+            hidden_layer(z, r, x, w1, b1, H);
             for (int h = 0; h < H; h++) out += w2[h] * z[h];
         }
         d->data[j] = out;
