@@ -22,7 +22,7 @@ enum {
 };
 _Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the TTT mixer's ids fit in ttt_block_ids.own");
 
-/* The trait rule of the forget gate of a tuple without a preset row: its constant decay. */
+/* The gate named s (an option value or a preset row's), or fallback when s is NULL. */
 static ttt_gate_kind gate_of(const char *s, ttt_gate_kind fallback) {
     return !s                               ? fallback
            : strcmp(s, "none") == 0         ? TTT_GATE_NONE
