@@ -689,6 +689,8 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st,
      * initialized weights */
     for (int w = 0; w < st->n_w; w++)
         ttt_optim_state_new(ctx, L->optim, L->optim_cfg, st->opt[w], st->W[w]);
+    /* the rule's own outer parameters at their initialization (none for hand-written rules) */
+    st->n_outer = ttt_optim_outer_new(ctx, L->optim, L->optim_cfg, st->outer);
 }
 
 /* One pass of the form the registry chooses for these inputs (form.h): its forward, or — with a

@@ -28,7 +28,28 @@ typedef struct ttt_optim_block {
      * outer-loop training differentiates through learned gates. Apply it with
      * ttt_optim_apply_decay. */
     const ttt_tensor *decay;
+    /* The optimizer's outer-loop parameters (its `outer` declaration below, in that order), as
+     * tensors so that the tape differentiates into them; NULL = their initial values (what
+     * `outer_init` writes). The layer passes the ones its state carries (ttt_layer_state.outer). */
+    const ttt_tensor *const *outer;
+    /* The inputs of the block's tokens to the fast-weight model, one row per token (the keys
+     * k_{t0..t0+n−1} for the linear model; (n, d_k)), and their learning rates η ((n), NULL =
+     * 1). Second-order rules need them (rls: the curvature of a linear layer under the squared
+     * loss is Σ η k kᵀ, which the block gradient G alone does not determine). NULL when the
+     * caller has none to give; every rule must then still step (see optim/rls.c). */
+    const ttt_tensor *x;
+    const ttt_tensor *x_eta;
 } ttt_optim_block;
+
+/* Most outer-loop parameter tensors an optimizer may declare. */
+#define TTT_OPTIM_MAX_OUTER 8
+
+/* One outer-loop parameter tensor of an optimizer (a learned optimizer's network weights). */
+typedef struct ttt_optim_param {
+    const char *name;            /* short name for parameter tables and checkpoints ("w1") */
+    int ndim;
+    int shape[TTT_MAX_DIMS];
+} ttt_optim_param;
 
 /* What a step does, declared by the optimizer for its parsed options, so that computation forms
  * can tell whether their closed-form algebra holds (docs/forms.md "Traits") without knowing
@@ -42,6 +63,8 @@ typedef struct ttt_optim_traits {
     int linear_in_G; /* the step is linear in G (θ·η may be folded into the gradient) */
     int block_step;  /* meant to step once per block of many tokens, from the block-start
                       * weights (LaCT's large-batch update): the per-block form applies */
+    int inputs;      /* the step reads the block's inputs blk->x, blk->x_eta (rls): callers
+                      * that can supply them do; others may leave them NULL */
 } ttt_optim_traits;
 
 typedef struct ttt_optim {
@@ -96,6 +119,17 @@ typedef struct ttt_optim {
     /* Its traits for the parsed options cfg. NULL: none claimed (only the generic driver
      * computes layers with it). */
     ttt_optim_traits (*traits)(const void *cfg);
+    /* Outer-loop parameters of the rule itself (docs/optimizers.md "Outer parameters"): writes
+     * the declaration of each into decl[0..n−1] and returns n (at most TTT_OPTIM_MAX_OUTER), for
+     * the parsed options cfg. They are shared by every weight tensor and every token of a layer
+     * (a learned optimizer's network, applied coordinatewise), trained by the outer loop like
+     * any model parameter (AdamW), and reach `step` as blk->outer. Must depend only on cfg.
+     * NULL: none (every hand-written rule). */
+    int (*outer)(const void *cfg, ttt_optim_param *decl);
+    /* Their initial values into P[0..n−1] (preallocated with the declared shapes, zeroed): a
+     * deterministic function of cfg, chosen so that the rule at its initialization is a
+     * hand-written one it can express (learned: sgd or momentum). NULL: zeros. */
+    void (*outer_init)(const void *cfg, ttt_tensor **P);
 } ttt_optim;
 
 /* The options every optimizer accepts (first in its table). */
@@ -145,6 +179,18 @@ void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
 /* Read the `momentum` option μ ∈ [0, 1) (the table's ranges are inclusive; μ = 1 would never
  * forget a gradient) with a located error. */
 ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_error *err);
+
+/* ---- outer parameters (declared by `outer`, docs/optimizers.md "Outer parameters") ---- */
+
+/* outer(cfg, decl), 0 when the slot is NULL; decl may be NULL when only the count is wanted. */
+int ttt_optim_n_outer(const ttt_optim *o, const void *cfg, ttt_optim_param *decl);
+
+/* Allocate the initial outer parameters in ctx: n zeroed tensors of the declared shapes in
+ * P[0..n−1], then outer_init. Returns n. */
+int ttt_optim_outer_new(ttt_ctx *ctx, const ttt_optim *o, const void *cfg, ttt_tensor **P);
+
+/* Floats of all the outer parameters (parameter counts, memory estimates). */
+double ttt_optim_outer_floats(const ttt_optim *o, const void *cfg);
 
 /* ---- registry ---- */
 

@@ -116,3 +116,37 @@ void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
         o->init_state(cfg, state, W);
     }
 }
+
+/* ---- outer parameters ---- */
+
+int ttt_optim_n_outer(const ttt_optim *o, const void *cfg, ttt_optim_param *decl) {
+    if (!o->outer) return 0;
+    ttt_optim_param tmp[TTT_OPTIM_MAX_OUTER];
+    const int n = o->outer(cfg, decl ? decl : tmp);
+    TTT_ASSERT(n >= 0 && n <= TTT_OPTIM_MAX_OUTER);
+    return n;
+}
+
+int ttt_optim_outer_new(ttt_ctx *ctx, const ttt_optim *o, const void *cfg, ttt_tensor **P) {
+    ttt_optim_param decl[TTT_OPTIM_MAX_OUTER];
+    const int n = ttt_optim_n_outer(o, cfg, decl);
+    for (int i = 0; i < n; i++) {
+        TTT_ASSERT(decl[i].ndim >= 1 && decl[i].ndim <= TTT_MAX_DIMS);
+        P[i] = ttt_tensor_new(ctx, decl[i].ndim, decl[i].shape);
+        ttt_tensor_fill(P[i], 0.0f);
+    }
+    if (n > 0 && o->outer_init) o->outer_init(cfg, P);
+    return n;
+}
+
+double ttt_optim_outer_floats(const ttt_optim *o, const void *cfg) {
+    ttt_optim_param decl[TTT_OPTIM_MAX_OUTER];
+    const int n = ttt_optim_n_outer(o, cfg, decl);
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        double c = 1;
+        for (int d = 0; d < decl[i].ndim; d++) c *= decl[i].shape[d];
+        total += c;
+    }
+    return total;
+}

@@ -550,6 +550,9 @@ START_TEST(b1_driver_is_one_step_per_token) {
                 ttt_tensor *xk = ttt_slice_rows(&ctx, k, t, t + 1);
                 ttt_tensor *xv = ttt_slice_rows(&ctx, vv, t, t + 1);
                 ttt_tensor *et = ttt_slice_rows(&ctx, eta, t, t + 1);
+                /* the token's input and rate, for a rule that reads them (optim.h
+                 * traits.inputs), where they are the input of the weight: a linear map */
+                if (L.model->traits & TTT_MODEL_LINEAR_MAP) blk.x = xk, blk.x_eta = et;
                 ttt_tensor *z = L.model->apply(&ctx, Wg, xk);
                 ttt_tensor *g[TTT_MAX_WEIGHTS];
                 L.model->grad(&ctx, g, Wg, xk, L.loss->grad(&ctx, z, xv), et);

@@ -58,6 +58,12 @@ typedef struct ttt_layer_state {
      * declares (optim.h n_state, state_shape) */
     ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
     ttt_tensor *z;    /* (d_k, 1) normalizer state of normalize: ratio, else NULL */
+    /* the optimizer's outer-loop parameters (optim.h `outer`; a learned optimizer's network):
+     * their initial values after ttt_layer_state_init; an outer loop that trains them puts its
+     * parameter tensors here (as it does for learned initial weights), and the forms hand them
+     * to every step (ttt_optim_block.outer). Shared, not carried: never updated by a forward. */
+    int n_outer;
+    ttt_tensor *outer[TTT_OPTIM_MAX_OUTER];
     long pos;         /* tokens processed so far (RoPE positions continue from here) */
 } ttt_layer_state;
 

@@ -73,6 +73,11 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     const int b = L->mini_batch;
     const ttt_tensor *la_rows =
         log_alpha && alpha_vec ? log_alpha : NULL; /* (T, d_k): a row per token */
+    /* the rule's outer parameters (a learned optimizer), and the inputs of the block's tokens
+     * for a rule that reads them (rls): given when they are the inputs of the model's weight,
+     * i.e. for a linear map k W */
+    const ttt_tensor *const *outer = st->n_outer ? (const ttt_tensor *const *)st->outer : NULL;
+    const int want_x = ttt_layer_optim_traits(L).inputs && (M->traits & TTT_MODEL_LINEAR_MAP);
 
     for (int t0 = 0; t0 < T; t0 += b) {
         const int n = t0 + b <= T ? b : T - t0;
@@ -97,8 +102,10 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                 A = i == 0 ? alpha_t : ttt_mul(ctx, A, alpha_t);
             }
             const float theta = L->pos_inverse ? L->lr / (float)(i + 1) : L->lr;
-            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta, .decay = A};
-            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta, .decay = alpha_t};
+            ttt_optim_block blk = {.t0 = t0, .n = i + 1, .theta = theta, .decay = A,
+                                   .outer = outer};
+            ttt_optim_block tok = {.t0 = t, .n = 1, .theta = theta, .decay = alpha_t,
+                                   .outer = outer};
             /* the point where the gradient is taken */
             const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
             for (int w = 0; w < nw; w++)
@@ -106,6 +113,11 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
             ttt_tensor *xk = ttt_slice_rows(ctx, k, t, t + 1); /* (1, d_k) */
             ttt_tensor *xv = ttt_slice_rows(ctx, v, t, t + 1); /* (1, d_v) */
             ttt_tensor *et = eta ? ttt_slice_rows(ctx, eta, t, t + 1) : NULL; /* (1) */
+            if (want_x) { /* the tokens a step's gradient covers: the block so far, or this one */
+                tok.x = xk, tok.x_eta = et;
+                blk.x = i == 0 ? xk : ttt_slice_rows(ctx, k, t0, t + 1); /* (i+1, d_k) */
+                blk.x_eta = !eta ? NULL : i == 0 ? et : ttt_slice_rows(ctx, eta, t0, t + 1);
+            }
             ttt_tensor *z = L->loss->z_free ? NULL : M->apply(ctx, Wg, xk);
             ttt_tensor *dz = L->loss->grad(ctx, z, xv);
             ttt_tensor *g[TTT_MAX_WEIGHTS];

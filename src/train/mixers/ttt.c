@@ -18,11 +18,13 @@ enum {
     B_A,    /* (H) dt_bias, or (H·D) b_a */
     A_LOG,  /* (H) log A of the scalar gate */
     W0,     /* W0 + w: the learned initial fast weight w, (H, shape of w) */
-    N_OWN = W0 + TTT_MAX_WEIGHTS
+    /* OPT + i: the inner optimizer's outer parameter i (optim.h `outer`), its declared shape */
+    OPT = W0 + TTT_MAX_WEIGHTS,
+    N_OWN = OPT + TTT_OPTIM_MAX_OUTER
 };
 _Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the TTT mixer's ids fit in ttt_block_ids.own");
 
-/* The trait rule of the forget gate of a tuple without a preset row: its constant decay. */
+/* The gate named s (an option value or a preset row's), or fallback when s is NULL. */
 static ttt_gate_kind gate_of(const char *s, ttt_gate_kind fallback) {
     return !s                               ? fallback
            : strcmp(s, "none") == 0         ? TTT_GATE_NONE
@@ -106,6 +108,33 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     return TTT_OK;
 }
 
+/* The inner optimizer's own outer-loop parameters (optim.h `outer`: a learned rule's network;
+ * none for hand-written rules), "opt_<name>" of the declared shapes, one set per block shared by
+ * its heads, at the rule's initialization (docs/optimizers.md "Outer parameters"). No weight
+ * decay: it would pull the rule away from the one it starts as. */
+static void add_optim_params(ttt_mixer_builder *b, const ttt_layer *L, int *own) {
+    ttt_optim_param decl[TTT_OPTIM_MAX_OUTER];
+    const int n = ttt_optim_n_outer(L->optim, L->optim_cfg, decl);
+    if (n == 0) return;
+    for (int i = 0; i < n && !ttt_mixer_failed(b); i++) {
+        char nm[TTT_PARAM_NAME_LEN];
+        snprintf(nm, sizeof nm, "opt_%s", decl[i].name);
+        own[OPT + i] = ttt_mixer_add(b, nm, decl[i].ndim, decl[i].shape, 0, TTT_INIT_ZEROS, 0.0f);
+    }
+    if (ttt_mixer_failed(b)) return;
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_ctx cx = {.arena = &a};
+    ttt_tensor *init[TTT_OPTIM_MAX_OUTER];
+    ttt_optim_outer_new(&cx, L->optim, L->optim_cfg, init);
+    for (int i = 0; i < n; i++) {
+        ttt_param *p = ttt_mixer_param(b, own[OPT + i]);
+        TTT_ASSERT(p->n == init[i]->n);
+        memcpy(p->data, init[i]->data, p->n * sizeof(float));
+    }
+    ttt_arena_free(&a);
+}
+
 static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int l,
                        ttt_block_ids *k) {
     const int d = c->d_model, H = c->n_heads, D = c->head_dim, C = H * D;
@@ -124,9 +153,10 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
         own[W_A] = ttt_mixer_add(b, "w_a", 2, (int[]){d, C}, 1, TTT_INIT_NORMAL, std);
         own[B_A] = ttt_mixer_add(b, "b_a", 1, (int[]){C}, 0, TTT_INIT_ZEROS, 0.0f);
     }
+    const ttt_layer *L = &c->layer;
+    add_optim_params(b, L, own);
     if (!c->learn_init) return;
     /* one copy of the fast-weight model's own initialization per head */
-    const ttt_layer *L = &c->layer;
     char nm[TTT_PARAM_NAME_LEN];
     snprintf(nm, sizeof nm, "layer%d.mixer.w0", l);
     ttt_rng r = ttt_mixer_rng(b, ttt_hash_str(nm) + (uint64_t)l);
@@ -163,7 +193,9 @@ static double param_bound(const ttt_seq_model_config *c) {
             for (int i = 0; i < nd; i++) e *= shp[i];
             w0 += H * e;
         }
-    return d * C + d * H + 3.0 * C + 3.0 * H + w0; /* gates, learning rates, biases */
+    const double opt = c->layer.optim ? ttt_optim_outer_floats(c->layer.optim, c->layer.optim_cfg)
+                                      : 0.0; /* the inner optimizer's own parameters */
+    return d * C + d * H + 3.0 * C + 3.0 * H + w0 + opt; /* gates, learning rates, biases */
 }
 
 static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_error *err) {
@@ -230,6 +262,8 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
                 lh = ms[hh];
             ttt_layer_state st;
             ttt_layer_state_init(ctx, L, &st, NULL);
+            /* the rule's outer parameters are the block's (trained), not their initial values */
+            for (int i = 0; i < st.n_outer; i++) st.outer[i] = ttt_mixer_p(call, own[OPT + i]);
             if (c->learn_init)
                 for (int w = 0; w < st.n_w; w++) {
                     ttt_tensor *w0 = ttt_slice_rows(ctx, ttt_mixer_p(call, own[W0 + w]), hh, hh + 1);
