@@ -10,6 +10,8 @@
  *   sgemm64_gflops      single-thread cblas_sgemm at 64×64×64, timed in the same run
  *   sgemm_shape_gflops  single-thread cblas_sgemm at the kernel's typical shape (C×d)·(d×d),
  *                       C = layer.chunk, timed in the same run
+ *   blas, blas_core     the BLAS library the build uses (CMake TTT_BLAS) with its version, and
+ *                       the kernels it runs (OpenBLAS's core, BLIS's sub-configuration)
  *   frac_sgemm          gflops / (threads × sgemm_shape_gflops): the fraction of the
  *                       single-thread sgemm rate each thread achieves
  *   frac_sgemm_cpu      the same from CPU time (flops / CPU seconds of all threads /
@@ -42,7 +44,7 @@
  * (0.85 at n = 64, d = 128).
  *
  * Threads: the heads are split over OpenMP threads with a static schedule, one arena per thread
- * and single-threaded BLAS inside (openblas_set_num_threads(1); OPENBLAS_NUM_THREADS=1 in the
+ * and single-threaded BLAS inside (ttt_blas_set_threads(1); OPENBLAS_NUM_THREADS=1 in the
  * environment also keeps OpenBLAS from starting idle threads that spin at load). Thread count 0
  * in the list means the machine's cores (omp_get_max_threads()).
  *
@@ -72,7 +74,6 @@
  * respect to every parameter ("grad.<name>", one shard), with the resolved `model.*`, `layer.*`
  * and `train.*` values as metadata — what tests/bench/compare_torch_train.py needs to run the
  * same model in PyTorch and compare. */
-#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -84,6 +85,7 @@
 #endif
 
 #include "autograd.h"
+#include "blas.h"
 #include "data.h"
 #include "seqmodel.h"
 #include "rng.h"
@@ -822,7 +824,7 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
     const bench_cfg *bc = run->cfg;
     if (bc->train_step) return bench_train_step(run, err);
     const int repeats = bc->repeats;
-    openblas_set_num_threads(1); /* BLAS single-threaded inside the OpenMP threads */
+    ttt_blas_set_threads(1); /* BLAS single-threaded inside the OpenMP threads */
     ttt_status s = TTT_OK;
     for (int di = 0; di < bc->head_dims.n && s == TTT_OK; di++) {
         const int d = (int)bc->head_dims.v[di];
@@ -889,6 +891,13 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                                                             ? TTT_FORM_GATE_TOKEN
                                                             : TTT_FORM_GATE_NONE};
                     const char *form_used = ttt_layer_form_used(&L, &in);
+                    /* which library the sgemm rates and the kernels ran on (the build's
+                     * TTT_BLAS, docs/benchmarks.md "BLAS libraries") */
+                    ttt_blas_info blas;
+                    ttt_blas_describe(&blas);
+                    char blas_name[96];
+                    snprintf(blas_name, sizeof blas_name, "%s%s%s", blas.library,
+                             blas.version[0] ? " " : "", blas.version);
                     const double flop = H * form_flops(&L, &in);
                     const double gflops = flop / secs * 1e-9;
                     ttt_record rec;
@@ -913,6 +922,8 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     }
                     ttt_record_num(&rec, "sgemm64_gflops", r64);
                     ttt_record_num(&rec, "sgemm_shape_gflops", rshape);
+                    ttt_record_str(&rec, "blas", blas_name);
+                    ttt_record_str(&rec, "blas_core", blas.core);
                     if (!isnan(flop)) {
                         ttt_record_num(&rec, "frac_sgemm", gflops / (used * rshape));
                         ttt_record_num(&rec, "frac_sgemm64", gflops / (used * r64));
