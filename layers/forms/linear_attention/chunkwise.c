@@ -56,6 +56,7 @@ typedef struct la_work {
     float *E;   /* (C, gdim) exp(G) */
     double *G;  /* (C, gdim) cumulative log decay inside the chunk */
     double *glo, *ghi; /* (d_k) per key dimension: lowest and highest G in the chunk */
+    float *Sw;     /* (d_k, d_v) the chunk's write to the state */
     double *drift; /* (gdim) the state decays' accumulated rounding over the chunks so far
                     * (ttt_gate_dither, kernels.h) */
 } la_work;
@@ -273,8 +274,13 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
             for (int j = 0; j < d_v; j++) Sc[j] *= a;
         }
     }
+    /* the chunk's write formed on its own, then added: one rounding per state entry per chunk,
+     * whatever order the BLAS sums in (accumulating into S with β = 1 let a BLAS without
+     * blocking, the reference CBLAS, round the state n times per chunk: the recurrent form's
+     * float32 floor; docs/forms.md "Precision on hard inputs") */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, ldkw, v, ldv,
-                1.0f, S, d_v);
+                0.0f, w->Sw, d_v);
+    for (size_t i = 0; i < (size_t)d_k * d_v; i++) S[i] += w->Sw[i];
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
@@ -299,6 +305,7 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.G = scratch(ctx, sizeof(double) * (size_t)C * gdim);
     w.glo = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
+    w.Sw = scratch(ctx, sizeof(float) * (size_t)d_k * d_v);
     w.drift = scratch(ctx, sizeof(double) * (size_t)gdim);
     for (int c = 0; c < gdim; c++) w.drift[c] = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fastexp.h"
 #include "kernels.h"
 
 /* Column block: 32 floats = 4 vectors of 8 for each of v_t and o_t (8 of the 16 AVX2 registers). */
@@ -146,19 +147,30 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
             const float *qg = qt + i0, *kg = kt + i0, *a = NULL;
             float bg = b;
             if (vec) {
+                /* three loops the compiler vectorizes: the logs, the rare anchors, the scales */
+                double *cg = c + i0;
+                const float *lg = log_alpha + (size_t)t * ld->la + i0;
+                int anchor = 0;
                 for (int i = 0; i < n; i++) {
-                    double *ci = &c[i0 + i];
-                    *ci += (double)log_alpha[(size_t)t * ld->la + i0 + i];
-                    f_rows[i] = 1.0f;
-                    if (*ci < -LA_ANCHOR) {
-                        f_rows[i] = (float)exp(*ci);
-                        *ci = 0.0;
-                    }
-                    const double A = exp(*ci);
-                    qs[i] = qg[i] * (float)A;
-                    ks[i] = kg[i] * (float)((double)b / A);
+                    cg[i] += (double)lg[i];
+                    anchor |= cg[i] < -LA_ANCHOR;
                 }
-                qg = qs, kg = ks, a = f_rows, bg = 1.0f;
+                if (anchor)
+                    for (int i = 0; i < n; i++) {
+                        f_rows[i] = 1.0f;
+                        if (cg[i] < -LA_ANCHOR) {
+                            f_rows[i] = (float)exp(cg[i]);
+                            cg[i] = 0.0;
+                        }
+                    }
+                /* float accuracy (fastexp.h) is enough: each contribution carries its own
+                 * two roundings, nothing accumulates */
+                for (int i = 0; i < n; i++) {
+                    const float A = ttt_fast_exp_d(cg[i]);
+                    qs[i] = qg[i] * A;
+                    ks[i] = kg[i] * (b / A);
+                }
+                qg = qs, kg = ks, a = anchor ? f_rows : NULL, bg = 1.0f;
             } else if (log_alpha) {
                 for (int i = 0; i < n; i++) {
                     qs[i] = qg[i] * A0;
