@@ -27,11 +27,12 @@
  *   measures this floor per case) — so there |got − want| ≤ 1e-2 · max |want| forward (measured
  *   6e-4 of max) and 3e-2 · max |g_ref| for gradients. Forward, the bound is also at least twice
  *   the case's own floor, measured here: the largest change of the driver's output (and of each
- *   state tensor) when every input moves by one float32 rounding. Two float32 evaluations
- *   that are each within that floor of the function can differ by twice it; a compiler that
- *   contracts a·b + c into one rounding (clang's default) moves a Newton–Schulz case by that
- *   much (1.5e-2 of max in one case), as does a retention rounded differently (the driver's
- *   ttt_gate_dither). */
+ *   state tensor) when every input moves by one float32 rounding (six directions). Two float32
+ *   evaluations that are each within that floor of the function can differ by twice it, e.g.
+ *   when the driver rounds a retention differently (ttt_gate_dither). The floor is an estimate:
+ *   a clang build, which contracts a·b + c into one rounding, exceeds it in one case (lact,
+ *   T = 40, per-token gates, state 1: 0.197 against 0.185; docs/forms.md "The contract every
+ *   entry meets"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
