@@ -263,24 +263,25 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         kwrite = ks;
         ldkw = d_k;
     }
-    /* the state's decay E_n, rounded so that its product over the chunks stays exact: with a
-     * weak gate the same rounding each chunk would add up (docs/forms.md "Precision on hard
-     * inputs") */
-    if (kind != LA_NONE) {
-        const float as = kind == LA_SCALAR ? ttt_gate_dither(&w->drift[0], exp(Gn[0])) : 0.0f;
-        for (int c = 0; c < d_k; c++) {
-            const float a = kind == LA_SCALAR ? as : ttt_gate_dither(&w->drift[c], exp(Gn[c]));
-            float *Sc = S + (size_t)c * d_v;
-            for (int j = 0; j < d_v; j++) Sc[j] *= a;
-        }
-    }
-    /* the chunk's write formed on its own, then added: one rounding per state entry per chunk,
+    /* The chunk's write W = (exp(G_n − G) ⊙ K)ᵀ diag(β) V is formed on its own and added in the
+     * same sweep that decays the state, S ← E_n S + W: one rounding per state entry per chunk
      * whatever order the BLAS sums in (accumulating into S with β = 1 let a BLAS without
      * blocking, the reference CBLAS, round the state n times per chunk: the recurrent form's
-     * float32 floor; docs/forms.md "Precision on hard inputs") */
+     * float32 floor; docs/forms.md "Precision on hard inputs"). E_n is rounded so that its
+     * product over the chunks stays exact: with a weak gate the same rounding each chunk would
+     * add up. */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, ldkw, v, ldv,
                 0.0f, w->Sw, d_v);
-    for (size_t i = 0; i < (size_t)d_k * d_v; i++) S[i] += w->Sw[i];
+    const float as = kind == LA_SCALAR ? ttt_gate_dither(&w->drift[0], exp(Gn[0])) : 1.0f;
+    for (int c = 0; c < d_k; c++) {
+        const float a = kind == LA_VECTOR ? ttt_gate_dither(&w->drift[c], exp(Gn[c])) : as;
+        float *restrict Sc = S + (size_t)c * d_v;
+        const float *restrict Wc = w->Sw + (size_t)c * d_v;
+        if (kind == LA_NONE)
+            for (int j = 0; j < d_v; j++) Sc[j] += Wc[j];
+        else
+            for (int j = 0; j < d_v; j++) Sc[j] = a * Sc[j] + Wc[j];
+    }
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
