@@ -4,7 +4,7 @@
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) next to the build's _POSIX_C_SOURCE */
 #include "layer.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -386,7 +386,7 @@ static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *
     const long n_seq = (long)A->B * A->H;
     /* BLAS threads would fight the OpenMP ones, and one thread per call keeps each sequence's
      * arithmetic the same whatever the thread count */
-    openblas_set_num_threads(1);
+    ttt_blas_set_threads(1);
     long *failed_at = calloc((size_t)nthreads, sizeof *failed_at);
     ttt_status *failed_st = calloc((size_t)nthreads, sizeof *failed_st);
     ttt_error *errs = calloc((size_t)nthreads, sizeof *errs);

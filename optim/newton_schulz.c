@@ -1,7 +1,7 @@
 /* Newton–Schulz orthogonalization (docs/math.md §3): see newton_schulz.h. */
 #include "newton_schulz.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <string.h>
 
 /* Keller Jordan's Muon quintic, used at every step. */

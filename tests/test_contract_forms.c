@@ -25,7 +25,14 @@
  *   the function is ill-conditioned at float32 resolution — outputs and gradients move by up to
  *   8e-3 of their size when the inputs change by one rounding (tests/test_lact_composed.c
  *   measures this floor per case) — so there |got − want| ≤ 1e-2 · max |want| forward (measured
- *   6e-4 of max) and 3e-2 · max |g_ref| for gradients. */
+ *   6e-4 of max) and 3e-2 · max |g_ref| for gradients. Forward, the bound is also at least twice
+ *   the case's own floor, measured here: the largest change of the driver's output (and of each
+ *   state tensor) when every input moves by one float32 rounding (six directions). Two float32
+ *   evaluations that are each within that floor of the function can differ by twice it, e.g.
+ *   when the driver rounds a retention differently (ttt_gate_dither). The floor is an estimate:
+ *   a clang build, which contracts a·b + c into one rounding, exceeds it in one case (lact,
+ *   T = 40, per-token gates, state 1: 0.197 against 0.185; docs/forms.md "The contract every
+ *   entry meets"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +52,35 @@
 /* Newton–Schulz amplifies float32 rounding (see the header). */
 static int ill_conditioned(const ttt_layer *L) { return ttt_layer_optim_traits(L).block_step; }
 
-/* The forward tolerance for want: elementwise, or relative to max |want| (ill-conditioned). */
-static int fwd_close(const float *got, const float *want, size_t n, const ttt_layer *L, char *msg,
-                     size_t len) {
+/* The forward tolerance for want: elementwise, or relative to max |want| and at least twice
+ * the case's floor (ill-conditioned; see the header). */
+static int fwd_close(const float *got, const float *want, size_t n, const ttt_layer *L,
+                     double floor, char *msg, size_t len) {
     if (!ill_conditioned(L)) return tu_close_f(got, want, n, FWD_ATOL, FWD_RTOL, msg, len);
     double mx = 0;
     for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
-    return tu_close_f(got, want, n, FWD_TOL_NS * mx + FWD_ATOL, 0.0, msg, len);
+    return tu_close_f(got, want, n, fmax(FWD_TOL_NS * mx, 2.0 * floor) + FWD_ATOL, 0.0, msg, len);
 }
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+/* Every element one float32 step up or down, in a copy: pattern 0 all up, 1 all down, 2…
+ * a pseudo-random sign per element. */
+static ttt_tensor *one_rounding(ttt_ctx *c, const ttt_tensor *x, int pattern) {
+    if (!x) return NULL;
+    ttt_tensor *y = ttt_tensor_new(c, x->ndim, x->shape);
+    for (size_t i = 0; i < x->n; i++) {
+        const unsigned h = (unsigned)(i * 2654435761u) >> (pattern + 3);
+        const int up = pattern == 0 ? 1 : pattern == 1 ? 0 : (int)(h & 1);
+        y->data[i] = nextafterf(x->data[i], up ? INFINITY : -INFINITY);
+    }
+    return y;
+}
+#define FLOOR_PATTERNS 6
 
 static const int Ts[] = {13, 40};
 
@@ -192,15 +220,33 @@ static void forward_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_
                              .log_alpha = in.la, .alpha_vec = vec, .fused = 1};
     ck_assert_msg(e->forward(&f.ctx, L, o, &s_got, &a, &err) == TTT_OK, "%s/%s %s: %s",
                   e->family, e->form, p->name, err.msg);
-    char msg[256];
-    ck_assert_msg(fwd_close(o->data, o_ref->data, o->n, L, msg, sizeof msg),
-                  "%s/%s, preset %s, T %d, %s%s: o: %s", e->family, e->form, p->name, T,
-                  gate_name(g), with_eta ? ", eta" : "", msg);
-    ttt_tensor *sr[TTT_BATCH_MAX_STATE], *sg[TTT_BATCH_MAX_STATE];
+    ttt_tensor *sr[TTT_BATCH_MAX_STATE], *sg[TTT_BATCH_MAX_STATE], *sp[TTT_BATCH_MAX_STATE];
     const int n = state_tensors(&s_ref, sr);
     ck_assert_int_eq(state_tensors(&s_got, sg), n);
+    /* the floor of an ill-conditioned case: the driver on inputs one rounding away, in
+     * FLOOR_PATTERNS directions */
+    double floor_o = 0, floor_s[TTT_BATCH_MAX_STATE] = {0};
+    for (int pat = 0; ill_conditioned(L) && pat < FLOOR_PATTERNS; pat++) {
+        ttt_layer_state s_p;
+        init_state(&f.ctx, L, &s_p);
+        ttt_tensor *o_p = ttt_tensor_2d(&f.ctx, T, D);
+        ck_assert_msg(ttt_forward_generic(&f.ctx, L, o_p, &s_p, one_rounding(&f.ctx, in.q, pat),
+                                          one_rounding(&f.ctx, in.k, pat),
+                                          one_rounding(&f.ctx, in.v, pat),
+                                          one_rounding(&f.ctx, in.eta, pat),
+                                          one_rounding(&f.ctx, in.la, pat), vec, &err) == TTT_OK,
+                      "%s", err.msg);
+        floor_o = fmax(floor_o, max_abs_diff(o_p->data, o_ref->data, o->n));
+        ck_assert_int_eq(state_tensors(&s_p, sp), n);
+        for (int i = 0; i < n; i++)
+            floor_s[i] = fmax(floor_s[i], max_abs_diff(sp[i]->data, sr[i]->data, sr[i]->n));
+    }
+    char msg[256];
+    ck_assert_msg(fwd_close(o->data, o_ref->data, o->n, L, floor_o, msg, sizeof msg),
+                  "%s/%s, preset %s, T %d, %s%s: o: %s", e->family, e->form, p->name, T,
+                  gate_name(g), with_eta ? ", eta" : "", msg);
     for (int i = 0; i < n; i++)
-        ck_assert_msg(fwd_close(sg[i]->data, sr[i]->data, sr[i]->n, L, msg, sizeof msg),
+        ck_assert_msg(fwd_close(sg[i]->data, sr[i]->data, sr[i]->n, L, floor_s[i], msg, sizeof msg),
                       "%s/%s, preset %s, T %d, %s%s: state %d: %s", e->family, e->form, p->name,
                       T, gate_name(g), with_eta ? ", eta" : "", i, msg);
     tu_fx_free(&f);

@@ -539,10 +539,16 @@ START_TEST(b1_driver_is_one_step_per_token) {
             ttt_layer_state_init(&ctx, &L, &ref, &init);
             const int nw = ref.n_w, ns = ref.n_opt;
             ttt_tensor *o_ref = ttt_tensor_2d(&ctx, CT, CD);
+            /* α_t rounded as the driver rounds it (kernels.h ttt_gate_dither: the product of
+             * the retentions stays exact), so that both sides run the same float32 operations */
+            double drift[CD];
+            for (int j = 0; j < CD; j++) drift[j] = 1.0;
             for (int t = 0; t < CT; t++) {
                 ttt_tensor *la_t = ttt_slice_rows(&ctx, la, t, t + 1);
                 if (per_key) la_t = ttt_reshape(&ctx, la_t, 1, (int[]){CD});
                 ttt_tensor *alpha = ttt_exp(&ctx, la_t); /* (1), or (d_k): one per row of W */
+                for (size_t j = 0; j < alpha->n; j++)
+                    alpha->data[j] = ttt_gate_dither(&drift[j], exp((double)la_t->data[j]));
                 ttt_optim_block blk = {.t0 = t, .n = 1, .theta = L.lr, .decay = alpha};
                 const ttt_tensor *Wg[TTT_MAX_WEIGHTS];
                 for (int w = 0; w < nw; w++)

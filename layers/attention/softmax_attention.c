@@ -2,7 +2,7 @@
  * Tiling and numerics are described in softmax_attention.h. */
 #include "softmax_attention.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 

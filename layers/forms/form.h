@@ -155,6 +155,11 @@ typedef struct ttt_form_entry {
     double (*scratch_bytes)(const ttt_layer *L, long T);
     /* Floating-point operations of forward over T tokens, or NAN when not counted (NULL too). */
     double (*flops)(const ttt_layer *L, long T);
+    /* The longest sequence for which this form's outputs and final state stay within 2e-6
+     * relative RMS of the float64 recurrence on the hard inputs (weak and strong gates, β up to
+     * 2, key norms up to 100; tests/test_hard_inputs.c holds every entry to it, docs/forms.md
+     * "Precision on hard inputs" gives the measured numbers); 0 = up to 16K tokens at least. */
+    long precise_t;
 } ttt_form_entry;
 
 int ttt_form_count(void);

@@ -14,7 +14,7 @@
  * its end. d(log α) is the reverse cumulative sum of dG inside the chunk (G = cumsum(log α)). */
 #include "fused_grad.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 

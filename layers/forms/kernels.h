@@ -17,6 +17,24 @@
 #define TTT_FP_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #endif
 
+/* A retention α = exp(log α) rounded to float32 so that the running product of the retentions
+ * a form multiplies its state by stays within one rounding of the exact exp(Σ log α), however
+ * many steps (docs/forms.md "Precision on hard inputs"). Rounding each α to nearest on its own
+ * errs to the same side every step when the gate is constant: a relative error of up to 3e-8 per
+ * step that adds up over T steps (1.2e-5 at T = 1024 for log α = −1e-5, 1e-4 at 16K). Here each
+ * factor is rounded from α divided by the product's drift so far (`*drift`, one per state row or
+ * per state, starting at 1.0), which carries the error forward instead of repeating it.
+ * `alpha` is exp(log α) in double. */
+static inline float ttt_gate_dither(double *drift, double alpha) {
+    if (alpha < 1e-30) { /* the state is wiped: nothing to carry */
+        *drift = 1.0;
+        return (float)alpha;
+    }
+    const float a = (float)(alpha / *drift);
+    *drift *= (double)a / alpha;
+    return a;
+}
+
 /* Row strides (leading dimensions, in floats) of a sequence's arrays, for the `_ld` variants of the
  * kernels below, which read and write sequences lying inside larger arrays without copying them:
  * one head of a (B, T, H, D) tensor has row stride H·D (layers/batch.c, behind ttt apply). Row t

@@ -3,7 +3,7 @@
 #define _DEFAULT_SOURCE /* madvise(MADV_HUGEPAGE) next to the build's _POSIX_C_SOURCE */
 #include "apply.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>

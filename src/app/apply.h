@@ -43,7 +43,7 @@
  * what a benchmark against another tool compares).
  *
  * Threads: the (batch, head) sequences are split over OpenMP threads in contiguous ranges (a
- * static schedule), single-threaded BLAS inside each (ttt_apply* call openblas_set_num_threads(1)). Every sequence is computed by one thread with the same code, so the
+ * static schedule), single-threaded BLAS inside each (ttt_apply* call ttt_blas_set_threads(1)). Every sequence is computed by one thread with the same code, so the
  * outputs are bit-identical for every thread count and every run. */
 #ifndef TTT_APPLY_H
 #define TTT_APPLY_H

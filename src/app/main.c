@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "blas.h"
 #include "seqmodel.h"
 #include "mixer.h"
 #include "train.h"
@@ -574,22 +575,52 @@ static int cmd_list(void) {
     return 0;
 }
 
-/* OpenBLAS starts its worker threads before main, and each maps a buffer of its own; under an
- * address-space limit too small for them (`ulimit -v`, common on clusters) a worker retries the
- * mapping forever and the process spins and never exits (docs/hardening.md "Out of memory").
- * Then the program starts again single-threaded, where the memory checks can refuse cleanly. */
-static void fit_threads_to_address_limit(char **argv) {
+/* The program restarts itself at most once, with a changed environment, for either of two
+ * reasons; each sets the variable that tells the restarted process not to do it again, so there
+ * is no loop, and a failed execv leaves the process going on as it is.
+ *
+ * 1. OpenBLAS starts its worker threads before main, and each maps a buffer of its own; under an
+ *    address-space limit too small for them (`ulimit -v`, common on clusters) a worker retries
+ *    the mapping forever and the process spins and never exits (docs/hardening.md "Out of
+ *    memory"). Then the program starts single-threaded, where the memory checks can refuse
+ *    cleanly.
+ * 2. OpenBLAS chose its kernels from the CPU model when it was loaded; a release older than the
+ *    CPU falls back to generic SSE kernels, 2-4x slower. Unless the user set OPENBLAS_CORETYPE
+ *    (never overridden), the program starts with the core the CPU's features call for
+ *    (docs/benchmarks.md "OpenBLAS kernels"). */
+static void restart_if_needed(char **argv) {
+    int restart = 0;
     const double left = ttt_address_space_left();
-    if (left < 0.0 || left >= ttt_runtime_reserve() || getenv("TTT_ADDRESS_LIMIT_RESTART"))
-        return;
-    setenv("TTT_ADDRESS_LIMIT_RESTART", "1", 1);
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    execv("/proc/self/exe", argv); /* returns only on failure: then go on as we are */
+    if (left >= 0.0 && left < ttt_runtime_reserve() && !getenv("TTT_ADDRESS_LIMIT_RESTART")) {
+        setenv("TTT_ADDRESS_LIMIT_RESTART", "1", 1);
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        setenv("OMP_NUM_THREADS", "1", 1);
+        restart = 1;
+    }
+    const ttt_blas_core_choice core = ttt_blas_check_core();
+    if (core.action == TTT_BLAS_CORE_SELECT && !getenv(TTT_BLAS_CORE_RESTART_ENV)) {
+        ttt_blas_info blas;
+        ttt_blas_describe(&blas);
+        setenv(TTT_BLAS_CORE_RESTART_ENV, blas.core[0] ? blas.core : "?", 1);
+        setenv("OPENBLAS_CORETYPE", core.core, 1);
+        restart = 1;
+    }
+    if (restart) {
+        /* the program's own path, not /proc/self/exe, so that the process keeps its name
+         * (`ps`, `pgrep ttt`, job schedulers) */
+        char self[4096];
+        const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            execv(self, argv); /* returns only on failure: then go on as we are */
+        }
+        if (core.action == TTT_BLAS_CORE_SELECT) unsetenv("OPENBLAS_CORETYPE");
+    }
+    ttt_blas_warn_core(); /* the restart failed, or OpenBLAS ignored the core it was given */
 }
 
 int main(int argc, char **argv) {
-    fit_threads_to_address_limit(argv);
+    restart_if_needed(argv);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
@@ -601,7 +632,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("ttt %s\n", TTT_VERSION);
+        ttt_blas_info blas;
+        ttt_blas_describe(&blas);
+        char line[1024];
+        ttt_blas_format(line, sizeof line, &blas);
+        printf("ttt %s\nBLAS: %s\n", TTT_VERSION, line);
+        if (blas.config[0]) printf("BLAS config: %s\n", blas.config);
         return 0;
     }
     if (strcmp(cmd, "run") == 0) {

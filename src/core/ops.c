@@ -14,7 +14,7 @@
  * Elementwise kernels are plain loops over restrict pointers so the compiler can vectorize them. */
 #include "ops.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdint.h>

@@ -2,7 +2,7 @@
 
 #include "autograd.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -238,7 +238,7 @@ double ttt_address_space_left(void) {
  * two (docs/hardening.md "Out of memory"); 256 MiB + 192 MiB per thread covers them, which
  * test_limits checks over random small configurations. */
 double ttt_runtime_reserve(void) {
-    int threads = openblas_get_num_threads();
+    int threads = ttt_blas_get_threads();
 #ifdef _OPENMP
     if (omp_get_max_threads() > threads) threads = omp_get_max_threads();
 #endif

@@ -10,6 +10,8 @@
  *   sgemm64_gflops      single-thread cblas_sgemm at 64×64×64, timed in the same run
  *   sgemm_shape_gflops  single-thread cblas_sgemm at the kernel's typical shape (C×d)·(d×d),
  *                       C = layer.chunk, timed in the same run
+ *   blas, blas_core     the BLAS library the build uses (CMake TTT_BLAS) with its version, and
+ *                       the kernels it runs (OpenBLAS's core, BLIS's sub-configuration)
  *   frac_sgemm          gflops / (threads × sgemm_shape_gflops): the fraction of the
  *                       single-thread sgemm rate each thread achieves
  *   frac_sgemm_cpu      the same from CPU time (flops / CPU seconds of all threads /
@@ -44,7 +46,8 @@
  * (0.85 at n = 64, d = 128).
  *
  * Threads (split: heads, the default): the heads are split over OpenMP threads with a static
- * schedule, one arena per thread and single-threaded BLAS inside (openblas_set_num_threads(1); OPENBLAS_NUM_THREADS=1 in the
+ * schedule, one arena per thread and single-threaded BLAS inside (ttt_blas_set_threads(1); OPENBLAS_NUM_THREADS=1 in
+ * the
  * environment also keeps OpenBLAS from starting idle threads that spin at load). Thread count 0
  * in the list means the machine's cores (omp_get_max_threads()). split: sequence runs the heads
  * one after another on the calling thread and gives each call the thread count instead, so that a
@@ -91,6 +94,7 @@
 #endif
 
 #include "autograd.h"
+#include "blas.h"
 #include "data.h"
 #include "seqmodel.h"
 #include "rng.h"
@@ -1039,7 +1043,7 @@ static double bench_ss_time(ttt_ctx *ctx, float *const *in, int H, int T, int d,
 static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
     const bench_cfg *bc = run->cfg;
     const int N = bc->state_size;
-    openblas_set_num_threads(1);
+    ttt_blas_set_threads(1);
     ttt_arena arena;
     ttt_arena_init(&arena, 1 << 20);
     ttt_ctx ctx = {.arena = &arena};
@@ -1132,7 +1136,7 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
     if (bc->train_step) return bench_train_step(run, err);
     if (bc->selective) return bench_selective(run, err);
     const int repeats = bc->repeats;
-    openblas_set_num_threads(1); /* BLAS single-threaded inside the OpenMP threads */
+    ttt_blas_set_threads(1); /* BLAS single-threaded inside the OpenMP threads */
     ttt_status s = TTT_OK;
     for (int di = 0; di < bc->head_dims.n && s == TTT_OK; di++) {
         const int d = (int)bc->head_dims.v[di];
@@ -1200,6 +1204,13 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                                                             ? TTT_FORM_GATE_TOKEN
                                                             : TTT_FORM_GATE_NONE};
                     const char *form_used = ttt_layer_form_used(&L, &in);
+                    /* which library the sgemm rates and the kernels ran on (the build's
+                     * TTT_BLAS, docs/benchmarks.md "BLAS libraries") */
+                    ttt_blas_info blas;
+                    ttt_blas_describe(&blas);
+                    char blas_name[96];
+                    snprintf(blas_name, sizeof blas_name, "%s%s%s", blas.library,
+                             blas.version[0] ? " " : "", blas.version);
                     const double flop = H * form_flops(&L, &in);
                     const double gflops = flop / secs * 1e-9;
                     ttt_record rec;
@@ -1227,6 +1238,8 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     }
                     ttt_record_num(&rec, "sgemm64_gflops", r64);
                     ttt_record_num(&rec, "sgemm_shape_gflops", rshape);
+                    ttt_record_str(&rec, "blas", blas_name);
+                    ttt_record_str(&rec, "blas_core", blas.core);
                     if (!isnan(flop)) {
                         ttt_record_num(&rec, "frac_sgemm", gflops / (used * rshape));
                         ttt_record_num(&rec, "frac_sgemm64", gflops / (used * r64));

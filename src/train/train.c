@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cblas.h>
+#include "blas.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -445,7 +445,7 @@ static ttt_status evaluate(shards *S, ttt_train_data *data, ttt_seq_stats *out, 
 ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int n_shards,
                         ttt_seq_stats *out, ttt_error *err) {
     shards S;
-    openblas_set_num_threads(1);
+    ttt_blas_set_threads(1);
     TTT_TRY(shards_init(&S, m, n_shards < 1 ? 1 : n_shards, 0, err));
     ttt_status s = evaluate(&S, data, out, err);
     shards_free(&S);
@@ -725,7 +725,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     trainer t = {.c = c, .data = data, .run = run, .m = m};
     /* parallel over shards (OpenMP), single-threaded BLAS inside: OpenBLAS's own threads lose
      * on these small matrices and fight the shard threads for the cores (docs/design.md) */
-    openblas_set_num_threads(1);
+    ttt_blas_set_threads(1);
     ttt_adamw opt;
     TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));
     shards S, E; /* E: evaluation, every shard on every rank (the same numbers everywhere) */

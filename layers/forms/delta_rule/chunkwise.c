@@ -21,7 +21,7 @@
  * its lower triangle only (ssyrk writes it; the explicit inverse, strmm and strsm read it); the
  * read-out's (Q Kᵀ) ⊙ Γ is zeroed above the diagonal and applied as one dense product together
  * with the inter-chunk read (see delta_chunk). */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 
@@ -43,9 +43,9 @@ typedef struct delta_scratch {
                  * factor, so that O = X Y is one sgemm */
     float *Y;   /* (d_k + C, d_v): [S; V'], the working state stacked on the pseudo-values */
     float *Wk;  /* (C, d_k): β⊙exp(G)⊙K → W, then exp(G_C − G)⊙K */
-    float *row; /* (C): one row of the inverse being formed */
     float *eg;  /* (C): exp(G_i) */
     double *g;  /* (C): G_i, in-chunk cumulative log retention */
+    double *Xd; /* (C, C) when C ≤ DELTA_INVERT_MAX: the inverse of A formed in float64 */
 } delta_scratch;
 
 static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
@@ -55,30 +55,36 @@ static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_
     w->X = ttt_arena_alloc(a, (size_t)C * (d_k + C) * sizeof(float));
     w->Y = ttt_arena_alloc(a, (size_t)(d_k + C) * d_v * sizeof(float));
     w->Wk = ttt_arena_alloc(a, (size_t)C * d_k * sizeof(float));
-    w->row = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
+    w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, (size_t)C * C * sizeof(double)) : NULL;
     /* The kernels have no error channel (kernels.h): running out of scratch is fatal. */
-    TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->row && w->eg && w->g);
+    TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->eg && w->g &&
+               (w->Xd || C > DELTA_INVERT_MAX));
 }
 
 /* In place: the strictly lower part L of A (n, n) becomes that of (I + L)⁻¹, whose diagonal is 1.
  * Row i of X = (I + L)⁻¹ follows from (I + L) X = I: X_i = e_i − Σ_{j<i} L_ij X_j, where the
- * rows X_j (j < i) are already formed above it; row i of L is read before it is overwritten. */
+ * rows X_j (j < i) are already formed above it. X is formed in float64 and rounded once: the
+ * substitution's n steps amplify float32 rounding when the keys are far from orthogonal and β
+ * near 2 (halved the chunkwise error at β = 2, C = 64: docs/forms.md "Precision on hard
+ * inputs"), for n³/6 multiply-adds that are small next to the chunk's products. */
 static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
-                              float *row, /* (n) scratch */
+                              double *X, /* (n, n) scratch: the inverse in float64 */
                               int n) {
-    for (int i = 1; i < n; i++) {
-        float *Ai = A + (size_t)i * n;
-        for (int c = 0; c < i; c++) row[c] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float *Ai = A + (size_t)i * n;
+        double *Xi = X + (size_t)i * n;
+        for (int c = 0; c < i; c++) Xi[c] = 0.0;
         for (int j = 0; j < i; j++) {
-            const float l = Ai[j];
-            const float *Xj = A + (size_t)j * n;
-            row[j] -= l; /* X_jj = 1 */
-            for (int c = 0; c < j; c++) row[c] -= l * Xj[c];
+            const double l = Ai[j];
+            const double *Xj = X + (size_t)j * n;
+            Xi[j] -= l; /* X_jj = 1 */
+            for (int c = 0; c < j; c++) Xi[c] -= l * Xj[c];
         }
-        for (int c = 0; c < i; c++) Ai[c] = row[c];
     }
+    for (int i = 1; i < n; i++)
+        for (int c = 0; c < i; c++) A[(size_t)i * n + c] = (float)X[(size_t)i * n + c];
 }
 
 /* One chunk of n tokens (docs/math.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
@@ -91,7 +97,8 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
                         const float *beta,      /* (n) stride ld->beta, or NULL */
                         const float *log_alpha, /* (n) stride ld->la, or NULL */
                         int n, int d_k, int d_v, const ttt_form_ld *ld,
-                        const delta_scratch *w) {
+                        const delta_scratch *w,
+                        double *drift) { /* the state decays' rounding so far (kernels.h) */
     const int ldq = ld->q, ldk = ld->k, ldv = ld->v, ldb = ld->beta;
     const int ldx = d_k + n; /* row stride of X for this chunk */
     float *A = w->A, *Gam = w->Gam, *X = w->X, *Wk = w->Wk, *eg = w->eg;
@@ -136,8 +143,8 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
         for (int j = 0; j < d_k; j++) Wi[j] = bk * ki[j];
     }
     /* U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K) */
-    if (n <= DELTA_INVERT_MAX) {
-        unit_lower_invert(A, w->row, n);
+    if (w->Xd) { /* chunks of at most DELTA_INVERT_MAX tokens */
+        unit_lower_invert(A, w->Xd, n);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
                     A, n, U, d_v);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
@@ -172,7 +179,9 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
     /* S ← exp(G_C) S + (exp(G_C − G)⊙K)ᵀ V' (W is dead: its buffer holds the decayed keys) */
     float eC = 1.0f;
     if (decay) {
-        eC = eg[n - 1];
+        /* exp(G_C) rounded so that its product over the chunks stays exact (a weak gate would
+         * otherwise round the same way every chunk; docs/forms.md "Precision on hard inputs") */
+        eC = ttt_gate_dither(drift, exp(g[n - 1]));
         for (int i = 0; i < n; i++) {
             float c = expf((float)(g[n - 1] - g[i]));
             const float *ki = k + (size_t)i * ldk;
@@ -196,6 +205,7 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
     delta_scratch w;
     scratch_alloc(ctx, &w, C, d_k, d_v, log_alpha != NULL);
     memcpy(w.Y, S, sizeof(float) * (size_t)d_k * d_v);
+    double drift = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t0 = 0; t0 < T; t0 += C) {
@@ -207,7 +217,7 @@ static void delta_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const
         }
         delta_chunk(o + r * ld->o, q + r * ld->q, k + r * ld->k, v + r * ld->v,
                     beta ? beta + r * ld->beta : NULL, log_alpha ? log_alpha + r * ld->la : NULL,
-                    n, d_k, d_v, ld, &w);
+                    n, d_k, d_v, ld, &w, &drift);
     }
     memcpy(S, w.Y, sizeof(float) * (size_t)d_k * d_v);
     ttt_arena_release(ctx->arena, mark);

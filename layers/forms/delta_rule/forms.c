@@ -109,7 +109,9 @@ static void delta_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
 static double delta_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T;
     const double dk = L->d_k, dv = L->d_v;
-    return (3 * C * C + 2 * C * dk + (dk + C) * dv + 4 * C + (double)T + 9 * 16) *
+    /* + the float64 inverse (C, C) of chunks of at most 128 tokens (chunkwise.c) */
+    const double inverse = C <= 128 ? 2 * C * C : 0;
+    return (3 * C * C + inverse + 2 * C * dk + (dk + C) * dv + 4 * C + (double)T + 9 * 16) *
            sizeof(float);
 }
 static double delta_scratch_recurrent(const ttt_layer *L, long T) {
@@ -170,6 +172,7 @@ const ttt_form_entry ttt_form_delta_rule_parallel = {
     .forward_strided = delta_strided_parallel,
     .scratch_bytes = delta_scratch_parallel,
     .flops = delta_flops_parallel,
+    .precise_t = 128, /* docs/forms.md "Precision on hard inputs" */
 };
 
 const ttt_form_entry ttt_form_delta_rule_chunkwise = {

@@ -129,13 +129,15 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
     if (!buf) abort(); /* the kernels have no error channel (kernels.h) */
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     dr_products(p, r, S, k, q, d_k, d_v);
+    double drift = 1.0; /* the retentions' accumulated rounding (ttt_gate_dither, kernels.h) */
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
         const float *vt = v + (size_t)t * ld->v;
         float *ot = o + (size_t)t * ld->o;
         const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
-        const float a = log_alpha ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
+        const float a =
+            log_alpha ? ttt_gate_dither(&drift, exp((double)log_alpha[(size_t)t * ld->la])) : 1.0f;
         if (spread && t + DR_AHEAD < T) { /* request a later token's rows */
             ttt_prefetch_seq(ld, o, q, k, v, NULL, NULL, 1, (size_t)t + DR_AHEAD, 1, d_k, d_v);
         }

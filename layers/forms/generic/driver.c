@@ -1,6 +1,7 @@
 /* The generic TTT layer driver (docs/math.md §1): any registered tuple, token by token. */
 #include "form.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "autograd.h"
@@ -70,6 +71,12 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         for (int s = 0; s < ns; s++) bS[w][s] = ttt_tensor_zeros_like(ctx, st->opt[w][s]);
     }
     ttt_tensor **rows = tape ? ttt_tape_alloc(ctx, (size_t)T * sizeof *rows) : NULL;
+    /* the retentions' accumulated rounding, one per gate value of a token (ttt_gate_dither) */
+    const int n_gate = alpha_vec ? d_k : 1;
+    double *drift = log_alpha ? ttt_arena_alloc(ctx->arena, sizeof(double) * (size_t)n_gate) : NULL;
+    if (log_alpha && !drift)
+        return ttt_error_set(err, TTT_ERR_NOMEM, "generic form: out of memory for the gate drift");
+    for (int j = 0; log_alpha && j < n_gate; j++) drift[j] = 1.0;
     const int b = L->mini_batch;
     const ttt_tensor *la_rows =
         log_alpha && alpha_vec ? log_alpha : NULL; /* (T, d_k): a row per token */
@@ -99,6 +106,11 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                 ttt_tensor *la = ttt_slice_rows(ctx, la_rows ? la_rows : log_alpha, t, t + 1);
                 if (la_rows) la = ttt_reshape(ctx, la, 1, (int[]){d_k});
                 alpha_t = ttt_exp(ctx, la);
+                /* each retention rounded so that their running product stays exact (kernels.h
+                 * ttt_gate_dither): the value moves by at most one float32 step, the gradient
+                 * of the recorded exp is unchanged */
+                for (size_t j = 0; j < alpha_t->n; j++)
+                    alpha_t->data[j] = ttt_gate_dither(&drift[j], exp((double)la->data[j]));
                 A = i == 0 ? alpha_t : ttt_mul(ctx, A, alpha_t);
             }
             const float theta = L->pos_inverse ? L->lr / (float)(i + 1) : L->lr;
@@ -254,4 +266,5 @@ const ttt_form_entry ttt_form_generic_generic = {
     .forward_strided = NULL,
     .scratch_bytes = ttt_generic_scratch_bytes,
     .flops = NULL,
+    .precise_t = 1024, /* docs/forms.md "Precision on hard inputs" */
 };

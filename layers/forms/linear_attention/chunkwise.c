@@ -37,7 +37,7 @@
  *   form over T = 1000 with log α ≈ −0.5 recurses down to blocks of ~62 rows.
  * - Gates with log α > 0 (retention above one) go through the same formulas but without the
  *   overflow guarantee. */
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 
@@ -56,6 +56,9 @@ typedef struct la_work {
     float *E;   /* (C, gdim) exp(G) */
     double *G;  /* (C, gdim) cumulative log decay inside the chunk */
     double *glo, *ghi; /* (d_k) per key dimension: lowest and highest G in the chunk */
+    float *Sw;     /* (d_k, d_v) the chunk's write to the state */
+    double *drift; /* (gdim) the state decays' accumulated rounding over the chunks so far
+                    * (ttt_gate_dither, kernels.h) */
 } la_work;
 
 static void *scratch(ttt_ctx *ctx, size_t bytes) {
@@ -260,14 +263,25 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         kwrite = ks;
         ldkw = d_k;
     }
-    if (kind != LA_NONE)
-        for (int c = 0; c < d_k; c++) {
-            const float a = En[kind == LA_SCALAR ? 0 : c];
-            float *Sc = S + (size_t)c * d_v;
-            for (int j = 0; j < d_v; j++) Sc[j] *= a;
-        }
+    /* The chunk's write W = (exp(G_n − G) ⊙ K)ᵀ diag(β) V is formed on its own and added in the
+     * same sweep that decays the state, S ← E_n S + W: one rounding per state entry per chunk
+     * whatever order the BLAS sums in (accumulating into S with β = 1 let a BLAS without
+     * blocking, the reference CBLAS, round the state n times per chunk: the recurrent form's
+     * float32 floor; docs/forms.md "Precision on hard inputs"). E_n is rounded so that its
+     * product over the chunks stays exact: with a weak gate the same rounding each chunk would
+     * add up. */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d_k, d_v, n, 1.0f, kwrite, ldkw, v, ldv,
-                1.0f, S, d_v);
+                0.0f, w->Sw, d_v);
+    const float as = kind == LA_SCALAR ? ttt_gate_dither(&w->drift[0], exp(Gn[0])) : 1.0f;
+    for (int c = 0; c < d_k; c++) {
+        const float a = kind == LA_VECTOR ? ttt_gate_dither(&w->drift[c], exp(Gn[c])) : as;
+        float *restrict Sc = S + (size_t)c * d_v;
+        const float *restrict Wc = w->Sw + (size_t)c * d_v;
+        if (kind == LA_NONE)
+            for (int j = 0; j < d_v; j++) Sc[j] += Wc[j];
+        else
+            for (int j = 0; j < d_v; j++) Sc[j] = a * Sc[j] + Wc[j];
+    }
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
@@ -292,6 +306,9 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.G = scratch(ctx, sizeof(double) * (size_t)C * gdim);
     w.glo = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
+    w.Sw = scratch(ctx, sizeof(float) * (size_t)d_k * d_v);
+    w.drift = scratch(ctx, sizeof(double) * (size_t)gdim);
+    for (int c = 0; c < gdim; c++) w.drift[c] = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
     const int gk = kind == LA_VECTOR ? d_k : 1;
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);

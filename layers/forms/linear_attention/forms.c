@@ -101,11 +101,14 @@ static void la_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
 }
 
 /* Scratch following layers/forms/linear_attention/chunkwise.c: A (C, C); qs, qs2, ks (C, d_k);
- * f (C); E, G (C, d_k) for a vector gate, G in double; plus the β array (T) the entry forms;
- * 16 floats per allocation for the arena's 64-byte alignment. */
+ * f (C); E, G (C, d_k) for a vector gate, G in double; the chunk's state write (d_k, d_v); the
+ * decays' drift (d_k doubles); plus the β array (T) the entry forms; 16 floats per allocation
+ * for the arena's 64-byte alignment. */
 static double la_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T; /* the kernel clamps its chunk to the sequence */
-    return (C * C + C * (6.0 * L->d_k + 4) + (double)T + 8 * 16) * sizeof(float);
+    return (C * C + C * (6.0 * L->d_k + 4) + 2.0 * L->d_k + (double)L->d_k * L->d_v + (double)T +
+            10 * 16) *
+           sizeof(float);
 }
 static double la_scratch_recurrent(const ttt_layer *L, long T) {
     return (2.0 * L->d_k * L->d_v + 2.0 * (L->d_k + L->d_v) + (double)T + 16) * sizeof(float);
@@ -150,6 +153,7 @@ const ttt_form_entry ttt_form_linear_attention_recurrent = {
     .forward_strided = la_strided_recurrent,
     .scratch_bytes = la_scratch_recurrent,
     .flops = la_flops_recurrent,
+    .precise_t = 8192, /* docs/forms.md "Precision on hard inputs" */
 };
 
 const ttt_form_entry ttt_form_linear_attention_parallel = {

@@ -11,6 +11,7 @@
  * loop. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fastexp.h"
@@ -83,12 +84,23 @@ la_block(float *restrict o,       /* (jn) */
     for (int j = 0; j < jn; j++) o[j] = acc[j];
 }
 
-/* Rows of a token are taken in groups of at most LA_ROWS, the size of the stack buffer holding
- * their retentions (vector gates: one expf per row per token, not per row and column block). */
+/* Rows of a token are taken in groups of at most LA_ROWS, the size of the stack buffers holding
+ * their scaled queries, keys and anchor factors. */
 #define LA_ROWS 512
 
 /* Tokens ahead whose rows are requested (ttt_prefetch_rows) when they are strided. */
 #define LA_AHEAD 4
+
+/* With gates the state is kept as S̃ = S / A, A = exp(c) the retention accumulated since the
+ * row's last anchor (c in float64, per row with vector gates):
+ *     S̃_t = S̃_{t−1} + (β_t / A_t) k_tᵀ v_t,      o_t = (q_t ⊙ A_t) S̃_t,
+ * so that the state is never multiplied by a retention rounded to float32. That product is what
+ * drifts: with a weak constant gate (log α = −1e-5) each step rounds α S the same way and the
+ * error adds up linearly in T (9e-5 relative at T = 16K; docs/forms.md "Precision on hard
+ * inputs"). Here every contribution carries two roundings (of A_t and of β_s / A_s) whatever
+ * its age. A row is re-anchored (S̃ ← A S̃, c ← 0: one rounding) when c falls below −LA_ANCHOR,
+ * which bounds 1/A by e^LA_ANCHOR; at the end of the call S̃ is turned back into S. */
+#define LA_ANCHOR 20.0
 
 /* Rows of the sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
 void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
@@ -100,34 +112,90 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
                                        const float *log_alpha, /* (T) or (T, d_k) or NULL */
                                        int alpha_vec, int T, int d_k, int d_v,
                                        const ttt_form_ld *ld) {
-    float a_rows[LA_ROWS]; /* retentions of the current row group (vector gates) */
+    /* the current row group: anchor factors, scaled queries and keys */
+    float f_rows[LA_ROWS], qs[LA_ROWS], ks[LA_ROWS];
     const int vec = log_alpha && alpha_vec;
+    /* c: log of A per row (vector gates) or for the whole state */
+    double c_stack[LA_ROWS];
+    double *c = vec && d_k > LA_ROWS ? malloc(sizeof(double) * (size_t)d_k) : c_stack;
+    if (!c) abort(); /* the kernels have no error channel (kernels.h) */
+    for (int i = 0; i < (vec ? d_k : 1); i++) c[i] = 0.0;
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t = 0; t < T; t++) {
         const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
         const float *vt = v + (size_t)t * ld->v;
         float *ot = o + (size_t)t * ld->o;
         const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
-        const float a0 = (log_alpha && !alpha_vec) ? expf(log_alpha[(size_t)t * ld->la]) : 1.0f;
+        /* scalar gate: one A for all rows; the anchor factor f0 multiplies S̃ (1 = none) */
+        float f0 = 1.0f, A0 = 1.0f, bA0 = b;
+        if (log_alpha && !vec) {
+            c[0] += (double)log_alpha[(size_t)t * ld->la];
+            if (c[0] < -LA_ANCHOR) {
+                f0 = (float)exp(c[0]);
+                c[0] = 0.0;
+            }
+            const double A = exp(c[0]);
+            A0 = (float)A;
+            bA0 = (float)((double)b / A);
+        }
         if (spread && t + LA_AHEAD < T) { /* request a later token's rows */
             ttt_prefetch_seq(ld, o, q, k, v, NULL, vec ? log_alpha : NULL, d_k,
                              (size_t)t + LA_AHEAD, 1, d_k, d_v);
         }
         for (int i0 = 0; i0 < d_k; i0 += LA_ROWS) {
             const int n = d_k - i0 < LA_ROWS ? d_k - i0 : LA_ROWS;
-            if (vec) /* vectorized exp (fastexp.h, ≤ 2 ulp) rather than libm's expf per row */
-                for (int i = 0; i < n; i++)
-                    a_rows[i] = ttt_fast_expf(log_alpha[(size_t)t * ld->la + i0 + i]);
-            const float *a = vec ? a_rows : NULL;
+            const float *qg = qt + i0, *kg = kt + i0, *a = NULL;
+            float bg = b;
+            if (vec) {
+                /* three loops the compiler vectorizes: the logs, the rare anchors, the scales */
+                double *cg = c + i0;
+                const float *lg = log_alpha + (size_t)t * ld->la + i0;
+                int anchor = 0;
+                for (int i = 0; i < n; i++) {
+                    cg[i] += (double)lg[i];
+                    anchor |= cg[i] < -LA_ANCHOR;
+                }
+                if (anchor)
+                    for (int i = 0; i < n; i++) {
+                        f_rows[i] = 1.0f;
+                        if (cg[i] < -LA_ANCHOR) {
+                            f_rows[i] = (float)exp(cg[i]);
+                            cg[i] = 0.0;
+                        }
+                    }
+                /* float accuracy (fastexp.h) is enough: each contribution carries its own
+                 * two roundings, nothing accumulates */
+                for (int i = 0; i < n; i++) {
+                    const float A = ttt_fast_exp_d(cg[i]);
+                    qs[i] = qg[i] * A;
+                    ks[i] = kg[i] * (b / A);
+                }
+                qg = qs, kg = ks, a = anchor ? f_rows : NULL, bg = 1.0f;
+            } else if (log_alpha) {
+                for (int i = 0; i < n; i++) {
+                    qs[i] = qg[i] * A0;
+                    ks[i] = kg[i] * bA0;
+                }
+                qg = qs, kg = ks, bg = 1.0f;
+            }
             float *Sg = S + (size_t)i0 * d_v;
             int j0 = 0;
             for (; j0 + LA_JB <= d_v; j0 += LA_JB)
-                la_block_v(ot + j0, Sg + j0, qt + i0, kt + i0, vt + j0, a, a0, b, n, d_v, i0 == 0);
+                la_block_v(ot + j0, Sg + j0, qg, kg, vt + j0, a, f0, bg, n, d_v, i0 == 0);
             if (j0 < d_v)
-                la_block(ot + j0, Sg + j0, qt + i0, kt + i0, vt + j0, a, a0, b, d_v - j0, n, d_v,
-                         i0 == 0);
+                la_block(ot + j0, Sg + j0, qg, kg, vt + j0, a, f0, bg, d_v - j0, n, d_v, i0 == 0);
         }
     }
+    /* S = A ⊙ S̃ */
+    if (log_alpha)
+        for (int i = 0; i < d_k; i++) {
+            const double ci = c[vec ? i : 0];
+            if (ci == 0.0) continue;
+            const float A = (float)exp(ci);
+            float *Si = S + (size_t)i * d_v;
+            for (int j = 0; j < d_v; j++) Si[j] *= A;
+        }
+    if (c != c_stack) free(c);
 }
 
 void ttt_linear_attention_recurrent(float *o, float *S, const float *q, const float *k,

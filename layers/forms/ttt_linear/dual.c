@@ -6,7 +6,7 @@
  * one b×b mask applied to G instead of b weight matrices of d×d. */
 #include "ttt_dual.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 

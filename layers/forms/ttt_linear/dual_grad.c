@@ -39,7 +39,7 @@
  * through W ([dZ; dZ̄] Wᵀ and [K; Q]ᵀ [dZ; dZ̄]): 11 sgemm calls per block in all. */
 #include "dual_grad.h"
 
-#include <cblas.h>
+#include "blas.h"
 #include <math.h>
 #include <string.h>
 

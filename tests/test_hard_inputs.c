@@ -1,0 +1,288 @@
+/* Every computation form against a float64 recurrence on hard inputs (docs/forms.md
+ * "Precision on hard inputs"): gates from log α = −1e-6 (the weakest, where float32 retentions
+ * round to the same side every step) to −10, β = θη ∈ [0, 2], key norms from 1e-2 to 100,
+ * d_k ≠ d_v, and long sequences.
+ *
+ * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
+ * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
+ * attention, RetNet, Mamba2, GLA) or the squared loss with coupled decay (DeltaNet, Gated
+ * DeltaNet), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
+ * accepts. The other tuples (TTT-Linear's LayerNorm model, Titans' momentum, LaCT's SwiGLU with
+ * Newton–Schulz) have no float64 loop here; tests/test_contract_forms.c holds them to the
+ * generic driver, and docs/forms.md "Precision on hard inputs" says what bounds them.
+ *
+ * Measure: relative RMS error ‖got − ref‖₂ / ‖ref‖₂ over all outputs (T × d_v), and over the
+ * final state. Bound 2e-6 for both: a few float32 roundings (6e-8 each) per output with room
+ * for sums over d_k and chunk length, and far below what a real defect moves (a gate rounded to
+ * float32 with the same sign every step — the defect this file was written for — gave 5e-5 at
+ * T = 8192 in the recurrent form and grows linearly in T; a dropped token or a wrong gate is
+ * O(1e-3 … 1)).
+ *
+ * Lengths. T = 16384 for the forms whose cost and scratch are linear in T, T = 4096 for those
+ * whose scratch grows as T² (the parallel forms: 64 MiB at 4096, 1 GiB at 16K), and never more
+ * than the entry's declared `precise_t` (form.h): the generic driver 1024, the recurrent linear
+ * attention 8192, the delta rule's parallel form 128, each for the reason docs/forms.md
+ * "Precision on hard inputs" measures. Inputs with β‖k‖² = 2 (a reflection every step, which
+ * keeps every rounding error: √T growth in any float32 evaluation) run at T_REFLECT = 512. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "testutil.h"
+
+#define DK 16
+#define DV 12
+#define T_LONG 16384
+#define T_QUADRATIC 4096
+#define T_REFLECT 512
+#define REL_RMS_BOUND 2e-6
+
+/* ---- the hard inputs ---- */
+
+typedef enum { G_NONE, G_TOKEN, G_KEY } gate_kind;
+
+typedef struct hard_case {
+    const char *name;
+    int squared; /* 0: the dot loss (linear attention), 1: the squared loss (delta rule) */
+    gate_kind gate;
+    double la_lo, la_hi; /* log α: constant when equal, else log-uniform magnitude in between */
+    double eta_lo, eta_hi; /* η (β = θη, θ = 1 in the presets used) */
+    double knorm_lo, knorm_hi; /* key norms, log-uniform */
+} hard_case;
+
+/* The delta rule's keys are unit vectors: its step contracts only for β‖k‖² ≤ 2, so larger keys
+ * at β ∈ [0, 2] define a diverging recurrence, not a hard input (β‖k‖² = 2 is the edge: the
+ * step is a reflection and keeps every rounding error forever). */
+static const hard_case cases[] = {
+    {"no gate", 0, G_NONE, 0, 0, 0.0, 2.0, 1e-2, 100},
+    {"log a = -1e-6", 0, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1e-2, 100},
+    {"log a = -1e-5", 0, G_TOKEN, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100},
+    {"log a = -1e-4", 0, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1e-2, 100},
+    {"log a in [-10, -1e-6]", 0, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1e-2, 100},
+    {"log a = -1e-5 per key", 0, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100},
+    {"log a in [-10, -1e-6] per key", 0, G_KEY, -10, -1e-6, 0.0, 2.0, 1e-2, 100},
+    {"b in [0, 2], no gate", 1, G_NONE, 0, 0, 0.0, 2.0, 1, 1},
+    {"b = 2, no gate", 1, G_NONE, 0, 0, 2.0, 2.0, 1, 1},
+    {"b in [0, 2], log a = -1e-6", 1, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1, 1},
+    {"b in [0, 2], log a = -1e-4", 1, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1, 1},
+    {"b = 2, log a = -1e-5", 1, G_TOKEN, -1e-5, -1e-5, 2.0, 2.0, 1, 1},
+    {"b in [0, 2], log a in [-10, -1e-6]", 1, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1, 1},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+typedef struct problem {
+    int T;
+    int squared; /* the delta rule (squared loss, coupled decay) */
+    int vec;
+    float *q, *k, *v, *eta, *la; /* (T, DK), (T, DK), (T, DV), (T), (T) or (T, DK) or NULL */
+} problem;
+
+static double log_uniform_magnitude(ttt_rng *r, double lo, double hi) {
+    /* lo, hi of the same sign; |x| log-uniform between |lo| and |hi| */
+    if (lo == hi) return lo;
+    float u;
+    ttt_rng_fill_uniform(r, &u, 1, 0.0f, 1.0f);
+    const double a = log(fabs(lo)), b = log(fabs(hi));
+    return copysign(exp(a + (b - a) * u), lo);
+}
+
+static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared) {
+    problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY};
+    p.q = tu_randn_buf(f, (size_t)T * DK, 1.0f);
+    p.k = tu_randn_buf(f, (size_t)T * DK, 1.0f);
+    p.v = tu_randn_buf(f, (size_t)T * DV, 1.0f);
+    for (int t = 0; t < T; t++) { /* keys: a random direction times the case's norm */
+        float *kt = p.k + (size_t)t * DK;
+        double s = 0;
+        for (int j = 0; j < DK; j++) s += (double)kt[j] * kt[j];
+        const double norm = log_uniform_magnitude(&f->rng, c->knorm_lo, c->knorm_hi);
+        for (int j = 0; j < DK; j++) kt[j] = (float)(kt[j] / sqrt(s) * norm);
+    }
+    p.eta = tu_zalloc(&f->ctx, (size_t)T * sizeof(float));
+    ttt_rng_fill_uniform(&f->rng, p.eta, (size_t)T, (float)c->eta_lo, (float)c->eta_hi);
+    if (c->eta_lo == c->eta_hi)
+        for (int t = 0; t < T; t++) p.eta[t] = (float)c->eta_lo;
+    if (c->gate != G_NONE) {
+        const size_t n = (size_t)T * (p.vec ? DK : 1);
+        p.la = tu_zalloc(&f->ctx, n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            p.la[i] = (float)log_uniform_magnitude(&f->rng, c->la_lo, c->la_hi);
+    }
+    return p;
+}
+
+/* The float64 recurrence, docs/math.md §4, from S_0 = 0 with θ = 1:
+ *   dot:     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t
+ *   squared: S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ (v_t − k_t Diag(α_t) S_{t−1})   (coupled decay)
+ *   o_t = q_t S_t.
+ * The gates are taken from the float32 log α the forms receive, exponentiated in double. */
+static void reference(double *o, double *S, const problem *p, double theta) {
+    memset(S, 0, sizeof(double) * DK * DV);
+    double a[DK], e[DV];
+    for (int t = 0; t < p->T; t++) {
+        const float *q = p->q + (size_t)t * DK, *k = p->k + (size_t)t * DK;
+        const float *v = p->v + (size_t)t * DV;
+        const double beta = theta * (double)p->eta[t];
+        for (int i = 0; i < DK; i++)
+            a[i] = !p->la ? 1.0 : exp((double)p->la[p->vec ? (size_t)t * DK + i : (size_t)t]);
+        for (int i = 0; i < DK; i++)
+            for (int j = 0; j < DV; j++) S[i * DV + j] *= a[i];
+        for (int j = 0; j < DV; j++) {
+            double ks = 0;
+            if (p->squared)
+                for (int i = 0; i < DK; i++) ks += (double)k[i] * S[i * DV + j];
+            e[j] = (double)v[j] - ks;
+        }
+        for (int i = 0; i < DK; i++)
+            for (int j = 0; j < DV; j++) S[i * DV + j] += beta * (double)k[i] * e[j];
+        for (int j = 0; j < DV; j++) {
+            double s = 0;
+            for (int i = 0; i < DK; i++) s += (double)q[i] * S[i * DV + j];
+            o[(size_t)t * DV + j] = s;
+        }
+    }
+}
+
+static double rel_rms(const float *got, const double *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - want[i];
+        num += d * d;
+        den += want[i] * want[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* ---- the tuples the float64 loop defines ---- */
+
+static int reference_defines(const ttt_layer *L, int *squared) {
+    if (strcmp(L->model->name, "linear") != 0 || !ttt_layer_optim_traits(L).plain_sgd ||
+        L->mini_batch != 1 || L->order != TTT_ORDER_UPDATE_THEN_APPLY || L->pos_inverse ||
+        L->normalize != TTT_NORMALIZE_NONE || L->rope || L->scale != 1.0f || L->step_per_token)
+        return 0;
+    if (strcmp(L->loss->name, "dot") == 0) *squared = 0;
+    else if (strcmp(L->loss->name, "squared") == 0 && L->coupled) *squared = 1;
+    else return 0;
+    return 1;
+}
+
+static int build_layer(ttt_layer *L, const ttt_preset *p, const char *form) {
+    char text[256];
+    snprintf(text, sizeof text, "layer: {preset: %s, form: %s}\n", p->name, form);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
+    ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), DK, DV, L, &err);
+    ttt_cfg_free(root);
+    return s == TTT_OK;
+}
+
+/* The length a form is run at: T_LONG, or T_QUADRATIC for the forms whose scratch grows as T²
+ * (asked of the entry through scratch_bytes), or less where the entry declares a shorter
+ * precise_t; inputs at β‖k‖² = 2 (a reflection every step) at most T_REFLECT. */
+static int length_for(const ttt_form_entry *e, const ttt_layer *L, const hard_case *c) {
+    const double s1 = e->scratch_bytes ? e->scratch_bytes(L, 1024) : 0;
+    const double s2 = e->scratch_bytes ? e->scratch_bytes(L, 2048) : 0;
+    int T = s2 > 3.0 * s1 ? T_QUADRATIC : T_LONG;
+    if (e->precise_t > 0 && e->precise_t < T) T = (int)e->precise_t;
+    if (c->squared && c->eta_lo == 2.0 && T > T_REFLECT) T = T_REFLECT;
+    return T;
+}
+
+typedef struct result {
+    double o, S;
+} result;
+
+static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_case *c, int T,
+                       int squared) {
+    tu_fixture f;
+    tu_fx_init(&f, 4242);
+    problem p = make_problem(&f, c, T, squared);
+    double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
+    ck_assert_ptr_nonnull(o_ref);
+    reference(o_ref, S_ref, &p, L->lr);
+    ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, T, DK);
+    ttt_tensor *v = ttt_tensor_2d(&f.ctx, T, DV), *eta = ttt_tensor_1d(&f.ctx, T);
+    memcpy(q->data, p.q, sizeof(float) * (size_t)T * DK);
+    memcpy(k->data, p.k, sizeof(float) * (size_t)T * DK);
+    memcpy(v->data, p.v, sizeof(float) * (size_t)T * DV);
+    memcpy(eta->data, p.eta, sizeof(float) * (size_t)T);
+    ttt_tensor *la = NULL;
+    if (p.la) {
+        la = p.vec ? ttt_tensor_2d(&f.ctx, T, DK) : ttt_tensor_1d(&f.ctx, T);
+        memcpy(la->data, p.la, sizeof(float) * la->n);
+    }
+    ttt_layer_state st;
+    ttt_layer_state_init(&f.ctx, L, &st, &f.rng);
+    ttt_tensor_fill(st.W[0], 0.0f);
+    ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, DV);
+    const ttt_form_args a = {.q = q, .k = k, .v = v, .eta = eta, .log_alpha = la,
+                             .alpha_vec = p.vec, .fused = 1};
+    ttt_error err = {0};
+    ck_assert_msg(e->forward(&f.ctx, L, o, &st, &a, &err) == TTT_OK, "%s/%s: %s", e->family,
+                  e->form, err.msg);
+    const result r = {rel_rms(o->data, o_ref, (size_t)T * DV),
+                      rel_rms(st.W[0]->data, S_ref, DK * DV)};
+    free(o_ref);
+    tu_fx_free(&f);
+    return r;
+}
+
+START_TEST(every_form_matches_float64_on_hard_inputs) {
+    int covered[64] = {0}, in_domain[64] = {0}, failures = 0;
+    ck_assert_int_le(ttt_form_count(), 64);
+    printf("hard inputs: relative RMS error against the float64 recurrence (bound %.0e)\n",
+           REL_RMS_BOUND);
+    for (int i = 0; i < ttt_form_count(); i++) {
+        const ttt_form_entry *e = ttt_form_at(i);
+        int seen[2] = {0, 0}; /* presets with explicit gates are the same tuple: one each */
+        for (int j = 0; j < ttt_preset_count(); j++) {
+            const ttt_preset *pr = ttt_preset_at(j);
+            ttt_layer L;
+            int squared = 0;
+            if (!build_layer(&L, pr, e->form) || !reference_defines(&L, &squared)) continue;
+            if (e->available(&L, NULL) || seen[squared]) continue;
+            seen[squared] = 1;
+            in_domain[i] = 1;
+            for (int c = 0; c < N_CASES; c++) {
+                const hard_case *hc = &cases[c];
+                if (hc->squared != squared) continue;
+                const ttt_gate_shape g = hc->gate == G_NONE  ? TTT_FORM_GATE_NONE
+                                         : hc->gate == G_KEY ? TTT_FORM_GATE_KEY
+                                                             : TTT_FORM_GATE_TOKEN;
+                const int T = length_for(e, &L, hc);
+                const ttt_form_inputs in = {.T = T, .eta = 1, .gate = g, .tape = 0};
+                if (e->available(&L, &in)) continue;
+                const result r = run_case(e, &L, hc, T, squared);
+                const int bad = !(r.o <= REL_RMS_BOUND && r.S <= REL_RMS_BOUND);
+                printf("  %-18s %-10s %-16s T %5d  %-30s o %.2e  S %.2e%s\n", e->family, e->form,
+                       pr->name, T, hc->name, r.o, r.S, bad ? "  FAIL" : "");
+                failures += bad;
+                covered[i]++;
+            }
+        }
+    }
+    fflush(stdout);
+    ck_assert_msg(failures == 0, "%d cases above %.0e (see the table printed above)", failures,
+                  REL_RMS_BOUND);
+    for (int i = 0; i < ttt_form_count(); i++) {
+        const ttt_form_entry *e = ttt_form_at(i);
+        if (!in_domain[i]) printf("  %s/%s: no tuple of the float64 loop\n", e->family, e->form);
+        else ck_assert_msg(covered[i] > 0, "%s/%s: no hard input reached it", e->family, e->form);
+    }
+}
+END_TEST
+
+static Suite *hard_suite(void) {
+    Suite *s = suite_create("hard_inputs");
+    TCase *tc = tcase_create("hard_inputs");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, every_form_matches_float64_on_hard_inputs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run(hard_suite()); }
