@@ -167,6 +167,9 @@ typedef struct ttt_text {
  * (0 = no validation split). */
 ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
                          ttt_error *err);
+/* The same errors as ttt_text_load, from the file's size alone (nothing is read): what
+ * `ttt check` refuses is exactly what a run would (docs/hardening.md "Out of memory"). */
+ttt_status ttt_text_check(const char *path, double val_fraction, int seq_len, ttt_error *err);
 void ttt_text_free(ttt_text *t);
 /* Start offset and length of a split. */
 size_t ttt_text_split_start(const ttt_text *t, ttt_split s);

@@ -1,5 +1,6 @@
 /* Byte-level language modelling data from a text file (see data.h, docs/math.md §7). */
 #include "data.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <math.h>
@@ -15,31 +16,72 @@ void ttt_text_free(ttt_text *t) {
     memset(t, 0, sizeof *t);
 }
 
-ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
-                         ttt_error *err) {
-    memset(t, 0, sizeof *t);
+/* The checks a load makes that need only the file's size: val_fraction and seq_len in range,
+ * and both splits at least seq_len + 1 bytes long. */
+static ttt_status check_sizes(const char *path, size_t size, double val_fraction, int seq_len,
+                              size_t *n_train, ttt_error *err) {
+    if (size == 0) return ttt_error_set(err, TTT_ERR_FORMAT, "lm: text file '%s' is empty", path);
+    size_t n_val = (size_t)floor((double)size * val_fraction);
+    *n_train = size - n_val;
+    size_t need = (size_t)seq_len + 1;
+    if (*n_train < need || (n_val > 0 && n_val < need)) {
+        int train_short = *n_train < need;
+        return ttt_error_set(
+            err, TTT_ERR_RANGE,
+            "lm: text file '%s' has %zu bytes: its %s split (%zu bytes%s) is shorter than "
+            "seq_len + 1 = %zu bytes; use a larger file%s",
+            path, size, train_short ? "training" : "validation", train_short ? *n_train : n_val,
+            train_short ? "" : ", the last val_fraction of it", need,
+            train_short ? " or a shorter seq_len" : ", a larger val_fraction or a shorter seq_len");
+    }
+    return TTT_OK;
+}
+
+/* Open `path` for reading as a regular file; its size in *size. */
+static ttt_status open_text(const char *path, double val_fraction, int seq_len, FILE **fp,
+                            size_t *size, ttt_error *err) {
+    *fp = NULL;
     if (!(val_fraction >= 0 && val_fraction < 1))
         return ttt_error_set(err, TTT_ERR_RANGE,
                              "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
                              val_fraction);
     if (seq_len < 1)
         return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", seq_len);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
+    FILE *f = fopen(path, "rb");
+    if (!f)
         return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open text file '%s': %s", path,
                              strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
         return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file", path);
     }
-    size_t size = (size_t)sb.st_size;
-    if (size == 0) {
+    *fp = f;
+    *size = (size_t)sb.st_size;
+    return TTT_OK;
+}
+
+ttt_status ttt_text_check(const char *path, double val_fraction, int seq_len, ttt_error *err) {
+    FILE *fp;
+    size_t size = 0, n_train = 0;
+    TTT_TRY(open_text(path, val_fraction, seq_len, &fp, &size, err));
+    fclose(fp);
+    return check_sizes(path, size, val_fraction, seq_len, &n_train, err);
+}
+
+ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
+                         ttt_error *err) {
+    memset(t, 0, sizeof *t);
+    FILE *fp;
+    size_t size = 0, n_train = 0;
+    TTT_TRY(open_text(path, val_fraction, seq_len, &fp, &size, err));
+    ttt_status s = check_sizes(path, size, val_fraction, seq_len, &n_train, err);
+    if (s != TTT_OK) {
         fclose(fp);
-        return ttt_error_set(err, TTT_ERR_FORMAT, "lm: text file '%s' is empty", path);
+        return s;
     }
-    t->bytes = malloc(size);
-    t->path = malloc(strlen(path) + 1);
+    t->bytes = ttt_fault_malloc(size);
+    t->path = ttt_fault_malloc(strlen(path) + 1);
     if (!t->bytes || !t->path) {
         fclose(fp);
         ttt_text_free(t);
@@ -55,21 +97,7 @@ ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int
                              path);
     }
     t->size = size;
-    size_t n_val = (size_t)floor((double)size * val_fraction);
-    t->n_train = size - n_val;
-    size_t need = (size_t)seq_len + 1;
-    if (t->n_train < need || (n_val > 0 && n_val < need)) {
-        int train_short = t->n_train < need;
-        ttt_status st = ttt_error_set(
-            err, TTT_ERR_RANGE,
-            "lm: text file '%s' has %zu bytes: its %s split (%zu bytes%s) is shorter than "
-            "seq_len + 1 = %zu bytes; use a larger file%s",
-            path, size, train_short ? "training" : "validation", train_short ? t->n_train : n_val,
-            train_short ? "" : ", the last val_fraction of it", need,
-            train_short ? " or a shorter seq_len" : ", a larger val_fraction or a shorter seq_len");
-        ttt_text_free(t);
-        return st;
-    }
+    t->n_train = n_train;
     return TTT_OK;
 }
 
