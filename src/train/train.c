@@ -162,7 +162,7 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
 #endif
     S->threads = threads > 0 ? threads : (n < cores ? n : cores);
     S->sh = ttt_fault_calloc((size_t)n, sizeof *S->sh);
-    if (!S->sh) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    if (!S->sh) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the shards");
     const int np = m->params.n;
     for (int s = 0; s < n; s++) {
         shard *h = &S->sh[s];
@@ -172,7 +172,7 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
         h->grads = ttt_fault_calloc((size_t)np, sizeof *h->grads);
         if (!h->grads) {
             shards_free(S);
-            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the shards");
         }
         if (s == 0) {
             for (int i = 0; i < np; i++) h->grads[i] = m->params.p[i]->grad;
@@ -542,7 +542,8 @@ static ttt_status stream_replay(trainer *t, long long bytes, ttt_error *err) {
     long lineno = 0;
     ttt_status s = TTT_OK;
     ttt_record *r = ttt_fault_malloc(sizeof *r);
-    if (!r) s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    if (!r)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for a record of the journal");
     while (s == TTT_OK && (n = getline(&line, &cap, in)) > 0) {
         lineno++;
         if (ttt_record_parse_json(r, line) != TTT_OK)
