@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "safetensors.h"
@@ -257,6 +258,38 @@ START_TEST(lm_corpus_is_refused_by_check_and_run_alike) {
 }
 END_TEST
 
+/* A point's pieces were each compared with the machine alone: a training set of about 1 GB and
+ * a training step of about 0.9 GB each fit under `ulimit -v` 2 GiB (with the 448 MiB reserve),
+ * so `ttt check` said valid although the run holds both at once. The sum is checked too. */
+START_TEST(the_pieces_of_a_point_are_checked_together) {
+    char *dir = tu_mkdtemp();
+    char path[512], cmd[2048], errp[600];
+    snprintf(path, sizeof path, "%s/sum.yaml", dir);
+    snprintf(errp, sizeof errp, "%s/err", dir);
+    ck_assert_int_eq(
+        tu_write_file(path, "task: {kind: mqar, vocab: 64, seq_len: 64, pairs: 2,\n"
+                            "       train_examples: 2000000, test_examples: 8, eval_batch: 4}\n"
+                            "model: {d_model: 64, layers: 1, heads: 1, mlp: 0}\n"
+                            "layer: {preset: deltanet}\n"
+                            "train: {steps: 2, batch: 128, shards: 1}\n"),
+        0);
+    const char *bin = getenv("TTT_BIN");
+    ck_assert_ptr_nonnull(bin);
+    snprintf(cmd, sizeof cmd,
+             "ulimit -v 2097152 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 %s check %s "
+             ">/dev/null 2>%s",
+             bin, path, errp);
+    const int st = system(cmd);
+    char *err = tu_read_file(errp);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err &&
+                      strstr(err, "sum.yaml:1:7: task: the point (mqar) in all would need 1.7"),
+                  "exit %d: %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err ? err : "");
+    free(err);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("refusals");
     TCase *tc = tcase_create("refusals");
@@ -269,6 +302,7 @@ int main(void) {
     tcase_add_test(tc, apply_runs_an_empty_sequence_with_a_key_gate);
     tcase_add_test(tc, estimates_count_parameters_and_evaluation_sets);
     tcase_add_test(tc, lm_corpus_is_refused_by_check_and_run_alike);
+    tcase_add_test(tc, the_pieces_of_a_point_are_checked_together);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
