@@ -259,7 +259,7 @@ START_TEST(lm_corpus_is_refused_by_check_and_run_alike) {
 END_TEST
 
 /* A point's pieces were each compared with the machine alone: a training set of about 1 GB and
- * a training step of about 0.9 GB each fit under `ulimit -v` 2 GiB (with the 448 MiB reserve),
+ * a training step of about 0.85 GB each fit under `ulimit -v` 2 GiB (with the 448 MiB reserve),
  * so `ttt check` said valid although the run holds both at once. The sum is checked too. */
 START_TEST(the_pieces_of_a_point_are_checked_together) {
     char *dir = tu_mkdtemp();
