@@ -395,6 +395,7 @@ static ttt_status optimizer_node(const ttt_layer_desc *d, const ttt_preset *p,
         TTT_TRY(check_value(opt, path, v, err));
         vals[opt - o->options] = *v;
     }
+    const unsigned long oom_mark = ttt_cfg_alloc_failures();
     ttt_cfg_node *node = ttt_cfg_new_map(src_opt ? src_opt : &desc_where);
     const ttt_cfg_node *nw = src_opt ? ttt_cfg_get(src_opt, "name") : NULL;
     ttt_cfg_map_set(node, "name", ttt_cfg_new_scalar(o->name, nw ? nw : &desc_where));
@@ -404,6 +405,10 @@ static ttt_status optimizer_node(const ttt_layer_desc *d, const ttt_preset *p,
         ttt_cfg_map_set(node, o->options[i].name,
                         ttt_cfg_new_scalar(value_text(&o->options[i], &vals[i], num, sizeof num),
                                            w ? w : &desc_where));
+    }
+    if (ttt_cfg_alloc_failures() != oom_mark) { /* a value was lost: never read a partial map */
+        ttt_cfg_free(node);
+        return ttt_cfg_out_of_memory(err, "layer.optimizer");
     }
     *out = node;
     return TTT_OK;
@@ -541,8 +546,8 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     set_default(map, "position_scale", p->position_scale);
     ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!opt) {
-        opt = ttt_cfg_new_map(map);
-        ttt_cfg_map_set(map, "optimizer", opt);
+        ttt_cfg_map_set(map, "optimizer", ttt_cfg_new_map(map));
+        if (!(opt = get_mut(map, "optimizer"))) return ttt_cfg_out_of_memory(err, "layer");
     }
     if (opt->kind != TTT_CFG_MAP) return TTT_OK; /* reported by the schema check */
     /* The preset's optimizer options fill the keys the user did not give — but only when the

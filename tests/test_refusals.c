@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "safetensors.h"
 #include "testutil.h"
@@ -210,6 +212,84 @@ START_TEST(estimates_count_parameters_and_evaluation_sets) {
 }
 END_TEST
 
+/* The lm corpus is checked when the plan is built: `ttt check` used to say valid for a missing
+ * file, and `ttt run` then failed after creating its folder. Check and run now refuse alike
+ * (missing, not a regular file, too small for seq_len), at the `path` given, and the run creates
+ * nothing. */
+START_TEST(lm_corpus_is_refused_by_check_and_run_alike) {
+    char *dir = tu_mkdtemp();
+    char small[512], yaml[2048], path[600], out[600], args[2048];
+    snprintf(small, sizeof small, "%s/small.txt", dir);
+    ck_assert_int_eq(tu_write_file(small, "only a few bytes\n"), 0);
+    const struct {
+        const char *file;
+        int code;
+        const char *want;
+    } cases[] = {
+        {"missing.txt", 1, "cannot open text file"},
+        {".", 1, "is not a regular file"},
+        {"small.txt", 2, "is shorter than seq_len + 1 = 129 bytes"},
+    };
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, cases[i].file);
+        snprintf(yaml, sizeof yaml,
+                 "task: {kind: lm,\n       path: '%s'}\n"
+                 "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+                 "train: {steps: 2, batch: 2, eval_every: 0, checkpoint_every: 0}\n",
+                 path);
+        char exp[600];
+        snprintf(exp, sizeof exp, "%s/exp.yaml", dir);
+        ck_assert_int_eq(tu_write_file(exp, yaml), 0);
+        snprintf(out, sizeof out, "%s/run", dir);
+        for (int run = 0; run < 2; run++) {
+            snprintf(args, sizeof args, run ? "run %s --out %s" : "check %s", exp, out);
+            char *msg = NULL;
+            int code = tu_run_ttt(args, NULL, &msg);
+            ck_assert_msg(code == cases[i].code && msg && strstr(msg, "exp.yaml:2:14: task.path: ") &&
+                              strstr(msg, cases[i].want) && strstr(msg, path),
+                          "%s %s: exit %d, '%s'", run ? "run" : "check", cases[i].file, code,
+                          msg ? msg : "");
+            free(msg);
+            ck_assert_msg(access(out, F_OK) != 0, "run %s created its folder", cases[i].file);
+        }
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* A point's pieces were each compared with the machine alone: a training set of about 1 GB and
+ * a training step of about 0.85 GB each fit under `ulimit -v` 2 GiB (with the 448 MiB reserve),
+ * so `ttt check` said valid although the run holds both at once. The sum is checked too. */
+START_TEST(the_pieces_of_a_point_are_checked_together) {
+    char *dir = tu_mkdtemp();
+    char path[512], cmd[2048], errp[600];
+    snprintf(path, sizeof path, "%s/sum.yaml", dir);
+    snprintf(errp, sizeof errp, "%s/err", dir);
+    ck_assert_int_eq(
+        tu_write_file(path, "task: {kind: mqar, vocab: 64, seq_len: 64, pairs: 2,\n"
+                            "       train_examples: 2000000, test_examples: 8, eval_batch: 4}\n"
+                            "model: {d_model: 64, layers: 1, heads: 1, mlp: 0}\n"
+                            "layer: {preset: deltanet}\n"
+                            "train: {steps: 2, batch: 128, shards: 1}\n"),
+        0);
+    const char *bin = getenv("TTT_BIN");
+    ck_assert_ptr_nonnull(bin);
+    snprintf(cmd, sizeof cmd,
+             "ulimit -v 2097152 && OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 %s check %s "
+             ">/dev/null 2>%s",
+             bin, path, errp);
+    const int st = system(cmd);
+    char *err = tu_read_file(errp);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && err &&
+                      strstr(err, "sum.yaml:1:7: task: the point (mqar) in all would need 1.7"),
+                  "exit %d: %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err ? err : "");
+    free(err);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("refusals");
     TCase *tc = tcase_create("refusals");
@@ -221,6 +301,8 @@ int main(void) {
     tcase_add_test(tc, apply_refuses_its_input_as_output_and_a_sweep);
     tcase_add_test(tc, apply_runs_an_empty_sequence_with_a_key_gate);
     tcase_add_test(tc, estimates_count_parameters_and_evaluation_sets);
+    tcase_add_test(tc, lm_corpus_is_refused_by_check_and_run_alike);
+    tcase_add_test(tc, the_pieces_of_a_point_are_checked_together);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

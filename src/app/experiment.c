@@ -1,4 +1,5 @@
 #include "experiment.h"
+#include "fault.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ const ttt_option ttt_experiment_options[] = {
 static char *file_stem(const char *path) {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    char *s = strdup(base);
+    char *s = ttt_fault_strdup(base);
     if (!s) return NULL;
     char *dot = strrchr(s, '.');
     if (dot && dot != s) *dot = '\0';
@@ -42,7 +43,7 @@ static ttt_status load_rest(ttt_experiment *e, ttt_status s, const char *const *
                             ttt_experiment **out, ttt_error *err) {
     for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(e->root, sets[i], err);
     char *stem = s == TTT_OK ? file_stem(e->path) : NULL;
-    if (s == TTT_OK && !stem) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (s == TTT_OK && !stem) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the name");
     if (s == TTT_OK) s = ttt_plan_build(e->root, stem, &e->plan, err);
     free(stem);
     if (s != TTT_OK) {
@@ -57,10 +58,10 @@ static ttt_status load_rest(ttt_experiment *e, ttt_status s, const char *const *
 ttt_status ttt_experiment_load(const char *path, const char *const *sets, int n_sets,
                                ttt_experiment **out, ttt_error *err) {
     *out = NULL;
-    ttt_experiment *e = calloc(1, sizeof *e);
-    if (!e || !(e->path = strdup(path))) {
+    ttt_experiment *e = ttt_fault_calloc(1, sizeof *e);
+    if (!e || !(e->path = ttt_fault_strdup(path))) {
         free(e);
-        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the experiment");
     }
     ttt_status s = ttt_cfg_load_file(path, &e->root, err);
     return load_rest(e, s, sets, n_sets, out, err);
@@ -70,10 +71,10 @@ ttt_status ttt_experiment_load_string(const char *text, const char *name,
                                       const char *const *sets, int n_sets, ttt_experiment **out,
                                       ttt_error *err) {
     *out = NULL;
-    ttt_experiment *e = calloc(1, sizeof *e);
-    if (!e || !(e->path = strdup(name ? name : "<string>"))) {
+    ttt_experiment *e = ttt_fault_calloc(1, sizeof *e);
+    if (!e || !(e->path = ttt_fault_strdup(name ? name : "<string>"))) {
         free(e);
-        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the experiment");
     }
     ttt_status s = ttt_cfg_load_string(text, e->path, &e->root, err);
     return load_rest(e, s, sets, n_sets, out, err);

@@ -10,6 +10,7 @@
 #include "blas.h"
 #include "seqmodel.h"
 #include "mixer.h"
+#include "fault.h"
 #include "train.h"
 #include "apply.h"
 #include "comm.h"
@@ -127,7 +128,11 @@ typedef struct cli_args {
 /* Parse FILE and options after the command. Returns 0 or an exit code. */
 static int parse_args(int argc, char **argv, int allow_out, cli_args *a) {
     memset(a, 0, sizeof *a);
-    a->sets = calloc((size_t)argc, sizeof *a->sets);
+    a->sets = ttt_fault_calloc((size_t)argc + 1, sizeof *a->sets);
+    if (!a->sets) {
+        fprintf(stderr, "ttt: error: out of memory for the command line\n");
+        return EXIT_RUN_FAILED;
+    }
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--set") == 0) {
@@ -430,7 +435,11 @@ static int cmd_compare(int argc, char **argv) {
 static int cmd_apply(int argc, char **argv) {
     const char *pos[3] = {0};
     int np = 0;
-    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    const char **sets = ttt_fault_calloc((size_t)argc + 1, sizeof *sets);
+    if (!sets) {
+        fprintf(stderr, "ttt: error: out of memory for the command line\n");
+        return EXIT_RUN_FAILED;
+    }
     int n_sets = 0, rc = 0, threads = 0;
     for (int i = 0; i < argc && !rc; i++) {
         if (strcmp(argv[i], "--threads") == 0) {
@@ -461,6 +470,7 @@ static int cmd_apply(int argc, char **argv) {
     }
     ttt_error err = {0};
     ttt_cfg_node *root = NULL;
+    ttt_cfg_oom_clear();
     ttt_status s = ttt_cfg_load_file(pos[0], &root, &err);
     for (int i = 0; s == TTT_OK && i < n_sets; i++) s = ttt_cfg_apply_set(root, sets[i], &err);
     free(sets);

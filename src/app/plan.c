@@ -1,5 +1,6 @@
 /* The plan pass (plan.h, docs/design.md "Data flow"). */
 #include "plan.h"
+#include "fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -136,6 +137,8 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
         char buf[512];
         snprintf(buf, sizeof buf, "runs/%s", ttt_cfg_str(root, "name"));
         ttt_cfg_map_set(root, "output", ttt_cfg_new_scalar(buf, root));
+        if (!ttt_cfg_get(root, "output")->scalar)
+            return ttt_cfg_out_of_memory(err, "the output folder");
     }
     ttt_cfg_node *task = (ttt_cfg_node *)ttt_cfg_get(root, "task");
     const ttt_cfg_node *kind = ttt_cfg_get(task, "kind");
@@ -149,9 +152,17 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     static const char *const task_extra[] = {"kind", NULL};
     TTT_TRY(ttt_cfg_check_map(task, "task", t->options, task_extra, err));
     pt->task = t;
-    if (!(pt->cfg = calloc(1, t->cfg_size ? t->cfg_size : 1)))
-        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (!(pt->cfg = ttt_fault_calloc(1, t->cfg_size ? t->cfg_size : 1)))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
+    ttt_size_estimate_reset();
     if (t->parse) TTT_TRY(t->parse(pt->cfg, root, err));
+    /* Each piece was checked alone; together they must fit too (data sets and a training step
+     * are held at the same time). */
+    pt->memory = ttt_size_estimate();
+    char what[160];
+    snprintf(what, sizeof what, "task: the point (%s) in all", t->name);
+    ttt_status ms = ttt_size_check(pt->memory, what, err);
+    if (ms != TTT_OK) return ttt_cfg_error(err, ms, task, "%s", err->msg);
     pt->seed = (uint64_t)ttt_cfg_int(root, "seed");
     pt->cost = t->work ? (double)t->work(pt->cfg) : 1.0;
     const ttt_cfg_node *dp = ttt_cfg_get(root, "train");
@@ -161,9 +172,9 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
         if (strcmp(dp->scalar, "true") == 0) pt->parallel = TTT_PARALLEL_DATA;
         if (strcmp(dp->scalar, "false") == 0) pt->parallel = TTT_PARALLEL_POINTS;
     }
-    pt->name = strdup(ttt_cfg_str(root, "name"));
-    pt->output = strdup(ttt_cfg_str(root, "output"));
-    if (!pt->name || !pt->output) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    pt->name = ttt_fault_strdup(ttt_cfg_str(root, "name"));
+    pt->output = ttt_fault_strdup(ttt_cfg_str(root, "output"));
+    if (!pt->name || !pt->output) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     config_hash(root, pt->config_hash);
     return TTT_OK;
 }
@@ -176,9 +187,11 @@ static char *resolved_text(const ttt_cfg_node *doc, ttt_cfg_node *const *trees,
     size_t size = 0;
     FILE *f = open_memstream(&buf, &size);
     if (!f) return NULL;
+    int failed = 0;
     if (!ttt_cfg_get(doc, "sweep") && n == 1) {
-        ttt_cfg_write_yaml(trees[0], f);
+        failed = ttt_cfg_write_yaml(trees[0], f) != 0;
     } else {
+        const unsigned long oom_mark = ttt_cfg_alloc_failures();
         ttt_cfg_node *d = ttt_cfg_clone(doc);
         ttt_cfg_node *list = ttt_cfg_new_seq(d);
         for (int i = 0; i < n; i++) {
@@ -190,10 +203,10 @@ static char *resolved_text(const ttt_cfg_node *doc, ttt_cfg_node *const *trees,
         ttt_cfg_map_set(d, "resolved", list);
         fprintf(f, "# The experiment as run. `resolved` lists every sweep point with all its "
                    "values;\n# it is informational and ignored when this file is run again.\n");
-        ttt_cfg_write_yaml(d, f);
+        failed = ttt_cfg_write_yaml(d, f) != 0 || ttt_cfg_alloc_failures() != oom_mark;
         ttt_cfg_free(d);
     }
-    if (fclose(f) != 0) {
+    if (fclose(f) != 0 || failed) {
         free(buf);
         return NULL;
     }
@@ -433,6 +446,7 @@ static ttt_status replicate(ttt_cfg_node ***trees, char ***labels, int *n, int s
 
 ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, ttt_error *err) {
     *out = NULL;
+    ttt_cfg_oom_clear();
     ttt_cfg_map_remove(doc, "resolved");
     ttt_cfg_node **trees = NULL;
     char **labels = NULL;
@@ -444,21 +458,26 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
         ttt_cfg_points_free(trees, labels, n);
         return rs;
     }
-    ttt_plan *p = calloc(1, sizeof *p);
+    ttt_plan *p = ttt_fault_calloc(1, sizeof *p);
     ttt_status s = TTT_OK;
-    if (!p || !(p->points = calloc((size_t)(n > 0 ? n : 1), sizeof *p->points))) {
-        s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (!p || !(p->points = ttt_fault_calloc((size_t)(n > 0 ? n : 1), sizeof *p->points))) {
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     } else {
         p->n_points = n;
         for (int i = 0; i < n; i++) p->points[i].index = i;
     }
     for (int i = 0; s == TTT_OK && i < n; i++) {
         ttt_plan_point *pt = &p->points[i];
-        if (!(pt->label = strdup(labels[i]))) {
-            s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        if (!(pt->label = ttt_fault_strdup(labels[i]))) {
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
             break;
         }
+        const unsigned long oom_mark = ttt_cfg_alloc_failures();
         s = plan_point(pt, trees[i], stem, err);
+        /* a value the configuration code could not store (a default, a preset's key) makes
+         * the point fail as out of memory, whatever the checks said after it */
+        if (ttt_cfg_alloc_failures() != oom_mark)
+            s = ttt_cfg_out_of_memory(err, "the plan of the experiment");
         if (s != TTT_OK && labels[i][0]) {
             error_suffix_point(err, labels[i]);
             error_hint_axes(err, ttt_cfg_get(doc, "sweep"));
@@ -470,7 +489,7 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
     }
     if (s == TTT_OK) s = plan_columns(p, ttt_cfg_get(doc, "sweep"), trees, err);
     if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, trees, labels, n)))
-        s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the resolved configuration");
     /* Below this line nothing sees a tree: the points' trees go now. */
     ttt_cfg_points_free(trees, labels, n);
     if (s != TTT_OK) {
@@ -765,8 +784,8 @@ static void remove_mark(const char *dir) {
 
 void ttt_plan_assign(const ttt_plan *p, int n, int *owner) {
     const int np = p->n_points;
-    int *ord = malloc((size_t)(np > 0 ? np : 1) * sizeof *ord);
-    double *load = calloc((size_t)(n > 0 ? n : 1), sizeof *load);
+    int *ord = ttt_fault_malloc((size_t)(np > 0 ? np : 1) * sizeof *ord);
+    double *load = ttt_fault_calloc((size_t)(n > 0 ? n : 1), sizeof *load);
     if (!ord || !load || n < 1) { /* out of memory: round robin is still an assignment */
         for (int i = 0; i < np; i++) owner[i] = n > 0 ? i % n : 0;
         free(ord);
@@ -819,8 +838,8 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     const char *dir = ttt_plan_output(p, out_dir);
     char path[4096];
 
-    int *owner = calloc((size_t)p->n_points, sizeof *owner);
-    if (!owner) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    int *owner = ttt_fault_calloc((size_t)p->n_points, sizeof *owner);
+    if (!owner) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     const int me = sharded ? x->shard : comm->rank;
     if (split) ttt_plan_assign(p, sharded ? x->n_shards : R, owner);
 
@@ -852,7 +871,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
 
     const ttt_plan_point *first = &p->points[0];
     ttt_results *res = ttt_results_new(first->name);
-    if (!res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (!res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     if (s == TTT_OK && writer) s = write_resolved(p, dir, err);
     /* how the run was made, rewritten with its end below (docs/training.md "Provenance") */
     const time_t started = time(NULL);
@@ -904,7 +923,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         char part[4096];
         part_path(part, sizeof part, dir, i, "rec");
         int found = 0;
-        if (!into) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        if (!into) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
         /* a part under the same configuration: the point ended in an earlier run */
         else if (!data) s = ttt_part_load(into, part, pt->config_hash, &found, err);
         if (s == TTT_OK && !found) {
@@ -993,7 +1012,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
 static ttt_status merge_locked(const ttt_plan *p, const char *dir, FILE *table, ttt_error *err) {
     const ttt_plan_point *first = &p->points[0];
     ttt_results *res = ttt_results_new(first->name);
-    if (!res) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (!res) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     char missing[256] = "";
     int n_missing = 0;
     ttt_status s = ttt_results_stream(res, dir, err);

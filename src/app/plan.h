@@ -39,6 +39,8 @@ typedef struct ttt_plan_point {
                             * ranks and shards of a distributed sweep balance */
     int parallel;          /* ttt_plan_parallel from `train.data_parallel` (auto without) */
     void *cfg;             /* task->cfg_size bytes, filled by task->parse */
+    double memory;         /* bytes the point is estimated to need: the sum of the sizes its
+                            * task checked while parsing (ttt_size_estimate) */
     /* What determines the point's results: ttt_checkpoint_config_hash of the resolved point
      * without name, description, output, train.stop_at, train.threads and train.data_parallel
      * (a checkpoint resumes only under the same hash). */

@@ -2,10 +2,13 @@
  *
  * Compiled in always and inert unless the environment sets TTT_FAIL_ALLOC=N: then the Nth call
  * (counting from 1) of ttt_fault_alloc in the process answers 1, and the allocation that asked
- * fails as if memory had run out; every other call answers 0. Allocation sites that can report
- * out of memory as an error ask it first (the safetensors reader and writer, `ttt apply`'s
- * outputs), so a test can fail each of them in turn and check the error. The first call reads the
- * environment; it is made before threads start (the hooked sites run on the main thread). */
+ * fails as if memory had run out; every other call answers 0. TTT_FAIL_ALLOC=0 fails nothing and
+ * prints the number of calls at exit ("ttt: N hooked allocations"), so a test knows how many
+ * runs cover every N. The hooked sites are those that report out of memory as an error: the
+ * configuration code, arena blocks, the text builder, parameters, AdamW, the trainer, records,
+ * checkpoints, task data, safetensors and `ttt apply`; a test fails each of them in turn and
+ * checks the error. The environment is read before main; the counter is atomic (hooked sites
+ * also run on worker threads). */
 #ifndef TTT_FAULT_H
 #define TTT_FAULT_H
 
@@ -17,5 +20,6 @@ int ttt_fault_alloc(void);
 void *ttt_fault_malloc(size_t n);
 void *ttt_fault_calloc(size_t n, size_t size);
 void *ttt_fault_realloc(void *p, size_t n);
+char *ttt_fault_strdup(const char *s);
 
 #endif

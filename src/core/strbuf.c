@@ -1,6 +1,8 @@
 /* The text builder (strbuf.h). Capacity doubles, so n appends cost O(total length). */
 #include "strbuf.h"
 
+#include "fault.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +48,7 @@ static int reserve(ttt_strbuf *b, size_t extra) {
     size_t cap = b->cap ? b->cap : STRBUF_FIRST_CAP;
     while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     if (b->limit && cap > b->limit) cap = b->limit; /* need fits: checked above */
-    char *p = realloc(b->data, cap);
+    char *p = ttt_fault_realloc(b->data, cap);
     if (!p) {
         b->failed = 1;
         return 0;
@@ -102,7 +104,7 @@ const char *ttt_strbuf_str(const ttt_strbuf *b) { return b->data ? b->data : "";
 char *ttt_strbuf_take(ttt_strbuf *b) {
     char *p = NULL;
     if (!b->failed) {
-        p = b->data ? b->data : calloc(1, 1);
+        p = b->data ? b->data : ttt_fault_calloc(1, 1);
         b->data = NULL;
     }
     ttt_strbuf_free(b);

@@ -1,8 +1,11 @@
 #include "tensor.h"
 
 #include "autograd.h"
-
 #include "blas.h"
+#include "fault.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -25,12 +28,54 @@ void ttt_arena_init(ttt_arena *a, size_t block_size) {
     a->block_size = block_size ? block_size : ((size_t)1 << 20);
 }
 
+static _Atomic long long mem_now, mem_peak;
+
+void ttt_mem_track(double bytes) {
+    long long now = atomic_fetch_add(&mem_now, (long long)bytes) + (long long)bytes;
+    long long peak = atomic_load(&mem_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&mem_peak, &peak, now)) {
+    }
+}
+
+double ttt_mem_peak(void) { return (double)atomic_load(&mem_peak); }
+void ttt_mem_peak_reset(void) { atomic_store(&mem_peak, atomic_load(&mem_now)); }
+
+static size_t block_bytes(size_t usable) {
+    return (sizeof(ttt_arena_block) + usable + TTT_ALIGN - 1) & ~(size_t)(TTT_ALIGN - 1);
+}
+
 static void free_chain(ttt_arena_block *b) {
     while (b) {
         ttt_arena_block *p = b->prev;
+        ttt_mem_track(-(double)block_bytes(b->size));
         free(b);
         b = p;
     }
+}
+
+static int omp_level(void) {
+#ifdef _OPENMP
+    return omp_get_level();
+#else
+    return 0;
+#endif
+}
+
+void ttt_arena_arm(ttt_arena *a, ttt_arena_escape *e) {
+    e->thread = pthread_self();
+    e->level = omp_level();
+    a->escape = e;
+}
+
+void ttt_arena_disarm(ttt_arena *a) { a->escape = NULL; }
+
+/* A block allocation failed: jump to the armed escape when that is sound (tensor.h). */
+static void escape(ttt_arena *a, size_t bytes) {
+    a->failed_bytes = bytes;
+    ttt_arena_escape *e = a->escape;
+    if (!e || !pthread_equal(e->thread, pthread_self()) || e->level != omp_level()) return;
+    a->escape = NULL; /* one jump; the caller re-arms for its next unit of work */
+    longjmp(e->jump, 1);
 }
 
 void ttt_arena_free(ttt_arena *a) {
@@ -73,10 +118,16 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
         ttt_arena_block *nb = take_spare(a, need);
         if (!nb) {
             size_t sz = need > a->block_size ? need : a->block_size;
-            if (a->limit && held(a) + sz > a->limit) return NULL;
-            nb = aligned_alloc(TTT_ALIGN,
-                               (sizeof *nb + sz + TTT_ALIGN - 1) & ~(size_t)(TTT_ALIGN - 1));
-            if (!nb) return NULL;
+            if (a->limit && held(a) + sz > a->limit) {
+                escape(a, bytes);
+                return NULL;
+            }
+            nb = ttt_fault_alloc() ? NULL : aligned_alloc(TTT_ALIGN, block_bytes(sz));
+            if (!nb) {
+                escape(a, bytes);
+                return NULL;
+            }
+            ttt_mem_track((double)block_bytes(sz));
             nb->size = sz;
         }
         nb->prev = b;
@@ -253,7 +304,12 @@ static const char *amount(double bytes, char *buf, size_t n) {
     return buf;
 }
 
+static _Thread_local double estimate_sum;
+void ttt_size_estimate_reset(void) { estimate_sum = 0.0; }
+double ttt_size_estimate(void) { return estimate_sum; }
+
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err) {
+    estimate_sum += bytes;
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     double phys = (pages > 0 && psize > 0) ? (double)pages * (double)psize : 8e9;
     if (bytes > phys * 0.8)

@@ -9,6 +9,8 @@
 #ifndef TTT_TENSOR_H
 #define TTT_TENSOR_H
 
+#include <pthread.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +19,7 @@
 #define TTT_MAX_DIMS 4
 
 typedef struct ttt_arena_block ttt_arena_block;
+typedef struct ttt_arena_escape ttt_arena_escape;
 
 typedef struct ttt_arena {
     ttt_arena_block *head;  /* current block (newest); older blocks chained behind it */
@@ -27,7 +30,39 @@ typedef struct ttt_arena {
     size_t closed;          /* bytes used in the blocks behind head (footprint = closed + head's) */
     ttt_arena_block *spare; /* blocks given back by release/reset, kept for reuse (their pages
                                stay mapped: a training step would otherwise fault them in again) */
+    ttt_arena_escape *escape; /* armed: where a failed block allocation jumps (below), or NULL */
+    size_t failed_bytes;      /* the size of the latest allocation that failed */
 } ttt_arena;
+
+/* Out of memory inside ops. Ops return tensors, not a status, and layers and forms take arena
+ * memory without checks, so a failed arena allocation cannot travel back up as an error. Instead
+ * the caller of a unit of work (a training shard's step, a task's measurement) arms an escape
+ * on the arena; a block allocation that fails then longjmps back to it, and the caller releases
+ * the arena and the tape and returns TTT_ERR_NOMEM naming what was being allocated
+ * (docs/design.md "Errors, memory, determinism"). This is sound only when everything the work
+ * allocates between the arm and the failure lives in the arena (nothing malloc'd is lost) and
+ * no OpenMP region was entered since the arm (a longjmp must not leave one): the jump is taken
+ * only on the arming thread at the arming OpenMP nesting level; anywhere else the allocation
+ * returns NULL as before (and ttt_tensor_new ends the process with a message).
+ *
+ *   ttt_arena_escape esc;
+ *   ttt_arena_arm(arena, &esc);
+ *   if (setjmp(esc.jump) == 0) {
+ *       ... ops ...
+ *   } else {
+ *       ... arena->failed_bytes could not be allocated: release the arena, reset the tape ...
+ *   }
+ *   ttt_arena_disarm(arena);
+ *
+ * Locals of the arming function that the work changes must be volatile to be read after the
+ * jump (hence the size that failed is kept in the arena, not in the escape). */
+struct ttt_arena_escape {
+    jmp_buf jump;
+    pthread_t thread;
+    int level; /* omp_get_level() at the arm */
+};
+void ttt_arena_arm(ttt_arena *a, ttt_arena_escape *e);
+void ttt_arena_disarm(ttt_arena *a);
 
 /* A position in the arena to return to: everything allocated after it is released. */
 typedef struct ttt_arena_mark {
@@ -64,8 +99,9 @@ typedef struct ttt_ctx {
     ttt_tape *tape; /* where ops record when grad != 0; NULL = nothing is recorded */
 } ttt_ctx;
 
-/* New tensors live in ctx->arena. They abort with a message on out-of-memory: callers that must
- * survive huge sizes check the size first with ttt_size_check. */
+/* New tensors live in ctx->arena. Out of memory jumps to the arena's escape when one is armed
+ * (above), else aborts with a message: callers that must survive huge sizes check the size first
+ * with ttt_size_check. */
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape);
 ttt_tensor *ttt_tensor_1d(ttt_ctx *ctx, int n0);
 ttt_tensor *ttt_tensor_2d(ttt_ctx *ctx, int n0, int n1);
@@ -87,10 +123,22 @@ const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n);
 #define TTT_ROWS(t) ((t)->shape[0])
 #define TTT_COLS(t) ((t)->shape[(t)->ndim - 1])
 
+/* Accounting of the memory the estimates cover (docs/hardening.md "Out of memory"): arena
+ * blocks, parameters with their gradients, AdamW's moments and the training shards' gradient
+ * copies add their bytes here when allocated and subtract them when freed. The high-water mark
+ * is what tests compare the estimates with (the process's other allocations are not counted). */
+void ttt_mem_track(double bytes); /* > 0 allocated, < 0 freed */
+double ttt_mem_peak(void);        /* the most held at once since the last reset */
+void ttt_mem_peak_reset(void);    /* the peak becomes what is held now */
+
 /* Refuse sizes that would need more than 80 % of physical memory, or more than an address-space
  * limit leaves (with the runtime reserve below), before allocating. Fills err with the amount
  * it would need. */
 ttt_status ttt_size_check(double bytes, const char *what, ttt_error *err);
+/* The sum of the sizes ttt_size_check was asked about on this thread since the last reset: the
+ * plan pass resets it before a point's task parses and so learns the point's whole estimate. */
+void ttt_size_estimate_reset(void);
+double ttt_size_estimate(void);
 /* Under an address-space limit (RLIMIT_AS, `ulimit -v`) the bytes of address space still free,
  * else a negative number; and the address space a run needs beyond the estimates for the BLAS
  * and thread buffers of the current thread counts. ttt_size_check counts both. */

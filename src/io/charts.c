@@ -3,6 +3,7 @@
  * Every chart is one <svg> document with its own styles, so the same text is both a file of
  * the run folder and a figure inlined into index.html (page.c). */
 #include "results.h"
+#include "fault.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -82,7 +83,7 @@ static int series_find_or_add(series_list *s, const char *name) {
         if (strcmp(s->name[i], name) == 0) return i;
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 8;
-        char(*p)[224] = realloc(s->name, (size_t)cap * sizeof *p);
+        char(*p)[224] = ttt_fault_realloc(s->name, (size_t)cap * sizeof *p);
         if (!p) return -1;
         s->name = p;
         s->cap = cap;
@@ -401,7 +402,7 @@ static int collect_point(void *user, const ttt_record *r) {
     if (s < 0) return -1;
     if (c->n == c->cap) {
         int cap = c->cap ? c->cap * 2 : 256;
-        point *p = realloc(c->pts, (size_t)cap * sizeof *p);
+        point *p = ttt_fault_realloc(c->pts, (size_t)cap * sizeof *p);
         if (!p) return -1;
         c->pts = p;
         c->cap = cap;

@@ -4,9 +4,14 @@
  * node, and every mapping key, keeps the line:column where it was written; all later complaints
  * (unknown key, wrong type, out of range, unknown name) point at that spot.
  *
- * Allocation failures abort with a message: the public API (ttt_cfg_map_set, ttt_cfg_clone, ...)
- * has no way to report them, and a configuration is a few kilobytes, so running out of memory
- * here means the process is already lost. Everything else is reported through ttt_error. */
+ * Allocation failures never abort: a failed allocation leaves the tree it was building whole but
+ * incomplete (a value or key missing, a NULL from ttt_cfg_clone / ttt_cfg_new_*, which
+ * ttt_cfg_map_set and ttt_cfg_seq_push accept and drop) and counts itself in a per-thread
+ * counter (ttt_cfg_alloc_failures). Every function that returns a status compares the counter
+ * at its end with its start and returns TTT_ERR_NOMEM when it moved; callers of the void and
+ * pointer functions (the plan pass, the resolved-YAML writer) do the same once at their end
+ * (docs/design.md "Errors, memory, determinism"). Everything else is reported through
+ * ttt_error. */
 #include "config.h"
 
 #include <ctype.h>
@@ -20,6 +25,7 @@
 #include <time.h>
 #include <yaml.h>
 
+#include "fault.h"
 #include "strbuf.h"
 
 /* Nesting deeper than this is refused: the loader, clone and free are recursive, and no
@@ -35,12 +41,29 @@
 /* ------------------------------------------------------------------------------------------ */
 /* allocation and small strings                                                                */
 
+static _Thread_local unsigned long oom_count; /* allocations that failed on this thread */
+static _Thread_local size_t oom_bytes;        /* the size of the latest */
+
+static _Thread_local unsigned long oom_base;  /* oom_count at the last ttt_cfg_oom_clear */
+
+unsigned long ttt_cfg_alloc_failures(void) { return oom_count; }
+void ttt_cfg_oom_clear(void) { oom_base = oom_count; }
+
+ttt_status ttt_cfg_out_of_memory(ttt_error *err, const char *what) {
+    return ttt_error_set(err, TTT_ERR_NOMEM,
+                         "%s: out of memory in the configuration code (%zu bytes)", what,
+                         oom_bytes);
+}
+
+static void count_failure(size_t n) {
+    oom_count++;
+    oom_bytes = n;
+}
+
+/* NULL (counted) when memory runs out; p is then still the caller's. */
 static void *xrealloc(void *p, size_t n) {
-    void *q = realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "ttt: out of memory (%zu bytes) in the configuration code\n", n);
-        abort();
-    }
+    void *q = ttt_fault_realloc(p, n ? n : 1);
+    if (!q) count_failure(n);
     return q;
 }
 
@@ -48,6 +71,7 @@ static void *xmalloc(size_t n) { return xrealloc(NULL, n); }
 
 static char *xstrndup(const char *s, size_t n) {
     char *d = xmalloc(n + 1);
+    if (!d) return NULL;
     memcpy(d, s, n);
     d[n] = '\0';
     return d;
@@ -66,18 +90,12 @@ static int ieq(const char *a, const char *b) {
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* Text is built with the core's ttt_strbuf. This module aborts when memory runs out (see the
- * top of the file), so every append goes through these wrappers, which check the builder's
- * failure flag at once: text in hand is always whole. A zeroed sbuf is an empty builder. */
+/* Text is built with the core's ttt_strbuf; a failed append is counted like any failed
+ * allocation (see the top of the file). A zeroed sbuf is an empty builder. */
 typedef ttt_strbuf sbuf;
 
-static _Noreturn void sb_out_of_memory(void) {
-    fprintf(stderr, "ttt: out of memory building text in the configuration code\n");
-    abort();
-}
-
-static void sb_check(const sbuf *b) {
-    if (b->failed) sb_out_of_memory();
+static void sb_check(sbuf *b) {
+    if (b->failed) count_failure(b->cap + 1);
 }
 
 static void sb_putn(sbuf *b, const char *s, size_t n) {
@@ -97,12 +115,15 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     sb_check(b);
 }
 
-/* The text built so far (never NULL); ownership passes to the caller. */
+/* The text built so far; ownership passes to the caller. NULL (counted) when memory ran out. */
 static char *sb_take(sbuf *b) {
     char *p = ttt_strbuf_take(b);
-    if (!p) sb_out_of_memory();
+    if (!p) count_failure(1);
     return p;
 }
+
+/* A taken text for a message, "" when it could not be built. */
+static const char *text_or_empty(const char *s) { return s ? s : ""; }
 
 static void join_path(char *buf, size_t len, const char *path, const char *key) {
     if (path && *path)
@@ -124,6 +145,7 @@ static void sb_join(sbuf *b, const char *const *names, int n) {
 
 static ttt_cfg_node *node_new(ttt_cfg_kind kind, const char *file, int line, int col) {
     ttt_cfg_node *n = xmalloc(sizeof *n);
+    if (!n) return NULL;
     memset(n, 0, sizeof *n);
     n->kind = kind;
     n->file = xstrdup(file);
@@ -139,23 +161,32 @@ static ttt_cfg_node *node_at(ttt_cfg_kind kind, const ttt_cfg_node *where) {
 
 static void set_location(ttt_cfg_node *n, const char *file, int line, int col) {
     char *f = xstrdup(file);
+    if (file && !f) return; /* counted; the old location stays */
     free(n->file);
     n->file = f;
     n->line = line;
     n->col = col;
 }
 
-static void reserve(ttt_cfg_node *n, int need) {
-    if (n->cap >= need) return;
+/* Room for `need` entries; 0 (counted) when memory runs out, the node unchanged but for
+ * arrays that grew (cap is raised only when all of them did). */
+static int reserve(ttt_cfg_node *n, int need) {
+    if (n->cap >= need) return 1;
     int cap = n->cap ? n->cap * 2 : 4;
     if (cap < need) cap = need;
-    n->items = xrealloc(n->items, (size_t)cap * sizeof *n->items);
+    void *p = xrealloc(n->items, (size_t)cap * sizeof *n->items);
+    if (!p) return 0;
+    n->items = p;
     if (n->kind == TTT_CFG_MAP) {
-        n->keys = xrealloc(n->keys, (size_t)cap * sizeof *n->keys);
-        n->key_line = xrealloc(n->key_line, (size_t)cap * sizeof *n->key_line);
-        n->key_col = xrealloc(n->key_col, (size_t)cap * sizeof *n->key_col);
+        if (!(p = xrealloc(n->keys, (size_t)cap * sizeof *n->keys))) return 0;
+        n->keys = p;
+        if (!(p = xrealloc(n->key_line, (size_t)cap * sizeof *n->key_line))) return 0;
+        n->key_line = p;
+        if (!(p = xrealloc(n->key_col, (size_t)cap * sizeof *n->key_col))) return 0;
+        n->key_col = p;
     }
     n->cap = cap;
+    return 1;
 }
 
 /* The YAML 1.2 core-schema spellings of null (plain scalars only; "" is null too). */
@@ -209,6 +240,7 @@ static void str_index_put(str_index *x, const char *const *names, int idx) {
     if (2 * (x->n + 1) > x->cap) {
         size_t cap = x->cap ? 2 * x->cap : 64;
         int *slot = xmalloc(cap * sizeof *slot);
+        if (!slot) return; /* counted; the table stays at most half full */
         memset(slot, 0, cap * sizeof *slot);
         for (size_t i = 0; i < x->cap; i++) {
             if (!x->slot[i]) continue;
@@ -232,20 +264,29 @@ static void str_index_free(str_index *x) {
     memset(x, 0, sizeof *x);
 }
 
-/* Append without looking for an existing key (callers have checked). */
-static void map_append(ttt_cfg_node *map, const char *key, int key_line, int key_col,
-                       ttt_cfg_node *val) {
-    reserve(map, map->n + 1);
-    map->keys[map->n] = xstrdup(key);
+/* Append without looking for an existing key (callers have checked). Takes val; 0 (val freed,
+ * the failure counted) when memory runs out or val is NULL (a failure already counted). */
+static int map_append(ttt_cfg_node *map, const char *key, int key_line, int key_col,
+                      ttt_cfg_node *val) {
+    char *k = NULL;
+    if (!val || !reserve(map, map->n + 1) || !(k = xstrdup(key))) {
+        ttt_cfg_free(val);
+        return 0;
+    }
+    map->keys[map->n] = k;
     map->key_line[map->n] = key_line;
     map->key_col[map->n] = key_col;
     map->items[map->n] = val;
     map->n++;
+    return 1;
 }
 
 ttt_cfg_node *ttt_cfg_new_scalar(const char *text, const ttt_cfg_node *where) {
     ttt_cfg_node *n = node_at(TTT_CFG_SCALAR, where);
-    n->scalar = xstrdup(text);
+    if (n && text && !(n->scalar = xstrdup(text))) {
+        ttt_cfg_free(n);
+        return NULL;
+    }
     return n;
 }
 
@@ -253,7 +294,11 @@ ttt_cfg_node *ttt_cfg_new_map(const ttt_cfg_node *where) { return node_at(TTT_CF
 ttt_cfg_node *ttt_cfg_new_seq(const ttt_cfg_node *where) { return node_at(TTT_CFG_SEQ, where); }
 
 void ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val) {
-    TTT_ASSERT(map && map->kind == TTT_CFG_MAP && key && val);
+    if (!map || !val) { /* a failed allocation made one of them (counted) */
+        ttt_cfg_free(val);
+        return;
+    }
+    TTT_ASSERT(map->kind == TTT_CFG_MAP && key);
     int i = find_key(map, key);
     if (i >= 0) {
         /* Replacing keeps the key where it was written (and its place in the order). */
@@ -266,8 +311,11 @@ void ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val) {
 }
 
 void ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val) {
-    TTT_ASSERT(seq && seq->kind == TTT_CFG_SEQ && val);
-    reserve(seq, seq->n + 1);
+    if (!seq || !val || !reserve(seq, seq->n + 1)) { /* out of memory (counted) */
+        ttt_cfg_free(val);
+        return;
+    }
+    TTT_ASSERT(seq->kind == TTT_CFG_SEQ);
     seq->items[seq->n++] = val;
 }
 
@@ -287,20 +335,29 @@ int ttt_cfg_map_remove(ttt_cfg_node *map, const char *key) {
 
 ttt_cfg_node *ttt_cfg_clone(const ttt_cfg_node *n) {
     if (!n) return NULL;
+    /* Out of memory (counted): NULL, never a partial copy. */
     ttt_cfg_node *c = node_at(n->kind, n);
-    c->scalar = xstrdup(n->scalar);
+    if (!c) return NULL;
     c->quoted = n->quoted;
-    if (n->n > 0) {
-        reserve(c, n->n);
-        for (int i = 0; i < n->n; i++) {
-            c->items[i] = ttt_cfg_clone(n->items[i]);
-            if (n->kind == TTT_CFG_MAP) {
-                c->keys[i] = xstrdup(n->keys[i]);
-                c->key_line[i] = n->key_line[i];
-                c->key_col[i] = n->key_col[i];
-            }
+    if ((n->scalar && !(c->scalar = xstrdup(n->scalar))) || (n->n > 0 && !reserve(c, n->n))) {
+        ttt_cfg_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < n->n; i++) {
+        ttt_cfg_node *item = ttt_cfg_clone(n->items[i]);
+        char *key = NULL;
+        if (!item || (n->kind == TTT_CFG_MAP && !(key = xstrdup(n->keys[i])))) {
+            ttt_cfg_free(item);
+            ttt_cfg_free(c);
+            return NULL;
         }
-        c->n = n->n;
+        c->items[i] = item;
+        if (n->kind == TTT_CFG_MAP) {
+            c->keys[i] = key;
+            c->key_line[i] = n->key_line[i];
+            c->key_col[i] = n->key_col[i];
+        }
+        c->n = i + 1;
     }
     return c;
 }
@@ -530,13 +587,19 @@ static ttt_status next_event(loader *L, yaml_event_t *ev) {
     return TTT_OK;
 }
 
+/* Takes name. Out of memory: counted, the anchor not registered (the load then fails). */
 static void add_anchor(loader *L, char *name, const ttt_cfg_node *node) {
     if (L->n_anchors == L->cap_anchors) {
-        L->cap_anchors = L->cap_anchors ? 2 * L->cap_anchors : 8;
-        L->anchor_names =
-            xrealloc(L->anchor_names, (size_t)L->cap_anchors * sizeof *L->anchor_names);
-        L->anchor_nodes =
-            xrealloc(L->anchor_nodes, (size_t)L->cap_anchors * sizeof *L->anchor_nodes);
+        int cap = L->cap_anchors ? 2 * L->cap_anchors : 8;
+        void *p = xrealloc(L->anchor_names, (size_t)cap * sizeof *L->anchor_names);
+        if (p) L->anchor_names = p;
+        void *q = p ? xrealloc(L->anchor_nodes, (size_t)cap * sizeof *L->anchor_nodes) : NULL;
+        if (q) L->anchor_nodes = q;
+        if (!p || !q) {
+            free(name);
+            return;
+        }
+        L->cap_anchors = cap;
     }
     L->anchor_names[L->n_anchors] = name;
     L->anchor_nodes[L->n_anchors] = node;
@@ -568,6 +631,7 @@ static ttt_status expand_alias(loader *L, const yaml_event_t *ev, ttt_cfg_node *
                           "expected a smaller document (each alias copies its anchor's text)",
                           name, TTT_CFG_MAX_EXPANDED_BYTES);
     ttt_cfg_node *c = ttt_cfg_clone(target);
+    if (!c) return ttt_cfg_out_of_memory(L->err, L->name);
     /* The copy as a whole is used here, so messages about it should point here; its inner
      * values keep pointing at where they were written. */
     if (L->fixed) {
@@ -637,6 +701,7 @@ static ttt_status parse_map_keys(loader *L, ttt_cfg_node *map, const char *path,
         yaml_mark_t kmark = ev.start_mark;
         char *key = xstrndup((const char *)ev.data.scalar.value, ev.data.scalar.length);
         yaml_event_delete(&ev);
+        if (!key) return ttt_cfg_out_of_memory(L->err, L->name);
 
         int dup = str_index_find(seen, (const char *const *)map->keys, key);
         if (dup >= 0) {
@@ -660,9 +725,10 @@ static ttt_status parse_map_keys(loader *L, ttt_cfg_node *map, const char *path,
             free(key);
             return s;
         }
-        map_append(map, key, kline, kcol, child);
-        str_index_put(seen, (const char *const *)map->keys, map->n - 1);
+        int added = map_append(map, key, kline, kcol, child);
         free(key);
+        if (!added) return ttt_cfg_out_of_memory(L->err, L->name);
+        str_index_put(seen, (const char *const *)map->keys, map->n - 1);
     }
 }
 
@@ -697,13 +763,20 @@ static ttt_status parse_node(loader *L, yaml_event_t *ev, const char *path, int 
     ttt_status s = TTT_OK;
     ttt_cfg_node *n = NULL;
     char *anchor = NULL;
+    if (ev->type != YAML_ALIAS_EVENT &&
+        !(n = node_from_mark(L, ev->type == YAML_SCALAR_EVENT           ? TTT_CFG_SCALAR
+                                : ev->type == YAML_SEQUENCE_START_EVENT ? TTT_CFG_SEQ
+                                                                         : TTT_CFG_MAP,
+                             ev->start_mark))) {
+        yaml_event_delete(ev);
+        return ttt_cfg_out_of_memory(L->err, L->name);
+    }
     switch (ev->type) {
     case YAML_ALIAS_EVENT:
         s = expand_alias(L, ev, &n);
         yaml_event_delete(ev);
         break;
     case YAML_SCALAR_EVENT: {
-        n = node_from_mark(L, TTT_CFG_SCALAR, ev->start_mark);
         const char *v = (const char *)ev->data.scalar.value;
         size_t len = ev->data.scalar.length;
         /* Block literals and folded text are not plain either: only plain scalars can be
@@ -716,13 +789,11 @@ static ttt_status parse_node(loader *L, yaml_event_t *ev, const char *path, int 
         break;
     }
     case YAML_SEQUENCE_START_EVENT:
-        n = node_from_mark(L, TTT_CFG_SEQ, ev->start_mark);
         anchor = xstrdup((const char *)ev->data.sequence_start.anchor);
         yaml_event_delete(ev);
         s = parse_seq(L, n, path, depth);
         break;
     case YAML_MAPPING_START_EVENT:
-        n = node_from_mark(L, TTT_CFG_MAP, ev->start_mark);
         anchor = xstrdup((const char *)ev->data.mapping_start.anchor);
         yaml_event_delete(ev);
         s = parse_map(L, n, path, depth);
@@ -750,6 +821,7 @@ static ttt_status load_text(const char *text, size_t len, const char *name,
                             const ttt_cfg_node *fixed, int want_map, ttt_cfg_node **out,
                             ttt_error *err) {
     *out = NULL;
+    const unsigned long oom_mark = oom_count;
     loader L;
     memset(&L, 0, sizeof L);
     L.name = name ? name : "<string>";
@@ -795,6 +867,7 @@ static ttt_status load_text(const char *text, size_t len, const char *name,
             yaml_event_delete(&ev);
         }
     }
+    if (s == TTT_OK && !root) s = ttt_cfg_out_of_memory(err, L.name);
     if (s == TTT_OK && want_map && root->kind != TTT_CFG_MAP)
         s = ttt_cfg_error(err, TTT_ERR_CONFIG, root,
                           "the top level is %s; expected a mapping of settings ('key: value' "
@@ -806,6 +879,9 @@ static ttt_status load_text(const char *text, size_t len, const char *name,
     free(L.anchor_names);
     free(L.anchor_nodes);
     str_index_free(&L.anchor_index);
+    /* a value, key or anchor lost to a failed allocation makes the whole load fail, whatever
+     * the parse said after it (an anchor not registered reads as an unknown alias) */
+    if (oom_count != oom_mark) s = ttt_cfg_out_of_memory(err, L.name);
     if (s != TTT_OK) {
         ttt_cfg_free(root);
         return s;
@@ -844,6 +920,7 @@ ttt_status ttt_cfg_load_file(const char *path, ttt_cfg_node **out, ttt_error *er
     }
     size_t n = b.len;
     char *text = sb_take(&b);
+    if (!text) return ttt_cfg_out_of_memory(err, path);
     ttt_status s = load_text(text, n, path, NULL, 1, out, err);
     free(text);
     return s;
@@ -865,9 +942,11 @@ const ttt_cfg_node *ttt_cfg_get_path(const ttt_cfg_node *root, const char *path)
     const ttt_cfg_node *n = ttt_cfg_get(root, path);
     if (n) return n;
     for (const char *dot = strchr(path, '.'); dot; dot = strchr(dot + 1, '.')) {
-        char *head = xstrndup(path, (size_t)(dot - path));
-        const ttt_cfg_node *child = ttt_cfg_get(root, head);
-        free(head);
+        const size_t len = (size_t)(dot - path);
+        const ttt_cfg_node *child = NULL;
+        for (int i = 0; i < root->n && !child; i++)
+            if (strncmp(root->keys[i], path, len) == 0 && root->keys[i][len] == '\0')
+                child = root->items[i];
         if (child) {
             n = ttt_cfg_get_path(child, dot + 1);
             if (n) return n;
@@ -1019,12 +1098,19 @@ const char *ttt_cfg_str(const ttt_cfg_node *map, const char *key) {
 /* names and schemas                                                                           */
 
 /* Optimal-string-alignment distance (Levenshtein plus adjacent transpositions, so "sdg" is
- * one edit from "sgd"), ignoring ASCII case. */
+ * one edit from "sgd"), ignoring ASCII case. Only suggestions depend on it: when memory runs
+ * out the answer is "far" (no suggestion), not a failure, so it allocates outside the hooks. */
 static size_t edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
-    size_t *prev2 = xmalloc((lb + 1) * sizeof *prev2);
-    size_t *prev = xmalloc((lb + 1) * sizeof *prev);
-    size_t *cur = xmalloc((lb + 1) * sizeof *cur);
+    size_t *prev2 = malloc((lb + 1) * sizeof *prev2);
+    size_t *prev = malloc((lb + 1) * sizeof *prev);
+    size_t *cur = malloc((lb + 1) * sizeof *cur);
+    if (!prev2 || !prev || !cur) {
+        free(prev2);
+        free(prev);
+        free(cur);
+        return (size_t)-1;
+    }
     for (size_t j = 0; j <= lb; j++) prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
         cur[0] = i;
@@ -1079,9 +1165,11 @@ static const char *article(const char *what) {
 ttt_status ttt_cfg_check_name(const ttt_cfg_node *n, const char *what, const char *const *names,
                               int n_names, ttt_error *err) {
     TTT_ASSERT(n && what && (names || n_names == 0));
+    if (oom_count != oom_base) return ttt_cfg_out_of_memory(err, what); /* as check_map */
     sbuf list = {0};
     sb_join(&list, names, n_names);
     char *valid = sb_take(&list);
+    if (!valid) return ttt_cfg_out_of_memory(err, "the list of names");
     ttt_status s = TTT_OK;
     if (n->kind != TTT_CFG_SCALAR || !n->scalar) {
         char expected[TTT_ERROR_MSG_LEN];
@@ -1175,12 +1263,18 @@ static ttt_status check_number(const ttt_cfg_node *n, const ttt_option *o, int i
     return TTT_OK;
 }
 
-/* Split "a|b|c" into a malloc'd copy and an array of pointers into it. */
+/* Split "a|b|c" into a malloc'd copy and an array of pointers into it; -1 (nothing
+ * allocated) when memory runs out. */
 static int split_choices(const char *choices, char **copy, const char ***names) {
     *copy = xstrdup(choices ? choices : "");
+    if (!*copy) return -1;
     int n = 1;
     for (const char *p = *copy; *p; p++) n += *p == '|';
     *names = xmalloc((size_t)n * sizeof **names);
+    if (!*names) {
+        free(*copy);
+        return -1;
+    }
     int k = 0;
     for (char *p = *copy, *start = *copy;; p++) {
         if (*p == '|' || *p == '\0') {
@@ -1199,9 +1293,15 @@ static ttt_status check_choice(const ttt_cfg_node *n, const ttt_option *o, const
     char *copy;
     const char **names;
     int k = split_choices(o->choices, &copy, &names);
+    if (k < 0) return ttt_cfg_out_of_memory(err, label);
     sbuf list = {0};
     sb_join(&list, names, k);
     char *valid = sb_take(&list);
+    if (!valid) {
+        free(names);
+        free(copy);
+        return ttt_cfg_out_of_memory(err, label);
+    }
     ttt_status s = TTT_OK;
     if (n->kind != TTT_CFG_SCALAR || !n->scalar) {
         char expected[TTT_ERROR_MSG_LEN];
@@ -1228,8 +1328,8 @@ static ttt_status check_choice(const ttt_cfg_node *n, const ttt_option *o, const
     return s;
 }
 
-/* An option's default as nodes located at `where`. A default that does not parse is a bug in
- * the option table, not a user error. */
+/* An option's default as nodes located at `where`; NULL (counted) when memory runs out. A
+ * default that does not parse is a bug in the option table, not a user error. */
 static ttt_cfg_node *default_node(const ttt_option *o, const ttt_cfg_node *where) {
     if (!o->def) return ttt_cfg_new_map(where); /* only TTT_OPT_MAP gets here */
     ttt_cfg_node pos;
@@ -1239,7 +1339,9 @@ static ttt_cfg_node *default_node(const ttt_option *o, const ttt_cfg_node *where
     pos.col = where ? where->col : 0;
     ttt_error e;
     ttt_cfg_node *n = NULL;
-    if (load_text(o->def, strlen(o->def), "default", &pos, 0, &n, &e) != TTT_OK) {
+    ttt_status s = load_text(o->def, strlen(o->def), "default", &pos, 0, &n, &e);
+    if (s == TTT_ERR_NOMEM) return NULL;
+    if (s != TTT_OK) {
         fprintf(stderr, "internal error: option '%s' has a default \"%s\" that is not valid "
                         "YAML: %s\n",
                 o->name, o->def, e.msg);
@@ -1247,6 +1349,9 @@ static ttt_cfg_node *default_node(const ttt_option *o, const ttt_cfg_node *where
     }
     return n;
 }
+
+static ttt_status check_map(ttt_cfg_node *map, const char *p, const ttt_option *opts,
+                            const char *const *extra, ttt_error *err);
 
 static int in_list(const char *const *list, const char *s) {
     for (; list && *list; list++)
@@ -1266,12 +1371,17 @@ static ttt_status unknown_key(const ttt_cfg_node *map, int i, const char *path,
     for (const ttt_option *o = opts; o->name; o++) n++;
     for (const char *const *e = extra; e && *e; e++) n++;
     const char **names = xmalloc((size_t)(n ? n : 1) * sizeof *names);
+    if (!names) return ttt_cfg_out_of_memory(err, path && *path ? path : "the top level");
     int k = 0;
     for (const ttt_option *o = opts; o->name; o++) names[k++] = o->name;
     for (const char *const *e = extra; e && *e; e++) names[k++] = *e;
     sbuf list = {0};
     sb_join(&list, names, k);
     char *valid = sb_take(&list);
+    if (!valid) {
+        free(names);
+        return ttt_cfg_out_of_memory(err, path && *path ? path : "the top level");
+    }
     char in[PATH_BUF + 8];
     if (path && *path)
         snprintf(in, sizeof in, " in %s", path);
@@ -1319,6 +1429,10 @@ static ttt_status check_list(ttt_cfg_node *map, int i, const ttt_option *o, cons
         /* A single number stands for a list of one; normalizing here lets every later reader
          * iterate a sequence. */
         ttt_cfg_node *seq = ttt_cfg_new_seq(v);
+        if (!seq || !reserve(seq, 1)) {
+            ttt_cfg_free(seq);
+            return ttt_cfg_out_of_memory(err, label);
+        }
         ttt_cfg_seq_push(seq, v);
         map->items[i] = v = seq;
     }
@@ -1351,7 +1465,8 @@ static ttt_status check_value(ttt_cfg_node *map, int i, const ttt_option *o, con
                                  label, type_desc(o->type));
         if (o->type != TTT_OPT_MAP) {
             ttt_cfg_node *d = default_node(o, v);
-            int def_null = d && is_null(d);
+            if (!d) return ttt_cfg_out_of_memory(err, label);
+            int def_null = is_null(d);
             ttt_cfg_free(d);
             if (!def_null)
                 return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
@@ -1360,6 +1475,7 @@ static ttt_status check_value(ttt_cfg_node *map, int i, const ttt_option *o, con
                                      label, type_desc(o->type), o->def);
         }
         ttt_cfg_node *d = default_node(o, v);
+        if (!d) return ttt_cfg_out_of_memory(err, label);
         ttt_cfg_free(v);
         map->items[i] = v = d;
         if (is_null(v)) return TTT_OK;
@@ -1388,6 +1504,17 @@ ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_opti
                              const char *const *extra, ttt_error *err) {
     TTT_ASSERT(map && opts);
     const char *p = path ? path : "";
+    /* Sticky: a tree that lost a value to a failed allocation since the last ttt_cfg_oom_clear
+     * is never called valid, so no reader after a check meets a missing key. */
+    if (oom_count != oom_base) return ttt_cfg_out_of_memory(err, *p ? p : "the configuration");
+    ttt_status s = check_map(map, p, opts, extra, err);
+    if (s == TTT_OK && oom_count != oom_base)
+        s = ttt_cfg_out_of_memory(err, *p ? p : "the configuration");
+    return s;
+}
+
+static ttt_status check_map(ttt_cfg_node *map, const char *p, const ttt_option *opts,
+                            const char *const *extra, ttt_error *err) {
     if (map->kind != TTT_CFG_MAP) return type_error(err, map, *p ? p : NULL, "a mapping");
     for (int i = 0; i < map->n; i++)
         if (!find_option(opts, map->keys[i]) && !in_list(extra, map->keys[i]))
@@ -1405,7 +1532,8 @@ ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_opti
                                      p, *p ? ": " : "", o->name, o->name, type_desc(o->type),
                                      help);
             }
-            map_append(map, o->name, 0, 0, default_node(o, map));
+            if (!map_append(map, o->name, 0, 0, default_node(o, map)))
+                return ttt_cfg_out_of_memory(err, label);
             i = map->n - 1;
         }
         TTT_TRY(check_value(map, i, o, label, err));
@@ -1558,7 +1686,8 @@ static void put_after_indicator(sbuf *b, const ttt_cfg_node *v, int indent, int 
             /* Lists of numbers read best on one line; long ones go back to block style. */
             sbuf flow = {0};
             put_flow(&flow, v);
-            int fits = indent + (int)flow.len <= 96;
+            sb_check(&flow); /* failed: counted, and written in block style below */
+            int fits = !flow.failed && indent + (int)flow.len <= 96;
             if (fits) {
                 sb_putc(b, ' ');
                 sb_puts(b, flow.data);
@@ -1597,8 +1726,9 @@ static void put_block_seq(sbuf *b, const ttt_cfg_node *s, int indent) {
     }
 }
 
-void ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f) {
+int ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f) {
     TTT_ASSERT(f);
+    const unsigned long oom_mark = oom_count;
     sbuf b = {0};
     if (!root)
         sb_puts(&b, "null\n");
@@ -1611,8 +1741,11 @@ void ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f) {
         put_block_map(&b, root, 0, 0);
     else
         put_block_seq(&b, root, 0);
-    fwrite(b.data, 1, b.len, f);
+    sb_check(&b);
+    /* nothing at all rather than text with a piece missing */
+    if (oom_count == oom_mark) fwrite(b.data, 1, b.len, f);
     ttt_strbuf_free(&b);
+    return oom_count == oom_mark ? 0 : -1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1628,7 +1761,8 @@ static int valid_path(const char *p) {
 
 /* root[path] = val (ownership taken), creating maps for missing or empty intermediates. When an
  * intermediate is something else, returns TTT_ERR_CONFIG with *blocker at it and *prefix the
- * length of the path leading to it; the caller words the message. */
+ * length of the path leading to it; the caller words the message. TTT_ERR_NOMEM (counted) when
+ * memory runs out. */
 static ttt_status set_path(ttt_cfg_node *root, const char *path, ttt_cfg_node *val,
                            const ttt_cfg_node *where, const ttt_cfg_node **blocker,
                            size_t *prefix) {
@@ -1636,12 +1770,25 @@ static ttt_status set_path(ttt_cfg_node *root, const char *path, ttt_cfg_node *v
     const char *seg = path;
     for (const char *dot; (dot = strchr(seg, '.')) != NULL; seg = dot + 1) {
         char *key = xstrndup(seg, (size_t)(dot - seg));
+        if (!key) {
+            ttt_cfg_free(val);
+            return TTT_ERR_NOMEM;
+        }
         int i = find_key(cur, key);
         if (i < 0) {
-            map_append(cur, key, 0, 0, ttt_cfg_new_map(where));
+            if (!map_append(cur, key, 0, 0, ttt_cfg_new_map(where))) {
+                free(key);
+                ttt_cfg_free(val);
+                return TTT_ERR_NOMEM;
+            }
             i = cur->n - 1;
         } else if (is_null(cur->items[i])) {
             ttt_cfg_node *m = ttt_cfg_new_map(cur->items[i]);
+            if (!m) {
+                free(key);
+                ttt_cfg_free(val);
+                return TTT_ERR_NOMEM;
+            }
             ttt_cfg_free(cur->items[i]);
             cur->items[i] = m;
         } else if (cur->items[i]->kind != TTT_CFG_MAP) {
@@ -1740,6 +1887,7 @@ static ttt_status pin_inside_sweep(ttt_cfg_node *root, const char *path, const t
 
 ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_error *err) {
     TTT_ASSERT(root && assignment);
+    const unsigned long oom_mark = oom_count;
     if (root->kind != TTT_CFG_MAP)
         return ttt_error_set(err, TTT_ERR_ARG, "--set '%s': the configuration is not a mapping",
                              assignment);
@@ -1753,6 +1901,7 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     while (a < z && isspace((unsigned char)*a)) a++;
     while (z > a && isspace((unsigned char)z[-1])) z--;
     char *path = xstrndup(a, (size_t)(z - a));
+    if (!path) return ttt_cfg_out_of_memory(err, "--set");
     if (!valid_path(path)) {
         ttt_status s = ttt_error_set(err, TTT_ERR_ARG,
                                      "--set '%s': '%s' is not a key path; expected "
@@ -1775,6 +1924,7 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     ttt_error verr;
     ttt_cfg_node *val = NULL;
     ttt_status s = load_text(text, (size_t)(end - text), origin.file, &origin, 0, &val, &verr);
+    if (s == TTT_ERR_NOMEM) goto done;
     if (s != TTT_OK) {
         int has_expected = strstr(verr.msg, "; expected") != NULL;
         s = ttt_error_set(err, TTT_ERR_ARG, "--set '%s': the value is not valid YAML: %s%s",
@@ -1788,20 +1938,28 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
         /* Only flow collections are meant as structure on a command line; "a: b" or "- x" is
          * text that happens to look like block YAML. */
         ttt_cfg_free(val);
-        val = ttt_cfg_new_scalar("", &origin);
-        free(val->scalar);
-        val->scalar = xstrndup(text, (size_t)(end - text));
-        val->quoted = 1;
+        val = ttt_cfg_new_scalar(NULL, &origin);
+        if (val) {
+            val->scalar = xstrndup(text, (size_t)(end - text));
+            val->quoted = 1;
+        }
     }
 
     if (strncmp(path, "sweep.", 6) == 0) {
         /* Sweep axes are dotted paths stored as single keys. */
         int si = find_key(root, "sweep");
         if (si < 0) {
-            map_append(root, "sweep", 0, 0, ttt_cfg_new_map(&origin));
+            if (!map_append(root, "sweep", 0, 0, ttt_cfg_new_map(&origin))) {
+                ttt_cfg_free(val);
+                goto done;
+            }
             si = root->n - 1;
         } else if (is_null(root->items[si])) {
             ttt_cfg_node *m = ttt_cfg_new_map(root->items[si]);
+            if (!m) {
+                ttt_cfg_free(val);
+                goto done;
+            }
             ttt_cfg_free(root->items[si]);
             root->items[si] = m;
         }
@@ -1828,6 +1986,7 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     const ttt_cfg_node *blocker = NULL;
     size_t prefix = 0;
     s = set_path(root, path, val, &origin, &blocker, &prefix);
+    if (s == TTT_ERR_NOMEM) goto done;
     if (s != TTT_OK) {
         char where[512];
         s = ttt_error_set(err, TTT_ERR_ARG,
@@ -1841,6 +2000,8 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
     unpin_sweep(root, path);
 done:
     ttt_strbuf_free(&origin_text);
+    /* the tree may have been changed in part; the caller discards it on an error */
+    if (oom_count != oom_mark) s = ttt_cfg_out_of_memory(err, "--set");
     free(path);
     return s;
 }
@@ -1902,7 +2063,7 @@ static ttt_status check_sweep(const ttt_cfg_node *sweep, long *total, ttt_error 
         ttt_status s = ttt_cfg_error(err, TTT_ERR_RANGE, sweep,
                                      "sweep: %s combinations is too many; expected at most %d "
                                      "points",
-                                     sizes.data, TTT_CFG_MAX_SWEEP_POINTS);
+                                     text_or_empty(sizes.data), TTT_CFG_MAX_SWEEP_POINTS);
         ttt_strbuf_free(&sizes);
         return s;
     }
@@ -1923,7 +2084,9 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
     if (sweep && !is_null(sweep)) TTT_TRY(check_sweep(sweep, &total, err));
     int axes = (sweep && sweep->kind == TTT_CFG_MAP) ? sweep->n : 0;
 
+    const unsigned long oom_mark = oom_count;
     ttt_cfg_node *base = ttt_cfg_clone(root);
+    if (!base) return ttt_cfg_out_of_memory(err, "the sweep");
     ttt_cfg_map_remove(base, "sweep");
     /* Every point is a full copy: a large document (aliases can make one from a few lines) times
      * many points would exhaust memory, so the product is bounded too. */
@@ -1949,12 +2112,18 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
     char **labs = xmalloc((size_t)total * sizeof *labs);
     int made = 0;
     ttt_status s = TTT_OK;
-    for (long p = 0; p < total && s == TTT_OK; p++) {
+    for (long p = 0; p < total && s == TTT_OK && pts && labs; p++) {
         ttt_cfg_node *pt = ttt_cfg_clone(base);
         sbuf label = {0};
         /* Mixed-radix digits of p with the last axis fastest, so the first varies slowest. */
         long rest = p;
         int *idx = xmalloc((size_t)(axes ? axes : 1) * sizeof *idx);
+        if (!pt || !idx) {
+            ttt_cfg_free(pt);
+            free(idx);
+            s = TTT_ERR_NOMEM;
+            break;
+        }
         for (int a = axes - 1; a >= 0; a--) {
             idx[a] = (int)(rest % sweep->items[a]->n);
             rest /= sweep->items[a]->n;
@@ -1963,7 +2132,14 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
             const ttt_cfg_node *v = sweep->items[a]->items[idx[a]];
             const ttt_cfg_node *blocker = NULL;
             size_t prefix = 0;
-            if (set_path(pt, sweep->keys[a], ttt_cfg_clone(v), v, &blocker, &prefix) != TTT_OK) {
+            ttt_cfg_node *copy = ttt_cfg_clone(v);
+            ttt_status ps = copy ? set_path(pt, sweep->keys[a], copy, v, &blocker, &prefix)
+                                 : TTT_ERR_NOMEM;
+            if (ps == TTT_ERR_NOMEM) {
+                s = ps;
+                break;
+            }
+            if (ps != TTT_OK) {
                 char where[512];
                 s = key_error(err, TTT_ERR_CONFIG, sweep, a,
                               "sweep axis '%s': '%.*s' (at %s) is %s, so it cannot hold '%s'; "
@@ -1988,6 +2164,9 @@ ttt_status ttt_cfg_sweep_expand(const ttt_cfg_node *root, ttt_cfg_node ***points
         made++;
     }
     ttt_cfg_free(base);
+    /* a label or a value lost to a failed allocation fails the whole expansion */
+    if (s == TTT_ERR_NOMEM || !pts || !labs || oom_count != oom_mark)
+        s = ttt_cfg_out_of_memory(err, "the sweep");
     if (s != TTT_OK) {
         ttt_cfg_points_free(pts, labs, made);
         return s;

@@ -33,6 +33,20 @@ struct ttt_cfg_node {
     ttt_cfg_node **items;
 };
 
+/* ---- out of memory ----
+ * Functions that return a status report a failed allocation as TTT_ERR_NOMEM. The others
+ * (ttt_cfg_clone and ttt_cfg_new_* return NULL; ttt_cfg_map_set and ttt_cfg_seq_push take a
+ * NULL value and drop it, or drop the value they could not store) leave trees whole but
+ * incomplete and count the failure: a caller compares ttt_cfg_alloc_failures() before and
+ * after its work and reports ttt_cfg_out_of_memory (docs/design.md "Errors, memory,
+ * determinism"). */
+unsigned long ttt_cfg_alloc_failures(void); /* failed allocations so far on this thread */
+/* ttt_cfg_check_map and ttt_cfg_check_name refuse (TTT_ERR_NOMEM) once an allocation has failed
+ * on the thread since the last call of this, so that code that reads a checked tree never meets
+ * a value lost to one; a pass over a new document (the plan, a layer file) calls it first. */
+void ttt_cfg_oom_clear(void);
+ttt_status ttt_cfg_out_of_memory(ttt_error *err, const char *what);
+
 /* ---- loading, copying, freeing ---- */
 
 /* Parse a YAML file whose top level must be a mapping. Missing file, malformed YAML (with the
@@ -153,7 +167,8 @@ void ttt_cfg_points_free(ttt_cfg_node **points, char **labels, int n_points);
 
 /* Block-style YAML of the tree, keys in insertion order, scalars quoted only where needed so
  * that reading it back gives the same tree. */
-void ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f);
+int ttt_cfg_write_yaml(const ttt_cfg_node *root, FILE *f);
+/* (ttt_cfg_write_yaml returns 0, or -1 when memory ran out: then nothing was written.) */
 /* The same on one line in flow style ("{name: sgd, lr: 0.1}", "[16, 32]", "sgd"), for labels,
  * tables and messages; malloc'd, caller frees. */
 char *ttt_cfg_to_flow(const ttt_cfg_node *n);

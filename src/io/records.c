@@ -13,11 +13,13 @@
  * itself or the JSON spelling of the number (with nan / inf / -inf for non-finite values). */
 #define _GNU_SOURCE /* fopencookie */
 #include "results.h"
+#include "fault.h"
 
 #include <assert.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -80,7 +82,7 @@ void ttt_field_short(const ttt_field *fl, char *out, size_t len) {
 
 static char *dup_str(const char *s) {
     size_t n = strlen(s) + 1;
-    char *p = malloc(n);
+    char *p = ttt_fault_malloc(n);
     if (p) memcpy(p, s, n);
     return p;
 }
@@ -133,16 +135,20 @@ static void afile_release(ttt_afile *af) {
 int ttt_afile_fd(const ttt_afile *af) { return af->io ? ((const afile_io *)af->io)->fd : -1; }
 
 ttt_status ttt_fsync_dir_of(const char *path) {
+    /* No allocation: this runs after a rename, when the file is in place and running out of
+     * memory must not turn a written file into an error. */
     const char *slash = strrchr(path, '/');
-    char *dir = slash ? malloc((size_t)(slash - path) + 2) : dup_str(".");
-    if (!dir) return TTT_ERR_NOMEM;
+    char dir[PATH_MAX] = ".";
     if (slash) {
         size_t n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= sizeof dir) {
+            errno = ENAMETOOLONG;
+            return TTT_ERR_IO;
+        }
         memcpy(dir, path, n);
         dir[n] = '\0';
     }
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(dir);
     if (fd < 0) return TTT_ERR_IO;
     int rc = fsync(fd);
     int e = errno;
@@ -169,8 +175,8 @@ ttt_status ttt_afile_open(ttt_afile *af, const char *path, ttt_error *err) {
     if (!*base) return ttt_error_set(err, TTT_ERR_IO, "cannot write '%s': it names a folder", path);
     size_t tlen = dirlen + strlen(base) + 48;
     af->path = dup_str(path);
-    af->tmp = malloc(tlen);
-    afile_io *io = af->io = malloc(sizeof *io);
+    af->tmp = ttt_fault_malloc(tlen);
+    afile_io *io = af->io = ttt_fault_malloc(sizeof *io);
     if (!af->path || !af->tmp || !io) {
         afile_release(af);
         return ttt_error_set(err, TTT_ERR_NOMEM, "cannot write '%s': out of memory", path);
@@ -469,7 +475,7 @@ ttt_status ttt_record_parse_json(ttt_record *r, const char *line) {
 /* the collection                                                                             */
 
 ttt_results *ttt_results_new(const char *title) {
-    ttt_results *res = calloc(1, sizeof *res);
+    ttt_results *res = ttt_fault_calloc(1, sizeof *res);
     if (!res) return NULL;
     res->cur_group = -1;
     res->title = dup_str(title ? title : "");
@@ -581,13 +587,13 @@ void ttt_results_add(ttt_results *res, const ttt_record *rec, int summary) {
     }
     if (res->n == res->cap) {
         int cap = res->cap ? res->cap * 2 : 64;
-        ttt_record *recs = realloc(res->recs, (size_t)cap * sizeof *recs);
+        ttt_record *recs = ttt_fault_realloc(res->recs, (size_t)cap * sizeof *recs);
         if (recs) res->recs = recs;
-        unsigned char *sm = recs ? realloc(res->summary, (size_t)cap) : NULL;
+        unsigned char *sm = recs ? ttt_fault_realloc(res->summary, (size_t)cap) : NULL;
         if (sm) res->summary = sm;
-        int *g = sm ? realloc(res->group, (size_t)cap * sizeof *g) : NULL;
+        int *g = sm ? ttt_fault_realloc(res->group, (size_t)cap * sizeof *g) : NULL;
         if (g) res->group = g;
-        int *m = g ? realloc(res->member, (size_t)cap * sizeof *m) : NULL;
+        int *m = g ? ttt_fault_realloc(res->member, (size_t)cap * sizeof *m) : NULL;
         if (m) res->member = m;
         if (!m) {
             res->oom = 1;
@@ -614,7 +620,7 @@ void ttt_results_add_chart_filtered(ttt_results *res, const ttt_chart *chart,
                                     const char *filter_key, const char *filter_value) {
     if (res->nc == res->capc) {
         int cap = res->capc ? res->capc * 2 : 8;
-        ttt_chart_entry *c = realloc(res->charts, (size_t)cap * sizeof *c);
+        ttt_chart_entry *c = ttt_fault_realloc(res->charts, (size_t)cap * sizeof *c);
         if (!c) {
             res->oom = 1;
             return;
@@ -658,7 +664,7 @@ int ttt_results_foreach(const ttt_results *res, int (*fn)(void *user, const ttt_
     }
     if (fflush(res->stream.f) != 0) return -1;
     FILE *in = fopen(res->stream.tmp, "r");
-    ttt_record *r = malloc(sizeof *r);
+    ttt_record *r = ttt_fault_malloc(sizeof *r);
     char *line = NULL;
     size_t cap = 0;
     int rc = in && r ? 0 : -1;
@@ -675,7 +681,7 @@ int ttt_results_foreach(const ttt_results *res, int (*fn)(void *user, const ttt_
 
 char *ttt_results_path(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
+    char *p = ttt_fault_malloc(n);
     if (!p) return NULL;
     size_t dl = strlen(dir);
     snprintf(p, n, "%s%s%s", dir, (dl && dir[dl - 1] == '/') ? "" : "/", name);
@@ -721,7 +727,7 @@ static ttt_status summary_keys(const ttt_results *res, const ttt_rows *rows, ttt
                     if (found) continue;
                     if (kl->n == cap) {
                         cap = cap ? cap * 2 : 32;
-                        const char **p = realloc(kl->k, (size_t)cap * sizeof *p);
+                        const char **p = ttt_fault_realloc(kl->k, (size_t)cap * sizeof *p);
                         if (!p) {
                             free(kl->k);
                             kl->k = NULL;
@@ -1012,7 +1018,7 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
     s = write_summary(res, &rows, &kl, dir, err);
     char **svgs = NULL;
     if (s == TTT_OK && res->nc) {
-        svgs = calloc((size_t)res->nc, sizeof *svgs);
+        svgs = ttt_fault_calloc((size_t)res->nc, sizeof *svgs);
         if (!svgs) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing charts");
     }
     /* the page embeds the charts' SVG text, so it is drawn once and kept for both */

@@ -95,6 +95,7 @@
 
 #include "autograd.h"
 #include "blas.h"
+#include "fault.h"
 #include "data.h"
 #include "seqmodel.h"
 #include "rng.h"
@@ -219,9 +220,9 @@ static double sgemm_probe_sample(sgemm_probe *p) {
 
 static int sgemm_probe_init(sgemm_probe *p, int m, int n, int k) {
     *p = (sgemm_probe){.m = m, .n = n, .k = k, .reps = 1, .best = INFINITY};
-    p->a = malloc(sizeof(float) * (size_t)m * k);
-    p->b = malloc(sizeof(float) * (size_t)k * n);
-    p->c = malloc(sizeof(float) * (size_t)m * n);
+    p->a = ttt_fault_malloc(sizeof(float) * (size_t)m * k);
+    p->b = ttt_fault_malloc(sizeof(float) * (size_t)k * n);
+    p->c = ttt_fault_malloc(sizeof(float) * (size_t)m * n);
     if (!p->a || !p->b || !p->c) return 0;
     for (size_t i = 0; i < (size_t)m * k; i++) p->a[i] = (float)(i % 13) * 0.01f;
     for (size_t i = 0; i < (size_t)k * n; i++) p->b[i] = (float)(i % 7) * 0.01f;
@@ -375,9 +376,9 @@ static ttt_status time_train_steps(const ttt_seq_model_config *mc, const ttt_tra
     tc.adamw.total_steps = 0; /* no cosine decay: the schedule's shape does not change the work */
     feed->next = 0;
     feed->n_stamps = tc.steps;
-    feed->wall = malloc(sizeof(double) * (size_t)tc.steps);
-    feed->cpu = malloc(sizeof(double) * (size_t)tc.steps);
-    double *secs = malloc(sizeof(double) * (size_t)repeats);
+    feed->wall = ttt_fault_malloc(sizeof(double) * (size_t)tc.steps);
+    feed->cpu = ttt_fault_malloc(sizeof(double) * (size_t)tc.steps);
+    double *secs = ttt_fault_malloc(sizeof(double) * (size_t)repeats);
     ttt_status s = TTT_OK;
     if (!feed->wall || !feed->cpu || !secs)
         s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
@@ -426,7 +427,7 @@ static const char *strlist_add(strlist *l, const char *fmt, ...) {
     if (l->oom) return NULL;
     if (l->n == l->cap) {
         const int cap = l->cap ? 2 * l->cap : 64;
-        char **p = realloc(l->s, sizeof *p * (size_t)cap);
+        char **p = ttt_fault_realloc(l->s, sizeof *p * (size_t)cap);
         if (!p) {
             l->oom = 1;
             return NULL;
@@ -439,7 +440,7 @@ static const char *strlist_add(strlist *l, const char *fmt, ...) {
     va_copy(ap2, ap);
     const int len = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    char *str = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    char *str = len >= 0 ? ttt_fault_malloc((size_t)len + 1) : NULL;
     if (str) vsnprintf(str, (size_t)len + 1, fmt, ap2);
     va_end(ap2);
     if (!str) {
@@ -521,7 +522,7 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
         if (meta.oom) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
         return TTT_OK;
     }
-    c->layers = calloc((size_t)(c->head_dims.n > 0 ? c->head_dims.n : 1), sizeof *c->layers);
+    c->layers = ttt_fault_calloc((size_t)(c->head_dims.n > 0 ? c->head_dims.n : 1), sizeof *c->layers);
     if (!c->layers) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     /* One layer per head size; the first parse resolves `form: auto` in the tree, so every size
      * runs the same form. */
@@ -583,7 +584,7 @@ static void dump_meta(strlist *meta, const ttt_task_run *run, const ttt_seq_mode
         strlist_add(meta, "%ld", scored);
     }
     /* AdamW's weight decay applies to the parameters marked 1 (params.h), in order */
-    char *decay = malloc((size_t)np + 1);
+    char *decay = ttt_fault_malloc((size_t)np + 1);
     if (!decay) {
         meta->oom = 1;
     } else {
@@ -616,8 +617,8 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
     if (s == TTT_OK) ttt_backward(&ctx, loss);
     const int np = m.params.n, nt = 2 * np + 3;
     const size_t cells = (size_t)b->B * b->T;
-    ttt_st_tensor *ts = calloc((size_t)nt, sizeof *ts);
-    float *ids = malloc(sizeof(float) * 2 * cells);
+    ttt_st_tensor *ts = ttt_fault_calloc((size_t)nt, sizeof *ts);
+    float *ids = ttt_fault_malloc(sizeof(float) * 2 * cells);
     strlist names = {0}, meta = {0};
     if (s == TTT_OK && (!ts || !ids))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
@@ -888,7 +889,7 @@ static ttt_status bench_data_make(bench_data *D, int H, int T, int d, int gates,
     const size_t per = 4 * td + T + (D->has_la ? nla : 0);
     D->mem_floats = per * H;
     TTT_TRY(ttt_size_check(4.0 * D->mem_floats, "the benchmark's inputs", err));
-    D->mem = malloc(sizeof(float) * D->mem_floats);
+    D->mem = ttt_fault_malloc(sizeof(float) * D->mem_floats);
     if (!D->mem) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for inputs");
     ttt_rng base;
     ttt_rng_seed(&base, seed);
@@ -931,7 +932,7 @@ typedef struct bench_thread {
 static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads, int split_seq,
                                 bench_thread *th, ttt_error *err) {
     ttt_status st[BENCH_MAX_HEADS];
-    ttt_error *errs = calloc((size_t)D->H, sizeof *errs);
+    ttt_error *errs = ttt_fault_calloc((size_t)D->H, sizeof *errs);
     if (!errs) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     /* split: sequence — the heads in turn on this thread, each call free to start `nthreads`
      * (the scan form's blocks); split: heads — the heads over the threads, nothing nested */
@@ -1156,7 +1157,7 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
             const int H = (int)bc->heads.v[hi];
             for (int ti = 0; ti < bc->tokens.n && s == TTT_OK; ti++) {
                 const int T = (int)bc->tokens.v[ti];
-                bench_data *D = malloc(sizeof *D);
+                bench_data *D = ttt_fault_malloc(sizeof *D);
                 if (!D) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
                 s = bench_data_make(D, H, T, d, gates, run->seed, err);
                 double t1 = NAN; /* this (T, d, H) on one thread, when measured */

@@ -179,11 +179,18 @@ typedef struct ttt_token_source {
  * tokens (TTT_ERR_FORMAT), a token id ≥ vocab (TTT_ERR_RANGE, with its position), a split
  * shorter than seq_len + 1 tokens (TTT_ERR_RANGE, with the sizes). */
 ttt_status ttt_tokens_load(ttt_text *t, const ttt_token_source *src, ttt_error *err);
+/* The same errors as ttt_tokens_load that the files' sizes decide (missing, not a regular file,
+ * empty, not whole tokens, a split too short), without reading them: what `ttt check` refuses
+ * is what a run would (the ids are checked when the run loads them). */
+ttt_status ttt_tokens_check(const ttt_token_source *src, ttt_error *err);
 
 /* A text file as tokens (ttt_tokens_load with width 1, vocabulary 256, no val_path);
  * val_fraction in [0, 1) (0 = no validation split). */
 ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
                          ttt_error *err);
+/* The same errors as ttt_text_load, from the file's size alone (nothing is read): what
+ * `ttt check` refuses is exactly what a run would (docs/hardening.md "Out of memory"). */
+ttt_status ttt_text_check(const char *path, double val_fraction, int seq_len, ttt_error *err);
 void ttt_text_free(ttt_text *t);
 /* Start offset and length of a split. */
 size_t ttt_text_split_start(const ttt_text *t, ttt_split s);

@@ -1,6 +1,7 @@
 /* Language modelling data: the bytes of a text file, or token ids from uint16/uint32 files (see
  * data.h, docs/math.md §7). */
 #include "data.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,41 +17,74 @@ void ttt_text_free(ttt_text *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Append the whole file at `path` to buf (*len bytes so far, *cap allocated); its size is
- * returned in *got. */
-static ttt_status read_whole(unsigned char **buf, size_t *len, size_t *cap, const char *path,
-                             size_t *got, ttt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open token file '%s': %s", path,
-                             strerror(errno));
+/* What a token file is called in messages. */
+static const char *file_kind(int width) { return width == 1 ? "text file" : "token file"; }
+
+/* Open `path` for reading: a regular, non-empty file of whole tokens of `width` bytes; its size
+ * in bytes in *size. */
+static ttt_status open_tokens(const char *path, int width, FILE **fp, size_t *size,
+                              ttt_error *err) {
+    *fp = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open %s '%s': %s", file_kind(width),
+                             path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
         return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file", path);
     }
-    const size_t size = (size_t)sb.st_size;
-    if (size == 0) {
-        fclose(fp);
-        return ttt_error_set(err, TTT_ERR_FORMAT, "lm: token file '%s' is empty", path);
+    const size_t n = (size_t)sb.st_size;
+    if (n == 0) {
+        fclose(f);
+        return ttt_error_set(err, TTT_ERR_FORMAT, "lm: %s '%s' is empty", file_kind(width), path);
     }
-    if (*len + size > *cap) {
-        unsigned char *nb = realloc(*buf, *len + size);
-        if (!nb) {
-            fclose(fp);
-            return ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory for '%s' (%zu bytes)",
-                                 path, size);
-        }
-        *buf = nb;
-        *cap = *len + size;
+    if (n % (size_t)width != 0) {
+        fclose(f);
+        return ttt_error_set(err, TTT_ERR_FORMAT,
+                             "lm: token file '%s' has %zu bytes, not a whole number of %d-byte "
+                             "tokens (is `format` right?)",
+                             path, n, width);
     }
-    const size_t n = fread(*buf + *len, 1, size, fp);
-    fclose(fp);
-    if (n != size)
-        return ttt_error_set(err, TTT_ERR_IO, "lm: read %zu of the %zu bytes of '%s'", n, size,
-                             path);
-    *len += size;
-    *got = size;
+    *fp = f;
+    *size = n;
+    return TTT_OK;
+}
+
+/* The splits from the files' sizes in tokens (val_tokens: the validation file's, 0 without
+ * one), and the error for a split shorter than seq_len + 1 tokens. */
+static ttt_status split_sizes(const ttt_token_source *src, size_t train_tokens,
+                              size_t val_tokens, size_t *n_train, ttt_error *err) {
+    const size_t size = train_tokens + val_tokens;
+    const size_t n_val = src->val_path ? val_tokens
+                                       : (size_t)floor((double)train_tokens * src->val_fraction);
+    *n_train = size - n_val;
+    const size_t need = (size_t)src->seq_len + 1;
+    if (*n_train < need || (n_val > 0 && n_val < need)) {
+        const int train_short = *n_train < need;
+        const char *unit = src->width == 1 ? "bytes" : "tokens";
+        const char *file = train_short || !src->val_path ? src->path : src->val_path;
+        return ttt_error_set(err, TTT_ERR_RANGE,
+                             "lm: the %s split of '%s' (%zu of its %zu %s%s) is shorter than "
+                             "seq_len + 1 = %zu %s; use a larger file or a shorter seq_len",
+                             train_short ? "training" : "validation", file,
+                             train_short ? *n_train : n_val,
+                             src->val_path ? (train_short ? *n_train : n_val) : size, unit,
+                             train_short || src->val_path ? "" : ", the last val_fraction", need,
+                             unit);
+    }
+    return TTT_OK;
+}
+
+static ttt_status check_source(const ttt_token_source *src, ttt_error *err) {
+    TTT_ASSERT(src->width == 1 || src->width == 2 || src->width == 4);
+    const double vf = src->val_path ? 0.0 : src->val_fraction;
+    if (!(vf >= 0 && vf < 1))
+        return ttt_error_set(err, TTT_ERR_RANGE,
+                             "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
+                             vf);
+    if (src->seq_len < 1)
+        return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", src->seq_len);
     return TTT_OK;
 }
 
@@ -66,17 +100,10 @@ static inline uint32_t token_at(const ttt_text *t, size_t i) {
     }
 }
 
-/* Check that the file's bytes are whole tokens below the vocabulary: first token `from`,
- * `bytes` bytes. */
-static ttt_status check_tokens(const ttt_text *t, size_t from, size_t bytes, const char *path,
-                               int vocab, ttt_error *err) {
-    if (bytes % (size_t)t->width != 0)
-        return ttt_error_set(err, TTT_ERR_FORMAT,
-                             "lm: token file '%s' has %zu bytes, not a whole number of %d-byte "
-                             "tokens (is `format` right?)",
-                             path, bytes, t->width);
-    if (t->width == 1 && vocab >= 256) return TTT_OK; /* every byte is a token */
-    const size_t n = bytes / (size_t)t->width;
+/* Every id of tokens [from, from + n) below the vocabulary (a text file's bytes always are). */
+static ttt_status check_ids(const ttt_text *t, size_t from, size_t n, const char *path, int vocab,
+                            ttt_error *err) {
+    if (t->width == 1 && vocab >= 256) return TTT_OK;
     for (size_t i = 0; i < n; i++) {
         const uint32_t id = token_at(t, from + i);
         if (id >= (uint32_t)vocab)
@@ -88,53 +115,57 @@ static ttt_status check_tokens(const ttt_text *t, size_t from, size_t bytes, con
     return TTT_OK;
 }
 
+/* Read n bytes of an open file into buf. */
+static ttt_status read_all(unsigned char *buf, size_t n, FILE *fp, const char *path,
+                           ttt_error *err) {
+    const size_t got = fread(buf, 1, n, fp);
+    if (got != n)
+        return ttt_error_set(err, TTT_ERR_IO, "lm: read %zu of the %zu bytes of '%s'", got, n,
+                             path);
+    return TTT_OK;
+}
+
+ttt_status ttt_tokens_check(const ttt_token_source *src, ttt_error *err) {
+    TTT_TRY(check_source(src, err));
+    FILE *ft = NULL, *fv = NULL;
+    size_t bt = 0, bv = 0, n_train = 0;
+    ttt_status s = open_tokens(src->path, src->width, &ft, &bt, err);
+    if (s == TTT_OK && src->val_path) s = open_tokens(src->val_path, src->width, &fv, &bv, err);
+    if (ft) fclose(ft);
+    if (fv) fclose(fv);
+    if (s == TTT_OK)
+        s = split_sizes(src, bt / (size_t)src->width, bv / (size_t)src->width, &n_train, err);
+    return s;
+}
+
 ttt_status ttt_tokens_load(ttt_text *t, const ttt_token_source *src, ttt_error *err) {
     memset(t, 0, sizeof *t);
-    TTT_ASSERT(src->width == 1 || src->width == 2 || src->width == 4);
-    const double vf = src->val_path ? 0.0 : src->val_fraction;
-    if (!(vf >= 0 && vf < 1))
-        return ttt_error_set(err, TTT_ERR_RANGE,
-                             "lm: val_fraction = %g must be in [0, 1) (0 = no validation split)",
-                             vf);
-    if (src->seq_len < 1)
-        return ttt_error_set(err, TTT_ERR_RANGE, "lm: seq_len = %d must be >= 1", src->seq_len);
+    TTT_TRY(check_source(src, err));
+    FILE *ft = NULL, *fv = NULL;
+    size_t bt = 0, bv = 0;
+    ttt_status s = open_tokens(src->path, src->width, &ft, &bt, err);
+    if (s == TTT_OK && src->val_path) s = open_tokens(src->val_path, src->width, &fv, &bv, err);
     t->width = src->width;
-    if (!(t->path = strdup(src->path)))
-        return ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory");
-    size_t len = 0, cap = 0, got_train = 0, got_val = 0;
-    ttt_status s = read_whole(&t->bytes, &len, &cap, src->path, &got_train, err);
-    if (s == TTT_OK) s = check_tokens(t, 0, got_train, src->path, src->vocab, err);
-    if (s == TTT_OK && src->val_path) {
-        s = read_whole(&t->bytes, &len, &cap, src->val_path, &got_val, err);
-        if (s == TTT_OK)
-            s = check_tokens(t, got_train / (size_t)t->width, got_val, src->val_path, src->vocab,
-                             err);
+    if (s == TTT_OK)
+        s = split_sizes(src, bt / (size_t)src->width, bv / (size_t)src->width, &t->n_train, err);
+    if (s == TTT_OK) {
+        t->bytes = ttt_fault_malloc(bt + bv);
+        t->path = ttt_fault_strdup(src->path);
+        if (!t->bytes || !t->path)
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "lm: out of memory for '%s' (%zu bytes)",
+                              src->path, bt + bv);
     }
-    if (s != TTT_OK) {
-        ttt_text_free(t);
-        return s;
-    }
-    t->size = len / (size_t)t->width;
-    const size_t n_val =
-        src->val_path ? got_val / (size_t)t->width : (size_t)floor((double)t->size * vf);
-    t->n_train = t->size - n_val;
-    const size_t need = (size_t)src->seq_len + 1;
-    if (t->n_train < need || (n_val > 0 && n_val < need)) {
-        const int train_short = t->n_train < need;
-        const char *unit = t->width == 1 ? "bytes" : "tokens";
-        const char *file = train_short || !src->val_path ? src->path : src->val_path;
-        s = ttt_error_set(err, TTT_ERR_RANGE,
-                          "lm: the %s split of '%s' (%zu of its %zu %s%s) is shorter than "
-                          "seq_len + 1 = %zu %s; use a larger file or a shorter seq_len",
-                          train_short ? "training" : "validation", file,
-                          train_short ? t->n_train : n_val,
-                          src->val_path ? (train_short ? t->n_train : n_val) : t->size, unit,
-                          train_short || src->val_path ? "" : ", the last val_fraction",
-                          need, unit);
-        ttt_text_free(t);
-        return s;
-    }
-    return TTT_OK;
+    if (s == TTT_OK) s = read_all(t->bytes, bt, ft, src->path, err);
+    if (s == TTT_OK && fv) s = read_all(t->bytes + bt, bv, fv, src->val_path, err);
+    if (ft) fclose(ft);
+    if (fv) fclose(fv);
+    t->size = (bt + bv) / (size_t)t->width;
+    if (s == TTT_OK) s = check_ids(t, 0, bt / (size_t)t->width, src->path, src->vocab, err);
+    if (s == TTT_OK && src->val_path)
+        s = check_ids(t, bt / (size_t)t->width, bv / (size_t)t->width, src->val_path, src->vocab,
+                      err);
+    if (s != TTT_OK) ttt_text_free(t);
+    return s;
 }
 
 ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int seq_len,
@@ -142,6 +173,12 @@ ttt_status ttt_text_load(ttt_text *t, const char *path, double val_fraction, int
     const ttt_token_source src = {.path = path, .width = 1, .vocab = TTT_LM_VOCAB,
                                   .val_fraction = val_fraction, .seq_len = seq_len};
     return ttt_tokens_load(t, &src, err);
+}
+
+ttt_status ttt_text_check(const char *path, double val_fraction, int seq_len, ttt_error *err) {
+    const ttt_token_source src = {.path = path, .width = 1, .vocab = TTT_LM_VOCAB,
+                                  .val_fraction = val_fraction, .seq_len = seq_len};
+    return ttt_tokens_check(&src, err);
 }
 
 size_t ttt_text_split_start(const ttt_text *t, ttt_split s) {

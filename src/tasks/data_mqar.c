@@ -1,5 +1,6 @@
 /* The mqar generator (see data.h). */
 #include "data.h"
+#include "fault.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,11 +57,11 @@ ttt_status ttt_mqar_init(ttt_mqar *g, const ttt_mqar_config *c, ttt_error *err) 
     int V = c->vocab, N = c->n_pairs;
     int S = (c->seq_len - 2 * N) / 2;
     g->n_slots = S;
-    g->key_pool = malloc((size_t)(V / 2 - 1) * sizeof *g->key_pool);
-    g->val_pool = malloc((size_t)(V - V / 2) * sizeof *g->val_pool);
-    g->weight = malloc((size_t)S * sizeof *g->weight);
-    g->w_left = malloc((size_t)S * sizeof *g->w_left);
-    g->slot = malloc((size_t)N * sizeof *g->slot);
+    g->key_pool = ttt_fault_malloc((size_t)(V / 2 - 1) * sizeof *g->key_pool);
+    g->val_pool = ttt_fault_malloc((size_t)(V - V / 2) * sizeof *g->val_pool);
+    g->weight = ttt_fault_malloc((size_t)S * sizeof *g->weight);
+    g->w_left = ttt_fault_malloc((size_t)S * sizeof *g->w_left);
+    g->slot = ttt_fault_malloc((size_t)N * sizeof *g->slot);
     if (!g->key_pool || !g->val_pool || !g->weight || !g->w_left || !g->slot) {
         ttt_mqar_free(g);
         return ttt_error_set(err, TTT_ERR_NOMEM, "mqar: out of memory");
@@ -136,8 +137,8 @@ ttt_status ttt_mqar_make_set(ttt_token_set *out, const ttt_mqar_config *c, int n
     ttt_mqar g;
     TTT_TRY(ttt_mqar_init(&g, c, err));
     size_t cells = (size_t)n * (size_t)c->seq_len;
-    out->tokens = malloc((cells ? cells : 1) * sizeof(int));
-    out->labels = malloc((cells ? cells : 1) * sizeof(int));
+    out->tokens = ttt_fault_malloc((cells ? cells : 1) * sizeof(int));
+    out->labels = ttt_fault_malloc((cells ? cells : 1) * sizeof(int));
     if (!out->tokens || !out->labels) {
         ttt_token_set_free(out);
         ttt_mqar_free(&g);

@@ -1,5 +1,6 @@
 /* In-context linear regression and its least-squares baseline (see data.h, docs/math.md §7). */
 #include "data.h"
+#include "fault.h"
 
 #include <lapacke.h>
 #include <math.h>
@@ -56,14 +57,14 @@ ttt_status ttt_regression_batch_init(ttt_regression_batch *b, const ttt_regressi
     if (B <= 0) return ttt_error_set(err, TTT_ERR_RANGE, "regression: batch size %d", B);
     int n = c->n_points, d = c->dim, T = ttt_regression_seq_len(c);
     size_t BT = (size_t)B * (size_t)T;
-    b->inputs = calloc(BT * (size_t)(d + 1), sizeof(float));
-    b->targets = calloc(BT, sizeof(float));
-    b->mask = calloc(BT, sizeof(float));
-    b->n_context = malloc((size_t)T * sizeof(int));
-    b->point = malloc((size_t)T * sizeof(int));
-    b->x = calloc((size_t)B * (size_t)n * (size_t)d, sizeof(float));
-    b->y = calloc((size_t)B * (size_t)n, sizeof(float));
-    b->w = calloc((size_t)B * (size_t)d, sizeof(float));
+    b->inputs = ttt_fault_calloc(BT * (size_t)(d + 1), sizeof(float));
+    b->targets = ttt_fault_calloc(BT, sizeof(float));
+    b->mask = ttt_fault_calloc(BT, sizeof(float));
+    b->n_context = ttt_fault_malloc((size_t)T * sizeof(int));
+    b->point = ttt_fault_malloc((size_t)T * sizeof(int));
+    b->x = ttt_fault_calloc((size_t)B * (size_t)n * (size_t)d, sizeof(float));
+    b->y = ttt_fault_calloc((size_t)B * (size_t)n, sizeof(float));
+    b->w = ttt_fault_calloc((size_t)B * (size_t)d, sizeof(float));
     if (!b->inputs || !b->targets || !b->mask || !b->n_context || !b->point || !b->x || !b->y ||
         !b->w) {
         ttt_regression_batch_free(b);
@@ -159,10 +160,10 @@ static int ls_fit(double *w_hat, const float *x, const float *y, int k, int d, d
 ttt_status ttt_regression_ls_errors(double *sq_err, const ttt_regression_batch *b, ttt_error *err) {
     int n = b->n, d = b->d, T = b->T;
     int mx = n > d ? n : d;
-    double *a = malloc((size_t)n * d * sizeof(double) + 1);
-    double *rhs = malloc((size_t)mx * sizeof(double));
-    double *sv = malloc((size_t)mx * sizeof(double));
-    double *w_hat = malloc((size_t)d * sizeof(double));
+    double *a = ttt_fault_malloc((size_t)n * d * sizeof(double) + 1);
+    double *rhs = ttt_fault_malloc((size_t)mx * sizeof(double));
+    double *sv = ttt_fault_malloc((size_t)mx * sizeof(double));
+    double *w_hat = ttt_fault_malloc((size_t)d * sizeof(double));
     ttt_status st = TTT_OK;
     if (!a || !rhs || !sv || !w_hat) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "regression: out of memory for least squares");
@@ -211,7 +212,7 @@ ttt_status ttt_regression_ls_curve(double *curve, const ttt_regression_config *c
     int chunk = n_seq < 256 ? n_seq : 256;
     ttt_regression_batch b;
     TTT_TRY(ttt_regression_batch_init(&b, &ci, chunk, err));
-    double *sq = malloc((size_t)chunk * b.T * sizeof(double));
+    double *sq = ttt_fault_malloc((size_t)chunk * b.T * sizeof(double));
     if (!sq) {
         ttt_regression_batch_free(&b);
         return ttt_error_set(err, TTT_ERR_NOMEM, "regression: out of memory");

@@ -3,12 +3,16 @@
  * took (docs/math.md §5–§6). The first form is the reference (by default the recurrence, which is the
  * definition). */
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "layer.h"
 #include "task.h"
 #include "train.h"
+
+/* The first block of the task's arena (bytes): the estimate counts it. */
+#define EQUIVALENCE_ARENA_BLOCK ((size_t)1 << 22)
 
 static const ttt_option equivalence_options[] = {
     {"reference", TTT_OPT_STRING, "recurrent", TTT_NO_RANGE, NULL,
@@ -85,8 +89,9 @@ static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *er
         if (b > scratch) scratch = b;
     }
     const double H = (double)ttt_cfg_int(task, "heads");
-    const double bytes =
-        inputs_bytes((double)T, L.d_k, L.d_v, H) + ttt_layer_state_bytes(&L) + scratch;
+    /* ... in an arena that holds at least its first block */
+    const double bytes = inputs_bytes((double)T, L.d_k, L.d_v, H) + ttt_layer_state_bytes(&L) +
+                         scratch + (double)EQUIVALENCE_ARENA_BLOCK;
     char where[512], what[768];
     snprintf(what, sizeof what,
              "%s: the equivalence task (tokens %ld, heads %ld, key_dim %d, value_dim %d, forms %s "
@@ -127,16 +132,12 @@ static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor **o, ttt
     return TTT_OK;
 }
 
-static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
+static ttt_status equivalence_body(ttt_task_run *run, ttt_arena *arena, ttt_error *err) {
     const equivalence_cfg *c = run->cfg;
     const int T = c->T, dk = c->dk, dv = c->dv, H = c->H, repeats = c->repeats;
     const char *gates = c->gates;
-    TTT_TRY(ttt_size_check(inputs_bytes(T, dk, dv, H), "the equivalence task's inputs", err));
-    if (H > 1024) return ttt_error_set(err, TTT_ERR_RANGE, "task.heads: at most 1024");
     ttt_layer L = c->L;
-    ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 22);
-    ttt_ctx ctx = {.arena = &arena};
+    ttt_ctx ctx = {.arena = arena};
     ttt_rng rng;
     ttt_rng_seed(&rng, run->seed);
     ttt_tensor *q[1024], *k[1024], *v[1024], *eta[1024], *la[1024];
@@ -214,6 +215,33 @@ static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
         ttt_record_num(&rec, "speedup", secs[1] > 0 ? secs[0] / secs[1] : 0);
         ttt_results_add(run->results, &rec, 1);
     }
+    return s;
+}
+
+/* Everything the comparison allocates lives in the arena, so an arena that cannot grow ends it
+ * through the arena's escape (tensor.h) as an error. */
+static ttt_status armed_body(ttt_task_run *run, ttt_arena *arena, ttt_error *err) {
+    ttt_arena_escape esc;
+    ttt_status s;
+    ttt_arena_arm(arena, &esc);
+    if (setjmp(esc.jump) == 0)
+        s = equivalence_body(run, arena, err);
+    else
+        s = ttt_error_set(err, TTT_ERR_NOMEM,
+                          "equivalence task: out of memory for %zu bytes of tensors",
+                          arena->failed_bytes);
+    ttt_arena_disarm(arena);
+    return s;
+}
+
+static ttt_status equivalence_run(ttt_task_run *run, ttt_error *err) {
+    const equivalence_cfg *c = run->cfg;
+    TTT_TRY(ttt_size_check(inputs_bytes(c->T, c->dk, c->dv, c->H),
+                           "the equivalence task's inputs", err));
+    if (c->H > 1024) return ttt_error_set(err, TTT_ERR_RANGE, "task.heads: at most 1024");
+    ttt_arena arena;
+    ttt_arena_init(&arena, EQUIVALENCE_ARENA_BLOCK);
+    ttt_status s = armed_body(run, &arena, err);
     ttt_arena_free(&arena);
     return s;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "fault.h"
 #include "task.h"
 #include "trained.h"
 
@@ -56,6 +57,22 @@ static void lm_cfg_free(void *cfg) {
     c->path = c->val_path = NULL;
 }
 
+/* "<where>: task.path: <err>", located at the `path` the file gave, naming the Debian package
+ * of the default corpus when that is what is missing. */
+static ttt_status path_error(const lm_cfg *c, ttt_status s, ttt_error *err) {
+    char msg[TTT_ERROR_MSG_LEN], full[TTT_ERROR_MSG_LEN + 160];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    if (strcmp(c->path, LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
+        snprintf(full, sizeof full,
+                 "task.path: %s (the Debian package dasher-data provides it: `apt-get install "
+                 "dasher-data`; or give another text file)",
+                 msg);
+    else
+        snprintf(full, sizeof full, "task.path: %s", msg);
+    full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* the bound a located message has */
+    return ttt_error_set(err, s, "%s: %s", c->path_where, full);
+}
+
 static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
     lm_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -84,17 +101,22 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
                              "65536, or format: uint32",
                              c->vocab);
     const char *vp = ttt_cfg_str(task, "val_path");
-    if (vp && vp[0] && !(c->val_path = strdup(vp)))
+    if (vp && vp[0] && !(c->val_path = ttt_fault_strdup(vp)))
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     c->seq_len = L;
     c->val_fraction = vf;
     c->eval_windows = ttt_cfg_int(task, "eval_windows");
     c->eval_batch = (int)ttt_cfg_int(task, "eval_batch");
     ttt_cfg_where(ttt_cfg_get(task, "path"), c->path_where, sizeof c->path_where);
-    if (!(c->path = strdup(ttt_cfg_str(task, "path"))))
-        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
-    /* The file is opened when the point runs, not here: `ttt check` of a shipped experiment must
-     * not need the corpus installed (lm_run names the package when it is missing). */
+    if (!(c->path = ttt_fault_strdup(ttt_cfg_str(task, "path"))))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for task.path");
+    /* The files are checked here (opened, their sizes against the splits; not read), so that
+     * `ttt check` refuses what the run would and a run refuses before it creates its folder
+     * (docs/hardening.md "Out of memory"); lm_run loads them and checks every id. */
+    const ttt_token_source src = {.path = c->path, .val_path = c->val_path, .width = c->width,
+                                  .vocab = c->vocab, .val_fraction = vf, .seq_len = L};
+    ttt_status s = ttt_tokens_check(&src, err);
+    if (s != TTT_OK) return path_error(c, s, err);
     ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L};
     return ttt_trained_parse(&c->trained, root, &io, err);
 }
@@ -156,20 +178,7 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
                                   .vocab = c->vocab, .val_fraction = c->val_fraction,
                                   .seq_len = L};
     ttt_status s = ttt_tokens_load(&d.text, &src, err);
-    if (s != TTT_OK) {
-        /* "<where>: task.path: ...", located at the `path` the file gave (kept at parse) */
-        char msg[TTT_ERROR_MSG_LEN], full[TTT_ERROR_MSG_LEN + 160];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        if (strcmp(c->path, LM_DEFAULT_PATH) == 0 && s == TTT_ERR_IO)
-            snprintf(full, sizeof full,
-                     "task.path: %s (install the corpus with `apt-get install dasher-data`, "
-                     "or give another text file)",
-                     msg);
-        else
-            snprintf(full, sizeof full, "task.path: %s", msg);
-        full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* the bound a located message has */
-        ttt_error_set(err, s, "%s: %s", c->path_where, full);
-    }
+    if (s != TTT_OK) path_error(c, s, err);
     if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, L, err);
     if (s == TTT_OK) s = ttt_batch_init(&d.eval, c->eval_batch, L, err);
     if (s != TTT_OK) {

@@ -2,6 +2,7 @@
 #include "memory.h"
 
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +27,33 @@ static void fill_unit_rows(ttt_rng *rng, float *x /* (n, d) */, int n, int d,
     }
 }
 
+static ttt_status memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory_spec *spec,
+                              ttt_rng *rng, ttt_memory_result *out, ttt_error *err);
+
+/* The measurement allocates only in the arena, so an arena that cannot grow ends it through the
+ * arena's escape (tensor.h) as an error, with the arena released to where it was. */
 ttt_status ttt_memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory_spec *spec,
                            ttt_rng *rng, ttt_memory_result *out, ttt_error *err) {
+    ttt_arena *a = ctx->arena;
+    ttt_arena_escape *const outer = a->escape;
+    const ttt_arena_mark mark = ttt_arena_mark_get(a);
+    ttt_arena_escape esc;
+    ttt_status s;
+    ttt_arena_arm(a, &esc);
+    if (setjmp(esc.jump) == 0) {
+        s = memory_eval(ctx, L, spec, rng, out, err);
+    } else {
+        ttt_arena_release(a, mark);
+        s = ttt_error_set(err, TTT_ERR_NOMEM,
+                          "memory task: out of memory for %zu bytes of tensors (N = %d)",
+                          a->failed_bytes, spec->n_pairs);
+    }
+    a->escape = outer;
+    return s;
+}
+
+static ttt_status memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory_spec *spec,
+                              ttt_rng *rng, ttt_memory_result *out, ttt_error *err) {
     const int N = spec->n_pairs, dk = spec->d_k, dv = spec->d_v;
     const int T = spec->overwrite ? 2 * N : N;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -108,12 +134,15 @@ static const ttt_option memory_options[] = {
 /* Bytes one measurement with N pairs takes (ttt_memory_eval): the keys, the candidates, the write
  * stream, the outputs, the predictions, the (N, T) similarity matrix, read-out temporaries (an
  * MLP's hidden layer is 4 times wider), the state and the layer's own scratch over T tokens. */
+/* The first block of the task's arena (bytes), which the estimate counts too. */
+#define MEMORY_ARENA_BLOCK ((size_t)1 << 20)
+
 static double memory_bytes(const ttt_layer *L, long N, int overwrite) {
     const double dk = L->d_k, dv = L->d_v, n = (double)N, T = overwrite ? 2.0 * n : n;
     const double floats = dk + n * dk + T * dv + T * dk + T * dv + n * dv + n * T +
                           4.0 * n * (dk + dv);
     return floats * sizeof(float) + ttt_layer_state_bytes(L) +
-           ttt_layer_forward_bytes(L, overwrite ? 2 * N : N);
+           ttt_layer_forward_bytes(L, overwrite ? 2 * N : N) + (double)MEMORY_ARENA_BLOCK;
 }
 
 static void memory_cfg_free(void *cfg) {
@@ -163,7 +192,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
     const int trials = c->trials;
     const ttt_layer L = c->L;
     ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 20);
+    ttt_arena_init(&arena, MEMORY_ARENA_BLOCK);
     ttt_ctx ctx = {.arena = &arena, .grad = 0};
     ttt_rng base;
     ttt_rng_seed(&base, run->seed);

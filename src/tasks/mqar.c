@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "fault.h"
 #include "task.h"
 #include "trained.h"
 
@@ -127,7 +128,7 @@ static ttt_status mqar_run(ttt_task_run *run, ttt_error *err) {
                                        mc->test_examples, &data_root, err);
     if (s == TTT_OK) s = ttt_sampler_init(&d.sampler, d.train.n, &samp, err);
     if (s == TTT_OK) s = ttt_batch_init(&d.batch, B, c.seq_len, err);
-    if (s == TTT_OK && !(d.idx = malloc((size_t)B * sizeof *d.idx)))
+    if (s == TTT_OK && !(d.idx = ttt_fault_malloc((size_t)B * sizeof *d.idx)))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "mqar: out of memory");
     if (s != TTT_OK) {
         mqar_data_free(&d);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "task.h"
+#include "fault.h"
 
 #define TTT_TASK(id) extern const ttt_task ttt_task_##id;
 #include "task_list.h"
@@ -35,7 +36,7 @@ ttt_status ttt_task_read_ints(const ttt_cfg_node *map, const char *key, long **o
     *n = 0;
     /* the schema accepts a single int as a list of one */
     const int len = list && list->kind == TTT_CFG_SEQ ? list->n : 1;
-    long *v = malloc(sizeof *v * (size_t)(len > 0 ? len : 1)); /* an empty list is valid */
+    long *v = ttt_fault_malloc(sizeof *v * (size_t)(len > 0 ? len : 1)); /* an empty list is valid */
     if (!v) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     for (int i = 0; i < len; i++) {
         const ttt_cfg_node *item = list && list->kind == TTT_CFG_SEQ ? list->items[i] : list;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "data.h"
+#include "fault.h"
 #include "task.h"
 #include "trained.h"
 
@@ -154,15 +155,15 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
     d.rng = ttt_rng_fork(&root, ttt_hash_str("regression/train"));
     ttt_rng er = ttt_rng_fork(&root, ttt_hash_str("regression/eval"));
     d.n_eval = (n_seq + eb - 1) / eb;
-    d.eval = calloc((size_t)d.n_eval, sizeof *d.eval);
-    d.ls_err = calloc((size_t)n, sizeof *d.ls_err);
-    d.mse = calloc((size_t)n, sizeof *d.mse);
-    d.cnt = calloc((size_t)n, sizeof *d.cnt);
+    d.eval = ttt_fault_calloc((size_t)d.n_eval, sizeof *d.eval);
+    d.ls_err = ttt_fault_calloc((size_t)n, sizeof *d.ls_err);
+    d.mse = ttt_fault_calloc((size_t)n, sizeof *d.mse);
+    d.cnt = ttt_fault_calloc((size_t)n, sizeof *d.cnt);
     ttt_status s = d.eval && d.ls_err && d.mse && d.cnt
                        ? ttt_regression_batch_init(&d.batch, &d.cfg, B, err)
                        : ttt_error_set(err, TTT_ERR_NOMEM, "regression: out of memory");
     /* the fixed evaluation set and its least-squares errors */
-    long *ls_cnt = calloc((size_t)n, sizeof *ls_cnt);
+    long *ls_cnt = ttt_fault_calloc((size_t)n, sizeof *ls_cnt);
     for (int i = 0; s == TTT_OK && i < d.n_eval; i++) {
         if ((s = ttt_train_check_stop(err)) != TTT_OK) break; /* docs/hardening.md "Signals" */
         int rows = n_seq - i * eb < eb ? n_seq - i * eb : eb;
@@ -170,7 +171,7 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
         if (s != TTT_OK) break;
         ttt_regression_fill(&d.eval[i], &d.cfg, &er);
         const ttt_regression_batch *b = &d.eval[i];
-        double *sq = malloc((size_t)b->B * b->T * sizeof *sq);
+        double *sq = ttt_fault_malloc((size_t)b->B * b->T * sizeof *sq);
         if (!sq || !ls_cnt) {
             free(sq);
             s = ttt_error_set(err, TTT_ERR_NOMEM, "regression: out of memory");

@@ -49,7 +49,11 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
      * embedding and head (vocab × d_model each) dominate. */
     const double params = ttt_seq_model_param_bound(&mc);
     const double shards = tc.shards > 1 ? tc.shards : 1;
-    const double bytes = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers +
+    /* Each shard's arena starts as one block of TTT_TRAIN_ARENA_BLOCK bytes and is rebuilt
+     * after a step as one block of the step's peak + 25 % (src/train/train.c), so the arenas
+     * hold at most the first blocks plus 1.25 times the steps. */
+    const double step = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
+    const double bytes = shards * (double)TTT_TRAIN_ARENA_BLOCK + 1.25 * step +
                          4.0 * params * (3.0 + shards);
     char what[200];
     snprintf(what, sizeof what,

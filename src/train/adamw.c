@@ -1,4 +1,5 @@
 #include "adamw.h"
+#include "fault.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -56,6 +57,8 @@ double ttt_lr_schedule(const ttt_adamw_config *c, long s) {
 void ttt_adamw_free(ttt_adamw *opt) {
     if (!opt) return;
     for (int i = opt->n_params - 1; i >= 0; i--) {
+        if (opt->v && opt->v[i]) ttt_mem_track(-4.0 * (double)opt->numel[i]);
+        if (opt->m && opt->m[i]) ttt_mem_track(-4.0 * (double)opt->numel[i]);
         if (opt->v) free(opt->v[i]);
         if (opt->m) free(opt->m[i]);
     }
@@ -71,9 +74,9 @@ ttt_status ttt_adamw_init(ttt_adamw *opt, const ttt_params *ps, const ttt_adamw_
     TTT_TRY(ttt_adamw_config_check(c, err));
     opt->cfg = *c;
     int n = ps->n;
-    opt->m = calloc(n ? (size_t)n : 1, sizeof *opt->m);
-    opt->v = calloc(n ? (size_t)n : 1, sizeof *opt->v);
-    opt->numel = calloc(n ? (size_t)n : 1, sizeof *opt->numel);
+    opt->m = ttt_fault_calloc(n ? (size_t)n : 1, sizeof *opt->m);
+    opt->v = ttt_fault_calloc(n ? (size_t)n : 1, sizeof *opt->v);
+    opt->numel = ttt_fault_calloc(n ? (size_t)n : 1, sizeof *opt->numel);
     if (!opt->m || !opt->v || !opt->numel) {
         ttt_adamw_free(opt);
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the AdamW state");
@@ -82,8 +85,10 @@ ttt_status ttt_adamw_init(ttt_adamw *opt, const ttt_params *ps, const ttt_adamw_
     for (int i = 0; i < n; i++) {
         size_t k = ps->p[i]->n;
         opt->numel[i] = k;
-        opt->m[i] = calloc(k, sizeof(float));
-        opt->v[i] = calloc(k, sizeof(float));
+        opt->m[i] = ttt_fault_calloc(k, sizeof(float));
+        opt->v[i] = ttt_fault_calloc(k, sizeof(float));
+        if (opt->m[i]) ttt_mem_track(4.0 * (double)k);
+        if (opt->v[i]) ttt_mem_track(4.0 * (double)k);
         if (!opt->m[i] || !opt->v[i]) {
             ttt_adamw_free(opt);
             return ttt_error_set(err, TTT_ERR_NOMEM,

@@ -1,5 +1,6 @@
 /* Token batches, fixed sets and the epoch sampler (see batch.h). */
 #include "batch.h"
+#include "fault.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -13,8 +14,8 @@ ttt_status ttt_batch_init(ttt_batch *b, int B, int L, ttt_error *err) {
     if (B <= 0 || L <= 0)
         return ttt_error_set(err, TTT_ERR_RANGE, "batch of %d sequences of length %d", B, L);
     size_t n = (size_t)B * (size_t)L;
-    b->tokens = malloc(n * sizeof *b->tokens);
-    b->labels = malloc(n * sizeof *b->labels);
+    b->tokens = ttt_fault_malloc(n * sizeof *b->tokens);
+    b->labels = ttt_fault_malloc(n * sizeof *b->labels);
     if (!b->tokens || !b->labels) {
         ttt_batch_free(b);
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for a batch of %d x %d", B, L);
@@ -94,7 +95,7 @@ static void sampler_shuffle(ttt_sampler *s) {
 ttt_status ttt_sampler_init(ttt_sampler *s, int n, const ttt_rng *base, ttt_error *err) {
     memset(s, 0, sizeof *s);
     if (n <= 0) return ttt_error_set(err, TTT_ERR_RANGE, "cannot sample from an empty set");
-    s->perm = malloc((size_t)n * sizeof *s->perm);
+    s->perm = ttt_fault_malloc((size_t)n * sizeof *s->perm);
     if (!s->perm) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for a sampler of %d", n);
     s->n = n;
     s->base = *base;

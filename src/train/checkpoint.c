@@ -1,4 +1,5 @@
 #include "checkpoint.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -68,7 +69,7 @@ static int64_t st_numel(const ttt_st_tensor *t) {
 /* Returns 0 and *out on success, -1 when out of memory. */
 static int contents_checksum(const ttt_st_tensor *ts, int n, const char *const *keys,
                              const char *const *vals, int n_meta, uint64_t *out) {
-    named *ord = malloc(((size_t)(n > n_meta ? n : n_meta) + 1) * sizeof *ord);
+    named *ord = ttt_fault_malloc(((size_t)(n > n_meta ? n : n_meta) + 1) * sizeof *ord);
     if (!ord) return -1;
     uint64_t h = TTT_FNV1A64_INIT;
     h = ttt_fnv1a64(h, TTT_CHECKPOINT_FORMAT, sizeof TTT_CHECKPOINT_FORMAT);
@@ -101,7 +102,7 @@ static int contents_checksum(const ttt_st_tensor *ts, int n, const char *const *
 
 static char *str_cat(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
-    char *s = malloc(na + nb + 1);
+    char *s = ttt_fault_malloc(na + nb + 1);
     if (!s) return NULL;
     memcpy(s, a, na);
     memcpy(s + na, b, nb + 1);
@@ -131,12 +132,12 @@ ttt_status ttt_checkpoint_save_file(const char *path, const ttt_params *ps, cons
     int per = opt ? 3 : 1;
     int nt = per * ps->n;
     int nm_max = 6 + n_meta; /* format, step, adamw_step, rng, config, checksum + user pairs */
-    ttt_st_tensor *ts = calloc((size_t)nt + 1, sizeof *ts);
-    const char **keys = calloc((size_t)nm_max, sizeof *keys);
-    const char **vals = calloc((size_t)nm_max, sizeof *vals);
-    char **user_keys = calloc((size_t)n_meta + 1, sizeof *user_keys);
-    const char **kv = calloc(2 * (size_t)nm_max, sizeof *kv);
-    char *rng_text = malloc(17 * (size_t)n_rng + 1);
+    ttt_st_tensor *ts = ttt_fault_calloc((size_t)nt + 1, sizeof *ts);
+    const char **keys = ttt_fault_calloc((size_t)nm_max, sizeof *keys);
+    const char **vals = ttt_fault_calloc((size_t)nm_max, sizeof *vals);
+    char **user_keys = ttt_fault_calloc((size_t)n_meta + 1, sizeof *user_keys);
+    const char **kv = ttt_fault_calloc(2 * (size_t)nm_max, sizeof *kv);
+    char *rng_text = ttt_fault_malloc(17 * (size_t)n_rng + 1);
     ttt_status st = TTT_OK;
     int nm = 0, named_ok = 1;
     char step_text[32], adamw_text[32], sum_text[17];
@@ -349,7 +350,7 @@ ttt_status ttt_checkpoint_load_file(const char *path, ttt_params *ps, ttt_adamw 
     }
 
     /* Every tensor of the model is present with its shape, and nothing else is there. */
-    src = calloc((size_t)per * (size_t)ps->n + 1, sizeof *src);
+    src = ttt_fault_calloc((size_t)per * (size_t)ps->n + 1, sizeof *src);
     if (!src) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory", path);
         goto done;

@@ -1,4 +1,5 @@
 #include "params.h"
+#include "fault.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -7,9 +8,15 @@
 
 void ttt_params_init(ttt_params *ps) { memset(ps, 0, sizeof *ps); }
 
+static size_t floats_bytes(size_t n) {
+    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+    return bytes ? bytes : 64;
+}
+
 void ttt_params_free(ttt_params *ps) {
     if (!ps) return;
     for (int i = ps->n - 1; i >= 0; i--) {
+        ttt_mem_track(-2.0 * (double)floats_bytes(ps->p[i]->n));
         free(ps->p[i]->grad);
         free(ps->p[i]->data);
         free(ps->p[i]);
@@ -20,10 +27,8 @@ void ttt_params_free(ttt_params *ps) {
 
 /* 64-byte aligned zeroed floats (aligned_alloc needs a size that is a multiple of the alignment). */
 static float *alloc_floats(size_t n) {
-    size_t bytes = n * sizeof(float);
-    bytes = (bytes + 63) / 64 * 64;
-    if (bytes == 0) bytes = 64;
-    float *x = aligned_alloc(64, bytes);
+    const size_t bytes = floats_bytes(n);
+    float *x = (ttt_fault_alloc() ? NULL : aligned_alloc(64, bytes));
     if (x) memset(x, 0, bytes);
     return x;
 }
@@ -51,13 +56,13 @@ ttt_status ttt_params_add(ttt_params *ps, const char *name, int ndim, const int 
     }
     if (ps->n == ps->cap) {
         int cap = ps->cap ? 2 * ps->cap : 16;
-        ttt_param **np = realloc(ps->p, (size_t)cap * sizeof *np);
+        ttt_param **np = ttt_fault_realloc(ps->p, (size_t)cap * sizeof *np);
         if (!np)
             return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory adding parameter '%s'", name);
         ps->p = np;
         ps->cap = cap;
     }
-    ttt_param *p = calloc(1, sizeof *p);
+    ttt_param *p = ttt_fault_calloc(1, sizeof *p);
     float *data = alloc_floats(n), *grad = alloc_floats(n);
     if (!p || !data || !grad) {
         free(p);
@@ -66,6 +71,7 @@ ttt_status ttt_params_add(ttt_params *ps, const char *name, int ndim, const int 
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for parameter '%s' (%zu floats)",
                              name, n);
     }
+    ttt_mem_track(2.0 * (double)floats_bytes(n));
     strcpy(p->name, name);
     p->ndim = ndim;
     for (int i = 0; i < ndim; i++) p->shape[i] = shape[i];

@@ -1,8 +1,10 @@
 /* Outer-loop training (see train.h). */
 #include "train.h"
+#include "fault.h"
 
 #include <errno.h>
 #include <math.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,7 +137,10 @@ static void shards_free(shards *S) {
         ttt_tape_free(&h->tape);
         ttt_arena_free(&h->arena);
         if (h->grads && s > 0)
-            for (int i = 0; i < S->m->params.n; i++) free(h->grads[i]);
+            for (int i = 0; i < S->m->params.n; i++) {
+                if (h->grads[i]) ttt_mem_track(-4.0 * (double)S->m->params.p[i]->n);
+                free(h->grads[i]);
+            }
         free(h->grads);
         if (s > 0) free(h->pt);
     }
@@ -160,28 +165,30 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
     cores = omp_get_num_procs();
 #endif
     S->threads = threads > 0 ? threads : (n < cores ? n : cores);
-    S->sh = calloc((size_t)n, sizeof *S->sh);
-    if (!S->sh) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    S->sh = ttt_fault_calloc((size_t)n, sizeof *S->sh);
+    if (!S->sh) return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the shards");
     const int np = m->params.n;
     for (int s = 0; s < n; s++) {
         shard *h = &S->sh[s];
-        ttt_arena_init(&h->arena, (size_t)16 << 20);
+        ttt_arena_init(&h->arena, TTT_TRAIN_ARENA_BLOCK);
         ttt_tape_init(&h->tape);
         h->ctx = (ttt_ctx){.arena = &h->arena, .grad = 0, .tape = &h->tape};
-        h->grads = calloc((size_t)np, sizeof *h->grads);
+        h->grads = ttt_fault_calloc((size_t)np, sizeof *h->grads);
         if (!h->grads) {
             shards_free(S);
-            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+            return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the shards");
         }
         if (s == 0) {
             for (int i = 0; i < np; i++) h->grads[i] = m->params.p[i]->grad;
             h->pt = m->pt;
             continue;
         }
-        h->pt = calloc((size_t)np, sizeof *h->pt);
+        h->pt = ttt_fault_calloc((size_t)np, sizeof *h->pt);
         int ok = h->pt != NULL;
-        for (int i = 0; ok && i < np; i++)
-            ok = (h->grads[i] = calloc(m->params.p[i]->n, sizeof(float))) != NULL;
+        for (int i = 0; ok && i < np; i++) {
+            ok = (h->grads[i] = ttt_fault_calloc(m->params.p[i]->n, sizeof(float))) != NULL;
+            if (ok) ttt_mem_track(4.0 * (double)m->params.p[i]->n);
+        }
         if (!ok) {
             shards_free(S);
             return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for shard gradients");
@@ -327,15 +334,43 @@ static ttt_status shards_init_ranks(shards *S, const ttt_seq_model *m, int total
     S->comm = comm;
     S->slots = (total + R - 1) / R;
     S->numel = ttt_params_numel(&m->params);
-    S->head_send = calloc((size_t)S->slots * SLOT_HEAD, sizeof(double));
-    S->head_recv = calloc((size_t)S->slots * R * SLOT_HEAD, sizeof(double));
-    S->gsend = calloc((size_t)S->slots * S->numel, sizeof(float));
-    S->acc = calloc(S->numel, sizeof(float));
+    S->head_send = ttt_fault_calloc((size_t)S->slots * SLOT_HEAD, sizeof(double));
+    S->head_recv = ttt_fault_calloc((size_t)S->slots * R * SLOT_HEAD, sizeof(double));
+    S->gsend = ttt_fault_calloc((size_t)S->slots * S->numel, sizeof(float));
+    S->acc = ttt_fault_calloc(S->numel, sizeof(float));
     if (!S->head_send || !S->head_recv || !S->gsend || !S->acc) {
         shards_free(S);
         return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the gathered gradients");
     }
     return TTT_OK;
+}
+
+/* One shard's forward (and backward when grad). Everything the step allocates lives in the
+ * shard's arena, so an arena that cannot grow ends the step through its escape (tensor.h): the
+ * shard reports out of memory with the size that failed, and its arena and tape are released
+ * (docs/design.md "Errors, memory, determinism"). */
+static void shard_step(const ttt_seq_model *m, shard *h, int grad, double denom) {
+    ttt_arena_escape esc;
+    ttt_arena_arm(&h->arena, &esc);
+    if (setjmp(esc.jump) == 0) {
+        ttt_tensor *l = NULL;
+        h->s = ttt_seq_model_loss(&h->ctx, m, h->pt, &h->sub, denom > 0 ? denom : 1.0, &l,
+                                  &h->stats, &h->pred, &h->err);
+        if (h->s == TTT_OK) {
+            h->loss = l->data[0];
+            if (grad && isfinite(h->loss)) ttt_backward(&h->ctx, l);
+        }
+    } else {
+        h->pred = NULL;
+        h->s = ttt_error_set(&h->err, TTT_ERR_NOMEM,
+                             "train: out of memory for %zu bytes of a step's tensors (the "
+                             "arena held %.1f MiB)",
+                             h->arena.failed_bytes,
+                             (double)ttt_arena_footprint(&h->arena) / 1048576.0);
+        ttt_arena_reset(&h->arena);
+    }
+    ttt_arena_disarm(&h->arena);
+    ttt_tape_reset(&h->tape);
 }
 
 /* Forward (and backward when grad) over every shard; stats summed in shard order; the shard
@@ -363,17 +398,7 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
                 memset(h->grads[i], 0, S->m->params.p[i]->n * sizeof(float));
     }
 #pragma omp parallel for num_threads(S->threads) schedule(static, 1) if (S->threads > 1 && n > 1)
-    for (int s = 0; s < n; s++) {
-        shard *h = &S->sh[s];
-        ttt_tensor *l = NULL;
-        h->s = ttt_seq_model_loss(&h->ctx, S->m, h->pt, &h->sub, denom > 0 ? denom : 1.0, &l,
-                                  &h->stats, &h->pred, &h->err);
-        if (h->s == TTT_OK) {
-            h->loss = l->data[0];
-            if (grad && isfinite(h->loss)) ttt_backward(&h->ctx, l);
-        }
-        ttt_tape_reset(&h->tape);
-    }
+    for (int s = 0; s < n; s++) shard_step(S->m, &S->sh[s], grad, denom);
     if (S->comm) return gather_shards(S, n, total, grad, loss, stats, err);
     memset(stats, 0, sizeof *stats);
     *loss = 0;
@@ -520,8 +545,9 @@ static ttt_status stream_replay(trainer *t, long long bytes, ttt_error *err) {
     ssize_t n;
     long lineno = 0;
     ttt_status s = TTT_OK;
-    ttt_record *r = malloc(sizeof *r);
-    if (!r) s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory");
+    ttt_record *r = ttt_fault_malloc(sizeof *r);
+    if (!r)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for a record of the journal");
     while (s == TTT_OK && (n = getline(&line, &cap, in)) > 0) {
         lineno++;
         if (ttt_record_parse_json(r, line) != TTT_OK)

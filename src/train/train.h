@@ -45,6 +45,10 @@
 /* The `train:` options. */
 extern const ttt_option ttt_train_options[];
 
+/* The first block of each training shard's arena (bytes); after the first step the arena is
+ * rebuilt as one block of its peak + 25 % (train.c). The estimates count both (trained.c). */
+#define TTT_TRAIN_ARENA_BLOCK ((size_t)16 << 20)
+
 typedef struct ttt_train_config {
     long steps;            /* number of optimizer updates */
     int batch;             /* sequences per step */
