@@ -22,21 +22,22 @@ initial parameters on the same batches, twice: in float64 (the reference) and in
                        torch's clip_grad_norm_ divides by norm + 1e-6 instead)
 
 Agreement (exit 1 when it fails). Float64 PyTorch is the reference; ttt and PyTorch float32 are
-held to the same bound. The loss error of a float32 curve at step s, e(s) = |loss(s) −
-loss_64(s)| / loss_64(s), must satisfy
+held to the same bound. With e(s) = |loss(s) − loss_64(s)| / loss_64(s) the relative loss error
+of a float32 curve at step s, and leave = the first step at which e(s) > LOSS_TOL (N + 1 if
+never), each of the two float32 curves must satisfy
 
-    e(s) ≤ max(LOSS_TOL, SPREAD · max_{s' ≤ s} e_other(s'))      at every step s,
+    leave ≥ LEAVE_RATIO · leave_other     and     max_s e(s) ≤ SPREAD · max(LOSS_TOL, max_s e_other(s))
 
-e_other being the other float32 curve's error (ttt's for PyTorch's and back). Why: a step's
-float32 rounding (~1e-7 relative) is carried into the weights and amplified by every later update
-— Adam divides by sqrt(v), so a weight whose gradient is near zero moves a full step whichever
-way rounding tips it, and training at these rates is a chaotic map — so both float32 curves leave
-the exact one, growing with the step, by the same mechanism and at the same pace. While float32
-has drifted little, LOSS_TOL is the bound (1e-4: the quick test's 100 steps stay below 3e-5 on
-both sides, and a missing weight decay on the head alone moves ttt's curve by 1.5e-3). After
-float32 itself has left LOSS_TOL (the full run: after 100-200 steps for some mixers), a curve may
-drift no more than SPREAD times as far as the other float32 curve did: an implementation error
-in ttt shows up as ttt drifting from the start while PyTorch float32 does not. The learning rates
+e_other being the other float32 curve's error. Why: a step's float32 rounding (~1e-7 relative)
+is carried into the weights and amplified by every later update — Adam divides by sqrt(v), so a
+weight whose gradient is near zero moves a full step whichever way rounding tips it, and training
+at these rates is a chaotic map — so both float32 curves leave the exact one by the same
+mechanism, at about the same step, and then wander by similar amounts; which of the two leaves
+first is a matter of chance (the full run: steps 74 / 64 for gla, 92 / 90 for linear attention,
+75 to 153 for the others, never for softmax and ttt_linear; largest errors within a factor 2 of
+each other). An implementation error in ttt shows up as ttt leaving early while PyTorch float32
+stays on the curve: a missing weight decay on the head alone makes ttt leave at step 19–21 of
+the quick test's 100 (where both float32 curves otherwise stay below 3e-5). The learning rates
 ttt used must equal this script's schedule to float32 storage (LR_TOL) at every step. The final
 parameters' differences are printed, not checked.
 
@@ -66,6 +67,7 @@ from compare_torch import read_safetensors  # noqa: E402
 from compare_torch_train import Config, decays, forward_loss, self_check  # noqa: E402
 
 LOSS_TOL = 1e-4
+LEAVE_RATIO = 0.75
 SPREAD = 10.0
 LR_TOL = 1e-6
 
@@ -165,9 +167,17 @@ def param_err(final, ref):
                for n in ref)
 
 
+def leave_step(e):
+    """The first step (from 1) at which e exceeds LOSS_TOL; len(e) + 1 if it never does."""
+    k = np.nonzero(e > LOSS_TOL)[0]
+    return int(k[0]) + 1 if len(k) else len(e) + 1
+
+
 def within(e, other):
-    """e(s) ≤ max(LOSS_TOL, SPREAD · max_{s' ≤ s} other(s')) at every step s (see the top)."""
-    return bool(np.all(e <= np.maximum(LOSS_TOL, SPREAD * np.maximum.accumulate(other))))
+    """e stays within LOSS_TOL at least LEAVE_RATIO as long as the other float32 curve does, and
+    its largest error is at most SPREAD times the other's (or LOSS_TOL's); see the top."""
+    return (leave_step(e) >= LEAVE_RATIO * leave_step(other) and
+            e.max() <= SPREAD * max(LOSS_TOL, other.max()))
 
 
 def leaves(e):
@@ -211,8 +221,8 @@ def main():
           f"V {a.vocab}, {a.pairs} pairs, L {a.seq_len}, batch {a.batch}; {a.steps} steps, lr "
           f"{a.lr:g}, warm-up {a.warmup}, weight decay {a.weight_decay:g}, clip {a.clip:g}")
     print(f"# loss error: |loss - loss64| / loss64 at the step (loss64: PyTorch float64); "
-          f"bound at step s: max({LOSS_TOL:g}, {SPREAD:g} x the other float32 curve's largest "
-          f"error up to s)")
+          f"each float32 curve stays within {LOSS_TOL:g} at least {LEAVE_RATIO:g} x as long as the "
+          f"other, and its largest error is at most {SPREAD:g} x the other's")
     marks = sorted({1, min(100, a.steps), a.steps})
     cols = ["mixer"] + [f"ttt@{s}" for s in marks] + [f"t32@{s}" for s in marks] + \
         ["ttt_max", "t32_max", "ttt_leave", "t32_leave", "lr_err", "param_ttt", "param_t32",
