@@ -36,7 +36,9 @@ static int distinct(const ttt_rows *rows, const char *key, char (*vals)[160], in
     return n;
 }
 
-enum { PIVOT_MAX = 64 };
+/* At most PIVOT_MAX columns (more values of the column key: one column, the metric) and
+ * PIVOT_ROWS_MAX summary rows. */
+enum { PIVOT_MAX = 64, PIVOT_ROWS_MAX = 2000 };
 
 /* The row label of a row: its values of the row keys, joined by " / ". */
 static void row_label(const ttt_record *r, const char *const *keys, int nk, char *out,
@@ -57,6 +59,11 @@ static void row_label(const ttt_record *r, const char *const *keys, int nk, char
 static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *rows) {
     const char *metric = res->main_metric;
     if (!metric[0] || !rows->n) return;
+    if (rows->n > PIVOT_ROWS_MAX) { /* its cells are looked up row by row */
+        ttt_strbuf_printf(b, "<p>%d summary rows: too many for a table of the main metric here; "
+                             "summary.csv has them all.</p>\n", rows->n);
+        return;
+    }
     int has = 0;
     for (int i = 0; i < rows->n && !has; i++) has = ttt_record_get(rows->rows[i], metric) != NULL;
     if (!has) return;
@@ -75,6 +82,10 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
             }
         }
     }
+    char cols[PIVOT_MAX][160];
+    int ncol = col ? distinct(rows, col, cols, PIVOT_MAX) : 1;
+    if (col && ncol >= PIVOT_MAX && !res->pivot_key[0]) col = NULL, ncol = 1;
+    if (col && ncol >= PIVOT_MAX) ncol = PIVOT_MAX; /* the task's key: its first values */
     const char *rk[64];
     char rk_head[64][64];
     int nrk = 0;
@@ -88,8 +99,6 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
         rk[nrk] = "series";
         snprintf(rk_head[nrk++], sizeof rk_head[0], "series");
     }
-    char cols[PIVOT_MAX][160];
-    int ncol = col ? distinct(rows, col, cols, PIVOT_MAX) : 1;
     if (!col) snprintf(cols[0], sizeof cols[0], "%s", metric);
     char (*rl)[320] = malloc((size_t)rows->n * sizeof *rl);
     if (!rl) return;

@@ -754,138 +754,169 @@ void ttt_rows_free(ttt_rows *r) {
     r->n = 0;
 }
 
-/* Does some configuration have two replicates? */
-static int has_replicates(const ttt_results *res) {
-    for (int i = 0; i < res->n; i++) {
-        if (!res->summary[i] || res->group[i] < 0) continue;
-        for (int j = 0; j < i; j++)
-            if (res->summary[j] && res->group[j] == res->group[i] &&
-                res->member[j] != res->member[i])
-                return 1;
-    }
-    return 0;
+/* A summary record's place: its configuration (group), replicate (member), ordinal among that
+ * replicate's summary records (k) and index in res. Sorted, not searched: a run may have tens
+ * of thousands of summary records. */
+typedef struct slot {
+    int group, member, k, i;
+} slot;
+
+static int by_replicate(const void *a, const void *b) {
+    const slot *p = a, *q = b;
+    if (p->group != q->group) return p->group < q->group ? -1 : 1;
+    if (p->member != q->member) return p->member < q->member ? -1 : 1;
+    return (p->i > q->i) - (p->i < q->i);
 }
 
-/* The key list `keys` (n of them, TTT_RECORD_MAX_FIELDS * 4 at most) holds key? */
+/* cells: (group, k), records outside every group alone; members in record order */
+static int by_cell(const void *a, const void *b) {
+    const slot *p = a, *q = b;
+    const int pg = p->group < 0, qg = q->group < 0;
+    if (pg != qg) return pg < qg ? -1 : 1;
+    if (pg) return (p->i > q->i) - (p->i < q->i);
+    if (p->group != q->group) return p->group < q->group ? -1 : 1;
+    if (p->k != q->k) return p->k < q->k ? -1 : 1;
+    return (p->i > q->i) - (p->i < q->i);
+}
+
+static int same_cell(const slot *p, const slot *q) {
+    return p->group >= 0 && p->group == q->group && p->k == q->k;
+}
+
+/* The key list `keys` (n of them) holds key? */
 static int key_in(char (*keys)[48], int n, const char *key) {
     for (int i = 0; i < n; i++)
         if (strcmp(keys[i], key) == 0) return 1;
     return 0;
 }
 
+typedef struct cell_span {
+    int from, to, first; /* slots [from, to) after the sort by cell; first: its earliest record */
+} cell_span;
+
+static int by_first(const void *a, const void *b) {
+    const cell_span *p = a, *q = b;
+    return (p->first > q->first) - (p->first < q->first);
+}
+
+/* One aggregated record from the records of slots [from, to). */
+static void aggregate(const ttt_results *res, const slot *sl, int from, int to,
+                      char (*vary)[48], int nvary, ttt_record *o) {
+    ttt_record_clear(o);
+    for (int a = from; a < to; a++) {
+        const ttt_record *r = &res->recs[sl[a].i];
+        for (int f = 0; f < r->n; f++) {
+            const ttt_field *fl = &r->f[f];
+            if (!strcmp(fl->key, "seed") || !strcmp(fl->key, "point")) continue;
+            if (ttt_record_get(o, fl->key)) continue;
+            const int agg = fl->is_num && key_in(vary, nvary, fl->key);
+            if (o->n + (agg ? 4 : 1) > TTT_RECORD_MAX_FIELDS - 1) continue; /* room for seeds */
+            if (!fl->is_num) {
+                ttt_record_str(o, fl->key, fl->str);
+                continue;
+            }
+            if (!agg) {
+                ttt_record_num(o, fl->key, fl->num);
+                continue;
+            }
+            /* over the finite values of the cell's members */
+            double sum = 0, lo = INFINITY, hi = -INFINITY;
+            int n = 0;
+            for (int b = from; b < to; b++) {
+                const ttt_field *v = ttt_record_get(&res->recs[sl[b].i], fl->key);
+                if (!v || !v->is_num || !isfinite(v->num)) continue;
+                sum += v->num;
+                lo = fmin(lo, v->num);
+                hi = fmax(hi, v->num);
+                n++;
+            }
+            const double mean = n ? sum / n : NAN;
+            double ss = 0;
+            for (int b = from; b < to; b++) {
+                const ttt_field *v = ttt_record_get(&res->recs[sl[b].i], fl->key);
+                if (v && v->is_num && isfinite(v->num)) ss += (v->num - mean) * (v->num - mean);
+            }
+            char key[64];
+            ttt_record_num(o, fl->key, mean);
+            snprintf(key, sizeof key, "%s_std", fl->key);
+            ttt_record_num(o, key, n > 1 ? sqrt(ss / (n - 1)) : NAN);
+            snprintf(key, sizeof key, "%s_min", fl->key);
+            ttt_record_num(o, key, n ? lo : NAN);
+            snprintf(key, sizeof key, "%s_max", fl->key);
+            ttt_record_num(o, key, n ? hi : NAN);
+        }
+    }
+    ttt_record_num(o, "seeds", to - from);
+}
+
 ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err) {
     memset(out, 0, sizeof *out);
     int ns = 0;
     for (int i = 0; i < res->n; i++) ns += res->summary[i];
-    out->rows = malloc((size_t)(ns ? ns : 1) * sizeof *out->rows);
-    if (!out->rows) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
-    if (!has_replicates(res)) {
-        for (int i = 0; i < res->n; i++)
-            if (res->summary[i]) out->rows[out->n++] = &res->recs[i];
-        return TTT_OK;
-    }
-    /* cell of each summary record: (group, ordinal among its replicate's summary records) */
-    int *cell = malloc((size_t)(ns ? ns : 1) * sizeof *cell), *idx = malloc((size_t)(ns ? ns : 1) * sizeof *idx);
-    int *cg = malloc((size_t)(ns ? ns : 1) * sizeof *cg), *ck = malloc((size_t)(ns ? ns : 1) * sizeof *ck);
-    char(*vary)[48] = malloc(4 * TTT_RECORD_MAX_FIELDS * sizeof *vary);
-    if (!cell || !idx || !cg || !ck || !vary) {
-        free(cell), free(idx), free(cg), free(ck), free(vary);
+    const size_t cap = (size_t)(ns ? ns : 1);
+    out->rows = malloc(cap * sizeof *out->rows);
+    slot *sl = malloc(cap * sizeof *sl);
+    cell_span *cs = malloc(cap * sizeof *cs);
+    char(*vary)[48] = malloc(TTT_RECORD_MAX_FIELDS * sizeof *vary);
+    if (!out->rows || !sl || !cs || !vary) {
+        free(sl), free(cs), free(vary);
         ttt_rows_free(out);
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
     }
-    int nr = 0, ncell = 0, nvary = 0;
-    for (int i = 0; i < res->n; i++) {
-        if (!res->summary[i]) continue;
-        int k = 0;
-        for (int j = 0; j < i; j++)
-            k += res->summary[j] && res->group[j] == res->group[i] &&
-                 res->member[j] == res->member[i];
-        const int g = res->group[i];
-        int c = -1;
-        for (int q = 0; q < ncell && c < 0 && g >= 0; q++)
-            if (cg[q] == g && ck[q] == k) c = q;
-        if (c < 0) {
-            c = ncell++;
-            cg[c] = g;
-            ck[c] = g >= 0 ? k : -1 - i; /* a record outside every group is its own cell */
-        }
-        idx[nr] = i;
-        cell[nr++] = c;
-    }
-    /* the numbers that differ between the replicates of some cell */
+    int nr = 0;
+    for (int i = 0; i < res->n; i++)
+        if (res->summary[i]) sl[nr++] = (slot){res->group[i], res->member[i], 0, i};
+    /* ordinals within each replicate, and whether some configuration has two replicates */
+    qsort(sl, (size_t)nr, sizeof *sl, by_replicate);
+    int replicated = 0;
     for (int a = 0; a < nr; a++) {
-        const ttt_record *ra = &res->recs[idx[a]];
-        for (int b = a + 1; b < nr; b++) {
-            if (cell[b] != cell[a]) continue;
-            const ttt_record *rb = &res->recs[idx[b]];
+        const int same = a > 0 && sl[a - 1].group == sl[a].group;
+        sl[a].k = same && sl[a - 1].member == sl[a].member ? sl[a - 1].k + 1 : 0;
+        replicated |= same && sl[a].group >= 0 && sl[a - 1].member != sl[a].member;
+    }
+    if (!replicated) {
+        for (int i = 0; i < res->n; i++)
+            if (res->summary[i]) out->rows[out->n++] = &res->recs[i];
+        free(sl), free(cs), free(vary);
+        return TTT_OK;
+    }
+    qsort(sl, (size_t)nr, sizeof *sl, by_cell);
+    int ncell = 0;
+    for (int a = 0; a < nr;) {
+        int b = a + 1;
+        while (b < nr && same_cell(&sl[a], &sl[b])) b++;
+        cs[ncell++] = (cell_span){a, b, sl[a].i};
+        a = b;
+    }
+    qsort(cs, (size_t)ncell, sizeof *cs, by_first); /* rows in the order the runs made them */
+    /* the numbers that differ between the replicates of some cell */
+    int nvary = 0;
+    for (int c = 0; c < ncell; c++) {
+        const ttt_record *r0 = &res->recs[sl[cs[c].from].i];
+        for (int a = cs[c].from + 1; a < cs[c].to; a++) {
+            const ttt_record *ra = &res->recs[sl[a].i];
             for (int f = 0; f < ra->n; f++) {
-                const ttt_field *fa = &ra->f[f], *fb = ttt_record_get(rb, fa->key);
-                if (!fa->is_num || !fb || !fb->is_num || key_in(vary, nvary, fa->key)) continue;
-                if (!strcmp(fa->key, "seed") || !strcmp(fa->key, "point")) continue;
-                int same = fa->num == fb->num || (isnan(fa->num) && isnan(fb->num));
-                if (!same && nvary < TTT_RECORD_MAX_FIELDS) snprintf(vary[nvary++], 48, "%s", fa->key);
+                const ttt_field *fa = &ra->f[f], *f0 = ttt_record_get(r0, fa->key);
+                if (!fa->is_num || !strcmp(fa->key, "seed") || !strcmp(fa->key, "point")) continue;
+                const int same = f0 && f0->is_num &&
+                                 (f0->num == fa->num || (isnan(f0->num) && isnan(fa->num)));
+                if (!same && nvary < TTT_RECORD_MAX_FIELDS && !key_in(vary, nvary, fa->key))
+                    snprintf(vary[nvary++], 48, "%s", fa->key);
             }
         }
     }
     out->agg = calloc((size_t)(ncell ? ncell : 1), sizeof *out->agg);
     if (!out->agg) {
-        free(cell), free(idx), free(cg), free(ck), free(vary);
+        free(sl), free(cs), free(vary);
         ttt_rows_free(out);
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory writing summary");
     }
     out->aggregated = 1;
     for (int c = 0; c < ncell; c++) {
-        ttt_record *o = &out->agg[c];
-        int members = 0;
-        for (int a = 0; a < nr; a++) {
-            if (cell[a] != c) continue;
-            members++;
-            const ttt_record *r = &res->recs[idx[a]];
-            for (int f = 0; f < r->n; f++) {
-                const ttt_field *fl = &r->f[f];
-                if (!strcmp(fl->key, "seed") || !strcmp(fl->key, "point")) continue;
-                if (ttt_record_get(o, fl->key)) continue;
-                const int agg = fl->is_num && key_in(vary, nvary, fl->key);
-                if (o->n + (agg ? 4 : 1) > TTT_RECORD_MAX_FIELDS - 1) continue;
-                if (!fl->is_num) {
-                    ttt_record_str(o, fl->key, fl->str);
-                    continue;
-                }
-                if (!agg) {
-                    ttt_record_num(o, fl->key, fl->num);
-                    continue;
-                }
-                /* over the finite values of the cell's members */
-                double sum = 0, lo = INFINITY, hi = -INFINITY;
-                int n = 0;
-                for (int b = 0; b < nr; b++) {
-                    const ttt_field *v = cell[b] == c ? ttt_record_get(&res->recs[idx[b]], fl->key) : NULL;
-                    if (!v || !v->is_num || !isfinite(v->num)) continue;
-                    sum += v->num;
-                    lo = fmin(lo, v->num);
-                    hi = fmax(hi, v->num);
-                    n++;
-                }
-                const double mean = n ? sum / n : NAN;
-                double ss = 0;
-                for (int b = 0; b < nr; b++) {
-                    const ttt_field *v = cell[b] == c ? ttt_record_get(&res->recs[idx[b]], fl->key) : NULL;
-                    if (v && v->is_num && isfinite(v->num)) ss += (v->num - mean) * (v->num - mean);
-                }
-                char key[64];
-                ttt_record_num(o, fl->key, mean);
-                snprintf(key, sizeof key, "%s_std", fl->key);
-                ttt_record_num(o, key, n > 1 ? sqrt(ss / (n - 1)) : NAN);
-                snprintf(key, sizeof key, "%s_min", fl->key);
-                ttt_record_num(o, key, n ? lo : NAN);
-                snprintf(key, sizeof key, "%s_max", fl->key);
-                ttt_record_num(o, key, n ? hi : NAN);
-            }
-        }
-        ttt_record_num(o, "seeds", members);
-        out->rows[out->n++] = o;
+        aggregate(res, sl, cs[c].from, cs[c].to, vary, nvary, &out->agg[c]);
+        out->rows[out->n++] = &out->agg[c];
     }
-    free(cell), free(idx), free(cg), free(ck), free(vary);
+    free(sl), free(cs), free(vary);
     return TTT_OK;
 }
 
