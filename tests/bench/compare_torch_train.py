@@ -294,12 +294,32 @@ def rmsnorm(x, g, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
 
 
-def conv_silu(x, w):
-    """y_t = Σ_{j<K} w_j ⊙ x_{t−j} per channel (zeros before t = 0), then SiLU; x (B, T, C),
-    w (K, C) as src/core/ops.c stores it (tap j multiplies x_{t−j})."""
+def conv_causal(x, w):
+    """y_t = Σ_{j<K} w_j ⊙ x_{t−j} per channel (zeros before t = 0); x (B, T, C), w (K, C) as
+    src/core/ops.c stores it (tap j multiplies x_{t−j})."""
     K, C = w.shape
     y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w.flip(0).t().unsqueeze(1), groups=C)
-    return F.silu(y.transpose(1, 2))
+    return y.transpose(1, 2)
+
+
+def rope(x, base):
+    """RoPE on the last dimension of x (..., T, D), positions 0 … T−1, in the convention of
+    src/core/rope.h: interleaved pairs (2i, 2i+1) turned by p·base^(−2i/D), angles in float64."""
+    T, D = x.shape[-2], x.shape[-1]
+    half = D // 2
+    inv = torch.tensor([base ** (-2.0 * i / D) for i in range(half)], dtype=torch.float64)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    c, s = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
+    a, b = x[..., 0:2 * half:2], x[..., 1:2 * half:2]
+    y = x.clone()
+    y[..., 0:2 * half:2] = a * c - b * s
+    y[..., 1:2 * half:2] = a * s + b * c
+    return y
+
+
+def elu1(x):
+    """The positive feature map of normalized linear attention: elu(x) + 1."""
+    return torch.where(x > 0, x + 1, torch.exp(torch.clamp(x, max=0)))
 
 
 # Every model.* / layer.* key of the dump's metadata the twin knows, with the values it
@@ -308,8 +328,8 @@ def conv_silu(x, w):
 KNOWN = {
     "model.mixer": ("ttt", "softmax"), "model.d_model": None, "model.layers": None,
     "model.heads": None, "model.head_dim": None, "model.mlp": None, "model.norm": ("rms", "layer"),
-    "model.norm_eps": None, "model.positions": ("none", "learned"), "model.max_len": None,
-    "model.conv": None, "model.qk_norm": ("true", "false"), "model.eta": ("true", "false", "dt"),
+    "model.norm_eps": None, "model.positions": ("none", "learned", "rope"), "model.max_len": None,
+    "model.conv": None, "model.act": ("silu", "none"), "model.qk_norm": ("true", "false"), "model.eta": ("true", "false", "dt"),
     "model.gate": ("none", "constant", "scalar", "vector", "multiscale"),
     "model.out_norm": ("true", "false"), "model.out_gate": ("true", "false"),
     "model.learn_init": ("true", "false"), "model.init_std": None, "model.dt_min": None,
@@ -322,7 +342,8 @@ KNOWN_TTT = {
     "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd",),
     "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
-    "layer.rope": ("false",), "layer.rope_base": None, "layer.normalize": ("none",),
+    "layer.rope": ("false", "true"), "layer.rope_base": None,
+    "layer.normalize": ("none", "ratio"),
 }
 
 
@@ -368,10 +389,11 @@ class Config:
         self.gate = meta["model.gate"]
         self.out_norm = meta["model.out_norm"] == "true"
         self.out_gate = meta["model.out_gate"] == "true"
+        self.model_rope_base = float(meta.get("model.rope_base", "10000"))
+        self.rope = meta.get("layer.rope", "false") == "true"
+        self.rope_base = float(meta.get("layer.rope_base", "10000"))
+        self.ratio = meta.get("layer.normalize", "none") == "ratio"
         self.layer = None
-        if (self.act == "silu") != (self.conv > 0):
-            bad.append(f"model.act = {self.act} with model.conv = {self.conv} (here: SiLU exactly "
-                       "when there is a convolution)")
         if self.mixer == "ttt":
             self.theta = float(meta["resolved.theta"])
             self.scale = float(meta["layer.scale"])
@@ -452,14 +474,23 @@ def mixer_ttt(cfg, p, h, q, k, v, T):
         la = g[None, :, None].expand(B, H, T)
     elif cfg.decay != 1.0:                       # the tuple's constant decay (gate constant/none)
         la = q.new_full((B, H, T), math.log(cfg.decay))
+    if cfg.rope:                                 # the layer's RoPE on q and k (rope.h)
+        q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
     if cfg.layer == "ttt_linear":                # learned initial fast weights, one set per head
         return ttt_linear_dual(q, k, v, beta, p("mixer.w0_0"), p("mixer.w0_1"), cfg.mini_batch,
                                cfg.inverse)
+    if cfg.ratio:                                # normalized: φ = elu+1, o = φ(q) S / (φ(q) z + ε)
+        q, k = elu1(q), elu1(k)
+        o = cfg.layer(q, k, v, beta, la, cfg.chunk)
+        den = cfg.layer(q, k, torch.ones_like(v[..., :1]), beta, la, cfg.chunk)
+        return o / (den + 1e-6)
     return cfg.layer(q, k, v, beta, la, cfg.chunk)
 
 
 def mixer_softmax(cfg, q, k, v, T):
     """Causal softmax attention per head (docs/math.md §4's quadratic baseline)."""
+    if cfg.positions == "rope":
+        q, k = rope(q, cfg.model_rope_base), rope(k, cfg.model_rope_base)
     s = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.D)
     s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
     return torch.softmax(s, -1) @ v
@@ -478,7 +509,9 @@ def forward_loss(cfg, P, tokens, labels):
         for n in "qkv":
             y = h @ p(f"mixer.w{n}")
             if cfg.conv > 0:
-                y = conv_silu(y, p(f"mixer.conv_{n}"))
+                y = conv_causal(y, p(f"mixer.conv_{n}"))
+            if cfg.act == "silu":
+                y = F.silu(y)
             qkv.append(y.reshape(B, T, H, D).transpose(1, 2))      # (B, H, T, D)
         q, k, v = qkv
         if cfg.qk_norm:
