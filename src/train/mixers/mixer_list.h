@@ -4,5 +4,6 @@
  * (docs/extending.md "Adding a mixer"). The first line is the default. */
 TTT_MIXER(ttt, TTT)
 TTT_MIXER(softmax, SOFTMAX)
+TTT_MIXER(fox, FOX)
 TTT_MIXER(lru, LRU)
 TTT_MIXER(mamba, MAMBA)
