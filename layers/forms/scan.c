@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fastexp.h"
 #include "kernels.h"
 #include "scan.h"
 
@@ -244,11 +245,16 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
                 memcpy(qd, qt, sizeof(float) * d_k);
                 continue;
             }
+            /* one exponential per gate value (fastexp.h, ≤ 2 ulp; vectorized over a vector
+             * gate): with libm's exp per key dimension it was most of the scan's extra time */
             for (int i = 0; i < gk; i++) cum[i] += log_alpha[(size_t)t * gk + i];
-            for (int i = 0; i < d_k; i++) {
-                A[i] = (float)exp(cum[gk > 1 ? i : 0]);
-                qd[i] = qt[i] * A[i];
+            if (gk == 1) {
+                const float a = ttt_fast_expf((float)cum[0]);
+                for (int i = 0; i < d_k; i++) A[i] = a;
+            } else {
+                for (int i = 0; i < d_k; i++) A[i] = ttt_fast_expf((float)cum[i]);
             }
+            for (int i = 0; i < d_k; i++) qd[i] = qt[i] * A[i];
         }
     }
     /* 2. the carries, element by element of the state: M[p] becomes block p's starting state */

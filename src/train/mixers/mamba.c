@@ -54,6 +54,9 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     if (eta > 0 || strcmp(ttt_cfg_str(map, "eta"), "dt") == 0)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
                              "model.eta: mamba's step is its own Δ, not an inner learning rate");
+    /* no q/k/v projections: their convolution and activation do not apply (resolved off) */
+    if (c->conv < 0) c->conv = 0;
+    if (c->act < 0) c->act = 0;
     c->qk_norm = 0;
     c->eta = TTT_ETA_NONE;
     c->gate = TTT_GATE_NONE;
