@@ -291,6 +291,33 @@ START_TEST(fox_equals_the_forgetting_attention_kernel) {
 }
 END_TEST
 
+/* FoX's own option sets the gate's initial bias, and is refused under other mixers. */
+START_TEST(fox_gate_bias_is_its_own_option) {
+    ttt_seq_model_config c;
+    ttt_cfg_node *root =
+        parse("{d_model: 8, heads: 2, layers: 1, mixer: fox, fgate_bias: 3.5}", "{}", &c);
+    ttt_cfg_free(root);
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_seq_model_init(&m, &c, 1, &err), TTT_OK);
+    const ttt_param *bf = m.params.p[m.blk[0].own[1]];
+    ck_assert_str_eq(bf->name, "layer0.mixer.b_f");
+    for (size_t i = 0; i < bf->n; i++) ck_assert_float_eq(bf->data[i], 3.5f);
+    ttt_seq_model_free(&m);
+    ck_assert_int_eq(ttt_cfg_load_string("model: {d_model: 8, fgate_bias: 1}\n"
+                                         "layer: {preset: deltanet}\n",
+                                         "m.yaml", &root, &err),
+                     TTT_OK);
+    ttt_seq_model_io io = {.vocab = NV, .seq_len = NT};
+    ck_assert_int_ne(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                         (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                         &err),
+                     TTT_OK);
+    ck_assert_msg(strstr(err.msg, "fgate_bias") && strstr(err.msg, "m.yaml:1"), "%s", err.msg);
+    ttt_cfg_free(root);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("mixer_defaults");
     TCase *t = tcase_create("core");
@@ -300,6 +327,7 @@ static Suite *suite(void) {
     tcase_add_test(t, the_previous_block_is_reachable_by_options);
     tcase_add_test(t, conv_and_act_are_checked);
     tcase_add_test(t, fox_equals_the_forgetting_attention_kernel);
+    tcase_add_test(t, fox_gate_bias_is_its_own_option);
     suite_add_tcase(s, t);
     return s;
 }

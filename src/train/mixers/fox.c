@@ -14,7 +14,15 @@
 
 #include "ops.h"
 
-enum { W_F, B_F }; /* this mixer's parameters in ttt_block_ids.own */
+enum { W_F, B_F };     /* this mixer's parameters in ttt_block_ids.own */
+enum { FGATE_BIAS };   /* its options in ttt_seq_model_config.own */
+
+static const ttt_option options[] = {
+    {"fgate_bias", TTT_OPT_FLOAT, "0.0", -20.0, 20.0, NULL,
+     "fox: initial bias b_f of the forget gate; 0 = FoX's (f = 1/2 per token at init), larger "
+     "keeps more of the past at init (f = sigmoid(b_f))"},
+    TTT_OPTION_END,
+};
 
 static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
                         ttt_error *err) {
@@ -38,6 +46,7 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     c->out_norm = ttt_mixer_tri(map, "out_norm") > 0;
     c->out_gate = ttt_mixer_tri(map, "out_gate") > 0;
     c->learn_init = 0;
+    c->own[FGATE_BIAS] = ttt_cfg_float(map, "fgate_bias");
     return TTT_OK;
 }
 
@@ -45,9 +54,13 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
                        ttt_block_ids *k) {
     ttt_mixer_add_qkv(b, c, l, k);
     const int d = c->d_model, H = c->n_heads;
-    /* W_f ~ N(0, init_std²), b_f = 0: f ≈ 1/2 at init, as FLA's layer starts */
+    /* W_f ~ N(0, init_std²), b_f = fgate_bias (0: f ≈ 1/2 at init, as the FoX code starts) */
     k->own[W_F] = ttt_mixer_add(b, "w_f", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, c->init_std);
     k->own[B_F] = ttt_mixer_add(b, "b_f", 1, (int[]){H}, 0, TTT_INIT_ZEROS, 0.0f);
+    if (k->own[B_F] >= 0) {
+        ttt_param *bf = ttt_mixer_param(b, k->own[B_F]);
+        for (size_t i = 0; i < bf->n; i++) bf->data[i] = (float)c->own[FGATE_BIAS];
+    }
 }
 
 static double param_bound(const ttt_seq_model_config *c) {
@@ -108,6 +121,7 @@ const ttt_mixer ttt_mixer_fox = {
     .name = "fox",
     .help = "Forgetting Transformer: softmax attention with a learned forget gate per head",
     .positions = TTT_POS_NONE,
+    .options = options,
     .parse = parse,
     .add_params = add_params,
     .param_bound = param_bound,
