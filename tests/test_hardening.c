@@ -25,6 +25,7 @@
 #include "testutil.h"
 #include "train.h"
 #include "internal.h"
+#include "mixer.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* 1. numeric options                                                                          */
@@ -45,6 +46,9 @@ static int all_tables(table *out, int cap) {
         out[n++] = (table){ttt_optim_at(i)->name, ttt_optim_at(i)->options};
     for (int i = 0; i < ttt_task_count() && n < cap; i++)
         out[n++] = (table){ttt_task_at(i)->name, ttt_task_at(i)->options};
+    for (int i = 0; i < ttt_mixer_count() && n < cap; i++)
+        if (ttt_mixer_at(i)->options)
+            out[n++] = (table){ttt_mixer_at(i)->name, ttt_mixer_at(i)->options};
     ck_assert_int_lt(n, cap);
     return n;
 }

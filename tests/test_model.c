@@ -28,6 +28,7 @@
 
 #include "autograd.h"
 #include "data.h"
+#include "mixer.h"
 #include "seqmodel.h"
 #include "ops.h"
 #include "testutil.h"
@@ -485,6 +486,85 @@ START_TEST(causal_and_independent) {
 }
 END_TEST
 
+/* What every registered mixer must satisfy (mixers/mixer_list.h): the tape's gradients equal
+ * finite differences (the harness above), the output is causal and the sequences of a batch
+ * independent, ttt_seq_model_param_bound does not underestimate what init creates, and the
+ * mixer's parameters are named layer<l>.mixer.* (checkpoints and tables find them by name).
+ * The `layer: {mixer: NAME}` shorthand selects the same model as model.mixer: NAME. */
+START_TEST(every_mixer_contract) {
+    for (int i = 0; i < ttt_mixer_count(); i++) {
+        const ttt_mixer *mx = ttt_mixer_at(i);
+        char model[256], shorthand[128];
+        snprintf(model, sizeof model,
+                 "{mixer: %s, d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3}",
+                 mx->name);
+        /* titans: a learned initial fast weight (an MLP), η and a scalar gate */
+        const char *layer = "{preset: titans, mini_batch: 3, form: generic}";
+        gradcheck(model, layer);
+        check_causal(model, layer);
+        fixture f, g;
+        build(&f, model, layer, 5);
+        ck_assert_int_eq((int)f.m.cfg.mixer, i);
+        double n = 0;
+        for (int p = 0; p < f.m.params.n; p++) {
+            const char *name = f.m.params.p[p]->name;
+            n += (double)f.m.params.p[p]->n;
+            if (strncmp(name, "layer", 5) == 0)
+                ck_assert_msg(strstr(name, ".mixer.") || strstr(name, ".norm") ||
+                                  strstr(name, ".mlp."),
+                              "%s: parameter %s is not under layer<l>.mixer", mx->name, name);
+        }
+        ck_assert_msg(n <= ttt_seq_model_param_bound(&f.m.cfg), "%s: %g parameters, bound %g",
+                      mx->name, n, ttt_seq_model_param_bound(&f.m.cfg));
+        /* the mixer's own term alone (the shared terms leave slack that could hide a miss) */
+        for (int l = 0; l < f.m.cfg.n_layers; l++) {
+            double own = 0;
+            for (int j = 0; j < TTT_MIXER_MAX_IDS; j++)
+                if (f.m.blk[l].own[j] >= 0) own += (double)f.m.params.p[f.m.blk[l].own[j]]->n;
+            const double bound = mx->param_bound ? mx->param_bound(&f.m.cfg) : 0.0;
+            ck_assert_msg(own <= bound, "%s: block %d has %g parameters of its own, bound %g",
+                          mx->name, l, own, bound);
+        }
+        snprintf(shorthand, sizeof shorthand,
+                 "{mixer: %s, preset: titans, mini_batch: 3, form: generic}", mx->name);
+        build(&g, "{d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3}", shorthand, 5);
+        ck_assert_int_eq((int)g.m.cfg.mixer, i);
+        ck_assert_int_eq(g.m.params.n, f.m.params.n);
+        for (int p = 0; p < f.m.params.n; p++) {
+            ck_assert_str_eq(g.m.params.p[p]->name, f.m.params.p[p]->name);
+            ck_assert(memcmp(g.m.params.p[p]->data, f.m.params.p[p]->data,
+                             f.m.params.p[p]->n * sizeof(float)) == 0);
+        }
+        destroy(&g);
+        destroy(&f);
+    }
+}
+END_TEST
+
+/* An unknown mixer, in either place, is refused at its location with the registered names. */
+START_TEST(unknown_mixer_is_located) {
+    static const char *const texts[] = {
+        "model: {d_model: 8, mixer: sofmax}\nlayer: {preset: deltanet}\n",
+        "model: {d_model: 8}\nlayer: {mixer: sofmax}\n",
+    };
+    for (int t = 0; t < 2; t++) {
+        ttt_cfg_node *root = NULL;
+        ttt_error err = {0};
+        ck_assert_int_eq(ttt_cfg_load_string(texts[t], "m.yaml", &root, &err), TTT_OK);
+        ttt_seq_model_io io = {.vocab = NV, .seq_len = NT};
+        ttt_seq_model_config c;
+        ck_assert_int_eq(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                             (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                             &err),
+                         TTT_ERR_NAME);
+        ck_assert_msg(strstr(err.msg, t == 0 ? "m.yaml:1" : "m.yaml:2"), "%s", err.msg);
+        for (int i = 0; i < ttt_mixer_count(); i++)
+            ck_assert_msg(strstr(err.msg, ttt_mixer_at(i)->name), "%s", err.msg);
+        ttt_cfg_free(root);
+    }
+}
+END_TEST
+
 /* Configuration errors are located and name the fix. */
 START_TEST(config_errors) {
     ttt_cfg_node *root = NULL;
@@ -565,6 +645,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_lact_learned_init);
     tcase_add_test(g, grad_lact_learned_init_generic);
     tcase_add_test(g, fd_detects_wrong_gradient);
+    tcase_add_test(g, every_mixer_contract);
     suite_add_tcase(s, g);
     TCase *o = tcase_create("other");
     tcase_add_test(o, determinism);
@@ -572,6 +653,7 @@ static Suite *suite(void) {
     tcase_add_test(o, closed_forms_match_generic);
     tcase_add_test(o, lact_learned_init_renormalizes_to_w0);
     tcase_add_test(o, config_errors);
+    tcase_add_test(o, unknown_mixer_is_located);
     suite_add_tcase(s, o);
     return s;
 }

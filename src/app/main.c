@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "seqmodel.h"
+#include "mixer.h"
 #include "train.h"
 #include "apply.h"
 #include "comm.h"
@@ -343,6 +344,13 @@ static int cmd_list(void) {
         const ttt_task *t = ttt_task_at(i);
         printf("  %-16s %s\n", t->name, t->help);
         print_options(t->options, "      ");
+    }
+    printf("\nToken mixers of the trained tasks (model.mixer, or the shorthand "
+           "layer: {mixer: NAME}):\n");
+    for (int i = 0; i < ttt_mixer_count(); i++) {
+        const ttt_mixer *mx = ttt_mixer_at(i);
+        printf("  %-16s %s\n", mx->name, mx->help);
+        print_options(mx->options, "      ");
     }
     printf("\nSequence model of the trained tasks (model.*):\n");
     print_options(ttt_seq_model_options, "  ");

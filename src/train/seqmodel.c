@@ -8,15 +8,24 @@
 
 #include "autograd.h"
 #include "batch.h"
+#include "mixer.h"
 #include "ops.h"
 #include "rope.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
 
+/* "ttt|softmax|…" from the registry list: "|ttt" "|softmax" … without the first bar */
+static const char mixer_choices[] = ""
+#define TTT_MIXER(name, ID) "|" #name
+#include "mixer_list.h"
+#undef TTT_MIXER
+    ;
+#define MIXER_CHOICES (mixer_choices + 1)
+
 const ttt_option ttt_seq_model_options[] = {
-    {"mixer", TTT_OPT_CHOICE, "ttt", TTT_NO_RANGE, "ttt|softmax",
-     "token mixer: the `layer:` TTT layer, or softmax attention (the quadratic baseline)"},
+    {"mixer", TTT_OPT_CHOICE, "ttt", TTT_NO_RANGE, MIXER_CHOICES,
+     "token mixer: the `layer:` TTT layer (ttt), softmax attention, … (`ttt list`: Mixers)"},
     {"d_model", TTT_OPT_INT, "64", 1, 65536, NULL, "width of the residual stream"},
     {"layers", TTT_OPT_INT, "2", 1, TTT_SEQ_MAX_LAYERS, NULL, "number of blocks"},
     {"heads", TTT_OPT_INT, "2", 1, 4096, NULL, "heads per mixer"},
@@ -63,18 +72,19 @@ const ttt_option ttt_seq_model_options[] = {
 };
 
 /* auto|true|false → -1|1|0 */
-static int tri(const ttt_cfg_node *map, const char *key) {
+int ttt_mixer_tri(const ttt_cfg_node *map, const char *key) {
     const char *s = ttt_cfg_str(map, key);
     return strcmp(s, "auto") == 0 ? -1 : strcmp(s, "true") == 0;
 }
 
-static ttt_gate_kind auto_gate(const ttt_layer *L) {
-    const char *p = L->preset ? L->preset : "";
-    if (strcmp(p, "mamba2") == 0 || strcmp(p, "gated_deltanet") == 0 || strcmp(p, "titans") == 0)
-        return TTT_GATE_SCALAR;
-    if (strcmp(p, "gla") == 0) return TTT_GATE_VECTOR;
-    if (strcmp(p, "retnet") == 0) return TTT_GATE_MULTISCALE;
-    return L->decay != 1.0f ? TTT_GATE_CONSTANT : TTT_GATE_NONE;
+/* The shared options followed by the mixer's own: the table `model:` is checked against. */
+static int model_options(ttt_option *out, int cap, const ttt_mixer *mx) {
+    int n = 0;
+    for (const ttt_option *o = ttt_seq_model_options; o->name && n < cap - 1; o++) out[n++] = *o;
+    for (const ttt_option *o = mx ? mx->options : NULL; o && o->name && n < cap - 1; o++)
+        out[n++] = *o;
+    out[n] = (ttt_option)TTT_OPTION_END;
+    return n;
 }
 
 ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
@@ -83,22 +93,35 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     memset(c, 0, sizeof *c);
     if (map->kind != TTT_CFG_MAP)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "model: expected a mapping");
-    /* `layer: {mixer: softmax}` is shorthand for model.mixer: softmax, so that one sweep over
-     * `layer` can put softmax attention next to the TTT presets; it moves into the model map. */
+    /* `layer: {mixer: NAME}` is shorthand for model.mixer: NAME, so that one sweep over `layer`
+     * can put any registered mixer next to the TTT presets; it moves into the model map. */
     const ttt_cfg_node *lm = layer_map ? ttt_cfg_get(layer_map, "mixer") : NULL;
     if (lm) {
-        if (lm->kind != TTT_CFG_SCALAR || !lm->scalar ||
-            (strcmp(lm->scalar, "softmax") != 0 && strcmp(lm->scalar, "ttt") != 0))
+        const char *names[TTT_MIXER_COUNT];
+        for (int i = 0; i < TTT_MIXER_COUNT; i++) names[i] = ttt_mixer_at(i)->name;
+        if (lm->kind != TTT_CFG_SCALAR || !lm->scalar)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, lm,
-                                 "layer.mixer: expected ttt or softmax (shorthand for "
-                                 "model.mixer)");
+                                 "layer.mixer: expected a mixer name, one of %s (shorthand for "
+                                 "model.mixer)",
+                                 MIXER_CHOICES);
+        TTT_TRY(ttt_cfg_check_name(lm, "mixer (layer.mixer, shorthand for model.mixer)", names,
+                                   TTT_MIXER_COUNT, err));
         ttt_cfg_map_set(map, "mixer", ttt_cfg_clone(lm));
         ttt_cfg_map_remove(layer_map, "mixer");
     }
-    TTT_TRY(ttt_cfg_check_map(map, "model", ttt_seq_model_options, NULL, err));
+    /* the table depends on the mixer: the shared options and the chosen mixer's own (an
+     * unknown mixer name is then reported by the check, with the valid ones) */
+    const ttt_cfg_node *mn = ttt_cfg_get(map, "mixer");
+    const ttt_mixer *mx =
+        ttt_mixer_find(mn && mn->kind == TTT_CFG_SCALAR && mn->scalar ? mn->scalar : "ttt");
+    ttt_option opts[96];
+    model_options(opts, (int)(sizeof opts / sizeof opts[0]), mx);
+    TTT_TRY(ttt_cfg_check_map(map, "model", opts, NULL, err));
     c->io = *io;
-    c->mixer = strcmp(ttt_cfg_str(map, "mixer"), "softmax") == 0 ? TTT_MIXER_SOFTMAX
-                                                                 : TTT_MIXER_TTT;
+    mx = ttt_mixer_find(ttt_cfg_str(map, "mixer"));
+    TTT_ASSERT(mx);
+    for (int i = 0; i < TTT_MIXER_COUNT; i++)
+        if (ttt_mixer_at(i) == mx) c->mixer = (ttt_mixer_kind)i;
     c->d_model = (int)ttt_cfg_int(map, "d_model");
     c->n_layers = (int)ttt_cfg_int(map, "layers");
     c->n_heads = (int)ttt_cfg_int(map, "heads");
@@ -127,8 +150,7 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     c->positions = strcmp(pos, "learned") == 0 ? TTT_POS_LEARNED
                    : strcmp(pos, "rope") == 0  ? TTT_POS_ROPE
                    : strcmp(pos, "none") == 0  ? TTT_POS_NONE
-                   : c->mixer == TTT_MIXER_SOFTMAX ? TTT_POS_LEARNED
-                                                   : TTT_POS_NONE;
+                                               : mx->positions;
     ttt_cfg_map_set(map, "positions",
                     ttt_cfg_new_scalar(c->positions == TTT_POS_LEARNED ? "learned"
                                        : c->positions == TTT_POS_ROPE  ? "rope"
@@ -146,64 +168,11 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                              "is odd",
                              c->head_dim);
 
-    const char *eta_s = ttt_cfg_str(map, "eta");
-    int qk = tri(map, "qk_norm"), on = tri(map, "out_norm"),
-        eta = strcmp(eta_s, "dt") == 0 ? TTT_ETA_DT : tri(map, "eta"),
-        og = tri(map, "out_gate"), li = tri(map, "learn_init");
-    const char *gate = ttt_cfg_str(map, "gate");
-    if (c->mixer == TTT_MIXER_TTT) {
-        if (!layer_map)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, map,
-                                 "model.mixer: ttt needs a `layer:` section");
-        TTT_TRY(ttt_layer_parse(layer_map, c->head_dim, c->head_dim, &c->layer, err));
-        const ttt_layer *L = &c->layer;
-        /* defaults from the tuple's traits (layers/models/model.h): a linear map trained on a
-         * residual loss is the delta rule, whose step is stable for unit keys; a loss whose
-         * gradient does not depend on the prediction (dot) writes unscaled */
-        const int linear = (L->model->traits & TTT_MODEL_LINEAR_MAP) != 0;
-        const int dot = L->loss->z_free;
-        c->qk_norm = qk >= 0 ? qk : (linear && (L->loss->traits & TTT_LOSS_RESIDUAL));
-        const int mamba2 = L->preset && strcmp(L->preset, "mamba2") == 0;
-        c->eta = eta >= 0 ? (ttt_eta_kind)eta
-                 : mamba2 ? TTT_ETA_DT
-                          : (linear && dot) ? TTT_ETA_NONE : TTT_ETA_SIGMOID;
-        c->gate = strcmp(gate, "none") == 0         ? TTT_GATE_NONE
-                  : strcmp(gate, "constant") == 0   ? TTT_GATE_CONSTANT
-                  : strcmp(gate, "scalar") == 0     ? TTT_GATE_SCALAR
-                  : strcmp(gate, "vector") == 0     ? TTT_GATE_VECTOR
-                  : strcmp(gate, "multiscale") == 0 ? TTT_GATE_MULTISCALE
-                                                    : auto_gate(L);
-        if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR) {
-            static const char *const names[] = {"none", "constant", "scalar", "vector",
-                                                "multiscale"};
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
-                                 "model.eta: dt writes with the scalar gate's step, so it needs "
-                                 "model.gate: scalar (the gate here is %s)",
-                                 names[c->gate]);
-        }
-        if (c->gate == TTT_GATE_VECTOR && !linear)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
-                                 "model.gate: a decay per key dimension is defined for the "
-                                 "linear fast-weight model only, not %s",
-                                 L->model->name);
-        c->out_norm = on >= 0 ? on : 1;
-        c->out_gate = og >= 0 ? og : 1;
-        c->learn_init = li >= 0 ? li : !linear;
-        if (c->positions == TTT_POS_ROPE)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "positions"),
-                                 "model.positions: rope for TTT mixers is the layer's own "
-                                 "option (layer.rope); model positions rope applies to softmax");
-    } else {
-        c->qk_norm = qk > 0;
-        if (eta > 0)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
-                                 "model.eta: softmax attention has no inner learning rate");
-        c->eta = TTT_ETA_NONE;
-        c->gate = TTT_GATE_NONE;
-        c->out_norm = on > 0;
-        c->out_gate = og > 0;
-        c->learn_init = 0;
-    }
+    if (!mx->uses_layer) layer_map = NULL; /* not read */
+    else if (!layer_map)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "model.mixer: %s needs a `layer:` section",
+                             mx->name);
+    TTT_TRY(mx->parse(c, map, layer_map, err));
     static const char *const tf[] = {"false", "true"};
     static const char *const gates[] = {"none", "constant", "scalar", "vector", "multiscale"};
     _Static_assert(TTT_GATE_MULTISCALE == 4, "gates[] lists every ttt_gate_kind");
@@ -224,24 +193,23 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
 }
 
 const char *ttt_seq_model_describe(const ttt_seq_model_config *c, char *buf, size_t len) {
-    if (c->mixer == TTT_MIXER_SOFTMAX) {
-        snprintf(buf, len, "softmax");
-        return buf;
-    }
-    return ttt_layer_describe(&c->layer, buf, len);
+    const ttt_mixer *mx = ttt_mixer_at(c->mixer);
+    if (mx->describe) return mx->describe(c, buf, len);
+    snprintf(buf, len, "%s", mx->name);
+    return buf;
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Parameters */
 
-typedef struct builder {
+struct ttt_mixer_builder {
     ttt_seq_model *m;
     ttt_rng base;
     ttt_error *err;
     ttt_status s;
-} builder;
-
-enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS, INIT_A_LOG, INIT_DT_BIAS };
+    int layer; /* the block whose mixer parameters ttt_mixer_add names */
+};
+typedef ttt_mixer_builder builder;
 
 /* Add a parameter (index returned, −1 after an error) initialized from its own stream. */
 static int add(builder *b, const char *name, int ndim, const int *shape, int decay, int init,
@@ -252,14 +220,14 @@ static int add(builder *b, const char *name, int ndim, const int *shape, int dec
     if (b->s != TTT_OK) return -1;
     ttt_rng r = ttt_rng_fork(&b->base, ttt_hash_str(name));
     switch (init) {
-    case INIT_NORMAL: ttt_param_init_normal(p, &r, std); break;
-    case INIT_ONES: ttt_param_init_ones(p); break;
-    case INIT_ZEROS: ttt_param_init_zeros(p); break;
-    case INIT_A_LOG: /* A ~ U[1, 16], stored as log A (Mamba2) */
+    case TTT_INIT_NORMAL: ttt_param_init_normal(p, &r, std); break;
+    case TTT_INIT_ONES: ttt_param_init_ones(p); break;
+    case TTT_INIT_ZEROS: ttt_param_init_zeros(p); break;
+    case TTT_INIT_A_LOG: /* A ~ U[1, 16], stored as log A (Mamba2) */
         for (size_t i = 0; i < p->n; i++)
             p->data[i] = (float)log(1.0 + 15.0 * ttt_rng_uniform(&r));
         break;
-    case INIT_DT_BIAS: /* dt = exp(U[log dt_min, log dt_max]); bias = softplus⁻¹(dt) = dt + log(1 − e^−dt) */
+    case TTT_INIT_DT_BIAS: /* dt = exp(U[log dt_min, log dt_max]); bias = softplus⁻¹(dt) = dt + log(1 − e^−dt) */
         for (size_t i = 0; i < p->n; i++) {
             const double lo = log(b->m->cfg.dt_min), hi = log(b->m->cfg.dt_max);
             double dt = exp(lo + (hi - lo) * ttt_rng_uniform(&r));
@@ -277,6 +245,43 @@ static int add1(builder *b, const char *name, int n, int init) {
     return add(b, name, 1, (int[]){n}, 0, init, 0.0f);
 }
 
+int ttt_mixer_add(builder *b, const char *name, int ndim, const int *shape, int decay,
+                  ttt_mixer_init init, float std) {
+    char nm[TTT_PARAM_NAME_LEN];
+    if (snprintf(nm, sizeof nm, "layer%d.mixer.%s", b->layer, name) >= (int)sizeof nm) {
+        if (b->s == TTT_OK)
+            b->s = ttt_error_set(b->err, TTT_ERR_ARG, "model: parameter name 'layer%d.mixer.%s' "
+                                 "is too long", b->layer, name);
+        return -1;
+    }
+    return add(b, nm, ndim, shape, decay, (int)init, std);
+}
+
+ttt_param *ttt_mixer_param(builder *b, int i) {
+    TTT_ASSERT(i >= 0 && i < b->m->params.n);
+    return b->m->params.p[i];
+}
+
+ttt_rng ttt_mixer_rng(const builder *b, uint64_t key) { return ttt_rng_fork(&b->base, key); }
+
+int ttt_mixer_failed(const builder *b) { return b->s != TTT_OK; }
+
+void ttt_mixer_add_qkv(builder *b, const ttt_seq_model_config *c, int l, ttt_block_ids *k) {
+    const int d = c->d_model, C = c->n_heads * c->head_dim;
+    const float std = c->init_std;
+    (void)l;
+    k->wq = ttt_mixer_add(b, "wq", 2, (int[]){d, C}, 1, TTT_INIT_NORMAL, std);
+    k->wk = ttt_mixer_add(b, "wk", 2, (int[]){d, C}, 1, TTT_INIT_NORMAL, std);
+    k->wv = ttt_mixer_add(b, "wv", 2, (int[]){d, C}, 1, TTT_INIT_NORMAL, std);
+    if (c->conv > 0) {
+        /* a kernel per channel; N(0, 1/K) keeps the output's scale near the input's */
+        const float cs = 1.0f / sqrtf((float)c->conv);
+        k->conv_q = ttt_mixer_add(b, "conv_q", 2, (int[]){c->conv, C}, 0, TTT_INIT_NORMAL, cs);
+        k->conv_k = ttt_mixer_add(b, "conv_k", 2, (int[]){c->conv, C}, 0, TTT_INIT_NORMAL, cs);
+        k->conv_v = ttt_mixer_add(b, "conv_v", 2, (int[]){c->conv, C}, 0, TTT_INIT_NORMAL, cs);
+    }
+}
+
 void ttt_seq_model_bind(const ttt_seq_model *m, ttt_tensor *out, float *const *grads) {
     for (int i = 0; i < m->params.n; i++) {
         const ttt_param *p = m->params.p[i];
@@ -291,20 +296,13 @@ double ttt_seq_model_param_bound(const ttt_seq_model_config *c) {
     const double d = c->d_model, H = c->n_heads, D = c->head_dim, C = H * D;
     const double n_in = c->io.vocab > 0 ? c->io.vocab : (double)c->io.in_dim + 1.0;
     const double n_out = c->io.vocab > 0 ? c->io.vocab : c->io.out_dim;
-    double w0 = 0.0; /* the fast-weight model's learned initialization, per head */
-    if (c->learn_init && c->mixer == TTT_MIXER_TTT && c->layer.model)
-        for (int w = 0; w < c->layer.model->n_weights; w++) {
-            int shp[TTT_MAX_DIMS];
-            const int nd = c->layer.model->shape(w, c->head_dim, c->head_dim, shp);
-            double e = 1.0;
-            for (int i = 0; i < nd; i++) e *= shp[i];
-            w0 += H * e;
-        }
-    const double block = 4.0 * d + 2.0 * D         /* norms (with biases), output norm */
+    const ttt_mixer *mx = ttt_mixer_at(c->mixer);
+    const double block = 4.0 * d + 2.0 * D          /* norms (with biases), output norm */
                          + 5.0 * d * C              /* wq, wk, wv, w_g, wo */
                          + 3.0 * (double)c->conv * C /* short convolutions */
-                         + d * C + d * H + 3.0 * C + 3.0 * H /* gates, learning rates, biases */
-                         + 2.0 * (double)c->mlp * d * d + w0;
+                         + 2.0 * (double)c->mlp * d * d
+                         + (mx && mx->param_bound ? mx->param_bound(c) : 0.0);
+    (void)H;
     return n_in * d + (double)c->max_len * d + (double)c->n_layers * block + 2.0 * d +
            d * n_out + n_out;
 }
@@ -315,6 +313,9 @@ ttt_status ttt_seq_model_init(ttt_seq_model *m, const ttt_seq_model_config *cfg,
     m->cfg = *cfg;
     ttt_params_init(&m->params);
     const ttt_seq_model_config *c = &m->cfg;
+    const ttt_mixer *mx = ttt_mixer_at(c->mixer);
+    if (!mx)
+        return ttt_error_set(err, TTT_ERR_ARG, "model: no mixer number %d", (int)c->mixer);
     builder b = {.m = m, .err = err, .s = TTT_OK};
     ttt_rng root;
     ttt_rng_seed(&root, seed);
@@ -323,83 +324,39 @@ ttt_status ttt_seq_model_init(ttt_seq_model *m, const ttt_seq_model_config *cfg,
     const float std = c->init_std, out_std = std / sqrtf(2.0f * (float)c->n_layers);
     m->embed_b = m->pos = m->norm_f_b = m->head_b = -1;
     if (c->io.vocab > 0) {
-        m->embed = add2(&b, "embed", c->io.vocab, d, 1, INIT_NORMAL, std);
+        m->embed = add2(&b, "embed", c->io.vocab, d, 1, TTT_INIT_NORMAL, std);
     } else {
-        m->embed = add2(&b, "embed_in", c->io.in_dim, d, 1, INIT_NORMAL, std);
-        m->embed_b = add1(&b, "embed_in.b", d, INIT_ZEROS);
+        m->embed = add2(&b, "embed_in", c->io.in_dim, d, 1, TTT_INIT_NORMAL, std);
+        m->embed_b = add1(&b, "embed_in.b", d, TTT_INIT_ZEROS);
     }
     if (c->positions == TTT_POS_LEARNED)
-        m->pos = add2(&b, "pos", c->max_len, d, 1, INIT_NORMAL, std);
+        m->pos = add2(&b, "pos", c->max_len, d, 1, TTT_INIT_NORMAL, std);
     char nm[TTT_PARAM_NAME_LEN];
 #define NAME(fmt) (snprintf(nm, sizeof nm, "layer%d." fmt, l), nm)
     for (int l = 0; l < c->n_layers; l++) {
         ttt_block_ids *k = &m->blk[l];
         memset(k, -1, sizeof *k);
-        k->norm1 = add1(&b, NAME("norm1"), d, INIT_ONES);
-        if (c->layernorm) k->norm1_b = add1(&b, NAME("norm1.b"), d, INIT_ZEROS);
-        k->wq = add2(&b, NAME("mixer.wq"), d, C, 1, INIT_NORMAL, std);
-        k->wk = add2(&b, NAME("mixer.wk"), d, C, 1, INIT_NORMAL, std);
-        k->wv = add2(&b, NAME("mixer.wv"), d, C, 1, INIT_NORMAL, std);
-        if (c->conv > 0) {
-            /* a kernel per channel; N(0, 1/K) keeps the output's scale near the input's */
-            const float cs = 1.0f / sqrtf((float)c->conv);
-            k->conv_q = add2(&b, NAME("mixer.conv_q"), c->conv, C, 0, INIT_NORMAL, cs);
-            k->conv_k = add2(&b, NAME("mixer.conv_k"), c->conv, C, 0, INIT_NORMAL, cs);
-            k->conv_v = add2(&b, NAME("mixer.conv_v"), c->conv, C, 0, INIT_NORMAL, cs);
-        }
-        if (c->eta == TTT_ETA_SIGMOID) {
-            k->w_eta = add2(&b, NAME("mixer.w_eta"), d, H, 1, INIT_NORMAL, std);
-            k->b_eta = add1(&b, NAME("mixer.b_eta"), H, INIT_ZEROS);
-        }
-        if (c->gate == TTT_GATE_SCALAR) {
-            k->w_a = add2(&b, NAME("mixer.w_a"), d, H, 1, INIT_NORMAL, std);
-            k->b_a = add1(&b, NAME("mixer.dt_bias"), H, INIT_DT_BIAS);
-            k->a_log = add1(&b, NAME("mixer.a_log"), H, INIT_A_LOG);
-        } else if (c->gate == TTT_GATE_VECTOR) {
-            k->w_a = add2(&b, NAME("mixer.w_a"), d, C, 1, INIT_NORMAL, std);
-            k->b_a = add1(&b, NAME("mixer.b_a"), C, INIT_ZEROS);
-        }
-        if (c->learn_init && c->mixer == TTT_MIXER_TTT) {
-            /* one copy of the fast-weight model's own initialization per head */
-            const ttt_layer *L = &c->layer;
-            ttt_arena a;
-            ttt_arena_init(&a, 0);
-            ttt_ctx cx = {.arena = &a};
-            ttt_rng r = ttt_rng_fork(&b.base, ttt_hash_str(NAME("mixer.w0")) + (uint64_t)l);
-            for (int w = 0; w < L->model->n_weights && b.s == TTT_OK; w++) {
-                int shp[TTT_MAX_DIMS + 1] = {H};
-                int nd = L->model->shape(w, D, D, shp + 1);
-                snprintf(nm, sizeof nm, "layer%d.mixer.w0_%d", l, w);
-                k->w0[w] = add(&b, nm, nd + 1, shp, 0, INIT_ZEROS, 0.0f);
-            }
-            for (int h = 0; h < H && b.s == TTT_OK; h++) {
-                ttt_layer_state st;
-                ttt_layer_state_init(&cx, L, &st, &r);
-                for (int w = 0; w < st.n_w; w++) {
-                    ttt_param *p = m->params.p[k->w0[w]];
-                    memcpy(p->data + (size_t)h * st.W[w]->n, st.W[w]->data,
-                           st.W[w]->n * sizeof(float));
-                }
-                ttt_arena_reset(&a);
-            }
-            ttt_arena_free(&a);
-        }
-        if (c->out_norm) k->onorm = add1(&b, NAME("mixer.onorm"), D, INIT_ONES);
-        if (c->out_gate) k->w_g = add2(&b, NAME("mixer.w_g"), d, C, 1, INIT_NORMAL, std);
-        k->wo = add2(&b, NAME("mixer.wo"), C, d, 1, INIT_NORMAL, out_std);
+        k->norm1 = add1(&b, NAME("norm1"), d, TTT_INIT_ONES);
+        if (c->layernorm) k->norm1_b = add1(&b, NAME("norm1.b"), d, TTT_INIT_ZEROS);
+        b.layer = l;
+        mx->add_params(&b, c, l, k);
+        /* the post-mixer pieces every mixer shares (mixer.h) */
+        if (c->out_norm) k->onorm = add1(&b, NAME("mixer.onorm"), D, TTT_INIT_ONES);
+        if (c->out_gate) k->w_g = add2(&b, NAME("mixer.w_g"), d, C, 1, TTT_INIT_NORMAL, std);
+        k->wo = add2(&b, NAME("mixer.wo"), C, d, 1, TTT_INIT_NORMAL, out_std);
         if (c->mlp > 0) {
-            k->norm2 = add1(&b, NAME("norm2"), d, INIT_ONES);
-            if (c->layernorm) k->norm2_b = add1(&b, NAME("norm2.b"), d, INIT_ZEROS);
-            k->mlp_w1 = add2(&b, NAME("mlp.w1"), d, c->mlp * d, 1, INIT_NORMAL, std);
-            k->mlp_w2 = add2(&b, NAME("mlp.w2"), c->mlp * d, d, 1, INIT_NORMAL, out_std);
+            k->norm2 = add1(&b, NAME("norm2"), d, TTT_INIT_ONES);
+            if (c->layernorm) k->norm2_b = add1(&b, NAME("norm2.b"), d, TTT_INIT_ZEROS);
+            k->mlp_w1 = add2(&b, NAME("mlp.w1"), d, c->mlp * d, 1, TTT_INIT_NORMAL, std);
+            k->mlp_w2 = add2(&b, NAME("mlp.w2"), c->mlp * d, d, 1, TTT_INIT_NORMAL, out_std);
         }
     }
 #undef NAME
-    m->norm_f = add1(&b, "norm_f", d, INIT_ONES);
-    if (c->layernorm) m->norm_f_b = add1(&b, "norm_f.b", d, INIT_ZEROS);
+    m->norm_f = add1(&b, "norm_f", d, TTT_INIT_ONES);
+    if (c->layernorm) m->norm_f_b = add1(&b, "norm_f.b", d, TTT_INIT_ZEROS);
     const int n_out = c->io.vocab > 0 ? c->io.vocab : c->io.out_dim;
-    m->head = add2(&b, "head", d, n_out, 1, INIT_NORMAL, std);
-    if (c->io.vocab <= 0) m->head_b = add1(&b, "head.b", n_out, INIT_ZEROS);
+    m->head = add2(&b, "head", d, n_out, 1, TTT_INIT_NORMAL, std);
+    if (c->io.vocab <= 0) m->head_b = add1(&b, "head.b", n_out, TTT_INIT_ZEROS);
     if (b.s != TTT_OK) {
         ttt_params_free(&m->params);
         return b.s;
@@ -441,7 +398,7 @@ static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy
     }
 }
 
-static ttt_tensor *rope_op(ttt_ctx *ctx, const ttt_tensor *x, int T, float base) {
+ttt_tensor *ttt_mixer_rope(ttt_ctx *ctx, const ttt_tensor *x, int T, float base) {
     const int D = TTT_COLS(x);
     ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
     const size_t nseq = x->n / ((size_t)T * D);
@@ -468,139 +425,40 @@ static ttt_tensor *norm(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *
                             : ttt_rmsnorm(ctx, x, P(pt, g), m->cfg.norm_eps);
 }
 
-static ttt_tensor *reshape2(ttt_ctx *ctx, const ttt_tensor *x, int r, int c) {
+ttt_tensor *ttt_mixer_reshape2(ttt_ctx *ctx, const ttt_tensor *x, int r, int c) {
     return ttt_reshape(ctx, x, 2, (int[]){r, c});
 }
-static ttt_tensor *reshape3(ttt_ctx *ctx, const ttt_tensor *x, int a, int b, int c) {
+ttt_tensor *ttt_mixer_reshape3(ttt_ctx *ctx, const ttt_tensor *x, int a, int b, int c) {
     return ttt_reshape(ctx, x, 3, (int[]){a, b, c});
 }
+#define reshape2 ttt_mixer_reshape2
+
+ttt_tensor *ttt_mixer_p(const ttt_mixer_call *call, int i) { return P(call->pt, i); }
 
 /* q, k or v of a block: h W, then the short convolution and SiLU; (B, T, C). */
-static ttt_tensor *qkv(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
-                       const ttt_tensor *h, int w, int conv, int B, int T) {
-    ttt_tensor *x = ttt_matmul(ctx, h, 0, P(pt, w), 0); /* (B·T, C) */
-    x = reshape3(ctx, x, B, T, TTT_COLS(x));
-    if (m->cfg.conv > 0) x = ttt_silu(ctx, ttt_conv1d_causal(ctx, x, P(pt, conv), NULL));
+static ttt_tensor *qkv(const ttt_mixer_call *call, int w, int conv) {
+    ttt_ctx *ctx = call->ctx;
+    ttt_tensor *x = ttt_matmul(ctx, call->h, 0, P(call->pt, w), 0); /* (B·T, C) */
+    x = ttt_mixer_reshape3(ctx, x, call->B, call->T, TTT_COLS(x));
+    if (call->m->cfg.conv > 0)
+        x = ttt_silu(ctx, ttt_conv1d_causal(ctx, x, P(call->pt, conv), NULL));
     return x;
 }
 
-/* Sequence b of a (B, T, n) tensor as (T, n). */
-static ttt_tensor *seq(ttt_ctx *ctx, const ttt_tensor *x, int b) {
+void ttt_mixer_qkv(const ttt_mixer_call *call, ttt_tensor **q, ttt_tensor **k, ttt_tensor **v) {
+    const ttt_block_ids *id = call->ids;
+    *q = qkv(call, id->wq, id->conv_q);
+    *k = qkv(call, id->wk, id->conv_k);
+    *v = qkv(call, id->wv, id->conv_v);
+}
+
+ttt_tensor *ttt_mixer_l2norm(ttt_ctx *ctx, const ttt_tensor *x) {
+    return ttt_l2norm_rows(ctx, x, 1e-6f);
+}
+
+ttt_tensor *ttt_mixer_seq(ttt_ctx *ctx, const ttt_tensor *x, int b) {
     const int T = x->shape[1], n = x->shape[2];
     return reshape2(ctx, ttt_slice_rows(ctx, x, b, b + 1), T, n);
-}
-
-static ttt_status mixer_ttt(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
-                            const ttt_block_ids *k, const ttt_tensor *h, int B, int T,
-                            ttt_tensor **out, ttt_error *err) {
-    const ttt_seq_model_config *c = &m->cfg;
-    const ttt_layer *L = &c->layer;
-    const int H = c->n_heads, D = c->head_dim;
-    ttt_tensor *q = qkv(ctx, m, pt, h, k->wq, k->conv_q, B, T); /* (B, T, H·D) */
-    ttt_tensor *kk = qkv(ctx, m, pt, h, k->wk, k->conv_k, B, T);
-    ttt_tensor *v = qkv(ctx, m, pt, h, k->wv, k->conv_v, B, T);
-    ttt_tensor *eta = NULL, *la = NULL;
-    if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
-        eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_eta), 0),
-                                       P(pt, k->b_eta)));
-        eta = reshape3(ctx, eta, B, T, H);
-    }
-    if (c->gate == TTT_GATE_SCALAR) { /* log α = −exp(a_log) dt, dt = softplus(h W_a + dt_bias) */
-        ttt_tensor *dt = ttt_softplus(
-            ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_a), 0), P(pt, k->b_a)));
-        la = ttt_neg(ctx, ttt_mul(ctx, dt, ttt_exp(ctx, P(pt, k->a_log))));
-        la = reshape3(ctx, la, B, T, H);
-        if (c->eta == TTT_ETA_DT) eta = reshape3(ctx, dt, B, T, H); /* (B, T, H) */
-    } else if (c->gate == TTT_GATE_VECTOR) { /* log α = logsigmoid(h W_a + b_a)/16 */
-        ttt_tensor *z = ttt_add(ctx, ttt_matmul(ctx, h, 0, P(pt, k->w_a), 0), P(pt, k->b_a));
-        la = ttt_scale(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)), -1.0f / 16.0f);
-        la = reshape3(ctx, la, B, T, H * D);
-    }
-    ttt_tensor **rows = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *rows);
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
-    TTT_ASSERT(rows && heads);
-    ttt_tensor **ms = NULL; /* multiscale: head h's constant log γ_h (T), shared by the batch */
-    if (c->gate == TTT_GATE_MULTISCALE) {
-        ms = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *ms);
-        TTT_ASSERT(ms);
-        for (int hh = 0; hh < H; hh++) {
-            ms[hh] = ttt_tensor_1d(ctx, T);
-            ttt_tensor_fill(ms[hh], (float)log1p(-ldexp(1.0, -5 - hh)));
-        }
-    }
-    for (int b = 0; b < B; b++) {
-        ttt_tensor *qb = seq(ctx, q, b), *kb = seq(ctx, kk, b), *vb = seq(ctx, v, b);
-        ttt_tensor *eb = eta ? seq(ctx, eta, b) : NULL, *lb = la ? seq(ctx, la, b) : NULL;
-        for (int hh = 0; hh < H; hh++) {
-            const int c0 = hh * D, c1 = c0 + D;
-            ttt_tensor *qh = ttt_slice_cols(ctx, qb, c0, c1); /* (T, D) */
-            ttt_tensor *kh = ttt_slice_cols(ctx, kb, c0, c1);
-            ttt_tensor *vh = ttt_slice_cols(ctx, vb, c0, c1);
-            if (c->qk_norm) {
-                qh = ttt_l2norm_rows(ctx, qh, 1e-6f);
-                kh = ttt_l2norm_rows(ctx, kh, 1e-6f);
-            }
-            ttt_tensor *eh = NULL, *lh = NULL;
-            if (eb) eh = ttt_reshape(ctx, ttt_slice_cols(ctx, eb, hh, hh + 1), 1, (int[]){T});
-            if (lb && c->gate == TTT_GATE_SCALAR)
-                lh = ttt_reshape(ctx, ttt_slice_cols(ctx, lb, hh, hh + 1), 1, (int[]){T});
-            else if (lb)
-                lh = ttt_slice_cols(ctx, lb, c0, c1); /* (T, D) */
-            else if (ms)
-                lh = ms[hh];
-            ttt_layer_state st;
-            ttt_layer_state_init(ctx, L, &st, NULL);
-            if (c->learn_init)
-                for (int w = 0; w < st.n_w; w++) {
-                    ttt_tensor *w0 = ttt_slice_rows(ctx, P(pt, k->w0[w]), hh, hh + 1);
-                    st.W[w] = ttt_reshape(ctx, w0, st.W[w]->ndim, st.W[w]->shape);
-                    /* a copy: a form may update its state in place */
-                    st.W[w] = ttt_tensor_copy(ctx, st.W[w]);
-                    /* state that depends on W (large_batch's target norms ‖W_0‖) from the
-                     * learned W_0, differentiably (optim.h) */
-                    ttt_optim_reinit_state(ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt,
-                                           st.W[w]);
-                }
-            ttt_tensor *o = ttt_tensor_2d(ctx, T, D);
-            TTT_TRY(ttt_layer_forward(ctx, L, o, &st, qh, kh, vh, eh, lh, err));
-            heads[hh] = o;
-        }
-        rows[b] = H == 1 ? heads[0] : ttt_concat_cols_n(ctx, (const ttt_tensor *const *)heads, H);
-    }
-    *out = B == 1 ? rows[0] : ttt_concat_rows_n(ctx, (const ttt_tensor *const *)rows, B);
-    return TTT_OK; /* (B·T, H·D) */
-}
-
-static ttt_tensor *mixer_softmax(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
-                                 const ttt_block_ids *k, const ttt_tensor *h, int B, int T) {
-    const ttt_seq_model_config *c = &m->cfg;
-    const int H = c->n_heads, D = c->head_dim;
-    ttt_tensor *q = qkv(ctx, m, pt, h, k->wq, k->conv_q, B, T); /* (B, T, H·D) */
-    ttt_tensor *kk = qkv(ctx, m, pt, h, k->wk, k->conv_k, B, T);
-    ttt_tensor *v = qkv(ctx, m, pt, h, k->wv, k->conv_v, B, T);
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
-    TTT_ASSERT(heads);
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int hh = 0; hh < H; hh++) {
-        const int c0 = hh * D, c1 = c0 + D;
-        ttt_tensor *qh = ttt_slice_cols(ctx, q, c0, c1); /* (B, T, D) */
-        ttt_tensor *kh = ttt_slice_cols(ctx, kk, c0, c1);
-        ttt_tensor *vh = ttt_slice_cols(ctx, v, c0, c1);
-        if (c->qk_norm) {
-            qh = ttt_l2norm_rows(ctx, qh, 1e-6f);
-            kh = ttt_l2norm_rows(ctx, kh, 1e-6f);
-        }
-        if (c->positions == TTT_POS_ROPE) {
-            qh = rope_op(ctx, qh, T, c->rope_base);
-            kh = rope_op(ctx, kh, T, c->rope_base);
-        }
-        /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (docs/math.md §4) */
-        ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, qh, 0, kh, 1), scale); /* (B, T, T) */
-        ttt_tensor *p = ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s));
-        heads[hh] = ttt_matmul(ctx, p, 0, vh, 0); /* (B, T, D) */
-    }
-    ttt_tensor *o = H == 1 ? heads[0] : ttt_concat_cols_n(ctx, (const ttt_tensor *const *)heads, H);
-    return reshape2(ctx, o, B * T, H * D);
 }
 
 static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt, int l,
@@ -609,11 +467,11 @@ static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *
     const ttt_block_ids *k = &m->blk[l];
     const int H = c->n_heads, D = c->head_dim;
     ttt_tensor *h = norm(ctx, m, pt, *x, k->norm1, k->norm1_b); /* (B·T, d) */
+    const ttt_mixer_call call = {.ctx = ctx, .m = m, .pt = pt, .ids = k, .h = h, .layer = l,
+                                 .B = B, .T = T};
     ttt_tensor *o;
-    if (c->mixer == TTT_MIXER_TTT)
-        TTT_TRY(mixer_ttt(ctx, m, pt, k, h, B, T, &o, err));
-    else
-        o = mixer_softmax(ctx, m, pt, k, h, B, T);
+    TTT_TRY(ttt_mixer_at(c->mixer)->forward(&call, &o, err)); /* (B·T, H·D) */
+    /* the post-mixer pieces every mixer shares (mixer.h) */
     if (c->out_norm) /* per head: rows of D */
         o = reshape2(ctx, ttt_rmsnorm(ctx, reshape2(ctx, o, B * T * H, D), P(pt, k->onorm),
                                       c->norm_eps),

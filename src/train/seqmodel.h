@@ -15,6 +15,9 @@
  *     out = norm(x) W_head              (B·T, V) logits, or (B·T, out_dim) (+ b_head) for vectors
  * `norm` is RMSNorm (or LayerNorm, option `norm`) with a learned gain (and bias for LayerNorm).
  *
+ * The mixer is one of a registry (src/train/mixers/mixer.h, one file each, mixer_list.h): it maps
+ * norm(x) to o (B·T, H·D); the block then applies the shared output norm, gate and W_o.
+ *
  * The TTT mixer (model.mixer: ttt), H heads of width D = d / H (or head_dim), built from any
  * `layer:` preset or tuple, for one block with input h (B·T, d):
  *     q, k, v   = h W_q, h W_k, h W_v                             (B·T, H·D) each
@@ -74,10 +77,21 @@
 #include "tensor.h"
 #include "layer.h"
 
-/* The `model:` options (for `ttt list` and validation). */
+/* The `model:` options every mixer shares (for `ttt list` and validation); a mixer's own
+ * options are in its registry entry (mixers/mixer.h). */
 extern const ttt_option ttt_seq_model_options[];
 
-typedef enum ttt_mixer_kind { TTT_MIXER_TTT, TTT_MIXER_SOFTMAX } ttt_mixer_kind;
+/* The registered token mixers (src/train/mixers/mixer_list.h): TTT_MIXER_TTT, TTT_MIXER_SOFTMAX,
+ * …; ttt_mixer_at(kind) is the entry (mixers/mixer.h). */
+typedef enum ttt_mixer_kind {
+#define TTT_MIXER(name, ID) TTT_MIXER_##ID,
+#include "mixer_list.h"
+#undef TTT_MIXER
+    TTT_MIXER_COUNT
+} ttt_mixer_kind;
+/* Room for a mixer's own options and its own parameters per block (mixers/mixer.h). */
+#define TTT_MIXER_MAX_OPTS 16
+#define TTT_MIXER_MAX_IDS 24
 typedef enum ttt_pos_kind { TTT_POS_NONE, TTT_POS_LEARNED, TTT_POS_ROPE } ttt_pos_kind;
 typedef enum ttt_gate_kind {
     TTT_GATE_NONE,
@@ -118,11 +132,14 @@ typedef struct ttt_seq_model_config {
     double dt_min, dt_max; /* initial dt range of the scalar gate (Mamba2: 1e-3, 1e-1) */
     float rope_base;
     float norm_eps;
-    ttt_layer layer;    /* the TTT tuple (d_k = d_v = head_dim); unused by softmax */
+    ttt_layer layer;    /* the TTT tuple (d_k = d_v = head_dim), for mixers built from `layer:` */
+    /* the resolved values of the mixer's own options, indexed as its file says */
+    double own[TTT_MIXER_MAX_OPTS];
 } ttt_seq_model_config;
 
 /* Validate `model_map` in place (fills defaults, resolves every auto) and the `layer:` map
- * (layer_map may be NULL for the softmax mixer, and is then not read), for the task's io.
+ * (layer_map may be NULL for a mixer that is not built from a layer, and is then not read;
+ * `layer: {mixer: NAME}` is shorthand for model.mixer: NAME and moves there), for the task's io.
  * Errors name the file:line:col. */
 ttt_status ttt_seq_model_parse(ttt_cfg_node *model_map, ttt_cfg_node *layer_map,
                                const ttt_seq_model_io *io, ttt_seq_model_config *cfg,
@@ -135,14 +152,14 @@ const char *ttt_seq_model_describe(const ttt_seq_model_config *cfg, char *buf, s
 
 #define TTT_SEQ_MAX_LAYERS 64
 
-/* Parameter indices of one block (−1 = absent). */
+/* Parameter indices of one block (−1 = absent): the shared pieces, and the mixer's own
+ * parameters at indices its file defines. */
 typedef struct ttt_block_ids {
     int norm1, norm1_b, norm2, norm2_b;
     int wq, wk, wv, conv_q, conv_k, conv_v;
-    int w_eta, b_eta, w_a, b_a, a_log;
     int onorm, w_g, wo;
-    int w0[TTT_MAX_WEIGHTS];
     int mlp_w1, mlp_w2;
+    int own[TTT_MIXER_MAX_IDS];
 } ttt_block_ids;
 
 typedef struct ttt_seq_model {

@@ -1,0 +1,240 @@
+/* The TTT mixer (model.mixer: ttt): H heads of the `layer:` TTT layer — any preset or tuple —
+ * run on the shared q, k, v, with the per-token learning rate η and forget gate the options
+ * choose (seqmodel.h gives the equations and the defaults). */
+#include "mixer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* This mixer's own parameters in ttt_block_ids.own. */
+enum {
+    W_ETA,  /* (d, H) η projection */
+    B_ETA,  /* (H) its bias */
+    W_A,    /* (d, H) or (d, H·D): the gate's projection */
+    B_A,    /* (H) dt_bias, or (H·D) b_a */
+    A_LOG,  /* (H) log A of the scalar gate */
+    W0,     /* W0 + w: the learned initial fast weight w, (H, shape of w) */
+    N_OWN = W0 + TTT_MAX_WEIGHTS
+};
+_Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the TTT mixer's ids fit in ttt_block_ids.own");
+
+static ttt_gate_kind auto_gate(const ttt_layer *L) {
+    const char *p = L->preset ? L->preset : "";
+    if (strcmp(p, "mamba2") == 0 || strcmp(p, "gated_deltanet") == 0 || strcmp(p, "titans") == 0)
+        return TTT_GATE_SCALAR;
+    if (strcmp(p, "gla") == 0) return TTT_GATE_VECTOR;
+    if (strcmp(p, "retnet") == 0) return TTT_GATE_MULTISCALE;
+    return L->decay != 1.0f ? TTT_GATE_CONSTANT : TTT_GATE_NONE;
+}
+
+static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+                        ttt_error *err) {
+    const char *eta_s = ttt_cfg_str(map, "eta");
+    const int qk = ttt_mixer_tri(map, "qk_norm"), on = ttt_mixer_tri(map, "out_norm"),
+              eta = strcmp(eta_s, "dt") == 0 ? TTT_ETA_DT : ttt_mixer_tri(map, "eta"),
+              og = ttt_mixer_tri(map, "out_gate"), li = ttt_mixer_tri(map, "learn_init");
+    const char *gate = ttt_cfg_str(map, "gate");
+    TTT_TRY(ttt_layer_parse(layer_map, c->head_dim, c->head_dim, &c->layer, err));
+    const ttt_layer *L = &c->layer;
+    /* defaults from the tuple's traits (layers/models/model.h): a linear map trained on a
+     * residual loss is the delta rule, whose step is stable for unit keys; a loss whose
+     * gradient does not depend on the prediction (dot) writes unscaled */
+    const int linear = (L->model->traits & TTT_MODEL_LINEAR_MAP) != 0;
+    const int dot = L->loss->z_free;
+    c->qk_norm = qk >= 0 ? qk : (linear && (L->loss->traits & TTT_LOSS_RESIDUAL));
+    const int mamba2 = L->preset && strcmp(L->preset, "mamba2") == 0;
+    c->eta = eta >= 0 ? (ttt_eta_kind)eta
+             : mamba2 ? TTT_ETA_DT
+                      : (linear && dot) ? TTT_ETA_NONE : TTT_ETA_SIGMOID;
+    c->gate = strcmp(gate, "none") == 0         ? TTT_GATE_NONE
+              : strcmp(gate, "constant") == 0   ? TTT_GATE_CONSTANT
+              : strcmp(gate, "scalar") == 0     ? TTT_GATE_SCALAR
+              : strcmp(gate, "vector") == 0     ? TTT_GATE_VECTOR
+              : strcmp(gate, "multiscale") == 0 ? TTT_GATE_MULTISCALE
+                                                : auto_gate(L);
+    if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR) {
+        static const char *const names[] = {"none", "constant", "scalar", "vector",
+                                            "multiscale"};
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
+                             "model.eta: dt writes with the scalar gate's step, so it needs "
+                             "model.gate: scalar (the gate here is %s)",
+                             names[c->gate]);
+    }
+    if (c->gate == TTT_GATE_VECTOR && !linear)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
+                             "model.gate: a decay per key dimension is defined for the "
+                             "linear fast-weight model only, not %s",
+                             L->model->name);
+    c->out_norm = on >= 0 ? on : 1;
+    c->out_gate = og >= 0 ? og : 1;
+    c->learn_init = li >= 0 ? li : !linear;
+    if (c->positions == TTT_POS_ROPE)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "positions"),
+                             "model.positions: rope for TTT mixers is the layer's own "
+                             "option (layer.rope); model positions rope applies to softmax");
+    return TTT_OK;
+}
+
+static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int l,
+                       ttt_block_ids *k) {
+    const int d = c->d_model, H = c->n_heads, D = c->head_dim, C = H * D;
+    const float std = c->init_std;
+    int *own = k->own;
+    ttt_mixer_add_qkv(b, c, l, k);
+    if (c->eta == TTT_ETA_SIGMOID) {
+        own[W_ETA] = ttt_mixer_add(b, "w_eta", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
+        own[B_ETA] = ttt_mixer_add(b, "b_eta", 1, (int[]){H}, 0, TTT_INIT_ZEROS, 0.0f);
+    }
+    if (c->gate == TTT_GATE_SCALAR) {
+        own[W_A] = ttt_mixer_add(b, "w_a", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
+        own[B_A] = ttt_mixer_add(b, "dt_bias", 1, (int[]){H}, 0, TTT_INIT_DT_BIAS, 0.0f);
+        own[A_LOG] = ttt_mixer_add(b, "a_log", 1, (int[]){H}, 0, TTT_INIT_A_LOG, 0.0f);
+    } else if (c->gate == TTT_GATE_VECTOR) {
+        own[W_A] = ttt_mixer_add(b, "w_a", 2, (int[]){d, C}, 1, TTT_INIT_NORMAL, std);
+        own[B_A] = ttt_mixer_add(b, "b_a", 1, (int[]){C}, 0, TTT_INIT_ZEROS, 0.0f);
+    }
+    if (!c->learn_init) return;
+    /* one copy of the fast-weight model's own initialization per head */
+    const ttt_layer *L = &c->layer;
+    char nm[TTT_PARAM_NAME_LEN];
+    snprintf(nm, sizeof nm, "layer%d.mixer.w0", l);
+    ttt_rng r = ttt_mixer_rng(b, ttt_hash_str(nm) + (uint64_t)l);
+    for (int w = 0; w < L->model->n_weights && !ttt_mixer_failed(b); w++) {
+        int shp[TTT_MAX_DIMS + 1] = {H};
+        const int nd = L->model->shape(w, D, D, shp + 1);
+        snprintf(nm, sizeof nm, "w0_%d", w);
+        own[W0 + w] = ttt_mixer_add(b, nm, nd + 1, shp, 0, TTT_INIT_ZEROS, 0.0f);
+    }
+    if (ttt_mixer_failed(b)) return;
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_ctx cx = {.arena = &a};
+    for (int h = 0; h < H; h++) {
+        ttt_layer_state st;
+        ttt_layer_state_init(&cx, L, &st, &r);
+        for (int w = 0; w < st.n_w; w++) {
+            ttt_param *p = ttt_mixer_param(b, own[W0 + w]);
+            memcpy(p->data + (size_t)h * st.W[w]->n, st.W[w]->data, st.W[w]->n * sizeof(float));
+        }
+        ttt_arena_reset(&a);
+    }
+    ttt_arena_free(&a);
+}
+
+static double param_bound(const ttt_seq_model_config *c) {
+    const double d = c->d_model, H = c->n_heads, C = H * c->head_dim;
+    double w0 = 0.0; /* the fast-weight model's learned initialization, per head */
+    if (c->learn_init && c->layer.model)
+        for (int w = 0; w < c->layer.model->n_weights; w++) {
+            int shp[TTT_MAX_DIMS];
+            const int nd = c->layer.model->shape(w, c->head_dim, c->head_dim, shp);
+            double e = 1.0;
+            for (int i = 0; i < nd; i++) e *= shp[i];
+            w0 += H * e;
+        }
+    return d * C + d * H + 3.0 * C + 3.0 * H + w0; /* gates, learning rates, biases */
+}
+
+static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_error *err) {
+    ttt_ctx *ctx = call->ctx;
+    const ttt_seq_model_config *c = &call->m->cfg;
+    const ttt_layer *L = &c->layer;
+    const int *own = call->ids->own;
+    const int H = c->n_heads, D = c->head_dim, B = call->B, T = call->T;
+    const ttt_tensor *h = call->h;
+    ttt_tensor *q, *kk, *v; /* (B, T, H·D) */
+    ttt_mixer_qkv(call, &q, &kk, &v);
+    ttt_tensor *eta = NULL, *la = NULL;
+    if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
+        eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_ETA]), 0),
+                                       ttt_mixer_p(call, own[B_ETA])));
+        eta = ttt_mixer_reshape3(ctx, eta, B, T, H);
+    }
+    if (c->gate == TTT_GATE_SCALAR) { /* log α = −exp(a_log) dt, dt = softplus(h W_a + dt_bias) */
+        ttt_tensor *dt = ttt_softplus(
+            ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_A]), 0),
+                         ttt_mixer_p(call, own[B_A])));
+        la = ttt_neg(ctx, ttt_mul(ctx, dt, ttt_exp(ctx, ttt_mixer_p(call, own[A_LOG]))));
+        la = ttt_mixer_reshape3(ctx, la, B, T, H);
+        if (c->eta == TTT_ETA_DT) eta = ttt_mixer_reshape3(ctx, dt, B, T, H); /* (B, T, H) */
+    } else if (c->gate == TTT_GATE_VECTOR) { /* log α = logsigmoid(h W_a + b_a)/16 */
+        ttt_tensor *z = ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_A]), 0),
+                                ttt_mixer_p(call, own[B_A]));
+        la = ttt_scale(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)), -1.0f / 16.0f);
+        la = ttt_mixer_reshape3(ctx, la, B, T, H * D);
+    }
+    ttt_tensor **rows = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *rows);
+    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
+    TTT_ASSERT(rows && heads);
+    ttt_tensor **ms = NULL; /* multiscale: head h's constant log γ_h (T), shared by the batch */
+    if (c->gate == TTT_GATE_MULTISCALE) {
+        ms = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *ms);
+        TTT_ASSERT(ms);
+        for (int hh = 0; hh < H; hh++) {
+            ms[hh] = ttt_tensor_1d(ctx, T);
+            ttt_tensor_fill(ms[hh], (float)log1p(-ldexp(1.0, -5 - hh)));
+        }
+    }
+    for (int b = 0; b < B; b++) {
+        ttt_tensor *qb = ttt_mixer_seq(ctx, q, b), *kb = ttt_mixer_seq(ctx, kk, b),
+                   *vb = ttt_mixer_seq(ctx, v, b);
+        ttt_tensor *eb = eta ? ttt_mixer_seq(ctx, eta, b) : NULL,
+                   *lb = la ? ttt_mixer_seq(ctx, la, b) : NULL;
+        for (int hh = 0; hh < H; hh++) {
+            const int c0 = hh * D, c1 = c0 + D;
+            ttt_tensor *qh = ttt_slice_cols(ctx, qb, c0, c1); /* (T, D) */
+            ttt_tensor *kh = ttt_slice_cols(ctx, kb, c0, c1);
+            ttt_tensor *vh = ttt_slice_cols(ctx, vb, c0, c1);
+            if (c->qk_norm) {
+                qh = ttt_mixer_l2norm(ctx, qh);
+                kh = ttt_mixer_l2norm(ctx, kh);
+            }
+            ttt_tensor *eh = NULL, *lh = NULL;
+            if (eb) eh = ttt_reshape(ctx, ttt_slice_cols(ctx, eb, hh, hh + 1), 1, (int[]){T});
+            if (lb && c->gate == TTT_GATE_SCALAR)
+                lh = ttt_reshape(ctx, ttt_slice_cols(ctx, lb, hh, hh + 1), 1, (int[]){T});
+            else if (lb)
+                lh = ttt_slice_cols(ctx, lb, c0, c1); /* (T, D) */
+            else if (ms)
+                lh = ms[hh];
+            ttt_layer_state st;
+            ttt_layer_state_init(ctx, L, &st, NULL);
+            if (c->learn_init)
+                for (int w = 0; w < st.n_w; w++) {
+                    ttt_tensor *w0 = ttt_slice_rows(ctx, ttt_mixer_p(call, own[W0 + w]), hh, hh + 1);
+                    st.W[w] = ttt_reshape(ctx, w0, st.W[w]->ndim, st.W[w]->shape);
+                    /* a copy: a form may update its state in place */
+                    st.W[w] = ttt_tensor_copy(ctx, st.W[w]);
+                    /* state that depends on W (large_batch's target norms ‖W_0‖) from the
+                     * learned W_0, differentiably (optim.h) */
+                    ttt_optim_reinit_state(ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt,
+                                           st.W[w]);
+                }
+            ttt_tensor *o = ttt_tensor_2d(ctx, T, D);
+            TTT_TRY(ttt_layer_forward(ctx, L, o, &st, qh, kh, vh, eh, lh, err));
+            heads[hh] = o;
+        }
+        rows[b] = H == 1 ? heads[0] : ttt_concat_cols_n(ctx, (const ttt_tensor *const *)heads, H);
+    }
+    *out = B == 1 ? rows[0] : ttt_concat_rows_n(ctx, (const ttt_tensor *const *)rows, B);
+    return TTT_OK; /* (B·T, H·D) */
+}
+
+static const char *describe(const ttt_seq_model_config *c, char *buf, size_t len) {
+    return ttt_layer_describe(&c->layer, buf, len);
+}
+
+const ttt_mixer ttt_mixer_ttt = {
+    .name = "ttt",
+    .help = "the `layer:` TTT layer (any preset or tuple), H heads on the shared q, k, v",
+    .uses_layer = 1,
+    .positions = TTT_POS_NONE,
+    .parse = parse,
+    .add_params = add_params,
+    .param_bound = param_bound,
+    .forward = forward,
+    .describe = describe,
+};
