@@ -26,50 +26,70 @@
         (int)(sizeof((const ttt_opt_value[]){__VA_ARGS__}) / sizeof(ttt_opt_value))
 #define NO_OPTS NULL, 0
 
+/* Each preset's block in the trained sequence model (ttt_block_defaults, layer.h): the paper's
+ * and FLA's choices, with their sources per row in docs/mixers.md "The default block of each
+ * mixer".  conv  act  qk_norm  eta  gate  out_norm  out_gate  learn_init  rope  normalize */
+#define BLOCK(conv, act, qk, eta, gate, on, og, li, rope, nz) \
+    .block = {conv, act, qk, eta, gate, on, og, li, rope, nz}
+
 static const ttt_preset presets[] = {
     {"linear_attention", "linear attention: Hebbian writes, no forgetting", "linear", "dot",
      "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
-     "S_t = S_{t-1} + k_t^T v_t,  o_t = q_t S_t", NULL, NULL},
+     "S_t = S_{t-1} + k_t^T v_t,  o_t = q_t S_t",
+     BLOCK("0", "none", "false", "false", "none", "false", "false", "false", "false", "ratio")},
     {"retnet", "RetNet: linear attention with a constant decay gamma", "linear", "dot", "sgd",
      OPTS({"decay", 0.96875, NULL}), 1, "update_then_apply", "per_block", "none",
-     "S_t = gamma S_{t-1} + k_t^T v_t", NULL, NULL},
+     "S_t = gamma S_{t-1} + k_t^T v_t",
+     BLOCK("0", "none", "false", "false", "multiscale", "true", "true", "false", "true", "none")},
     {"mamba2", "Mamba2 (SSD): a scalar forget gate per token", "linear", "dot", "sgd",
      OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block", "none",
-     "S_t = alpha_t S_{t-1} + k_t^T v_t", NULL, NULL},
+     "S_t = alpha_t S_{t-1} + k_t^T v_t",
+     BLOCK("4", "silu", "false", "dt", "scalar", "true", "true", "false", "false", "none")},
     {"gla", "gated linear attention: a forget gate per token and key dimension", "linear", "dot",
      "sgd", OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block", "none",
-     "S_t = Diag(alpha_t) S_{t-1} + k_t^T v_t", NULL, NULL},
+     "S_t = Diag(alpha_t) S_{t-1} + k_t^T v_t",
+     BLOCK("0", "none", "false", "false", "vector", "true", "true", "false", "false", "none")},
     {"deltanet", "DeltaNet: online regression with the delta rule", "linear", "squared", "sgd",
      OPTS({"decay_placement", 0, "coupled"}), 1, "update_then_apply", "per_block", "none",
-     "S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})", NULL, NULL},
+     "S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})",
+     BLOCK("4", "silu", "true", "true", "none", "true", "false", "false", "false", "none")},
     {"gated_deltanet", "Gated DeltaNet: delta rule with a coupled forget gate", "linear",
      "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}), 1,
      "update_then_apply", "per_block", "none",
-     "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t", NULL, NULL},
+     "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none")},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
-     "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)", NULL, NULL},
+     "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
+     BLOCK("0", "none", "false", "true", "none", "true", "false", "true", "true", "none")},
     {"ttt_mlp", "TTT-MLP: x + LN(gelu(x W1 + b1) W2 + b2), mini-batch GD", "ttt_mlp", "recon",
      "sgd", OPTS({"lr", 0.1, NULL}), 16, "update_then_apply", "per_block", "inverse",
-     "primal mini-batch GD", NULL, NULL},
+     "primal mini-batch GD",
+     BLOCK("0", "none", "false", "true", "none", "true", "false", "true", "true", "none")},
     {"titans", "Titans: momentum with a decoupled forget gate, gradients per chunk", "linear",
      "squared", "momentum",
      OPTS({"lr", 0.1, NULL}, {"momentum", 0.9, NULL}, {"decay", 0.99, NULL}), 16,
      "update_then_apply", "per_token", "none",
-     "M_t = mu M_{t-1} - theta grad_t(W_chunk start), W_t = alpha W_{t-1} + M_t", NULL, NULL},
+     "M_t = mu M_{t-1} - theta grad_t(W_chunk start), W_t = alpha W_{t-1} + M_t",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "true", "false", "none")},
     {"lact", "LaCT: SwiGLU fast weight, one large-batch update per block, Muon, renormalized",
      "swiglu", "dot", "large_batch", OPTS({"muon", 1, NULL}), 2048, "apply_then_update",
-     "per_block", "none", "W <- renorm(W - lr NS(sum_s eta_s grad_s(W_0))) once per block", NULL, NULL},
+     "per_block", "none", "W <- renorm(W - lr NS(sum_s eta_s grad_s(W_0))) once per block",
+     BLOCK("0", "silu", "true", "true", "none", "true", "false", "true", "true", "none")},
     /* Normalized linear attention with random features (docs/math.md "Random features"): the
-     * tuple of linear attention, with the ratio and a feature map φ on q and k. */
+     * tuple of linear attention, with the ratio and a feature map φ on q and k; their block is
+     * linear attention's (Performer and RFA replace the attention of a plain Transformer
+     * block: no convolution, gate or output norm). */
     {"performer", "Performer: normalized linear attention, positive orthogonal random features",
      "linear", "dot", "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
      "S_t = S_{t-1} + phi(k_t)^T v_t, z_t = z_{t-1} + phi(k_t), o_t = phi(q_t) S_t / phi(q_t) z_t",
-     "ratio", "favor_orth"},
+     "ratio", "favor_orth",
+     BLOCK("0", "none", "false", "false", "none", "false", "false", "false", "false", "ratio")},
     {"rfa", "RFA: normalized linear attention, random Fourier features of unit q, k", "linear",
      "dot", "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
      "as performer; feature_gate: S_t = g_t S_{t-1} + (1 - g_t) phi(k_t)^T v_t, z likewise",
-     "ratio", "rfa"},
+     "ratio", "rfa",
+     BLOCK("0", "none", "false", "false", "none", "false", "false", "false", "false", "ratio")},
 };
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",

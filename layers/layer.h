@@ -40,6 +40,25 @@ typedef struct ttt_opt_value {
     const char *text;
 } ttt_opt_value;
 
+/* The block a preset's layer sits in when the sequence model trains it (src/train/mixers/ttt.c):
+ * the choices of the preset's paper and of FLA's layer of the same name, one row per preset,
+ * with their sources in docs/mixers.md. Each string is a value of the `model:` option of the
+ * same name, and is what that option's `auto` means for the preset; rope and normalize are the
+ * layer's own options, applied when the `layer:` section leaves them unset. A preset without a
+ * row (conv = 0 and every string NULL) leaves `auto` to the rules of the tuple's traits. */
+typedef struct ttt_block_defaults {
+    const char *conv;       /* short causal convolution kernel on q, k, v: "4", or "0" = none */
+    const char *act;        /* activation of q, k, v (after the convolution): silu | none */
+    const char *qk_norm;    /* L2 normalization of q and k per head: true | false */
+    const char *eta;        /* per-token write strength: true (sigmoid) | false | dt */
+    const char *gate;       /* forget gate: none | constant | scalar | vector | multiscale */
+    const char *out_norm;   /* RMSNorm of each head's output: true | false */
+    const char *out_gate;   /* output gate silu(x W_g): true | false */
+    const char *learn_init; /* initial fast weights learned: true | false */
+    const char *rope;       /* layer.rope when unset: true | false */
+    const char *normalize;  /* layer.normalize when unset: none | ratio | rms */
+} ttt_block_defaults;
+
 /* A named tuple (docs/math.md §4), as C data. Every field is a default the user can override. */
 typedef struct ttt_preset {
     const char *name;
@@ -55,6 +74,7 @@ typedef struct ttt_preset {
     const char *recurrence;     /* the recurrence it must equal, for `ttt list` */
     const char *normalize;      /* NULL (the option's default) or none | ratio | rms */
     const char *feature_map;    /* NULL (the option's default) or a feature map's name */
+    ttt_block_defaults block;   /* its block in the trained sequence model */
 } ttt_preset;
 
 const ttt_preset *ttt_preset_find(const char *name);

@@ -36,30 +36,35 @@ const ttt_option ttt_seq_model_options[] = {
      "pre-norm of each block and the final norm: RMSNorm or LayerNorm, learned gain"},
     {"norm_eps", TTT_OPT_FLOAT, "1e-5", 1e-12, 1.0, NULL, "epsilon of every norm"},
     {"positions", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|learned|rope",
-     "position information; auto = learned for softmax, none for TTT mixers (their "
-     "recurrence and convolution are causal already)"},
+     "position information; auto = the mixer's (rope for softmax; none for fox, whose gate "
+     "carries position, and for TTT mixers, whose RoPE is layer.rope)"},
     {"max_len", TTT_OPT_INT, "0", 0, 1 << 24, NULL,
      "rows of the learned position table; 0 = the task's sequence length"},
-    {"conv", TTT_OPT_INT, "4", 0, 64, NULL,
-     "kernel of the short causal depthwise convolution (then SiLU) on q, k, v; 0 = off"},
+    {"conv", TTT_OPT_STRING, "auto", TTT_NO_RANGE, NULL,
+     "kernel of the short causal depthwise convolution on q, k, v (0 = off, at most 64); auto = "
+     "the mixer's default block (docs/mixers.md)"},
+    {"act", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|silu|none",
+     "activation of q, k, v after the convolution (or the projection when conv = 0); auto = "
+     "the mixer's default block"},
     {"qk_norm", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
-     "L2-normalize q and k per head; auto = on for the delta-rule family (linear model, "
-     "squared loss)"},
+     "L2-normalize q and k per head; auto = the mixer's default block (docs/mixers.md); for a "
+     "tuple without a preset, on for the delta-rule family (linear model, squared loss)"},
     {"eta", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false|dt",
      "per-token inner learning rate per head: true = learned sigmoid(x W + b); dt = the scalar "
-     "gate's step dt (Mamba2's write x dt); auto = dt for mamba2, else on unless the fast-weight "
-     "model is linear with the dot loss"},
+     "gate's step dt (Mamba2's write x dt); auto = the mixer's default block; for a tuple "
+     "without a preset, on unless the fast-weight model is linear with the dot loss"},
     {"gate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|constant|scalar|vector|multiscale",
      "forget gate: learned log decay per token (scalar per head, or vector per key dimension), "
      "the tuple's constant, a constant 1 - 2^(-5-h) per head h (multiscale, RetNet), or none; "
-     "auto follows the preset (see model.h)"},
+     "auto = the mixer's default block (docs/mixers.md); for a tuple without a preset, constant "
+     "when its decay is not 1"},
     {"out_norm", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
-     "RMSNorm of each head's output; auto = on for TTT mixers, off for softmax"},
+     "RMSNorm of each head's output; auto = the mixer's default block (docs/mixers.md)"},
     {"out_gate", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
-     "multiply the mixer output by silu(x W_g); auto = on for TTT mixers, off for softmax"},
+     "multiply the mixer output by silu(x W_g); auto = the mixer's default block"},
     {"learn_init", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|true|false",
-     "learn the initial fast weights (one set per head and block); auto = on for models "
-     "other than linear"},
+     "learn the initial fast weights (one set per head and block); auto = the mixer's default "
+     "block; for a tuple without a preset, on for models other than linear"},
     {"init_std", TTT_OPT_FLOAT, "0.02", 0.0, 10.0, NULL,
      "standard deviation of the initial weight matrices"},
     {"dt_min", TTT_OPT_FLOAT, "1e-3", 1e-9, 10.0, NULL,
@@ -137,7 +142,21 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     c->mlp = (int)ttt_cfg_int(map, "mlp");
     c->layernorm = strcmp(ttt_cfg_str(map, "norm"), "layer") == 0;
     c->norm_eps = (float)ttt_cfg_float(map, "norm_eps");
-    c->conv = (int)ttt_cfg_int(map, "conv");
+    /* conv and act: "auto" (−1) until the mixer's parse resolves them */
+    const ttt_cfg_node *conv = ttt_cfg_get(map, "conv");
+    if (strcmp(conv->scalar, "auto") == 0) {
+        c->conv = -1;
+    } else {
+        char *end = NULL;
+        const long k = strtol(conv->scalar, &end, 10);
+        if (!end || *end || end == conv->scalar || k < 0 || k > 64)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, conv,
+                                 "model.conv: expected auto or a kernel size in [0, 64] (0 = "
+                                 "no convolution), got '%s'",
+                                 conv->scalar);
+        c->conv = (int)k;
+    }
+    c->act = ttt_mixer_tri(map, "act") < 0 ? -1 : strcmp(ttt_cfg_str(map, "act"), "silu") == 0;
     c->init_std = (float)ttt_cfg_float(map, "init_std");
     c->dt_min = ttt_cfg_float(map, "dt_min");
     c->dt_max = ttt_cfg_float(map, "dt_max");
@@ -173,6 +192,12 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "model.mixer: %s needs a `layer:` section",
                              mx->name);
     TTT_TRY(mx->parse(c, map, layer_map, err));
+    TTT_ASSERT(c->conv >= 0 && c->act >= 0); /* every mixer resolves them */
+    char conv_text[16];
+    snprintf(conv_text, sizeof conv_text, "%d", c->conv);
+    ttt_cfg_map_set(map, "conv", ttt_cfg_new_scalar(conv_text, ttt_cfg_get(map, "conv")));
+    ttt_cfg_map_set(map, "act",
+                    ttt_cfg_new_scalar(c->act ? "silu" : "none", ttt_cfg_get(map, "act")));
     static const char *const tf[] = {"false", "true"};
     static const char *const gates[] = {"none", "constant", "scalar", "vector", "multiscale"};
     _Static_assert(TTT_GATE_MULTISCALE == 4, "gates[] lists every ttt_gate_kind");
@@ -435,13 +460,13 @@ ttt_tensor *ttt_mixer_reshape3(ttt_ctx *ctx, const ttt_tensor *x, int a, int b, 
 
 ttt_tensor *ttt_mixer_p(const ttt_mixer_call *call, int i) { return P(call->pt, i); }
 
-/* q, k or v of a block: h W, then the short convolution and SiLU; (B, T, C). */
+/* q, k or v of a block: h W, then the short convolution and the activation; (B, T, C). */
 static ttt_tensor *qkv(const ttt_mixer_call *call, int w, int conv) {
     ttt_ctx *ctx = call->ctx;
     ttt_tensor *x = ttt_matmul(ctx, call->h, 0, P(call->pt, w), 0); /* (B·T, C) */
     x = ttt_mixer_reshape3(ctx, x, call->B, call->T, TTT_COLS(x));
-    if (call->m->cfg.conv > 0)
-        x = ttt_silu(ctx, ttt_conv1d_causal(ctx, x, P(call->pt, conv), NULL));
+    if (call->m->cfg.conv > 0) x = ttt_conv1d_causal(ctx, x, P(call->pt, conv), NULL);
+    if (call->m->cfg.act) x = ttt_silu(ctx, x);
     return x;
 }
 

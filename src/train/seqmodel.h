@@ -21,8 +21,9 @@
  * The TTT mixer (model.mixer: ttt), H heads of width D = d / H (or head_dim), built from any
  * `layer:` preset or tuple, for one block with input h (B·T, d):
  *     q, k, v   = h W_q, h W_k, h W_v                             (B·T, H·D) each
- *     conv > 0:  q, k, v = silu(conv1d_causal(·, w_q|k|v))         kernel `conv` per channel,
+ *     conv > 0:  q, k, v = conv1d_causal(·, w_q|k|v)               kernel `conv` per channel,
  *                                                                  restarting at each sequence
+ *     act silu:  q, k, v = silu(q), silu(k), silu(v)
  *     qk_norm:   q, k = q/‖q‖, k/‖k‖ per head (eps 1e-6)           (DeltaNet's L2 normalization)
  *     eta:       η_t = sigmoid(h W_η + b_η)  (B·T, H)              per-token learning rate; the
  *                layer multiplies it by its θ (layer.optimizer.lr): β_t = θ η_t
@@ -43,26 +44,25 @@
  * The softmax mixer (model.mixer: softmax) uses the same q/k/v, conv, output norm/gate and W_o
  * with o_bh = softmax(q_bh k_bhᵀ / sqrt(D) + log M) v_bh (docs/math.md §4 quadratic baseline);
  * positions: learned (a (max_len, d) table added to the embedding) or rope (q, k rotated per head).
+ * The fox mixer adds a learned forget gate per head to the scores (mixers/fox.c).
  *
- * Gates derived from the layer's tuple when left at `auto` (documented choices):
- *   eta    dt for mamba2; otherwise on unless the fast-weight model is linear with the dot
- *          loss (where η would only rescale v): delta rule, gated delta rule, ttt_linear/ttt_mlp,
- *          titans, lact.
- *   gate   by preset: mamba2, gated_deltanet, titans → scalar; gla → vector; retnet →
- *          multiscale; custom tuples with a decay ≠ 1 → constant (the tuple's own γ); otherwise
- *          none.
- *          Scalar: A = exp(a_log) with A ~ U[1, 16] at init, dt_bias = softplus⁻¹(dt),
- *          dt = exp(U[log dt_min, log dt_max]), by default [1e-3, 1e-1] (Mamba2's
+ * Every `auto` (conv, act, qk_norm, eta, gate, out_norm, out_gate, learn_init, and the layer's
+ * rope and normalize when unset) resolves from the preset's row of block defaults
+ * (ttt_block_defaults in layers/layer.c: its paper's and FLA's block, docs/mixers.md "The default
+ * block of each mixer"). A tuple without a preset follows the rules of its traits:
+ *   conv 4 and SiLU; out_norm and out_gate on;
+ *   eta    on unless the fast-weight model is linear with the dot loss (where η would only
+ *          rescale v);
+ *   gate   constant (the tuple's own γ) when its decay is not 1, else none;
+ *   qk_norm on for the linear model with the squared loss: the delta rule is stable for
+ *          β‖k‖² ≤ 2, so keys must be bounded;
+ *   learn_init on for models other than `linear`.
+ * Gate parameterizations: scalar: A = exp(a_log) with A ~ U[1, 16] at init, dt_bias =
+ *          softplus⁻¹(dt), dt = exp(U[log dt_min, log dt_max]), by default [1e-3, 1e-1] (Mamba2's
  *          initialization; options model.dt_min / dt_max): α ∈ [0.2, 0.999] at init,
  *          log α ≤ 0 always, finite for any input (softplus never overflows, its exp is bounded).
  *          Vector: GLA's logsigmoid/16 (α ≈ 0.958 at b_a = 0, never below e^(−1/16)… per token
  *          for moderate inputs: the 1/16 keeps the memory long).
- *   qk_norm on for the linear model with the squared loss (delta rule, gated delta rule,
- *          titans): the delta rule is stable for β‖k‖² ≤ 2, so keys must be bounded.
- *   out_norm, out_gate: on for TTT mixers, off for softmax attention.
- *   learn_init: the initial fast weights are learned for models other than `linear` (the
- *          TTT-Linear/MLP and LaCT papers learn W_0); linear states start at 0 as in every
- *          linear-attention paper.
  * Parameters are initialized from the seed: every parameter draws from its own stream
  * ttt_rng_fork(seed stream, hash(name)), so adding a parameter never changes another's values.
  * Matrices ~ N(0, init_std²), the output projections W_o and W2 scaled by 1/sqrt(2N) (GPT-2),
@@ -125,6 +125,7 @@ typedef struct ttt_seq_model_config {
     ttt_pos_kind positions;
     int max_len;        /* rows of the learned position table */
     int conv;           /* short-convolution kernel, 0 = off */
+    int act;            /* SiLU on q, k, v after the convolution (or the projection) */
     int qk_norm, out_norm, out_gate, learn_init;
     ttt_eta_kind eta;
     ttt_gate_kind gate;

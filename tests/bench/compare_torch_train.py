@@ -202,6 +202,7 @@ class Config:
         self.H = int(meta["model.heads"])
         self.D = int(meta["resolved.head_dim"])
         self.conv = int(meta["model.conv"])
+        self.act = meta.get("model.act", "silu")
         self.eps = float(meta["model.norm_eps"])
         self.qk_norm = meta["model.qk_norm"] == "true"
         self.eta = meta["model.eta"] == "true"
@@ -220,6 +221,9 @@ class Config:
             "layer.optimizer.name": "sgd", "resolved.form": "chunkwise",
         }
         bad = [f"{k} = {meta.get(k)} (need {v})" for k, v in need.items() if meta.get(k) != v]
+        if (self.act == "silu") != (self.conv > 0):
+            bad.append(f"model.act = {self.act} with model.conv = {self.conv} (here: SiLU exactly "
+                       "when there is a convolution)")
         if fam == ("linear", "dot"):
             self.layer = la_chunk
             if self.gate != "none":

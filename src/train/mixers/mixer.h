@@ -60,7 +60,8 @@ typedef struct ttt_mixer {
      * ttt_seq_model_options; their values reach the config through `parse`. */
     const ttt_option *options;
     /* Resolve the mixer's part of the config: every `auto` of the shared options it decides
-     * (positions, qk_norm, eta, gate, out_norm, out_gate, learn_init), its own options into
+     * (conv and act arrive as −1 for auto; positions, qk_norm, eta, gate, out_norm, out_gate,
+     * learn_init), its own options into
      * c->own, and c->layer from layer_map when uses_layer. `map` is validated and holds every
      * default; c holds every shared value already. Errors name the file:line:col. */
     ttt_status (*parse)(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
@@ -108,7 +109,7 @@ void ttt_mixer_add_qkv(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
 /* Parameter tensor i of the call. */
 ttt_tensor *ttt_mixer_p(const ttt_mixer_call *call, int i);
 /* q, k, v (B, T, H·D) each: h W, then, when cfg.conv > 0, the causal short convolution
- * restarting at each sequence and SiLU. */
+ * restarting at each sequence, then SiLU when cfg.act. */
 void ttt_mixer_qkv(const ttt_mixer_call *call, ttt_tensor **q, ttt_tensor **k, ttt_tensor **v);
 /* Rows divided by their L2 norm (eps 1e-6): the q/k normalization of one head. */
 ttt_tensor *ttt_mixer_l2norm(ttt_ctx *ctx, const ttt_tensor *x);

@@ -4,3 +4,4 @@
  * (docs/extending.md "Adding a mixer"). The first line is the default. */
 TTT_MIXER(ttt, TTT)
 TTT_MIXER(softmax, SOFTMAX)
+TTT_MIXER(fox, FOX)

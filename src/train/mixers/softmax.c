@@ -13,6 +13,10 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     (void)layer_map;
     const int eta = strcmp(ttt_cfg_str(map, "eta"), "dt") == 0 ? TTT_ETA_DT
                                                                  : ttt_mixer_tri(map, "eta");
+    /* the Transformer++ block of FLA's attention layer (docs/mixers.md): plain projections,
+     * RoPE, no convolution, no q/k normalization, no output norm or gate */
+    if (c->conv < 0) c->conv = 0;
+    if (c->act < 0) c->act = 0;
     c->qk_norm = ttt_mixer_tri(map, "qk_norm") > 0;
     if (eta > 0)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
@@ -66,7 +70,7 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
 const ttt_mixer ttt_mixer_softmax = {
     .name = "softmax",
     .help = "softmax attention, the quadratic baseline (learned positions or RoPE)",
-    .positions = TTT_POS_LEARNED,
+    .positions = TTT_POS_ROPE,
     .parse = parse,
     .add_params = add_params,
     .forward = forward,

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops.h"
@@ -21,40 +22,67 @@ enum {
 };
 _Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the TTT mixer's ids fit in ttt_block_ids.own");
 
-static ttt_gate_kind auto_gate(const ttt_layer *L) {
-    const char *p = L->preset ? L->preset : "";
-    if (strcmp(p, "mamba2") == 0 || strcmp(p, "gated_deltanet") == 0 || strcmp(p, "titans") == 0)
-        return TTT_GATE_SCALAR;
-    if (strcmp(p, "gla") == 0) return TTT_GATE_VECTOR;
-    if (strcmp(p, "retnet") == 0) return TTT_GATE_MULTISCALE;
-    return L->decay != 1.0f ? TTT_GATE_CONSTANT : TTT_GATE_NONE;
+/* The gate named s (an option value or a preset row's), or fallback when s is NULL. */
+static ttt_gate_kind gate_of(const char *s, ttt_gate_kind fallback) {
+    return !s                               ? fallback
+           : strcmp(s, "none") == 0         ? TTT_GATE_NONE
+           : strcmp(s, "constant") == 0     ? TTT_GATE_CONSTANT
+           : strcmp(s, "scalar") == 0       ? TTT_GATE_SCALAR
+           : strcmp(s, "vector") == 0       ? TTT_GATE_VECTOR
+           : strcmp(s, "multiscale") == 0   ? TTT_GATE_MULTISCALE
+                                            : fallback;
+}
+
+/* The option's value, or for `auto` the preset row's (NULL: no row). */
+static const char *chosen(const ttt_cfg_node *map, const char *key,
+                          const ttt_block_defaults *row, const char *row_value) {
+    const char *s = ttt_cfg_str(map, key);
+    if (strcmp(s, "auto") != 0) return s;
+    return row ? row_value : NULL;
+}
+
+static int truth(const char *s, int fallback) { return s ? strcmp(s, "true") == 0 : fallback; }
+
+/* A layer option the preset's block sets when the `layer:` section leaves it unset (it is then
+ * part of the layer, visible in config.resolved.yaml). */
+static void layer_default(ttt_cfg_node *layer_map, const char *key, const char *value) {
+    if (value && !ttt_cfg_get(layer_map, key))
+        ttt_cfg_map_set(layer_map, key, ttt_cfg_new_scalar(value, layer_map));
 }
 
 static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
                         ttt_error *err) {
-    const char *eta_s = ttt_cfg_str(map, "eta");
-    const int qk = ttt_mixer_tri(map, "qk_norm"), on = ttt_mixer_tri(map, "out_norm"),
-              eta = strcmp(eta_s, "dt") == 0 ? TTT_ETA_DT : ttt_mixer_tri(map, "eta"),
-              og = ttt_mixer_tri(map, "out_gate"), li = ttt_mixer_tri(map, "learn_init");
-    const char *gate = ttt_cfg_str(map, "gate");
+    /* the preset's block (layers/layer.c, docs/mixers.md) decides every `auto`; a tuple
+     * without a preset falls back on the rules of its traits below */
+    const ttt_cfg_node *pn = ttt_cfg_get(layer_map, "preset");
+    const ttt_preset *P =
+        pn && pn->kind == TTT_CFG_SCALAR && pn->scalar ? ttt_preset_find(pn->scalar) : NULL;
+    const ttt_block_defaults *row = P && P->block.conv ? &P->block : NULL;
+    if (row && layer_map->kind == TTT_CFG_MAP) {
+        layer_default(layer_map, "rope", row->rope);
+        layer_default(layer_map, "normalize", row->normalize);
+    }
     TTT_TRY(ttt_layer_parse(layer_map, c->head_dim, c->head_dim, &c->layer, err));
     const ttt_layer *L = &c->layer;
-    /* defaults from the tuple's traits (layers/models/model.h): a linear map trained on a
-     * residual loss is the delta rule, whose step is stable for unit keys; a loss whose
-     * gradient does not depend on the prediction (dot) writes unscaled */
+    /* the traits' rules (layers/models/model.h): a linear map trained on a residual loss is
+     * the delta rule, whose step is stable for unit keys; a loss whose gradient does not depend
+     * on the prediction (dot) writes unscaled */
     const int linear = (L->model->traits & TTT_MODEL_LINEAR_MAP) != 0;
     const int dot = L->loss->z_free;
-    c->qk_norm = qk >= 0 ? qk : (linear && (L->loss->traits & TTT_LOSS_RESIDUAL));
-    const int mamba2 = L->preset && strcmp(L->preset, "mamba2") == 0;
-    c->eta = eta >= 0 ? (ttt_eta_kind)eta
-             : mamba2 ? TTT_ETA_DT
-                      : (linear && dot) ? TTT_ETA_NONE : TTT_ETA_SIGMOID;
-    c->gate = strcmp(gate, "none") == 0         ? TTT_GATE_NONE
-              : strcmp(gate, "constant") == 0   ? TTT_GATE_CONSTANT
-              : strcmp(gate, "scalar") == 0     ? TTT_GATE_SCALAR
-              : strcmp(gate, "vector") == 0     ? TTT_GATE_VECTOR
-              : strcmp(gate, "multiscale") == 0 ? TTT_GATE_MULTISCALE
-                                                : auto_gate(L);
+    if (c->conv < 0) {
+        const char *cs = row ? row->conv : NULL;
+        c->conv = cs ? atoi(cs) : 4;
+    }
+    if (c->act < 0) c->act = row ? strcmp(row->act, "silu") == 0 : 1;
+    c->qk_norm = truth(chosen(map, "qk_norm", row, row ? row->qk_norm : NULL),
+                       linear && (L->loss->traits & TTT_LOSS_RESIDUAL));
+    const char *eta = chosen(map, "eta", row, row ? row->eta : NULL);
+    c->eta = !eta                     ? ((linear && dot) ? TTT_ETA_NONE : TTT_ETA_SIGMOID)
+             : strcmp(eta, "dt") == 0 ? TTT_ETA_DT
+             : strcmp(eta, "true") == 0 ? TTT_ETA_SIGMOID
+                                        : TTT_ETA_NONE;
+    c->gate = gate_of(chosen(map, "gate", row, row ? row->gate : NULL),
+                      L->decay != 1.0f ? TTT_GATE_CONSTANT : TTT_GATE_NONE);
     if (c->eta == TTT_ETA_DT && c->gate != TTT_GATE_SCALAR) {
         static const char *const names[] = {"none", "constant", "scalar", "vector",
                                             "multiscale"};
@@ -68,9 +96,9 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
                              "model.gate: a decay per key dimension is defined for the "
                              "linear fast-weight model only, not %s",
                              L->model->name);
-    c->out_norm = on >= 0 ? on : 1;
-    c->out_gate = og >= 0 ? og : 1;
-    c->learn_init = li >= 0 ? li : !linear;
+    c->out_norm = truth(chosen(map, "out_norm", row, row ? row->out_norm : NULL), 1);
+    c->out_gate = truth(chosen(map, "out_gate", row, row ? row->out_gate : NULL), 1);
+    c->learn_init = truth(chosen(map, "learn_init", row, row ? row->learn_init : NULL), !linear);
     if (c->positions == TTT_POS_ROPE)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "positions"),
                              "model.positions: rope for TTT mixers is the layer's own "
