@@ -44,7 +44,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
     if (i < 0 || i >= ttt_layer_state_count(L)) return -1;
     if (i >= n_w * (1 + n_opt)) { /* the normalizer z of normalize: ratio */
         if (name) *name = "z";
-        shape[0] = L->d_k;
+        shape[0] = L->d_phi;
         shape[1] = 1;
         return 2;
     }
@@ -52,7 +52,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
      * declares for that weight (optim.h state_shape: e.g. Adam's step count is one float) */
     const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
     if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
-    const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+    const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* rows: the feature width */
     if (s == 0) return nd;
     int w_shape[TTT_MAX_DIMS];
     memcpy(w_shape, shape, sizeof w_shape);

@@ -9,6 +9,7 @@
 
 #include "autograd.h"
 #include "composed.h"
+#include "feature_maps.h"
 #include "kernels.h"
 #include "normalized.h"
 #include "rope.h"
@@ -75,11 +76,25 @@ static const ttt_preset presets[] = {
      "swiglu", "dot", "large_batch", OPTS({"muon", 1, NULL}), 2048, "apply_then_update",
      "per_block", "none", "W <- renorm(W - lr NS(sum_s eta_s grad_s(W_0))) once per block",
      BLOCK("0", "silu", "true", "true", "none", "true", "false", "true", "true", "none")},
+    /* Normalized linear attention with random features (docs/math.md "Random features"): the
+     * tuple of linear attention, with the ratio and a feature map φ on q and k; their block is
+     * linear attention's (Performer and RFA replace the attention of a plain Transformer
+     * block: no convolution, gate or output norm). */
+    {"performer", "Performer: normalized linear attention, positive orthogonal random features",
+     "linear", "dot", "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
+     "S_t = S_{t-1} + phi(k_t)^T v_t, z_t = z_{t-1} + phi(k_t), o_t = phi(q_t) S_t / phi(q_t) z_t",
+     "ratio", "favor_orth",
+     BLOCK("0", "none", "false", "false", "none", "false", "false", "false", "false", "ratio")},
+    {"rfa", "RFA: normalized linear attention, random Fourier features of unit q, k", "linear",
+     "dot", "sgd", NO_OPTS, 1, "update_then_apply", "per_block", "none",
+     "as performer; feature_gate: S_t = g_t S_{t-1} + (1 - g_t) phi(k_t)^T v_t, z likewise",
+     "ratio", "rfa",
+     BLOCK("0", "none", "false", "false", "none", "false", "false", "false", "false", "ratio")},
 };
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
                                            "deltanet", "gated_deltanet", "ttt_linear",
-                                           "ttt_mlp", "titans", "lact"};
+                                           "ttt_mlp", "titans", "lact", "performer", "rfa"};
 
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 _Static_assert(sizeof preset_names / sizeof preset_names[0] == sizeof presets / sizeof presets[0],
@@ -123,7 +138,19 @@ const ttt_option ttt_layer_options[] = {
      "rotate q and k by their positions (RoPE, interleaved pairs) before the inner loop"},
     {"rope_base", TTT_OPT_FLOAT, "10000.0", 1.0, 1e9, NULL, "RoPE frequency base"},
     {"normalize", TTT_OPT_CHOICE, "none", TTT_NO_RANGE, "none|ratio|rms",
-     "ratio: normalized linear attention (elu+1 features, o = qS/(qz + 1e-6)); rms: post-norm"},
+     "ratio: normalized linear attention (o = phi(q)S/(phi(q)z + 1e-6), phi = feature_map); "
+     "rms: post-norm"},
+    {"feature_map", TTT_OPT_STRING, "elu1", TTT_NO_RANGE, NULL,
+     "phi of normalize: ratio, on q and k: elu1, or random features favor, "
+     "favor_orth (Performer), rfa (RFA); the random ones include the softmax scale 1/sqrt(d_k)"},
+    {"features", TTT_OPT_INT, "64", 1, 65536, NULL,
+     "m, the random features of feature_map favor, favor_orth (width m) and rfa (width 2m)"},
+    {"feature_seed", TTT_OPT_INT, "0", 0, 2147483647.0, NULL,
+     "seed of the feature map's random matrix: drawn once, fixed for the layer's life (not "
+     "trained; the same for every head)"},
+    {"feature_gate", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
+     "RFA's gate with normalize: ratio: token t writes with weight 1 - alpha_t (the per-token "
+     "gate of the task or sequence model, or the constant decay)"},
     TTT_OPTION_END,
 };
 
@@ -281,6 +308,7 @@ void ttt_layer_desc_init(ttt_layer_desc *d) {
     memset(d, 0, sizeof *d);
     d->lr = d->decay = d->scale = d->rope_base = TTT_UNSET_NUM;
     d->mini_batch = d->chunk = d->rope = TTT_UNSET_INT;
+    d->features = d->feature_seed = d->feature_gate = TTT_UNSET_INT;
 }
 
 /* Where a field of the `layer:` mapping was written, when the descriptor came from YAML. Errors
@@ -436,6 +464,41 @@ static ttt_status build_optimizer(const ttt_layer_desc *d, const ttt_preset *p, 
     return s;
 }
 
+/* The feature map of normalize: ratio and its options (docs/math.md "Random features"). */
+static ttt_status build_features(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
+                                 int d_k, const ttt_cfg_node *src, ttt_error *err) {
+    double x;
+    const char *name = d->feature_map ? d->feature_map
+                       : p && p->feature_map ? p->feature_map
+                                             : find_option(ttt_layer_options, "feature_map")->def;
+    TTT_TRY(check_name("layer.feature_map", "feature map", name, ttt_feature_map_names(),
+                       ttt_feature_map_count(), err));
+    const ttt_feature_map *fm = ttt_feature_map_find(name);
+    TTT_TRY(layer_number("features", int_field(d->features), TTT_UNSET_NUM, &x, err));
+    L->features = (int)x;
+    TTT_TRY(layer_number("feature_seed", int_field(d->feature_seed), TTT_UNSET_NUM, &x, err));
+    L->feature_seed = (uint64_t)x;
+    TTT_TRY(layer_number("feature_gate", int_field(d->feature_gate), TTT_UNSET_NUM, &x, err));
+    L->feature_gate = x != 0.0;
+    const int ratio = L->normalize == TTT_NORMALIZE_RATIO;
+    if (!ratio && fm != ttt_feature_map_at(0))
+        return field_error(err, TTT_ERR_CONFIG, src, "feature_map",
+                           "layer.feature_map: %s is a feature map of normalized linear "
+                           "attention; it needs normalize: ratio (got normalize: %s)",
+                           fm->name, L->normalize == TTT_NORMALIZE_RMS ? "rms" : "none");
+    if (!ratio && L->feature_gate)
+        return field_error(err, TTT_ERR_CONFIG, src, "feature_gate",
+                           "layer.feature_gate: RFA's gate weights the writes of normalized "
+                           "linear attention; it needs normalize: ratio");
+    if (ratio && fm->rows(L->features) > 0 && d_k > 1024)
+        return field_error(err, TTT_ERR_RANGE, src, "feature_map",
+                           "layer.feature_map: %s draws its random matrix for key dimensions up "
+                           "to 1024; got d_k = %d",
+                           fm->name, d_k);
+    L->fmap = ratio ? fm : NULL;
+    return TTT_OK;
+}
+
 /* The build behind ttt_layer_build and ttt_layer_parse; src is the validated `layer:` mapping
  * the descriptor was read from (for error locations), or NULL. */
 static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L,
@@ -471,13 +534,14 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
     L->rope = x != 0.0;
     TTT_TRY(layer_number("rope_base", d->rope_base, TTT_UNSET_NUM, &x, err));
     L->rope_base = (float)x;
-    TTT_TRY(layer_choice("normalize", d->normalize, NULL, &c, err));
+    TTT_TRY(layer_choice("normalize", d->normalize, p ? p->normalize : NULL, &c, err));
     L->normalize = strcmp(c, "ratio") == 0 ? TTT_NORMALIZE_RATIO
                    : strcmp(c, "rms") == 0 ? TTT_NORMALIZE_RMS
                                            : TTT_NORMALIZE_NONE;
     TTT_TRY(layer_choice("position_scale", d->position_scale, p ? p->position_scale : NULL, &c,
                          err));
     L->pos_inverse = strcmp(c, "inverse") == 0;
+    TTT_TRY(build_features(d, p, L, d_k, src, err));
     if (L->model->square && d_k != d_v)
         return field_error(err, TTT_ERR_CONFIG, src, "model",
                            "layer.model: %s adds its input to its output, so it needs equal key "
@@ -485,6 +549,7 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
                            L->model->name, d_k, d_v);
     L->d_k = d_k;
     L->d_v = d_v;
+    L->d_phi = L->fmap ? L->fmap->width(d_k, L->features) : d_k;
 
     TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
     L->chunk = (int)x;
@@ -544,6 +609,8 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     set_default(map, "order", p->order);
     set_default(map, "steps", p->steps);
     set_default(map, "position_scale", p->position_scale);
+    if (p->normalize) set_default(map, "normalize", p->normalize);
+    if (p->feature_map) set_default(map, "feature_map", p->feature_map);
     ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!opt) {
         ttt_cfg_map_set(map, "optimizer", ttt_cfg_new_map(map));
@@ -603,6 +670,8 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
                               ttt_model_count(), err));
     TTT_TRY(check_scalar_name(ttt_cfg_get(map, "loss"), "loss", ttt_loss_names(),
                               ttt_loss_count(), err));
+    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "feature_map"), "feature map",
+                              ttt_feature_map_names(), ttt_feature_map_count(), err));
     opt = get_mut(map, "optimizer");
     TTT_TRY(check_optimizer(opt, err));
 
@@ -642,6 +711,10 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     d.rope = ttt_cfg_bool(map, "rope");
     d.rope_base = ttt_cfg_float(map, "rope_base");
     d.normalize = ttt_cfg_str(map, "normalize");
+    d.feature_map = ttt_cfg_str(map, "feature_map");
+    d.features = (int)ttt_cfg_int(map, "features");
+    d.feature_seed = (int)ttt_cfg_int(map, "feature_seed");
+    d.feature_gate = ttt_cfg_bool(map, "feature_gate");
     /* `form: auto` stays auto in the resolved configuration: the form is chosen per call, for
      * that call's inputs (ttt_form_choose); records name the form used (ttt_layer_form_used). */
     TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
@@ -674,7 +747,14 @@ ttt_status ttt_layer_init(ttt_layer *L, const char *model, const char *loss, con
 /* ------------------------------------------------------------------------------------------ */
 /* State */
 
-void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *L, ttt_layer_state *st, ttt_rng *rng) {
+ttt_layer ttt_layer_inner(const ttt_layer *L) {
+    ttt_layer in = *L;
+    in.d_k = L->d_phi;
+    return in;
+}
+
+void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *Lo, ttt_layer_state *st, ttt_rng *rng) {
+    const ttt_layer inner = ttt_layer_inner(Lo), *L = &inner; /* rows: the feature width */
     memset(st, 0, sizeof *st);
     st->n_w = L->model->n_weights;
     st->n_opt = ttt_optim_n_state(L->optim, L->optim_cfg);
@@ -737,6 +817,18 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                        (alpha_vec && TTT_ROWS(log_alpha) == T && TTT_COLS(log_alpha) == L->d_k)))
         return ttt_error_set(err, TTT_ERR_SHAPE, "log_alpha %s fits neither (T) nor (T, d_k)",
                              ttt_tensor_shape_str(log_alpha, s1, sizeof s1));
+    if (alpha_vec && L->d_phi != L->d_k)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "log_alpha %s: a gate per key dimension does not apply to the %d "
+                             "features of feature_map %s (they are not key dimensions); give a "
+                             "gate per token (T)",
+                             ttt_tensor_shape_str(log_alpha, s1, sizeof s1), L->d_phi,
+                             L->fmap->name);
+    if (L->feature_gate && (alpha_vec || (!log_alpha && L->decay == 1.0f)))
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "feature_gate weights token t's write by 1 - alpha_t: it needs a "
+                             "gate per token (T) or a constant decay < 1, got %s",
+                             alpha_vec ? "a gate per key dimension" : "no gate");
 
     const int tape = ttt_recording(ctx);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -760,9 +852,19 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         k = kr;
     }
     if (L->normalize == TTT_NORMALIZE_RATIO) {
-        q = ttt_elu1(ctx, q);
-        k = ttt_elu1(ctx, k);
+        /* φ on q and k (feature_maps.h); a random map's matrix is drawn again from its seed at
+         * every call, so it is the same for every call, head and training step */
+        const float *omega = ttt_feature_omega(ctx, L->fmap, L->d_k, L->features, L->feature_seed);
+        q = ttt_feature_apply(ctx, L->fmap, omega, L->features, TTT_FEATURE_QUERY, q);
+        k = ttt_feature_apply(ctx, L->fmap, omega, L->features, TTT_FEATURE_KEY, k);
     }
+    if (L->feature_gate) {
+        /* RFA's gate: S_t = α_t S_{t−1} + (1 − α_t) φ(k_t)ᵀ v_t (and z likewise), i.e. the
+         * per-token rates η_t scaled by 1 − α_t (docs/math.md "Random features") */
+        ttt_tensor *w = ttt_add_scalar(ctx, ttt_neg(ctx, ttt_exp(ctx, log_alpha)), 1.0f);
+        eta = eta ? ttt_mul(ctx, eta, w) : w;
+    }
+    const ttt_layer inner = ttt_layer_inner(L); /* what the forms see: key width d_phi */
     /* With a tape the closed forms run differentiably (layers/forms/composed.c: fused ops with
      * hand-written backward where they exist, composed ops elsewhere); β = θ·η is recorded so
      * that learned learning rates receive gradients. */
@@ -773,11 +875,11 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
      * (which must not alias the inputs): no temporary to fault in, no copy. With a tape o is
      * recorded as a separate node below. */
     ttt_tensor *res = !tape && o->ndim == 2 ? o : ttt_tensor_2d(ctx, T, L->d_v);
-    ttt_status s = run_form(ctx, L, res, st, &args, err);
+    ttt_status s = run_form(ctx, &inner, res, st, &args, err);
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RATIO) {
         /* The denominator q_t z_t is the same layer run with a single value column of ones
          * (docs/math.md §6 item 9): z is its (d_k, 1) state. */
-        ttt_layer L1 = *L;
+        ttt_layer L1 = inner;
         L1.d_v = 1;
         L1.normalize = TTT_NORMALIZE_NONE;
         L1.rope = 0;
@@ -789,8 +891,9 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         a1.v = ones;
         s = run_form(ctx, &L1, den, &s1, &a1, err);
         st->z = s1.W[0];
-        /* o / (q z + ε), as ops: 1/x = exp(−log x) is safe since q z > 0 for φ = elu+1 */
-        ttt_tensor *inv = ttt_exp(ctx, ttt_neg(ctx, ttt_log(ctx, ttt_add_scalar(ctx, den, TTT_NLA_EPS))));
+        /* o / (φ(q) z + ε), as ops; the denominator is positive for the positive maps (elu1,
+         * favor) and of either sign for rfa, whose features can be negative */
+        ttt_tensor *inv = ttt_div(ctx, ones, ttt_add_scalar(ctx, den, TTT_NLA_EPS));
         res = ttt_scale_rows(ctx, res, ttt_reshape(ctx, inv, 1, (int[]){T}));
     }
     if (s == TTT_OK && L->normalize == TTT_NORMALIZE_RMS)
@@ -824,7 +927,10 @@ ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_stat
                            (int)st->pos, L->rope_base);
         q = qr;
     }
-    if (L->normalize == TTT_NORMALIZE_RATIO) q = ttt_elu1(ctx, q);
+    if (L->normalize == TTT_NORMALIZE_RATIO) {
+        const float *omega = ttt_feature_omega(ctx, L->fmap, L->d_k, L->features, L->feature_seed);
+        q = ttt_feature_apply(ctx, L->fmap, omega, L->features, TTT_FEATURE_QUERY, q);
+    }
     ttt_tensor *z = L->model->apply(ctx, (const ttt_tensor *const *)st->W, q);
     memcpy(o->data, z->data, z->n * sizeof(float));
     if (L->normalize == TTT_NORMALIZE_RATIO) {

@@ -17,7 +17,12 @@
  *     chunk: 16                   # chunk size of the chunkwise forms
  *     scale: 1.0                  # queries are multiplied by this before read-out
  *     rope: false                 # rotary positions on q and k (rope_base: 10000)
- *     normalize: none             # ratio (normalized linear attention) | rms (post-norm) */
+ *     normalize: none             # ratio (normalized linear attention) | rms (post-norm)
+ *     feature_map: elu1           # φ of normalize: ratio: elu1 | favor | favor_orth | rfa
+ *                                 # (layers/forms/linear_attention/feature_maps.h)
+ *     features: 64                # m, random features of favor, favor_orth, rfa
+ *     feature_seed: 0             # seeds the random matrix (fixed for the layer's life)
+ *     feature_gate: false         # RFA's gate: token t writes with weight 1 − α_t */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
 
@@ -67,6 +72,8 @@ typedef struct ttt_preset {
     const char *steps;          /* per_block | per_token */
     const char *position_scale; /* none | inverse */
     const char *recurrence;     /* the recurrence it must equal, for `ttt list` */
+    const char *normalize;      /* NULL (the option's default) or none | ratio | rms */
+    const char *feature_map;    /* NULL (the option's default) or a feature map's name */
     ttt_block_defaults block;   /* its block in the trained sequence model */
 } ttt_preset;
 
@@ -107,6 +114,10 @@ typedef struct ttt_layer_desc {
     int rope;                      /* 0 or 1 */
     double rope_base;
     const char *normalize;         /* none | ratio | rms */
+    const char *feature_map;       /* elu1 | favor | favor_orth | rfa (normalize: ratio) */
+    int features;                  /* m */
+    int feature_seed;
+    int feature_gate;              /* 0 or 1 */
 } ttt_layer_desc;
 
 /* Every field unset. */
@@ -121,6 +132,9 @@ ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
  * ttt_layer_build for key/value dims d_k, d_v. Errors name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
+/* The layer its computation forms see: key width d_phi (the feature map's output width) in place
+ * of the input width d_k. Forms, their scratch estimates and the state are sized by it. */
+ttt_layer ttt_layer_inner(const ttt_layer *L);
 /* A short name for tables: the preset's name, or "model/loss/optimizer/b" for a custom tuple. */
 const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len);
 

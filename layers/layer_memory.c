@@ -9,7 +9,7 @@
 double ttt_layer_state_bytes(const ttt_layer *L) {
     double gram;
     double floats = ttt_layer_weight_floats(L, &gram) + ttt_layer_opt_state_floats(L);
-    if (L->normalize == TTT_NORMALIZE_RATIO) floats += L->d_k;
+    if (L->normalize == TTT_NORMALIZE_RATIO) floats += L->d_phi; /* z */
     return floats * sizeof(float);
 }
 
@@ -29,11 +29,15 @@ static double form_scratch_bytes(const ttt_layer *L, long T) {
 }
 
 double ttt_layer_forward_bytes(const ttt_layer *L, long T) {
-    const double dk = L->d_k, dv = L->d_v, t = (double)T;
-    /* β, a constant log α (T); scaled, rotated and feature-mapped q and k (T, d_k) each; the
-     * form's result, the normalized result and the ratio denominator (T, d_v) or (T) */
-    const double floats = t * (5 * dk + 3 * dv + 8);
+    const double dk = L->d_k, dv = L->d_v, t = (double)T, dp = L->d_phi;
+    /* β, a constant log α (T); scaled, rotated and feature-mapped q and k (T, d_k) and
+     * (T, d_phi) each; the form's result, the normalized result and the ratio denominator
+     * (T, d_v) or (T); the gate's write weights (T); a random feature map's matrix (rows, d_k)
+     * (16 floats per allocation for the arena's alignment) */
+    const double rows = L->fmap && L->normalize == TTT_NORMALIZE_RATIO ? L->features : 0;
+    const double floats = t * (5 * dk + 2 * dp + 3 * dv + 12) + rows * dk + 16 * 16;
     /* normalize: ratio runs the form a second time for the denominator (d_v = 1) */
     const int runs = L->normalize == TTT_NORMALIZE_RATIO ? 2 : 1;
-    return floats * sizeof(float) + runs * form_scratch_bytes(L, T);
+    const ttt_layer inner = ttt_layer_inner(L);
+    return floats * sizeof(float) + runs * form_scratch_bytes(&inner, T);
 }

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "feature_maps.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -84,16 +85,29 @@ static ttt_tensor *one_rounding(ttt_ctx *c, const ttt_tensor *x, int pattern) {
 
 static const int Ts[] = {13, 40};
 
-static int build_layer(ttt_layer *L, const ttt_preset *p) {
+static void parse_preset(ttt_layer *L, const ttt_preset *p, int features) {
     char text[256];
-    snprintf(text, sizeof text, "layer: {preset: %s, chunk: %d, mini_batch: %d, form: generic}\n",
-             p->name, CHUNK, p->mini_batch > 1 ? 4 : 1);
+    snprintf(text, sizeof text,
+             "layer: {preset: %s, chunk: %d, mini_batch: %d, features: %d, form: generic}\n",
+             p->name, CHUNK, p->mini_batch > 1 ? 4 : 1, features);
     ttt_cfg_node *root = NULL;
     ttt_error err = {0};
     ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
     ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), D, D, L, &err);
     ttt_cfg_free(root);
     ck_assert_msg(s == TTT_OK, "%s: %s", p->name, err.msg);
+}
+
+/* Presets with a feature map (normalize: ratio) run their forms on φ(q), φ(k) of the map's
+ * width: the number of features is chosen so that the width is D, and the forms, which see
+ * features as keys, are called here on inputs of that width (the maps themselves are tested in
+ * tests/test_feature_maps.c). */
+static int build_layer(ttt_layer *L, const ttt_preset *p) {
+    parse_preset(L, p, 64);
+    if (L->d_phi == D) return 1;
+    for (int m = 1; m <= D && L->d_phi != D; m++)
+        if (L->fmap->width(D, m) == D) parse_preset(L, p, m);
+    ck_assert_msg(L->d_phi == D, "%s: no number of features gives width %d", p->name, D);
     return 1;
 }
 

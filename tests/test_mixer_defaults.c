@@ -67,7 +67,10 @@ enum {
  *                    α, output norm and gate, memory initialized from outer parameters.
  *  lact              Zhang et al. 2025 / LaCT layer_lact_swiglu.py: SiLU without convolution,
  *                    L2 q/k, RoPE, learned per-token lr, learned W_0, per-head RMSNorm, no
- *                    gate. */
+ *                    gate.
+ *  performer, rfa    Choromanski et al. 2021, Peng et al. 2021: the attention of a plain
+ *                    Transformer block replaced by the ratio with random features; no
+ *                    convolution, gate or norm (as linear_attention). */
 static const block presets[] = {
     /* name              conv silu qk eta  gate on og li rope ratio */
     {"linear_attention", 0, 0, 0, E0, GN, 0, 0, 0, 0, 1},
@@ -80,6 +83,8 @@ static const block presets[] = {
     {"ttt_mlp", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"titans", 4, 1, 1, E1, GS, 1, 1, 1, 0, 0},
     {"lact", 0, 1, 1, E1, GN, 1, 0, 1, 1, 0},
+    {"performer", 0, 0, 0, E0, GN, 0, 0, 0, 0, 1},
+    {"rfa", 0, 0, 0, E0, GN, 0, 0, 0, 0, 1},
 };
 
 static void check_block(const block *w, const ttt_seq_model_config *c) {

@@ -216,6 +216,23 @@ START_TEST(grad_gla) { gradcheck(MODEL_TTT, "{preset: gla, form: generic}"); }
 END_TEST
 START_TEST(grad_mamba2) { gradcheck(MODEL_TTT, "{preset: mamba2, form: generic}"); }
 END_TEST
+/* Random-feature attention in the model (docs/math.md §4.4): Performer's features with the
+ * learned initial state (its rows are the feature width, not the head size), and RFA's gate fed
+ * by the model's learned scalar gate. rfa with 16 features: with 3, some of its signed
+ * denominators come close to zero, where the float32 difference quotient is no longer a
+ * derivative (measured 3× the tolerance there; tests/test_feature_maps.c checks rfa's gradients
+ * against the float64 definition at any m). */
+START_TEST(grad_performer_learned_init) {
+    gradcheck("{d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3, learn_init: "
+              "true}",
+              "{preset: performer, features: 6, form: generic}");
+}
+END_TEST
+START_TEST(grad_rfa_gate) {
+    gradcheck("{d_model: 8, heads: 2, layers: 2, mlp: 2, conv: 3, init_std: 0.3, gate: scalar}",
+              "{preset: rfa, features: 16, feature_gate: true, form: generic}");
+}
+END_TEST
 START_TEST(grad_gated_deltanet) {
     gradcheck(MODEL_TTT, "{preset: gated_deltanet, form: generic}");
 }
@@ -727,6 +744,8 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_deltanet);
     tcase_add_test(g, grad_gla);
     tcase_add_test(g, grad_mamba2);
+    tcase_add_test(g, grad_performer_learned_init);
+    tcase_add_test(g, grad_rfa_gate);
     tcase_add_test(g, multiscale_gate_is_retnet_decay);
     tcase_add_test(g, grad_gated_deltanet);
     tcase_add_test(g, grad_ttt_linear);

@@ -39,12 +39,19 @@ typedef struct ttt_layer {
     int rope;          /* rotate q and k by their positions before the inner loop (docs/math.md §4) */
     float rope_base;
     int normalize;     /* TTT_NORMALIZE_*: output normalization */
-    int d_k, d_v;
+    /* normalize: ratio's feature map φ (linear_attention/feature_maps.h), else NULL */
+    const struct ttt_feature_map *fmap;
+    int features;           /* m: random features of fmap (its output width is fmap->width) */
+    uint64_t feature_seed;  /* seeds fmap's random matrix, fixed for the layer's life */
+    int feature_gate;       /* RFA's gate: token t writes with weight 1 − α_t */
+    int d_k, d_v;           /* key and value widths of the inputs */
+    int d_phi;              /* key width the forms and the state see: fmap's output width, or d_k */
 } ttt_layer;
 
 enum {
     TTT_NORMALIZE_NONE,
-    TTT_NORMALIZE_RATIO, /* normalized linear attention: φ = elu+1 on q, k; o = q S / (q z + ε) */
+    TTT_NORMALIZE_RATIO, /* normalized linear attention: φ (elu+1 or random features) on q, k;
+                          * o = φ(q) S / (φ(q) z + ε) */
     TTT_NORMALIZE_RMS,   /* post-norm (TransNormer): o = RMSNorm(o) */
 };
 
@@ -57,7 +64,7 @@ typedef struct ttt_layer_state {
     /* optimizer state: opt[w][s] is state tensor s of weight w, of the shape the optimizer
      * declares (optim.h n_state, state_shape) */
     ttt_tensor *opt[TTT_MAX_WEIGHTS][TTT_MAX_OPT_STATE];
-    ttt_tensor *z;    /* (d_k, 1) normalizer state of normalize: ratio, else NULL */
+    ttt_tensor *z;    /* (d_phi, 1) normalizer state of normalize: ratio, else NULL */
     /* the optimizer's outer-loop parameters (optim.h `outer`; a learned optimizer's network):
      * their initial values after ttt_layer_state_init; an outer loop that trains them puts its
      * parameter tensors here (as it does for learned initial weights), and the forms hand them

@@ -167,7 +167,7 @@ static ttt_status equivalence_body(ttt_task_run *run, ttt_arena *arena, ttt_erro
         }
         for (int f = 0; f < 2; f++) {
             o[f][h] = ttt_tensor_2d(&ctx, T, dv);
-            S[f][h] = ttt_tensor_2d(&ctx, dk, dv);
+            S[f][h] = ttt_tensor_2d(&ctx, L.d_phi, dv); /* rows: the feature width */
         }
     }
     double secs[2];

@@ -216,7 +216,7 @@ double ttt_layer_weight_floats(const ttt_layer *L, double *gram) {
     *gram = 0;
     for (int w = 0; w < L->model->n_weights; w++) {
         int shape[TTT_MAX_DIMS];
-        const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* the state's rows */
         double n = 1;
         for (int d = 0; d < nd; d++) n *= shape[d];
         total += n;
@@ -236,7 +236,7 @@ double ttt_layer_opt_state_floats(const ttt_layer *L) {
     double total = 0;
     for (int w = 0; w < L->model->n_weights; w++) {
         int shape[TTT_MAX_DIMS];
-        const int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* the state's rows */
         total += ttt_optim_state_floats(L->optim, L->optim_cfg, shape, nd);
     }
     return total;

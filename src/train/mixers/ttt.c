@@ -162,7 +162,8 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
     ttt_rng r = ttt_mixer_rng(b, ttt_hash_str(nm) + (uint64_t)l);
     for (int w = 0; w < L->model->n_weights && !ttt_mixer_failed(b); w++) {
         int shp[TTT_MAX_DIMS + 1] = {H};
-        const int nd = L->model->shape(w, D, D, shp + 1);
+        /* rows: the key width the state sees (a feature map's width, layer.h) */
+        const int nd = L->model->shape(w, L->d_phi, D, shp + 1);
         snprintf(nm, sizeof nm, "w0_%d", w);
         own[W0 + w] = ttt_mixer_add(b, nm, nd + 1, shp, 0, TTT_INIT_ZEROS, 0.0f);
     }
@@ -188,7 +189,7 @@ static double param_bound(const ttt_seq_model_config *c) {
     if (c->learn_init && c->layer.model)
         for (int w = 0; w < c->layer.model->n_weights; w++) {
             int shp[TTT_MAX_DIMS];
-            const int nd = c->layer.model->shape(w, c->head_dim, c->head_dim, shp);
+            const int nd = c->layer.model->shape(w, c->layer.d_phi, c->head_dim, shp);
             double e = 1.0;
             for (int i = 0; i < nd; i++) e *= shp[i];
             w0 += H * e;
