@@ -343,7 +343,8 @@ KNOWN_TTT = {
     "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
     "layer.rope": ("false", "true"), "layer.rope_base": None,
-    "layer.normalize": ("none", "ratio"),
+    "layer.normalize": ("none", "ratio"), "layer.feature_map": ("elu1",), "layer.features": None,
+    "layer.feature_seed": None, "layer.feature_gate": ("false",),
 }
 
 
