@@ -177,6 +177,7 @@ START_TEST(run_folder_records_its_provenance) {
     const char *keys[] = {"\"version\": \"" TTT_VERSION "\"", "\"git_commit\": ", "\"git_dirty\": ",
                           "\"compiler\": ", "\"build_flags\": ", "\"host\": ", "\"cpu_model\": ",
                           "\"openmp_max_threads\": ", "\"OPENBLAS_NUM_THREADS\": \"1\"",
+                          "\"blas\": \"", "\"blas_core\": \"", "\"blas_threads\": ",
                           "\"sets\": [\"layer.mini_batch=2\"]", "\"outcome\": \"complete\""};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         ck_assert_msg(strstr(j, keys[i]), "no %s in\n%s", keys[i], j);

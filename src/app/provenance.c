@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 
+#include "blas.h"
 #include "results.h"
 #include "strbuf.h"
 #include "ttt_build_info.h" /* TTT_GIT_COMMIT, TTT_GIT_DIRTY: generated at build time */
@@ -93,6 +94,17 @@ ttt_status ttt_provenance_write(const char *dir, time_t start, time_t end, const
 #else
     ttt_strbuf_puts(&b, "null");
 #endif
+    /* the BLAS: which library, its version and the kernels it chose (src/core/blas.h) */
+    ttt_blas_info bi;
+    ttt_blas_describe(&bi);
+    kv(&b, "blas", bi.library);
+    kv(&b, "blas_version", bi.version);
+    kv(&b, "blas_config", bi.config);
+    kv(&b, "blas_core", bi.core);
+    kv(&b, "blas_core_how", bi.core_how);
+    kv(&b, "cpu_features", bi.cpu);
+    key(&b, "blas_threads", 0);
+    ttt_strbuf_printf(&b, "%d", ttt_blas_get_threads());
     kv_env(&b, "OMP_NUM_THREADS");
     kv_env(&b, "OPENBLAS_NUM_THREADS");
     kv_env(&b, "OPENBLAS_CORETYPE");

@@ -46,9 +46,9 @@
  * (0.85 at n = 64, d = 128).
  *
  * Threads (split: heads, the default): the heads are split over OpenMP threads with a static
- * schedule, one arena per thread and single-threaded BLAS inside (ttt_blas_set_threads(1); OPENBLAS_NUM_THREADS=1 in
- * the
- * environment also keeps OpenBLAS from starting idle threads that spin at load). Thread count 0
+ * schedule, one arena per thread and single-threaded BLAS inside (ttt_blas_set_threads(1);
+ * OPENBLAS_NUM_THREADS=1 in the environment also keeps OpenBLAS from starting idle threads that
+ * spin at load). Thread count 0
  * in the list means the machine's cores (omp_get_max_threads()). split: sequence runs the heads
  * one after another on the calling thread and gives each call the thread count instead, so that a
  * form parallel along one sequence (the scan, docs/math.md §5.5) uses the threads and the others
