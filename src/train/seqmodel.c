@@ -477,6 +477,18 @@ void ttt_mixer_qkv(const ttt_mixer_call *call, ttt_tensor **q, ttt_tensor **k, t
     *v = qkv(call, id->wv, id->conv_v);
 }
 
+void ttt_mixer_attention_qk(ttt_ctx *ctx, const ttt_seq_model_config *c, int T, ttt_tensor **q,
+                            ttt_tensor **k) {
+    if (c->qk_norm) {
+        *q = ttt_mixer_l2norm(ctx, *q);
+        *k = ttt_mixer_l2norm(ctx, *k);
+    }
+    if (c->positions == TTT_POS_ROPE) {
+        *q = ttt_mixer_rope(ctx, *q, T, c->rope_base);
+        *k = ttt_mixer_rope(ctx, *k, T, c->rope_base);
+    }
+}
+
 ttt_tensor *ttt_mixer_l2norm(ttt_ctx *ctx, const ttt_tensor *x) {
     return ttt_l2norm_rows(ctx, x, 1e-6f);
 }

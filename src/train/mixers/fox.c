@@ -94,14 +94,7 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
             ttt_tensor *qh = ttt_slice_cols(ctx, qb, c0, c1); /* (T, D) */
             ttt_tensor *kh = ttt_slice_cols(ctx, kb, c0, c1);
             ttt_tensor *vh = ttt_slice_cols(ctx, vb, c0, c1);
-            if (c->qk_norm) {
-                qh = ttt_mixer_l2norm(ctx, qh);
-                kh = ttt_mixer_l2norm(ctx, kh);
-            }
-            if (c->positions == TTT_POS_ROPE) {
-                qh = ttt_mixer_rope(ctx, qh, T, c->rope_base);
-                kh = ttt_mixer_rope(ctx, kh, T, c->rope_base);
-            }
+            ttt_mixer_attention_qk(ctx, c, T, &qh, &kh);
             /* G = cumsum(log f) (T); the bias G_i − G_j as two outer products with ones */
             ttt_tensor *g = ttt_cumsum(
                 ctx, ttt_reshape(ctx, ttt_slice_cols(ctx, fb, hh, hh + 1), 1, (int[]){T}));

@@ -117,6 +117,10 @@ ttt_tensor *ttt_mixer_l2norm(ttt_ctx *ctx, const ttt_tensor *x);
 ttt_tensor *ttt_mixer_seq(ttt_ctx *ctx, const ttt_tensor *x, int b);
 /* RoPE on a batch of sequences x (B, T, D) (or (T, D)), recorded (src/core/rope.h). */
 ttt_tensor *ttt_mixer_rope(ttt_ctx *ctx, const ttt_tensor *x, int T, float base);
+/* One head's q and k (T, D) or (B, T, D) for attention: L2-normalized when model.qk_norm, then
+ * turned by RoPE when model.positions is rope (the order softmax and FoX share). */
+void ttt_mixer_attention_qk(ttt_ctx *ctx, const ttt_seq_model_config *c, int T, ttt_tensor **q,
+                            ttt_tensor **k);
 ttt_tensor *ttt_mixer_reshape2(ttt_ctx *ctx, const ttt_tensor *x, int r, int c);
 ttt_tensor *ttt_mixer_reshape3(ttt_ctx *ctx, const ttt_tensor *x, int a, int b, int c);
 

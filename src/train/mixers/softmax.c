@@ -49,14 +49,7 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         ttt_tensor *qh = ttt_slice_cols(ctx, q, c0, c1); /* (B, T, D) */
         ttt_tensor *kh = ttt_slice_cols(ctx, kk, c0, c1);
         ttt_tensor *vh = ttt_slice_cols(ctx, v, c0, c1);
-        if (c->qk_norm) {
-            qh = ttt_mixer_l2norm(ctx, qh);
-            kh = ttt_mixer_l2norm(ctx, kh);
-        }
-        if (c->positions == TTT_POS_ROPE) {
-            qh = ttt_mixer_rope(ctx, qh, T, c->rope_base);
-            kh = ttt_mixer_rope(ctx, kh, T, c->rope_base);
-        }
+        ttt_mixer_attention_qk(ctx, c, T, &qh, &kh);
         /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (docs/math.md §4) */
         ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, qh, 0, kh, 1), scale); /* (B, T, T) */
         ttt_tensor *p = ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s));
