@@ -291,10 +291,11 @@ START_TEST(a_run_that_failed_only_at_the_final_write_resumes_to_the_same_numbers
     ck_assert(summary_value("late", "train_loss") == summary_value("ref", "train_loss"));
     ck_assert(summary_value("late", "eval_loss") == summary_value("ref", "eval_loss"));
     /* wall clock: the first process trained for as long as the reference run did (same work,
-     * same machine); a factor 4 leaves room for a busy machine, the old defect reported the
-     * re-run's 1 % */
+     * same machine); the old defect reported the re-run's 1 %, so a factor 10 still catches it
+     * and leaves room for a machine whose load changes between the two runs (a factor 4 was
+     * seen: 0.16 s against 0.69 s when another job started during the reference run) */
     double ref_s = summary_value("ref", "seconds"), s = summary_value("late", "seconds");
-    ck_assert_msg(s > ref_s / 4, "seconds %g, the reference run took %g", s, ref_s);
+    ck_assert_msg(s > ref_s / 10, "seconds %g, the reference run took %g", s, ref_s);
     ck_assert_msg(summary_value("late", "tokens_per_s") > 0, "tokens_per_s is 0");
     free(err);
 }
