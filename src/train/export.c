@@ -66,7 +66,12 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
     /* metadata: format, config, then per tensor "ttt.<export name>" → its layout and
      * "ttt.source.<export name>" → its ttt name */
     const char **kv = calloc((size_t)(2 * (2 + 2 * n)), sizeof *kv);
-    char *names = calloc((size_t)n, 3 * (TTT_PARAM_NAME_LEN + 32));
+    /* per tensor: its export name and its two metadata keys */
+    typedef struct {
+        char name[TTT_PARAM_NAME_LEN + 32], key[TTT_PARAM_NAME_LEN + 40],
+            skey[TTT_PARAM_NAME_LEN + 48];
+    } tensor_names;
+    tensor_names *names = calloc((size_t)n, sizeof *names);
     ttt_status s = kind && ts && kv && names
                        ? TTT_OK
                        : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
@@ -74,9 +79,8 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
     int made = 0;
     for (int i = 0; s == TTT_OK && i < n; i++, made++) {
         const ttt_param *p = m->params.p[i];
-        char *ename = names + (size_t)i * 3 * (TTT_PARAM_NAME_LEN + 32);
-        char *key = ename + TTT_PARAM_NAME_LEN + 32, *skey = key + TTT_PARAM_NAME_LEN + 32;
-        ttt_export_name(ename, TTT_PARAM_NAME_LEN + 32, p->name, kind[i]);
+        char *ename = names[i].name, *key = names[i].key, *skey = names[i].skey;
+        ttt_export_name(ename, sizeof names[i].name, p->name, kind[i]);
         ts[i].name = ename;
         ts[i].ndim = p->ndim;
         for (int d = 0; d < p->ndim; d++) ts[i].shape[d] = p->shape[d];
@@ -95,12 +99,12 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
         } else {
             ts[i].data = p->data;
         }
-        snprintf(key, TTT_PARAM_NAME_LEN + 32, "ttt.%s", ename);
+        snprintf(key, sizeof names[i].key, "ttt.%s", ename);
         kv[4 + 4 * i] = key;
         kv[5 + 4 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
                         : kind[i] == TTT_EXPORT_BIAS ? "bias"
                                                      : "as_is";
-        snprintf(skey, TTT_PARAM_NAME_LEN + 32, "ttt.source.%s", ename);
+        snprintf(skey, sizeof names[i].skey, "ttt.source.%s", ename);
         kv[6 + 4 * i] = skey;
         kv[7 + 4 * i] = p->name;
     }
