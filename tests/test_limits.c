@@ -26,12 +26,8 @@
 #include "strbuf.h"
 #include "testutil.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#ifdef TU_ASAN
 #define TTT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TTT_ASAN 1
-#endif
 #endif
 #ifdef TTT_ASAN
 #define SAN_FACTOR 4.0

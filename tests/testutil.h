@@ -32,6 +32,16 @@ int tu_close_f(const float *got, const float *want, size_t n, double atol, doubl
 /* Run a suite with CK_NORMAL output; returns the process exit code (0 = all passed). */
 int tu_run(Suite *s);
 
+/* TU_ASAN: built with AddressSanitizer, which reserves terabytes of address space for its
+ * shadow memory, so such a program cannot start under an address-space limit (`ulimit -v`). */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+
 /* A fresh empty temporary directory (malloc'd path); removed recursively by tu_rmtree. */
 char *tu_mkdtemp(void);
 void tu_rmtree(const char *path);

@@ -230,7 +230,9 @@ static ttt_status regression_run(ttt_task_run *run, ttt_error *err) {
         ttt_record r;
         ttt_trained_record(run, &tr, &r);
         ttt_record_num(&r, "mse_k0", d.cnt[0] ? d.mse[0] / d.cnt[0] : NAN);
-        ttt_record_num(&r, "mse_k_d", d.cnt[d.cfg.dim] ? d.mse[d.cfg.dim] / d.cnt[d.cfg.dim] : NAN);
+        /* k = d exists only when a sequence has more than d points */
+        const int kd = d.cfg.dim;
+        ttt_record_num(&r, "mse_k_d", kd < n && d.cnt[kd] ? d.mse[kd] / d.cnt[kd] : NAN);
         ttt_record_num(&r, "mse_k_gt_d", nsmall ? small / nsmall : NAN);
         ttt_record_num(&r, "ls_k_d", d.ls_err[d.cfg.dim < n ? d.cfg.dim : n - 1]);
         ttt_results_add(run->results, &r, 1);
