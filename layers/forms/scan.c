@@ -17,9 +17,7 @@ int ttt_scan_blocks(long T, int block) {
     return P < 1 ? 1 : (int)P;
 }
 
-/* Block b of P over T tokens covers [*t0, *t1); the block length is ceil(T / P), so trailing
- * blocks may be empty. */
-static void block_range(int b, int P, int T, int *t0, int *t1) {
+void ttt_scan_block_range(int b, int P, int T, int *t0, int *t1) {
     const int len = (T + P - 1) / P;
     long a = (long)b * len, e = a + len;
     if (a > T) a = T;
@@ -48,7 +46,7 @@ void ttt_scan_diag(ttt_ctx *ctx, float *h, float *h0, const float *a, const floa
 #endif
     for (int p = 0; p < P; p++) { /* 1. local scans from zero */
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         float *A = Ab + (size_t)p * n;
         for (int i = 0; i < n; i++) A[i] = 1.0f;
         for (int t = t0; t < t1; t++) {
@@ -63,7 +61,7 @@ void ttt_scan_diag(ttt_ctx *ctx, float *h, float *h0, const float *a, const floa
     }
     for (int p = 0; p < P; p++) { /* 2. the carries: start of each block */
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         memcpy(St + (size_t)p * n, h0, sizeof(float) * n);
         if (t1 > t0) {
             const float *A = Ab + (size_t)p * n, *B = h + (size_t)(t1 - 1) * n;
@@ -75,7 +73,7 @@ void ttt_scan_diag(ttt_ctx *ctx, float *h, float *h0, const float *a, const floa
 #endif
     for (int p = 0; p < P; p++) { /* 3. fix-up: h_t += (Π_{t0..t} a) h_start */
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         const float *s = St + (size_t)p * n;
         float *cum = Ab + (size_t)p * n; /* reused: Ab's slot p was read in step 2 */
         for (int i = 0; i < n; i++) cum[i] = 1.0f;
@@ -125,7 +123,7 @@ void ttt_scan_cdiag(ttt_ctx *ctx, float *h, float *h0, const float *lam, const f
 #endif
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         float *A = Ab + (size_t)p * w;
         for (int i = 0; i < n; i++) A[2 * i] = 1.0f, A[2 * i + 1] = 0.0f;
         for (int t = t0; t < t1; t++) {
@@ -144,7 +142,7 @@ void ttt_scan_cdiag(ttt_ctx *ctx, float *h, float *h0, const float *lam, const f
     }
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         memcpy(St + (size_t)p * w, h0, sizeof(float) * w);
         if (t1 > t0) {
             const float *A = Ab + (size_t)p * w, *B = h + (size_t)(t1 - 1) * w;
@@ -161,7 +159,7 @@ void ttt_scan_cdiag(ttt_ctx *ctx, float *h, float *h0, const float *lam, const f
 #endif
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         const float *s0 = St + (size_t)p * w;
         float *cum = Ab + (size_t)p * w;
         for (int i = 0; i < n; i++) cum[2 * i] = 1.0f, cum[2 * i + 1] = 0.0f;
@@ -226,7 +224,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
 #endif
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         /* 1. the block's recurrence from zero: local outputs and its B (the local final state) */
         ttt_linear_attention_recurrent_ld(
             o + (size_t)t0 * d_v, M + (size_t)p * dd, q + (size_t)t0 * d_k,
@@ -277,7 +275,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
 #endif
     for (int p = 0; p < P; p++) { /* 3. fix-up: O_b += (Q_b ⊙ Ā) S_start,b */
         int t0, t1;
-        block_range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         if (t1 > t0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t1 - t0, d_v, d_k, 1.0f,
                         Qd + (size_t)t0 * d_k, d_k, M + (size_t)p * dd, d_v, 1.0f,

@@ -23,6 +23,10 @@
 /* Blocks of a scan over T tokens with blocks of at least `block` tokens (≥ 1), at most
  * TTT_SCAN_MAX_BLOCKS; 1 for T ≤ block. */
 int ttt_scan_blocks(long T, int block);
+/* Block b of P over T tokens covers [*t0, *t1); the block length is ceil(T / P), so trailing
+ * blocks may be empty. The forward scans and their backward (linear_attention/scan_grad.c)
+ * share it, so both cut a sequence the same way. */
+void ttt_scan_block_range(int b, int P, int T, int *t0, int *t1);
 
 /* Real diagonal recurrence h_t = a_t ⊙ h_{t−1} + b_t, n channels. h receives every state; h0 is
  * the initial state on entry and the final one on return; scratch from ctx->arena. `lda` is the row stride of a: n for a

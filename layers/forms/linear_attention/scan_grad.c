@@ -20,14 +20,6 @@
 #include "scan.h"
 #include "scan_grad.h"
 
-/* Block p of P over T tokens: [*t0, *t1), blocks of ceil(T / P) tokens (as scan.c). */
-static void range(int p, int P, int T, int *t0, int *t1) {
-    const long len = (T + P - 1) / P;
-    long a = p * len, e = a + len;
-    *t0 = (int)(a < T ? a : T);
-    *t1 = (int)(e < T ? e : T);
-}
-
 /* α_t of key row i (1 without a gate). */
 static inline float gate_at(const float *la, int gk, int t, int i) {
     return la ? expf(la[(size_t)t * gk + (gk > 1 ? i : 0)]) : 1.0f;
@@ -64,7 +56,7 @@ static void scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dY
 #endif
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         float *A = Ab + (size_t)p * dk;
         for (int i = 0; i < dk; i++) A[i] = 1.0f;
         for (int t = t0; t < t1; t++) {
@@ -102,7 +94,7 @@ static void scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dY
             float c = S0->data[ij];
             for (int p = 0; p < P; p++) {
                 int t0, t1;
-                range(p, P, T, &t0, &t1);
+                ttt_scan_block_range(p, P, T, &t0, &t1);
                 Sst[(size_t)p * dd + ij] = c;
                 if (t1 > t0) c = Ab[(size_t)p * dk + i] * c + Sall[(size_t)(t1 - 1) * dd + ij];
             }
@@ -120,7 +112,7 @@ static void scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dY
 #endif
     for (int p = 0; p < P; p++) {
         int t0, t1;
-        range(p, P, T, &t0, &t1);
+        ttt_scan_block_range(p, P, T, &t0, &t1);
         const float *Ss = Sst + (size_t)p * dd;
         float *D = Lp + (size_t)p * dd; /* E_p, becomes D_t */
         for (int t = t0; t < t1; t++) { /* S_t = local + (Π_{t0..t} α) S_start */
