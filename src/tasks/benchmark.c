@@ -935,10 +935,12 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
     ttt_error *errs = ttt_fault_calloc((size_t)D->H, sizeof *errs);
     if (!errs) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     /* split: sequence — the heads in turn on this thread, each call free to start `nthreads`
-     * (the scan form's blocks); split: heads — the heads over the threads, nothing nested */
+     * (the scan form's blocks); split: heads — the heads over the threads, nothing nested. A team
+     * of one thread is not an active region, so a form's own parallel region inside it would
+     * still start every core: in split: heads the nested count is set to one explicitly. */
 #ifdef _OPENMP
     const int prev_threads = omp_get_max_threads();
-    if (split_seq) omp_set_num_threads(nthreads);
+    omp_set_num_threads(split_seq ? nthreads : 1);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (!split_seq)
 #endif
     for (int h = 0; h < D->H; h++) {
@@ -957,7 +959,7 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
         ttt_arena_release(ctx->arena, m);
     }
 #ifdef _OPENMP
-    if (split_seq) omp_set_num_threads(prev_threads);
+    omp_set_num_threads(prev_threads);
 #endif
     ttt_status s = TTT_OK;
     for (int h = 0; h < D->H && s == TTT_OK; h++)
