@@ -448,6 +448,42 @@ START_TEST(fox_unit_gates_equal_causal) {
 }
 END_TEST
 
+/* One constant gate γ is ALiBi: the bias (i − j)·log γ, a linear penalty in the distance (docs/math.md
+ * §4.2). The reference below writes that bias directly in float64, not as prefix sums of gates. */
+START_TEST(fox_constant_gate_is_alibi) {
+    tu_fixture f;
+    tu_fx_init(&f, 222);
+    const int T = 97, dk = 8, dv = 5;
+    const double slope = -0.0625; /* log γ; ALiBi's slope for head 4 of 8 is 2^-4 */
+    const float scale = 0.35f;
+    float *q = tu_randn_buf(&f, (size_t)T * dk, 1.0f), *k = tu_randn_buf(&f, (size_t)T * dk, 1.0f);
+    float *v = tu_randn_buf(&f, (size_t)T * dv, 1.0f), *g = uniform(&f, T, (float)slope, (float)slope);
+    double *want = dzeros((size_t)T * dv), *p = dzeros((size_t)T);
+    for (int i = 0; i < T; i++) {
+        double mx = -INFINITY, z = 0;
+        for (int j = 0; j <= i; j++) {
+            double sc = 0;
+            for (int c = 0; c < dk; c++) sc += (double)q[(size_t)i * dk + c] * k[(size_t)j * dk + c];
+            p[j] = sc * scale + slope * (i - j);
+            mx = fmax(mx, p[j]);
+        }
+        for (int j = 0; j <= i; j++) z += (p[j] = exp(p[j] - mx));
+        for (int j = 0; j <= i; j++)
+            for (int c = 0; c < dv; c++) want[(size_t)i * dv + c] += p[j] / z * v[(size_t)j * dv + c];
+    }
+    float *o = uniform(&f, (size_t)T * dv, 7, 7);
+    ttt_softmax_attention(&f.ctx, o, q, k, v, g, scale, T, dk, dv);
+    TU_ASSERT_CLOSE(o, want, (size_t)T * dv, ATOL, RTOL);
+    /* a slope off by 1 % is caught */
+    ttt_rng_fill_uniform(&f.rng, g, T, (float)(slope * 1.01), (float)(slope * 1.01));
+    ttt_softmax_attention(&f.ctx, o, q, k, v, g, scale, T, dk, dv);
+    ck_assert(!tu_close(o, want, (size_t)T * dv, ATOL, RTOL, NULL, 0));
+    free(p);
+    free(want);
+    tu_fx_free(&f);
+}
+END_TEST
+
 /* Scores of magnitude ~8e3 (exp would overflow, or underflow to 0/0, without the max
  * subtraction): every query has a component ±512 against a key component 64 shared by all keys,
  * a per-row offset of ±8192 on top of the O(1…10) spread that decides the softmax. Integer q, k
@@ -525,6 +561,7 @@ static Suite *attention_suite(void) {
     TCase *ts = tcase_create("softmax");
     tcase_add_test(ts, softmax_matches_naive);
     tcase_add_test(ts, fox_unit_gates_equal_causal);
+    tcase_add_test(ts, fox_constant_gate_is_alibi);
     tcase_add_test(ts, softmax_large_scores);
     tcase_add_test(ts, softmax_long_sequence_tiled);
     suite_add_tcase(s, ts);
