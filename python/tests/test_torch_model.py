@@ -152,3 +152,10 @@ def test_refuses_what_it_does_not_implement(tmp_path):
     tm.write_safetensors(tmp_path / "x.safetensors", {"w": np.zeros(2)})
     with pytest.raises(ValueError, match="ttt.format"):
         tm.load(str(tmp_path / "x.safetensors"))
+
+
+def test_chunkwise_layers_match_their_recurrences():
+    # the module's chunkwise linear attention and delta rule and TTT-Linear's dual form against
+    # token-by-token loops of their recurrences, float64 (self_check asserts 1e-10)
+    torch.set_num_threads(1)
+    tm.self_check()
