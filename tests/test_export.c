@@ -1,8 +1,10 @@
 /* `ttt export` and `train.init_from` (docs/training.md "Exporting to PyTorch"): the names and
  * layouts of the exported file, read back with the safetensors reader and compared with the
  * checkpoint the run wrote; a round trip through init_from reproduces the trained model's
- * evaluation exactly; files that do not fit the model are refused naming the tensor. */
+ * evaluation exactly; files that do not fit the model are refused naming the tensor; `ttt
+ * logits` runs a trained model on a batch of ids and refuses what is not one. */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,84 @@ START_TEST(init_from_reproduces_the_trained_model) {
 }
 END_TEST
 
+/* `ttt logits`: (B, T, V) for a batch; each sequence's logits are those of the sequence run
+ * alone (the batch is B independent sequences); ids outside the vocabulary, other tensors and a
+ * vector model are refused naming them. */
+START_TEST(logits_of_a_batch) {
+    char *cfg = tu_dir_write("mqar.yaml",
+                             "task: {kind: mqar, vocab: 16, seq_len: 8, pairs: 2, "
+                             "train_examples: 16, test_examples: 8}\n"
+                             "model: {d_model: 8, layers: 1, heads: 2, mlp: 0, init_std: 0.3}\n"
+                             "layer: {preset: gated_deltanet}\n"
+                             "train: {steps: 2, batch: 4, log_every: 1}\n");
+    char *run, *in, *in1, *out, *out1, *args, *o, *e;
+    ck_assert(asprintf(&run, "%s/run", tu_dir) > 0);
+    ck_assert(asprintf(&in, "%s/in.safetensors", tu_dir) > 0);
+    ck_assert(asprintf(&in1, "%s/in1.safetensors", tu_dir) > 0);
+    ck_assert(asprintf(&out, "%s/out.safetensors", tu_dir) > 0);
+    ck_assert(asprintf(&out1, "%s/out1.safetensors", tu_dir) > 0);
+    run_ok("run %s --out %s --quiet", cfg, run);
+    enum { B = 3, T = 5, V = 16 };
+    float ids[B * T];
+    for (int i = 0; i < B * T; i++) ids[i] = (float)((7 * i + 3) % V);
+    ttt_error err = {0};
+    ttt_st_tensor t = {.name = "tokens", .ndim = 2, .shape = {B, T}, .data = ids};
+    ck_assert(ttt_st_write(in, &t, 1, NULL, 0, &err) == TTT_OK);
+    t.shape[0] = 1;
+    t.data = ids + T; /* the second sequence alone */
+    ck_assert(ttt_st_write(in1, &t, 1, NULL, 0, &err) == TTT_OK);
+    ck_assert(asprintf(&args, "logits %s %s %s", run, in, out) > 0);
+    ck_assert_int_eq(tu_run_ttt(args, &o, &e), 0);
+    free(args), free(o), free(e);
+    ck_assert(asprintf(&args, "logits %s %s %s", run, in1, out1) > 0);
+    ck_assert_int_eq(tu_run_ttt(args, &o, &e), 0);
+    free(args), free(o), free(e);
+    ttt_st_file *f = NULL, *f1 = NULL;
+    ck_assert_msg(ttt_st_read(out, &f, &err) == TTT_OK, "%s", err.msg);
+    ck_assert_msg(ttt_st_read(out1, &f1, &err) == TTT_OK, "%s", err.msg);
+    const ttt_st_tensor *l = ttt_st_find(f, "logits"), *l1 = ttt_st_find(f1, "logits");
+    ck_assert(l && l->ndim == 3 && l->shape[0] == B && l->shape[1] == T && l->shape[2] == V);
+    ck_assert(l1 && l1->shape[0] == 1);
+    float mx = 0.0f, diff = 0.0f;
+    for (int i = 0; i < T * V; i++) {
+        mx = fmaxf(mx, fabsf(l1->data[i]));
+        diff = fmaxf(diff, fabsf(l->data[T * V + i] - l1->data[i]));
+    }
+    /* float32 rounding only: BLAS may block B·T rows and one sequence's T rows differently */
+    ck_assert_msg(mx > 0.1f && diff <= 1e-5f * mx, "max |logit| %g, batch vs alone %g",
+                  (double)mx, (double)diff);
+    ttt_st_free(f), ttt_st_free(f1);
+    /* an id outside the vocabulary, named by its position */
+    ids[T + 2] = (float)V;
+    t.shape[0] = B;
+    t.data = ids;
+    ck_assert(ttt_st_write(in, &t, 1, NULL, 0, &err) == TTT_OK);
+    ck_assert(asprintf(&args, "logits %s %s %s", run, in, out) > 0);
+    ck_assert_int_eq(tu_run_ttt(args, &o, &e), 2);
+    ck_assert_msg(strstr(e, "tokens[1][2] = 16") && strstr(e, "[0, 16)"), "%s", e);
+    free(args), free(o), free(e);
+    /* another tensor name */
+    t.name = "ids";
+    ids[T + 2] = 0.0f;
+    ck_assert(ttt_st_write(in, &t, 1, NULL, 0, &err) == TTT_OK);
+    ck_assert(asprintf(&args, "logits %s %s %s", run, in, out) > 0);
+    ck_assert_int_ne(tu_run_ttt(args, &o, &e), 0);
+    ck_assert_msg(strstr(e, "one tensor 'tokens'") && strstr(e, "missing"), "%s", e);
+    free(args), free(o), free(e);
+    /* a vector model has no logits */
+    char *rcfg = tu_dir_write("reg.yaml", regression_yaml), *rrun;
+    ck_assert(asprintf(&rrun, "%s/reg", tu_dir) > 0);
+    run_ok("run %s --out %s --quiet", rcfg, rrun);
+    t.name = "tokens";
+    ck_assert(ttt_st_write(in, &t, 1, NULL, 0, &err) == TTT_OK);
+    ck_assert(asprintf(&args, "logits %s %s %s", rrun, in, out) > 0);
+    ck_assert_int_ne(tu_run_ttt(args, &o, &e), 0);
+    ck_assert_msg(strstr(e, "reads vectors"), "%s", e);
+    free(args), free(o), free(e);
+    free(cfg), free(run), free(in), free(in1), free(out), free(out1), free(rcfg), free(rrun);
+}
+END_TEST
+
 static Suite *export_suite(void) {
     Suite *s = suite_create("export");
     TCase *tc = tcase_create("export");
@@ -160,6 +240,7 @@ static Suite *export_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, export_names_and_layouts);
     tcase_add_test(tc, init_from_reproduces_the_trained_model);
+    tcase_add_test(tc, logits_of_a_batch);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -7,7 +7,8 @@ reference, a checker for other implementations, and experiments (docs/python.md)
     o64, S64 = ttt.reference("gated_deltanet", q, k, v, beta=beta, log_alpha=log_alpha)
     ttt.assert_close(my_kernel, "gated_deltanet", tol=1e-5)
 
-PyTorch (optional): ttt.nn.TTTLayer, ttt.nn.LayerFunction.
+PyTorch (optional): ttt.nn.TTTLayer, ttt.nn.LayerFunction; ttt.torch_model.load(FILE), a
+`ttt export` file as a torch.nn.Module.
 """
 from ._lib import Error, library_path, status_name
 from ._lib import ffi as _ffi, lib as _clib
@@ -21,10 +22,10 @@ __version__ = _ffi.string(_clib.ttt_version()).decode()
 
 
 def __getattr__(name):
-    # ttt.nn imports torch: only when asked for
-    if name == "nn":
+    # ttt.nn and ttt.torch_model import torch: only when asked for
+    if name in ("nn", "torch_model"):
         import importlib
-        return importlib.import_module(".nn", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'ttt' has no attribute '%s'" % name)
 
 

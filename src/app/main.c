@@ -69,6 +69,9 @@ static const char usage_text[] =
     "  export RUN_DIR OUT.safetensors [--point I]\n"
     "                 a trained point's weights in PyTorch's names and (out, in) layouts\n"
     "                 (train.init_from reads them back)\n"
+    "  logits RUN_DIR IN.safetensors OUT.safetensors [--point I]\n"
+    "                 a trained point's logits (B, T, V) on the token ids 'tokens' (B, T) of\n"
+    "                 IN: the reference for a loader of the export\n"
     "  compare RUN_DIR... [--out DIR]\n"
     "                 the summaries of several run folders (of one task kind) side by side,\n"
     "                 aligned on their swept columns; --out DIR also writes the merged\n"
@@ -270,7 +273,7 @@ static int cmd_export(int argc, char **argv) {
         ttt_seq_model m;
         s = ttt_trained_load(&m, pt->task->model(pt->cfg), pos[0], (int)point, &err);
         if (s == TTT_OK) {
-            s = ttt_export_write(pos[1], &m, e->plan->resolved_yaml, &err);
+            s = ttt_export_write(pos[1], &m, e->plan->resolved_yaml, (int)point, &err);
             ttt_seq_model_free(&m);
         }
     }
@@ -278,6 +281,51 @@ static int cmd_export(int argc, char **argv) {
     if (s != TTT_OK) return report(&err);
     fprintf(stderr, "ttt: wrote %s (point %ld of %s)\n", pos[1], point, pos[0]);
     return 0;
+}
+
+/* ttt logits RUN_DIR IN.safetensors OUT.safetensors [--point I]: a trained point's forward pass
+ * on a batch of token ids, what a loader of `ttt export` must reproduce (docs/training.md
+ * "Exporting to PyTorch"). */
+static int cmd_logits(int argc, char **argv) {
+    const char *pos[3] = {0};
+    int np = 0;
+    long point = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
+            char *end;
+            point = strtol(argv[++i], &end, 10);
+            if (*end || point < 0)
+                return usage_error("--point needs a point index >= 0, not '%s'", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return usage_error("logits: unknown option or missing value '%s'", argv[i]);
+        } else if (np < 3) {
+            pos[np++] = argv[i];
+        } else {
+            return usage_error("logits: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (np != 3) return usage_error("logits needs RUN_DIR IN.safetensors OUT.safetensors%s", "");
+    ttt_experiment *e = NULL;
+    int rc = load_run_point(pos[0], point, &e);
+    if (rc) return rc;
+    const ttt_plan_point *pt = &e->plan->points[point];
+    ttt_error err = {0};
+    ttt_status s;
+    if (!pt->task->model) {
+        s = ttt_error_set(&err, TTT_ERR_ARG,
+                          "logits: point %ld of %s is a %s task, which trains no model (mqar "
+                          "and lm do)",
+                          point, pos[0], pt->task->name);
+    } else {
+        ttt_seq_model m;
+        s = ttt_trained_load(&m, pt->task->model(pt->cfg), pos[0], (int)point, &err);
+        if (s == TTT_OK) {
+            s = ttt_export_logits(pos[2], &m, pos[1], &err);
+            ttt_seq_model_free(&m);
+        }
+    }
+    ttt_experiment_free(e);
+    return s == TTT_OK ? 0 : report(&err);
 }
 
 /* ttt sample RUN_DIR: continue a prompt with a trained point's model, from the run folder's
@@ -665,11 +713,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "list") == 0) return cmd_list();
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
+    if (strcmp(cmd, "logits") == 0) return cmd_logits(argc - 2, argv + 2);
     if (strcmp(cmd, "apply") == 0) return cmd_apply(argc - 2, argv + 2);
     if (strcmp(cmd, "compare") == 0) return cmd_compare(argc - 2, argv + 2);
-    static const char *const commands[] = {"run",    "merge",  "check",  "list",
-                                           "apply",  "sample", "export", "compare"};
-    const char *close = ttt_closest_name(cmd, commands, 8);
+    static const char *const commands[] = {"run",    "merge",  "check",  "list",   "apply",
+                                           "sample", "export", "logits", "compare"};
+    const char *close = ttt_closest_name(cmd, commands, 9);
     fprintf(stderr, "ttt: unknown command '%s'%s%s%s\n(see ttt --help)\n", cmd,
             close ? "; did you mean '" : "", close ? close : "", close ? "'?" : "");
     return EXIT_USAGE;

@@ -59,13 +59,15 @@ ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
 }
 
 ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char *config_yaml,
-                            ttt_error *err) {
+                            int point, ttt_error *err) {
     const int n = m->params.n;
     int *kind = calloc((size_t)n, sizeof *kind);
     ttt_st_tensor *ts = calloc((size_t)n, sizeof *ts);
-    /* metadata: format, config, then per tensor "ttt.<export name>" → its layout and
+    /* metadata: format, config, point, then per tensor "ttt.<export name>" → its layout and
      * "ttt.source.<export name>" → its ttt name */
-    const char **kv = calloc((size_t)(2 * (2 + 2 * n)), sizeof *kv);
+    const char **kv = calloc((size_t)(2 * (3 + 2 * n)), sizeof *kv);
+    char point_s[24];
+    snprintf(point_s, sizeof point_s, "%d", point);
     /* per tensor: its export name and its two metadata keys */
     typedef struct {
         char name[TTT_PARAM_NAME_LEN + 32], key[TTT_PARAM_NAME_LEN + 40],
@@ -100,20 +102,22 @@ ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char
             ts[i].data = p->data;
         }
         snprintf(key, sizeof names[i].key, "ttt.%s", ename);
-        kv[4 + 4 * i] = key;
-        kv[5 + 4 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
+        kv[6 + 4 * i] = key;
+        kv[7 + 4 * i] = kind[i] == TTT_EXPORT_LINEAR ? "linear"
                         : kind[i] == TTT_EXPORT_BIAS ? "bias"
                                                      : "as_is";
         snprintf(skey, sizeof names[i].skey, "ttt.source.%s", ename);
-        kv[6 + 4 * i] = skey;
-        kv[7 + 4 * i] = p->name;
+        kv[8 + 4 * i] = skey;
+        kv[9 + 4 * i] = p->name;
     }
     if (s == TTT_OK) {
         kv[0] = "ttt.format";
         kv[1] = TTT_EXPORT_FORMAT;
         kv[2] = "ttt.config";
         kv[3] = config_yaml ? config_yaml : "";
-        s = ttt_st_write(path, ts, n, kv, 2 + 2 * n, err);
+        kv[4] = "ttt.point";
+        kv[5] = point_s;
+        s = ttt_st_write(path, ts, n, kv, 3 + 2 * n, err);
     }
     for (int i = 0; i < made && ts; i++)
         if (kind && kind[i] == TTT_EXPORT_LINEAR) free(ts[i].data);
@@ -163,5 +167,56 @@ ttt_status ttt_export_read(ttt_seq_model *m, const char *path, ttt_error *err) {
         }
     ttt_st_free(f);
     free(kind);
+    return s;
+}
+
+ttt_status ttt_export_logits(const char *out_path, const ttt_seq_model *m, const char *in_path,
+                             ttt_error *err) {
+    const int V = m->cfg.io.vocab;
+    if (V <= 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "logits: the model reads vectors, not token ids (a token task's "
+                             "model has logits: mqar, lm)");
+    ttt_st_file *f = NULL;
+    TTT_TRY(ttt_st_read(in_path, &f, err));
+    const ttt_st_tensor *t = ttt_st_find(f, "tokens");
+    ttt_status s = TTT_OK;
+    char sh[96] = "missing";
+    if (t) ttt_st_shape_str(t, sh, sizeof sh);
+    if (f->n != 1 || !t || t->ndim != 2 || t->shape[0] < 1 || t->shape[1] < 1 ||
+        t->shape[0] * t->shape[1] > (1 << 24))
+        s = ttt_error_set(err, TTT_ERR_SHAPE,
+                          "logits: '%s': expected one tensor 'tokens' of shape (B, T), B, T >= 1 "
+                          "and B·T <= 2^24; it has %d tensor(s), 'tokens' %s",
+                          in_path, f->n, sh);
+    const int B = s == TTT_OK ? (int)t->shape[0] : 0, T = s == TTT_OK ? (int)t->shape[1] : 0;
+    int *tok = s == TTT_OK ? malloc((size_t)B * (size_t)T * sizeof *tok) : NULL;
+    if (s == TTT_OK && !tok) s = ttt_error_set(err, TTT_ERR_NOMEM, "logits: out of memory");
+    for (long i = 0; s == TTT_OK && i < (long)B * T; i++) {
+        /* ids are exact in float32 up to 2^24, far above any vocabulary ttt builds */
+        const float x = t->data[i];
+        if (!(x >= 0.0f && x < (float)V && x == (float)(int)x))
+            s = ttt_error_set(err, TTT_ERR_RANGE,
+                              "logits: '%s': tokens[%ld][%ld] = %g; expected a token id, an "
+                              "integer in [0, %d)",
+                              in_path, i / T, i % T, (double)x, V);
+        else
+            tok[i] = (int)x;
+    }
+    if (s == TTT_OK) {
+        ttt_arena a;
+        ttt_arena_init(&a, 0);
+        ttt_ctx ctx = {.arena = &a};
+        const ttt_seq_batch b = {.B = B, .T = T, .tokens = tok};
+        ttt_tensor *y; /* (B·T, V) */
+        s = ttt_seq_model_forward(&ctx, m, NULL, &b, &y, err);
+        if (s == TTT_OK) {
+            ttt_st_tensor o = {.name = "logits", .ndim = 3, .shape = {B, T, V}, .data = y->data};
+            s = ttt_st_write(out_path, &o, 1, NULL, 0, err);
+        }
+        ttt_arena_free(&a);
+    }
+    free(tok);
+    ttt_st_free(f);
     return s;
 }

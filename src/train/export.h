@@ -32,13 +32,22 @@ void ttt_export_name(char *buf, size_t len, const char *name, int kind);
 ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err);
 
 /* Write m's parameters to `path` (atomic), with `config_yaml` (may be NULL) as the metadata
- * "ttt.config". */
+ * "ttt.config" and `point`, the index of the model's point among the configuration's sweep
+ * points (its entry of `resolved:` when it sweeps), as "ttt.point". */
 ttt_status ttt_export_write(const char *path, const ttt_seq_model *m, const char *config_yaml,
-                            ttt_error *err);
+                            int point, ttt_error *err);
 
 /* Read a file written by ttt_export_write (or by PyTorch with the same names and layouts) into
  * m's parameters: every parameter must be present with its shape (transposed for products);
  * nothing is changed unless all of them are. Errors name the file and the tensor. */
 ttt_status ttt_export_read(ttt_seq_model *m, const char *path, ttt_error *err);
+
+/* m's forward pass on the token ids of the tensor "tokens" (B, T) of `in_path` (integer values
+ * in any dtype the reader takes), written to `out_path` as "logits" (B, T, V) in float32: the
+ * reference a loader of the export compares against (`ttt logits`, docs/training.md "Exporting
+ * to PyTorch"). A token model only; any other tensor, or a value that is not an id of the
+ * vocabulary, is an error naming the file and the value. */
+ttt_status ttt_export_logits(const char *out_path, const ttt_seq_model *m, const char *in_path,
+                             ttt_error *err);
 
 #endif

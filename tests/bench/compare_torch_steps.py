@@ -9,9 +9,10 @@ the initial parameters, every step's batch, the loss the trainer recorded for it
 rate, and the parameters after step N. The model is then trained again in PyTorch from the same
 initial parameters on the same batches, twice: in float64 (the reference) and in float32, with
 
-    the model          compare_torch_train.py's twin, built from the dump's resolved model.* and
+    the model          the package's twin (python/ttt/torch_model.py, through
+                       compare_torch_train.py), built from the dump's resolved model.* and
                        layer.* values (anything it does not implement is refused by name)
-    weight decay       torch.optim.AdamW with two groups: decays() of compare_torch_train.py (the
+    weight decay       torch.optim.AdamW with two groups: decays() of the twin (the
                        twin's own rule, checked against the flags ttt wrote) at train.weight_decay,
                        the rest at 0
     learning rate      this script's own implementation of the schedule of src/train/adamw.h
@@ -65,6 +66,7 @@ except ImportError as e:  # CI installs python3-torch (.ci/deps test): missing t
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_torch import read_safetensors  # noqa: E402
 from compare_torch_train import Config, decays, forward_loss, self_check  # noqa: E402
+# (the twin itself is python/ttt/torch_model.py; compare_torch_train loads it)
 
 LOSS_TOL = 1e-4
 LEAVE_RATIO = 0.75

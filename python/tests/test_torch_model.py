@@ -1,0 +1,161 @@
+"""ttt.torch_model: a trained model exported by `ttt export`, loaded as a torch.nn.Module, gives
+the logits ttt's own forward pass gives (`ttt logits`, computed here at test time from the run's
+checkpoint), for every mixer the module implements (docs/python.md "Loading an export in
+PyTorch")."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ttt  # noqa: E402
+import ttt.torch_model as tm  # noqa: E402
+
+# ttt computes in float32; the module once in float32 and once in float64 from the same float32
+# weights. The differences are float32 rounding alone: 6e-8 relative per operation, accumulated
+# through two blocks of some twenty operations each, on logits up to ~4 — measured 8e-7 to
+# 4e-6 (the float64 side shows ttt's rounding alone). 1e-5 is what the module promises; a
+# layout slip moves these logits by 1e-3 or more (checked below).
+TOL = 1e-5
+
+# Each mixer's `layer:` (or `model.mixer`), from weights of standard deviation 0.3 (not 0.02,
+# with which q·S and the mixers' outputs are ~1e-6 and a wrong mixer would go unseen) trained a
+# few steps at a high learning rate (logits up to ~4).
+MIXERS = {
+    "linear_attention": {"layer": {"preset": "linear_attention"}},
+    "retnet": {"layer": {"preset": "retnet"}},
+    "mamba2": {"layer": {"preset": "mamba2"}},
+    "gla": {"layer": {"preset": "gla"}},
+    "deltanet": {"layer": {"preset": "deltanet"}},
+    "gated_deltanet": {"layer": {"preset": "gated_deltanet"}},
+    "ttt_linear": {"layer": {"preset": "ttt_linear"}},
+    "softmax": {"model": {"mixer": "softmax"}},
+    # the other block options: LayerNorm, learned positions, normalized linear attention
+    "layernorm_learned_ratio": {"model": {"norm": "layer", "positions": "learned"},
+                                "layer": {"preset": "linear_attention", "normalize": "ratio"}},
+}
+
+
+def program():
+    """The ttt program: $TTT_PROGRAM, else the one built next to the library under test."""
+    p = os.environ.get("TTT_PROGRAM") or os.path.join(os.path.dirname(ttt.library_path), "ttt")
+    if not os.access(p, os.X_OK):
+        pytest.fail(f"no ttt program at {p} (build the target ttt, or set TTT_PROGRAM)")
+    return p
+
+
+def ttt_cli(*args):
+    r = subprocess.run([program(), *args], capture_output=True, text=True)
+    assert r.returncode == 0, f"ttt {' '.join(args)}:\n{r.stderr}"
+
+
+def experiment(name, extra):
+    model = {"d_model": 16, "layers": 2, "heads": 2, "mlp": 16,
+             "init_std": 0.3, **extra.get("model", {})}
+    lines = [f"name: {name}", "seed: 3",
+             "task: {kind: mqar, vocab: 32, seq_len: 24, pairs: 4, train_examples: 64, "
+             "test_examples: 16}",
+             f"model: {flow(model)}",
+             "train: {steps: 8, batch: 8, lr: 3e-2, warmup: 1, log_every: 8}"]
+    if "layer" in extra:
+        lines.append(f"layer: {flow(extra['layer'])}")
+    return "\n".join(lines) + "\n"
+
+
+def flow(d):
+    return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
+
+
+def export_and_reference(tmp_path, name, extra, tokens):
+    """Train, export, and ttt's logits on `tokens` from the run's checkpoint."""
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(experiment(name, extra))
+    run, exp = tmp_path / name, tmp_path / f"{name}.safetensors"
+    ttt_cli("run", str(cfg), "--out", str(run), "--quiet")
+    ttt_cli("export", str(run), str(exp))
+    tm.write_safetensors(tmp_path / "tokens.safetensors", {"tokens": tokens})
+    out = tmp_path / f"{name}_logits.safetensors"
+    ttt_cli("logits", str(run), str(tmp_path / "tokens.safetensors"), str(out))
+    return str(exp), tm.read_safetensors(out)[0]["logits"]
+
+
+def batch(B=3, T=24, V=32, seed=0):
+    return np.random.default_rng(seed).integers(0, V, size=(B, T))
+
+
+@pytest.mark.parametrize("name", list(MIXERS))
+def test_export_reproduces_ttts_logits(tmp_path, name):
+    tokens = batch()
+    exp, ref = export_and_reference(tmp_path, name, MIXERS[name], tokens)
+    model = tm.load(exp)
+    assert set(model.state_dict()) == set(tm.read_safetensors(exp)[0])   # the export's names
+    t = torch.from_numpy(tokens)
+    with torch.no_grad():
+        l32 = model(t).numpy()
+        l64 = model.double()(t).numpy()
+    assert ref.shape == l32.shape == (3, 24, 32)
+    assert np.abs(ref).max() > 0.5, "logits too small for the tolerance to mean anything"
+    e32, e64 = np.abs(l32 - ref).max(), np.abs(l64 - ref).max()
+    assert e64 <= TOL and e32 <= TOL, f"{name}: max |Δlogit| {e32:.2e} (float32), {e64:.2e} " \
+                                      f"(float64)"
+    # the check has power here: the last block's query weight read transposed (a layout slip)
+    # moves the logits far beyond TOL (measured 1e-3 for linear attention, whose mixer adds
+    # least, to 0.6)
+    w = model.layers[1].mixer.wq.weight
+    with torch.no_grad():
+        w.copy_(w.t().clone())
+        moved = np.abs(model.float()(t).numpy() - ref).max()
+    assert moved > 20 * TOL, f"{name}: a transposed wq moves the logits by {moved:.1e} only"
+
+
+def test_a_sweep_point(tmp_path):
+    # a swept run's export names its point; the module rebuilds that point's model
+    text = experiment("sweep", {"layer": {"preset": "deltanet"}}) + \
+        "sweep:\n  layer:\n    - {preset: deltanet}\n    - {preset: gla}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    ttt_cli("run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "s"), "--quiet")
+    ttt_cli("export", str(tmp_path / "s"), str(tmp_path / "s1.safetensors"), "--point", "1")
+    tokens = batch(B=2)
+    tm.write_safetensors(tmp_path / "tok.safetensors", {"tokens": tokens})
+    ttt_cli("logits", str(tmp_path / "s"), str(tmp_path / "tok.safetensors"),
+            str(tmp_path / "l1.safetensors"), "--point", "1")
+    ref = tm.read_safetensors(tmp_path / "l1.safetensors")[0]["logits"]
+    model = tm.load(str(tmp_path / "s1.safetensors"))
+    assert model.cfg.gate == "vector"                                    # gla, not deltanet
+    with torch.no_grad():
+        assert np.abs(model.double()(torch.from_numpy(tokens)).numpy() - ref).max() <= TOL
+
+
+def test_refuses_what_it_does_not_implement(tmp_path):
+    # Titans (a momentum optimizer) and the fox mixer: refused by the option, never approximated
+    for name, extra, option in (("titans", {"layer": {"preset": "titans"}},
+                                 "layer.optimizer.name = momentum"),
+                                ("fox", {"model": {"mixer": "fox"}}, "model.mixer = fox")):
+        (tmp_path / f"{name}.yaml").write_text(experiment(name, extra).replace("steps: 8",
+                                                                                 "steps: 1"))
+        ttt_cli("run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name), "--quiet")
+        ttt_cli("export", str(tmp_path / name), str(tmp_path / f"{name}.safetensors"))
+        with pytest.raises(ValueError, match=option):
+            tm.load(str(tmp_path / f"{name}.safetensors"))
+    # a vector model: it reads features, not token ids
+    (tmp_path / "reg.yaml").write_text(
+        "task: {kind: regression, dim: 2, points: 4, eval_sequences: 8, eval_batch: 8}\n"
+        "model: {d_model: 8, layers: 1, heads: 2, mlp: 0}\nlayer: {preset: deltanet}\n"
+        "train: {steps: 1, batch: 4, log_every: 1}\n")
+    ttt_cli("run", str(tmp_path / "reg.yaml"), "--out", str(tmp_path / "reg"), "--quiet")
+    ttt_cli("export", str(tmp_path / "reg"), str(tmp_path / "reg.safetensors"))
+    with pytest.raises(ValueError, match="task.kind = regression"):
+        tm.load(str(tmp_path / "reg.safetensors"))
+    # not an export at all
+    tm.write_safetensors(tmp_path / "x.safetensors", {"w": np.zeros(2)})
+    with pytest.raises(ValueError, match="ttt.format"):
+        tm.load(str(tmp_path / "x.safetensors"))
+
+
+def test_chunkwise_layers_match_their_recurrences():
+    # the module's chunkwise linear attention and delta rule and TTT-Linear's dual form against
+    # token-by-token loops of their recurrences, float64 (self_check asserts 1e-10)
+    torch.set_num_threads(1)
+    tm.self_check()
