@@ -8,9 +8,15 @@
 
 void ttt_tape_init(ttt_tape *tape) { memset(tape, 0, sizeof *tape); }
 
+/* The buffers on the free lists belong to the arena the caller resets with the tape. */
+static void forget_free_grads(ttt_tape *tape) {
+    memset(tape->free_grads, 0, sizeof tape->free_grads);
+}
+
 void ttt_tape_reset(ttt_tape *tape) {
     tape->last = NULL;
     tape->n_entries = 0;
+    forget_free_grads(tape);
 }
 
 void ttt_tape_free(ttt_tape *tape) { ttt_tape_reset(tape); }
@@ -54,6 +60,7 @@ ttt_tape_entry *ttt_tape_record(ttt_ctx *ctx, ttt_backward_fn fn, ttt_tensor *ou
     e->name = "custom";
     e->out = out;
     e->n_in = n_inputs;
+    e->out_shared = out->requires_grad;
     e->in = ttt_tape_alloc(ctx, (size_t)n_inputs * sizeof *e->in);
     /* The cast drops const only to let backward write the inputs' grad field (autograd.h). */
     for (int i = 0; i < n_inputs; i++) e->in[i] = (ttt_tensor *)inputs[i];
@@ -66,12 +73,52 @@ ttt_tape_entry *ttt_tape_record(ttt_ctx *ctx, ttt_backward_fn fn, ttt_tensor *ou
     return e;
 }
 
+/* A free gradient buffer: its first bytes while it waits (every arena allocation holds at least
+ * 64 bytes, tensor.c). */
+typedef struct free_grad {
+    struct free_grad *next;
+    size_t n; /* elements */
+} free_grad;
+
+/* Element counts of one model are few and often powers of two: a multiplicative hash spreads
+ * them over the buckets, so a bucket's chain is mostly buffers of one size. */
+static size_t bucket_of(size_t n) {
+    return (size_t)((n * 0x9E3779B97F4A7C15ull) >> 40) % TTT_TAPE_FREE_BUCKETS;
+}
+
+/* A recycled buffer of exactly n elements, unlinked, or NULL. */
+static float *take_free_grad(ttt_tape *tape, size_t n) {
+    for (free_grad **pp = (free_grad **)&tape->free_grads[bucket_of(n)]; *pp;
+         pp = &(*pp)->next)
+        if ((*pp)->n == n) {
+            free_grad *f = *pp;
+            *pp = f->next;
+            return (float *)(void *)f;
+        }
+    return NULL;
+}
+
+static void give_back_grad(ttt_tape *tape, ttt_tensor *t) {
+    free_grad *f = (free_grad *)(void *)t->grad;
+    f->n = t->n;
+    void **head = &tape->free_grads[bucket_of(t->n)];
+    f->next = *head;
+    *head = f;
+    t->grad = NULL;
+}
+
 float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t) {
     if (!t || !t->requires_grad) return NULL;
     ttt_tensor *m = (ttt_tensor *)t; /* grad metadata only (autograd.h) */
     if (!m->grad) {
         TTT_ASSERT(!m->grad_persistent);
-        m->grad = ttt_tape_alloc(ctx, (m->n ? m->n : 1) * sizeof(float));
+        ttt_tape *tape = ctx->tape;
+        m->grad = tape && tape->recycle ? take_free_grad(tape, m->n) : NULL;
+        if (!m->grad) {
+            const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
+            m->grad = ttt_tape_alloc(ctx, bytes);
+            if (tape) tape->grad_bytes += bytes;
+        }
         memset(m->grad, 0, m->n * sizeof(float));
     }
     return m->grad;
@@ -101,6 +148,8 @@ void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
     TTT_ASSERT(ctx->tape != NULL);
     if (!out->requires_grad) return; /* nothing that requires grad reaches out */
     clear_grads(ctx->tape);
+    forget_free_grads(ctx->tape);
+    ctx->tape->grad_bytes = 0;
     if (!out->grad_persistent) ((ttt_tensor *)out)->grad = NULL;
     /* Backward functions may call ops; they must not record (no higher-order gradients), and
      * they must not see the entries they are walking grow. */
@@ -108,8 +157,14 @@ void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
     ctx->grad = 0;
     float *g = ttt_grad(ctx, out);
     for (size_t i = 0; i < out->n; i++) g[i] += dout[i];
-    for (ttt_tape_entry *e = ctx->tape->last; e; e = e->prev)
-        if (e->out->grad) e->backward(ctx, e, e->out->grad);
+    const int recycle = ctx->tape->recycle;
+    for (ttt_tape_entry *e = ctx->tape->last; e; e = e->prev) {
+        if (!e->out->grad) continue;
+        e->backward(ctx, e, e->out->grad);
+        /* Every consumer of e->out is newer and has run: its gradient is dead (autograd.h). */
+        if (recycle && !e->out_shared && e->out != out && !e->out->grad_persistent)
+            give_back_grad(ctx->tape, e->out);
+    }
     ctx->grad = saved;
 }
 

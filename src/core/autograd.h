@@ -101,11 +101,27 @@ struct ttt_tape_entry {
     float farg[TTT_TAPE_NARGS]; /* small parameters of the op (scales, eps) */
     void *aux;                  /* saved data for the backward (in the arena), or NULL */
     ttt_tape_entry *prev;       /* the entry recorded before this one */
+    int out_shared;             /* out already required grad when recorded (a leaf or the output
+                                   of an older entry): its gradient is never recycled */
 };
+
+/* Buckets of the recycled gradient buffers (below), by element count. */
+#define TTT_TAPE_FREE_BUCKETS 64
 
 struct ttt_tape {
     ttt_tape_entry *last; /* newest entry; the list runs backward through ->prev */
     size_t n_entries;
+    /* Recycling of activation gradients during backward (off unless the caller sets it): once
+     * an entry's backward has run, nothing reads its output's gradient again (every entry that
+     * consumed the output is newer and ran before it), so the buffer goes on a free list and
+     * the next ttt_grad of the same element count takes it instead of new arena memory. The
+     * live gradients of a backward walk are then about one layer's worth instead of one per
+     * recorded tensor (docs/training.md "Memory of a training step"). The price: after
+     * ttt_backward only leaves (parameters, and tensors marked requires_grad without being
+     * recorded) and the root keep their gradients; an intermediate result's grad is NULL. */
+    int recycle;
+    void *free_grads[TTT_TAPE_FREE_BUCKETS]; /* chains of free buffers (in the arena) */
+    size_t grad_bytes; /* arena bytes ttt_grad took during the latest backward (accounting) */
 };
 
 void ttt_tape_init(ttt_tape *tape);

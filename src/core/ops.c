@@ -1389,9 +1389,20 @@ ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1) {
     int shp[TTT_MAX_DIMS];
     memcpy(shp, a->shape, sizeof shp);
     shp[0] = r1 - r0;
-    ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, shp);
     size_t st = row_stride(a);
-    if (r->n) memcpy(r->data, a->data + (size_t)r0 * st, r->n * sizeof(float));
+    ttt_tensor *r;
+    if (ttt_recording(ctx) && a->requires_grad) {
+        /* Recorded: the rows are contiguous and a tensor on the tape is never written in place
+         * (autograd.h), so r shares a's storage, as ttt_reshape does, instead of keeping a
+         * second copy of them until the backward (docs/training.md "Memory of a training
+         * step"); its gradient stays its own. */
+        r = ttt_arena_alloc(ctx->arena, sizeof *r);
+        TTT_ASSERT(r != NULL);
+        *r = ttt_tensor_view(a->data + (size_t)r0 * st, a->ndim, shp);
+    } else {
+        r = ttt_tensor_new(ctx, a->ndim, shp);
+        if (r->n) memcpy(r->data, a->data + (size_t)r0 * st, r->n * sizeof(float));
+    }
     ttt_tape_entry *e = RECORD(ctx, "slice_rows", slice_rows_backward, r, a);
     if (e) e->iarg[0] = r0;
     return r;

@@ -127,7 +127,8 @@ ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor 
 
 /* ---- shape ---- */
 ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a);
-/* Rows [r0, r1) of a (dim 0), copied. */
+/* Rows [r0, r1) of a (dim 0): copied, or, when recorded, a view of a's storage (like
+ * ttt_reshape; a recorded tensor is never written in place). */
 ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1);
 /* Stack along dim 0 (other dims equal). */
 ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);

@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 #include "tensor.h"
 
 #include "autograd.h"
@@ -8,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #ifdef _OPENMP
@@ -44,11 +46,29 @@ static size_t block_bytes(size_t usable) {
     return (sizeof(ttt_arena_block) + usable + TTT_ALIGN - 1) & ~(size_t)(TTT_ALIGN - 1);
 }
 
+/* Blocks of at least this many bytes are mapped from the system directly instead of through
+ * malloc. glibc's malloc moves its own mmap threshold up to the size of the largest block freed
+ * (up to 32 MiB) and keeps later blocks of that size in its heaps, trimmed or not depending on
+ * the history of the process; a mapped block is the same memory whatever happened before: it is
+ * faulted in once when first touched and given back to the system when the arena frees it.
+ * Smaller blocks (the 1 MiB default of short-lived arenas) stay with malloc, whose reuse of them
+ * avoids a mapping per arena. */
+#define ARENA_MAP_BYTES ((size_t)4 << 20)
+
+static ttt_arena_block *block_new(size_t bytes) {
+    if (ttt_fault_alloc()) return NULL;
+    if (bytes < ARENA_MAP_BYTES) return aligned_alloc(TTT_ALIGN, bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p; /* page-aligned, so TTT_ALIGN-aligned */
+}
+
 static void free_chain(ttt_arena_block *b) {
     while (b) {
         ttt_arena_block *p = b->prev;
-        ttt_mem_track(-(double)block_bytes(b->size));
-        free(b);
+        const size_t bytes = block_bytes(b->size);
+        ttt_mem_track(-(double)bytes);
+        if (bytes < ARENA_MAP_BYTES) free(b);
+        else munmap(b, bytes);
         b = p;
     }
 }
@@ -91,8 +111,7 @@ size_t ttt_arena_footprint(const ttt_arena *a) {
     return a->closed + (a->head ? a->head->offset : 0);
 }
 
-/* Bytes the arena holds from the system, used or spare (what `limit` bounds). */
-static size_t held(const ttt_arena *a) {
+size_t ttt_arena_held(const ttt_arena *a) {
     size_t s = 0;
     for (const ttt_arena_block *b = a->head; b; b = b->prev) s += b->size;
     for (const ttt_arena_block *b = a->spare; b; b = b->prev) s += b->size;
@@ -118,11 +137,11 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
         ttt_arena_block *nb = take_spare(a, need);
         if (!nb) {
             size_t sz = need > a->block_size ? need : a->block_size;
-            if (a->limit && held(a) + sz > a->limit) {
+            if (a->limit && ttt_arena_held(a) + sz > a->limit) {
                 escape(a, bytes);
                 return NULL;
             }
-            nb = ttt_fault_alloc() ? NULL : aligned_alloc(TTT_ALIGN, block_bytes(sz));
+            nb = block_new(block_bytes(sz));
             if (!nb) {
                 escape(a, bytes);
                 return NULL;

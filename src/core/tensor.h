@@ -78,6 +78,8 @@ ttt_arena_mark ttt_arena_mark_get(const ttt_arena *a);
 void ttt_arena_release(ttt_arena *a, ttt_arena_mark m);
 void ttt_arena_reset(ttt_arena *a);
 size_t ttt_arena_footprint(const ttt_arena *a);
+/* Bytes the arena holds from the system: its blocks, in use or spare (what `limit` bounds). */
+size_t ttt_arena_held(const ttt_arena *a);
 
 typedef struct ttt_tensor {
     float *data;

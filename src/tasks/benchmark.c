@@ -70,9 +70,23 @@
  *                       machine a step that another process preempted is slow in wall time but
  *                       not in CPU time (with one thread, cpu_seconds is the work itself)
  *   speedup_1t          the 1-thread seconds / these (when 1 ran first)
- *   peak_mb             parameters and their gradients, AdamW's two moments, the gradient buffer
- *                       of every shard after the first, plus the largest sum over shards of a
- *                       step's arena peak (tape, activations, scratch; ttt_train_result)
+ *   peak_mb             what a step holds, the sum of: parameters and their gradients
+ *                       (param_mb), AdamW's two moments (optim_mb), the gradient buffer of every
+ *                       shard after the first (shard_mb), the batches the steps read (data_mb)
+ *                       and the largest sum over shards of a step's arena peak, itself
+ *                       act_mb + act_grad_mb + work_mb (ttt_train_memory, train.h):
+ *   act_mb              the arenas at the loss: every tensor, tape entry and saved state the
+ *                       backward reads (activations kept for the backward)
+ *   act_grad_mb         the gradients of those activations the backward took (recycled, autograd.h)
+ *   work_mb             the rest of the arena peak: scratch of forward and backward
+ *   arena_held_mb       the bytes the shard arenas hold from the system (blocks in use and spare)
+ *   rss_mb              measured, not accounted: the process's resident set's growth from before
+ *                       the trainer starts (model and batches built) to its peak (VmHWM, reset
+ *                       through /proc/self/clear_refs), beyond peak_mb the C library's and
+ *                       OpenMP's per-thread memory
+ *   faults_first        minor page faults of the first step (the arenas' pages mapped once)
+ *   faults_per_step     minor page faults per step from the third step on: memory the step takes
+ *                       from the system anew (0: the arenas keep their blocks across steps)
  * The MQAR batches are drawn from the seed before the clock starts. `dump: true` also writes
  * <run folder>/train_step_point<i>_L<seq_len>.safetensors: every parameter at initialization
  * ("param.<name>", names as in params.h), the first batch ("tokens", "labels" as floats, −1 = not
@@ -88,6 +102,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -326,10 +341,45 @@ typedef struct train_feed {
     ttt_token_set set; /* (n_batches·B, L) */
     int B, n_batches;
     long next;      /* requests so far */
-    long n_stamps;  /* capacity of wall / cpu */
+    long n_stamps;  /* capacity of wall / cpu / faults */
     double *wall;   /* (n_stamps) ttt_now() at request i */
     double *cpu;    /* (n_stamps) process CPU seconds at request i */
+    double *faults; /* (n_stamps) the process's minor page faults so far at request i */
 } train_feed;
+
+/* Minor page faults of the whole process so far (every one is a page the kernel had to map and
+ * zero: memory taken from the system anew). */
+static double minor_faults(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_minflt : NAN;
+}
+
+/* The process's resident set now (VmRSS) or its high-water mark (VmHWM) in bytes, from
+ * /proc/self/status; NAN where there is none. */
+static double resident_bytes(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return NAN;
+    char line[256];
+    double v = NAN;
+    const size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            v = 1024.0 * strtod(line + n + 1, NULL); /* "VmRSS:    1234 kB" */
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Start the high-water mark of the resident set afresh at the current resident set (Linux ≥ 4.0:
+ * writing 5 to clear_refs), so that a measurement's peak is its own and not the process's.
+ * Nonzero when that worked. */
+static int resident_peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    const int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
 
 static ttt_status feed_next(void *user, ttt_seq_batch *out, ttt_error *err) {
     (void)err;
@@ -337,6 +387,7 @@ static ttt_status feed_next(void *user, ttt_seq_batch *out, ttt_error *err) {
     if (f->next < f->n_stamps) {
         f->wall[f->next] = ttt_now();
         f->cpu[f->next] = cpu_now();
+        f->faults[f->next] = minor_faults();
     }
     const size_t off = (size_t)(f->next++ % f->n_batches) * (size_t)f->B * (size_t)f->set.L;
     *out = (ttt_seq_batch){.B = f->B, .T = f->set.L, .tokens = f->set.tokens + off,
@@ -353,7 +404,15 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct train_timing {
     double best, median; /* wall clock: fastest and median timed step */
     double cpu_best;     /* process CPU seconds (all threads) of the step with the least */
-    double peak_bytes;
+    double peak_bytes;   /* the sum of the parts below */
+    double param_bytes;  /* parameters and their gradients */
+    double optim_bytes;  /* AdamW's two moments */
+    double shard_bytes;  /* the gradient buffers of the shards after the first */
+    double data_bytes;   /* the batches the steps read (tokens and labels) */
+    ttt_train_memory mem; /* the arena's parts (train.h) */
+    double rss_bytes;    /* the resident set's growth from before the run to its peak */
+    double faults_first; /* minor page faults of the warm-up step */
+    double faults_step;  /* minor page faults per step from the third (mean) */
 } train_timing;
 
 /* A freshly initialized model trained by ttt_train for repeats + 2 steps on `threads` threads
@@ -378,16 +437,24 @@ static ttt_status time_train_steps(const ttt_seq_model_config *mc, const ttt_tra
     feed->n_stamps = tc.steps;
     feed->wall = ttt_fault_malloc(sizeof(double) * (size_t)tc.steps);
     feed->cpu = ttt_fault_malloc(sizeof(double) * (size_t)tc.steps);
+    feed->faults = ttt_fault_malloc(sizeof(double) * (size_t)tc.steps);
     double *secs = ttt_fault_malloc(sizeof(double) * (size_t)repeats);
     ttt_status s = TTT_OK;
-    if (!feed->wall || !feed->cpu || !secs)
+    if (!feed->wall || !feed->cpu || !feed->faults || !secs)
         s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     ttt_train_data data = {.user = feed, .next = feed_next};
     ttt_train_result res;
+    /* the resident set's growth over the run, from here (the model and the batches exist) to
+     * its peak: what the training itself took from the system, as the PyTorch twin measures
+     * its own (tests/bench/compare_torch_train.py) */
+    const double rss0 = resident_bytes("VmRSS");
+    const int peak_ok = resident_peak_reset();
     if (s == TTT_OK) {
         const ttt_train_run tr = {.config_hash = "", .series = "", .mixer = ""};
         s = ttt_train(&m, &tc, &data, &tr, &res, err);
     }
+    const double faults_end = minor_faults();
+    out->rss_bytes = peak_ok ? resident_bytes("VmHWM") - rss0 : NAN;
     if (s == TTT_OK && feed->next != tc.steps)
         s = ttt_error_set(err, TTT_ERR_UNSUPPORTED, "benchmark: the trainer asked for %ld "
                                                     "batches in %ld steps; cannot time its steps",
@@ -404,12 +471,23 @@ static ttt_status time_train_steps(const ttt_seq_model_config *mc, const ttt_tra
         out->median = repeats % 2 ? secs[repeats / 2]
                                   : 0.5 * (secs[repeats / 2 - 1] + secs[repeats / 2]);
         const double numel = (double)ttt_params_numel(&m.params);
-        out->peak_bytes = 4.0 * numel * (4.0 + (tc.shards - 1)) + (double)res.arena_peak;
+        out->param_bytes = 8.0 * numel;
+        out->optim_bytes = 8.0 * numel;
+        out->shard_bytes = 4.0 * numel * (tc.shards - 1);
+        out->data_bytes = 2.0 * sizeof(int) * (double)feed->set.n * feed->set.L;
+        out->mem = res.mem;
+        out->peak_bytes = out->param_bytes + out->optim_bytes + out->shard_bytes +
+                          out->data_bytes + (double)res.arena_peak;
+        out->faults_first = feed->faults[1] - feed->faults[0];
+        /* from the third step on, as the PyTorch twin counts its own (its optimizer state
+         * appears in its first step) */
+        out->faults_step = (faults_end - feed->faults[2]) / (double)(tc.steps - 2);
     }
     free(secs);
     free(feed->wall);
     free(feed->cpu);
-    feed->wall = feed->cpu = NULL;
+    free(feed->faults);
+    feed->wall = feed->cpu = feed->faults = NULL;
     feed->n_stamps = 0;
     ttt_seq_model_free(&m);
     return s;
@@ -820,7 +898,8 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
             ttt_progress_update(run->progress, ++run->work_done, run->label);
             if ((s = ttt_train_check_stop(err)) != TTT_OK) break; /* docs/hardening.md "Signals" */
             if (done[used]++) continue;
-            train_timing tm = {NAN, NAN, NAN, NAN};
+            train_timing tm;
+            memset(&tm, 0, sizeof tm);
             s = time_train_steps(&mc, &tc, &feed, used, repeats, run->seed, &tm, err);
             if (s != TTT_OK) break;
             const double best = tm.best, median = tm.median;
@@ -856,7 +935,19 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
             ttt_record_num(&rec, "tokens_per_s_median", tokens / median);
             ttt_record_num(&rec, "cpu_seconds", tm.cpu_best);
             if (!isnan(t1)) ttt_record_num(&rec, "speedup_1t", t1 / best);
-            ttt_record_num(&rec, "peak_mb", tm.peak_bytes / (1024.0 * 1024.0));
+            const double MB = 1024.0 * 1024.0;
+            ttt_record_num(&rec, "peak_mb", tm.peak_bytes / MB);
+            ttt_record_num(&rec, "act_mb", (double)tm.mem.activations / MB);
+            ttt_record_num(&rec, "act_grad_mb", (double)tm.mem.act_grads / MB);
+            ttt_record_num(&rec, "work_mb", (double)tm.mem.workspace / MB);
+            ttt_record_num(&rec, "param_mb", tm.param_bytes / MB);
+            ttt_record_num(&rec, "optim_mb", tm.optim_bytes / MB);
+            ttt_record_num(&rec, "shard_mb", tm.shard_bytes / MB);
+            ttt_record_num(&rec, "data_mb", tm.data_bytes / MB);
+            ttt_record_num(&rec, "arena_held_mb", (double)tm.mem.arena_held / MB);
+            ttt_record_num(&rec, "rss_mb", tm.rss_bytes / MB);
+            ttt_record_num(&rec, "faults_first", tm.faults_first);
+            ttt_record_num(&rec, "faults_per_step", tm.faults_step);
             ttt_results_add(run->results, &rec, 1);
         }
         ttt_token_set_free(&feed.set);
@@ -1298,7 +1389,8 @@ static const char *const benchmark_columns[] = {
 
 static const char *const train_step_columns[] = {
     "preset", "form", "chunk", "d_model", "batch", "seq_len", "threads", "tokens_per_s",
-    "tokens_per_s_median", "seconds", "cpu_seconds", "speedup_1t", "peak_mb", NULL};
+    "tokens_per_s_median", "seconds", "cpu_seconds", "speedup_1t", "peak_mb", "act_mb",
+    "act_grad_mb", "work_mb", "arena_held_mb", "rss_mb", "faults_per_step", NULL};
 
 static const char *const selective_columns[] = {
     "preset", "form", "blocks", "T", "d_head", "d_state", "heads", "threads", "tokens_per_s",

@@ -49,9 +49,9 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
      * embedding and head (vocab × d_model each) dominate. */
     const double params = ttt_seq_model_param_bound(&mc);
     const double shards = tc.shards > 1 ? tc.shards : 1;
-    /* Each shard's arena starts as one block of TTT_TRAIN_ARENA_BLOCK bytes and is rebuilt
-     * after a step as one block of the step's peak + 25 % (src/train/train.c), so the arenas
-     * hold at most the first blocks plus 1.25 times the steps. */
+    /* Each shard's arena grows in blocks of TTT_TRAIN_ARENA_BLOCK bytes (a larger tensor in a
+     * block of its own) that it keeps across steps (src/train/train.c): the step, the blocks'
+     * unused tails (counted as 25 % of the step) and at most one block more per shard. */
     const double step = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
     const double bytes = shards * (double)TTT_TRAIN_ARENA_BLOCK + 1.25 * step +
                          4.0 * params * (3.0 + shards);

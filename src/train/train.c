@@ -108,6 +108,8 @@ typedef struct shard {
     ttt_seq_stats stats;
     double loss;
     ttt_tensor *pred;
+    size_t act_bytes;  /* the arena's footprint at the end of the forward (the loss) */
+    size_t grad_bytes; /* arena bytes of the backward's activation gradients */
     ttt_status s;
     ttt_error err;
 } shard;
@@ -129,6 +131,7 @@ typedef struct shards {
     const ttt_seq_model *m;
     int out_w; /* outputs per position */
     int in_dim;
+    int eval_rows; /* sequences per forward in evaluation (all shards together), 0 = a batch */
 } shards;
 
 static void shards_free(shards *S) {
@@ -172,6 +175,7 @@ static ttt_status shards_init(shards *S, const ttt_seq_model *m, int n, int thre
         shard *h = &S->sh[s];
         ttt_arena_init(&h->arena, TTT_TRAIN_ARENA_BLOCK);
         ttt_tape_init(&h->tape);
+        h->tape.recycle = 1; /* only parameter gradients are read after backward */
         h->ctx = (ttt_ctx){.arena = &h->arena, .grad = 0, .tape = &h->tape};
         h->grads = ttt_fault_calloc((size_t)np, sizeof *h->grads);
         if (!h->grads) {
@@ -350,6 +354,8 @@ static ttt_status shards_init_ranks(shards *S, const ttt_seq_model *m, int total
  * shard reports out of memory with the size that failed, and its arena and tape are released
  * (docs/design.md "Errors, memory, determinism"). */
 static void shard_step(const ttt_seq_model *m, shard *h, int grad, double denom) {
+    h->arena.peak = ttt_arena_footprint(&h->arena); /* this step's peak from here */
+    h->act_bytes = h->grad_bytes = 0;
     ttt_arena_escape esc;
     ttt_arena_arm(&h->arena, &esc);
     if (setjmp(esc.jump) == 0) {
@@ -358,7 +364,11 @@ static void shard_step(const ttt_seq_model *m, shard *h, int grad, double denom)
                                   &h->stats, &h->pred, &h->err);
         if (h->s == TTT_OK) {
             h->loss = l->data[0];
+            /* what the backward will read: every tensor, tape entry and saved state the
+             * forward left in the arena */
+            h->act_bytes = ttt_arena_footprint(&h->arena);
             if (grad && isfinite(h->loss)) ttt_backward(&h->ctx, l);
+            h->grad_bytes = grad ? h->tape.grad_bytes : 0;
         }
     } else {
         h->pred = NULL;
@@ -423,46 +433,66 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
     return TTT_OK;
 }
 
-/* Reset every shard's arena. ttt_arena_reset keeps only the oldest block, so a step that needed
- * more (a recorded inner loop easily takes hundreds of MB) would map and unmap the rest every
- * step — fresh pages, each one faulted in and zeroed by the kernel again: the arena is rebuilt
- * once with one block of the size the step needed (+25 %). "Needed" is the peak, not the
- * footprint at the end: scratch that an op released before the end (mark/release) still had to
- * fit, and a block allocated for it would be unmapped at the release, every step. */
+/* Reset every shard's arena for the next step. ttt_arena_reset keeps every block the step took
+ * (the spare list, tensor.h), and the next step, which allocates the same sizes in the same
+ * order, takes them again: after the first step a training step maps no new memory and faults
+ * no page in (docs/training.md "Memory of a training step"; test_train_memory). Rebuilding the
+ * arena as one block of the step's size instead unmapped every page the first step had faulted
+ * in and faulted as many in again. */
 static void shards_reset(shards *S) {
-    for (int s = 0; s < S->n; s++) {
-        ttt_arena *a = &S->sh[s].arena;
-        size_t fp = ttt_arena_footprint(a);
-        if (a->peak > fp) fp = a->peak;
-        if (fp > a->block_size) {
-            ttt_arena_free(a);
-            ttt_arena_init(a, fp + fp / 4);
-        } else {
-            ttt_arena_reset(a);
-        }
-    }
+    for (int s = 0; s < S->n; s++) ttt_arena_reset(&S->sh[s].arena);
 }
 
+/* The step's memory, summed over the shards (train.h ttt_train_memory): kept when its arena peak
+ * is the largest so far. */
+static void step_memory(const shards *S, ttt_train_result *res) {
+    size_t peak = 0, act = 0, grads = 0, held = 0;
+    for (int i = 0; i < S->n; i++) {
+        const shard *h = &S->sh[i];
+        peak += h->arena.peak;
+        act += h->act_bytes;
+        grads += h->grad_bytes;
+        held += ttt_arena_held(&h->arena);
+    }
+    if (held > res->mem.arena_held) res->mem.arena_held = held;
+    if (peak < res->arena_peak) return;
+    res->arena_peak = peak;
+    res->mem.activations = act;
+    res->mem.act_grads = grads;
+    res->mem.workspace = peak > act + grads ? peak - act - grads : 0;
+}
+
+/* Score every evaluation batch. A batch goes through the shards in parts of at most
+ * S->eval_rows sequences (0: whole), each part's arenas reset before the next: a no-grad forward
+ * keeps its intermediates until the reset, so a 250-sequence evaluation batch held more than a
+ * training step of 64 sequences with its tape (docs/training.md "Memory of a training step").
+ * The parts depend on the configuration only, never on threads or ranks. */
 static ttt_status evaluate(shards *S, ttt_train_data *data, ttt_seq_stats *out, ttt_error *err) {
     memset(out, 0, sizeof *out);
+    const int vocab = S->m->cfg.io.vocab > 0;
     for (int i = 0; i < data->n_eval; i++) {
         ttt_seq_batch b;
         TTT_TRY(data->eval_batch(data->user, i, &b, err));
-        double loss;
-        ttt_seq_stats st;
-        ttt_status s = run_shards(S, &b, 0, &loss, &st, err);
-        if (s == TTT_OK && data->eval_observe) {
-            const int n = S->n < b.B ? S->n : b.B;
-            for (int k = 0; k < n; k++) {
-                shard *h = &S->sh[k];
-                data->eval_observe(data->user, i, h->row0, &h->sub, h->pred->data);
+        const int step = S->eval_rows > 0 ? S->eval_rows : b.B;
+        for (int p0 = 0; p0 < b.B; p0 += step) {
+            const int p1 = b.B - p0 < step ? b.B : p0 + step;
+            const ttt_seq_batch part = sub_batch(&b, p0, p1, S->in_dim, S->out_w, vocab);
+            double loss;
+            ttt_seq_stats st;
+            ttt_status s = run_shards(S, &part, 0, &loss, &st, err);
+            if (s == TTT_OK && data->eval_observe) {
+                const int n = S->n < part.B ? S->n : part.B;
+                for (int k = 0; k < n; k++) {
+                    shard *h = &S->sh[k];
+                    data->eval_observe(data->user, i, p0 + h->row0, &h->sub, h->pred->data);
+                }
             }
+            shards_reset(S);
+            TTT_TRY(s);
+            out->count += st.count;
+            out->correct += st.correct;
+            out->loss_sum += st.loss_sum;
         }
-        shards_reset(S);
-        TTT_TRY(s);
-        out->count += st.count;
-        out->correct += st.correct;
-        out->loss_sum += st.loss_sum;
     }
     return TTT_OK;
 }
@@ -764,6 +794,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     }
     if (comm) s = shards_init(&E, m, c->shards, c->threads, err);
     shards *ev = comm ? &E : &S;
+    ev->eval_rows = c->batch; /* evaluation holds no more than a training step's forward */
     const double t_start = ttt_now();
     double t_before = 0; /* seconds of the earlier processes of a resumed run */
     window w = {0};
@@ -800,9 +831,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         double loss;
         ttt_seq_stats st;
         s = run_shards(&S, &b, 1, &loss, &st, err);
-        size_t peak = 0; /* before shards_reset, which may rebuild an arena (and its peak) */
-        for (int i = 0; i < S.n; i++) peak += S.sh[i].arena.peak;
-        if (peak > res->arena_peak) res->arena_peak = peak;
+        step_memory(&S, res); /* before shards_reset, which may rebuild an arena */
         shards_reset(&S);
         if (s != TTT_OK) break;
         const long this_step = step + 1; /* steps are counted from 1 in records */

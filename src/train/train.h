@@ -45,8 +45,9 @@
 /* The `train:` options. */
 extern const ttt_option ttt_train_options[];
 
-/* The first block of each training shard's arena (bytes); after the first step the arena is
- * rebuilt as one block of its peak + 25 % (train.c). The estimates count both (trained.c). */
+/* The block size of each training shard's arena (bytes; a larger tensor gets a block of its
+ * own); the blocks are kept across steps (train.c shards_reset). The estimates count one block
+ * per shard besides the step (trained.c). */
 #define TTT_TRAIN_ARENA_BLOCK ((size_t)16 << 20)
 
 typedef struct ttt_train_config {
@@ -104,6 +105,18 @@ typedef struct ttt_train_run {
     const struct ttt_comm *comm;
 } ttt_train_run;
 
+/* Where a training step's arena bytes go, summed over the shards of the step whose arena peak
+ * was the largest (docs/training.md "Memory of a training step"). */
+typedef struct ttt_train_memory {
+    size_t activations; /* the arena's footprint when the forward has computed the loss: every
+                         * tensor, tape entry and saved state the backward reads */
+    size_t act_grads;   /* arena bytes the backward took for gradients of activations (recycled
+                         * buffers counted once, autograd.h) */
+    size_t workspace;   /* the rest of the step's arena peak: scratch of forward and backward */
+    size_t arena_held;  /* the most bytes the shard arenas held from the system at a step's end
+                         * (blocks in use and spare, with their unused tails) */
+} ttt_train_memory;
+
 typedef struct ttt_train_result {
     long step;            /* updates done (== steps unless stopped) */
     long resumed_from;    /* step of the checkpoint it resumed from, −1 = fresh start */
@@ -118,6 +131,7 @@ typedef struct ttt_train_result {
     size_t arena_peak;    /* the largest sum over shards of a training step's arena peak (tape,
                            * activations, scratch) in bytes: the step's memory besides the
                            * parameters, gradients and AdamW moments */
+    ttt_train_memory mem; /* that peak's parts */
 } ttt_train_result;
 
 /* Train m (initialized by the caller) on `data` under config c. See the top of this file. */

@@ -26,6 +26,14 @@ process CPU time of a step (over --rounds alternating measurements of the two: m
 medians, min) (all threads; with one thread the work itself, which preemption by
 other processes on a shared machine does not inflate, while it does inflate wall times).
 
+Memory (--memory): on one thread, from a fresh model, both sides report the growth of their
+process's resident set from before the first step to its peak over the same number of steps
+(VmHWM, reset by writing 5 to /proc/self/clear_refs; PyTorch in a fresh interpreter, whose
+allocator holds nothing from earlier runs), and their page faults per step after the first two;
+PyTorch also the bytes of the storages its autograd saves for the backward (saved_tensors_hooks),
+ttt its own accounting (src/tasks/benchmark.c peak_mb, act_mb). docs/benchmarks.md "Training
+memory".
+
 Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
     /usr/bin/python3 tests/bench/compare_torch_train.py --ttt build/ttt
     /usr/bin/python3 tests/bench/compare_torch_train.py --ttt build/ttt --quick
@@ -121,6 +129,76 @@ def time_torch(cfg, params, decay, tokens, labels, meta, threads, repeats):
         cpu.append(time.process_time() - c0)
     return min(secs), float(np.median(secs)), min(cpu)
 
+# ---------------------------------------------------------------- memory
+
+
+def proc_status_bytes(key):
+    """VmRSS (the resident set now) or VmHWM (its high-water mark) of this process, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return 1024.0 * float(line.split()[1])
+    return float("nan")
+
+
+def torch_memory_child(cfg, params, decay, tokens, labels, meta, steps, q):
+    """In a fresh interpreter (the parent's allocator holds memory from earlier steps): the
+    resident set's growth from before the first step (parameters and batch built) to its peak
+    over `steps` steps (warm-up included, as ttt's rss_mb counts from before its first step),
+    measured as ttt measures its own (src/tasks/benchmark.c: VmHWM reset through clear_refs);
+    the minor page faults per step after the first two; and the bytes autograd saves for the
+    backward (every saved tensor's storage, each counted once)."""
+    import resource
+    set_threads(1)
+    P = {n: torch.tensor(a, requires_grad=True) for n, a in params.items()}
+    groups = [{"params": [P[n] for n in P if decay[n]],
+               "weight_decay": float(meta["train.weight_decay"])},
+              {"params": [P[n] for n in P if not decay[n]], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=float(meta["train.lr"]), foreach=True)
+    plist = list(P.values())
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = forward_loss(cfg, P, tokens, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(plist, float(meta["train.clip"]))
+        opt.step()
+
+    rss0 = proc_status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    faults = []
+    for _ in range(steps):
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+        step()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+    peak = proc_status_bytes("VmHWM") - rss0
+    per_step = (faults[-1] - faults[2]) / max(1, steps - 2)
+    seen = {}
+
+    def pack(t):
+        st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = forward_loss(cfg, P, tokens, labels)
+    saved = float(sum(seen.values()))
+    del loss
+    q.put((peak, per_step, saved))
+
+
+def torch_memory(cfg, params, decay, tokens, labels, meta, steps):
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=torch_memory_child,
+                    args=(cfg, params, decay, tokens, labels, meta, steps, q))
+    p.start()
+    r = q.get()
+    p.join()
+    return r
+
 # ---------------------------------------------------------------- ttt
 
 
@@ -181,6 +259,9 @@ def main():
     ap.add_argument("--vocab", type=int, default=64)
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="one chunk size, one thread, 5 steps")
+    ap.add_argument("--memory", action="store_true",
+                    help="also the memory of a training run on one thread, ttt against PyTorch "
+                         "(a table after the timings)")
     a = ap.parse_args()
     if a.quick:
         a.chunks, a.threads, a.repeats = "16", "1", 5
@@ -202,6 +283,7 @@ def main():
             "grad_err_torch", "loss_err"]
     print(" ".join(f"{c:>12}" if i else f"{c:<16}" for i, c in enumerate(cols)))
     worst = 0.0
+    mem_rows = []
     with tempfile.TemporaryDirectory() as wd:
         for preset in a.presets.split(","):
             for chunk in (int(c) for c in a.chunks.split(",")):
@@ -230,6 +312,14 @@ def main():
                         t = [r["seconds"], r["seconds_median"], r["cpu_seconds"],
                              *time_torch(cfg, params, decay, tokens, labels, meta, th, a.repeats)]
                         res.setdefault(th, []).append(t)
+                if a.memory and 1 in rows:
+                    r = rows[1]
+                    pk, pf, ps = torch_memory(cfg, params, decay, tokens, labels, meta,
+                                              a.repeats + 2)
+                    mem_rows.append([preset, chunk, f"{r['rss_mb']:.1f}", f"{pk / 2**20:.1f}",
+                                     f"{r['rss_mb'] * 2**20 / pk:.2f}x", f"{r['peak_mb']:.1f}",
+                                     f"{r['act_mb']:.1f}", f"{ps / 2**20:.1f}",
+                                     f"{r['faults_per_step']:.0f}", f"{pf:.0f}"])
                 for th, ts in res.items():
                     ts = np.array(ts)  # (rounds, 6): best and cpu: min over rounds; median: median
                     tb, tm, tc, pb, pm, pc = (ts[:, i].min() if i % 3 != 1 else
@@ -241,6 +331,19 @@ def main():
                            f"{e_ttt:.1e}", f"{e_pt:.1e}", f"{e_loss:.1e}" + ("" if ok else " !")]
                     print(" ".join(f"{str(c):>12}" if i else f"{str(c):<16}"
                                    for i, c in enumerate(row)), flush=True)
+    if mem_rows:
+        print(f"# memory, 1 thread, {a.repeats + 2} steps from a fresh model: rss = the resident "
+              "set's growth from before the first step to its peak (VmHWM, reset through "
+              "/proc/self/clear_refs; PyTorch in a fresh interpreter); ttt_peak = what ttt "
+              "accounts for (parameters, gradients, AdamW moments, shard copies, batches, the "
+              "step's arena peak); act = ttt's arena at the loss (what the backward reads), "
+              "torch_saved = the storages autograd saves for the backward; faults = minor page "
+              "faults per step after the first two")
+        mcols = ["preset", "C", "ttt_rss_mb", "torch_rss_mb", "ratio", "ttt_peak_mb", "ttt_act_mb",
+                 "torch_saved_mb", "ttt_faults", "torch_faults"]
+        print(" ".join(f"{c:>14}" if i else f"{c:<16}" for i, c in enumerate(mcols)))
+        for row in mem_rows:
+            print(" ".join(f"{str(c):>14}" if i else f"{str(c):<16}" for i, c in enumerate(row)))
     ok = worst <= 1.0
     print(f"# agreement: {'ok' if ok else 'FAILED'} (gradients {GRAD_TOL:g}, loss {LOSS_TOL:g} "
           f"relative)")
