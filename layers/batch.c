@@ -102,7 +102,8 @@ int ttt_layer_batch_threads(int threads, long n_seq) {
  * paths run the same form. */
 static const ttt_form_entry *strided_entry(const ttt_layer *L, int T, int has_eta,
                                                  int has_la, int alpha_vec, int H, int d_k,
-                                                 int d_v) {
+                                                 int d_v, int *chunk) {
+    *chunk = L->chunk;
     const char *gather = getenv("TTT_APPLY_GATHER");
     if (gather && strcmp(gather, "1") == 0) return NULL;
     if (L->rope || L->normalize != TTT_NORMALIZE_NONE) return NULL;
@@ -113,7 +114,9 @@ static const ttt_form_entry *strided_entry(const ttt_layer *L, int T, int has_et
                                         : has_la || L->decay != 1.0f ? TTT_FORM_GATE_TOKEN
                                                                      : TTT_FORM_GATE_NONE,
                                 .tape = 0};
-    const ttt_form_entry *e = ttt_form_choose(L, &in, NULL);
+    ttt_form_plan plan;
+    const ttt_form_entry *e = ttt_form_plan_with(NULL, L, &in, &plan, NULL);
+    if (e) *chunk = plan.chunk; /* form: auto may run another chunk (ttt_form_plan) */
     return e && e->forward_strided ? e : NULL;
 }
 
@@ -447,8 +450,12 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
         A.numel[i] = 1;
         for (int d = 0; d < nd; d++) A.numel[i] *= (size_t)shape[d];
     }
+    int chunk;
     A.kernel = strided_entry(L, io->T, io->eta != NULL, io->log_alpha != NULL, A.alpha_vec,
-                             io->H, L->d_k, L->d_v);
+                             io->H, L->d_k, L->d_v, &chunk);
+    ttt_layer run = *L; /* with the chunk form: auto chose (the same plan as ttt_layer_forward) */
+    run.chunk = chunk;
+    A.L = &run;
     /* in place the entry updates a single weight and nothing else */
     if (A.kernel && (L->model->n_weights != 1 || ttt_layer_opt_state_count(L) != 0))
         A.kernel = NULL;

@@ -787,9 +787,14 @@ static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_
                                         : a->alpha_vec ? TTT_FORM_GATE_KEY
                                                        : TTT_FORM_GATE_TOKEN,
                                 .tape = ttt_recording(ctx)};
-    const ttt_form_entry *e = ttt_form_choose(L, &in, err);
+    ttt_form_plan plan;
+    const ttt_form_entry *e = ttt_form_plan_with(NULL, L, &in, &plan, err);
     if (!e) return TTT_ERR_UNSUPPORTED;
-    return in.tape ? e->forward_diff(ctx, L, o, st, a, err) : e->forward(ctx, L, o, st, a, err);
+    /* form: auto may run another chunk than layer.chunk (the measured fastest) */
+    ttt_layer run = *L;
+    run.chunk = plan.chunk;
+    return in.tape ? e->forward_diff(ctx, &run, o, st, a, err)
+                   : e->forward(ctx, &run, o, st, a, err);
 }
 
 const char *ttt_layer_form_used(const ttt_layer *L, const ttt_form_inputs *in) {

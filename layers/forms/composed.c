@@ -422,8 +422,12 @@ ttt_status ttt_layer_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
                                         : alpha_vec ? TTT_FORM_GATE_KEY
                                                     : TTT_FORM_GATE_TOKEN,
                                 .tape = ttt_recording(ctx)};
-    const ttt_form_entry *e = ttt_form_choose(L, &in, err);
+    ttt_form_plan plan;
+    const ttt_form_entry *e = ttt_form_plan_with(NULL, L, &in, &plan, err);
     if (!e) return TTT_ERR_UNSUPPORTED;
+    ttt_layer run = *L; /* without a tape form: auto may pick another chunk (ttt_form_plan) */
+    run.chunk = plan.chunk;
+    L = &run;
     /* entries that step with η itself (the generic driver, LaCT: Newton–Schulz is not linear in
      * G) get η = β/θ */
     const ttt_tensor *eta = beta && L->lr != 0.0f ? ttt_scale(ctx, beta, 1.0f / L->lr) : NULL;

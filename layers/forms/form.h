@@ -130,6 +130,16 @@ typedef struct ttt_form_strided {
     ttt_form_ld ld;
 } ttt_form_strided;
 
+/* One measured speed of an entry's forward (form: auto's cost model, docs/forms.md "How `auto`
+ * chooses"): GFLOP/s on the entry's own `flops` count, one thread, one sequence of T = 4096,
+ * for a gate shape, a head size d = d_k = d_v and a chunk. */
+typedef struct ttt_form_rate {
+    ttt_gate_shape gate;
+    int d;         /* head size measured; 0 ends a table */
+    int chunk;     /* the layer.chunk measured; 0: forward does not read the chunk */
+    double gflops; /* forward's rate, GFLOP per CPU second */
+} ttt_form_rate;
+
 typedef struct ttt_form_entry {
     const char *family; /* e.g. "delta_rule" */
     const char *form;   /* e.g. "chunkwise": the name `layer.form` selects */
@@ -167,6 +177,11 @@ typedef struct ttt_form_entry {
      * 2, key norms up to 100; tests/test_hard_inputs.c holds every entry to it, docs/forms.md
      * "Precision on hard inputs" gives the measured numbers); 0 = up to 16K tokens at least. */
     long precise_t;
+    /* Measured rates of forward (ttt_form_rate rows ending with d = 0), or NULL: form: auto
+     * estimates the time of a call as flops / rate, interpolating the rate in log d between the
+     * measured head sizes, and runs the available measured entry and chunk with the least
+     * estimate (ttt_form_plan). The chunks of an entry's rows are the ones auto may choose. */
+    const ttt_form_rate *rates;
 } ttt_form_entry;
 
 int ttt_form_count(void);
@@ -181,6 +196,39 @@ const char *ttt_form_choices(void);
  * NULL when there is none, with a TTT_ERR_UNSUPPORTED error saying why. */
 const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs *in,
                                       ttt_error *err);
+/* How a call runs: the entry, the chunk it runs with and, when form: auto chose by the measured
+ * rates, the estimates behind the choice. */
+typedef struct ttt_form_plan {
+    const ttt_form_entry *entry;
+    int chunk;      /* the layer.chunk to run with: L->chunk unless auto chose by rates */
+    int costed;     /* 1: chosen by the rates; 0: by auto_rank (an unmeasured entry ranks
+                     * highest, or a tape records: the rates are forward's) or by name */
+    const char *why; /* not costed: why not, a phrase for ttt_form_plan_describe */
+    double tok_s;   /* costed: estimated tokens per second of the choice */
+    const ttt_form_entry *other; /* costed: the fastest other measured entry, or NULL */
+    int other_chunk;
+    double other_tok_s;
+} ttt_form_plan;
+
+/* The measured rates of an entry: e->rates in the library; tests give fake tables. */
+typedef const ttt_form_rate *(*ttt_form_rates_fn)(const ttt_form_entry *e);
+
+/* The plan of a call of L with inputs `in` (ttt_form_choose's entry, with the chunk): for a named
+ * form its available entry and L->chunk; for form: auto without a tape, among the available
+ * entries with auto_rank > 0, when the highest ranked has rates: the measured entry and chunk of
+ * least estimated time for in->T tokens (flops / interpolated rate); otherwise the highest
+ * auto_rank with L->chunk. rates NULL: the entries' own. NULL with an error when nothing runs. */
+const ttt_form_entry *ttt_form_plan_with(ttt_form_rates_fn rates, const ttt_layer *L,
+                                         const ttt_form_inputs *in, ttt_form_plan *plan,
+                                         ttt_error *err);
+/* The estimated rate (GFLOP/s) of entry e for L's head size, gate and chunk from its rows, or 0
+ * when it has none for them. */
+double ttt_form_rate_of(const ttt_form_rate *rows, const ttt_layer *L, ttt_gate_shape gate,
+                        int chunk);
+/* One line for `ttt check`: "chunkwise C=32 (est. 1.2M tok/s; recurrent 0.9M)", or the
+ * reason when the rates did not decide ("dual (auto_rank 10; no measured rates)"). */
+void ttt_form_plan_describe(const ttt_form_plan *plan, char *buf, size_t len);
+
 /* NULL when the form name L->form applies to L for some inputs (the check at parse time);
  * otherwise why not. */
 const char *ttt_form_unavailable(const ttt_layer *L);

@@ -2,6 +2,7 @@
  * choice among its entries. */
 #include "form.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,24 +87,182 @@ const char *ttt_form_unavailable(const ttt_layer *L) {
     return buf;
 }
 
-const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs *in,
-                                      ttt_error *err) {
-    const ttt_form_entry *best = NULL;
-    const int any = is_auto(L);
+/* ---- form: auto's cost model (docs/forms.md "How `auto` chooses") ---- */
+
+/* The rows for one gate shape; a gate shape an entry was not measured with falls back to its
+ * ungated rows (the gate's elementwise work is a small part of the time). */
+static int rows_for(const ttt_form_rate *rows, ttt_gate_shape gate) {
+    for (const ttt_form_rate *r = rows; r && r->d > 0; r++)
+        if (r->gate == gate) return 1;
+    return 0;
+}
+
+double ttt_form_rate_of(const ttt_form_rate *rows, const ttt_layer *L, ttt_gate_shape gate,
+                        int chunk) {
+    if (!rows) return 0.0;
+    if (!rows_for(rows, gate)) gate = TTT_FORM_GATE_NONE;
+    /* the head size: the larger of d_k, d_v (the state is d_k × d_v); interpolated in log d
+     * between the nearest measured sizes below and above, held constant outside them */
+    const double d = L->d_k > L->d_v ? L->d_k : L->d_v;
+    const ttt_form_rate *lo = NULL, *hi = NULL;
+    for (const ttt_form_rate *r = rows; r->d > 0; r++) {
+        if (r->gate != gate || r->chunk != chunk) continue;
+        if (r->d <= d && (!lo || r->d > lo->d)) lo = r;
+        if (r->d >= d && (!hi || r->d < hi->d)) hi = r;
+    }
+    if (!lo && !hi) return 0.0;
+    if (!lo) return hi->gflops;
+    if (!hi || hi->d == lo->d) return lo->gflops;
+    const double x = (log(d) - log(lo->d)) / (log(hi->d) - log(lo->d));
+    return lo->gflops + x * (hi->gflops - lo->gflops);
+}
+
+/* Estimated seconds of entry e over in->T tokens at `chunk` (0: e does not read it), or 0 when
+ * it cannot be estimated. */
+static double estimate(const ttt_form_rate *rows, const ttt_form_entry *e, const ttt_layer *L,
+                       const ttt_form_inputs *in, int chunk) {
+    if (!e->flops || in->T <= 0) return 0.0;
+    const double rate = ttt_form_rate_of(rows, L, in->gate, chunk);
+    if (!(rate > 0.0)) return 0.0;
+    ttt_layer Lc = *L;
+    if (chunk > 0) Lc.chunk = chunk;
+    const double f = e->flops(&Lc, in->T);
+    return isfinite(f) && f > 0.0 ? f / (rate * 1e9) : 0.0;
+}
+
+static const ttt_form_rate *own_rates(const ttt_form_entry *e) { return e->rates; }
+
+/* The entries form: auto may run for `in`, highest auto_rank first (registry order on ties). */
+static int auto_candidates(const ttt_layer *L, const ttt_form_inputs *in,
+                           const ttt_form_entry **out) {
+    int n = 0;
     for (int i = 0; i < N_FORMS; i++) {
         const ttt_form_entry *e = registry[i];
-        if (any ? e->auto_rank <= 0 : strcmp(e->form, L->form) != 0) continue;
-        if (e->available(L, in)) continue;
-        if (!any) return e;
-        if (!best || e->auto_rank > best->auto_rank) best = e;
+        if (e->auto_rank <= 0 || e->available(L, in)) continue;
+        int j = n++;
+        for (; j > 0 && out[j - 1]->auto_rank < e->auto_rank; j--) out[j] = out[j - 1];
+        out[j] = e;
     }
-    if (best) return best;
-    char why[1024];
-    if (any)
-        snprintf(why, sizeof why, "no registered form computes this layer");
-    else
+    return n;
+}
+
+const ttt_form_entry *ttt_form_plan_with(ttt_form_rates_fn rates, const ttt_layer *L,
+                                         const ttt_form_inputs *in, ttt_form_plan *plan,
+                                         ttt_error *err) {
+    if (!rates) rates = own_rates;
+    *plan = (ttt_form_plan){.entry = NULL, .chunk = L->chunk};
+    if (!is_auto(L)) {
+        for (int i = 0; i < N_FORMS; i++) {
+            const ttt_form_entry *e = registry[i];
+            if (strcmp(e->form, L->form) == 0 && !e->available(L, in)) {
+                plan->entry = e;
+                plan->why = "named by layer.form";
+                return e;
+            }
+        }
+        char why[1024];
         why_not(L, in, why, sizeof why);
-    ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer form %s is not available for these inputs: %s",
-                  any ? "auto" : L->form, why);
-    return NULL;
+        ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                      "layer form %s is not available for these inputs: %s", L->form, why);
+        return NULL;
+    }
+    const ttt_form_entry *cand[N_FORMS];
+    const int n = auto_candidates(L, in, cand);
+    if (n == 0) {
+        ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                      "layer form auto is not available for these inputs: no registered form "
+                      "computes this layer");
+        return NULL;
+    }
+    plan->entry = cand[0];
+    plan->why = in->tape ? "the highest auto_rank: a tape records, and the rates are forward's"
+                         : "the highest auto_rank, which has no measured rates";
+    /* The rates are forward's; under a tape forward_diff runs (other costs): rank only. So
+     * does a call whose highest-ranked entry was never measured (a form of its own family,
+     * e.g. LaCT, whose only rival is the generic driver). */
+    const ttt_form_rate *top = rates(cand[0]);
+    if (in->tape || !top || top->d <= 0) return plan->entry;
+    /* every measured candidate at every chunk it was measured with */
+    double best = 0.0;
+    for (int i = 0; i < n; i++) {
+        /* not past the length the entry stays precise for (precise_t, docs/forms.md
+         * "Precision on hard inputs"): the recurrent linear attention beyond 8K tokens */
+        if (cand[i]->precise_t > 0 && in->T > cand[i]->precise_t) continue;
+        const ttt_form_rate *rows = rates(cand[i]);
+        double best_e = 0.0;
+        int chunk_e = L->chunk;
+        for (const ttt_form_rate *r = rows; r && r->d > 0; r++) {
+            int seen = 0; /* each chunk once */
+            for (const ttt_form_rate *q = rows; q < r && !seen; q++) seen = q->chunk == r->chunk;
+            if (seen) continue;
+            const double t = estimate(rows, cand[i], L, in, r->chunk);
+            if (t > 0.0 && (best_e == 0.0 || t < best_e)) {
+                best_e = t;
+                chunk_e = r->chunk > 0 ? r->chunk : L->chunk;
+            }
+        }
+        if (best_e == 0.0) continue;
+        const double tok_s = (double)in->T / best_e;
+        if (best == 0.0 || best_e < best) {
+            if (plan->costed) {
+                plan->other = plan->entry;
+                plan->other_chunk = plan->chunk;
+                plan->other_tok_s = plan->tok_s;
+            }
+            best = best_e;
+            plan->entry = cand[i];
+            plan->chunk = chunk_e;
+            plan->tok_s = tok_s;
+            plan->costed = 1;
+        } else if (!plan->other || tok_s > plan->other_tok_s) {
+            plan->other = cand[i];
+            plan->other_chunk = chunk_e;
+            plan->other_tok_s = tok_s;
+        }
+    }
+    if (!plan->costed) plan->entry = cand[0];
+    return plan->entry;
+}
+
+static int reads_chunk(const ttt_form_entry *e) {
+    for (const ttt_form_rate *r = e ? e->rates : NULL; r && r->d > 0; r++)
+        if (r->chunk > 0) return 1;
+    return 0;
+}
+
+static void tok_text(char *buf, size_t len, double tok_s) {
+    if (tok_s >= 1e6)
+        snprintf(buf, len, "%.2fM", tok_s / 1e6);
+    else
+        snprintf(buf, len, "%.0fk", tok_s / 1e3);
+}
+
+void ttt_form_plan_describe(const ttt_form_plan *plan, char *buf, size_t len) {
+    const ttt_form_entry *e = plan->entry;
+    if (!e) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    if (!plan->costed) {
+        snprintf(buf, len, "%s, layer.chunk %d (%s)", e->form, plan->chunk,
+                 plan->why ? plan->why : "the highest auto_rank");
+        return;
+    }
+    char c1[32] = "", c2[32] = "", t1[32], t2[32];
+    if (reads_chunk(e)) snprintf(c1, sizeof c1, " C=%d", plan->chunk);
+    tok_text(t1, sizeof t1, plan->tok_s);
+    if (!plan->other) {
+        snprintf(buf, len, "%s%s (est. %s tok/s; the only measured form)", e->form, c1, t1);
+        return;
+    }
+    if (reads_chunk(plan->other)) snprintf(c2, sizeof c2, " C=%d", plan->other_chunk);
+    tok_text(t2, sizeof t2, plan->other_tok_s);
+    snprintf(buf, len, "%s%s (est. %s tok/s vs %s%s %s)", e->form, c1, t1, plan->other->form, c2,
+             t2);
+}
+
+const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs *in,
+                                      ttt_error *err) {
+    ttt_form_plan plan;
+    return ttt_form_plan_with(NULL, L, in, &plan, err);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -30,6 +31,13 @@ _Static_assert(TTT_APPLY_MAX_OUT >= 1 + TTT_BATCH_MAX_STATE, "room for o and eve
 /* Initial weights for models that draw them at random: one fixed stream per head (the same for
  * every batch element, as a model's per-head initial weights would be). */
 #define APPLY_SEED 0
+
+/* CPU time of the whole process (every thread), seconds. */
+static double process_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
@@ -233,8 +241,9 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     /* `seconds` is everything the layer's outputs cost from here: allocating them (their pages
      * are faulted in by the first writes), the threads' slices and arenas, the layout copies and
      * the layer itself. Reading and validating the inputs before, and the overflow check and
-     * file writing after, are not part of it. */
-    const double t_start = ttt_now();
+     * file writing after, are not part of it. `cpu_seconds` is the process CPU time over the
+     * same span (all threads): on a shared machine preemption inflates the wall time, not it. */
+    const double t_start = ttt_now(), cpu_start = process_cpu_seconds();
     out->t[0].name = dupstr("o");
     out->t[0].ndim = 4;
     out->t[0].shape[0] = B;
@@ -275,7 +284,7 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
 #undef APPLY_DATA
     ttt_status st = ttt_layer_forward_batch(&L, &io, nthreads, err);
     if (st != TTT_OK) ttt_error_prefix(err, "%s", file);
-    const double seconds = ttt_now() - t_start;
+    const double seconds = ttt_now() - t_start, cpu_seconds = process_cpu_seconds() - cpu_start;
     if (st == TTT_OK) st = ttt_st_check_outputs(out->t, out->n, in, err); /* overflow: say so, no file */
     if (st != TTT_OK) {
         ttt_apply_out_free(out);
@@ -290,15 +299,16 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
                                                                      : TTT_FORM_GATE_NONE};
     const char *form_used = ttt_layer_form_used(&L, &used_in);
     char *flow = ttt_cfg_to_flow(layer_map);
-    char nth[16], secs[32];
+    char nth[16], secs[32], cpus[32];
     snprintf(nth, sizeof nth, "%d", nthreads);
     snprintf(secs, sizeof secs, "%.9g", seconds);
+    snprintf(cpus, sizeof cpus, "%.9g", cpu_seconds);
     const char *kv[2 * TTT_APPLY_MAX_META] = {
         "ttt_version", TTT_VERSION, "preset",  L.preset ? L.preset : "none",
         "form",        form_used,
         "layer",       flow ? flow : "",
         "layout",      "BTHD",      "threads", nth,
-        "seconds",     secs};
+        "seconds",     secs,        "cpu_seconds", cpus};
     out->n_meta = TTT_APPLY_MAX_META;
     for (int i = 0; i < 2 * TTT_APPLY_MAX_META; i++) out->meta[i] = dupstr(kv[i]);
     free(flow);

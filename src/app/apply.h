@@ -53,7 +53,7 @@
 #include "status.h"
 
 #define TTT_APPLY_MAX_OUT 42 /* o + up to TTT_BATCH_MAX_STATE (layers/layer.h) state tensors */
-#define TTT_APPLY_MAX_META 7 /* metadata pairs of the output file */
+#define TTT_APPLY_MAX_META 8 /* metadata pairs of the output file */
 #define TTT_APPLY_MAX_THREADS 256
 
 /* The outputs of one call; names, data and metadata strings are owned by it. */

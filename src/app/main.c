@@ -190,6 +190,50 @@ static int load_experiment(int argc, char **argv, int allow_out, cli_args *a,
     return s == TTT_OK ? 0 : report(&err);
 }
 
+/* What form each layer call of a point runs and why (docs/forms.md "How `auto` chooses"): on
+ * stderr, so that stdout stays the resolved configuration. */
+static void print_one_form(int point, const char *what, const ttt_layer *L,
+                           const ttt_form_inputs *in) {
+    ttt_form_plan plan;
+    ttt_error err = {0};
+    char buf[1100];
+    if (!ttt_form_plan_with(NULL, L, in, &plan, &err))
+        snprintf(buf, sizeof buf, "none: %s", err.msg);
+    else
+        ttt_form_plan_describe(&plan, buf, sizeof buf);
+    const int is_auto = !L->form || strcmp(L->form, "auto") == 0;
+    fprintf(stderr, "point %d, %s, d_k %d, d_v %d, T %ld, %s: %s%s\n", point, what, L->d_k,
+            L->d_v, in->T,
+            in->gate == TTT_FORM_GATE_KEY     ? "gate (T, d_k)"
+            : in->gate == TTT_FORM_GATE_TOKEN ? "gate (T)"
+                                              : "no gate",
+            is_auto ? "auto: " : "form: ", buf);
+}
+
+static void print_forms(const ttt_plan *p) {
+    for (int i = 0; i < p->n_points; i++) {
+        const ttt_plan_point *pt = &p->points[i];
+        enum { MAX_CALLS = 64 };
+        const ttt_layer *L[MAX_CALLS];
+        ttt_form_inputs in[MAX_CALLS];
+        if (pt->task->layer_calls) {
+            const int n = pt->task->layer_calls(pt->cfg, L, in, MAX_CALLS);
+            for (int j = 0; j < n; j++) print_one_form(pt->index, "forward", L[j], &in[j]);
+        } else if (pt->task->model) {
+            const ttt_seq_model_config *mc = pt->task->model(pt->cfg);
+            if (!mc || !ttt_mixer_at(mc->mixer)->uses_layer) continue;
+            ttt_form_inputs fi = ttt_form_inputs_plain(&mc->layer, mc->io.seq_len, 1);
+            fi.eta = mc->eta != TTT_ETA_NONE;
+            fi.gate = mc->gate == TTT_GATE_VECTOR ? TTT_FORM_GATE_KEY
+                      : mc->gate == TTT_GATE_NONE ? fi.gate
+                                                  : TTT_FORM_GATE_TOKEN;
+            print_one_form(pt->index, "training (tape)", &mc->layer, &fi);
+            fi.tape = 0;
+            print_one_form(pt->index, "evaluation", &mc->layer, &fi);
+        }
+    }
+}
+
 static int cmd_check(int argc, char **argv) {
     cli_args a;
     ttt_experiment *e = NULL;
@@ -213,6 +257,7 @@ static int cmd_check(int argc, char **argv) {
     } else {
         ttt_experiment_write_resolved(e, stdout);
     }
+    print_forms(e->plan);
     fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
             e->n_points == 1 ? "" : "s");
     ttt_experiment_free(e);

@@ -1402,6 +1402,27 @@ static const char *const *benchmark_columns_for(const void *cfg) {
                                                              : benchmark_columns;
 }
 
+/* The forward calls of measure: forward, for `ttt check`: every head size × T, with the gates
+ * and per-token rates benchmark_run passes. */
+static int benchmark_layer_calls(const void *cfg, const ttt_layer **L, ttt_form_inputs *in,
+                                 int max) {
+    const bench_cfg *bc = cfg;
+    if (bc->train_step || bc->selective || !bc->layers) return 0;
+    int n = 0;
+    for (int di = 0; di < bc->head_dims.n; di++)
+        for (int ti = 0; ti < bc->tokens.n && n < max; ti++) {
+            const ttt_layer *Ld = &bc->layers[di];
+            const int gates = gates_kind(bc, Ld);
+            L[n] = Ld;
+            in[n++] = (ttt_form_inputs){.T = (long)bc->tokens.v[ti], .eta = 1,
+                                        .gate = gates == 2 ? TTT_FORM_GATE_KEY
+                                                : gates || Ld->decay != 1.0f
+                                                    ? TTT_FORM_GATE_TOKEN
+                                                    : TTT_FORM_GATE_NONE};
+        }
+    return n;
+}
+
 const ttt_task ttt_task_benchmark = {
     .name = "benchmark",
     .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
@@ -1423,4 +1444,5 @@ const ttt_task ttt_task_benchmark = {
     .tiny = "task: {kind: benchmark, tokens: [32], head_dims: [8], heads: [1], threads: [1],\n"
             "       repeats: 1}\n"
             "layer: {preset: linear_attention, chunk: 8}\n",
+    .layer_calls = benchmark_layer_calls,
 };

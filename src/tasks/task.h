@@ -17,6 +17,9 @@
 #include "results.h"
 
 /* One configuration point of an experiment, ready to run. */
+struct ttt_layer;
+struct ttt_form_inputs;
+
 typedef struct ttt_task_run {
     const void *cfg;          /* the point's parsed configuration (the task's own struct) */
     const char *label;        /* sweep label ("" without a sweep) */
@@ -84,6 +87,11 @@ typedef struct ttt_task {
      * writing one. It runs in a folder that holds `tiny.txt`, a few kilobytes of English text,
      * for tasks that read a corpus. */
     const char *tiny;
+    /* Optional: the layer calls a point makes, for `ttt check`'s account of the form each runs
+     * (docs/forms.md "How `auto` chooses"): up to max (layer, inputs) pairs into L and in; returns
+     * how many. Tasks that train a sequence model need not: `ttt check` asks their `model`. */
+    int (*layer_calls)(const void *cfg, const struct ttt_layer **L, struct ttt_form_inputs *in,
+                       int max);
 } ttt_task;
 
 const ttt_task *ttt_task_find(const char *name);

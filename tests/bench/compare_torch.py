@@ -22,7 +22,13 @@ the layout in place), the copies between the (B, T, H, D) layout and per-sequenc
 without reading, validating and writing files or starting the process (which the `ttt_wall_s`
 column includes). PyTorch's is the forward call on tensors already in memory, including the
 same layout conversion (B, T, H, D) → (B, H, T, D) → (B, T, H, D). Both: the fastest of
---repeats runs after a warm-up.
+--repeats runs after a warm-up. Beside the wall times, the least process CPU time of each side
+over the same spans (ttt's `cpu_seconds` metadata, Python's time.process_time): on a machine
+shared with other jobs preemption inflates wall time but not CPU time, so with one thread the
+CPU-time ratio is the one to quote.
+
+--chunk takes a list (e.g. 16,32,64): every size runs on both sides, and a summary puts each
+side at its own fastest size.
 
 Agreement: max |o_ttt − o_torch| / max |o_torch| must be ≤ 1e-4 (docs/math.md §6's budget for
 chunked against recurrent delta rule in float32; measured ~1e-6) or the script exits 1.
@@ -208,13 +214,15 @@ def make_inputs(seed, B, T, H, d, gates):
 
 
 def best_of(fn, repeats):
+    """(fastest wall time, least process CPU time, output) over `repeats` calls after a warm-up."""
     fn()  # warm-up
-    best = math.inf
+    best, best_cpu = math.inf, math.inf
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn()
         best = min(best, time.perf_counter() - t0)
-    return best, out
+        best_cpu = min(best_cpu, time.process_time() - c0)
+    return best, best_cpu, out
 
 
 def run_ttt(ttt, workdir, inputs, preset, form, chunk, threads, repeats):
@@ -228,7 +236,7 @@ def run_ttt(ttt, workdir, inputs, preset, form, chunk, threads, repeats):
     with open(fyaml, "w") as f:
         f.write(f"layer: {{preset: {preset}, form: {form}, chunk: {chunk}}}\n")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
-    best, wall = math.inf, math.inf
+    best, wall, cpu = math.inf, math.inf, math.inf
     for r in range(repeats + 1):
         t0 = time.perf_counter()
         subprocess.run([ttt, "apply", fyaml, fin, fout], env=env, check=True,
@@ -239,8 +247,9 @@ def run_ttt(ttt, workdir, inputs, preset, form, chunk, threads, repeats):
             continue  # warm-up (page cache)
         wall = min(wall, dt)
         best = min(best, float(meta["seconds"]))
+        cpu = min(cpu, float(meta.get("cpu_seconds", "nan")))
         assert int(meta["threads"]) == min(threads, q.shape[0] * q.shape[2]), meta
-    return best, wall, out["o"]
+    return best, wall, cpu, out["o"]
 
 
 def _find_blas_threads():
@@ -290,8 +299,8 @@ def run_torch(inputs, family, form, chunk, threads, repeats):
         return f(*t, g).transpose(1, 2).contiguous()
 
     with torch.inference_mode():
-        secs, o = best_of(fn, repeats)
-    return secs, o.numpy()
+        secs, cpu, o = best_of(fn, repeats)
+    return secs, cpu, o.numpy()
 
 
 def cpu_name():
@@ -308,7 +317,7 @@ def cpu_name():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ttt", default="build/ttt", help="the ttt program")
-    ap.add_argument("--presets", default="mamba2,gla,deltanet,gated_deltanet")
+    ap.add_argument("--presets", default="linear_attention,mamba2,gla,deltanet,gated_deltanet")
     ap.add_argument("--forms", default="recurrent,chunkwise")
     ap.add_argument("--T", type=int, default=4096, help="tokens (chunkwise)")
     ap.add_argument("--T-loop", type=int, default=1024,
@@ -316,7 +325,9 @@ def main():
     ap.add_argument("--d", default="64,128", help="head sizes d = d_k = d_v")
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--chunk", default="64",
+                    help="chunk sizes, e.g. 16,32,64: every size on both sides, then a summary "
+                         "with each side at its own fastest size")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true",
@@ -328,12 +339,14 @@ def main():
           f"ttt {subprocess.run([a.ttt, '--version'], capture_output=True, text=True).stdout.strip()}")
     print(f"# command: /usr/bin/python3 {' '.join(sys.argv)}")
     print(f"# {blas_threads_note()}")
-    print(f"# B = {a.batch}, H = {a.heads}, chunk = {a.chunk}; times are the best of "
+    print(f"# B = {a.batch}, H = {a.heads}, chunks = {a.chunk}; times are the best of "
           f"{a.repeats} after a warm-up; err = max|o_ttt - o_torch| / max|o_torch|")
     cols = ["preset", "form", "T", "d", "threads", "ttt_s", "ttt_wall_s", "torch_s", "speedup",
-            "ttt_tok/s", "torch_tok/s", "err"]
+            "ttt_cpu_s", "torch_cpu_s", "speedup_cpu", "ttt_tok/s", "torch_tok/s", "err"]
     print(" ".join(f"{c:>15}" if i else f"{c:<15}" for i, c in enumerate(cols)))
     worst = 0.0
+    chunks = [int(x) for x in a.chunk.split(",")]
+    best = {}  # (preset, T, d, threads) → {"ttt": (s, C), "torch": (s, C)}, chunkwise only
     with tempfile.TemporaryDirectory() as wd:
         for preset in a.presets.split(","):
             family, gates = PRESETS[preset]
@@ -342,17 +355,38 @@ def main():
                 for d in (int(x) for x in a.d.split(",")):
                     inputs = make_inputs(1234 + d + T, a.batch, T, a.heads, d, gates)
                     for th in (int(x) for x in a.threads.split(",")):
-                        ts, wall, o_ttt = run_ttt(a.ttt, wd, inputs, preset, form, a.chunk, th,
-                                                  a.repeats)
-                        ps, o_pt = run_torch(inputs, family, form, a.chunk, th, a.repeats)
-                        err = float(np.abs(o_ttt - o_pt).max() / np.abs(o_pt).max())
-                        worst = max(worst, err)
-                        ntok = a.batch * a.heads * T
-                        row = [preset, form, T, d, th, f"{ts:.4g}", f"{wall:.4g}", f"{ps:.4g}",
-                               f"{ps / ts:.1f}x", f"{ntok / ts:.3g}", f"{ntok / ps:.3g}",
-                               f"{err:.1e}"]
-                        print(" ".join(f"{str(c):>15}" if i else f"{str(c):<15}"
-                                       for i, c in enumerate(row)), flush=True)
+                        # the loop has no chunk: one size is enough for it
+                        for C in (chunks if form == "chunkwise" else chunks[:1]):
+                            ts, wall, tc, o_ttt = run_ttt(a.ttt, wd, inputs, preset, form, C, th,
+                                                          a.repeats)
+                            ps, pc, o_pt = run_torch(inputs, family, form, C, th, a.repeats)
+                            err = float(np.abs(o_ttt - o_pt).max() / np.abs(o_pt).max())
+                            worst = max(worst, err)
+                            ntok = a.batch * a.heads * T
+                            row = [preset, form if form == "recurrent" else f"chunkwise/{C}", T,
+                                   d, th, f"{ts:.4g}", f"{wall:.4g}", f"{ps:.4g}",
+                                   f"{ps / ts:.2f}x", f"{tc:.4g}", f"{pc:.4g}", f"{pc / tc:.2f}x",
+                                   f"{ntok / ts:.3g}", f"{ntok / ps:.3g}", f"{err:.1e}"]
+                            print(" ".join(f"{str(c):>15}" if i else f"{str(c):<15}"
+                                           for i, c in enumerate(row)), flush=True)
+                            if form == "chunkwise":
+                                b = best.setdefault((preset, T, d, th), {})
+                                for key, secs in (("ttt", ts), ("torch", ps), ("ttt_cpu", tc),
+                                                  ("torch_cpu", pc)):
+                                    if key not in b or secs < b[key][0]:
+                                        b[key] = (secs, C)
+    if len(chunks) > 1 and best:
+        print("# chunkwise, each side at its own fastest chunk (ms; speedup = PyTorch / ttt), by "
+              "wall time and by CPU time (on a loaded machine the CPU times are the work)")
+        print("| preset | T | d | threads | ttt ms (C) | PyTorch ms (C) | speedup "
+              "| ttt CPU ms (C) | PyTorch CPU ms (C) | speedup (CPU) |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (preset, T, d, th), b in best.items():
+            cells = []
+            for t_key, p_key in (("ttt", "torch"), ("ttt_cpu", "torch_cpu")):
+                (ts, ct), (ps, cp) = b[t_key], b[p_key]
+                cells.append(f"{1e3 * ts:.1f} ({ct}) | {1e3 * ps:.1f} ({cp}) | {ps / ts:.2f}x")
+            print(f"| {preset} | {T} | {d} | {th} | {cells[0]} | {cells[1]} |")
     ok = worst <= TOL
     print(f"# agreement: worst relative max error {worst:.2e} "
           f"({'ok' if ok else 'FAILED'}: tolerance {TOL:g})")

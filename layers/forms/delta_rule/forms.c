@@ -144,6 +144,8 @@ static double delta_flops_chunkwise(const ttt_layer *L, long T) {
     return delta_flops_chunked(L, T, L->chunk);
 }
 
+#include "delta_rates.h"
+
 /* Measured (experiments/equivalence.yaml, T = 1000, d = 64, one thread): the chunkwise delta
  * rule runs at 0.6–0.8× the recurrent kernel (its per-chunk triangular solves do not pay off at
  * d = 64 yet), so auto prefers the recurrence. */
@@ -159,6 +161,7 @@ const ttt_form_entry ttt_form_delta_rule_recurrent = {
     .forward_strided = delta_strided_recurrent,
     .scratch_bytes = delta_scratch_recurrent,
     .flops = delta_flops_recurrent,
+    .rates = delta_rates_recurrent,
 };
 
 const ttt_form_entry ttt_form_delta_rule_parallel = {
@@ -186,4 +189,5 @@ const ttt_form_entry ttt_form_delta_rule_chunkwise = {
     .forward_strided = delta_strided_chunkwise,
     .scratch_bytes = delta_scratch_chunkwise,
     .flops = delta_flops_chunkwise,
+    .rates = delta_rates_chunkwise,
 };

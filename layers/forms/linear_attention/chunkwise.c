@@ -26,7 +26,8 @@
  *   LA_SPAN_MAX = 60 nats, so every factor lies in [e^−60, e^60] ≈ [9e−27, 1e26], far inside
  *   float range (1.2e−38 … 3.4e38). With log α ≥ −0.9 that holds for C = 64, with log α ≥ −0.45
  *   for C = 128. Entries above the diagonal may be large (≤ |q||k|e^60); they are overwritten
- *   with zeros. Its E and K ⊙ 1/E are reused for the read and the write.
+ *   with zeros. Its E and K ⊙ 1/E are reused for the read and the write (with a vector gate the
+ *   keys carry β, β ⊙ K ⊙ 1/E, and the write's factor E_n scales the rows of the state update).
  * - Longer spans (strong gates, long chunks, the parallel form): scalar decay takes
  *   exp(G_i − G_j) per pair (0 below −104, where float exp underflows anyway); vector decay,
  *   where the decay cannot be pulled out of the q·k sum, goes through vec_scores: a block whose
@@ -164,20 +165,31 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     } else if (kind == LA_VECTOR) {
         /* row by row, vectorized over the key dimensions; C·d_k exponentials per chunk through
          * the vectorizable ttt_fast_exp_d (fastexp.h: float accuracy for a float64 argument) —
-         * libm's scalar exp took ~30 % of the chunk's time here (d = 128, C = 64) */
+         * libm's scalar exp took ~30 % of the chunk's time here (d = 128, C = 64). The same pass
+         * forms the read's queries Q ⊙ E and the scores' keys β ⊙ K / E, so that each input row
+         * is read once (the passes are bound by reading the inputs; docs/benchmarks.md "What
+         * would close the remaining gaps"). K / E is valid when the span is ≤ LA_SPAN_MAX
+         * (decided below); otherwise ks is overwritten before use. */
         double *lo = w->glo, *hi = w->ghi;
         for (int c = 0; c < d_k; c++) lo[c] = hi[c] = 0.0;
         for (int i = 0; i < n; i++) {
             const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
             double *Gi = G + (size_t)i * d_k;
-            float *Ei = E + (size_t)i * d_k;
+            float *restrict Ei = E + (size_t)i * d_k;
+            float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
             const float *li = log_alpha + (size_t)i * ld->la;
+            const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
+            const float b = beta_at(beta, ldb, i);
             for (int c = 0; c < d_k; c++) {
                 const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
                 Gi[c] = g;
                 Ei[c] = ttt_fast_exp_d(g);
                 lo[c] = g < lo[c] ? g : lo[c];
                 hi[c] = g > hi[c] ? g : hi[c];
+            }
+            for (int c = 0; c < d_k; c++) { /* the row's E is in L1 */
+                qsi[c] = qi[c] * Ei[c];
+                ksi[c] = b * (ki[c] / Ei[c]);
             }
         }
         for (int c = 0; c < d_k; c++)
@@ -190,20 +202,17 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     /* queries of the inter-chunk read: Q ⊙ E (E ≤ 1 for α ≤ 1; underflow to 0 is exact enough) */
     const float *qread = q;
     int ldqr = ldq;
-    if (kind != LA_NONE) {
+    if (kind == LA_SCALAR)
         for (int i = 0; i < n; i++)
-            for (int c = 0; c < d_k; c++)
-                qs[(size_t)i * d_k + c] =
-                    q[(size_t)i * ldq + c] * E[kind == LA_SCALAR ? (size_t)i : (size_t)i * d_k + c];
+            for (int c = 0; c < d_k; c++) qs[(size_t)i * d_k + c] = q[(size_t)i * ldq + c] * E[i];
+    if (kind != LA_NONE) { /* LA_VECTOR: formed with E above */
         qread = qs;
         ldqr = d_k;
     }
 
     /* ---- scores A = ((Q Kᵀ) ⊙ Γ) diag(β), lower triangular (n, n) ---- */
     if (kind == LA_VECTOR && trick) {
-        for (int i = 0; i < n; i++) /* ≤ e^60 */
-            for (int c = 0; c < d_k; c++)
-                ks[(size_t)i * d_k + c] = k[(size_t)i * ldk + c] / E[(size_t)i * d_k + c];
+        /* (Q ⊙ E)(β ⊙ K ⊙ 1/E)ᵀ: β is in the keys already; factors ≤ e^60 */
         gemm_abt(A, n, qs, d_k, ks, d_k, n, n, d_k);
     } else if (kind == LA_VECTOR) {
         vec_scores(A, n, q, ldq, k, ldk, G, n, d_k, w->qs2, w->ks);
@@ -221,7 +230,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
                 const double d = G[i] - G[j]; /* exp(d) is 0 in float below −104 */
                 A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * beta_at(beta, ldb, j);
             }
-    } else if (beta) {
+    } else if (beta && !(kind == LA_VECTOR && trick)) {
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[(size_t)j * ldb];
     }
@@ -238,11 +247,8 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     const float *kwrite = k;
     int ldkw = ldk;
     if (kind == LA_VECTOR && trick) {
-        /* ks = K ⊙ 1/E from the scores: times E_n (≤ 1) and β */
-        for (int j = 0; j < n; j++) {
-            const float b = beta_at(beta, ldb, j);
-            for (int c = 0; c < d_k; c++) ks[(size_t)j * d_k + c] *= En[c] * b;
-        }
+        /* ks = β ⊙ K ⊙ 1/E from the scores; its factor E_n (≤ 1) scales row c of the write,
+         * and is applied with the state's decay below */
         kwrite = ks;
         ldkw = d_k;
     } else if (kind != LA_NONE) {
@@ -279,7 +285,10 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         const float *restrict Wc = w->Sw + (size_t)c * d_v;
         if (kind == LA_NONE)
             for (int j = 0; j < d_v; j++) Sc[j] += Wc[j];
-        else
+        else if (kind == LA_VECTOR && trick) {
+            const float en = En[c]; /* the write's factor E_n of key dimension c (above) */
+            for (int j = 0; j < d_v; j++) Sc[j] = a * Sc[j] + en * Wc[j];
+        } else
             for (int j = 0; j < d_v; j++) Sc[j] = a * Sc[j] + Wc[j];
     }
 }

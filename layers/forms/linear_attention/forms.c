@@ -140,6 +140,8 @@ static double la_flops_chunkwise(const ttt_layer *L, long T) {
     return la_flops_chunked(L, T, L->chunk);
 }
 
+#include "la_rates.h"
+
 /* Measured (experiments/equivalence.yaml, T = 1000, d = 64, one thread): chunkwise 1.5× the
  * recurrent kernel, so auto prefers it; the parallel form is quadratic in T. */
 const ttt_form_entry ttt_form_linear_attention_recurrent = {
@@ -153,6 +155,7 @@ const ttt_form_entry ttt_form_linear_attention_recurrent = {
     .forward_strided = la_strided_recurrent,
     .scratch_bytes = la_scratch_recurrent,
     .flops = la_flops_recurrent,
+    .rates = la_rates_recurrent,
     .precise_t = 8192, /* docs/forms.md "Precision on hard inputs" */
 };
 
@@ -180,4 +183,5 @@ const ttt_form_entry ttt_form_linear_attention_chunkwise = {
     .forward_strided = la_strided_chunkwise,
     .scratch_bytes = la_scratch_chunkwise,
     .flops = la_flops_chunkwise,
+    .rates = la_rates_chunkwise,
 };
