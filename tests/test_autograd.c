@@ -147,6 +147,15 @@ static void fill_input(ttt_rng *rng, float *x, size_t n, dom d) {
  * as_params = 0: the inputs are plain leaves (requires_grad set, grad created by backward).
  * as_params = 1: they are parameters whose persistent buffers already hold random values G0, so
  * the check is on grad − G0: every backward must ADD into the gradient, never overwrite it. */
+/* How run_fd hands the inputs to the tape. */
+enum {
+    AS_LEAVES = 0,    /* leaves with no gradient buffer: the first writer of each assigns */
+    AS_PARAMS = 1,    /* parameters whose buffers already hold a gradient: every op adds */
+    AS_OVERWRITE = 2, /* parameters whose buffers hold a stale gradient of an earlier step,
+                       * marked ttt_tensor_grad_overwrite: the first writer must assign, the
+                       * others add (autograd.h "First writer assigns") */
+};
+
 static void run_fd(const fd_case *c, uint64_t seed, int as_params) {
     ttt_rng rng;
     ttt_rng_seed(&rng, ttt_hash_str(c->name) ^ seed);
@@ -165,6 +174,7 @@ static void run_fd(const fd_case *c, uint64_t seed, int as_params) {
             ttt_rng_fill_normal(&rng, g0[i], n, 0.0f, 1.0f);
             memcpy(buf, g0[i], n * sizeof(float));
             ttt_tensor_set_param(in[i], buf);
+            if (as_params == AS_OVERWRITE) ttt_tensor_grad_overwrite(in[i]);
         } else {
             in[i]->requires_grad = 1;
         }
@@ -176,6 +186,8 @@ static void run_fd(const fd_case *c, uint64_t seed, int as_params) {
     float *r = ttt_arena_alloc(ctx->arena, (n_out ? n_out : 1) * sizeof(float));
     ttt_rng_fill_normal(&rng, r, n_out, 0.0f, 1.0f);
     ttt_backward_from(ctx, out, r);
+    for (int i = 0; i < c->n_in; i++)
+        if (in[i] && as_params == AS_OVERWRITE) ttt_tensor_grad_settle(in[i]);
 
     /* inputs in double (the same float values), perturbed one element at a time below */
     double *x64[MAXIN] = {0};
@@ -203,14 +215,18 @@ static void run_fd(const fd_case *c, uint64_t seed, int as_params) {
         fd_gradient(fd, c, x64, i, in[i]->n, r, n_out);
         /* grad − G0 (rounding of the sum: half an ulp of |G0 + g| ≈ 1e-7, inside atol) */
         float *got = in[i]->grad;
-        if (as_params) {
+        if (as_params == AS_PARAMS) {
             got = ttt_arena_alloc(ctx->arena, (in[i]->n ? in[i]->n : 1) * sizeof(float));
             for (size_t k = 0; k < in[i]->n; k++) got[k] = in[i]->grad[k] - g0[i][k];
         }
         char msg[600];
-        int ok = tu_close(got, fd, in[i]->n, as_params ? 3e-7 : 1e-7, rtol, msg, sizeof msg);
+        int ok = tu_close(got, fd, in[i]->n, as_params == AS_PARAMS ? 3e-7 : 1e-7, rtol, msg,
+                          sizeof msg);
         ck_assert_msg(ok, "%s%s: gradient of input %d vs finite differences: %s", c->name,
-                      as_params ? " (accumulating)" : "", i, msg);
+                      as_params == AS_PARAMS      ? " (accumulating)"
+                      : as_params == AS_OVERWRITE ? " (overwriting a stale gradient)"
+                                                  : "",
+                      i, msg);
     }
 }
 
@@ -627,6 +643,33 @@ static ttt_tensor *op_slice_cols(ttt_ctx *x, ttt_tensor *const *in, const fd_cas
     return ttt_slice_cols(x, in[0], c->iarg[0], c->iarg[1]);
 }
 
+/* rows [iarg[0], iarg[1]) and columns [iarg[2], iarg[3]) of input 0 read as a matrix */
+static void ref_slice_block(double *out, const double *const *in, const fd_case *c) {
+    size_t cols = (size_t)in_cols(c, 0), w = (size_t)(c->iarg[3] - c->iarg[2]);
+    for (int i = c->iarg[0]; i < c->iarg[1]; i++)
+        for (size_t j = 0; j < w; j++)
+            out[(size_t)(i - c->iarg[0]) * w + j] = in[0][(size_t)i * cols + (size_t)c->iarg[2] + j];
+}
+static ttt_tensor *op_slice_block(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
+    return ttt_slice_block(x, in[0], c->iarg[0], c->iarg[1], c->iarg[2], c->iarg[3]);
+}
+
+/* a 2 × 2 grid of the four inputs: [in0 in1; in2 in3] */
+static void ref_concat_grid(double *out, const double *const *in, const fd_case *c) {
+    const int cols = in_cols(c, 0) + in_cols(c, 1);
+    for (int p = 0; p < 4; p++) {
+        const int r0 = p < 2 ? 0 : (int)in_rows(c, 0), c0 = p % 2 ? in_cols(c, 0) : 0;
+        for (size_t i = 0; i < in_rows(c, p); i++)
+            for (int j = 0; j < in_cols(c, p); j++)
+                out[((size_t)r0 + i) * (size_t)cols + (size_t)(c0 + j)] =
+                    in[p][i * (size_t)in_cols(c, p) + (size_t)j];
+    }
+}
+static ttt_tensor *op_concat_grid(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
+    (void)c;
+    return ttt_concat_grid(x, (const ttt_tensor *const *)in, 2, 2);
+}
+
 /* all n_in inputs joined along the last dim */
 static void ref_concat_cols(double *out, const double *const *in, const fd_case *c) {
     size_t rows = in_rows(c, 0), total = 0, c0 = 0;
@@ -692,6 +735,16 @@ static void ref_conv(double *out, const double *const *in, const fd_case *c) {
 static ttt_tensor *op_conv(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
     return ttt_conv1d_causal(x, in[0], in[1], in[2]);
 }
+/* silu of the convolution without bias, the fused op of the sequence model's q, k, v */
+static void ref_conv_silu(double *out, const double *const *in, const fd_case *c) {
+    const double *in3[3] = {in[0], in[1], NULL};
+    ref_conv(out, in3, c);
+    for (size_t i = 0; i < in_numel(c, 0); i++) out[i] = out[i] * sig_d(out[i]);
+}
+static ttt_tensor *op_conv_silu(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
+    (void)c;
+    return ttt_conv1d_causal_silu(x, in[0], in[1]);
+}
 
 /* --------------------------------------------------------------------------------------------- */
 /* the cases                                                                                      */
@@ -701,7 +754,43 @@ static const int k_ids[] = {4, 0, 2, 4, 1, 4};       /* repeated ids: the scatte
 static const int k_targets[] = {1, -1, 4, 0, -1, 2}; /* −1: ignored rows */
 static const int k_ignored[] = {-1, -1, -1};         /* nothing counted: loss 0, gradient 0 */
 
+/* One input x (m, n) read by several ops, W (n, n): the gradient of x sums every path, whichever
+ * op writes it first (autograd.h "First writer assigns"). iarg[0] = 0: the two reshapes back to
+ * x's shape are recorded last, so their backward runs first and x takes their gradient buffer as
+ * its own; the other paths then add into it. out = silu(x) ⊙ x + x W + x.
+ * iarg[0] = 1: the reshapes come first, silu's backward assigns x's gradient and the reshapes
+ * add last. out = x W + x ⊙ silu(x). A first writer that added to garbage, or an op that
+ * assigned over another's contribution, is off by O(1). */
+static void ref_fanout(double *out, const double *const *in, const fd_case *c) {
+    const int m = c->shape[0][0], n = c->shape[0][1];
+    const double *x = in[0], *W = in[1];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double xw = 0.0, v = x[i * n + j];
+            for (int k = 0; k < n; k++) xw += x[i * n + k] * W[k * n + j];
+            out[i * n + j] = v * v * sig_d(v) + xw + (c->iarg[0] == 0 ? v : 0.0);
+        }
+}
+static ttt_tensor *op_fanout(ttt_ctx *x, ttt_tensor *const *in, const fd_case *c) {
+    const int m = c->shape[0][0], n = c->shape[0][1];
+    if (c->iarg[0] == 0) {
+        ttt_tensor *a = ttt_add(x, ttt_mul(x, ttt_silu(x, in[0]), in[0]),
+                                ttt_matmul(x, in[0], 0, in[1], 0));
+        ttt_tensor *r = ttt_reshape(x, ttt_reshape(x, in[0], 2, (int[]){n, m}), 2, (int[]){m, n});
+        return ttt_add(x, a, r);
+    }
+    ttt_tensor *r = ttt_reshape(x, ttt_reshape(x, in[0], 2, (int[]){n, m}), 2, (int[]){m, n});
+    return ttt_add(x, ttt_matmul(x, in[0], 0, in[1], 0), ttt_mul(x, r, ttt_silu(x, in[0])));
+}
+
 static const fd_case k_cases[] = {
+    /* one input read by several ops, in both orders of the first gradient writer */
+    {"fan-out, reshape first", op_fanout, ref_fanout, 2, {2, 2}, {{3, 4}, {4, 4}}, .iarg = {0}},
+    {"fan-out, reshape last", op_fanout, ref_fanout, 2, {2, 2}, {{3, 4}, {4, 4}}, .iarg = {1}},
+    /* the mixer's per-head block slices (out of (B, T, 3·H·D), here 3-D) and their grid */
+    {"slice_block", op_slice_block, ref_slice_block, 1, {3}, {{2, 3, 6}}, .iarg = {2, 5, 1, 4}},
+    {"concat_grid", op_concat_grid, ref_concat_grid, 4, {2, 2, 2, 2},
+     {{2, 3}, {2, 1}, {3, 3}, {3, 1}}},
     /* matmul: all transposes (non-square everywhere), batched, shared operands, vectors */
     {"matmul NN", op_matmul, ref_matmul, 2, {2, 2}, {{3, 4}, {4, 5}}, .iarg = {0, 0}},
     {"matmul TN", op_matmul, ref_matmul, 2, {2, 2}, {{4, 3}, {4, 5}}, .iarg = {1, 0}},
@@ -832,12 +921,17 @@ static const fd_case k_cases[] = {
     {"conv1d_causal no bias", op_conv, ref_conv, 3, {2, 2, 1}, {{7, 3}, {3, 3}, {3}},
      .dom = {DOM_NORMAL, DOM_NORMAL, DOM_ABSENT}},
     {"conv1d_causal batched K>T", op_conv, ref_conv, 3, {3, 2, 1}, {{2, 3, 2}, {4, 2}, {2}}},
+    {"conv1d_causal_silu", op_conv_silu, ref_conv_silu, 2, {2, 2}, {{7, 3}, {3, 3}},
+     .dom = {DOM_WIDE, DOM_NORMAL}},
+    {"conv1d_causal_silu batched K>T", op_conv_silu, ref_conv_silu, 2, {3, 2},
+     {{2, 3, 2}, {4, 2}}},
 };
 
 START_TEST(test_fd_ops) {
     const fd_case *c = &k_cases[_i];
-    run_fd(c, 1, 0);
-    run_fd(c, 2, 1); /* a second draw, inputs as parameters with non-zero gradients already */
+    run_fd(c, 1, AS_LEAVES);
+    run_fd(c, 2, AS_PARAMS); /* a second draw, inputs as parameters with gradients already */
+    run_fd(c, 3, AS_OVERWRITE); /* a third, the parameters' old gradients stale */
 }
 END_TEST
 
@@ -863,8 +957,9 @@ static const fd_case k_solve_cases[] = {
 };
 
 START_TEST(test_fd_solve_lower) {
-    run_fd(&k_solve_cases[_i], 1, 0);
-    run_fd(&k_solve_cases[_i], 2, 1);
+    run_fd(&k_solve_cases[_i], 1, AS_LEAVES);
+    run_fd(&k_solve_cases[_i], 2, AS_PARAMS);
+    run_fd(&k_solve_cases[_i], 3, AS_OVERWRITE);
 }
 END_TEST
 
@@ -995,6 +1090,40 @@ START_TEST(test_param_grad_accumulates) {
     for (int s = 0; s < 2; s++) free(x_keep[s]);
     free(sum);
     param_free(&W);
+}
+END_TEST
+
+/* A trainer's step with ttt_tensor_grad_overwrite instead of zeroing: the buffers hold the
+ * previous step's gradient (here garbage first, then step 1's), the first op to write W assigns,
+ * and ttt_tensor_grad_settle zeroes U, which no op of the step reads. Each step must give exactly
+ * its own gradient: W neither doubled (step 1 + step 2) nor stale, U zero, not garbage. */
+START_TEST(test_grad_overwrite_steps) {
+    ttt_rng rng;
+    ttt_rng_seed(&rng, 17);
+    param W, U;
+    param_init(&W, &rng, 4, 3, 0.5f);
+    param_init(&U, &rng, 2, 2, 0.5f);
+    ttt_rng_fill_normal(&rng, W.grad, W.t.n, 0.0f, 10.0f); /* a stale gradient */
+    ttt_rng_fill_normal(&rng, U.grad, U.t.n, 0.0f, 10.0f);
+    float x_keep[2][20];
+    for (int st = 0; st < 2; st++) ttt_rng_fill_normal(&rng, x_keep[st], 20, 0.0f, 1.0f);
+    for (int st = 0; st < 2; st++) {
+        ttt_arena_reset(ctx->arena);
+        ttt_tape_reset(ctx->tape);
+        ttt_tensor_grad_overwrite(&W.t);
+        ttt_tensor_grad_overwrite(&U.t);
+        ttt_tensor x = ttt_tensor_view2(x_keep[st], 5, 4);
+        ttt_backward(ctx, ttt_sum(ctx, ttt_square(ctx, ttt_matmul(ctx, &x, 0, &W.t, 0))));
+        ttt_tensor_grad_settle(&W.t);
+        ttt_tensor_grad_settle(&U.t);
+        double *want = dalloc(12);
+        sq_loss_grad(want, &x, &W.t);
+        /* 5-term float sums of O(1) products, as in test_param_grad_accumulates */
+        TU_ASSERT_CLOSE(W.grad, want, 12, 1e-6, 1e-5);
+        for (size_t k = 0; k < U.t.n; k++) ck_assert_float_eq(U.grad[k], 0.0f);
+    }
+    param_free(&W);
+    param_free(&U);
 }
 END_TEST
 
@@ -1315,6 +1444,7 @@ Suite *autograd_suite(void) {
                         (int)(sizeof k_solve_cases / sizeof k_solve_cases[0]));
     tcase_add_test(tc, test_fd_detects_wrong_gradient);
     tcase_add_test(tc, test_param_grad_accumulates);
+    tcase_add_test(tc, test_grad_overwrite_steps);
     tcase_add_test(tc, test_backward_from_fresh);
     tcase_add_test(tc, test_no_grad_records_nothing);
     tcase_add_test(tc, test_tape_print);

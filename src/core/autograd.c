@@ -39,6 +39,16 @@ void ttt_tensor_set_param(ttt_tensor *t, float *grad) {
 
 void ttt_tensor_zero_grad(ttt_tensor *t) {
     if (t->grad) memset(t->grad, 0, t->n * sizeof(float));
+    t->grad_stale = 0;
+}
+
+void ttt_tensor_grad_overwrite(ttt_tensor *t) {
+    TTT_ASSERT(t->grad_persistent && t->grad);
+    t->grad_stale = 1;
+}
+
+void ttt_tensor_grad_settle(ttt_tensor *t) {
+    if (t->grad_stale) ttt_tensor_zero_grad(t);
 }
 
 void *ttt_tape_alloc(ttt_ctx *ctx, size_t bytes) {
@@ -67,6 +77,7 @@ ttt_tape_entry *ttt_tape_record(ttt_ctx *ctx, ttt_backward_fn fn, ttt_tensor *ou
     out->requires_grad = 1;
     out->grad_persistent = 0;
     out->grad = NULL;
+    out->grad_stale = 0;
     e->prev = ctx->tape->last;
     ctx->tape->last = e;
     ctx->tape->n_entries++;
@@ -108,10 +119,21 @@ static void give_back_grad(ttt_tape *tape, ttt_tensor *t) {
 }
 
 float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t) {
+    int add;
+    float *g = ttt_grad_acc(ctx, t, &add);
+    if (g && !add) memset(g, 0, t->n * sizeof(float)); /* this caller adds */
+    return g;
+}
+
+float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
+    *add = 1;
     if (!t || !t->requires_grad) return NULL;
     ttt_tensor *m = (ttt_tensor *)t; /* grad metadata only (autograd.h) */
-    if (!m->grad) {
-        TTT_ASSERT(!m->grad_persistent);
+    if (m->grad_persistent) {
+        if (m->grad_stale) *add = 0; /* the caller writes every element (or ttt_grad zeroes) */
+        m->grad_stale = 0;
+    } else if (!m->grad) {
+        /* a fresh or recycled buffer holds garbage: its first writer assigns (or ttt_grad zeroes) */
         ttt_tape *tape = ctx->tape;
         m->grad = tape && tape->recycle ? take_free_grad(tape, m->n) : NULL;
         if (!m->grad) {
@@ -119,17 +141,25 @@ float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t) {
             m->grad = ttt_tape_alloc(ctx, bytes);
             if (tape) tape->grad_bytes += bytes;
         }
-        memset(m->grad, 0, m->n * sizeof(float));
+        *add = 0;
     }
     return m->grad;
 }
 
 void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
-    const ttt_tensor *a = e->in[0];
+    ttt_tensor *a = e->in[0];
     TTT_ASSERT(a->n == e->out->n);
-    float *g = ttt_grad(ctx, a);
+    if (a && a->requires_grad && !a->grad_persistent && !a->grad) {
+        a->grad = (float *)dout; /* e->out->grad, final by now (autograd.h) */
+        return;
+    }
+    int add;
+    float *g = ttt_grad_acc(ctx, a, &add);
     if (!g) return;
-    for (size_t i = 0; i < a->n; i++) g[i] += dout[i];
+    if (add)
+        for (size_t i = 0; i < a->n; i++) g[i] += dout[i];
+    else
+        memcpy(g, dout, a->n * sizeof(float));
 }
 
 /* Forget the non-persistent gradients of everything on the tape, so this backward call starts

@@ -76,7 +76,24 @@
  *
  * Always call ttt_grad for every input you need BEFORE taking any scratch arena mark inside a
  * backward function: ttt_grad may allocate, and releasing a mark taken before it would free the
- * gradient. tests/test_autograd.c registers this exact op and checks it by finite differences. */
+ * gradient. tests/test_autograd.c registers this exact op and checks it by finite differences.
+ *
+ * First writer assigns
+ * --------------------
+ * ttt_grad hands out a zero-filled buffer, so that every contribution can be added. Zeroing is a
+ * pass over memory of its own: on the training step of a sequence model it was 13 % of the time
+ * (docs/benchmarks.md "Training step"). An op whose backward writes EVERY element of an input's
+ * gradient asks for it with ttt_grad_acc instead, which also says whether the op is the first to
+ * write it in this backward (`*add` = 0: the buffer holds garbage, assign; sgemm with beta = 0)
+ * or not (`*add` = 1: add). Ops that write only part of a gradient (a slice, a scatter) keep
+ * ttt_grad. ttt_backward_identity goes one step further: when the input has no gradient yet it
+ * takes the output's buffer as its own (no copy), which is safe because every entry that writes
+ * the output's gradient is newer than the identity entry and has already run.
+ *
+ * A parameter's caller-owned buffer accumulates across backward calls. A caller that wants
+ * this step's gradient instead (a trainer) marks the parameter with ttt_tensor_grad_overwrite
+ * before backward: the first contribution then assigns, and ttt_tensor_grad_settle after
+ * backward zeroes the buffers that nothing reached. */
 #ifndef TTT_AUTOGRAD_H
 #define TTT_AUTOGRAD_H
 
@@ -139,6 +156,11 @@ static inline int ttt_recording(const ttt_ctx *ctx) { return ctx->grad && ctx->t
 void ttt_tensor_set_param(ttt_tensor *t, float *grad);
 /* Zero t's gradient buffer, if it has one. */
 void ttt_tensor_zero_grad(ttt_tensor *t);
+/* Instead of zeroing a parameter's buffer before a backward call: its old contents are stale,
+ * the next contribution assigns (see "First writer assigns" above). */
+void ttt_tensor_grad_overwrite(ttt_tensor *t);
+/* After the backward call: a parameter still stale received nothing; zero its buffer. */
+void ttt_tensor_grad_settle(ttt_tensor *t);
 
 /* Record `out` = op(inputs) with the given backward. Returns NULL (and records nothing) when not
  * recording or when no input requires grad; otherwise the new entry, whose iarg/farg/aux/name the
@@ -150,9 +172,15 @@ void *ttt_tape_alloc(ttt_ctx *ctx, size_t bytes);
 /* Inside a backward function: t's gradient buffer, created zero-filled in ctx->arena on first use;
  * NULL when t is NULL or does not require grad. */
 float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t);
+/* The same for a backward that writes every element of t's gradient: *add = 0 when this is the
+ * first contribution of this backward (the buffer's contents are garbage: assign every element),
+ * 1 when the buffer already holds contributions (add). NULL (and *add = 1) when t is NULL or
+ * does not require grad. */
+float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add);
 
 /* Backward of any op whose output is its single input unchanged element for element (ttt_reshape,
- * ttt_tensor_copy): grad(in[0]) += dout. Usable by custom ops. */
+ * ttt_tensor_copy): grad(in[0]) += dout, or, when in[0] has no gradient yet, dout's buffer becomes
+ * in[0]'s (no copy; see "First writer assigns"). Usable by custom ops. */
 void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout);
 
 /* Gradients of a 1-element `loss` (seed 1) with respect to every tensor on ctx->tape that

@@ -90,6 +90,23 @@ static void add_doubles(float *restrict g, const double *restrict acc, size_t n)
     for (size_t i = 0; i < n; i++) g[i] += (float)acc[i];
 }
 
+/* The same for a gradient from ttt_grad_acc: g = acc when this is its first writer (add = 0),
+ * else g += acc (autograd.h "First writer assigns"). */
+static void put_doubles(float *restrict g, const double *restrict acc, size_t n, int add) {
+    if (add)
+        add_doubles(g, acc, n);
+    else
+        for (size_t i = 0; i < n; i++) g[i] = (float)acc[i];
+}
+
+/* g = v (n) for the first writer, g += v otherwise. */
+static void put_floats(float *restrict g, const float *restrict v, size_t n, int add) {
+    if (add)
+        for (size_t i = 0; i < n; i++) g[i] += v[i];
+    else
+        memcpy(g, v, n * sizeof *g);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* matrix products                                                                                */
 
@@ -132,14 +149,16 @@ static mat_view mat_view_of(const ttt_tensor *t) {
     return v;
 }
 
-/* Gradients of C = alpha·op(A)·op(B) (batched like ttt_matmul) given dC, accumulated (beta = 1)
- * into ga / gb when non-NULL. With op(A) (m,k), op(B) (k,n):
+/* Gradients of C = alpha·op(A)·op(B) (batched like ttt_matmul) given dC, into ga / gb when
+ * non-NULL: assigned (beta = 0) where add_a / add_b is 0 (their first writer, autograd.h), else
+ * accumulated (beta = 1). With op(A) (m,k), op(B) (k,n):
  *   d op(A) = alpha·dC·op(B)ᵀ,  d op(B) = alpha·op(A)ᵀ·dC,
  * and a transposed operand receives the transpose, written as a product with swapped factors so
  * that no transposed copy is made. A shared (2-D) operand of a batched product sums its gradient
- * over the batch, which beta = 1 does by itself. */
-static void matmul_grads(float *ga, float *gb, float alpha, const ttt_tensor *a, int ta,
-                         const ttt_tensor *b, int tb, const float *dc) {
+ * over the batch, which beta = 1 after the first matrix does by itself. */
+static void matmul_grads(float *ga, int add_a, float *gb, int add_b, float alpha,
+                         const ttt_tensor *a, int ta, const ttt_tensor *b, int tb,
+                         const float *dc) {
     mat_view va = mat_view_of(a), vb = mat_view_of(b);
     int m = ta ? va.cols : va.rows, k = ta ? va.rows : va.cols, n = tb ? vb.rows : vb.cols;
     int batch = va.batch ? va.batch : vb.batch, nb = batch ? batch : 1;
@@ -150,24 +169,35 @@ static void matmul_grads(float *ga, float *gb, float alpha, const ttt_tensor *a,
         const float *dci = dc + i * sc;        /* (m, n) */
         const float *ai = a->data + i * sa;    /* stored (va.rows, va.cols) */
         const float *bi = b->data + i * sb;    /* stored (vb.rows, vb.cols) */
+        /* a batched operand's matrix i is written once; a shared one by every i */
+        const float beta_a = add_a || (i > 0 && !sa) ? 1.0f : 0.0f;
+        const float beta_b = add_b || (i > 0 && !sb) ? 1.0f : 0.0f;
         if (ga) {
             if (!ta) /* dA (m,k) = dC (m,n) · op(B)ᵀ (n,k) */
-                sgemm_rm(ga + i * sa, alpha, dci, 0, n, bi, !tb, vb.cols, 1.0f, m, k, n);
+                sgemm_rm(ga + i * sa, alpha, dci, 0, n, bi, !tb, vb.cols, beta_a, m, k, n);
             else /* dA (k,m) = op(B) (k,n) · dCᵀ (n,m) */
-                sgemm_rm(ga + i * sa, alpha, bi, tb, vb.cols, dci, 1, n, 1.0f, k, m, n);
+                sgemm_rm(ga + i * sa, alpha, bi, tb, vb.cols, dci, 1, n, beta_a, k, m, n);
         }
         if (gb) {
             if (!tb) /* dB (k,n) = op(A)ᵀ (k,m) · dC (m,n) */
-                sgemm_rm(gb + i * sb, alpha, ai, !ta, va.cols, dci, 0, n, 1.0f, k, n, m);
+                sgemm_rm(gb + i * sb, alpha, ai, !ta, va.cols, dci, 0, n, beta_b, k, n, m);
             else /* dB (n,k) = dCᵀ (n,m) · op(A) (m,k) */
-                sgemm_rm(gb + i * sb, alpha, dci, 1, n, ai, ta, va.cols, 1.0f, n, k, m);
+                sgemm_rm(gb + i * sb, alpha, dci, 1, n, ai, ta, va.cols, beta_b, n, k, m);
         }
     }
 }
 
 static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dc) {
     const ttt_tensor *a = e->in[0], *b = e->in[1];
-    matmul_grads(ttt_grad(ctx, a), ttt_grad(ctx, b), 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+    int add_a, add_b;
+    float *ga = ttt_grad_acc(ctx, a, &add_a);
+    if (b == a) { /* a·aᵀ: the second product adds to the first */
+        matmul_grads(ga, add_a, NULL, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+        matmul_grads(NULL, 1, ga, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+        return;
+    }
+    float *gb = ttt_grad_acc(ctx, b, &add_b);
+    matmul_grads(ga, add_a, gb, add_b, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
 }
 
 ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt_tensor *b,
@@ -207,7 +237,8 @@ ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt
 static void gemm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
     const ttt_tensor *a = e->in[0], *b = e->in[1], *c = e->in[2];
     float alpha = e->farg[0], beta = e->farg[1];
-    matmul_grads(ttt_grad(ctx, a), ttt_grad(ctx, b), alpha, a, e->iarg[0], b, e->iarg[1], dr);
+    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    matmul_grads(ga, 1, gb, 1, alpha, a, e->iarg[0], b, e->iarg[1], dr);
     float *gc = ttt_grad(ctx, c);
     if (gc)
         for (size_t i = 0; i < c->n; i++) gc[i] += beta * dr[i];
@@ -309,7 +340,10 @@ static int is_row_vector_for(const ttt_tensor *b, const ttt_tensor *a) {
 static void binary_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
     const ttt_tensor *a = e->in[0], *b = e->in[1];
     const binop op = (binop)e->iarg[0];
-    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
+    /* both write every element of their gradient (b's summed over the broadcast); for a = b
+     * the second one finds the first one's values and adds */
+    int add_a, add_b;
+    float *ga = ttt_grad_acc(ctx, a, &add_a);
     /* b's element for a's element (i, j) is bd[i·rs + j·cs] */
     const int same = ttt_tensor_same_shape(a, b), scalar = !same && b->n == 1;
     const size_t rows = same ? 1 : rows_of(a), cols = same ? a->n : (size_t)TTT_COLS(a);
@@ -319,15 +353,37 @@ static void binary_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
         for (size_t i = 0; i < rows; i++) {
             const float *dri = dr + i * cols, *bi = bd + i * rs;
             float *gai = ga + i * cols;
-            switch (op) {
-            case BINOP_ADD:
-            case BINOP_SUB: for (size_t j = 0; j < cols; j++) gai[j] += dri[j]; break;
-            case BINOP_MUL: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] * bi[j * cs]; break;
-            case BINOP_DIV: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] / bi[j * cs]; break;
+            if (add_a) {
+                switch (op) {
+                case BINOP_ADD:
+                case BINOP_SUB: for (size_t j = 0; j < cols; j++) gai[j] += dri[j]; break;
+                case BINOP_MUL: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] * bi[j * cs]; break;
+                case BINOP_DIV: for (size_t j = 0; j < cols; j++) gai[j] += dri[j] / bi[j * cs]; break;
+                }
+            } else {
+                switch (op) {
+                case BINOP_ADD:
+                case BINOP_SUB: memcpy(gai, dri, cols * sizeof *gai); break;
+                case BINOP_MUL: for (size_t j = 0; j < cols; j++) gai[j] = dri[j] * bi[j * cs]; break;
+                case BINOP_DIV: for (size_t j = 0; j < cols; j++) gai[j] = dri[j] / bi[j * cs]; break;
+                }
             }
         }
     }
-    if (gb) {
+    float *gb = ttt_grad_acc(ctx, b, &add_b);
+    if (gb && same && op != BINOP_DIV) {
+        /* nothing is summed: the double of the general case rounds exactly what float does
+         * (a product of two floats is exact in double), so one float pass gives the same bits */
+        const float sg = op == BINOP_SUB ? -1.0f : 1.0f;
+        if (op == BINOP_MUL && add_b)
+            for (size_t j = 0; j < cols; j++) gb[j] += dr[j] * ad[j];
+        else if (op == BINOP_MUL)
+            for (size_t j = 0; j < cols; j++) gb[j] = dr[j] * ad[j];
+        else if (add_b)
+            for (size_t j = 0; j < cols; j++) gb[j] += sg * dr[j];
+        else
+            for (size_t j = 0; j < cols; j++) gb[j] = sg * dr[j];
+    } else if (gb) {
         ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
         size_t nb = same ? cols : scalar ? 1 : cols;
         double *acc = scratch_doubles(ctx, nb); /* (b->n) */
@@ -344,7 +400,7 @@ static void binary_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
                 acc[j * cs] += v;
             }
         }
-        add_doubles(gb, acc, nb);
+        put_doubles(gb, acc, nb, add_b);
         ttt_arena_release(ctx->arena, mark);
     }
 }
@@ -406,9 +462,13 @@ ttt_tensor *ttt_axpby(ttt_ctx *ctx, float alpha, const ttt_tensor *a, float beta
 
 /* r = s·a (farg[0] = s; add_scalar records s = 1): da = s·dr. */
 static void scale_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
-    float *restrict g = ttt_grad(ctx, e->in[0]);
+    int add;
+    float *restrict g = ttt_grad_acc(ctx, e->in[0], &add);
     const float s = e->farg[0];
-    for (size_t i = 0; i < e->out->n; i++) g[i] += s * dr[i];
+    if (add)
+        for (size_t i = 0; i < e->out->n; i++) g[i] += s * dr[i];
+    else
+        for (size_t i = 0; i < e->out->n; i++) g[i] = s * dr[i];
 }
 
 ttt_tensor *ttt_scale(ttt_ctx *ctx, const ttt_tensor *a, float s) {
@@ -431,12 +491,16 @@ ttt_tensor *ttt_add_scalar(ttt_ctx *ctx, const ttt_tensor *a, float s) {
 static void scale_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
     const ttt_tensor *a = e->in[0], *v = e->in[1];
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
-    float *ga = ttt_grad(ctx, a), *gv = ttt_grad(ctx, v);
+    int add_a;
+    float *ga = ttt_grad_acc(ctx, a, &add_a), *gv = ttt_grad(ctx, v);
     for (size_t i = 0; i < rows; i++) {
         const float *dri = dr + i * cols, *ai = a->data + i * cols;
         if (ga) {
             const float vi = v->data[i];
-            for (size_t j = 0; j < cols; j++) ga[i * cols + j] += dri[j] * vi;
+            if (add_a)
+                for (size_t j = 0; j < cols; j++) ga[i * cols + j] += dri[j] * vi;
+            else
+                for (size_t j = 0; j < cols; j++) ga[i * cols + j] = dri[j] * vi;
         }
         if (gv) {
             double s = 0.0;
@@ -494,14 +558,23 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
 #define UNARY_OP(fname, expr, dexpr)                                                       \
     static void fname##_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) { \
         const ttt_tensor *a = e->in[0];                                                    \
-        float *restrict g = ttt_grad(ctx, a);                                              \
+        int add;                                                                           \
+        float *restrict g = ttt_grad_acc(ctx, a, &add);                                    \
         const float *restrict in = a->data, *restrict out = e->out->data;                  \
-        for (size_t i = 0; i < a->n; i++) {                                                \
-            const float x = in[i], y = out[i];                                             \
-            (void)x;                                                                       \
-            (void)y;                                                                       \
-            g[i] += dr[i] * (dexpr);                                                       \
-        }                                                                                  \
+        if (add)                                                                           \
+            for (size_t i = 0; i < a->n; i++) {                                            \
+                const float x = in[i], y = out[i];                                         \
+                (void)x;                                                                   \
+                (void)y;                                                                   \
+                g[i] += dr[i] * (dexpr);                                                   \
+            }                                                                              \
+        else /* the first writer (autograd.h) */                                           \
+            for (size_t i = 0; i < a->n; i++) {                                            \
+                const float x = in[i], y = out[i];                                         \
+                (void)x;                                                                   \
+                (void)y;                                                                   \
+                g[i] = dr[i] * (dexpr);                                                    \
+            }                                                                              \
     }                                                                                      \
     ttt_tensor *fname(ttt_ctx *ctx, const ttt_tensor *a) {                                 \
         ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);                            \
@@ -701,9 +774,10 @@ static ttt_tensor *scalar_result(ttt_ctx *ctx, double v) {
 /* s = Σ a: da = ds (every element). */
 static void sum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds) {
     const ttt_tensor *a = e->in[0];
-    float *restrict g = ttt_grad(ctx, a);
+    int add;
+    float *restrict g = ttt_grad_acc(ctx, a, &add);
     const float d = ds[0] * e->farg[0]; /* farg[0]: 1 for sum, 1/n for mean */
-    for (size_t i = 0; i < a->n; i++) g[i] += d;
+    for (size_t i = 0; i < a->n; i++) g[i] = (add ? g[i] : 0.0f) + d;
 }
 
 ttt_tensor *ttt_sum(ttt_ctx *ctx, const ttt_tensor *a) {
@@ -1043,7 +1117,8 @@ static void rmsnorm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
     const ttt_tensor *x = e->in[0], *gamma = e->in[1];
     const float eps = e->farg[0];
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
-    float *gx = ttt_grad(ctx, x), *gg = ttt_grad(ctx, gamma);
+    int add_x, add_g;
+    float *gx = ttt_grad_acc(ctx, x, &add_x), *gg = ttt_grad_acc(ctx, gamma, &add_g);
     const float *g = gamma ? gamma->data : NULL; /* (n) or NULL */
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     double *acc_g = scratch_doubles(ctx, n); /* (n) */
@@ -1058,11 +1133,11 @@ static void rmsnorm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
         double c = s * s * s * xg / (double)n;
         for (size_t j = 0; j < n; j++) {
             double gh = g ? (double)dyr[j] * g[j] : (double)dyr[j];
-            if (gx) gx[i * n + j] += (float)(s * gh - c * xr[j]);
+            if (gx) gx[i * n + j] = (add_x ? gx[i * n + j] : 0.0f) + (float)(s * gh - c * xr[j]);
             acc_g[j] += (double)dyr[j] * xr[j] * s;
         }
     }
-    if (gg) add_doubles(gg, acc_g, n);
+    if (gg) put_doubles(gg, acc_g, n, add_g);
     ttt_arena_release(ctx->arena, mark);
 }
 
@@ -1091,7 +1166,8 @@ static void l2norm_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
     const ttt_tensor *x = e->in[0];
     const float eps = e->farg[0];
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
-    float *restrict gx = ttt_grad(ctx, x);
+    int add;
+    float *restrict gx = ttt_grad_acc(ctx, x, &add);
     for (size_t i = 0; i < rows; i++) {
         const float *xr = x->data + i * n, *dyr = dy + i * n; /* (n), (n) */
         double ss = 0.0, xd = 0.0;
@@ -1100,7 +1176,8 @@ static void l2norm_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
             xd += (double)xr[j] * dyr[j];
         }
         double s = 1.0 / sqrt(ss + (double)eps), c = s * s * s * xd;
-        for (size_t j = 0; j < n; j++) gx[i * n + j] += (float)(s * dyr[j] - c * xr[j]);
+        for (size_t j = 0; j < n; j++)
+            gx[i * n + j] = (add ? gx[i * n + j] : 0.0f) + (float)(s * dyr[j] - c * xr[j]);
     }
 }
 
@@ -1411,11 +1488,11 @@ ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1) {
 /* r = [a; b]: the first a->n elements of dr belong to a, the rest to b. */
 static void concat_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
     const ttt_tensor *a = e->in[0], *b = e->in[1];
-    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
-    if (ga)
-        for (size_t i = 0; i < a->n; i++) ga[i] += dr[i];
-    if (gb)
-        for (size_t i = 0; i < b->n; i++) gb[i] += dr[a->n + i];
+    int add;
+    float *ga = ttt_grad_acc(ctx, a, &add);
+    if (ga) put_floats(ga, dr, a->n, add);
+    float *gb = ttt_grad_acc(ctx, b, &add);
+    if (gb) put_floats(gb, dr + a->n, b->n, add);
 }
 
 ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
@@ -1437,9 +1514,9 @@ static void concat_rows_n_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
     size_t off = 0;
     for (int p = 0; p < e->n_in; p++) {
         const ttt_tensor *t = e->in[p];
-        float *g = ttt_grad(ctx, t);
-        if (g)
-            for (size_t i = 0; i < t->n; i++) g[i] += dr[off + i];
+        int add;
+        float *g = ttt_grad_acc(ctx, t, &add);
+        if (g) put_floats(g, dr + off, t->n, add);
         off += t->n;
     }
 }
@@ -1503,10 +1580,10 @@ static void concat_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
     for (int p = 0; p < e->n_in; p++) {
         const ttt_tensor *t = e->in[p];
         size_t w = (size_t)TTT_COLS(t);
-        float *g = ttt_grad(ctx, t);
+        int add;
+        float *g = ttt_grad_acc(ctx, t, &add);
         if (g)
-            for (size_t i = 0; i < rows; i++)
-                for (size_t j = 0; j < w; j++) g[i * w + j] += dr[i * cols + c0 + j];
+            for (size_t i = 0; i < rows; i++) put_floats(g + i * w, dr + i * cols + c0, w, add);
         c0 += w;
     }
 }
@@ -1535,6 +1612,101 @@ ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int 
         c0 += w;
     }
     if (ctx->grad) record_named(ctx, "concat_cols", concat_cols_backward, r, parts, n);
+    return r;
+}
+
+/* r = a[r0:r1, c0:c1] (a as a matrix): the gradient lands in the same block of a, the rest of
+ * a's gradient untouched (a partial writer: ttt_grad). */
+static void slice_block_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const ttt_tensor *a = e->in[0];
+    const size_t cols = (size_t)TTT_COLS(a), h = (size_t)e->out->shape[0],
+                 w = (size_t)e->out->shape[1];
+    float *g = ttt_grad(ctx, a) + (size_t)e->iarg[0] * cols + (size_t)e->iarg[1];
+    for (size_t i = 0; i < h; i++)
+        for (size_t j = 0; j < w; j++) g[i * cols + j] += dr[i * w + j];
+}
+
+ttt_tensor *ttt_slice_block(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1, int c0, int c1) {
+    const size_t rows = rows_of(a);
+    const int nc = TTT_COLS(a);
+    if (!(0 <= r0 && r0 <= r1 && (size_t)r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= nc)) {
+        char s[64];
+        fprintf(stderr, "ttt: slice_block: rows [%d, %d), columns [%d, %d) out of range for %s\n",
+                r0, r1, c0, c1, ttt_tensor_shape_str(a, s, sizeof s));
+        TTT_ASSERT(0);
+    }
+    const size_t h = (size_t)(r1 - r0), w = (size_t)(c1 - c0);
+    ttt_tensor *r = ttt_tensor_2d(ctx, (int)h, (int)w);
+    if (w)
+        for (size_t i = 0; i < h; i++)
+            memcpy(r->data + i * w, a->data + ((size_t)r0 + i) * (size_t)nc + (size_t)c0,
+                   w * sizeof(float));
+    ttt_tape_entry *e = RECORD(ctx, "slice_block", slice_block_backward, r, a);
+    if (e) {
+        e->iarg[0] = r0;
+        e->iarg[1] = c0;
+    }
+    return r;
+}
+
+/* r = the grid of parts: each part gets its block back, every element of it (first writer). */
+static void concat_grid_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
+    const int nr = e->iarg[0], nc = e->iarg[1];
+    const size_t cols = (size_t)TTT_COLS(e->out);
+    size_t r0 = 0;
+    for (int i = 0; i < nr; i++) {
+        size_t c0 = 0;
+        const size_t h = (size_t)e->in[(size_t)i * nc]->shape[0];
+        for (int j = 0; j < nc; j++) {
+            const ttt_tensor *t = e->in[(size_t)i * nc + j];
+            const size_t w = (size_t)t->shape[1];
+            int add;
+            float *g = ttt_grad_acc(ctx, t, &add);
+            if (g)
+                for (size_t k = 0; k < h; k++) put_floats(g + k * w, dr + (r0 + k) * cols + c0, w, add);
+            c0 += w;
+        }
+        r0 += h;
+    }
+}
+
+ttt_tensor *ttt_concat_grid(ttt_ctx *ctx, const ttt_tensor *const *parts, int nr, int nc) {
+    TTT_ASSERT(nr >= 1 && nc >= 1);
+    int rows = 0, cols = 0;
+    for (int i = 0; i < nr; i++) rows += parts[(size_t)i * nc]->shape[0];
+    for (int j = 0; j < nc; j++) cols += parts[j]->shape[1];
+    for (int i = 0; i < nr; i++)
+        for (int j = 0; j < nc; j++) {
+            const ttt_tensor *t = parts[(size_t)i * nc + j];
+            SHAPE_CHECK(t->ndim == 2 && t->shape[0] == parts[(size_t)i * nc]->shape[0] &&
+                            t->shape[1] == parts[j]->shape[1],
+                        "concat_grid (a grid row's parts share rows, a grid column's columns)",
+                        parts[(size_t)i * nc], t);
+        }
+    ttt_tensor *r = ttt_tensor_2d(ctx, rows, cols);
+    size_t r0 = 0;
+    for (int i = 0; i < nr; i++) {
+        size_t c0 = 0;
+        const size_t h = (size_t)parts[(size_t)i * nc]->shape[0];
+        for (int j = 0; j < nc; j++) {
+            const ttt_tensor *t = parts[(size_t)i * nc + j];
+            const size_t w = (size_t)t->shape[1];
+            if (w)
+                for (size_t k = 0; k < h; k++)
+                    memcpy(r->data + (r0 + k) * (size_t)cols + c0, t->data + k * w,
+                           w * sizeof(float));
+            c0 += w;
+        }
+        r0 += h;
+    }
+    if (ctx->grad) {
+        ttt_tape_entry *e = record_named(ctx, "concat_grid", concat_grid_backward, r, parts,
+                                         nr * nc);
+        if (e) {
+            e->iarg[0] = nr;
+            e->iarg[1] = nc;
+        }
+    }
     return r;
 }
 
@@ -1609,16 +1781,26 @@ typedef struct ce_saved {
 static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dl) {
     const ttt_tensor *z = e->in[0];
     const ce_saved *s = e->aux;
-    float *g = ttt_grad(ctx, z); /* created even when nothing is counted: a zero gradient */
-    if (s->count == 0) return;
+    int add;
+    float *g = ttt_grad_acc(ctx, z, &add); /* created even when nothing is counted: zero */
     const size_t N = rows_of(z), V = (size_t)TTT_COLS(z);
+    if (s->count == 0) {
+        if (!add) memset(g, 0, N * V * sizeof *g);
+        return;
+    }
     const float scale = dl[0] / (float)s->count;
     for (size_t i = 0; i < N; i++) {
-        if (s->targets[i] < 0) continue;
+        float *restrict gi = g + i * V; /* (V) */
+        if (s->targets[i] < 0) {
+            if (!add) memset(gi, 0, V * sizeof *gi); /* the first writer of an ignored row */
+            continue;
+        }
         const float *restrict zi = z->data + i * V; /* (V) */
-        float *restrict gi = g + i * V;             /* (V) */
         const float lse = s->lse[i];
-        for (size_t j = 0; j < V; j++) gi[j] += scale * expf(zi[j] - lse);
+        if (add)
+            for (size_t j = 0; j < V; j++) gi[j] += scale * expf(zi[j] - lse);
+        else
+            for (size_t j = 0; j < V; j++) gi[j] = scale * expf(zi[j] - lse);
         gi[s->targets[i]] -= scale;
     }
 }
@@ -1693,7 +1875,9 @@ static void conv1d_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
     int B, T, C;
     conv_dims(x, &B, &T, &C);
     const int K = w->shape[0];
-    float *gx = ttt_grad(ctx, x), *gw = ttt_grad(ctx, w), *gb = ttt_grad(ctx, bias);
+    int add_x, add_w, add_b;
+    float *gx = ttt_grad_acc(ctx, x, &add_x), *gw = ttt_grad_acc(ctx, w, &add_w),
+          *gb = ttt_grad_acc(ctx, bias, &add_b);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     double *aw = scratch_doubles(ctx, (size_t)K * C), *ab = scratch_doubles(ctx, (size_t)C);
     for (int b = 0; b < B; b++) {
@@ -1702,19 +1886,27 @@ static void conv1d_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
             const float *restrict dyt = dy + off + (size_t)t * C; /* (C) */
             for (int c = 0; c < C; c++) ab[c] += dyt[c];
             for (int j = 0; j < K && j <= t; j++) {
-                const float *restrict wj = w->data + (size_t)j * C;            /* (C) */
                 const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
-                if (gx) {
-                    float *restrict gs = gx + off + (size_t)(t - j) * C; /* (C) */
-                    for (int c = 0; c < C; c++) gs[c] += wj[c] * dyt[c];
-                }
-                double *restrict awj = aw + (size_t)j * C; /* (C) */
+                double *restrict awj = aw + (size_t)j * C;                      /* (C) */
                 for (int c = 0; c < C; c++) awj[c] += (double)dyt[c] * xs[c];
+            }
+            if (!gx) continue;
+            /* dx_t gathered in one pass, j ascending (the order the terms were once added in):
+             * each row written once, assigned by the first writer (autograd.h) */
+            float *restrict gs = gx + off + (size_t)t * C; /* (C) */
+            if (!add_x)
+                for (int c = 0; c < C; c++) gs[c] = w->data[c] * dyt[c];
+            else
+                for (int c = 0; c < C; c++) gs[c] += w->data[c] * dyt[c];
+            for (int j = 1; j < K && t + j < T; j++) {
+                const float *restrict wj = w->data + (size_t)j * C;  /* (C) */
+                const float *restrict dyj = dyt + (size_t)j * C;     /* (C) dy_{t+j} */
+                for (int c = 0; c < C; c++) gs[c] += wj[c] * dyj[c];
             }
         }
     }
-    if (gw) add_doubles(gw, aw, (size_t)K * C);
-    if (gb) add_doubles(gb, ab, (size_t)C);
+    if (gw) put_doubles(gw, aw, (size_t)K * C, add_w);
+    if (gb) put_doubles(gb, ab, (size_t)C, add_b);
     ttt_arena_release(ctx->arena, mark);
 }
 
@@ -1745,6 +1937,89 @@ ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tenso
         }
     }
     RECORD(ctx, "conv1d_causal", conv1d_causal_backward, y, x, w, bias);
+    return y;
+}
+
+/* z_t = Σ_{j<K, j≤t} w_j ⊙ x_{t−j} for one row t of one sequence (x0: the sequence's first row),
+ * the sum in the order of ttt_conv1d_causal so that both give the same bits. */
+static void conv_row(float *restrict z, const float *restrict x0, const float *restrict w, int t,
+                     int K, int C) {
+    memset(z, 0, (size_t)C * sizeof *z);
+    for (int j = 0; j < K && j <= t; j++) {
+        const float *restrict wj = w + (size_t)j * C;              /* (C) */
+        const float *restrict xs = x0 + (size_t)(t - j) * C;       /* (C) */
+        for (int c = 0; c < C; c++) z[c] += wj[c] * xs[c];
+    }
+}
+
+/* y = silu(z), z = conv(x): per sequence, dz = dy ⊙ silu'(z) with z recomputed into a (T, C)
+ * scratch that stays in cache, then the convolution's backward on dz exactly as in
+ * conv1d_causal_backward (the same sums in the same order). */
+static void conv1d_silu_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0], *w = e->in[1];
+    int B, T, C;
+    conv_dims(x, &B, &T, &C);
+    const int K = w->shape[0];
+    int add_x, add_w;
+    float *gx = ttt_grad_acc(ctx, x, &add_x), *gw = ttt_grad_acc(ctx, w, &add_w);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *aw = scratch_doubles(ctx, (size_t)K * C);
+    float *dz = scratch_floats(ctx, (size_t)T * C); /* (T, C) one sequence's dz */
+    for (int b = 0; b < B; b++) {
+        const size_t off = (size_t)b * T * C;
+        for (int t = 0; t < T; t++) {
+            float *restrict dzt = dz + (size_t)t * C; /* (C) z_t, then dz_t */
+            const float *restrict dyt = dy + off + (size_t)t * C;
+            conv_row(dzt, x->data + off, w->data, t, K, C);
+            for (int c = 0; c < C; c++) {
+                const float z = dzt[c];
+                dzt[c] = dyt[c] * (sigmoid_f(z) * (1.0f + z * sigmoid_c(z)));
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            const float *restrict dzt = dz + (size_t)t * C; /* (C) */
+            for (int j = 0; j < K && j <= t; j++) {
+                const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
+                double *restrict awj = aw + (size_t)j * C;                      /* (C) */
+                for (int c = 0; c < C; c++) awj[c] += (double)dzt[c] * xs[c];
+            }
+            if (!gx) continue;
+            float *restrict gs = gx + off + (size_t)t * C; /* (C) */
+            if (!add_x)
+                for (int c = 0; c < C; c++) gs[c] = w->data[c] * dzt[c];
+            else
+                for (int c = 0; c < C; c++) gs[c] += w->data[c] * dzt[c];
+            for (int j = 1; j < K && t + j < T; j++) {
+                const float *restrict wj = w->data + (size_t)j * C; /* (C) */
+                const float *restrict dzj = dzt + (size_t)j * C;    /* (C) dz_{t+j} */
+                for (int c = 0; c < C; c++) gs[c] += wj[c] * dzj[c];
+            }
+        }
+    }
+    if (gw) put_doubles(gw, aw, (size_t)K * C, add_w);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w) {
+    SHAPE_CHECK(x->ndim == 2 || x->ndim == 3,
+                "conv1d_causal_silu (x must be (T, C) or (B, T, C))", x, NULL);
+    int B, T, C;
+    conv_dims(x, &B, &T, &C);
+    SHAPE_CHECK(w->ndim == 2 && w->shape[1] == C, "conv1d_causal_silu (w must be (K, C))", x, w);
+    const int K = w->shape[0];
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    for (int b = 0; b < B; b++) {
+        const size_t off = (size_t)b * T * C;
+        for (int t = 0; t < T; t++) {
+            float *restrict yt = y->data + off + (size_t)t * C; /* (C) */
+            conv_row(yt, x->data + off, w->data, t, K, C);
+            for (int c = 0; c < C; c++) {
+                const float z = yt[c];
+                yt[c] = z * sigmoid_f(z);
+            }
+        }
+    }
+    RECORD(ctx, "conv1d_causal_silu", conv1d_silu_backward, y, x, w);
     return y;
 }
 

@@ -143,6 +143,14 @@ ttt_tensor *ttt_slice_cols(ttt_ctx *ctx, const ttt_tensor *a, int c0, int c1);
 ttt_tensor *ttt_concat_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b);
 /* Same for n ≥ 1 parts in one copy (joining H heads back into (T, H·D)). */
 ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n);
+/* Rows [r0, r1) and columns [c0, c1) of a read as a (rows, last dim) matrix, copied:
+ * → (r1 − r0, c1 − c0). One head of one sequence out of (B, T, H·D) in one copy
+ * (slice_rows then slice_cols would copy twice). */
+ttt_tensor *ttt_slice_block(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1, int c0, int c1);
+/* The inverse: an nr × nc grid of 2-D parts (parts[i·nc + j]; the parts of a grid row share
+ * their row count, of a grid column their column count) joined into one matrix, in one copy:
+ * B sequences × H heads of (T, D) back into (B·T, H·D). */
+ttt_tensor *ttt_concat_grid(ttt_ctx *ctx, const ttt_tensor *const *parts, int nr, int nc);
 
 /* ---- sequence-model ops ---- */
 /* Rows of table (V, d) picked by ids (n, each in [0, V)) → (n, d). The backward scatter-adds into
@@ -170,6 +178,10 @@ ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int 
  * current token; bias (C) or NULL. Result has x's shape. */
 ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
                               const ttt_tensor *bias);
+/* silu(ttt_conv1d_causal(x, w, NULL)) as one op, the same values: the convolution's output is
+ * neither stored nor passed through memory again (the backward recomputes it per sequence), which
+ * saves two passes over (B, T, C) forward and two backward (the sequence model's q, k, v). */
+ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w);
 
 /* ---- comparisons (not ops: utilities for tests and equivalence reports) ---- */
 float ttt_max_abs(const ttt_tensor *a);

@@ -222,6 +222,7 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
     t->grad_persistent = 0;
     t->grad = NULL;
+    t->grad_stale = 0;
     for (int i = 0; i < TTT_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
     for (int i = 0; i < ndim; i++) {
         TTT_ASSERT(shape[i] >= 0);

@@ -4,7 +4,7 @@
  * ttt_arena (a bump allocator made of chained blocks): a step allocates freely and the whole step
  * is released at once with ttt_arena_reset / ttt_arena_release, so hot loops never call malloc.
  * A ttt_ctx bundles the arena with the autodiff switch and tape; every op takes one.
- * Autodiff (autograd.h) adds three fields to a tensor; all zero (the default of a designated or
+ * Autodiff (autograd.h) adds four fields to a tensor; all zero (the default of a designated or
  * zero initializer, and what ttt_tensor_new sets) means "a constant: no gradient". */
 #ifndef TTT_TENSOR_H
 #define TTT_TENSOR_H
@@ -90,6 +90,8 @@ typedef struct ttt_tensor {
     int requires_grad;   /* nonzero: gradients flow to this tensor */
     int grad_persistent; /* nonzero: grad is a caller-owned buffer that accumulates (a parameter) */
     float *grad;         /* (n) dL/d(this tensor), same layout as data; NULL until needed */
+    int grad_stale;      /* nonzero: a parameter's grad holds nothing of this backward yet (its
+                          * first contribution assigns; autograd.h "First writer assigns") */
 } ttt_tensor;
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */

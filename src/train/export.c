@@ -48,9 +48,21 @@ ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
     for (const ttt_tape_entry *e = tape.last; s == TTT_OK && e; e = e->prev) {
         if (!e->name || e->n_in < 2) continue;
         const int mm = strcmp(e->name, "matmul") == 0 && !e->iarg[1], add = !strcmp(e->name, "add");
-        for (int i = 0; i < n && (mm || add); i++)
-            if (e->in[1] == &m->pt[i] && m->pt[i].ndim == (mm ? 2 : 1))
-                kind[i] = mm ? TTT_EXPORT_LINEAR : TTT_EXPORT_BIAS;
+        if (!mm && !add) continue;
+        /* the right operand, or when it is a packed weight (projections side by side, one
+         * product: seqmodel.c ttt_mixer_qkv_packed) the parameters it was joined from */
+        const ttt_tensor *const *ops = (const ttt_tensor *const *)&e->in[1];
+        int n_ops = 1;
+        for (const ttt_tape_entry *f = e->prev; mm && f; f = f->prev)
+            if (f->out == e->in[1] && f->name && strcmp(f->name, "concat_cols") == 0) {
+                ops = (const ttt_tensor *const *)f->in;
+                n_ops = f->n_in;
+                break;
+            }
+        for (int o = 0; o < n_ops; o++)
+            for (int i = 0; i < n; i++)
+                if (ops[o] == &m->pt[i] && m->pt[i].ndim == (mm ? 2 : 1))
+                    kind[i] = mm ? TTT_EXPORT_LINEAR : TTT_EXPORT_BIAS;
     }
     free(in);
     ttt_tape_free(&tape);

@@ -470,6 +470,32 @@ static ttt_tensor *qkv(const ttt_mixer_call *call, int w, int conv) {
     return x;
 }
 
+ttt_tensor *ttt_mixer_qkv_packed(const ttt_mixer_call *call) {
+    ttt_ctx *ctx = call->ctx;
+    const ttt_block_ids *id = call->ids;
+    const ttt_tensor *pt = call->pt;
+    /* One product h [W_q W_k W_v] instead of three: h is packed once, and the backward's dh is
+     * one product of depth 3·H·D instead of three accumulating passes over (B·T, d); dW comes
+     * back through the concatenation into the three parameters, whose names and shapes stay
+     * what checkpoints and exports see. The packed weight is a copy of d × 3·H·D floats per
+     * call, small beside the (B·T, d) activations it saves passes over. */
+    ttt_tensor *w = ttt_concat_cols_n(
+        ctx, (const ttt_tensor *const[]){P(pt, id->wq), P(pt, id->wk), P(pt, id->wv)}, 3);
+    ttt_tensor *x = ttt_matmul(ctx, call->h, 0, w, 0); /* (B·T, 3·H·D) */
+    x = ttt_mixer_reshape3(ctx, x, call->B, call->T, TTT_COLS(x));
+    if (call->m->cfg.conv > 0) { /* depthwise: the three kernels side by side are one kernel */
+        ttt_tensor *kw = ttt_concat_cols_n(
+            ctx,
+            (const ttt_tensor *const[]){P(pt, id->conv_q), P(pt, id->conv_k), P(pt, id->conv_v)},
+            3);
+        /* with the SiLU, one op: the convolution's output never goes through memory */
+        return call->m->cfg.act ? ttt_conv1d_causal_silu(ctx, x, kw)
+                                : ttt_conv1d_causal(ctx, x, kw, NULL);
+    }
+    if (call->m->cfg.act) x = ttt_silu(ctx, x);
+    return x;
+}
+
 void ttt_mixer_qkv(const ttt_mixer_call *call, ttt_tensor **q, ttt_tensor **k, ttt_tensor **v) {
     const ttt_block_ids *id = call->ids;
     *q = qkv(call, id->wq, id->conv_q);

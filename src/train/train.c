@@ -381,6 +381,9 @@ static void shard_step(const ttt_seq_model *m, shard *h, int grad, double denom)
     }
     ttt_arena_disarm(&h->arena);
     ttt_tape_reset(&h->tape);
+    /* the parameters no op wrote this step (run_shards marked them all stale) */
+    if (grad)
+        for (int i = 0; i < m->params.n; i++) ttt_tensor_grad_settle(&h->pt[i]);
 }
 
 /* Forward (and backward when grad) over every shard; stats summed in shard order; the shard
@@ -403,9 +406,10 @@ static ttt_status run_shards(shards *S, const ttt_seq_batch *b, int grad, double
         h->ctx.grad = grad;
         h->s = TTT_OK;
         h->pred = NULL;
-        if (grad && s > 0)
-            for (int i = 0; i < S->m->params.n; i++)
-                memset(h->grads[i], 0, S->m->params.p[i]->n * sizeof(float));
+        /* instead of zeroing the gradients, the first op to write one assigns it (autograd.h
+         * "First writer assigns"); shard_step zeroes those nothing wrote */
+        if (grad)
+            for (int i = 0; i < S->m->params.n; i++) ttt_tensor_grad_overwrite(&h->pt[i]);
     }
 #pragma omp parallel for num_threads(S->threads) schedule(static, 1) if (S->threads > 1 && n > 1)
     for (int s = 0; s < n; s++) shard_step(S->m, &S->sh[s], grad, denom);
@@ -827,10 +831,9 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         ttt_seq_batch b;
         s = data->next(data->user, &b, err);
         if (s != TTT_OK) break;
-        ttt_params_zero_grad(&m->params);
         double loss;
         ttt_seq_stats st;
-        s = run_shards(&S, &b, 1, &loss, &st, err);
+        s = run_shards(&S, &b, 1, &loss, &st, err); /* assigns every gradient */
         step_memory(&S, res); /* before shards_reset, which may rebuild an arena */
         shards_reset(&S);
         if (s != TTT_OK) break;

@@ -278,8 +278,10 @@ def main():
     print("# ratio = PyTorch step time / ttt step time (> 1: ttt faster): of the fastest steps "
           "(wall), of the median steps (med), and of the least process CPU time of a step (cpu: "
           "all threads, insensitive to preemption by other processes)")
+    print("# ttt_MB: ttt's memory per step (parameters, gradients, AdamW moments, shard "
+          "gradients and the arenas' peak: the benchmark's peak_mb)")
     cols = ["preset", "C", "threads", "ttt_tok/s", "torch_tok/s", "ratio", "ttt_med", "torch_med",
-            "ratio_med", "ttt_cpu_ms", "torch_cpu_ms", "ratio_cpu", "grad_err_ttt",
+            "ratio_med", "ttt_cpu_ms", "torch_cpu_ms", "ratio_cpu", "ttt_MB", "grad_err_ttt",
             "grad_err_torch", "loss_err"]
     print(" ".join(f"{c:>12}" if i else f"{c:<16}" for i, c in enumerate(cols)))
     worst = 0.0
@@ -304,6 +306,7 @@ def main():
                 worst = max(worst, e_ttt / GRAD_TOL, e_pt / GRAD_TOL, e_loss / LOSS_TOL)
                 ntok = a.batch * a.seq_len
                 res = {}  # threads -> [ttt best, ttt median, ttt cpu, torch best, median, cpu]
+                mem = {}  # threads -> ttt's peak_mb (the largest over rounds)
                 for rnd in range(a.rounds):
                     if rnd > 0:
                         rows = run_ttt(a, wd, preset, chunk)[0]
@@ -312,6 +315,7 @@ def main():
                         t = [r["seconds"], r["seconds_median"], r["cpu_seconds"],
                              *time_torch(cfg, params, decay, tokens, labels, meta, th, a.repeats)]
                         res.setdefault(th, []).append(t)
+                        mem[th] = max(mem.get(th, 0.0), float(r.get("peak_mb", float("nan"))))
                 if a.memory and 1 in rows:
                     r = rows[1]
                     pk, pf, ps = torch_memory(cfg, params, decay, tokens, labels, meta,
@@ -327,7 +331,7 @@ def main():
                     row = [preset, chunk, th, f"{ntok / tb:.4g}", f"{ntok / pb:.4g}",
                            f"{pb / tb:.2f}x", f"{ntok / tm:.4g}", f"{ntok / pm:.4g}",
                            f"{pm / tm:.2f}x", f"{1e3 * tc:.2f}", f"{1e3 * pc:.2f}",
-                           f"{pc / tc:.2f}x",
+                           f"{pc / tc:.2f}x", f"{mem[th]:.0f}",
                            f"{e_ttt:.1e}", f"{e_pt:.1e}", f"{e_loss:.1e}" + ("" if ok else " !")]
                     print(" ".join(f"{str(c):>12}" if i else f"{str(c):<16}"
                                    for i, c in enumerate(row)), flush=True)

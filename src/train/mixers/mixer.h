@@ -111,6 +111,11 @@ ttt_tensor *ttt_mixer_p(const ttt_mixer_call *call, int i);
 /* q, k, v (B, T, H·D) each: h W, then, when cfg.conv > 0, the causal short convolution
  * restarting at each sequence, then SiLU when cfg.act. */
 void ttt_mixer_qkv(const ttt_mixer_call *call, ttt_tensor **q, ttt_tensor **k, ttt_tensor **v);
+/* The same q, k, v side by side in one (B, T, 3·H·D) tensor [q | k | v], from one product with
+ * the three projections packed (and one convolution with the three kernels packed); the
+ * parameters stay wq, wk, wv, conv_q, conv_k, conv_v. Head h of q is columns [h·D, (h+1)·D), of
+ * k the same plus H·D, of v plus 2·H·D. */
+ttt_tensor *ttt_mixer_qkv_packed(const ttt_mixer_call *call);
 /* Rows divided by their L2 norm (eps 1e-6): the q/k normalization of one head. */
 ttt_tensor *ttt_mixer_l2norm(ttt_ctx *ctx, const ttt_tensor *x);
 /* Sequence b of a (B, T, n) tensor as (T, n). */

@@ -206,8 +206,8 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     const int *own = call->ids->own;
     const int H = c->n_heads, D = c->head_dim, B = call->B, T = call->T;
     const ttt_tensor *h = call->h;
-    ttt_tensor *q, *kk, *v; /* (B, T, H·D) */
-    ttt_mixer_qkv(call, &q, &kk, &v);
+    const int C = H * D;
+    ttt_tensor *qkv = ttt_mixer_qkv_packed(call); /* (B, T, 3·H·D): [q | k | v] */
     ttt_tensor *eta = NULL, *la = NULL;
     if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
         eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_ETA]), 0),
@@ -227,9 +227,9 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         la = ttt_scale(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)), -1.0f / 16.0f);
         la = ttt_mixer_reshape3(ctx, la, B, T, H * D);
     }
-    ttt_tensor **rows = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *rows);
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
-    TTT_ASSERT(rows && heads);
+    /* the heads' outputs (T, D), sequence b's head h at b·H + h: joined in one copy */
+    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)B * H * sizeof *heads);
+    TTT_ASSERT(heads);
     ttt_tensor **ms = NULL; /* multiscale: head h's constant log γ_h (T), shared by the batch */
     if (c->gate == TTT_GATE_MULTISCALE) {
         ms = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *ms);
@@ -240,25 +240,26 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         }
     }
     for (int b = 0; b < B; b++) {
-        ttt_tensor *qb = ttt_mixer_seq(ctx, q, b), *kb = ttt_mixer_seq(ctx, kk, b),
-                   *vb = ttt_mixer_seq(ctx, v, b);
-        ttt_tensor *eb = eta ? ttt_mixer_seq(ctx, eta, b) : NULL,
-                   *lb = la ? ttt_mixer_seq(ctx, la, b) : NULL;
+        const int r0 = b * T, r1 = r0 + T; /* sequence b's rows of (B·T, …) */
         for (int hh = 0; hh < H; hh++) {
             const int c0 = hh * D, c1 = c0 + D;
-            ttt_tensor *qh = ttt_slice_cols(ctx, qb, c0, c1); /* (T, D) */
-            ttt_tensor *kh = ttt_slice_cols(ctx, kb, c0, c1);
-            ttt_tensor *vh = ttt_slice_cols(ctx, vb, c0, c1);
+            /* each head's q, k, v, η and gate straight out of the packed tensors, one copy */
+            ttt_tensor *qh = ttt_slice_block(ctx, qkv, r0, r1, c0, c1); /* (T, D) */
+            ttt_tensor *kh = ttt_slice_block(ctx, qkv, r0, r1, C + c0, C + c1);
+            ttt_tensor *vh = ttt_slice_block(ctx, qkv, r0, r1, 2 * C + c0, 2 * C + c1);
             if (c->qk_norm) {
                 qh = ttt_mixer_l2norm(ctx, qh);
                 kh = ttt_mixer_l2norm(ctx, kh);
             }
             ttt_tensor *eh = NULL, *lh = NULL;
-            if (eb) eh = ttt_reshape(ctx, ttt_slice_cols(ctx, eb, hh, hh + 1), 1, (int[]){T});
-            if (lb && c->gate == TTT_GATE_SCALAR)
-                lh = ttt_reshape(ctx, ttt_slice_cols(ctx, lb, hh, hh + 1), 1, (int[]){T});
-            else if (lb)
-                lh = ttt_slice_cols(ctx, lb, c0, c1); /* (T, D) */
+            if (eta)
+                eh = ttt_reshape(ctx, ttt_slice_block(ctx, eta, r0, r1, hh, hh + 1), 1,
+                                 (int[]){T});
+            if (la && c->gate == TTT_GATE_SCALAR)
+                lh = ttt_reshape(ctx, ttt_slice_block(ctx, la, r0, r1, hh, hh + 1), 1,
+                                 (int[]){T});
+            else if (la)
+                lh = ttt_slice_block(ctx, la, r0, r1, c0, c1); /* (T, D) */
             else if (ms)
                 lh = ms[hh];
             ttt_layer_state st;
@@ -278,11 +279,10 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
                 }
             ttt_tensor *o = ttt_tensor_2d(ctx, T, D);
             TTT_TRY(ttt_layer_forward(ctx, L, o, &st, qh, kh, vh, eh, lh, err));
-            heads[hh] = o;
+            heads[(size_t)b * H + hh] = o;
         }
-        rows[b] = H == 1 ? heads[0] : ttt_concat_cols_n(ctx, (const ttt_tensor *const *)heads, H);
     }
-    *out = B == 1 ? rows[0] : ttt_concat_rows_n(ctx, (const ttt_tensor *const *)rows, B);
+    *out = B * H == 1 ? heads[0] : ttt_concat_grid(ctx, (const ttt_tensor *const *)heads, B, H);
     return TTT_OK; /* (B·T, H·D) */
 }
 
