@@ -162,6 +162,15 @@ void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
         memcpy(g, dout, a->n * sizeof(float));
 }
 
+/* Whether a backward step handed e->out's gradient buffer to an input as its own (a reshape,
+ * ttt_backward_identity): then the buffer lives on as that input's gradient and must not be
+ * recycled. */
+static int grad_passed_on(const ttt_tape_entry *e) {
+    for (int i = 0; i < e->n_in; i++)
+        if (e->in[i] && e->in[i]->grad == e->out->grad) return 1;
+    return 0;
+}
+
 /* Forget the non-persistent gradients of everything on the tape, so this backward call starts
  * from zero for them (parameters keep accumulating). */
 static void clear_grads(ttt_tape *tape) {
@@ -192,7 +201,8 @@ void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
         if (!e->out->grad) continue;
         e->backward(ctx, e, e->out->grad);
         /* Every consumer of e->out is newer and has run: its gradient is dead (autograd.h). */
-        if (recycle && !e->out_shared && e->out != out && !e->out->grad_persistent)
+        if (recycle && !e->out_shared && e->out != out && !e->out->grad_persistent &&
+            !grad_passed_on(e))
             give_back_grad(ctx->tape, e->out);
     }
     ctx->grad = saved;
