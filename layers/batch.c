@@ -271,6 +271,37 @@ static void batch_state_in(const batch_args *A, ttt_ctx *ctx, ttt_layer_state *s
     }
 }
 
+/* One sequence (b, h) = s on its thread's arena, run under ttt_arena_run (batch_range). */
+typedef struct batch_seq {
+    const batch_args *A;
+    ttt_ctx *ctx;
+    ttt_rng rng;
+    long s;
+    ttt_tensor *o, *q, *k, *v, *eta, *la; /* views of the sequence's rows; eta, la may be NULL */
+    float *kqs, *kbs, *kls;               /* an in-place kernel's buffers (batch_range) */
+} batch_seq;
+
+static ttt_status batch_seq_work(void *arg, ttt_error *err) {
+    batch_seq *w = arg;
+    const batch_args *A = w->A;
+    ttt_layer_state state;
+    ttt_layer_state_init(w->ctx, A->L, &state, &w->rng);
+    /* state_in[i] (B, H, shape_i…): tensor i of (b, h) is the block at (b·H + h)·|shape_i| */
+    const size_t bh = (size_t)w->s;
+    batch_state_in(A, w->ctx, &state, bh);
+    if (A->T > 0 && A->kernel) {
+        batch_kernel_run(A, w->s, state.W[0]->data, w->kqs, w->kbs, w->kls, w->ctx);
+    } else if (A->T > 0) {
+        TTT_TRY(ttt_layer_forward(w->ctx, A->L, w->o, &state, w->q, w->k, w->v, w->eta, w->la,
+                                  err));
+    }
+    for (int i = 0; A->io->state_out && i < A->n_state; i++)
+        if (A->io->state_out[i])
+            memcpy(A->io->state_out[i] + bh * A->numel[i], state_slot(A->L, &state, i)->data,
+                   A->numel[i] * sizeof(float));
+    return TTT_OK;
+}
+
 /* One sequence's arena: the layer's estimate (layer.h) plus the state several times over (the
  * driver's block copies and gradients), 1 MiB of slack for tensor headers and alignment. */
 static double arena_bytes(const ttt_layer *L, long T) {
@@ -350,29 +381,19 @@ static long batch_range(const batch_args *A, long first, long count, ttt_status 
         ttt_tensor la = !ls           ? (ttt_tensor){0}
                         : A->alpha_vec ? ttt_tensor_view2(l0, T, d_k)
                                        : ttt_tensor_view(l0, 1, (int[]){T});
-        ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
-        ttt_layer_state state;
-        ttt_layer_state_init(&ctx, A->L, &state, &rng);
-        /* state_in[i] (B, H, shape_i…): tensor i of (b, h) is the block at (b·H + h)·|shape_i| */
-        const size_t bh = (size_t)s;
-        batch_state_in(A, &ctx, &state, bh);
-        if (T > 0 && kernel) {
-            batch_kernel_run(A, s, state.W[0]->data, kqs, kbs, kls, &ctx);
-        } else if (T > 0) {
-            ttt_status st = ttt_layer_forward(&ctx, A->L, &o, &state, &q, &k, &v,
-                                              es ? &eta : NULL, ls ? &la : NULL, err);
-            if (st != TTT_OK) {
-                ttt_error_prefix(err, "batch %d, head %d", b, h);
-                *st_out = st;
-                failed = s;
-                break;
-            }
-        }
-        for (int i = 0; A->io->state_out && i < A->n_state; i++)
-            if (A->io->state_out[i])
-                memcpy(A->io->state_out[i] + bh * A->numel[i],
-                       state_slot(A->L, &state, i)->data, A->numel[i] * sizeof(float));
+        batch_seq w = {.A = A, .ctx = &ctx, .rng = ttt_rng_fork(&base, (uint64_t)h), .s = s,
+                       .o = &o, .q = &q, .k = &k, .v = &v, .eta = es ? &eta : NULL,
+                       .la = ls ? &la : NULL, .kqs = kqs, .kbs = kbs, .kls = kls};
+        /* armed: an arena block that cannot be had ends this sequence with TTT_ERR_NOMEM on
+         * this thread, which batch_sequences carries out of the parallel region */
+        ttt_status st = ttt_arena_run(&arena, batch_seq_work, &w, "the layer's temporaries", err);
         ttt_arena_release(&arena, mark);
+        if (st != TTT_OK) {
+            ttt_error_prefix(err, "batch %d, head %d", b, h);
+            *st_out = st;
+            failed = s;
+            break;
+        }
         if (!direct) batch_scatter(A->io->o, os, s, T, H, d_v);
     }
     free(buf);

@@ -7,8 +7,10 @@
  * AddressSanitizer build a leak on any of these error paths makes the process exit with
  * LeakSanitizer's code instead. docs/hardening.md "Out of memory" lists the hooked sites and
  * what is outside them. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +176,18 @@ static int entries(const char *dir) {
     return n;
 }
 
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag, (void)f;
+    return remove(path);
+}
+
+/* path and everything under it removed, in this process (the sweeps remove a run folder before
+ * each of hundreds of attempts); nothing there is not an error. */
+static void remove_tree(const char *path) {
+    if (access(path, F_OK) == 0)
+        ck_assert_int_eq(nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
 /* dst becomes a copy of src (dst removed first). */
 static void copy_tree(const char *src /* path < 1000 bytes */, const char *dst) {
     char cmd[4096];
@@ -197,24 +211,47 @@ static const char equivalence_yaml[] = "task: {kind: equivalence, tokens: 16, ke
                                        "layer: {preset: linear_attention, chunk: 8}\n";
 
 /* Run `args` (in a fresh folder holding exp.yaml = yaml) with the Nth hooked allocation failing,
- * for every N the command makes (counted by a first run with TTT_FAIL_ALLOC=0), then N = count
- * + 1, which must get through. `out` (for run): the run folder, which holds an earlier complete
- * run of the same experiment with another seed before each attempt; its summary.csv must come
- * out either as it was or complete. Returns the count. */
+ * for every N the command makes (counted by runs with TTT_FAIL_ALLOC=0), then N = count + 1,
+ * count + 2, … until one gets through (at most 16 past the count). `out` (for run): the run
+ * folder, which holds an earlier complete run of the same experiment with another seed before
+ * each attempt; its summary.csv must come out either as it was or complete. Returns the count. */
 /* The allocation to fail after the nth: n + stride, but never past the last (count), which is
- * always tried, and then count + 1. */
+ * always tried, and then count + 1, count + 2, …. */
 static long next_n(long n, long stride, long count) {
-    if (n >= count) return n + 1;
+    if (n >= count) return n + 1; /* and on, until a run gets through */
     return n + stride < count ? n + stride : count;
 }
 
+/* What a sweep needs beyond the defaults (fail_every_allocation_in). */
+typedef struct sweep_opts {
+    /* fail every kth allocation, whatever TTT_FAULT_STRIDE says (0: as it says); a sweep with
+     * must_see needs its own stride, fine enough to reach the code it names */
+    long stride;
+    /* each of these must appear in the message of at least one failing run: the sweep reached
+     * the code it is there for (NULL-terminated; NULL: none) */
+    const char *const *must_see;
+    void (*setup)(const char *dir); /* writes the command's other inputs into dir, or NULL */
+    const char *made; /* the file the command writes when it succeeds (not `out`), or NULL */
+    int fresh; /* `out` is removed before each attempt instead of holding an earlier run */
+} sweep_opts;
+
+static long fail_every_allocation_in(const char *yaml, const char *const *args, const char *out,
+                                     const sweep_opts *o);
+
 static long fail_every_allocation(const char *yaml, const char *const *args, const char *out) {
+    return fail_every_allocation_in(yaml, args, out, &(sweep_opts){0});
+}
+
+static long fail_every_allocation_in(const char *yaml, const char *const *args, const char *out,
+                                     const sweep_opts *o) {
     char *dir = tu_mkdtemp();
+    if (o->setup) o->setup(dir);
     char path[1100], tmpl[500], run_dir[500];
     snprintf(path, sizeof path, "%s/exp.yaml", dir);
     ck_assert_int_eq(tu_write_file(path, yaml), 0);
     char *before = NULL;
-    if (out) {
+    snprintf(run_dir, sizeof run_dir, "%s/%s", dir, out ? out : "");
+    if (out && !o->fresh) {
         /* the earlier complete run, kept as a template copied in before each attempt */
         snprintf(tmpl, sizeof tmpl, "%s/earlier", dir);
         snprintf(run_dir, sizeof run_dir, "%s/%s", dir, out);
@@ -231,36 +268,59 @@ static long fail_every_allocation(const char *yaml, const char *const *args, con
         ck_assert_int_eq(system(path), 0);
         copy_tree(tmpl, run_dir);
     }
-    proc p = run_ttt(dir, args, 0, 120);
-    long count = -1;
-    const char *line = strstr(p.err, "ttt: ");
-    while (line && sscanf(line, "ttt: %ld hooked allocations", &count) != 1)
-        line = strstr(line + 1, "ttt: ");
-    ck_assert_msg(p.code == 0 && count >= 0, "counting run: exit %d, '%s'", p.code, p.err);
-    free(p.err);
+    /* three counting runs: where the count depends on timing (the lengths of the numbers a
+     * benchmark prints decide how often a text buffer grows), runs from the smallest count on
+     * may get through, and every N up to the largest is tried */
+    long count = -1, count_max = -1;
+    proc p;
+    for (int i = 0; i < 3; i++) {
+        if (i && out && !o->fresh) copy_tree(tmpl, run_dir);
+        if (out && o->fresh) remove_tree(run_dir);
+        p = run_ttt(dir, args, 0, 120);
+        long c = -1;
+        const char *line = strstr(p.err, "ttt: ");
+        while (line && sscanf(line, "ttt: %ld hooked allocations", &c) != 1)
+            line = strstr(line + 1, "ttt: ");
+        ck_assert_msg(p.code == 0 && c >= 0, "counting run: exit %d, '%s'", p.code, p.err);
+        free(p.err);
+        if (count < 0 || c < count) count = c;
+        if (c > count_max) count_max = c;
+    }
+    if (o->made) { /* the counting run made it; a failing run must not */
+        snprintf(path, sizeof path, "%s/%s", dir, o->made);
+        ck_assert_int_eq(unlink(path), 0);
+    }
     const int files = entries(dir);
     /* TTT_FAULT_STRIDE=k fails every kth allocation only (the sanitizer build, whose processes
      * are many times slower, sets it: docs/hardening.md "Out of memory"); the last one and the
      * run past it are always tried */
     const char *st = getenv("TTT_FAULT_STRIDE");
-    const long stride = st && atol(st) > 1 ? atol(st) : 1;
-    for (long n = 1; n <= count + 1; n = next_n(n, stride, count)) {
-        if (out) copy_tree(tmpl, run_dir);
+    long stride = st && atol(st) > 1 ? atol(st) : 1;
+    if (o->stride > 0) stride = o->stride;
+    int seen[8] = {0};
+    for (long n = 1;; n = next_n(n, stride, count_max)) {
+        if (out && !o->fresh) copy_tree(tmpl, run_dir);
+        if (out && o->fresh) remove_tree(run_dir);
         p = run_ttt(dir, args, n, 60);
-        if (n == count + 1) {
-            ck_assert_msg(p.code == 0, "allocation %ld of %ld: the run past the last failed: "
-                          "exit %d, '%s'", n, count, p.code, p.err);
+        /* past the smallest count a run may get through, past the largest one must; a run
+         * that meets an allocation the counting runs did not make must fail as cleanly as any
+         * other */
+        if (n > count && p.code == 0) {
             free(p.err);
             break;
         }
+        ck_assert_msg(n <= count_max + 16, "allocation %ld of %ld: no run past the last got "
+                      "through: exit %d, '%s'", n, count_max, p.code, p.err);
         ck_assert_msg(!p.timed_out, "allocation %ld of %ld failed: no exit within 60 s", n,
-                      count);
+                      count_max);
         ck_assert_msg(p.code == 1 && strstr(p.err, "ttt: error: ") &&
                           strstr(p.err, "out of memory"),
-                      "allocation %ld of %ld failed: exit %d, signal %d, '%s'", n, count, p.code,
+                      "allocation %ld of %ld failed: exit %d, signal %d, '%s'", n, count_max, p.code,
                       p.signal, p.err);
+        for (int i = 0; o->must_see && o->must_see[i] && i < 8; i++)
+            seen[i] |= strstr(p.err, o->must_see[i]) != NULL;
         ck_assert_msg(temp_files(dir) == 0, "allocation %ld failed and left a temporary file", n);
-        if (out) {
+        if (out && !o->fresh) {
             snprintf(path, sizeof path, "%s/summary.csv", run_dir);
             char *now = tu_read_file(path);
             ck_assert_msg(now != NULL, "allocation %ld failed and summary.csv is gone", n);
@@ -271,11 +331,14 @@ static long fail_every_allocation(const char *yaml, const char *const *args, con
                               (strncmp(now, before, h + 1) == 0 && now[strlen(now) - 1] == '\n'),
                           "allocation %ld failed and summary.csv is half written:\n%s", n, now);
             free(now);
-        } else {
+        } else if (!out) {
             ck_assert_msg(entries(dir) == files, "allocation %ld failed and created a file", n);
         }
         free(p.err);
     }
+    for (int i = 0; o->must_see && o->must_see[i] && i < 8; i++)
+        ck_assert_msg(seen[i], "no failing run of %ld (every %ld) reported '%s'", count, stride,
+                      o->must_see[i]);
     free(before);
     tu_rmtree(dir);
     free(dir);
@@ -306,6 +369,168 @@ START_TEST(run_fails_cleanly_at_every_allocation) {
 }
 END_TEST
 
+/* ---- arenas that grow where no unit of work was armed before ------------------------------ */
+
+/* A TTT mixer whose model learns its initial fast weights (learn_init) and whose inner optimizer
+ * is a learned rule: both initializations are computed with ops at model creation. */
+static const char ttt_mixer_yaml[] =
+    "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 8, test_examples: 4,\n"
+    "       eval_batch: 4}\n"
+    "model: {d_model: 8, layers: 1, heads: 1, mlp: 0, mixer: ttt, learn_init: true}\n"
+    "layer: {model: linear, loss: squared, form: generic, optimizer: {name: learned}}\n"
+    "train: {steps: 1, batch: 2, shards: 1, threads: 1, log_every: 1, eval_every: 1,\n"
+    "        checkpoint_every: 0}\n";
+/* Two heads on two threads, each with its own arena (benchmark.c bench_forward). */
+static const char bench_yaml[] = "task: {kind: benchmark, tokens: [16], head_dims: [4], heads: "
+                                 "[2], threads: [2], repeats: 1}\nlayer: {preset: ttt_mlp}\n";
+
+/* in.safetensors (B 1, T 16, H 4, D 4) and layer.yaml (ttt_mlp) for `ttt apply` */
+static void apply_inputs(const char *dir) {
+    enum { N = 1 * 16 * 4 * 4 };
+    static float q[N], k[N], v[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = 0.05f * (float)(i % 7 - 3);
+        k[i] = 0.04f * (float)(i % 5 - 2);
+        v[i] = 0.03f * (float)(i % 3 - 1);
+    }
+    ttt_st_tensor t[3] = {
+        {.name = "q", .ndim = 4, .shape = {1, 16, 4, 4}, .data = q},
+        {.name = "k", .ndim = 4, .shape = {1, 16, 4, 4}, .data = k},
+        {.name = "v", .ndim = 4, .shape = {1, 16, 4, 4}, .data = v},
+    };
+    char path[1100];
+    snprintf(path, sizeof path, "%s/in.safetensors", dir);
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_st_write(path, t, 3, NULL, 0, &err), TTT_OK);
+    snprintf(path, sizeof path, "%s/layer.yaml", dir);
+    ck_assert_int_eq(tu_write_file(path, "layer: {preset: ttt_mlp}\n"), 0);
+}
+
+/* Arena blocks of at most 256 bytes (TTT_FAULT_ARENA_BLOCK, src/core/fault.h): the arenas that
+ * are sized up front for a whole unit of work (one sequence of the batch runner, one head of the
+ * benchmark) grow block by block, inside their OpenMP regions, and the learned initializations'
+ * arena grows too, so the sweep fails those allocations where they happen. Every third
+ * allocation (these commands make 800 to 1700): each sweep must show that it reached the code it
+ * is there for (must_see). docs/hardening.md "Out of memory". */
+START_TEST(learned_initializations_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *run[] = {"run", "exp.yaml", "--out", "run", "--quiet", NULL};
+    const char *msgs[] = {"model: the learned initial fast weights: out of memory",
+                          "model: the inner optimizer's initial parameters: out of memory", NULL};
+    long n = fail_every_allocation_in(ttt_mixer_yaml, run, "run",
+                                      &(sweep_opts){.stride = 3, .fresh = 1, .must_see = msgs});
+    ck_assert_msg(n >= 100, "only %ld allocations were hooked", n);
+}
+END_TEST
+
+START_TEST(benchmark_threads_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *run[] = {"run", "exp.yaml", "--out", "run", "--quiet", NULL};
+    const char *msgs[] = {"benchmark: head 1: the layer's temporaries: out of memory", NULL};
+    long n = fail_every_allocation_in(bench_yaml, run, "run",
+                                      &(sweep_opts){.stride = 3, .fresh = 1, .must_see = msgs});
+    ck_assert_msg(n >= 100, "only %ld allocations were hooked", n);
+}
+END_TEST
+
+START_TEST(apply_threads_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *apply[] = {"apply", "layer.yaml", "in.safetensors", "out.safetensors",
+                           "--threads", "2", NULL};
+    /* sequences 2 and 3 of the 4 (batch 0, heads 2 and 3) run on the second thread; its arena
+     * grows for head 2 and keeps those blocks for head 3 */
+    const char *msgs[] = {"batch 0, head 2: the layer's temporaries: out of memory", NULL};
+    long n = fail_every_allocation_in(ttt_mixer_yaml, apply, NULL,
+                                      &(sweep_opts){.stride = 3, .must_see = msgs,
+                                                    .setup = apply_inputs,
+                                                    .made = "out.safetensors"});
+    ck_assert_msg(n >= 100, "only %ld allocations were hooked", n);
+}
+END_TEST
+
+/* The tasks whose measurements run on an arena of their own: the random-feature approximation
+ * of softmax attention (every fifth allocation) and the benchmark's selective scan in blocks of
+ * 4 tokens, whose scratch is two arena allocations in a row the first time, reused after
+ * (every second). */
+static const char approx_yaml[] = "task: {kind: softmax_approx, tokens: 16, key_dim: 4, "
+                                  "value_dim: 4, features: [4, 8], seeds: 1}\n";
+static const char selective_yaml[] =
+    "task: {kind: benchmark, measure: selective_scan, tokens: [16], head_dims: [4], heads: [2],\n"
+    "       threads: [1], repeats: 1, state_size: 4, scan_block: 4}\nlayer: {preset: mamba2}\n";
+
+START_TEST(task_arenas_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *run[] = {"run", "exp.yaml", "--out", "run", "--quiet", NULL};
+    const char *approx_msgs[] = {"softmax_approx: out of memory", NULL};
+    long n = fail_every_allocation_in(approx_yaml, run, "run",
+                                      &(sweep_opts){.stride = 5, .fresh = 1,
+                                                    .must_see = approx_msgs});
+    ck_assert_msg(n >= 100, "softmax_approx: only %ld allocations were hooked", n);
+    const char *scan_msgs[] = {"benchmark: the selective scan: out of memory", NULL};
+    n = fail_every_allocation_in(selective_yaml, run, "run",
+                                 &(sweep_opts){.stride = 2, .fresh = 1, .must_see = scan_msgs});
+    ck_assert_msg(n >= 100, "selective_scan: only %ld allocations were hooked", n);
+}
+END_TEST
+
+/* ---- commands that read a trained run folder --------------------------------------------- */
+
+/* A trained mqar point in dir/trained (for `ttt export`), and a trained lm point on a small
+ * corpus in dir/lm (for `ttt sample`). */
+static const char trained_mqar_yaml[] =
+    "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 8, test_examples: 4,\n"
+    "       eval_batch: 4}\n"
+    "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+    "layer: {preset: ttt_linear}\n"
+    "train: {steps: 2, batch: 2, log_every: 1, eval_every: 2, checkpoint_every: 2}\n";
+static const char trained_lm_yaml[] =
+    "task: {kind: lm, path: corpus.txt, seq_len: 16, eval_windows: 4, eval_batch: 4}\n"
+    "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+    "layer: {preset: deltanet}\n"
+    "train: {steps: 2, batch: 2, log_every: 1, eval_every: 2, checkpoint_every: 2}\n";
+
+static void trained_folders(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/trained.yaml", dir);
+    ck_assert_int_eq(tu_write_file(path, trained_mqar_yaml), 0);
+    snprintf(path, sizeof path, "%s/lm.yaml", dir);
+    ck_assert_int_eq(tu_write_file(path, trained_lm_yaml), 0);
+    char text[4096];
+    for (size_t i = 0; i + 1 < sizeof text; i++) text[i] = "the quick brown fox. "[i % 21];
+    text[sizeof text - 1] = '\0';
+    snprintf(path, sizeof path, "%s/corpus.txt", dir);
+    ck_assert_int_eq(tu_write_file(path, text), 0);
+    const char *a[] = {"run", "trained.yaml", "--out", "trained", "--quiet", NULL};
+    proc p = run_ttt(dir, a, -1, 120);
+    ck_assert_msg(p.code == 0, "the trained mqar run failed: %s", p.err);
+    free(p.err);
+    const char *b[] = {"run", "lm.yaml", "--out", "lm", "--quiet", NULL};
+    p = run_ttt(dir, b, -1, 120);
+    ck_assert_msg(p.code == 0, "the trained lm run failed: %s", p.err);
+    free(p.err);
+}
+
+/* `ttt export` and `ttt sample` run the model's forward in arenas of their own, armed there
+ * (ttt_arena_run): with 256-byte blocks their growth is failed too. Every fifth allocation (the
+ * two make about 4000 and 1800). */
+START_TEST(export_and_sample_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *exp[] = {"export", "trained", "out.safetensors", NULL};
+    const char *exp_msgs[] = {"export: the model's graph: out of memory", NULL};
+    long n = fail_every_allocation_in(ttt_mixer_yaml, exp, NULL,
+                                      &(sweep_opts){.stride = 5, .must_see = exp_msgs,
+                                                    .setup = trained_folders,
+                                                    .made = "out.safetensors"});
+    ck_assert_msg(n >= 100, "export: only %ld allocations were hooked", n);
+    const char *smp[] = {"sample", "lm", "--tokens", "4", "--prompt", "the", NULL};
+    const char *smp_msgs[] = {"sample: the model's forward: out of memory", NULL};
+    n = fail_every_allocation_in(ttt_mixer_yaml, smp, NULL,
+                                 &(sweep_opts){.stride = 5, .must_see = smp_msgs,
+                                               .setup = trained_folders});
+    ck_assert_msg(n >= 100, "sample: only %ld allocations were hooked", n);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("alloc_faults");
     TCase *tc = tcase_create("alloc_faults");
@@ -319,5 +544,13 @@ int main(void) {
     tcase_set_timeout(run, 3600);
     tcase_add_test(run, run_fails_cleanly_at_every_allocation);
     suite_add_tcase(s, run);
+    TCase *grow = tcase_create("alloc_faults_growth");
+    tcase_set_timeout(grow, 3600);
+    tcase_add_test(grow, learned_initializations_fail_cleanly);
+    tcase_add_test(grow, benchmark_threads_fail_cleanly);
+    tcase_add_test(grow, apply_threads_fail_cleanly);
+    tcase_add_test(grow, export_and_sample_fail_cleanly);
+    tcase_add_test(grow, task_arenas_fail_cleanly);
+    suite_add_tcase(s, grow);
     return tu_run(s);
 }

@@ -203,6 +203,52 @@ START_TEST(every_nth_io_call_fails_cleanly_and_the_run_resumes) {
 }
 END_TEST
 
+/* Every rename into the run folder is followed, before the process ends, by an fsync of the
+ * folder it renamed into (without it a crash can lose the rename although the file's data
+ * were fsynced). The shim logs both (TTT_FAULT_LOG) over a run with checkpoints that resumes
+ * an earlier one. */
+START_TEST(every_rename_is_followed_by_an_fsync_of_its_folder) {
+    ck_assert_msg(shim() != NULL, "TTT_IO_FAULT (the shim library) is not set");
+    char p[600];
+    snprintf(p, sizeof p, "%s/f.yaml", dir);
+    ck_assert_int_eq(tu_write_file(p, config), 0);
+    ck_assert_int_eq(run("", "log", "--set train.stop_at=20"), 0);
+    char env[2048];
+    const char *asan = "ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\"";
+    snprintf(env, sizeof env, "%s TTT_FAULT_DIR=%s/log TTT_FAULT_LOG=%s/log.txt LD_PRELOAD=%s",
+             asan, dir, dir, shim());
+    ck_assert_int_eq(run(env, "log", ""), 0);
+    char *log = read_in("log.txt");
+    ck_assert_ptr_nonnull(log);
+    int renames = 0, folders = 0;
+    for (char *line = log; *line;) {
+        char *end = strchr(line, '\n');
+        ck_assert_ptr_nonnull(end);
+        *end = '\0';
+        if (strncmp(line, "rename ", 7) == 0) {
+            renames++;
+            /* the folder of the target, then an fsync of it somewhere after this line */
+            char want[4200];
+            const char *target = line + 7, *slash = strrchr(target, '/');
+            ck_assert_ptr_nonnull(slash);
+            snprintf(want, sizeof want, "\nfsyncdir %.*s\n", (int)(slash - target), target);
+            *end = '\n';
+            ck_assert_msg(strstr(end, want) != NULL, "'%s' was renamed, and its folder was "
+                          "never fsynced after it", target);
+        } else {
+            folders += strncmp(line, "fsyncdir ", 9) == 0;
+            *end = '\n';
+        }
+        line = end + 1;
+    }
+    /* checkpoints (two each time), the record journal, summary, metrics, page, charts… (at
+     * the time of writing: 11 renames) */
+    ck_assert_int_ge(renames, 6);
+    ck_assert_int_ge(folders, 1);
+    free(log);
+}
+END_TEST
+
 static void setup(void) { dir = tu_mkdtemp(); }
 static void teardown(void) {
     tu_rmtree(dir);
@@ -216,6 +262,11 @@ static Suite *io_faults_suite(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, every_nth_io_call_fails_cleanly_and_the_run_resumes);
     suite_add_tcase(s, tc);
+    TCase *dur = tcase_create("io_faults_durability");
+    tcase_add_checked_fixture(dur, setup, teardown);
+    tcase_set_timeout(dur, 600);
+    tcase_add_test(dur, every_rename_is_followed_by_an_fsync_of_its_folder);
+    suite_add_tcase(s, dur);
     return s;
 }
 

@@ -220,21 +220,29 @@ static ttt_tensor *leaf(ttt_ctx *ctx, int ndim, int T, int w, const float *src, 
     return t;
 }
 
-/* One sequence: the recorded forward, L = Σ d_o ⊙ o + Σ d_state_out ⊙ state, its backward. */
-static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
-                               const ttt_batch_grad *g, int b, int h, ttt_error *err) {
+/* One sequence's work (backward_one), under ttt_arena_run. */
+typedef struct backward_args {
+    const ttt_layer *L;
+    const ttt_batch_io *io;
+    const ttt_batch_grad *g;
+    int b, h;
+    ttt_ctx *ctx;
+} backward_args;
+
+static ttt_status backward_work(void *arg, ttt_error *err) {
+    const backward_args *A = arg;
+    const ttt_layer *L = A->L;
+    const ttt_batch_io *io = A->io;
+    const ttt_batch_grad *g = A->g;
+    const int b = A->b, h = A->h;
+    ttt_ctx *ctx = A->ctx;
     const int T = io->T, H = io->H, d_k = L->d_k, d_v = L->d_v, gk = io->alpha_vec ? d_k : 1;
     const size_t bh = (size_t)b * H + h;
-    ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 20);
-    ttt_tape tape;
-    ttt_tape_init(&tape);
-    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
-    ttt_tensor *q = leaf(&ctx, 2, T, d_k, io->q, b, h, H);
-    ttt_tensor *k = leaf(&ctx, 2, T, d_k, io->k, b, h, H);
-    ttt_tensor *v = leaf(&ctx, 2, T, d_v, io->v, b, h, H);
-    ttt_tensor *eta = io->eta ? leaf(&ctx, 1, T, 1, io->eta, b, h, H) : NULL;
-    ttt_tensor *la = io->log_alpha ? leaf(&ctx, io->alpha_vec ? 2 : 1, T, gk, io->log_alpha, b,
+    ttt_tensor *q = leaf(ctx, 2, T, d_k, io->q, b, h, H);
+    ttt_tensor *k = leaf(ctx, 2, T, d_k, io->k, b, h, H);
+    ttt_tensor *v = leaf(ctx, 2, T, d_v, io->v, b, h, H);
+    ttt_tensor *eta = io->eta ? leaf(ctx, 1, T, 1, io->eta, b, h, H) : NULL;
+    ttt_tensor *la = io->log_alpha ? leaf(ctx, io->alpha_vec ? 2 : 1, T, gk, io->log_alpha, b,
                                           h, H)
                                    : NULL;
     /* the initial state as the forward would start it (ttt_layer_forward_batch), then leaves */
@@ -242,7 +250,7 @@ static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
     ttt_rng_seed(&base, io->seed);
     ttt_rng rng = ttt_rng_fork(&base, (uint64_t)h);
     ttt_layer_state st;
-    ttt_layer_state_init(&ctx, L, &st, &rng);
+    ttt_layer_state_init(ctx, L, &st, &rng);
     const int n_state = ttt_layer_state_count(L);
     int w_given = 0;
     for (int i = 0; io->state_in && i < n_state; i++)
@@ -254,7 +262,7 @@ static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
     for (int w = 0; w < st.n_w && w_given; w++) {
         ttt_tensor *given[TTT_MAX_OPT_STATE];
         memcpy(given, st.opt[w], sizeof given);
-        ttt_optim_reinit_state(&ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt, st.W[w]);
+        ttt_optim_reinit_state(ctx, L->optim, L->optim_cfg, st.opt[w], st.n_opt, st.W[w]);
         for (int j = 0; j < st.n_opt; j++)
             if (io->state_in[st.n_w + w * st.n_opt + j]) st.opt[w][j] = given[j];
     }
@@ -262,31 +270,28 @@ static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
     for (int i = 0; i < n_state; i++) {
         ttt_tensor **slot = state_slot(&st, i);
         /* a fresh copy per slot: state tensors may share storage with each other */
-        ttt_tensor *x = ttt_tensor_copy(&ctx, *slot);
-        float *gb = ttt_arena_alloc(&arena, x->n * sizeof(float) + 1);
+        ttt_tensor *x = ttt_tensor_copy(ctx, *slot);
+        float *gb = ttt_arena_alloc(ctx->arena, x->n * sizeof(float) + 1);
         TTT_ASSERT(gb);
         memset(gb, 0, x->n * sizeof(float));
         ttt_tensor_set_param(x, gb);
         *slot = init[i] = x;
     }
 
-    ttt_tensor *o = ttt_tensor_2d(&ctx, T, d_v);
-    ttt_status s = T > 0 ? ttt_layer_forward(&ctx, L, o, &st, q, k, v, eta, la, err) : TTT_OK;
-    if (s != TTT_OK) {
-        ttt_error_prefix(err, "batch %d, head %d", b, h);
-        goto done;
-    }
-    ttt_tensor *dO = ttt_tensor_2d(&ctx, T, d_v);
+    ttt_tensor *o = ttt_tensor_2d(ctx, T, d_v);
+    ttt_status s = T > 0 ? ttt_layer_forward(ctx, L, o, &st, q, k, v, eta, la, err) : TTT_OK;
+    if (s != TTT_OK) return s;
+    ttt_tensor *dO = ttt_tensor_2d(ctx, T, d_v);
     gather(dO->data, g->d_o, b, h, T, H, d_v);
-    ttt_tensor *loss = ttt_dot(&ctx, o, dO);
+    ttt_tensor *loss = ttt_dot(ctx, o, dO);
     for (int i = 0; g->d_state_out && i < n_state; i++)
         if (g->d_state_out[i]) {
             const ttt_tensor *x = *state_slot(&st, i);
-            ttt_tensor *dS = ttt_tensor_zeros_like(&ctx, x);
+            ttt_tensor *dS = ttt_tensor_zeros_like(ctx, x);
             memcpy(dS->data, g->d_state_out[i] + bh * x->n, x->n * sizeof(float));
-            loss = ttt_add(&ctx, loss, ttt_dot(&ctx, x, dS));
+            loss = ttt_add(ctx, loss, ttt_dot(ctx, x, dS));
         }
-    ttt_backward(&ctx, loss);
+    ttt_backward(ctx, loss);
 
     scatter(io->o, o->data, b, h, T, H, d_v);
     for (int i = 0; io->state_out && i < n_state; i++) {
@@ -302,7 +307,22 @@ static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
         if (g->d_state_in[i])
             memcpy(g->d_state_in[i] + bh * init[i]->n, init[i]->grad,
                    init[i]->n * sizeof(float));
-done:
+    return TTT_OK;
+}
+
+/* One sequence: the recorded forward, L = Σ d_o ⊙ o + Σ d_state_out ⊙ state, its backward. Its
+ * tensors and tape entries live in an arena of its own, armed (ttt_arena_run): running out of
+ * memory returns TTT_ERR_NOMEM to the caller of the library instead of ending its process. */
+static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
+                               const ttt_batch_grad *g, int b, int h, ttt_error *err) {
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 20);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
+    backward_args A = {.L = L, .io = io, .g = g, .b = b, .h = h, .ctx = &ctx};
+    ttt_status s = ttt_arena_run(&arena, backward_work, &A, "the layer's recorded forward", err);
+    if (s != TTT_OK) ttt_error_prefix(err, "batch %d, head %d", b, h);
     ttt_tape_free(&tape);
     ttt_arena_free(&arena);
     return s;

@@ -298,7 +298,12 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
                                              : la || L.decay != 1.0f ? TTT_FORM_GATE_TOKEN
                                                                      : TTT_FORM_GATE_NONE};
     const char *form_used = ttt_layer_form_used(&L, &used_in);
-    char *flow = ttt_cfg_to_flow(layer_map);
+    char *flow = ttt_cfg_to_flow(layer_map); /* NULL: out of memory (never written as "") */
+    if (!flow) {
+        ttt_apply_out_free(out);
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "ttt apply: out of memory for the layer's metadata");
+    }
     char nth[16], secs[32], cpus[32];
     snprintf(nth, sizeof nth, "%d", nthreads);
     snprintf(secs, sizeof secs, "%.9g", seconds);
@@ -306,7 +311,7 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     const char *kv[2 * TTT_APPLY_MAX_META] = {
         "ttt_version", TTT_VERSION, "preset",  L.preset ? L.preset : "none",
         "form",        form_used,
-        "layer",       flow ? flow : "",
+        "layer",       flow,
         "layout",      "BTHD",      "threads", nth,
         "seconds",     secs,        "cpu_seconds", cpus};
     out->n_meta = TTT_APPLY_MAX_META;

@@ -235,8 +235,10 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
     ttt_strbuf_init(&title);
     ttt_strbuf_puts(&title, "compare: ");
     for (int i = 0; i < n; i++) ttt_strbuf_printf(&title, "%s%s", i ? ", " : "", names[i]);
-    char *t = ttt_strbuf_take(&title);
-    ttt_results *res = s == TTT_OK ? ttt_results_new(t ? t : "compare") : NULL;
+    char *t = ttt_strbuf_take(&title); /* NULL: out of memory (never a title left out) */
+    if (s == TTT_OK && !t)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for the page's title");
+    ttt_results *res = s == TTT_OK ? ttt_results_new(t) : NULL;
     free(t);
     if (s == TTT_OK && !res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
     if (s == TTT_OK && out) {

@@ -17,12 +17,23 @@ static void print_count(void) {
  * so that a run that makes no hooked allocation still prints its count. */
 static long target = -1;
 
+/* TTT_FAULT_ARENA_BLOCK: the largest default arena block in bytes (0: no cap). */
+static size_t block_cap;
+
 __attribute__((constructor)) static void read_environment(void) {
     const char *s = getenv("TTT_FAIL_ALLOC");
     char *end = NULL;
     long n = s ? strtol(s, &end, 10) : -1;
     target = (s && end && *end == '\0' && n >= 0) ? n : -1;
     if (target == 0) atexit(print_count);
+    s = getenv("TTT_FAULT_ARENA_BLOCK");
+    end = NULL;
+    n = s ? strtol(s, &end, 10) : 0;
+    block_cap = (s && end && *end == '\0' && n >= 64) ? (size_t)n : 0;
+}
+
+size_t ttt_fault_arena_block(size_t bytes) {
+    return block_cap && bytes > block_cap ? block_cap : bytes;
 }
 
 int ttt_fault_alloc(void) {

@@ -22,4 +22,11 @@ void *ttt_fault_calloc(size_t n, size_t size);
 void *ttt_fault_realloc(void *p, size_t n);
 char *ttt_fault_strdup(const char *s);
 
+/* The default block size of a new arena: `bytes`, or at most TTT_FAULT_ARENA_BLOCK bytes when
+ * the environment sets it (≥ 64). Arenas sized up front for a whole unit of work (the batch
+ * runner's and the benchmark's per-thread arenas) then grow block by block, so that a test can
+ * fail their growth, a hooked allocation like any other, where it happens: inside the OpenMP
+ * regions (docs/hardening.md "Out of memory"). */
+size_t ttt_fault_arena_block(size_t bytes);
+
 #endif

@@ -27,7 +27,7 @@ struct ttt_arena_block {
 
 void ttt_arena_init(ttt_arena *a, size_t block_size) {
     memset(a, 0, sizeof *a);
-    a->block_size = block_size ? block_size : ((size_t)1 << 20);
+    a->block_size = ttt_fault_arena_block(block_size ? block_size : ((size_t)1 << 20));
 }
 
 static _Atomic long long mem_now, mem_peak;
@@ -96,6 +96,24 @@ static void escape(ttt_arena *a, size_t bytes) {
     if (!e || !pthread_equal(e->thread, pthread_self()) || e->level != omp_level()) return;
     a->escape = NULL; /* one jump; the caller re-arms for its next unit of work */
     longjmp(e->jump, 1);
+}
+
+ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *err), void *arg,
+                         const char *what, ttt_error *err) {
+    ttt_arena_escape esc;
+    ttt_arena_escape *const prev = a->escape; /* not changed between setjmp and longjmp */
+    ttt_status st;
+    ttt_arena_arm(a, &esc);
+    if (setjmp(esc.jump) == 0) {
+        st = work(arg, err);
+    } else {
+        a->escape = prev;
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "%s: out of memory for %zu bytes (the arena held %.1f MiB)", what,
+                             a->failed_bytes, (double)ttt_arena_footprint(a) / 1048576.0);
+    }
+    a->escape = prev;
+    return st;
 }
 
 void ttt_arena_free(ttt_arena *a) {

@@ -64,6 +64,19 @@ struct ttt_arena_escape {
 void ttt_arena_arm(ttt_arena *a, ttt_arena_escape *e);
 void ttt_arena_disarm(ttt_arena *a);
 
+/* The pattern above as a call, for work that runs outside the trainer's and the tasks' armed
+ * units (a model's learned initialization, one sequence of the batch runner, one head of the
+ * benchmark on its thread's arena): runs work(arg, err) with an escape armed on `a` and returns
+ * its status, or, when an arena block could not be allocated, TTT_ERR_NOMEM with "<what>: out of
+ * memory for N bytes (the arena held X MiB)". The arena then still holds what the work had
+ * allocated: the caller releases it to its mark or frees it. Whatever work allocates outside the
+ * arena must be freed before its next arena allocation; an escape armed before the call is
+ * restored after it. Called inside an OpenMP region, it covers allocations made at that region's
+ * level on the calling thread, which is where the batch runner's and the benchmark's threads
+ * allocate (docs/hardening.md "Out of memory"). */
+ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *err), void *arg,
+                         const char *what, ttt_error *err);
+
 /* A position in the arena to return to: everything allocated after it is released. */
 typedef struct ttt_arena_mark {
     ttt_arena_block *block;

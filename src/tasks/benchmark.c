@@ -677,6 +677,22 @@ static void dump_meta(strlist *meta, const ttt_task_run *run, const ttt_seq_mode
 /* `dump: true`: the model at initialization, the first batch, the mean loss over its scored
  * positions and every parameter's gradient of it, computed by the model's own forward and
  * backward on one shard (the trainer's step sums the same gradient over its shards). */
+/* The loss and its backward of dump_train_step, under ttt_arena_run. */
+typedef struct dump_step {
+    ttt_ctx *ctx;
+    const ttt_seq_model *m;
+    const ttt_seq_batch *b;
+    ttt_tensor *loss;
+    ttt_seq_stats stats;
+} dump_step;
+
+static ttt_status dump_step_work(void *arg, ttt_error *err) {
+    dump_step *w = arg;
+    TTT_TRY(ttt_seq_model_loss(w->ctx, w->m, NULL, w->b, 0.0, &w->loss, &w->stats, NULL, err));
+    ttt_backward(w->ctx, w->loss);
+    return TTT_OK;
+}
+
 static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_config *mc,
                                   const ttt_seq_batch *b, ttt_error *err) {
     char path[4096];
@@ -689,10 +705,9 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
     ttt_arena_init(&arena, (size_t)16 << 20);
     ttt_tape_init(&tape);
     ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
-    ttt_tensor *loss = NULL;
-    ttt_seq_stats stats;
-    ttt_status s = ttt_seq_model_loss(&ctx, &m, NULL, b, 0.0, &loss, &stats, NULL, err);
-    if (s == TTT_OK) ttt_backward(&ctx, loss);
+    dump_step w = {.ctx = &ctx, .m = &m, .b = b};
+    /* armed: the step's tensors that cannot be had end in TTT_ERR_NOMEM */
+    ttt_status s = ttt_arena_run(&arena, dump_step_work, &w, "benchmark: the dumped step", err);
     const int np = m.params.n, nt = 2 * np + 3;
     const size_t cells = (size_t)b->B * b->T;
     ttt_st_tensor *ts = ttt_fault_calloc((size_t)nt, sizeof *ts);
@@ -719,8 +734,8 @@ static ttt_status dump_train_step(const ttt_task_run *run, const ttt_seq_model_c
                                      .data = ids};
         ts[2 * np + 1] = (ttt_st_tensor){.name = "labels", .ndim = 2, .shape = {b->B, b->T},
                                          .data = ids + cells};
-        ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = loss->data};
-        dump_meta(&meta, run, mc, &m, stats.count);
+        ts[2 * np + 2] = (ttt_st_tensor){.name = "loss", .ndim = 0, .data = w.loss->data};
+        dump_meta(&meta, run, mc, &m, w.stats.count);
         if (names.oom || meta.oom)
             s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory for the dump");
     }
@@ -1018,13 +1033,31 @@ typedef struct bench_thread {
     ttt_ctx ctx;
 } bench_thread;
 
+/* One head from the model's initial state, under ttt_arena_run (bench_forward). */
+typedef struct bench_head {
+    const ttt_layer *L;
+    bench_data *D;
+    ttt_ctx *ctx;
+    int h;
+} bench_head;
+
+static ttt_status bench_head_work(void *arg, ttt_error *err) {
+    const bench_head *w = arg;
+    bench_data *D = w->D;
+    const int h = w->h;
+    ttt_rng rng;
+    ttt_rng_seed(&rng, (uint64_t)h);
+    ttt_layer_state state;
+    ttt_layer_state_init(w->ctx, w->L, &state, &rng);
+    return ttt_layer_forward(w->ctx, w->L, &D->o[h], &state, &D->q[h], &D->k[h], &D->v[h],
+                             &D->eta[h], D->has_la ? &D->la[h] : NULL, err);
+}
+
 /* The layer over all H heads on `nthreads` threads (static schedule over heads). Each head
  * starts from the model's initial state. Returns the first head's error in head order. */
 static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads, int split_seq,
-                                bench_thread *th, ttt_error *err) {
+                                bench_thread *th, ttt_error *errs /* (H) */, ttt_error *err) {
     ttt_status st[BENCH_MAX_HEADS];
-    ttt_error *errs = ttt_fault_calloc((size_t)D->H, sizeof *errs);
-    if (!errs) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     /* split: sequence — the heads in turn on this thread, each call free to start `nthreads`
      * (the scan form's blocks); split: heads — the heads over the threads, nothing nested. A team
      * of one thread is not an active region, so a form's own parallel region inside it would
@@ -1041,12 +1074,11 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
         ttt_ctx *ctx = &th[0].ctx;
 #endif
         ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
-        ttt_rng rng;
-        ttt_rng_seed(&rng, (uint64_t)h);
-        ttt_layer_state state;
-        ttt_layer_state_init(ctx, L, &state, &rng);
-        st[h] = ttt_layer_forward(ctx, L, &D->o[h], &state, &D->q[h], &D->k[h], &D->v[h],
-                                  &D->eta[h], D->has_la ? &D->la[h] : NULL, &errs[h]);
+        bench_head w = {.L = L, .D = D, .ctx = ctx, .h = h};
+        /* armed on this thread: an arena block that cannot be had ends the head with
+         * TTT_ERR_NOMEM, collected below in head order */
+        st[h] = ttt_arena_run(ctx->arena, bench_head_work, &w, "the layer's temporaries",
+                              &errs[h]);
         ttt_arena_release(ctx->arena, m);
     }
 #ifdef _OPENMP
@@ -1059,7 +1091,6 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
             *err = errs[h];
             ttt_error_prefix(err, "benchmark: head %d", h);
         }
-    free(errs);
     return s;
 }
 
@@ -1072,24 +1103,32 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, in
                              bench_thread *th,
                              int repeats, sgemm_probe *probes, int n_probes, double *seconds,
                              double *cpu_seconds, ttt_error *err) {
+    /* the heads' errors, allocated once: the number of calls depends on the machine's speed,
+     * and what a run allocates must not (a test fails each allocation of a run in turn) */
+    ttt_error *errs = ttt_fault_calloc((size_t)D->H, sizeof *errs);
+    if (!errs) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
     double t0 = ttt_now();
-    TTT_TRY(bench_forward(L, D, nthreads, split_seq, th, err)); /* warm-up: caches, arena blocks, pages */
+    /* warm-up: caches, arena blocks, pages */
+    ttt_status s = bench_forward(L, D, nthreads, split_seq, th, errs, err);
     const double once = ttt_now() - t0;
     const long calls = (long)(BENCH_MIN_SAMPLE_SECONDS / (once + 1e-9)) + 1;
     double best = INFINITY, best_cpu = INFINITY;
-    for (int r = 0; r < repeats; r++) {
+    for (int r = 0; r < repeats && s == TTT_OK; r++) {
         t0 = ttt_now();
         const double c0 = cpu_now();
-        for (long c = 0; c < calls; c++) TTT_TRY(bench_forward(L, D, nthreads, split_seq, th, err));
+        for (long c = 0; c < calls && s == TTT_OK; c++)
+            s = bench_forward(L, D, nthreads, split_seq, th, errs, err);
         const double dt = (ttt_now() - t0) / calls, dc = (cpu_now() - c0) / calls;
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
         for (int p = 0; p < n_probes; p++) sgemm_probe_sample(&probes[p]);
-        TTT_TRY(ttt_train_check_stop(err)); /* a sample at a time (docs/hardening.md "Signals") */
+        /* a sample at a time (docs/hardening.md "Signals") */
+        if (s == TTT_OK) s = ttt_train_check_stop(err);
     }
+    free(errs);
     *seconds = best;
     *cpu_seconds = best_cpu;
-    return TTT_OK;
+    return s;
 }
 
 /* ---- measure: selective_scan ---- */
@@ -1132,6 +1171,22 @@ static double bench_ss_time(ttt_ctx *ctx, float *const *in, int H, int T, int d,
     omp_set_num_threads(prev);
 #endif
     return best;
+}
+
+/* One bench_ss_time, under ttt_arena_run (bench_selective). */
+typedef struct ss_call {
+    ttt_ctx *ctx;
+    float *const *in;
+    int H, T, d, N, blocks, nt, repeats;
+    double secs, cpu;
+} ss_call;
+
+static ttt_status ss_work(void *arg, ttt_error *err) {
+    ss_call *w = arg;
+    (void)err;
+    w->secs = bench_ss_time(w->ctx, w->in, w->H, w->T, w->d, w->N, w->blocks, w->nt, w->repeats,
+                            &w->cpu);
+    return TTT_OK;
 }
 
 static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
@@ -1179,9 +1234,20 @@ static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
                     /* the two forms alternate sample sets within one measurement */
                     for (int f = 0; f < 2; f++) {
                         const int blocks = f ? P : 1;
-                        double cpu = NAN;
-                        const double secs = bench_ss_time(&ctx, in, H, T, d, N, blocks, nt,
-                                                          bc->repeats, &cpu);
+                        ss_call w = {.ctx = &ctx, .in = in, .H = H, .T = T, .d = d, .N = N,
+                                     .blocks = blocks, .nt = nt, .repeats = bc->repeats};
+#ifdef _OPENMP
+                        const int prev_nt = omp_get_max_threads(); /* a jump skips its reset */
+#endif
+                        /* armed: the scan's temporaries that cannot be had end the point with
+                         * TTT_ERR_NOMEM (docs/hardening.md "Out of memory") */
+                        s = ttt_arena_run(&arena, ss_work, &w, "benchmark: the selective scan",
+                                          err);
+#ifdef _OPENMP
+                        omp_set_num_threads(prev_nt);
+#endif
+                        if (s != TTT_OK) break;
+                        const double secs = w.secs, cpu = w.cpu;
                         if (nt == 1 && isnan(t1[f])) t1[f] = secs;
                         const double flop = H * ttt_selective_scan_flops(T, d, N, blocks);
                         ttt_record rec;

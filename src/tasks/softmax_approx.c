@@ -109,12 +109,19 @@ static double rel_error(const float *got, const float *want, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static ttt_status softmax_approx_run(ttt_task_run *run, ttt_error *err) {
+/* The task's measurements on one arena (softmax_approx_run). */
+typedef struct approx_work {
+    ttt_task_run *run;
+    ttt_ctx *ctx;
+} approx_work;
+
+static ttt_status approx_measure(void *arg, ttt_error *err) {
+    const approx_work *w = arg;
+    ttt_task_run *run = w->run;
     const softmax_approx_cfg *c = run->cfg;
     const int T = c->T, d = c->d, dv = c->dv;
-    ttt_arena arena;
-    ttt_arena_init(&arena, 1 << 20);
-    ttt_ctx ctx = {.arena = &arena};
+    ttt_ctx ctx = *w->ctx;
+    ttt_arena *const a = ctx.arena;
     ttt_rng rng;
     ttt_rng_seed(&rng, run->seed);
     /* q, k: random directions scaled to radius·d^{1/4}; v ~ N(0, 1) */
@@ -146,11 +153,11 @@ static ttt_status softmax_approx_run(ttt_task_run *run, ttt_error *err) {
                 ttt_layer L;
                 s = build_layer(&L, fm, m, sd, d, dv, err);
                 if (s != TTT_OK) break;
-                ttt_arena_mark mk = ttt_arena_mark_get(&arena);
+                ttt_arena_mark mk = ttt_arena_mark_get(a);
                 ttt_layer_state st;
                 ttt_layer_state_init(&ctx, &L, &st, NULL);
                 s = ttt_layer_forward(&ctx, &L, o, &st, q, k, v, NULL, NULL, err);
-                ttt_arena_release(&arena, mk);
+                ttt_arena_release(a, mk);
                 const double e = rel_error(o->data, o_sm->data, o->n);
                 sum += e;
                 sum2 += e * e;
@@ -184,6 +191,17 @@ static ttt_status softmax_approx_run(ttt_task_run *run, ttt_error *err) {
             ttt_results_add(run->results, &rec, 1);
         }
     }
+    return s;
+}
+
+static ttt_status softmax_approx_run(ttt_task_run *run, ttt_error *err) {
+    ttt_arena arena;
+    ttt_arena_init(&arena, 1 << 20);
+    ttt_ctx ctx = {.arena = &arena};
+    approx_work w = {.run = run, .ctx = &ctx};
+    /* armed: tensors that cannot be had end the point with TTT_ERR_NOMEM (docs/hardening.md
+     * "Out of memory"); the records already added stay */
+    ttt_status s = ttt_arena_run(&arena, approx_measure, &w, "softmax_approx", err);
     ttt_arena_free(&arena);
     return s;
 }

@@ -176,6 +176,19 @@ static int draw(const float *logits, int V, double temperature, int top_k, int *
     return order[k - 1];
 }
 
+/* One forward of ttt_trained_generate, under ttt_arena_run. */
+typedef struct sample_forward {
+    ttt_ctx *ctx;
+    const ttt_seq_model *m;
+    const ttt_seq_batch *b;
+    ttt_tensor *logits; /* (T, V) */
+} sample_forward;
+
+static ttt_status sample_forward_work(void *arg, ttt_error *err) {
+    sample_forward *w = arg;
+    return ttt_seq_model_forward(w->ctx, w->m, NULL, w->b, &w->logits, err);
+}
+
 ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char *run_dir,
                                 int point, const int *prompt, int n_prompt, int n_new,
                                 int window, double temperature, int top_k, uint64_t seed,
@@ -205,9 +218,11 @@ ttt_status ttt_trained_generate(int *out, const ttt_trained_cfg *cfg, const char
     for (int i = 0; i < n_new && s == TTT_OK; i++) {
         const size_t T = len < (size_t)window ? len : (size_t)window;
         ttt_seq_batch b = {.B = 1, .T = (int)T, .tokens = seq + (len - T)};
-        ttt_tensor *logits; /* (T, V) */
-        s = ttt_seq_model_forward(&ctx, &m, NULL, &b, &logits, err);
+        sample_forward w = {.ctx = &ctx, .m = &m, .b = &b};
+        /* armed: a token's tensors that cannot be had end in TTT_ERR_NOMEM */
+        s = ttt_arena_run(&a, sample_forward_work, &w, "sample: the model's forward", err);
         if (s != TTT_OK) break;
+        const ttt_tensor *logits = w.logits; /* (T, V) */
         const int next = draw(logits->data + (T - 1) * (size_t)V, V, temperature, top_k, order,
                               &rng);
         seq[len++] = next;

@@ -26,6 +26,20 @@ void ttt_export_name(char *buf, size_t len, const char *name, int kind) {
         snprintf(buf, len, "%s%s.%s", tmp, rest, kind == TTT_EXPORT_BIAS ? "bias" : "weight");
 }
 
+/* The recorded forward of ttt_export_kinds, under ttt_arena_run (its entries live in the
+ * arena, which ttt_export_kinds frees whatever happened). */
+typedef struct kinds_forward {
+    ttt_ctx *ctx;
+    const ttt_seq_model *m;
+    const ttt_seq_batch *b;
+} kinds_forward;
+
+static ttt_status kinds_forward_work(void *arg, ttt_error *err) {
+    const kinds_forward *w = arg;
+    ttt_tensor *y;
+    return ttt_seq_model_forward(w->ctx, w->m, NULL, w->b, &y, err);
+}
+
 ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
     const int n = m->params.n;
     memset(kind, 0, (size_t)n * sizeof *kind);
@@ -42,8 +56,10 @@ ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
     ttt_seq_batch b = {.B = 1, .T = 1, .labels = &lab};
     if (c->io.vocab > 0) b.tokens = &tok;
     else b.inputs = in, b.targets = tgt, b.mask = mask;
-    ttt_tensor *y;
-    ttt_status s = in ? ttt_seq_model_forward(&ctx, m, NULL, &b, &y, err)
+    kinds_forward w = {.ctx = &ctx, .m = m, .b = &b};
+    /* armed: the graph's tensors that cannot be had end in TTT_ERR_NOMEM, not the process */
+    ttt_status s = in ? ttt_arena_run(&a, kinds_forward_work, &w, "export: the model's graph",
+                                      err)
                       : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
     for (const ttt_tape_entry *e = tape.last; s == TTT_OK && e; e = e->prev) {
         if (!e->name || e->n_in < 2) continue;

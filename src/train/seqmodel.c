@@ -291,6 +291,11 @@ ttt_rng ttt_mixer_rng(const builder *b, uint64_t key) { return ttt_rng_fork(&b->
 
 int ttt_mixer_failed(const builder *b) { return b->s != TTT_OK; }
 
+void ttt_mixer_run(builder *b, ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *err),
+                   void *arg, const char *what) {
+    if (b->s == TTT_OK) b->s = ttt_arena_run(a, work, arg, what, b->err);
+}
+
 void ttt_mixer_add_qkv(builder *b, const ttt_seq_model_config *c, int l, ttt_block_ids *k) {
     const int d = c->d_model, C = c->n_heads * c->head_dim;
     const float std = c->init_std;

@@ -10,6 +10,10 @@
  *                    returns the short count; the next write to that descriptor fails with
  *                    ENOSPC — a disk filling up in the middle of a write)
  *   TTT_FAULT_COUNTS a file: at exit, the number of calls of each operation ("write 12\n" ...)
+ *   TTT_FAULT_LOG    a file: as they happen, each successful rename under the folder
+ *                    ("rename <absolute target>") and each successful fsync of a folder under it
+ *                    ("fsyncdir <absolute folder>"), one a line, so that a test can check that
+ *                    every rename is made durable by an fsync of its folder after it
  *
  * Writes through stdio's own buffers (fopen streams) call glibc's internal write and are not
  * seen here; ttt's result and checkpoint files go through write(2) (src/io/records.c). */
@@ -34,6 +38,7 @@ static long fault_n;
 static int fault_errno = EIO, fault_short;
 static int short_fd = -1; /* the descriptor whose next write fails after a short one */
 static char prefix[4096];
+static FILE *log_file; /* TTT_FAULT_LOG, or NULL */
 static size_t prefix_len;
 
 __attribute__((constructor)) static void init(void) {
@@ -45,6 +50,15 @@ __attribute__((constructor)) static void init(void) {
     fault_n = n ? atol(n) : 0;
     if (k && strcmp(k, "enospc") == 0) fault_errno = ENOSPC;
     if (k && strcmp(k, "short") == 0) fault_short = 1, fault_errno = ENOSPC;
+    const char *lg = getenv("TTT_FAULT_LOG");
+    if (lg) log_file = fopen(lg, "a");
+}
+
+/* One line of the log (stdio writes through glibc's internal write: not seen by this shim). */
+static void log_line(const char *what, const char *path) {
+    if (!log_file) return;
+    fprintf(log_file, "%s %s\n", what, path);
+    fflush(log_file);
 }
 
 __attribute__((destructor)) static void fini(void) {
@@ -122,7 +136,17 @@ int fsync(int fd) {
         errno = fault_errno;
         return -1;
     }
-    return real_fsync(fd);
+    const int r = real_fsync(fd);
+    struct stat sb;
+    char link[64], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n;
+    if (r == 0 && log_file && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+        (n = readlink(link, target, sizeof target - 1)) > 0) {
+        target[n] = '\0';
+        if (under(target)) log_line("fsyncdir", target);
+    }
+    return r;
 }
 
 int rename(const char *from, const char *to) {
@@ -131,7 +155,10 @@ int rename(const char *from, const char *to) {
         errno = fault_errno;
         return -1;
     }
-    return real_rename(from, to);
+    const int r = real_rename(from, to);
+    char abs[4096];
+    if (r == 0 && log_file && under(from) && realpath(to, abs)) log_line("rename", abs);
+    return r;
 }
 
 int mkdir(const char *path, mode_t mode) {

@@ -99,6 +99,12 @@ ttt_param *ttt_mixer_param(ttt_mixer_builder *b, int i);
 ttt_rng ttt_mixer_rng(const ttt_mixer_builder *b, uint64_t key);
 /* Nonzero once an add failed: stop adding. */
 int ttt_mixer_failed(const ttt_mixer_builder *b);
+/* An initialization computed with ops (a fast-weight model's own initial state, a learned
+ * rule's network): runs work(arg, err) with the ops' arena `a` armed (ttt_arena_run, tensor.h),
+ * so that running out of memory in it is the builder's error, which ttt_seq_model_init returns,
+ * instead of ending the process; `what` names it in the message. Does nothing after an error. */
+void ttt_mixer_run(ttt_mixer_builder *b, ttt_arena *a,
+                   ttt_status (*work)(void *arg, ttt_error *err), void *arg, const char *what);
 /* The shared q, k, v projections (d, H·D) N(0, init_std²) and, when cfg.conv > 0, their
  * depthwise kernels (conv, H·D) N(0, 1/conv): ids->wq … ids->conv_v. */
 void ttt_mixer_add_qkv(ttt_mixer_builder *b, const ttt_seq_model_config *c, int l,

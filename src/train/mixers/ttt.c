@@ -108,6 +108,28 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     return TTT_OK;
 }
 
+/* The inner optimizer's initial outer parameters, computed with ops (ttt_mixer_run). */
+typedef struct optim_init {
+    ttt_mixer_builder *b;
+    const ttt_layer *L;
+    const int *own;
+    ttt_ctx *ctx;
+    int n;
+} optim_init;
+
+static ttt_status optim_init_work(void *arg, ttt_error *err) {
+    const optim_init *w = arg;
+    ttt_tensor *init[TTT_OPTIM_MAX_OUTER];
+    (void)err;
+    ttt_optim_outer_new(w->ctx, w->L->optim, w->L->optim_cfg, init);
+    for (int i = 0; i < w->n; i++) {
+        ttt_param *p = ttt_mixer_param(w->b, w->own[OPT + i]);
+        TTT_ASSERT(p->n == init[i]->n);
+        memcpy(p->data, init[i]->data, p->n * sizeof(float));
+    }
+    return TTT_OK;
+}
+
 /* The inner optimizer's own outer-loop parameters (optim.h `outer`: a learned rule's network;
  * none for hand-written rules), "opt_<name>" of the declared shapes, one set per block shared by
  * its heads, at the rule's initialization (docs/optimizers.md "Outer parameters"). No weight
@@ -125,14 +147,35 @@ static void add_optim_params(ttt_mixer_builder *b, const ttt_layer *L, int *own)
     ttt_arena a;
     ttt_arena_init(&a, 0);
     ttt_ctx cx = {.arena = &a};
-    ttt_tensor *init[TTT_OPTIM_MAX_OUTER];
-    ttt_optim_outer_new(&cx, L->optim, L->optim_cfg, init);
-    for (int i = 0; i < n; i++) {
-        ttt_param *p = ttt_mixer_param(b, own[OPT + i]);
-        TTT_ASSERT(p->n == init[i]->n);
-        memcpy(p->data, init[i]->data, p->n * sizeof(float));
-    }
+    optim_init w = {.b = b, .L = L, .own = own, .ctx = &cx, .n = n};
+    ttt_mixer_run(b, &a, optim_init_work, &w, "model: the inner optimizer's initial parameters");
     ttt_arena_free(&a);
+}
+
+/* The learned initial fast weights w0: each head's copy of the model's own initialization,
+ * computed with ops (ttt_mixer_run). */
+typedef struct w0_init {
+    ttt_mixer_builder *b;
+    const ttt_layer *L;
+    const int *own;
+    ttt_ctx *ctx;
+    ttt_rng *r;
+    int H;
+} w0_init;
+
+static ttt_status w0_init_work(void *arg, ttt_error *err) {
+    const w0_init *w = arg;
+    (void)err;
+    for (int h = 0; h < w->H; h++) {
+        ttt_layer_state st;
+        ttt_layer_state_init(w->ctx, w->L, &st, w->r);
+        for (int i = 0; i < st.n_w; i++) {
+            ttt_param *p = ttt_mixer_param(w->b, w->own[W0 + i]);
+            memcpy(p->data + (size_t)h * st.W[i]->n, st.W[i]->data, st.W[i]->n * sizeof(float));
+        }
+        ttt_arena_reset(w->ctx->arena);
+    }
+    return TTT_OK;
 }
 
 static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int l,
@@ -171,15 +214,8 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
     ttt_arena a;
     ttt_arena_init(&a, 0);
     ttt_ctx cx = {.arena = &a};
-    for (int h = 0; h < H; h++) {
-        ttt_layer_state st;
-        ttt_layer_state_init(&cx, L, &st, &r);
-        for (int w = 0; w < st.n_w; w++) {
-            ttt_param *p = ttt_mixer_param(b, own[W0 + w]);
-            memcpy(p->data + (size_t)h * st.W[w]->n, st.W[w]->data, st.W[w]->n * sizeof(float));
-        }
-        ttt_arena_reset(&a);
-    }
+    w0_init w = {.b = b, .L = L, .own = own, .ctx = &cx, .r = &r, .H = H};
+    ttt_mixer_run(b, &a, w0_init_work, &w, "model: the learned initial fast weights");
     ttt_arena_free(&a);
 }
 
