@@ -282,45 +282,61 @@ static int load_run_point(const char *run_dir, long point, ttt_experiment **e) {
     return 0;
 }
 
+/* The arguments of `export` and `logits`: `npos` positionals (their names in `want`, for the
+ * usage message) and an optional --point I. 0, or the usage error's exit code. */
+static int point_args(const char *cmd, const char *want, int argc, char **argv, const char **pos,
+                      int npos, long *point) {
+    int np = 0;
+    char msg[256];
+    *point = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
+            char *end;
+            *point = strtol(argv[++i], &end, 10);
+            if (*end || *point < 0)
+                return usage_error("--point needs a point index >= 0, not '%s'", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            snprintf(msg, sizeof msg, "%s: unknown option or missing value '%s'", cmd, argv[i]);
+            return usage_error("%s", msg);
+        } else if (np < npos) {
+            pos[np++] = argv[i];
+        } else {
+            snprintf(msg, sizeof msg, "%s: unexpected argument '%s'", cmd, argv[i]);
+            return usage_error("%s", msg);
+        }
+    }
+    snprintf(msg, sizeof msg, "%s needs %s", cmd, want);
+    return np == npos ? 0 : usage_error("%s", msg);
+}
+
+/* The trained model of point `point` of the run folder `run` (e: its experiment, loaded);
+ * `which` names the tasks that have one, for the refusal. */
+static ttt_status point_model(ttt_seq_model *m, const char *cmd, const char *which,
+                              const char *run, long point, const ttt_experiment *e,
+                              ttt_error *err) {
+    const ttt_plan_point *pt = &e->plan->points[point];
+    if (!pt->task->model)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "%s: point %ld of %s is a %s task, which trains no model (%s do)",
+                             cmd, point, run, pt->task->name, which);
+    return ttt_trained_load(m, pt->task->model(pt->cfg), run, (int)point, err);
+}
+
 /* ttt export RUN_DIR OUT.safetensors [--point I]: a trained point's weights in PyTorch's names
  * and layouts (docs/training.md "Exporting to PyTorch"). */
 static int cmd_export(int argc, char **argv) {
     const char *pos[2] = {0};
-    int np = 0;
-    long point = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
-            char *end;
-            point = strtol(argv[++i], &end, 10);
-            if (*end || point < 0)
-                return usage_error("--point needs a point index >= 0, not '%s'", argv[i]);
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return usage_error("export: unknown option or missing value '%s'", argv[i]);
-        } else if (np < 2) {
-            pos[np++] = argv[i];
-        } else {
-            return usage_error("export: unexpected argument '%s'", argv[i]);
-        }
-    }
-    if (np != 2) return usage_error("export needs RUN_DIR OUT.safetensors%s", "");
-    ttt_experiment *e = NULL;
-    int rc = load_run_point(pos[0], point, &e);
+    long point;
+    int rc = point_args("export", "RUN_DIR OUT.safetensors", argc, argv, pos, 2, &point);
     if (rc) return rc;
-    const ttt_plan_point *pt = &e->plan->points[point];
+    ttt_experiment *e = NULL;
+    if ((rc = load_run_point(pos[0], point, &e))) return rc;
     ttt_error err = {0};
-    ttt_status s;
-    if (!pt->task->model) {
-        s = ttt_error_set(&err, TTT_ERR_ARG,
-                          "export: point %ld of %s is a %s task, which trains no model (mqar, "
-                          "regression and lm do)",
-                          point, pos[0], pt->task->name);
-    } else {
-        ttt_seq_model m;
-        s = ttt_trained_load(&m, pt->task->model(pt->cfg), pos[0], (int)point, &err);
-        if (s == TTT_OK) {
-            s = ttt_export_write(pos[1], &m, e->plan->resolved_yaml, (int)point, &err);
-            ttt_seq_model_free(&m);
-        }
+    ttt_seq_model m;
+    ttt_status s = point_model(&m, "export", "mqar, regression and lm", pos[0], point, e, &err);
+    if (s == TTT_OK) {
+        s = ttt_export_write(pos[1], &m, e->plan->resolved_yaml, (int)point, &err);
+        ttt_seq_model_free(&m);
     }
     ttt_experiment_free(e);
     if (s != TTT_OK) return report(&err);
@@ -333,41 +349,18 @@ static int cmd_export(int argc, char **argv) {
  * "Exporting to PyTorch"). */
 static int cmd_logits(int argc, char **argv) {
     const char *pos[3] = {0};
-    int np = 0;
-    long point = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--point") == 0 && i + 1 < argc) {
-            char *end;
-            point = strtol(argv[++i], &end, 10);
-            if (*end || point < 0)
-                return usage_error("--point needs a point index >= 0, not '%s'", argv[i]);
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            return usage_error("logits: unknown option or missing value '%s'", argv[i]);
-        } else if (np < 3) {
-            pos[np++] = argv[i];
-        } else {
-            return usage_error("logits: unexpected argument '%s'", argv[i]);
-        }
-    }
-    if (np != 3) return usage_error("logits needs RUN_DIR IN.safetensors OUT.safetensors%s", "");
-    ttt_experiment *e = NULL;
-    int rc = load_run_point(pos[0], point, &e);
+    long point;
+    int rc = point_args("logits", "RUN_DIR IN.safetensors OUT.safetensors", argc, argv, pos, 3,
+                        &point);
     if (rc) return rc;
-    const ttt_plan_point *pt = &e->plan->points[point];
+    ttt_experiment *e = NULL;
+    if ((rc = load_run_point(pos[0], point, &e))) return rc;
     ttt_error err = {0};
-    ttt_status s;
-    if (!pt->task->model) {
-        s = ttt_error_set(&err, TTT_ERR_ARG,
-                          "logits: point %ld of %s is a %s task, which trains no model (mqar "
-                          "and lm do)",
-                          point, pos[0], pt->task->name);
-    } else {
-        ttt_seq_model m;
-        s = ttt_trained_load(&m, pt->task->model(pt->cfg), pos[0], (int)point, &err);
-        if (s == TTT_OK) {
-            s = ttt_export_logits(pos[2], &m, pos[1], &err);
-            ttt_seq_model_free(&m);
-        }
+    ttt_seq_model m;
+    ttt_status s = point_model(&m, "logits", "mqar and lm", pos[0], point, e, &err);
+    if (s == TTT_OK) {
+        s = ttt_export_logits(pos[2], &m, pos[1], &err);
+        ttt_seq_model_free(&m);
     }
     ttt_experiment_free(e);
     return s == TTT_OK ? 0 : report(&err);
