@@ -1867,6 +1867,31 @@ static void conv_dims(const ttt_tensor *x, int *B, int *T, int *C) {
     *C = x->shape[x->ndim - 1];
 }
 
+/* Row t of the causal convolution's backward for one sequence: dW_j += d_t ⊗ x_{t−j} (in double)
+ * and dx_t = Σ_{j<K, t+j<T} w_j ⊙ d_{t+j}, gathered in one pass, j ascending (the order the terms
+ * were once added in): each row written once, assigned by the first writer (autograd.h).
+ * d: (T − t, C) the upstream gradient from row t on; x0: (T, C) the sequence's input; gs: (C)
+ * row t of dx, or NULL. */
+static void conv_row_backward(double *restrict aw, float *restrict gs, int add_x,
+                              const float *restrict d, const float *restrict x0,
+                              const float *restrict w, int t, int T, int K, int C) {
+    for (int j = 0; j < K && j <= t; j++) {
+        const float *restrict xs = x0 + (size_t)(t - j) * C; /* (C) */
+        double *restrict awj = aw + (size_t)j * C;           /* (C) */
+        for (int c = 0; c < C; c++) awj[c] += (double)d[c] * xs[c];
+    }
+    if (!gs) return;
+    if (!add_x)
+        for (int c = 0; c < C; c++) gs[c] = w[c] * d[c];
+    else
+        for (int c = 0; c < C; c++) gs[c] += w[c] * d[c];
+    for (int j = 1; j < K && t + j < T; j++) {
+        const float *restrict wj = w + (size_t)j * C; /* (C) */
+        const float *restrict dj = d + (size_t)j * C; /* (C) d_{t+j} */
+        for (int c = 0; c < C; c++) gs[c] += wj[c] * dj[c];
+    }
+}
+
 /* y_t = b + Σ_{j<K, j≤t} w_j ⊙ x_{t−j} (per sequence): with dy_t,
  *   dx_s += Σ_j w_j ⊙ dy_{s+j} (s + j < T),   dw_j += Σ_t dy_t ⊙ x_{t−j},   db += Σ_t dy_t,
  * the parameter sums over every position of every sequence accumulated in double. */
@@ -1885,24 +1910,8 @@ static void conv1d_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
         for (int t = 0; t < T; t++) {
             const float *restrict dyt = dy + off + (size_t)t * C; /* (C) */
             for (int c = 0; c < C; c++) ab[c] += dyt[c];
-            for (int j = 0; j < K && j <= t; j++) {
-                const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
-                double *restrict awj = aw + (size_t)j * C;                      /* (C) */
-                for (int c = 0; c < C; c++) awj[c] += (double)dyt[c] * xs[c];
-            }
-            if (!gx) continue;
-            /* dx_t gathered in one pass, j ascending (the order the terms were once added in):
-             * each row written once, assigned by the first writer (autograd.h) */
-            float *restrict gs = gx + off + (size_t)t * C; /* (C) */
-            if (!add_x)
-                for (int c = 0; c < C; c++) gs[c] = w->data[c] * dyt[c];
-            else
-                for (int c = 0; c < C; c++) gs[c] += w->data[c] * dyt[c];
-            for (int j = 1; j < K && t + j < T; j++) {
-                const float *restrict wj = w->data + (size_t)j * C;  /* (C) */
-                const float *restrict dyj = dyt + (size_t)j * C;     /* (C) dy_{t+j} */
-                for (int c = 0; c < C; c++) gs[c] += wj[c] * dyj[c];
-            }
+            conv_row_backward(aw, gx ? gx + off + (size_t)t * C : NULL, add_x, dyt,
+                              x->data + off, w->data, t, T, K, C);
         }
     }
     if (gw) put_doubles(gw, aw, (size_t)K * C, add_w);
@@ -1977,23 +1986,8 @@ static void conv1d_silu_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
             }
         }
         for (int t = 0; t < T; t++) {
-            const float *restrict dzt = dz + (size_t)t * C; /* (C) */
-            for (int j = 0; j < K && j <= t; j++) {
-                const float *restrict xs = x->data + off + (size_t)(t - j) * C; /* (C) */
-                double *restrict awj = aw + (size_t)j * C;                      /* (C) */
-                for (int c = 0; c < C; c++) awj[c] += (double)dzt[c] * xs[c];
-            }
-            if (!gx) continue;
-            float *restrict gs = gx + off + (size_t)t * C; /* (C) */
-            if (!add_x)
-                for (int c = 0; c < C; c++) gs[c] = w->data[c] * dzt[c];
-            else
-                for (int c = 0; c < C; c++) gs[c] += w->data[c] * dzt[c];
-            for (int j = 1; j < K && t + j < T; j++) {
-                const float *restrict wj = w->data + (size_t)j * C; /* (C) */
-                const float *restrict dzj = dzt + (size_t)j * C;    /* (C) dz_{t+j} */
-                for (int c = 0; c < C; c++) gs[c] += wj[c] * dzj[c];
-            }
+            conv_row_backward(aw, gx ? gx + off + (size_t)t * C : NULL, add_x, dz + (size_t)t * C,
+                              x->data + off, w->data, t, T, K, C);
         }
     }
     if (gw) put_doubles(gw, aw, (size_t)K * C, add_w);
