@@ -483,6 +483,115 @@ START_TEST(compare_refusals) {
 }
 END_TEST
 
+
+/* ---- best over an axis (docs/results.md "Best over an axis") ---- */
+
+static const char *const BEST =
+    "seeds: 2\n"
+    "task: {kind: memory, pairs: [8, 32], key_dim: 8, value_dim: 8, trials: 1}\n"
+    "layer: {preset: deltanet}\n"
+    "results: {best_over: layer.optimizer.lr}\n"
+    "sweep: {layer.optimizer.lr: [0.05, 0.5, 1.0]}\n";
+
+/* A run that asks for the best rate per N: summary.csv's `best` marks, for each N, the row of
+ * largest mean accuracy (the first on a tie), found here from summary.csv itself;
+ * summary_best.csv holds those rows; `ttt compare` of two such runs keeps each run's choice and
+ * prints the best table. */
+START_TEST(best_over_a_swept_key) {
+    char *table = run_yaml(BEST, "best");
+    ck_assert_msg(strstr(table, "\nbest optimizer.lr: the largest accuracy, mean over seeds"),
+                  "%s", table);
+    free(table);
+    csv m = read_in("best", "summary.csv");
+    ck_assert_int_eq(m.rows, 6); /* 3 rates × 2 N */
+    int chosen = 0;
+    for (int r = 0; r < m.rows; r++) {
+        int want = 1; /* no row of the same N before it at least as good, none after better */
+        for (int q = 0; q < m.rows; q++) {
+            if (q == r || num(&m, q, "N") != num(&m, r, "N")) continue;
+            const double a = num(&m, q, "accuracy"), b = num(&m, r, "accuracy");
+            if (a > b || (a == b && q < r)) want = 0;
+        }
+        ck_assert_msg(num(&m, r, "best") == want, "row %d (N = %s, lr = %s): best %s", r,
+                      at(&m, r, "N"), at(&m, r, "layer.optimizer.lr"), at(&m, r, "best"));
+        chosen += want;
+    }
+    ck_assert_int_eq(chosen, 2);
+    csv b = read_in("best", "summary_best.csv");
+    ck_assert_int_eq(b.rows, 2);
+    for (int i = 0; i < b.rows; i++) {
+        int found = 0;
+        for (int r = 0; r < m.rows; r++)
+            found |= num(&m, r, "best") == 1 && num(&m, r, "N") == num(&b, i, "N") &&
+                     !strcmp(at(&m, r, "layer.optimizer.lr"), at(&b, i, "layer.optimizer.lr"));
+        ck_assert_msg(found, "summary_best.csv row %d is no best row of summary.csv", i);
+    }
+    csv_free(&b);
+    free(run_yaml(BEST, "best2"));
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s/best", g_dir);
+    snprintf(d2, sizeof d2, "%s/best2", g_dir);
+    const char *dirs[2] = {d1, d2};
+    char *ct = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&ct, &len);
+    ttt_error err = {0};
+    ck_assert_msg(ttt_compare(dirs, 2, NULL, f, &err) == TTT_OK, "%s", err.msg);
+    fclose(f);
+    const char *sect = strstr(ct, "\nbest optimizer.lr:");
+    ck_assert_msg(sect, "%s", ct);
+    /* two runs × two N, each the row its run chose */
+    int lines = 0;
+    for (const char *p = sect + 1; (p = strchr(p, '\n')) != NULL; p++) lines++;
+    ck_assert_msg(lines == 2 + 4, "%s", sect); /* its line, the heads, the rows */
+    for (int r = 0; r < m.rows; r++) {
+        if (num(&m, r, "best") != 1) continue;
+        int found = 0; /* a line "best <its lr> …" (run, then optimizer.lr) */
+        for (const char *p = strchr(sect + 1, '\n'); p && !found; p = strchr(p + 1, '\n')) {
+            char run[64], lr[64];
+            found = sscanf(p + 1, "%63s %63s", run, lr) == 2 && !strcmp(run, "best") &&
+                    !strcmp(lr, at(&m, r, "layer.optimizer.lr"));
+        }
+        ck_assert_msg(found, "no row of run best at lr %s in %s", at(&m, r, "layer.optimizer.lr"),
+                      sect);
+    }
+    free(ct);
+    csv_free(&m);
+}
+END_TEST
+
+/* `results:` that cannot be honoured is refused where it is written, saying what was expected. */
+START_TEST(best_over_refusals) {
+    static const struct {
+        const char *results, *want[2];
+    } cases[] = {
+        {"{best_over: train.lr}", {"results.best_over: 'train.lr' is not a swept column",
+                                   "layer.optimizer.lr"}},
+        {"{best_over: layer.optimizer.lr, metric: acc}",
+         {"results.metric: 'acc' is not a column of the memory task", "accuracy"}},
+        {"{best_over: layer.optimizer.lr, goal: up}", {"results.goal: 'up'", "max"}},
+        {"{metric: accuracy}", {"without best_over", "train.lr"}},
+        {"{best: layer.optimizer.lr}", {"results: unknown key 'best'", "best_over"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char yaml[512], path[512];
+        snprintf(yaml, sizeof yaml,
+                 "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, trials: 1}\n"
+                 "layer: {preset: deltanet}\n"
+                 "sweep: {layer.optimizer.lr: [0.5, 1.0]}\n"
+                 "results: %s\n", cases[i].results);
+        snprintf(path, sizeof path, "%s/refuse%zu.yaml", g_dir, i);
+        ck_assert_int_eq(tu_write_file(path, yaml), 0);
+        ttt_error err = {0};
+        ttt_experiment *e = NULL;
+        ck_assert_int_ne(ttt_experiment_load(path, NULL, 0, &e, &err), TTT_OK);
+        ck_assert_msg(strstr(err.msg, ":4:") && strstr(err.msg, cases[i].want[0]) &&
+                          strstr(err.msg, cases[i].want[1]),
+                      "%s: %s", cases[i].results, err.msg);
+    }
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("reading");
     TCase *c = tcase_create("reading");
@@ -496,6 +605,8 @@ static Suite *suite(void) {
     tcase_add_test(c, trained_runs_chart_what_is_logged);
     tcase_add_test(c, compare_two_runs);
     tcase_add_test(c, compare_refusals);
+    tcase_add_test(c, best_over_a_swept_key);
+    tcase_add_test(c, best_over_refusals);
     suite_add_tcase(s, c);
     return s;
 }

@@ -11,6 +11,7 @@
 
 #include "progress.h"
 #include "results.h"
+#include "results_internal.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
@@ -1002,6 +1003,153 @@ START_TEST(test_replicate_band) {
 }
 END_TEST
 
+
+/* ---- the best row of each group (docs/results.md "Best over an axis") ---- */
+
+/* Four mixers × three learning rates × three seeds, added in sweep order (the rate varies
+ * slowest), accuracies chosen so that each wrong rule picks another rate:
+ *   A: the best single seed (0.9 at lr 1) is not the best mean (0.5 at lr 2);
+ *   B: lr 1 and lr 2 tie on the mean (0.5, exact in binary): the first in sweep order wins;
+ *   C: lr 1 has the best mean of its finite seeds (0.9) but a seed that diverged: lr 2 wins;
+ *   D: a seed diverged at every rate: no rate qualifies. */
+static ttt_results *best_results(void) {
+    static const double acc[3][4][3] = {
+        /* lr 1 */ {{0.9, 0.125, 0.125}, {0.5, 0.5, 0.5}, {0.9, 0.9, NAN}, {0.5, NAN, 0.5}},
+        /* lr 2 */ {{0.5, 0.5, 0.5}, {0.25, 0.75, 0.5}, {0.375, 0.375, 0.375}, {NAN, 0.5, 0.5}},
+        /* lr 3 */ {{0.25, 0.25, 0.375}, {0.25, 0.25, 0.25}, {0.25, 0.25, 0.25}, {0.5, 0.5, NAN}}};
+    static const char *const mixers[4] = {"A", "B", "C", "D"};
+    ttt_results *res = ttt_results_new("best");
+    const char *axes[] = {"train.lr", "layer.preset", "seed"};
+    ttt_results_set_axes(res, axes, 3);
+    for (int l = 0; l < 3; l++)
+        for (int m = 0; m < 4; m++)
+            for (int seed = 0; seed < 3; seed++) {
+                ttt_record stamp, r;
+                ttt_record_clear(&stamp);
+                ttt_record_num(&stamp, "train.lr", l + 1);
+                ttt_record_str(&stamp, "layer.preset", mixers[m]);
+                ttt_record_num(&stamp, "seed", seed);
+                ttt_results_set_point(res, &stamp, l * 4 + m, seed);
+                ttt_record_clear(&r);
+                ttt_record_num(&r, "loss", 1 - acc[l][m][seed]);
+                ttt_record_num(&r, "acc", acc[l][m][seed]);
+                ttt_results_add(res, &r, 1);
+            }
+    ttt_results_set_point(res, NULL, -1, 0);
+    ttt_results_set_main(res, "acc", "");
+    return res;
+}
+
+/* The chosen rate of mixer `m` among the rows' best rows ("none" when none qualified). */
+static void chosen(const ttt_rows *rows, const char *m, char *out, size_t len) {
+    snprintf(out, len, "(missing)");
+    for (int i = 0; i < rows->n_best; i++) {
+        const ttt_field *p = ttt_record_get(rows->best_rows[i], "layer.preset");
+        if (!p || strcmp(p->str, m) != 0) continue;
+        ttt_field_short(ttt_record_get(rows->best_rows[i], "train.lr"), out, len);
+    }
+}
+
+START_TEST(test_best_over_axis_picks_the_best_mean) {
+    ttt_results *res = best_results();
+    ttt_results_set_best(res, "train.lr", "", 1);
+    ttt_rows rows;
+    ttt_error err;
+    ck_assert_int_eq(ttt_results_rows(res, &rows, &err), TTT_OK);
+    ck_assert(rows.aggregated);
+    ck_assert_int_eq(rows.n, 12);
+    ck_assert_int_eq(rows.n_best, 4); /* one per mixer, in the sweep's order */
+    const char *want[4][2] = {{"A", "2"}, {"B", "1"}, {"C", "2"}, {"D", "none"}};
+    for (int m = 0; m < 4; m++) {
+        char got[64];
+        chosen(&rows, want[m][0], got, sizeof got);
+        ck_assert_msg(!strcmp(got, want[m][1]), "mixer %s: chose lr %s, expected %s",
+                      want[m][0], got, want[m][1]);
+        const ttt_field *p = ttt_record_get(rows.best_rows[m], "layer.preset");
+        ck_assert_str_eq(p->str, want[m][0]);
+    }
+    /* the flags mark the same rows: A at lr 2 is row 4 (rows follow the sweep order) */
+    int flagged = 0;
+    for (int i = 0; i < rows.n; i++) flagged += rows.best[i];
+    ck_assert_int_eq(flagged, 3);
+    ck_assert(rows.best[4] && rows.best[1] && rows.best[6]);
+    /* D's row of its own: the metric NaN, so no reader takes it for a measurement */
+    ck_assert(isnan(ttt_record_get(rows.best_rows[3], "acc")->num));
+    ttt_rows_free(&rows);
+
+    /* smallest instead of largest, by another column: A's lowest mean loss is lr 2 as well,
+     * its lowest mean accuracy lr 3 */
+    ttt_results_set_best(res, "train.lr", "acc", 0);
+    ck_assert_int_eq(ttt_results_rows(res, &rows, &err), TTT_OK);
+    char got[64];
+    chosen(&rows, "A", got, sizeof got);
+    ck_assert_str_eq(got, "3");
+    ttt_rows_free(&rows);
+    ttt_results_set_best(res, "train.lr", "loss", 0);
+    ck_assert_int_eq(ttt_results_rows(res, &rows, &err), TTT_OK);
+    chosen(&rows, "A", got, sizeof got);
+    ck_assert_str_eq(got, "2");
+    ttt_rows_free(&rows);
+
+    /* off: no flags, no best rows */
+    ttt_results_set_best(res, "", "", 1);
+    ck_assert_int_eq(ttt_results_rows(res, &rows, &err), TTT_OK);
+    ck_assert_ptr_null(rows.best);
+    ck_assert_int_eq(rows.n_best, 0);
+    ttt_rows_free(&rows);
+    ttt_results_free(res);
+}
+END_TEST
+
+/* What a reader sees: summary.csv's `best` column, summary_best.csv, the page's pivot (its
+ * columns are the rates, so a last column holds each row's best) and the printed table. */
+START_TEST(test_best_over_axis_in_the_files) {
+    char *dir = tu_mkdtemp();
+    ttt_results *res = best_results();
+    ttt_results_set_best(res, "train.lr", "", 1);
+    ttt_error err;
+    ck_assert_int_eq(ttt_results_write(res, dir, &err), TTT_OK);
+    char *csv = read_in(dir, "summary.csv");
+    /* header ends with best; rows in sweep order: lr 1 A..D, lr 2 A..D, lr 3 A..D */
+    const char *nl = strchr(csv, '\n');
+    ck_assert_msg(nl && !strncmp(nl - 5, ",best", 5), "summary.csv header: %s", csv);
+    const char *flags = "010010100000"; /* B at lr 1, A and C at lr 2 */
+    const char *line = nl + 1;
+    for (int i = 0; i < 12; i++) {
+        const char *end = strchr(line, '\n');
+        ck_assert_ptr_nonnull(end);
+        ck_assert_msg(end[-1] == flags[i] && end[-2] == ',', "row %d: %.*s", i,
+                      (int)(end - line), line);
+        line = end + 1;
+    }
+    free(csv);
+    char *best = read_in(dir, "summary_best.csv");
+    /* loss and acc of A at lr 2: mean, std, min, max; 3 seeds; no `best` column */
+    ck_assert_msg(strstr(best, "\n2,A,0.5,0,0.5,0.5,0.5,0,0.5,0.5,3\n"), "A at lr 2:\n%s", best);
+    ck_assert_msg(strstr(best, "\nnone,D,"), "D without a rate:\n%s", best);
+    ck_assert_int_eq(count_char(best, '\n'), 5);
+    free(best);
+    char *html = read_in(dir, "index.html");
+    ck_assert_msg(strstr(html, "<th>best (train.lr)</th>"), "no best column in the pivot");
+    ck_assert_msg(strstr(html, "<td>0.5 ± 0 (2)</td>"), "A's best cell");
+    ck_assert_msg(strstr(html, "<td>none</td>"), "D's best cell");
+    free(html);
+    FILE *f = tmpfile();
+    const char *cols[] = {"acc", NULL};
+    ttt_results_print_table(res, f, cols);
+    char *text = stream_text(f);
+    fclose(f);
+    const char *sect = strstr(text, "best train.lr: the largest acc, mean over seeds");
+    ck_assert_msg(sect, "no best table:\n%s", text);
+    ck_assert_msg(strstr(sect, "\n2         A             3      0.5 ± 0"), "%s", sect);
+    ck_assert_msg(strstr(sect, "\nnone      D             -      nan"), "%s", sect);
+    free(text);
+    ttt_results_free(res);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
 static Suite *results_suite(void) {
     Suite *s = suite_create("results");
     TCase *tc = tcase_create("records");
@@ -1019,6 +1167,8 @@ static Suite *results_suite(void) {
     tcase_add_test(tc, test_metrics_jsonl_lines);
     tcase_add_test(tc, test_write_all_files_no_temps);
     tcase_add_test(tc, test_write_missing_dir_fails);
+    tcase_add_test(tc, test_best_over_axis_picks_the_best_mean);
+    tcase_add_test(tc, test_best_over_axis_in_the_files);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("svg");

@@ -283,6 +283,18 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
         const ttt_plan *p0 = ex[0]->plan;
         const ttt_task *task = p0->points[0].task;
         ttt_results_set_log_y(res, p0->log_y, p0->log_y_only);
+        /* each run's best rows as it chose them (its `best` column), when every run reports
+         * the best over the same key by the same rule (docs/results.md "Best over an axis") */
+        int same_best = p0->best_over != NULL;
+        for (int i = 1; i < n && same_best; i++) {
+            const ttt_plan *pi = ex[i]->plan;
+            same_best = pi->best_over && !strcmp(pi->best_over, p0->best_over) &&
+                        !strcmp(pi->best_metric, p0->best_metric) && pi->best_max == p0->best_max;
+        }
+        if (same_best) {
+            ttt_results_set_best(res, p0->best_over, p0->best_metric, p0->best_max);
+            ttt_results_set_best_given(res, 1);
+        }
         if (task->charts) task->charts(res, p0->points[0].cfg);
         const char *const *cols =
             task->columns_for ? task->columns_for(p0->points[0].cfg) : task->columns;

@@ -16,6 +16,10 @@ const ttt_option ttt_experiment_options[] = {
     {"charts", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,
      "how the charts are drawn: log_y: auto (log when all values are positive and span more "
      "than two decades), true, false, or a list of chart names"},
+    {"results", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,
+     "how the results are reported: best_over: a swept key (each configuration at its best "
+     "value of it), metric: the column it is chosen by (default: the task's main metric), "
+     "goal: max or min (docs/results.md \"Best over an axis\")"},
     {"task", TTT_OPT_MAP, NULL, TTT_NO_RANGE, NULL, "what to measure; `kind` names the task"},
     {"layer", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL, "the TTT layer (see `ttt list`)"},
     {"model", TTT_OPT_MAP, "{}", TTT_NO_RANGE, NULL,

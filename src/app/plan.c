@@ -74,6 +74,7 @@ static void config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_map_remove(h, "output");
     ttt_cfg_map_remove(h, "seeds");  /* a point's own seed is `seed`; */
     ttt_cfg_map_remove(h, "charts"); /* how its results are drawn changes none of them */
+    ttt_cfg_map_remove(h, "results"); /* nor how they are reported */
     ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
     if (tr) {
         ttt_cfg_map_remove(tr, "stop_at");
@@ -264,6 +265,80 @@ static ttt_status read_charts(const ttt_cfg_node *doc, ttt_plan *p, ttt_error *e
                                  "positive and they span more than two decades), true, false, "
                                  "or a list of chart names", t);
     }
+    return TTT_OK;
+}
+
+static int col_find(const ttt_plan *p, const char *key);
+
+/* `results: {best_over: KEY, metric: NAME, goal: max | min}` into p (docs/results.md "Best over
+ * an axis"), after the columns are known: KEY must be one of them, NAME a column of the task's
+ * summary. */
+static ttt_status read_results(const ttt_cfg_node *doc, ttt_plan *p, ttt_error *err) {
+    const ttt_cfg_node *c = ttt_cfg_get(doc, "results");
+    if (!c || c->kind != TTT_CFG_MAP) return TTT_OK; /* the option check reports a non-map */
+    const ttt_cfg_node *over = NULL, *metric = NULL, *goal = NULL;
+    for (int i = 0; i < c->n; i++) {
+        const ttt_cfg_node *v = c->items[i];
+        if (v->kind != TTT_CFG_SCALAR || !v->scalar || !v->scalar[0])
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, v, "results.%s: expected a plain value",
+                                 c->keys[i]);
+        if (!strcmp(c->keys[i], "best_over")) over = v;
+        else if (!strcmp(c->keys[i], "metric")) metric = v;
+        else if (!strcmp(c->keys[i], "goal")) goal = v;
+        else
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, v,
+                                 "results: unknown key '%s'; expected best_over (a swept key), "
+                                 "metric (a column of the summary) or goal (max or min)",
+                                 c->keys[i]);
+    }
+    if (!over) {
+        if (metric || goal)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, metric ? metric : goal,
+                                 "results: %s without best_over; expected best_over: a swept key "
+                                 "(e.g. train.lr)", metric ? "metric" : "goal");
+        return TTT_OK;
+    }
+    if (col_find(p, over->scalar) < 0 || !strcmp(over->scalar, "seed")) {
+        ttt_strbuf b;
+        ttt_strbuf_init(&b);
+        for (int k = 0; k < p->n_cols; k++)
+            if (strcmp(p->cols[k], "seed")) ttt_strbuf_printf(&b, "%s%s", b.len ? ", " : "", p->cols[k]);
+        const char *list = ttt_strbuf_str(&b);
+        ttt_status s = ttt_cfg_error(err, TTT_ERR_CONFIG, over,
+                                     "results.best_over: '%s' is not a swept column; expected one "
+                                     "of: %s", over->scalar, list && list[0] ? list : "(none: "
+                                     "the experiment has no sweep)");
+        ttt_strbuf_free(&b);
+        return s;
+    }
+    const ttt_plan_point *pt = &p->points[0];
+    const char *const *tc =
+        pt->task->columns_for ? pt->task->columns_for(pt->cfg) : pt->task->columns;
+    if (metric) {
+        int known = 0;
+        for (int k = 0; tc && tc[k] && !known; k++) known = !strcmp(tc[k], metric->scalar);
+        if (!known) {
+            ttt_strbuf b;
+            ttt_strbuf_init(&b);
+            for (int k = 0; tc && tc[k]; k++)
+                if (strcmp(tc[k], "series")) ttt_strbuf_printf(&b, "%s%s", b.len ? ", " : "", tc[k]);
+            const char *list = ttt_strbuf_str(&b);
+            ttt_status s = ttt_cfg_error(err, TTT_ERR_CONFIG, metric,
+                                         "results.metric: '%s' is not a column of the %s task's "
+                                         "summary; expected one of: %s", metric->scalar,
+                                         pt->task->name, list ? list : "");
+            ttt_strbuf_free(&b);
+            return s;
+        }
+    }
+    if (goal && strcmp(goal->scalar, "max") && strcmp(goal->scalar, "min"))
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, goal,
+                             "results.goal: '%s'; expected max (e.g. accuracy) or min (e.g. a "
+                             "loss)", goal->scalar);
+    if (!(p->best_over = ttt_fault_strdup(over->scalar)) ||
+        !(p->best_metric = ttt_fault_strdup(metric ? metric->scalar : "")))
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    p->best_max = !goal || !strcmp(goal->scalar, "max");
     return TTT_OK;
 }
 
@@ -488,6 +563,7 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
         s = read_charts(doc, p, err);
     }
     if (s == TTT_OK) s = plan_columns(p, ttt_cfg_get(doc, "sweep"), trees, err);
+    if (s == TTT_OK) s = read_results(doc, p, err);
     if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, trees, labels, n)))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the resolved configuration");
     /* Below this line nothing sees a tree: the points' trees go now. */
@@ -517,6 +593,8 @@ void ttt_plan_free(ttt_plan *p) {
     for (int c = 0; c < p->n_cols; c++) free(p->cols[c]);
     free(p->cols);
     free(p->log_y_only);
+    free(p->best_over);
+    free(p->best_metric);
     free(p->resolved_yaml);
     free(p);
 }
@@ -743,6 +821,7 @@ static ttt_status finish(const ttt_plan *p, ttt_results *res, const char *dir, F
     ttt_results_set_point(res, NULL, -1, 0);
     ttt_results_set_axes(res, (const char *const *)p->cols, p->n_cols);
     ttt_results_set_log_y(res, p->log_y, p->log_y_only);
+    ttt_results_set_best(res, p->best_over, p->best_metric, p->best_max);
     if (t->charts) t->charts(res, first->cfg);
     TTT_TRY(ttt_results_write(res, dir, err));
     const char *const *cols = t->columns_for ? t->columns_for(first->cfg) : t->columns;

@@ -60,6 +60,11 @@ typedef struct ttt_plan {
     int seed_axis;             /* replicates are aggregated (seeds > 1 or a swept seed) */
     int log_y;                 /* `charts: {log_y: …}` (TTT_LOG_Y_*) */
     char *log_y_only;          /* the charts it names ("a,b"), or NULL: every chart */
+    /* `results: {best_over, metric, goal}` (docs/results.md "Best over an axis"): the swept
+     * column each configuration is reported at its best value of (NULL: none), the column it
+     * is chosen by ("" = the task's main metric), and whether the largest wins */
+    char *best_over, *best_metric;
+    int best_max;
     char *resolved_yaml;       /* the text of config.resolved.yaml */
 } ttt_plan;
 

@@ -53,11 +53,53 @@ static void row_label(const ttt_record *r, const char *const *keys, int nk, char
     }
 }
 
+/* The short name of column `key` (an axis's, else the key). */
+static void column_short(const ttt_results *res, const char *key, char *out, size_t len) {
+    int a = 0;
+    while (a < res->n_axes && strcmp(res->axes[a], key)) a++;
+    if (a < res->n_axes) ttt_axis_short(res, a, out, len);
+    else snprintf(out, len, "%s", key);
+}
+
+/* A best row's cell: the metric, then the value of the best axis that gave it. */
+static void best_cell(const ttt_results *res, const ttt_record *r, const char *metric, char *out,
+                      size_t len) {
+    char m[160] = "-", v[160] = "-";
+    if (ttt_record_get(r, metric)) ttt_row_cell(r, metric, m, sizeof m);
+    const ttt_field *f = ttt_record_get(r, res->best_axis);
+    if (f) ttt_field_short(f, v, sizeof v);
+    snprintf(out, len, "%s (%s)", m, v);
+}
+
+/* The key the pivot spreads over its columns: the task's pivot key, else the sweep axis with the
+ * fewest values (at least 2); the table of best rows (best_only) has the metric as its one
+ * column unless the task names a key. NULL: one column. */
+static const char *pivot_column(const ttt_results *res, const ttt_rows *rows, int best_only) {
+    if (res->pivot_key[0]) return res->pivot_key;
+    if (best_only) return NULL;
+    char vals[PIVOT_MAX][160];
+    const char *col = NULL;
+    int best = 0;
+    for (int a = 0; a < res->n_axes; a++) {
+        if (strcmp(res->axes[a], "seed") == 0) continue;
+        int n = distinct(rows, res->axes[a], vals, PIVOT_MAX);
+        if (n >= 2 && (!col || n < best) && res->n_axes > 1) {
+            col = res->axes[a];
+            best = n;
+        }
+    }
+    return col;
+}
+
 /* The main metric as a table a person reads without scrolling: rows = the values of every sweep
  * axis but one, columns = the values of that one (the task's pivot key, or the axis with the
- * fewest values), cells = the metric (mean ± std over seeds). */
-static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *rows) {
-    const char *metric = res->main_metric;
+ * fewest values), cells = the metric (mean ± std over seeds). With a best axis
+ * (docs/results.md "Best over an axis") that is the columns' axis, a last column gives each row
+ * its best cell and the value that gave it; `best_only` draws the table of the best rows
+ * alone (rows without the best axis, each cell with the value that gave it). */
+static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *rows,
+                        int best_only) {
+    const char *metric = best_only ? ttt_results_best_metric(res) : res->main_metric;
     if (!metric[0] || !rows->n) return;
     if (rows->n > PIVOT_ROWS_MAX) { /* its cells are looked up row by row */
         ttt_strbuf_printf(b, "<p>%d summary rows: too many for a table of the main metric here; "
@@ -67,21 +109,7 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
     int has = 0;
     for (int i = 0; i < rows->n && !has; i++) has = ttt_record_get(rows->rows[i], metric) != NULL;
     if (!has) return;
-    char vals[PIVOT_MAX][160];
-    const char *col = NULL;
-    if (res->pivot_key[0]) {
-        col = res->pivot_key;
-    } else {
-        int best = 0;
-        for (int a = 0; a < res->n_axes; a++) {
-            if (strcmp(res->axes[a], "seed") == 0) continue;
-            int n = distinct(rows, res->axes[a], vals, PIVOT_MAX);
-            if (n >= 2 && (!col || n < best) && res->n_axes > 1) {
-                col = res->axes[a];
-                best = n;
-            }
-        }
-    }
+    const char *col = pivot_column(res, rows, best_only);
     char cols[PIVOT_MAX][160];
     int ncol = col ? distinct(rows, col, cols, PIVOT_MAX) : 1;
     if (col && ncol >= PIVOT_MAX && !res->pivot_key[0]) col = NULL, ncol = 1;
@@ -92,6 +120,7 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
     for (int a = 0; a < res->n_axes && nrk < 64; a++) {
         if (col && strcmp(res->axes[a], col) == 0) continue;
         if (rows->aggregated && strcmp(res->axes[a], "seed") == 0) continue;
+        if (best_only && strcmp(res->axes[a], res->best_axis) == 0) continue;
         ttt_axis_short(res, a, rk_head[nrk], sizeof rk_head[0]);
         rk[nrk++] = res->axes[a];
     }
@@ -100,6 +129,10 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
         snprintf(rk_head[nrk++], sizeof rk_head[0], "series");
     }
     if (!col) snprintf(cols[0], sizeof cols[0], "%s", metric);
+    /* the best of each row as a last column: when the columns are the best axis */
+    const int best_col = !best_only && rows->best && col && !strcmp(col, res->best_axis);
+    char bh[64] = "";
+    if (rows->best) column_short(res, res->best_axis, bh, sizeof bh);
     char (*rl)[320] = malloc((size_t)rows->n * sizeof *rl);
     if (!rl) return;
     int nrow = 0;
@@ -112,6 +145,10 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
     }
     ttt_strbuf_puts(b, "<h2>");
     ttt_put_xml(b, metric);
+    if (best_only) {
+        ttt_strbuf_puts(b, " at the best ");
+        ttt_put_xml(b, bh);
+    }
     ttt_strbuf_puts(b, rows->aggregated ? " (mean ± std over seeds)" : "");
     ttt_strbuf_puts(b, "</h2>\n<table class=\"pivot\">\n<thead><tr><th class=\"t\">");
     for (int k = 0; k < nrk; k++) {
@@ -123,15 +160,22 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
         ttt_strbuf_puts(b, "<th>");
         if (col) {
             char h[64];
-            int a = 0;
-            while (a < res->n_axes && strcmp(res->axes[a], col)) a++;
-            if (a < res->n_axes) ttt_axis_short(res, a, h, sizeof h);
-            else snprintf(h, sizeof h, "%s", col);
+            column_short(res, col, h, sizeof h);
             ttt_put_xml(b, h);
             ttt_strbuf_puts(b, " = ");
         }
         ttt_put_xml(b, cols[c]);
+        if (best_only) {
+            ttt_strbuf_puts(b, " (");
+            ttt_put_xml(b, bh);
+            ttt_strbuf_puts(b, ")");
+        }
         ttt_strbuf_puts(b, "</th>");
+    }
+    if (best_col) {
+        ttt_strbuf_puts(b, "<th>best (");
+        ttt_put_xml(b, bh);
+        ttt_strbuf_puts(b, ")</th>");
     }
     ttt_strbuf_puts(b, "</tr></thead>\n<tbody>\n");
     for (int r = 0; r < nrow; r++) {
@@ -150,8 +194,22 @@ static void pivot_table(ttt_strbuf *b, const ttt_results *res, const ttt_rows *r
                     if (f) ttt_field_short(f, t, sizeof t);
                     if (strcmp(t, cols[c]) != 0) continue;
                 }
-                if (ttt_record_get(rows->rows[i], metric))
+                if (best_only) best_cell(res, rows->rows[i], metric, cell, sizeof cell);
+                else if (ttt_record_get(rows->rows[i], metric))
                     ttt_row_cell(rows->rows[i], metric, cell, sizeof cell);
+            }
+            ttt_strbuf_puts(b, "<td>");
+            ttt_put_xml(b, cell);
+            ttt_strbuf_puts(b, "</td>");
+        }
+        if (best_col) {
+            /* the row's best row; none qualified: "none" (every value diverged on a seed) */
+            char cell[200] = "none";
+            for (int i = 0; i < rows->n; i++) {
+                char l[320];
+                row_label(rows->rows[i], rk, nrk, l, sizeof l);
+                if (rows->best[i] && strcmp(l, rl[r]) == 0)
+                    best_cell(res, rows->rows[i], ttt_results_best_metric(res), cell, sizeof cell);
             }
             ttt_strbuf_puts(b, "<td>");
             ttt_put_xml(b, cell);
@@ -188,7 +246,16 @@ ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, const t
         ttt_put_xml(&b, stem);
         ttt_strbuf_puts(&b, ".svg</a></figcaption>\n</figure>\n");
     }
-    pivot_table(&b, res, rows);
+    pivot_table(&b, res, rows, 0);
+    /* the best rows apart when the pivot's columns are not the best axis */
+    const char *pc = rows->best ? pivot_column(res, rows, 0) : NULL;
+    if (rows->best && (!pc || strcmp(pc, res->best_axis) != 0)) {
+        ttt_rows best = {0};
+        best.rows = rows->best_rows;
+        best.n = rows->n_best;
+        best.aggregated = rows->aggregated;
+        pivot_table(&b, res, &best, 1);
+    }
     ttt_strbuf_puts(&b, "<h2>Summary</h2>\n");
     if (!kl->n) {
         ttt_strbuf_puts(&b, "<p>No summary records.</p>\n");

@@ -547,6 +547,18 @@ void ttt_results_set_log_y(ttt_results *res, int mode, const char *only) {
         res->log_y_only[0] = '\0';
 }
 
+void ttt_results_set_best(ttt_results *res, const char *axis, const char *metric, int maximize) {
+    copy_utf8(res->best_axis, sizeof res->best_axis, axis ? axis : "");
+    copy_utf8(res->best_metric, sizeof res->best_metric, metric ? metric : "");
+    res->best_max = maximize != 0;
+}
+
+void ttt_results_set_best_given(ttt_results *res, int given) { res->best_given = given != 0; }
+
+const char *ttt_results_best_metric(const ttt_results *res) {
+    return res->best_metric[0] ? res->best_metric : res->main_metric;
+}
+
 ttt_status ttt_results_stream(ttt_results *res, const char *dir, ttt_error *err) {
     TTT_ASSERT(!res->stream.f && res->n == 0);
     return ttt_results_open_in(&res->stream, dir, "metrics.jsonl", err);
@@ -749,9 +761,15 @@ static ttt_status summary_keys(const ttt_results *res, const ttt_rows *rows, ttt
 void ttt_rows_free(ttt_rows *r) {
     free(r->rows);
     free(r->agg);
+    free(r->best);
+    free(r->best_rows);
+    free(r->none);
     r->rows = NULL;
     r->agg = NULL;
-    r->n = 0;
+    r->best = NULL;
+    r->best_rows = NULL;
+    r->none = NULL;
+    r->n = r->n_best = 0;
 }
 
 /* A summary record's place: its configuration (group), replicate (member), ordinal among that
@@ -849,6 +867,170 @@ static void aggregate(const ttt_results *res, const slot *sl, int from, int to,
     ttt_record_num(o, "seeds", to - from);
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* the best row of each group (docs/results.md "Best over an axis")                           */
+
+/* A number of `key` that is finite, or NULL. */
+static const ttt_field *finite_num(const ttt_record *r, const char *key) {
+    const ttt_field *f = ttt_record_get(r, key);
+    return f && f->is_num && isfinite(f->num) ? f : NULL;
+}
+
+/* Whether the group key of a row includes `key`: every swept column but the best axis and the
+ * seed (averaged over), and the task's pivot column (e.g. the memory task's N: one row per N). */
+static int group_column(const ttt_results *res, const char *key) {
+    return strcmp(key, res->best_axis) != 0 && strcmp(key, "seed") != 0;
+}
+
+static void group_key(const ttt_results *res, const ttt_record *r, ttt_strbuf *b) {
+    ttt_strbuf_reset(b);
+    char t[192];
+    for (int a = 0; a <= res->n_axes; a++) {
+        const char *key = a < res->n_axes ? res->axes[a] : res->pivot_key;
+        if (!key[0] || !group_column(res, key)) continue;
+        if (a == res->n_axes) { /* the pivot column, unless it is an axis already */
+            int axis = 0;
+            for (int q = 0; q < res->n_axes && !axis; q++) axis = !strcmp(res->axes[q], key);
+            if (axis) continue;
+        }
+        const ttt_field *f = ttt_record_get(r, key);
+        if (f) ttt_field_text(f, t, sizeof t);
+        /* unit and record separators: no value of a column holds them */
+        ttt_strbuf_printf(b, "%s\x1f%s\x1e", key, f ? t : "\x1d");
+    }
+}
+
+typedef struct keyed {
+    const char *key;
+    int i;
+} keyed;
+
+static int by_key(const void *a, const void *b) {
+    const keyed *p = a, *q = b;
+    int c = strcmp(p->key, q->key);
+    return c ? c : (p->i > q->i) - (p->i < q->i);
+}
+
+/* Fill out->best, best_rows and none from the rows; ok[i]: rows[i] may be chosen (every seed
+ * finite, or its `best` column is 1 when the rows carry it). */
+static ttt_status choose_best(const ttt_results *res, ttt_rows *out, const unsigned char *ok,
+                              ttt_error *err) {
+    const char *metric = ttt_results_best_metric(res);
+    const int n = out->n;
+    keyed *kd = calloc((size_t)(n ? n : 1), sizeof *kd);
+    char **keys = calloc((size_t)(n ? n : 1), sizeof *keys);
+    int *first = malloc((size_t)(n ? n : 1) * sizeof *first); /* per group: its first row */
+    int *pick = malloc((size_t)(n ? n : 1) * sizeof *pick);   /* per group: chosen row or -1 */
+    out->best = calloc((size_t)(n ? n : 1), 1);
+    out->best_rows = calloc((size_t)(n ? n : 1), sizeof *out->best_rows);
+    out->none = calloc((size_t)(n ? n : 1), sizeof *out->none);
+    ttt_strbuf b;
+    ttt_strbuf_init(&b);
+    ttt_status s = TTT_OK;
+    if (!kd || !keys || !first || !pick || !out->best || !out->best_rows || !out->none)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory choosing the best rows");
+    for (int i = 0; s == TTT_OK && i < n; i++) {
+        group_key(res, out->rows[i], &b);
+        const char *k = ttt_strbuf_str(&b);
+        if (!(keys[i] = dup_str(k ? k : "")))
+            s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory choosing the best rows");
+        kd[i] = (keyed){keys[i], i};
+    }
+    int ng = 0;
+    if (s == TTT_OK) {
+        qsort(kd, (size_t)n, sizeof *kd, by_key); /* a group's rows together, in row order */
+        for (int a = 0; a < n;) {
+            int e = a + 1;
+            while (e < n && strcmp(kd[e].key, kd[a].key) == 0) e++;
+            int best = -1;
+            double bv = 0;
+            for (int q = a; q < e; q++) {
+                const int i = kd[q].i;
+                const ttt_field *f = finite_num(out->rows[i], metric);
+                if (!ok[i] || !f) continue;
+                /* strictly better: a tie keeps the earlier row */
+                if (best < 0 || (res->best_max ? f->num > bv : f->num < bv)) {
+                    best = i;
+                    bv = f->num;
+                }
+            }
+            first[ng] = kd[a].i;
+            pick[ng++] = best;
+            a = e;
+        }
+        /* groups in the order of their first rows (the sweep's order) */
+        for (int g = 1; g < ng; g++)
+            for (int h = g; h > 0 && first[h - 1] > first[h]; h--) {
+                int t = first[h], u = pick[h];
+                first[h] = first[h - 1], pick[h] = pick[h - 1];
+                first[h - 1] = t, pick[h - 1] = u;
+            }
+        int nn = 0;
+        for (int g = 0; g < ng; g++) {
+            if (pick[g] >= 0) {
+                out->best[pick[g]] = 1;
+                out->best_rows[out->n_best++] = out->rows[pick[g]];
+                continue;
+            }
+            /* no row qualifies: the group's columns, the axis "none", the metric NaN */
+            ttt_record *r = &out->none[nn++];
+            const ttt_record *r0 = out->rows[first[g]];
+            ttt_record_clear(r);
+            for (int f = 0; f < r0->n; f++) {
+                const ttt_field *fl = &r0->f[f];
+                int axis = !strcmp(fl->key, res->pivot_key);
+                for (int q = 0; q < res->n_axes && !axis; q++) axis = !strcmp(fl->key, res->axes[q]);
+                if (!axis || !group_column(res, fl->key)) continue;
+                if (fl->is_num) ttt_record_num(r, fl->key, fl->num);
+                else ttt_record_str(r, fl->key, fl->str);
+            }
+            ttt_record_str(r, res->best_axis, "none");
+            ttt_record_num(r, metric, NAN);
+            out->best_rows[out->n_best++] = r;
+        }
+    }
+    for (int i = 0; keys && i < n; i++) free(keys[i]);
+    free(keys);
+    free(kd);
+    free(first);
+    free(pick);
+    ttt_strbuf_free(&b);
+    return s;
+}
+
+/* rows[i] may be chosen: its `best` column is 1 (rows read back from summary.csv files), or
+ * every replicate of it has a finite metric (a rate at which a seed diverged is not a rate to
+ * recommend, whatever the mean of the others). */
+static void best_ok(const ttt_results *res, const ttt_rows *out, const slot *sl,
+                    const cell_span *cs, unsigned char *ok) {
+    const char *metric = ttt_results_best_metric(res);
+    for (int i = 0; i < out->n; i++) {
+        if (res->best_given) {
+            const ttt_field *f = ttt_record_get(out->rows[i], "best");
+            ok[i] = f && f->is_num && f->num == 1;
+            continue;
+        }
+        if (!cs) {
+            ok[i] = finite_num(out->rows[i], metric) != NULL;
+            continue;
+        }
+        ok[i] = 1;
+        for (int a = cs[i].from; a < cs[i].to; a++)
+            ok[i] &= finite_num(&res->recs[sl[a].i], metric) != NULL;
+    }
+}
+
+static ttt_status rows_best(const ttt_results *res, ttt_rows *out, const slot *sl,
+                            const cell_span *cs, ttt_error *err) {
+    if (!res->best_axis[0]) return TTT_OK;
+    unsigned char *ok = malloc((size_t)(out->n ? out->n : 1));
+    if (!ok) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory choosing the best rows");
+    best_ok(res, out, sl, cs, ok);
+    ttt_status s = choose_best(res, out, ok, err);
+    free(ok);
+    return s;
+}
+
 ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err) {
     memset(out, 0, sizeof *out);
     int ns = 0;
@@ -878,7 +1060,9 @@ ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *er
         for (int i = 0; i < res->n; i++)
             if (res->summary[i]) out->rows[out->n++] = &res->recs[i];
         free(sl), free(cs), free(vary);
-        return TTT_OK;
+        ttt_status s = rows_best(res, out, NULL, NULL, err);
+        if (s != TTT_OK) ttt_rows_free(out);
+        return s;
     }
     qsort(sl, (size_t)nr, sizeof *sl, by_cell);
     int ncell = 0;
@@ -916,8 +1100,10 @@ ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *er
         aggregate(res, sl, cs[c].from, cs[c].to, vary, nvary, &out->agg[c]);
         out->rows[out->n++] = &out->agg[c];
     }
+    ttt_status s = rows_best(res, out, sl, cs, err); /* row c is cell c */
     free(sl), free(cs), free(vary);
-    return TTT_OK;
+    if (s != TTT_OK) ttt_rows_free(out);
+    return s;
 }
 
 void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len) {
@@ -986,36 +1172,68 @@ static void csv_cell(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-/* A CSV file of the given rows under the columns of kl. */
+/* A CSV file of the given rows under the columns of kl; with `best` (per row) the column
+ * `best` holds it (after the others, or in place of a `best` the rows carry). */
 static ttt_status write_csv(const ttt_record *const *rows, int n, const ttt_keylist *kl,
-                            const char *dir, const char *name, ttt_error *err) {
+                            const unsigned char *best, const char *dir, const char *name,
+                            ttt_error *err) {
     ttt_afile af;
     TTT_TRY(ttt_results_open_in(&af, dir, name, err));
-    if (kl->n) {
+    int has_best = 0;
+    for (int q = 0; q < kl->n; q++) has_best |= strcmp(kl->k[q], "best") == 0;
+    const int extra = best && !has_best;
+    if (kl->n || extra) {
         for (int q = 0; q < kl->n; q++) {
             if (q) fputc(',', af.f);
             csv_cell(af.f, kl->k[q]);
         }
+        if (extra) fputs(kl->n ? ",best" : "best", af.f);
         fputc('\n', af.f); /* plain LF, not RFC 4180's CRLF: friendlier to diff and grep */
     }
     for (int i = 0; i < n; i++) {
         for (int q = 0; q < kl->n; q++) {
             if (q) fputc(',', af.f);
+            if (best && strcmp(kl->k[q], "best") == 0) {
+                fputc(best[i] ? '1' : '0', af.f);
+                continue;
+            }
             const ttt_field *fl = ttt_record_get(rows[i], kl->k[q]);
             if (!fl) continue;
             char cell[192];
             ttt_field_short(fl, cell, sizeof cell);
             csv_cell(af.f, cell);
         }
+        if (extra) fputs(kl->n ? (best[i] ? ",1" : ",0") : (best[i] ? "1" : "0"), af.f);
         fputc('\n', af.f);
     }
     return ttt_afile_commit(&af, err);
 }
 
-/* summary.csv; with replicates also summary_seeds.csv, the record of every seed. */
+/* A CSV file of some rows under their own columns. */
+static ttt_status write_rows_csv(const ttt_results *res, const ttt_record *const *r, int n,
+                                 const char *dir, const char *name, ttt_error *err) {
+    ttt_rows some = {0};
+    some.rows = (const ttt_record **)r;
+    some.n = n;
+    ttt_keylist k;
+    TTT_TRY(summary_keys(res, &some, &k, err));
+    /* the `best` column that compared runs carry says nothing more here: every row has 1 */
+    int w = 0;
+    for (int q = 0; q < k.n; q++)
+        if (strcmp(k.k[q], "best") != 0) k.k[w++] = k.k[q];
+    k.n = w;
+    ttt_status s = write_csv(r, n, &k, NULL, dir, name, err);
+    free(k.k);
+    return s;
+}
+
+/* summary.csv; with replicates also summary_seeds.csv, the record of every seed; with a best
+ * axis also summary_best.csv, the best row of each group. */
 static ttt_status write_summary(const ttt_results *res, const ttt_rows *rows,
                                 const ttt_keylist *kl, const char *dir, ttt_error *err) {
-    TTT_TRY(write_csv(rows->rows, rows->n, kl, dir, "summary.csv", err));
+    TTT_TRY(write_csv(rows->rows, rows->n, kl, rows->best, dir, "summary.csv", err));
+    if (rows->best)
+        TTT_TRY(write_rows_csv(res, rows->best_rows, rows->n_best, dir, "summary_best.csv", err));
     if (!rows->aggregated) return TTT_OK;
     ttt_rows all = {0};
     all.rows = malloc((size_t)(res->n ? res->n : 1) * sizeof *all.rows);
@@ -1024,7 +1242,7 @@ static ttt_status write_summary(const ttt_results *res, const ttt_rows *rows,
         if (res->summary[i]) all.rows[all.n++] = &res->recs[i];
     ttt_keylist kall;
     ttt_status s = summary_keys(res, &all, &kall, err);
-    if (s == TTT_OK) s = write_csv(all.rows, all.n, &kall, dir, "summary_seeds.csv", err);
+    if (s == TTT_OK) s = write_csv(all.rows, all.n, &kall, NULL, dir, "summary_seeds.csv", err);
     free(kall.k);
     ttt_rows_free(&all);
     return s;
@@ -1067,21 +1285,20 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
 /* ------------------------------------------------------------------------------------------ */
 /* plain-text table of the summary records (printed by `ttt run`)                             */
 
-void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols) {
+/* The table of some rows: the axes (but `skip`), `seeds` when aggregated, then cols. */
+static void print_rows(const ttt_results *res, FILE *f, const char *const *cols,
+                       const ttt_record *const *rows, int n, int aggregated) {
     enum { MAXC = 40, W = 200 };
     const char *key[MAXC];
     char head[MAXC][64];
     int nc = 0;
-    ttt_rows rows;
-    ttt_error e;
-    if (ttt_results_rows(res, &rows, &e) != TTT_OK) return;
     for (int a = 0; a < res->n_axes && nc < MAXC; a++) {
-        if (rows.aggregated && strcmp(res->axes[a], "seed") == 0) continue; /* averaged over */
+        if (aggregated && strcmp(res->axes[a], "seed") == 0) continue; /* averaged over */
         key[nc] = res->axes[a];
         ttt_axis_short(res, a, head[nc], sizeof head[nc]);
         nc++;
     }
-    if (rows.aggregated && nc < MAXC) {
+    if (aggregated && nc < MAXC) {
         key[nc] = "seeds";
         snprintf(head[nc++], sizeof head[0], "seeds");
     }
@@ -1102,9 +1319,9 @@ void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const 
             for (int c = 0; c < nc; c++) fprintf(f, "%s%-*s", c ? "  " : "", width[c], head[c]);
             fputc('\n', f);
         }
-        for (int i = 0; i < rows.n; i++) {
+        for (int i = 0; i < n; i++) {
             for (int c = 0; c < nc; c++) {
-                ttt_row_cell(rows.rows[i], key[c], cell, sizeof cell);
+                ttt_row_cell(rows[i], key[c], cell, sizeof cell);
                 int len = 0;
                 for (const char *p = cell; *p; p++) len += ((unsigned char)*p & 0xC0) != 0x80;
                 if (pass == 0 && len > width[c]) width[c] = len;
@@ -1113,6 +1330,22 @@ void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const 
             }
             if (pass == 1) fputc('\n', f);
         }
+    }
+}
+
+void ttt_results_print_table(const ttt_results *res, FILE *f, const char *const *cols) {
+    ttt_rows rows;
+    ttt_error e;
+    if (ttt_results_rows(res, &rows, &e) != TTT_OK) return;
+    print_rows(res, f, cols, rows.rows, rows.n, rows.aggregated);
+    if (rows.best) {
+        char h[64] = "";
+        for (int a = 0; a < res->n_axes; a++)
+            if (strcmp(res->axes[a], res->best_axis) == 0) ttt_axis_short(res, a, h, sizeof h);
+        fprintf(f, "\nbest %s: the %s %s%s (docs/results.md \"Best over an axis\")\n",
+                h[0] ? h : res->best_axis, res->best_max ? "largest" : "smallest",
+                ttt_results_best_metric(res), rows.aggregated ? ", mean over seeds" : "");
+        print_rows(res, f, cols, rows.best_rows, rows.n_best, rows.aggregated);
     }
     ttt_rows_free(&rows);
 }

@@ -160,6 +160,18 @@ void ttt_results_set_point(ttt_results *res, const ttt_record *fields, int group
  * spreads over its columns ("" = the sweep axis with the fewest values). Set by the task's
  * chart set-up. */
 void ttt_results_set_main(ttt_results *res, const char *metric, const char *pivot_key);
+/* Report each configuration at its best value of one swept axis (docs/results.md "Best over an
+ * axis"), e.g. each mixer at its best learning rate: the rows that agree on every other swept
+ * column (and on the task's pivot column, e.g. N) form a group; its best row is the one whose
+ * `metric` ("" = the main metric) is largest (maximize) or smallest, as the mean over seeds,
+ * among the rows where every seed gave a finite value; ties go to the first row in sweep
+ * order. summary.csv gets a column `best` (1 on those rows), summary_best.csv holds them, and
+ * the printed table and the page show them. axis NULL or "" turns it off. */
+void ttt_results_set_best(ttt_results *res, const char *axis, const char *metric, int maximize);
+/* The rows carry the `best` column a run wrote (ttt compare reads summary.csv files): each
+ * group's best row is then its row with best = 1, not chosen again from means alone (which
+ * no longer say whether a seed diverged). */
+void ttt_results_set_best_given(ttt_results *res, int given);
 /* The y axis of every chart (TTT_LOG_Y_*; from the experiment's `charts: {log_y: …}`),
  * overriding each chart's own choice unless AUTO; `only` (comma-separated chart names, or NULL
  * = all) limits it to those charts. */

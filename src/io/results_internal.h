@@ -44,6 +44,10 @@ struct ttt_results {
     char main_metric[48], pivot_key[48];
     int log_y;         /* TTT_LOG_Y_*: the run's choice */
     char log_y_only[256]; /* ",a,b," chart names it applies to, "" = all */
+    /* ttt_results_set_best: the axis ("" = off), the metric ("" = main_metric), whether the
+     * largest wins, and whether the rows carry their own `best` column (ttt compare) */
+    char best_axis[48], best_metric[48];
+    int best_max, best_given;
 };
 
 /* ---- summary rows (records.c) ---- */
@@ -58,9 +62,19 @@ typedef struct ttt_rows {
     int n;
     ttt_record *agg;
     int aggregated;
+    /* With ttt_results_set_best (docs/results.md "Best over an axis"): best[i] = 1 when rows[i]
+     * is its group's best row; best_rows = one row per group in the order of their first rows,
+     * the chosen row or, when no row of the group qualifies, a row of its own (in none[]) with
+     * the group's columns, the axis "none" and the metric NaN. NULL / 0 without. */
+    unsigned char *best;
+    const ttt_record **best_rows;
+    int n_best;
+    ttt_record *none;
 } ttt_rows;
 ttt_status ttt_results_rows(const ttt_results *res, ttt_rows *out, ttt_error *err);
 void ttt_rows_free(ttt_rows *r);
+/* The metric the best rows are chosen by: best_metric, else the main metric. */
+const char *ttt_results_best_metric(const ttt_results *res);
 /* The column name for sweep axis i in tables (ttt_key_short). */
 void ttt_axis_short(const ttt_results *res, int i, char *out, size_t len);
 /* A number of an aggregated row as "mean ± std" when the row has `<key>_std`, else its short
