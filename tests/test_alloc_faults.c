@@ -1,5 +1,6 @@
-/* Allocation failure, injected (src/core/fault.h): `ttt apply`, `ttt check`, `ttt list` and
- * `ttt run` (a trained mqar point with checkpoints, a memory task, an equivalence task) are run
+/* Allocation failure, injected (src/core/fault.h): `ttt apply`, `ttt check`, `ttt list`,
+ * `ttt run` (a trained mqar point with checkpoints, a memory task, an equivalence task, …),
+ * `ttt export`, `ttt sample`, `ttt logits`, `ttt merge` and `ttt compare` are run
  * once per allocation they ask for, with the Nth one failing (TTT_FAIL_ALLOC=N), for every N
  * until a run gets through. Each failing run must exit 1 (no signal, no hang) with an
  * out-of-memory message naming what was being allocated, leave no temporary file and no
@@ -233,6 +234,9 @@ typedef struct sweep_opts {
     void (*setup)(const char *dir); /* writes the command's other inputs into dir, or NULL */
     const char *made; /* the file the command writes when it succeeds (not `out`), or NULL */
     int fresh; /* `out` is removed before each attempt instead of holding an earlier run */
+    /* a folder setup made in dir that `out` is copied from before each attempt, instead of an
+     * earlier run of yaml (NULL: the earlier run) */
+    const char *from;
 } sweep_opts;
 
 static long fail_every_allocation_in(const char *yaml, const char *const *args, const char *out,
@@ -251,7 +255,12 @@ static long fail_every_allocation_in(const char *yaml, const char *const *args, 
     ck_assert_int_eq(tu_write_file(path, yaml), 0);
     char *before = NULL;
     snprintf(run_dir, sizeof run_dir, "%s/%s", dir, out ? out : "");
-    if (out && !o->fresh) {
+    if (out && !o->fresh && o->from) {
+        snprintf(tmpl, sizeof tmpl, "%s/%s", dir, o->from);
+        snprintf(path, sizeof path, "%s/summary.csv", tmpl);
+        before = tu_read_file(path); /* NULL: none yet */
+        copy_tree(tmpl, run_dir);
+    } else if (out && !o->fresh) {
         /* the earlier complete run, kept as a template copied in before each attempt */
         snprintf(tmpl, sizeof tmpl, "%s/earlier", dir);
         snprintf(run_dir, sizeof run_dir, "%s/%s", dir, out);
@@ -323,12 +332,14 @@ static long fail_every_allocation_in(const char *yaml, const char *const *args, 
         if (out && !o->fresh) {
             snprintf(path, sizeof path, "%s/summary.csv", run_dir);
             char *now = tu_read_file(path);
-            ck_assert_msg(now != NULL, "allocation %ld failed and summary.csv is gone", n);
+            ck_assert_msg(now != NULL || !before, "allocation %ld failed and summary.csv is gone",
+                          n);
             /* the earlier bytes, or a whole new file (written under a temporary name and
              * renamed): same header, every line ended */
-            const size_t h = strcspn(before, "\n");
-            ck_assert_msg(strcmp(now, before) == 0 ||
-                              (strncmp(now, before, h + 1) == 0 && now[strlen(now) - 1] == '\n'),
+            const size_t h = before ? strcspn(before, "\n") : 0;
+            ck_assert_msg(!now || (before && strcmp(now, before) == 0) ||
+                              ((!before || strncmp(now, before, h + 1) == 0) && *now &&
+                               now[strlen(now) - 1] == '\n'),
                           "allocation %ld failed and summary.csv is half written:\n%s", n, now);
             free(now);
         } else if (!out) {
@@ -531,6 +542,87 @@ START_TEST(export_and_sample_fail_cleanly) {
 }
 END_TEST
 
+/* A 2-point sweep of trained mqar points, small enough that every allocation of the commands
+ * over its run folders can be failed in turn. */
+static const char sweep_yaml[] =
+    "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 8, test_examples: 4,\n"
+    "       eval_batch: 4}\n"
+    "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+    "layer: {preset: deltanet}\n"
+    "train: {steps: 2, batch: 2, log_every: 1, eval_every: 2, checkpoint_every: 0}\n"
+    "sweep: {train.lr: [0.01, 0.001]}\n";
+
+/* dir/shards: the two `--shard` jobs of sweep_yaml, not merged yet; dir/a and dir/b: two whole
+ * runs of it with other seeds. */
+static void sweep_folders(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/sweep.yaml", dir);
+    ck_assert_int_eq(tu_write_file(path, sweep_yaml), 0);
+    const char *jobs[][8] = {
+        {"run", "sweep.yaml", "--shard", "0/2", "--out", "shards", "--quiet", NULL},
+        {"run", "sweep.yaml", "--shard", "1/2", "--out", "shards", "--quiet", NULL},
+        {"run", "sweep.yaml", "--set", "seed=1", "--out", "a", "--quiet", NULL},
+        {"run", "sweep.yaml", "--set", "seed=2", "--out", "b", "--quiet", NULL},
+    };
+    for (int i = 0; i < 4; i++) {
+        proc p = run_ttt(dir, jobs[i], -1, 120);
+        ck_assert_msg(p.code == 0, "%s %s %s failed: %s", jobs[i][2], jobs[i][3], jobs[i][5],
+                      p.err);
+        free(p.err);
+    }
+}
+
+/* `ttt merge` of the two shard jobs, into a copy of their folder as it was before each attempt,
+ * every fourth allocation (about 3000), and `ttt compare` of two whole runs into a fresh folder,
+ * every seventh (about 8000). Most of either is the plan pass over the configuration; the
+ * commands' own work is the last hundred or so, where the messages required below come from:
+ * reading the shards' parts or the runs' records (4 and 7 allocations in a row, so a stride of
+ * 4 and 7 cannot step over them) and drawing the charts (groups of 3 and of 8 or 9). */
+START_TEST(merge_and_compare_fail_cleanly) {
+    const char *mrg[] = {"merge", "sweep.yaml", "--out", "merged", NULL};
+    const char *mrg_msgs[] = {"out of memory while collecting results; nothing written",
+                              "out of memory drawing chart", NULL};
+    long n = fail_every_allocation_in(sweep_yaml, mrg, "merged",
+                                      &(sweep_opts){.stride = 4, .must_see = mrg_msgs,
+                                                    .setup = sweep_folders, .from = "shards"});
+    ck_assert_msg(n >= 100, "merge: only %ld allocations were hooked", n);
+    const char *cmp[] = {"compare", "a", "b", "--out", "cmp", NULL};
+    const char *cmp_msgs[] = {"cannot compare 'b'",
+                              "out of memory while collecting results; nothing written",
+                              "out of memory drawing chart", NULL};
+    n = fail_every_allocation_in(sweep_yaml, cmp, "cmp",
+                                 &(sweep_opts){.stride = 11, .fresh = 1, .must_see = cmp_msgs,
+                                               .setup = sweep_folders});
+    ck_assert_msg(n >= 100, "compare: only %ld allocations were hooked", n);
+}
+END_TEST
+
+/* dir/tokens.safetensors: a batch of 2 sequences of 5 ids for the trained mqar point. */
+static void logits_inputs(const char *dir) {
+    trained_folders(dir);
+    float ids[10];
+    for (int i = 0; i < 10; i++) ids[i] = (float)((7 * i + 3) % 16);
+    ttt_st_tensor t = {.name = "tokens", .ndim = 2, .shape = {2, 5}, .data = ids};
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tokens.safetensors", dir);
+    ttt_error err = {0};
+    ck_assert_msg(ttt_st_write(path, &t, 1, NULL, 0, &err) == TTT_OK, "%s", err.msg);
+}
+
+/* `ttt logits` of a trained point, its forward in 256-byte arena blocks so that their growth
+ * is failed too. Every fifth allocation. */
+START_TEST(logits_fail_cleanly) {
+    setenv("TTT_FAULT_ARENA_BLOCK", "256", 1);
+    const char *lg[] = {"logits", "trained", "tokens.safetensors", "out.safetensors", NULL};
+    const char *lg_msgs[] = {"logits: the model's forward: out of memory", NULL};
+    long n = fail_every_allocation_in(ttt_mixer_yaml, lg, NULL,
+                                      &(sweep_opts){.stride = 5, .must_see = lg_msgs,
+                                                    .setup = logits_inputs,
+                                                    .made = "out.safetensors"});
+    ck_assert_msg(n >= 100, "logits: only %ld allocations were hooked", n);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("alloc_faults");
     TCase *tc = tcase_create("alloc_faults");
@@ -552,5 +644,11 @@ int main(void) {
     tcase_add_test(grow, export_and_sample_fail_cleanly);
     tcase_add_test(grow, task_arenas_fail_cleanly);
     suite_add_tcase(s, grow);
+    /* merge, compare and logits: about 2100 processes */
+    TCase *cmds = tcase_create("alloc_faults_commands");
+    tcase_set_timeout(cmds, 3600);
+    tcase_add_test(cmds, merge_and_compare_fail_cleanly);
+    tcase_add_test(cmds, logits_fail_cleanly);
+    suite_add_tcase(s, cmds);
     return tu_run(s);
 }

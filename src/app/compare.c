@@ -106,7 +106,9 @@ static ttt_status add_summary(ttt_results *res, const char *path, ttt_error *err
     enum { MAXC = 4 * TTT_RECORD_MAX_FIELDS };
     char(*head)[48] = calloc(MAXC, sizeof *head);
     ttt_record *r = malloc(sizeof *r);
-    ttt_status s = head && r ? TTT_OK : ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    ttt_status s = head && r ? TTT_OK
+                             : ttt_error_set(err, TTT_ERR_NOMEM,
+                                             "compare: out of memory reading '%s'", path);
     const char *p = text;
     int nh = 0, more = 1;
     char cell[192];
@@ -146,7 +148,9 @@ static ttt_status add_metrics(ttt_results *res, const char *path, const char *na
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0;
-    ttt_status s = r ? TTT_OK : ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    ttt_status s = r ? TTT_OK
+                     : ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory reading '%s'",
+                                     path);
     while (s == TTT_OK && getline(&line, &cap, f) > 0) {
         lineno++;
         if (ttt_record_parse_json(r, line) != TTT_OK) {
@@ -203,7 +207,7 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
     if (!ex || !names) {
         free(ex);
         free(names);
-        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        return ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for %d run folders", n);
     }
     ttt_status s = TTT_OK;
     for (int i = 0; i < n && s == TTT_OK; i++) s = open_run(dirs[i], &ex[i], err);
@@ -240,13 +244,15 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
         s = ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for the page's title");
     ttt_results *res = s == TTT_OK ? ttt_results_new(t) : NULL;
     free(t);
-    if (s == TTT_OK && !res) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (s == TTT_OK && !res)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for the results table");
     if (s == TTT_OK && out) {
         s = ttt_results_stream(res, out, err);
         ttt_results_stream_measurements_only(res);
     }
     ttt_record *stamp = malloc(sizeof *stamp);
-    if (s == TTT_OK && !stamp) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+    if (s == TTT_OK && !stamp)
+        s = ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for a run's record");
     char path[PATH_MAX];
     for (int i = 0; i < n && s == TTT_OK; i++) {
         ttt_record_clear(stamp);
@@ -266,7 +272,7 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
         int cap = 1;
         for (int i = 0; i < n; i++) cap += ex[i]->plan->n_cols;
         axes = calloc((size_t)cap, sizeof *axes);
-        if (!axes) s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory");
+        if (!axes) s = ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for the columns");
     }
     if (s == TTT_OK) {
         axes[na++] = "run";

@@ -198,6 +198,19 @@ ttt_status ttt_export_read(ttt_seq_model *m, const char *path, ttt_error *err) {
     return s;
 }
 
+/* The forward of ttt_export_logits, under ttt_arena_run; y (B·T, V) lives in the arena. */
+typedef struct logits_forward {
+    ttt_ctx *ctx;
+    const ttt_seq_model *m;
+    const ttt_seq_batch *b;
+    ttt_tensor *y;
+} logits_forward;
+
+static ttt_status logits_forward_work(void *arg, ttt_error *err) {
+    logits_forward *w = arg;
+    return ttt_seq_model_forward(w->ctx, w->m, NULL, w->b, &w->y, err);
+}
+
 ttt_status ttt_export_logits(const char *out_path, const ttt_seq_model *m, const char *in_path,
                              ttt_error *err) {
     const int V = m->cfg.io.vocab;
@@ -236,10 +249,13 @@ ttt_status ttt_export_logits(const char *out_path, const ttt_seq_model *m, const
         ttt_arena_init(&a, 0);
         ttt_ctx ctx = {.arena = &a};
         const ttt_seq_batch b = {.B = B, .T = T, .tokens = tok};
-        ttt_tensor *y; /* (B·T, V) */
-        s = ttt_seq_model_forward(&ctx, m, NULL, &b, &y, err);
+        logits_forward w = {.ctx = &ctx, .m = m, .b = &b};
+        /* armed: an arena block that cannot be had ends in TTT_ERR_NOMEM, not the process
+         * (docs/hardening.md "Out of memory") */
+        s = ttt_arena_run(&a, logits_forward_work, &w, "logits: the model's forward", err);
         if (s == TTT_OK) {
-            ttt_st_tensor o = {.name = "logits", .ndim = 3, .shape = {B, T, V}, .data = y->data};
+            ttt_st_tensor o = {.name = "logits", .ndim = 3, .shape = {B, T, V},
+                               .data = w.y->data};
             s = ttt_st_write(out_path, &o, 1, NULL, 0, err);
         }
         ttt_arena_free(&a);
