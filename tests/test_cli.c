@@ -213,6 +213,32 @@ START_TEST(shipped_experiments_are_valid) {
 }
 END_TEST
 
+/* export and logits share one argument parser: each usage error exits 2 naming the command and
+ * what it needs, before any run folder is read. */
+START_TEST(export_and_logits_usage_errors) {
+    const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"export", "export needs RUN_DIR OUT.safetensors"},
+        {"export a", "export needs RUN_DIR OUT.safetensors"},
+        {"export a b c", "export: unexpected argument 'c'"},
+        {"export a b --zz", "export: unknown option or missing value '--zz'"},
+        {"export a b --point -1", "--point needs a point index >= 0, not '-1'"},
+        {"logits a b", "logits needs RUN_DIR IN.safetensors OUT.safetensors"},
+        {"logits a b c d", "logits: unexpected argument 'd'"},
+        {"logits a b c --point x", "--point needs a point index >= 0, not 'x'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *err = NULL;
+        int rc = tu_run_ttt(cases[i].args, NULL, &err);
+        ck_assert_msg(rc == 2 && err && strstr(err, cases[i].want),
+                      "ttt %s: exit %d, wanted 2 and '%s': %s", cases[i].args, rc, cases[i].want,
+                      err ? err : "");
+        free(err);
+    }
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
@@ -233,6 +259,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tc, set_pins_a_swept_key);
     tcase_add_test(tc, list_help_version);
     tcase_add_test(tc, shipped_experiments_are_valid);
+    tcase_add_test(tc, export_and_logits_usage_errors);
     suite_add_tcase(s, tc);
     return s;
 }
