@@ -17,6 +17,17 @@
 #define TTT_FP_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #endif
 
+/* `#pragma omp simd reduction(+ : vars)` on the loop that follows: the loop's sums in `vars` may be
+ * reordered into vector lanes (gcc and clang keep a scalar sum in order otherwise, which is one
+ * add per element in a dependency chain). The sums it is used for are in float64, where the
+ * order changes only the last bits. Nothing without OpenMP, whose pragmas would be unknown. */
+#define TTT_PRAGMA(x) _Pragma(#x)
+#ifdef _OPENMP
+#define TTT_SIMD_SUM(...) TTT_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
+#else
+#define TTT_SIMD_SUM(...)
+#endif
+
 /* A retention α = exp(log α) rounded to float32 so that the running product of the retentions
  * a form multiplies its state by stays within one rounding of the exact exp(Σ log α), however
  * many steps (docs/forms.md "Precision on hard inputs"). Rounding each α to nearest on its own

@@ -45,7 +45,8 @@ typedef struct delta_scratch {
     float *Wk;  /* (C, d_k): β⊙exp(G)⊙K → W, then exp(G_C − G)⊙K */
     float *eg;  /* (C): exp(G_i) */
     double *g;  /* (C): G_i, in-chunk cumulative log retention */
-    double *Xd; /* (C, C) when C ≤ DELTA_INVERT_MAX: the inverse of A formed in float64 */
+    double *Xd; /* (Cp, Cp) + Cp, Cp = C rounded up to 8, when C ≤ DELTA_INVERT_MAX: the inverse
+                 * of A formed in float64, and a row of zeros (unit_lower_invert) */
 } delta_scratch;
 
 static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
@@ -57,34 +58,81 @@ static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_
     w->Wk = ttt_arena_alloc(a, (size_t)C * d_k * sizeof(float));
     w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
-    w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, (size_t)C * C * sizeof(double)) : NULL;
+    const size_t Cp = (size_t)((C + 7) & ~7); /* unit_lower_invert's padded size */
+    w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, (Cp * Cp + Cp) * sizeof(double)) : NULL;
     /* The kernels have no error channel (kernels.h): running out of scratch is fatal. */
     TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->eg && w->g &&
                (w->Xd || C > DELTA_INVERT_MAX));
 }
+
+/* Eight doubles: the row blocks the inverse below works in (gcc/clang vector extension; with
+ * AVX-512 one register, otherwise split by the compiler). Loads and stores go through memcpy,
+ * which compiles to one unaligned move and says nothing about alignment or aliasing. */
+typedef double inv_v8 __attribute__((vector_size(64)));
+static inline inv_v8 inv_load(const double *p) {
+    inv_v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void inv_store(double *p, inv_v8 v) { memcpy(p, &v, sizeof v); }
 
 /* In place: the strictly lower part L of A (n, n) becomes that of (I + L)⁻¹, whose diagonal is 1.
  * Row i of X = (I + L)⁻¹ follows from (I + L) X = I: X_i = e_i − Σ_{j<i} L_ij X_j, where the
  * rows X_j (j < i) are already formed above it. X is formed in float64 and rounded once: the
  * substitution's n steps amplify float32 rounding when the keys are far from orthogonal and β
  * near 2 (halved the chunkwise error at β = 2, C = 64: docs/forms.md "Precision on hard
- * inputs"), for n³/6 multiply-adds that are small next to the chunk's products. */
+ * inputs"), for n³/6 multiply-adds.
+ *
+ * Blocked by eight rows, in np = n rounded up to 8 columns (X is np × np; rows of L past n read
+ * as zeros), so that every inner step is a whole 8-wide vector: for the rows i of a block
+ * starting at r0, (1) the columns left of the block, X_i[c0, c0+8) = −Σ_{c0 ≤ j < r0} L_ij X_j[c0,
+ * c0+8) (X_j is zero right of its diagonal), eight independent accumulators per column block, and
+ * (2) the substitution inside the block, X_i −= L_ij X_j for r0 ≤ j < i over columns [0, r0 + 8).
+ * Row by row with axpys of length j instead, the substitution ran at a fraction of the vector
+ * rate (each short row's tail reloaded what the step before had just stored): it was 60 % of the
+ * chunk's time at d_k = d_v = 8, C = 64 (the MQAR model's head; perf, docs/benchmarks.md
+ * "Training step"). */
+TTT_FP_CONTRACT
 static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
-                              double *X, /* (n, n) scratch: the inverse in float64 */
+                              double *X, /* (np, np) scratch, then a zero row of n floats */
                               int n) {
-    for (int i = 0; i < n; i++) {
-        const float *Ai = A + (size_t)i * n;
-        double *Xi = X + (size_t)i * n;
-        for (int c = 0; c < i; c++) Xi[c] = 0.0;
-        for (int j = 0; j < i; j++) {
-            const double l = Ai[j];
-            const double *Xj = X + (size_t)j * n;
-            Xi[j] -= l; /* X_jj = 1 */
-            for (int c = 0; c < j; c++) Xi[c] -= l * Xj[c];
+    const int np = (n + 7) & ~7;
+    /* the rows of L by index, the padding rows i ≥ n pointing at zeros */
+    float *zero = (float *)(X + (size_t)np * np);
+    memset(zero, 0, sizeof(float) * (size_t)n);
+#define L_ROW(i) ((i) < n ? A + (size_t)(i) * n : zero)
+    /* X_i's columns [r0, r0 + 8) of its own block, before (2) (step (1) writes those left of
+     * them, and nothing reads those right of them) */
+    for (int i = 0; i < np; i++) {
+        double *Xi = X + (size_t)i * np;
+        const int r0 = i & ~7;
+        for (int c = r0; c < r0 + 8; c++) Xi[c] = 0.0;
+        Xi[i] = 1.0;
+    }
+    for (int r0 = 0; r0 < n; r0 += 8) {
+        const float *Lr[8];
+        for (int r = 0; r < 8; r++) Lr[r] = L_ROW(r0 + r);
+        for (int c0 = 0; c0 < r0; c0 += 8) { /* (1) */
+            inv_v8 acc[8] = {{0}};
+            for (int j = c0; j < r0; j++) {
+                const inv_v8 xj = inv_load(X + (size_t)j * np + c0);
+                for (int r = 0; r < 8; r++) acc[r] += (double)Lr[r][j] * xj;
+            }
+            for (int r = 0; r < 8; r++) inv_store(X + (size_t)(r0 + r) * np + c0, -acc[r]);
+        }
+        for (int r = 1; r < 8 && r0 + r < n; r++) { /* (2); padding rows are never read */
+            double *Xi = X + (size_t)(r0 + r) * np;
+            for (int j = r0; j < r0 + r; j++) {
+                const double l = Lr[r][j];
+                const double *Xj = X + (size_t)j * np;
+                for (int c = 0; c < r0 + 8; c += 8)
+                    inv_store(Xi + c, inv_load(Xi + c) - l * inv_load(Xj + c));
+            }
         }
     }
+#undef L_ROW
     for (int i = 1; i < n; i++)
-        for (int c = 0; c < i; c++) A[(size_t)i * n + c] = (float)X[(size_t)i * n + c];
+        for (int c = 0; c < i; c++) A[(size_t)i * n + c] = (float)X[(size_t)i * np + c];
 }
 
 /* One chunk of n tokens (docs/math.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller

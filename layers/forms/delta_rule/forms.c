@@ -2,6 +2,7 @@
  * §5.1, §5.3). The tuple: a linear map, a loss with ∂ℓ/∂z = z − v, plain SGD, b = 1,
  * update_then_apply, no position scale, and no decay or coupled placement (the closed forms
  * decay before the error is measured). Inputs: a scalar gate per token or none. */
+#include <math.h>
 #include "composed.h"
 #include "fused_grad.h"
 
@@ -109,8 +110,10 @@ static void delta_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
 static double delta_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T;
     const double dk = L->d_k, dv = L->d_v;
-    /* + the float64 inverse (C, C) of chunks of at most 128 tokens (chunkwise.c) */
-    const double inverse = C <= 128 ? 2 * C * C : 0;
+    /* + the float64 inverse (Cp, Cp) and a row, C rounded up to 8, of chunks of at most 128
+     * tokens (chunkwise.c, unit_lower_invert) */
+    const double Cp = 8 * ceil(C / 8);
+    const double inverse = C <= 128 ? 2 * (Cp * Cp + Cp) : 0;
     return (3 * C * C + inverse + 2 * C * dk + (dk + C) * dv + 4 * C + (double)T + 9 * 16) *
            sizeof(float);
 }
