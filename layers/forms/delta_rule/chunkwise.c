@@ -67,14 +67,12 @@ static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_
 
 /* Eight doubles: the row blocks the inverse below works in (gcc/clang vector extension; with
  * AVX-512 one register, otherwise split by the compiler). Loads and stores go through memcpy,
- * which compiles to one unaligned move and says nothing about alignment or aliasing. */
+ * which compiles to one unaligned move and says nothing about alignment or aliasing; they are
+ * macros, not functions, because passing such a vector by value has a different ABI with and
+ * without AVX-512 (gcc's -Wpsabi). */
 typedef double inv_v8 __attribute__((vector_size(64)));
-static inline inv_v8 inv_load(const double *p) {
-    inv_v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void inv_store(double *p, inv_v8 v) { memcpy(p, &v, sizeof v); }
+#define INV_LOAD(v, p) memcpy(&(v), (p), sizeof(inv_v8))
+#define INV_STORE(p, v) memcpy((p), &(v), sizeof(inv_v8))
 
 /* In place: the strictly lower part L of A (n, n) becomes that of (I + L)⁻¹, whose diagonal is 1.
  * Row i of X = (I + L)⁻¹ follows from (I + L) X = I: X_i = e_i − Σ_{j<i} L_ij X_j, where the
@@ -115,18 +113,27 @@ static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part on
         for (int c0 = 0; c0 < r0; c0 += 8) { /* (1) */
             inv_v8 acc[8] = {{0}};
             for (int j = c0; j < r0; j++) {
-                const inv_v8 xj = inv_load(X + (size_t)j * np + c0);
+                inv_v8 xj;
+                INV_LOAD(xj, X + (size_t)j * np + c0);
                 for (int r = 0; r < 8; r++) acc[r] += (double)Lr[r][j] * xj;
             }
-            for (int r = 0; r < 8; r++) inv_store(X + (size_t)(r0 + r) * np + c0, -acc[r]);
+            for (int r = 0; r < 8; r++) {
+                acc[r] = -acc[r];
+                INV_STORE(X + (size_t)(r0 + r) * np + c0, acc[r]);
+            }
         }
         for (int r = 1; r < 8 && r0 + r < n; r++) { /* (2); padding rows are never read */
             double *Xi = X + (size_t)(r0 + r) * np;
             for (int j = r0; j < r0 + r; j++) {
                 const double l = Lr[r][j];
                 const double *Xj = X + (size_t)j * np;
-                for (int c = 0; c < r0 + 8; c += 8)
-                    inv_store(Xi + c, inv_load(Xi + c) - l * inv_load(Xj + c));
+                for (int c = 0; c < r0 + 8; c += 8) {
+                    inv_v8 xi, xj;
+                    INV_LOAD(xi, Xi + c);
+                    INV_LOAD(xj, Xj + c);
+                    xi -= l * xj;
+                    INV_STORE(Xi + c, xi);
+                }
             }
         }
     }
