@@ -87,9 +87,9 @@ typedef double inv_v8 __attribute__((vector_size(64)));
  * c0+8) (X_j is zero right of its diagonal), eight independent accumulators per column block, and
  * (2) the substitution inside the block, X_i −= L_ij X_j for r0 ≤ j < i over columns [0, r0 + 8).
  * Row by row with axpys of length j instead, the substitution ran at a fraction of the vector
- * rate (each short row's tail reloaded what the step before had just stored): it was 60 % of the
- * chunk's time at d_k = d_v = 8, C = 64 (the MQAR model's head; perf, docs/benchmarks.md
- * "Training step"). */
+ * rate (each short row's tail reloaded what the step before had just stored): it was about 60 %
+ * of the chunk kernel's own time outside BLAS at d_k = d_v = 8, C = 64 (the MQAR model's heads;
+ * perf, docs/benchmarks.md "Training step"). */
 TTT_FP_CONTRACT
 static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
                               double *X, /* (np, np) scratch, then a zero row of n floats */
