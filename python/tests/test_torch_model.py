@@ -32,9 +32,21 @@ MIXERS = {
     "gated_deltanet": {"layer": {"preset": "gated_deltanet"}},
     "ttt_linear": {"layer": {"preset": "ttt_linear"}},
     "softmax": {"model": {"mixer": "softmax"}},
+    "fox": {"model": {"mixer": "fox"}},
+    "mamba": {"model": {"mixer": "mamba"}},
+    "lru": {"model": {"mixer": "lru"}},
     # the other block options: LayerNorm, learned positions, normalized linear attention
     "layernorm_learned_ratio": {"model": {"norm": "layer", "positions": "learned"},
                                 "layer": {"preset": "linear_attention", "normalize": "ratio"}},
+    # the new mixers' block options and their own options away from the defaults
+    "fox_options": {"model": {"mixer": "fox", "positions": "rope", "qk_norm": "true", "conv": 4,
+                              "act": "silu", "out_norm": "true", "out_gate": "true",
+                              "fgate_bias": 2.0}},
+    "mamba_options": {"model": {"mixer": "mamba", "mamba_state": 8, "mamba_dt_rank": 3,
+                                "mamba_conv": 3, "mamba_expand": 3, "out_norm": "true",
+                                "positions": "learned"}},
+    "lru_options": {"model": {"mixer": "lru", "lru_state": 12, "out_gate": "true",
+                              "norm": "layer"}},
 }
 
 
@@ -100,14 +112,25 @@ def test_export_reproduces_ttts_logits(tmp_path, name):
     e32, e64 = np.abs(l32 - ref).max(), np.abs(l64 - ref).max()
     assert e64 <= TOL and e32 <= TOL, f"{name}: max |Δlogit| {e32:.2e} (float32), {e64:.2e} " \
                                       f"(float64)"
-    # the check has power here: the last block's query weight read transposed (a layout slip)
-    # moves the logits far beyond TOL (measured 1e-3 for linear attention, whose mixer adds
-    # least, to 0.6)
-    w = model.layers[1].mixer.wq.weight
+    # the check has power here: a layout slip in the last block's first projection moves the
+    # logits far beyond TOL (measured 1e-3 for linear attention, whose mixer adds least, to 0.6)
+    slip(model.layers[1].mixer)
     with torch.no_grad():
-        w.copy_(w.t().clone())
         moved = np.abs(model.float()(t).numpy() - ref).max()
-    assert moved > 20 * TOL, f"{name}: a transposed wq moves the logits by {moved:.1e} only"
+    assert moved > 20 * TOL, f"{name}: a layout slip moves the logits by {moved:.1e} only"
+
+
+def slip(mixer):
+    """A layout slip: the query weight read transposed, or, for the mixers without q, k, v, the
+    two halves of the input projection's outputs swapped (Mamba's x and z branches, the LRU's
+    real and imaginary parts)."""
+    with torch.no_grad():
+        if hasattr(mixer, "wq"):
+            w = mixer.wq.weight
+            w.copy_(w.t().clone())
+        else:
+            w = (mixer.w_in if hasattr(mixer, "w_in") else mixer.w_b).weight   # (out, in)
+            w.copy_(w.roll(w.shape[0] // 2, 0))
 
 
 def test_a_sweep_point(tmp_path):
@@ -129,10 +152,12 @@ def test_a_sweep_point(tmp_path):
 
 
 def test_refuses_what_it_does_not_implement(tmp_path):
-    # Titans (a momentum optimizer) and the fox mixer: refused by the option, never approximated
+    # Titans (a momentum optimizer) and TTT-MLP (another fast-weight model): refused by the
+    # option, never approximated
     for name, extra, option in (("titans", {"layer": {"preset": "titans"}},
                                  "layer.optimizer.name = momentum"),
-                                ("fox", {"model": {"mixer": "fox"}}, "model.mixer = fox")):
+                                ("ttt_mlp", {"layer": {"preset": "ttt_mlp"}},
+                                 "layer.model = ttt_mlp")):
         (tmp_path / f"{name}.yaml").write_text(experiment(name, extra).replace("steps: 8",
                                                                                  "steps: 1"))
         ttt_cli("run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name), "--quiet")

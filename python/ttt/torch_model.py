@@ -24,6 +24,10 @@ with PyTorch"), which build the model from a dump's flat model.* / layer.* value
                           log(layer.optimizer.decay) when ≠ 1             (gate: constant/none)
                   o = layer(q, k, v, β, log α) per (sequence, head)       chunkwise, below
                 softmax mixer: o = softmax(q kᵀ / sqrt(D), causal) v
+                fox mixer: o = softmax(q kᵀ / sqrt(D) + G_i − G_j, causal) v,
+                           G = cumsum(logsigmoid(h W_f + b_f))      (docs/math.md §4.2)
+                mamba / lru mixers (no q, k, v): o = Mamba(1)'s block or the LRU on h,
+                           token by token (mixer_mamba, mixer_lru; docs/math.md §8)
                 o = RMSNorm_D(o) · g_o  (out_norm);  o = o ⊙ SiLU(h W_g)  (out_gate)
                 x = x + o W_o;  x = x + gelu_tanh(norm2(x) W1) W2  (mlp > 0)
     logits = norm(x) · W_head
@@ -302,7 +306,7 @@ def elu1(x):
 # implements (None: any value). A key it does not know — an option added to ttt after this twin
 # was written — is refused whatever its value: the twin must be taught what it means first.
 KNOWN = {
-    "model.mixer": ("ttt", "softmax"), "model.d_model": None, "model.layers": None,
+    "model.mixer": ("ttt", "softmax", "fox", "mamba", "lru"), "model.d_model": None, "model.layers": None,
     "model.heads": None, "model.head_dim": None, "model.mlp": None, "model.norm": ("rms", "layer"),
     "model.norm_eps": None, "model.positions": ("none", "learned", "rope"), "model.max_len": None,
     "model.conv": None, "model.act": ("silu", "none"), "model.qk_norm": ("true", "false"), "model.eta": ("true", "false", "dt"),
@@ -310,6 +314,14 @@ KNOWN = {
     "model.out_norm": ("true", "false"), "model.out_gate": ("true", "false"),
     "model.learn_init": ("true", "false"), "model.init_std": None, "model.dt_min": None,
     "model.dt_max": None, "model.rope_base": None,
+}
+# the options only one mixer reads (its own table in src/train/mixers/NAME.c), all implemented
+KNOWN_MIXER = {
+    "fox": {"model.fgate_bias": None},
+    "mamba": {"model.mamba_state": None, "model.mamba_expand": None, "model.mamba_dt_rank": None,
+              "model.mamba_conv": None},
+    "lru": {"model.lru_state": None, "model.lru_r_min": None, "model.lru_r_max": None,
+            "model.lru_max_phase": None},
 }
 KNOWN_TTT = {
     "layer.preset": None, "layer.form": None, "layer.chunk": None,
@@ -342,7 +354,8 @@ class Config:
         self.meta = meta
         bad = []
         self.mixer = meta.get("model.mixer", "ttt")
-        known = dict(KNOWN, **(KNOWN_TTT if self.mixer == "ttt" else {}))
+        known = dict(KNOWN, **(KNOWN_TTT if self.mixer == "ttt" else {}),
+                     **KNOWN_MIXER.get(self.mixer, {}))
         for key, val in meta.items():
             if not key.startswith(("model.", "layer.")):
                 continue
@@ -371,6 +384,14 @@ class Config:
         self.rope_base = float(meta.get("layer.rope_base", "10000"))
         self.ratio = meta.get("layer.normalize", "none") == "ratio"
         self.layer = None
+        if self.mixer == "mamba":                # src/train/mixers/mamba.c parse()
+            self.mamba_state = int(meta["model.mamba_state"])
+            r = int(meta["model.mamba_dt_rank"])
+            self.mamba_dt_rank = r if r > 0 else (self.d + 15) // 16
+            self.mamba_conv = int(meta["model.mamba_conv"])
+        if self.mixer == "lru":                  # src/train/mixers/lru.c parse()
+            n = int(meta["model.lru_state"])
+            self.lru_state = n if n > 0 else self.d
         if self.mixer == "ttt":
             self.theta = float(meta["resolved.theta"])
             self.scale = float(meta["layer.scale"])
@@ -412,8 +433,8 @@ class Config:
             raise ValueError("ttt.torch_model: not implemented in PyTorch: " + "; ".join(bad))
 
     def describe(self):
-        if self.mixer == "softmax":
-            return "softmax"
+        if self.mixer != "ttt":
+            return self.mixer
         return self.meta.get("layer.preset", "custom")
 
 
@@ -472,6 +493,66 @@ def mixer_softmax(cfg, q, k, v, T):
     return torch.softmax(s, -1) @ v
 
 
+def mixer_fox(cfg, p, h, q, k, v, T):
+    """Forgetting attention (src/train/mixers/fox.c, docs/math.md §4.2): causal softmax attention
+    whose score of key j at query i carries the log of the forget gates between them,
+    Σ_{r=j+1}^{i} log f_r = G_i − G_j with G the prefix sum of log f = logsigmoid(h W_f + b_f)
+    (one gate per token and head)."""
+    if cfg.positions == "rope":
+        q, k = rope(q, cfg.model_rope_base), rope(k, cfg.model_rope_base)
+    G = F.logsigmoid(h @ p("mixer.w_f") + p("mixer.b_f")).transpose(1, 2).cumsum(-1)  # (B, H, T)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(cfg.D) + G[..., :, None] - G[..., None, :]
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(s, -1) @ v
+
+
+def mixer_mamba(cfg, p, h):
+    """Mamba(1)'s block up to its output projection (src/train/mixers/mamba.c, docs/math.md §8.2),
+    (B, T, d_inner): [x | z] = h W_in, x ← SiLU(conv_K(x) + b), [δ | B | C] = x W_x,
+    Δ = softplus(δ W_dt + b_dt), A = −exp(A_log) (d_inner, N); per channel i and state n,
+    token by token,  s_t[i, n] = exp(Δ_t[i] A[i, n]) s_{t−1}[i, n] + Δ_t[i] B_t[n] x_t[i],
+    y_t[i] = Σ_n C_t[n] s_t[i, n] + D[i] x_t[i];  the output is y ⊙ SiLU(z)."""
+    N, r = cfg.mamba_state, cfg.mamba_dt_rank
+    xz = h @ p("mixer.w_in")
+    di = xz.shape[-1] // 2
+    x, z = xz[..., :di], xz[..., di:]
+    x = F.silu(conv_causal(x, p("mixer.conv_w")) + p("mixer.conv_b"))
+    xd = x @ p("mixer.w_x")                                          # (B, T, r + 2N)
+    dt = F.softplus(xd[..., :r] @ p("mixer.w_dt") + p("mixer.dt_bias"))  # (B, T, d_inner)
+    Bt, Ct = xd[..., r:r + N], xd[..., r + N:r + 2 * N]             # (B, T, N) each
+    A = -p("mixer.a_log").exp()                                      # (d_inner, N)
+    S = x.new_zeros(x.shape[0], di, N)
+    ys = []
+    for t in range(x.shape[1]):
+        S = (dt[:, t, :, None] * A).exp() * S + \
+            (dt[:, t] * x[:, t])[..., None] * Bt[:, t, None, :]
+        ys.append((S * Ct[:, t, None, :]).sum(-1))
+    y = torch.stack(ys, 1) + p("mixer.d") * x
+    return y * F.silu(z)
+
+
+def mixer_lru(cfg, p, h):
+    """The Linear Recurrent Unit (src/train/mixers/lru.c, layers/diagonal/diagonal.h,
+    docs/math.md §8.1), (B, T, d): u = h W_B as [Re | Im] halves of n complex entries,
+    λ = exp(−exp ν + i exp θ), γ = sqrt(1 − |λ|²), s_t = λ s_{t−1} + γ u_t (complex, token by
+    token), y = [Re s | Im s] W_C + D ⊙ h, output GELU(y) (tanh form). λ and γ are computed in
+    float64 from the stored ν, θ and then rounded to the compute dtype, as ttt does."""
+    n = cfg.lru_state
+    u = h @ p("mixer.w_b")                                           # (B, T, 2n)
+    rad = torch.exp(-torch.exp(p("mixer.nu_log").double()))
+    phi = torch.exp(p("mixer.theta_log").double())
+    lr, li = (rad * torch.cos(phi)).to(h.dtype), (rad * torch.sin(phi)).to(h.dtype)
+    g = torch.sqrt(torch.clamp(1 - rad * rad, min=0)).to(h.dtype)
+    sr = si = u.new_zeros(u.shape[0], n)
+    states = []
+    for t in range(u.shape[1]):
+        ur, ui = u[:, t, :n], u[:, t, n:]
+        sr, si = lr * sr - li * si + g * ur, lr * si + li * sr + g * ui
+        states.append(torch.cat([sr, si], -1))
+    y = torch.stack(states, 1) @ p("mixer.w_c") + p("mixer.d") * h
+    return F.gelu(y, approximate="tanh")
+
+
 def forward_logits(cfg, P, tokens):
     """The logits (B, T, V) of token ids (B, T) (int64), with P the parameters by their ttt
     names in ttt's layouts ((in, out) for products: x W)."""
@@ -483,22 +564,28 @@ def forward_logits(cfg, P, tokens):
     for l in range(cfg.layers):
         p = lambda n: P[f"layer{l}.{n}"]  # noqa: E731
         h = norm(cfg, P, f"layer{l}.norm1", x)
-        qkv = []
-        for n in "qkv":
-            y = h @ p(f"mixer.w{n}")
-            if cfg.conv > 0:
-                y = conv_causal(y, p(f"mixer.conv_{n}"))
-            if cfg.act == "silu":
-                y = F.silu(y)
-            qkv.append(y.reshape(B, T, H, D).transpose(1, 2))      # (B, H, T, D)
-        q, k, v = qkv
-        if cfg.qk_norm:
-            q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
-            k = k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
-        if cfg.mixer == "ttt":
-            o = mixer_ttt(cfg, p, h, q, k, v, T)                    # (B, H, T, D)
+        if cfg.mixer in ("mamba", "lru"):        # no q, k, v: the mixer maps h itself
+            o = (mixer_mamba if cfg.mixer == "mamba" else mixer_lru)(cfg, p, h)
+            o = o.reshape(B, T, H, D).transpose(1, 2)                # (B, H, T, D)
         else:
-            o = mixer_softmax(cfg, q, k, v, T)
+            qkv = []
+            for n in "qkv":
+                y = h @ p(f"mixer.w{n}")
+                if cfg.conv > 0:
+                    y = conv_causal(y, p(f"mixer.conv_{n}"))
+                if cfg.act == "silu":
+                    y = F.silu(y)
+                qkv.append(y.reshape(B, T, H, D).transpose(1, 2))  # (B, H, T, D)
+            q, k, v = qkv
+            if cfg.qk_norm:
+                q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
+                k = k * torch.rsqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
+            if cfg.mixer == "ttt":
+                o = mixer_ttt(cfg, p, h, q, k, v, T)                # (B, H, T, D)
+            elif cfg.mixer == "fox":
+                o = mixer_fox(cfg, p, h, q, k, v, T)
+            else:
+                o = mixer_softmax(cfg, q, k, v, T)
         if cfg.out_norm:
             o = rmsnorm(o, p("mixer.onorm"), cfg.eps)
         o = o.transpose(1, 2).reshape(B, T, H * D)
@@ -671,7 +758,10 @@ def _resolve(values):
     the head width (0 = d_model / heads), the write strength θ = layer.optimizer.lr."""
     v = dict(values)
     D = int(v["model.head_dim"])
-    v["resolved.head_dim"] = str(D if D > 0 else int(v["model.d_model"]) // int(v["model.heads"]))
+    width = int(v["model.d_model"])
+    if v.get("model.mixer") == "mamba":      # d_inner = mamba_expand · d_model over the heads
+        width *= int(v["model.mamba_expand"])
+    v["resolved.head_dim"] = str(D if D > 0 else width // int(v["model.heads"]))
     if v.get("model.mixer", "ttt") == "ttt":
         v["resolved.theta"] = v.get("layer.optimizer.lr", "1")
         v["resolved.chunk"] = v.get("layer.chunk", "0")
