@@ -31,6 +31,7 @@ MIXERS = {
     "deltanet": {"layer": {"preset": "deltanet"}},
     "gated_deltanet": {"layer": {"preset": "gated_deltanet"}},
     "ttt_linear": {"layer": {"preset": "ttt_linear"}},
+    "titans": {"layer": {"preset": "titans"}},
     "softmax": {"model": {"mixer": "softmax"}},
     "fox": {"model": {"mixer": "fox"}},
     "mamba": {"model": {"mixer": "mamba"}},
@@ -38,7 +39,13 @@ MIXERS = {
     # the other block options: LayerNorm, learned positions, normalized linear attention
     "layernorm_learned_ratio": {"model": {"norm": "layer", "positions": "learned"},
                                 "layer": {"preset": "linear_attention", "normalize": "ratio"}},
-    # the new mixers' block options and their own options away from the defaults
+    # Titans with Nesterov, another μ and θ, blocks of 5 (24 tokens: 4 full and a short one)
+    # and a gate per key dimension
+    "titans_options": {"model": {"gate": "vector"},
+                       "layer": {"preset": "titans", "mini_batch": 5,
+                                 "optimizer": "{name: momentum, nesterov: true, momentum: 0.8, "
+                                              "lr: 0.2}"}},
+    # the mixers' block options and their own options away from the defaults
     "fox_options": {"model": {"mixer": "fox", "positions": "rope", "qk_norm": "true", "conv": 4,
                               "act": "silu", "out_norm": "true", "out_gate": "true",
                               "fgate_bias": 2.0}},
@@ -152,10 +159,10 @@ def test_a_sweep_point(tmp_path):
 
 
 def test_refuses_what_it_does_not_implement(tmp_path):
-    # Titans (a momentum optimizer) and TTT-MLP (another fast-weight model): refused by the
+    # LaCT (the large_batch optimizer) and TTT-MLP (another fast-weight model): refused by the
     # option, never approximated
-    for name, extra, option in (("titans", {"layer": {"preset": "titans"}},
-                                 "layer.optimizer.name = momentum"),
+    for name, extra, option in (("lact", {"layer": {"preset": "lact"}},
+                                 "layer.optimizer.name = large_batch"),
                                 ("ttt_mlp", {"layer": {"preset": "ttt_mlp"}},
                                  "layer.model = ttt_mlp")):
         (tmp_path / f"{name}.yaml").write_text(experiment(name, extra).replace("steps: 8",

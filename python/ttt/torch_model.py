@@ -45,6 +45,7 @@ once where the algorithm allows it):
         by chunk: V' = U − W S, O = (e^G⊙Q) S + (Q Kᵀ ⊙ Γ ⊙ M) V',
         S ← e^{G_n} S + (e^{G_n − G}⊙K)ᵀ V'.
     TTT-Linear (docs/math.md §1, §2, §5.4): the dual form per mini-batch.
+    Titans (docs/math.md §3.3, §5.6): momentum with per-token steps, token by token.
 self_check() holds each against a token-by-token loop of its recurrence in float64. A value of
 the configuration the module does not implement, or an option it does not know, is refused by
 name (ValueError): nothing is approximated.
@@ -241,6 +242,34 @@ def ttt_linear_loop(q, k, v, beta, W0, b0, bs, inverse):
     return out
 
 
+def momentum_loop(q, k, v, beta, la, W0, bs, mu, nesterov, squared):
+    """The linear model trained by momentum with per-token steps and gradients at each block's
+    start (Titans, docs/math.md §3.3, §5.6), token by token: for token t of a block of bs tokens
+    starting at S_0, with β = θ η and α = e^{log α} (decoupled: the gradient does not see it),
+        g_t = β_t k_tᵀ (k_t S_0 − v_t)   (squared loss; −β_t k_tᵀ v_t for the dot loss)
+        M_t = μ M_{t−1} − g_t,  S_t = α_t S_{t−1} + M_t  (nesterov: α_t S_{t−1} + μ M_t − g_t)
+        o_t = q_t S_t.
+    M starts at zero, S at W0 (H, D, D); log α None, (B, H, T) or (B, H, T, D) (per key
+    dimension: Diag(α_t) S)."""
+    B, H, T, D = q.shape
+    S = W0[None].expand(B, H, D, D)
+    M = torch.zeros_like(S)
+    out = []
+    for t in range(T):
+        if t % bs == 0:
+            S0 = S
+        kt, vt = k[:, :, t, None, :], v[:, :, t, None, :]         # (B, H, 1, D)
+        e = kt @ S0 - vt if squared else -vt
+        g = beta[:, :, t, None, None] * kt.transpose(-1, -2) @ e
+        M = mu * M - g
+        if la is not None:
+            a = la[:, :, t].exp()
+            S = (a[..., None, None] if a.dim() == 2 else a[..., None]) * S
+        S = S + (mu * M - g if nesterov else M)
+        out.append((q[:, :, t, None, :] @ S).squeeze(-2))
+    return torch.stack(out, 2)
+
+
 def self_check():
     """The chunkwise implementations above against the recurrences, float64, T not a multiple
     of C (padding) and C = 1 and C ≥ T (the two extremes)."""
@@ -327,7 +356,8 @@ KNOWN_TTT = {
     "layer.preset": None, "layer.form": None, "layer.chunk": None,
     "layer.model": ("linear", "ttt_linear"), "layer.loss": ("dot", "squared", "recon"),
     "layer.mini_batch": None, "layer.order": ("update_then_apply",), "layer.steps": None,
-    "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd",),
+    "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd", "momentum"),
+    "layer.optimizer.momentum": None, "layer.optimizer.nesterov": ("false", "true"),
     "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
     "layer.rope": ("false", "true"), "layer.rope_base": None,
@@ -397,13 +427,31 @@ class Config:
             self.scale = float(meta["layer.scale"])
             self.decay = float(meta["layer.optimizer.decay"])
             self.chunk = int(meta["resolved.chunk"]) or 16
-            fam = (meta["layer.model"], meta["layer.loss"])
+            fam = self.fam = (meta["layer.model"], meta["layer.loss"])
             gated = self.gate in ("scalar", "vector", "multiscale", "constant") or \
                 self.decay != 1.0
             self.learn_init = meta["model.learn_init"] == "true"
             self.mini_batch = int(meta["layer.mini_batch"])
             self.inverse = meta["layer.position_scale"] == "inverse"
-            if fam[0] == "linear":
+            self.optimizer = meta["layer.optimizer.name"]
+            if self.optimizer == "momentum":
+                self.layer = "momentum"
+                self.mu = float(meta["layer.optimizer.momentum"])
+                self.nesterov = meta["layer.optimizer.nesterov"] == "true"
+                if fam not in (("linear", "squared"), ("linear", "dot")):
+                    bad.append(f"layer model/loss = {fam[0]}/{fam[1]} with the momentum "
+                               f"optimizer (linear/squared or linear/dot here)")
+                if meta["layer.steps"] != "per_token" and self.mini_batch != 1:
+                    bad.append(f"layer.steps = {meta['layer.steps']} with the momentum optimizer "
+                               f"and mini_batch {self.mini_batch} (per_token here)")
+                if gated and meta["layer.optimizer.decay_placement"] != "decoupled":
+                    bad.append("a gated momentum layer with decay_placement = "
+                               f"{meta['layer.optimizer.decay_placement']} (decoupled only here)")
+                if self.inverse:
+                    bad.append("layer.position_scale = inverse with the momentum optimizer")
+                if self.ratio:
+                    bad.append("layer.normalize = ratio with the momentum optimizer")
+            elif fam[0] == "linear":
                 if self.learn_init:
                     bad.append("model.learn_init = true with the linear model (zeros here)")
                 if self.mini_batch != 1 or self.inverse:
@@ -418,6 +466,8 @@ class Config:
                 if not self.learn_init:
                     bad.append("model.learn_init = false with ttt_linear (its initial weights "
                                "come from the layer's own stream, not from the parameters)")
+            elif self.optimizer == "momentum":
+                pass
             elif fam == ("linear", "dot"):
                 self.layer = la_chunk
             elif fam == ("linear", "squared"):
@@ -473,6 +523,10 @@ def mixer_ttt(cfg, p, h, q, k, v, T):
         la = q.new_full((B, H, T), math.log(cfg.decay))
     if cfg.rope:                                 # the layer's RoPE on q and k (rope.h)
         q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
+    if cfg.layer == "momentum":                  # Titans: W0 learned per head, or zeros
+        W0 = p("mixer.w0_0") if cfg.learn_init else q.new_zeros(H, cfg.D, cfg.D)
+        return momentum_loop(q, k, v, beta, la, W0, cfg.mini_batch, cfg.mu, cfg.nesterov,
+                             cfg.fam[1] == "squared")
     if cfg.layer == "ttt_linear":                # learned initial fast weights, one set per head
         return ttt_linear_dual(q, k, v, beta, p("mixer.w0_0"), p("mixer.w0_1"), cfg.mini_batch,
                                cfg.inverse)
