@@ -46,6 +46,7 @@ once where the algorithm allows it):
         S ← e^{G_n} S + (e^{G_n − G}⊙K)ᵀ V'.
     TTT-Linear (docs/math.md §1, §2, §5.4): the dual form per mini-batch.
     Titans (docs/math.md §3.3, §5.6): momentum with per-token steps, token by token.
+    LaCT (docs/math.md §3.5, §5.7): the SwiGLU model, one large_batch step per block.
 self_check() holds each against a token-by-token loop of its recurrence in float64. A value of
 the configuration the module does not implement, or an option it does not know, is refused by
 name (ValueError): nothing is approximated.
@@ -270,6 +271,78 @@ def momentum_loop(q, k, v, beta, la, W0, bs, mu, nesterov, squared):
     return torch.stack(out, 2)
 
 
+def newton_schulz(A, coeffs, steps):
+    """NS(A) per matrix of A (..., r, c) (docs/math.md §3.4): X = A / (‖A‖_F + 1e-7), transposed
+    when r > c; `steps` times P = X Xᵀ, X ← a X + (b P + c P²) X; transposed back."""
+    X = A / (A.pow(2).sum((-2, -1), keepdim=True).sqrt() + 1e-7)
+    tall = A.shape[-2] > A.shape[-1]
+    if tall:
+        X = X.transpose(-1, -2)
+    for i in range(steps):
+        a, b, c = coeffs[min(i, len(coeffs) - 1)]
+        P = X @ X.transpose(-1, -2)
+        X = a * X + (b * P + c * (P @ P)) @ X
+    return X.transpose(-1, -2) if tall else X
+
+
+def swiglu(W, x):
+    """LaCT's fast-weight model (docs/math.md §2): f(W; x) = (silu(x W0) ⊙ (x W2)) W1."""
+    return (F.silu(x @ W[0]) * (x @ W[2])) @ W[1]
+
+
+def large_batch_loop(cfg, q, k, v, eta, la, W0):
+    """LaCT (docs/math.md §1 apply_then_update, §3.5, §5.7), block by block: every token of a
+    block of b tokens reads the block-start weights, o = f(W; q); then one large_batch step with
+    the block gradient G = Σ_i w_i ∇_W ℓ(f(W; k_i), v_i), w_i = η_i Π_{i<j<n} α_j:
+        M ← μ M + G (μ > 0),  U = NS(M or G) (muon) or M or G,  W ← A W − θ U  (A = Π α_j,
+        θ/n with position_scale inverse),  then each channel (column, or row) of W rescaled to
+        its norm in W_0 (channels that start at zero left alone).
+    The SwiGLU gradient with h = k W0, u = k W2, a = silu(h) ⊙ u, E = diag(w) ∂ℓ/∂z
+    (−v for the dot loss, a W1 − v for the squared loss): G_W1 = aᵀ E, Δ = E W1ᵀ,
+    G_W2 = kᵀ (Δ ⊙ silu(h)), G_W0 = kᵀ (Δ ⊙ u ⊙ silu'(h)). W0: three (H, D, D), one per head."""
+    B, H, T, D = q.shape
+    W = [w[None].expand(B, H, D, D) for w in W0]
+    cols = cfg.renorm == "columns"
+    target = [w.pow(2).sum(-2 if cols else -1).sqrt() for w in W]   # (B, H, D)
+    M = [torch.zeros_like(w) for w in W]
+    dot = cfg.fam[1] == "dot"
+    outs = []
+    for t0 in range(0, T, cfg.mini_batch):
+        t1 = min(t0 + cfg.mini_batch, T)
+        n = t1 - t0
+        outs.append(swiglu(W, q[:, :, t0:t1]))
+        kb, vb = k[:, :, t0:t1], v[:, :, t0:t1]
+        w = eta[:, :, t0:t1] if eta is not None else q.new_ones(B, H, n)
+        decay = None
+        if la is not None:
+            c = la[:, :, t0:t1].cumsum(-1)
+            w = w * (c[..., -1:] - c).exp()
+            decay = c[..., -1].exp()[..., None, None]                # (B, H, 1, 1)
+        hh, uu = kb @ W[0], kb @ W[2]
+        sh = F.silu(hh)
+        a = sh * uu
+        E = w[..., None] * (-vb if dot else a @ W[1] - vb)
+        dl = E @ W[1].transpose(-1, -2)
+        sg = torch.sigmoid(hh)
+        G = [kb.transpose(-1, -2) @ (dl * uu * sg * (1 + hh * (1 - sg))),
+             a.transpose(-1, -2) @ E, kb.transpose(-1, -2) @ (dl * sh)]
+        theta = cfg.theta / n if cfg.inverse else cfg.theta
+        for i in range(3):
+            U = G[i]
+            if cfg.mu > 0:
+                M[i] = cfg.mu * M[i] + G[i]
+                U = M[i]
+            if cfg.muon:
+                U = newton_schulz(U, *cfg.ns)
+            Wn = (W[i] if decay is None else decay * W[i]) - theta * U
+            if cfg.renorm:
+                nrm = Wn.pow(2).sum(-2 if cols else -1).sqrt()
+                f = torch.where(target[i] > 0, target[i] / (nrm + 1e-5), torch.ones_like(nrm))
+                Wn = Wn * (f[..., None, :] if cols else f[..., :, None])
+            W[i] = Wn
+    return torch.cat(outs, 2)
+
+
 def self_check():
     """The chunkwise implementations above against the recurrences, float64, T not a multiple
     of C (padding) and C = 1 and C ≥ T (the two extremes)."""
@@ -331,6 +404,14 @@ def elu1(x):
     return torch.where(x > 0, x + 1, torch.exp(torch.clamp(x, max=0)))
 
 
+# Newton–Schulz's (a, b, c) per step (docs/math.md §3.4): step i uses entry min(i, len − 1)
+NS_COEFFS = {
+    "muon": [(3.4445, -4.7750, 2.0315)],
+    "lact": [(4.0848, -6.8946, 2.9270), (3.9505, -6.3029, 2.6377), (3.7418, -5.5913, 2.3037),
+             (2.8769, -3.1427, 1.2046), (2.8366, -3.0525, 1.2012)],
+    "cubic": [(1.5, -0.5, 0.0)],
+}
+
 # Every model.* / layer.* key of the dump's metadata the twin knows, with the values it
 # implements (None: any value). A key it does not know — an option added to ttt after this twin
 # was written — is refused whatever its value: the twin must be taught what it means first.
@@ -354,10 +435,14 @@ KNOWN_MIXER = {
 }
 KNOWN_TTT = {
     "layer.preset": None, "layer.form": None, "layer.chunk": None,
-    "layer.model": ("linear", "ttt_linear"), "layer.loss": ("dot", "squared", "recon"),
-    "layer.mini_batch": None, "layer.order": ("update_then_apply",), "layer.steps": None,
-    "layer.position_scale": ("none", "inverse"), "layer.optimizer.name": ("sgd", "momentum"),
+    "layer.model": ("linear", "ttt_linear", "swiglu"), "layer.loss": ("dot", "squared", "recon"),
+    "layer.mini_batch": None, "layer.order": ("update_then_apply", "apply_then_update"),
+    "layer.steps": None, "layer.position_scale": ("none", "inverse"),
+    "layer.optimizer.name": ("sgd", "momentum", "large_batch"),
     "layer.optimizer.momentum": None, "layer.optimizer.nesterov": ("false", "true"),
+    "layer.optimizer.muon": ("false", "true"), "layer.optimizer.coefficients": tuple(NS_COEFFS),
+    "layer.optimizer.steps": None, "layer.optimizer.renormalize": ("false", "true"),
+    "layer.optimizer.renormalize_axis": ("columns", "rows"),
     "layer.optimizer.decay_placement": None, "layer.optimizer.lr": None,
     "layer.optimizer.decay": None, "layer.optimizer.l2": ("0.0", "0"), "layer.scale": None,
     "layer.rope": ("false", "true"), "layer.rope_base": None,
@@ -434,7 +519,37 @@ class Config:
             self.mini_batch = int(meta["layer.mini_batch"])
             self.inverse = meta["layer.position_scale"] == "inverse"
             self.optimizer = meta["layer.optimizer.name"]
-            if self.optimizer == "momentum":
+            if (meta["layer.order"] == "apply_then_update") != (self.optimizer == "large_batch"):
+                bad.append(f"layer.order = {meta['layer.order']} with the "
+                           f"{self.optimizer} optimizer (apply_then_update with large_batch "
+                           f"only here)")
+            if (fam[0] == "swiglu") != (self.optimizer == "large_batch"):
+                bad.append(f"layer.model = {fam[0]} with the {self.optimizer} optimizer (swiglu "
+                           f"with large_batch only here)")
+            if self.optimizer == "large_batch":
+                self.layer = "large_batch"
+                o = lambda n: meta["layer.optimizer." + n]  # noqa: E731
+                self.mu = float(o("momentum"))
+                self.muon = o("muon") == "true"
+                self.ns = (NS_COEFFS[o("coefficients")], int(o("steps")))
+                self.renorm = None if o("renormalize") == "false" else o("renormalize_axis")
+                if fam[1] not in ("dot", "squared"):
+                    bad.append(f"layer.loss = {fam[1]} with swiglu (dot or squared here)")
+                if meta["layer.steps"] != "per_block":
+                    bad.append(f"layer.steps = {meta['layer.steps']} with large_batch "
+                               f"(per_block here)")
+                if self.gate not in ("none", "scalar") or self.decay != 1.0:
+                    bad.append(f"model.gate = {self.gate}, decay {self.decay} with large_batch "
+                               f"(a scalar gate or none, constant decay 1 here)")
+                if self.gate == "scalar" and meta["layer.optimizer.decay_placement"] != "decoupled":
+                    bad.append("a gated large_batch layer with decay_placement = "
+                               f"{meta['layer.optimizer.decay_placement']} (decoupled only here)")
+                if self.ratio:
+                    bad.append("layer.normalize = ratio with large_batch")
+                if not self.learn_init:
+                    bad.append("model.learn_init = false with swiglu (its initial weights come "
+                               "from the layer's own stream, not from the parameters)")
+            elif self.optimizer == "momentum":
                 self.layer = "momentum"
                 self.mu = float(meta["layer.optimizer.momentum"])
                 self.nesterov = meta["layer.optimizer.nesterov"] == "true"
@@ -466,7 +581,7 @@ class Config:
                 if not self.learn_init:
                     bad.append("model.learn_init = false with ttt_linear (its initial weights "
                                "come from the layer's own stream, not from the parameters)")
-            elif self.optimizer == "momentum":
+            elif self.optimizer in ("momentum", "large_batch"):
                 pass
             elif fam == ("linear", "dot"):
                 self.layer = la_chunk
@@ -503,13 +618,12 @@ def mixer_ttt(cfg, p, h, q, k, v, T):
     dt = None
     if cfg.gate == "scalar":                     # log α = −exp(a_log) · softplus(h W_a + dt_bias)
         dt = F.softplus(h @ p("mixer.w_a") + p("mixer.dt_bias"))
+    eta = None
     if cfg.eta == "true":                        # β = θ · sigmoid(h W_η + b_η)
-        beta = cfg.theta * torch.sigmoid(h @ p("mixer.w_eta") + p("mixer.b_eta"))
-        beta = beta.transpose(1, 2)                                 # (B, H, T)
+        eta = torch.sigmoid(h @ p("mixer.w_eta") + p("mixer.b_eta")).transpose(1, 2)  # (B, H, T)
     elif cfg.eta == "dt":                        # β = θ · dt (Mamba2's x_t Δ_t write)
-        beta = cfg.theta * dt.transpose(1, 2)
-    else:
-        beta = q.new_full((B, H, T), cfg.theta)
+        eta = dt.transpose(1, 2)
+    beta = q.new_full((B, H, T), cfg.theta) if eta is None else cfg.theta * eta
     la = None
     if cfg.gate == "scalar":
         la = (-p("mixer.a_log").exp() * dt).transpose(1, 2)        # (B, H, T)
@@ -523,6 +637,9 @@ def mixer_ttt(cfg, p, h, q, k, v, T):
         la = q.new_full((B, H, T), math.log(cfg.decay))
     if cfg.rope:                                 # the layer's RoPE on q and k (rope.h)
         q, k = rope(q, cfg.rope_base), rope(k, cfg.rope_base)
+    if cfg.layer == "large_batch":               # LaCT: θ after Newton–Schulz, not in β
+        return large_batch_loop(cfg, q, k, v, eta, la,
+                                [p(f"mixer.w0_{i}") for i in range(3)])
     if cfg.layer == "momentum":                  # Titans: W0 learned per head, or zeros
         W0 = p("mixer.w0_0") if cfg.learn_init else q.new_zeros(H, cfg.D, cfg.D)
         return momentum_loop(q, k, v, beta, la, W0, cfg.mini_batch, cfg.mu, cfg.nesterov,
