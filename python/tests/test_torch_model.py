@@ -48,8 +48,9 @@ MIXERS = {
                                               "lr: 0.2}"}},
     # LaCT's updates seen by later tokens (the preset's block of 2048 holds all 24 tokens):
     # blocks of 7 (three full, one short) with Newton–Schulz, momentum, position_scale inverse and
-    # a scalar gate; blocks of 6 with the plain step (no Newton–Schulz, no renormalization);
-    # blocks of 8 with the squared loss, the cubic Newton–Schulz and one norm per row.
+    # a scalar gate; blocks of 6 with the plain step (no Newton–Schulz, no renormalization) and
+    # a constant decay; blocks of 8 with the squared loss, the cubic Newton–Schulz, one norm per
+    # row and RetNet's decays per head.
     # Not the quintic on a single block's gradient at lr 1 (the preset with mini_batch 8): there
     # the module's own float32 and float64 logits differ by 7e-6 to 1.1e-5, so no float32
     # evaluation, ttt's included, is within 1e-5 of the exact value (docs/python.md "Loading an
@@ -60,8 +61,9 @@ MIXERS = {
                                            "lr: 0.5}"}},
     "lact_plain": {"layer": {"preset": "lact", "mini_batch": 6,
                              "optimizer": "{name: large_batch, muon: false, renormalize: false, "
-                                          "lr: 0.3}"}},
-    "lact_rows": {"layer": {"preset": "lact", "mini_batch": 8, "loss": "squared",
+                                          "lr: 0.3, decay: 0.8}"}},
+    "lact_rows": {"model": {"gate": "multiscale"},
+                  "layer": {"preset": "lact", "mini_batch": 8, "loss": "squared",
                             "optimizer": "{name: large_batch, muon: true, coefficients: cubic, "
                                          "steps: 8, renormalize_axis: rows}"}},
     # the mixers' block options and their own options away from the defaults
@@ -178,13 +180,17 @@ def test_a_sweep_point(tmp_path):
 
 
 def test_refuses_what_it_does_not_implement(tmp_path):
-    # Adam (another inner optimizer) and TTT-MLP (another fast-weight model): refused by the
+    # Adam (another inner optimizer), TTT-MLP (another fast-weight model) and Titans' momentum
+    # with one step per block (a combination the module does not implement): refused by the
     # option, never approximated
     for name, extra, option in (("adam", {"layer": {"preset": "deltanet",
                                                     "optimizer": "{name: adam}"}},
                                  "layer.optimizer.name = adam"),
                                 ("ttt_mlp", {"layer": {"preset": "ttt_mlp"}},
-                                 "layer.model = ttt_mlp")):
+                                 "layer.model = ttt_mlp"),
+                                ("titans_block", {"layer": {"preset": "titans",
+                                                            "steps": "per_block"}},
+                                 "layer.steps = per_block")):
         (tmp_path / f"{name}.yaml").write_text(experiment(name, extra).replace("steps: 8",
                                                                                  "steps: 1"))
         ttt_cli("run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name), "--quiet")

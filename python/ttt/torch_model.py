@@ -538,10 +538,9 @@ class Config:
                 if meta["layer.steps"] != "per_block":
                     bad.append(f"layer.steps = {meta['layer.steps']} with large_batch "
                                f"(per_block here)")
-                if self.gate not in ("none", "scalar") or self.decay != 1.0:
-                    bad.append(f"model.gate = {self.gate}, decay {self.decay} with large_batch "
-                               f"(a scalar gate or none, constant decay 1 here)")
-                if self.gate == "scalar" and meta["layer.optimizer.decay_placement"] != "decoupled":
+                if self.gate == "vector":
+                    bad.append("model.gate = vector with large_batch (a decay per token here)")
+                if gated and meta["layer.optimizer.decay_placement"] != "decoupled":
                     bad.append("a gated large_batch layer with decay_placement = "
                                f"{meta['layer.optimizer.decay_placement']} (decoupled only here)")
                 if self.ratio:
