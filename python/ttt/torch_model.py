@@ -454,11 +454,11 @@ KNOWN_TTT = {
 def decays(name, shape):
     """The twin's own rule for AdamW's weight decay (docs/training.md "Training parity with
     PyTorch"): the matrices that multiply activations (embedding, positions, projections, head)
-    decay; convolution kernels, norm gains, biases, gate constants and the learned initial fast
-    weights do not. Checked against the
-    flags in the dump, so that a change of ttt's groups fails the comparison rather than being
-    copied."""
-    return len(shape) == 2 and ".conv_" not in name and ".w0_" not in name
+    decay; convolution kernels, norm gains, biases, gate constants (a_log, 2-D in Mamba(1)) and
+    the learned initial fast weights do not. Checked against the flags in the dump, so that a
+    change of ttt's groups fails the comparison rather than being copied."""
+    return len(shape) == 2 and ".conv_" not in name and ".w0_" not in name and \
+        not name.endswith(".a_log")
 
 
 class Config:
