@@ -45,8 +45,8 @@ typedef struct delta_scratch {
     float *Wk;  /* (C, d_k): β⊙exp(G)⊙K → W, then exp(G_C − G)⊙K */
     float *eg;  /* (C): exp(G_i) */
     double *g;  /* (C): G_i, in-chunk cumulative log retention */
-    double *Xd; /* (Cp, Cp) + Cp, Cp = C rounded up to 8, when C ≤ DELTA_INVERT_MAX: the inverse
-                 * of A formed in float64, and a row of zeros (unit_lower_invert) */
+    double *Xd; /* (Cp, Cp), Cp = C rounded up to 8, when C ≤ DELTA_INVERT_MAX: the inverse of A
+                 * formed in float64 (unit_lower_invert) */
 } delta_scratch;
 
 static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
@@ -59,7 +59,7 @@ static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_
     w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
     const size_t Cp = (size_t)((C + 7) & ~7); /* unit_lower_invert's padded size */
-    w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, (Cp * Cp + Cp) * sizeof(double)) : NULL;
+    w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, Cp * Cp * sizeof(double)) : NULL;
     /* The kernels have no error channel (kernels.h): running out of scratch is fatal. */
     TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->eg && w->g &&
                (w->Xd || C > DELTA_INVERT_MAX));
@@ -81,8 +81,7 @@ typedef double inv_v8 __attribute__((vector_size(64)));
  * near 2 (halved the chunkwise error at β = 2, C = 64: docs/forms.md "Precision on hard
  * inputs"), for n³/6 multiply-adds.
  *
- * Blocked by eight rows, in np = n rounded up to 8 columns (X is np × np; rows of L past n read
- * as zeros), so that every inner step is a whole 8-wide vector: for the rows i of a block
+ * Blocked by eight rows, in np = n rounded up to 8 columns (X is np × np), so that every inner step is a whole 8-wide vector: for the rows i of a block
  * starting at r0, (1) the columns left of the block, X_i[c0, c0+8) = −Σ_{c0 ≤ j < r0} L_ij X_j[c0,
  * c0+8) (X_j is zero right of its diagonal), eight independent accumulators per column block, and
  * (2) the substitution inside the block, X_i −= L_ij X_j for r0 ≤ j < i over columns [0, r0 + 8).
@@ -92,24 +91,22 @@ typedef double inv_v8 __attribute__((vector_size(64)));
  * perf, docs/benchmarks.md "Training step"). */
 TTT_FP_CONTRACT
 static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
-                              double *X, /* (np, np) scratch, then a zero row of n floats */
+                              double *X, /* (np, np) scratch */
                               int n) {
     const int np = (n + 7) & ~7;
-    /* the rows of L by index, the padding rows i ≥ n pointing at zeros */
-    float *zero = (float *)(X + (size_t)np * np);
-    memset(zero, 0, sizeof(float) * (size_t)n);
-#define L_ROW(i) ((i) < n ? A + (size_t)(i) * n : zero)
     /* X_i's columns [r0, r0 + 8) of its own block, before (2) (step (1) writes those left of
      * them, and nothing reads those right of them) */
-    for (int i = 0; i < np; i++) {
+    for (int i = 0; i < n; i++) { /* padding rows: nothing reads them */
         double *Xi = X + (size_t)i * np;
         const int r0 = i & ~7;
         for (int c = r0; c < r0 + 8; c++) Xi[c] = 0.0;
         Xi[i] = 1.0;
     }
     for (int r0 = 0; r0 < n; r0 += 8) {
+        /* the block's rows of L; padding rows (r0 + r ≥ n) read row n − 1 instead: step (1)
+         * fills their rows of X, which no real row reads, so their values do not matter */
         const float *Lr[8];
-        for (int r = 0; r < 8; r++) Lr[r] = L_ROW(r0 + r);
+        for (int r = 0; r < 8; r++) Lr[r] = A + (size_t)(r0 + r < n ? r0 + r : n - 1) * n;
         for (int c0 = 0; c0 < r0; c0 += 8) { /* (1) */
             inv_v8 acc[8] = {{0}};
             for (int j = c0; j < r0; j++) {
@@ -137,7 +134,6 @@ static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part on
             }
         }
     }
-#undef L_ROW
     for (int i = 1; i < n; i++)
         for (int c = 0; c < i; c++) A[(size_t)i * n + c] = (float)X[(size_t)i * np + c];
 }

@@ -110,10 +110,10 @@ static void delta_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
 static double delta_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T;
     const double dk = L->d_k, dv = L->d_v;
-    /* + the float64 inverse (Cp, Cp) and a row, C rounded up to 8, of chunks of at most 128
-     * tokens (chunkwise.c, unit_lower_invert) */
+    /* + the float64 inverse (Cp, Cp), C rounded up to 8, of chunks of at most 128 tokens
+     * (chunkwise.c, unit_lower_invert) */
     const double Cp = 8 * ceil(C / 8);
-    const double inverse = C <= 128 ? 2 * (Cp * Cp + Cp) : 0;
+    const double inverse = C <= 128 ? 2 * Cp * Cp : 0;
     return (3 * C * C + inverse + 2 * C * dk + (dk + C) * dv + 4 * C + (double)T + 9 * 16) *
            sizeof(float);
 }
