@@ -19,8 +19,13 @@ typedef enum ttt_status {
     TTT_ERR_ARG,         /* a bad argument (of a call or on the command line) */
     TTT_ERR_UNSUPPORTED, /* a valid request this build or combination does not support */
     TTT_ERR_INTERRUPTED, /* stopped on request (SIGINT/SIGTERM) after saving a checkpoint */
+    TTT_ERR_DEVICE,      /* a GPU call failed (the message names the call and the device) */
     TTT_STATUS_COUNT
 } ttt_status;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define TTT_ERROR_MSG_LEN 1024
 
@@ -32,5 +37,9 @@ typedef struct ttt_error {
 
 /* One short phrase per status code ("unknown name", …). */
 const char *ttt_status_message(ttt_status s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

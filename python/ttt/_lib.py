@@ -65,15 +65,13 @@ def parse_header(ttt_h, status_h):
             if m and not m.group(1).endswith("_H"):
                 consts[m.group(1)] = eval(m.group(2), {"__builtins__": {}})  # numbers only
                 continue
-            if s.startswith("#"):
+            # the C++ guard's closing brace stands alone on its line (every struct and enum
+            # closes with its name or at least a semicolon)
+            if s.startswith("#") or s == "}":
                 continue
             body.append(line)
     text = "\n".join(body)
     text = re.sub(r'extern\s+"C"\s*\{', "", text)
-    # the closing brace of the C++ guard sits alone after the last declaration
-    text = text.rstrip()
-    if text.endswith("}"):
-        text = text[:-1]
     for k, v in consts.items():
         if isinstance(v, int):
             text = re.sub(r"\b%s\b" % k, str(v), text)

@@ -17,6 +17,7 @@ static const char *const status_messages[TTT_STATUS_COUNT] = {
     [TTT_ERR_ARG] = "bad command-line argument",
     [TTT_ERR_UNSUPPORTED] = "unsupported",
     [TTT_ERR_INTERRUPTED] = "interrupted",
+    [TTT_ERR_DEVICE] = "device error",
 };
 
 const char *ttt_status_message(ttt_status s) {

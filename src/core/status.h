@@ -11,6 +11,10 @@
 
 #include <ttt/status.h> /* the codes, the error record and ttt_status_message */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Record an error and return `s` (so callers can `return ttt_error_set(...)`).
  * `err` may be NULL, in which case only the status is returned. */
 ttt_status ttt_error_set(ttt_error *err, ttt_status s, const char *fmt, ...)
@@ -18,6 +22,10 @@ ttt_status ttt_error_set(ttt_error *err, ttt_status s, const char *fmt, ...)
 /* Prefix an existing message with more context: "while loading X: <old message>". */
 void ttt_error_prefix(ttt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ttt_error_clear(ttt_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 /* Programmer errors: always on, also in release builds. */
 #define TTT_ASSERT(cond)                                                                   \
