@@ -52,6 +52,28 @@ int ttt_registry_count(ttt_registry r);
 ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry r, int i,
                               ttt_error *err);
 
+/* ---- devices (docs/design.md "Devices") ------------------------------------------------ */
+
+/* Where the buffers of a call live. */
+typedef enum ttt_device_kind {
+    TTT_DEVICE_HOST = 0, /* host memory (the default of a zeroed struct) */
+    TTT_DEVICE_CUDA = 1, /* CUDA device memory of GPU device_index */
+} ttt_device_kind;
+
+/* Element type of the activations of a call (q, k, v, o and their gradients); gates, rates
+ * and states are float32 always. */
+typedef enum ttt_dtype {
+    TTT_DTYPE_F32 = 0,
+    TTT_DTYPE_BF16 = 1, /* bfloat16: CUDA calls only */
+} ttt_dtype;
+
+/* The CUDA devices this build can use: 0 when it was built without CUDA or when no GPU or
+ * driver is present, with the reason in err (when not NULL). */
+int ttt_cuda_device_count(ttt_error *err);
+/* One line naming the CUDA runtime, the driver and the GPUs ("CUDA runtime 13.0, driver 13.0,
+ * cuda:0 NVIDIA H200 (132 SMs, 139 GiB)"), or why there are none. A static string. */
+const char *ttt_cuda_describe(void);
+
 /* ---- layer descriptor --------------------------------------------------------------------- */
 
 /* "Unset": the field takes the preset's value, else the documented default (docs/api.md). */
@@ -130,6 +152,14 @@ typedef struct ttt_batch_io {
     float *const *state_out;      /* NULL, or one pointer per state tensor i: (B, H, shape_i)
                                    * written, or NULL = not wanted */
     uint64_t seed;                /* random initial weights (models that have them) */
+    /* Where every buffer of the call lives (those of ttt_batch_grad too): TTT_DEVICE_HOST (0)
+     * or TTT_DEVICE_CUDA on GPU device_index. A CUDA call is queued on `stream` (a
+     * cudaStream_t; NULL = the default stream) and returns before the GPU is done, as CUDA
+     * calls do (docs/api.md "Device buffers"). */
+    ttt_device_kind device;
+    int device_index;
+    void *stream;
+    ttt_dtype dtype;              /* of q, k, v, o (and d_o, d_q, d_k, d_v); host: F32 only */
 } ttt_batch_io;
 
 /* The forward pass. threads ≥ 1 runs that many threads, 0 = the default. */
