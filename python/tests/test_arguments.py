@@ -102,6 +102,14 @@ def test_beta_is_named_beta_and_may_be_a_number():
             assert np.array_equal(o_s, o), (preset, type(scalar))
         o_int, _ = L(q, k, v, beta=1, log_alpha=-0.1)  # a Python int is a number too
         assert not np.array_equal(o_int, o)
+        # the gradient of a number is the sum over the tokens it stands for
+        d_o = np.ones_like(o)
+        g = L.backward(d_o, q, k, v, beta=full, log_alpha=-0.1)
+        g_s = L.backward(d_o, q, k, v, beta=0.25, log_alpha=-0.1)
+        assert g_s["beta"].shape == () and g_s["log_alpha"].shape == ()
+        # the same per-token gradients summed in float64: one float32 rounding apart (6e-8)
+        assert np.isclose(g_s["beta"], g["beta"].sum(dtype=np.float64), rtol=1e-6, atol=0)
+        assert np.array_equal(g_s["q"], g["q"])
 
 
 def test_a_misspelt_keyword_gets_a_suggestion():

@@ -369,7 +369,8 @@ class Layer:
         """Gradients of sum(d_o * o) + sum_i sum(d_state[i] * final_state[i]).
 
         Returns a dict: o, final_state (the forward's), q, k, v, eta (or beta), log_alpha,
-        initial_state (a list), each float32; inputs not given have no gradient."""
+        initial_state (a list), each float32; inputs not given have no gradient, and a gate
+        given as a number gets one number (the sum over its tokens)."""
         p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state)
         o, st = self._out(p)
         io, keep = self._io(p, o, st)
@@ -404,6 +405,9 @@ class Layer:
         out["o"], out["final_state"] = o, st
         if beta is not None:
             out["beta"] = out.pop("eta") / p["lr"]
+        for name, given in (("beta", beta), ("eta", eta), ("log_alpha", log_alpha)):
+            if given is not None and is_scalar(given):  # one number for every token
+                out[name] = np.float32(out[name].sum(dtype=np.float64))
         return out
 
     def _warn_missing_gates(self, q, beta, eta, log_alpha):
