@@ -16,7 +16,7 @@ def _run(code, timeout=120, **env):
     e["PYTHONPATH"] = PYTHON_DIR + os.pathsep + e.get("PYTHONPATH", "")
     e["OMP_NUM_THREADS"] = "2"
     e.update(env)
-    # a session of its own: a hung forked child is killed with its parent
+    # its own process group: a hung forked child is killed with its parent
     p = subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
