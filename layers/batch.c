@@ -69,10 +69,12 @@ static ttt_tensor *state_slot(const ttt_layer *L, ttt_layer_state *st, int i) {
 }
 
 /* The threads that run the sequences: `threads` if positive, else OpenMP's default (the machine's
- * cores, or OMP_NUM_THREADS), never more than there are sequences; 1 without OpenMP. */
+ * cores, or OMP_NUM_THREADS), never more than there are sequences; 1 without OpenMP, and 1 in a
+ * process forked after a call, where OpenMP's workers cannot run (src/core/fork.c). */
 int ttt_layer_batch_threads(int threads, long n_seq) {
 #ifdef _OPENMP
-    int n = threads > 0 ? threads : omp_get_max_threads();
+    int ttt_fork_threads(int n); /* src/core/fork.c */
+    int n = ttt_fork_threads(threads > 0 ? threads : omp_get_max_threads());
 #else
     int n = 1;
     (void)threads;

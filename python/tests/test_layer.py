@@ -11,6 +11,9 @@ from ttt.layer import _f32
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
+# these tests leave gates out on purpose (test_arguments.py checks the warning)
+pytestmark = pytest.mark.filterwarnings("ignore::ttt.GateWarning")
+
 
 def test_every_public_function_is_declared_and_loaded():
     # the declarations are parsed from the header: every function of ttt.h reaches Python

@@ -13,9 +13,9 @@ SHAPES = [(1, 67, 2, 16, 16), (1, 1024, 2, 16, 16)]
 
 
 def library(preset, **options):
-    L = ttt.Layer(preset, **options)
-
     def fn(q, k, v, scale, initial_state, **kw):
+        # the candidate is given the scale the reference uses
+        L = ttt.Layer(preset, scale=scale, **options)
         return L.forward(q, k, v, initial_state=initial_state, **kw)
     return fn
 

@@ -2,6 +2,7 @@
 float32 backward against it, and a chunkwise gated delta rule checked by ttt.assert_close."""
 import os
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -106,6 +107,7 @@ def test_library_backward_equals_the_reference_gradient(preset):
         assert err <= tol, (name, err, tol)
 
 
+@pytest.mark.filterwarnings("ignore::ttt.GateWarning")
 def test_function_keeps_dtype_and_the_state_output_is_differentiable():
     L = ttt.Layer("deltanet")
     q, k, v = (torch.randn(1, 5, 2, 4, dtype=torch.float32, requires_grad=True)
@@ -153,3 +155,117 @@ def test_partial_initial_state_means_what_it_means_on_numpy():
     assert np.array_equal(o_t.detach().numpy(), o_np)
     o_t.sum().backward()
     assert all(W.grad is not None and float(W.grad.abs().max()) > 0 for W in Wt)
+
+
+def test_a_second_differentiation_is_refused_not_dropped():
+    # the library's backward is float32 C, not a graph: a gradient penalty through it would be
+    # silently constant, so differentiating the gradient raises
+    q = torch.randn(1, 6, 2, 4, requires_grad=True)
+    beta = torch.full((1, 6, 2), 0.5)
+    L = ttt.Layer("deltanet")
+    o, _ = L(q, q, q, beta=beta)
+    g1, = torch.autograd.grad((o ** 2).sum(), q)
+    o, _ = L(q, q, q, beta=beta)
+    g2, = torch.autograd.grad((o ** 2).sum(), q, create_graph=True)
+    assert torch.equal(g1, g2)  # create_graph changes no value
+    with pytest.raises(RuntimeError, match="library's backward is not differentiable"):
+        (g2 ** 2).sum().backward()
+    # a constant upstream gradient too (o.sum(): the grad output does not require grad)
+    o, _ = L(q, q, q, beta=beta)
+    g3, = torch.autograd.grad(o.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="library's backward is not differentiable"):
+        torch.autograd.grad(g3.sum(), q)
+
+
+def test_gla_and_retnet_modules_have_their_gates():
+    torch.manual_seed(1)
+    x = torch.randn(2, 9, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ttt.GateWarning)  # every gate is given
+        for preset in ("gla", "retnet", "mamba2", "deltanet", "gated_deltanet", "titans"):
+            ttt.nn.TTTLayer(16, 2, preset)(x)
+        ttt.nn.TTTLayer(16, 2, "gla", gates=False)(x)  # the constant decay, on purpose
+    # GLA: log α = logsigmoid(x W + b) / 16, one per head and key dimension (FLA's)
+    m = ttt.nn.TTTLayer(16, 2, "gla")
+    assert m.gate.weight.shape == (16, 16)
+    B, T, H, D = 2, 9, 2, 8
+    q, k, v = m.qkv(x).view(B, T, 3, H, D).unbind(2)
+    q, k = (torch.nn.functional.normalize(t, dim=-1).contiguous() for t in (q, k))
+    la = torch.nn.functional.logsigmoid(m.gate(x)).view(B, T, H, D) / 16
+    o, _ = m.layer(q, k, v.contiguous(), log_alpha=la)
+    want = m.out(o.reshape(B, T, H * D))
+    assert torch.equal(m(x), want)
+    # the gate is used and learns: its gradient is not zero
+    m(x).sum().backward()
+    assert m.gate.weight.grad.abs().max() > 0
+    # RetNet: the fixed decay 1 - 2^(-5-h) of head h (no weights), not one constant for all
+    r = ttt.nn.TTTLayer(16, 2, "retnet")
+    assert torch.allclose(r.log_gamma.exp(), torch.tensor([1 - 2 ** -5, 1 - 2 ** -6]))
+    assert not any("gate" in n for n, _ in r.named_parameters())
+    q, k, v = r.qkv(x).view(B, T, 3, H, D).unbind(2)
+    q, k = (torch.nn.functional.normalize(t, dim=-1).contiguous() for t in (q, k))
+    lg = torch.log1p(-2.0 ** (-5 - torch.arange(H, dtype=torch.float64))).float()
+    o, _ = r.layer(q, k, v.contiguous(), log_alpha=lg.expand(B, T, H).contiguous())
+    assert torch.equal(r(x), r.out(o.reshape(B, T, H * D)))
+    o1, _ = r.layer(q, k, v.contiguous(), log_alpha=float(lg[0]))  # head 0's decay for all
+    assert not torch.allclose(r(x), r.out(o1.reshape(B, T, H * D)))
+
+
+def test_modules_holding_a_layer_copy_and_save_whole():
+    import copy
+    import io
+    import pickle
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Embedding(16, 32),
+                                ttt.nn.TTTLayer(32, 2, "titans", momentum=0.5, gates=False),
+                                ttt.nn.TTTLayer(32, 2, "gated_deltanet"), torch.nn.Linear(32, 16))
+    x = torch.randint(0, 16, (2, 20))
+    with torch.no_grad():
+        y = model(x)
+    twin = copy.deepcopy(model)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    for m in (twin, loaded):
+        with torch.no_grad():
+            assert torch.equal(m(x), y)
+        # its own handles and the same configuration (momentum 0.5, not the preset's 0.9)
+        assert m[1].layer is not model[1].layer
+        assert m[1].layer.tuple(16) == model[1].layer.tuple(16)
+        assert m[1].layer._options == {"momentum": 0.5}
+    # the copy trains apart from the original
+    twin[2].qkv.weight.data.add_(0.1)
+    with torch.no_grad():
+        assert torch.equal(model(x), y) and not torch.equal(twin(x), y)
+    L = pickle.loads(pickle.dumps(ttt.Layer("titans", momentum=0.5, threads=1, seed=3)))
+    assert (L.threads, L.seed, L.last_form) == (1, 3, None) and "momentum" in repr(L)
+
+
+def test_tensors_the_library_cannot_take_get_ttts_error():
+    x = torch.randn(1, 4, 2, 8)
+    beta = torch.full((1, 4, 2), 0.5)
+    L = ttt.Layer("deltanet")
+    for dt in (torch.bfloat16, torch.float16):
+        with pytest.raises(TypeError, match=r"ttt: q is %s; .*float32 or float64" % dt):
+            L(x.to(dt), x.to(dt), x.to(dt), beta=beta)
+        with pytest.raises(TypeError, match=r"ttt: beta is %s" % dt):
+            L(x, x, x, beta=beta.to(dt))
+    with pytest.raises(ValueError, match=r"ttt: beta has shape \(1, 4, 3\)"):
+        L(x, x, x, beta=torch.ones(1, 4, 3))
+    with pytest.raises(ValueError, match="q has B = 0"):
+        z = torch.zeros(0, 4, 2, 8)
+        L(z, z, z, beta=0.5)
+    with pytest.raises(ValueError, match="q has H = 2147483648"):
+        z = torch.zeros(1, 0, 2**31, 1)
+        L(z, z, z, beta=0.5)
+    # a number, a 0-d tensor and a full tensor are the same β, and a 0-d tensor gets its gradient
+    o, _ = L(x, x, x, beta=beta)
+    b0 = torch.tensor(0.5, requires_grad=True)
+    for b in (0.5, b0):
+        o_s, _ = L(x, x, x, beta=b)
+        assert torch.equal(o_s, o)
+    o_s.sum().backward()
+    bf = beta.clone().requires_grad_()
+    L(x, x, x, beta=bf)[0].sum().backward()
+    assert torch.allclose(b0.grad, bf.grad.sum())

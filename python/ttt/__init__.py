@@ -14,7 +14,7 @@ from ._lib import Error, library_path, status_name
 from ._lib import ffi as _ffi, lib as _clib
 from .check import assert_close, compare, make_inputs
 from .experiments import Run, load_run, registries, registry, run
-from .layer import Layer
+from .layer import GateWarning, Layer
 from .reference import reference
 from . import prototype
 
@@ -29,6 +29,6 @@ def __getattr__(name):
     raise AttributeError("module 'ttt' has no attribute '%s'" % name)
 
 
-__all__ = ["Layer", "Error", "reference", "assert_close", "compare", "make_inputs", "run",
-           "load_run", "Run", "registry", "prototype", "registries", "library_path", "status_name",
-           "__version__"]
+__all__ = ["Layer", "Error", "GateWarning", "reference", "assert_close", "compare",
+           "make_inputs", "run", "load_run", "Run", "registry", "prototype", "registries",
+           "library_path", "status_name", "__version__"]

@@ -89,7 +89,10 @@ def _load():
     ffi.cdef(cdef)
     path = _first(_candidates("build/libttt.so", "TTT_LIBRARY", "libttt.so"), "libttt.so",
                   "TTT_LIBRARY", "build it with `cmake --build build --target ttt_shared`")
-    lib = ffi.dlopen(path)
+    # RTLD_NODELETE: cffi closes the library when the interpreter exits, and unloading it would
+    # unload the OpenMP runtime while its worker threads still run (a segfault at exit,
+    # docs/python.md "Processes"); the library is also linked with -z nodelete
+    lib = ffi.dlopen(path, ffi.RTLD_NOW | getattr(ffi, "RTLD_NODELETE", 0))
     return ffi, lib, consts, path
 
 

@@ -4,7 +4,10 @@ The C library computes in float32; float64 inputs are converted and the outputs 
 input's dtype (the float64 definition is ttt.reference). float32 C-contiguous inputs are passed
 to the library without a copy (docs/python.md "Layers").
 """
+import difflib
+import numbers
 import re
+import warnings
 
 import numpy as np
 
@@ -14,6 +17,20 @@ _STR_FIELDS = ("preset", "model", "loss", "optimizer", "decay_placement", "order
                "position_scale", "form", "normalize")
 _NUM_FIELDS = ("lr", "decay", "scale", "rope_base")
 _INT_FIELDS = ("mini_batch", "chunk", "rope")
+_FIELDS = _STR_FIELDS + _NUM_FIELDS + _INT_FIELDS
+
+# the library's dimensions and thread counts are C ints
+INT_MAX = 2**31 - 1
+
+# The per-token inputs that make a gated preset what it is (docs/python.md "Layers"): called
+# without them, every token uses the tuple's constant (lr for the step, decay for the gate).
+# Which constant is named after each input; "beta" stands for beta or eta.
+GATES = {"deltanet": ("beta",), "gated_deltanet": ("beta", "log_alpha"),
+         "mamba2": ("log_alpha",), "gla": ("log_alpha",), "titans": ("beta", "log_alpha")}
+
+
+class GateWarning(UserWarning):
+    """A gated preset called without one of its gates: every token gets the tuple's constant."""
 
 
 def _f32(x, name, shape=None):
@@ -31,6 +48,95 @@ def _ptr(a):
     return ffi.NULL if a is None else ffi.cast("float *", a.ctypes.data)
 
 
+def is_scalar(x):
+    """A Python number (not a bool) or a 0-d array: a gate given once for every token."""
+    if isinstance(x, np.ndarray):
+        return x.ndim == 0
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return True
+    return getattr(x, "ndim", None) == 0
+
+
+def _shape(x):
+    s = getattr(x, "shape", None)
+    return tuple(np.shape(x) if s is None else s)
+
+
+def check_dims(q, k, v):
+    """(B, T, H, d_k, d_v) of q, k and v, from their shapes alone (nothing converted or copied),
+    refused with the argument's name when the library cannot take them: B, H, d ≥ 1, T ≥ 0,
+    each at most 2^31 - 1 (C ints)."""
+    qs, ks, vs = _shape(q), _shape(k), _shape(v)
+    if len(qs) == 4 and ks == qs and len(vs) == 4 and vs[:3] == qs[:3] and \
+            min(qs[0], qs[2], qs[3], vs[3]) >= 1 and qs[1] >= 0 and max(qs + vs) <= INT_MAX:
+        return qs + (vs[3],)  # the common case, in one test; the refusals below
+    if len(qs) != 4:
+        raise ValueError("ttt: q must be (B, T, H, d_k); got shape %s" % (qs,))
+    if ks != qs:
+        raise ValueError("ttt: k has shape %s; expected the shape of q, %s" % (ks, qs))
+    if len(vs) != 4 or vs[:3] != qs[:3]:
+        raise ValueError("ttt: v must be (B, T, H, d_v) = (%d, %d, %d, d_v); got %s"
+                         % (qs[0], qs[1], qs[2], vs))
+    for arg, shape, i, dim, low in (("q", qs, 0, "B", 1), ("q", qs, 1, "T", 0),
+                                    ("q", qs, 2, "H", 1), ("q", qs, 3, "d_k", 1),
+                                    ("v", vs, 3, "d_v", 1)):
+        n = int(shape[i])
+        if n < low:
+            raise ValueError("ttt: %s has %s = %d (shape %s); expected %s >= %d"
+                             % (arg, dim, n, shape, dim, low))
+        if n > INT_MAX:
+            raise ValueError("ttt: %s has %s = %d (shape %s); the library takes dimensions up "
+                             "to 2^31 - 1" % (arg, dim, n, shape))
+    return qs + (vs[3],)
+
+
+def check_gate_shape(name, shape, B, T, H, d_k):
+    """1 when a (B, T, H, d_k) gate is given per key dimension, else 0; a shape other than
+    (B, T, H) (or that one for log_alpha) is refused naming the argument."""
+    shape = tuple(shape)
+    if shape == (B, T, H):
+        return 0
+    if name == "log_alpha" and shape == (B, T, H, d_k):
+        return 1
+    raise ValueError("ttt: %s has shape %s; expected (B, T, H) = %s%s, or a number for every "
+                     "token" % (name, shape, (B, T, H),
+                                " or (B, T, H, d_k) = %s" % ((B, T, H, d_k),)
+                                if name == "log_alpha" else ""))
+
+
+def _gate(x, name, B, T, H, d_k):
+    """A per-token input as a float32 or float64 array of its checked shape (a number is
+    broadcast to (B, T, H)); None stays None."""
+    if x is None:
+        return None
+    if is_scalar(x):
+        a = np.asarray(x)
+        dt = a.dtype if a.dtype in (np.float32, np.float64) else np.float32
+        if isinstance(x, np.ndarray) and a.dtype not in (np.float32, np.float64):
+            raise TypeError("ttt: %s must be float32 or float64, got %s" % (name, a.dtype))
+        return np.full((B, T, H), float(a), dt)
+    a = np.asarray(x)
+    if a.dtype not in (np.float32, np.float64):
+        raise TypeError("ttt: %s must be float32 or float64, got %s" % (name, a.dtype))
+    check_gate_shape(name, a.shape, B, T, H, d_k)
+    return a
+
+
+def _suggest(err, keys):
+    """The library's refusal of an unknown option, with the layer's own field the key was
+    meant to be (the library knows only the optimizer's options there)."""
+    msg = str(err)
+    if err.status != "TTT_ERR_NAME" or "did you mean" in msg:
+        return err
+    for key in keys:
+        if "'%s'" % key in msg:
+            close = difflib.get_close_matches(key, _FIELDS + ("threads", "seed"), n=1,
+                                              cutoff=0.75)
+            if close:
+                return Error(err.status, "%s; did you mean the layer's '%s'?" % (msg, close[0]))
+    return err
+
+
 class Layer:
     """A layer of libttt: a preset, or any tuple, with overrides.
 
@@ -43,19 +149,46 @@ class Layer:
     """
 
     def __init__(self, preset=None, *, threads=0, seed=0, **overrides):
+        if not isinstance(threads, numbers.Integral) or isinstance(threads, bool) or \
+                not 0 <= threads <= INT_MAX:
+            raise ValueError("ttt: threads must be 0 (OpenMP's default) or a count of threads "
+                             ">= 1; got %r" % (threads,))
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or \
+                not 0 <= seed < 2**64:
+            raise ValueError("ttt: seed must be an integer in [0, 2^64); got %r" % (seed,))
         self.preset = preset
         self.threads = int(threads)
         self.seed = int(seed)
         self._fields = {"preset": preset}
         self._options = {}
         for key, val in overrides.items():
-            if key in _STR_FIELDS or key in _NUM_FIELDS or key in _INT_FIELDS:
+            if key in _FIELDS:
                 self._fields[key] = val
             else:
                 self._options[key] = val
         self._handles = {}
         self.last_form = None
+        self.warn_gates = True  # False: the constants of a gated preset are meant (GATES)
         self._handle(8, 8)  # validates every name and value now, not at the first call
+
+    # -- copies and pickles: the C handles are rebuilt from the configuration ----------------
+    def __getstate__(self):
+        return {"preset": self.preset, "threads": self.threads, "seed": self.seed,
+                "fields": dict(self._fields), "options": dict(self._options),
+                "warn_gates": self.warn_gates}
+
+    def __setstate__(self, state):
+        self.preset, self.threads, self.seed = state["preset"], state["threads"], state["seed"]
+        self._fields, self._options = dict(state["fields"]), dict(state["options"])
+        self.warn_gates = state.get("warn_gates", True)
+        self._handles = {}
+        self.last_form = None
+
+    def __deepcopy__(self, memo):
+        new = Layer.__new__(Layer)
+        new.__setstate__(self.__getstate__())
+        memo[id(self)] = new
+        return new
 
     # -- the C handle, one per (d_k, d_v) --------------------------------------------------
     def _handle(self, d_k, d_v):
@@ -65,7 +198,10 @@ class Layer:
         desc = ffi.new("ttt_layer_descriptor *")
         lib.ttt_layer_descriptor_init(desc)
         keep = []
-        for name, val in self._fields.items():
+        fields = dict(self._fields)
+        if fields.get("scale") is None:
+            fields["scale"] = d_k ** -0.5  # FLA's default query scale (docs/python.md "Layers")
+        for name, val in fields.items():
             if val is None:
                 continue
             if name in _STR_FIELDS:
@@ -93,7 +229,10 @@ class Layer:
             keep.append(opts)
         out = ffi.new("ttt_layer_handle **")
         err = ffi.new("ttt_error *")
-        check(lib.ttt_layer_new(out, desc, d_k, d_v, err), err)
+        try:
+            check(lib.ttt_layer_new(out, desc, d_k, d_v, err), err)
+        except Error as e:
+            raise _suggest(e, self._options) from None
         h = ffi.gc(out[0], lib.ttt_layer_free)
         n = lib.ttt_layer_state_tensors(h)
         names, shapes = [], []
@@ -132,32 +271,22 @@ class Layer:
 
     # -- calls -------------------------------------------------------------------------------
     def _prepare(self, q, k, v, beta, log_alpha, eta, initial_state):
-        q = _f32(q, "q")
-        if q.ndim != 4:
-            raise ValueError("ttt: q must be (B, T, H, d_k); got shape %s" % (q.shape,))
-        B, T, H, d_k = q.shape
-        k = _f32(k, "k", q.shape)
-        v = _f32(v, "v")
-        if v.ndim != 4 or v.shape[:3] != q.shape[:3]:
-            raise ValueError("ttt: v must be (B, T, H, d_v) = (%d, %d, %d, d_v); got %s"
-                             % (B, T, H, v.shape))
-        d_v = v.shape[3]
+        B, T, H, d_k, d_v = check_dims(q, k, v)  # before any copy: a 2^31 dimension is no array
+        q, k, v = _f32(q, "q"), _f32(k, "k"), _f32(v, "v")
         h, names, shapes, _, lr = self._handle(d_k, d_v)
         if beta is not None and eta is not None:
             raise ValueError("ttt: give beta or eta, not both (beta = lr * eta)")
         if beta is not None:
+            beta = _gate(beta, "beta", B, T, H, d_k)
             # β = lr·η: with lr = 1 (the delta-rule presets) beta is passed as it is, zero-copy
-            eta = beta if lr == 1.0 else np.asarray(beta, dtype=np.float64) / lr
-        eta = None if eta is None else _f32(eta, "eta", (B, T, H))
+            eta = _f32(beta if lr == 1.0 else beta.astype(np.float64) / lr, "beta")
+        elif eta is not None:
+            eta = _f32(_gate(eta, "eta", B, T, H, d_k), "eta")
         alpha_vec = 0
         if log_alpha is not None:
+            log_alpha = _gate(log_alpha, "log_alpha", B, T, H, d_k)
+            alpha_vec = int(log_alpha.ndim == 4)
             log_alpha = _f32(log_alpha, "log_alpha")
-            if log_alpha.shape == (B, T, H, d_k):
-                alpha_vec = 1
-            elif log_alpha.shape != (B, T, H):
-                raise ValueError("ttt: log_alpha has shape %s; expected (B, T, H) = %s or "
-                                 "(B, T, H, d_k) = %s" % (log_alpha.shape, (B, T, H),
-                                                          (B, T, H, d_k)))
         states = None
         if initial_state is not None:
             if isinstance(initial_state, (list, tuple)):
@@ -240,7 +369,8 @@ class Layer:
         """Gradients of sum(d_o * o) + sum_i sum(d_state[i] * final_state[i]).
 
         Returns a dict: o, final_state (the forward's), q, k, v, eta (or beta), log_alpha,
-        initial_state (a list), each float32; inputs not given have no gradient."""
+        initial_state (a list), each float32; inputs not given have no gradient, and a gate
+        given as a number gets one number (the sum over its tokens)."""
         p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state)
         o, st = self._out(p)
         io, keep = self._io(p, o, st)
@@ -275,7 +405,37 @@ class Layer:
         out["o"], out["final_state"] = o, st
         if beta is not None:
             out["beta"] = out.pop("eta") / p["lr"]
+        for name, given in (("beta", beta), ("eta", eta), ("log_alpha", log_alpha)):
+            if given is not None and is_scalar(given):  # one number for every token
+                out[name] = np.float32(out[name].sum(dtype=np.float64))
         return out
+
+    def _warn_missing_gates(self, q, beta, eta, log_alpha):
+        """GateWarning for each gate of a gated preset left out (GATES), unless its constant was
+        set on purpose (lr=, decay=, warn_gates = False) or there are no tokens."""
+        if not self.warn_gates or self.preset not in GATES:
+            return
+        shape = _shape(q)
+        if len(shape) != 4 or shape[1] == 0:
+            return
+        tup = self._handle(8, 8)[3]
+
+        def value(field):
+            return re.search(r"\b%s ([^,]+)," % field, tup).group(1)
+        need = GATES[self.preset]
+        said = []
+        if "beta" in need and beta is None and eta is None and self._fields.get("lr") is None:
+            said.append("beta (or eta): every token writes with the constant step lr = %s (give "
+                        "beta (B, T, H), or lr= to choose the constant)" % value("lr"))
+        if "log_alpha" in need and log_alpha is None and self._fields.get("decay") is None:
+            said.append("log_alpha: every token keeps the constant decay %s (give log_alpha "
+                        "%s, FLA's g, or decay= to choose the constant)"
+                        % (value("decay"), "(B, T, H, d_k)" if self.preset == "gla"
+                           else "(B, T, H)"))
+        for text in said:
+            # stacklevel 3: the line that called the layer
+            warnings.warn("ttt: %s called without %s" % (self.preset, text), GateWarning,
+                          stacklevel=3)
 
     def __call__(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
                  out=None):
@@ -288,13 +448,16 @@ class Layer:
         (numpy only)."""
         if type(q).__module__.startswith("torch"):
             from .nn import layer_apply
-            return layer_apply(self, q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
-                               initial_state=initial_state)
-        dtype = np.asarray(q).dtype
-        o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state, out)
-        if dtype == np.float64:
-            o, st = o.astype(np.float64), [s.astype(np.float64) for s in st]
-        return o, (st[0] if len(st) == 1 else tuple(st))
+            o, st = layer_apply(self, q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
+                                initial_state=initial_state)
+        else:
+            dtype = np.asarray(q).dtype
+            o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state, out)
+            if dtype == np.float64:
+                o, st = o.astype(np.float64), [s.astype(np.float64) for s in st]
+            st = st[0] if len(st) == 1 else tuple(st)
+        self._warn_missing_gates(q, beta, eta, log_alpha)  # after the call: its inputs were valid
+        return o, st
 
 
-__all__ = ["Layer", "Error"]
+__all__ = ["Layer", "Error", "GateWarning", "GATES"]

@@ -38,7 +38,7 @@ class Momentum:
 
 
 def run(q, k, v, optimizer, loss="squared", lr=1.0, decay=1.0, mini_batch=1, eta=None,
-        log_alpha=None, initial_state=None, scale=1.0):
+        log_alpha=None, initial_state=None, scale=None):
     """(o, S, optimizer state) for the linear model trained by `optimizer` (float64 numpy).
 
     optimizer: an object with init(W) -> state and step(W, G, state, lr, alpha) -> (W, state),
@@ -46,7 +46,8 @@ def run(q, k, v, optimizer, loss="squared", lr=1.0, decay=1.0, mini_batch=1, eta
     retention inside a block), lr the block learning rate θ; or a function step(W, G, lr,
     alpha) -> W for a stateless rule. q, k: (B, T, H, d_k); v: (B, T, H, d_v); eta and
     log_alpha: (B, T, H) or None (1 and the constant `decay`); initial_state: S (B, H, d_k, d_v)
-    or None (zeros). Decay is decoupled: gradients are taken before it (docs/math.md §3.2)."""
+    or None (zeros); scale: the query scale, d_k^-0.5 when None (as ttt.Layer). Decay is
+    decoupled: gradients are taken before it (docs/math.md §3.2)."""
     if loss not in ("dot", "squared"):
         raise ValueError("ttt.prototype.run: loss must be 'dot' or 'squared', got %r" % (loss,))
     if not hasattr(optimizer, "step"):
@@ -62,6 +63,7 @@ def run(q, k, v, optimizer, loss="squared", lr=1.0, decay=1.0, mini_batch=1, eta
     q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
     B, T, H, d_k = q.shape
     d_v = v.shape[-1]
+    scale = d_k ** -0.5 if scale is None else scale
     eta = np.ones((B, T, H)) if eta is None else np.asarray(eta, np.float64)
     la = (np.full((B, T, H), np.log(decay)) if log_alpha is None else
           np.asarray(log_alpha, np.float64))

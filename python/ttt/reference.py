@@ -105,7 +105,7 @@ def _newton_schulz(xp, A, steps):
 
 
 def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
-              scale=1.0, **params):
+              scale=None, **params):
     """(o, final_state) of `preset` in float64, in the (B, T, H, D) layout of ttt.Layer.
 
     beta is the delta-rule step (beta = lr * eta); eta the per-token learning rate; log_alpha
@@ -113,7 +113,8 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     initial_state: one array or a sequence in the order of Layer.state_info (None: zeros; the
     models with random initial weights, ttt_linear and lact, need it given). params override the
     preset's lr, decay, decay_placement, momentum, mini_batch. final_state is one array when the
-    state is one tensor, else a tuple, as ttt.Layer returns it."""
+    state is one tensor, else a tuple, as ttt.Layer returns it. scale: the query scale, d_k^-0.5
+    when None (FLA's, and ttt.Layer's)."""
     if preset not in PRESETS:
         raise ValueError("ttt.reference: no float64 reference for preset '%s' (have: %s)"
                          % (preset, ", ".join(PRESETS)))
@@ -137,7 +138,7 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     init = None if initial_state is None else [None if s is None else xp.asarray(s)
                                                 for s in initial_state]
     fam = cfg["family"]
-    qs = q * scale
+    qs = q * (d_k ** -0.5 if scale is None else scale)
     if fam in ("linear", "delta"):
         o, st = _linear(xp, cfg, fam, qs, k, v, step, alpha, init)
     elif fam == "titans":
