@@ -70,7 +70,12 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         # optimizer state not given is initialized from the given weights (docs/api.md
         # "Forward"), exactly as on numpy
         state = given
-    out = LayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
+    # CUDA tensors run the library's CUDA forms in place (ttt.cuda); every tensor of a call
+    # must be on q's device
+    from . import cuda as _cuda
+    _cuda.check_devices(q, k=k, v=v, eta=eta, log_alpha=log_alpha, initial_state=state)
+    fn = _cuda.CudaLayerFunction if q.is_cuda else LayerFunction
+    out = fn.apply(layer, q, k, v, eta, log_alpha, *state)
     o, st = out[0], out[1:]
     return o, (st[0] if len(st) == 1 else tuple(st))
 
