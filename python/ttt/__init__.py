@@ -8,7 +8,8 @@ reference, a checker for other implementations, and experiments (docs/python.md)
     ttt.assert_close(my_kernel, "gated_deltanet", tol=1e-5)
 
 PyTorch (optional): ttt.nn.TTTLayer, ttt.nn.LayerFunction; ttt.torch_model.load(FILE), a
-`ttt export` file as a torch.nn.Module.
+`ttt export` file as a torch.nn.Module; CUDA tensors run the CUDA forms in place (ttt.cuda);
+ttt.fla has the chunk functions under flash-linear-attention's names and signatures.
 """
 from ._lib import Error, library_path, status_name
 from ._lib import ffi as _ffi, lib as _clib
@@ -22,8 +23,8 @@ __version__ = _ffi.string(_clib.ttt_version()).decode()
 
 
 def __getattr__(name):
-    # ttt.nn and ttt.torch_model import torch: only when asked for
-    if name in ("nn", "torch_model"):
+    # ttt.nn, ttt.torch_model, ttt.cuda and ttt.fla import torch: only when asked for
+    if name in ("nn", "torch_model", "cuda", "fla"):
         import importlib
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'ttt' has no attribute '%s'" % name)

@@ -83,10 +83,16 @@ class LayerFunction(torch.autograd.Function):
         return tuple(grads)
 
 
-def _tensor(x, name):
-    """x when it is a tensor the library takes (float32 or float64), else ttt's error."""
+def _tensor(x, name, cuda=False):
+    """x when it is a tensor the library takes (float32 or float64; on CUDA also bfloat16),
+    else ttt's error."""
     if not isinstance(x, torch.Tensor):
         raise TypeError("ttt: %s must be a torch tensor like q, got %s" % (name, type(x).__name__))
+    if cuda and x.dtype in (torch.float32, torch.bfloat16):
+        return x
+    if cuda and x.dtype == torch.float64:
+        raise TypeError("ttt: %s is torch.float64; on CUDA the library takes float32 or "
+                        "bfloat16 (convert with %s.float())" % (name, name))
     if x.dtype not in _DTYPES:
         raise TypeError("ttt: %s is %s; the library computes in float32 and takes float32 or "
                         "float64 tensors (convert with %s.float())" % (name, x.dtype, name))
@@ -94,15 +100,18 @@ def _tensor(x, name):
 
 
 def _gate(x, name, B, T, H, d_k, like):
-    """A per-token input as a tensor of its checked shape; a number is broadcast to (B, T, H)."""
+    """A per-token input as a tensor of its checked shape; a number is broadcast to (B, T, H).
+    On CUDA, gates and rates are float32 (whatever the dtype of q)."""
     if x is None:
         return None
+    cuda = like.is_cuda
+    dt = torch.float32 if cuda else like.dtype
     if is_scalar(x):
         if isinstance(x, torch.Tensor):
-            _tensor(x, name)
-            return x.to(like.dtype).expand(B, T, H)
-        return torch.full((B, T, H), float(x), dtype=like.dtype)
-    x = _tensor(x, name)
+            _tensor(x, name, cuda)
+            return x.to(device=like.device, dtype=dt).expand(B, T, H)
+        return torch.full((B, T, H), float(x), dtype=dt, device=like.device)
+    x = _tensor(x, name, cuda)
     check_gate_shape(name, x.shape, B, T, H, d_k)
     return x
 
@@ -111,8 +120,10 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
     """Layer.__call__ on torch tensors: (o, final_state), differentiable.
 
     Every argument is checked here, on any device and with its own name; the computation then
-    runs on the CPU (run_cpu)."""
-    q, k, v = _tensor(q, "q"), _tensor(k, "k"), _tensor(v, "v")
+    runs on q's device: the CUDA forms in place for a CUDA q (ttt.cuda), else the CPU
+    (run_cpu)."""
+    cuda = isinstance(q, torch.Tensor) and q.is_cuda
+    q, k, v = _tensor(q, "q", cuda), _tensor(k, "k", cuda), _tensor(v, "v", cuda)
     B, T, H, d_k, d_v = check_dims(q, k, v)
     if beta is not None and eta is not None:
         raise ValueError("ttt: give beta or eta, not both (beta = lr * eta)")
@@ -132,8 +143,17 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         # None entries reach the library as NULL: that tensor starts at its initial value, and
         # optimizer state not given is initialized from the given weights (docs/api.md
         # "Forward"), exactly as on numpy
-        state = [None if s is None else _tensor(s, "initial_state[%d] (%s)" % (i, names[i][0]))
+        state = [None if s is None else _tensor(s, "initial_state[%d] (%s)" % (i, names[i][0]),
+                                                cuda)
                  for i, s in enumerate(given)]
+    if cuda:
+        # CUDA tensors run the library's CUDA forms in place (ttt.cuda, docs/python.md "CUDA
+        # tensors"); every tensor of the call must be on q's device
+        from . import cuda as _cuda
+        _cuda.check_devices(q, k=k, v=v, eta=eta, log_alpha=log_alpha, initial_state=state)
+        out = _cuda.CudaLayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
+        o, st = out[0], out[1:]
+        return o, (st[0] if len(st) == 1 else tuple(st))
     return run_cpu(layer, q, k, v, eta, log_alpha, state)
 
 
