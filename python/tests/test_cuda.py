@@ -9,10 +9,13 @@ Tolerances (relative RMS, docs/python.md "CUDA tensors"):
   float32: the CUDA forms must be within 2x of the error the CPU chunkwise form makes on the
            same inputs (both against float64), floored at 4 float32 epsilons (1 ulp-level
            agreement cannot be asked of a sum of T terms computed in another order);
-  bfloat16: outputs 1e-3, gradients 2e-3 against float64 from the same bf16-rounded inputs
-           (the inputs' own rounding is not an error of the kernel; the state, the chunk
-           inverse and every intermediate stay float32, so only the bf16 outputs' final
-           rounding, 2^-9 relative, and float32 accumulation remain).
+  bfloat16: against float64 from the same bf16-rounded inputs (the inputs' own rounding is
+           not an error of the kernel), outputs within 1e-3 and gradients within 2e-3 of what
+           storing the float64 result itself in bfloat16 costs: a bf16 tensor cannot be closer
+           to float64 than its own rounding, about 1.7e-3 relative RMS (half a unit of an 8-bit
+           significand, spread over the mantissas). The state, the chunk inverse and every
+           intermediate stay float32, so the kernels add only float32 rounding to that; tensors
+           stored in float32 (final state, gate and β gradients) are held to 1e-3 / 2e-3 alone.
 """
 import math
 
@@ -108,6 +111,13 @@ def rel_rms(x, ref):
     x, ref = x.double(), ref.double()
     return (torch.linalg.vector_norm(x - ref) /
             torch.linalg.vector_norm(ref).clamp_min(1e-300)).item()
+
+
+def storage_error(x, ref):
+    """What storing ref in x's dtype costs by itself (0 for float32 and float64 tensors)."""
+    if x.dtype != torch.bfloat16:
+        return 0.0
+    return rel_rms(ref.to(torch.bfloat16), ref)
 
 
 # ---- without a GPU: ttt.fla on CPU tensors ------------------------------------------------
@@ -225,16 +235,17 @@ def test_cuda_gradients_against_float64(rule, dtype):
                                     ref_leaves)
     out_tol = 1e-3 if dtype == torch.bfloat16 else 2e-5
     grad_tol = 2e-3 if dtype == torch.bfloat16 else 2e-5
-    assert rel_rms(o, ro) < out_tol
+    assert rel_rms(o, ro) < storage_error(o, ro) + out_tol
     names = ["q", "k", "v"] + (["g"] if g is not None else []) + \
         (["beta"] if beta is not None else []) + ["h0"]
     for name, got, want in zip(names, grads, ref_grads):
         assert got.dtype == (dtype if name in ("q", "k", "v") else torch.float32), name
-        assert rel_rms(got, want) < grad_tol, (name, rel_rms(got, want))
+        assert rel_rms(got, want) < storage_error(got, want) + grad_tol, \
+            (name, rel_rms(got, want), storage_error(got, want))
     # the gradient check rejects a wrong upstream gradient: d_o scaled at one token
     bad = torch.autograd.grad((ro * d_o.double() * 1.0).sum() + (rS * d_S.double()).sum()
                               + ro[0, T // 2].sum(), ref_leaves)
-    assert rel_rms(grads[2], bad[2]) > grad_tol
+    assert rel_rms(grads[2], bad[2]) > storage_error(grads[2], bad[2]) + grad_tol
 
 
 @needs_gpu
@@ -243,7 +254,7 @@ def test_cuda_bfloat16_forward_beats_fla_precision_on_long_sequences():
     q, k, v, g, beta, h0 = inputs("gated_delta_rule", B, T, H, K, V, torch.bfloat16, "cuda")
     o, S = call("gated_delta_rule", q, k, v, g, beta, h0, K ** -0.5)
     ro, rS = reference("gated_delta_rule", q, k, v, g, beta, K ** -0.5, h0)
-    assert rel_rms(o, ro) < 1e-3 and rel_rms(S, rS) < 1e-3
+    assert rel_rms(o, ro) < storage_error(o, ro) + 1e-3 and rel_rms(S, rS) < 1e-3
 
 
 @needs_gpu
