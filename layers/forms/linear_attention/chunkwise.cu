@@ -15,7 +15,8 @@
  * (−inf) − (−inf) is ever formed.
  *
  * Kernels (all 256 threads, fp32 FFMA on shared-memory tiles; bf16 inputs are converted to fp32
- * on load and results rounded to bf16 only on the final store):
+ * on load and results rounded to bf16 only on the final store; every tile's loads are issued
+ * together; the sequential kernels run two blocks per SM):
  *   la_scores      (B·H, chunks)       A with β_j and scale folded in, to the workspace
  *   la_state       (B·H, d_v/32)       sequential over chunks: o, S (forward) or the chunk-start
  *                                      states (backward recompute)
@@ -32,15 +33,14 @@
 #include "cuda_common.cuh"
 #include "status.h"
 
-#define LA_C 64     /* tokens per chunk */
-#define LA_SB 16    /* sub-block of the per-key intra-chunk scores */
-#define LA_KT 64    /* key tile */
-#define LA_VT 64    /* value tile of la_bwd_chunk */
-#define LA_BV 32    /* value tile of the sequential kernels */
-#define LA_NT 256   /* threads per block */
-#define LA_LD 65    /* row stride (floats) of 64-column tiles: conflict-free column reads */
-#define LA_SLD 33   /* row stride of the (d_k, 32) state tiles */
-#define LA_GLD 65   /* row stride (elements) of the gate arrays G' (double) and R (char) */
+#define LA_C 64   /* tokens per chunk */
+#define LA_KT 64  /* key tile */
+#define LA_VT 64  /* value tile of la_bwd_chunk */
+#define LA_BV 32  /* value tile of the sequential kernels */
+#define LA_NT 256 /* threads per block */
+#define LA_LD 65  /* row stride (floats) of 64-column tiles: conflict-free column reads */
+#define LA_SLD 33 /* row stride of the (d_k, 32) state tiles */
+#define LA_GLD 65 /* row stride (elements) of the gate arrays G' (double) and R (char) */
 
 /* A gate below this is a hard reset: its fp32 exponential rounds to 0 (e^x < 2^−150). */
 #define LA_RESET_G (-103.972077f)
@@ -57,13 +57,13 @@ struct la_dev {
     const float *d_ht;
     void *dq, *dkk, *dvv;
     float *dbeta, *dg, *dh0;
-    float *Aw;      /* (B·H, NC, C, C) forward scores */
-    float *Sst;     /* (B·H, NC, d_k, d_v) state at each chunk start (backward) */
-    float *dSe;     /* (B·H, NC, d_k, d_v) gradient of the state at each chunk end */
-    float *ST;      /* (B·H, d_k, d_v) final state (backward, for dg) */
-    double *head;   /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
-    double *carry;  /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
-    int *flag;      /* (B·H, NC, gdim) 1 when the chunk holds a reset */
+    float *Aw;     /* (B·H, NC, C, C) forward scores */
+    float *Sst;    /* (B·H, NC, d_k, d_v) state at each chunk start (backward) */
+    float *dSe;    /* (B·H, NC, d_k, d_v) gradient of the state at each chunk end */
+    float *ST;     /* (B·H, d_k, d_v) final state (backward, for dg) */
+    double *head;  /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
+    double *carry; /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
+    int *flag;     /* (B·H, NC, gdim) 1 when the chunk holds a reset */
 };
 
 __device__ __forceinline__ bool la_reset(float g) { return g < LA_RESET_G; }
@@ -81,14 +81,15 @@ __device__ __forceinline__ size_t la_row(const la_dev &P, int b, int t, int h) {
  * then the earlier segments' carry (their sum since their last reset, or their reset) is added
  * to the rows before the segment's first reset. Rows past n continue with g = 0. */
 template <bool PK>
-__device__ __forceinline__ void la_gate_fetch(const la_dev &P, int b, int h, int t0, int n,
-                                              int m0, float (&gv)[16]) {
+__device__ __forceinline__ void la_gate_fetch(const la_dev &P, int b, int h, int t0, int n, int m0,
+                                              float (&gv)[16]) {
     const int col = threadIdx.x & 63, seg = threadIdx.x >> 6, m = m0 + col;
     const bool has = P.g != nullptr && (PK ? m < P.dk : col == 0);
     const size_t gd = PK ? (size_t)P.dk : 1, rs = (size_t)P.H * gd;
     const float *p = has ? P.g + la_row(P, b, t0 + 16 * seg, h) * gd + (PK ? m : 0) : P.g;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) gv[r] = (has && 16 * seg + r < n) ? p[(size_t)r * rs] : 0.0f;
+    for (int r = 0; r < 16; ++r)
+        gv[r] = (has && 16 * seg + r < n) ? p[(size_t)r * rs] : 0.0f;
 }
 
 /* Contains __syncthreads: every thread of the block calls it. */
@@ -134,8 +135,8 @@ __device__ __forceinline__ void la_scan_rows(const float (&gv)[16], double (&G)[
 
 /* G'_i and R_i of the tile's gate columns into shared memory (stride LA_GLD), for la_dec. */
 template <bool PK>
-__device__ __forceinline__ void la_scan(const la_dev &P, int b, int h, int t0, int n, int m0, double *Gd,
-                        signed char *Rr) {
+__device__ __forceinline__ void la_scan(const la_dev &P, int b, int h, int t0, int n, int m0,
+                                        double *Gd, signed char *Rr) {
     float gv[16];
     double G[16];
     int R[16];
@@ -167,7 +168,8 @@ __device__ __forceinline__ void la_publish_last(int n, const double (&G)[16], co
  * else exp(G'_i − G'_j), the difference formed in float64 (both G' restart at the same reset). */
 __device__ __forceinline__ float la_dec(const double *Gd, const signed char *Rr, int j, int i,
                                         int col) {
-    if (Rr[i * LA_GLD + col] > j) return 0.0f;
+    if (Rr[i * LA_GLD + col] > j)
+        return 0.0f;
     const double x = Gd[i * LA_GLD + col] - (j >= 0 ? Gd[j * LA_GLD + col] : 0.0);
     return expf((float)x);
 }
@@ -241,19 +243,22 @@ __device__ __forceinline__ void la_load_state(float *dst, const float *M, int dk
  * B(x, j) = TB ? b[j·ldb + x] : b[x·ldb + j]. With the padded strides every read is a broadcast
  * or conflict-free. */
 template <int NR, int NC, bool TA, bool TB>
-__device__ __forceinline__ void la_mm(float (&acc)[NR][NC], const float *a, int lda,
-                                      const float *b, int ldb, int K, int tr, int tc) {
+__device__ __forceinline__ void la_mm(float (&acc)[NR][NC], const float *a, int lda, const float *b,
+                                      int ldb, int K, int tr, int tc) {
 #pragma unroll 4
     for (int x = 0; x < K; ++x) {
         float av[NR], bv[NC];
 #pragma unroll
-        for (int r = 0; r < NR; ++r) av[r] = TA ? a[x * lda + tr + 16 * r] : a[(tr + 16 * r) * lda + x];
+        for (int r = 0; r < NR; ++r)
+            av[r] = TA ? a[x * lda + tr + 16 * r] : a[(tr + 16 * r) * lda + x];
 #pragma unroll
-        for (int c = 0; c < NC; ++c) bv[c] = TB ? b[(tc + 16 * c) * ldb + x] : b[x * ldb + tc + 16 * c];
+        for (int c = 0; c < NC; ++c)
+            bv[c] = TB ? b[(tc + 16 * c) * ldb + x] : b[x * ldb + tc + 16 * c];
 #pragma unroll
         for (int r = 0; r < NR; ++r)
 #pragma unroll
-            for (int c = 0; c < NC; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+            for (int c = 0; c < NC; ++c)
+                acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
     }
 }
 
@@ -261,7 +266,8 @@ template <int NR, int NC> __device__ __forceinline__ void la_zero(float (&acc)[N
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
-        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+        for (int c = 0; c < NC; ++c)
+            acc[r][c] = 0.0f;
 }
 
 /* ---- intra-chunk scores ----
@@ -303,57 +309,61 @@ __device__ void la_chunk_scores(const la_dev &P, int b, int h, int t0, int n, co
             }
         __syncthreads();
     } else {
-    for (int e = tid; e < LA_C * LA_LD; e += blockDim.x) s.A[e] = 0.0f;
-    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-        la_scan<true>(P, b, h, t0, n, m0, s.Gd, s.Rr);
-        la_load<E, LA_KT>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
-        la_load<E, LA_KT>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
-        __syncthreads();
-        /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
-        for (int pidx = tid; pidx < 4 * 136; pidx += blockDim.x) {
-            const int I = pidx / 136, qq = pidx - 136 * I;
-            int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
-            while ((r + 1) * (r + 2) / 2 <= qq) ++r;
-            while (r * (r + 1) / 2 > qq) --r;
-            const int c = qq - r * (r + 1) / 2;
-            const int i = 16 * I + r, j = 16 * I + c;
-            float sum = 0.0f;
-            for (int col = 0; col < LA_KT; ++col)
-                sum = fmaf(s.Qs[i * LA_LD + col] * s.Ks[j * LA_LD + col],
-                           la_dec(s.Gd, s.Rr, j, i, col), sum);
-            s.A[i * LA_LD + j] += sum;
-        }
-        __syncthreads();
-        /* rows 16..63 of Qs in place: q_i ⊙ dec(p_I→i), p_I = 16I − 1 the token before block I */
-        for (int e = tid; e < 48 * LA_KT; e += blockDim.x) {
-            const int i = 16 + e / LA_KT, col = e % LA_KT, p = (i & ~15) - 1;
-            s.Qs[i * LA_LD + col] *= la_dec(s.Gd, s.Rr, p, i, col);
-        }
-        /* row block I against the columns before it: Kh rows j < 16I hold k_j ⊙ dec(j→p_I) */
-        for (int I = 1; I < 4; ++I) {
-            const int p = 16 * I - 1;
-            for (int e = tid; e < 16 * I * LA_KT; e += blockDim.x) {
-                const int j = e / LA_KT, col = e % LA_KT;
-                s.Kh[j * LA_LD + col] = s.Ks[j * LA_LD + col] * la_dec(s.Gd, s.Rr, j, p, col);
-            }
+        for (int e = tid; e < LA_C * LA_LD; e += blockDim.x)
+            s.A[e] = 0.0f;
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            la_scan<true>(P, b, h, t0, n, m0, s.Gd, s.Rr);
+            la_load<E, LA_KT>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+            la_load<E, LA_KT>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
             __syncthreads();
-            for (int o = tid; o < 256 * I; o += blockDim.x) {
-                const int r = o / (16 * I), j = o - r * 16 * I, i = 16 * I + r;
-                const float *qa = s.Qs + i * LA_LD, *kb = s.Kh + j * LA_LD;
+            /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
+            for (int pidx = tid; pidx < 4 * 136; pidx += blockDim.x) {
+                const int I = pidx / 136, qq = pidx - 136 * I;
+                int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
+                while ((r + 1) * (r + 2) / 2 <= qq)
+                    ++r;
+                while (r * (r + 1) / 2 > qq)
+                    --r;
+                const int c = qq - r * (r + 1) / 2;
+                const int i = 16 * I + r, j = 16 * I + c;
                 float sum = 0.0f;
-#pragma unroll 8
-                for (int col = 0; col < LA_KT; ++col) sum = fmaf(qa[col], kb[col], sum);
+                for (int col = 0; col < LA_KT; ++col)
+                    sum = fmaf(s.Qs[i * LA_LD + col] * s.Ks[j * LA_LD + col],
+                               la_dec(s.Gd, s.Rr, j, i, col), sum);
                 s.A[i * LA_LD + j] += sum;
             }
             __syncthreads();
+            /* rows 16..63 of Qs in place: q_i ⊙ dec(p_I→i), p_I = 16I − 1 the token before block I */
+            for (int e = tid; e < 48 * LA_KT; e += blockDim.x) {
+                const int i = 16 + e / LA_KT, col = e % LA_KT, p = (i & ~15) - 1;
+                s.Qs[i * LA_LD + col] *= la_dec(s.Gd, s.Rr, p, i, col);
+            }
+            /* row block I against the columns before it: Kh rows j < 16I hold k_j ⊙ dec(j→p_I) */
+            for (int I = 1; I < 4; ++I) {
+                const int p = 16 * I - 1;
+                for (int e = tid; e < 16 * I * LA_KT; e += blockDim.x) {
+                    const int j = e / LA_KT, col = e % LA_KT;
+                    s.Kh[j * LA_LD + col] = s.Ks[j * LA_LD + col] * la_dec(s.Gd, s.Rr, j, p, col);
+                }
+                __syncthreads();
+                for (int o = tid; o < 256 * I; o += blockDim.x) {
+                    const int r = o / (16 * I), j = o - r * 16 * I, i = 16 * I + r;
+                    const float *qa = s.Qs + i * LA_LD, *kb = s.Kh + j * LA_LD;
+                    float sum = 0.0f;
+#pragma unroll 8
+                    for (int col = 0; col < LA_KT; ++col)
+                        sum = fmaf(qa[col], kb[col], sum);
+                    s.A[i * LA_LD + j] += sum;
+                }
+                __syncthreads();
+            }
         }
-    }
-    for (int e = tid; e < LA_C * LA_C; e += blockDim.x) {
-        const int i = e >> 6, j = e & 63;
-        const float x = s.A[i * LA_LD + j];
-        s.A[i * LA_LD + j] = (j <= i && i < n) ? P.scale * x : 0.0f;
-    }
-    __syncthreads();
+        for (int e = tid; e < LA_C * LA_C; e += blockDim.x) {
+            const int i = e >> 6, j = e & 63;
+            const float x = s.A[i * LA_LD + j];
+            s.A[i * LA_LD + j] = (j <= i && i < n) ? P.scale * x : 0.0f;
+        }
+        __syncthreads();
     }
 }
 
@@ -364,8 +374,7 @@ __device__ void la_chunk_scores(const la_dev &P, int b, int h, int t0, int n, co
 /* ---- forward: scores ----
  * Aw[bh, c] = A ⊙ β_j (columns), the intra-chunk operator of the output (C × C, zero above the
  * diagonal and outside the chunk). */
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT, 2) la_scores(la_dev P) {
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT, 2) la_scores(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
@@ -432,8 +441,8 @@ __device__ __forceinline__ la_seq_smem la_seq_carve(unsigned char *base, int dk)
  * Qa (when WQ) and Kb (when WK) must hold the raw tiles, written before the call (the scan's
  * barriers order them). Contains __syncthreads. */
 template <bool PK, bool WQ, bool WK>
-__device__ __forceinline__ void la_seq_gates(const la_dev &P, const la_seq_smem &m, const float (&gv)[16], int n,
-                             int m0) {
+__device__ __forceinline__ void la_seq_gates(const la_dev &P, const la_seq_smem &m,
+                                             const float (&gv)[16], int n, int m0) {
     const int col = threadIdx.x & 63, seg = threadIdx.x >> 6;
     double G[16];
     int R[16];
@@ -449,14 +458,17 @@ __device__ __forceinline__ void la_seq_gates(const la_dev &P, const la_seq_smem 
             const float a = (i < n && R[r] < 0) ? expf((float)G[r]) : 0.0f;
             const float bb = (i < n && rn <= i) ? expf((float)(gn - G[r])) : 0.0f;
             if (PK) {
-                if (WQ) m.Qa[i * LA_LD + col] *= P.scale * a;
-                if (WK) m.Kb[i * LA_LD + col] *= m.bet[i] * bb;
+                if (WQ)
+                    m.Qa[i * LA_LD + col] *= P.scale * a;
+                if (WK)
+                    m.Kb[i * LA_LD + col] *= m.bet[i] * bb;
             } else {
                 m.af[i] = a;
                 m.bf[i] = bb;
             }
         }
-        if (seg == 0) m.es[PK ? m0 + col : 0] = la_dither(&m.drift[PK ? m0 + col : 0], gn, rn);
+        if (seg == 0)
+            m.es[PK ? m0 + col : 0] = la_dither(&m.drift[PK ? m0 + col : 0], gn, rn);
     }
     __syncthreads();
 }
@@ -474,10 +486,12 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
     for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
         const int r = e / LA_BV, c = e % LA_BV;
         float x = 0.0f;
-        if (P.h0 && r < P.dk && n0 + c < P.dv) x = P.h0[sq + (size_t)r * P.dv + n0 + c];
+        if (P.h0 && r < P.dk && n0 + c < P.dv)
+            x = P.h0[sq + (size_t)r * P.dv + n0 + c];
         S[r * LA_SLD + c] = x;
     }
-    for (int e = tid; e < 256; e += blockDim.x) m.drift[e] = 1.0;
+    for (int e = tid; e < 256; e += blockDim.x)
+        m.drift[e] = 1.0;
     __syncthreads();
 
     for (int c = 0; c < P.NC; ++c) {
@@ -488,18 +502,21 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
             float *dst = P.Sst + ((size_t)bh * P.NC + c) * P.dk * P.dv;
             for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
                 const int r = e / LA_BV, cc = e % LA_BV;
-                if (n0 + cc < P.dv) dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
+                if (n0 + cc < P.dv)
+                    dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
             }
         }
         {
             float vv[LA_C * LA_BV / LA_NT];
             la_fetch<E, LA_BV>(vv, (const E *)P.v, P, b, h, t0, n, n0, P.dv);
-            if (!PK) la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
+            if (!PK)
+                la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
             float av[16];
             if (MODE == 0) {
                 const float *src = P.Aw + ((size_t)bh * P.NC + c) * LA_C * LA_C;
 #pragma unroll
-                for (int k = 0; k < 16; ++k) av[k] = src[tid + k * LA_NT];
+                for (int k = 0; k < 16; ++k)
+                    av[k] = src[tid + k * LA_NT];
             }
             if (tid < LA_C)
                 m.bet[tid] = (P.beta && tid < n) ? P.beta[la_row(P, b, t0 + tid, h)] : 1.0f;
@@ -512,16 +529,21 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
                 }
             }
         }
-        if (!PK) la_seq_gates<false, false, false>(P, m, gv, n, 0);
+        if (!PK)
+            la_seq_gates<false, false, false>(P, m, gv, n, 0);
         __syncthreads();
-        if (MODE == 0) la_mm<4, 2, false, false>(acc, m.As, LA_LD, m.Vs, LA_SLD, LA_C, tr, tc);
+        if (MODE == 0)
+            la_mm<4, 2, false, false>(acc, m.As, LA_LD, m.Vs, LA_SLD, LA_C, tr, tc);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
             {
                 float qv[16], kv[16];
-                if (MODE == 0) la_fetch<E, LA_KT>(qv, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+                if (MODE == 0)
+                    la_fetch<E, LA_KT>(qv, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
                 la_fetch<E, LA_KT>(kv, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
-                if (PK) la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
-                if (MODE == 0) la_put<LA_KT>(m.Qa, LA_LD, qv);
+                if (PK)
+                    la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
+                if (MODE == 0)
+                    la_put<LA_KT>(m.Qa, LA_LD, qv);
                 la_put<LA_KT>(m.Kb, LA_LD, kv);
             }
             if (PK) {
@@ -530,7 +552,8 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
                 __syncthreads();
                 for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
                     const int i = e / LA_KT, col = e % LA_KT;
-                    if (MODE == 0) m.Qa[i * LA_LD + col] *= P.scale * m.af[i];
+                    if (MODE == 0)
+                        m.Qa[i * LA_LD + col] *= P.scale * m.af[i];
                     m.Kb[i * LA_LD + col] *= m.bet[i] * m.bf[i];
                 }
                 __syncthreads();
@@ -570,7 +593,8 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
     if (fin) {
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
             const int r = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) fin[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
+            if (n0 + cc < P.dv)
+                fin[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
     }
 }
@@ -581,8 +605,7 @@ __global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
  *     dS ← diag(e) dS + (scale·q ⊙ a)ᵀ dO,
  * the gradient of the chunk-start state; after chunk 0 it is dh0. Same carve-up as la_state
  * (Vs holds dO). */
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, n0 = blockIdx.y * LA_BV, b = bh / P.H, h = bh % P.H;
     const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
@@ -594,31 +617,37 @@ __global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
     for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
         const int r = e / LA_BV, c = e % LA_BV;
         float x = 0.0f;
-        if (P.d_ht && r < P.dk && n0 + c < P.dv) x = P.d_ht[sq + (size_t)r * P.dv + n0 + c];
+        if (P.d_ht && r < P.dk && n0 + c < P.dv)
+            x = P.d_ht[sq + (size_t)r * P.dv + n0 + c];
         S[r * LA_SLD + c] = x;
     }
-    for (int e = tid; e < 256; e += blockDim.x) m.drift[e] = 1.0;
+    for (int e = tid; e < 256; e += blockDim.x)
+        m.drift[e] = 1.0;
     __syncthreads();
     for (int c = P.NC - 1; c >= 0; --c) {
         const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
         float *dst = P.dSe + ((size_t)bh * P.NC + c) * P.dk * P.dv;
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
             const int r = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
+            if (n0 + cc < P.dv)
+                dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
         float gv[16];
         {
             float ov[LA_C * LA_BV / LA_NT];
             la_fetch<E, LA_BV>(ov, (const E *)P.d_o, P, b, h, t0, n, n0, P.dv);
-            if (!PK) la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
+            if (!PK)
+                la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
             la_put<LA_BV>(m.Vs, LA_SLD, ov);
         }
-        if (!PK) la_seq_gates<false, false, false>(P, m, gv, n, 0);
+        if (!PK)
+            la_seq_gates<false, false, false>(P, m, gv, n, 0);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
             {
                 float qv[16];
                 la_fetch<E, LA_KT>(qv, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
-                if (PK) la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
+                if (PK)
+                    la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
                 la_put<LA_KT>(m.Qa, LA_LD, qv);
             }
             if (PK) {
@@ -650,7 +679,8 @@ __global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
     if (P.dh0) {
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
             const int r = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) P.dh0[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
+            if (n0 + cc < P.dv)
+                P.dh0[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
     }
 }
@@ -669,8 +699,7 @@ __global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
 #define LA_BW_FLOATS (6 * LA_C * LA_LD + 2 * LA_C)
 #define LA_BW_BYTES (LA_BW_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
 
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
@@ -692,7 +721,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         dbet[i] = 0.0f;
         xs[i] = 0.0;
     }
-    if (!PK) la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
+    if (!PK)
+        la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
     __syncthreads();
 
     /* M = scale·β_j·dO Vᵀ (⊙ Γ for a scalar gate), masked */
@@ -714,7 +744,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                 float x = 0.0f;
                 if (j <= i && i < n) {
                     x = P.scale * bet[j] * acc[r][cc];
-                    if (!PK) x *= la_dec(Gd, Rr, j, i, 0);
+                    if (!PK)
+                        x *= la_dec(Gd, Rr, j, i, 0);
                 }
                 Mm[i * LA_LD + j] = x;
             }
@@ -740,13 +771,15 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         la_mm<4, 4, true, false>(acc, Am, LA_LD, R1, LA_LD, LA_C, tr, tc);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
             __syncthreads();
-            if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+            if (PK)
+                la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
             la_load<E, LA_KT>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
             la_load_state(R3, dSe, P.dk, P.dv, m0, v0);
             __syncthreads();
             for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
                 const int j = e / LA_KT, col = e % LA_KT;
-                if (j < n) R2[j * LA_LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
+                if (j < n)
+                    R2[j * LA_LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
             }
             __syncthreads();
             la_mm<4, 4, false, false>(acc, R2, LA_LD, R3, LA_LD, LA_KT, tr, tc);
@@ -761,16 +794,19 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                 if (j < n && col < P.dv) {
                     const size_t idx = la_row(P, b, t0 + j, h) * P.dv + col;
                     part = fmaf(ttt_ld<E>((const E *)P.v, idx), acc[r][cc], part);
-                    if (P.dvv) ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[r][cc]);
+                    if (P.dvv)
+                        ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[r][cc]);
                 }
             }
-            if (j < n) atomicAdd(&dbet[j], part);
+            if (j < n)
+                atomicAdd(&dbet[j], part);
         }
         __syncthreads();
     }
     /* dq, dk and x per key tile */
     for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-        if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+        if (PK)
+            la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
         la_load<E, LA_KT>(R1, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
         la_load<E, LA_KT>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
         float aq[4][4], ak[4][4];
@@ -819,16 +855,19 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
             const int I = tid >> 6, col = tid & 63, base = 16 * I;
             float a[16];
 #pragma unroll
-            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
             if (I > 0) {
                 const int p = base - 1;
                 for (int j = 0; j < base; ++j) {
                     const float kw = R2[j * LA_LD + col] * la_dec(Gd, Rr, j, p, col);
 #pragma unroll
-                    for (int r = 0; r < 16; ++r) a[r] = fmaf(Mm[(base + r) * LA_LD + j], kw, a[r]);
+                    for (int r = 0; r < 16; ++r)
+                        a[r] = fmaf(Mm[(base + r) * LA_LD + j], kw, a[r]);
                 }
 #pragma unroll
-                for (int r = 0; r < 16; ++r) a[r] *= la_dec(Gd, Rr, p, base + r, col);
+                for (int r = 0; r < 16; ++r)
+                    a[r] *= la_dec(Gd, Rr, p, base + r, col);
             }
 #pragma unroll
             for (int jj = 0; jj < 16; ++jj) {
@@ -841,22 +880,27 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                                     la_dec(Gd, Rr, j, base + r, col), a[r]);
             }
 #pragma unroll
-            for (int r = 0; r < 16; ++r) R3[(base + r) * LA_LD + col] += a[r];
+            for (int r = 0; r < 16; ++r)
+                R3[(base + r) * LA_LD + col] += a[r];
 #pragma unroll
-            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
             for (int I2 = I + 1; I2 < 4; ++I2) {
                 const int p = 16 * I2 - 1;
                 float t[16];
 #pragma unroll
-                for (int r = 0; r < 16; ++r) t[r] = 0.0f;
+                for (int r = 0; r < 16; ++r)
+                    t[r] = 0.0f;
                 for (int ii = 0; ii < 16; ++ii) {
                     const int i = 16 * I2 + ii;
                     const float qu = R1[i * LA_LD + col] * la_dec(Gd, Rr, p, i, col);
 #pragma unroll
-                    for (int r = 0; r < 16; ++r) t[r] = fmaf(Mm[i * LA_LD + base + r], qu, t[r]);
+                    for (int r = 0; r < 16; ++r)
+                        t[r] = fmaf(Mm[i * LA_LD + base + r], qu, t[r]);
                 }
 #pragma unroll
-                for (int r = 0; r < 16; ++r) a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
+                for (int r = 0; r < 16; ++r)
+                    a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
             }
 #pragma unroll
             for (int ii = 0; ii < 16; ++ii) {
@@ -865,11 +909,12 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
 #pragma unroll
                 for (int r = 0; r < 16; ++r)
                     if (r <= ii)
-                        a[r] = fmaf(Mm[i * LA_LD + base + r] * qi,
-                                    la_dec(Gd, Rr, base + r, i, col), a[r]);
+                        a[r] = fmaf(Mm[i * LA_LD + base + r] * qi, la_dec(Gd, Rr, base + r, i, col),
+                                    a[r]);
             }
 #pragma unroll
-            for (int r = 0; r < 16; ++r) R4[(base + r) * LA_LD + col] += a[r];
+            for (int r = 0; r < 16; ++r)
+                R4[(base + r) * LA_LD + col] += a[r];
             __syncthreads();
         }
         /* dq, dk to memory */
@@ -877,8 +922,10 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
             const int i = e / LA_KT, col = e % LA_KT;
             if (i < n && m0 + col < P.dk) {
                 const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
-                if (P.dq) ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
-                if (P.dkk) ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
+                if (P.dq)
+                    ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
+                if (P.dkk)
+                    ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
             }
         }
         if (P.dg) {
@@ -931,7 +978,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         P.head[hz] = sacc;
         P.flag[hz] = any;
     }
-    if (P.dbeta && tid < n) P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+    if (P.dbeta && tid < n)
+        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
 }
 
 /* ---- backward: dg across chunks ----
@@ -967,7 +1015,8 @@ __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
         int last = -1;
 #pragma unroll 16
         for (int i = 0; i < LA_C; ++i)
-            if (i < n && la_reset(P.g[la_row(P, b, t0 + i, h) * (size_t)gdim + z])) last = i;
+            if (i < n && la_reset(P.g[la_row(P, b, t0 + i, h) * (size_t)gdim + z]))
+                last = i;
 #pragma unroll 16
         for (int i = 0; i < LA_C; ++i)
             if (i > last && i < n) {
@@ -978,8 +1027,6 @@ __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
 }
 
 /* ---- host side ---- */
-
-static size_t la_al(size_t x) { return ttt_cu_align(x); }
 
 /* Sizes of the workspace parts; 0 for arguments out of range. */
 struct la_ws {
@@ -992,20 +1039,22 @@ static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
         a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
         return 0;
     const size_t BH = (size_t)a->B * a->H, NC = ((size_t)a->T + LA_C - 1) / LA_C;
-    if (BH > (size_t)INT_MAX || NC > 65535) return 0;
+    if (BH > (size_t)INT_MAX || NC > 65535)
+        return 0;
     const size_t rows = BH * (size_t)a->T; /* ≤ 2^31 · 2^31: no overflow in 64 bits */
-    if (rows > ((size_t)1 << 40)) return 0;
+    if (rows > ((size_t)1 << 40))
+        return 0;
     const size_t gdim = (a->g && a->gate_per_key) ? (size_t)a->d_k : 1;
     const size_t kv = (size_t)a->d_k * a->d_v;
     if (!backward) {
-        w->Aw = la_al(BH * NC * LA_C * LA_C * 4);
+        w->Aw = ttt_cu_align(BH * NC * LA_C * LA_C * 4);
     } else {
-        w->Sst = la_al(BH * NC * kv * 4);
+        w->Sst = ttt_cu_align(BH * NC * kv * 4);
         w->dSe = w->Sst;
-        w->ST = la_al(BH * kv * 4);
-        w->head = la_al(BH * NC * gdim * 8);
+        w->ST = ttt_cu_align(BH * kv * 4);
+        w->head = ttt_cu_align(BH * NC * gdim * 8);
         w->carry = w->head;
-        w->flag = la_al(BH * NC * gdim * 4);
+        w->flag = ttt_cu_align(BH * NC * gdim * 4);
     }
     w->total = w->Aw + w->Sst + w->dSe + w->ST + w->head + w->carry + w->flag;
     return 1;
@@ -1016,17 +1065,19 @@ extern "C" size_t ttt_cuda_la_workspace(const ttt_chunk_args *a, int backward) {
     return la_sizes(a, backward, &w) ? w.total : 0;
 }
 
-static ttt_status la_check(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
-                           int backward, la_ws *w, ttt_error *err) {
-    if (!a) return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): args is NULL");
+static ttt_status la_check(const ttt_chunk_args *a, void *workspace, size_t ws_bytes, int backward,
+                           la_ws *w, ttt_error *err) {
+    if (!a)
+        return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): args is NULL");
     if (a->B < 1 || a->T < 1 || a->H < 1)
         return ttt_error_set(err, TTT_ERR_ARG,
-                             "linear attention (CUDA): B, T, H must be ≥ 1 (got %d, %d, %d)",
-                             a->B, a->T, a->H);
+                             "linear attention (CUDA): B, T, H must be ≥ 1 (got %d, %d, %d)", a->B,
+                             a->T, a->H);
     if (a->d_k < 1 || a->d_v < 1 || a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
-        return ttt_error_set(err, TTT_ERR_ARG,
-                             "linear attention (CUDA): d_k and d_v must lie in [1, %d] (got %d, %d)",
-                             TTT_CHUNK_MAX_D, a->d_k, a->d_v);
+        return ttt_error_set(
+            err, TTT_ERR_ARG,
+            "linear attention (CUDA): d_k and d_v must lie in [1, %d] (got %d, %d)",
+            TTT_CHUNK_MAX_D, a->d_k, a->d_v);
     if (a->dtype != TTT_CHUNK_F32 && a->dtype != TTT_CHUNK_BF16)
         return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): unknown dtype %d",
                              (int)a->dtype);
@@ -1071,8 +1122,7 @@ static la_dev la_make(const ttt_chunk_args *a) {
 }
 
 /* Raise a kernel's dynamic shared-memory limit to `bytes` (above the default 48 KB). */
-template <typename K>
-static cudaError_t la_smem_attr(K kernel, size_t bytes) {
+template <typename K> static cudaError_t la_smem_attr(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
@@ -1115,11 +1165,12 @@ static ttt_status la_backward_t(const la_dev &P, cudaStream_t st, ttt_error *err
     return TTT_OK;
 }
 
-extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace,
-                                          size_t ws_bytes, void *stream, ttt_error *err) {
+extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
+                                          void *stream, ttt_error *err) {
     la_ws w;
     const ttt_status s = la_check(a, workspace, ws_bytes, 0, &w, err);
-    if (s != TTT_OK) return s;
+    if (s != TTT_OK)
+        return s;
     la_dev P = la_make(a);
     P.Aw = (float *)workspace;
     cudaStream_t st = (cudaStream_t)stream;
@@ -1127,7 +1178,8 @@ extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspa
     if (bf)
         return P.per_key ? la_forward_t<__nv_bfloat16, true>(P, st, err)
                          : la_forward_t<__nv_bfloat16, false>(P, st, err);
-    return P.per_key ? la_forward_t<float, true>(P, st, err) : la_forward_t<float, false>(P, st, err);
+    return P.per_key ? la_forward_t<float, true>(P, st, err)
+                     : la_forward_t<float, false>(P, st, err);
 }
 
 extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,
@@ -1135,7 +1187,8 @@ extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_ch
                                            ttt_error *err) {
     la_ws w;
     const ttt_status s = la_check(a, workspace, ws_bytes, 1, &w, err);
-    if (s != TTT_OK) return s;
+    if (s != TTT_OK)
+        return s;
     if (!g || !g->d_o)
         return ttt_error_set(err, TTT_ERR_ARG,
                              "linear attention (CUDA) backward: grad and grad->d_o are required");
