@@ -905,7 +905,13 @@ static ttt_status mark_complete(const ttt_plan *p, const char *dir, ttt_error *e
     char mark[4096 + 32], text[32];
     snprintf(mark, sizeof mark, "%s/" COMPLETE_FILE, dir);
     complete_text(p, text);
-    TTT_TRY(ttt_write_file_atomic(mark, text, err));
+    const ttt_status s = ttt_write_file_atomic(mark, text, err);
+    if (s != TTT_OK) {
+        /* renamed into place but not made durable (its folder's fsync failed): a run that
+         * reports a failure leaves no mark */
+        unlink(mark);
+        return s;
+    }
     remove_parts(p, dir);
     remove_shard_locks(dir);
     return TTT_OK;
