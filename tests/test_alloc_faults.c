@@ -261,19 +261,20 @@ static long fail_every_allocation_in(const char *yaml, const char *const *args, 
         before = tu_read_file(path); /* NULL: none yet */
         copy_tree(tmpl, run_dir);
     } else if (out && !o->fresh) {
-        /* the earlier complete run, kept as a template copied in before each attempt */
+        /* the earlier run of the same experiment, kept as a template copied in before each
+         * attempt (a run of another configuration would be refused before it allocates) */
         snprintf(tmpl, sizeof tmpl, "%s/earlier", dir);
         snprintf(run_dir, sizeof run_dir, "%s/%s", dir, out);
-        const char *a[] = {"run", "exp.yaml", "--set", "seed=1", "--out", "earlier", "--quiet",
-                           NULL};
+        const char *a[] = {"run", "exp.yaml", "--out", "earlier", "--quiet", NULL};
         proc p = run_ttt(dir, a, -1, 120);
         ck_assert_msg(p.code == 0, "the earlier run failed: %s", p.err);
         free(p.err);
         snprintf(path, sizeof path, "%s/summary.csv", tmpl);
         before = tu_read_file(path);
         ck_assert_ptr_nonnull(before);
-        /* its checkpoints would be refused as another configuration's (exit 2) */
-        snprintf(path, sizeof path, "rm -rf '%s/checkpoints'", tmpl);
+        /* without its mark and checkpoints, so that each attempt runs the whole experiment
+         * again over the earlier files (a completed run would only be reported) */
+        snprintf(path, sizeof path, "rm -rf '%s/checkpoints' '%s/.ttt-complete'", tmpl, tmpl);
         ck_assert_int_eq(system(path), 0);
         copy_tree(tmpl, run_dir);
     }
