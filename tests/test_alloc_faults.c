@@ -592,7 +592,7 @@ START_TEST(merge_and_compare_fail_cleanly) {
                               "out of memory while collecting results; nothing written",
                               "out of memory drawing chart", NULL};
     n = fail_every_allocation_in(sweep_yaml, cmp, "cmp",
-                                 &(sweep_opts){.stride = 11, .fresh = 1, .must_see = cmp_msgs,
+                                 &(sweep_opts){.stride = 7, .fresh = 1, .must_see = cmp_msgs,
                                                .setup = sweep_folders});
     ck_assert_msg(n >= 100, "compare: only %ld allocations were hooked", n);
 }

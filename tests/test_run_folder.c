@@ -372,7 +372,7 @@ static int ttt_in_dir(const char *fmt, ...) {
 static char *snapshot(const char *rel) {
     char *cmd;
     ck_assert(asprintf(&cmd, "cd '%s/%s' && find . -type f -print0 | sort -z | "
-                             "xargs -0 sha256sum > '%s/snap.txt'", dir, rel, dir) > 0);
+                             "xargs -0 -r sha256sum > '%s/snap.txt'", dir, rel, dir) > 0);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
     return read_in("snap.txt");
@@ -423,7 +423,8 @@ START_TEST(a_run_of_another_configuration_leaves_a_completed_folder_byte_identic
 END_TEST
 
 /* One rule for every command that writes (run, merge, compare, export, logits, apply): never one
- * of its inputs, a run folder that is not its own, or a folder of files no ttt command wrote.
+ * of its inputs, a run folder that is not its own (nor a file or folder inside one), or a folder
+ * of files no ttt command wrote.
  * Each refusal exits 2 and leaves every byte where it was. */
 START_TEST(every_writer_refuses_its_inputs_and_folders_not_its_own) {
     write_cfg("q.yaml", small_train_cfg);
@@ -446,6 +447,8 @@ START_TEST(every_writer_refuses_its_inputs_and_folders_not_its_own) {
         {"merge mem.yaml --out user", "user", "is not a run folder"},
         {"compare r1 r2 --out r3", "r3", "is a run folder"},
         {"compare r1 r2 --out user", "user", "is not a run folder"},
+        {"compare r1 r2 --out r1/cmp", "r1", "lies in the run folder"},
+        {"run mem.yaml --out tr/checkpoints/sub --quiet", "tr", "lies in the run folder"},
         {"export tr tr/checkpoints/point0/ckpt-last.safetensors", "tr", "lies in the run folder"},
         {"export tr tr/weights.safetensors", "tr", "lies in the run folder"},
         {"logits tr in.safetensors in.safetensors", ".", "is the input 'in.safetensors'"},
@@ -564,7 +567,9 @@ START_TEST(check_refuses_what_run_fails_on_and_a_failed_run_leaves_no_folder) {
     ck_assert_int_eq(mkdir(p, 0777), 0);
     ck_assert_int_eq(ttt_in_dir("run q.yaml --set train.init_from=junk.safetensors --out mine "
                                 "--quiet"), 1);
-    ck_assert(exists_in("mine"));
+    char *left = snapshot("mine");
+    ck_assert_msg(exists_in("mine") && left[0] == '\0', "the failed run left files: %s", left);
+    free(left);
 }
 END_TEST
 

@@ -1072,6 +1072,22 @@ static void remove_created(const char *dir, const char *created, int locked) {
     free(b);
 }
 
+/* Empty an existing folder the run found empty (but for ttt's lock, kept when it was there):
+ * what a run that failed before its first point wrote there goes again. Only under the lock. */
+static _Thread_local int keep_lock; /* nftw has no user argument: remove_contents sets it */
+static int remove_inner(const char *path, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag;
+    if (f->level == 0) return 0;
+    if (f->level == 1 && keep_lock && strcmp(path + f->base, LOCK_FILE) == 0) return 0;
+    remove(path);
+    return 0;
+}
+
+static void remove_contents(const char *dir, int lock_was_there) {
+    keep_lock = lock_was_there;
+    nftw(dir, remove_inner, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* A point of the folder kept a checkpoint: the work of a failed run that the next one resumes. */
 static int holds_checkpoint(const ttt_plan *p, const char *dir) {
     char path[4096 + 64];
@@ -1152,10 +1168,18 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     int complete = 0;
     ttt_status s = TTT_OK;
     char *created = NULL; /* the topmost folder this run creates (NULL: the folder was there) */
+    int found_empty = 0, lock_was_there = 0; /* the folder was there, empty (and its lock) */
     if (writer) {
         /* what the folder holds decides before anything is written: a folder of other files or
          * a run of another configuration is refused and left as it is */
         s = check_own_folder(p, dir, "run", err);
+        if (s == TTT_OK && ttt_folder_kind_of(dir) == TTT_FOLDER_EMPTY) {
+            char lock[4096 + 32];
+            struct stat lst;
+            snprintf(lock, sizeof lock, "%s/" LOCK_FILE, dir);
+            found_empty = 1;
+            lock_was_there = lstat(lock, &lst) == 0;
+        }
         if (s == TTT_OK) s = topmost_missing(dir, &created, err);
         if (s == TTT_OK) s = ttt_mkdirs(dir, err);
         if (s != TTT_OK && created) remove_created(dir, created, 0);
@@ -1205,6 +1229,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     if (s != TTT_OK) {
         ttt_results_free(res);
         if (created && R == 1 && !sharded) remove_created(dir, created, 1);
+        else if (found_empty && R == 1 && !sharded) remove_contents(dir, lock_was_there);
         unlock_run_folder(&L);
         free(owner);
         free(created);
@@ -1330,11 +1355,13 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         }
     }
     /* A run that fails before its first point leaves what it found: a folder it created, with
-     * no point finished and no checkpoint kept, goes again (docs/hardening.md "Run folders:
+     * no point finished and no checkpoint kept, goes again, and one it found empty is emptied (docs/hardening.md "Run folders:
      * names, one writer, re-runs"). Only a process that ran alone wrote into it. */
-    if (s != TTT_OK && s != TTT_ERR_INTERRUPTED && created && finished == 0 && R == 1 &&
-        !sharded && !holds_checkpoint(p, dir))
-        remove_created(dir, created, 1);
+    if (s != TTT_OK && s != TTT_ERR_INTERRUPTED && (created || found_empty) && finished == 0 &&
+        R == 1 && !sharded && !holds_checkpoint(p, dir)) {
+        if (created) remove_created(dir, created, 1);
+        else remove_contents(dir, lock_was_there);
+    }
     unlock_run_folder(&L);
     free(created);
     return s;

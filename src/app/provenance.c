@@ -202,10 +202,13 @@ static void first_entry(const char *dir, char *out, size_t len) {
     closedir(d);
 }
 
+static ttt_status not_inside_marked(const char *cmd, const char *out, ttt_error *err);
+
 ttt_status ttt_output_folder_check(const char *cmd, const char *dir, ttt_folder_kind own,
                                    ttt_error *err) {
     const ttt_folder_kind k = ttt_folder_kind_of(dir);
-    if (k == TTT_FOLDER_ABSENT || k == TTT_FOLDER_EMPTY || k == own) return TTT_OK;
+    if (k == TTT_FOLDER_ABSENT || k == TTT_FOLDER_EMPTY || k == own)
+        return not_inside_marked(cmd, dir, err); /* nor a folder inside another's */
     if (k == TTT_FOLDER_RUN)
         return ttt_error_set(err, TTT_ERR_ARG,
                              "%s: '%s' is a run folder of `ttt run`, which only its own run "
@@ -242,24 +245,21 @@ static void parent_of(const char *path, char *out, size_t len) {
     else snprintf(out, len, "%.*s", (int)(slash - path), path);
 }
 
-ttt_status ttt_output_file_check(const char *cmd, const char *out, const char *const *inputs,
-                                 int n_inputs, ttt_error *err) {
-    struct stat so, si;
-    const int out_exists = stat(out, &so) == 0;
-    for (int i = 0; i < n_inputs; i++) {
-        if (!inputs[i]) continue;
-        if (strcmp(out, inputs[i]) == 0 ||
-            (out_exists && stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev &&
-             si.st_ino == so.st_ino))
-            return ttt_error_set(err, TTT_ERR_ARG,
-                                 "%s: the output '%s' is the input '%s'; nothing was written: "
-                                 "give an output file of its own (the input would be replaced)",
-                                 cmd, out, inputs[i]);
+/* `out` (a file or a folder) lies in no run folder or comparison: none of the folders from
+ * its parent (the nearest that exists) up to / holds config.resolved.yaml or the comparison's
+ * mark; those are written only by the command that made them. */
+static ttt_status not_inside_marked(const char *cmd, const char *out, ttt_error *err) {
+    char parent[PATH_MAX], real[PATH_MAX], self[PATH_MAX];
+    snprintf(self, sizeof self, "%s", out);
+    for (size_t n = strlen(self); n > 1 && self[n - 1] == '/'; n--) self[n - 1] = '\0';
+    parent_of(self, parent, sizeof parent);
+    /* the nearest folder above that exists (the rest the command creates) */
+    while (!realpath(parent, real)) {
+        if (strcmp(parent, ".") == 0 || strcmp(parent, "/") == 0) return TTT_OK;
+        char up[PATH_MAX];
+        parent_of(parent, up, sizeof up);
+        snprintf(parent, sizeof parent, "%s", up);
     }
-    char parent[PATH_MAX], real[PATH_MAX];
-    parent_of(out, parent, sizeof parent);
-    if (!realpath(parent, real)) return TTT_OK; /* no such folder: the write says so */
-    /* every folder from the output's own up to / */
     for (;;) {
         const ttt_folder_kind k = regular_file_in(real, "config.resolved.yaml") ? TTT_FOLDER_RUN
                                   : regular_file_in(real, TTT_COMPARISON_MARK)
@@ -276,4 +276,21 @@ ttt_status ttt_output_file_check(const char *cmd, const char *out, const char *c
         *slash = '\0';
     }
     return TTT_OK;
+}
+
+ttt_status ttt_output_file_check(const char *cmd, const char *out, const char *const *inputs,
+                                 int n_inputs, ttt_error *err) {
+    struct stat so, si;
+    const int out_exists = stat(out, &so) == 0;
+    for (int i = 0; i < n_inputs; i++) {
+        if (!inputs[i]) continue;
+        if (strcmp(out, inputs[i]) == 0 ||
+            (out_exists && stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev &&
+             si.st_ino == so.st_ino))
+            return ttt_error_set(err, TTT_ERR_ARG,
+                                 "%s: the output '%s' is the input '%s'; nothing was written: "
+                                 "give an output file of its own (the input would be replaced)",
+                                 cmd, out, inputs[i]);
+    }
+    return not_inside_marked(cmd, out, err);
 }

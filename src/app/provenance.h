@@ -37,7 +37,7 @@ typedef enum ttt_folder_kind {
 ttt_folder_kind ttt_folder_kind_of(const char *dir);
 /* `cmd` may write the folder `dir`: it is absent, empty, or of the kind `own` (TTT_FOLDER_RUN
  * for run and merge, TTT_FOLDER_COMPARISON for compare; whether a run folder is this run's own
- * is the caller's to decide). Otherwise TTT_ERR_ARG naming the folder, what it holds and what
+ * is the caller's to decide), and lies inside no run folder or comparison. Otherwise TTT_ERR_ARG naming the folder, what it holds and what
  * to do; nothing has been written. */
 ttt_status ttt_output_folder_check(const char *cmd, const char *dir, ttt_folder_kind own,
                                    ttt_error *err);
