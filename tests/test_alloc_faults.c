@@ -381,6 +381,19 @@ START_TEST(run_fails_cleanly_at_every_allocation) {
 }
 END_TEST
 
+/* A run over a folder whose config.resolved.yaml is another text of the same experiment (here
+ * another description, which changes no result): the run plans that text again to compare the
+ * points' configuration hashes before it writes anything (docs/hardening.md "What a command may
+ * overwrite"), so the allocations of two plan passes are failed in turn (2392 at the time of
+ * writing, 658 without the second pass); every third. */
+START_TEST(run_over_its_own_folder_fails_cleanly_at_every_allocation) {
+    const char *args[] = {"run", "exp.yaml", "--set", "description=again", "--out", "run",
+                          "--quiet", NULL};
+    long n = fail_every_allocation_in(memory_yaml, args, "run", &(sweep_opts){.stride = 3});
+    ck_assert_msg(n >= 100, "only %ld allocations were hooked", n);
+}
+END_TEST
+
 /* ---- arenas that grow where no unit of work was armed before ------------------------------ */
 
 /* A TTT mixer whose model learns its initial fast weights (learn_init) and whose inner optimizer
@@ -636,6 +649,7 @@ int main(void) {
     TCase *run = tcase_create("alloc_faults_run");
     tcase_set_timeout(run, 3600);
     tcase_add_test(run, run_fails_cleanly_at_every_allocation);
+    tcase_add_test(run, run_over_its_own_folder_fails_cleanly_at_every_allocation);
     suite_add_tcase(s, run);
     TCase *grow = tcase_create("alloc_faults_growth");
     tcase_set_timeout(grow, 3600);
