@@ -1198,7 +1198,6 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     if (s == TTT_OK && R > 1) complete = !ttt_comm_all(comm, !complete);
     if (s != TTT_OK || complete) {
         if (complete && leader) say_complete(dir);
-        if (s != TTT_OK && created && L.main >= 0) remove_created(dir, created, 1);
         unlock_run_folder(&L);
         free(owner);
         free(created);
