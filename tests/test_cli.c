@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -115,6 +116,21 @@ START_TEST(check_refuses_a_missing_lm_corpus) {
                       strstr(err, "No such file or directory"),
                   "exit %d: %s", rc, err ? err : "");
     free(err);
+    /* a FIFO is refused, not opened (the open would wait for a writer forever) */
+    char *fifo, *cmd;
+    ck_assert(asprintf(&fifo, "%s/corpus.fifo", dir) > 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *bin = getenv("TTT_BIN");
+    ck_assert(asprintf(&cmd, "timeout 60 %s check experiments/lm.yaml --set task.path=%s "
+                             ">/dev/null 2>%s/fifo.err", bin ? bin : "build/ttt", fifo, dir) > 0);
+    const int st = system(cmd);
+    char *ferr;
+    ck_assert(asprintf(&ferr, "%s/fifo.err", dir) > 0);
+    char *msg = tu_read_file(ferr);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && msg &&
+                      strstr(msg, "task.path: lm: '") && strstr(msg, "is not a regular file"),
+                  "status %d: %s", st, msg ? msg : "");
+    free(fifo), free(cmd), free(ferr), free(msg);
     /* and the shipped experiment finds the corpus CI installs (.ci/deps: dasher-data) */
     ck_assert_int_eq(tu_run_ttt("check experiments/lm.yaml", NULL, NULL), 0);
 }
