@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -74,7 +75,64 @@ START_TEST(run_writes_a_complete_run_folder) {
     ck_assert(fscanf(f, "%d", &n) == 1);
     pclose(f);
     ck_assert_int_eq(n, 0);
+    /* the table shows each swept key once: `layer.preset`, not also the task's `layer` column,
+     * which holds the same names */
+    const size_t hl = strcspn(out, "\n");
+    char *header = strndup(out, hl);
+    ck_assert_msg(strncmp(header, "layer.preset  ", 14) == 0, "%s", out);
+    int layer_cols = 0;
+    for (char *t = strtok(header, " "); t; t = strtok(NULL, " "))
+        layer_cols += strcmp(t, "layer") == 0;
+    ck_assert_msg(layer_cols == 0, "the swept key is shown twice:\n%s", out);
+    free(header);
     free(cmd), free(args), free(out), free(err), free(cfg);
+}
+END_TEST
+
+/* A task column that differs from the swept key is kept: with layer.optimizer.lr swept, the
+ * task's `layer` column (the preset) says something the axis does not. */
+START_TEST(the_table_keeps_a_task_column_that_says_more) {
+    char *cfg = write_yaml("lr.yaml", "name: lr\n"
+                                      "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, "
+                                      "trials: 1}\n"
+                                      "layer: {preset: deltanet}\n"
+                                      "sweep: {layer.optimizer.lr: [0.5, 1.0]}\n");
+    char *args, *out = NULL, *err = NULL;
+    ck_assert(asprintf(&args, "run %s --out %s/lr --quiet", cfg, dir) > 0);
+    ck_assert_int_eq(tu_run_ttt(args, &out, &err), 0);
+    ck_assert_msg(strstr(out, "lr  ") && strstr(out, "  layer  "), "%s", out);
+    free(args), free(out), free(err), free(cfg);
+}
+END_TEST
+
+/* The lm task's corpus is read when the plan is built: `ttt check` refuses a missing one,
+ * located at task.path, as the run would (before, check passed and the run failed). */
+START_TEST(check_refuses_a_missing_lm_corpus) {
+    char *err = NULL;
+    int rc = tu_run_ttt("check experiments/lm.yaml --set task.path=/nonexistent/corpus.txt",
+                        NULL, &err);
+    ck_assert_msg(rc != 0 && err && strstr(err, "--set task.path=/nonexistent/corpus.txt: "
+                                                "task.path: ") &&
+                      strstr(err, "No such file or directory"),
+                  "exit %d: %s", rc, err ? err : "");
+    free(err);
+    /* a FIFO is refused, not opened (the open would wait for a writer forever) */
+    char *fifo, *cmd;
+    ck_assert(asprintf(&fifo, "%s/corpus.fifo", dir) > 0);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    const char *bin = getenv("TTT_BIN");
+    ck_assert(asprintf(&cmd, "timeout 60 %s check experiments/lm.yaml --set task.path=%s "
+                             ">/dev/null 2>%s/fifo.err", bin ? bin : "build/ttt", fifo, dir) > 0);
+    const int st = system(cmd);
+    char *ferr;
+    ck_assert(asprintf(&ferr, "%s/fifo.err", dir) > 0);
+    char *msg = tu_read_file(ferr);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1 && msg &&
+                      strstr(msg, "task.path: lm: '") && strstr(msg, "is not a regular file"),
+                  "status %d: %s", st, msg ? msg : "");
+    free(fifo), free(cmd), free(ferr), free(msg);
+    /* and the shipped experiment finds the corpus CI installs (.ci/deps: dasher-data) */
+    ck_assert_int_eq(tu_run_ttt("check experiments/lm.yaml", NULL, NULL), 0);
 }
 END_TEST
 
@@ -260,6 +318,8 @@ static Suite *cli_suite(void) {
     tcase_add_test(tc, list_help_version);
     tcase_add_test(tc, shipped_experiments_are_valid);
     tcase_add_test(tc, export_and_logits_usage_errors);
+    tcase_add_test(tc, the_table_keeps_a_task_column_that_says_more);
+    tcase_add_test(tc, check_refuses_a_missing_lm_corpus);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -11,13 +11,18 @@
  *     complete file of the new run, never half-written;
  *   - no temporary file is left;
  *   - the same command again, without faults, ends with the evaluation records and the summary
- *     losses of an uninterrupted run, bit for bit. */
+ *     losses of an uninterrupted run, bit for bit.
+ * And over a memory run: a fault in any write, fsync or rename, the last ones included, never
+ * leaves the folder marked complete (.ttt-complete is written after everything it vouches for,
+ * provenance.json's outcome included), so the same command again runs rather than reporting a
+ * completed run. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -249,6 +254,80 @@ START_TEST(every_rename_is_followed_by_an_fsync_of_its_folder) {
 }
 END_TEST
 
+
+/* The completion mark comes last. Before, it was written before provenance.json's final
+ * outcome: a disk that filled on that last write left `"outcome": "running"` in a folder marked
+ * complete, and the same command again said the run was complete. Every write, fsync and
+ * rename under the folder of a memory run is failed in turn (ENOSPC); whenever the run fails
+ * there is no mark, and the same command again runs and ends complete. */
+START_TEST(a_failed_last_write_never_leaves_the_folder_marked_complete) {
+    ck_assert_msg(shim() != NULL, "TTT_IO_FAULT (the shim library) is not set");
+    char p[600];
+    snprintf(p, sizeof p, "%s/f.yaml", dir);
+    ck_assert_int_eq(tu_write_file(p, "name: mark\ntask: {kind: memory, pairs: [4, 8], "
+                                      "key_dim: 8, value_dim: 8, trials: 1}\n"
+                                      "layer: {preset: deltanet}\n"), 0);
+    const char *asan = "ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\"";
+    char env[2048];
+    /* the folder exists before each run, so that the shim can name it */
+    ck_assert_int_eq(sh("mkdir -p %s/cnt", dir), 0);
+    snprintf(env, sizeof env, "%s TTT_FAULT_DIR=%s/cnt TTT_FAULT_COUNTS=%s/counts LD_PRELOAD=%s",
+             asan, dir, dir, shim());
+    ck_assert_int_eq(run(env, "cnt", ""), 0);
+    char *counts = read_in("counts");
+    ck_assert_ptr_nonnull(counts);
+    static const char *const ops[] = {"write", "fsync", "rename"};
+    int failed = 0, last_failed = 0;
+    for (int o = 0; o < 3; o++) {
+        char key[32];
+        snprintf(key, sizeof key, "%s ", ops[o]);
+        const char *c = strstr(counts, key);
+        ck_assert(c != NULL);
+        const long n_calls = atol(c + strlen(key));
+        ck_assert_msg(n_calls > 2, "the run made %ld %s calls", n_calls, ops[o]);
+        for (long n = 1; n <= n_calls; n++) {
+            ck_assert_int_eq(sh("rm -rf %s/f && mkdir %s/f", dir, dir), 0);
+            snprintf(env, sizeof env,
+                     "%s TTT_FAULT_DIR=%s/f TTT_FAULT_OP=%s TTT_FAULT_N=%ld "
+                     "TTT_FAULT_KIND=enospc LD_PRELOAD=%s", asan, dir, ops[o], n, shim());
+            const int rc = run(env, "f", "");
+            char *err = read_in("f.err");
+            char *prov = read_in("f/provenance.json");
+            snprintf(p, sizeof p, "%s/f/.ttt-complete", dir);
+            const int marked = access(p, F_OK) == 0;
+            if (rc != 0) {
+                failed++;
+                last_failed += n == n_calls;
+                ck_assert_msg(!marked, "%s #%ld of %ld failed (%s), and the folder is marked "
+                              "complete; provenance.json: %s", ops[o], n, n_calls, err,
+                              prov ? prov : "(none)");
+            } else {
+                ck_assert_msg(marked && prov && strstr(prov, "\"outcome\": \"complete\""),
+                              "%s #%ld: the run succeeded, and the folder is %smarked complete; "
+                              "provenance.json: %s", ops[o], n, marked ? "" : "not ",
+                              prov ? prov : "(none)");
+            }
+            free(err), free(prov);
+            /* the same command again, without faults: it runs (or finds the completed run) and
+             * ends complete */
+            ck_assert_int_eq(run("", "f", ""), 0);
+            err = read_in("f.err");
+            ck_assert_msg(rc == 0 || !strstr(err, "completed run"),
+                          "%s #%ld: after a failed run the folder counts as complete: %s", ops[o],
+                          n, err);
+            prov = read_in("f/provenance.json");
+            ck_assert_msg(prov && strstr(prov, "\"outcome\": \"complete\""), "%s #%ld: %s", ops[o],
+                          n, prov ? prov : "(none)");
+            free(err), free(prov);
+        }
+    }
+    /* the last write, fsync and rename (the mark's own) each failed the run */
+    ck_assert_int_eq(last_failed, 3);
+    ck_assert_int_gt(failed, 0);
+    free(counts);
+}
+END_TEST
+
 static void setup(void) { dir = tu_mkdtemp(); }
 static void teardown(void) {
     tu_rmtree(dir);
@@ -266,6 +345,7 @@ static Suite *io_faults_suite(void) {
     tcase_add_checked_fixture(dur, setup, teardown);
     tcase_set_timeout(dur, 600);
     tcase_add_test(dur, every_rename_is_followed_by_an_fsync_of_its_folder);
+    tcase_add_test(dur, a_failed_last_write_never_leaves_the_folder_marked_complete);
     suite_add_tcase(s, dur);
     return s;
 }

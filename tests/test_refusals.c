@@ -145,7 +145,7 @@ START_TEST(apply_refuses_its_input_as_output_and_a_sweep) {
         char *err = NULL;
         snprintf(args, sizeof args, "apply %s %s %s", layer, in, same[i]);
         int code = tu_run_ttt(args, NULL, &err);
-        ck_assert_msg(code == 2 && err && strstr(err, "is the input file"), "exit %d: %s", code,
+        ck_assert_msg(code == 2 && err && strstr(err, "is the input '"), "exit %d: %s", code,
                       err ? err : "");
         free(err);
     }

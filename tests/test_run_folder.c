@@ -7,9 +7,15 @@
  *   - running a completed run again changes no byte; a run that failed only at the final write
  *     resumes to the same numbers (never NaN or 0);
  *   - temporary files a killed run left are removed by the next run;
+ *   - a run of another configuration is refused and leaves a completed folder byte-identical;
+ *     every command that writes refuses its inputs, run folders not its own and folders of
+ *     other files; the lock file is never followed through a link; `ttt check` refuses what a
+ *     run would fail on at its start, and a run that fails before its first point leaves no
+ *     folder;
  *   - SIGTERM / SIGHUP stop a memory sweep promptly, keeping what was measured; a second signal
  *     ends the program at once. */
 #define _GNU_SOURCE
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -218,8 +224,15 @@ END_TEST
 START_TEST(a_second_writer_is_refused_naming_the_holder) {
     pid_t a = start_run("s.yaml", "busy", "a");
     wait_for_file("busy/config.resolved.yaml"); /* written once the folder is the run's */
+    /* another experiment is refused for that before the lock is tried */
+    int rc = run_to_end("t.yaml", "busy", "b0");
+    char *err0 = read_in("b0.err");
+    ck_assert_msg(rc == 2 && strstr(err0, "holds a run of another configuration"),
+                  "another experiment: exit %d: %s", rc, err0);
+    free(err0);
+    /* the same experiment is refused by the lock */
     double t0 = now_s();
-    int rc = run_to_end("t.yaml", "busy", "b");
+    rc = run_to_end("s.yaml", "busy", "b");
     double dt = now_s() - t0;
     char *err = read_in("b.err");
     char pid[32];
@@ -235,8 +248,15 @@ START_TEST(a_second_writer_is_refused_naming_the_holder) {
     ck_assert_msg(resolved && strstr(resolved, "name: slow"), "the holder's files were touched");
     kill(a, SIGKILL);
     wait_exit(a);
-    /* the holder is gone (killed): the lock went with it, the folder is usable again */
-    write_cfg("s2.yaml", "name: slow\ntask: {kind: memory, pairs: [8]}\n");
+    /* the holder is gone (killed): the lock went with it, the folder is usable again (by the
+     * same experiment, stopped after its first step) */
+    const char *end = strstr(slow_cfg, "checkpoint_every: 0}");
+    ck_assert_ptr_nonnull(end);
+    char *s2;
+    ck_assert(asprintf(&s2, "%.*scheckpoint_every: 0, stop_at: 1}\n", (int)(end - slow_cfg),
+                       slow_cfg) > 0);
+    write_cfg("s2.yaml", s2);
+    free(s2);
     ck_assert_int_eq(run_to_end("s2.yaml", "busy", "c"), 0);
     free(err), free(resolved);
 }
@@ -283,6 +303,11 @@ START_TEST(a_run_that_failed_only_at_the_final_write_resumes_to_the_same_numbers
     char p[600];
     snprintf(p, sizeof p, "%s/late", dir);
     ck_assert_int_eq(mkdir(p, 0777), 0);
+    /* the folder of this experiment (a folder of other files would be refused at once) */
+    char *resolved = read_in("ref/config.resolved.yaml");
+    snprintf(p, sizeof p, "%s/late/config.resolved.yaml", dir);
+    ck_assert_int_eq(tu_write_file(p, resolved), 0);
+    free(resolved);
     snprintf(p, sizeof p, "%s/late/summary.csv", dir);
     ck_assert_int_eq(mkdir(p, 0777), 0);
     int rc = run_to_end("t.yaml", "late", "late1");
@@ -323,6 +348,228 @@ START_TEST(temporary_files_of_killed_runs_are_removed) {
         ck_assert_msg(!exists_in(stale[i]), "%s is still there", stale[i]);
         ck_assert_msg(exists_in(kept[i]), "%s was removed", kept[i]);
     }
+}
+END_TEST
+
+
+/* ---- what a command may overwrite ---- */
+
+/* `cd DIR && ttt <args>`, stdout discarded, stderr kept in DIR/last.err; the exit status. */
+static int ttt_in_dir(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int ttt_in_dir(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *args, *cmd;
+    ck_assert(vasprintf(&args, fmt, ap) > 0);
+    va_end(ap);
+    ck_assert(asprintf(&cmd, "cd '%s' && '%s' %s >/dev/null 2>last.err", dir, bin(), args) > 0);
+    int st = system(cmd);
+    free(args), free(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Every file under DIR/<rel> (dot files and the lock included) with its bytes' checksum. */
+static char *snapshot(const char *rel) {
+    char *cmd;
+    ck_assert(asprintf(&cmd, "cd '%s/%s' && find . -type f -print0 | sort -z | "
+                             "xargs -0 -r sha256sum > '%s/snap.txt'", dir, rel, dir) > 0);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    return read_in("snap.txt");
+}
+
+static const char *small_train_cfg =
+    "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 8, test_examples: 4,\n"
+    "       eval_batch: 4}\n"
+    "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+    "layer: {preset: deltanet}\n"
+    "train: {steps: 4, batch: 2, log_every: 2, eval_every: 2, checkpoint_every: 2}\n";
+static const char *small_memory_cfg =
+    "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, trials: 1}\n"
+    "layer: {preset: deltanet}\n";
+
+/* A run of another configuration into a completed folder is refused before it writes a byte:
+ * a trained task (its checkpoints would be refused; before, the refusal came after the run had
+ * rewritten config.resolved.yaml and removed .ttt-complete) and a memory task (before, nothing
+ * refused it: it replaced summary.csv and exited 0). A changed train.stop_at, which changes no
+ * result, continues the folder. */
+START_TEST(a_run_of_another_configuration_leaves_a_completed_folder_byte_identical) {
+    write_cfg("q.yaml", small_train_cfg);
+    write_cfg("mem.yaml", small_memory_cfg);
+    ck_assert_int_eq(ttt_in_dir("run q.yaml --out dt --quiet"), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --out mm --quiet"), 0);
+    const char *cases[][3] = {
+        {"q.yaml", "dt", "--set train.steps=6"},
+        {"q.yaml", "dt", "--set layer.preset=gla"},
+        {"mem.yaml", "mm", "--set task.trials=2"},
+        {"mem.yaml", "mm", "--set 'task.pairs=[4, 8]'"},
+    };
+    for (int i = 0; i < 4; i++) {
+        char *before = snapshot(cases[i][1]);
+        ck_assert_msg(strstr(before, "./.ttt-complete"), "%s is not complete", cases[i][1]);
+        int rc = ttt_in_dir("run %s %s --out %s --quiet", cases[i][0], cases[i][2],
+                            cases[i][1]);
+        char *err = read_in("last.err");
+        ck_assert_msg(rc == 2 && strstr(err, "holds a run of another configuration") &&
+                          strstr(err, "nothing was changed"),
+                      "%s %s: exit %d: %s", cases[i][0], cases[i][2], rc, err);
+        char *after = snapshot(cases[i][1]);
+        ck_assert_msg(strcmp(before, after) == 0, "%s %s changed the folder:\n%s\nto\n%s",
+                      cases[i][0], cases[i][2], before, after);
+        free(before), free(after), free(err);
+    }
+    ck_assert_int_eq(ttt_in_dir("run q.yaml --set train.stop_at=2 --out dt --quiet"), 0);
+}
+END_TEST
+
+/* One rule for every command that writes (run, merge, compare, export, logits, apply): never one
+ * of its inputs, a run folder that is not its own (nor a file or folder inside one), or a folder
+ * of files no ttt command wrote.
+ * Each refusal exits 2 and leaves every byte where it was. */
+START_TEST(every_writer_refuses_its_inputs_and_folders_not_its_own) {
+    write_cfg("q.yaml", small_train_cfg);
+    write_cfg("mem.yaml", small_memory_cfg);
+    write_cfg("layer.yaml", "layer: {preset: deltanet}\n");
+    write_cfg("in.safetensors", "the input's bytes");
+    ck_assert_int_eq(ttt_in_dir("run q.yaml --out tr --quiet"), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --out r1 --quiet"), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --set seed=1 --out r2 --quiet"), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --set seed=2 --out r3 --quiet"), 0);
+    char p[600];
+    snprintf(p, sizeof p, "%s/user", dir);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    write_cfg("user/summary.csv", "a user's table\n");
+    write_cfg("user/index.html", "a user's page\n");
+    static const struct {
+        const char *args, *folder, *expect;
+    } cases[] = {
+        {"run mem.yaml --out user --quiet", "user", "is not a run folder"},
+        {"merge mem.yaml --out user", "user", "is not a run folder"},
+        {"compare r1 r2 --out r3", "r3", "is a run folder"},
+        {"compare r1 r2 --out user", "user", "is not a run folder"},
+        {"compare r1 r2 --out r1/cmp", "r1", "lies in the run folder"},
+        {"run mem.yaml --out tr/checkpoints/sub --quiet", "tr", "lies in the run folder"},
+        {"export tr tr/checkpoints/point0/ckpt-last.safetensors", "tr", "lies in the run folder"},
+        {"export tr tr/weights.safetensors", "tr", "lies in the run folder"},
+        {"logits tr in.safetensors in.safetensors", ".", "is the input 'in.safetensors'"},
+        {"logits tr in.safetensors tr/logits.safetensors", "tr", "lies in the run folder"},
+        {"apply layer.yaml in.safetensors r1/out.safetensors", "r1", "lies in the run folder"},
+        {"apply layer.yaml in.safetensors layer.yaml", ".", "is the input 'layer.yaml'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *before = snapshot(cases[i].folder);
+        int rc = ttt_in_dir("%s", cases[i].args);
+        char *err = read_in("last.err");
+        ck_assert_msg(rc == 2 && strstr(err, cases[i].expect) && strstr(err, "nothing was"),
+                      "ttt %s: exit %d: %s", cases[i].args, rc, err);
+        char *after = snapshot(cases[i].folder);
+        /* (the snapshot and the error of this very command are in ".") */
+        if (strcmp(cases[i].folder, ".") != 0)
+            ck_assert_msg(strcmp(before, after) == 0, "ttt %s changed %s", cases[i].args,
+                          cases[i].folder);
+        free(before), free(after), free(err);
+    }
+    ck_assert_msg(!exists_in("user/.ttt-lock"), "the refused run locked the user's folder");
+    char *in = read_in("in.safetensors"), *layer = read_in("layer.yaml");
+    ck_assert_str_eq(in, "the input's bytes");
+    ck_assert_str_eq(layer, "layer: {preset: deltanet}\n");
+    free(in), free(layer);
+    /* what each may write: a comparison's own folder again, an empty folder, a file outside */
+    ck_assert_int_eq(ttt_in_dir("compare r1 r2 --out cmp"), 0);
+    ck_assert_int_eq(ttt_in_dir("compare r1 r3 --out cmp"), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --out cmp --quiet"), 2);
+    snprintf(p, sizeof p, "%s/empty", dir);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    ck_assert_int_eq(ttt_in_dir("run mem.yaml --out empty --quiet"), 0);
+    ck_assert_int_eq(ttt_in_dir("export tr weights.safetensors"), 0);
+}
+END_TEST
+
+/* .ttt-lock is opened without following a link: a symbolic link (or a hard link) in its place
+ * would have the holder's line written into a file outside the run folder. */
+START_TEST(the_lock_file_is_never_followed_through_a_link) {
+    write_cfg("mem.yaml", small_memory_cfg);
+    write_cfg("victim.txt", "a user's file\n");
+    char p[600], q[600];
+    snprintf(p, sizeof p, "%s/lk", dir);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/lk/.ttt-lock", dir);
+    snprintf(q, sizeof q, "%s/victim.txt", dir);
+    ck_assert_int_eq(symlink(q, p), 0);
+    int rc = ttt_in_dir("run mem.yaml --out lk --quiet");
+    char *err = read_in("last.err");
+    ck_assert_msg(rc == 1 && strstr(err, "is a symbolic link"), "exit %d: %s", rc, err);
+    free(err);
+    snprintf(p, sizeof p, "%s/hl", dir);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    snprintf(p, sizeof p, "%s/hl/.ttt-lock", dir);
+    ck_assert_int_eq(link(q, p), 0);
+    rc = ttt_in_dir("run mem.yaml --out hl --quiet");
+    err = read_in("last.err");
+    ck_assert_msg(rc == 1 && strstr(err, "hard link"), "exit %d: %s", rc, err);
+    free(err);
+    char *v = read_in("victim.txt");
+    ck_assert_str_eq(v, "a user's file\n");
+    free(v);
+    ck_assert(!exists_in("lk/summary.csv") && !exists_in("hl/summary.csv"));
+}
+END_TEST
+
+/* `ttt check` refuses what a run would fail on at its start (a missing train.init_from, a name
+ * too long for a folder: "File name too long"), located; the run refuses them before it
+ * creates anything. A run that fails at the start of its first point anyway (an init_from
+ * that is not a weights file) removes the folders it created. */
+START_TEST(check_refuses_what_run_fails_on_and_a_failed_run_leaves_no_folder) {
+    write_cfg("q.yaml", small_train_cfg);
+    int rc = ttt_in_dir("check q.yaml --set train.init_from=/nonexistent.safetensors");
+    char *err = read_in("last.err");
+    ck_assert_msg(rc == 2 && strstr(err, "--set train.init_from=/nonexistent.safetensors: "
+                                         "train.init_from: cannot read '/nonexistent."
+                                         "safetensors': No such file or directory"),
+                  "exit %d: %s", rc, err);
+    free(err);
+    rc = ttt_in_dir("check q.yaml --set train.init_from=.");
+    err = read_in("last.err");
+    ck_assert_msg(rc == 2 && strstr(err, "is not a regular file"), "exit %d: %s", rc, err);
+    free(err);
+    char name[301];
+    memset(name, 'n', 300);
+    name[300] = '\0';
+    char text[1024];
+    snprintf(text, sizeof text, "name: %s\n%s", name, small_train_cfg);
+    write_cfg("long.yaml", text);
+    rc = ttt_in_dir("check long.yaml");
+    err = read_in("last.err");
+    ck_assert_msg(rc == 2 && strstr(err, "long.yaml:1:7: name: 300 bytes") &&
+                      strstr(err, "at most 255"), "exit %d: %s", rc, err);
+    free(err);
+    snprintf(text, sizeof text, "output: out/%s\n%s", name, small_train_cfg);
+    write_cfg("longout.yaml", text);
+    ck_assert_int_eq(ttt_in_dir("check longout.yaml"), 2);
+    /* the runs: refused, nothing created */
+    ck_assert_int_eq(ttt_in_dir("run long.yaml --quiet"), 2);
+    ck_assert_int_eq(ttt_in_dir("run longout.yaml --quiet"), 2);
+    ck_assert_int_eq(ttt_in_dir("run q.yaml --set train.init_from=/nonexistent.safetensors "
+                                "--out new --quiet"), 2);
+    ck_assert_msg(!exists_in("runs") && !exists_in("out") && !exists_in("new"),
+                  "a refused run created a folder");
+    /* a file that exists but holds no weights: check passes, the run fails at its start */
+    write_cfg("junk.safetensors", "not a safetensors file");
+    ck_assert_int_eq(ttt_in_dir("check q.yaml --set train.init_from=junk.safetensors"), 0);
+    rc = ttt_in_dir("run q.yaml --set train.init_from=junk.safetensors --out a/b/c --quiet");
+    err = read_in("last.err");
+    ck_assert_msg(rc == 1 && strstr(err, "train.init_from"), "exit %d: %s", rc, err);
+    ck_assert_msg(!exists_in("a"), "the failed run left the folders it created: %s", err);
+    free(err);
+    /* into a folder that was there (empty): it is left as it was found, empty */
+    char p[600];
+    snprintf(p, sizeof p, "%s/mine", dir);
+    ck_assert_int_eq(mkdir(p, 0777), 0);
+    ck_assert_int_eq(ttt_in_dir("run q.yaml --set train.init_from=junk.safetensors --out mine "
+                                "--quiet"), 1);
+    char *left = snapshot("mine");
+    ck_assert_msg(exists_in("mine") && left[0] == '\0', "the failed run left files: %s", left);
+    free(left);
 }
 END_TEST
 
@@ -427,6 +674,10 @@ static Suite *run_folder_suite(void) {
     tcase_add_test(tc, running_a_completed_run_again_changes_nothing);
     tcase_add_test(tc, a_run_that_failed_only_at_the_final_write_resumes_to_the_same_numbers);
     tcase_add_test(tc, temporary_files_of_killed_runs_are_removed);
+    tcase_add_test(tc, a_run_of_another_configuration_leaves_a_completed_folder_byte_identical);
+    tcase_add_test(tc, every_writer_refuses_its_inputs_and_folders_not_its_own);
+    tcase_add_test(tc, the_lock_file_is_never_followed_through_a_link);
+    tcase_add_test(tc, check_refuses_what_run_fails_on_and_a_failed_run_leaves_no_folder);
     tcase_add_test(tc, sigterm_stops_a_memory_sweep_keeping_what_was_measured);
     tcase_add_test(tc, sighup_is_handled_like_sigterm);
     tcase_add_test(tc, sigterm_stops_a_benchmark_and_an_equivalence_check_within_a_point);

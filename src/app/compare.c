@@ -12,6 +12,7 @@
 
 #include "experiment.h"
 #include "plan.h"
+#include "provenance.h"
 #include "results.h"
 #include "strbuf.h"
 
@@ -199,6 +200,22 @@ static ttt_status open_run(const char *dir, ttt_experiment **e, ttt_error *err) 
     return s;
 }
 
+/* out/TTT_COMPARISON_MARK: the runs compared, one a line; it marks the folder as a
+ * comparison's, which the next `ttt compare --out` may replace. */
+static ttt_status write_mark(const char *out, const char *const *dirs, int n, ttt_error *err) {
+    ttt_strbuf b;
+    ttt_strbuf_init(&b);
+    for (int i = 0; i < n; i++) ttt_strbuf_printf(&b, "%s\n", dirs[i]);
+    char *text = ttt_strbuf_take(&b);
+    if (!text) return ttt_error_set(err, TTT_ERR_NOMEM, "compare: out of memory for %s",
+                                    TTT_COMPARISON_MARK);
+    char path[PATH_MAX];
+    in_dir(path, sizeof path, out, TTT_COMPARISON_MARK);
+    ttt_status s = ttt_write_file_atomic(path, text, err);
+    free(text);
+    return s;
+}
+
 ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *table,
                        ttt_error *err) {
     if (n < 1) return ttt_error_set(err, TTT_ERR_IO, "compare: no run folders given");
@@ -233,7 +250,12 @@ ttt_status ttt_compare(const char *const *dirs, int n, const char *out, FILE *ta
             if (realpath(out, ro) && realpath(dirs[i], rd) && strcmp(ro, rd) == 0)
                 s = ttt_error_set(err, TTT_ERR_IO, "compare: --out %s is one of the runs; write "
                                   "the comparison into a folder of its own", out);
+        /* a new or empty folder, or an earlier comparison (docs/hardening.md "What a command
+         * may overwrite"): never a run folder or a folder of other files */
+        if (s == TTT_OK) s = ttt_output_folder_check("compare", out, TTT_FOLDER_COMPARISON, err);
         if (s == TTT_OK) s = ttt_mkdirs(out, err);
+        /* the mark first: a comparison that fails half-way is still the comparison's folder */
+        if (s == TTT_OK) s = write_mark(out, dirs, n, err);
     }
     ttt_strbuf title;
     ttt_strbuf_init(&title);

@@ -329,9 +329,12 @@ static int cmd_export(int argc, char **argv) {
     long point;
     int rc = point_args("export", "RUN_DIR OUT.safetensors", argc, argv, pos, 2, &point);
     if (rc) return rc;
+    ttt_error err = {0};
+    /* never into a run folder (its checkpoint among others: docs/hardening.md "What a command
+     * may overwrite") */
+    if (ttt_output_file_check("export", pos[1], NULL, 0, &err) != TTT_OK) return report(&err);
     ttt_experiment *e = NULL;
     if ((rc = load_run_point(pos[0], point, &e))) return rc;
-    ttt_error err = {0};
     ttt_seq_model m;
     ttt_status s = point_model(&m, "export", "mqar, regression and lm", pos[0], point, e, &err);
     if (s == TTT_OK) {
@@ -353,9 +356,10 @@ static int cmd_logits(int argc, char **argv) {
     int rc = point_args("logits", "RUN_DIR IN.safetensors OUT.safetensors", argc, argv, pos, 3,
                         &point);
     if (rc) return rc;
+    ttt_error err = {0};
+    if (ttt_output_file_check("logits", pos[2], &pos[1], 1, &err) != TTT_OK) return report(&err);
     ttt_experiment *e = NULL;
     if ((rc = load_run_point(pos[0], point, &e))) return rc;
-    ttt_error err = {0};
     ttt_seq_model m;
     ttt_status s = point_model(&m, "logits", "mqar and lm", pos[0], point, e, &err);
     if (s == TTT_OK) {
@@ -566,16 +570,10 @@ static int cmd_apply(int argc, char **argv) {
         s = ttt_cfg_error(&err, TTT_ERR_CONFIG, sweep,
                           "'sweep' has no meaning for ttt apply, which runs one layer; expected "
                           "a file with one 'layer:' (use --set to change a value)");
-    /* Writing the output over the input would destroy the only copy of the inputs (the output
-     * is renamed into place, so the input is gone even if it was still needed). */
-    struct stat st_in, st_out;
-    if (s == TTT_OK && (strcmp(pos[1], pos[2]) == 0 ||
-                        (stat(pos[1], &st_in) == 0 && stat(pos[2], &st_out) == 0 &&
-                         st_in.st_dev == st_out.st_dev && st_in.st_ino == st_out.st_ino)))
-        s = ttt_error_set(&err, TTT_ERR_ARG,
-                          "ttt apply: the output '%s' is the input file '%s'; expected a "
-                          "different output file (the input would be overwritten)",
-                          pos[2], pos[1]);
+    /* Writing the output over an input would destroy the only copy of it (the output is
+     * renamed into place, so the input is gone even if it was still needed), and a run folder
+     * is its run's alone (docs/hardening.md "What a command may overwrite"). */
+    if (s == TTT_OK) s = ttt_output_file_check("apply", pos[2], pos, 2, &err);
     if (s == TTT_OK) {
         const ttt_cfg_node *layer = ttt_cfg_get(root, "layer");
         if (!layer)

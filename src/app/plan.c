@@ -1,10 +1,14 @@
 /* The plan pass (plan.h, docs/design.md "Data flow"). */
+#define _XOPEN_SOURCE 700 /* nftw */
+#define _DEFAULT_SOURCE /* flock, gethostname alongside it */
 #include "plan.h"
 #include "fault.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +30,10 @@
 /* Keys allowed at the top level besides the options: the sweep (expanded away before a point
  * is checked) and the informational `resolved` list a previous run wrote. */
 static const char *const top_extra[] = {"sweep", "resolved", NULL};
+
+/* The longest `output:` path (bytes): the run folder's files are named in 4096-byte buffers,
+ * with room for "/checkpoints/point<i>/ckpt-last.safetensors" and the like. */
+#define TTT_PLAN_MAX_OUTPUT 3072
 
 /* Name the sweep point after the message, so the message still starts with file:line:col. */
 static void error_suffix_point(ttt_error *err, const char *label) {
@@ -117,11 +125,49 @@ static ttt_status check_name(const ttt_cfg_node *root, ttt_error *err) {
                              "name: '%s' is not a plain folder name (no '/', not '.' or '..'): "
                              "the run goes to runs/<name>; use `output:` or --out to place it "
                              "elsewhere", s);
+    /* a folder name the file system refuses ("File name too long") would fail the run only
+     * when it creates the folder; `ttt check` refuses it here */
+    if (strlen(s) > NAME_MAX)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n,
+                             "name: %zu bytes; a name becomes the folder runs/<name>, and a "
+                             "folder name has at most %d bytes", strlen(s), NAME_MAX);
     const ttt_cfg_node *o = ttt_cfg_get(root, "output");
     if (o && o->scalar && (c = control_char(o->scalar)))
         return ttt_cfg_error(err, TTT_ERR_CONFIG, o,
                              "output: control character 0x%02x at byte %d; expected a printable "
                              "folder path", *c, (int)(c - (const unsigned char *)o->scalar));
+    if (o && o->scalar) {
+        if (strlen(o->scalar) >= TTT_PLAN_MAX_OUTPUT)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, o,
+                                 "output: %zu bytes; expected a folder path of less than %d "
+                                 "bytes", strlen(o->scalar), TTT_PLAN_MAX_OUTPUT);
+        for (const char *q = o->scalar; *q;) {
+            const size_t len = strcspn(q, "/");
+            if (len > NAME_MAX)
+                return ttt_cfg_error(err, TTT_ERR_CONFIG, o,
+                                     "output: the folder name at byte %d has %zu bytes; a "
+                                     "folder name has at most %d", (int)(q - o->scalar), len,
+                                     NAME_MAX);
+            q += len;
+            while (*q == '/') q++;
+        }
+    }
+    return TTT_OK;
+}
+
+/* A file the run reads at its start, checked when the plan is built so that `ttt check`
+ * refuses what the run would fail on: it must exist and be a regular file (a FIFO would block
+ * the reader; a folder is a mistake). */
+static ttt_status check_input_file(const ttt_cfg_node *n, const char *what, ttt_error *err) {
+    if (!n || n->kind != TTT_CFG_SCALAR || !n->scalar || !n->scalar[0]) return TTT_OK;
+    struct stat st;
+    if (stat(n->scalar, &st) != 0)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n, "%s: cannot read '%s': %s", what, n->scalar,
+                             strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, n,
+                             "%s: '%s' is not a regular file; expected a file `ttt export` "
+                             "wrote", what, n->scalar);
     return TTT_OK;
 }
 
@@ -157,6 +203,9 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     ttt_size_estimate_reset();
     if (t->parse) TTT_TRY(t->parse(pt->cfg, root, err));
+    const ttt_cfg_node *train = ttt_cfg_get(root, "train");
+    if (t->model && train)
+        TTT_TRY(check_input_file(ttt_cfg_get(train, "init_from"), "train.init_from", err));
     /* Each piece was checked alone; together they must fit too (data sets and a training step
      * are held at the same time). */
     pt->memory = ttt_size_estimate();
@@ -660,10 +709,29 @@ static ttt_status lock_file(const char *dir, const char *name, int op, const cha
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return ttt_error_set(err, TTT_ERR_IO, "run folder path '%s' is too long", dir);
-    int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    /* Never through a link: a symbolic link (or a second hard link) in its place would have the
+     * holder's line written into a file outside the run folder. Created exclusively when
+     * absent; an existing one is opened without following a link and must be a plain file of
+     * one link (docs/hardening.md "Run folders: names, one writer, re-runs"). */
+    int f = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (f < 0 && errno == EEXIST) f = open(path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0 && errno == ELOOP)
+        return ttt_error_set(err, TTT_ERR_IO,
+                             "cannot lock the run folder '%s': %s is a symbolic link; expected "
+                             "the run folder's own lock file (remove the link)", dir, path);
     if (f < 0)
         return ttt_error_set(err, TTT_ERR_IO, "cannot lock the run folder '%s': %s: %s", dir,
                              path, strerror(errno));
+    struct stat lst = {0};
+    if (fstat(f, &lst) != 0 || !S_ISREG(lst.st_mode) || lst.st_nlink != 1) {
+        const int linked = S_ISREG(lst.st_mode);
+        close(f);
+        return ttt_error_set(err, TTT_ERR_IO,
+                             "cannot lock the run folder '%s': %s is %s; expected the run "
+                             "folder's own lock file (remove it)", dir, path,
+                             linked ? "a file with another name too (a hard link)"
+                                    : "not a regular file");
+    }
     if (flock(f, op | LOCK_NB) != 0) {
         int e = errno;
         char who[1024] = "";
@@ -829,15 +897,21 @@ static ttt_status finish(const ttt_plan *p, ttt_results *res, const char *dir, F
     return TTT_OK;
 }
 
-/* A whole run's end: the run folder, then the completion mark, then the parts are spent (in
- * that order: a run that fails at its last write still has what it needs to end). */
-static ttt_status conclude(const ttt_plan *p, ttt_results *res, const char *dir, FILE *table,
-                           ttt_error *err) {
-    TTT_TRY(finish(p, res, dir, table, err));
+/* A whole run's end, once everything the mark vouches for is written (the results, and
+ * provenance.json with its outcome): the completion mark, then the parts are spent (in that
+ * order: a run that fails at its last write still has what it needs to end, and a folder is
+ * never marked complete over a file that did not reach the disk). */
+static ttt_status mark_complete(const ttt_plan *p, const char *dir, ttt_error *err) {
     char mark[4096 + 32], text[32];
     snprintf(mark, sizeof mark, "%s/" COMPLETE_FILE, dir);
     complete_text(p, text);
-    TTT_TRY(ttt_write_file_atomic(mark, text, err));
+    const ttt_status s = ttt_write_file_atomic(mark, text, err);
+    if (s != TTT_OK) {
+        /* renamed into place but not made durable (its folder's fsync failed): a run that
+         * reports a failure leaves no mark */
+        unlink(mark);
+        return s;
+    }
     remove_parts(p, dir);
     remove_shard_locks(dir);
     return TTT_OK;
@@ -859,6 +933,172 @@ static void remove_mark(const char *dir) {
     char mark[4096 + 32];
     snprintf(mark, sizeof mark, "%s/" COMPLETE_FILE, dir);
     unlink(mark);
+}
+
+
+/* ---- whose folder it is (docs/hardening.md "What a command may overwrite") ---- */
+
+/* The whole text of a file (malloc'd), or NULL with errno set. */
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = (len + 4096 + 1) * 2;
+            char *b = ttt_fault_realloc(buf, cap);
+            if (!b) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return NULL;
+            }
+            buf = b;
+        }
+        const size_t got = fread(buf + len, 1, 4096, f);
+        len += got;
+        if (got < 4096) break;
+    }
+    const int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+/* `cmd` (run or merge) may write the folder `dir` for plan p: it is absent or empty, or a run
+ * folder of this experiment: the same points, each with the same configuration hash (so a
+ * changed train.stop_at or train.threads continues it; anything that changes a result does
+ * not). Anything else is refused before a byte is written. */
+static ttt_status check_own_folder(const ttt_plan *p, const char *dir, const char *cmd,
+                                   ttt_error *err) {
+    TTT_TRY(ttt_output_folder_check(cmd, dir, TTT_FOLDER_RUN, err));
+    if (ttt_folder_kind_of(dir) != TTT_FOLDER_RUN) return TTT_OK;
+    char path[4096 + 32];
+    snprintf(path, sizeof path, "%s/config.resolved.yaml", dir);
+    char *text = read_all(path);
+    if (!text && errno == ENOMEM)
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory reading '%s'", path);
+    if (!text)
+        return ttt_error_set(err, TTT_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
+    const int same = strcmp(text, p->resolved_yaml) == 0;
+    free(text);
+    if (same) return TTT_OK;
+    /* another text: plan it again (as `ttt compare` does) and compare the points */
+    ttt_cfg_node *doc = NULL;
+    ttt_plan *q = NULL;
+    ttt_error inner = {0};
+    ttt_status s = ttt_cfg_load_file(path, &doc, &inner);
+    if (s == TTT_OK) s = ttt_plan_build(doc, "experiment", &q, &inner);
+    ttt_cfg_free(doc);
+    char why[600] = "";
+    if (s == TTT_ERR_NOMEM) {
+        *err = inner;
+        return s;
+    }
+    if (s != TTT_OK) {
+        snprintf(why, sizeof why, "its config.resolved.yaml does not plan: %.400s", inner.msg);
+    } else if (q->n_points != p->n_points) {
+        snprintf(why, sizeof why, "%d point%s there, %d here", q->n_points,
+                 q->n_points == 1 ? "" : "s", p->n_points);
+    } else {
+        for (int i = 0; i < p->n_points && !why[0]; i++)
+            if (strcmp(q->points[i].config_hash, p->points[i].config_hash) != 0)
+                snprintf(why, sizeof why, "point %d%s%.200s: configuration hash %s there, %s here",
+                         i, p->points[i].label[0] ? " " : "", p->points[i].label,
+                         q->points[i].config_hash, p->points[i].config_hash);
+    }
+    ttt_plan_free(q);
+    if (!why[0]) return TTT_OK;
+    return ttt_error_set(err, TTT_ERR_CONFIG,
+                         "%s: the run folder '%s' holds a run of another configuration (%s); "
+                         "nothing was changed: write this run into another folder with --out, "
+                         "or delete '%s' to replace it", cmd, dir, why, dir);
+}
+
+/* The topmost folder of `dir` that does not exist yet (malloc'd into *out), or NULL when dir
+ * exists: what the run creates, and removes again if it fails before its first point. */
+static ttt_status topmost_missing(const char *dir, char **out, ttt_error *err) {
+    *out = NULL;
+    struct stat st;
+    if (stat(dir, &st) == 0) return TTT_OK;
+    char *b = ttt_fault_strdup(dir);
+    if (!b) return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the run folder's name");
+    size_t len = strlen(b);
+    while (len > 1 && b[len - 1] == '/') b[--len] = '\0';
+    /* shorten while the parent is missing too */
+    for (;;) {
+        char *slash = strrchr(b, '/');
+        if (!slash || slash == b) break;
+        *slash = '\0';
+        const int missing = stat(b, &st) != 0;
+        if (!missing) {
+            *slash = '/';
+            break;
+        }
+        while (slash > b && slash[-1] == '/') *--slash = '\0'; /* "a//b" */
+    }
+    *out = b;
+    return TTT_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag, (void)f;
+    return remove(path);
+}
+
+/* Remove what the run created: the run folder with what it wrote there (only with its lock
+ * held: then nothing in it is another's), and each empty folder above it up to `created`. */
+static void remove_created(const char *dir, const char *created, int locked) {
+    if (locked) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    char *b = strdup(dir);
+    if (!b) return;
+    size_t len = strlen(b);
+    while (len > 1 && b[len - 1] == '/') b[--len] = '\0';
+    const size_t top = strlen(created);
+    for (;;) {
+        if (rmdir(b) != 0 && errno != ENOENT) break;
+        if (strlen(b) <= top) break;
+        char *slash = strrchr(b, '/');
+        if (!slash) break;
+        while (slash > b && slash[-1] == '/') slash--;
+        *slash = '\0';
+    }
+    free(b);
+}
+
+/* Empty an existing folder the run found empty (but for ttt's lock, kept when it was there):
+ * what a run that failed before its first point wrote there goes again. Only under the lock. */
+static _Thread_local int keep_lock; /* nftw has no user argument: remove_contents sets it */
+static int remove_inner(const char *path, const struct stat *sb, int flag, struct FTW *f) {
+    (void)sb, (void)flag;
+    if (f->level == 0) return 0;
+    if (f->level == 1 && keep_lock && strcmp(path + f->base, LOCK_FILE) == 0) return 0;
+    remove(path);
+    return 0;
+}
+
+static void remove_contents(const char *dir, int lock_was_there) {
+    keep_lock = lock_was_there;
+    nftw(dir, remove_inner, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A point of the folder kept a checkpoint: the work of a failed run that the next one resumes. */
+static int holds_checkpoint(const ttt_plan *p, const char *dir) {
+    char path[4096 + 64];
+    struct stat st;
+    for (int i = 0; i < p->n_points; i++) {
+        snprintf(path, sizeof path, "%s/checkpoints/point%d/" TTT_CHECKPOINT_LAST, dir, i);
+        if (stat(path, &st) == 0) return 1;
+        snprintf(path, sizeof path, "%s/checkpoints/point%d/" TTT_CHECKPOINT_PREV, dir, i);
+        if (stat(path, &st) == 0) return 1;
+    }
+    return 0;
 }
 
 void ttt_plan_assign(const ttt_plan *p, int n, int *owner) {
@@ -927,14 +1167,30 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     run_locks L = {-1, -1, 0};
     int complete = 0;
     ttt_status s = TTT_OK;
+    char *created = NULL; /* the topmost folder this run creates (NULL: the folder was there) */
+    int found_empty = 0, lock_was_there = 0; /* the folder was there, empty (and its lock) */
     if (writer) {
-        s = ttt_mkdirs(dir, err);
+        /* what the folder holds decides before anything is written: a folder of other files or
+         * a run of another configuration is refused and left as it is */
+        s = check_own_folder(p, dir, "run", err);
+        if (s == TTT_OK && ttt_folder_kind_of(dir) == TTT_FOLDER_EMPTY) {
+            char lock[4096 + 32];
+            struct stat lst;
+            snprintf(lock, sizeof lock, "%s/" LOCK_FILE, dir);
+            found_empty = 1;
+            lock_was_there = lstat(lock, &lst) == 0;
+        }
+        if (s == TTT_OK) s = topmost_missing(dir, &created, err);
+        if (s == TTT_OK) s = ttt_mkdirs(dir, err);
+        if (s != TTT_OK && created) remove_created(dir, created, 0);
         if (s == TTT_OK)
             s = lock_run_folder(dir, sharded ? x->shard : -1, sharded ? x->n_shards : 0, &L, err);
         if (s == TTT_OK) {
             remove_stale_tmp(p, dir, sharded ? owner : NULL, me);
-            complete = run_is_complete(p, dir);
+            /* again under the lock: a run that ended meanwhile may have written it */
+            s = check_own_folder(p, dir, "run", err);
         }
+        if (s == TTT_OK) complete = run_is_complete(p, dir);
     }
     if (R > 1 && !ttt_comm_all(comm, s == TTT_OK) && s == TTT_OK)
         s = ttt_error_set(err, TTT_ERR_IO, "rank 0 could not take the run folder %s (its "
@@ -944,6 +1200,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         if (complete && leader) say_complete(dir);
         unlock_run_folder(&L);
         free(owner);
+        free(created);
         return s;
     }
     if (leader && !sharded) remove_mark(dir); /* this run replaces whatever the folder held */
@@ -970,8 +1227,11 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
         s = ttt_error_set(err, TTT_ERR_IO, "rank 0 could not prepare the run folder %s", dir);
     if (s != TTT_OK) {
         ttt_results_free(res);
+        if (created && R == 1 && !sharded) remove_created(dir, created, 1);
+        else if (found_empty && R == 1 && !sharded) remove_contents(dir, lock_was_there);
         unlock_run_folder(&L);
         free(owner);
+        free(created);
         return s;
     }
 
@@ -1067,7 +1327,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
             res = NULL;
             s = merge_locked(p, dir, table, err);
         } else {
-            s = conclude(p, res, dir, table, err);
+            s = finish(p, res, dir, table, err);
         }
     }
     ttt_results_free(res);
@@ -1083,7 +1343,26 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
             s = w;
         }
     }
+    /* the mark last, after everything it vouches for (provenance.json's outcome included) */
+    if (s == TTT_OK && leader && !sharded) {
+        s = mark_complete(p, dir, err);
+        if (s != TTT_OK && provenance) { /* best effort: the outcome it already says is wrong */
+            char outcome[sizeof err->msg + 16];
+            snprintf(outcome, sizeof outcome, "failed: %s", err->msg);
+            ttt_error perr;
+            (void)ttt_provenance_write(dir, started, time(NULL), outcome, &perr);
+        }
+    }
+    /* A run that fails before its first point leaves what it found: a folder it created, with
+     * no point finished and no checkpoint kept, goes again, and one it found empty is emptied (docs/hardening.md "Run folders:
+     * names, one writer, re-runs"). Only a process that ran alone wrote into it. */
+    if (s != TTT_OK && s != TTT_ERR_INTERRUPTED && (created || found_empty) && finished == 0 &&
+        R == 1 && !sharded && !holds_checkpoint(p, dir)) {
+        if (created) remove_created(dir, created, 1);
+        else remove_contents(dir, lock_was_there);
+    }
     unlock_run_folder(&L);
+    free(created);
     return s;
 }
 
@@ -1116,7 +1395,7 @@ static ttt_status merge_locked(const ttt_plan *p, const char *dir, FILE *table, 
                           "%s); run their shards (or the run without --shard) first",
                           dir, n_missing, p->n_points, dir, missing);
     if (s == TTT_OK) s = write_resolved(p, dir, err);
-    if (s == TTT_OK) s = conclude(p, res, dir, table, err);
+    if (s == TTT_OK) s = finish(p, res, dir, table, err);
     ttt_results_free(res);
     return s;
 }
@@ -1127,19 +1406,22 @@ ttt_status ttt_plan_merge(const ttt_plan *p, const char *out_dir, FILE *table, t
     if (stat(dir, &st) != 0)
         return ttt_error_set(err, TTT_ERR_IO, "cannot merge %s: %s (run the --shard jobs first)",
                              dir, strerror(errno));
+    TTT_TRY(check_own_folder(p, dir, "merge", err));
     run_locks L;
     TTT_TRY(lock_run_folder(dir, -1, 0, &L, err));
     remove_stale_tmp(p, dir, NULL, 0);
-    ttt_status s = TTT_OK;
-    if (run_is_complete(p, dir)) {
+    ttt_status s = check_own_folder(p, dir, "merge", err);
+    if (s != TTT_OK) {
+    } else if (run_is_complete(p, dir)) {
         say_complete(dir);
     } else {
         remove_mark(dir);
         const time_t started = time(NULL);
         s = merge_locked(p, dir, table, err);
         /* the merge's own command and time: the --shard jobs' are their own (docs/training.md
-         * "Provenance") */
+         * "Provenance"); then the mark, which vouches for it too */
         if (s == TTT_OK) s = ttt_provenance_write(dir, started, time(NULL), "complete", err);
+        if (s == TTT_OK) s = mark_complete(p, dir, err);
     }
     unlock_run_folder(&L);
     return s;

@@ -293,30 +293,37 @@ ttt_cfg_node *ttt_cfg_new_scalar(const char *text, const ttt_cfg_node *where) {
 ttt_cfg_node *ttt_cfg_new_map(const ttt_cfg_node *where) { return node_at(TTT_CFG_MAP, where); }
 ttt_cfg_node *ttt_cfg_new_seq(const ttt_cfg_node *where) { return node_at(TTT_CFG_SEQ, where); }
 
-void ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val) {
+ttt_status ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val) {
     if (!map || !val) { /* a failed allocation made one of them (counted) */
         ttt_cfg_free(val);
-        return;
+        return TTT_ERR_NOMEM;
     }
-    TTT_ASSERT(map->kind == TTT_CFG_MAP && key);
+    if (map->kind != TTT_CFG_MAP || !key) { /* misuse: reported, never an abort */
+        ttt_cfg_free(val);
+        return TTT_ERR_ARG;
+    }
     int i = find_key(map, key);
     if (i >= 0) {
         /* Replacing keeps the key where it was written (and its place in the order). */
         ttt_cfg_free(map->items[i]);
         map->items[i] = val;
-        return;
+        return TTT_OK;
     }
     /* A key created in code has no position of its own; messages then use the value's. */
-    map_append(map, key, 0, 0, val);
+    return map_append(map, key, 0, 0, val) ? TTT_OK : TTT_ERR_NOMEM;
 }
 
-void ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val) {
+ttt_status ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val) {
+    if (seq && seq->kind != TTT_CFG_SEQ) {
+        ttt_cfg_free(val);
+        return TTT_ERR_ARG;
+    }
     if (!seq || !val || !reserve(seq, seq->n + 1)) { /* out of memory (counted) */
         ttt_cfg_free(val);
-        return;
+        return TTT_ERR_NOMEM;
     }
-    TTT_ASSERT(seq->kind == TTT_CFG_SEQ);
     seq->items[seq->n++] = val;
+    return TTT_OK;
 }
 
 int ttt_cfg_map_remove(ttt_cfg_node *map, const char *key) {
@@ -1886,7 +1893,12 @@ static ttt_status pin_inside_sweep(ttt_cfg_node *root, const char *path, const t
 }
 
 ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_error *err) {
-    TTT_ASSERT(root && assignment);
+    if (!assignment)
+        return ttt_error_set(err, TTT_ERR_ARG, "--set: no assignment (NULL); expected "
+                             "KEY.PATH=VALUE");
+    if (!root)
+        return ttt_error_set(err, TTT_ERR_ARG, "--set '%s': no configuration to apply it to",
+                             assignment);
     const unsigned long oom_mark = oom_count;
     if (root->kind != TTT_CFG_MAP)
         return ttt_error_set(err, TTT_ERR_ARG, "--set '%s': the configuration is not a mapping",

@@ -34,12 +34,13 @@ struct ttt_cfg_node {
 };
 
 /* ---- out of memory ----
- * Functions that return a status report a failed allocation as TTT_ERR_NOMEM. The others
- * (ttt_cfg_clone and ttt_cfg_new_* return NULL; ttt_cfg_map_set and ttt_cfg_seq_push take a
- * NULL value and drop it, or drop the value they could not store) leave trees whole but
- * incomplete and count the failure: a caller compares ttt_cfg_alloc_failures() before and
- * after its work and reports ttt_cfg_out_of_memory (docs/design.md "Errors, memory,
- * determinism"). */
+ * Nothing here aborts on a failed allocation. Functions that return a status report it as
+ * TTT_ERR_NOMEM; ttt_cfg_map_set and ttt_cfg_seq_push do too (they take a NULL value, made by
+ * a constructor that failed, and drop it, or drop the value they could not store); ttt_cfg_clone
+ * and ttt_cfg_new_* return NULL. Every failure leaves trees whole but incomplete and is
+ * counted, so a caller that builds a tree in many calls need not check each: it compares
+ * ttt_cfg_alloc_failures() before and after its work and reports ttt_cfg_out_of_memory
+ * (docs/design.md "Errors, memory, determinism"). */
 unsigned long ttt_cfg_alloc_failures(void); /* failed allocations so far on this thread */
 /* ttt_cfg_check_map and ttt_cfg_check_name refuse (TTT_ERR_NOMEM) once an allocation has failed
  * on the thread since the last call of this, so that code that reads a checked tree never meets
@@ -62,9 +63,11 @@ void ttt_cfg_free(ttt_cfg_node *n);
 ttt_cfg_node *ttt_cfg_new_scalar(const char *text, const ttt_cfg_node *where);
 ttt_cfg_node *ttt_cfg_new_map(const ttt_cfg_node *where);
 ttt_cfg_node *ttt_cfg_new_seq(const ttt_cfg_node *where);
-/* Insert or replace map[key] = val (takes ownership of val). */
-void ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val);
-void ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val);
+/* Insert or replace map[key] = val (takes ownership of val, also on failure: then it is freed).
+ * TTT_OK; TTT_ERR_NOMEM when val is NULL or could not be stored (counted, as above);
+ * TTT_ERR_ARG when map is not a mapping, seq not a sequence, or key NULL. */
+ttt_status ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val);
+ttt_status ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val);
 /* Remove map[key] if present (frees it); returns 1 when something was removed. */
 int ttt_cfg_map_remove(ttt_cfg_node *map, const char *key);
 

@@ -1285,6 +1285,23 @@ ttt_status ttt_results_write(ttt_results *res, const char *dir, ttt_error *err) 
 /* ------------------------------------------------------------------------------------------ */
 /* plain-text table of the summary records (printed by `ttt run`)                             */
 
+/* The column `col` says what the swept `axis` says: the one names the other (`layer` and
+ * `layer.preset`: its first part; `overwrite` and `task.overwrite`: its last) and every row
+ * holds the same text in both. */
+static int same_column(const char *axis, const char *col, const ttt_record *const *rows, int n) {
+    const size_t cl = strlen(col), al = strlen(axis);
+    const int named = (al > cl && strncmp(axis, col, cl) == 0 && axis[cl] == '.') ||
+                      (al > cl && strcmp(axis + al - cl, col) == 0 && axis[al - cl - 1] == '.');
+    if (!named || n < 1) return 0;
+    char a[256], b[256];
+    for (int i = 0; i < n; i++) {
+        ttt_row_cell(rows[i], axis, a, sizeof a);
+        ttt_row_cell(rows[i], col, b, sizeof b);
+        if (strcmp(a, b) != 0) return 0;
+    }
+    return 1;
+}
+
 /* The table of some rows: the axes (but `skip`), `seeds` when aggregated, then cols. */
 static void print_rows(const ttt_results *res, FILE *f, const char *const *cols,
                        const ttt_record *const *rows, int n, int aggregated) {
@@ -1302,10 +1319,15 @@ static void print_rows(const ttt_results *res, FILE *f, const char *const *cols,
         key[nc] = "seeds";
         snprintf(head[nc++], sizeof head[0], "seeds");
     }
+    const int n_axis_cols = nc;
     for (int c = 0; cols[c] && nc < MAXC; c++) {
         if (res->n_axes && strcmp(cols[c], "series") == 0) continue;
         int dup = 0;
         for (int q = 0; q < nc; q++) dup |= strcmp(key[q], cols[c]) == 0;
+        /* a task's column that repeats a swept key under another name (`layer` beside
+         * `layer.preset`, `overwrite` beside `task.overwrite`) is shown once */
+        for (int q = 0; q < n_axis_cols && !dup; q++)
+            dup = same_column(key[q], cols[c], rows, n);
         if (dup) continue;
         key[nc] = cols[c];
         snprintf(head[nc++], sizeof head[0], "%s", cols[c]);

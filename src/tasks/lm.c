@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "data.h"
 #include "fault.h"
@@ -113,6 +114,15 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
     /* The files are checked here (opened, their sizes against the splits; not read), so that
      * `ttt check` refuses what the run would and a run refuses before it creates its folder
      * (docs/hardening.md "Out of memory"); lm_run loads them and checks every id. */
+    /* Only regular files: opening a FIFO would wait for a writer forever, in `ttt check` too. */
+    const char *files[2] = {c->path, c->val_path};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (files[i] && stat(files[i], &st) == 0 && !S_ISREG(st.st_mode)) {
+            ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file", files[i]);
+            return path_error(c, TTT_ERR_IO, err);
+        }
+    }
     const ttt_token_source src = {.path = c->path, .val_path = c->val_path, .width = c->width,
                                   .vocab = c->vocab, .val_fraction = vf, .seq_len = L};
     ttt_status s = ttt_tokens_check(&src, err);
