@@ -1,0 +1,931 @@
+/* CUDA kernels of the (gated) delta rule, forward and backward (docs/gpu.md "Delta rule
+ * kernels"; the interface is layers/forms/chunk_cuda.h).
+ *
+ * Per sequence (b, h), with the state S (d_k × d_v, fp32), a_t = e^{g_t}:
+ *     S_t = a_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ,     o_t = scale · S_tᵀ q_t.
+ * Chunks of C = 64 tokens. Within a chunk (local index t = 0..C−1, chunk-start state S) let
+ * γ_t be the log decay since the chunk start or since the last hard reset before t (a reset is
+ * a token with expf(g) == 0: the state before it is forgotten exactly), Γ_t = e^{γ_t} when no
+ * reset lies in [0, t] and 0 otherwise, and D(t, s) = e^{γ_t − γ_s} for s ≤ t when no reset lies
+ * in (s, t], 0 otherwise (γ in float64, only the difference rounded to fp32: never −inf − −inf).
+ * Writing S_t = a_t S_{t−1} + k_t δ_tᵀ, the pseudo-values δ solve the unit lower-triangular system
+ *     (I + A) δ = β ⊙ (V − Γ ⊙ (K S)),      A_ts = β_t D(t,s) k_t·k_s  (s < t),
+ * so with T = (I + A)⁻¹ (inverted in float64 per chunk), U = V − Γ ⊙ (K S), R = β ⊙ U:
+ *     δ = T R,   O = scale (Γ ⊙ (Q S) + M δ),   M_ts = D(t,s) q_t·k_s (s ≤ t),
+ *     S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ),              λ_s = D(C−1, s).
+ * A partial last chunk is padded with k = q = v = 0, β = 0, g = 0, which leaves all of this
+ * unchanged. The backward equations are derived in docs/gpu.md and restated at each kernel.
+ *
+ * Kernels (all fp32 FFMA in shared-memory tiles; inputs of type E = float or bf16 are widened
+ * to fp32 on load, everything computed stays fp32 and the chunk inverse float64):
+ *   delta_prep      one block per chunk: K Kᵀ, Q Kᵀ, the gates, A' = D ⊙ K Kᵀ, M, T, Γ, λ
+ *   delta_fwd_seq   one block per (sequence, 32-column value tile), over the chunks in order:
+ *                   the state tile stays in shared memory; o, ht (and, for the backward, the
+ *                   chunk-start states and U)
+ *   delta_bwd_seq   the same in reverse order for dS: dδ, dR, d_v, the chunk-end state
+ *                   gradients, d_h0
+ *   delta_bwd_cc    one block per chunk: δ, the C×C gradients of M and A, d_β, gate terms
+ *   delta_bwd_qk    one block per (chunk, 64-column key tile): d_q, d_k, gate terms
+ *   delta_bwd_gate  one thread per chunk: the segmented reverse cumulative sum giving d_g */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "chunk_cuda.h"
+#include "cuda_common.cuh"
+
+#define DC 64      /* chunk length */
+#define DLC 68     /* row stride of C×C matrices in shared memory (float4-aligned) */
+#define DBV 32     /* value-tile width of the sequential kernels (one warp's lanes) */
+#define DKT 64     /* key-tile width of delta_bwd_qk */
+#define DT1 33     /* row stride of 32-wide tiles (conflict-free column reads) */
+#define NTHR 256
+
+typedef struct delta_params {
+    int B, T, H, dk, dv, nc, ldk, nvt, nkt;
+    float scale;
+    const void *q, *k, *v, *d_o;
+    const float *beta, *g, *h0, *d_ht;
+    void *o, *d_q, *d_k, *d_v;
+    float *ht, *d_beta, *d_g, *d_h0;
+    int write_out; /* delta_fwd_seq: write o and ht (the forward) or S0 and U (the backward) */
+    /* workspace */
+    float *Tw, *Mw, *Aw;   /* (BH, nc, C, C): T; M then F; A' then E */
+    float *Gw, *Lw;        /* (BH, nc, C): Γ, λ */
+    float *S0w, *dSw;      /* (BH, nc, d_k, d_v): chunk-start states, chunk-end gradients */
+    float *Uw, *dRw;       /* (BH, nc, C, d_v): U then δ; dR */
+    float *gaw, *gbw;      /* (BH, nc, C) and (nkt, BH, nc, C): terms of dγ */
+} delta_params;
+
+__device__ __forceinline__ size_t drow(const delta_params &p, int b, int t, int h) {
+    return ((size_t)b * p.T + t) * p.H + h;
+}
+
+/* The chunk's gate prefix: gam[i] = γ_i (float64), rho[i] = the last reset index ≤ i or −1. */
+__device__ void chunk_gates(const delta_params &p, int b, int h, int t0, double *gam, int *rho) {
+    double cur = 0;
+    int r = -1;
+    for (int i = 0; i < DC; i++) {
+        int t = t0 + i;
+        float x = (p.g && t < p.T) ? p.g[drow(p, b, t, h)] : 0.f;
+        if (expf(x) == 0.f) {
+            r = i;
+            cur = 0;
+        } else {
+            cur += (double)x;
+        }
+        gam[i] = cur;
+        rho[i] = r;
+    }
+}
+__device__ __forceinline__ float gate_d(const double *gam, const int *rho, int t, int s) {
+    return (s > t || rho[t] > s) ? 0.f : expf((float)(gam[t] - gam[s]));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_prep: per chunk, G = K Kᵀ and P = Q Kᵀ (fp32, 4×4 outputs per thread over 32-wide key
+ * slices), A'_ts = D(t,s) G_ts (s < t), M_ts = D(t,s) P_ts (s ≤ t), T = (I + diag(β) A')⁻¹ by
+ * column-wise forward substitution in float64, Γ_t and λ_t. */
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
+    extern __shared__ double smd[];
+    double(*Ad)[DC + 1] = (double(*)[DC + 1])smd;
+    double(*Td)[DC + 1] = Ad + DC;
+    double *gam = (double *)(Td + DC);
+    float(*Kt)[DC + 1] = (float(*)[DC + 1])(gam + DC);
+    float(*Qt)[DC + 1] = Kt + 32;
+    int *rho = (int *)(Qt + 32);
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    const E *q = (const E *)p.q, *k = (const E *)p.k;
+    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
+    float G[4][4] = {}, P[4][4] = {};
+    for (int k0 = 0; k0 < p.dk; k0 += 32) {
+        __syncthreads();
+        for (int idx = tid; idx < 32 * DC; idx += NTHR) {
+            int kk = idx & 31, t = idx >> 5, gt = t0 + t;
+            float kv = 0.f, qv = 0.f;
+            if (gt < p.T && k0 + kk < p.dk) {
+                size_t o = drow(p, b, gt, h) * p.dk + k0 + kk;
+                kv = ttt_ld<E>(k, o);
+                qv = ttt_ld<E>(q, o);
+            }
+            Kt[kk][t] = kv;
+            Qt[kk][t] = qv;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < 32; kk++) {
+            float kr[4], kc[4], qr[4];
+            for (int i = 0; i < 4; i++) {
+                kr[i] = Kt[kk][ty + 16 * i];
+                qr[i] = Qt[kk][ty + 16 * i];
+                kc[i] = Kt[kk][tx + 16 * i];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    G[i][j] = fmaf(kr[i], kc[j], G[i][j]);
+                    P[i][j] = fmaf(qr[i], kc[j], P[i][j]);
+                }
+        }
+    }
+    __syncthreads(); /* gam, rho */
+    const size_t cc = ((size_t)bh * p.nc + c) * DC * DC;
+    for (int i = 0; i < 4; i++) {
+        int t = ty + 16 * i, gt = t0 + t;
+        float bt = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+        for (int j = 0; j < 4; j++) {
+            int s = tx + 16 * j;
+            float d = gate_d(gam, rho, t, s);
+            float ap = s < t ? G[i][j] * d : 0.f;
+            float m = s <= t ? P[i][j] * d : 0.f;
+            p.Mw[cc + t * DC + s] = m;
+            if (bwd) p.Aw[cc + t * DC + s] = ap;
+            Ad[t][s] = (double)bt * (double)ap;
+        }
+    }
+    if (tid < DC) {
+        size_t o = ((size_t)bh * p.nc + c) * DC + tid;
+        p.Gw[o] = rho[tid] >= 0 ? 0.f : expf((float)gam[tid]);
+        p.Lw[o] = gate_d(gam, rho, DC - 1, tid);
+    }
+    __syncthreads();
+    /* T = (I + A)⁻¹, unit lower triangular: column j by thread j, T_tj = −Σ_{j≤s<t} A_ts T_sj */
+    if (tid < DC) {
+        const int j = tid;
+        for (int t = 0; t < j; t++) Td[t][j] = 0;
+        Td[j][j] = 1;
+        for (int t = j + 1; t < DC; t++) {
+            double acc = 0;
+            for (int s = j; s < t; s++) acc = fma(Ad[t][s], Td[s][j], acc);
+            Td[t][j] = -acc;
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < DC * DC; idx += NTHR) p.Tw[cc + idx] = (float)Td[idx / DC][idx % DC];
+}
+
+/* Shared-memory layout of the two sequential kernels (floats). */
+__host__ __device__ static inline size_t seq_smem_floats(int ldk) {
+    return 2 * (size_t)DC * ldk + (size_t)ldk * DBV + 3 * (size_t)DC * DBV + 2 * (size_t)DC * DLC +
+           3 * DC;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_fwd_seq: one block per (sequence, value tile j0..j0+31), chunks in order. Per chunk:
+ *     X = K S, Y = Q S                       (C × 32; lane = column, warp w has rows w + 8a)
+ *     U = V − Γ ⊙ X,  R = β ⊙ U,  δ = T R
+ *     O = scale (Γ ⊙ Y + M δ)
+ *     S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ)            (warp w updates rows 4(w + 8m) .. +3)
+ * The state tile never leaves shared memory. For the backward (write_out = 0) it stores the
+ * chunk-start state S and U instead of o and ht. */
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    const int ldk = p.ldk;
+    float *Ks = sm, *Qs = Ks + DC * ldk, *Ss = Qs + DC * ldk, *Rs = Ss + ldk * DBV;
+    float *Vs = Rs + DC * DBV, *Ds = Vs + DC * DBV, *Ts = Ds + DC * DBV, *Ms = Ts + DC * DLC;
+    float *Gs = Ms + DC * DLC, *Ls = Gs + DC, *Bs = Ls + DC;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int bh = blockIdx.x / p.nvt, j0 = (blockIdx.x % p.nvt) * DBV, b = bh / p.H,
+              h = bh % p.H;
+    const int j = j0 + lane;
+    const bool jv = j < p.dv;
+    const E *q = (const E *)p.q, *k = (const E *)p.k, *v = (const E *)p.v;
+    for (int i = w; i < ldk; i += 8)
+        Ss[i * DBV + lane] = (p.h0 && jv && i < p.dk) ? p.h0[((size_t)bh * p.dk + i) * p.dv + j]
+                                                      : 0.f;
+    for (int c = 0; c < p.nc; c++) {
+        const int t0 = c * DC;
+        const size_t ch = (size_t)bh * p.nc + c;
+        __syncthreads();
+        for (int idx = tid; idx < DC * ldk; idx += NTHR) {
+            int t = idx / ldk, kk = idx % ldk, gt = t0 + t;
+            float kv = 0.f, qv = 0.f;
+            if (gt < p.T && kk < p.dk) {
+                size_t o = drow(p, b, gt, h) * p.dk + kk;
+                kv = ttt_ld<E>(k, o);
+                qv = ttt_ld<E>(q, o);
+            }
+            Ks[idx] = kv;
+            Qs[idx] = qv;
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a, gt = t0 + t;
+            Vs[t * DBV + lane] =
+                (gt < p.T && jv) ? ttt_ld<E>(v, drow(p, b, gt, h) * p.dv + j) : 0.f;
+        }
+        for (int idx = tid; idx < DC * DC; idx += NTHR) {
+            Ts[(idx / DC) * DLC + idx % DC] = p.Tw[ch * DC * DC + idx];
+            Ms[(idx / DC) * DLC + idx % DC] = p.Mw[ch * DC * DC + idx];
+        }
+        if (tid < DC) {
+            int gt = t0 + tid;
+            Gs[tid] = p.Gw[ch * DC + tid];
+            Ls[tid] = p.Lw[ch * DC + tid];
+            Bs[tid] = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+        }
+        if (!p.write_out && jv)
+            for (int i = w; i < p.dk; i += 8)
+                p.S0w[(ch * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
+        __syncthreads();
+        float x[8], y[8];
+        for (int a = 0; a < 8; a++) x[a] = y[a] = 0.f;
+        for (int kk = 0; kk < ldk; kk += 4) {
+            float s0 = Ss[kk * DBV + lane], s1 = Ss[(kk + 1) * DBV + lane],
+                  s2 = Ss[(kk + 2) * DBV + lane], s3 = Ss[(kk + 3) * DBV + lane];
+            for (int a = 0; a < 8; a++) {
+                int t = w + 8 * a;
+                float4 k4 = *(const float4 *)&Ks[t * ldk + kk];
+                float4 q4 = *(const float4 *)&Qs[t * ldk + kk];
+                x[a] = fmaf(k4.x, s0, fmaf(k4.y, s1, fmaf(k4.z, s2, fmaf(k4.w, s3, x[a]))));
+                y[a] = fmaf(q4.x, s0, fmaf(q4.y, s1, fmaf(q4.z, s2, fmaf(q4.w, s3, y[a]))));
+            }
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float u = Vs[t * DBV + lane] - Gs[t] * x[a];
+            if (!p.write_out && jv) p.Uw[(ch * DC + t) * p.dv + j] = u;
+            Rs[t * DBV + lane] = Bs[t] * u;
+        }
+        __syncthreads();
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float acc = 0.f;
+            for (int s = 0; s <= t; s += 4) { /* T_ts = 0 for s > t */
+                float4 t4 = *(const float4 *)&Ts[t * DLC + s];
+                acc = fmaf(t4.x, Rs[s * DBV + lane], acc);
+                acc = fmaf(t4.y, Rs[(s + 1) * DBV + lane], acc);
+                acc = fmaf(t4.z, Rs[(s + 2) * DBV + lane], acc);
+                acc = fmaf(t4.w, Rs[(s + 3) * DBV + lane], acc);
+            }
+            Ds[t * DBV + lane] = acc;
+        }
+        __syncthreads();
+        if (p.write_out) {
+            E *o = (E *)p.o;
+            for (int a = 0; a < 8; a++) {
+                int t = w + 8 * a, gt = t0 + t;
+                float acc = 0.f;
+                for (int s = 0; s <= t; s += 4) {
+                    float4 m4 = *(const float4 *)&Ms[t * DLC + s];
+                    acc = fmaf(m4.x, Ds[s * DBV + lane], acc);
+                    acc = fmaf(m4.y, Ds[(s + 1) * DBV + lane], acc);
+                    acc = fmaf(m4.z, Ds[(s + 2) * DBV + lane], acc);
+                    acc = fmaf(m4.w, Ds[(s + 3) * DBV + lane], acc);
+                }
+                if (gt < p.T && jv)
+                    ttt_st<E>(o, drow(p, b, gt, h) * p.dv + j, p.scale * fmaf(Gs[t], y[a], acc));
+            }
+        }
+        /* S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ); thread (w, lane) owns rows 4(w + 8m) + r of column lane */
+        const float gl = Gs[DC - 1];
+        for (int g4 = w; 4 * g4 < ldk; g4 += 8) {
+            float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+            for (int s = 0; s < DC; s++) {
+                float d = Ls[s] * Ds[s * DBV + lane];
+                float4 k4 = *(const float4 *)&Ks[s * ldk + 4 * g4];
+                acc0 = fmaf(k4.x, d, acc0);
+                acc1 = fmaf(k4.y, d, acc1);
+                acc2 = fmaf(k4.z, d, acc2);
+                acc3 = fmaf(k4.w, d, acc3);
+            }
+            float *sr = &Ss[4 * g4 * DBV + lane];
+            sr[0] = fmaf(gl, sr[0], acc0);
+            sr[DBV] = fmaf(gl, sr[DBV], acc1);
+            sr[2 * DBV] = fmaf(gl, sr[2 * DBV], acc2);
+            sr[3 * DBV] = fmaf(gl, sr[3 * DBV], acc3);
+        }
+    }
+    __syncthreads();
+    if (p.write_out && p.ht && jv)
+        for (int i = w; i < p.dk; i += 8)
+            p.ht[((size_t)bh * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_bwd_seq: one block per (sequence, value tile), chunks in reverse order; dS (the gradient
+ * with respect to the chunk-end state, starting from d_ht) stays in shared memory. Per chunk:
+ *     store dS (the chunk-end gradient, for delta_bwd_qk)
+ *     dδ = scale Mᵀ dO + λ ⊙ (K dS)
+ *     dR = Tᵀ dδ,   d_v = β ⊙ dR
+ *     dS ← Γ_{C−1} dS + scale Qᵀ (Γ ⊙ dO) − Kᵀ (β ⊙ Γ ⊙ dR)
+ * and after the first chunk dS = d_h0. Tᵀ and Mᵀ are stored transposed in shared memory so
+ * that each row is read as float4 (their zero triangles make the padded reads harmless). */
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    const int ldk = p.ldk;
+    float *Ks = sm, *Qs = Ks + DC * ldk, *dS = Qs + DC * ldk, *dOs = dS + ldk * DBV;
+    float *Dd = dOs + DC * DBV, *dRs = Dd + DC * DBV, *Tt = dRs + DC * DBV, *Mt = Tt + DC * DLC;
+    float *Gs = Mt + DC * DLC, *Ls = Gs + DC, *Bs = Ls + DC;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int bh = blockIdx.x / p.nvt, j0 = (blockIdx.x % p.nvt) * DBV, b = bh / p.H,
+              h = bh % p.H;
+    const int j = j0 + lane;
+    const bool jv = j < p.dv;
+    const E *q = (const E *)p.q, *k = (const E *)p.k, *dO = (const E *)p.d_o;
+    for (int i = w; i < ldk; i += 8)
+        dS[i * DBV + lane] =
+            (p.d_ht && jv && i < p.dk) ? p.d_ht[((size_t)bh * p.dk + i) * p.dv + j] : 0.f;
+    for (int c = p.nc - 1; c >= 0; c--) {
+        const int t0 = c * DC;
+        const size_t ch = (size_t)bh * p.nc + c;
+        __syncthreads();
+        for (int idx = tid; idx < DC * ldk; idx += NTHR) {
+            int t = idx / ldk, kk = idx % ldk, gt = t0 + t;
+            float kv = 0.f, qv = 0.f;
+            if (gt < p.T && kk < p.dk) {
+                size_t o = drow(p, b, gt, h) * p.dk + kk;
+                kv = ttt_ld<E>(k, o);
+                qv = ttt_ld<E>(q, o);
+            }
+            Ks[idx] = kv;
+            Qs[idx] = qv;
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a, gt = t0 + t;
+            dOs[t * DBV + lane] =
+                (gt < p.T && jv) ? ttt_ld<E>(dO, drow(p, b, gt, h) * p.dv + j) : 0.f;
+        }
+        for (int idx = tid; idx < DC * DC; idx += NTHR) {
+            int r = idx / DC, s = idx % DC;
+            Tt[s * DLC + r] = p.Tw[ch * DC * DC + idx];
+            Mt[s * DLC + r] = p.Mw[ch * DC * DC + idx];
+        }
+        if (tid < DC) {
+            int gt = t0 + tid;
+            Gs[tid] = p.Gw[ch * DC + tid];
+            Ls[tid] = p.Lw[ch * DC + tid];
+            Bs[tid] = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+        }
+        if (jv)
+            for (int i = w; i < p.dk; i += 8)
+                p.dSw[(ch * p.dk + i) * p.dv + j] = dS[i * DBV + lane];
+        __syncthreads();
+        float z[8];
+        for (int a = 0; a < 8; a++) z[a] = 0.f;
+        for (int kk = 0; kk < ldk; kk += 4) {
+            float s0 = dS[kk * DBV + lane], s1 = dS[(kk + 1) * DBV + lane],
+                  s2 = dS[(kk + 2) * DBV + lane], s3 = dS[(kk + 3) * DBV + lane];
+            for (int a = 0; a < 8; a++) {
+                float4 k4 = *(const float4 *)&Ks[(w + 8 * a) * ldk + kk];
+                z[a] = fmaf(k4.x, s0, fmaf(k4.y, s1, fmaf(k4.z, s2, fmaf(k4.w, s3, z[a]))));
+            }
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float acc = 0.f;
+            for (int s = t & ~3; s < DC; s += 4) { /* (Mᵀ)_ts = M_st = 0 for s < t */
+                float4 m4 = *(const float4 *)&Mt[t * DLC + s];
+                acc = fmaf(m4.x, dOs[s * DBV + lane], acc);
+                acc = fmaf(m4.y, dOs[(s + 1) * DBV + lane], acc);
+                acc = fmaf(m4.z, dOs[(s + 2) * DBV + lane], acc);
+                acc = fmaf(m4.w, dOs[(s + 3) * DBV + lane], acc);
+            }
+            Dd[t * DBV + lane] = fmaf(p.scale, acc, Ls[t] * z[a]);
+        }
+        __syncthreads();
+        E *dv = (E *)p.d_v;
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a, gt = t0 + t;
+            float acc = 0.f;
+            for (int s = t & ~3; s < DC; s += 4) {
+                float4 t4 = *(const float4 *)&Tt[t * DLC + s];
+                acc = fmaf(t4.x, Dd[s * DBV + lane], acc);
+                acc = fmaf(t4.y, Dd[(s + 1) * DBV + lane], acc);
+                acc = fmaf(t4.z, Dd[(s + 2) * DBV + lane], acc);
+                acc = fmaf(t4.w, Dd[(s + 3) * DBV + lane], acc);
+            }
+            dRs[t * DBV + lane] = acc;
+            if (jv) p.dRw[(ch * DC + t) * p.dv + j] = acc;
+            if (dv && jv && gt < p.T) ttt_st<E>(dv, drow(p, b, gt, h) * p.dv + j, Bs[t] * acc);
+        }
+        __syncthreads();
+        const float gl = Gs[DC - 1];
+        for (int g4 = w; 4 * g4 < ldk; g4 += 8) {
+            float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+            for (int s = 0; s < DC; s++) {
+                float a1 = p.scale * Gs[s] * dOs[s * DBV + lane];
+                float a2 = -Bs[s] * Gs[s] * dRs[s * DBV + lane];
+                float4 q4 = *(const float4 *)&Qs[s * ldk + 4 * g4];
+                float4 k4 = *(const float4 *)&Ks[s * ldk + 4 * g4];
+                acc0 = fmaf(q4.x, a1, fmaf(k4.x, a2, acc0));
+                acc1 = fmaf(q4.y, a1, fmaf(k4.y, a2, acc1));
+                acc2 = fmaf(q4.z, a1, fmaf(k4.z, a2, acc2));
+                acc3 = fmaf(q4.w, a1, fmaf(k4.w, a2, acc3));
+            }
+            float *sr = &dS[4 * g4 * DBV + lane];
+            sr[0] = fmaf(gl, sr[0], acc0);
+            sr[DBV] = fmaf(gl, sr[DBV], acc1);
+            sr[2 * DBV] = fmaf(gl, sr[2 * DBV], acc2);
+            sr[3 * DBV] = fmaf(gl, sr[3 * DBV], acc3);
+        }
+    }
+    __syncthreads();
+    if (p.d_h0 && jv)
+        for (int i = w; i < p.dk; i += 8)
+            p.d_h0[((size_t)bh * p.dk + i) * p.dv + j] = dS[i * DBV + lane];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_bwd_cc: one block per chunk, over 32-column value slices. With dδ = (I + A)ᵀ dR:
+ *     δ = T (β ⊙ U)                             (written over U)
+ *     dM = scale dO δᵀ (s ≤ t),  dA = −dR δᵀ (s < t)
+ *     F = dM ⊙ D,  E_ts = dA_ts β_t D(t,s)     (written over M and A', for delta_bwd_qk)
+ *     d_β_t = Σ_s dA_ts A'_ts + dR_t · U_t
+ * and the terms of dγ that need no key dimension:
+ *     −β_t dR_t·(V_t − U_t)            (the Γ in U; V − U = Γ ⊙ K S)
+ *     + Σ_s (H+J)_ts − Σ_r (H+J)_rt    (H = dM ⊙ M, J = dA ⊙ A: the D inside M and A)
+ *     − l_t, and Σ_s l_s at C−1        (l_s = δ_s · λ_s (K dS)_s, the λ of the state update,
+ *                                       with λ ⊙ (K dS) = (I + A)ᵀ dR − scale Mᵀ dO) */
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    float *Ts = sm, *Ms = Ts + DC * DLC, *As = Ms + DC * DLC;
+    float *Us = As + DC * DLC, *Vs = Us + DC * DT1, *dRs = Vs + DC * DT1, *dOs = dRs + DC * DT1;
+    float *Dl = dOs + DC * DT1, *Bs = Dl + DC * DT1, *r1 = Bs + DC, *r2 = r1 + DC, *r3 = r2 + DC;
+    double *gam = (double *)(r3 + DC);
+    int *rho = (int *)(gam + DC);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, tx = tid & 15, ty = tid >> 4;
+    const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
+    const E *v = (const E *)p.v, *dO = (const E *)p.d_o;
+    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
+    for (int idx = tid; idx < DC * DC; idx += NTHR) {
+        int r = idx / DC, s = idx % DC;
+        Ts[r * DLC + s] = p.Tw[cc + idx];
+        Ms[r * DLC + s] = p.Mw[cc + idx];
+        As[r * DLC + s] = p.Aw[cc + idx];
+    }
+    if (tid < DC) {
+        int gt = t0 + tid;
+        Bs[tid] = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+    }
+    float aM[4][4] = {}, aA[4][4] = {};
+    float q1[8] = {}, q2[8] = {}, q3[8] = {};
+    for (int j0 = 0; j0 < p.dv; j0 += 32) {
+        const int j = j0 + lane;
+        const bool jv = j < p.dv;
+        __syncthreads();
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a, gt = t0 + t;
+            bool in = jv && gt < p.T;
+            Us[t * DT1 + lane] = jv ? p.Uw[(ch * DC + t) * p.dv + j] : 0.f;
+            dRs[t * DT1 + lane] = jv ? p.dRw[(ch * DC + t) * p.dv + j] : 0.f;
+            Vs[t * DT1 + lane] = in ? ttt_ld<E>(v, drow(p, b, gt, h) * p.dv + j) : 0.f;
+            dOs[t * DT1 + lane] = in ? ttt_ld<E>(dO, drow(p, b, gt, h) * p.dv + j) : 0.f;
+        }
+        __syncthreads();
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float acc = 0.f;
+            for (int s = 0; s <= t; s++) acc = fmaf(Ts[t * DLC + s], Bs[s] * Us[s * DT1 + lane], acc);
+            Dl[t * DT1 + lane] = acc;
+            float du = dRs[t * DT1 + lane], u = Us[t * DT1 + lane];
+            q1[a] = fmaf(du, Vs[t * DT1 + lane] - u, q1[a]);
+            q2[a] = fmaf(du, u, q2[a]);
+        }
+        __syncthreads();
+        for (int a = 0; a < 8; a++) {
+            int s = w + 8 * a;
+            float acc = dRs[s * DT1 + lane];
+            for (int t = s + 1; t < DC; t++) acc = fmaf(Bs[t] * As[t * DLC + s], dRs[t * DT1 + lane], acc);
+            float m = 0.f;
+            for (int t = s; t < DC; t++) m = fmaf(Ms[t * DLC + s], dOs[t * DT1 + lane], m);
+            acc = fmaf(-p.scale, m, acc);
+            q3[a] = fmaf(Dl[s * DT1 + lane], acc, q3[a]);
+        }
+        if (jv)
+            for (int a = 0; a < 8; a++) {
+                int t = w + 8 * a;
+                p.Uw[(ch * DC + t) * p.dv + j] = Dl[t * DT1 + lane];
+            }
+        for (int jj = 0; jj < 32; jj++) {
+            float o_[4], r_[4], d_[4];
+            for (int i = 0; i < 4; i++) {
+                o_[i] = dOs[(ty + 16 * i) * DT1 + jj];
+                r_[i] = dRs[(ty + 16 * i) * DT1 + jj];
+                d_[i] = Dl[(tx + 16 * i) * DT1 + jj];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int jx = 0; jx < 4; jx++) {
+                    aM[i][jx] = fmaf(o_[i], d_[jx], aM[i][jx]);
+                    aA[i][jx] = fmaf(r_[i], d_[jx], aA[i][jx]);
+                }
+        }
+    }
+    for (int a = 0; a < 8; a++) {
+        float s1 = ttt_warp_sum(q1[a]), s2 = ttt_warp_sum(q2[a]), s3 = ttt_warp_sum(q3[a]);
+        if (lane == 0) {
+            int t = w + 8 * a;
+            r1[t] = s1;
+            r2[t] = s2;
+            r3[t] = s3;
+        }
+    }
+    __syncthreads(); /* everyone is done with Ts and Us: reuse them for H + J and dA ⊙ A' */
+    float *HJ = Ts, *DB = Vs; /* Vs, dRs, dOs, Dl together: 4·C·DT1 ≥ C·DLC floats */
+    for (int i = 0; i < 4; i++) {
+        int t = ty + 16 * i;
+        for (int jx = 0; jx < 4; jx++) {
+            int s = tx + 16 * jx;
+            float d = gate_d(gam, rho, t, s);
+            float dM = s <= t ? p.scale * aM[i][jx] : 0.f;
+            float dA = s < t ? -aA[i][jx] : 0.f;
+            float F = dM * d, Ev = dA * Bs[t] * d;
+            p.Mw[cc + t * DC + s] = F;
+            p.Aw[cc + t * DC + s] = Ev;
+            HJ[t * DLC + s] = dM * Ms[t * DLC + s] + dA * Bs[t] * As[t * DLC + s];
+            DB[t * DLC + s] = dA * As[t * DLC + s];
+        }
+    }
+    __syncthreads();
+    if (tid < DC) {
+        const int t = tid, gt = t0 + t;
+        float row = 0.f, col = 0.f, db = 0.f, lsum = 0.f;
+        for (int s = 0; s < DC; s++) {
+            row += HJ[t * DLC + s];
+            col += HJ[s * DLC + t];
+            db += DB[t * DLC + s];
+        }
+        if (t == DC - 1)
+            for (int s = 0; s < DC; s++) lsum += r3[s];
+        p.gaw[ch * DC + t] = -Bs[t] * r1[t] + row - col - r3[t] + lsum;
+        if (p.d_beta && gt < p.T) p.d_beta[drow(p, b, gt, h)] = db + r2[t];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_bwd_qk: one block per (chunk, 64-column key tile), over 32-column value slices:
+ *     d_q = scale Γ ⊙ (dO S0ᵀ) + F K
+ *     d_k = −(β ⊙ Γ ⊙ dR) S0ᵀ + (λ ⊙ δ) dSᵀ + Fᵀ Q + E K + Eᵀ K
+ * (S0 the chunk-start state, dS the chunk-end gradient), and the key-tile's part of dγ:
+ *     q_t · (scale Γ_t S0 dO_t)   and, at C−1, Γ_{C−1} ⟨dS, S0⟩. */
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_bwd_qk(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    float *Ks = sm, *Qs = Ks + DC * DKT, *Fs = Qs + DC * DKT, *Es = Fs + DC * DLC;
+    float *S0t = Es + DC * DLC, *dSt = S0t + DKT * DT1, *dOs = dSt + DKT * DT1;
+    float *dRs = dOs + DC * DT1, *Dls = dRs + DC * DT1, *Gs = Dls + DC * DT1, *Ls = Gs + DC;
+    float *Bs = Ls + DC, *t2s = Bs + DC, *red = t2s + DC;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int blk = blockIdx.x / p.nkt, i0 = (blockIdx.x % p.nkt) * DKT;
+    const int kt = blockIdx.x % p.nkt;
+    const int bh = blk / p.nc, c = blk % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
+    const E *q = (const E *)p.q, *k = (const E *)p.k, *dO = (const E *)p.d_o;
+    for (int idx = tid; idx < DC * DKT; idx += NTHR) {
+        int t = idx / DKT, ii = idx % DKT, gt = t0 + t;
+        float kv = 0.f, qv = 0.f;
+        if (gt < p.T && i0 + ii < p.dk) {
+            size_t o = drow(p, b, gt, h) * p.dk + i0 + ii;
+            kv = ttt_ld<E>(k, o);
+            qv = ttt_ld<E>(q, o);
+        }
+        Ks[idx] = kv;
+        Qs[idx] = qv;
+    }
+    for (int idx = tid; idx < DC * DC; idx += NTHR) {
+        Fs[(idx / DC) * DLC + idx % DC] = p.Mw[cc + idx];
+        Es[(idx / DC) * DLC + idx % DC] = p.Aw[cc + idx];
+    }
+    if (tid < DC) {
+        int gt = t0 + tid;
+        Gs[tid] = p.Gw[ch * DC + tid];
+        Ls[tid] = p.Lw[ch * DC + tid];
+        Bs[tid] = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+    }
+    float aQ[8][2] = {}, aK[8][2] = {};
+    float ip = 0.f;
+    for (int j0 = 0; j0 < p.dv; j0 += 32) {
+        const int j = j0 + lane;
+        const bool jv = j < p.dv;
+        __syncthreads();
+        for (int idx = tid; idx < DKT * 32; idx += NTHR) {
+            int ii = idx >> 5, jj = idx & 31;
+            bool in = i0 + ii < p.dk && j0 + jj < p.dv;
+            size_t o = (ch * p.dk + i0 + ii) * p.dv + j0 + jj;
+            S0t[ii * DT1 + jj] = in ? p.S0w[o] : 0.f;
+            dSt[ii * DT1 + jj] = in ? p.dSw[o] : 0.f;
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a, gt = t0 + t;
+            dOs[t * DT1 + lane] =
+                (jv && gt < p.T) ? ttt_ld<E>(dO, drow(p, b, gt, h) * p.dv + j) : 0.f;
+            dRs[t * DT1 + lane] = jv ? p.dRw[(ch * DC + t) * p.dv + j] : 0.f;
+            Dls[t * DT1 + lane] = jv ? p.Uw[(ch * DC + t) * p.dv + j] : 0.f; /* δ */
+        }
+        __syncthreads();
+        for (int idx = tid; idx < DKT * 32; idx += NTHR)
+            ip = fmaf(S0t[(idx >> 5) * DT1 + (idx & 31)], dSt[(idx >> 5) * DT1 + (idx & 31)], ip);
+        for (int jj = 0; jj < 32; jj++) {
+            float s0[2], ds[2];
+            for (int bb = 0; bb < 2; bb++) {
+                s0[bb] = S0t[(lane + 32 * bb) * DT1 + jj];
+                ds[bb] = dSt[(lane + 32 * bb) * DT1 + jj];
+            }
+            for (int a = 0; a < 8; a++) {
+                int t = w + 8 * a;
+                float o_ = dOs[t * DT1 + jj];
+                float r_ = -Bs[t] * Gs[t] * dRs[t * DT1 + jj];
+                float d_ = Ls[t] * Dls[t * DT1 + jj];
+                for (int bb = 0; bb < 2; bb++) {
+                    aQ[a][bb] = fmaf(o_, s0[bb], aQ[a][bb]);
+                    aK[a][bb] = fmaf(r_, s0[bb], fmaf(d_, ds[bb], aK[a][bb]));
+                }
+            }
+        }
+    }
+    /* the scale Γ of the first term of d_q, its part of dγ, then the C×C products */
+    for (int a = 0; a < 8; a++) {
+        int t = w + 8 * a;
+        float part = 0.f;
+        for (int bb = 0; bb < 2; bb++) {
+            aQ[a][bb] *= p.scale * Gs[t];
+            part = fmaf(Qs[t * DKT + lane + 32 * bb], aQ[a][bb], part);
+        }
+        part = ttt_warp_sum(part);
+        if (lane == 0) t2s[t] = part;
+    }
+    for (int s = 0; s < DC; s++) {
+        float kv[2], qv[2];
+        for (int bb = 0; bb < 2; bb++) {
+            kv[bb] = Ks[s * DKT + lane + 32 * bb];
+            qv[bb] = Qs[s * DKT + lane + 32 * bb];
+        }
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float f = Fs[t * DLC + s], ft = Fs[s * DLC + t];
+            float e = Es[t * DLC + s] , et = Es[s * DLC + t];
+            for (int bb = 0; bb < 2; bb++) {
+                aQ[a][bb] = fmaf(f, kv[bb], aQ[a][bb]);
+                aK[a][bb] = fmaf(ft, qv[bb], fmaf(et + e, kv[bb], aK[a][bb]));
+            }
+        }
+    }
+    E *dq = (E *)p.d_q, *dk = (E *)p.d_k;
+    for (int a = 0; a < 8; a++) {
+        int t = w + 8 * a, gt = t0 + t;
+        if (gt >= p.T) continue;
+        for (int bb = 0; bb < 2; bb++) {
+            int i = i0 + lane + 32 * bb;
+            if (i >= p.dk) continue;
+            size_t o = drow(p, b, gt, h) * p.dk + i;
+            if (dq) ttt_st<E>(dq, o, aQ[a][bb]);
+            if (dk) ttt_st<E>(dk, o, aK[a][bb]);
+        }
+    }
+    ip = ttt_warp_sum(ip);
+    if (lane == 0) red[w] = ip;
+    __syncthreads();
+    if (tid < DC) {
+        float extra = 0.f;
+        if (tid == DC - 1) {
+            float tot = 0.f;
+            for (int i = 0; i < NTHR / 32; i++) tot += red[i];
+            extra = Gs[DC - 1] * tot;
+        }
+        p.gbw[((size_t)kt * p.B * p.H * p.nc + ch) * DC + tid] = t2s[tid] + extra;
+    }
+}
+
+/* delta_bwd_gate: d_g_u = Σ_{r ≥ u, no reset in (u, r]} dγ_r within the chunk (a reverse
+ * cumulative sum, in float64, that restarts at each reset), 0 at a reset. */
+__global__ void delta_bwd_gate(delta_params p) {
+    const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= (size_t)p.B * p.H * p.nc) return;
+    const int bh = (int)(ch / p.nc), c = (int)(ch % p.nc), b = bh / p.H, h = bh % p.H;
+    const size_t nch = (size_t)p.B * p.H * p.nc;
+    double acc = 0;
+    for (int i = DC - 1; i >= 0; i--) {
+        int t = c * DC + i;
+        float x = t < p.T ? p.g[drow(p, b, t, h)] : 0.f;
+        double s = p.gaw[ch * DC + i];
+        for (int kt = 0; kt < p.nkt; kt++) s += p.gbw[((size_t)kt * nch + ch) * DC + i];
+        float out;
+        if (expf(x) == 0.f) {
+            acc = 0;
+            out = 0.f;
+        } else {
+            acc += s;
+            out = (float)acc;
+        }
+        if (t < p.T) p.d_g[drow(p, b, t, h)] = out;
+    }
+}
+
+/* ---- host side ---- */
+
+static size_t delta_prep_smem(void) {
+    return sizeof(double) * (2 * (size_t)DC * (DC + 1) + DC) +
+           sizeof(float) * 2 * 32 * (DC + 1) + sizeof(int) * DC;
+}
+static size_t delta_bwd_cc_smem(void) {
+    return sizeof(float) * (3 * (size_t)DC * DLC + 5 * (size_t)DC * DT1 + 4 * DC) +
+           sizeof(double) * DC + sizeof(int) * DC;
+}
+static size_t delta_bwd_qk_smem(void) {
+    return sizeof(float) * (2 * (size_t)DC * DKT + 2 * (size_t)DC * DLC + 2 * (size_t)DKT * DT1 +
+                            3 * (size_t)DC * DT1 + 4 * DC + 8);
+}
+
+/* Sizes in elements of each workspace part; 0 (and an error) on overflow. */
+typedef struct delta_layout {
+    size_t nch;                     /* B·H·nc */
+    size_t off[11], total;          /* byte offsets of Tw Mw Gw Lw Aw S0w dSw Uw dRw gaw gbw */
+} delta_layout;
+
+static int mul_ok(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return 0;
+    *out = a * b;
+    return 1;
+}
+
+static int delta_layout_of(const ttt_chunk_args *a, int bwd, delta_layout *L) {
+    size_t nc = ((size_t)a->T + DC - 1) / DC, nch, cc, st, tok, nkt = (a->d_k + DKT - 1) / DKT;
+    if (!mul_ok((size_t)a->B, (size_t)a->H, &nch) || !mul_ok(nch, nc, &nch)) return 0;
+    if (!mul_ok(nch, (size_t)DC * DC * sizeof(float), &cc)) return 0;
+    if (!mul_ok(nch, (size_t)a->d_k * a->d_v * sizeof(float), &st)) return 0;
+    if (!mul_ok(nch, (size_t)DC * a->d_v * sizeof(float), &tok)) return 0;
+    size_t per[11] = {cc, cc, nch * DC * sizeof(float), nch * DC * sizeof(float), cc, st, st,
+                      tok, tok, nch * DC * sizeof(float), nkt * nch * DC * sizeof(float)};
+    int parts = bwd ? 11 : 4;
+    size_t off = 0;
+    for (int i = 0; i < 11; i++) {
+        L->off[i] = off;
+        if (i < parts) {
+            size_t al = ttt_cu_align(per[i]);
+            if (al < per[i] || off > SIZE_MAX - al) return 0;
+            off += al;
+        }
+    }
+    L->nch = nch;
+    L->total = off;
+    return 1;
+}
+
+/* bwd: the backward (o not needed); bwd = 2: shapes only (the workspace query). */
+static ttt_status delta_check(const ttt_chunk_args *a, int bwd, ttt_error *err) {
+    if (!a) return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): arguments are NULL");
+    if (a->B < 1 || a->T < 1 || a->H < 1)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): B = %d, T = %d, H = %d: each must be >= 1", a->B,
+                             a->T, a->H);
+    if (a->d_k < 1 || a->d_k > TTT_CHUNK_MAX_D || a->d_v < 1 || a->d_v > TTT_CHUNK_MAX_D)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): d_k = %d, d_v = %d: each must be in [1, %d]",
+                             a->d_k, a->d_v, TTT_CHUNK_MAX_D);
+    if (a->dtype != TTT_CHUNK_F32 && a->dtype != TTT_CHUNK_BF16)
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): dtype %d is neither F32 (0) "
+                                               "nor BF16 (1)", (int)a->dtype);
+    if (a->gate_per_key)
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): gate_per_key is for linear "
+                                               "attention only (the delta rule's gate is scalar)");
+    if (bwd < 2 && (!a->q || !a->k || !a->v))
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): q, k and v are required");
+    if (!bwd && !a->o)
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): the output o is required");
+    /* every index is a size_t; the grids count chunks × sequences in 31 bits */
+    size_t n = (size_t)a->B * (size_t)a->T;
+    size_t nc = ((size_t)a->T + DC - 1) / DC;
+    if (n / (size_t)a->B != (size_t)a->T || n > (SIZE_MAX / TTT_CHUNK_MAX_D) / (size_t)a->H ||
+        (size_t)a->B * a->H * nc * ((TTT_CHUNK_MAX_D + DKT - 1) / DKT) > (size_t)INT32_MAX)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): B·T·H = %d·%d·%d is too large for one call",
+                             a->B, a->T, a->H);
+    return TTT_OK;
+}
+
+size_t ttt_cuda_delta_workspace(const ttt_chunk_args *a, int backward) {
+    delta_layout L;
+    if (delta_check(a, 2, NULL) != TTT_OK || !delta_layout_of(a, backward, &L)) return 0;
+    return L.total;
+}
+
+static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t ws_bytes,
+                              delta_params *p, ttt_error *err) {
+    TTT_TRY(delta_check(a, bwd, err));
+    delta_layout L;
+    if (!delta_layout_of(a, bwd, &L))
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): workspace size overflows");
+    if (!ws || ws_bytes < L.total)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): workspace of %zu bytes at %p, %zu needed "
+                             "(ttt_cuda_delta_workspace)", ws_bytes, ws, L.total);
+    if (((uintptr_t)ws & 255) != 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): workspace %p is not 256-byte aligned", ws);
+    memset(p, 0, sizeof *p);
+    p->B = a->B;
+    p->T = a->T;
+    p->H = a->H;
+    p->dk = a->d_k;
+    p->dv = a->d_v;
+    p->nc = (a->T + DC - 1) / DC;
+    p->ldk = (a->d_k + 3) & ~3;
+    p->nvt = (a->d_v + DBV - 1) / DBV;
+    p->nkt = (a->d_k + DKT - 1) / DKT;
+    p->scale = a->scale;
+    p->q = a->q;
+    p->k = a->k;
+    p->v = a->v;
+    p->beta = a->beta;
+    p->g = a->g;
+    p->h0 = a->h0;
+    p->o = a->o;
+    p->ht = a->ht;
+    char *w = (char *)ws;
+    float **parts[11] = {&p->Tw, &p->Mw, &p->Gw, &p->Lw, &p->Aw, &p->S0w,
+                         &p->dSw, &p->Uw, &p->dRw, &p->gaw, &p->gbw};
+    for (int i = 0; i < (bwd ? 11 : 4); i++) *parts[i] = (float *)(w + L.off[i]);
+    return TTT_OK;
+}
+
+template <typename E>
+static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, ttt_error *err) {
+    const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
+    size_t sp = delta_prep_smem();
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_prep<E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sp));
+    delta_prep<E><<<nblk_c, NTHR, sp, st>>>(p, bwd);
+    TTT_CUDA_CHECK_LAUNCH("delta_prep");
+    size_t sm = seq_smem_floats(p.ldk) * sizeof(float);
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_seq<E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_fwd_seq<E><<<(unsigned)((size_t)p.B * p.H * p.nvt), NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_fwd_seq");
+    return TTT_OK;
+}
+
+template <typename E>
+static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *err) {
+    TTT_TRY(delta_launch_fwd<E>(p, 1, st, err));
+    size_t sm = seq_smem_floats(p.ldk) * sizeof(float);
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_seq<E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_bwd_seq<E><<<(unsigned)((size_t)p.B * p.H * p.nvt), NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_bwd_seq");
+    const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
+    sm = delta_bwd_cc_smem();
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_cc<E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_bwd_cc<E><<<nblk_c, NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_bwd_cc");
+    sm = delta_bwd_qk_smem();
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_qk<E>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_bwd_qk<E><<<nblk_c * (unsigned)p.nkt, NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_bwd_qk");
+    if (p.d_g) {
+        delta_bwd_gate<<<(nblk_c + 127) / 128, 128, 0, st>>>(p);
+        TTT_CUDA_CHECK_LAUNCH("delta_bwd_gate");
+    }
+    return TTT_OK;
+}
+
+extern "C" ttt_status ttt_cuda_delta_forward(const ttt_chunk_args *a, void *workspace,
+                                             size_t ws_bytes, void *stream, ttt_error *err) {
+    delta_params p;
+    TTT_TRY(delta_setup(a, 0, workspace, ws_bytes, &p, err));
+    p.write_out = 1;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_fwd<__nv_bfloat16>(p, 0, st, err);
+    return delta_launch_fwd<float>(p, 0, st, err);
+}
+
+extern "C" ttt_status ttt_cuda_delta_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,
+                                              void *workspace, size_t ws_bytes, void *stream,
+                                              ttt_error *err) {
+    if (!g || !g->d_o)
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule backward (CUDA): the gradient d_o "
+                                               "is required");
+    if (g->d_beta && !(a && a->beta))
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule backward (CUDA): d_beta asked for "
+                                               "without beta");
+    if (g->d_g && !(a && a->g))
+        return ttt_error_set(err, TTT_ERR_ARG, "delta rule backward (CUDA): d_g asked for "
+                                               "without g");
+    delta_params p;
+    TTT_TRY(delta_setup(a, 1, workspace, ws_bytes, &p, err));
+    p.write_out = 0;
+    p.d_o = g->d_o;
+    p.d_ht = g->d_ht;
+    p.d_q = g->d_q;
+    p.d_k = g->d_k;
+    p.d_v = g->d_v;
+    p.d_beta = g->d_beta;
+    p.d_g = g->d_g;
+    p.d_h0 = g->d_h0;
+    cudaStream_t st = (cudaStream_t)stream;
+    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_bwd<__nv_bfloat16>(p, st, err);
+    return delta_launch_bwd<float>(p, st, err);
+}
