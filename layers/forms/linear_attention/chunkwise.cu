@@ -1,0 +1,1016 @@
+/* CUDA chunk kernels of (gated) linear attention, forward and backward (layers/forms/chunk_cuda.h;
+ * design, equations and precision in docs/gpu.md "Linear attention kernels").
+ *
+ * Recurrence per sequence (b, h), S (d_k, d_v) in fp32:
+ *     S_t = diag(e^{g_t}) S_{t−1} + β_t k_t v_tᵀ,      o_t = scale · S_tᵀ q_t,
+ * with g_t a scalar per token, a vector per key (gate_per_key), or absent. The sequence is cut
+ * into chunks of C = 64 tokens. Inside a chunk starting from state S0, with
+ *     dec(j→i) = Π_{j<r≤i} e^{g_r}   (per key; dec(−1→i) counts from the chunk start),
+ *     a_i = dec(−1→i),  b_j = dec(j→n−1),  e = dec(−1→n−1)   (n tokens in the chunk),
+ * the chunk form is
+ *     o_i   = scale·(q_i ⊙ a_i)ᵀ S0 + Σ_{j≤i} A_ij β_j v_j,   A_ij = scale·Σ_m q_im k_jm dec(j→i)_m
+ *     S_end = diag(e) S0 + Σ_j (β_j k_j ⊙ b_j) v_jᵀ.
+ * Every dec is exp of a difference of float64 cumulative log gates G' that restart at a hard
+ * reset (a gate whose fp32 exponential is 0): dec(j→i) = 0 when a reset lies in (j, i], so no
+ * (−inf) − (−inf) is ever formed.
+ *
+ * Kernels (all 256 threads, fp32 FFMA on shared-memory tiles; bf16 inputs are converted to fp32
+ * on load and results rounded to bf16 only on the final store):
+ *   la_scores      (B·H, chunks)       A with β_j and scale folded in, to the workspace
+ *   la_state       (B·H, d_v/32)       sequential over chunks: o, S (forward) or the chunk-start
+ *                                      states (backward recompute)
+ *   la_dstate      (B·H, d_v/32)       reverse over chunks: the gradient of each chunk-end state
+ *   la_bwd_chunk   (B·H, chunks)       dq, dk, dv, dβ and the chunk-local part of dg
+ *   la_dg_carry / la_dg_add            the cross-chunk suffix sums of dg */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "chunk_cuda.h"
+#include "cuda_common.cuh"
+#include "status.h"
+
+#define LA_C 64     /* tokens per chunk */
+#define LA_SB 16    /* sub-block of the per-key intra-chunk scores */
+#define LA_KT 64    /* key tile */
+#define LA_VT 64    /* value tile of la_bwd_chunk */
+#define LA_BV 32    /* value tile of the sequential kernels */
+#define LA_NT 256   /* threads per block */
+#define LA_LD 65    /* row stride (floats) of 64-column tiles: conflict-free column reads */
+#define LA_SLD 33   /* row stride of the (d_k, 32) state tiles */
+#define LA_GLD 65   /* row stride (elements) of the gate arrays G' (double) and R (char) */
+
+/* A gate below this is a hard reset: its fp32 exponential rounds to 0 (e^x < 2^−150). */
+#define LA_RESET_G (-103.972077f)
+
+/* Everything a kernel needs, by value. */
+struct la_dev {
+    int B, T, H, dk, dv, NC, per_key;
+    float scale;
+    const void *q, *k, *v;
+    const float *beta, *g, *h0;
+    void *o;
+    float *ht;
+    const void *d_o;
+    const float *d_ht;
+    void *dq, *dkk, *dvv;
+    float *dbeta, *dg, *dh0;
+    float *Aw;      /* (B·H, NC, C, C) forward scores */
+    float *Sst;     /* (B·H, NC, d_k, d_v) state at each chunk start (backward) */
+    float *dSe;     /* (B·H, NC, d_k, d_v) gradient of the state at each chunk end */
+    float *ST;      /* (B·H, d_k, d_v) final state (backward, for dg) */
+    double *head;   /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
+    double *carry;  /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
+    int *flag;      /* (B·H, NC, gdim) 1 when the chunk holds a reset */
+};
+
+__device__ __forceinline__ bool la_reset(float g) { return g < LA_RESET_G; }
+
+/* Row index (b, t, h) of a (B, T, H, ·) tensor. */
+__device__ __forceinline__ size_t la_row(const la_dev &P, int b, int t, int h) {
+    return ((size_t)b * P.T + t) * P.H + h;
+}
+
+/* ---- gates ----
+ * la_scan: for each column of the tile (a key m0 + col, or the single scalar gate in column 0)
+ * the restarted cumulative log gate G'_i (float64) and R_i, the last reset at or before token i
+ * (−1: none), for the chunk's C rows; rows past n continue with g = 0. */
+template <bool PK>
+__device__ void la_scan(const la_dev &P, int b, int h, int t0, int n, int m0, double *Gd,
+                        signed char *Rr) {
+    const int ncols = PK ? LA_KT : 1;
+    for (int col = threadIdx.x; col < ncols; col += blockDim.x) {
+        const int m = m0 + col;
+        const bool has = P.g != nullptr && (!PK || m < P.dk);
+        double G = 0.0;
+        int R = -1;
+        for (int i = 0; i < LA_C; ++i) {
+            float gv = 0.0f;
+            if (has && i < n) {
+                const size_t r = la_row(P, b, t0 + i, h);
+                gv = PK ? P.g[r * P.dk + m] : P.g[r];
+            }
+            if (la_reset(gv)) {
+                G = 0.0;
+                R = i;
+            } else {
+                G += (double)gv;
+            }
+            Gd[i * LA_GLD + col] = G;
+            Rr[i * LA_GLD + col] = (signed char)R;
+        }
+    }
+}
+
+/* dec(j→i) for column col, j ≤ i (j = −1: from the chunk start): 0 when a reset lies in (j, i],
+ * else exp(G'_i − G'_j), the difference formed in float64 (both G' restart at the same reset). */
+__device__ __forceinline__ float la_dec(const double *Gd, const signed char *Rr, int j, int i,
+                                        int col) {
+    if (Rr[i * LA_GLD + col] > j) return 0.0f;
+    const double x = Gd[i * LA_GLD + col] - (j >= 0 ? Gd[j * LA_GLD + col] : 0.0);
+    return expf((float)x);
+}
+
+/* The chunk's state decay e = dec(−1→n−1), rounded with the drift of the decays so far carried
+ * forward (as the CPU chunkwise form does, layers/forms/kernels.h ttt_gate_dither): a weak gate
+ * rounds e to the same side every chunk, which would otherwise grow linearly in T. */
+__device__ __forceinline__ float la_dither(double *drift, const double *Gd, const signed char *Rr,
+                                           int n, int col) {
+    const double alpha = Rr[(n - 1) * LA_GLD + col] >= 0 ? 0.0 : exp(Gd[(n - 1) * LA_GLD + col]);
+    if (alpha < 1e-30) {
+        *drift = 1.0;
+        return (float)alpha;
+    }
+    const float a = (float)(alpha / *drift);
+    *drift *= (double)a / alpha;
+    return a;
+}
+
+/* ---- tiles ---- */
+
+/* dst[r·ld + c] = X[t0 + r, c0 + c] of a (B, T, H, D) tensor X for r < rows, c < ncols, zero
+ * outside the n valid rows and the D columns. */
+template <typename E>
+__device__ void la_load(float *dst, int ld, const E *X, const la_dev &P, int b, int h, int t0,
+                        int n, int c0, int D, int rows, int ncols) {
+    for (int e = threadIdx.x; e < rows * ncols; e += blockDim.x) {
+        const int r = e / ncols, c = e - r * ncols;
+        float x = 0.0f;
+        if (r < n && c0 + c < D) x = ttt_ld<E>(X, la_row(P, b, t0 + r, h) * D + c0 + c);
+        dst[r * ld + c] = x;
+    }
+}
+
+/* dst[r·ld + c] = M[m0 + r, n0 + c] of a (d_k, d_v) fp32 matrix, 64 × 64, zero outside. */
+__device__ void la_load_state(float *dst, const float *M, int dk, int dv, int m0, int n0) {
+    for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) {
+        const int r = e >> 6, c = e & 63;
+        float x = 0.0f;
+        if (m0 + r < dk && n0 + c < dv) x = M[(size_t)(m0 + r) * dv + n0 + c];
+        dst[r * LA_LD + c] = x;
+    }
+}
+
+/* acc[r][c] += Σ_{x<K} A(i_r, x)·B(x, j_c) with i_r = tr + 16r, j_c = tc + 16c (a 256-thread
+ * block covers 16·NR × 16·NC outputs). A(i, x) = TA ? a[x·lda + i] : a[i·lda + x], and
+ * B(x, j) = TB ? b[j·ldb + x] : b[x·ldb + j]. With the padded strides every read is a broadcast
+ * or conflict-free. */
+template <int NR, int NC, bool TA, bool TB>
+__device__ __forceinline__ void la_mm(float (&acc)[NR][NC], const float *a, int lda,
+                                      const float *b, int ldb, int K, int tr, int tc) {
+#pragma unroll 4
+    for (int x = 0; x < K; ++x) {
+        float av[NR], bv[NC];
+#pragma unroll
+        for (int r = 0; r < NR; ++r) av[r] = TA ? a[x * lda + tr + 16 * r] : a[(tr + 16 * r) * lda + x];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) bv[c] = TB ? b[(tc + 16 * c) * ldb + x] : b[x * ldb + tc + 16 * c];
+#pragma unroll
+        for (int r = 0; r < NR; ++r)
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+    }
+}
+
+template <int NR, int NC> __device__ __forceinline__ void la_zero(float (&acc)[NR][NC]) {
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+}
+
+/* ---- intra-chunk scores ----
+ * A[i][j] = scale·Σ_m q_im k_jm dec(j→i)_m for j ≤ i < n, 0 elsewhere (the C × C block, stride
+ * LA_LD). Scalar gate: (Q Kᵀ) ⊙ Γ with Γ_ij = dec(j→i). Per-key gate (docs/gpu.md "Per-key
+ * gates"): the chunk is cut into four sub-blocks of 16 rows; for a row block I above a column
+ * block J the decay factors through the last token p = 16I − 1 before block I,
+ *     dec(j→i) = dec(p→i)·dec(j→p),  both ≤ 1 (exactly 0 across a reset),
+ * so that block is a plain product of (q ⊙ dec(p→·)) and (k ⊙ dec(·→p)); the four diagonal
+ * blocks take dec(j→i) element by element. */
+struct la_sc_smem {
+    float *A, *Qs, *Ks, *Qh, *Kh; /* Qs, Ks, Qh: C × LA_LD; Kh: 96 × LA_LD */
+    double *Gd;
+    signed char *Rr;
+};
+
+template <typename E, bool PK>
+__device__ void la_chunk_scores(const la_dev &P, int b, int h, int t0, int n, const la_sc_smem &s) {
+    const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    if constexpr (!PK) {
+        float acc[4][4];
+        la_zero(acc);
+        la_scan<false>(P, b, h, t0, n, 0, s.Gd, s.Rr);
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            la_load<E>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            la_load<E>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            __syncthreads();
+            la_mm<4, 4, false, true>(acc, s.Qs, LA_LD, s.Ks, LA_LD, LA_KT, tr, tc);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int i = tr + 16 * r, j = tc + 16 * c;
+                s.A[i * LA_LD + j] =
+                    (j <= i && i < n) ? P.scale * acc[r][c] * la_dec(s.Gd, s.Rr, j, i, 0) : 0.0f;
+            }
+        __syncthreads();
+    } else {
+    for (int e = tid; e < LA_C * LA_LD; e += blockDim.x) s.A[e] = 0.0f;
+    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+        la_scan<true>(P, b, h, t0, n, m0, s.Gd, s.Rr);
+        la_load<E>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+        la_load<E>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+        __syncthreads();
+        /* Qh rows 16..63: q_i ⊙ dec(p_I→i); Kh rows [off_I, off_I + 16I): k_j ⊙ dec(j→p_I) with
+         * off_1 = 0, off_2 = 16, off_3 = 48 */
+        for (int e = tid; e < 48 * LA_KT; e += blockDim.x) {
+            const int i = 16 + e / LA_KT, col = e % LA_KT, p = (i & ~15) - 1;
+            s.Qh[i * LA_LD + col] = s.Qs[i * LA_LD + col] * la_dec(s.Gd, s.Rr, p, i, col);
+        }
+        for (int e = tid; e < 96 * LA_KT; e += blockDim.x) {
+            const int rr = e / LA_KT, col = e % LA_KT;
+            const int I = rr < 16 ? 1 : (rr < 48 ? 2 : 3), off = rr < 16 ? 0 : (rr < 48 ? 16 : 48);
+            const int j = rr - off, p = 16 * I - 1;
+            s.Kh[rr * LA_LD + col] = s.Ks[j * LA_LD + col] * la_dec(s.Gd, s.Rr, j, p, col);
+        }
+        __syncthreads();
+        /* off-diagonal blocks (I, J), I > J: one output per thread and block pair */
+        {
+            const int r = tid >> 4, c = tid & 15;
+            const int pI[6] = {1, 2, 2, 3, 3, 3}, pJ[6] = {0, 0, 1, 0, 1, 2};
+#pragma unroll
+            for (int pp = 0; pp < 6; ++pp) {
+                const int I = pI[pp], J = pJ[pp];
+                const int off = I == 1 ? 0 : (I == 2 ? 16 : 48);
+                const int i = 16 * I + r, j = 16 * J + c;
+                const float *qa = s.Qh + i * LA_LD, *kb = s.Kh + (off + j) * LA_LD;
+                float sum = 0.0f;
+#pragma unroll 8
+                for (int col = 0; col < LA_KT; ++col) sum = fmaf(qa[col], kb[col], sum);
+                s.A[i * LA_LD + j] += sum;
+            }
+        }
+        /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
+        for (int pidx = tid; pidx < 4 * 136; pidx += blockDim.x) {
+            const int I = pidx / 136, qq = pidx - 136 * I;
+            int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
+            while ((r + 1) * (r + 2) / 2 <= qq) ++r;
+            while (r * (r + 1) / 2 > qq) --r;
+            const int c = qq - r * (r + 1) / 2;
+            const int i = 16 * I + r, j = 16 * I + c;
+            float sum = 0.0f;
+            for (int col = 0; col < LA_KT; ++col)
+                sum = fmaf(s.Qs[i * LA_LD + col] * s.Ks[j * LA_LD + col],
+                           la_dec(s.Gd, s.Rr, j, i, col), sum);
+            s.A[i * LA_LD + j] += sum;
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < LA_C * LA_C; e += blockDim.x) {
+        const int i = e >> 6, j = e & 63;
+        const float x = s.A[i * LA_LD + j];
+        s.A[i * LA_LD + j] = (j <= i && i < n) ? P.scale * x : 0.0f;
+    }
+    __syncthreads();
+    }
+}
+
+/* Shared-memory carve-up of la_chunk_scores (floats, then doubles, then chars). */
+#define LA_SC_FLOATS ((4 * LA_C + 96) * LA_LD)
+#define LA_SC_BYTES (LA_SC_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * LA_GLD)
+
+/* ---- forward: scores ----
+ * Aw[bh, c] = A ⊙ β_j (columns), the intra-chunk operator of the output (C × C, zero above the
+ * diagonal and outside the chunk). */
+template <typename E, bool PK>
+__global__ void __launch_bounds__(LA_NT) la_scores(la_dev P) {
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+    float *f = (float *)la_smem;
+    la_sc_smem s;
+    s.A = f;
+    s.Qs = f + LA_C * LA_LD;
+    s.Ks = f + 2 * LA_C * LA_LD;
+    s.Qh = f + 3 * LA_C * LA_LD;
+    s.Kh = f + 4 * LA_C * LA_LD;
+    s.Gd = (double *)(f + LA_SC_FLOATS);
+    s.Rr = (signed char *)(s.Gd + LA_C * LA_GLD);
+    la_chunk_scores<E, PK>(P, b, h, t0, n, s);
+    float *out = P.Aw + ((size_t)bh * P.NC + c) * LA_C * LA_C;
+    for (int e = threadIdx.x; e < LA_C * LA_C; e += blockDim.x) {
+        const int i = e >> 6, j = e & 63;
+        const float bj = (P.beta && j < n) ? P.beta[la_row(P, b, t0 + j, h)] : 1.0f;
+        out[e] = s.A[i * LA_LD + j] * bj;
+    }
+}
+
+/* ---- sequential state kernels ----
+ * One block per (sequence, 32 columns of the state); S (d_k × 32) stays in shared memory across
+ * the chunks. Per chunk and key tile: Qa = scale·q ⊙ a, Kb = β k ⊙ b (the gates applied while
+ * the tile sits in shared memory), then
+ *     MODE 0 (forward):   O = Aw·V + Σ_tiles Qa·S_tile;   S_tile ← e ⊙ S_tile + Kbᵀ V
+ *     MODE 1 (backward):  the chunk-start S to the workspace, then the same update. */
+#define LA_ST_FLOATS(dkp) ((dkp) * LA_SLD + LA_C * LA_SLD + LA_C * LA_LD * 3)
+#define LA_ST_BYTES(dkp) \
+    (LA_ST_FLOATS(dkp) * 4 + LA_C * LA_GLD * 8 + LA_C * LA_GLD + 256 * 8 + 256 * 4)
+
+template <typename E, bool PK, int MODE>
+__global__ void __launch_bounds__(LA_NT) la_state(la_dev P) {
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, n0 = blockIdx.y * LA_BV, b = bh / P.H, h = bh % P.H;
+    const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    const int dkp = (P.dk + LA_KT - 1) / LA_KT * LA_KT;
+    float *S = (float *)la_smem;            /* dkp × LA_SLD */
+    float *Vs = S + dkp * LA_SLD;           /* C × LA_SLD */
+    float *As = Vs + LA_C * LA_SLD;         /* C × LA_LD */
+    float *Qa = As + LA_C * LA_LD;          /* C × LA_LD */
+    float *Kb = Qa + LA_C * LA_LD;          /* C × LA_LD */
+    double *Gd = (double *)(Kb + LA_C * LA_LD);
+    signed char *Rr = (signed char *)(Gd + LA_C * LA_GLD);
+    double *drift = (double *)(Rr + LA_C * LA_GLD + (8 - (LA_C * LA_GLD) % 8) % 8);
+    float *es = (float *)(drift + 256);
+    const size_t sq = (size_t)bh * P.dk * P.dv;
+
+    for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
+        const int m = e / LA_BV, c = e % LA_BV;
+        float x = 0.0f;
+        if (P.h0 && m < P.dk && n0 + c < P.dv) x = P.h0[sq + (size_t)m * P.dv + n0 + c];
+        S[m * LA_SLD + c] = x;
+    }
+    for (int e = tid; e < 256; e += blockDim.x) drift[e] = 1.0;
+    __syncthreads();
+
+    for (int c = 0; c < P.NC; ++c) {
+        const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+        float acc[4][2];
+        la_zero(acc);
+        if (MODE == 1) {
+            float *dst = P.Sst + ((size_t)bh * P.NC + c) * P.dk * P.dv;
+            for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
+                const int m = e / LA_BV, cc = e % LA_BV;
+                if (n0 + cc < P.dv) dst[(size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+            }
+        }
+        la_load<E>(Vs, LA_SLD, (const E *)P.v, P, b, h, t0, n, n0, P.dv, LA_C, LA_BV);
+        if (MODE == 0) {
+            const float *src = P.Aw + ((size_t)bh * P.NC + c) * LA_C * LA_C;
+            for (int e = tid; e < LA_C * LA_C; e += blockDim.x) As[(e >> 6) * LA_LD + (e & 63)] = src[e];
+        }
+        __syncthreads();
+        if (MODE == 0) la_mm<4, 2, false, false>(acc, As, LA_LD, Vs, LA_SLD, LA_C, tr, tc);
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            la_scan<PK>(P, b, h, t0, n, m0, Gd, Rr);
+            if (MODE == 0) la_load<E>(Qa, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            la_load<E>(Kb, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            __syncthreads();
+            if (PK) {
+                if (tid < LA_KT && m0 + tid < P.dk)
+                    es[m0 + tid] = la_dither(&drift[m0 + tid], Gd, Rr, n, tid);
+            } else if (tid == 0 && m0 == 0) {
+                es[0] = la_dither(&drift[0], Gd, Rr, n, 0);
+            }
+            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                const int i = e / LA_KT, col = e % LA_KT, gc = PK ? col : 0;
+                if (i >= n) continue;
+                if (MODE == 0) Qa[i * LA_LD + col] *= P.scale * la_dec(Gd, Rr, -1, i, gc);
+                const float bi = P.beta ? P.beta[la_row(P, b, t0 + i, h)] : 1.0f;
+                Kb[i * LA_LD + col] *= bi * la_dec(Gd, Rr, i, n - 1, gc);
+            }
+            __syncthreads();
+            if (MODE == 0) la_mm<4, 2, false, false>(acc, Qa, LA_LD, S + m0 * LA_SLD, LA_SLD, LA_KT, tr, tc);
+            __syncthreads();
+            {
+                float up[4][2];
+                la_zero(up);
+                la_mm<4, 2, true, false>(up, Kb, LA_LD, Vs, LA_SLD, LA_C, tr, tc);
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int m = m0 + tr + 16 * r;
+                    const float em = m < P.dk ? es[PK ? m : 0] : 0.0f;
+#pragma unroll
+                    for (int cc = 0; cc < 2; ++cc) {
+                        float *sp = &S[m * LA_SLD + tc + 16 * cc];
+                        *sp = fmaf(em, *sp, up[r][cc]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+        if (MODE == 0) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int cc = 0; cc < 2; ++cc) {
+                    const int i = tr + 16 * r, col = n0 + tc + 16 * cc;
+                    if (i < n && col < P.dv)
+                        ttt_st<E>((E *)P.o, la_row(P, b, t0 + i, h) * P.dv + col, acc[r][cc]);
+                }
+        }
+    }
+    float *fin = MODE == 0 ? P.ht : P.ST;
+    if (fin) {
+        for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
+            const int m = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv) fin[sq + (size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+        }
+    }
+}
+
+/* ---- backward: state gradients ----
+ * Reverse over the chunks, dS the gradient of the state at the current chunk's end (d_ht at the
+ * last): store it (la_bwd_chunk reads it), then
+ *     dS ← diag(e) dS + (scale·q ⊙ a)ᵀ dO,
+ * the gradient of the chunk-start state; after chunk 0 it is dh0. */
+template <typename E, bool PK>
+__global__ void __launch_bounds__(LA_NT) la_dstate(la_dev P) {
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, n0 = blockIdx.y * LA_BV, b = bh / P.H, h = bh % P.H;
+    const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    const int dkp = (P.dk + LA_KT - 1) / LA_KT * LA_KT;
+    float *S = (float *)la_smem;
+    float *Os = S + dkp * LA_SLD;
+    float *Qa = Os + LA_C * LA_SLD + LA_C * LA_LD; /* same carve-up as la_state */
+    double *Gd = (double *)(Qa + 2 * LA_C * LA_LD);
+    signed char *Rr = (signed char *)(Gd + LA_C * LA_GLD);
+    double *drift = (double *)(Rr + LA_C * LA_GLD + (8 - (LA_C * LA_GLD) % 8) % 8);
+    float *es = (float *)(drift + 256);
+    const size_t sq = (size_t)bh * P.dk * P.dv;
+
+    for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
+        const int m = e / LA_BV, c = e % LA_BV;
+        float x = 0.0f;
+        if (P.d_ht && m < P.dk && n0 + c < P.dv) x = P.d_ht[sq + (size_t)m * P.dv + n0 + c];
+        S[m * LA_SLD + c] = x;
+    }
+    for (int e = tid; e < 256; e += blockDim.x) drift[e] = 1.0;
+    __syncthreads();
+    for (int c = P.NC - 1; c >= 0; --c) {
+        const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+        float *dst = P.dSe + ((size_t)bh * P.NC + c) * P.dk * P.dv;
+        for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
+            const int m = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv) dst[(size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+        }
+        la_load<E>(Os, LA_SLD, (const E *)P.d_o, P, b, h, t0, n, n0, P.dv, LA_C, LA_BV);
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            la_scan<PK>(P, b, h, t0, n, m0, Gd, Rr);
+            la_load<E>(Qa, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            __syncthreads();
+            if (PK) {
+                if (tid < LA_KT && m0 + tid < P.dk)
+                    es[m0 + tid] = la_dither(&drift[m0 + tid], Gd, Rr, n, tid);
+            } else if (tid == 0 && m0 == 0) {
+                es[0] = la_dither(&drift[0], Gd, Rr, n, 0);
+            }
+            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                const int i = e / LA_KT, col = e % LA_KT;
+                if (i < n) Qa[i * LA_LD + col] *= P.scale * la_dec(Gd, Rr, -1, i, PK ? col : 0);
+            }
+            __syncthreads();
+            float up[4][2];
+            la_zero(up);
+            la_mm<4, 2, true, false>(up, Qa, LA_LD, Os, LA_SLD, LA_C, tr, tc);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int m = m0 + tr + 16 * r;
+                const float em = m < P.dk ? es[PK ? m : 0] : 0.0f;
+#pragma unroll
+                for (int cc = 0; cc < 2; ++cc) {
+                    float *sp = &S[m * LA_SLD + tc + 16 * cc];
+                    *sp = fmaf(em, *sp, up[r][cc]);
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (P.dh0) {
+        for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
+            const int m = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv) P.dh0[sq + (size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+        }
+    }
+}
+
+/* ---- backward: one chunk ----
+ * With S0 the chunk-start state, dSe the chunk-end state gradient, M_ij = scale·β_j·(do_i·v_j)
+ * for j ≤ i (0 above), A the scores of la_chunk_scores (without β):
+ *     dṽ_j = Σ_{i≥j} A_ij do_i + dSeᵀ (k_j ⊙ b_j)           dv_j = β_j dṽ_j,  dβ_j = v_j·dṽ_j
+ *     dq_i = scale·a_i ⊙ (S0 do_i) + Σ_{j≤i} M_ij dec(j→i) ⊙ k_j
+ *     dk_j = β_j b_j ⊙ (dSe v_j)   + Σ_{i≥j} M_ij dec(j→i) ⊙ q_i
+ *     x_i  = q_i ⊙ dq_i − k_i ⊙ dk_i   (summed over keys for a scalar gate),
+ * dg_t = Σ_{s ≥ t, up to the next reset} x_s (+ the final-state term), of which this kernel
+ * writes the in-chunk part and, per gate column, the sum up to the chunk's first reset. The
+ * per-key intra terms use the sub-block factorization of la_chunk_scores, one thread per
+ * (sub-block, key): dq rows of block I and dk rows of block I. */
+#define LA_BW_FLOATS (6 * LA_C * LA_LD + 96 * LA_LD + 2 * LA_C)
+#define LA_BW_BYTES (LA_BW_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
+
+template <typename E, bool PK>
+__global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+    const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
+    const int gdim = PK ? P.dk : 1;
+    float *f = (float *)la_smem;
+    float *Am = f, *Mm = f + LA_C * LA_LD;
+    float *R1 = f + 2 * LA_C * LA_LD, *R2 = f + 3 * LA_C * LA_LD, *R3 = f + 4 * LA_C * LA_LD,
+          *R4 = f + 5 * LA_C * LA_LD, *R5 = f + 6 * LA_C * LA_LD;
+    float *bet = R5 + 96 * LA_LD, *dbet = bet + LA_C;
+    double *Gd = (double *)(dbet + LA_C);
+    double *xs = Gd + LA_C * LA_GLD;
+    signed char *Rr = (signed char *)(xs + LA_C);
+    const size_t st = ((size_t)bh * P.NC + c) * P.dk * P.dv;
+    const float *S0 = P.Sst + st, *dSe = P.dSe + st;
+
+    for (int i = tid; i < LA_C; i += blockDim.x) {
+        bet[i] = (P.beta && i < n) ? P.beta[la_row(P, b, t0 + i, h)] : (i < n ? 1.0f : 0.0f);
+        dbet[i] = 0.0f;
+        xs[i] = 0.0;
+    }
+    if (!PK) la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
+    __syncthreads();
+
+    /* M = scale·β_j·dO Vᵀ (⊙ Γ for a scalar gate), masked */
+    {
+        float acc[4][4];
+        la_zero(acc);
+        for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+            la_load<E>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load<E>(R2, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            __syncthreads();
+            la_mm<4, 4, false, true>(acc, R1, LA_LD, R2, LA_LD, LA_VT, tr, tc);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) {
+                const int i = tr + 16 * r, j = tc + 16 * cc;
+                float x = 0.0f;
+                if (j <= i && i < n) {
+                    x = P.scale * bet[j] * acc[r][cc];
+                    if (!PK) x *= la_dec(Gd, Rr, j, i, 0);
+                }
+                Mm[i * LA_LD + j] = x;
+            }
+        __syncthreads();
+    }
+    /* A (scale, no β) */
+    {
+        la_sc_smem s;
+        s.A = Am;
+        s.Qs = R1;
+        s.Ks = R2;
+        s.Qh = R3;
+        s.Kh = R5;
+        s.Gd = Gd;
+        s.Rr = Rr;
+        la_chunk_scores<E, PK>(P, b, h, t0, n, s);
+    }
+    /* dṽ, dv, dβ per value tile */
+    for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+        float acc[4][4];
+        la_zero(acc);
+        la_load<E>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+        __syncthreads();
+        la_mm<4, 4, true, false>(acc, Am, LA_LD, R1, LA_LD, LA_C, tr, tc);
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            __syncthreads();
+            if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+            la_load<E>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            la_load_state(R3, dSe, P.dk, P.dv, m0, v0);
+            __syncthreads();
+            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                const int j = e / LA_KT, col = e % LA_KT;
+                if (j < n) R2[j * LA_LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
+            }
+            __syncthreads();
+            la_mm<4, 4, false, false>(acc, R2, LA_LD, R3, LA_LD, LA_KT, tr, tc);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int j = tr + 16 * r;
+            float part = 0.0f;
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) {
+                const int col = v0 + tc + 16 * cc;
+                if (j < n && col < P.dv) {
+                    const size_t idx = la_row(P, b, t0 + j, h) * P.dv + col;
+                    part = fmaf(ttt_ld<E>((const E *)P.v, idx), acc[r][cc], part);
+                    if (P.dvv) ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[r][cc]);
+                }
+            }
+            if (j < n) atomicAdd(&dbet[j], part);
+        }
+        __syncthreads();
+    }
+    /* dq, dk and x per key tile */
+    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+        if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+        la_load<E>(R1, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+        la_load<E>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+        float aq[4][4], ak[4][4];
+        la_zero(aq);
+        la_zero(ak);
+        for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+            la_load<E>(R3, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load_state(R4, S0, P.dk, P.dv, m0, v0);
+            __syncthreads();
+            la_mm<4, 4, false, true>(aq, R3, LA_LD, R4, LA_LD, LA_VT, tr, tc);
+            __syncthreads();
+            la_load<E>(R3, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load_state(R4, dSe, P.dk, P.dv, m0, v0);
+            __syncthreads();
+            la_mm<4, 4, false, true>(ak, R3, LA_LD, R4, LA_LD, LA_VT, tr, tc);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) {
+                const int i = tr + 16 * r, col = tc + 16 * cc, gc = PK ? col : 0;
+                if (i < n) {
+                    aq[r][cc] *= P.scale * la_dec(Gd, Rr, -1, i, gc);
+                    ak[r][cc] *= bet[i] * la_dec(Gd, Rr, i, n - 1, gc);
+                } else {
+                    aq[r][cc] = 0.0f;
+                    ak[r][cc] = 0.0f;
+                }
+            }
+        if (!PK) {
+            la_mm<4, 4, false, false>(aq, Mm, LA_LD, R2, LA_LD, LA_C, tr, tc);
+            la_mm<4, 4, true, false>(ak, Mm, LA_LD, R1, LA_LD, LA_C, tr, tc);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) {
+                const int i = tr + 16 * r, col = tc + 16 * cc;
+                R3[i * LA_LD + col] = aq[r][cc];
+                R4[i * LA_LD + col] = ak[r][cc];
+            }
+        __syncthreads();
+        if (PK) {
+            /* thread (I, col): dq rows of block I and dk rows of block I, key m0 + col */
+            const int I = tid >> 6, col = tid & 63, base = 16 * I;
+            float a[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            if (I > 0) {
+                const int p = base - 1;
+                for (int j = 0; j < base; ++j) {
+                    const float kw = R2[j * LA_LD + col] * la_dec(Gd, Rr, j, p, col);
+#pragma unroll
+                    for (int r = 0; r < 16; ++r) a[r] = fmaf(Mm[(base + r) * LA_LD + j], kw, a[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 16; ++r) a[r] *= la_dec(Gd, Rr, p, base + r, col);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 16; ++jj) {
+                const int j = base + jj;
+                const float kj = R2[j * LA_LD + col];
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    if (r >= jj)
+                        a[r] = fmaf(Mm[(base + r) * LA_LD + j] * kj,
+                                    la_dec(Gd, Rr, j, base + r, col), a[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r) R3[(base + r) * LA_LD + col] += a[r];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            for (int I2 = I + 1; I2 < 4; ++I2) {
+                const int p = 16 * I2 - 1;
+                float t[16];
+#pragma unroll
+                for (int r = 0; r < 16; ++r) t[r] = 0.0f;
+                for (int ii = 0; ii < 16; ++ii) {
+                    const int i = 16 * I2 + ii;
+                    const float qu = R1[i * LA_LD + col] * la_dec(Gd, Rr, p, i, col);
+#pragma unroll
+                    for (int r = 0; r < 16; ++r) t[r] = fmaf(Mm[i * LA_LD + base + r], qu, t[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 16; ++r) a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 16; ++ii) {
+                const int i = base + ii;
+                const float qi = R1[i * LA_LD + col];
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    if (r <= ii)
+                        a[r] = fmaf(Mm[i * LA_LD + base + r] * qi,
+                                    la_dec(Gd, Rr, base + r, i, col), a[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r) R4[(base + r) * LA_LD + col] += a[r];
+            __syncthreads();
+        }
+        /* dq, dk to memory */
+        for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+            const int i = e / LA_KT, col = e % LA_KT;
+            if (i < n && m0 + col < P.dk) {
+                const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
+                if (P.dq) ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
+                if (P.dkk) ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
+            }
+        }
+        if (P.dg) {
+            if (PK) {
+                const int col = tid, m = m0 + col;
+                if (col < LA_KT && m < P.dk) {
+                    double sacc = 0.0;
+                    int any = 0;
+                    for (int i = n - 1; i >= 0; --i) {
+                        const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m;
+                        if (Rr[i * LA_GLD + col] == i) {
+                            sacc = 0.0;
+                            any = 1;
+                            P.dg[idx] = 0.0f;
+                        } else {
+                            sacc += (double)(R1[i * LA_LD + col] * R3[i * LA_LD + col]) -
+                                    (double)(R2[i * LA_LD + col] * R4[i * LA_LD + col]);
+                            P.dg[idx] = (float)sacc;
+                        }
+                    }
+                    const size_t hz = ((size_t)bh * P.NC + c) * gdim + m;
+                    P.head[hz] = sacc;
+                    P.flag[hz] = any;
+                }
+            } else if (tid < n) {
+                double x = 0.0;
+                for (int col = 0; col < LA_KT; ++col)
+                    x += (double)(R1[tid * LA_LD + col] * R3[tid * LA_LD + col]) -
+                         (double)(R2[tid * LA_LD + col] * R4[tid * LA_LD + col]);
+                xs[tid] += x;
+            }
+        }
+        __syncthreads();
+    }
+    if (P.dg && !PK && tid == 0) {
+        double sacc = 0.0;
+        int any = 0;
+        for (int i = n - 1; i >= 0; --i) {
+            const size_t idx = la_row(P, b, t0 + i, h);
+            if (Rr[i * LA_GLD] == i) {
+                sacc = 0.0;
+                any = 1;
+                P.dg[idx] = 0.0f;
+            } else {
+                sacc += xs[i];
+                P.dg[idx] = (float)sacc;
+            }
+        }
+        const size_t hz = (size_t)bh * P.NC + c;
+        P.head[hz] = sacc;
+        P.flag[hz] = any;
+    }
+    if (P.dbeta && tid < n) P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+}
+
+/* ---- backward: dg across chunks ----
+ * carry_c, the part of dg_t (t in chunk c, no reset after t in the chunk) from the later chunks:
+ *     carry_{NC−1} = Σ_n ht ⊙ d_ht (per key row; summed over keys for a scalar gate),
+ *     carry_{c−1}  = head_c + (chunk c has a reset ? 0 : carry_c).          (float64) */
+__global__ void __launch_bounds__(LA_NT) la_dg_carry(la_dev P, int gdim) {
+    const int bh = blockIdx.x;
+    for (int z = threadIdx.x; z < gdim; z += blockDim.x) {
+        double carry = 0.0;
+        if (P.d_ht) {
+            const size_t sq = (size_t)bh * P.dk * P.dv;
+            const int m_lo = gdim == 1 ? 0 : z, m_hi = gdim == 1 ? P.dk : z + 1;
+            for (int m = m_lo; m < m_hi; ++m)
+                for (int nn = 0; nn < P.dv; ++nn)
+                    carry += (double)P.ST[sq + (size_t)m * P.dv + nn] *
+                             (double)P.d_ht[sq + (size_t)m * P.dv + nn];
+        }
+        for (int c = P.NC - 1; c >= 0; --c) {
+            const size_t hz = ((size_t)bh * P.NC + c) * gdim + z;
+            P.carry[hz] = carry;
+            carry = P.flag[hz] ? P.head[hz] : P.head[hz] + carry;
+        }
+    }
+}
+
+/* dg_t += carry_c for the tokens of chunk c after its last reset. */
+__global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
+    const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+    for (int z = threadIdx.x; z < gdim; z += blockDim.x) {
+        const double carry = P.carry[((size_t)bh * P.NC + c) * gdim + z];
+        for (int i = n - 1; i >= 0; --i) {
+            const size_t idx = la_row(P, b, t0 + i, h) * (size_t)gdim + z;
+            if (la_reset(P.g[idx])) break;
+            P.dg[idx] = (float)((double)P.dg[idx] + carry);
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+static size_t la_al(size_t x) { return ttt_cu_align(x); }
+
+/* Sizes of the workspace parts; 0 for arguments out of range. */
+struct la_ws {
+    size_t Aw, Sst, dSe, ST, head, carry, flag, total;
+};
+
+static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
+    *w = la_ws{};
+    if (!a || a->B < 1 || a->T < 1 || a->H < 1 || a->d_k < 1 || a->d_v < 1 ||
+        a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
+        return 0;
+    const size_t BH = (size_t)a->B * a->H, NC = ((size_t)a->T + LA_C - 1) / LA_C;
+    if (BH > (size_t)INT_MAX || NC > 65535) return 0;
+    const size_t rows = BH * (size_t)a->T; /* ≤ 2^31 · 2^31: no overflow in 64 bits */
+    if (rows > ((size_t)1 << 40)) return 0;
+    const size_t gdim = (a->g && a->gate_per_key) ? (size_t)a->d_k : 1;
+    const size_t kv = (size_t)a->d_k * a->d_v;
+    if (!backward) {
+        w->Aw = la_al(BH * NC * LA_C * LA_C * 4);
+    } else {
+        w->Sst = la_al(BH * NC * kv * 4);
+        w->dSe = w->Sst;
+        w->ST = la_al(BH * kv * 4);
+        w->head = la_al(BH * NC * gdim * 8);
+        w->carry = w->head;
+        w->flag = la_al(BH * NC * gdim * 4);
+    }
+    w->total = w->Aw + w->Sst + w->dSe + w->ST + w->head + w->carry + w->flag;
+    return 1;
+}
+
+extern "C" size_t ttt_cuda_la_workspace(const ttt_chunk_args *a, int backward) {
+    la_ws w;
+    return la_sizes(a, backward, &w) ? w.total : 0;
+}
+
+static ttt_status la_check(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
+                           int backward, la_ws *w, ttt_error *err) {
+    if (!a) return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): args is NULL");
+    if (a->B < 1 || a->T < 1 || a->H < 1)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA): B, T, H must be ≥ 1 (got %d, %d, %d)",
+                             a->B, a->T, a->H);
+    if (a->d_k < 1 || a->d_v < 1 || a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA): d_k and d_v must lie in [1, %d] (got %d, %d)",
+                             TTT_CHUNK_MAX_D, a->d_k, a->d_v);
+    if (a->dtype != TTT_CHUNK_F32 && a->dtype != TTT_CHUNK_BF16)
+        return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): unknown dtype %d",
+                             (int)a->dtype);
+    if (!la_sizes(a, backward, w))
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA): B·H = %lld or T = %d too large (B·H ≤ "
+                             "2^31 − 1, T ≤ %d)",
+                             (long long)a->B * a->H, a->T, 65535 * LA_C);
+    if (!a->q || !a->k || !a->v)
+        return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): q, k and v are required");
+    if (!backward && !a->o)
+        return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): o is required");
+    if (w->total > 0 && (!workspace || ws_bytes < w->total))
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA): workspace of %zu bytes given, %zu needed",
+                             workspace ? ws_bytes : (size_t)0, w->total);
+    if (((uintptr_t)workspace & 255) != 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA): workspace not 256-byte aligned");
+    return TTT_OK;
+}
+
+static la_dev la_make(const ttt_chunk_args *a) {
+    la_dev P = la_dev{};
+    P.B = a->B;
+    P.T = a->T;
+    P.H = a->H;
+    P.dk = a->d_k;
+    P.dv = a->d_v;
+    P.NC = (a->T + LA_C - 1) / LA_C;
+    P.per_key = a->g && a->gate_per_key;
+    P.scale = a->scale;
+    P.q = a->q;
+    P.k = a->k;
+    P.v = a->v;
+    P.beta = a->beta;
+    P.g = a->g;
+    P.h0 = a->h0;
+    P.o = a->o;
+    P.ht = a->ht;
+    return P;
+}
+
+/* Raise a kernel's dynamic shared-memory limit to `bytes` (above the default 48 KB). */
+template <typename K>
+static cudaError_t la_smem_attr(K kernel, size_t bytes) {
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+static size_t la_state_bytes(int dk) {
+    const int dkp = (dk + LA_KT - 1) / LA_KT * LA_KT;
+    return (size_t)LA_ST_BYTES(dkp) + 16;
+}
+
+template <typename E, bool PK>
+static ttt_status la_forward_t(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    const dim3 blk(LA_NT);
+    TTT_CUDA_CHECK(la_smem_attr(la_scores<E, PK>, LA_SC_BYTES));
+    la_scores<E, PK><<<dim3(P.B * P.H, P.NC), blk, LA_SC_BYTES, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_scores");
+    const size_t sb = la_state_bytes(P.dk);
+    TTT_CUDA_CHECK(la_smem_attr(la_state<E, PK, 0>, sb));
+    la_state<E, PK, 0><<<dim3(P.B * P.H, (P.dv + LA_BV - 1) / LA_BV), blk, sb, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_state");
+    return TTT_OK;
+}
+
+template <typename E, bool PK>
+static ttt_status la_backward_t(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    const dim3 blk(LA_NT);
+    const int BH = P.B * P.H, NVB = (P.dv + LA_BV - 1) / LA_BV;
+    const size_t sb = la_state_bytes(P.dk);
+    TTT_CUDA_CHECK(la_smem_attr(la_state<E, PK, 1>, sb));
+    la_state<E, PK, 1><<<dim3(BH, NVB), blk, sb, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_state (recompute)");
+    TTT_CUDA_CHECK(la_smem_attr(la_dstate<E, PK>, sb));
+    la_dstate<E, PK><<<dim3(BH, NVB), blk, sb, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_dstate");
+    TTT_CUDA_CHECK(la_smem_attr(la_bwd_chunk<E, PK>, LA_BW_BYTES + 16));
+    la_bwd_chunk<E, PK><<<dim3(BH, P.NC), blk, LA_BW_BYTES + 16, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_bwd_chunk");
+    if (P.dg) {
+        const int gdim = PK ? P.dk : 1;
+        la_dg_carry<<<dim3(BH), blk, 0, st>>>(P, gdim);
+        TTT_CUDA_CHECK_LAUNCH("la_dg_carry");
+        la_dg_add<<<dim3(BH, P.NC), blk, 0, st>>>(P, gdim);
+        TTT_CUDA_CHECK_LAUNCH("la_dg_add");
+    }
+    return TTT_OK;
+}
+
+extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace,
+                                          size_t ws_bytes, void *stream, ttt_error *err) {
+    la_ws w;
+    const ttt_status s = la_check(a, workspace, ws_bytes, 0, &w, err);
+    if (s != TTT_OK) return s;
+    la_dev P = la_make(a);
+    P.Aw = (float *)workspace;
+    cudaStream_t st = (cudaStream_t)stream;
+    const bool bf = a->dtype == TTT_CHUNK_BF16;
+    if (bf)
+        return P.per_key ? la_forward_t<__nv_bfloat16, true>(P, st, err)
+                         : la_forward_t<__nv_bfloat16, false>(P, st, err);
+    return P.per_key ? la_forward_t<float, true>(P, st, err) : la_forward_t<float, false>(P, st, err);
+}
+
+extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,
+                                           void *workspace, size_t ws_bytes, void *stream,
+                                           ttt_error *err) {
+    la_ws w;
+    const ttt_status s = la_check(a, workspace, ws_bytes, 1, &w, err);
+    if (s != TTT_OK) return s;
+    if (!g || !g->d_o)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA) backward: grad and grad->d_o are required");
+    if (g->d_beta && !a->beta)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA) backward: d_beta asked for without beta");
+    if (g->d_g && !a->g)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "linear attention (CUDA) backward: d_g asked for without g");
+    la_dev P = la_make(a);
+    P.d_o = g->d_o;
+    P.d_ht = g->d_ht;
+    P.dq = g->d_q;
+    P.dkk = g->d_k;
+    P.dvv = g->d_v;
+    P.dbeta = g->d_beta;
+    P.dg = g->d_g;
+    P.dh0 = g->d_h0;
+    unsigned char *p = (unsigned char *)workspace;
+    P.Sst = (float *)p;
+    p += w.Sst;
+    P.dSe = (float *)p;
+    p += w.dSe;
+    P.ST = (float *)p;
+    p += w.ST;
+    P.head = (double *)p;
+    p += w.head;
+    P.carry = (double *)p;
+    p += w.carry;
+    P.flag = (int *)p;
+    cudaStream_t st = (cudaStream_t)stream;
+    const bool bf = a->dtype == TTT_CHUNK_BF16;
+    if (bf)
+        return P.per_key ? la_backward_t<__nv_bfloat16, true>(P, st, err)
+                         : la_backward_t<__nv_bfloat16, false>(P, st, err);
+    return P.per_key ? la_backward_t<float, true>(P, st, err)
+                     : la_backward_t<float, false>(P, st, err);
+}
