@@ -53,8 +53,11 @@ static ttt_status prepare(prepared *p, const ttt_cuda_kernels *k, const ttt_laye
     /* β = θ·η: η itself when θ = 1, nothing when neither is there (β = 1) */
     const int beta_scratch = L->lr != 1.0f;
     const int gate_scratch = !io->log_alpha && L->decay != 1.0f;
-    a->beta = beta_scratch ? NULL : io->eta;
-    /* the workspace the kernels ask for (both passes for a backward: the forward runs first) */
+    /* the workspace the kernels ask for (both passes for a backward: the forward runs first),
+     * asked with β and g present when they will be, as the size may depend on them; the
+     * arrays are placed after the workspace below */
+    a->beta = beta_scratch ? (const float *)io->q : io->eta;
+    if (gate_scratch) a->g = (const float *)io->q;
     size_t ws = k->workspace(a, 0);
     if (backward) {
         const size_t wb = k->workspace(a, 1);
