@@ -2,6 +2,7 @@
  * pools, pointer checks and the CUDA errors as statuses. The CUDA runtime is called from here
  * only when the build has it (TTT_HAVE_CUDA); otherwise every cuda:N request is refused with one
  * sentence and the device count is 0. */
+#define _GNU_SOURCE /* RTLD_NOLOAD (cuda_in_use), next to the build's _POSIX_C_SOURCE */
 #include "device.h"
 
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #ifdef TTT_HAVE_CUDA
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include <cuda_runtime_api.h>
@@ -458,8 +460,8 @@ ttt_status ttt_device_sync(ttt_device d, void *stream, ttt_error *err) {
     return s;
 }
 
-/* Whether CUDA is in use in this process: some device's primary context is active. Asked
- * through the driver's entry point, which makes no context: a host-only call on a machine with
+/* Whether CUDA is in use in this process: the driver library is loaded and some device's
+ * primary context is active. Asked through the driver's entry point, which makes no context: a host-only call on a machine with
  * a GPU must not create one (hundreds of MiB of GPU memory) just to check its pointers. When
  * the driver cannot be asked, 0 (the check is skipped). */
 typedef int (*primary_state_fn)(int dev, unsigned int *flags, int *active);
@@ -478,6 +480,11 @@ static void primary_state_lookup(void) {
 
 static int cuda_in_use(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
+    /* no driver library loaded yet: nothing in this process has touched CUDA, so no buffer can
+     * be device memory, and asking the driver (cuInit, ~0.1 s) is not needed */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!driver) return 0;
+    dlclose(driver);
     ttt_error e = {0};
     const int n = ttt_cuda_device_count(&e);
     if (n == 0) return 0;
