@@ -20,8 +20,9 @@
  *         bf16 (what a bf16 tensor can hold at best: the rounding of the output alone is
  *         ≈ 2^-8/√3·0.7 ≈ 1.6e-3 relative RMS, above the 1e-3 target): o ≤ 1e-3, gradients ≤ 2e-3;
  *         the unrounded error is printed. fp32 results (ht, d_β, d_g, d_h0): ≤ 1e-3 (ht) and 2e-3.
- * Each case also runs once with a perturbed input (k_t scaled by 0.95 at every 7th token) that
- * every comparison with a nonzero reference must reject. */
+ * Each case also runs once with a perturbed input (k_t scaled by 0.95 at every 7th token and at
+ * the last, which ht depends on even after a late reset) that every comparison with a nonzero
+ * reference must reject. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -579,7 +580,7 @@ START_TEST(cuda_delta_matches_recurrence) {
     size_t n = (size_t)P.B * P.T * P.H;
     for (size_t r = 0; r < n; r++) {
         size_t t = (r / P.H) % P.T;
-        if (t % 7 == 0)
+        if (t % 7 == 0 || t == (size_t)P.T - 1) /* the last token: ht after a late reset */
             for (int i = 0; i < P.dk; i++) {
                 float x = P.k[r * P.dk + i] * 0.95f;
                 P.k[r * P.dk + i] = c->bf16 ? bf16_round(x) : x;
