@@ -3,7 +3,7 @@
  * present, the pool, the errors and the refusals on the device.
  *
  * Everywhere: device names, dtypes, host buffers through the seam; a host call with bfloat16 or
- * an unknown device kind is refused by name; without a GPU (or without CUDA in the build) the
+ * an unknown device kind is refused by name; `ttt --version` prints the CUDA line; without a GPU (or without CUDA in the build) the
  * device count is 0 with the reason, and every cuda:N request — an allocation, a layer call, the
  * pool's counters — is refused with that reason instead of crashing.
  * With a GPU: the pool serves equal allocations without asking the driver again (no cudaMalloc
@@ -99,6 +99,19 @@ START_TEST(host_call_refusals) {
     free(x);
     free(o);
     ttt_layer_free(h);
+}
+END_TEST
+
+/* `ttt --version` names the CUDA runtime, the driver and the GPUs, or why there are none: the
+ * line of ttt_cuda_describe. */
+START_TEST(version_names_cuda) {
+    char *out = NULL, *err = NULL;
+    ck_assert_int_eq(tu_run_ttt("--version", &out, &err), 0);
+    char want[1100];
+    snprintf(want, sizeof want, "\nCUDA: %s\n", ttt_cuda_describe());
+    ck_assert_msg(out && strstr(out, want), "%s", out ? out : "(no output)");
+    free(out);
+    free(err);
 }
 END_TEST
 
@@ -312,6 +325,7 @@ static Suite *device_suite(void) {
     tcase_add_test(tc, names_and_dtypes);
     tcase_add_test(tc, host_buffers_through_the_seam);
     tcase_add_test(tc, host_call_refusals);
+    tcase_add_test(tc, version_names_cuda);
     tcase_add_test(tc, no_gpu_refusals);
     suite_add_tcase(s, tc);
     TCase *g = tcase_create("gpu");
