@@ -102,6 +102,23 @@ START_TEST(host_call_refusals) {
 }
 END_TEST
 
+/* ttt_layer_form_for on CUDA buffers names the device entry (no buffer is read and no device is
+ * needed to ask): in a build without CUDA there is none. */
+START_TEST(form_for_device_calls) {
+    ttt_layer_handle *gd = new_layer("gated_deltanet"), *mlp = new_layer("ttt_mlp");
+    ttt_batch_io io = {.B = B, .T = T, .H = H, .device = TTT_DEVICE_CUDA};
+    const char *want = ttt_device_cuda_built() ? "chunkwise (cuda)" : "none";
+    ck_assert_str_eq(ttt_layer_form_for(gd, &io), want);
+    const char *first = ttt_layer_form_for(gd, &io);
+    ck_assert_ptr_eq(ttt_layer_form_for(gd, &io), first); /* a static string */
+    ck_assert_str_eq(ttt_layer_form_for(mlp, &io), "none");
+    io.device = TTT_DEVICE_HOST;
+    ck_assert_str_ne(ttt_layer_form_for(gd, &io), "chunkwise (cuda)");
+    ttt_layer_free(gd);
+    ttt_layer_free(mlp);
+}
+END_TEST
+
 /* `ttt --version` names the CUDA runtime, the driver and the GPUs, or why there are none: the
  * line of ttt_cuda_describe. */
 START_TEST(version_names_cuda) {
@@ -326,6 +343,7 @@ static Suite *device_suite(void) {
     tcase_add_test(tc, host_buffers_through_the_seam);
     tcase_add_test(tc, host_call_refusals);
     tcase_add_test(tc, version_names_cuda);
+    tcase_add_test(tc, form_for_device_calls);
     tcase_add_test(tc, no_gpu_refusals);
     suite_add_tcase(s, tc);
     TCase *g = tcase_create("gpu");

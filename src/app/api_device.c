@@ -6,6 +6,7 @@
  * argument; nothing is launched before all checks pass. */
 #include "api_device.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -129,14 +130,25 @@ ttt_status ttt_api_device_backward(const ttt_layer *L, const ttt_batch_io *io,
     return ttt_layer_backward_batched(L, &fb, &fg, err);
 }
 
+/* "chunkwise (cuda)" for every device entry, made once: ttt_layer_form_for returns static
+ * strings (include/ttt/ttt.h). */
+#define MAX_LABELS 64
+static char labels[MAX_LABELS][64];
+static void labels_init(void) {
+    for (int i = 0; i < ttt_form_count() && i < MAX_LABELS; i++)
+        snprintf(labels[i], sizeof labels[i], "%s (cuda)", ttt_form_at(i)->form);
+}
+
 const char *ttt_api_device_form(const ttt_layer *L, const ttt_batch_io *io) {
-    static _Thread_local char buf[96];
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (io->device != TTT_DEVICE_CUDA) return "none";
     const ttt_form_inputs in = ttt_layer_batch_inputs(L, io->T, io->eta != NULL,
                                                       io->log_alpha != NULL, io->alpha_vec,
                                                       TTT_DEVICE_CUDA);
     const ttt_form_entry *e = ttt_form_choose(L, &in, NULL);
     if (!e) return "none";
-    snprintf(buf, sizeof buf, "%s (cuda)", e->form);
-    return buf;
+    pthread_once(&once, labels_init);
+    for (int i = 0; i < ttt_form_count() && i < MAX_LABELS; i++)
+        if (ttt_form_at(i) == e) return labels[i];
+    return e->form;
 }
