@@ -3,7 +3,7 @@
  * with FLA. Prints one table row per (shape, dtype, rule): the median of 20 timed calls (CUDA
  * events on one stream, after 3 untimed calls), in milliseconds.
  *
- *   bench_cuda_chunk [reps]
+ *   bench_cuda_chunk [reps [shapes]]      (shapes: how many of the four, in order; default all)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -85,6 +85,7 @@ static float median_ms(ttt_chunk_args *a, ttt_chunk_grad *g, void *ws, size_t wf
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 20;
     if (reps < 1 || reps > 64) reps = 20;
+    size_t nshapes = argc > 2 ? (size_t)atoi(argv[2]) : 4;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no CUDA device\n");
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
     printf("| B | T | H | D | dtype | rule | forward ms | forward+backward ms |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] && si < nshapes; si++) {
         int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], D = shapes[si][3];
         size_t n = (size_t)B * T * H, ns = (size_t)B * H * D * D;
         for (int bf16 = 1; bf16 >= 0; bf16--) {
