@@ -23,8 +23,9 @@
  * for gradients d_v and C again), and 2e-6 holds u√L with 2× room up to L = 256. So
  *     c = max(1, √(L/256)) for o and ht, and twice that for gradients, which chain two such
  *     evaluations (the state-gradient scan and the chunk terms).
- * A real defect moves errors far more: a gate rounded to fp32 with the same sign every chunk
- * (no drift carrying) gives ~1e-5 at T = 16384, a dropped token or wrong gate 1e-3 … 1.
+ * A real defect moves errors far more: a chunk decay rounded to fp32 with the same sign every
+ * chunk (no drift carrying) can reach 256 · 3e-8 ≈ 8e-6 at T = 16384; a dropped token or a wrong
+ * gate moves them by 1e-3 … 1 (test_perturbed measures 3e-3 … 0.25).
  * bf16: q, k, v, d_o are bf16-rounded inputs (the reference uses the same rounded values);
  * o, dq, dk, dv are stored in bf16, which alone costs up to half a bf16 ulp per element
  * (ρ = ‖ulp(ref)/2‖/‖ref‖, computed from the reference); bound ρ + 1e-3 for o and ρ + 2e-3 for

@@ -1,7 +1,7 @@
 /* Times of the CUDA linear-attention kernels (layers/forms/linear_attention/chunkwise.cu) with
  * CUDA events: forward, backward and their sum per call, median of the repetitions after two
  * warm-up calls, for the shapes of docs/gpu.md "Linear attention kernels". Prints a table.
- *     bench_cuda_la [reps]  */
+ *     bench_cuda_la [reps [shape index]]  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +64,9 @@ static int cmpf(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 10;
+    int reps = argc > 1 ? atoi(argv[1]) : 10;
+    const int only = argc > 2 ? atoi(argv[2]) : -1;
+    if (reps < 1) reps = 1;
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
         printf("bench_cuda_la: no CUDA device\n");
@@ -73,6 +75,7 @@ int main(int argc, char **argv) {
     printf("| B | T | H | d_k | d_v | gate | dtype | forward ms | backward ms | fwd+bwd ms |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (only >= 0 && (size_t)only != s) continue;
         const shape *sh = &shapes[s];
         const int half = sh->dtype == TTT_CHUNK_BF16;
         const size_t rows = (size_t)sh->B * sh->T * sh->H, nq = rows * sh->dk, nv = rows * sh->dv;

@@ -15,7 +15,8 @@
  * (−inf) − (−inf) is ever formed.
  *
  * Kernels (all 256 threads, fp32 FFMA on shared-memory tiles; bf16 inputs are converted to fp32
- * on load and results rounded to bf16 only on the final store):
+ * on load and results rounded to bf16 only on the final store; every tile's loads are issued
+ * together; the sequential kernels run two blocks per SM):
  *   la_scores      (B·H, chunks)       A with β_j and scale folded in, to the workspace
  *   la_state       (B·H, d_v/32)       sequential over chunks: o, S (forward) or the chunk-start
  *                                      states (backward recompute)
@@ -32,15 +33,14 @@
 #include "cuda_common.cuh"
 #include "status.h"
 
-#define LA_C 64     /* tokens per chunk */
-#define LA_SB 16    /* sub-block of the per-key intra-chunk scores */
-#define LA_KT 64    /* key tile */
-#define LA_VT 64    /* value tile of la_bwd_chunk */
-#define LA_BV 32    /* value tile of the sequential kernels */
-#define LA_NT 256   /* threads per block */
-#define LA_LD 65    /* row stride (floats) of 64-column tiles: conflict-free column reads */
-#define LA_SLD 33   /* row stride of the (d_k, 32) state tiles */
-#define LA_GLD 65   /* row stride (elements) of the gate arrays G' (double) and R (char) */
+#define LA_C 64   /* tokens per chunk */
+#define LA_KT 64  /* key tile */
+#define LA_VT 64  /* value tile of la_bwd_chunk */
+#define LA_BV 32  /* value tile of the sequential kernels */
+#define LA_NT 256 /* threads per block */
+#define LA_LD 65  /* row stride (floats) of 64-column tiles: conflict-free column reads */
+#define LA_SLD 33 /* row stride of the (d_k, 32) state tiles */
+#define LA_GLD 65 /* row stride (elements) of the gate arrays G' (double) and R (char) */
 
 /* A gate below this is a hard reset: its fp32 exponential rounds to 0 (e^x < 2^−150). */
 #define LA_RESET_G (-103.972077f)
@@ -57,13 +57,13 @@ struct la_dev {
     const float *d_ht;
     void *dq, *dkk, *dvv;
     float *dbeta, *dg, *dh0;
-    float *Aw;      /* (B·H, NC, C, C) forward scores */
-    float *Sst;     /* (B·H, NC, d_k, d_v) state at each chunk start (backward) */
-    float *dSe;     /* (B·H, NC, d_k, d_v) gradient of the state at each chunk end */
-    float *ST;      /* (B·H, d_k, d_v) final state (backward, for dg) */
-    double *head;   /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
-    double *carry;  /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
-    int *flag;      /* (B·H, NC, gdim) 1 when the chunk holds a reset */
+    float *Aw;     /* (B·H, NC, C, C) forward scores */
+    float *Sst;    /* (B·H, NC, d_k, d_v) state at each chunk start (backward) */
+    float *dSe;    /* (B·H, NC, d_k, d_v) gradient of the state at each chunk end */
+    float *ST;     /* (B·H, d_k, d_v) final state (backward, for dg) */
+    double *head;  /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
+    double *carry; /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
+    int *flag;     /* (B·H, NC, gdim) 1 when the chunk holds a reset */
 };
 
 __device__ __forceinline__ bool la_reset(float g) { return g < LA_RESET_G; }
@@ -74,41 +74,102 @@ __device__ __forceinline__ size_t la_row(const la_dev &P, int b, int t, int h) {
 }
 
 /* ---- gates ----
- * la_scan: for each column of the tile (a key m0 + col, or the single scalar gate in column 0)
- * the restarted cumulative log gate G'_i (float64) and R_i, the last reset at or before token i
- * (−1: none), for the chunk's C rows; rows past n continue with g = 0. */
+ * Thread (col = tid & 63, seg = tid >> 6) of a 256-thread block owns rows 16·seg … 16·seg + 15
+ * of gate column col (a key m0 + col, or the single scalar gate in column 0). la_gate_fetch
+ * issues its 16 loads at once; la_scan_rows forms the restarted cumulative log gate G'_i
+ * (float64) and R_i, the last reset at or before token i (−1: none): each segment is scanned,
+ * then the earlier segments' carry (their sum since their last reset, or their reset) is added
+ * to the rows before the segment's first reset. Rows past n continue with g = 0. */
 template <bool PK>
-__device__ void la_scan(const la_dev &P, int b, int h, int t0, int n, int m0, double *Gd,
-                        signed char *Rr) {
-    const int ncols = PK ? LA_KT : 1;
-    for (int col = threadIdx.x; col < ncols; col += blockDim.x) {
-        const int m = m0 + col;
-        const bool has = P.g != nullptr && (!PK || m < P.dk);
-        double G = 0.0;
-        int R = -1;
-        for (int i = 0; i < LA_C; ++i) {
-            float gv = 0.0f;
-            if (has && i < n) {
-                const size_t r = la_row(P, b, t0 + i, h);
-                gv = PK ? P.g[r * P.dk + m] : P.g[r];
-            }
-            if (la_reset(gv)) {
-                G = 0.0;
-                R = i;
-            } else {
-                G += (double)gv;
-            }
-            Gd[i * LA_GLD + col] = G;
-            Rr[i * LA_GLD + col] = (signed char)R;
+__device__ __forceinline__ void la_gate_fetch(const la_dev &P, int b, int h, int t0, int n, int m0,
+                                              float (&gv)[16]) {
+    const int col = threadIdx.x & 63, seg = threadIdx.x >> 6, m = m0 + col;
+    const bool has = P.g != nullptr && (PK ? m < P.dk : col == 0);
+    const size_t gd = PK ? (size_t)P.dk : 1, rs = (size_t)P.H * gd;
+    const float *p = has ? P.g + la_row(P, b, t0 + 16 * seg, h) * gd + (PK ? m : 0) : P.g;
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+        gv[r] = (has && 16 * seg + r < n) ? p[(size_t)r * rs] : 0.0f;
+}
+
+/* Contains __syncthreads: every thread of the block calls it. */
+__device__ __forceinline__ void la_scan_rows(const float (&gv)[16], double (&G)[16], int (&R)[16]) {
+    __shared__ double sg[LA_NT];
+    __shared__ int sr[LA_NT];
+    const int col = threadIdx.x & 63, seg = threadIdx.x >> 6;
+    double acc = 0.0;
+    int rr = -1;
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+        if (la_reset(gv[r])) {
+            acc = 0.0;
+            rr = 16 * seg + r;
+        } else {
+            acc += (double)gv[r];
+        }
+        G[r] = acc;
+        R[r] = rr;
+    }
+    sg[threadIdx.x] = acc;
+    sr[threadIdx.x] = rr;
+    __syncthreads();
+    double cg = 0.0;
+    int cr = -1;
+    for (int s2 = 0; s2 < seg; ++s2) {
+        const int r2 = sr[s2 * 64 + col];
+        if (r2 >= 0) {
+            cg = sg[s2 * 64 + col];
+            cr = r2;
+        } else {
+            cg += sg[s2 * 64 + col];
         }
     }
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+        if (R[r] < 0) {
+            G[r] += cg;
+            R[r] = cr;
+        }
+    __syncthreads();
+}
+
+/* G'_i and R_i of the tile's gate columns into shared memory (stride LA_GLD), for la_dec. */
+template <bool PK>
+__device__ __forceinline__ void la_scan(const la_dev &P, int b, int h, int t0, int n, int m0,
+                                        double *Gd, signed char *Rr) {
+    float gv[16];
+    double G[16];
+    int R[16];
+    la_gate_fetch<PK>(P, b, h, t0, n, m0, gv);
+    la_scan_rows(gv, G, R);
+    const int col = threadIdx.x & 63, seg = threadIdx.x >> 6;
+    if (PK || col == 0) {
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            Gd[(16 * seg + r) * LA_GLD + col] = G[r];
+            Rr[(16 * seg + r) * LA_GLD + col] = (signed char)R[r];
+        }
+    }
+}
+
+/* The thread holding row n − 1 of its column publishes G'_{n−1} and R_{n−1}. */
+__device__ __forceinline__ void la_publish_last(int n, const double (&G)[16], const int (&R)[16],
+                                                double *Gn, int *Rn) {
+    const int col = threadIdx.x & 63, seg = threadIdx.x >> 6;
+#pragma unroll
+    for (int r = 0; r < 16; ++r)
+        if (16 * seg + r == n - 1) {
+            Gn[col] = G[r];
+            Rn[col] = R[r];
+        }
 }
 
 /* dec(j→i) for column col, j ≤ i (j = −1: from the chunk start): 0 when a reset lies in (j, i],
  * else exp(G'_i − G'_j), the difference formed in float64 (both G' restart at the same reset). */
 __device__ __forceinline__ float la_dec(const double *Gd, const signed char *Rr, int j, int i,
                                         int col) {
-    if (Rr[i * LA_GLD + col] > j) return 0.0f;
+    if (Rr[i * LA_GLD + col] > j)
+        return 0.0f;
     const double x = Gd[i * LA_GLD + col] - (j >= 0 ? Gd[j * LA_GLD + col] : 0.0);
     return expf((float)x);
 }
@@ -116,9 +177,8 @@ __device__ __forceinline__ float la_dec(const double *Gd, const signed char *Rr,
 /* The chunk's state decay e = dec(−1→n−1), rounded with the drift of the decays so far carried
  * forward (as the CPU chunkwise form does, layers/forms/kernels.h ttt_gate_dither): a weak gate
  * rounds e to the same side every chunk, which would otherwise grow linearly in T. */
-__device__ __forceinline__ float la_dither(double *drift, const double *Gd, const signed char *Rr,
-                                           int n, int col) {
-    const double alpha = Rr[(n - 1) * LA_GLD + col] >= 0 ? 0.0 : exp(Gd[(n - 1) * LA_GLD + col]);
+__device__ __forceinline__ float la_dither(double *drift, double gn, int rn) {
+    const double alpha = rn >= 0 ? 0.0 : exp(gn);
     if (alpha < 1e-30) {
         *drift = 1.0;
         return (float)alpha;
@@ -130,26 +190,51 @@ __device__ __forceinline__ float la_dither(double *drift, const double *Gd, cons
 
 /* ---- tiles ---- */
 
-/* dst[r·ld + c] = X[t0 + r, c0 + c] of a (B, T, H, D) tensor X for r < rows, c < ncols, zero
- * outside the n valid rows and the D columns. */
-template <typename E>
-__device__ void la_load(float *dst, int ld, const E *X, const la_dev &P, int b, int h, int t0,
-                        int n, int c0, int D, int rows, int ncols) {
-    for (int e = threadIdx.x; e < rows * ncols; e += blockDim.x) {
-        const int r = e / ncols, c = e - r * ncols;
-        float x = 0.0f;
-        if (r < n && c0 + c < D) x = ttt_ld<E>(X, la_row(P, b, t0 + r, h) * D + c0 + c);
-        dst[r * ld + c] = x;
+/* Tile loads: each thread first issues all its loads (PER of them), then stores them, so a tile
+ * costs one memory latency. la_fetch/la_put: X[t0 + r, c0 + c] of a (B, T, H, D) tensor X for
+ * r < C, c < NCOLS, zero outside the n valid rows and the D columns. */
+template <typename E, int NCOLS>
+__device__ __forceinline__ void la_fetch(float (&v)[LA_C * NCOLS / LA_NT], const E *X,
+                                         const la_dev &P, int b, int h, int t0, int n, int c0,
+                                         int D) {
+    constexpr int RSTEP = LA_NT / NCOLS; /* rows per step */
+    const int r0 = threadIdx.x / NCOLS, c = threadIdx.x % NCOLS;
+    const size_t rs = (size_t)P.H * D * RSTEP;
+    const E *p = X + la_row(P, b, t0 + r0, h) * D + c0 + c;
+    const bool cok = c0 + c < D;
+#pragma unroll
+    for (int k = 0; k < LA_C * NCOLS / LA_NT; ++k)
+        v[k] = (cok && r0 + k * RSTEP < n) ? ttt_ld<E>(p, (size_t)k * rs) : 0.0f;
+}
+template <int NCOLS>
+__device__ __forceinline__ void la_put(float *dst, int ld, const float (&v)[LA_C * NCOLS / LA_NT]) {
+#pragma unroll
+    for (int k = 0; k < LA_C * NCOLS / LA_NT; ++k) {
+        const int e = threadIdx.x + k * LA_NT, r = e / NCOLS, c = e % NCOLS;
+        dst[r * ld + c] = v[k];
     }
+}
+template <typename E, int NCOLS>
+__device__ __forceinline__ void la_load(float *dst, int ld, const E *X, const la_dev &P, int b,
+                                        int h, int t0, int n, int c0, int D) {
+    float v[LA_C * NCOLS / LA_NT];
+    la_fetch<E, NCOLS>(v, X, P, b, h, t0, n, c0, D);
+    la_put<NCOLS>(dst, ld, v);
 }
 
 /* dst[r·ld + c] = M[m0 + r, n0 + c] of a (d_k, d_v) fp32 matrix, 64 × 64, zero outside. */
-__device__ void la_load_state(float *dst, const float *M, int dk, int dv, int m0, int n0) {
-    for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) {
-        const int r = e >> 6, c = e & 63;
-        float x = 0.0f;
-        if (m0 + r < dk && n0 + c < dv) x = M[(size_t)(m0 + r) * dv + n0 + c];
-        dst[r * LA_LD + c] = x;
+__device__ __forceinline__ void la_load_state(float *dst, const float *M, int dk, int dv, int m0,
+                                              int n0) {
+    float v[16];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const int e = threadIdx.x + k * LA_NT, r = e >> 6, c = e & 63;
+        v[k] = (m0 + r < dk && n0 + c < dv) ? M[(size_t)(m0 + r) * dv + n0 + c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const int e = threadIdx.x + k * LA_NT;
+        dst[(e >> 6) * LA_LD + (e & 63)] = v[k];
     }
 }
 
@@ -158,19 +243,22 @@ __device__ void la_load_state(float *dst, const float *M, int dk, int dv, int m0
  * B(x, j) = TB ? b[j·ldb + x] : b[x·ldb + j]. With the padded strides every read is a broadcast
  * or conflict-free. */
 template <int NR, int NC, bool TA, bool TB>
-__device__ __forceinline__ void la_mm(float (&acc)[NR][NC], const float *a, int lda,
-                                      const float *b, int ldb, int K, int tr, int tc) {
+__device__ __forceinline__ void la_mm(float (&acc)[NR][NC], const float *a, int lda, const float *b,
+                                      int ldb, int K, int tr, int tc) {
 #pragma unroll 4
     for (int x = 0; x < K; ++x) {
         float av[NR], bv[NC];
 #pragma unroll
-        for (int r = 0; r < NR; ++r) av[r] = TA ? a[x * lda + tr + 16 * r] : a[(tr + 16 * r) * lda + x];
+        for (int r = 0; r < NR; ++r)
+            av[r] = TA ? a[x * lda + tr + 16 * r] : a[(tr + 16 * r) * lda + x];
 #pragma unroll
-        for (int c = 0; c < NC; ++c) bv[c] = TB ? b[(tc + 16 * c) * ldb + x] : b[x * ldb + tc + 16 * c];
+        for (int c = 0; c < NC; ++c)
+            bv[c] = TB ? b[(tc + 16 * c) * ldb + x] : b[x * ldb + tc + 16 * c];
 #pragma unroll
         for (int r = 0; r < NR; ++r)
 #pragma unroll
-            for (int c = 0; c < NC; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+            for (int c = 0; c < NC; ++c)
+                acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
     }
 }
 
@@ -178,7 +266,8 @@ template <int NR, int NC> __device__ __forceinline__ void la_zero(float (&acc)[N
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
-        for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+        for (int c = 0; c < NC; ++c)
+            acc[r][c] = 0.0f;
 }
 
 /* ---- intra-chunk scores ----
@@ -188,9 +277,10 @@ template <int NR, int NC> __device__ __forceinline__ void la_zero(float (&acc)[N
  * block J the decay factors through the last token p = 16I − 1 before block I,
  *     dec(j→i) = dec(p→i)·dec(j→p),  both ≤ 1 (exactly 0 across a reset),
  * so that block is a plain product of (q ⊙ dec(p→·)) and (k ⊙ dec(·→p)); the four diagonal
- * blocks take dec(j→i) element by element. */
+ * blocks take dec(j→i) element by element (first, from the raw tiles; then Qs is scaled in
+ * place and the columns before each row block are scaled into Kh, one row block at a time). */
 struct la_sc_smem {
-    float *A, *Qs, *Ks, *Qh, *Kh; /* Qs, Ks, Qh: C × LA_LD; Kh: 96 × LA_LD */
+    float *A, *Qs, *Ks, *Kh; /* C × LA_LD each; Kh: 48 rows used */
     double *Gd;
     signed char *Rr;
 };
@@ -203,8 +293,8 @@ __device__ void la_chunk_scores(const la_dev &P, int b, int h, int t0, int n, co
         la_zero(acc);
         la_scan<false>(P, b, h, t0, n, 0, s.Gd, s.Rr);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-            la_load<E>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-            la_load<E>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            la_load<E, LA_KT>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+            la_load<E, LA_KT>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
             __syncthreads();
             la_mm<4, 4, false, true>(acc, s.Qs, LA_LD, s.Ks, LA_LD, LA_KT, tr, tc);
             __syncthreads();
@@ -219,75 +309,72 @@ __device__ void la_chunk_scores(const la_dev &P, int b, int h, int t0, int n, co
             }
         __syncthreads();
     } else {
-    for (int e = tid; e < LA_C * LA_LD; e += blockDim.x) s.A[e] = 0.0f;
-    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-        la_scan<true>(P, b, h, t0, n, m0, s.Gd, s.Rr);
-        la_load<E>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-        la_load<E>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-        __syncthreads();
-        /* Qh rows 16..63: q_i ⊙ dec(p_I→i); Kh rows [off_I, off_I + 16I): k_j ⊙ dec(j→p_I) with
-         * off_1 = 0, off_2 = 16, off_3 = 48 */
-        for (int e = tid; e < 48 * LA_KT; e += blockDim.x) {
-            const int i = 16 + e / LA_KT, col = e % LA_KT, p = (i & ~15) - 1;
-            s.Qh[i * LA_LD + col] = s.Qs[i * LA_LD + col] * la_dec(s.Gd, s.Rr, p, i, col);
-        }
-        for (int e = tid; e < 96 * LA_KT; e += blockDim.x) {
-            const int rr = e / LA_KT, col = e % LA_KT;
-            const int I = rr < 16 ? 1 : (rr < 48 ? 2 : 3), off = rr < 16 ? 0 : (rr < 48 ? 16 : 48);
-            const int j = rr - off, p = 16 * I - 1;
-            s.Kh[rr * LA_LD + col] = s.Ks[j * LA_LD + col] * la_dec(s.Gd, s.Rr, j, p, col);
-        }
-        __syncthreads();
-        /* off-diagonal blocks (I, J), I > J: one output per thread and block pair */
-        {
-            const int r = tid >> 4, c = tid & 15;
-            const int pI[6] = {1, 2, 2, 3, 3, 3}, pJ[6] = {0, 0, 1, 0, 1, 2};
-#pragma unroll
-            for (int pp = 0; pp < 6; ++pp) {
-                const int I = pI[pp], J = pJ[pp];
-                const int off = I == 1 ? 0 : (I == 2 ? 16 : 48);
-                const int i = 16 * I + r, j = 16 * J + c;
-                const float *qa = s.Qh + i * LA_LD, *kb = s.Kh + (off + j) * LA_LD;
+        for (int e = tid; e < LA_C * LA_LD; e += blockDim.x)
+            s.A[e] = 0.0f;
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            la_scan<true>(P, b, h, t0, n, m0, s.Gd, s.Rr);
+            la_load<E, LA_KT>(s.Qs, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+            la_load<E, LA_KT>(s.Ks, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+            __syncthreads();
+            /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
+            for (int pidx = tid; pidx < 4 * 136; pidx += blockDim.x) {
+                const int I = pidx / 136, qq = pidx - 136 * I;
+                int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
+                while ((r + 1) * (r + 2) / 2 <= qq)
+                    ++r;
+                while (r * (r + 1) / 2 > qq)
+                    --r;
+                const int c = qq - r * (r + 1) / 2;
+                const int i = 16 * I + r, j = 16 * I + c;
                 float sum = 0.0f;
-#pragma unroll 8
-                for (int col = 0; col < LA_KT; ++col) sum = fmaf(qa[col], kb[col], sum);
+                for (int col = 0; col < LA_KT; ++col)
+                    sum = fmaf(s.Qs[i * LA_LD + col] * s.Ks[j * LA_LD + col],
+                               la_dec(s.Gd, s.Rr, j, i, col), sum);
                 s.A[i * LA_LD + j] += sum;
             }
+            __syncthreads();
+            /* rows 16..63 of Qs in place: q_i ⊙ dec(p_I→i), p_I = 16I − 1 the token before block I */
+            for (int e = tid; e < 48 * LA_KT; e += blockDim.x) {
+                const int i = 16 + e / LA_KT, col = e % LA_KT, p = (i & ~15) - 1;
+                s.Qs[i * LA_LD + col] *= la_dec(s.Gd, s.Rr, p, i, col);
+            }
+            /* row block I against the columns before it: Kh rows j < 16I hold k_j ⊙ dec(j→p_I) */
+            for (int I = 1; I < 4; ++I) {
+                const int p = 16 * I - 1;
+                for (int e = tid; e < 16 * I * LA_KT; e += blockDim.x) {
+                    const int j = e / LA_KT, col = e % LA_KT;
+                    s.Kh[j * LA_LD + col] = s.Ks[j * LA_LD + col] * la_dec(s.Gd, s.Rr, j, p, col);
+                }
+                __syncthreads();
+                for (int o = tid; o < 256 * I; o += blockDim.x) {
+                    const int r = o / (16 * I), j = o - r * 16 * I, i = 16 * I + r;
+                    const float *qa = s.Qs + i * LA_LD, *kb = s.Kh + j * LA_LD;
+                    float sum = 0.0f;
+#pragma unroll 8
+                    for (int col = 0; col < LA_KT; ++col)
+                        sum = fmaf(qa[col], kb[col], sum);
+                    s.A[i * LA_LD + j] += sum;
+                }
+                __syncthreads();
+            }
         }
-        /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
-        for (int pidx = tid; pidx < 4 * 136; pidx += blockDim.x) {
-            const int I = pidx / 136, qq = pidx - 136 * I;
-            int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
-            while ((r + 1) * (r + 2) / 2 <= qq) ++r;
-            while (r * (r + 1) / 2 > qq) --r;
-            const int c = qq - r * (r + 1) / 2;
-            const int i = 16 * I + r, j = 16 * I + c;
-            float sum = 0.0f;
-            for (int col = 0; col < LA_KT; ++col)
-                sum = fmaf(s.Qs[i * LA_LD + col] * s.Ks[j * LA_LD + col],
-                           la_dec(s.Gd, s.Rr, j, i, col), sum);
-            s.A[i * LA_LD + j] += sum;
+        for (int e = tid; e < LA_C * LA_C; e += blockDim.x) {
+            const int i = e >> 6, j = e & 63;
+            const float x = s.A[i * LA_LD + j];
+            s.A[i * LA_LD + j] = (j <= i && i < n) ? P.scale * x : 0.0f;
         }
         __syncthreads();
-    }
-    for (int e = tid; e < LA_C * LA_C; e += blockDim.x) {
-        const int i = e >> 6, j = e & 63;
-        const float x = s.A[i * LA_LD + j];
-        s.A[i * LA_LD + j] = (j <= i && i < n) ? P.scale * x : 0.0f;
-    }
-    __syncthreads();
     }
 }
 
 /* Shared-memory carve-up of la_chunk_scores (floats, then doubles, then chars). */
-#define LA_SC_FLOATS ((4 * LA_C + 96) * LA_LD)
+#define LA_SC_FLOATS ((3 * LA_C + 48) * LA_LD)
 #define LA_SC_BYTES (LA_SC_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * LA_GLD)
 
 /* ---- forward: scores ----
  * Aw[bh, c] = A ⊙ β_j (columns), the intra-chunk operator of the output (C × C, zero above the
  * diagonal and outside the chunk). */
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT) la_scores(la_dev P) {
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT, 2) la_scores(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
@@ -296,8 +383,7 @@ __global__ void __launch_bounds__(LA_NT) la_scores(la_dev P) {
     s.A = f;
     s.Qs = f + LA_C * LA_LD;
     s.Ks = f + 2 * LA_C * LA_LD;
-    s.Qh = f + 3 * LA_C * LA_LD;
-    s.Kh = f + 4 * LA_C * LA_LD;
+    s.Kh = f + 3 * LA_C * LA_LD;
     s.Gd = (double *)(f + LA_SC_FLOATS);
     s.Rr = (signed char *)(s.Gd + LA_C * LA_GLD);
     la_chunk_scores<E, PK>(P, b, h, t0, n, s);
@@ -311,90 +397,181 @@ __global__ void __launch_bounds__(LA_NT) la_scores(la_dev P) {
 
 /* ---- sequential state kernels ----
  * One block per (sequence, 32 columns of the state); S (d_k × 32) stays in shared memory across
- * the chunks. Per chunk and key tile: Qa = scale·q ⊙ a, Kb = β k ⊙ b (the gates applied while
- * the tile sits in shared memory), then
+ * the chunks. Per chunk and key tile: Qa = scale·q ⊙ a, Kb = β k ⊙ b (the gates applied by the
+ * thread that scanned them, from registers), then
  *     MODE 0 (forward):   O = Aw·V + Σ_tiles Qa·S_tile;   S_tile ← e ⊙ S_tile + Kbᵀ V
- *     MODE 1 (backward):  the chunk-start S to the workspace, then the same update. */
-#define LA_ST_FLOATS(dkp) ((dkp) * LA_SLD + LA_C * LA_SLD + LA_C * LA_LD * 3)
-#define LA_ST_BYTES(dkp) \
-    (LA_ST_FLOATS(dkp) * 4 + LA_C * LA_GLD * 8 + LA_C * LA_GLD + 256 * 8 + 256 * 4)
+ *     MODE 1 (backward):  the chunk-start S to the workspace, then the same update.
+ * A scalar gate is scanned once per chunk into the factor vectors af, bf. */
+struct la_seq_smem {
+    float *S, *Vs, *As, *Qa, *Kb, *bet, *af, *bf, *es;
+    double *Gn, *drift;
+    int *Rn;
+};
+
+/* Carve-up: S (dkp × LA_SLD), Vs (C × LA_SLD), As, Qa, Kb (C × LA_LD), then small vectors. */
+static __host__ __device__ size_t la_seq_bytes(int dk) {
+    const int dkp = (dk + LA_KT - 1) / LA_KT * LA_KT;
+    return ((size_t)dkp * LA_SLD + LA_C * LA_SLD + 3 * LA_C * LA_LD + 3 * LA_C + 256) * 4 +
+           (64 + 256) * 8 + 64 * 4;
+}
+
+__device__ __forceinline__ la_seq_smem la_seq_carve(unsigned char *base, int dk) {
+    const int dkp = (dk + LA_KT - 1) / LA_KT * LA_KT;
+    la_seq_smem m;
+    m.S = (float *)base;
+    m.Vs = m.S + dkp * LA_SLD;
+    m.As = m.Vs + LA_C * LA_SLD;
+    m.Qa = m.As + LA_C * LA_LD;
+    m.Kb = m.Qa + LA_C * LA_LD;
+    m.bet = m.Kb + LA_C * LA_LD;
+    m.af = m.bet + LA_C;
+    m.bf = m.af + LA_C;
+    m.es = m.bf + LA_C;
+    /* every size above is a multiple of 8 bytes: (dkp·33 + 64·33 + 3·64·65 + 3·64 + 256)·4 */
+    m.Gn = (double *)(m.es + 256);
+    m.drift = m.Gn + 64;
+    m.Rn = (int *)(m.drift + 256);
+    return m;
+}
+
+/* Gate factors of one chunk for key tile m0 (PK) or the scalar gate (all tiles): scans, then
+ *   PK:     Qa[i][col] *= scale·a_i, Kb[i][col] *= β_i·b_i in place, es[m0 + col] = dithered e;
+ *   scalar: af[i] = a_i, bf[i] = b_i, es[0] = dithered e.
+ * gv: the thread's gates (la_gate_fetch, issued by the caller together with its tile loads).
+ * Qa (when WQ) and Kb (when WK) must hold the raw tiles, written before the call (the scan's
+ * barriers order them). Contains __syncthreads. */
+template <bool PK, bool WQ, bool WK>
+__device__ __forceinline__ void la_seq_gates(const la_dev &P, const la_seq_smem &m,
+                                             const float (&gv)[16], int n, int m0) {
+    const int col = threadIdx.x & 63, seg = threadIdx.x >> 6;
+    double G[16];
+    int R[16];
+    la_scan_rows(gv, G, R);
+    la_publish_last(n, G, R, m.Gn, m.Rn);
+    __syncthreads();
+    const double gn = m.Gn[col];
+    const int rn = m.Rn[col];
+    if (PK ? m0 + col < P.dk : col == 0) {
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+            const int i = 16 * seg + r;
+            const float a = (i < n && R[r] < 0) ? expf((float)G[r]) : 0.0f;
+            const float bb = (i < n && rn <= i) ? expf((float)(gn - G[r])) : 0.0f;
+            if (PK) {
+                if (WQ)
+                    m.Qa[i * LA_LD + col] *= P.scale * a;
+                if (WK)
+                    m.Kb[i * LA_LD + col] *= m.bet[i] * bb;
+            } else {
+                m.af[i] = a;
+                m.bf[i] = bb;
+            }
+        }
+        if (seg == 0)
+            m.es[PK ? m0 + col : 0] = la_dither(&m.drift[PK ? m0 + col : 0], gn, rn);
+    }
+    __syncthreads();
+}
 
 template <typename E, bool PK, int MODE>
-__global__ void __launch_bounds__(LA_NT) la_state(la_dev P) {
+__global__ void __launch_bounds__(LA_NT, 2) la_state(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, n0 = blockIdx.y * LA_BV, b = bh / P.H, h = bh % P.H;
     const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
     const int dkp = (P.dk + LA_KT - 1) / LA_KT * LA_KT;
-    float *S = (float *)la_smem;            /* dkp × LA_SLD */
-    float *Vs = S + dkp * LA_SLD;           /* C × LA_SLD */
-    float *As = Vs + LA_C * LA_SLD;         /* C × LA_LD */
-    float *Qa = As + LA_C * LA_LD;          /* C × LA_LD */
-    float *Kb = Qa + LA_C * LA_LD;          /* C × LA_LD */
-    double *Gd = (double *)(Kb + LA_C * LA_LD);
-    signed char *Rr = (signed char *)(Gd + LA_C * LA_GLD);
-    double *drift = (double *)(Rr + LA_C * LA_GLD + (8 - (LA_C * LA_GLD) % 8) % 8);
-    float *es = (float *)(drift + 256);
+    const la_seq_smem m = la_seq_carve(la_smem, P.dk);
+    float *S = m.S;
     const size_t sq = (size_t)bh * P.dk * P.dv;
 
     for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
-        const int m = e / LA_BV, c = e % LA_BV;
+        const int r = e / LA_BV, c = e % LA_BV;
         float x = 0.0f;
-        if (P.h0 && m < P.dk && n0 + c < P.dv) x = P.h0[sq + (size_t)m * P.dv + n0 + c];
-        S[m * LA_SLD + c] = x;
+        if (P.h0 && r < P.dk && n0 + c < P.dv)
+            x = P.h0[sq + (size_t)r * P.dv + n0 + c];
+        S[r * LA_SLD + c] = x;
     }
-    for (int e = tid; e < 256; e += blockDim.x) drift[e] = 1.0;
+    for (int e = tid; e < 256; e += blockDim.x)
+        m.drift[e] = 1.0;
     __syncthreads();
 
     for (int c = 0; c < P.NC; ++c) {
         const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
-        float acc[4][2];
+        float acc[4][2], gv[16];
         la_zero(acc);
         if (MODE == 1) {
             float *dst = P.Sst + ((size_t)bh * P.NC + c) * P.dk * P.dv;
             for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
-                const int m = e / LA_BV, cc = e % LA_BV;
-                if (n0 + cc < P.dv) dst[(size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+                const int r = e / LA_BV, cc = e % LA_BV;
+                if (n0 + cc < P.dv)
+                    dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
             }
         }
-        la_load<E>(Vs, LA_SLD, (const E *)P.v, P, b, h, t0, n, n0, P.dv, LA_C, LA_BV);
-        if (MODE == 0) {
-            const float *src = P.Aw + ((size_t)bh * P.NC + c) * LA_C * LA_C;
-            for (int e = tid; e < LA_C * LA_C; e += blockDim.x) As[(e >> 6) * LA_LD + (e & 63)] = src[e];
+        {
+            float vv[LA_C * LA_BV / LA_NT];
+            la_fetch<E, LA_BV>(vv, (const E *)P.v, P, b, h, t0, n, n0, P.dv);
+            if (!PK)
+                la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
+            float av[16];
+            if (MODE == 0) {
+                const float *src = P.Aw + ((size_t)bh * P.NC + c) * LA_C * LA_C;
+#pragma unroll
+                for (int k = 0; k < 16; ++k)
+                    av[k] = src[tid + k * LA_NT];
+            }
+            if (tid < LA_C)
+                m.bet[tid] = (P.beta && tid < n) ? P.beta[la_row(P, b, t0 + tid, h)] : 1.0f;
+            la_put<LA_BV>(m.Vs, LA_SLD, vv);
+            if (MODE == 0) {
+#pragma unroll
+                for (int k = 0; k < 16; ++k) {
+                    const int e = tid + k * LA_NT;
+                    m.As[(e >> 6) * LA_LD + (e & 63)] = av[k];
+                }
+            }
         }
+        if (!PK)
+            la_seq_gates<false, false, false>(P, m, gv, n, 0);
         __syncthreads();
-        if (MODE == 0) la_mm<4, 2, false, false>(acc, As, LA_LD, Vs, LA_SLD, LA_C, tr, tc);
+        if (MODE == 0)
+            la_mm<4, 2, false, false>(acc, m.As, LA_LD, m.Vs, LA_SLD, LA_C, tr, tc);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-            la_scan<PK>(P, b, h, t0, n, m0, Gd, Rr);
-            if (MODE == 0) la_load<E>(Qa, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-            la_load<E>(Kb, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-            __syncthreads();
+            {
+                float qv[16], kv[16];
+                if (MODE == 0)
+                    la_fetch<E, LA_KT>(qv, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+                la_fetch<E, LA_KT>(kv, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+                if (PK)
+                    la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
+                if (MODE == 0)
+                    la_put<LA_KT>(m.Qa, LA_LD, qv);
+                la_put<LA_KT>(m.Kb, LA_LD, kv);
+            }
             if (PK) {
-                if (tid < LA_KT && m0 + tid < P.dk)
-                    es[m0 + tid] = la_dither(&drift[m0 + tid], Gd, Rr, n, tid);
-            } else if (tid == 0 && m0 == 0) {
-                es[0] = la_dither(&drift[0], Gd, Rr, n, 0);
+                la_seq_gates<true, MODE == 0, true>(P, m, gv, n, m0);
+            } else {
+                __syncthreads();
+                for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                    const int i = e / LA_KT, col = e % LA_KT;
+                    if (MODE == 0)
+                        m.Qa[i * LA_LD + col] *= P.scale * m.af[i];
+                    m.Kb[i * LA_LD + col] *= m.bet[i] * m.bf[i];
+                }
+                __syncthreads();
             }
-            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
-                const int i = e / LA_KT, col = e % LA_KT, gc = PK ? col : 0;
-                if (i >= n) continue;
-                if (MODE == 0) Qa[i * LA_LD + col] *= P.scale * la_dec(Gd, Rr, -1, i, gc);
-                const float bi = P.beta ? P.beta[la_row(P, b, t0 + i, h)] : 1.0f;
-                Kb[i * LA_LD + col] *= bi * la_dec(Gd, Rr, i, n - 1, gc);
-            }
-            __syncthreads();
-            if (MODE == 0) la_mm<4, 2, false, false>(acc, Qa, LA_LD, S + m0 * LA_SLD, LA_SLD, LA_KT, tr, tc);
+            if (MODE == 0)
+                la_mm<4, 2, false, false>(acc, m.Qa, LA_LD, S + m0 * LA_SLD, LA_SLD, LA_KT, tr, tc);
             __syncthreads();
             {
                 float up[4][2];
                 la_zero(up);
-                la_mm<4, 2, true, false>(up, Kb, LA_LD, Vs, LA_SLD, LA_C, tr, tc);
+                la_mm<4, 2, true, false>(up, m.Kb, LA_LD, m.Vs, LA_SLD, LA_C, tr, tc);
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    const int m = m0 + tr + 16 * r;
-                    const float em = m < P.dk ? es[PK ? m : 0] : 0.0f;
+                    const int mm = m0 + tr + 16 * r;
+                    const float em = mm < P.dk ? m.es[PK ? mm : 0] : 0.0f;
 #pragma unroll
                     for (int cc = 0; cc < 2; ++cc) {
-                        float *sp = &S[m * LA_SLD + tc + 16 * cc];
+                        float *sp = &S[mm * LA_SLD + tc + 16 * cc];
                         *sp = fmaf(em, *sp, up[r][cc]);
                     }
                 }
@@ -415,8 +592,9 @@ __global__ void __launch_bounds__(LA_NT) la_state(la_dev P) {
     float *fin = MODE == 0 ? P.ht : P.ST;
     if (fin) {
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
-            const int m = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) fin[sq + (size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+            const int r = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv)
+                fin[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
     }
 }
@@ -425,63 +603,73 @@ __global__ void __launch_bounds__(LA_NT) la_state(la_dev P) {
  * Reverse over the chunks, dS the gradient of the state at the current chunk's end (d_ht at the
  * last): store it (la_bwd_chunk reads it), then
  *     dS ← diag(e) dS + (scale·q ⊙ a)ᵀ dO,
- * the gradient of the chunk-start state; after chunk 0 it is dh0. */
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT) la_dstate(la_dev P) {
+ * the gradient of the chunk-start state; after chunk 0 it is dh0. Same carve-up as la_state
+ * (Vs holds dO). */
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT, 2) la_dstate(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, n0 = blockIdx.y * LA_BV, b = bh / P.H, h = bh % P.H;
     const int tid = threadIdx.x, tr = tid >> 4, tc = tid & 15;
     const int dkp = (P.dk + LA_KT - 1) / LA_KT * LA_KT;
-    float *S = (float *)la_smem;
-    float *Os = S + dkp * LA_SLD;
-    float *Qa = Os + LA_C * LA_SLD + LA_C * LA_LD; /* same carve-up as la_state */
-    double *Gd = (double *)(Qa + 2 * LA_C * LA_LD);
-    signed char *Rr = (signed char *)(Gd + LA_C * LA_GLD);
-    double *drift = (double *)(Rr + LA_C * LA_GLD + (8 - (LA_C * LA_GLD) % 8) % 8);
-    float *es = (float *)(drift + 256);
+    const la_seq_smem m = la_seq_carve(la_smem, P.dk);
+    float *S = m.S;
     const size_t sq = (size_t)bh * P.dk * P.dv;
 
     for (int e = tid; e < dkp * LA_BV; e += blockDim.x) {
-        const int m = e / LA_BV, c = e % LA_BV;
+        const int r = e / LA_BV, c = e % LA_BV;
         float x = 0.0f;
-        if (P.d_ht && m < P.dk && n0 + c < P.dv) x = P.d_ht[sq + (size_t)m * P.dv + n0 + c];
-        S[m * LA_SLD + c] = x;
+        if (P.d_ht && r < P.dk && n0 + c < P.dv)
+            x = P.d_ht[sq + (size_t)r * P.dv + n0 + c];
+        S[r * LA_SLD + c] = x;
     }
-    for (int e = tid; e < 256; e += blockDim.x) drift[e] = 1.0;
+    for (int e = tid; e < 256; e += blockDim.x)
+        m.drift[e] = 1.0;
     __syncthreads();
     for (int c = P.NC - 1; c >= 0; --c) {
         const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
         float *dst = P.dSe + ((size_t)bh * P.NC + c) * P.dk * P.dv;
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
-            const int m = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) dst[(size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+            const int r = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv)
+                dst[(size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
-        la_load<E>(Os, LA_SLD, (const E *)P.d_o, P, b, h, t0, n, n0, P.dv, LA_C, LA_BV);
+        float gv[16];
+        {
+            float ov[LA_C * LA_BV / LA_NT];
+            la_fetch<E, LA_BV>(ov, (const E *)P.d_o, P, b, h, t0, n, n0, P.dv);
+            if (!PK)
+                la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
+            la_put<LA_BV>(m.Vs, LA_SLD, ov);
+        }
+        if (!PK)
+            la_seq_gates<false, false, false>(P, m, gv, n, 0);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-            la_scan<PK>(P, b, h, t0, n, m0, Gd, Rr);
-            la_load<E>(Qa, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-            __syncthreads();
+            {
+                float qv[16];
+                la_fetch<E, LA_KT>(qv, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+                if (PK)
+                    la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
+                la_put<LA_KT>(m.Qa, LA_LD, qv);
+            }
             if (PK) {
-                if (tid < LA_KT && m0 + tid < P.dk)
-                    es[m0 + tid] = la_dither(&drift[m0 + tid], Gd, Rr, n, tid);
-            } else if (tid == 0 && m0 == 0) {
-                es[0] = la_dither(&drift[0], Gd, Rr, n, 0);
+                la_seq_gates<true, true, false>(P, m, gv, n, m0);
+            } else {
+                __syncthreads();
+                for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                    const int i = e / LA_KT, col = e % LA_KT;
+                    m.Qa[i * LA_LD + col] *= P.scale * m.af[i];
+                }
+                __syncthreads();
             }
-            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
-                const int i = e / LA_KT, col = e % LA_KT;
-                if (i < n) Qa[i * LA_LD + col] *= P.scale * la_dec(Gd, Rr, -1, i, PK ? col : 0);
-            }
-            __syncthreads();
             float up[4][2];
             la_zero(up);
-            la_mm<4, 2, true, false>(up, Qa, LA_LD, Os, LA_SLD, LA_C, tr, tc);
+            la_mm<4, 2, true, false>(up, m.Qa, LA_LD, m.Vs, LA_SLD, LA_C, tr, tc);
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
-                const int m = m0 + tr + 16 * r;
-                const float em = m < P.dk ? es[PK ? m : 0] : 0.0f;
+                const int mm = m0 + tr + 16 * r;
+                const float em = mm < P.dk ? m.es[PK ? mm : 0] : 0.0f;
 #pragma unroll
                 for (int cc = 0; cc < 2; ++cc) {
-                    float *sp = &S[m * LA_SLD + tc + 16 * cc];
+                    float *sp = &S[mm * LA_SLD + tc + 16 * cc];
                     *sp = fmaf(em, *sp, up[r][cc]);
                 }
             }
@@ -490,8 +678,9 @@ __global__ void __launch_bounds__(LA_NT) la_dstate(la_dev P) {
     }
     if (P.dh0) {
         for (int e = tid; e < P.dk * LA_BV; e += blockDim.x) {
-            const int m = e / LA_BV, cc = e % LA_BV;
-            if (n0 + cc < P.dv) P.dh0[sq + (size_t)m * P.dv + n0 + cc] = S[m * LA_SLD + cc];
+            const int r = e / LA_BV, cc = e % LA_BV;
+            if (n0 + cc < P.dv)
+                P.dh0[sq + (size_t)r * P.dv + n0 + cc] = S[r * LA_SLD + cc];
         }
     }
 }
@@ -507,11 +696,10 @@ __global__ void __launch_bounds__(LA_NT) la_dstate(la_dev P) {
  * writes the in-chunk part and, per gate column, the sum up to the chunk's first reset. The
  * per-key intra terms use the sub-block factorization of la_chunk_scores, one thread per
  * (sub-block, key): dq rows of block I and dk rows of block I. */
-#define LA_BW_FLOATS (6 * LA_C * LA_LD + 96 * LA_LD + 2 * LA_C)
+#define LA_BW_FLOATS (6 * LA_C * LA_LD + 2 * LA_C)
 #define LA_BW_BYTES (LA_BW_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
 
-template <typename E, bool PK>
-__global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
+template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
@@ -520,8 +708,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
     float *f = (float *)la_smem;
     float *Am = f, *Mm = f + LA_C * LA_LD;
     float *R1 = f + 2 * LA_C * LA_LD, *R2 = f + 3 * LA_C * LA_LD, *R3 = f + 4 * LA_C * LA_LD,
-          *R4 = f + 5 * LA_C * LA_LD, *R5 = f + 6 * LA_C * LA_LD;
-    float *bet = R5 + 96 * LA_LD, *dbet = bet + LA_C;
+          *R4 = f + 5 * LA_C * LA_LD;
+    float *bet = f + 6 * LA_C * LA_LD, *dbet = bet + LA_C;
     double *Gd = (double *)(dbet + LA_C);
     double *xs = Gd + LA_C * LA_GLD;
     signed char *Rr = (signed char *)(xs + LA_C);
@@ -533,7 +721,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         dbet[i] = 0.0f;
         xs[i] = 0.0;
     }
-    if (!PK) la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
+    if (!PK)
+        la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
     __syncthreads();
 
     /* M = scale·β_j·dO Vᵀ (⊙ Γ for a scalar gate), masked */
@@ -541,8 +730,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         float acc[4][4];
         la_zero(acc);
         for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
-            la_load<E>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
-            la_load<E>(R2, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load<E, LA_VT>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
+            la_load<E, LA_VT>(R2, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
             __syncthreads();
             la_mm<4, 4, false, true>(acc, R1, LA_LD, R2, LA_LD, LA_VT, tr, tc);
             __syncthreads();
@@ -555,7 +744,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                 float x = 0.0f;
                 if (j <= i && i < n) {
                     x = P.scale * bet[j] * acc[r][cc];
-                    if (!PK) x *= la_dec(Gd, Rr, j, i, 0);
+                    if (!PK)
+                        x *= la_dec(Gd, Rr, j, i, 0);
                 }
                 Mm[i * LA_LD + j] = x;
             }
@@ -567,8 +757,7 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         s.A = Am;
         s.Qs = R1;
         s.Ks = R2;
-        s.Qh = R3;
-        s.Kh = R5;
+        s.Kh = R3;
         s.Gd = Gd;
         s.Rr = Rr;
         la_chunk_scores<E, PK>(P, b, h, t0, n, s);
@@ -577,18 +766,20 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
     for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
         float acc[4][4];
         la_zero(acc);
-        la_load<E>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+        la_load<E, LA_VT>(R1, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
         __syncthreads();
         la_mm<4, 4, true, false>(acc, Am, LA_LD, R1, LA_LD, LA_C, tr, tc);
         for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
             __syncthreads();
-            if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
-            la_load<E>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+            if (PK)
+                la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+            la_load<E, LA_KT>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
             la_load_state(R3, dSe, P.dk, P.dv, m0, v0);
             __syncthreads();
             for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
                 const int j = e / LA_KT, col = e % LA_KT;
-                if (j < n) R2[j * LA_LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
+                if (j < n)
+                    R2[j * LA_LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
             }
             __syncthreads();
             la_mm<4, 4, false, false>(acc, R2, LA_LD, R3, LA_LD, LA_KT, tr, tc);
@@ -603,28 +794,31 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                 if (j < n && col < P.dv) {
                     const size_t idx = la_row(P, b, t0 + j, h) * P.dv + col;
                     part = fmaf(ttt_ld<E>((const E *)P.v, idx), acc[r][cc], part);
-                    if (P.dvv) ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[r][cc]);
+                    if (P.dvv)
+                        ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[r][cc]);
                 }
             }
-            if (j < n) atomicAdd(&dbet[j], part);
+            if (j < n)
+                atomicAdd(&dbet[j], part);
         }
         __syncthreads();
     }
     /* dq, dk and x per key tile */
     for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
-        if (PK) la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
-        la_load<E>(R1, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
-        la_load<E>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk, LA_C, LA_KT);
+        if (PK)
+            la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+        la_load<E, LA_KT>(R1, LA_LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+        la_load<E, LA_KT>(R2, LA_LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
         float aq[4][4], ak[4][4];
         la_zero(aq);
         la_zero(ak);
         for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
-            la_load<E>(R3, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load<E, LA_VT>(R3, LA_LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
             la_load_state(R4, S0, P.dk, P.dv, m0, v0);
             __syncthreads();
             la_mm<4, 4, false, true>(aq, R3, LA_LD, R4, LA_LD, LA_VT, tr, tc);
             __syncthreads();
-            la_load<E>(R3, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv, LA_C, LA_VT);
+            la_load<E, LA_VT>(R3, LA_LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
             la_load_state(R4, dSe, P.dk, P.dv, m0, v0);
             __syncthreads();
             la_mm<4, 4, false, true>(ak, R3, LA_LD, R4, LA_LD, LA_VT, tr, tc);
@@ -661,16 +855,19 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
             const int I = tid >> 6, col = tid & 63, base = 16 * I;
             float a[16];
 #pragma unroll
-            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
             if (I > 0) {
                 const int p = base - 1;
                 for (int j = 0; j < base; ++j) {
                     const float kw = R2[j * LA_LD + col] * la_dec(Gd, Rr, j, p, col);
 #pragma unroll
-                    for (int r = 0; r < 16; ++r) a[r] = fmaf(Mm[(base + r) * LA_LD + j], kw, a[r]);
+                    for (int r = 0; r < 16; ++r)
+                        a[r] = fmaf(Mm[(base + r) * LA_LD + j], kw, a[r]);
                 }
 #pragma unroll
-                for (int r = 0; r < 16; ++r) a[r] *= la_dec(Gd, Rr, p, base + r, col);
+                for (int r = 0; r < 16; ++r)
+                    a[r] *= la_dec(Gd, Rr, p, base + r, col);
             }
 #pragma unroll
             for (int jj = 0; jj < 16; ++jj) {
@@ -683,22 +880,27 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
                                     la_dec(Gd, Rr, j, base + r, col), a[r]);
             }
 #pragma unroll
-            for (int r = 0; r < 16; ++r) R3[(base + r) * LA_LD + col] += a[r];
+            for (int r = 0; r < 16; ++r)
+                R3[(base + r) * LA_LD + col] += a[r];
 #pragma unroll
-            for (int r = 0; r < 16; ++r) a[r] = 0.0f;
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
             for (int I2 = I + 1; I2 < 4; ++I2) {
                 const int p = 16 * I2 - 1;
                 float t[16];
 #pragma unroll
-                for (int r = 0; r < 16; ++r) t[r] = 0.0f;
+                for (int r = 0; r < 16; ++r)
+                    t[r] = 0.0f;
                 for (int ii = 0; ii < 16; ++ii) {
                     const int i = 16 * I2 + ii;
                     const float qu = R1[i * LA_LD + col] * la_dec(Gd, Rr, p, i, col);
 #pragma unroll
-                    for (int r = 0; r < 16; ++r) t[r] = fmaf(Mm[i * LA_LD + base + r], qu, t[r]);
+                    for (int r = 0; r < 16; ++r)
+                        t[r] = fmaf(Mm[i * LA_LD + base + r], qu, t[r]);
                 }
 #pragma unroll
-                for (int r = 0; r < 16; ++r) a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
+                for (int r = 0; r < 16; ++r)
+                    a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
             }
 #pragma unroll
             for (int ii = 0; ii < 16; ++ii) {
@@ -707,11 +909,12 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
 #pragma unroll
                 for (int r = 0; r < 16; ++r)
                     if (r <= ii)
-                        a[r] = fmaf(Mm[i * LA_LD + base + r] * qi,
-                                    la_dec(Gd, Rr, base + r, i, col), a[r]);
+                        a[r] = fmaf(Mm[i * LA_LD + base + r] * qi, la_dec(Gd, Rr, base + r, i, col),
+                                    a[r]);
             }
 #pragma unroll
-            for (int r = 0; r < 16; ++r) R4[(base + r) * LA_LD + col] += a[r];
+            for (int r = 0; r < 16; ++r)
+                R4[(base + r) * LA_LD + col] += a[r];
             __syncthreads();
         }
         /* dq, dk to memory */
@@ -719,8 +922,10 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
             const int i = e / LA_KT, col = e % LA_KT;
             if (i < n && m0 + col < P.dk) {
                 const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
-                if (P.dq) ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
-                if (P.dkk) ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
+                if (P.dq)
+                    ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
+                if (P.dkk)
+                    ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
             }
         }
         if (P.dg) {
@@ -773,7 +978,8 @@ __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
         P.head[hz] = sacc;
         P.flag[hz] = any;
     }
-    if (P.dbeta && tid < n) P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+    if (P.dbeta && tid < n)
+        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
 }
 
 /* ---- backward: dg across chunks ----
@@ -800,23 +1006,27 @@ __global__ void __launch_bounds__(LA_NT) la_dg_carry(la_dev P, int gdim) {
     }
 }
 
-/* dg_t += carry_c for the tokens of chunk c after its last reset. */
+/* dg_t += carry_c for the tokens of chunk c after its last reset (loads issued together). */
 __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
     for (int z = threadIdx.x; z < gdim; z += blockDim.x) {
         const double carry = P.carry[((size_t)bh * P.NC + c) * gdim + z];
-        for (int i = n - 1; i >= 0; --i) {
-            const size_t idx = la_row(P, b, t0 + i, h) * (size_t)gdim + z;
-            if (la_reset(P.g[idx])) break;
-            P.dg[idx] = (float)((double)P.dg[idx] + carry);
-        }
+        int last = -1;
+#pragma unroll 16
+        for (int i = 0; i < LA_C; ++i)
+            if (i < n && la_reset(P.g[la_row(P, b, t0 + i, h) * (size_t)gdim + z]))
+                last = i;
+#pragma unroll 16
+        for (int i = 0; i < LA_C; ++i)
+            if (i > last && i < n) {
+                const size_t idx = la_row(P, b, t0 + i, h) * (size_t)gdim + z;
+                P.dg[idx] = (float)((double)P.dg[idx] + carry);
+            }
     }
 }
 
 /* ---- host side ---- */
-
-static size_t la_al(size_t x) { return ttt_cu_align(x); }
 
 /* Sizes of the workspace parts; 0 for arguments out of range. */
 struct la_ws {
@@ -829,20 +1039,22 @@ static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
         a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
         return 0;
     const size_t BH = (size_t)a->B * a->H, NC = ((size_t)a->T + LA_C - 1) / LA_C;
-    if (BH > (size_t)INT_MAX || NC > 65535) return 0;
+    if (BH > (size_t)INT_MAX || NC > 65535)
+        return 0;
     const size_t rows = BH * (size_t)a->T; /* ≤ 2^31 · 2^31: no overflow in 64 bits */
-    if (rows > ((size_t)1 << 40)) return 0;
+    if (rows > ((size_t)1 << 40))
+        return 0;
     const size_t gdim = (a->g && a->gate_per_key) ? (size_t)a->d_k : 1;
     const size_t kv = (size_t)a->d_k * a->d_v;
     if (!backward) {
-        w->Aw = la_al(BH * NC * LA_C * LA_C * 4);
+        w->Aw = ttt_cu_align(BH * NC * LA_C * LA_C * 4);
     } else {
-        w->Sst = la_al(BH * NC * kv * 4);
+        w->Sst = ttt_cu_align(BH * NC * kv * 4);
         w->dSe = w->Sst;
-        w->ST = la_al(BH * kv * 4);
-        w->head = la_al(BH * NC * gdim * 8);
+        w->ST = ttt_cu_align(BH * kv * 4);
+        w->head = ttt_cu_align(BH * NC * gdim * 8);
         w->carry = w->head;
-        w->flag = la_al(BH * NC * gdim * 4);
+        w->flag = ttt_cu_align(BH * NC * gdim * 4);
     }
     w->total = w->Aw + w->Sst + w->dSe + w->ST + w->head + w->carry + w->flag;
     return 1;
@@ -853,17 +1065,19 @@ extern "C" size_t ttt_cuda_la_workspace(const ttt_chunk_args *a, int backward) {
     return la_sizes(a, backward, &w) ? w.total : 0;
 }
 
-static ttt_status la_check(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
-                           int backward, la_ws *w, ttt_error *err) {
-    if (!a) return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): args is NULL");
+static ttt_status la_check(const ttt_chunk_args *a, void *workspace, size_t ws_bytes, int backward,
+                           la_ws *w, ttt_error *err) {
+    if (!a)
+        return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): args is NULL");
     if (a->B < 1 || a->T < 1 || a->H < 1)
         return ttt_error_set(err, TTT_ERR_ARG,
-                             "linear attention (CUDA): B, T, H must be ≥ 1 (got %d, %d, %d)",
-                             a->B, a->T, a->H);
+                             "linear attention (CUDA): B, T, H must be ≥ 1 (got %d, %d, %d)", a->B,
+                             a->T, a->H);
     if (a->d_k < 1 || a->d_v < 1 || a->d_k > TTT_CHUNK_MAX_D || a->d_v > TTT_CHUNK_MAX_D)
-        return ttt_error_set(err, TTT_ERR_ARG,
-                             "linear attention (CUDA): d_k and d_v must lie in [1, %d] (got %d, %d)",
-                             TTT_CHUNK_MAX_D, a->d_k, a->d_v);
+        return ttt_error_set(
+            err, TTT_ERR_ARG,
+            "linear attention (CUDA): d_k and d_v must lie in [1, %d] (got %d, %d)",
+            TTT_CHUNK_MAX_D, a->d_k, a->d_v);
     if (a->dtype != TTT_CHUNK_F32 && a->dtype != TTT_CHUNK_BF16)
         return ttt_error_set(err, TTT_ERR_ARG, "linear attention (CUDA): unknown dtype %d",
                              (int)a->dtype);
@@ -908,15 +1122,11 @@ static la_dev la_make(const ttt_chunk_args *a) {
 }
 
 /* Raise a kernel's dynamic shared-memory limit to `bytes` (above the default 48 KB). */
-template <typename K>
-static cudaError_t la_smem_attr(K kernel, size_t bytes) {
+template <typename K> static cudaError_t la_smem_attr(K kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-static size_t la_state_bytes(int dk) {
-    const int dkp = (dk + LA_KT - 1) / LA_KT * LA_KT;
-    return (size_t)LA_ST_BYTES(dkp) + 16;
-}
+static size_t la_state_bytes(int dk) { return la_seq_bytes(dk) + 16; }
 
 template <typename E, bool PK>
 static ttt_status la_forward_t(const la_dev &P, cudaStream_t st, ttt_error *err) {
@@ -955,11 +1165,12 @@ static ttt_status la_backward_t(const la_dev &P, cudaStream_t st, ttt_error *err
     return TTT_OK;
 }
 
-extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace,
-                                          size_t ws_bytes, void *stream, ttt_error *err) {
+extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
+                                          void *stream, ttt_error *err) {
     la_ws w;
     const ttt_status s = la_check(a, workspace, ws_bytes, 0, &w, err);
-    if (s != TTT_OK) return s;
+    if (s != TTT_OK)
+        return s;
     la_dev P = la_make(a);
     P.Aw = (float *)workspace;
     cudaStream_t st = (cudaStream_t)stream;
@@ -967,7 +1178,8 @@ extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspa
     if (bf)
         return P.per_key ? la_forward_t<__nv_bfloat16, true>(P, st, err)
                          : la_forward_t<__nv_bfloat16, false>(P, st, err);
-    return P.per_key ? la_forward_t<float, true>(P, st, err) : la_forward_t<float, false>(P, st, err);
+    return P.per_key ? la_forward_t<float, true>(P, st, err)
+                     : la_forward_t<float, false>(P, st, err);
 }
 
 extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,
@@ -975,7 +1187,8 @@ extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_ch
                                            ttt_error *err) {
     la_ws w;
     const ttt_status s = la_check(a, workspace, ws_bytes, 1, &w, err);
-    if (s != TTT_OK) return s;
+    if (s != TTT_OK)
+        return s;
     if (!g || !g->d_o)
         return ttt_error_set(err, TTT_ERR_ARG,
                              "linear attention (CUDA) backward: grad and grad->d_o are required");
