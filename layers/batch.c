@@ -485,3 +485,53 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
     A.arena_bytes = (size_t)arena_bytes(L, io->T);
     return batch_sequences(&A, ttt_layer_batch_threads(threads, (long)io->B * io->H), err);
 }
+
+/* ---- batched calls of one entry, on any device (docs/design.md "Devices") ---- */
+
+ttt_form_inputs ttt_layer_batch_inputs(const ttt_layer *L, int T, int has_eta, int has_la,
+                                       int alpha_vec, ttt_device_kind device) {
+    return (ttt_form_inputs){.T = T, .eta = has_eta,
+                             .gate = has_la && alpha_vec ? TTT_FORM_GATE_KEY
+                                     : has_la || L->decay != 1.0f ? TTT_FORM_GATE_TOKEN
+                                                                  : TTT_FORM_GATE_NONE,
+                             .tape = 0, .device = device};
+}
+
+/* The entry with a batched call that computes L for io, or NULL with the reason. */
+static const ttt_form_entry *batched_entry(const ttt_layer *L, const ttt_form_batch *io,
+                                           int backward, ttt_error *err) {
+    const ttt_form_inputs in = ttt_layer_batch_inputs(L, io->T, io->eta != NULL,
+                                                      io->log_alpha != NULL, io->alpha_vec,
+                                                      io->device.kind);
+    ttt_form_plan plan;
+    const ttt_form_entry *e = ttt_form_plan_with(NULL, L, &in, &plan, err);
+    char name[128], dev[32];
+    if (!e) {
+        ttt_error_prefix(err, "layer %s on %s", ttt_layer_describe(L, name, sizeof name),
+                         ttt_device_name(io->device, dev, sizeof dev));
+        return NULL;
+    }
+    if (backward ? !e->backward_batched : !e->forward_batched) {
+        ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer %s on %s: form %s/%s has no batched %s",
+                      ttt_layer_describe(L, name, sizeof name),
+                      ttt_device_name(io->device, dev, sizeof dev), e->family, e->form,
+                      backward ? "backward" : "forward");
+        return NULL;
+    }
+    return e;
+}
+
+ttt_status ttt_layer_forward_batched(const ttt_layer *L, const ttt_form_batch *io,
+                                     const ttt_form_entry **used, ttt_error *err) {
+    const ttt_form_entry *e = batched_entry(L, io, 0, err);
+    if (used) *used = e;
+    if (!e) return err ? err->status : TTT_ERR_UNSUPPORTED;
+    return e->forward_batched(L, io, err);
+}
+
+ttt_status ttt_layer_backward_batched(const ttt_layer *L, const ttt_form_batch *io,
+                                      const ttt_form_batch_grad *g, ttt_error *err) {
+    const ttt_form_entry *e = batched_entry(L, io, 1, err);
+    if (!e) return err ? err->status : TTT_ERR_UNSUPPORTED;
+    return e->backward_batched(L, io, g, err);
+}

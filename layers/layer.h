@@ -219,6 +219,22 @@ typedef struct ttt_layer_io {
  * and head. */
 ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads, ttt_error *err);
 
+/* The inputs the form registry sees for a batched call on `device`: a constant decay other than
+ * 1 is a gate per token (as ttt_layer_forward_batch describes it). */
+ttt_form_inputs ttt_layer_batch_inputs(const ttt_layer *L, int T, int has_eta, int has_la,
+                                       int alpha_vec, ttt_device_kind device);
+/* Layer L on every (batch, head) sequence of io at once, through the batched call of the entry
+ * that form: L->form chooses for io's device (docs/design.md "Devices"): a CUDA entry launches
+ * one grid for the batch on io->stream and returns before the device is done. The caller has
+ * checked where the buffers live (src/app/api_device.c). *used (may be NULL) gets the entry.
+ * TTT_ERR_UNSUPPORTED, naming the tuple, when no entry of that device computes L. */
+ttt_status ttt_layer_forward_batched(const ttt_layer *L, const ttt_form_batch *io,
+                                     const ttt_form_entry **used, ttt_error *err);
+/* Its gradients (form.h, ttt_form_batch_grad), o and the final state written as by the
+ * forward. */
+ttt_status ttt_layer_backward_batched(const ttt_layer *L, const ttt_form_batch *io,
+                                      const ttt_form_batch_grad *g, ttt_error *err);
+
 /* The threads ttt_layer_forward_batch runs for `threads` and n_seq sequences. */
 int ttt_layer_batch_threads(int threads, long n_seq);
 /* Bytes one of its threads allocates for a sequence of T tokens (slices and arena). */

@@ -7,7 +7,9 @@
  *   (b) forward_diff's gradients (w.r.t. q, k, v, η, the gates and the whole initial state) equal
  *       the generic driver's under the tape, fused and composed paths;
  *   (c) scratch_bytes is at least the arena's measured peak during forward;
- *   (d) forward_strided, where present, gives forward's bits on rows inside a (T, H, D) array.
+ *   (d) forward_strided, where present, gives forward's bits on rows inside a (T, H, D) array;
+ *   (e) device entries (CUDA): batched forward and backward equal the generic driver, where a
+ *       GPU is present (the block (e) below).
  * Every entry must be exercised by at least one preset (a new entry that no preset reaches fails
  * here and needs a preset or a case).
  *
@@ -192,6 +194,7 @@ static int each_case(case_fn f, void *arg, int *covered) {
     int n = 0;
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
+        if (e->device != TTT_DEVICE_HOST) continue; /* device entries: device_entries_* below */
         for (int j = 0; j < ttt_preset_count(); j++) {
             const ttt_preset *p = ttt_preset_at(j);
             ttt_layer L;
@@ -216,7 +219,8 @@ static int each_case(case_fn f, void *arg, int *covered) {
 
 static void check_covered(const int *covered) {
     for (int i = 0; i < ttt_form_count(); i++)
-        ck_assert_msg(covered[i] > 0, "form %s/%s: no preset reaches it", ttt_form_at(i)->family,
+        ck_assert_msg(covered[i] > 0 || ttt_form_at(i)->device != TTT_DEVICE_HOST,
+                      "form %s/%s: no preset reaches it", ttt_form_at(i)->family,
                       ttt_form_at(i)->form);
 }
 
@@ -581,6 +585,202 @@ START_TEST(forward_strided_equals_forward_bits) {
 }
 END_TEST
 
+/* ---- (e) device entries (form.h `device`) against the generic driver ----
+ *
+ * Every entry that computes on a CUDA device, for every preset it accepts, gate shape and with
+ * and without η, on a (B, T, H, D) batch with a random initial state: its batched forward (output
+ * and final state) and batched backward (gradients of q, k, v, η, the given gates and the initial
+ * state) against the host's generic driver through the C API (form: generic) on the same inputs.
+ * Tolerances: those of (a) and (b) above (both sides are float32 evaluations of the same function
+ * in a different order). Each case then changes one value of v and checks that the device's
+ * output no longer passes, so that a device entry returning the reference cannot pass. Without a
+ * GPU (or a CUDA build) the case says why and checks nothing. */
+
+#undef H /* (d)'s head stride: the batched calls below have a field named H */
+enum { DEV_B = 2, DEV_H = 3 };
+
+typedef struct dev_case_buf {
+    float *host;
+    ttt_device_buffer dev;
+    size_t n;
+} dev_case_buf;
+
+static void dev_buf(dev_case_buf *b, size_t n, ttt_rng *rng, float lo, float hi, int normal) {
+    ttt_error err = {0};
+    b->n = n;
+    b->host = calloc(n ? n : 1, sizeof(float));
+    if (rng && normal) ttt_rng_fill_normal(rng, b->host, n, lo, hi);
+    else if (rng) ttt_rng_fill_uniform(rng, b->host, n, lo, hi);
+    ck_assert_msg(ttt_device_alloc(&b->dev, ttt_device_cuda(0), n * sizeof(float), NULL,
+                                   "test buffer", &err) == TTT_OK, "%s", err.msg);
+    ck_assert_msg(ttt_device_copy(b->dev.ptr, ttt_device_cuda(0), b->host, ttt_device_host(),
+                                  n * sizeof(float), NULL, &err) == TTT_OK, "%s", err.msg);
+}
+
+static void dev_back(float *dst, const dev_case_buf *b) {
+    ttt_error err = {0};
+    ck_assert_msg(ttt_device_sync(ttt_device_cuda(0), NULL, &err) == TTT_OK, "%s", err.msg);
+    ck_assert_msg(ttt_device_copy(dst, ttt_device_host(), b->dev.ptr, ttt_device_cuda(0),
+                                  b->n * sizeof(float), NULL, &err) == TTT_OK, "%s", err.msg);
+}
+
+static void dev_free(dev_case_buf *b) {
+    free(b->host);
+    ttt_device_free(&b->dev);
+}
+
+static int grad_close(const float *got, const float *want, size_t n, char *msg, size_t len) {
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+    return tu_close_f(got, want, n, GRAD_RTOL * mx + GRAD_ATOL, 0.0, msg, len);
+}
+
+static void device_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
+                        ttt_gate_shape g, int with_eta) {
+    const size_t nx = (size_t)DEV_B * T * DEV_H * D, nt = (size_t)DEV_B * T * DEV_H;
+    const size_t ns = (size_t)DEV_B * DEV_H * D * D;
+    ttt_rng rng;
+    ttt_rng_seed(&rng, 99 + (uint64_t)T * 7 + (uint64_t)g * 3 + (uint64_t)with_eta);
+    /* gates given as inputs, except a constant decay with per-token gates: then none is given
+     * and the entry forms log(decay) per token itself */
+    const int given_la = g == TTT_FORM_GATE_KEY || (g == TTT_FORM_GATE_TOKEN && L->decay == 1.0f);
+    dev_case_buf q, k, v, eta, la, h0, o, ht, d_o, d_ht, dq, dk, dv, deta, dla, dh0;
+    dev_buf(&q, nx, &rng, 0.0f, 0.5f, 1);
+    dev_buf(&k, nx, &rng, 0.0f, 0.5f, 1);
+    dev_buf(&v, nx, &rng, 0.0f, 1.0f, 1);
+    dev_buf(&eta, with_eta ? nt : 0, &rng, 0.1f, 1.0f, 0);
+    dev_buf(&la, given_la ? nt * (g == TTT_FORM_GATE_KEY ? D : 1) : 0, &rng, -0.2f, -0.01f, 0);
+    dev_buf(&h0, ns, &rng, 0.0f, 0.3f, 1);
+    dev_buf(&d_o, nx, &rng, 0.0f, 1.0f, 1);
+    dev_buf(&d_ht, ns, &rng, 0.0f, 1.0f, 1);
+    dev_buf(&o, nx, NULL, 0, 0, 0);
+    dev_buf(&ht, ns, NULL, 0, 0, 0);
+    dev_buf(&dq, nx, NULL, 0, 0, 0);
+    dev_buf(&dk, nx, NULL, 0, 0, 0);
+    dev_buf(&dv, nx, NULL, 0, 0, 0);
+    dev_buf(&deta, eta.n, NULL, 0, 0, 0);
+    dev_buf(&dla, la.n, NULL, 0, 0, 0);
+    dev_buf(&dh0, ns, NULL, 0, 0, 0);
+    /* the reference: the same preset through the C API with form: generic on the host */
+    ttt_layer_descriptor desc;
+    ttt_layer_descriptor_init(&desc);
+    desc.preset = p->name;
+    desc.chunk = CHUNK;
+    desc.mini_batch = p->mini_batch > 1 ? 4 : 1;
+    desc.form = "generic";
+    ttt_layer_handle *ref = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_layer_new(&ref, &desc, D, D, &err) == TTT_OK, "%s", err.msg);
+    float *r_o = calloc(nx, 4), *r_ht = calloc(ns, 4), *r_dq = calloc(nx, 4);
+    float *r_dk = calloc(nx, 4), *r_dv = calloc(nx, 4), *r_dh0 = calloc(ns, 4);
+    float *r_deta = calloc(nt + 1, 4), *r_dla = calloc(la.n + 1, 4);
+    const float *h_in[1] = {h0.host}, *h_dout[1] = {d_ht.host};
+    float *h_out[1] = {r_ht}, *h_din[1] = {r_dh0};
+    const ttt_batch_io hio = {.B = DEV_B, .T = T, .H = DEV_H, .o = r_o, .q = q.host,
+                              .k = k.host, .v = v.host, .eta = with_eta ? eta.host : NULL,
+                              .log_alpha = given_la ? la.host : NULL,
+                              .alpha_vec = g == TTT_FORM_GATE_KEY, .state_in = h_in,
+                              .state_out = h_out};
+    const ttt_batch_grad hg = {.d_o = d_o.host, .d_state_out = h_dout, .d_q = r_dq, .d_k = r_dk,
+                               .d_v = r_dv, .d_eta = with_eta ? r_deta : NULL,
+                               .d_log_alpha = given_la ? r_dla : NULL, .d_state_in = h_din};
+    ck_assert_msg(ttt_layer_backward_run(ref, &hio, &hg, &err) == TTT_OK, "%s", err.msg);
+    /* the device entry, forward then backward */
+    const float *d_in[1] = {h0.dev.ptr}, *d_dout[1] = {d_ht.dev.ptr};
+    float *d_out[1] = {ht.dev.ptr}, *d_din[1] = {dh0.dev.ptr};
+    const ttt_form_batch fb = {
+        .B = DEV_B, .T = T, .H = DEV_H, .device = ttt_device_cuda(0), .stream = NULL,
+        .dtype = TTT_DTYPE_F32, .o = o.dev.ptr, .q = q.dev.ptr, .k = k.dev.ptr, .v = v.dev.ptr,
+        .eta = eta.dev.ptr, .log_alpha = la.dev.ptr, .alpha_vec = g == TTT_FORM_GATE_KEY,
+        .state_in = d_in, .state_out = d_out};
+    const ttt_form_batch_grad fg = {
+        .d_o = d_o.dev.ptr, .d_state_out = d_dout, .d_q = dq.dev.ptr, .d_k = dk.dev.ptr,
+        .d_v = dv.dev.ptr, .d_eta = deta.dev.ptr, .d_log_alpha = dla.dev.ptr,
+        .d_state_in = d_din};
+    char what[256], msg[512];
+    snprintf(what, sizeof what, "%s/%s (cuda), preset %s, T %d, %s%s", e->family, e->form,
+             p->name, T, gate_name(g), with_eta ? ", eta" : "");
+    ck_assert_msg(e->forward_batched(L, &fb, &err) == TTT_OK, "%s: %s", what, err.msg);
+    float *got = calloc(nx, 4), *got_s = calloc(ns, 4);
+    dev_back(got, &o);
+    dev_back(got_s, &ht);
+    ck_assert_msg(tu_close_f(got, r_o, nx, FWD_ATOL, FWD_RTOL, msg, sizeof msg), "%s: o: %s",
+                  what, msg);
+    ck_assert_msg(tu_close_f(got_s, r_ht, ns, FWD_ATOL, FWD_RTOL, msg, sizeof msg),
+                  "%s: state: %s", what, msg);
+    ck_assert_msg(e->backward_batched(L, &fb, &fg, &err) == TTT_OK, "%s: %s", what, err.msg);
+    const struct {
+        const char *name;
+        const dev_case_buf *b;
+        const float *want;
+    } grads_of[] = {{"d_q", &dq, r_dq}, {"d_k", &dk, r_dk}, {"d_v", &dv, r_dv},
+                    {"d_eta", &deta, r_deta}, {"d_log_alpha", &dla, r_dla},
+                    {"d_state_in", &dh0, r_dh0}};
+    for (size_t i = 0; i < sizeof grads_of / sizeof grads_of[0]; i++) {
+        if (!grads_of[i].b->n) continue;
+        float *gg = calloc(grads_of[i].b->n, 4);
+        dev_back(gg, grads_of[i].b);
+        ck_assert_msg(grad_close(gg, grads_of[i].want, grads_of[i].b->n, msg, sizeof msg),
+                      "%s: %s: %s", what, grads_of[i].name, msg);
+        free(gg);
+    }
+    /* the negative control: one value of v changed, the output must no longer pass */
+    v.host[0] += 1.0f;
+    ck_assert(ttt_device_copy(v.dev.ptr, ttt_device_cuda(0), v.host, ttt_device_host(),
+                              sizeof(float), NULL, &err) == TTT_OK);
+    ck_assert_msg(e->forward_batched(L, &fb, &err) == TTT_OK, "%s: %s", what, err.msg);
+    dev_back(got, &o);
+    ck_assert_msg(!tu_close_f(got, r_o, nx, FWD_ATOL, FWD_RTOL, msg, sizeof msg),
+                  "%s: a changed v still passes", what);
+    free(got), free(got_s), free(r_o), free(r_ht), free(r_dq), free(r_dk), free(r_dv);
+    free(r_dh0), free(r_deta), free(r_dla);
+    ttt_layer_free(ref);
+    dev_case_buf *all[] = {&q, &k, &v, &eta, &la, &h0, &o, &ht, &d_o, &d_ht,
+                           &dq, &dk, &dv, &deta, &dla, &dh0};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dev_free(all[i]);
+}
+
+START_TEST(device_entries_equal_generic_driver) {
+    int n_entries = 0, n_cases = 0;
+    for (int i = 0; i < ttt_form_count(); i++) n_entries += ttt_form_at(i)->device != TTT_DEVICE_HOST;
+    ttt_error err = {0};
+    if (n_entries == 0) {
+        printf("device entries: none in this build (configure with -DTTT_CUDA=ON): skipped\n");
+        return;
+    }
+    if (ttt_cuda_device_count(&err) == 0) {
+        printf("device entries: %d, skipped: %s\n", n_entries, err.msg);
+        return;
+    }
+    for (int i = 0; i < ttt_form_count(); i++) {
+        const ttt_form_entry *e = ttt_form_at(i);
+        if (e->device != TTT_DEVICE_CUDA) continue;
+        int covered = 0;
+        for (int j = 0; j < ttt_preset_count(); j++) {
+            const ttt_preset *p = ttt_preset_at(j);
+            ttt_layer L;
+            build_layer(&L, p);
+            L.form = e->form;
+            if (e->available(&L, NULL)) continue;
+            for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++)
+                for (int g = TTT_FORM_GATE_NONE; g <= TTT_FORM_GATE_KEY; g++)
+                    for (int with_eta = 0; with_eta < 2; with_eta++) {
+                        if (!call_possible(&L, (ttt_gate_shape)g)) continue;
+                        const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
+                                                    .gate = (ttt_gate_shape)g, .tape = 0,
+                                                    .device = TTT_DEVICE_CUDA};
+                        if (e->available(&L, &in)) continue;
+                        device_case(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta);
+                        covered++;
+                    }
+        }
+        ck_assert_msg(covered > 0, "%s/%s (cuda): no preset reaches it", e->family, e->form);
+        n_cases += covered;
+    }
+    printf("device entries: %d, %d cases against the generic driver\n", n_entries, n_cases);
+}
+END_TEST
+
 static Suite *contract_suite(void) {
     Suite *s = suite_create("contract_forms");
     TCase *tc = tcase_create("forms");
@@ -590,6 +790,10 @@ static Suite *contract_suite(void) {
     tcase_add_test(tc, scratch_covers_measured_peak);
     tcase_add_test(tc, forward_strided_equals_forward_bits);
     suite_add_tcase(s, tc);
+    TCase *dev = tcase_create("device_entries");
+    tcase_set_timeout(dev, 120);
+    tcase_add_test(dev, device_entries_equal_generic_driver);
+    suite_add_tcase(s, dev);
     return s;
 }
 

@@ -5,6 +5,7 @@
 #ifndef TTT_FORM_H
 #define TTT_FORM_H
 
+#include "device.h"
 #include "model.h"
 #include "optim.h"
 #include "kernels.h"
@@ -103,6 +104,9 @@ typedef struct ttt_form_inputs {
     int eta;             /* per-token learning rates η are given */
     ttt_gate_shape gate; /* the log_alpha the form receives */
     int tape;            /* the call records on a tape (outer-loop training) */
+    /* where the call's buffers live (host by default): only entries of that device are
+     * available (docs/design.md "Devices", "How forms declare devices") */
+    ttt_device_kind device;
 } ttt_form_inputs;
 
 /* The inputs of one call of a form, after the layer's input transforms (scale, RoPE, feature
@@ -139,6 +143,36 @@ typedef struct ttt_form_rate {
     int chunk;     /* the layer.chunk measured; 0: forward does not read the chunk */
     double gflops; /* forward's rate, GFLOP per CPU second */
 } ttt_form_rate;
+
+/* One batched call of an entry (forward_batched, backward_batched): every (b, h) sequence of
+ * (B, T, H, D) arrays, row-major, all on `device`, the work queued on `stream` (a cudaStream_t
+ * for CUDA; NULL = the default stream). The caller has checked where every buffer lives, its
+ * alignment and the dtype (src/app/api.c); β = θ·η, the query scale and the constant decay are
+ * the entry's to form (docs/design.md "Devices"). */
+typedef struct ttt_form_batch {
+    int B, T, H;
+    ttt_device device;
+    void *stream;
+    ttt_dtype dtype;                /* of q, k, v, o (and d_o, d_q, d_k, d_v) */
+    void *o;                        /* (B, T, H, d_v) written */
+    const void *q, *k;              /* (B, T, H, d_k) */
+    const void *v;                  /* (B, T, H, d_v) */
+    const float *eta;               /* (B, T, H) or NULL (= 1) */
+    const float *log_alpha;         /* (B, T, H) or with alpha_vec (B, T, H, d_k), or NULL */
+    int alpha_vec;
+    const float *const *state_in;   /* NULL, or per state tensor (B, H, shape_i) or NULL */
+    float *const *state_out;        /* NULL, or per state tensor (B, H, shape_i) or NULL */
+} ttt_form_batch;
+
+/* The gradients of a batched backward, of L = Σ d_o ⊙ o + Σ d_state_out ⊙ final state; every
+ * output may be NULL (not wanted) and is overwritten. Same device and dtype as the call. */
+typedef struct ttt_form_batch_grad {
+    const void *d_o;                  /* (B, T, H, d_v) */
+    const float *const *d_state_out;  /* NULL, or per state tensor: (B, H, shape_i) or NULL */
+    void *d_q, *d_k, *d_v;
+    float *d_eta, *d_log_alpha;
+    float *const *d_state_in;
+} ttt_form_batch_grad;
 
 typedef struct ttt_form_entry {
     const char *family; /* e.g. "delta_rule" */
@@ -182,6 +216,18 @@ typedef struct ttt_form_entry {
      * measured head sizes, and runs the available measured entry and chunk with the least
      * estimate (ttt_form_plan). The chunks of an entry's rows are the ones auto may choose. */
     const ttt_form_rate *rates;
+    /* Where the entry computes (docs/design.md "Devices"): TTT_DEVICE_HOST (0, the default of
+     * every CPU entry), whose forward and forward_diff take host tensors, or TTT_DEVICE_CUDA,
+     * whose only calls are the batched ones below on device pointers (forward, forward_diff
+     * and forward_strided are NULL). ttt_form_choose offers an entry only to calls whose
+     * buffers are on its device (ttt_form_inputs.device). */
+    ttt_device_kind device;
+    /* Optional: all B·H sequences of a call at once (a CUDA entry launches one grid for the
+     * batch); a host entry without them is looped over the sequences by layers/batch.c.
+     * backward_batched also writes io->o and io->state_out, as forward_batched does. */
+    ttt_status (*forward_batched)(const ttt_layer *L, const ttt_form_batch *io, ttt_error *err);
+    ttt_status (*backward_batched)(const ttt_layer *L, const ttt_form_batch *io,
+                                   const ttt_form_batch_grad *g, ttt_error *err);
 } ttt_form_entry;
 
 int ttt_form_count(void);
@@ -192,7 +238,8 @@ int ttt_form_known(const char *form);
 const char *ttt_form_choices(void);
 
 /* The entry that computes L for inputs `in`: for L->form "auto" the available entry with the
- * highest auto_rank (the generic driver at worst), else the available entry of that form name.
+ * highest auto_rank (the generic driver at worst, on the host), else the available entry of
+ * that form name; only entries of in->device are available.
  * NULL when there is none, with a TTT_ERR_UNSUPPORTED error saying why. */
 const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs *in,
                                       ttt_error *err);

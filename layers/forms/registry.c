@@ -53,13 +53,29 @@ ttt_form_inputs ttt_form_inputs_plain(const ttt_layer *L, long T, int tape) {
 
 static int is_auto(const ttt_layer *L) { return !L->form || strcmp(L->form, "auto") == 0; }
 
-/* Why no entry of form L->form computes L for `in` (in == NULL: for any inputs). An entry whose
- * tuple test passes explains best (its reason is about the inputs); else the reasons of the
- * form's families, joined. */
+/* Why entry e does not compute L for `in`, or NULL when it does: an entry of another device
+ * than the call's buffers never does (docs/design.md "How forms declare devices"), otherwise the
+ * entry's own test. in == NULL asks about the tuple alone, on any device. */
+static const char *unavailable_for(const ttt_form_entry *e, const ttt_layer *L,
+                                   const ttt_form_inputs *in) {
+    if (in && e->device != in->device)
+        return e->device == TTT_DEVICE_HOST
+                   ? "this form computes on the host, and the call's buffers are on a CUDA device"
+                   : "this form computes on a CUDA device, and the call's buffers are on the host";
+    return e->available(L, in);
+}
+
+static int of_device(const ttt_form_entry *e, const ttt_form_inputs *in) {
+    return !in || e->device == in->device;
+}
+
+/* Why no entry of form L->form computes L for `in` (in == NULL: for any inputs). An entry of the
+ * call's device whose tuple test passes explains best (its reason is about the inputs); else
+ * the reasons of the form's families on that device, joined. */
 static void why_not(const ttt_layer *L, const ttt_form_inputs *in, char *buf, size_t len) {
     for (int i = 0; i < N_FORMS; i++) {
         const ttt_form_entry *e = registry[i];
-        if (strcmp(e->form, L->form) != 0 || e->available(L, NULL)) continue;
+        if (strcmp(e->form, L->form) != 0 || !of_device(e, in) || e->available(L, NULL)) continue;
         const char *w = in ? e->available(L, in) : NULL;
         if (w) {
             snprintf(buf, len, "%s", w);
@@ -70,11 +86,15 @@ static void why_not(const ttt_layer *L, const ttt_form_inputs *in, char *buf, si
     buf[0] = '\0';
     for (int i = 0; i < N_FORMS && w < len; i++) {
         const ttt_form_entry *e = registry[i];
-        if (strcmp(e->form, L->form) != 0) continue;
+        if (strcmp(e->form, L->form) != 0 || !of_device(e, in)) continue;
         w += (size_t)snprintf(buf + w, len - w, "%s%s: %s", w ? "; " : "", e->family,
                               e->available(L, NULL));
     }
-    if (!w) snprintf(buf, len, "no form is named %s", L->form);
+    if (!w && in && in->device != TTT_DEVICE_HOST)
+        snprintf(buf, len, "no %s form computes on a CUDA device; pass host buffers "
+                 "(io->device = TTT_DEVICE_HOST) or choose form: auto", L->form);
+    else if (!w)
+        snprintf(buf, len, "no form is named %s", L->form);
 }
 
 const char *ttt_form_unavailable(const ttt_layer *L) {
@@ -138,7 +158,7 @@ static int auto_candidates(const ttt_layer *L, const ttt_form_inputs *in,
     int n = 0;
     for (int i = 0; i < N_FORMS; i++) {
         const ttt_form_entry *e = registry[i];
-        if (e->auto_rank <= 0 || e->available(L, in)) continue;
+        if (e->auto_rank <= 0 || unavailable_for(e, L, in)) continue;
         int j = n++;
         for (; j > 0 && out[j - 1]->auto_rank < e->auto_rank; j--) out[j] = out[j - 1];
         out[j] = e;
@@ -154,7 +174,7 @@ const ttt_form_entry *ttt_form_plan_with(ttt_form_rates_fn rates, const ttt_laye
     if (!is_auto(L)) {
         for (int i = 0; i < N_FORMS; i++) {
             const ttt_form_entry *e = registry[i];
-            if (strcmp(e->form, L->form) == 0 && !e->available(L, in)) {
+            if (strcmp(e->form, L->form) == 0 && !unavailable_for(e, L, in)) {
                 plan->entry = e;
                 plan->why = "named by layer.form";
                 return e;
@@ -168,6 +188,23 @@ const ttt_form_entry *ttt_form_plan_with(ttt_form_rates_fn rates, const ttt_laye
     }
     const ttt_form_entry *cand[N_FORMS];
     const int n = auto_candidates(L, in, cand);
+    if (n == 0 && in->device != TTT_DEVICE_HOST) {
+        /* the reasons of the device's entries: which tuples they take */
+        char why[1024];
+        size_t w = 0;
+        why[0] = '\0';
+        for (int i = 0; i < N_FORMS && w < sizeof why; i++) {
+            const ttt_form_entry *e = registry[i];
+            if (e->device != in->device || !e->available(L, in)) continue;
+            w += (size_t)snprintf(why + w, sizeof why - w, "%s%s/%s: %s", w ? "; " : "",
+                                  e->family, e->form, e->available(L, in));
+        }
+        ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                      "no CUDA form computes this layer for these inputs (%s); run it on host "
+                      "buffers (io->device = TTT_DEVICE_HOST), where every layer runs",
+                      w ? why : "this build has no CUDA forms");
+        return NULL;
+    }
     if (n == 0) {
         ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                       "layer form auto is not available for these inputs: no registered form "

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api_device.h"
 #include "autograd.h"
 #include "experiment.h"
 #include "layer.h"
@@ -167,6 +168,9 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
                                  ttt_error *err) {
     if (err) ttt_error_clear(err);
     TTT_TRY(check_io(h, io, err));
+    /* buffers on a GPU: the device entries (api_device.c, docs/api.md "Device buffers") */
+    if (io->device != TTT_DEVICE_HOST) return ttt_api_device_forward(&h->L, io, err);
+    TTT_TRY(ttt_api_host_check(&h->L, io, NULL, err));
     const ttt_layer_io in = {
         .B = io->B, .T = io->T, .H = io->H, .o = io->o, .q = io->q, .k = io->k, .v = io->v,
         .eta = io->eta, .log_alpha = io->log_alpha, .alpha_vec = io->alpha_vec,
@@ -178,6 +182,7 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
  * describes them: a constant decay other than 1 is a gate per token. */
 const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io) {
     if (!h || !io) return "none";
+    if (io->device != TTT_DEVICE_HOST) return ttt_api_device_form(&h->L, io);
     const ttt_layer *L = &h->L;
     const ttt_form_inputs in = {.T = io->T, .eta = io->eta != NULL,
                                 .gate = io->log_alpha && io->alpha_vec ? TTT_FORM_GATE_KEY
@@ -337,6 +342,8 @@ ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io 
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer backward: d_eta and d_log_alpha need io->eta and "
                              "io->log_alpha");
+    if (io->device != TTT_DEVICE_HOST) return ttt_api_device_backward(&h->L, io, g, err);
+    TTT_TRY(ttt_api_host_check(&h->L, io, g, err));
     for (int b = 0; b < io->B; b++)
         for (int hh = 0; hh < io->H; hh++)
             TTT_TRY(backward_one(&h->L, io, g, b, hh, err));

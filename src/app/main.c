@@ -641,7 +641,8 @@ static int cmd_list(void) {
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
         char name[64];
-        snprintf(name, sizeof name, "%s/%s", e->family, e->form);
+        snprintf(name, sizeof name, "%s/%s%s", e->family, e->form,
+                 e->device == TTT_DEVICE_CUDA ? " (cuda)" : "");
         printf("  %-28s %2d  %s\n", name, e->auto_rank, e->help);
     }
     printf("\nLayer options (layer.*):\n");
@@ -732,6 +733,7 @@ int main(int argc, char **argv) {
         ttt_blas_format(line, sizeof line, &blas);
         printf("ttt %s\nBLAS: %s\n", TTT_VERSION, line);
         if (blas.config[0]) printf("BLAS config: %s\n", blas.config);
+        printf("CUDA: %s\n", ttt_cuda_describe()); /* runtime, driver, GPUs, or why none */
         return 0;
     }
     if (strcmp(cmd, "run") == 0) {
