@@ -3,7 +3,7 @@
 (docs/benchmarks.md "GPU").
 
     python3 tests/bench/compare_fla_gpu.py --fla /path/to/fla-checkout [--shapes 8,4096,16,128]
-        [--dtypes bf16,fp32] [--rules gated_delta,delta,gla] [--out table.md]
+        [--dtypes bf16,fp32] [--rules gated_delta,delta,gla] [--out FILE]
 
 FLA is imported from the folder given (the folder that holds its `fla` package); none of its code
 is part of ttt. Both libraries get the same input tensors. Times are CUDA-event times of the
