@@ -218,6 +218,10 @@ typedef struct ttt_layer_io {
  * the arrays (TTT_APPLY_GATHER=1 in the environment forces the copies). Errors name the batch
  * and head. */
 ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads, ttt_error *err);
+/* TTT_OK when every buffer of a (B, T, H) call of L — inputs, outputs, gates per key dimension,
+ * each state tensor — has a byte count that fits in a ptrdiff_t, so that no index computed from
+ * the sizes can wrap; else TTT_ERR_SHAPE naming the sizes. B, T, H ≥ 0. */
+ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long H, ttt_error *err);
 
 /* The threads ttt_layer_forward_batch runs for `threads` and n_seq sequences. */
 int ttt_layer_batch_threads(int threads, long n_seq);

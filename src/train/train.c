@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "batch.h"
 #include "comm.h"
+#include "point_records.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -529,9 +530,11 @@ static void emit(void *user, const ttt_record *r) {
     trainer *t = user;
     if (t->run->results) ttt_results_add(t->run->results, r, 0);
     if (t->stream && !t->stream_errno) {
-        ttt_record_write_json(r, t->stream);
-        fputc('\n', t->stream);
-        if (fflush(t->stream) != 0 || ferror(t->stream)) t->stream_errno = errno ? errno : EIO;
+        /* each line carries its checksum (point_records.h), verified when a resume reads it */
+        errno = 0;
+        if (ttt_journal_write(r, t->stream) != 0 || fflush(t->stream) != 0 ||
+            ferror(t->stream))
+            t->stream_errno = errno ? errno : EIO;
     }
 }
 
@@ -584,11 +587,15 @@ static ttt_status stream_replay(trainer *t, long long bytes, ttt_error *err) {
         s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for a record of the journal");
     while (s == TTT_OK && (n = getline(&line, &cap, in)) > 0) {
         lineno++;
-        if (ttt_record_parse_json(r, line) != TTT_OK)
-            s = ttt_error_set(err, TTT_ERR_FORMAT, "%s:%ld: not a record written by ttt", path,
-                              lineno);
-        else
-            ttt_results_add(t->run->results, r, 0);
+        s = ttt_journal_parse(r, line, err);
+        if (s == TTT_ERR_FORMAT) {
+            char why[TTT_ERROR_MSG_LEN];
+            snprintf(why, sizeof why, "%s", err->msg);
+            s = ttt_error_set(err, TTT_ERR_FORMAT,
+                              "%s:%ld: %s; the record journal is damaged: delete %s to start "
+                              "this point over", path, lineno, why, t->run->ckpt_dir);
+        }
+        if (s == TTT_OK) ttt_results_add(t->run->results, r, 0);
     }
     free(r);
     free(line);
@@ -742,6 +749,8 @@ static const ttt_comm *stop_peers;
 static int stop_told;
 
 void ttt_train_request_stop(void) { stop_requested = 1; }
+
+const volatile sig_atomic_t *ttt_train_stop_flag(void) { return &stop_requested; }
 
 void ttt_train_stop_peers(const ttt_comm *c) {
     if (!c && stop_peers) (void)ttt_comm_stop_heard(stop_peers); /* notices no one waits for */
