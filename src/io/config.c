@@ -904,8 +904,8 @@ ttt_status ttt_cfg_load_file(const char *path, ttt_cfg_node **out, ttt_error *er
     FILE *f = ttt_open_regular(path, &kind);
     if (!f && kind[0])
         return ttt_error_set(err, TTT_ERR_IO,
-                             "cannot read '%s': it is %s, not a regular file (expected a YAML "
-                             "file)", path, kind);
+                             "cannot read '%s': not a regular file, it is %s (expected a "
+                             "YAML file)", path, kind);
     if (!f) return ttt_error_set(err, TTT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     sbuf b = {0};
     char chunk[8192];

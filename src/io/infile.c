@@ -12,7 +12,7 @@ static const char *kind_of(mode_t m) {
            : S_ISCHR(m)   ? "a character device"
            : S_ISBLK(m)   ? "a block device"
            : S_ISSOCK(m)  ? "a socket"
-                          : "not a regular file";
+                          : "some other kind of file";
 }
 
 FILE *ttt_open_regular(const char *path, const char **kind) {

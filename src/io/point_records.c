@@ -108,7 +108,7 @@ ttt_status ttt_part_load(ttt_results *res, const char *path, const char *hash, i
     const char *kind = ""; /* never a FIFO's endless wait (infile.h) */
     FILE *f = ttt_open_regular(path, &kind);
     if (!f && kind[0])
-        return ttt_error_set(err, TTT_ERR_IO, "cannot read '%s': it is %s, not a regular file",
+        return ttt_error_set(err, TTT_ERR_IO, "cannot read '%s': not a regular file, it is %s",
                              path, kind);
     if (!f) {
         if (errno == ENOENT) return TTT_OK;

@@ -898,7 +898,7 @@ ttt_status ttt_st_read(const char *path, ttt_st_file **out, ttt_error *err) {
     FILE *fp = ttt_open_regular(path, &kind);
     if (!fp && kind[0])
         return ttt_error_set(err, TTT_ERR_IO,
-                             "cannot read '%s': it is %s, not a regular file (expected a "
+                             "cannot read '%s': not a regular file, it is %s (expected a "
                              ".safetensors file)", path, kind);
     if (!fp)
         return ttt_error_set(err, TTT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));

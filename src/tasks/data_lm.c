@@ -29,8 +29,8 @@ static ttt_status open_tokens(const char *path, int width, FILE **fp, size_t *si
     const char *kind = ""; /* a FIFO is refused before it can block (infile.h) */
     FILE *f = ttt_open_regular(path, &kind);
     if (!f && kind[0])
-        return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is %s, not a regular file (expected a "
-                             "%s)", path, kind, file_kind(width));
+        return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file, it is %s (expected "
+                             "a %s)", path, kind, file_kind(width));
     if (!f)
         return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open %s '%s': %s", file_kind(width),
                              path, strerror(errno));
