@@ -215,6 +215,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
             ttt_rng rng = ttt_rng_fork(&base, (uint64_t)N * 100003u + (uint64_t)tr);
             ttt_memory_result r;
             s = ttt_memory_eval(&ctx, &L, &spec, &rng, &r, err);
+            if (s != TTT_OK) break; /* r holds nothing (an error, or a stop inside the trial) */
             err_sum += r.recall_error;
             acc_sum += r.accuracy;
             ttt_progress_update(run->progress, ++done, run->label);
