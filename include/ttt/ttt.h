@@ -102,7 +102,8 @@ void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
 
 typedef struct ttt_layer_handle ttt_layer_handle;
 
-/* Build the layer `desc` describes for key dimension d_k and value dimension d_v. On failure
+/* Build the layer `desc` describes for key dimension d_k and value dimension d_v (each from 1 to
+ * 65536, else TTT_ERR_ARG). On failure
  * *out is NULL and err names the field ("layer.optimizer.momentum: expected a number in [0, 1],
  * got 1.5"). */
 ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,

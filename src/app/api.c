@@ -92,6 +92,11 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
                                                  : "none");
 }
 
+/* The widest d_k and d_v a layer may have: the widest d_model of a trained model
+ * (src/train/seqmodel.c). Every width a model derives from them (an MLP's hidden layer is 4 d)
+ * then stays far inside an int, and one sequence's state (d_k·d_v floats) inside 16 GiB. */
+#define API_MAX_WIDTH 65536
+
 /* Every option names its key once: a key given twice would leave which value counts to the
  * order of the option table's lookup, so it is refused, as a YAML mapping refuses a repeated key.
  * n is at most a few dozen, so the quadratic scan costs nothing. */
@@ -116,9 +121,10 @@ ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *des
     if (!out) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: out is NULL");
     *out = NULL;
     if (!desc) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
-    if (d_k < 1 || d_v < 1)
-        return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1",
-                             d_k, d_v);
+    if (d_k < 1 || d_v < 1 || d_k > API_MAX_WIDTH || d_v > API_MAX_WIDTH)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1 and <= %d", d_k,
+                             d_v, API_MAX_WIDTH);
     if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options))
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer.optimizer: %d options given without an array",
