@@ -693,11 +693,11 @@ START_TEST(misuse_is_refused_with_a_status) {
     m.options = no_key;
     m.n_options = 1;
     EXPECT_STATUS(ttt_layer_new(&h, &m, 2, 2, err), TTT_ERR_ARG, "option 0 has no key");
-    m.options = twice; /* the first option alone is fine */
-    EXPECT_STATUS(ttt_layer_new(&h, &m, 2, 2, err), TTT_OK, "");
+    m.options = twice; /* the first option alone is fine (each call below builds a handle) */
+    ck_assert_int_eq(ttt_layer_new(&h, &m, 2, 2, NULL), TTT_OK);
     ttt_layer_free(h);
     d.n_options = 0;
-    EXPECT_STATUS(ttt_layer_new(&h, &d, 2, 2, err), TTT_OK, "");
+    ck_assert_int_eq(ttt_layer_new(&h, &d, 2, 2, NULL), TTT_OK);
     ttt_layer_free(NULL);
     ck_assert_str_eq(ttt_layer_tuple(NULL), "");
     int dk = 7, dv = 7;
