@@ -180,16 +180,19 @@ START_TEST(fifos_in_place_of_input_files_are_refused_at_once) {
     /* an experiment file, a layer file, an apply input */
     const char *const run_fifo[] = {"run", "pipe", "--out", "r", "--quiet", NULL};
     int rc = run_cmd("run", run_fifo, &err);
-    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"), "exit %d: %s", rc, err);
+    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"),
+                  "exit %d: %s", rc, err);
     free(err);
     const char *const apply_layer[] = {"apply", "pipe", "in.safetensors", "out.safetensors",
                                        NULL};
     rc = run_cmd("apply_layer", apply_layer, &err);
-    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"), "exit %d: %s", rc, err);
+    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"),
+                  "exit %d: %s", rc, err);
     free(err);
     const char *const apply_in[] = {"apply", "layer.yaml", "pipe", "out.safetensors", NULL};
     rc = run_cmd("apply_in", apply_in, &err);
-    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"), "exit %d: %s", rc, err);
+    ck_assert_msg(rc == 1 && strstr(err, "'pipe': not a regular file, it is a FIFO"),
+                  "exit %d: %s", rc, err);
     free(err);
     /* an lm corpus, during check */
     write_in("lm.yaml", "task: {kind: lm, path: pipe, seq_len: 8}\n"
@@ -198,8 +201,9 @@ START_TEST(fifos_in_place_of_input_files_are_refused_at_once) {
                         "train: {steps: 2, batch: 2}\n");
     const char *const check_lm[] = {"check", "lm.yaml", NULL};
     rc = run_cmd("check_lm", check_lm, &err);
-    ck_assert_msg(rc == 1 && strstr(err, "task.path: lm: 'pipe' is not a regular file, it is a FIFO"), "exit %d: %s", rc,
-                  err);
+    ck_assert_msg(rc == 1 &&
+                      strstr(err, "task.path: lm: 'pipe' is not a regular file, it is a FIFO"),
+                  "exit %d: %s", rc, err);
     free(err);
     /* and the same check passes on a real corpus file: the refusal is the FIFO's */
     write_in("lm2.yaml", "task: {kind: lm, path: corpus.txt, seq_len: 8}\n"

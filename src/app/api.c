@@ -187,9 +187,9 @@ int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handl
 
 /* What a forward and a backward call both need of io (ttt.h, docs/api.md "Misuse"): the same
  * checks for both, so that a call the forward refuses is refused by the backward too. Sizes
- * whose byte counts do not fit in a size_t (B = H = INT_MAX, …) are refused here, before any
- * index is computed from them; ttt_layer_forward_batch checks them again for its other
- * callers. */
+ * whose buffers would exceed PTRDIFF_MAX bytes (B = H = INT_MAX, …), which no caller can hold,
+ * are refused here, before any index is computed from them; ttt_layer_forward_batch checks them
+ * again for its other callers. */
 static ttt_status check_io(const ttt_layer_handle *h, const ttt_batch_io *io, ttt_error *err) {
     if (!h || !io) return ttt_error_set(err, TTT_ERR_ARG, "layer call: handle or io is NULL");
     if (io->B < 1 || io->T < 0 || io->H < 1)
