@@ -4,7 +4,7 @@
  *     a resume reads it, naming the file and line; the unchanged journal resumes;
  *   - a FIFO where an input file is expected (an experiment or layer file, an `apply` input, an
  *     lm token file during `check`, a checkpoint) is refused at once instead of waiting for a
- *     writer;
+ *     writer; so is a FIFO in place of a point's record journal;
  *   - `ttt sample --seed` takes the range of `seed:` in an experiment file, with its message;
  *   - SIGTERM ends a memory measurement inside its single long write pass (the generic driver
  *     of a wide MLP), not after it. */
@@ -223,7 +223,7 @@ END_TEST
 
 /* A checkpoint replaced by a FIFO is refused like a damaged one: the run falls back to the
  * previous checkpoint (with a warning naming the FIFO), and with both replaced it stops with a
- * message instead of waiting. */
+ * message instead of waiting; a FIFO in place of the record journal is refused too. */
 START_TEST(a_fifo_in_place_of_a_checkpoint_is_refused) {
     char *err;
     const char *const stop[] = {"run", "t.yaml", "--out", "c", "--quiet", "--set",
@@ -247,6 +247,17 @@ START_TEST(a_fifo_in_place_of_a_checkpoint_is_refused) {
     rc = run_cmd("d2", resume_d, &err);
     ck_assert_msg(rc == 1 && strstr(err, "is not a regular file (a FIFO)"), "exit %d: %s", rc,
                   err);
+    free(err);
+    /* the record journal a resume appends to and reads back */
+    const char *const stop_e[] = {"run", "t.yaml", "--out", "e", "--quiet", "--set",
+                                  "train.stop_at=25", NULL};
+    ck_assert_msg(run_cmd("e1", stop_e, &err) == 0, "%s", err);
+    free(err);
+    fifo_in("e/checkpoints/point0/records.jsonl");
+    const char *const resume_e[] = {"run", "t.yaml", "--out", "e", "--quiet", NULL};
+    rc = run_cmd("e2", resume_e, &err);
+    ck_assert_msg(rc == 1 && strstr(err, "records.jsonl': not a regular file, it is a FIFO"),
+                  "exit %d: %s", rc, err);
     free(err);
 }
 END_TEST

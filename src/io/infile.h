@@ -13,5 +13,9 @@
  * but is not a regular file, and then *kind (when not NULL) names what it is ("a FIFO", "a
  * directory", …); *kind is "" in every other case. */
 FILE *ttt_open_regular(const char *path, const char **kind);
+/* The same for appending ("a"), creating the file when it does not exist (mode 0666 less the
+ * umask): a FIFO is refused at once (a non-blocking open for writing fails with ENXIO when no
+ * process reads it, and otherwise the mode check refuses it). */
+FILE *ttt_open_regular_append(const char *path, const char **kind);
 
 #endif

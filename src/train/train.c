@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "batch.h"
 #include "comm.h"
+#include "infile.h"
 #include "point_records.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -813,8 +814,12 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     window w = {0};
     long step = 0, tokens = 0;
     if (s == TTT_OK && run->stream_path) {
-        t.stream = fopen(run->stream_path, "a");
-        if (!t.stream)
+        const char *kind = ""; /* a FIFO in its place would block (infile.h) */
+        t.stream = ttt_open_regular_append(run->stream_path, &kind);
+        if (!t.stream && kind[0])
+            s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s': not a regular "
+                              "file, it is %s", run->stream_path, kind);
+        else if (!t.stream)
             s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s': %s",
                               run->stream_path, strerror(errno));
     }
