@@ -37,8 +37,8 @@ static const char *layer_cfg = "layer: {preset: deltanet}\n";
 
 /* One memory measurement whose write pass alone takes many seconds: TTT-MLP of width 1024 (a
  * hidden layer of 4096) over 1024 tokens runs the generic driver, tens of milliseconds per
- * token in a release build (35 s for the pass on an idle 2-core machine, 77 s on a loaded one),
- * many times that under the sanitizers. */
+ * token in a release build (tens of seconds for the pass: a stop at its start used to wait 34.9 s
+ * on an idle 2-core machine, 76.7 s on a loaded one), many times that under the sanitizers. */
 static const char *wide_memory_cfg =
     "name: wide\n"
     "task: {kind: memory, pairs: [1024], key_dim: 1024, value_dim: 1024, trials: 1}\n"
@@ -312,8 +312,8 @@ static double now_s(void) {
 
 /* SIGTERM inside the write pass of the one measurement (no sweep, one trial: no boundary between
  * measurements to stop at) ends the run with exit 130 and the message of an interruption. The
- * bound is an event bound: the pass takes 35 s or more in a release build and minutes under the
- * sanitizers, while a stop waits for one token (tens of ms; measured 0.06–0.18 s to exit, 2.3 s
+ * bound is an event bound: the pass takes tens of seconds in a release build and minutes under
+ * the sanitizers, while a stop waits for one token (tens of ms; measured 0.06–0.18 s to exit, 2.3 s
  * under the sanitizers) plus the exit's writes; so 3 s (12 s under the sanitizers, on a loaded
  * machine) is far below what waiting for the end of the pass would take. Before the driver
  * checked the stop per token, this configuration took 76.7 s to stop on a loaded machine. */
