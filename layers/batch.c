@@ -7,6 +7,8 @@
 #include "blas.h"
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,6 +405,12 @@ static long batch_range(const batch_args *A, long first, long count, ttt_status 
     return failed;
 }
 
+/* ⌊n·t / parts⌋ without forming n·t, which can exceed a long when n is near its limit:
+ * n = a·parts + r gives n·t / parts = a·t + r·t / parts, and r·t < parts² stays small. */
+static long split_at(long n, int t, int parts) {
+    return n / parts * t + n % parts * t / parts;
+}
+
 /* docs/math.md §0 / docs/design.md "Performance stance": the (batch, head) pairs are independent, so they
  * are split over OpenMP threads in fixed contiguous ranges (the static schedule, computed here
  * rather than left to the runtime), with single-threaded BLAS inside each. Nothing is reduced
@@ -426,7 +434,7 @@ static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
 #endif
     for (int t = 0; t < nthreads; t++) {
-        const long first = n_seq * t / nthreads, last = n_seq * (t + 1) / nthreads;
+        const long first = split_at(n_seq, t, nthreads), last = split_at(n_seq, t + 1, nthreads);
         failed_st[t] = TTT_OK;
         failed_at[t] = batch_range(A, first, last - first, &failed_st[t], &errs[t]);
     }
@@ -453,6 +461,39 @@ double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
     return slices + arena_bytes(L, T);
 }
 
+/* a·b into *out unless it exceeds limit (a, b ≥ 0). */
+static int mul_within(size_t a, size_t b, size_t limit, size_t *out) {
+    if (b != 0 && a > limit / b) return 0;
+    *out = a * b;
+    return 1;
+}
+
+ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long H,
+                                       ttt_error *err) {
+    /* the largest buffer a caller can hold: pointer differences within it must fit */
+    const size_t limit = PTRDIFF_MAX;
+    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v);
+    size_t rows = 0, bytes = 0, seq = 0;
+    int ok = B >= 0 && T >= 0 && H >= 0 && mul_within((size_t)B, (size_t)H, limit, &seq) &&
+             mul_within(seq, (size_t)T, limit, &rows) &&
+             mul_within(rows, d * sizeof(float), limit, &bytes);
+    const char *what = "(B, T, H, d) buffers";
+    for (int i = 0; ok && i < ttt_layer_state_count(L); i++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_layer_state_info(L, i, NULL, shape);
+        size_t n = seq;
+        for (int j = 0; ok && j < nd; j++) ok = mul_within(n, (size_t)shape[j], limit, &n);
+        if (ok) ok = mul_within(n, sizeof(float), limit, &bytes);
+        what = "(B, H, …) state buffers";
+    }
+    if (!ok)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer call: B = %ld, T = %ld, H = %ld with d_k = %d, d_v = %d: the "
+                             "%s would hold more than %zu bytes, which no buffer can",
+                             B, T, H, L->d_k, L->d_v, what, limit);
+    return TTT_OK;
+}
+
 ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads,
                                    ttt_error *err) {
     if (!io || io->B < 1 || io->H < 1 || io->T < 0 ||
@@ -463,6 +504,15 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
     if (io->alpha_vec && !io->log_alpha)
         return ttt_error_set(err, TTT_ERR_SHAPE,
                              "ttt_layer_forward_batch: alpha_vec set without log_alpha");
+    if (io->alpha_vec != 0 && io->alpha_vec != 1)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "ttt_layer_forward_batch: alpha_vec = %d; expected 0 or 1",
+                             io->alpha_vec);
+    if (threads < 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "ttt_layer_forward_batch: threads = %d; expected >= 0 (0 = the "
+                             "default)", threads);
+    TTT_TRY(ttt_layer_batch_check_sizes(L, io->B, io->T, io->H, err));
     batch_args A = {.L = L, .io = io, .alpha_vec = io->alpha_vec && io->log_alpha,
                     .n_state = ttt_layer_state_count(L), .B = io->B, .T = io->T, .H = io->H,
                     .d_k = L->d_k, .d_v = L->d_v};

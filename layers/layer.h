@@ -218,6 +218,10 @@ typedef struct ttt_layer_io {
  * the arrays (TTT_APPLY_GATHER=1 in the environment forces the copies). Errors name the batch
  * and head. */
 ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, int threads, ttt_error *err);
+/* TTT_OK when every buffer of a (B, T, H) call of L — inputs, outputs, gates per key dimension,
+ * each state tensor — has a byte count that fits in a ptrdiff_t, so that no index computed from
+ * the sizes can wrap; else TTT_ERR_SHAPE naming the sizes. B, T, H ≥ 0. */
+ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long H, ttt_error *err);
 
 /* The inputs the form registry sees for a batched call on `device`: a constant decay other than
  * 1 is a gate per token (as ttt_layer_forward_batch describes it). */

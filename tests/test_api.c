@@ -12,6 +12,7 @@
 #define _XOPEN_SOURCE 700
 #include <check.h>
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -593,6 +594,238 @@ START_TEST(form_for_names_the_form_that_runs) {
 }
 END_TEST
 
+
+/* ---- misuse: every public function over NULL, zero, negative and overflowing arguments ----
+ *
+ * Each fallible function returns a status (never crashes, never aborts: the suite runs each test
+ * in a child process, so a crash fails it) and writes a message when err is given; each is also
+ * called with err = NULL. The functions that cannot report answer as ttt.h documents: zeros,
+ * −1, "" or "none". A valid call beside each refused one shows that the refusal is the bad
+ * argument's. */
+
+/* Expect `s` to be `want` with a message containing `part`; the same call with err = NULL is
+ * made by the caller. */
+#define EXPECT_STATUS(call, want, part)                                                       \
+    do {                                                                                      \
+        ttt_error e_;                                                                         \
+        memset(&e_, 0, sizeof e_);                                                            \
+        ttt_error *err = &e_;                                                                 \
+        ttt_status s_ = (call);                                                               \
+        ck_assert_msg(s_ == (want), "%s: status %d, expected %d (%s)", #call, (int)s_,        \
+                      (int)(want), ttt_errmsg(&e_));                                          \
+        ck_assert_msg(strstr(ttt_errmsg(&e_), (part)), "%s: message '%s' lacks '%s'", #call,  \
+                      ttt_errmsg(&e_), (part));                                               \
+        err = NULL;                                                                           \
+        s_ = (call);                                                                          \
+        ck_assert_msg(s_ == (want), "%s with err = NULL: status %d", #call, (int)s_);         \
+    } while (0)
+
+START_TEST(misuse_is_refused_with_a_status) {
+    /* status, version, registries */
+    ck_assert_str_eq(ttt_errmsg(NULL), "");
+    ck_assert_ptr_nonnull(ttt_version());
+    ck_assert_int_eq(ttt_registry_count((ttt_registry)-1), -1);
+    ck_assert_int_eq(ttt_registry_count(TTT_REGISTRY_COUNT), -1);
+    ck_assert_int_eq(ttt_registry_count((ttt_registry)INT_MAX), -1);
+    const int n_presets = ttt_registry_count(TTT_REGISTRY_PRESETS);
+    const char *name = "x";
+    EXPECT_STATUS(ttt_registry_entry(NULL, NULL, (ttt_registry)-1, 0, err), TTT_ERR_ARG,
+                  "no such registry");
+    EXPECT_STATUS(ttt_registry_entry(NULL, NULL, TTT_REGISTRY_PRESETS, -1, err), TTT_ERR_ARG,
+                  "expected 0 <= i <");
+    EXPECT_STATUS(ttt_registry_entry(&name, NULL, TTT_REGISTRY_PRESETS, n_presets, err),
+                  TTT_ERR_ARG, "expected 0 <= i <");
+    EXPECT_STATUS(ttt_registry_entry(&name, NULL, TTT_REGISTRY_PRESETS, INT_MIN, err),
+                  TTT_ERR_ARG, "expected 0 <= i <");
+    EXPECT_STATUS(ttt_registry_entry(NULL, NULL, TTT_REGISTRY_PRESETS, 0, err), TTT_OK, "");
+
+    /* descriptors and handles */
+    ttt_layer_descriptor_init(NULL);
+    ttt_layer_descriptor d;
+    ttt_layer_descriptor_init(&d);
+    d.preset = "gated_deltanet";
+    ttt_layer_handle *h = (ttt_layer_handle *)1;
+    EXPECT_STATUS(ttt_layer_new(NULL, &d, 2, 2, err), TTT_ERR_ARG, "out is NULL");
+    EXPECT_STATUS(ttt_layer_new(&h, NULL, 2, 2, err), TTT_ERR_ARG, "desc is NULL");
+    ck_assert_ptr_null(h);
+    /* widths from 1 to 65536: beyond, a model's derived widths (an MLP's 4 d) would leave an
+     * int */
+    static const int bad_dims[][2] = {{0, 2},     {2, 0},       {-1, 2},         {2, INT_MIN},
+                                      {65537, 2}, {2, INT_MAX}, {INT_MAX, INT_MAX}};
+    for (int i = 0; i < 7; i++)
+        EXPECT_STATUS(ttt_layer_new(&h, &d, bad_dims[i][0], bad_dims[i][1], err), TTT_ERR_ARG,
+                      "expected >= 1 and <= 65536");
+    /* the widest layer of every preset is built or refused with a message, never by a crash or
+     * an overflow (an MLP's hidden width 4·65536 is an int), and its state shapes are positive */
+    for (int i = 0; i < n_presets; i++) {
+        ttt_layer_descriptor w;
+        ttt_layer_descriptor_init(&w);
+        ck_assert(ttt_registry_entry(&w.preset, NULL, TTT_REGISTRY_PRESETS, i, NULL) == TTT_OK);
+        ttt_error e;
+        ttt_layer_handle *hw = NULL;
+        ttt_status st = ttt_layer_new(&hw, &w, 65536, 65536, &e);
+        if (st != TTT_OK) {
+            ck_assert_ptr_null(hw);
+            ck_assert_msg(ttt_errmsg(&e)[0], "%s: no message", w.preset);
+            continue;
+        }
+        for (int j = 0; j < ttt_layer_state_tensors(hw); j++) {
+            int sh[4];
+            const int nd = ttt_layer_state_shape(NULL, sh, hw, j);
+            for (int k = 0; k < nd; k++)
+                ck_assert_msg(sh[k] >= 1, "%s: state %d dim %d = %d", w.preset, j, k, sh[k]);
+        }
+        ttt_layer_free(hw);
+    }
+    d.n_options = -1;
+    EXPECT_STATUS(ttt_layer_new(&h, &d, 2, 2, err), TTT_ERR_ARG, "options given without");
+    d.n_options = 1; /* options NULL */
+    EXPECT_STATUS(ttt_layer_new(&h, &d, 2, 2, err), TTT_ERR_ARG, "options given without");
+    ttt_layer_descriptor m;
+    ttt_layer_descriptor_init(&m);
+    m.optimizer = "momentum";
+    const ttt_option_value twice[] = {{"momentum", 0.5, NULL}, {"momentum", 0.9, NULL}};
+    m.options = twice;
+    m.n_options = 2;
+    EXPECT_STATUS(ttt_layer_new(&h, &m, 2, 2, err), TTT_ERR_CONFIG,
+                  "layer.optimizer.momentum: given twice (options 0 and 1)");
+    const ttt_option_value no_key[] = {{NULL, 0.5, NULL}};
+    m.options = no_key;
+    m.n_options = 1;
+    EXPECT_STATUS(ttt_layer_new(&h, &m, 2, 2, err), TTT_ERR_ARG, "option 0 has no key");
+    m.options = twice; /* the first option alone is fine (each call below builds a handle) */
+    ck_assert_int_eq(ttt_layer_new(&h, &m, 2, 2, NULL), TTT_OK);
+    ttt_layer_free(h);
+    d.n_options = 0;
+    ck_assert_int_eq(ttt_layer_new(&h, &d, 2, 2, NULL), TTT_OK);
+    ttt_layer_free(NULL);
+    ck_assert_str_eq(ttt_layer_tuple(NULL), "");
+    int dk = 7, dv = 7;
+    ttt_layer_dims(&dk, &dv, NULL);
+    ck_assert(dk == 0 && dv == 0);
+    ttt_layer_dims(NULL, NULL, NULL);
+    ttt_layer_dims(NULL, NULL, h);
+    ttt_layer_dims(&dk, &dv, h);
+    ck_assert(dk == 2 && dv == 2);
+    ck_assert_int_eq(ttt_layer_state_tensors(NULL), -1);
+    ck_assert_int_eq(ttt_layer_state_tensors(h), 1);
+    int shape[4];
+    ck_assert_int_eq(ttt_layer_state_shape(&name, shape, NULL, 0), -1);
+    ck_assert_ptr_null(name);
+    ck_assert_int_eq(ttt_layer_state_shape(&name, NULL, h, 0), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(NULL, NULL, NULL, 0), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(NULL, shape, h, -1), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(NULL, shape, h, 1), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(NULL, shape, h, INT_MAX), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(NULL, shape, h, INT_MIN), -1);
+    ck_assert_int_eq(ttt_layer_state_shape(&name, shape, h, 0), 2);
+    ck_assert_str_eq(name, "W");
+
+    /* forward and backward: one valid call of (B, T, H) = (1, 2, 1), then one field at a time */
+    float q[4] = {0.5f, 0, 0, 0.5f}, o[4], beta[2] = {0.5f, 0.5f}, la[4] = {-0.1f, -0.1f};
+    float dq[4], S_out[4], *const state_out[1] = {S_out};
+    ttt_batch_io ok = {.B = 1, .T = 2, .H = 1, .o = o, .q = q, .k = q, .v = q, .eta = beta,
+                       .log_alpha = la, .state_out = state_out};
+    ttt_batch_grad g = {.d_o = q, .d_q = dq};
+    EXPECT_STATUS(ttt_layer_forward_run(h, &ok, 0, err), TTT_OK, "");
+    EXPECT_STATUS(ttt_layer_forward_run(h, &ok, 1, err), TTT_OK, "");
+    EXPECT_STATUS(ttt_layer_backward_run(h, &ok, &g, err), TTT_OK, "");
+    EXPECT_STATUS(ttt_layer_forward_run(NULL, &ok, 0, err), TTT_ERR_ARG, "handle or io is NULL");
+    EXPECT_STATUS(ttt_layer_forward_run(h, NULL, 0, err), TTT_ERR_ARG, "handle or io is NULL");
+    EXPECT_STATUS(ttt_layer_backward_run(NULL, &ok, &g, err), TTT_ERR_ARG, "handle or io");
+    EXPECT_STATUS(ttt_layer_backward_run(h, NULL, &g, err), TTT_ERR_ARG, "handle or io");
+    EXPECT_STATUS(ttt_layer_backward_run(h, &ok, NULL, err), TTT_ERR_ARG, "d_o is required");
+    static const int threads[] = {-1, -5, INT_MIN};
+    for (int i = 0; i < 3; i++)
+        EXPECT_STATUS(ttt_layer_forward_run(h, &ok, threads[i], err), TTT_ERR_ARG,
+                      "expected >= 1, or 0 for the default");
+    /* sizes: zero, negative, and B = H = INT_MAX (B·T·H·d bytes overflow a size_t) */
+    static const int sizes[][3] = {{0, 2, 1},  {1, 2, 0},        {-1, 2, 1},      {1, -1, 1},
+                                   {1, 2, -1}, {INT_MIN, 2, 1},  {1, INT_MIN, 1}, {0, 0, 0}};
+    for (int i = 0; i < 8; i++) {
+        ttt_batch_io io = ok;
+        io.B = sizes[i][0], io.T = sizes[i][1], io.H = sizes[i][2];
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_SHAPE,
+                      "expected B >= 1, T >= 0, H >= 1");
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_SHAPE,
+                      "expected B >= 1, T >= 0, H >= 1");
+    }
+    static const int huge[][3] = {{INT_MAX, 4, INT_MAX}, {INT_MAX, INT_MAX, INT_MAX},
+                                  {INT_MAX, 0, INT_MAX}};
+    for (int i = 0; i < 3; i++) {
+        ttt_batch_io io = ok;
+        io.B = huge[i][0], io.T = huge[i][1], io.H = huge[i][2];
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_SHAPE, "which no buffer can");
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_SHAPE,
+                      "which no buffer can");
+        ck_assert_str_ne(ttt_layer_form_for(h, &io), ""); /* reads no buffer */
+    }
+    /* gates: alpha_vec is 0 or 1, and 1 needs log_alpha, in both directions */
+    static const int alpha_vec[] = {7, -1, 2, INT_MIN};
+    for (int i = 0; i < 4; i++) {
+        ttt_batch_io io = ok;
+        io.alpha_vec = alpha_vec[i];
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_ARG, "expected 0 or 1");
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_ARG, "expected 0 or 1");
+    }
+    {
+        ttt_batch_io io = ok;
+        io.alpha_vec = 1;
+        io.log_alpha = NULL;
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_ARG, "without log_alpha");
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_ARG, "without log_alpha");
+    }
+    /* each required buffer missing */
+    for (int i = 0; i < 4; i++) {
+        ttt_batch_io io = ok;
+        if (i == 0) io.o = NULL;
+        if (i == 1) io.q = NULL;
+        if (i == 2) io.k = NULL;
+        if (i == 3) io.v = NULL;
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_ARG, "are required");
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_ARG, "are required");
+    }
+    {
+        ttt_batch_grad g2 = g;
+        g2.d_o = NULL;
+        EXPECT_STATUS(ttt_layer_backward_run(h, &ok, &g2, err), TTT_ERR_ARG, "d_o is required");
+    }
+    ck_assert_str_eq(ttt_layer_form_for(NULL, NULL), "none");
+    ck_assert_str_eq(ttt_layer_form_for(h, NULL), "none");
+    ttt_layer_free(h);
+
+    /* experiments: the overrides are an array of n_sets strings */
+    const char *yaml = "task: {kind: memory, pairs: [4], key_dim: 4, value_dim: 4, trials: 1}\n"
+                       "layer: {preset: deltanet}\n";
+    const char *const one_null[] = {NULL};
+    const char *const good_then_null[] = {"seed=3", NULL};
+    EXPECT_STATUS(ttt_experiment_run_file(NULL, NULL, 0, NULL, err), TTT_ERR_ARG,
+                  "path is NULL");
+    EXPECT_STATUS(ttt_experiment_run_string(NULL, NULL, NULL, 0, NULL, err), TTT_ERR_ARG,
+                  "text is NULL");
+    EXPECT_STATUS(ttt_experiment_run_file("x.yaml", one_null, 1, NULL, err), TTT_ERR_ARG,
+                  "sets[0] is NULL");
+    EXPECT_STATUS(ttt_experiment_run_file("x.yaml", good_then_null, 2, NULL, err), TTT_ERR_ARG,
+                  "sets[1] is NULL");
+    EXPECT_STATUS(ttt_experiment_run_file("x.yaml", NULL, 2, NULL, err), TTT_ERR_ARG,
+                  "n_sets = 2 but sets is NULL");
+    EXPECT_STATUS(ttt_experiment_run_string(yaml, "e.yaml", NULL, 2, NULL, err), TTT_ERR_ARG,
+                  "n_sets = 2 but sets is NULL");
+    EXPECT_STATUS(ttt_experiment_run_string(yaml, NULL, one_null, 1, NULL, err), TTT_ERR_ARG,
+                  "sets[0] is NULL");
+    static const int n_sets[] = {-1, INT_MIN};
+    for (int i = 0; i < 2; i++) {
+        EXPECT_STATUS(ttt_experiment_run_file("x.yaml", good_then_null, n_sets[i], NULL, err),
+                      TTT_ERR_ARG, "expected >= 0");
+        EXPECT_STATUS(ttt_experiment_run_string(yaml, NULL, NULL, n_sets[i], NULL, err),
+                      TTT_ERR_ARG, "expected >= 0");
+    }
+    /* a missing file is an I/O error, not a crash */
+    EXPECT_STATUS(ttt_experiment_run_file("/nonexistent/x.yaml", NULL, 0, NULL, err), TTT_ERR_IO,
+                  "/nonexistent/x.yaml");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("api");
     TCase *tc = tcase_create("api");
@@ -605,6 +838,7 @@ int main(void) {
     tcase_add_test(tc, registries_list_the_library);
     tcase_add_test(tc, experiment_from_a_string);
     tcase_add_test(tc, form_for_names_the_form_that_runs);
+    tcase_add_test(tc, misuse_is_refused_with_a_status);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

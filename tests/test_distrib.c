@@ -117,10 +117,38 @@ START_TEST(part_round_trip) {
     snprintf(path, sizeof path, "%s/point4.rec", dir);
     ck_assert_int_eq(ttt_part_load(back, path, "0123456789abcdef", &found, &err), TTT_OK);
     ck_assert_int_eq(found, 0);
-    /* a damaged part is an error naming the file and line */
-    ck_assert_int_eq(tu_write_file(path, "ttt-part 1 0123456789abcdef\nS\tnx=1\nbroken\n"), 0);
+    /* a damaged part is an error naming the file and line: a line that is not a record, or
+     * one without its checksum (a part written before checksums, or cut) */
+    ck_assert_int_eq(tu_write_file(path, "ttt-part 2 0123456789abcdef\n"
+                                         "S\tnx=1\t#da06d213a87c9f45\nbroken\n"), 0);
     ck_assert_int_eq(ttt_part_load(back, path, "0123456789abcdef", &found, &err), TTT_ERR_FORMAT);
-    ck_assert_ptr_nonnull(strstr(err.msg, "point4.rec:3"));
+    ck_assert_msg(strstr(err.msg, "point4.rec:3") && strstr(err.msg, "without its checksum"),
+                  "%s", err.msg);
+    ck_assert_int_eq(found, 0);
+    /* the same record under a checksum that its bytes do not give */
+    ck_assert_int_eq(tu_write_file(path, "ttt-part 2 0123456789abcdef\n"
+                                         "S\tnx=1\t#da06d213a87c9f46\n"), 0);
+    ck_assert_int_eq(ttt_part_load(back, path, "0123456789abcdef", &found, &err), TTT_ERR_FORMAT);
+    ck_assert_msg(strstr(err.msg, "point4.rec:2: checksum mismatch"), "%s", err.msg);
+    /* and a part of the format before checksums is refused by name */
+    ck_assert_int_eq(tu_write_file(path, "ttt-part 1 0123456789abcdef\nS\tnx=1\n"), 0);
+    ck_assert_int_eq(ttt_part_load(back, path, "0123456789abcdef", &found, &err), TTT_ERR_FORMAT);
+    ck_assert_msg(strstr(err.msg, "point4.rec:1: records of format 1"), "%s", err.msg);
+    /* one digit changed in a saved part (x7 = 12345678901 = 0x1.6fee0e1a8p+33: its first
+     * fraction digit) is refused, naming the file and line, and nothing is merged */
+    snprintf(path, sizeof path, "%s/point3.rec", dir);
+    char *text = tu_read_file(path);
+    ck_assert_ptr_nonnull(text);
+    char *digit = strstr(text, "nx7=0x1.6");
+    ck_assert_ptr_nonnull(digit);
+    digit[strlen("nx7=0x1.")] = '7';
+    snprintf(path, sizeof path, "%s/point5.rec", dir);
+    ck_assert_int_eq(tu_write_file(path, text), 0);
+    free(text);
+    ttt_results_free(back);
+    back = ttt_results_new("t");
+    ck_assert_int_eq(ttt_part_load(back, path, "0123456789abcdef", &found, &err), TTT_ERR_FORMAT);
+    ck_assert_msg(strstr(err.msg, "point5.rec:2: checksum mismatch"), "%s", err.msg);
     ck_assert_int_eq(found, 0);
     ttt_results_free(back);
     ttt_results_free(res);

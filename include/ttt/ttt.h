@@ -12,7 +12,11 @@
  *   - handles are opaque and come in new/free pairs; free accepts NULL;
  *   - buffers are the caller's: the library reads inputs during the call and writes outputs,
  *     and keeps no pointer after it returns;
- *   - outputs come first in argument lists, then inputs, then sizes. */
+ *   - outputs come first in argument lists, then inputs, then sizes;
+ *   - misuse (NULL, zero, negative or overflowing arguments) is refused with a status, never a
+ *     crash; the few functions that cannot return a status say below what they do with NULL
+ *     (docs/api.md "Misuse"). Buffer sizes cannot be checked: each buffer must hold what its
+ *     comment says for the call's (B, T, H). */
 #ifndef TTT_TTT_H
 #define TTT_TTT_H
 
@@ -81,7 +85,9 @@ const char *ttt_cuda_describe(void);
 #define TTT_DESC_UNSET_NUM (-1.0e300)
 
 /* An optimizer option: int, float and bool options (bool: 0 or 1) read `number`; choice and
- * string options read `text`. Which one is given by the optimizer's option table. */
+ * string options read `text`. Which one is given by the optimizer's option table. Each key may
+ * appear once in a descriptor's options (a repeated key is TTT_ERR_CONFIG; a NULL key
+ * TTT_ERR_ARG). */
 typedef struct ttt_option_value {
     const char *key;
     double number;
@@ -111,13 +117,15 @@ typedef struct ttt_layer_descriptor {
     const char *normalize;           /* "none" | "ratio" | "rms" */
 } ttt_layer_descriptor;
 
+/* Every field unset. NULL: does nothing. */
 void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
 typedef struct ttt_layer_handle ttt_layer_handle;
 
-/* Build the layer `desc` describes for key dimension d_k and value dimension d_v. On failure
+/* Build the layer `desc` describes for key dimension d_k and value dimension d_v (each from 1 to
+ * 65536, else TTT_ERR_ARG). On failure
  * *out is NULL and err names the field ("layer.optimizer.momentum: expected a number in [0, 1],
  * got 1.5"). */
 ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
@@ -125,15 +133,18 @@ ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *des
 void ttt_layer_free(ttt_layer_handle *h);
 
 /* The resolved tuple, every value: "gated_deltanet = (model linear, loss squared, …)". Owned by
- * the handle. */
+ * the handle; "" for a NULL handle. */
 const char *ttt_layer_tuple(const ttt_layer_handle *h);
+/* The layer's d_k and d_v into the non-NULL pointers; 0 and 0 for a NULL handle. */
 void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h);
 
 /* The state of one sequence is a list of tensors: the fast weights, then each weight's
- * optimizer state, then the normalizer z of normalize: ratio. */
+ * optimizer state, then the normalizer z of normalize: ratio. Their number; -1 for a NULL
+ * handle. */
 int ttt_layer_state_tensors(const ttt_layer_handle *h);
 /* Tensor i's name and shape for one sequence (the batched buffers are (B, H, shape…)); returns
- * its number of dimensions, or -1 when i is out of range. */
+ * its number of dimensions, or -1 when i is out of range or h or shape is NULL (then *name, when
+ * name is given, is NULL). name may be NULL. */
 int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h, int i);
 
 /* The buffers of one batched call, all float32, row-major, in the (B, T, H, D) layout.
@@ -146,7 +157,7 @@ typedef struct ttt_batch_io {
     const float *eta;             /* (B, T, H) per-token learning rates, or NULL (= 1) */
     const float *log_alpha;       /* (B, T, H), or with alpha_vec (B, T, H, d_k), log retention
                                    * per token; NULL = the constant decay */
-    int alpha_vec;
+    int alpha_vec;                /* 0 or 1; 1 needs log_alpha */
     const float *const *state_in; /* NULL, or one pointer per state tensor i: (B, H, shape_i)
                                    * or NULL = the layer's initial value */
     float *const *state_out;      /* NULL, or one pointer per state tensor i: (B, H, shape_i)
@@ -162,7 +173,9 @@ typedef struct ttt_batch_io {
     ttt_dtype dtype;              /* of q, k, v, o (and d_o, d_q, d_k, d_v); host: F32 only */
 } ttt_batch_io;
 
-/* The forward pass. threads ≥ 1 runs that many threads, 0 = the default. */
+/* The forward pass. threads ≥ 1 runs that many threads, 0 = the default (negative:
+ * TTT_ERR_ARG). B, H ≥ 1 and T ≥ 0 (else TTT_ERR_SHAPE, as when a buffer's size in bytes would
+ * exceed PTRDIFF_MAX); o, q, k, v are required. */
 ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
                                  ttt_error *err);
 
@@ -186,7 +199,8 @@ typedef struct ttt_batch_grad {
 } ttt_batch_grad;
 
 /* The forward pass (io->o and io->state_out are written as by ttt_layer_forward_run) recorded
- * per sequence, then its backward with the layer's differentiable forms. */
+ * per sequence, then its backward with the layer's differentiable forms. io is checked as by
+ * the forward; g and g->d_o are required. */
 ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
                                   const ttt_batch_grad *g, ttt_error *err);
 
@@ -194,7 +208,8 @@ ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io 
 
 /* Load an experiment (a YAML file, or YAML text standing for the file `name`), apply the
  * "a.b.c=value" overrides in sets[0..n_sets-1] and run every point into the run folder out_dir
- * (NULL = the experiment's `output`): config.resolved.yaml, metrics.jsonl, summary.csv, … */
+ * (NULL = the experiment's `output`): config.resolved.yaml, metrics.jsonl, summary.csv, …
+ * n_sets ≥ 0; with n_sets > 0, sets holds n_sets non-NULL strings (else TTT_ERR_ARG). */
 ttt_status ttt_experiment_run_file(const char *path, const char *const *sets, int n_sets,
                                    const char *out_dir, ttt_error *err);
 ttt_status ttt_experiment_run_string(const char *yaml, const char *name,

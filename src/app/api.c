@@ -61,6 +61,7 @@ ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry
 /* ---- layers ---- */
 
 void ttt_layer_descriptor_init(ttt_layer_descriptor *s) {
+    if (!s) return; /* nothing to initialize (ttt.h) */
     memset(s, 0, sizeof *s);
     s->lr = s->decay = s->scale = s->rope_base = TTT_DESC_UNSET_NUM;
     s->mini_batch = s->chunk = s->rope = TTT_DESC_UNSET_INT;
@@ -92,19 +93,44 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
                                                  : "none");
 }
 
+/* The widest d_k and d_v a layer may have: the widest d_model of a trained model
+ * (src/train/seqmodel.c). Every width a model derives from them (an MLP's hidden layer is 4 d)
+ * then stays far inside an int, and one sequence's state (d_k·d_v floats) inside 16 GiB. */
+#define API_MAX_WIDTH 65536
+
+/* Every option names its key once: a key given twice would leave which value counts to the
+ * order of the option table's lookup, so it is refused, as a YAML mapping refuses a repeated key.
+ * n is at most a few dozen, so the quadratic scan costs nothing. */
+static ttt_status check_options(const ttt_option_value *opts, int n, ttt_error *err) {
+    for (int i = 0; i < n; i++) {
+        if (!opts[i].key)
+            return ttt_error_set(err, TTT_ERR_ARG, "layer.optimizer: option %d has no key (NULL)",
+                                 i);
+        for (int j = 0; j < i; j++)
+            if (strcmp(opts[i].key, opts[j].key) == 0)
+                return ttt_error_set(err, TTT_ERR_CONFIG,
+                                     "layer.optimizer.%s: given twice (options %d and %d); "
+                                     "expected each option once",
+                                     opts[i].key, j, i);
+    }
+    return TTT_OK;
+}
+
 ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
                          int d_v, ttt_error *err) {
     if (err) ttt_error_clear(err);
     if (!out) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: out is NULL");
     *out = NULL;
     if (!desc) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
-    if (d_k < 1 || d_v < 1)
-        return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1",
-                             d_k, d_v);
+    if (d_k < 1 || d_v < 1 || d_k > API_MAX_WIDTH || d_v > API_MAX_WIDTH)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1 and <= %d", d_k,
+                             d_v, API_MAX_WIDTH);
     if (desc->n_options < 0 || (desc->n_options > 0 && !desc->options))
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer.optimizer: %d options given without an array",
                              desc->n_options);
+    TTT_TRY(check_options(desc->options, desc->n_options, err));
     ttt_layer_desc d;
     ttt_layer_desc_init(&d);
     d.preset = desc->preset;
@@ -142,32 +168,55 @@ void ttt_layer_free(ttt_layer_handle *h) { free(h); }
 
 const char *ttt_layer_tuple(const ttt_layer_handle *h) { return h ? h->tuple : ""; }
 
+/* The accessors below cannot return a status; what they do with a NULL handle is written in
+ * ttt.h (zeros, −1), so that a caller's mistake never reads through NULL. */
 void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h) {
-    if (d_k) *d_k = h->L.d_k;
-    if (d_v) *d_v = h->L.d_v;
+    if (d_k) *d_k = h ? h->L.d_k : 0;
+    if (d_v) *d_v = h ? h->L.d_v : 0;
 }
 
-int ttt_layer_state_tensors(const ttt_layer_handle *h) { return ttt_layer_state_count(&h->L); }
+int ttt_layer_state_tensors(const ttt_layer_handle *h) {
+    return h ? ttt_layer_state_count(&h->L) : -1;
+}
 
 int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h, int i) {
     _Static_assert(TTT_MAX_DIMS == 4, "ttt.h documents 4 dimensions");
+    if (name) *name = NULL;
+    if (!h || !shape) return -1;
     return ttt_layer_state_info(&h->L, i, name, shape);
 }
 
+/* What a forward and a backward call both need of io (ttt.h, docs/api.md "Misuse"): the same
+ * checks for both, so that a call the forward refuses is refused by the backward too. Sizes
+ * whose buffers would exceed PTRDIFF_MAX bytes (B = H = INT_MAX, …), which no caller can hold,
+ * are refused here, before any index is computed from them; ttt_layer_forward_batch checks them
+ * again for its other callers. */
 static ttt_status check_io(const ttt_layer_handle *h, const ttt_batch_io *io, ttt_error *err) {
     if (!h || !io) return ttt_error_set(err, TTT_ERR_ARG, "layer call: handle or io is NULL");
-    if (io->B < 0 || io->T < 0 || io->H < 0)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "layer call: B = %d, T = %d, H = %d; expected "
-                             ">= 0", io->B, io->T, io->H);
+    if (io->B < 1 || io->T < 0 || io->H < 1)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer call: B = %d, T = %d, H = %d; expected B >= 1, T >= 0, "
+                             "H >= 1", io->B, io->T, io->H);
     if (!io->o || !io->q || !io->k || !io->v)
         return ttt_error_set(err, TTT_ERR_ARG, "layer call: o, q, k and v are required");
-    return TTT_OK;
+    if (io->alpha_vec != 0 && io->alpha_vec != 1)
+        return ttt_error_set(err, TTT_ERR_ARG, "layer call: alpha_vec = %d; expected 0 or 1",
+                             io->alpha_vec);
+    if (io->alpha_vec && !io->log_alpha)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "layer call: alpha_vec = 1 without log_alpha (alpha_vec says "
+                             "log_alpha is (B, T, H, d_k))");
+    return ttt_layer_batch_check_sizes(&h->L, io->B, io->T, io->H, err);
 }
 
 ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
                                  ttt_error *err) {
     if (err) ttt_error_clear(err);
     TTT_TRY(check_io(h, io, err));
+    if (threads < 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "layer call: threads = %d; expected >= 1, or 0 for the default",
+                             threads);
     /* buffers on a GPU: the device entries (api_device.c, docs/api.md "Device buffers") */
     if (io->device != TTT_DEVICE_HOST) return ttt_api_device_forward(&h->L, io, err);
     TTT_TRY(ttt_api_host_check(&h->L, io, NULL, err));
@@ -352,6 +401,22 @@ ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io 
 
 /* ---- experiments ---- */
 
+/* sets[0..n_sets-1]: each an assignment string (ttt.h). */
+static ttt_status check_sets(const char *const *sets, int n_sets, ttt_error *err) {
+    if (n_sets < 0)
+        return ttt_error_set(err, TTT_ERR_ARG, "experiment: n_sets = %d; expected >= 0", n_sets);
+    if (n_sets > 0 && !sets)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "experiment: n_sets = %d but sets is NULL; expected an array of "
+                             "%d \"key=value\" strings", n_sets, n_sets);
+    for (int i = 0; i < n_sets; i++)
+        if (!sets[i])
+            return ttt_error_set(err, TTT_ERR_ARG,
+                                 "experiment: sets[%d] is NULL; expected a \"key=value\" string",
+                                 i);
+    return TTT_OK;
+}
+
 static ttt_status run_loaded(ttt_experiment *e, const char *out_dir, ttt_error *err) {
     ttt_status s = ttt_experiment_run(e, out_dir, 0, NULL, err);
     ttt_experiment_free(e);
@@ -362,6 +427,7 @@ ttt_status ttt_experiment_run_file(const char *path, const char *const *sets, in
                                    const char *out_dir, ttt_error *err) {
     if (err) ttt_error_clear(err);
     if (!path) return ttt_error_set(err, TTT_ERR_ARG, "experiment: path is NULL");
+    TTT_TRY(check_sets(sets, n_sets, err));
     ttt_experiment *e = NULL;
     TTT_TRY(ttt_experiment_load(path, sets, n_sets, &e, err));
     return run_loaded(e, out_dir, err);
@@ -372,6 +438,7 @@ ttt_status ttt_experiment_run_string(const char *yaml, const char *name,
                                      ttt_error *err) {
     if (err) ttt_error_clear(err);
     if (!yaml) return ttt_error_set(err, TTT_ERR_ARG, "experiment: text is NULL");
+    TTT_TRY(check_sets(sets, n_sets, err));
     ttt_experiment *e = NULL;
     TTT_TRY(ttt_experiment_load_string(yaml, name ? name : "experiment.yaml", sets, n_sets, &e,
                                        err));

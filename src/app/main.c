@@ -1,4 +1,5 @@
 /* ttt: the command-line program. The only place that exits. */
+#include <errno.h>
 #include <signal.h>
 #include <math.h>
 #include <stdio.h>
@@ -398,8 +399,19 @@ static int cmd_sample(int argc, char **argv) {
             if (*end || top_k < 0 || top_k > (1L << 30))
                 return usage_error("--top-k needs a number >= 0 (0 = every token), not '%s'", v);
         } else if (strcmp(o, "--seed") == 0 && v) {
-            seed = strtoull(v, &end, 10);
-            if (*end) return usage_error("--seed needs a non-negative integer, not '%s'", v);
+            /* the range of `seed:` in an experiment file (src/app/experiment.c), with its
+             * message: strtoull alone would take "-1" as 2^64 − 1 and wrap past 2^64 */
+            errno = 0;
+            seed = v[0] >= '0' && v[0] <= '9' ? strtoull(v, &end, 10) : 0;
+            if (v[0] == '-' && v[1] >= '0' && v[1] <= '9')
+                return usage_error("--seed: %s is out of range; expected an integer from 0 to "
+                                   "9007199254740992", v);
+            if (!end || end == v || *end)
+                return usage_error("--seed: expected an integer from 0 to 9007199254740992, "
+                                   "not '%s'", v);
+            if (errno == ERANGE || seed > 9007199254740992ULL)
+                return usage_error("--seed: %s is out of range; expected an integer from 0 to "
+                                   "9007199254740992", v);
         } else if (o[0] == '-' && o[1]) {
             return usage_error("sample: unknown option or missing value '%s'", o);
         } else if (!run_dir) {

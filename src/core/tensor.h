@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,7 +115,16 @@ typedef struct ttt_ctx {
     ttt_arena *arena;
     int grad;       /* nonzero: record ops for backward (no-grad mode records nothing) */
     ttt_tape *tape; /* where ops record when grad != 0; NULL = nothing is recorded */
+    /* NULL, or a flag that a signal handler sets: once it is nonzero, the forms' long loops
+     * (the generic driver's tokens) return TTT_ERR_INTERRUPTED with the message "interrupted"
+     * instead of running to the end. Set by the tasks that measure (memory, equivalence,
+     * benchmark), so that a stop ends a measurement within a token's work (docs/hardening.md
+     * "Signals"); training leaves it NULL and stops between steps, where it checkpoints. */
+    const volatile sig_atomic_t *stop;
 } ttt_ctx;
+
+/* Whether ctx asks its computation to stop now (ttt_ctx.stop). */
+static inline int ttt_ctx_stopped(const ttt_ctx *ctx) { return ctx->stop && *ctx->stop; }
 
 /* New tensors live in ctx->arena. Out of memory jumps to the arena's escape when one is armed
  * (above), else aborts with a message: callers that must survive huge sizes check the size first

@@ -26,6 +26,7 @@
 #include <yaml.h>
 
 #include "fault.h"
+#include "infile.h"
 #include "strbuf.h"
 
 /* Nesting deeper than this is refused: the loader, clone and free are recursive, and no
@@ -906,7 +907,12 @@ ttt_status ttt_cfg_load_string(const char *text, const char *name, ttt_cfg_node 
 ttt_status ttt_cfg_load_file(const char *path, ttt_cfg_node **out, ttt_error *err) {
     TTT_ASSERT(path && out);
     *out = NULL;
-    FILE *f = fopen(path, "rb");
+    const char *kind = ""; /* a FIFO is refused before it can block (infile.h) */
+    FILE *f = ttt_open_regular(path, &kind);
+    if (!f && kind[0])
+        return ttt_error_set(err, TTT_ERR_IO,
+                             "cannot read '%s': not a regular file, it is %s (expected a "
+                             "YAML file)", path, kind);
     if (!f) return ttt_error_set(err, TTT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     sbuf b = {0};
     char chunk[8192];

@@ -11,6 +11,7 @@
  *   3. the data: one float allocation (at most twice the file size, for F16), filled tensor by
  *      tensor in file order, converting from little-endian F32/F64/F16/BF16. */
 #include "safetensors.h"
+#include "infile.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -892,7 +893,13 @@ ttt_status ttt_st_read_mem(const void *bytes, size_t len, const char *name, ttt_
 
 ttt_status ttt_st_read(const char *path, ttt_st_file **out, ttt_error *err) {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
+    /* never fopen: a FIFO in the file's place would block the read forever (infile.h) */
+    const char *kind = "";
+    FILE *fp = ttt_open_regular(path, &kind);
+    if (!fp && kind[0])
+        return ttt_error_set(err, TTT_ERR_IO,
+                             "cannot read '%s': not a regular file, it is %s (expected a "
+                             ".safetensors file)", path, kind);
     if (!fp)
         return ttt_error_set(err, TTT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;

@@ -1089,7 +1089,8 @@ static ttt_status bench_forward(const ttt_layer *L, bench_data *D, int nthreads,
         if (st[h] != TTT_OK) {
             s = st[h];
             *err = errs[h];
-            ttt_error_prefix(err, "benchmark: head %d", h);
+            /* a stop keeps its plain message, which the plan reports as an interruption */
+            if (s != TTT_ERR_INTERRUPTED) ttt_error_prefix(err, "benchmark: head %d", h);
         }
     return s;
 }
@@ -1116,8 +1117,12 @@ static ttt_status bench_time(const ttt_layer *L, bench_data *D, int nthreads, in
     for (int r = 0; r < repeats && s == TTT_OK; r++) {
         t0 = ttt_now();
         const double c0 = cpu_now();
-        for (long c = 0; c < calls && s == TTT_OK; c++)
+        for (long c = 0; c < calls && s == TTT_OK; c++) {
             s = bench_forward(L, D, nthreads, split_seq, th, errs, err);
+            /* between calls too: a sample may hold many (a read of the flag, no MPI poll) */
+            if (s == TTT_OK && *ttt_train_stop_flag())
+                s = ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted");
+        }
         const double dt = (ttt_now() - t0) / calls, dc = (cpu_now() - c0) / calls;
         if (dt < best) best = dt;
         if (dc < best_cpu) best_cpu = dc;
@@ -1337,7 +1342,8 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                                          (size_t)(L.chunk + 2 * d) * (L.chunk + 2 * d)) + (1 << 20);
                     for (int i = 0; i < used; i++) {
                         ttt_arena_init(&th[i].arena, block);
-                        th[i].ctx = (ttt_ctx){.arena = &th[i].arena};
+                        th[i].ctx = (ttt_ctx){.arena = &th[i].arena,
+                                              .stop = ttt_train_stop_flag()};
                         /* create the first block now: a mark taken in an empty arena would
                          * release it (and its pages) after every call */
                         if (!ttt_arena_alloc(&th[i].arena, 64)) s = TTT_ERR_NOMEM;

@@ -2,6 +2,7 @@
  * data.h, docs/math.md §7). */
 #include "data.h"
 #include "fault.h"
+#include "infile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,7 +26,11 @@ static const char *file_kind(int width) { return width == 1 ? "text file" : "tok
 static ttt_status open_tokens(const char *path, int width, FILE **fp, size_t *size,
                               ttt_error *err) {
     *fp = NULL;
-    FILE *f = fopen(path, "rb");
+    const char *kind = ""; /* a FIFO is refused before it can block (infile.h) */
+    FILE *f = ttt_open_regular(path, &kind);
+    if (!f && kind[0])
+        return ttt_error_set(err, TTT_ERR_IO, "lm: '%s' is not a regular file, it is %s (expected "
+                             "a %s)", path, kind, file_kind(width));
     if (!f)
         return ttt_error_set(err, TTT_ERR_IO, "lm: cannot open %s '%s': %s", file_kind(width),
                              path, strerror(errno));

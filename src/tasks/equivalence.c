@@ -116,6 +116,7 @@ static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor **o, ttt
     for (int r = 0; r < repeats; r++) {
         double t0 = ttt_now();
         for (int h = 0; h < heads; h++) {
+            if (ttt_ctx_stopped(ctx)) return ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted");
             ttt_layer_state st;
             ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
             ttt_layer_state_init(ctx, L, &st, &rng);
@@ -137,7 +138,8 @@ static ttt_status equivalence_body(ttt_task_run *run, ttt_arena *arena, ttt_erro
     const int T = c->T, dk = c->dk, dv = c->dv, H = c->H, repeats = c->repeats;
     const char *gates = c->gates;
     ttt_layer L = c->L;
-    ttt_ctx ctx = {.arena = arena};
+    /* a stop ends a form's run within a token (ttt_ctx.stop; docs/hardening.md "Signals") */
+    ttt_ctx ctx = {.arena = arena, .stop = ttt_train_stop_flag()};
     ttt_rng rng;
     ttt_rng_seed(&rng, run->seed);
     ttt_tensor *q[1024], *k[1024], *v[1024], *eta[1024], *la[1024];

@@ -79,6 +79,10 @@ static ttt_status memory_eval(ttt_ctx *ctx, const ttt_layer *L, const ttt_memory
         ttt_arena_release(ctx->arena, mark);
         return s;
     }
+    if (ttt_ctx_stopped(ctx)) { /* the read-out below is one more pass over the memory */
+        ttt_arena_release(ctx->arena, mark);
+        return ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted");
+    }
     /* Query every stored key with the final fast weights. */
     ttt_tensor *pred = ttt_tensor_2d(ctx, N, dv); /* (N, d_v) */
     s = ttt_layer_read(ctx, L, &st, pred, keys, err);
@@ -193,7 +197,8 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
     const ttt_layer L = c->L;
     ttt_arena arena;
     ttt_arena_init(&arena, MEMORY_ARENA_BLOCK);
-    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    /* a stop ends the writes within a token (ttt_ctx.stop; docs/hardening.md "Signals") */
+    ttt_ctx ctx = {.arena = &arena, .grad = 0, .stop = ttt_train_stop_flag()};
     ttt_rng base;
     ttt_rng_seed(&base, run->seed);
     ttt_status s = TTT_OK;
@@ -210,6 +215,7 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
             ttt_rng rng = ttt_rng_fork(&base, (uint64_t)N * 100003u + (uint64_t)tr);
             ttt_memory_result r;
             s = ttt_memory_eval(&ctx, &L, &spec, &rng, &r, err);
+            if (s != TTT_OK) break; /* r holds nothing (an error, or a stop inside the trial) */
             err_sum += r.recall_error;
             acc_sum += r.accuracy;
             ttt_progress_update(run->progress, ++done, run->label);

@@ -262,8 +262,19 @@ static int file_exists(const char *path) {
 /* Read and verify the integrity of a checkpoint file (reader checks, format, checksum). */
 static ttt_status open_verified(const char *path, ttt_st_file **out, ttt_error *err) {
     *out = NULL;
-    if (!file_exists(path))
+    struct stat sb;
+    if (stat(path, &sb) != 0)
         return ttt_error_set(err, TTT_ERR_IO, "checkpoint '%s' does not exist", path);
+    /* a FIFO would block the read for ever, a directory is no checkpoint: refused like a damaged
+     * file, so that the previous checkpoint is tried (ttt_st_read checks the mode again on the
+     * descriptor it opens, docs/hardening.md "Inputs that are not files") */
+    if (!S_ISREG(sb.st_mode))
+        return ttt_error_set(err, TTT_ERR_FORMAT,
+                             "checkpoint '%s' is not a regular file (%s); expected a "
+                             ".safetensors file", path,
+                             S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory"
+                                                                                 : "a device or "
+                                                                                   "socket");
     ttt_st_file *f;
     ttt_status st = ttt_st_read(path, &f, err);
     if (st != TTT_OK) {

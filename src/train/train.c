@@ -22,6 +22,8 @@
 #include "checkpoint.h"
 #include "batch.h"
 #include "comm.h"
+#include "infile.h"
+#include "point_records.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -529,9 +531,11 @@ static void emit(void *user, const ttt_record *r) {
     trainer *t = user;
     if (t->run->results) ttt_results_add(t->run->results, r, 0);
     if (t->stream && !t->stream_errno) {
-        ttt_record_write_json(r, t->stream);
-        fputc('\n', t->stream);
-        if (fflush(t->stream) != 0 || ferror(t->stream)) t->stream_errno = errno ? errno : EIO;
+        /* each line carries its checksum (point_records.h), verified when a resume reads it */
+        errno = 0;
+        if (ttt_journal_write(r, t->stream) != 0 || fflush(t->stream) != 0 ||
+            ferror(t->stream))
+            t->stream_errno = errno ? errno : EIO;
     }
 }
 
@@ -584,11 +588,15 @@ static ttt_status stream_replay(trainer *t, long long bytes, ttt_error *err) {
         s = ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for a record of the journal");
     while (s == TTT_OK && (n = getline(&line, &cap, in)) > 0) {
         lineno++;
-        if (ttt_record_parse_json(r, line) != TTT_OK)
-            s = ttt_error_set(err, TTT_ERR_FORMAT, "%s:%ld: not a record written by ttt", path,
-                              lineno);
-        else
-            ttt_results_add(t->run->results, r, 0);
+        s = ttt_journal_parse(r, line, err);
+        if (s == TTT_ERR_FORMAT) {
+            char why[TTT_ERROR_MSG_LEN];
+            snprintf(why, sizeof why, "%s", err->msg);
+            s = ttt_error_set(err, TTT_ERR_FORMAT,
+                              "%s:%ld: %s; the record journal is damaged: delete %s to start "
+                              "this point over", path, lineno, why, t->run->ckpt_dir);
+        }
+        if (s == TTT_OK) ttt_results_add(t->run->results, r, 0);
     }
     free(r);
     free(line);
@@ -743,6 +751,8 @@ static int stop_told;
 
 void ttt_train_request_stop(void) { stop_requested = 1; }
 
+const volatile sig_atomic_t *ttt_train_stop_flag(void) { return &stop_requested; }
+
 void ttt_train_stop_peers(const ttt_comm *c) {
     if (!c && stop_peers) (void)ttt_comm_stop_heard(stop_peers); /* notices no one waits for */
     stop_peers = c && c->size > 1 ? c : NULL;
@@ -804,8 +814,12 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     window w = {0};
     long step = 0, tokens = 0;
     if (s == TTT_OK && run->stream_path) {
-        t.stream = fopen(run->stream_path, "a");
-        if (!t.stream)
+        const char *kind = ""; /* a FIFO in its place would block (infile.h) */
+        t.stream = ttt_open_regular_append(run->stream_path, &kind);
+        if (!t.stream && kind[0])
+            s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s': not a regular "
+                              "file, it is %s", run->stream_path, kind);
+        else if (!t.stream)
             s = ttt_error_set(err, TTT_ERR_IO, "train: cannot append to '%s': %s",
                               run->stream_path, strerror(errno));
     }

@@ -34,6 +34,7 @@
 #ifndef TTT_TRAIN_H
 #define TTT_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "adamw.h"
@@ -147,6 +148,9 @@ ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int shards
  * only sets a flag): the program calls it from its SIGINT/SIGTERM handler. */
 void ttt_train_request_stop(void);
 int ttt_train_stop_requested(void);
+/* The flag ttt_train_request_stop sets, for ttt_ctx.stop (tensor.h): computations that watch it
+ * end within a token's work instead of at the end of a measurement. */
+const volatile sig_atomic_t *ttt_train_stop_flag(void);
 /* For every other long loop (memory sweeps, equivalence, benchmarks, evaluation sets): TTT_OK,
  * or TTT_ERR_INTERRUPTED with the message "interrupted" once a stop was requested; the caller
  * returns it, and the plan writes what the finished points measured. */

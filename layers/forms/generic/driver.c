@@ -98,6 +98,9 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
         }
         for (int i = 0; i < n; i++) {
             const int t = t0 + i;
+            /* a stop asked of this computation (tensor.h, ttt_ctx.stop): a token of a wide MLP
+             * takes tens of milliseconds, a sequence minutes */
+            if (ttt_ctx_stopped(ctx)) return ttt_error_set(err, TTT_ERR_INTERRUPTED, "interrupted");
             ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
             /* this token's retention α_t and the block prefix decay A_i = α_{t0} ⋯ α_t, as
              * tensors so that learned gates receive gradients */
