@@ -133,15 +133,21 @@ static ttt_tensor *fused_forward(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_ten
     return part(ctx, P, 0, T, d_v);
 }
 
-/* d(log α) from dG: the reverse cumulative sum inside the chunk (G = cumsum(log α)). */
+/* d(log α) from dG: the reverse cumulative sum inside the chunk (G = cumsum(ttt_gate_floor(log α))).
+ * A reset (log α < TTT_GATE_RESET, kernels.h) gets 0: the derivative of the floor, and what the
+ * recurrence gives (∂/∂log α = α ⟨dS_t, S_{t−1}⟩ with α = 0). The sum itself would only be nearly
+ * 0 there: the pairs on both sides of the reset contribute exactly 0 (their factors are ≤ e^−104),
+ * but the pairs after it add +x and −x at two tokens, which cancel to a rounding. */
 static void add_reverse_cumsum(float *gla,       /* (n, gd) += */
                                const double *dG, /* (n, gd) */
+                               const float *la,  /* (n, gd) the gates */
                                int n, int gd) {
     for (int c = 0; c < gd; c++) {
         double acc = 0.0;
         for (int i = n - 1; i >= 0; i--) {
-            acc += dG[(size_t)i * gd + c];
-            gla[(size_t)i * gd + c] += (float)acc;
+            const size_t ic = (size_t)i * gd + c;
+            acc += dG[ic];
+            gla[ic] += la[ic] < TTT_GATE_RESET ? 0.0f : (float)acc;
         }
     }
 }
@@ -202,7 +208,7 @@ static void la_chunk_backward(const la_ws *w, float *dS, /* (d_k, d_v) in: dS', 
         for (int c = 0; c < gd; c++) {
             double acc = 0.0, lo = 0.0, hi = 0.0;
             for (int i = 0; i < n; i++) {
-                acc += (double)la[(size_t)i * gd + c];
+                acc += (double)ttt_gate_floor(la[(size_t)i * gd + c]); /* resets: kernels.h */
                 G[(size_t)i * gd + c] = acc;
                 /* n·d_k of them with vector decay: the vectorizable float-accurate exp of the
                  * kernels (fastexp.h); the scalar case (n of them) keeps libm's, as linear_attention/chunkwise.c */
@@ -357,7 +363,7 @@ static void la_chunk_backward(const la_ws *w, float *dS, /* (d_k, d_v) in: dS', 
             for (int j = 0; j < d_v; j++) dSc_[j] *= en;
         }
     gemm(1, 0, d_k, d_v, n, 1.0f, qe, d_k, dO, d_v, 1.0f, dS, d_v);
-    if (gla) add_reverse_cumsum(gla, dG, n, gd);
+    if (gla) add_reverse_cumsum(gla, dG, la, n, gd);
     if (gb)
         for (int j = 0; j < n; j++) gb[j] += (float)db[j];
 #undef GI
@@ -466,7 +472,7 @@ static void delta_chunk_backward(const delta_ws *w, float *dS, /* (d_k, d_v) in:
     /* ---- recompute the chunk (as delta_rule/chunkwise.c) ---- */
     double acc = 0.0;
     for (int i = 0; i < n; i++) {
-        acc += decay ? (double)la[i] : 0.0;
+        acc += decay ? (double)ttt_gate_floor(la[i]) : 0.0; /* resets: kernels.h */
         g[i] = acc;
         eg[i] = decay ? (float)exp(acc) : 1.0f;
     }
@@ -611,7 +617,7 @@ static void delta_chunk_backward(const delta_ws *w, float *dS, /* (d_k, d_v) in:
             for (int j = i + 1; j < n; j++) dP[(size_t)i * n + j] = dP[(size_t)j * n + i];
         gemm(0, 0, n, d_k, n, 1.0f, dP, n, k, d_k, 1.0f, gk, d_k);
     }
-    if (gla) add_reverse_cumsum(gla, dG, n, 1);
+    if (gla) add_reverse_cumsum(gla, dG, la, n, 1);
     if (gb)
         for (int i = 0; i < n; i++) gb[i] += (float)db[i];
 #undef BETA

@@ -160,7 +160,7 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
     if (decay) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
-            acc += log_alpha[(size_t)i * ld->la];
+            acc += ttt_gate_floor(log_alpha[(size_t)i * ld->la]); /* resets: kernels.h */
             g[i] = acc;
             eg[i] = (float)exp(acc);
         }

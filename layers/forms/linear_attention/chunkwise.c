@@ -155,7 +155,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     if (kind == LA_SCALAR) {
         double g = 0.0, lo = 0.0, hi = 0.0;
         for (int i = 0; i < n; i++) {
-            g += (double)log_alpha[(size_t)i * ld->la];
+            g += (double)ttt_gate_floor(log_alpha[(size_t)i * ld->la]); /* resets: kernels.h */
             G[i] = g;
             E[i] = (float)exp(g);
             lo = g < lo ? g : lo;
@@ -181,7 +181,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
             const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
             const float b = beta_at(beta, ldb, i);
             for (int c = 0; c < d_k; c++) {
-                const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
+                const double g = (Gp ? Gp[c] : 0.0) + (double)ttt_gate_floor(li[c]);
                 Gi[c] = g;
                 Ei[c] = ttt_fast_exp_d(g);
                 lo[c] = g < lo[c] ? g : lo[c];
