@@ -9,7 +9,8 @@
  * and log α, which are summed in double and added once per chunk.
  *
  * Notation for one chunk of n tokens (pointers start at its first token): G the cumulative log
- * gates inside the chunk (inclusive, in double like the kernels), e = exp(G), Γ_ij = exp(G_i − G_j)
+ * gates inside the chunk (inclusive, in double like the kernels, each gate raised to the reset
+ * floor −104 as they do: docs/math.md §0 "Hard resets"), e = exp(G), Γ_ij = exp(G_i − G_j)
  * (i ≥ j), f_j = exp(G_n − G_j) the write factors, S the state at the chunk start, dS' = dL/dS at
  * its end. d(log α) is the reverse cumulative sum of dG inside the chunk (G = cumsum(log α)). */
 #include "fused_grad.h"

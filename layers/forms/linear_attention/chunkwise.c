@@ -36,6 +36,10 @@
  *   row of the lower half as reference, where both factors are ≤ 1 whatever the span, and the
  *   two diagonal quarters recurse. With log α ≈ −1 and C = 128 this is one split; the parallel
  *   form over T = 1000 with log α ≈ −0.5 recurses down to blocks of ~62 rows.
+ * - Hard resets (log α < −104, −inf included; docs/math.md §0 "Hard resets") enter G as −104
+ *   (ttt_gate_floor, kernels.h), so that no difference G_i − G_j is (−inf) − (−inf); every factor
+ *   across a reset is then ≤ e^−104, 0 in float. A chunk holding a reset has a span above
+ *   LA_SPAN_MAX and takes the exact paths for long spans below.
  * - Gates with log α > 0 (retention above one) go through the same formulas but without the
  *   overflow guarantee. */
 #include "blas.h"
