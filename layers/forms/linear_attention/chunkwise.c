@@ -44,6 +44,7 @@
  *   overflow guarantee. */
 #include "blas.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fastexp.h"
@@ -62,6 +63,7 @@ typedef struct la_work {
     double *G;  /* (C, gdim) cumulative log decay inside the chunk */
     double *glo, *ghi; /* (d_k) per key dimension: lowest and highest G in the chunk */
     float *Sw;     /* (d_k, d_v) the chunk's write to the state */
+    unsigned char *reset; /* (C) vector gate: row i resets every key dimension */
     double *drift; /* (gdim) the state decays' accumulated rounding over the chunks so far
                     * (ttt_gate_dither, kernels.h) */
 } la_work;
@@ -87,9 +89,10 @@ static inline float beta_at(const float *beta, int ldb, int j) {
 /* Vector-decay scores of a block of n rows (see the header comment):
  *   A_ij = Σ_c q_ic k_jc exp(G_ic − G_jc) for i ≥ j; entries above the diagonal are garbage.
  * A (n, n) with leading dimension lda; q, k (n, d_k) with row strides ldq, ldk; G (n, d_k);
- * qs, ks scratch (n, d_k). */
+ * reset (n): row i resets every key dimension; qs, ks scratch (n, d_k). */
 static void vec_scores(float *A, int lda, const float *q, int ldq, const float *k, int ldk,
-                       const double *G, int n, int d_k, float *qs, float *ks) {
+                       const double *G, const unsigned char *reset, int n, int d_k, float *qs,
+                       float *ks) {
     double span = 0.0;
     for (int c = 0; c < d_k; c++) {
         double lo = G[c], hi = G[c];
@@ -101,34 +104,53 @@ static void vec_scores(float *A, int lda, const float *q, int ldq, const float *
         if (hi - lo > span) span = hi - lo;
     }
     if (span <= LA_SPAN_MAX) {
-        /* one reference row (row 0): factors within [e^−span, e^span] */
-        for (int i = 0; i < n; i++)
+        /* one reference row (row 0): factors within [e^−span, e^span]; 2n·d_k exponentials
+         * through the vectorizable ttt_fast_exp_d (fastexp.h, float accuracy) */
+        for (int i = 0; i < n; i++) {
+            const double *restrict Gi = G + (size_t)i * d_k;
+            const float *restrict qi = q + (size_t)i * ldq, *restrict ki = k + (size_t)i * ldk;
+            float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
             for (int c = 0; c < d_k; c++) {
-                size_t ic = (size_t)i * d_k + c;
-                double d = G[ic] - G[c];
-                qs[ic] = q[(size_t)i * ldq + c] * (float)exp(d);
-                ks[ic] = k[(size_t)i * ldk + c] * (float)exp(-d);
+                const double d = Gi[c] - G[c];
+                qsi[c] = qi[c] * ttt_fast_exp_d(d);
+                ksi[c] = ki[c] * ttt_fast_exp_d(-d);
             }
+        }
         gemm_abt(A, lda, qs, d_k, ks, d_k, n, n, d_k);
         return;
     }
-    /* split: rows [m, n) against columns [0, m) with reference row m (factors ≤ 1) */
+    /* A row r > 0 that resets every key dimension (docs/math.md §0 "Hard resets") splits the
+     * block exactly: every factor of rows [r, n) against columns [0, r) spans the reset (0), and
+     * each side recurses with its own span, usually small. The reset nearest the middle keeps
+     * the halves balanced. Otherwise split in the middle: rows [m, n) against columns [0, m)
+     * with reference row m (factors ≤ 1). */
+    int r = 0;
+    for (int i = 1; i < n; i++)
+        if (reset[i] && (r == 0 || abs(2 * i - n) < abs(2 * r - n))) r = i;
+    if (r > 0) {
+        for (int i = r; i < n; i++) memset(A + (size_t)i * lda, 0, sizeof(float) * (size_t)r);
+        vec_scores(A, lda, q, ldq, k, ldk, G, reset, r, d_k, qs, ks);
+        vec_scores(A + (size_t)r * lda + r, lda, q + (size_t)r * ldq, ldq, k + (size_t)r * ldk,
+                   ldk, G + (size_t)r * d_k, reset + r, n - r, d_k, qs + (size_t)r * d_k,
+                   ks + (size_t)r * d_k);
+        return;
+    }
     const int m = n / 2;
     const double *Gm = G + (size_t)m * d_k;
     for (int i = m; i < n; i++)
         for (int c = 0; c < d_k; c++) {
             size_t ic = (size_t)i * d_k + c;
-            qs[ic] = q[(size_t)i * ldq + c] * (float)exp(G[ic] - Gm[c]);
+            qs[ic] = q[(size_t)i * ldq + c] * ttt_fast_exp_d(G[ic] - Gm[c]);
         }
     for (int j = 0; j < m; j++)
         for (int c = 0; c < d_k; c++) {
             size_t jc = (size_t)j * d_k + c;
-            ks[jc] = k[(size_t)j * ldk + c] * (float)exp(Gm[c] - G[jc]);
+            ks[jc] = k[(size_t)j * ldk + c] * ttt_fast_exp_d(Gm[c] - G[jc]);
         }
     gemm_abt(A + (size_t)m * lda, lda, qs + (size_t)m * d_k, d_k, ks, d_k, n - m, m, d_k);
-    vec_scores(A, lda, q, ldq, k, ldk, G, m, d_k, qs, ks);
+    vec_scores(A, lda, q, ldq, k, ldk, G, reset, m, d_k, qs, ks);
     vec_scores(A + (size_t)m * lda + m, lda, q + (size_t)m * ldq, ldq, k + (size_t)m * ldk, ldk,
-               Gm, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
+               Gm, reset + m, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
 }
 
 /* One chunk of n tokens from state S (in/out), see the header comment. Pointers start at the
@@ -184,8 +206,19 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
             const float *li = log_alpha + (size_t)i * ld->la;
             const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
             const float b = beta_at(beta, ldb, i);
+            /* the row's gates with the reset floor (kernels.h), in a row of qs2 (free until
+             * vec_scores): in a loop of their own, so that both loops vectorize (the select
+             * inside the loop below made gcc give up on it: 0.55× the chunk's speed) */
+            float *restrict lf = w->qs2 + (size_t)i * d_k;
+            int kept = 0; /* some key dimension is not reset */
             for (int c = 0; c < d_k; c++) {
-                const double g = (Gp ? Gp[c] : 0.0) + (double)ttt_gate_floor(li[c]);
+                const int r = li[c] < TTT_GATE_RESET;
+                kept |= !r;
+                lf[c] = r ? TTT_GATE_RESET : li[c];
+            }
+            w->reset[i] = !kept;
+            for (int c = 0; c < d_k; c++) {
+                const double g = (Gp ? Gp[c] : 0.0) + (double)lf[c];
                 Gi[c] = g;
                 Ei[c] = ttt_fast_exp_d(g);
                 lo[c] = g < lo[c] ? g : lo[c];
@@ -219,7 +252,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         /* (Q ⊙ E)(β ⊙ K ⊙ 1/E)ᵀ: β is in the keys already; factors ≤ e^60 */
         gemm_abt(A, n, qs, d_k, ks, d_k, n, n, d_k);
     } else if (kind == LA_VECTOR) {
-        vec_scores(A, n, q, ldq, k, ldk, G, n, d_k, w->qs2, w->ks);
+        vec_scores(A, n, q, ldq, k, ldk, G, w->reset, n, d_k, w->qs2, w->ks);
     } else {
         gemm_abt(A, n, q, ldq, k, ldk, n, n, d_k);
     }
@@ -229,11 +262,14 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= E[i] * w->f[j];
     } else if (kind == LA_SCALAR) {
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) {
-                const double d = G[i] - G[j]; /* exp(d) is 0 in float below −104 */
-                A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * beta_at(beta, ldb, j);
-            }
+        /* n²/2 exponentials of differences ≤ 0 through the vectorizable ttt_fast_exp_d
+         * (fastexp.h: float accuracy, 0 below −87, where the float value underflows anyway) */
+        for (int j = 0; j < n; j++) w->f[j] = beta_at(beta, ldb, j);
+        for (int i = 0; i < n; i++) {
+            float *restrict Ai = A + (size_t)i * n;
+            const double gi = G[i];
+            for (int j = 0; j <= i; j++) Ai[j] *= ttt_fast_exp_d(gi - G[j]) * w->f[j];
+        }
     } else if (beta && !(kind == LA_VECTOR && trick)) {
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[(size_t)j * ldb];
@@ -258,11 +294,15 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     } else if (kind != LA_NONE) {
         for (int j = 0; j < n; j++) {
             const float b = beta_at(beta, ldb, j);
-            const float fs = kind == LA_SCALAR ? (float)exp(Gn[0] - G[j]) * b : 0.0f;
-            for (int c = 0; c < d_k; c++)
-                ks[(size_t)j * d_k + c] =
-                    k[(size_t)j * ldk + c] *
-                    (kind == LA_SCALAR ? fs : (float)exp(Gn[c] - G[(size_t)j * d_k + c]) * b);
+            const float *restrict kj = k + (size_t)j * ldk;
+            float *restrict ksj = ks + (size_t)j * d_k;
+            if (kind == LA_SCALAR) {
+                const float fs = (float)exp(Gn[0] - G[j]) * b;
+                for (int c = 0; c < d_k; c++) ksj[c] = kj[c] * fs;
+            } else { /* n·d_k exponentials: the vectorizable ttt_fast_exp_d, as above */
+                const double *Gj = G + (size_t)j * d_k;
+                for (int c = 0; c < d_k; c++) ksj[c] = kj[c] * (ttt_fast_exp_d(Gn[c] - Gj[c]) * b);
+            }
         }
         kwrite = ks;
         ldkw = d_k;
@@ -321,6 +361,7 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.Sw = scratch(ctx, sizeof(float) * (size_t)d_k * d_v);
     w.drift = scratch(ctx, sizeof(double) * (size_t)gdim);
+    w.reset = scratch(ctx, (size_t)C);
     for (int c = 0; c < gdim; c++) w.drift[c] = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
     const int gk = kind == LA_VECTOR ? d_k : 1;
