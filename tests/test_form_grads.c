@@ -695,8 +695,9 @@ END_TEST
 
 /* Memory of the fused ops: what a recorded forward leaves in the arena for the backward is the
  * packed result (T·d_v + d_k·d_v floats, + d for the dual form's bias) plus one state per chunk
- * (d_k × d_v; (W, b) per block of the dual form) — it grows with the number of chunks, not with
- * T·d_k·d_v (a saved state per token would be 64× more here for chunk 64, 16× for block 16). */
+ * (d_k × d_v; (W, b) per block of the dual form) and the list of chunks (with a vector gate a
+ * reset starts one) — it grows with the number of chunks, not with T·d_k·d_v (a saved state
+ * per token would be 64× more here for chunk 64, 16× for block 16). */
 START_TEST(test_fused_memory_per_chunk) {
     const int T = 512, d = 16, C = 64, Bd = 16; /* Bd: the dual form's mini-batch */
     ttt_rng rng;
@@ -723,11 +724,14 @@ START_TEST(test_fused_memory_per_chunk) {
         else
             ttt_ttt_linear_dual_fused(ctx, &S, &bT, in[0], in[1], in[2], NULL, in[3], b0, Bd);
         const size_t kept = ttt_arena_footprint(ctx->arena) - before;
-        /* floats: result + saved chunk-start states; plus headers, the tape entries and 64-byte
-         * alignment of each allocation (< 2 KiB) */
+        /* floats: result + saved chunk-start states; the chunk list of the linear-attention
+         * and delta-rule ops (a first token and a saved-state slot per chunk, and a flag:
+         * fused_grad.c, fused_chunks); plus headers, the tape entries and 64-byte alignment of
+         * each allocation (< 2 KiB) */
         const size_t state = op < 2 ? (size_t)d * d : (size_t)d * d + d;
         const size_t nchunks = (size_t)(T / (op < 2 ? C : Bd));
-        const size_t bound = 4 * ((size_t)T * d + state + nchunks * state) + 2048;
+        const size_t list = op < 2 ? 9 * (nchunks + 1) : 0;
+        const size_t bound = 4 * ((size_t)T * d + state + nchunks * state) + list + 2048;
         ck_assert_msg(kept <= bound, "op %d keeps %zu bytes (bound %zu)", op, kept, bound);
         ck_assert(S->n == (size_t)d * d);
     }
