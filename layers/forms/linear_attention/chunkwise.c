@@ -52,6 +52,9 @@
 
 /* Largest decay span (nats) over which scores use one reference row (see above). */
 #define LA_SPAN_MAX 60.0
+/* A vector gate's cumulative sums below −LA_G_FLOORED are formed again from floored gates
+ * (la_chunk): −inf, −1e30, or sums so large that float64 loses the small gates in them. */
+#define LA_G_FLOORED 1e6
 
 typedef struct la_work {
     float *A;   /* (C, C) intra-chunk scores */
@@ -154,6 +157,16 @@ static void vec_scores(float *A, int lda, const float *q, int ldq, const float *
                Gm, reset + m, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
 }
 
+/* A vector gate's row (d_k) resets every key dimension (docs/math.md §0 "Hard resets"). The
+ * first dimension decides for nearly every row, so that the scan for resets reads one gate per
+ * token (the whole row took 5–10 % of GLA's forward at d = 64). */
+static int la_row_resets(const float *la, int d_k) {
+    if (!(la[0] < TTT_GATE_RESET)) return 0;
+    int kept = 0;
+    for (int c = 0; c < d_k; c++) kept |= !(la[c] < TTT_GATE_RESET);
+    return !kept;
+}
+
 /* One chunk of n tokens from state S (in/out), see the header comment. Pointers start at the
  * chunk's first token; rows are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld).
  * kind: LA_NONE, LA_SCALAR (log_alpha (n)), LA_VECTOR (log_alpha (n, d_k)).
@@ -196,39 +209,49 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
          * forms the read's queries Q ⊙ E and the scores' keys β ⊙ K / E, so that each input row
          * is read once (the passes are bound by reading the inputs; docs/benchmarks.md "What
          * would close the remaining gaps"). K / E is valid when the span is ≤ LA_SPAN_MAX
-         * (decided below); otherwise ks is overwritten before use. */
+         * (decided below); otherwise ks is overwritten before use.
+         *
+         * Hard resets: the gates are summed as given, and only when a sum falls below
+         * LA_G_FLOORED (a −inf, −1e30 or a long run of resets) is the pass repeated on the gates
+         * raised to the reset floor (ttt_gate_floor, kernels.h; in w->lf). A gate between
+         * −LA_G_FLOORED and −104 is a reset all the same: every factor across it is ≤ e^−104,
+         * 0 in float, and its sum keeps the small gates after it in float64. (Flooring inside
+         * this loop made gcc give up vectorizing it, and a pass of its own cost 5–10 % of GLA's
+         * forward at d = 64.) */
         double *lo = w->glo, *hi = w->ghi;
-        for (int c = 0; c < d_k; c++) lo[c] = hi[c] = 0.0;
-        for (int i = 0; i < n; i++) {
-            const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
-            double *Gi = G + (size_t)i * d_k;
-            float *restrict Ei = E + (size_t)i * d_k;
-            float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
-            const float *li = log_alpha + (size_t)i * ld->la;
-            const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
-            const float b = beta_at(beta, ldb, i);
-            /* the row's gates with the reset floor (kernels.h), in a row of qs2 (free until
-             * vec_scores): in a loop of their own, so that both loops vectorize (the select
-             * inside the loop below made gcc give up on it: 0.55× the chunk's speed) */
-            float *restrict lf = w->qs2 + (size_t)i * d_k;
-            int kept = 0; /* some key dimension is not reset */
-            for (int c = 0; c < d_k; c++) {
-                const int r = li[c] < TTT_GATE_RESET;
-                kept |= !r;
-                lf[c] = r ? TTT_GATE_RESET : li[c];
+        const float *la = log_alpha;
+        int ldl = ld->la;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int c = 0; c < d_k; c++) lo[c] = hi[c] = 0.0;
+            for (int i = 0; i < n; i++) {
+                const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
+                double *Gi = G + (size_t)i * d_k;
+                float *restrict Ei = E + (size_t)i * d_k;
+                float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
+                const float *li = la + (size_t)i * ldl;
+                const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
+                const float b = beta_at(beta, ldb, i);
+                for (int c = 0; c < d_k; c++) {
+                    const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
+                    Gi[c] = g;
+                    Ei[c] = ttt_fast_exp_d(g);
+                    lo[c] = g < lo[c] ? g : lo[c];
+                    hi[c] = g > hi[c] ? g : hi[c];
+                }
+                for (int c = 0; c < d_k; c++) { /* the row's E is in L1 */
+                    qsi[c] = qi[c] * Ei[c];
+                    ksi[c] = b * (ki[c] / Ei[c]);
+                }
             }
-            w->reset[i] = !kept;
-            for (int c = 0; c < d_k; c++) {
-                const double g = (Gp ? Gp[c] : 0.0) + (double)lf[c];
-                Gi[c] = g;
-                Ei[c] = ttt_fast_exp_d(g);
-                lo[c] = g < lo[c] ? g : lo[c];
-                hi[c] = g > hi[c] ? g : hi[c];
-            }
-            for (int c = 0; c < d_k; c++) { /* the row's E is in L1 */
-                qsi[c] = qi[c] * Ei[c];
-                ksi[c] = b * (ki[c] / Ei[c]);
-            }
+            double low = 0.0;
+            for (int c = 0; c < d_k; c++) low = lo[c] < low ? lo[c] : low;
+            if (pass || !(low < -LA_G_FLOORED)) break;
+            for (int i = 0; i < n; i++) /* in place when la_run passed w->lf */
+                for (int c = 0; c < d_k; c++)
+                    w->lf[(size_t)i * d_k + c] =
+                        ttt_gate_floor(log_alpha[(size_t)i * ld->la + c]);
+            la = w->lf;
+            ldl = d_k;
         }
         for (int c = 0; c < d_k; c++)
             if (hi[c] - lo[c] > span) span = hi[c] - lo[c];
@@ -253,6 +276,8 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         /* (Q ⊙ E)(β ⊙ K ⊙ 1/E)ᵀ: β is in the keys already; factors ≤ e^60 */
         gemm_abt(A, n, qs, d_k, ks, d_k, n, n, d_k);
     } else if (kind == LA_VECTOR) {
+        for (int i = 0; i < n; i++) /* the rows that reset every key dimension */
+            w->reset[i] = la_row_resets(log_alpha + (size_t)i * ld->la, d_k);
         vec_scores(A, n, q, ldq, k, ldk, G, w->reset, n, d_k, w->qs2, w->ks);
     } else {
         gemm_abt(A, n, q, ldq, k, ldk, n, n, d_k);
@@ -336,13 +361,6 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         } else
             for (int j = 0; j < d_v; j++) Sc[j] = a * Sc[j] + Wc[j];
     }
-}
-
-/* A vector gate's row (d_k) resets every key dimension (docs/math.md §0 "Hard resets"). */
-static int la_row_resets(const float *la, int d_k) {
-    int kept = 0;
-    for (int c = 0; c < d_k; c++) kept |= !(la[c] < TTT_GATE_RESET);
-    return !kept;
 }
 
 static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
