@@ -8,6 +8,9 @@
  *       the generic driver's under the tape, fused and composed paths;
  *   (c) scratch_bytes is at least the arena's measured peak during forward;
  *   (d) forward_strided, where present, gives forward's bits on rows inside a (T, H, D) array.
+ * Every gated call runs twice: with the gates drawn below and with hard resets among them
+ * (is_reset, docs/math.md §0 "Hard resets"); with resets (a) and (b) also require the same call
+ * without its resets to be rejected, and (b) requires the gradient of every reset gate to be 0.
  * Every entry must be exercised by at least one preset (a new entry that no preset reaches fails
  * here and needs a preset or a case).
  *
