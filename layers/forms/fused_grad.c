@@ -87,8 +87,10 @@ typedef struct fused_saved {
  * recording. */
 typedef enum { FG_LA, FG_DELTA } fg_op;
 
-/* Row t of a vector gate (T, d_k) resets every key dimension (docs/math.md §0 "Hard resets"). */
+/* Row t of a vector gate (T, d_k) resets every key dimension (docs/math.md §0 "Hard resets");
+ * the first dimension decides for nearly every row. */
 static int full_reset(const float *la, int t, int d_k) {
+    if (!(la[(size_t)t * d_k] < TTT_GATE_RESET)) return 0;
     int kept = 0;
     for (int c = 0; c < d_k; c++) kept |= !(la[(size_t)t * d_k + c] < TTT_GATE_RESET);
     return !kept;
