@@ -29,7 +29,7 @@
  *   with zeros. Its E and K ⊙ 1/E are reused for the read and the write (with a vector gate the
  *   keys carry β, β ⊙ K ⊙ 1/E, and the write's factor E_n scales the rows of the state update).
  * - Longer spans (strong gates, long chunks, the parallel form): scalar decay takes
- *   exp(G_i − G_j) per pair (0 below −104, where float exp underflows anyway); vector decay,
+ *   exp(G_i − G_j) per pair (ttt_fast_exp_d, fastexp.h: 0 below −87); vector decay,
  *   where the decay cannot be pulled out of the q·k sum, goes through vec_scores: a block whose
  *   span (relative to its first row) is ≤ 60 nats uses the trick with its first row as
  *   reference; a larger block is split in two halves, the off-diagonal quarter uses the first
@@ -39,12 +39,13 @@
  * - Hard resets (log α < −104, −inf included; docs/math.md §0 "Hard resets") enter G as −104
  *   (ttt_gate_floor, kernels.h), so that no difference G_i − G_j is (−inf) − (−inf); every factor
  *   across a reset is then ≤ e^−104, 0 in float. A chunk holding a reset has a span above
- *   LA_SPAN_MAX and takes the exact paths for long spans below.
+ *   LA_SPAN_MAX and takes the exact paths for long spans above, except that with a vector gate
+ *   a row resetting every key dimension starts a chunk of its own (la_run), from a zero state
+ *   with its gates taken as 0, whose span is then that of its ordinary gates.
  * - Gates with log α > 0 (retention above one) go through the same formulas but without the
  *   overflow guarantee. */
 #include "blas.h"
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "fastexp.h"
@@ -66,8 +67,8 @@ typedef struct la_work {
     double *G;  /* (C, gdim) cumulative log decay inside the chunk */
     double *glo, *ghi; /* (d_k) per key dimension: lowest and highest G in the chunk */
     float *Sw;     /* (d_k, d_v) the chunk's write to the state */
-    unsigned char *reset; /* (C) vector gate: row i resets every key dimension */
-    float *lf;            /* (C, d_k) vector gate: a chunk's gates from a reset (la_run) */
+    float *lf;     /* (C, d_k) vector gate: a chunk's gates from a reset (la_run) or floored
+                    * (la_chunk) */
     double *drift; /* (gdim) the state decays' accumulated rounding over the chunks so far
                     * (ttt_gate_dither, kernels.h) */
 } la_work;
@@ -93,10 +94,9 @@ static inline float beta_at(const float *beta, int ldb, int j) {
 /* Vector-decay scores of a block of n rows (see the header comment):
  *   A_ij = Σ_c q_ic k_jc exp(G_ic − G_jc) for i ≥ j; entries above the diagonal are garbage.
  * A (n, n) with leading dimension lda; q, k (n, d_k) with row strides ldq, ldk; G (n, d_k);
- * reset (n): row i resets every key dimension; qs, ks scratch (n, d_k). */
+ * qs, ks scratch (n, d_k). */
 static void vec_scores(float *A, int lda, const float *q, int ldq, const float *k, int ldk,
-                       const double *G, const unsigned char *reset, int n, int d_k, float *qs,
-                       float *ks) {
+                       const double *G, int n, int d_k, float *qs, float *ks) {
     double span = 0.0;
     for (int c = 0; c < d_k; c++) {
         double lo = G[c], hi = G[c];
@@ -123,22 +123,8 @@ static void vec_scores(float *A, int lda, const float *q, int ldq, const float *
         gemm_abt(A, lda, qs, d_k, ks, d_k, n, n, d_k);
         return;
     }
-    /* A row r > 0 that resets every key dimension (docs/math.md §0 "Hard resets") splits the
-     * block exactly: every factor of rows [r, n) against columns [0, r) spans the reset (0), and
-     * each side recurses with its own span, usually small. The reset nearest the middle keeps
-     * the halves balanced. Otherwise split in the middle: rows [m, n) against columns [0, m)
-     * with reference row m (factors ≤ 1). */
-    int r = 0;
-    for (int i = 1; i < n; i++)
-        if (reset[i] && (r == 0 || abs(2 * i - n) < abs(2 * r - n))) r = i;
-    if (r > 0) {
-        for (int i = r; i < n; i++) memset(A + (size_t)i * lda, 0, sizeof(float) * (size_t)r);
-        vec_scores(A, lda, q, ldq, k, ldk, G, reset, r, d_k, qs, ks);
-        vec_scores(A + (size_t)r * lda + r, lda, q + (size_t)r * ldq, ldq, k + (size_t)r * ldk,
-                   ldk, G + (size_t)r * d_k, reset + r, n - r, d_k, qs + (size_t)r * d_k,
-                   ks + (size_t)r * d_k);
-        return;
-    }
+    /* split: rows [m, n) against columns [0, m) with reference row m (factors ≤ 1). (A row
+     * that resets every key dimension never lies inside a block: la_run starts a chunk there.) */
     const int m = n / 2;
     const double *Gm = G + (size_t)m * d_k;
     for (int i = m; i < n; i++)
@@ -152,9 +138,9 @@ static void vec_scores(float *A, int lda, const float *q, int ldq, const float *
             ks[jc] = k[(size_t)j * ldk + c] * ttt_fast_exp_d(Gm[c] - G[jc]);
         }
     gemm_abt(A + (size_t)m * lda, lda, qs + (size_t)m * d_k, d_k, ks, d_k, n - m, m, d_k);
-    vec_scores(A, lda, q, ldq, k, ldk, G, reset, m, d_k, qs, ks);
+    vec_scores(A, lda, q, ldq, k, ldk, G, m, d_k, qs, ks);
     vec_scores(A + (size_t)m * lda + m, lda, q + (size_t)m * ldq, ldq, k + (size_t)m * ldk, ldk,
-               Gm, reset + m, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
+               Gm, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
 }
 
 /* A vector gate's row (d_k) resets every key dimension (docs/math.md §0 "Hard resets"). The
@@ -276,9 +262,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         /* (Q ⊙ E)(β ⊙ K ⊙ 1/E)ᵀ: β is in the keys already; factors ≤ e^60 */
         gemm_abt(A, n, qs, d_k, ks, d_k, n, n, d_k);
     } else if (kind == LA_VECTOR) {
-        for (int i = 0; i < n; i++) /* the rows that reset every key dimension */
-            w->reset[i] = la_row_resets(log_alpha + (size_t)i * ld->la, d_k);
-        vec_scores(A, n, q, ldq, k, ldk, G, w->reset, n, d_k, w->qs2, w->ks);
+        vec_scores(A, n, q, ldq, k, ldk, G, n, d_k, w->qs2, w->ks);
     } else {
         gemm_abt(A, n, q, ldq, k, ldk, n, n, d_k);
     }
@@ -387,7 +371,6 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.Sw = scratch(ctx, sizeof(float) * (size_t)d_k * d_v);
     w.drift = scratch(ctx, sizeof(double) * (size_t)gdim);
-    w.reset = scratch(ctx, (size_t)C);
     w.lf = kind == LA_VECTOR ? scratch(ctx, sizeof(float) * (size_t)C * d_k) : NULL;
     for (int c = 0; c < gdim; c++) w.drift[c] = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
