@@ -10,6 +10,9 @@
  *   (d) forward_strided, where present, gives forward's bits on rows inside a (T, H, D) array;
  *   (e) device entries (CUDA): batched forward and backward equal the generic driver, where a
  *       GPU is present (the block (e) below).
+ * Every gated call runs twice: with the gates drawn below and with hard resets among them
+ * (is_reset, docs/math.md §0 "Hard resets"); with resets (a) and (b) also require the same call
+ * without its resets to be rejected, and (b) requires the gradient of every reset gate to be 0.
  * Every entry must be exercised by at least one preset (a new entry that no preset reaches fails
  * here and needs a preset or a case).
  *
@@ -136,8 +139,26 @@ typedef struct inputs {
     ttt_tensor *q, *k, *v, *eta, *la;
 } inputs;
 
+/* Hard resets (docs/math.md §0 "Hard resets"): the tokens whose gate is a reset, in a call of T
+ * tokens — the first token, one inside a chunk of CHUNK = 3 (token 4), the first and the last
+ * token of a chunk (6 and 8), and a run of resets covering a whole chunk of 3 and of 4 (the
+ * block of the b = 4 presets): tokens 8…12 for T = 13, which end at the last token; tokens
+ * 20…25 and two more (33, 34) for T = 40, which end 5 tokens before it so that the final
+ * state still depends on the tokens after them. */
+static int is_reset(int t, int T) {
+    if (t == 0 || t == 4 || t == 6 || t == 8) return 1;
+    if (T <= 13) return t >= 8;
+    return (t >= 20 && t <= 25) || t == 33 || t == 34;
+}
+/* The values a reset takes, in turn: −inf, and finite gates whose retention underflows (−1e30
+ * also swallows every small gate after it in a float64 cumulative sum). */
+static const float reset_values[] = {-INFINITY, -1e30f, -1e4f, -200.0f};
+
+/* resets: the gates of is_reset's tokens replaced by reset_values (with a vector gate on every
+ * key dimension at every other reset, on the first half of them at the others); the other
+ * inputs are those of the same call without resets. */
 static inputs make_inputs(ttt_ctx *c, ttt_rng *rng, const ttt_layer *L, int T, ttt_gate_shape g,
-                          int with_eta) {
+                          int with_eta, int resets) {
     inputs in = {0};
     in.q = ttt_tensor_2d(c, T, D);
     in.k = ttt_tensor_2d(c, T, D);
@@ -165,6 +186,15 @@ static inputs make_inputs(ttt_ctx *c, ttt_rng *rng, const ttt_layer *L, int T, t
         else
             ttt_rng_fill_uniform(rng, in.la->data, in.la->n, -0.2f, -0.01f);
     }
+    if (resets && in.la) {
+        const int gk = g == TTT_FORM_GATE_KEY ? D : 1;
+        for (int t = 0, r = 0; t < T; t++) {
+            if (!is_reset(t, T)) continue;
+            const float x = reset_values[r % 4];
+            for (int j = 0; j < (gk > 1 && r % 2 ? gk / 2 : gk); j++) in.la->data[(size_t)t * gk + j] = x;
+            r++;
+        }
+    }
     return in;
 }
 
@@ -185,10 +215,11 @@ static void init_state(ttt_ctx *c, const ttt_layer *L, ttt_layer_state *st) {
     ttt_layer_state_init(c, L, st, &r);
 }
 
-/* Calls f(entry, layer, preset, T, gate, eta) for every entry × preset × call shape the entry
- * accepts; returns how many; counts per entry in covered[]. */
+/* Calls f(entry, layer, preset, T, gate, eta, resets) for every entry × preset × call shape the
+ * entry accepts, the gated ones with and without hard resets; returns how many; counts per entry
+ * in covered[]. */
 typedef void (*case_fn)(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
-                        ttt_gate_shape g, int with_eta, void *arg);
+                        ttt_gate_shape g, int with_eta, int resets, void *arg);
 
 static int each_case(case_fn f, void *arg, int *covered) {
     int n = 0;
@@ -203,15 +234,17 @@ static int each_case(case_fn f, void *arg, int *covered) {
             if (e->available(&L, NULL)) continue;
             for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++)
                 for (int g = TTT_FORM_GATE_NONE; g <= TTT_FORM_GATE_KEY; g++)
-                    for (int with_eta = 0; with_eta < 2; with_eta++) {
-                        if (!call_possible(&L, (ttt_gate_shape)g)) continue;
-                        const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
-                                                    .gate = (ttt_gate_shape)g, .tape = 0};
-                        if (e->available(&L, &in)) continue;
-                        f(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta, arg);
-                        n++;
-                        covered[i]++;
-                    }
+                    for (int with_eta = 0; with_eta < 2; with_eta++)
+                        for (int resets = 0; resets < (g == TTT_FORM_GATE_NONE ? 1 : 2);
+                             resets++) {
+                            if (!call_possible(&L, (ttt_gate_shape)g)) continue;
+                            const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
+                                                        .gate = (ttt_gate_shape)g, .tape = 0};
+                            if (e->available(&L, &in)) continue;
+                            f(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta, resets, arg);
+                            n++;
+                            covered[i]++;
+                        }
         }
     }
     return n;
@@ -292,11 +325,16 @@ static int f64_close(const float *got, const double *want, size_t n, double floo
 /* ---- (a) forward = the generic driver ---- */
 
 static void forward_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
-                         ttt_gate_shape g, int with_eta, void *arg) {
+                         ttt_gate_shape g, int with_eta, int resets, void *arg) {
     (void)arg;
     tu_fixture f;
     tu_fx_init(&f, 1000 + (uint64_t)T);
-    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    ttt_rng rng0 = f.rng; /* the same draws again: the call without its resets */
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta, resets);
+    /* with resets, the perturbed input each comparison must reject: the same call with the
+     * reset gates back at their drawn values (a form that ignored the resets) */
+    const inputs in0 = resets ? make_inputs(&f.ctx, &rng0, L, T, g, with_eta, 0) : in;
+    const char *rs = resets ? ", resets" : "";
     ttt_layer_state s_ref, s_got, s_ref_init;
     init_state(&f.ctx, L, &s_ref);
     init_state(&f.ctx, L, &s_got);
@@ -351,23 +389,45 @@ static void forward_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_
                                                 sizeof msg);
                 char what[32];
                 snprintf(what, sizeof what, i ? "state %d" : "o", i - 1);
-                ck_assert_msg(ok, "%s/%s, preset %s, T %d, %s%s: %s, %s against %s: %s",
+                ck_assert_msg(ok, "%s/%s, preset %s, T %d, %s%s%s: %s, %s against %s: %s",
                               e->family, e->form, p->name, T, gate_name(g),
-                              with_eta ? ", eta" : "", side ? "generic driver" : "entry", what,
-                              want ? "float64" : "the driver", msg);
+                              with_eta ? ", eta" : "", rs, side ? "generic driver" : "entry",
+                              what, want ? "float64" : "the driver", msg);
             }
+        if (resets) { /* the truth without the resets is rejected */
+            lact_truth t0;
+            lact_reference(&t0, L, p, T, g, &in0, &s_ref_init);
+            ck_assert_msg(!f64_close(o->data, t0.O, o->n, floor_o, msg, sizeof msg),
+                          "%s/%s, preset %s, T %d, %s%s: o is as close to the float64 truth "
+                          "without the resets",
+                          e->family, e->form, p->name, T, gate_name(g), with_eta ? ", eta" : "");
+            free(t0.O);
+            for (int w = 0; w < 3; w++) free(t0.W[w]), free(t0.M[w]);
+        }
         free(truth.O);
         for (int w = 0; w < 3; w++) free(truth.W[w]), free(truth.M[w]);
         tu_fx_free(&f);
         return;
     }
     ck_assert_msg(fwd_close(o->data, o_ref->data, o->n, L, floor_o, msg, sizeof msg),
-                  "%s/%s, preset %s, T %d, %s%s: o: %s", e->family, e->form, p->name, T,
-                  gate_name(g), with_eta ? ", eta" : "", msg);
+                  "%s/%s, preset %s, T %d, %s%s%s: o: %s", e->family, e->form, p->name, T,
+                  gate_name(g), with_eta ? ", eta" : "", rs, msg);
     for (int i = 0; i < n; i++)
         ck_assert_msg(fwd_close(sg[i]->data, sr[i]->data, sr[i]->n, L, floor_s[i], msg, sizeof msg),
-                      "%s/%s, preset %s, T %d, %s%s: state %d: %s", e->family, e->form, p->name,
-                      T, gate_name(g), with_eta ? ", eta" : "", i, msg);
+                      "%s/%s, preset %s, T %d, %s%s%s: state %d: %s", e->family, e->form,
+                      p->name, T, gate_name(g), with_eta ? ", eta" : "", rs, i, msg);
+    if (resets) { /* the driver without the resets is rejected */
+        ttt_layer_state s0;
+        init_state(&f.ctx, L, &s0);
+        ttt_tensor *o0 = ttt_tensor_2d(&f.ctx, T, D);
+        ck_assert_msg(ttt_forward_generic(&f.ctx, L, o0, &s0, in0.q, in0.k, in0.v, in0.eta,
+                                          in0.la, vec, &err) == TTT_OK,
+                      "%s", err.msg);
+        ck_assert_msg(!fwd_close(o->data, o0->data, o->n, L, floor_o, msg, sizeof msg),
+                      "%s/%s, preset %s, T %d, %s%s: o is as close to the driver without the "
+                      "resets",
+                      e->family, e->form, p->name, T, gate_name(g), with_eta ? ", eta" : "");
+    }
     tu_fx_free(&f);
 }
 
@@ -388,17 +448,18 @@ enum { P_Q, P_K, P_V, P_ETA, P_LA, P_STATE }; /* then one per state tensor */
 typedef struct grads {
     float *g[N_P];
     size_t n[N_P];
+    float *la; /* a copy of the gates (n[P_LA] of them), or NULL */
 } grads;
 
 /* One recorded forward (e NULL: the generic driver) and the backward of
  * Σ R_o ⊙ o + Σ R_i ⊙ final state_i; the gradients of every input and initial state tensor. */
 static void run_grads(grads *out, tu_tape_fixture *fx, const ttt_form_entry *e, int fused,
-                      const ttt_layer *L, int T, ttt_gate_shape g, int with_eta) {
+                      const ttt_layer *L, int T, ttt_gate_shape g, int with_eta, int resets) {
     ttt_ctx *c = &fx->ctx;
     ttt_tape_reset(c->tape);
     ttt_rng rng;
     ttt_rng_seed(&rng, 4242 + (uint64_t)T);
-    inputs in = make_inputs(c, &rng, L, T, g, with_eta);
+    inputs in = make_inputs(c, &rng, L, T, g, with_eta, resets);
     ttt_layer_state st;
     init_state(c, L, &st);
     ttt_tensor *p[N_P] = {in.q, in.k, in.v, in.eta, in.la};
@@ -406,6 +467,10 @@ static void run_grads(grads *out, tu_tape_fixture *fx, const ttt_form_entry *e, 
     const int ns = state_tensors(&st, s0);
     for (int i = 0; i < ns; i++) p[P_STATE + i] = s0[i];
     memset(out, 0, sizeof *out);
+    if (in.la) {
+        out->la = tu_zalloc(c, in.la->n * sizeof(float));
+        memcpy(out->la, in.la->data, in.la->n * sizeof(float));
+    }
     for (int i = 0; i < P_STATE + ns; i++) {
         if (!p[i]) continue;
         out->n[i] = p[i]->n;
@@ -440,33 +505,73 @@ static void run_grads(grads *out, tu_tape_fixture *fx, const ttt_form_entry *e, 
     ttt_backward(c, loss);
 }
 
+/* max |got − ref| (NaN counts as infinitely far) and max |ref| of one gradient tensor */
+static double grad_err(const float *got, const float *ref, size_t n, double *mx) {
+    double err = 0;
+    *mx = 0;
+    for (size_t j = 0; j < n; j++) {
+        *mx = fmax(*mx, fabs(ref[j]));
+        const double d = fabs((double)got[j] - ref[j]);
+        if (d > err || isnan(d)) err = isnan(d) ? INFINITY : d;
+    }
+    return err;
+}
+
 static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
-                      ttt_gate_shape g, int with_eta, void *arg) {
+                      ttt_gate_shape g, int with_eta, int resets, void *arg) {
     (void)arg;
-    if (T > Ts[0]) return; /* gradients at the small size only: the tape of the driver is long */
+    /* gradients at the small size only (the tape of the driver is long), but for the resets,
+     * whose pattern at T = 40 keeps tokens after them (make_inputs); not at T = 40 for the
+     * ill-conditioned LaCT, whose gradients at that length leave GRAD_RTOL_NS without resets
+     * too (Newton–Schulz, see the header) */
+    if (T > Ts[0] && (!resets || ill_conditioned(L))) return;
     tu_tape_fixture fx;
     tu_tape_fx_init(&fx);
-    grads ref, got;
-    run_grads(&ref, &fx, NULL, 0, L, T, g, with_eta);
+    grads ref, got, ref0;
+    run_grads(&ref, &fx, NULL, 0, L, T, g, with_eta, resets);
+    /* with resets, the perturbed input the comparison must reject: the driver's gradients of the
+     * same call with the reset gates back at their drawn values */
+    if (resets) run_grads(&ref0, &fx, NULL, 0, L, T, g, with_eta, 0);
     /* Newton–Schulz amplifies rounding (see the header) */
     const double rtol = ill_conditioned(L) ? GRAD_RTOL_NS : GRAD_RTOL;
+    const char *rs = resets ? ", resets" : "";
     for (int fused = 0; fused < 2; fused++) {
-        run_grads(&got, &fx, e, fused, L, T, g, with_eta);
+        run_grads(&got, &fx, e, fused, L, T, g, with_eta, resets);
+        int rejected = 0;
         for (int i = 0; i < N_P; i++) {
             if (!ref.g[i]) continue;
             ck_assert_uint_eq(got.n[i], ref.n[i]);
-            double mx = 0, err = 0;
-            for (size_t j = 0; j < ref.n[i]; j++) {
-                mx = fmax(mx, fabs(ref.g[i][j]));
-                const double d = fabs((double)got.g[i][j] - ref.g[i][j]);
-                if (d > err || isnan(d)) err = d;
-            }
+            double mx;
+            const double err = grad_err(got.g[i], ref.g[i], ref.n[i], &mx);
             ck_assert_msg(err <= rtol * mx + GRAD_ATOL,
-                          "%s/%s (%s), preset %s, T %d, %s%s: gradient %d: max error %.3g, max "
-                          "|g| %.3g",
+                          "%s/%s (%s), preset %s, T %d, %s%s%s: gradient %d: max error %.3g, "
+                          "max |g| %.3g",
                           e->family, e->form, fused ? "fused" : "composed", p->name, T,
-                          gate_name(g), with_eta ? ", eta" : "", i, err, mx);
+                          gate_name(g), with_eta ? ", eta" : "", rs, i, err, mx);
+            if (resets) {
+                double mx0;
+                if (i < P_STATE)
+                    rejected += grad_err(got.g[i], ref0.g[i], ref.n[i], &mx0) > rtol * mx + GRAD_ATOL;
+            }
         }
+        if (!resets) continue;
+        /* the gradient of a reset gate is 0 (docs/math.md §0 "Hard resets"), not a rounding */
+        for (size_t j = 0; j < got.n[P_LA]; j++)
+            ck_assert_msg(!(got.la[j] < TTT_GATE_RESET) || got.g[P_LA][j] == 0.0f,
+                          "%s/%s (%s), preset %s, T %d, %s%s: gate %zu (%g) has gradient %g",
+                          e->family, e->form, fused ? "fused" : "composed", p->name, T,
+                          gate_name(g), with_eta ? ", eta" : "", j, (double)got.la[j],
+                          (double)got.g[P_LA][j]);
+        /* every input's gradient, the gates' included, tells the resets from their absence (the
+         * initial state's need not: a state the gates do not reach, the ratio normalizer z, has
+         * the same gradient either way) */
+        int n_grads = 0;
+        for (int i = 0; i < P_STATE; i++) n_grads += ref.g[i] != NULL;
+        ck_assert_msg(rejected == n_grads,
+                      "%s/%s (%s), preset %s, T %d, %s%s: only %d of %d gradients tell the "
+                      "driver without the resets from the one with them",
+                      e->family, e->form, fused ? "fused" : "composed", p->name, T, gate_name(g),
+                      with_eta ? ", eta" : "", rejected, n_grads);
     }
     tu_tape_fx_free(&fx);
 }
@@ -481,11 +586,11 @@ END_TEST
 /* ---- (c) scratch_bytes ≥ the measured peak ---- */
 
 static void scratch_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
-                         ttt_gate_shape g, int with_eta, void *arg) {
+                         ttt_gate_shape g, int with_eta, int resets, void *arg) {
     (void)arg;
     tu_fixture f;
     tu_fx_init(&f, 5);
-    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta, resets);
     ttt_layer_state st;
     init_state(&f.ctx, L, &st);
     ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, D);
@@ -538,14 +643,14 @@ static float *spread(const float *x, int T, int cols) {
 }
 
 static void strided_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_preset *p, int T,
-                         ttt_gate_shape g, int with_eta, void *arg) {
+                         ttt_gate_shape g, int with_eta, int resets, void *arg) {
     int *n_strided = arg;
     if (!e->forward_strided || L->model->n_weights != 1 || ttt_layer_opt_state_count(L) != 0)
         return;
     ++*n_strided;
     tu_fixture f;
     tu_fx_init(&f, 31);
-    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta);
+    inputs in = make_inputs(&f.ctx, &f.rng, L, T, g, with_eta, resets);
     ttt_layer_state st;
     init_state(&f.ctx, L, &st);
     ttt_tensor *S = ttt_tensor_copy(&f.ctx, st.W[0]);

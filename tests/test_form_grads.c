@@ -327,6 +327,11 @@ static double *fd_grad(const problem *p, int i) {
     for (int j = 0; j < N_IN; j++) x[j] = p->x[j];
     for (size_t e = 0; e < p->n[i]; e++) {
         const double x0 = x[i][e], h = 1e-6 * fmax(1.0, fabs(x0));
+        if (!isfinite(x0)) { /* a −inf gate: the derivative's limit, α·(…) → 0 (docs/math.md §0
+                              * "Hard resets"); the finite resets are differenced */
+            g[e] = 0.0;
+            continue;
+        }
         x[i][e] = x0 + h;
         const double lp = ref_loss(p, x, scratch);
         x[i][e] = x0 - h;
@@ -496,6 +501,59 @@ START_TEST(test_harness_detects_wrong_gradient) {
     for (size_t e = 0; e < p.n[IN_LA]; e++) mx = fmax(mx, fabs(fd[e]));
     r.grad[IN_LA][3] += (float)(1e-3 * mx);
     ck_assert(!tu_close(r.grad[IN_LA], fd, p.n[IN_LA], FD_ATOL, FD_RTOL, NULL, 0));
+}
+END_TEST
+
+/* Hard resets (docs/math.md §0 "Hard resets"): gates of −inf, −1e30, −1e4 and −200 in turn at
+ * the first token, inside the first chunk of 4, at the first and the last token of the second, and
+ * at the last token (with a vector gate every other one on half the key dimensions), for every
+ * gated case of (ii): both paths must match the float64 finite differences (the derivative at
+ * −inf is its limit 0; the finite resets are differenced: exp underflows to 0 in float64 too), the
+ * gradient of every reset gate must be exactly 0, and the gradients with the resets must be
+ * rejected as the gradients of the same call without them (q's and the gates'). */
+static void add_resets(problem *p) {
+    static const float values[] = {-INFINITY, -1e30f, -1e4f, -200.0f};
+    const int T = p->c->T, gd = p->c->gate == GATE_VECTOR ? p->c->d_k : 1;
+    int r = 0;
+    for (int t = 0; t < T; t++) {
+        if (!(t == 0 || t == 2 || t == 4 || t == 7 || t == T - 1)) continue;
+        for (int j = 0; j < (gd > 1 && r % 2 ? gd / 2 : gd); j++) {
+            p->f[IN_LA][(size_t)t * gd + j] = values[r % 4];
+            p->x[IN_LA][(size_t)t * gd + j] = values[r % 4];
+        }
+        r++;
+    }
+}
+
+START_TEST(test_resets_fd) {
+    const gcase *c = &fd_cases[_i];
+    if (c->gate == GATE_NONE) return;
+    problem p, p0;
+    draw(&p, c, 900 + (uint64_t)_i);
+    draw(&p0, c, 900 + (uint64_t)_i); /* the same call without its resets */
+    add_resets(&p);
+    for (int path = 0; path < 2; path++) {
+        if (!path_exists(c, path ? PATH_FUSED : PATH_COMPOSED)) continue;
+        const char *pn = path ? "fused" : "composed";
+        run_out r;
+        run_tape(&r, &p, path ? PATH_FUSED : PATH_COMPOSED);
+        for (int i = 0; i < N_IN; i++) {
+            if (!p.n[i]) continue;
+            double *fd = fd_grad(&p, i);
+            char msg[512];
+            const int ok = tu_close(r.grad[i], fd, p.n[i], FD_ATOL, FD_RTOL, msg, sizeof msg);
+            ck_assert_msg(ok, "%s (%s, resets): d/d%s: %s", c->name, pn, in_names[i], msg);
+            if (i == IN_Q || i == IN_LA)
+                ck_assert_msg(!tu_close(r.grad[i], fd_grad(&p0, i), p.n[i], FD_ATOL, FD_RTOL,
+                                        NULL, 0),
+                              "%s (%s): d/d%s with resets passes as the one without", c->name,
+                              pn, in_names[i]);
+        }
+        for (size_t e = 0; e < p.n[IN_LA]; e++)
+            ck_assert_msg(!(p.f[IN_LA][e] < TTT_GATE_RESET) || r.grad[IN_LA][e] == 0.0f,
+                          "%s (%s): the reset gate %zu (%g) has gradient %g", c->name, pn, e,
+                          (double)p.f[IN_LA][e], (double)r.grad[IN_LA][e]);
+    }
 }
 END_TEST
 
@@ -695,8 +753,9 @@ END_TEST
 
 /* Memory of the fused ops: what a recorded forward leaves in the arena for the backward is the
  * packed result (T·d_v + d_k·d_v floats, + d for the dual form's bias) plus one state per chunk
- * (d_k × d_v; (W, b) per block of the dual form) — it grows with the number of chunks, not with
- * T·d_k·d_v (a saved state per token would be 64× more here for chunk 64, 16× for block 16). */
+ * (d_k × d_v; (W, b) per block of the dual form) and the list of chunks (with a vector gate a
+ * reset starts one) — it grows with the number of chunks, not with T·d_k·d_v (a saved state
+ * per token would be 64× more here for chunk 64, 16× for block 16). */
 START_TEST(test_fused_memory_per_chunk) {
     const int T = 512, d = 16, C = 64, Bd = 16; /* Bd: the dual form's mini-batch */
     ttt_rng rng;
@@ -723,11 +782,14 @@ START_TEST(test_fused_memory_per_chunk) {
         else
             ttt_ttt_linear_dual_fused(ctx, &S, &bT, in[0], in[1], in[2], NULL, in[3], b0, Bd);
         const size_t kept = ttt_arena_footprint(ctx->arena) - before;
-        /* floats: result + saved chunk-start states; plus headers, the tape entries and 64-byte
-         * alignment of each allocation (< 2 KiB) */
+        /* floats: result + saved chunk-start states; the chunk list of the linear-attention
+         * and delta-rule ops (a first token and a saved-state slot per chunk, and a flag:
+         * fused_grad.c, fused_chunks); plus headers, the tape entries and 64-byte alignment of
+         * each allocation (< 2 KiB) */
         const size_t state = op < 2 ? (size_t)d * d : (size_t)d * d + d;
         const size_t nchunks = (size_t)(T / (op < 2 ? C : Bd));
-        const size_t bound = 4 * ((size_t)T * d + state + nchunks * state) + 2048;
+        const size_t list = op < 2 ? 9 * (nchunks + 1) : 0;
+        const size_t bound = 4 * ((size_t)T * d + state + nchunks * state) + list + 2048;
         ck_assert_msg(kept <= bound, "op %d keeps %zu bytes (bound %zu)", op, kept, bound);
         ck_assert(S->n == (size_t)d * d);
     }
@@ -1097,6 +1159,7 @@ static Suite *form_grads_suite(void) {
     tcase_add_loop_test(tc, test_composed_fd, 0, N_FD_CASES);
     tcase_add_loop_test(tc, test_fused_fd, 0, N_FD_CASES);
     tcase_add_test(tc, test_harness_detects_wrong_gradient);
+    tcase_add_loop_test(tc, test_resets_fd, 0, N_FD_CASES);
     tcase_add_loop_test(tc, test_composed_forward_matches_kernel, 0, N_FWD_CASES);
     tcase_add_loop_test(tc, test_fused_forward_is_kernel, 0, N_FWD_CASES);
     tcase_add_loop_test(tc, test_fused_matches_composed, 0, N_BIG_CASES);

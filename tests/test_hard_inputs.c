@@ -1,7 +1,11 @@
 /* Every computation form against a float64 recurrence on hard inputs (docs/forms.md
  * "Precision on hard inputs"): gates from log α = −1e-6 (the weakest, where float32 retentions
- * round to the same side every step) to −10, β = θη ∈ [0, 2], key norms from 1e-2 to 100,
- * d_k ≠ d_v, and long sequences.
+ * round to the same side every step) to −10, hard resets (log α = −inf, −1e30, −1e4, −200: at
+ * the first and last token, inside a chunk, at both ends of one, over a whole chunk, several in
+ * one chunk of the parallel forms; docs/math.md §0 "Hard resets"), β = θη ∈ [0, 2], key norms
+ * from 1e-2 to 100, d_k ≠ d_v, and long sequences. With resets each form must also be farther
+ * than the bound from the recurrence without them (measured: 2e-2 … 1, against ≤ 1.4e-7 from the
+ * recurrence with them).
  *
  * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
  * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
@@ -50,25 +54,30 @@ typedef struct hard_case {
     double la_lo, la_hi; /* log α: constant when equal, else log-uniform magnitude in between */
     double eta_lo, eta_hi; /* η (β = θη, θ = 1 in the presets used) */
     double knorm_lo, knorm_hi; /* key norms, log-uniform */
+    int resets; /* hard resets among the gates (place_resets) */
 } hard_case;
 
 /* The delta rule's keys are unit vectors: its step contracts only for β‖k‖² ≤ 2, so larger keys
  * at β ∈ [0, 2] define a diverging recurrence, not a hard input (β‖k‖² = 2 is the edge: the
  * step is a reflection and keeps every rounding error forever). */
 static const hard_case cases[] = {
-    {"no gate", 0, G_NONE, 0, 0, 0.0, 2.0, 1e-2, 100},
-    {"log a = -1e-6", 0, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1e-2, 100},
-    {"log a = -1e-5", 0, G_TOKEN, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100},
-    {"log a = -1e-4", 0, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1e-2, 100},
-    {"log a in [-10, -1e-6]", 0, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1e-2, 100},
-    {"log a = -1e-5 per key", 0, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100},
-    {"log a in [-10, -1e-6] per key", 0, G_KEY, -10, -1e-6, 0.0, 2.0, 1e-2, 100},
-    {"b in [0, 2], no gate", 1, G_NONE, 0, 0, 0.0, 2.0, 1, 1},
-    {"b = 2, no gate", 1, G_NONE, 0, 0, 2.0, 2.0, 1, 1},
-    {"b in [0, 2], log a = -1e-6", 1, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1, 1},
-    {"b in [0, 2], log a = -1e-4", 1, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1, 1},
-    {"b = 2, log a = -1e-5", 1, G_TOKEN, -1e-5, -1e-5, 2.0, 2.0, 1, 1},
-    {"b in [0, 2], log a in [-10, -1e-6]", 1, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1, 1},
+    {"no gate", 0, G_NONE, 0, 0, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a = -1e-6", 0, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a = -1e-5", 0, G_TOKEN, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a = -1e-4", 0, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a in [-10, -1e-6]", 0, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a = -1e-5 per key", 0, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1e-2, 100, 0},
+    {"log a in [-10, -1e-6] per key", 0, G_KEY, -10, -1e-6, 0.0, 2.0, 1e-2, 100, 0},
+    {"b in [0, 2], no gate", 1, G_NONE, 0, 0, 0.0, 2.0, 1, 1, 0},
+    {"b = 2, no gate", 1, G_NONE, 0, 0, 2.0, 2.0, 1, 1, 0},
+    {"b in [0, 2], log a = -1e-6", 1, G_TOKEN, -1e-6, -1e-6, 0.0, 2.0, 1, 1, 0},
+    {"b in [0, 2], log a = -1e-4", 1, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1, 1, 0},
+    {"b = 2, log a = -1e-5", 1, G_TOKEN, -1e-5, -1e-5, 2.0, 2.0, 1, 1, 0},
+    {"b in [0, 2], log a in [-10, -1e-6]", 1, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1, 1, 0},
+    /* hard resets (docs/math.md §0 "Hard resets") between ordinary gates */
+    {"resets, log a in [-1, -1e-3]", 0, G_TOKEN, -1, -1e-3, 0.0, 2.0, 1e-2, 100, 1},
+    {"resets per key, log a in [-1, -1e-3]", 0, G_KEY, -1, -1e-3, 0.0, 2.0, 1e-2, 100, 1},
+    {"b in [0, 2], resets, log a in [-1, -1e-3]", 1, G_TOKEN, -1, -1e-3, 0.0, 2.0, 1, 1, 1},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -88,7 +97,28 @@ static double log_uniform_magnitude(ttt_rng *r, double lo, double hi) {
     return copysign(exp(a + (b - a) * u), lo);
 }
 
-static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared) {
+/* The values a reset takes, in turn: −inf, and finite gates whose retention underflows (−1e30
+ * also swallows every small gate after it in a float64 cumulative sum). */
+static const float reset_values[] = {-INFINITY, -1e30f, -1e4f, -200.0f};
+
+/* Hard resets in the gates la (T, gk) of a form that works in chunks of C tokens: at the first
+ * token, inside the first chunk, at the first token of the second chunk and its last, over the
+ * whole fourth chunk, at every 997th token from the sixth chunk on (several resets per chunk of
+ * the parallel forms) and at the last token. With a vector gate every other reset covers only
+ * the first half of the key dimensions. */
+static void place_resets(float *la, int T, int gk, int C) {
+    for (int t = 0, r = 0; t < T; t++) {
+        const int at = t == 0 || t == C / 2 + 5 || t == C || t == 2 * C - 1 ||
+                       (t >= 3 * C && t < 4 * C) || (t >= 5 * C && t % 997 == 0) || t == T - 1;
+        if (!at) continue;
+        const float x = reset_values[r % 4];
+        for (int j = 0; j < (gk > 1 && r % 2 ? gk / 2 : gk); j++) la[(size_t)t * gk + j] = x;
+        r++;
+    }
+}
+
+/* C: the chunk the resets are placed for (place_resets) */
+static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared, int C) {
     problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY};
     p.q = tu_randn_buf(f, (size_t)T * DK, 1.0f);
     p.k = tu_randn_buf(f, (size_t)T * DK, 1.0f);
@@ -109,6 +139,7 @@ static problem make_problem(tu_fixture *f, const hard_case *c, int T, int square
         p.la = tu_zalloc(&f->ctx, n * sizeof(float));
         for (size_t i = 0; i < n; i++)
             p.la[i] = (float)log_uniform_magnitude(&f->rng, c->la_lo, c->la_hi);
+        if (c->resets) place_resets(p.la, T, p.vec ? DK : 1, C);
     }
     return p;
 }
@@ -194,16 +225,34 @@ static int length_for(const ttt_form_entry *e, const ttt_layer *L, const hard_ca
 
 typedef struct result {
     double o, S;
+    double o0, S0; /* with resets: the same against the recurrence without them */
 } result;
 
 static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_case *c, int T,
                        int squared) {
     tu_fixture f;
     tu_fx_init(&f, 4242);
-    problem p = make_problem(&f, c, T, squared);
+    ttt_rng rng0 = f.rng; /* the same draws again: the gates without their resets */
+    problem p = make_problem(&f, c, T, squared, L->chunk);
     double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
     ck_assert_ptr_nonnull(o_ref);
     reference(o_ref, S_ref, &p, L->lr);
+    /* with resets, the perturbed input the comparison must reject: the recurrence with the reset
+     * gates back at their drawn values (a form that ignored the resets) */
+    double *o_ref0 = NULL, S_ref0[DK * DV];
+    if (c->resets) {
+        const ttt_rng rng1 = f.rng;
+        f.rng = rng0;
+        problem p0 = make_problem(&f, &(hard_case){.gate = c->gate, .la_lo = c->la_lo,
+                                                   .la_hi = c->la_hi, .eta_lo = c->eta_lo,
+                                                   .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
+                                                   .knorm_hi = c->knorm_hi},
+                                  T, squared, L->chunk);
+        f.rng = rng1;
+        o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
+        ck_assert_ptr_nonnull(o_ref0);
+        reference(o_ref0, S_ref0, &p0, L->lr);
+    }
     ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, T, DK);
     ttt_tensor *v = ttt_tensor_2d(&f.ctx, T, DV), *eta = ttt_tensor_1d(&f.ctx, T);
     memcpy(q->data, p.q, sizeof(float) * (size_t)T * DK);
@@ -225,8 +274,10 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
     ck_assert_msg(e->forward(&f.ctx, L, o, &st, &a, &err) == TTT_OK, "%s/%s: %s", e->family,
                   e->form, err.msg);
     const result r = {rel_rms(o->data, o_ref, (size_t)T * DV),
-                      rel_rms(st.W[0]->data, S_ref, DK * DV)};
-    free(o_ref);
+                      rel_rms(st.W[0]->data, S_ref, DK * DV),
+                      o_ref0 ? rel_rms(o->data, o_ref0, (size_t)T * DV) : INFINITY,
+                      o_ref0 ? rel_rms(st.W[0]->data, S_ref0, DK * DV) : INFINITY};
+    free(o_ref), free(o_ref0);
     tu_fx_free(&f);
     return r;
 }
@@ -258,9 +309,13 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
                 const ttt_form_inputs in = {.T = T, .eta = 1, .gate = g, .tape = 0};
                 if (e->available(&L, &in)) continue;
                 const result r = run_case(e, &L, hc, T, squared);
-                const int bad = !(r.o <= REL_RMS_BOUND && r.S <= REL_RMS_BOUND);
-                printf("  %-18s %-10s %-16s T %5d  %-30s o %.2e  S %.2e%s\n", e->family, e->form,
-                       pr->name, T, hc->name, r.o, r.S, bad ? "  FAIL" : "");
+                /* with resets the comparison must also reject the recurrence without them */
+                const int bad = !(r.o <= REL_RMS_BOUND && r.S <= REL_RMS_BOUND) ||
+                                !(r.o0 > REL_RMS_BOUND && r.S0 > REL_RMS_BOUND);
+                printf("  %-18s %-10s %-16s T %5d  %-40s o %.2e  S %.2e", e->family, e->form,
+                       pr->name, T, hc->name, r.o, r.S);
+                if (hc->resets) printf("  (without the resets: o %.2e  S %.2e)", r.o0, r.S0);
+                printf("%s\n", bad ? "  FAIL" : "");
                 failures += bad;
                 covered[i]++;
             }

@@ -83,6 +83,15 @@ static ttt_tensor *write_factors(ttt_ctx *ctx, const ttt_tensor *G, const ttt_te
     return ttt_exp(ctx, ttt_neg(ctx, ttt_sub(ctx, G, Gn)));
 }
 
+/* Cumulative sums of −inf give (−inf) − (−inf) = NaN in the differences below; the floored
+ * gates keep every difference finite and every factor across a reset ≤ e^−104 (kernels.h). */
+const ttt_tensor *ttt_form_gates_floored(ttt_ctx *ctx, const ttt_tensor *la) {
+    if (!la) return NULL;
+    for (size_t i = 0; i < la->n; i++)
+        if (la->data[i] < TTT_GATE_RESET) return ttt_clamp(ctx, la, TTT_GATE_RESET, INFINITY);
+    return la;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* (a) gated linear attention, docs/math.md §5.2 */
 
@@ -154,6 +163,7 @@ ttt_tensor *ttt_la_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, const tt
     check_qkv(q, k, v, beta, log_alpha, S0);
     TTT_ASSERT(chunk >= 1);
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    log_alpha = ttt_form_gates_floored(ctx, log_alpha);
     /* the state as a (d_k, d_v) node (S0 may be stored with another shape of the same size) */
     ttt_tensor *S = S0->ndim == 2 && TTT_ROWS(S0) == d_k
                         ? (ttt_tensor *)S0
@@ -224,6 +234,7 @@ ttt_tensor *ttt_delta_chunkwise_composed(ttt_ctx *ctx, ttt_tensor **S_out, const
     check_qkv(q, k, v, beta, log_alpha, S0);
     TTT_ASSERT(chunk >= 1 && (!log_alpha || log_alpha->ndim == 1));
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    log_alpha = ttt_form_gates_floored(ctx, log_alpha);
     ttt_tensor *S = S0->ndim == 2 && TTT_ROWS(S0) == d_k
                         ? (ttt_tensor *)S0
                         : ttt_reshape(ctx, S0, 2, (int[]){d_k, d_v});
@@ -308,6 +319,7 @@ ttt_tensor *ttt_titans_chunked_composed(ttt_ctx *ctx, ttt_tensor **S_out, ttt_te
     check_qkv(q, k, v, beta, log_alpha, S0);
     TTT_ASSERT(chunk >= 1 && (!log_alpha || log_alpha->ndim == 1) && M0->n == S0->n);
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    log_alpha = ttt_form_gates_floored(ctx, log_alpha);
     const int shp[2] = {d_k, d_v};
     ttt_tensor *S = S0->ndim == 2 && TTT_ROWS(S0) == d_k ? (ttt_tensor *)S0
                                                          : ttt_reshape(ctx, S0, 2, shp);

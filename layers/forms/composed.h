@@ -102,6 +102,10 @@ float *ttt_form_beta_array(ttt_ctx *ctx, const ttt_layer *L, const ttt_tensor *e
 /* a->beta, or a constant (T) tensor of θ when the call has no per-token rates. */
 const ttt_tensor *ttt_form_beta_node(ttt_ctx *ctx, const ttt_layer *L, const ttt_form_args *a,
                                      int T);
+/* log_alpha with every reset (log α < TTT_GATE_RESET, kernels.h; −inf included) raised to
+ * TTT_GATE_RESET through a recorded clamp, whose gradient is 0 there: what forms built from ops
+ * sum into their cumulative gates. log_alpha itself (or NULL) when it has no reset. */
+const ttt_tensor *ttt_form_gates_floored(ttt_ctx *ctx, const ttt_tensor *log_alpha);
 /* O into the caller's o, recorded as o's producer (a no-op record without a tape). */
 void ttt_form_diff_output(ttt_ctx *ctx, ttt_tensor *o, const ttt_tensor *O);
 /* A final state into the layer state: the node itself when recording (the graph continues

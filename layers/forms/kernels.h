@@ -28,6 +28,20 @@
 #define TTT_SIMD_SUM(...)
 #endif
 
+/* Hard resets (docs/math.md §0 "Hard resets"). A log retention at or below TTT_GATE_RESET is a
+ * reset: its retention is exactly 0 (float32's exp underflows to 0 below −103.98, so the float32
+ * recurrence already computes α = 0 there) and the gradient with respect to it is 0. log α = −inf
+ * is the canonical reset. The chunked forms take differences of cumulative sums G_i − G_j of the
+ * gates, which a −inf (or −1e30, which swallows the small gates after it in float64) turns into
+ * (−inf) − (−inf) = NaN, so they sum ttt_gate_floor(log α) instead: every exponential that spans a
+ * reset is then ≤ e^−104, 0 in float, and the sums stay small enough for float64 to keep the
+ * in-between gates. A NaN gate stays NaN. */
+#define TTT_GATE_RESET (-104.0f)
+
+static inline float ttt_gate_floor(float log_alpha) {
+    return log_alpha < TTT_GATE_RESET ? TTT_GATE_RESET : log_alpha;
+}
+
 /* A retention α = exp(log α) rounded to float32 so that the running product of the retentions
  * a form multiplies its state by stays within one rounding of the exact exp(Σ log α), however
  * many steps (docs/forms.md "Precision on hard inputs"). Rounding each α to nearest on its own

@@ -20,7 +20,10 @@
  * error of 2^-24·|G_i − G_j| in Γ_ij, negligible wherever Γ_ij itself is not. A is used through
  * its lower triangle only (ssyrk writes it; the explicit inverse, strmm and strsm read it); the
  * read-out's (Q Kᵀ) ⊙ Γ is zeroed above the diagonal and applied as one dense product together
- * with the inter-chunk read (see delta_chunk). */
+ * with the inter-chunk read (see delta_chunk). Hard resets (log α < −104, −inf included;
+ * docs/math.md §0 "Hard resets") enter G as −104 (ttt_gate_floor, kernels.h): every factor that
+ * spans a reset is ≤ e^−104, 0 in float, so A splits into independent blocks at the reset and
+ * exp(G) ⊙ K, the part of W that sees the incoming state, is 0 from it on. */
 #include "blas.h"
 #include <math.h>
 #include <string.h>
@@ -160,7 +163,7 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
     if (decay) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
-            acc += log_alpha[(size_t)i * ld->la];
+            acc += ttt_gate_floor(log_alpha[(size_t)i * ld->la]); /* resets: kernels.h */
             g[i] = acc;
             eg[i] = (float)exp(acc);
         }

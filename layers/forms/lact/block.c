@@ -78,6 +78,7 @@ ttt_status ttt_lact_composed(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     const char *why = ttt_lact_available(L, &in);
     if (why) return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "%s", why);
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    log_alpha = ttt_form_gates_floored(ctx, log_alpha); /* resets (kernels.h) */
     const int nw = st->n_w, ns = st->n_opt, tape = ttt_recording(ctx);
     if (q->ndim != 2 || k->ndim != 2 || v->ndim != 2 || TTT_ROWS(q) != T || TTT_ROWS(v) != T ||
         TTT_COLS(q) != d_k || o->ndim != 2 || TTT_ROWS(o) != T || TTT_COLS(o) != d_v ||

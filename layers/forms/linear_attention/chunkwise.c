@@ -29,13 +29,19 @@
  *   with zeros. Its E and K ⊙ 1/E are reused for the read and the write (with a vector gate the
  *   keys carry β, β ⊙ K ⊙ 1/E, and the write's factor E_n scales the rows of the state update).
  * - Longer spans (strong gates, long chunks, the parallel form): scalar decay takes
- *   exp(G_i − G_j) per pair (0 below −104, where float exp underflows anyway); vector decay,
+ *   exp(G_i − G_j) per pair (ttt_fast_exp_d, fastexp.h: 0 below −87); vector decay,
  *   where the decay cannot be pulled out of the q·k sum, goes through vec_scores: a block whose
  *   span (relative to its first row) is ≤ 60 nats uses the trick with its first row as
  *   reference; a larger block is split in two halves, the off-diagonal quarter uses the first
  *   row of the lower half as reference, where both factors are ≤ 1 whatever the span, and the
  *   two diagonal quarters recurse. With log α ≈ −1 and C = 128 this is one split; the parallel
  *   form over T = 1000 with log α ≈ −0.5 recurses down to blocks of ~62 rows.
+ * - Hard resets (log α < −104, −inf included; docs/math.md §0 "Hard resets") enter G as −104
+ *   (ttt_gate_floor, kernels.h), so that no difference G_i − G_j is (−inf) − (−inf); every factor
+ *   across a reset is then ≤ e^−104, 0 in float. A chunk holding a reset has a span above
+ *   LA_SPAN_MAX and takes the exact paths for long spans above, except that with a vector gate
+ *   a row resetting every key dimension starts a chunk of its own (la_run), from a zero state
+ *   with its gates taken as 0, whose span is then that of its ordinary gates.
  * - Gates with log α > 0 (retention above one) go through the same formulas but without the
  *   overflow guarantee. */
 #include "blas.h"
@@ -47,6 +53,9 @@
 
 /* Largest decay span (nats) over which scores use one reference row (see above). */
 #define LA_SPAN_MAX 60.0
+/* A vector gate's cumulative sums below −LA_G_FLOORED are formed again from floored gates
+ * (la_chunk): −inf, −1e30, or sums so large that float64 loses the small gates in them. */
+#define LA_G_FLOORED 1e6
 
 typedef struct la_work {
     float *A;   /* (C, C) intra-chunk scores */
@@ -58,6 +67,8 @@ typedef struct la_work {
     double *G;  /* (C, gdim) cumulative log decay inside the chunk */
     double *glo, *ghi; /* (d_k) per key dimension: lowest and highest G in the chunk */
     float *Sw;     /* (d_k, d_v) the chunk's write to the state */
+    float *lf;     /* (C, d_k) vector gate: a chunk's gates from a reset (la_run) or floored
+                    * (la_chunk) */
     double *drift; /* (gdim) the state decays' accumulated rounding over the chunks so far
                     * (ttt_gate_dither, kernels.h) */
 } la_work;
@@ -97,34 +108,49 @@ static void vec_scores(float *A, int lda, const float *q, int ldq, const float *
         if (hi - lo > span) span = hi - lo;
     }
     if (span <= LA_SPAN_MAX) {
-        /* one reference row (row 0): factors within [e^−span, e^span] */
-        for (int i = 0; i < n; i++)
+        /* one reference row (row 0): factors within [e^−span, e^span]; 2n·d_k exponentials
+         * through the vectorizable ttt_fast_exp_d (fastexp.h, float accuracy) */
+        for (int i = 0; i < n; i++) {
+            const double *restrict Gi = G + (size_t)i * d_k;
+            const float *restrict qi = q + (size_t)i * ldq, *restrict ki = k + (size_t)i * ldk;
+            float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
             for (int c = 0; c < d_k; c++) {
-                size_t ic = (size_t)i * d_k + c;
-                double d = G[ic] - G[c];
-                qs[ic] = q[(size_t)i * ldq + c] * (float)exp(d);
-                ks[ic] = k[(size_t)i * ldk + c] * (float)exp(-d);
+                const double d = Gi[c] - G[c];
+                qsi[c] = qi[c] * ttt_fast_exp_d(d);
+                ksi[c] = ki[c] * ttt_fast_exp_d(-d);
             }
+        }
         gemm_abt(A, lda, qs, d_k, ks, d_k, n, n, d_k);
         return;
     }
-    /* split: rows [m, n) against columns [0, m) with reference row m (factors ≤ 1) */
+    /* split: rows [m, n) against columns [0, m) with reference row m (factors ≤ 1). (A row
+     * that resets every key dimension never lies inside a block: la_run starts a chunk there.) */
     const int m = n / 2;
     const double *Gm = G + (size_t)m * d_k;
     for (int i = m; i < n; i++)
         for (int c = 0; c < d_k; c++) {
             size_t ic = (size_t)i * d_k + c;
-            qs[ic] = q[(size_t)i * ldq + c] * (float)exp(G[ic] - Gm[c]);
+            qs[ic] = q[(size_t)i * ldq + c] * ttt_fast_exp_d(G[ic] - Gm[c]);
         }
     for (int j = 0; j < m; j++)
         for (int c = 0; c < d_k; c++) {
             size_t jc = (size_t)j * d_k + c;
-            ks[jc] = k[(size_t)j * ldk + c] * (float)exp(Gm[c] - G[jc]);
+            ks[jc] = k[(size_t)j * ldk + c] * ttt_fast_exp_d(Gm[c] - G[jc]);
         }
     gemm_abt(A + (size_t)m * lda, lda, qs + (size_t)m * d_k, d_k, ks, d_k, n - m, m, d_k);
     vec_scores(A, lda, q, ldq, k, ldk, G, m, d_k, qs, ks);
     vec_scores(A + (size_t)m * lda + m, lda, q + (size_t)m * ldq, ldq, k + (size_t)m * ldk, ldk,
                Gm, n - m, d_k, qs + (size_t)m * d_k, ks + (size_t)m * d_k);
+}
+
+/* A vector gate's row (d_k) resets every key dimension (docs/math.md §0 "Hard resets"). The
+ * first dimension decides for nearly every row, so that the scan for resets reads one gate per
+ * token (the whole row took 5–10 % of GLA's forward at d = 64). */
+static int la_row_resets(const float *la, int d_k) {
+    if (!(la[0] < TTT_GATE_RESET)) return 0;
+    int kept = 0;
+    for (int c = 0; c < d_k; c++) kept |= !(la[c] < TTT_GATE_RESET);
+    return !kept;
 }
 
 /* One chunk of n tokens from state S (in/out), see the header comment. Pointers start at the
@@ -155,7 +181,7 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     if (kind == LA_SCALAR) {
         double g = 0.0, lo = 0.0, hi = 0.0;
         for (int i = 0; i < n; i++) {
-            g += (double)log_alpha[(size_t)i * ld->la];
+            g += (double)ttt_gate_floor(log_alpha[(size_t)i * ld->la]); /* resets: kernels.h */
             G[i] = g;
             E[i] = (float)exp(g);
             lo = g < lo ? g : lo;
@@ -169,28 +195,49 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
          * forms the read's queries Q ⊙ E and the scores' keys β ⊙ K / E, so that each input row
          * is read once (the passes are bound by reading the inputs; docs/benchmarks.md "What
          * would close the remaining gaps"). K / E is valid when the span is ≤ LA_SPAN_MAX
-         * (decided below); otherwise ks is overwritten before use. */
+         * (decided below); otherwise ks is overwritten before use.
+         *
+         * Hard resets: the gates are summed as given, and only when a sum falls below
+         * LA_G_FLOORED (a −inf, −1e30 or a long run of resets) is the pass repeated on the gates
+         * raised to the reset floor (ttt_gate_floor, kernels.h; in w->lf). A gate between
+         * −LA_G_FLOORED and −104 is a reset all the same: every factor across it is ≤ e^−104,
+         * 0 in float, and its sum keeps the small gates after it in float64. (Flooring inside
+         * this loop made gcc give up vectorizing it, and a pass of its own cost 5–10 % of GLA's
+         * forward at d = 64.) */
         double *lo = w->glo, *hi = w->ghi;
-        for (int c = 0; c < d_k; c++) lo[c] = hi[c] = 0.0;
-        for (int i = 0; i < n; i++) {
-            const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
-            double *Gi = G + (size_t)i * d_k;
-            float *restrict Ei = E + (size_t)i * d_k;
-            float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
-            const float *li = log_alpha + (size_t)i * ld->la;
-            const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
-            const float b = beta_at(beta, ldb, i);
-            for (int c = 0; c < d_k; c++) {
-                const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
-                Gi[c] = g;
-                Ei[c] = ttt_fast_exp_d(g);
-                lo[c] = g < lo[c] ? g : lo[c];
-                hi[c] = g > hi[c] ? g : hi[c];
+        const float *la = log_alpha;
+        int ldl = ld->la;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int c = 0; c < d_k; c++) lo[c] = hi[c] = 0.0;
+            for (int i = 0; i < n; i++) {
+                const double *Gp = i ? G + (size_t)(i - 1) * d_k : NULL;
+                double *Gi = G + (size_t)i * d_k;
+                float *restrict Ei = E + (size_t)i * d_k;
+                float *restrict qsi = qs + (size_t)i * d_k, *restrict ksi = ks + (size_t)i * d_k;
+                const float *li = la + (size_t)i * ldl;
+                const float *qi = q + (size_t)i * ldq, *ki = k + (size_t)i * ldk;
+                const float b = beta_at(beta, ldb, i);
+                for (int c = 0; c < d_k; c++) {
+                    const double g = (Gp ? Gp[c] : 0.0) + (double)li[c];
+                    Gi[c] = g;
+                    Ei[c] = ttt_fast_exp_d(g);
+                    lo[c] = g < lo[c] ? g : lo[c];
+                    hi[c] = g > hi[c] ? g : hi[c];
+                }
+                for (int c = 0; c < d_k; c++) { /* the row's E is in L1 */
+                    qsi[c] = qi[c] * Ei[c];
+                    ksi[c] = b * (ki[c] / Ei[c]);
+                }
             }
-            for (int c = 0; c < d_k; c++) { /* the row's E is in L1 */
-                qsi[c] = qi[c] * Ei[c];
-                ksi[c] = b * (ki[c] / Ei[c]);
-            }
+            double low = 0.0;
+            for (int c = 0; c < d_k; c++) low = lo[c] < low ? lo[c] : low;
+            if (pass || !(low < -LA_G_FLOORED)) break;
+            for (int i = 0; i < n; i++) /* in place when la_run passed w->lf */
+                for (int c = 0; c < d_k; c++)
+                    w->lf[(size_t)i * d_k + c] =
+                        ttt_gate_floor(log_alpha[(size_t)i * ld->la + c]);
+            la = w->lf;
+            ldl = d_k;
         }
         for (int c = 0; c < d_k; c++)
             if (hi[c] - lo[c] > span) span = hi[c] - lo[c];
@@ -225,11 +272,14 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= E[i] * w->f[j];
     } else if (kind == LA_SCALAR) {
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j <= i; j++) {
-                const double d = G[i] - G[j]; /* exp(d) is 0 in float below −104 */
-                A[(size_t)i * n + j] *= d < -104.0 ? 0.0f : (float)exp(d) * beta_at(beta, ldb, j);
-            }
+        /* n²/2 exponentials of differences ≤ 0 through the vectorizable ttt_fast_exp_d
+         * (fastexp.h: float accuracy, 0 below −87, where the float value underflows anyway) */
+        for (int j = 0; j < n; j++) w->f[j] = beta_at(beta, ldb, j);
+        for (int i = 0; i < n; i++) {
+            float *restrict Ai = A + (size_t)i * n;
+            const double gi = G[i];
+            for (int j = 0; j <= i; j++) Ai[j] *= ttt_fast_exp_d(gi - G[j]) * w->f[j];
+        }
     } else if (beta && !(kind == LA_VECTOR && trick)) {
         for (int i = 0; i < n; i++)
             for (int j = 0; j <= i; j++) A[(size_t)i * n + j] *= beta[(size_t)j * ldb];
@@ -254,11 +304,15 @@ static void la_chunk(float *o,               /* (n, d_v) row stride ld->o */
     } else if (kind != LA_NONE) {
         for (int j = 0; j < n; j++) {
             const float b = beta_at(beta, ldb, j);
-            const float fs = kind == LA_SCALAR ? (float)exp(Gn[0] - G[j]) * b : 0.0f;
-            for (int c = 0; c < d_k; c++)
-                ks[(size_t)j * d_k + c] =
-                    k[(size_t)j * ldk + c] *
-                    (kind == LA_SCALAR ? fs : (float)exp(Gn[c] - G[(size_t)j * d_k + c]) * b);
+            const float *restrict kj = k + (size_t)j * ldk;
+            float *restrict ksj = ks + (size_t)j * d_k;
+            if (kind == LA_SCALAR) {
+                const float fs = (float)exp(Gn[0] - G[j]) * b;
+                for (int c = 0; c < d_k; c++) ksj[c] = kj[c] * fs;
+            } else { /* n·d_k exponentials: the vectorizable ttt_fast_exp_d, as above */
+                const double *Gj = G + (size_t)j * d_k;
+                for (int c = 0; c < d_k; c++) ksj[c] = kj[c] * (ttt_fast_exp_d(Gn[c] - Gj[c]) * b);
+            }
         }
         kwrite = ks;
         ldkw = d_k;
@@ -317,20 +371,45 @@ static void la_run(ttt_ctx *ctx, float *o, float *S, const float *q, const float
     w.ghi = scratch(ctx, sizeof(double) * (size_t)d_k);
     w.Sw = scratch(ctx, sizeof(float) * (size_t)d_k * d_v);
     w.drift = scratch(ctx, sizeof(double) * (size_t)gdim);
+    w.lf = kind == LA_VECTOR ? scratch(ctx, sizeof(float) * (size_t)C * d_k) : NULL;
     for (int c = 0; c < gdim; c++) w.drift[c] = 1.0;
     /* rows apart (a head of a (B, T, H, D) tensor): request the next chunk's rows ahead */
     const int gk = kind == LA_VECTOR ? d_k : 1;
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
-    for (int t0 = 0; t0 < T; t0 += C) {
-        const int n = t0 + C <= T ? C : T - t0;
+    /* Chunks of C tokens, except that with a vector gate a row resetting every key dimension
+     * (docs/math.md §0 "Hard resets") starts a chunk of its own, run from a zero state with the
+     * reset's gates taken as 0: the same function (the state before the reset is multiplied by
+     * 0 either way, the reset's own write is kept), but the chunk's gates then span what
+     * ordinary gates do, so it keeps the one-reference-row products (a span across a reset takes
+     * the exact long-span paths: GLA with a reset in every chunk of 64 took 1.5× the time
+     * without resets, T = 16384, d = 128). */
+    for (int t0 = 0, t1; t0 < T; t0 = t1) {
+        t1 = t0 + C <= T ? t0 + C : T;
+        int from_reset = 0;
+        if (kind == LA_VECTOR) {
+            from_reset = la_row_resets(log_alpha + (size_t)t0 * ld->la, d_k);
+            for (int t = t0 + 1; t < t1; t++)
+                if (la_row_resets(log_alpha + (size_t)t * ld->la, d_k)) t1 = t;
+        }
+        const int n = t1 - t0;
         const size_t r = (size_t)t0;
         if (spread && t0 + C < T) {
             const int n1 = t0 + 2 * C <= T ? C : T - t0 - C;
             ttt_prefetch_seq(ld, o, q, k, v, beta, log_alpha, gk, r + (size_t)C, n1, d_k, d_v);
         }
+        const float *la = log_alpha ? log_alpha + r * ld->la : NULL;
+        ttt_form_ld ldc = *ld;
+        if (from_reset) {
+            memset(S, 0, sizeof(float) * (size_t)d_k * d_v);
+            for (int c = 0; c < gdim; c++) w.drift[c] = 1.0; /* nothing to carry */
+            for (int i = 0; i < n; i++)
+                memcpy(w.lf + (size_t)i * d_k, la + (size_t)i * ld->la, sizeof(float) * d_k);
+            memset(w.lf, 0, sizeof(float) * d_k);
+            la = w.lf;
+            ldc.la = d_k;
+        }
         la_chunk(o + r * ld->o, S, q + r * ld->q, k + r * ld->k, v + r * ld->v,
-                 beta ? beta + r * ld->beta : NULL, log_alpha ? log_alpha + r * ld->la : NULL,
-                 kind, n, d_k, d_v, ld, &w);
+                 beta ? beta + r * ld->beta : NULL, la, kind, n, d_k, d_v, &ldc, &w);
     }
     ttt_arena_release(ctx->arena, mark);
 }

@@ -102,12 +102,12 @@ static void la_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
 
 /* Scratch following layers/forms/linear_attention/chunkwise.c: A (C, C); qs, qs2, ks (C, d_k);
  * f (C); E, G (C, d_k) for a vector gate, G in double; the chunk's state write (d_k, d_v); the
- * decays' drift (d_k doubles); plus the β array (T) the entry forms; 16 floats per allocation
- * for the arena's 64-byte alignment. */
+ * decays' drift (d_k doubles); a chunk's gates from a reset or floored (C, d_k); plus the β
+ * array (T) the entry forms; 16 floats per allocation for the arena's 64-byte alignment. */
 static double la_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T; /* the kernel clamps its chunk to the sequence */
-    return (C * C + C * (6.0 * L->d_k + 4) + 2.0 * L->d_k + (double)L->d_k * L->d_v + (double)T +
-            10 * 16) *
+    return (C * C + C * (7.0 * L->d_k + 4) + 2.0 * L->d_k + (double)L->d_k * L->d_v + (double)T +
+            11 * 16) *
            sizeof(float);
 }
 static double la_scratch_recurrent(const ttt_layer *L, long T) {
