@@ -232,7 +232,7 @@ def test_cuda_gradients_against_float64(rule, dtype):
     rh = next(it)
     ro, rS = reference(rule, rq, rk, rv, rg, rb, scale, rh)
     ref_grads = torch.autograd.grad((ro * d_o.double()).sum() + (rS * d_S.double()).sum(),
-                                    ref_leaves)
+                                    ref_leaves, retain_graph=True)
     out_tol = 1e-3 if dtype == torch.bfloat16 else 2e-5
     grad_tol = 2e-3 if dtype == torch.bfloat16 else 2e-5
     assert rel_rms(o, ro) < storage_error(o, ro) + out_tol
