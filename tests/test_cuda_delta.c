@@ -540,7 +540,8 @@ static unsigned compare(const dcase *c, const problem *P, const refout *R, const
         if (report) {
             if (e > worst[c->bf16][i] && !zero_ref) worst[c->bf16][i] = e;
             if (rr)
-                printf(" %s %.2e (unrounded %.2e)", qnames[i], e, rel_rms(got[i], ref[i], cnt[i], 0));
+                printf(" %s %.2e (unrounded %.2e)", qnames[i], e,
+                       rel_rms(got[i], ref[i], cnt[i], 0));
             else
                 printf(" %s %.2e", qnames[i], e);
             if (i == 5 || i == 6) printf(" [bound %.1e]", bound[i]);

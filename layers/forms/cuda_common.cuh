@@ -1,8 +1,8 @@
-/* Device helpers shared by the CUDA chunk kernels (layers/forms/{linear_attention,delta_rule}/chunkwise.cu; docs/gpu.md):
- * element loads and stores for fp32 and bf16 tensors, the error check of host-side CUDA calls,
- * warp reductions, and mma.sync wrappers (TF32 m16n8k8 with the hi/lo split that keeps fp32
- * accuracy, bf16 m16n8k16). Header-only; every function is static inline or a template, so each
- * .cu file gets its own copy and no symbol leaves the file. */
+/* Device helpers shared by the CUDA chunk kernels (chunkwise.cu of layers/forms/linear_attention
+ * and layers/forms/delta_rule; docs/gpu.md): element loads and stores for fp32 and bf16 tensors,
+ * the error check of host-side CUDA calls, warp reductions, and mma.sync wrappers (TF32 m16n8k8
+ * with the hi/lo split that keeps fp32 accuracy, bf16 m16n8k16). Header-only; every function is
+ * static inline or a template, so each .cu file gets its own copy and no symbol leaves the file. */
 #ifndef TTT_CUDA_COMMON_CUH
 #define TTT_CUDA_COMMON_CUH
 

@@ -587,7 +587,8 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a;
             float acc = 0.f;
-            for (int s = 0; s <= t; s++) acc = fmaf(Ts[t * DLC + s], Bs[s] * Us[s * DT1 + lane], acc);
+            for (int s = 0; s <= t; s++)
+                acc = fmaf(Ts[t * DLC + s], Bs[s] * Us[s * DT1 + lane], acc);
             Dl[t * DT1 + lane] = acc;
             float du = dRs[t * DT1 + lane], u = Us[t * DT1 + lane];
             q1[a] = fmaf(du, Vs[t * DT1 + lane] - u, q1[a]);
@@ -597,7 +598,8 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
         for (int a = 0; a < 8; a++) {
             int s = w + 8 * a;
             float acc = dRs[s * DT1 + lane];
-            for (int t = s + 1; t < DC; t++) acc = fmaf(Bs[t] * As[t * DLC + s], dRs[t * DT1 + lane], acc);
+            for (int t = s + 1; t < DC; t++)
+                acc = fmaf(Bs[t] * As[t * DLC + s], dRs[t * DT1 + lane], acc);
             float m = 0.f;
             for (int t = s; t < DC; t++) m = fmaf(Ms[t * DLC + s], dOs[t * DT1 + lane], m);
             acc = fmaf(-p.scale, m, acc);
