@@ -288,7 +288,8 @@ __host__ __device__ constexpr int seq_blocks_per_sm(int ldk, size_t esize) {
  * The state tile never leaves shared memory. For the backward (write_out = 0) it stores the
  * chunk-start state S and U instead of o and ht. LDK: d_k rounded up to 32, 64, 128 or 256. */
 template <typename E, int LDK>
-__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E))) delta_fwd_seq(delta_params p) {
+__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
+    delta_fwd_seq(delta_params p) {
     extern __shared__ float4 sm4[];
     E *Ks = (E *)sm4, *Qs = Ks + DC * LDK;
     float *Ss = (float *)(Qs + DC * LDK), *Rs = Ss + LDK * DBV;
@@ -421,7 +422,8 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E))) delta
  * and after the first chunk dS = d_h0. Tᵀ and Mᵀ are stored transposed in shared memory so
  * that each row is read as float4 (their zero triangles make the padded reads harmless). */
 template <typename E, int LDK>
-__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E))) delta_bwd_seq(delta_params p) {
+__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
+    delta_bwd_seq(delta_params p) {
     extern __shared__ float4 sm4[];
     E *Ks = (E *)sm4, *Qs = Ks + DC * LDK;
     float *dS = (float *)(Qs + DC * LDK), *dOs = dS + LDK * DBV;
