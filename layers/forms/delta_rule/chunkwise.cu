@@ -44,7 +44,8 @@
 #define NTHR 256
 
 typedef struct delta_params {
-    int B, T, H, dk, dv, nc, ldk, nvt, nkt;
+    int B, T, H, dk, dv, nc, nvt, nkt;
+    int kvec; /* q and k are read four elements at a time: d_k % 4 == 0, 16-byte aligned */
     float scale;
     const void *q, *k, *v, *d_o;
     const float *beta, *g, *h0, *d_ht;
@@ -152,25 +153,130 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
         p.Lw[o] = gate_d(gam, rho, DC - 1, tid);
     }
     __syncthreads();
-    /* T = (I + A)⁻¹, unit lower triangular: column j by thread j, T_tj = −Σ_{j≤s<t} A_ts T_sj */
-    if (tid < DC) {
-        const int j = tid;
-        for (int t = 0; t < j; t++) Td[t][j] = 0;
-        Td[j][j] = 1;
-        for (int t = j + 1; t < DC; t++) {
+    /* T = (I + A)⁻¹, unit lower triangular, T_tj = −Σ_{j≤s<t} A_ts T_sj: column j by the four
+     * threads 4j..4j+3 (one warp holds 8 columns), each summing every fourth s; every thread of
+     * the warp runs all t so that the shuffles see the whole warp. */
+    {
+        const int j = tid >> 2, r = tid & 3;
+        if (r == 0) {
+            for (int t = 0; t < j; t++) Td[t][j] = 0;
+            Td[j][j] = 1;
+        }
+        __syncwarp();
+        for (int t = 1; t < DC; t++) {
             double acc = 0;
-            for (int s = j; s < t; s++) acc = fma(Ad[t][s], Td[s][j], acc);
-            Td[t][j] = -acc;
+            if (t > j)
+                for (int s = j + r; s < t; s += 4) acc = fma(Ad[t][s], Td[s][j], acc);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            if (t > j && r == 0) Td[t][j] = -acc;
+            __syncwarp();
         }
     }
-    __syncthreads();
+    __syncthreads(); /* every column of T is complete before any thread stores it */
     for (int idx = tid; idx < DC * DC; idx += NTHR) p.Tw[cc + idx] = (float)Td[idx / DC][idx % DC];
 }
 
-/* Shared-memory layout of the two sequential kernels (floats). */
-__host__ __device__ static inline size_t seq_smem_floats(int ldk) {
-    return 2 * (size_t)DC * ldk + (size_t)ldk * DBV + 3 * (size_t)DC * DBV + 2 * (size_t)DC * DLC +
-           3 * DC;
+/* ---- staging of a chunk into shared memory ----
+ * The sequential kernels wait on every chunk's loads, with one block (8 warps) or two per SM:
+ * each thread issues all its loads of a tensor before its first store, so that a chunk costs
+ * one memory round trip per tensor rather than one per element. K and Q stay in their input
+ * type in shared memory (bf16: half the space, two blocks per SM at d_k ≤ 128) and are widened
+ * when read. */
+template <typename E> struct vec4_of;
+template <> struct vec4_of<float> { typedef float4 type; };
+template <> struct vec4_of<__nv_bfloat16> { typedef uint2 type; };
+
+template <typename E> __device__ __forceinline__ E ezero();
+template <> __device__ __forceinline__ float ezero<float>() { return 0.f; }
+template <> __device__ __forceinline__ __nv_bfloat16 ezero<__nv_bfloat16>() {
+    return __float2bfloat16(0.f);
+}
+
+/* four consecutive elements of shared memory, widened */
+__device__ __forceinline__ float4 ld4s(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 ld4s(const __nv_bfloat16 *p) {
+    uint2 u = *(const uint2 *)p;
+    float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+    float2 c = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+    return make_float4(a.x, a.y, c.x, c.y);
+}
+
+/* rows t0..t0+C−1 of two (B, T, H, d_k) tensors into C × LDK shared arrays (zero padded) */
+template <typename E, int LDK>
+__device__ __forceinline__ void stage_kq(E *Ks, E *Qs, const E *k, const E *q,
+                                         const delta_params &p, int b, int h, int t0) {
+    typedef typename vec4_of<E>::type V;
+    constexpr int GR = LDK / 4, NG = DC * GR / NTHR;
+    V rk[NG], rq[NG];
+    const bool vec = p.kvec;
+#pragma unroll
+    for (int u = 0; u < NG; u++) {
+        int gi = threadIdx.x + u * NTHR, t = gi / GR, kk = (gi % GR) * 4, gt = t0 + t;
+        if (gt < p.T && vec && kk < p.dk) {
+            size_t o = drow(p, b, gt, h) * p.dk + kk;
+            rk[u] = *(const V *)(k + o);
+            rq[u] = *(const V *)(q + o);
+        } else {
+            E ek[4], eq[4];
+            for (int e = 0; e < 4; e++) {
+                bool in = gt < p.T && kk + e < p.dk;
+                size_t o = in ? drow(p, b, gt, h) * p.dk + kk + e : 0;
+                ek[e] = in ? k[o] : ezero<E>();
+                eq[e] = in ? q[o] : ezero<E>();
+            }
+            rk[u] = *(const V *)ek;
+            rq[u] = *(const V *)eq;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < NG; u++) {
+        int gi = threadIdx.x + u * NTHR, t = gi / GR, kk = (gi % GR) * 4;
+        *(V *)(Ks + t * LDK + kk) = rk[u];
+        *(V *)(Qs + t * LDK + kk) = rq[u];
+    }
+}
+
+/* the chunk's T and M (fp32, C × C in the workspace) into DLC-strided shared arrays; with
+ * transpose, stored as Tᵀ and Mᵀ */
+template <bool transpose>
+__device__ __forceinline__ void stage_tm(float *Ts, float *Ms, const float *Tw, const float *Mw) {
+    constexpr int NG = DC * DC / 4 / NTHR;
+    float4 rt[NG], rm[NG];
+#pragma unroll
+    for (int u = 0; u < NG; u++) {
+        int gi = threadIdx.x + u * NTHR;
+        rt[u] = *(const float4 *)(Tw + 4 * gi);
+        rm[u] = *(const float4 *)(Mw + 4 * gi);
+    }
+#pragma unroll
+    for (int u = 0; u < NG; u++) {
+        int gi = threadIdx.x + u * NTHR, r = (4 * gi) / DC, c = (4 * gi) % DC;
+        if (!transpose) {
+            *(float4 *)(Ts + r * DLC + c) = rt[u];
+            *(float4 *)(Ms + r * DLC + c) = rm[u];
+        } else {
+            Ts[c * DLC + r] = rt[u].x;
+            Ts[(c + 1) * DLC + r] = rt[u].y;
+            Ts[(c + 2) * DLC + r] = rt[u].z;
+            Ts[(c + 3) * DLC + r] = rt[u].w;
+            Ms[c * DLC + r] = rm[u].x;
+            Ms[(c + 1) * DLC + r] = rm[u].y;
+            Ms[(c + 2) * DLC + r] = rm[u].z;
+            Ms[(c + 3) * DLC + r] = rm[u].w;
+        }
+    }
+}
+
+/* Shared memory of the two sequential kernels, in bytes, and how many blocks fit on an SM
+ * (227 KiB per SM, 1 KiB reserved per block): the register cap follows from it. */
+__host__ __device__ constexpr size_t seq_smem_bytes(int ldk, size_t esize) {
+    return 2 * (size_t)DC * ldk * esize +
+           sizeof(float) * ((size_t)ldk * DBV + 3 * (size_t)DC * DBV + 2 * (size_t)DC * DLC +
+                            3 * DC);
+}
+__host__ __device__ constexpr int seq_blocks_per_sm(int ldk, size_t esize) {
+    return 2 * (seq_smem_bytes(ldk, esize) + 1024) <= 227 * 1024 ? 2 : 1;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -180,13 +286,13 @@ __host__ __device__ static inline size_t seq_smem_floats(int ldk) {
  *     O = scale (Γ ⊙ Y + M δ)
  *     S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ)            (warp w updates rows 4(w + 8m) .. +3)
  * The state tile never leaves shared memory. For the backward (write_out = 0) it stores the
- * chunk-start state S and U instead of o and ht. */
-template <typename E>
-__global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
+ * chunk-start state S and U instead of o and ht. LDK: d_k rounded up to 32, 64, 128 or 256. */
+template <typename E, int LDK>
+__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
+    delta_fwd_seq(delta_params p) {
     extern __shared__ float4 sm4[];
-    float *sm = (float *)sm4;
-    const int ldk = p.ldk;
-    float *Ks = sm, *Qs = Ks + DC * ldk, *Ss = Qs + DC * ldk, *Rs = Ss + ldk * DBV;
+    E *Ks = (E *)sm4, *Qs = Ks + DC * LDK;
+    float *Ss = (float *)(Qs + DC * LDK), *Rs = Ss + LDK * DBV;
     float *Vs = Rs + DC * DBV, *Ds = Vs + DC * DBV, *Ts = Ds + DC * DBV, *Ms = Ts + DC * DLC;
     float *Gs = Ms + DC * DLC, *Ls = Gs + DC, *Bs = Ls + DC;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -195,32 +301,24 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
     const int j = j0 + lane;
     const bool jv = j < p.dv;
     const E *q = (const E *)p.q, *k = (const E *)p.k, *v = (const E *)p.v;
-    for (int i = w; i < ldk; i += 8)
+    for (int i = w; i < LDK; i += 8)
         Ss[i * DBV + lane] = (p.h0 && jv && i < p.dk) ? p.h0[((size_t)bh * p.dk + i) * p.dv + j]
                                                       : 0.f;
     for (int c = 0; c < p.nc; c++) {
         const int t0 = c * DC;
         const size_t ch = (size_t)bh * p.nc + c;
         __syncthreads();
-        for (int idx = tid; idx < DC * ldk; idx += NTHR) {
-            int t = idx / ldk, kk = idx % ldk, gt = t0 + t;
-            float kv = 0.f, qv = 0.f;
-            if (gt < p.T && kk < p.dk) {
-                size_t o = drow(p, b, gt, h) * p.dk + kk;
-                kv = ttt_ld<E>(k, o);
-                qv = ttt_ld<E>(q, o);
+        stage_kq<E, LDK>(Ks, Qs, k, q, p, b, h, t0);
+        {
+            float vr[8];
+#pragma unroll
+            for (int a = 0; a < 8; a++) {
+                int gt = t0 + w + 8 * a;
+                vr[a] = (gt < p.T && jv) ? ttt_ld<E>(v, drow(p, b, gt, h) * p.dv + j) : 0.f;
             }
-            Ks[idx] = kv;
-            Qs[idx] = qv;
-        }
-        for (int a = 0; a < 8; a++) {
-            int t = w + 8 * a, gt = t0 + t;
-            Vs[t * DBV + lane] =
-                (gt < p.T && jv) ? ttt_ld<E>(v, drow(p, b, gt, h) * p.dv + j) : 0.f;
-        }
-        for (int idx = tid; idx < DC * DC; idx += NTHR) {
-            Ts[(idx / DC) * DLC + idx % DC] = p.Tw[ch * DC * DC + idx];
-            Ms[(idx / DC) * DLC + idx % DC] = p.Mw[ch * DC * DC + idx];
+            stage_tm<false>(Ts, Ms, p.Tw + ch * DC * DC, p.Mw + ch * DC * DC);
+#pragma unroll
+            for (int a = 0; a < 8; a++) Vs[(w + 8 * a) * DBV + lane] = vr[a];
         }
         if (tid < DC) {
             int gt = t0 + tid;
@@ -233,18 +331,22 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
                 p.S0w[(ch * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
         __syncthreads();
         float x[8], y[8];
+#pragma unroll
         for (int a = 0; a < 8; a++) x[a] = y[a] = 0.f;
-        for (int kk = 0; kk < ldk; kk += 4) {
+#pragma unroll 2
+        for (int kk = 0; kk < LDK; kk += 4) {
             float s0 = Ss[kk * DBV + lane], s1 = Ss[(kk + 1) * DBV + lane],
                   s2 = Ss[(kk + 2) * DBV + lane], s3 = Ss[(kk + 3) * DBV + lane];
+#pragma unroll
             for (int a = 0; a < 8; a++) {
                 int t = w + 8 * a;
-                float4 k4 = *(const float4 *)&Ks[t * ldk + kk];
-                float4 q4 = *(const float4 *)&Qs[t * ldk + kk];
+                float4 k4 = ld4s(Ks + t * LDK + kk);
+                float4 q4 = ld4s(Qs + t * LDK + kk);
                 x[a] = fmaf(k4.x, s0, fmaf(k4.y, s1, fmaf(k4.z, s2, fmaf(k4.w, s3, x[a]))));
                 y[a] = fmaf(q4.x, s0, fmaf(q4.y, s1, fmaf(q4.z, s2, fmaf(q4.w, s3, y[a]))));
             }
         }
+#pragma unroll
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a;
             float u = Vs[t * DBV + lane] - Gs[t] * x[a];
@@ -252,6 +354,7 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
             Rs[t * DBV + lane] = Bs[t] * u;
         }
         __syncthreads();
+#pragma unroll
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a;
             float acc = 0.f;
@@ -267,6 +370,7 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
         __syncthreads();
         if (p.write_out) {
             E *o = (E *)p.o;
+#pragma unroll
             for (int a = 0; a < 8; a++) {
                 int t = w + 8 * a, gt = t0 + t;
                 float acc = 0.f;
@@ -283,11 +387,13 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
         }
         /* S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ); thread (w, lane) owns rows 4(w + 8m) + r of column lane */
         const float gl = Gs[DC - 1];
-        for (int g4 = w; 4 * g4 < ldk; g4 += 8) {
+#pragma unroll
+        for (int g4 = w; 4 * g4 < LDK; g4 += 8) {
             float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+#pragma unroll 4
             for (int s = 0; s < DC; s++) {
                 float d = Ls[s] * Ds[s * DBV + lane];
-                float4 k4 = *(const float4 *)&Ks[s * ldk + 4 * g4];
+                float4 k4 = ld4s(Ks + s * LDK + 4 * g4);
                 acc0 = fmaf(k4.x, d, acc0);
                 acc1 = fmaf(k4.y, d, acc1);
                 acc2 = fmaf(k4.z, d, acc2);
@@ -315,12 +421,12 @@ __global__ void __launch_bounds__(NTHR) delta_fwd_seq(delta_params p) {
  *     dS ← Γ_{C−1} dS + scale Qᵀ (Γ ⊙ dO) − Kᵀ (β ⊙ Γ ⊙ dR)
  * and after the first chunk dS = d_h0. Tᵀ and Mᵀ are stored transposed in shared memory so
  * that each row is read as float4 (their zero triangles make the padded reads harmless). */
-template <typename E>
-__global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
+template <typename E, int LDK>
+__global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
+    delta_bwd_seq(delta_params p) {
     extern __shared__ float4 sm4[];
-    float *sm = (float *)sm4;
-    const int ldk = p.ldk;
-    float *Ks = sm, *Qs = Ks + DC * ldk, *dS = Qs + DC * ldk, *dOs = dS + ldk * DBV;
+    E *Ks = (E *)sm4, *Qs = Ks + DC * LDK;
+    float *dS = (float *)(Qs + DC * LDK), *dOs = dS + LDK * DBV;
     float *Dd = dOs + DC * DBV, *dRs = Dd + DC * DBV, *Tt = dRs + DC * DBV, *Mt = Tt + DC * DLC;
     float *Gs = Mt + DC * DLC, *Ls = Gs + DC, *Bs = Ls + DC;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -329,33 +435,24 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
     const int j = j0 + lane;
     const bool jv = j < p.dv;
     const E *q = (const E *)p.q, *k = (const E *)p.k, *dO = (const E *)p.d_o;
-    for (int i = w; i < ldk; i += 8)
+    for (int i = w; i < LDK; i += 8)
         dS[i * DBV + lane] =
             (p.d_ht && jv && i < p.dk) ? p.d_ht[((size_t)bh * p.dk + i) * p.dv + j] : 0.f;
     for (int c = p.nc - 1; c >= 0; c--) {
         const int t0 = c * DC;
         const size_t ch = (size_t)bh * p.nc + c;
         __syncthreads();
-        for (int idx = tid; idx < DC * ldk; idx += NTHR) {
-            int t = idx / ldk, kk = idx % ldk, gt = t0 + t;
-            float kv = 0.f, qv = 0.f;
-            if (gt < p.T && kk < p.dk) {
-                size_t o = drow(p, b, gt, h) * p.dk + kk;
-                kv = ttt_ld<E>(k, o);
-                qv = ttt_ld<E>(q, o);
+        stage_kq<E, LDK>(Ks, Qs, k, q, p, b, h, t0);
+        {
+            float orr[8];
+#pragma unroll
+            for (int a = 0; a < 8; a++) {
+                int gt = t0 + w + 8 * a;
+                orr[a] = (gt < p.T && jv) ? ttt_ld<E>(dO, drow(p, b, gt, h) * p.dv + j) : 0.f;
             }
-            Ks[idx] = kv;
-            Qs[idx] = qv;
-        }
-        for (int a = 0; a < 8; a++) {
-            int t = w + 8 * a, gt = t0 + t;
-            dOs[t * DBV + lane] =
-                (gt < p.T && jv) ? ttt_ld<E>(dO, drow(p, b, gt, h) * p.dv + j) : 0.f;
-        }
-        for (int idx = tid; idx < DC * DC; idx += NTHR) {
-            int r = idx / DC, s = idx % DC;
-            Tt[s * DLC + r] = p.Tw[ch * DC * DC + idx];
-            Mt[s * DLC + r] = p.Mw[ch * DC * DC + idx];
+            stage_tm<true>(Tt, Mt, p.Tw + ch * DC * DC, p.Mw + ch * DC * DC);
+#pragma unroll
+            for (int a = 0; a < 8; a++) dOs[(w + 8 * a) * DBV + lane] = orr[a];
         }
         if (tid < DC) {
             int gt = t0 + tid;
@@ -368,15 +465,19 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
                 p.dSw[(ch * p.dk + i) * p.dv + j] = dS[i * DBV + lane];
         __syncthreads();
         float z[8];
+#pragma unroll
         for (int a = 0; a < 8; a++) z[a] = 0.f;
-        for (int kk = 0; kk < ldk; kk += 4) {
+#pragma unroll 2
+        for (int kk = 0; kk < LDK; kk += 4) {
             float s0 = dS[kk * DBV + lane], s1 = dS[(kk + 1) * DBV + lane],
                   s2 = dS[(kk + 2) * DBV + lane], s3 = dS[(kk + 3) * DBV + lane];
+#pragma unroll
             for (int a = 0; a < 8; a++) {
-                float4 k4 = *(const float4 *)&Ks[(w + 8 * a) * ldk + kk];
+                float4 k4 = ld4s(Ks + (w + 8 * a) * LDK + kk);
                 z[a] = fmaf(k4.x, s0, fmaf(k4.y, s1, fmaf(k4.z, s2, fmaf(k4.w, s3, z[a]))));
             }
         }
+#pragma unroll
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a;
             float acc = 0.f;
@@ -391,6 +492,7 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
         }
         __syncthreads();
         E *dv = (E *)p.d_v;
+#pragma unroll
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a, gt = t0 + t;
             float acc = 0.f;
@@ -407,13 +509,15 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
         }
         __syncthreads();
         const float gl = Gs[DC - 1];
-        for (int g4 = w; 4 * g4 < ldk; g4 += 8) {
+#pragma unroll
+        for (int g4 = w; 4 * g4 < LDK; g4 += 8) {
             float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+#pragma unroll 4
             for (int s = 0; s < DC; s++) {
                 float a1 = p.scale * Gs[s] * dOs[s * DBV + lane];
                 float a2 = -Bs[s] * Gs[s] * dRs[s * DBV + lane];
-                float4 q4 = *(const float4 *)&Qs[s * ldk + 4 * g4];
-                float4 k4 = *(const float4 *)&Ks[s * ldk + 4 * g4];
+                float4 q4 = ld4s(Qs + s * LDK + 4 * g4);
+                float4 k4 = ld4s(Ks + s * LDK + 4 * g4);
                 acc0 = fmaf(q4.x, a1, fmaf(k4.x, a2, acc0));
                 acc1 = fmaf(q4.y, a1, fmaf(k4.y, a2, acc1));
                 acc2 = fmaf(q4.z, a1, fmaf(k4.z, a2, acc2));
@@ -431,7 +535,6 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_seq(delta_params p) {
         for (int i = w; i < p.dk; i += 8)
             p.d_h0[((size_t)bh * p.dk + i) * p.dv + j] = dS[i * DBV + lane];
 }
-
 /* ---------------------------------------------------------------------------------------------
  * delta_bwd_cc: one block per chunk, over 32-column value slices. With dδ = (I + A)ᵀ dR:
  *     δ = T (β ⊙ U)                             (written over U)
@@ -833,9 +936,9 @@ static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t
     p->dk = a->d_k;
     p->dv = a->d_v;
     p->nc = (a->T + DC - 1) / DC;
-    p->ldk = (a->d_k + 3) & ~3;
     p->nvt = (a->d_v + DBV - 1) / DBV;
     p->nkt = (a->d_k + DKT - 1) / DKT;
+    p->kvec = (a->d_k & 3) == 0 && (((uintptr_t)a->q | (uintptr_t)a->k) & 15) == 0;
     p->scale = a->scale;
     p->q = a->q;
     p->k = a->k;
@@ -852,6 +955,33 @@ static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t
     return TTT_OK;
 }
 
+template <typename E, int LDK>
+static ttt_status delta_launch_seq(delta_params &p, int bwd, cudaStream_t st, ttt_error *err) {
+    size_t sm = seq_smem_bytes(LDK, sizeof(E));
+    const unsigned nb = (unsigned)((size_t)p.B * p.H * p.nvt);
+    if (!bwd) {
+        TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_seq<E, LDK>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        delta_fwd_seq<E, LDK><<<nb, NTHR, sm, st>>>(p);
+        TTT_CUDA_CHECK_LAUNCH("delta_fwd_seq");
+    } else {
+        TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_seq<E, LDK>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        delta_bwd_seq<E, LDK><<<nb, NTHR, sm, st>>>(p);
+        TTT_CUDA_CHECK_LAUNCH("delta_bwd_seq");
+    }
+    return TTT_OK;
+}
+
+/* the sequential kernel (bwd = 0: forward, 1: reverse) for d_k rounded up to 32, 64, 128, 256 */
+template <typename E>
+static ttt_status delta_seq(delta_params &p, int bwd, cudaStream_t st, ttt_error *err) {
+    if (p.dk <= 32) return delta_launch_seq<E, 32>(p, bwd, st, err);
+    if (p.dk <= 64) return delta_launch_seq<E, 64>(p, bwd, st, err);
+    if (p.dk <= 128) return delta_launch_seq<E, 128>(p, bwd, st, err);
+    return delta_launch_seq<E, 256>(p, bwd, st, err);
+}
+
 template <typename E>
 static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, ttt_error *err) {
     const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
@@ -860,24 +990,15 @@ static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, tt
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sp));
     delta_prep<E><<<nblk_c, NTHR, sp, st>>>(p, bwd);
     TTT_CUDA_CHECK_LAUNCH("delta_prep");
-    size_t sm = seq_smem_floats(p.ldk) * sizeof(float);
-    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_seq<E>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    delta_fwd_seq<E><<<(unsigned)((size_t)p.B * p.H * p.nvt), NTHR, sm, st>>>(p);
-    TTT_CUDA_CHECK_LAUNCH("delta_fwd_seq");
-    return TTT_OK;
+    return delta_seq<E>(p, 0, st, err);
 }
 
 template <typename E>
 static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *err) {
     TTT_TRY(delta_launch_fwd<E>(p, 1, st, err));
-    size_t sm = seq_smem_floats(p.ldk) * sizeof(float);
-    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_seq<E>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    delta_bwd_seq<E><<<(unsigned)((size_t)p.B * p.H * p.nvt), NTHR, sm, st>>>(p);
-    TTT_CUDA_CHECK_LAUNCH("delta_bwd_seq");
+    TTT_TRY(delta_seq<E>(p, 1, st, err));
     const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
-    sm = delta_bwd_cc_smem();
+    size_t sm = delta_bwd_cc_smem();
     TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_cc<E>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
     delta_bwd_cc<E><<<nblk_c, NTHR, sm, st>>>(p);
