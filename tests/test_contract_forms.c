@@ -457,7 +457,7 @@ static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_pre
                 const double d = fabs((double)got.g[i][j] - ref.g[i][j]);
                 if (d > err || isnan(d)) err = d;
             }
-            ck_assert_msg(err <= rtol * mx + GRAD_ATOL,
+            TU_ASSERT_LE(err, rtol * mx + GRAD_ATOL,
                           "%s/%s (%s), preset %s, T %d, %s%s: gradient %d: max error %.3g, max "
                           "|g| %.3g",
                           e->family, e->form, fused ? "fused" : "composed", p->name, T,

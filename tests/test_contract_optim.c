@@ -321,7 +321,7 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                 char leaf[32];
                 if (i < N_IN) snprintf(leaf, sizeof leaf, "%s", names[i]);
                 else snprintf(leaf, sizeof leaf, "W0[%d]", i - N_IN);
-                ck_assert_msg(fabs(fd2 - p.grad[i][j]) <= rtol * gmax + 1e-4 + 2 * unc,
+                TU_ASSERT_LE(fabs(fd2 - p.grad[i][j]), rtol * gmax + 1e-4 + 2 * unc,
                               "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
                               "%.6g (%.6g with twice the step; max |grad| %.3g)",
                               v->o->name, v->opts, grad_models[m].model,

@@ -257,7 +257,7 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
                 const ttt_form_inputs in = {.T = T, .eta = 1, .gate = g, .tape = 0};
                 if (e->available(&L, &in)) continue;
                 const result r = run_case(e, &L, hc, T, squared);
-                const int bad = !(r.o <= REL_RMS_BOUND && r.S <= REL_RMS_BOUND);
+                const int bad = !(tu_ratio(r.o, REL_RMS_BOUND) & tu_ratio(r.S, REL_RMS_BOUND));
                 printf("  %-18s %-10s %-16s T %5d  %-30s o %.2e  S %.2e%s\n", e->family, e->form,
                        pr->name, T, hc->name, r.o, r.S, bad ? "  FAIL" : "");
                 failures += bad;

@@ -133,7 +133,7 @@ static void check_case(const grad_case *c, uint64_t seed) {
             in.buf[i][j] = x0;
             double fd = (4 * D[1] - D[0]) / 3;
             const double rtol = c->rtol > 0 ? c->rtol : 2e-3;
-            ck_assert_msg(fabs(fd - in.grad[i][j]) <= rtol * gmax + 1e-4,
+            TU_ASSERT_LE(fabs(fd - in.grad[i][j]), rtol * gmax + 1e-4,
                           "%s: dL/d%s[%zu]: tape %.6g, finite difference %.6g (max |grad| %.3g)",
                           c->yaml, names[i], j, in.grad[i][j], fd, gmax);
         }
@@ -201,7 +201,7 @@ START_TEST(closed_forms_under_the_tape_match_generic) {
         }
         L.form = "generic";
         double l_gen = run_loss(&L, &in, fc[c].gates, r, r2, 1);
-        ck_assert_msg(fabs(l_form - l_gen) <= 2e-5 * fabs(l_gen) + 1e-6, "%s: loss %g vs %g",
+        TU_ASSERT_LE(fabs(l_form - l_gen), 2e-5 * fabs(l_gen) + 1e-6, "%s: loss %g vs %g",
                       fc[c].yaml, l_form, l_gen);
         for (int i = 0; i < (fc[c].gates ? 5 : 4); i++) {
             char msg[512];
