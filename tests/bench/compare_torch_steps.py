@@ -286,6 +286,10 @@ def main():
             ok = q_ttt <= 1 and q_32 <= 1 and q_ctl > 1 and lr_err <= LR_TOL
             if not ok:
                 failed.append(name)
+            elif os.environ.get("TTT_TOL_REPORT"):  # the margin report (tests/testutil.h)
+                with open(os.environ["TTT_TOL_REPORT"], "a") as f:
+                    f.write(f"test_torch_parity compare_torch_steps.py:{name} "
+                            f"{max(q_ttt, q_32):.6g}\n")
             pt = {n: dump["final." + n].astype(np.float64) for n in names}
             row = [name] + [f"{e_ttt[s - 1]:.1e}" for s in marks] + \
                 [f"{e_32[s - 1]:.1e}" for s in marks] + \
