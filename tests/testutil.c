@@ -51,10 +51,12 @@ static struct {
 } tu_sites[TU_SITES];
 static int tu_n_sites;
 
+int tu_ratio_quiet;
+
 int tu_ratio_at(double err, double tol, const char *file, int line) {
     const int ok = err <= tol; /* NaN fails */
     const char *path = getenv("TTT_TOL_REPORT");
-    if (!ok || !path || !*path) return ok;
+    if (!ok || tu_ratio_quiet || !path || !*path) return ok;
     const double r = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
     int i = 0;
     while (i < tu_n_sites && !(tu_sites[i].line == line && strcmp(tu_sites[i].file, file) == 0))
