@@ -6,7 +6,9 @@
  * tolerance is set by float32 round-off in the loss:
  *   - the loss (mean cross-entropy, ~2.4 nats) carries float32 round-off of ~1e-7 (a few ulp),
  *     so a difference quotient with step h has noise ~1e-7 / h: at h = 1e-4 the single-element
- *     quotients scatter by ~1e-3 around the tape's values, as measured when this was written;
+ *     quotients scatter by ~1e-3 around the tape's values, as measured when this was written
+ *     (the quotients now take the loss from the cross-entropy's double sum, loss_at, which
+ *     removes the rounding of the mean itself; the logits' rounding remains);
  *   - the 4-point stencil (−L(2h) + 8L(h) − 8L(−h) + L(−2h)) / 12h has truncation error
  *     O(h⁴ L⁽⁵⁾); at init_std 0.3 the loss is strongly curved and h = 1e-2 was measured to be
  *     off by up to 30 % (truncation), h = 3e-3 by ~1 %, h = 1e-3 within the tolerances below
