@@ -458,10 +458,10 @@ static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_pre
                 if (d > err || isnan(d)) err = d;
             }
             TU_ASSERT_LE(err, rtol * mx + GRAD_ATOL,
-                          "%s/%s (%s), preset %s, T %d, %s%s: gradient %d: max error %.3g, max "
-                          "|g| %.3g",
-                          e->family, e->form, fused ? "fused" : "composed", p->name, T,
-                          gate_name(g), with_eta ? ", eta" : "", i, err, mx);
+                         "%s/%s (%s), preset %s, T %d, %s%s: gradient %d: max error %.3g, max "
+                         "|g| %.3g",
+                         e->family, e->form, fused ? "fused" : "composed", p->name, T,
+                         gate_name(g), with_eta ? ", eta" : "", i, err, mx);
         }
     }
     tu_tape_fx_free(&fx);

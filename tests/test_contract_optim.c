@@ -336,11 +336,11 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                 if (i < N_IN) snprintf(leaf, sizeof leaf, "%s", names[i]);
                 else snprintf(leaf, sizeof leaf, "W0[%d]", i - N_IN);
                 TU_ASSERT_LE(fabs(fd2 - p.grad[i][j]), rtol * gmax + 1e-4 + 2 * unc,
-                              "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
-                              "%.6g (%.6g with twice the step; max |grad| %.3g)",
-                              v->o->name, v->opts, grad_models[m].model,
-                              grad_models[m].per_key ? " (gates per key)" : "", leaf, j,
-                              p.grad[i][j], fd2, fd, gmax);
+                             "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
+                             "%.6g (%.6g with twice the step; max |grad| %.3g)",
+                             v->o->name, v->opts, grad_models[m].model,
+                             grad_models[m].per_key ? " (gates per key)" : "", leaf, j,
+                             p.grad[i][j], fd2, fd, gmax);
             }
         }
         ck_assert_msg(jumps * 10 <= total, "%s {%s}, model %s: %zu of %zu elements sit on a "

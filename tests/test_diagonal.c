@@ -424,7 +424,7 @@ static void check_block(block_fn f, ttt_tensor *const *w, int nw, ttt_tensor *x,
         memcpy(w[i]->data, w0, sizeof(float) * w[i]->n);
         const double fd = (4 * D[1] - D[0]) / 3; /* Richardson: the h² term cancels */
         TU_ASSERT_LE(fabs(gu - fd), DIR_RTOL * fmax(fabs(gu), fabs(fd)) + 1e-6,
-                      "%s weight %d: gradient.u %.8g, finite difference %.8g", name, i, gu, fd);
+                     "%s weight %d: gradient.u %.8g, finite difference %.8g", name, i, gu, fd);
         free(u), free(w0);
     }
 }

@@ -234,7 +234,7 @@ START_TEST(closed_forms_under_the_tape_match_generic) {
         L.form = "generic";
         double l_gen = run_loss(&L, &in, fc[c].gates, r, r2, 1);
         TU_ASSERT_LE(fabs(l_form - l_gen), 2e-5 * fabs(l_gen) + 1e-6, "%s: loss %g vs %g",
-                      fc[c].yaml, l_form, l_gen);
+                     fc[c].yaml, l_form, l_gen);
         for (int i = 0; i < (fc[c].gates ? 5 : 4); i++) {
             char msg[512];
             ck_assert_msg(tu_close_f(g_form[i], in.grad[i], in.n[i], 1e-6, 2e-5, msg, sizeof msg),

@@ -246,8 +246,8 @@ START_TEST(outer_gradients_match_finite_differences) {
                 const double fd = (4 * D2 - D1) / 3, fd2 = (4 * D4 - D2) / 3;
                 const double unc = fmax(fabs(fd - fd2), fmax(fabs(D1 - D2), fabs(D2 - D4)));
                 TU_ASSERT_LE(fabs(fd2 - p.grad[i][j]), 2e-3 * gmax + 1e-4 + 2 * unc,
-                              "b %d: dL/d%s[%zu]: tape %.6g, finite difference %.6g (max %.3g)",
-                              b, names[i], j, p.grad[i][j], fd2, gmax);
+                             "b %d: dL/d%s[%zu]: tape %.6g, finite difference %.6g (max %.3g)",
+                             b, names[i], j, p.grad[i][j], fd2, gmax);
             }
         }
         for (int i = 0; i < p.n_leaf; i++) free(p.buf[i]), free(p.grad[i]);
@@ -393,7 +393,7 @@ START_TEST(sequence_model_trains_the_outer_parameters) {
             const double fd = (-v[0] + 8 * v[1] - 8 * v[2] + v[3]) / (12 * h);
             ck_assert_msg(fabs(gdot) > 1e-6, "%s: no gradient", p->name);
             TU_ASSERT_LE(fabs(fd - gdot), 0.02 * fabs(fd) + 1e-4,
-                          "%s: tape %.6g, finite difference %.6g", p->name, gdot, fd);
+                         "%s: tape %.6g, finite difference %.6g", p->name, gdot, fd);
             free(dir), free(save);
         }
     ttt_tape_free(&tape);

@@ -474,7 +474,7 @@ static double check_closed_vs_generic(const char *layer_auto, const char *layer_
     double worst = fabs(la - lg) / tol_loss;
     if (assert_ok)
         TU_ASSERT_LE(fabs(la - lg), tol_loss, "%s: loss %.9g vs generic %.9g (tolerance %.3g)",
-                      layer_auto, la, lg, tol_loss);
+                     layer_auto, la, lg, tol_loss);
     const char *worst_name = "loss";
     for (int i = 0; i < a.m.params.n; i++) {
         const ttt_param *pa = a.m.params.p[i], *pg = g.m.params.p[i], *pq = q.m.params.p[i];
@@ -490,10 +490,10 @@ static double check_closed_vs_generic(const char *layer_auto, const char *layer_
         if (err / tol > worst) worst = err / tol, worst_name = pa->name;
         if (assert_ok)
             TU_ASSERT_LE(err, tol,
-                          "%s: gradient of %s: max-abs error %.3e at %zu (got %.9g, generic "
-                          "%.9g), tolerance %.3e = %g·ε·S, S = %.3e",
-                          layer_auto, pa->name, err, at, (double)pa->grad[at],
-                          (double)pg->grad[at], tol, FORMS_C_GRAD, sens);
+                         "%s: gradient of %s: max-abs error %.3e at %zu (got %.9g, generic "
+                         "%.9g), tolerance %.3e = %g·ε·S, S = %.3e",
+                         layer_auto, pa->name, err, at, (double)pa->grad[at],
+                         (double)pg->grad[at], tol, FORMS_C_GRAD, sens);
     }
     fprintf(stderr, "closed vs generic %s: loss %.9g vs %.9g, worst error/tolerance %.3f (%s)\n",
             layer_auto, la, lg, worst, worst_name);

@@ -702,9 +702,9 @@ START_TEST(ns_fused_gradient_matches_composed_and_fd) {
                 e_comp = fmax(e_comp, fabs((double)g[0][i] - g[1][i]) / scale);
             }
             TU_ASSERT_LE(e_fd, NS_GTOL, "%dx%d %s: fused vs fd %.3g of max", r, c,
-                          NS_SETS[ki].name, e_fd);
+                         NS_SETS[ki].name, e_fd);
             TU_ASSERT_LE(e_comp, NS_GTOL, "%dx%d %s: fused vs composed %.3g of max", r, c,
-                          NS_SETS[ki].name, e_comp);
+                         NS_SETS[ki].name, e_comp);
             worst_fd = fmax(worst_fd, e_fd), worst_comp = fmax(worst_comp, e_comp);
             /* (c) wrong backward terms: fused + (wrong adjoint − right adjoint) must fail the
              * same comparison; the right adjoint itself must pass it far below NS_GTOL */
