@@ -193,8 +193,8 @@ START_TEST(split_with_full_state_equals_one_call) {
     const int dims[][2] = {{6, 5}, {6, 5}, {6, 6}};
     for (int i = 0; i < 3; i++) {
         const double full = split_error(layers[i], dims[i][0], dims[i][1], 1);
-        ck_assert_msg(full <= SPLIT_TOL, "%s: split with the full state off by %.3g", layers[i],
-                      full);
+        TU_ASSERT_LE(full, SPLIT_TOL, "%s: split with the full state off by %.3g", layers[i],
+                     full);
         const double weights = split_error(layers[i], dims[i][0], dims[i][1], 0);
         ck_assert_msg(weights >= 1e-2, "%s: split with the weights alone off by only %.3g",
                       layers[i], weights);

@@ -543,7 +543,7 @@ static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_pre
             ck_assert_uint_eq(got.n[i], ref.n[i]);
             double mx;
             const double err = grad_err(got.g[i], ref.g[i], ref.n[i], &mx);
-            ck_assert_msg(err <= rtol * mx + GRAD_ATOL,
+            TU_ASSERT_LE(err, rtol * mx + GRAD_ATOL,
                           "%s/%s (%s), preset %s, T %d, %s%s%s: gradient %d: max error %.3g, "
                           "max |g| %.3g",
                           e->family, e->form, fused ? "fused" : "composed", p->name, T,

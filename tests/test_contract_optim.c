@@ -182,6 +182,11 @@ static double grad_loss(const ttt_layer *L, grad_problem *p, int with_grad) {
                   "%s", err.msg);
     ttt_tensor ro = ttt_tensor_view(p->r, 2, (int[]){GT, GD});
     ttt_tensor *loss = ttt_dot(&ctx, o, &ro);
+    /* The value for the difference quotients, summed in double from the float32 outputs: the
+     * float32 loss tensor is rounded at every dot and every add (half an ulp of |loss| each),
+     * which a quotient turns into noise of the size of the tolerance's absolute floor. */
+    double val = 0;
+    for (size_t i = 0; i < o->n; i++) val += (double)o->data[i] * p->r[i];
     size_t off = (size_t)GT * GD;
     for (int w = 0; w < st.n_w; w++)
         for (int s = -1; s < st.n_opt; s++) {
@@ -191,10 +196,10 @@ static double grad_loss(const ttt_layer *L, grad_problem *p, int with_grad) {
              * stack */
             ttt_tensor *rt = ttt_tensor_new(&ctx, t->ndim, t->shape);
             memcpy(rt->data, p->r + off, t->n * sizeof(float));
+            for (size_t i = 0; i < t->n; i++) val += (double)t->data[i] * rt->data[i];
             off += t->n;
             loss = ttt_add(&ctx, loss, ttt_dot(&ctx, t, rt));
         }
-    const double val = loss->data[0];
     if (with_grad) ttt_backward(&ctx, loss);
     ttt_tape_free(&tape);
     ttt_arena_free(&arena);
@@ -258,7 +263,16 @@ static void grad_problem_free(grad_problem *p) {
  * (slope up to a^steps near small singular values) and Adam's first step (m̂/√v̂ ≈ sign G) make
  * the float32 loss wiggle on the scale of h, and the bound widens there by what the differences
  * themselves show. A wrong backward (a missing term, a dropped decay, a norm read as a
- * constant) is off by O(max|grad|) at differences that agree with each other. */
+ * constant) is off by O(max|grad|) at differences that agree with each other.
+ * Margin. Where D moves by about the same amount at each halving of the step (Newton–Schulz:
+ * D = −1.7779, −1.7830, −1.7879 for one muon element, not the 4× shrinking steps of a smooth
+ * loss) the extrapolation is still about one such step from the derivative, so |tape − D*|
+ * comes to ~0.6 of the bound. For one element (muon on SwiGLU, coupled decay) the differences
+ * do not converge at all, D = −1.50, −1.85, −2.61 against the tape's −4.39: the loss is outside
+ * its linear range at every step tried, the bound there is almost all spread, and the element
+ * comes to 0.84 of it under every OpenBLAS kernel set. It is kept (not skipped like a jump):
+ * counting non-converging elements as unresolved put 13 % of one case past the 10 % cap under
+ * Prescott's kernels. A wrong backward shows at the converged elements. */
 static double grad_rtol(const variant *v) { return 2e-3; }
 
 /* Models of the gradient check: the linear model with a scalar gate per token and with a gate
@@ -321,12 +335,12 @@ START_TEST(gradient_through_step_matches_finite_differences) {
                 char leaf[32];
                 if (i < N_IN) snprintf(leaf, sizeof leaf, "%s", names[i]);
                 else snprintf(leaf, sizeof leaf, "W0[%d]", i - N_IN);
-                ck_assert_msg(fabs(fd2 - p.grad[i][j]) <= rtol * gmax + 1e-4 + 2 * unc,
-                              "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
-                              "%.6g (%.6g with twice the step; max |grad| %.3g)",
-                              v->o->name, v->opts, grad_models[m].model,
-                              grad_models[m].per_key ? " (gates per key)" : "", leaf, j,
-                              p.grad[i][j], fd2, fd, gmax);
+                TU_ASSERT_LE(fabs(fd2 - p.grad[i][j]), rtol * gmax + 1e-4 + 2 * unc,
+                             "%s {%s}, model %s%s: dL/d%s[%zu]: tape %.6g, finite difference "
+                             "%.6g (%.6g with twice the step; max |grad| %.3g)",
+                             v->o->name, v->opts, grad_models[m].model,
+                             grad_models[m].per_key ? " (gates per key)" : "", leaf, j,
+                             p.grad[i][j], fd2, fd, gmax);
             }
         }
         ck_assert_msg(jumps * 10 <= total, "%s {%s}, model %s: %zu of %zu elements sit on a "

@@ -217,9 +217,12 @@ START_TEST(delta_chunkwise_matches_generic_driver) {
         float *o = malloc(sizeof(float) * T * dv), *S = malloc(sizeof(float) * dk * dv);
         memcpy(S, p.S0->data, sizeof(float) * dk * dv);
         run_form(&f, FORM_CHUNKWISE, &p, o, S, 0, T, 16);
-        /* float32 against float32: both are within RTOL of the float64 solution */
-        TU_ASSERT_CLOSE_F(o, og->data, og->n, 2 * ATOL, 2 * RTOL);
-        TU_ASSERT_CLOSE_F(S, st.W[0]->data, st.W[0]->n, 2 * ATOL, 2 * RTOL);
+        /* the chunkwise form against the same float64 solution (each float32 path is bounded
+         * by the reference on its own, never by the other float32 result) */
+        snprintf(what, sizeof what, "chunkwise decay=%d: o", decay);
+        check_close(what, o, p.o_ref, og->n, RTOL);
+        snprintf(what, sizeof what, "chunkwise decay=%d: S", decay);
+        check_close(what, S, p.S_ref, st.W[0]->n, RTOL);
         free(o), free(S);
         problem_free(&p);
         tu_fx_free(&f);

@@ -21,6 +21,17 @@
  * float32 with the same sign every step — the defect this file was written for — gave 5e-5 at
  * T = 8192 in the recurrent form and grows linearly in T; a dropped token or a wrong gate is
  * O(1e-3 … 1)).
+ * Margin. Two entries come close to the bound by their own declaration, not by this test's
+ * choice: the recurrent linear-attention kernel at its precise_t = 8192 (1.82e-6 on the state,
+ * 0.91 of the bound) and the generic driver at its precise_t = 1024 (1.69e-6). Their error is
+ * the float32 recurrence's own floor — a state summed token by token, whose rounding errors add
+ * as a random walk, ~0.3·ε·√T (ε = 2^-24) for the recurrent kernel, and the generic driver's
+ * rounding of α·S that leans one way with a weak gate — and precise_t is set in layers/forms as
+ * the longest T at which it stays under 2e-6 (docs/forms.md "Precision on hard inputs"). It is
+ * the same under OpenBLAS's Cooperlake, Haswell, SkylakeX, Zen and Prescott kernels (neither
+ * calls the BLAS on these inputs). A √T bound instead would no longer catch the drift this file
+ * was written for at 16K tokens (1e-5 in the chunkwise form), so the flat 2e-6 stays and the
+ * margin is the entries' promise; halving those two precise_t would give ~2×.
  *
  * Lengths. T = 16384 for the forms whose cost and scratch are linear in T, T = 4096 for those
  * whose scratch grows as T² (the parallel forms: 64 MiB at 4096, 1 GiB at 16K), and never more
@@ -310,7 +321,7 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
                 if (e->available(&L, &in)) continue;
                 const result r = run_case(e, &L, hc, T, squared);
                 /* with resets the comparison must also reject the recurrence without them */
-                const int bad = !(r.o <= REL_RMS_BOUND && r.S <= REL_RMS_BOUND) ||
+                const int bad = !(tu_ratio(r.o, REL_RMS_BOUND) & tu_ratio(r.S, REL_RMS_BOUND)) ||
                                 !(r.o0 > REL_RMS_BOUND && r.S0 > REL_RMS_BOUND);
                 printf("  %-18s %-10s %-16s T %5d  %-40s o %.2e  S %.2e", e->family, e->form,
                        pr->name, T, hc->name, r.o, r.S);

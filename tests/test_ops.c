@@ -541,12 +541,14 @@ START_TEST(test_reductions_full) {
     assert_shape1(ts, 1);
     assert_shape1(td, 1);
     assert_shape1(tf, 1);
-    /* Double accumulation: only the final rounding to float remains (6e-8 relative). A float
-     * accumulator over 1e4 terms would drift to ~1e-5·Σ|x|, which the 1e-7 scale rejects. */
+    /* Double accumulation: only the final rounding to float remains, at most ε = 2^-24 of the
+     * value (round to nearest), and |Σx| ≤ Σ|x|; 2ε keeps a 2× margin on a bound that is exact.
+     * A float accumulator over 1e4 terms would drift to ~1e-5·Σ|x|, which 2ε = 1.2e-7 rejects. */
+    const double eps2 = 2 * 0x1p-24;
     double want_f = sqrt(f);
-    TU_ASSERT_CLOSE(ts->data, &s, 1, 1e-7 * sabs, 0.0);
-    TU_ASSERT_CLOSE(td->data, &d, 1, 1e-7 * dabs, 0.0);
-    TU_ASSERT_CLOSE(tf->data, &want_f, 1, 0.0, 1e-7);
+    TU_ASSERT_CLOSE(ts->data, &s, 1, eps2 * sabs, 0.0);
+    TU_ASSERT_CLOSE(td->data, &d, 1, eps2 * dabs, 0.0);
+    TU_ASSERT_CLOSE(tf->data, &want_f, 1, 0.0, eps2);
 }
 END_TEST
 

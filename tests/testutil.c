@@ -4,11 +4,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/wait.h>
 
 static int close_impl(const float *got, const double *want_d, const float *want_f, size_t n,
-                      double atol, double rtol, char *msg, size_t msg_len) {
+                      double atol, double rtol, char *msg, size_t msg_len, double *err_out,
+                      double *tol_out) {
     double maxabs = 0, maxref = 0, num = 0, den = 0;
     size_t worst = 0;
     int nonfinite = 0;
@@ -28,6 +30,8 @@ static int close_impl(const float *got, const double *want_d, const float *want_
     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     double tol = atol + rtol * maxref;
     int ok = !nonfinite && maxabs <= tol;
+    *err_out = maxabs;
+    *tol_out = tol;
     if (msg)
         snprintf(msg, msg_len,
                  "max-abs error %.3e (tolerance %.3e) at index %zu: got %.9g want %.9g; "
@@ -38,14 +42,58 @@ static int close_impl(const float *got, const double *want_d, const float *want_
     return ok;
 }
 
-int tu_close(const float *got, const double *want, size_t n, double atol, double rtol, char *msg,
-             size_t msg_len) {
-    return close_impl(got, want, NULL, n, atol, rtol, msg, msg_len);
+/* The margin report's per-process table: the largest passing ratio seen at each site. */
+#define TU_SITES 512
+static struct {
+    const char *file;
+    int line;
+    double worst;
+} tu_sites[TU_SITES];
+static int tu_n_sites;
+
+int tu_ratio_quiet;
+
+int tu_ratio_at(double err, double tol, const char *file, int line) {
+    const int ok = err <= tol; /* NaN fails */
+    const char *path = getenv("TTT_TOL_REPORT");
+    if (!ok || tu_ratio_quiet || !path || !*path) return ok;
+    const double r = tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
+    int i = 0;
+    while (i < tu_n_sites && !(tu_sites[i].line == line && strcmp(tu_sites[i].file, file) == 0))
+        i++;
+    if (i == tu_n_sites) {
+        if (i == TU_SITES) return ok;
+        tu_sites[i].file = file;
+        tu_sites[i].line = line;
+        tu_sites[i].worst = -1;
+        tu_n_sites++;
+    }
+    if (r <= tu_sites[i].worst) return ok;
+    tu_sites[i].worst = r;
+    FILE *f = fopen(path, "a");
+    if (f) {
+        const char *base = strrchr(file, '/');
+        fprintf(f, "%s %s:%d %.6g\n", program_invocation_short_name, base ? base + 1 : file, line,
+                r);
+        fclose(f);
+    }
+    return ok;
 }
 
-int tu_close_f(const float *got, const float *want, size_t n, double atol, double rtol,
-               char *msg, size_t msg_len) {
-    return close_impl(got, NULL, want, n, atol, rtol, msg, msg_len);
+int tu_close_at(const float *got, const double *want, size_t n, double atol, double rtol,
+                char *msg, size_t msg_len, const char *file, int line) {
+    double err, tol;
+    int ok = close_impl(got, want, NULL, n, atol, rtol, msg, msg_len, &err, &tol);
+    if (ok) tu_ratio_at(err, tol, file, line);
+    return ok;
+}
+
+int tu_close_f_at(const float *got, const float *want, size_t n, double atol, double rtol,
+                  char *msg, size_t msg_len, const char *file, int line) {
+    double err, tol;
+    int ok = close_impl(got, NULL, want, n, atol, rtol, msg, msg_len, &err, &tol);
+    if (ok) tu_ratio_at(err, tol, file, line);
+    return ok;
 }
 
 int tu_run(Suite *s) {

@@ -9,13 +9,29 @@
 
 /* Compare `got` (float32) against `want` (float64 reference), n elements. Passes when
  * max|got − want| <= atol + rtol·max|want|. Fills a message with max-abs error, relative RMS error
- * and the worst index, for ck_assert_msg. Returns 1 on pass. */
-int tu_close(const float *got, const double *want, size_t n, double atol, double rtol,
-             char *msg, size_t msg_len);
+ * and the worst index, for ck_assert_msg. Returns 1 on pass. Every call records its ratio
+ * error / tolerance for the margin report (tu_ratio). */
+int tu_close_at(const float *got, const double *want, size_t n, double atol, double rtol,
+                char *msg, size_t msg_len, const char *file, int line);
 /* Same with a float32 reference. */
-int tu_close_f(const float *got, const float *want, size_t n, double atol, double rtol,
-               char *msg, size_t msg_len);
+int tu_close_f_at(const float *got, const float *want, size_t n, double atol, double rtol,
+                  char *msg, size_t msg_len, const char *file, int line);
+#define tu_close(got, want, n, atol, rtol, msg, msg_len)                                     \
+    tu_close_at((got), (want), (n), (atol), (rtol), (msg), (msg_len), __FILE__, __LINE__)
+#define tu_close_f(got, want, n, atol, rtol, msg, msg_len)                                   \
+    tu_close_f_at((got), (want), (n), (atol), (rtol), (msg), (msg_len), __FILE__, __LINE__)
 
+/* The margin report (docs/hardening.md "Portable tolerances"): with TTT_TOL_REPORT=path in the
+ * environment, every comparison that passes appends "program file:line ratio" to path whenever
+ * its ratio error / tolerance is a new largest for that site in this process, so .ci/portability
+ * can print the worst ratio of every suite under every BLAS kernel set. Comparisons that fail
+ * (ratio > 1) are Check's to report, or are the controls a test must reject; they are not
+ * recorded. Returns err <= tol (false for NaN). */
+int tu_ratio_at(double err, double tol, const char *file, int line);
+/* Nonzero while a test runs a control it must reject (e.g. a gradient corrupted on purpose):
+ * the control's elements that happen to pass are not margins, and are not recorded. */
+extern int tu_ratio_quiet;
+#define tu_ratio(err, tol) tu_ratio_at((err), (tol), __FILE__, __LINE__)
 #define TU_ASSERT_CLOSE(got, want, n, atol, rtol)                                            \
     do {                                                                                     \
         char tu_msg_[512];                                                                   \
@@ -28,6 +44,9 @@ int tu_close_f(const float *got, const float *want, size_t n, double atol, doubl
         int tu_ok_ = tu_close_f((got), (want), (n), (atol), (rtol), tu_msg_, sizeof tu_msg_);\
         ck_assert_msg(tu_ok_, "%s", tu_msg_);                                                \
     } while (0)
+
+/* ck_assert_msg(err <= tol, ...) that also records the ratio. */
+#define TU_ASSERT_LE(err, tol, ...) ck_assert_msg(tu_ratio((err), (tol)), __VA_ARGS__)
 
 /* Run a suite with CK_NORMAL output; returns the process exit code (0 = all passed). */
 int tu_run(Suite *s);

@@ -22,25 +22,38 @@ initial parameters on the same batches, twice: in float64 (the reference) and in
                        train.clip, every gradient is scaled by clip / norm (ttt's definition;
                        torch's clip_grad_norm_ divides by norm + 1e-6 instead)
 
-Agreement (exit 1 when it fails). Float64 PyTorch is the reference; ttt and PyTorch float32 are
-held to the same bound. With e(s) = |loss(s) − loss_64(s)| / loss_64(s) the relative loss error
-of a float32 curve at step s, and leave = the first step at which e(s) > LOSS_TOL (N + 1 if
-never), each of the two float32 curves must satisfy
+Agreement (exit 1 when it fails). Float64 PyTorch is the reference. Training at these rates is
+chaotic: a float32 rounding of the weights (2^-24 relative) is amplified by every later update
+(Adam divides by sqrt(v), so a weight whose gradient is near zero moves a full step whichever way
+rounding tips it), so after some step no float32 trainer, ttt's or PyTorch's, follows the float64
+curve, and which step that is depends on which roundings a CPU's kernels happen to make: a fixed
+step bound ("within 1e-4 for 100 steps") passes on one CPU and fails on another. The bound is
+therefore measured on the float64 trajectory itself, never on a float32 result:
 
-    leave ≥ LEAVE_RATIO · leave_other     and     max_s e(s) ≤ SPREAD · max(LOSS_TOL, max_s e_other(s))
+    ensemble    ENSEMBLE more float64 runs in which every weight is multiplied by 1 + u * 2^-24,
+                u uniform in [-1, 1], after every update: the storage rounding any float32
+                trainer commits at every step, and nothing else
+    spread(s)   the largest relative loss error of those runs at step s against float64
+    horizon H   the steps before spread first exceeds COND_TOL: there the float64 trajectory is
+                well-conditioned (a float32 rounding is amplified at most ~170 times)
+    tol(s)      GROWTH * (spread(s) + LOSS_FLOOR) for s <= H; beyond H, GROWTH * (the largest
+                spread up to s + LOSS_FLOOR): after the horizon a correct float32 run is one more
+                draw from the ensemble's distribution, so it is held to the ensemble's envelope
 
-e_other being the other float32 curve's error. Why: a step's float32 rounding (~1e-7 relative)
-is carried into the weights and amplified by every later update — Adam divides by sqrt(v), so a
-weight whose gradient is near zero moves a full step whichever way rounding tips it, and training
-at these rates is a chaotic map — so both float32 curves leave the exact one by the same
-mechanism, at about the same step, and then wander by similar amounts; which of the two leaves
-first is a matter of chance (the full run: steps 74 / 64 for gla, 92 / 90 for linear attention,
-75 to 153 for the others, never for softmax and ttt_linear; largest errors within a factor 2 of
-each other). An implementation error in ttt shows up as ttt leaving early while PyTorch float32
-stays on the curve: a missing weight decay on the head alone makes ttt leave at step 19–21 of
-the quick test's 100 (where both float32 curves otherwise stay below 3e-5). The learning rates
-ttt used must equal this script's schedule to float32 storage (LR_TOL) at every step. The final
-parameters' differences are printed, not checked.
+and with e(s) = |loss(s) - loss_64(s)| / loss_64(s), ttt's and PyTorch float32's curves must each
+satisfy e(s) <= tol(s) at every step. LOSS_FLOOR = 16 eps (eps = 2^-24) is the float32 evaluation
+of the loss itself (the network, a log-sum-exp over V and a mean over B * T positions; at step 1
+the float32 curves are within 4 eps). GROWTH = 8: a float32 trainer rounds at more places than
+the ensemble's storage (every gradient carries a few eps of rounding, which Adam's normalization
+passes on like storage rounding), and four runs sample the spread. Measured under OpenBLAS's
+Cooperlake, Haswell and Prescott kernels (ttt's and PyTorch's both), every mixer: the worst
+e / (spread + LOSS_FLOOR) of a float32 curve is 2.5 (ttt_linear, PyTorch under Haswell), so the
+margin is 3.2x. A control the bound must reject, run for every mixer: PyTorch float32 without the
+head's weight decay (a one-line trainer mistake); it is 36 to 1950 times (spread + LOSS_FLOOR)
+within the horizon, 4.5 to 240 times tol, and the test fails if the control passes. The learning
+rates ttt used must equal this script's schedule to float32 storage (LR_TOL) at every step. The
+final parameters' differences are printed, not checked (docs/training.md: in the chaotic part
+they are as far apart for two float32 runs, or for float64 runs perturbed by one ulp, as for ttt).
 
 Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
     /usr/bin/python3 tests/bench/compare_torch_steps.py --ttt build/ttt             # 300 steps
@@ -68,10 +81,13 @@ from compare_torch import read_safetensors  # noqa: E402
 from compare_torch_train import Config, decays, forward_loss, self_check  # noqa: E402
 # (the twin itself is python/ttt/torch_model.py; compare_torch_train loads it)
 
-LOSS_TOL = 1e-4
-LEAVE_RATIO = 0.75
-SPREAD = 10.0
+EPS32 = 2.0 ** -24  # float32 unit roundoff
+ENSEMBLE = 4        # perturbed float64 runs (see the top)
+COND_TOL = 1e-5     # the horizon: the spread up to which the float64 trajectory is well-conditioned
+LOSS_FLOOR = 16 * EPS32
+GROWTH = 8.0
 LR_TOL = 1e-6
+LEAVE_TOL = 1e-4    # reported only: the first step a curve is 1e-4 from float64
 
 # The mixers with a PyTorch twin: the `layer:` section of each (the model's defaults resolve the
 # rest, and the twin follows whatever they resolve to).
@@ -98,14 +114,19 @@ def schedule(meta, s):
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * (s - W) / (T - W))))
 
 
-def train_torch(cfg, meta, dump, names, dtype):
+def train_torch(cfg, meta, dump, names, dtype, perturb_seed=None, no_decay=()):
     """N steps of PyTorch from the dump's initial parameters on its batches: (losses, gradient
-    norms, final parameters)."""
+    norms, final parameters). perturb_seed: after every update multiply each weight by
+    1 + u * EPS32, u uniform in [-1, 1] (an ensemble member, see the top). no_decay: parameters
+    left out of weight decay (the control)."""
     P = {n: torch.tensor(dump["param." + n], dtype=dtype, requires_grad=True) for n in names}
+    gen = torch.Generator().manual_seed(perturb_seed) if perturb_seed is not None else None
     wd = float(meta["train.weight_decay"])
-    groups = [{"params": [P[n] for n in names if decays(n, P[n].shape)], "weight_decay": wd},
-              {"params": [P[n] for n in names if not decays(n, P[n].shape)],
-               "weight_decay": 0.0}]
+
+    def dec(n):
+        return decays(n, P[n].shape) and n not in no_decay
+    groups = [{"params": [P[n] for n in names if dec(n)], "weight_decay": wd},
+              {"params": [P[n] for n in names if not dec(n)], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=float(meta["train.lr"]),
                             betas=(float(meta["train.beta1"]), float(meta["train.beta2"])),
                             eps=float(meta["train.eps"]), foreach=False)
@@ -128,6 +149,11 @@ def train_torch(cfg, meta, dump, names, dtype):
                 for n in names:
                     P[n].grad.mul_(clip / norm)
         opt.step()
+        if gen is not None:
+            with torch.no_grad():
+                for n in names:
+                    u = 2 * torch.rand(P[n].shape, generator=gen, dtype=dtype) - 1
+                    P[n].mul_(1 + EPS32 * u)
         losses.append(loss.item())
         norms.append(norm)
     return np.array(losses), np.array(norms), {n: P[n].detach().double().numpy() for n in names}
@@ -169,22 +195,18 @@ def param_err(final, ref):
                for n in ref)
 
 
-def leave_step(e):
-    """The first step (from 1) at which e exceeds LOSS_TOL; len(e) + 1 if it never does."""
-    k = np.nonzero(e > LOSS_TOL)[0]
-    return int(k[0]) + 1 if len(k) else len(e) + 1
-
-
-def within(e, other):
-    """e stays within LOSS_TOL at least LEAVE_RATIO as long as the other float32 curve does, and
-    its largest error is at most SPREAD times the other's (or LOSS_TOL's); see the top."""
-    return (leave_step(e) >= LEAVE_RATIO * leave_step(other) and
-            e.max() <= SPREAD * max(LOSS_TOL, other.max()))
+def tolerance(l64, ensemble):
+    """(tol(s) for every step, the horizon H) from the float64 curve and its perturbed runs."""
+    spread = np.max([rel(e, l64) for e in ensemble], axis=0)
+    over = np.nonzero(spread > COND_TOL)[0]
+    H = int(over[0]) if len(over) else len(l64)
+    envelope = np.where(np.arange(len(l64)) < H, spread, np.maximum.accumulate(spread))
+    return GROWTH * (envelope + LOSS_FLOOR), H
 
 
 def leaves(e):
-    """The first step (from 1) at which e exceeds LOSS_TOL, or '-'."""
-    k = np.nonzero(e > LOSS_TOL)[0]
+    """The first step (from 1) at which e exceeds LEAVE_TOL, or '-'."""
+    k = np.nonzero(e > LEAVE_TOL)[0]
     return str(k[0] + 1) if len(k) else "-"
 
 
@@ -222,13 +244,14 @@ def main():
     print(f"# MQAR model: d_model {a.d_model}, {a.layers} layers, {a.heads} heads, mlp {a.mlp}, "
           f"V {a.vocab}, {a.pairs} pairs, L {a.seq_len}, batch {a.batch}; {a.steps} steps, lr "
           f"{a.lr:g}, warm-up {a.warmup}, weight decay {a.weight_decay:g}, clip {a.clip:g}")
-    print(f"# loss error: |loss - loss64| / loss64 at the step (loss64: PyTorch float64); "
-          f"each float32 curve stays within {LOSS_TOL:g} at least {LEAVE_RATIO:g} x as long as the "
-          f"other, and its largest error is at most {SPREAD:g} x the other's")
+    print(f"# loss error: |loss - loss64| / loss64 at the step (loss64: PyTorch float64); each "
+          f"float32 curve within tol(s) = {GROWTH:g} x (spread(s) + {LOSS_FLOOR:.1e}), spread of "
+          f"{ENSEMBLE} float64 runs perturbed by 2^-24 per step (its running max after the "
+          f"horizon H where the spread first exceeds {COND_TOL:g})")
     marks = sorted({1, min(100, a.steps), a.steps})
     cols = ["mixer"] + [f"ttt@{s}" for s in marks] + [f"t32@{s}" for s in marks] + \
-        ["ttt_max", "t32_max", "ttt_leave", "t32_leave", "lr_err", "param_ttt", "param_t32",
-         "loss64@1", f"loss64@{a.steps}"]
+        ["ttt_max", "t32_max", "ttt_leave", "t32_leave", "H", "ttt/tol", "t32/tol", "ctl/tol",
+         "lr_err", "param_ttt", "param_t32", "param_ens", "loss64@1", f"loss64@{a.steps}"]
     print(" ".join(f"{c:>10}" if i else f"{c:<16}" for i, c in enumerate(cols)))
     failed, saved = [], {}
     with tempfile.TemporaryDirectory() as wd:
@@ -252,16 +275,28 @@ def main():
             lr_err = float(rel(dump["lr"].astype(np.float64), lr_py).max())
             l64, _, p64 = train_torch(cfg, meta, dump, names, torch.float64)
             l32, _, p32 = train_torch(cfg, meta, dump, names, torch.float32)
+            runs = [train_torch(cfg, meta, dump, names, torch.float64, perturb_seed=1 + k)
+                    for k in range(ENSEMBLE)]
+            lctl, _, _ = train_torch(cfg, meta, dump, names, torch.float32,
+                                     no_decay=[n for n in names if n == "head"] or names[-1:])
+            tol, H = tolerance(l64, [r[0] for r in runs])
             lt = dump["loss"].astype(np.float64)
             e_ttt, e_32 = rel(lt, l64), rel(l32, l64)
-            ok = within(e_ttt, e_32) and within(e_32, e_ttt) and lr_err <= LR_TOL
+            q_ttt, q_32, q_ctl = (float((e / tol).max()) for e in (e_ttt, e_32, rel(lctl, l64)))
+            ok = q_ttt <= 1 and q_32 <= 1 and q_ctl > 1 and lr_err <= LR_TOL
             if not ok:
                 failed.append(name)
+            elif os.environ.get("TTT_TOL_REPORT"):  # the margin report (tests/testutil.h)
+                with open(os.environ["TTT_TOL_REPORT"], "a") as f:
+                    f.write(f"test_torch_parity compare_torch_steps.py:{name} "
+                            f"{max(q_ttt, q_32):.6g}\n")
             pt = {n: dump["final." + n].astype(np.float64) for n in names}
             row = [name] + [f"{e_ttt[s - 1]:.1e}" for s in marks] + \
                 [f"{e_32[s - 1]:.1e}" for s in marks] + \
-                [f"{e_ttt.max():.1e}", f"{e_32.max():.1e}", leaves(e_ttt), leaves(e_32),
+                [f"{e_ttt.max():.1e}", f"{e_32.max():.1e}", leaves(e_ttt), leaves(e_32), H,
+                 f"{q_ttt:.2f}", f"{q_32:.2f}", f"{q_ctl:.1f}",
                  f"{lr_err:.1e}", f"{param_err(pt, p64):.1e}", f"{param_err(p32, p64):.1e}",
+                 f"{max(param_err(r[2], p64) for r in runs):.1e}",
                  f"{l64[0]:.4f}", f"{l64[-1]:.4f}" + ("" if ok else " !")]
             print(" ".join(f"{str(c):>10}" if i else f"{str(c):<16}"
                            for i, c in enumerate(row)), flush=True)
@@ -270,10 +305,13 @@ def main():
     if a.save:
         with open(a.save, "w") as f:
             json.dump(saved, f)
-    print(f"# *_leave: the first step at which that float32 curve is more than {LOSS_TOL:g} from "
-          f"the float64 one ('-': never)")
+    print(f"# *_leave: the first step at which that float32 curve is more than {LEAVE_TOL:g} from "
+          f"the float64 one ('-': never; reported, not checked); H: the horizon; */tol: the "
+          f"largest e(s) / tol(s) (must be <= 1; ctl, PyTorch float32 without the head's weight "
+          f"decay, must be > 1)")
     print(f"# param_*: max over parameters of max|W - W64| / max|W64| after step {a.steps} "
-          f"(not checked: reported to show how far the weights drift)")
+          f"(not checked: reported to show how far the weights drift; ens: the largest of the "
+          f"perturbed float64 runs)")
     print(f"# {time.time() - t0:.0f} s wall, {cpu_seconds() - c0:.0f} s CPU (with ttt's); parity: "
           f"{'ok' if not failed else 'FAILED for ' + ', '.join(failed)}")
     return 1 if failed else 0
