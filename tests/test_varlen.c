@@ -354,9 +354,9 @@ START_TEST(bad_offsets_are_named) {
     expect_refused(h, short_last, 2, 1, TTT_DEVICE_HOST, TTT_ERR_ARG,
                    "io->cu_seqlens[2] = 119 (the last offset); expected T = 120");
     expect_refused(h, good, 2, 2, TTT_DEVICE_HOST, TTT_ERR_SHAPE,
-                   "io->cu_seqlens with io->B = 2");
+                   "layer call: io->cu_seqlens with B = 2");
     expect_refused(h, good, 0, 1, TTT_DEVICE_HOST, TTT_ERR_ARG,
-                   "io->cu_seqlens with io->n_seqs = 0");
+                   "io->cu_seqlens with n_seqs = 0");
     expect_refused(h, NULL, 2, 1, TTT_DEVICE_HOST, TTT_ERR_ARG,
                    "io->n_seqs = 2 without io->cu_seqlens");
     expect_refused(h, good, 2, 1, TTT_DEVICE_CUDA, TTT_ERR_UNSUPPORTED,

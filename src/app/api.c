@@ -166,42 +166,21 @@ static ttt_status check_io(const ttt_layer_handle *h, const ttt_batch_io *io, tt
 
 /* ---- packed variable-length batches (docs/api.md "Packed sequences") ---- */
 
-/* io->cu_seqlens against io: B = 1, n_seqs ≥ 1, offsets from 0 to T that never decrease (an
- * empty sequence is allowed: running one leaves its initial state as its final state). */
+/* io->cu_seqlens against io (ttt_layer_check_cu_seqlens): B = 1, n_seqs ≥ 1, offsets from 0
+ * to T that never decrease (an empty sequence is allowed: its final state is its initial one). */
 static ttt_status varlen_check(const ttt_batch_io *io, ttt_error *err) {
     if (!io->cu_seqlens)
         return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->n_seqs = %d without "
                              "io->cu_seqlens: give both (packed sequences) or neither",
                              io->n_seqs);
-    if (io->n_seqs < 1)
-        return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->cu_seqlens with io->n_seqs = %d; "
-                             "expected >= 1 (cu_seqlens holds n_seqs + 1 offsets)", io->n_seqs);
     if (io->device != TTT_DEVICE_HOST)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer call: io->cu_seqlens is not yet "
                              "on CUDA; run each sequence as its own call (B = 1, T = its "
                              "length), or pass host buffers");
-    if (io->B != 1)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "layer call: io->cu_seqlens with io->B = %d; "
-                             "packed sequences lie back to back in one row, expected B = 1",
-                             io->B);
-    const int64_t *cu = io->cu_seqlens;
-    if (cu[0] != 0)
-        return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->cu_seqlens[0] = %lld; expected 0",
-                             (long long)cu[0]);
-    for (int n = 1; n <= io->n_seqs; n++) {
-        if (cu[n] < cu[n - 1])
-            return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->cu_seqlens[%d] = %lld < "
-                                 "io->cu_seqlens[%d] = %lld; expected offsets that never "
-                                 "decrease", n, (long long)cu[n], n - 1, (long long)cu[n - 1]);
-        if (cu[n] > io->T)
-            return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->cu_seqlens[%d] = %lld is past "
-                                 "T = %d", n, (long long)cu[n], io->T);
-    }
-    if (cu[io->n_seqs] != io->T)
-        return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->cu_seqlens[%d] = %lld (the last "
-                             "offset); expected T = %d", io->n_seqs,
-                             (long long)cu[io->n_seqs], io->T);
-    return TTT_OK;
+    ttt_status s = ttt_layer_check_cu_seqlens(io->cu_seqlens, io->n_seqs, io->B, io->T,
+                                              "io->cu_seqlens", err);
+    if (s != TTT_OK) ttt_error_prefix(err, "layer call");
+    return s;
 }
 
 /* Sequence n of a packed call as a call of its own: B = 1, T = its length, every token buffer
