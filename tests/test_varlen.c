@@ -10,13 +10,18 @@
  *   sees whether the state is reset.
  * - The same for ttt_layer_backward_run: o, the final states and every gradient.
  * - Bad offsets and a CUDA call are refused with a message naming io->cu_seqlens and the
- *   index. */
+ *   index.
+ * - `ttt apply` (ttt_apply_file) on a file whose cu_seqlens is I64 or I32 equals ttt_apply on
+ *   each sequence alone, o and final state bit for bit; a float or bad cu_seqlens is refused. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "apply.h" /* the library's internals first: ttt.h then reuses their ttt_status */
 
 #include <ttt/ttt.h>
 
@@ -370,12 +375,170 @@ START_TEST(bad_offsets_are_named) {
 }
 END_TEST
 
+
+/* ---- ttt apply ---- */
+
+/* A safetensors file written here (ttt_st_write writes F32 only): F32 tensors and one integer
+ * tensor `cu_seqlens` of dtype `cu_dtype` ("I64", "I32" or "F32"). Little-endian host. */
+typedef struct st_entry {
+    const char *name;
+    int ndim;
+    int64_t shape[4];
+    const float *data;
+} st_entry;
+
+static void write_st(const char *path, const st_entry *e, int n, const int64_t *cu, int n_cu,
+                     const char *cu_dtype) {
+    char hdr[4096];
+    size_t w = 0, off = 0;
+    w += (size_t)snprintf(hdr + w, sizeof hdr - w, "{");
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        char shp[96] = "";
+        for (int d = 0; d < e[i].ndim; d++) {
+            numel *= (size_t)e[i].shape[d];
+            snprintf(shp + strlen(shp), sizeof shp - strlen(shp), "%s%lld", d ? "," : "",
+                     (long long)e[i].shape[d]);
+        }
+        w += (size_t)snprintf(hdr + w, sizeof hdr - w,
+                              "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                              i ? "," : "", e[i].name, shp, off, off + 4 * numel);
+        off += 4 * numel;
+    }
+    const size_t esz = strcmp(cu_dtype, "I64") == 0 ? 8 : 4;
+    w += (size_t)snprintf(hdr + w, sizeof hdr - w,
+                          ",\"cu_seqlens\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}}",
+                          cu_dtype, n_cu, off, off + esz * (size_t)n_cu);
+    while (w % 8) hdr[w++] = ' ';
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    const uint64_t hl = w;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, w, f);
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < e[i].ndim; d++) numel *= (size_t)e[i].shape[d];
+        fwrite(e[i].data, 4, numel, f);
+    }
+    for (int i = 0; i < n_cu; i++) {
+        if (esz == 8) fwrite(&cu[i], 8, 1, f);
+        else if (strcmp(cu_dtype, "I32") == 0) {
+            const int32_t x = (int32_t)cu[i];
+            fwrite(&x, 4, 1, f);
+        } else {
+            const float x = (float)cu[i];
+            fwrite(&x, 4, 1, f);
+        }
+    }
+    fclose(f);
+}
+
+static ttt_cfg_node *layer_of(const char *yaml, ttt_cfg_node **root) {
+    ttt_error err = {0};
+    ck_assert_msg(ttt_cfg_load_string(yaml, "test.yaml", root, &err) == TTT_OK, "%s", err.msg);
+    ttt_cfg_node *layer = (ttt_cfg_node *)ttt_cfg_get(*root, "layer");
+    ck_assert_ptr_nonnull(layer);
+    return layer;
+}
+
+START_TEST(apply_reads_cu_seqlens) {
+    const char *yaml = "layer:\n  preset: gated_deltanet\n";
+    float *q = rbuf((size_t)T * H * DK, -1, 1), *k = rbuf((size_t)T * H * DK, -0.5f, 0.5f);
+    float *v = rbuf((size_t)T * H * DV, -1, 1), *beta = rbuf((size_t)T * H, 0.1f, 0.9f);
+    float *la = rbuf((size_t)T * H, -0.3f, 0.0f), *s0 = rbuf((size_t)NSEQ * H * DK * DV, -1, 1);
+    const st_entry e[] = {{"q", 4, {1, T, H, DK}, q},          {"k", 4, {1, T, H, DK}, k},
+                          {"v", 4, {1, T, H, DV}, v},          {"beta", 3, {1, T, H}, beta},
+                          {"log_alpha", 3, {1, T, H}, la},
+                          {"initial_state", 4, {NSEQ, H, DK, DV}, s0}};
+    char dir[] = "/tmp/ttt_varlen_XXXXXX", in_path[64], out_path[64];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(in_path, sizeof in_path, "%s/in.safetensors", dir);
+    snprintf(out_path, sizeof out_path, "%s/out.safetensors", dir);
+    ttt_cfg_node *root = NULL, *layer = layer_of(yaml, &root);
+    ttt_error err = {0};
+    const char *dtypes[2] = {"I64", "I32"};
+    for (int di = 0; di < 2; di++) {
+        write_st(in_path, e, 6, CU, NSEQ + 1, dtypes[di]);
+        ck_assert_msg(ttt_apply_file(layer, in_path, out_path, &err) == TTT_OK, "%s", err.msg);
+        ttt_st_file *out = NULL;
+        ck_assert_msg(ttt_st_read(out_path, &out, &err) == TTT_OK, "%s", err.msg);
+        const ttt_st_tensor *o = ttt_st_find(out, "o"), *fs = ttt_st_find(out, "final_state");
+        ck_assert_ptr_nonnull(o);
+        ck_assert_ptr_nonnull(fs);
+        ck_assert_int_eq(fs->shape[0], NSEQ);
+        /* each sequence alone, from memory */
+        for (int n = 0; n < NSEQ; n++) {
+            const int64_t t0 = CU[n], len = CU[n + 1] - CU[n];
+            ttt_st_tensor ts[6] = {
+                {.name = "q", .ndim = 4, .shape = {1, len, H, DK}, .data = q + t0 * H * DK},
+                {.name = "k", .ndim = 4, .shape = {1, len, H, DK}, .data = k + t0 * H * DK},
+                {.name = "v", .ndim = 4, .shape = {1, len, H, DV}, .data = v + t0 * H * DV},
+                {.name = "beta", .ndim = 3, .shape = {1, len, H}, .data = beta + t0 * H},
+                {.name = "log_alpha", .ndim = 3, .shape = {1, len, H}, .data = la + t0 * H},
+                {.name = "initial_state", .ndim = 4, .shape = {1, H, DK, DV},
+                 .data = s0 + (size_t)n * H * DK * DV}};
+            if (len == 0) /* a T = 0 tensor has no data (the reader's convention) */
+                for (int i = 0; i < 5; i++) ts[i].data = NULL;
+            ttt_st_file one = {.path = "one", .n = 6, .t = ts};
+            ttt_apply_out r;
+            ck_assert_msg(ttt_apply(layer, &one, &r, &err) == TTT_OK, "%s", err.msg);
+            ck_assert_msg(!memcmp(r.t[0].data, o->data + t0 * H * DV,
+                                  (size_t)len * H * DV * sizeof(float)),
+                          "%s: o of sequence %d differs", dtypes[di], n);
+            ck_assert_msg(!memcmp(r.t[1].data, fs->data + (size_t)n * H * DK * DV,
+                                  (size_t)H * DK * DV * sizeof(float)),
+                          "%s: final state of sequence %d differs", dtypes[di], n);
+            ttt_apply_out_free(&r);
+        }
+        /* the comparison sees a missing reset: sequence 3 continued from sequence 2's state
+         * (the same tokens as one sequence) gives another output */
+        ttt_st_tensor whole[5] = {
+            {.name = "q", .ndim = 4, .shape = {1, T, H, DK}, .data = q},
+            {.name = "k", .ndim = 4, .shape = {1, T, H, DK}, .data = k},
+            {.name = "v", .ndim = 4, .shape = {1, T, H, DV}, .data = v},
+            {.name = "beta", .ndim = 3, .shape = {1, T, H}, .data = beta},
+            {.name = "log_alpha", .ndim = 3, .shape = {1, T, H}, .data = la}};
+        ttt_st_file all = {.path = "all", .n = 5, .t = whole};
+        ttt_apply_out r;
+        ck_assert_msg(ttt_apply(layer, &all, &r, &err) == TTT_OK, "%s", err.msg);
+        ck_assert(memcmp(r.t[0].data + CU[3] * H * DV, o->data + CU[3] * H * DV,
+                         (size_t)(CU[4] - CU[3]) * H * DV * sizeof(float)) != 0);
+        ttt_apply_out_free(&r);
+        ttt_st_free(out);
+    }
+    /* refusals: float offsets, offsets that decrease, a state of B rows */
+    write_st(in_path, e, 6, CU, NSEQ + 1, "F32");
+    ck_assert_int_eq(ttt_apply_file(layer, in_path, out_path, &err), TTT_ERR_SHAPE);
+    ck_assert_msg(strstr(err.msg, "tensor 'cu_seqlens' is F32; expected integer offsets"), "%s",
+                  err.msg);
+    const int64_t bad[NSEQ + 1] = {0, 37, 36, 38, 109, 120};
+    write_st(in_path, e, 6, bad, NSEQ + 1, "I64");
+    ck_assert_int_eq(ttt_apply_file(layer, in_path, out_path, &err), TTT_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "in.safetensors: cu_seqlens[2] = 36 < cu_seqlens[1] = 37"),
+                  "%s", err.msg);
+    write_st(in_path, e, 6, CU, NSEQ, "I64"); /* 4 sequences: the 5 states do not fit */
+    ck_assert_int_eq(ttt_apply_file(layer, in_path, out_path, &err), TTT_ERR_ARG);
+    ck_assert_msg(strstr(err.msg, "cu_seqlens[4] = 109 (the last offset); expected T = 120"),
+                  "%s", err.msg);
+    const int64_t four[5] = {0, 37, 38, 109, 120};
+    write_st(in_path, e, 6, four, 5, "I64");
+    ck_assert_int_eq(ttt_apply_file(layer, in_path, out_path, &err), TTT_ERR_SHAPE);
+    ck_assert_msg(strstr(err.msg, "expected (n_seqs, H, *W) = (4, 2, 4, 4)"), "%s", err.msg);
+    unlink(in_path);
+    unlink(out_path);
+    rmdir(dir);
+    ttt_cfg_free(root);
+    free(q), free(k), free(v), free(beta), free(la), free(s0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("varlen");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, bad_offsets_are_named);
     tcase_add_test(tc, a_changed_input_is_seen);
+    tcase_add_test(tc, apply_reads_cu_seqlens);
     tcase_add_test(tc, forward_equals_one_call_per_sequence);
     tcase_add_test(tc, backward_equals_one_call_per_sequence);
     suite_add_tcase(s, tc);
