@@ -79,10 +79,12 @@ static int as_tensors(const inputs *in, ttt_st_tensor *ts) {
     if (in->beta) ts[n++] = (ttt_st_tensor){"beta", 3, {in->B, in->T, in->H}, in->beta, "", NULL};
     if (in->la)
         ts[n++] = in->la_vec
-                      ? (ttt_st_tensor){"log_alpha", 4, {in->B, in->T, in->H, in->dk}, in->la, "", NULL}
+                      ? (ttt_st_tensor){"log_alpha", 4, {in->B, in->T, in->H, in->dk}, in->la, "",
+                                        NULL}
                       : (ttt_st_tensor){"log_alpha", 3, {in->B, in->T, in->H}, in->la, "", NULL};
     if (in->S0)
-        ts[n++] = (ttt_st_tensor){"initial_state", 4, {in->B, in->H, in->dk, in->dv}, in->S0, "", NULL};
+        ts[n++] = (ttt_st_tensor){"initial_state", 4, {in->B, in->H, in->dk, in->dv}, in->S0, "",
+                                  NULL};
     return n;
 }
 

@@ -186,8 +186,8 @@ static const char *outs_differ(const outs *a, const outs *b, const problem *p) {
 
 /* Packed against one call per sequence, for one layer and one set of inputs. Returns 1 when
  * both ran (and agreed), 2 when moreover (forward) the same tokens run as one sequence give
- * another output after the first boundary, 0 when the layer does not take these inputs (then the packed call
- * fails with the same status as the sequences' own calls). */
+ * another output after the first boundary, 0 when the layer does not take these inputs (then
+ * the packed call fails with the same status as the sequences' own calls). */
 static int compare(const problem *p, int variant, int backward, const char *label) {
     outs packed, apart;
     outs_init(&packed, p);
@@ -401,13 +401,15 @@ static void write_st(const char *path, const st_entry *e, int n, const int64_t *
                      (long long)e[i].shape[d]);
         }
         w += (size_t)snprintf(hdr + w, sizeof hdr - w,
-                              "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                              "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],"
+                              "\"data_offsets\":[%zu,%zu]}",
                               i ? "," : "", e[i].name, shp, off, off + 4 * numel);
         off += 4 * numel;
     }
     const size_t esz = strcmp(cu_dtype, "I64") == 0 ? 8 : 4;
     w += (size_t)snprintf(hdr + w, sizeof hdr - w,
-                          ",\"cu_seqlens\":{\"dtype\":\"%s\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}}",
+                          ",\"cu_seqlens\":{\"dtype\":\"%s\",\"shape\":[%d],"
+                          "\"data_offsets\":[%zu,%zu]}}",
                           cu_dtype, n_cu, off, off + esz * (size_t)n_cu);
     while (w % 8) hdr[w++] = ' ';
     FILE *f = fopen(path, "wb");

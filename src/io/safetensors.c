@@ -475,7 +475,8 @@ static ttt_status tensor_entry(parser *p, char *name) {
                 E->dtype = dtype_find(dt);
                 if (E->dtype < 0)
                     return fail(p->err, p->file,
-                                "tensor '%s': unknown dtype '%s' (ttt reads F32, F64, F16, BF16, I32, I64)",
+                                "tensor '%s': unknown dtype '%s' (ttt reads F32, F64, F16, "
+                                "BF16, I32, I64)",
                                 shown(name, b, sizeof b), shown(dt, b2, sizeof b2));
                 if (!dtypes[E->dtype].supported)
                     return fail(p->err, p->file,
@@ -763,7 +764,8 @@ static int read_tensor(const source *s, uint64_t off, const entry *E, float *out
         size_t cnt = (size_t)(E->numel - i) < per ? (size_t)(E->numel - i) : per;
         if (src_read(s, off + (uint64_t)i * esz, scratch, cnt * esz)) return -1;
         convert(out + i, scratch, cnt, E->dtype);
-        for (size_t j = 0; ints && j < cnt; j++) ints[i + (int64_t)j] = int_at(scratch, j, E->dtype);
+        for (size_t j = 0; ints && j < cnt; j++)
+            ints[i + (int64_t)j] = int_at(scratch, j, E->dtype);
     }
     return 0;
 }
@@ -854,7 +856,8 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     data = total ? ttt_fault_malloc((size_t)total * sizeof(float)) : NULL;
     ints = total_ints ? ttt_fault_malloc((size_t)total_ints * sizeof(int64_t)) : NULL;
     scratch = ttt_fault_malloc(1 << 16);
-    if (!f || !f->path || !f->t || !f->meta_key || !f->meta_val || (total && !data) || (total_ints && !ints) || !scratch) {
+    if (!f || !f->path || !f->t || !f->meta_key || !f->meta_val || (total && !data) ||
+        (total_ints && !ints) || !scratch) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory for %" PRIu64 " floats", name,
                            total);
         goto done;
