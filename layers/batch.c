@@ -585,3 +585,73 @@ ttt_status ttt_layer_backward_batched(const ttt_layer *L, const ttt_form_batch *
     if (!e) return err ? err->status : TTT_ERR_UNSUPPORTED;
     return e->backward_batched(L, io, g, err);
 }
+
+/* ---- packed variable-length batches (docs/api.md "Packed sequences") ---- */
+
+ttt_status ttt_layer_check_cu_seqlens(const int64_t *cu, int n_seqs, int B, int T,
+                                      const char *what, ttt_error *err) {
+    if (n_seqs < 1)
+        return ttt_error_set(err, TTT_ERR_ARG, "%s with n_seqs = %d; expected >= 1 (it holds "
+                             "n_seqs + 1 offsets)", what, n_seqs);
+    if (B != 1)
+        return ttt_error_set(err, TTT_ERR_SHAPE, "%s with B = %d; packed sequences lie back to "
+                             "back in one row, expected B = 1", what, B);
+    if (cu[0] != 0)
+        return ttt_error_set(err, TTT_ERR_ARG, "%s[0] = %lld; expected 0", what,
+                             (long long)cu[0]);
+    for (int n = 1; n <= n_seqs; n++) {
+        if (cu[n] < cu[n - 1])
+            return ttt_error_set(err, TTT_ERR_ARG, "%s[%d] = %lld < %s[%d] = %lld; expected "
+                                 "offsets that never decrease", what, n, (long long)cu[n], what,
+                                 n - 1, (long long)cu[n - 1]);
+        if (cu[n] > T)
+            return ttt_error_set(err, TTT_ERR_ARG, "%s[%d] = %lld is past T = %d", what, n,
+                                 (long long)cu[n], T);
+    }
+    if (cu[n_seqs] != T)
+        return ttt_error_set(err, TTT_ERR_ARG, "%s[%d] = %lld (the last offset); expected T = %d",
+                             what, n_seqs, (long long)cu[n_seqs], T);
+    return TTT_OK;
+}
+
+ttt_status ttt_layer_forward_packed(const ttt_layer *L, const ttt_layer_io *io,
+                                    const int64_t *cu, int n_seqs, int threads,
+                                    ttt_error *err) {
+    TTT_TRY(ttt_layer_check_cu_seqlens(cu, n_seqs, io->B, io->T, "cu_seqlens", err));
+    const int n_state = ttt_layer_state_count(L);
+    TTT_ASSERT(n_state <= TTT_BATCH_MAX_STATE);
+    size_t block[TTT_BATCH_MAX_STATE]; /* floats of one sequence's H heads of state tensor i */
+    for (int i = 0; i < n_state; i++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_layer_state_info(L, i, NULL, shape);
+        block[i] = (size_t)io->H;
+        for (int d = 0; d < nd; d++) block[i] *= (size_t)shape[d];
+    }
+    const size_t H = (size_t)io->H, gk = io->alpha_vec ? (size_t)L->d_k : 1;
+    for (int n = 0; n < n_seqs; n++) {
+        const size_t r = (size_t)cu[n] * H; /* the sequence's first (token, head) row */
+        const float *sin[TTT_BATCH_MAX_STATE];
+        float *sout[TTT_BATCH_MAX_STATE];
+        for (int i = 0; i < n_state; i++) {
+            sin[i] = io->state_in && io->state_in[i] ? io->state_in[i] + n * block[i] : NULL;
+            sout[i] = io->state_out && io->state_out[i] ? io->state_out[i] + n * block[i] : NULL;
+        }
+        ttt_layer_io seg = *io;
+        seg.T = (int)(cu[n + 1] - cu[n]);
+        seg.o = io->o + r * L->d_v;
+        seg.q = io->q + r * L->d_k;
+        seg.k = io->k + r * L->d_k;
+        seg.v = io->v + r * L->d_v;
+        if (io->eta) seg.eta = io->eta + r;
+        if (io->log_alpha) seg.log_alpha = io->log_alpha + r * gk;
+        seg.state_in = io->state_in ? sin : NULL;
+        seg.state_out = io->state_out ? sout : NULL;
+        ttt_status s = ttt_layer_forward_batch(L, &seg, threads, err);
+        if (s != TTT_OK) {
+            ttt_error_prefix(err, "sequence %d (tokens %lld..%lld of cu_seqlens)", n,
+                             (long long)cu[n], (long long)cu[n + 1]);
+            return s;
+        }
+    }
+    return TTT_OK;
+}

@@ -223,6 +223,18 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
  * the sizes can wrap; else TTT_ERR_SHAPE naming the sizes. B, T, H ≥ 0. */
 ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long H, ttt_error *err);
 
+/* Packed variable-length batches (docs/api.md "Packed sequences"): cu holds n_seqs + 1 token
+ * offsets 0 = cu[0] ≤ … ≤ cu[n_seqs] = T of B = 1 rows; sequence n is tokens
+ * [cu[n], cu[n+1]). The check names the offsets `what` ("io->cu_seqlens", "tensor
+ * 'cu_seqlens'") and the index of the first bad one. */
+ttt_status ttt_layer_check_cu_seqlens(const int64_t *cu, int n_seqs, int B, int T,
+                                      const char *what, ttt_error *err);
+/* ttt_layer_forward_batch on each sequence of a packed io as a call of its own (B = 1, T = its
+ * length, its state afresh), one after the other: the outputs are those calls' bit for bit.
+ * io's states are (n_seqs, H, shape_i…). */
+ttt_status ttt_layer_forward_packed(const ttt_layer *L, const ttt_layer_io *io,
+                                    const int64_t *cu, int n_seqs, int threads, ttt_error *err);
+
 /* The inputs the form registry sees for a batched call on `device`: a constant decay other than
  * 1 is a gate per token (as ttt_layer_forward_batch describes it). */
 ttt_form_inputs ttt_layer_batch_inputs(const ttt_layer *L, int T, int has_eta, int has_la,

@@ -73,16 +73,18 @@ static void free_inputs(inputs *in) {
 /* The inputs as safetensors entries (pointers into `in`). */
 static int as_tensors(const inputs *in, ttt_st_tensor *ts) {
     int n = 0;
-    ts[n++] = (ttt_st_tensor){"q", 4, {in->B, in->T, in->H, in->dk}, in->q, ""};
-    ts[n++] = (ttt_st_tensor){"k", 4, {in->B, in->T, in->H, in->dk}, in->k, ""};
-    ts[n++] = (ttt_st_tensor){"v", 4, {in->B, in->T, in->H, in->dv}, in->v, ""};
-    if (in->beta) ts[n++] = (ttt_st_tensor){"beta", 3, {in->B, in->T, in->H}, in->beta, ""};
+    ts[n++] = (ttt_st_tensor){"q", 4, {in->B, in->T, in->H, in->dk}, in->q, "", NULL};
+    ts[n++] = (ttt_st_tensor){"k", 4, {in->B, in->T, in->H, in->dk}, in->k, "", NULL};
+    ts[n++] = (ttt_st_tensor){"v", 4, {in->B, in->T, in->H, in->dv}, in->v, "", NULL};
+    if (in->beta) ts[n++] = (ttt_st_tensor){"beta", 3, {in->B, in->T, in->H}, in->beta, "", NULL};
     if (in->la)
         ts[n++] = in->la_vec
-                      ? (ttt_st_tensor){"log_alpha", 4, {in->B, in->T, in->H, in->dk}, in->la, ""}
-                      : (ttt_st_tensor){"log_alpha", 3, {in->B, in->T, in->H}, in->la, ""};
+                      ? (ttt_st_tensor){"log_alpha", 4, {in->B, in->T, in->H, in->dk}, in->la, "",
+                                        NULL}
+                      : (ttt_st_tensor){"log_alpha", 3, {in->B, in->T, in->H}, in->la, "", NULL};
     if (in->S0)
-        ts[n++] = (ttt_st_tensor){"initial_state", 4, {in->B, in->H, in->dk, in->dv}, in->S0, ""};
+        ts[n++] = (ttt_st_tensor){"initial_state", 4, {in->B, in->H, in->dk, in->dv}, in->S0, "",
+                                  NULL};
     return n;
 }
 

@@ -277,12 +277,12 @@ START_TEST(auto_runs_them_through_apply) {
     float *e = uniform(&r, (size_t)B * T * H, 0.2f, 1.0f);
     float *la = uniform(&r, (size_t)B * T * H * (c->vec ? DK : 1), -0.2f, -0.01f);
     ttt_st_tensor ts[5] = {
-        {"q", 4, {B, T, H, DK}, q, ""},
-        {"k", 4, {B, T, H, DK}, k, ""},
-        {"v", 4, {B, T, H, DV}, v, ""},
-        {"beta", 3, {B, T, H}, e, ""},
-        c->vec ? (ttt_st_tensor){"log_alpha", 4, {B, T, H, DK}, la, ""}
-               : (ttt_st_tensor){"log_alpha", 3, {B, T, H}, la, ""},
+        {"q", 4, {B, T, H, DK}, q, "", NULL},
+        {"k", 4, {B, T, H, DK}, k, "", NULL},
+        {"v", 4, {B, T, H, DV}, v, "", NULL},
+        {"beta", 3, {B, T, H}, e, "", NULL},
+        c->vec ? (ttt_st_tensor){"log_alpha", 4, {B, T, H, DK}, la, "", NULL}
+               : (ttt_st_tensor){"log_alpha", 3, {B, T, H}, la, "", NULL},
     };
     ttt_st_file in = {.path = "in.safetensors", .n = 5, .t = ts};
     ttt_apply_out out[2];

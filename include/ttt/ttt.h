@@ -171,6 +171,14 @@ typedef struct ttt_batch_io {
     int device_index;
     void *stream;
     ttt_dtype dtype;              /* of q, k, v, o (and d_o, d_q, d_k, d_v); host: F32 only */
+    /* Packed variable-length batches (docs/api.md "Packed sequences"): NULL, or n_seqs + 1
+     * token offsets 0 = cu_seqlens[0] ≤ cu_seqlens[1] ≤ … ≤ cu_seqlens[n_seqs] = T with B = 1:
+     * tokens [cu_seqlens[n], cu_seqlens[n+1]) are sequence n, run as its own sequence (its
+     * state starts afresh, RoPE positions from 0). state_in/state_out (and the gradients'
+     * d_state_in/d_state_out) are then (n_seqs, H, shape_i). Empty sequences are allowed: their
+     * final state is their initial state. Host buffers only for now. */
+    const int64_t *cu_seqlens;
+    int n_seqs;
 } ttt_batch_io;
 
 /* The forward pass. threads ≥ 1 runs that many threads, 0 = the default (negative:

@@ -149,9 +149,6 @@ def test_fla_signature_defaults_scale_and_final_state():
 
 def test_fla_signature_refuses_what_ttt_does_not_take():
     q, k, v, g, beta, h0 = inputs("gated_delta_rule", 1, 8, 2, 8, 8, torch.float32, "cpu")
-    with pytest.raises(NotImplementedError, match="cu_seqlens"):
-        ttt.fla.chunk_gated_delta_rule(q, k, v, g, beta,
-                                       cu_seqlens=torch.tensor([0, 4, 8]))
     with pytest.raises(NotImplementedError, match="use_qk_l2norm_in_kernel"):
         ttt.fla.chunk_delta_rule(q, k, v, beta, use_qk_l2norm_in_kernel=True)
     with pytest.raises(TypeError, match="unsupported argument"):

@@ -16,8 +16,11 @@ differentiable. Each function is one ttt layer, a tuple of docs/math.md §4:
     chunk_delta_rule        squared loss (the delta rule), β per token and head
     chunk_gated_delta_rule  … with the coupled scalar gate (Gated DeltaNet)
 
-What FLA has and ttt does not take yet is refused by name (cu_seqlens, grouped value heads,
-gates computed in the kernel), never ignored.
+cu_seqlens (int32 or int64, FLA's packed variable-length batches: B = 1, the offsets of the
+sequences in the T tokens) runs each sequence afresh; initial_state and the final state are
+then (N, H, K, V), one per sequence (docs/python.md "Packed sequences"); CPU tensors only for
+now. What FLA has and ttt does not take yet is refused by name (grouped value heads, gates
+computed in the kernel), never ignored.
 """
 import torch
 
@@ -41,17 +44,15 @@ def _layer(kind, scale):
 def _refuse(fn, kwargs, **named):
     for name, val in named.items():
         if val is not None and val is not False:
-            raise NotImplementedError("ttt.fla.%s: %s is not supported by ttt yet; call once "
-                                      "per sequence instead" % (fn, name)
-                                      if name.startswith("cu_seqlens") else
-                                      "ttt.fla.%s: %s=%r is not supported by ttt" %
+            raise NotImplementedError("ttt.fla.%s: %s=%r is not supported by ttt" %
                                       (fn, name, val))
     for name, val in kwargs.items():
         if val is not None and val is not False:
             raise TypeError("ttt.fla.%s: unsupported argument %s" % (fn, name))
 
 
-def _run(fn, kind, q, k, v, g, beta, scale, initial_state, output_final_state):
+def _run(fn, kind, q, k, v, g, beta, scale, initial_state, output_final_state,
+         cu_seqlens=None):
     if q.dim() != 4:
         raise ValueError("ttt.fla.%s: q must be [B, T, H, K]; got shape %s"
                          % (fn, tuple(q.shape)))
@@ -61,22 +62,23 @@ def _run(fn, kind, q, k, v, g, beta, scale, initial_state, output_final_state):
     if scale is None:
         scale = q.shape[-1] ** -0.5
     layer = _layer(kind, scale)
-    o, st = layer(q, k, v, beta=beta, log_alpha=g, initial_state=initial_state)
+    o, st = layer(q, k, v, beta=beta, log_alpha=g, initial_state=initial_state,
+                  cu_seqlens=cu_seqlens)
     return o, (st if output_final_state else None)
 
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
                       cu_seqlens=None, **kwargs):
     """Linear attention: o_t = scale·q_t S_t, S_t = S_{t-1} + k_t v_tᵀ."""
-    _refuse("chunk_linear_attn", kwargs, cu_seqlens=cu_seqlens)
+    _refuse("chunk_linear_attn", kwargs)
     return _run("chunk_linear_attn", "linear", q, k, v, None, None, scale, initial_state,
-                output_final_state)
+                output_final_state, cu_seqlens)
 
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
                      output_final_state=False, cu_seqlens=None, **kwargs):
     """S_t = e^{g_t} S_{t-1} + k_t v_tᵀ with g (B, T, H), or the constant g_gamma (H)."""
-    _refuse("chunk_simple_gla", kwargs, cu_seqlens=cu_seqlens)
+    _refuse("chunk_simple_gla", kwargs)
     if g is not None and g_gamma is not None:
         raise ValueError("ttt.fla.chunk_simple_gla: give g or g_gamma, not both")
     if g_gamma is not None:
@@ -84,37 +86,37 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
         g = g_gamma.to(device=q.device, dtype=torch.float32).view(1, 1, H).expand(B, T, H)
         g = g.contiguous()
     return _run("chunk_simple_gla", "linear", q, k, v, g, None, scale, initial_state,
-                output_final_state)
+                output_final_state, cu_seqlens)
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
               cu_seqlens=None, **kwargs):
     """S_t = Diag(e^{g_t}) S_{t-1} + k_t v_tᵀ with g (B, T, H, K)."""
-    _refuse("chunk_gla", kwargs, cu_seqlens=cu_seqlens)
+    _refuse("chunk_gla", kwargs)
     if g.dim() != 4:
         raise ValueError("ttt.fla.chunk_gla: g must be [B, T, H, K]; got shape %s"
                          % (tuple(g.shape),))
     return _run("chunk_gla", "linear", q, k, v, g, None, scale, initial_state,
-                output_final_state)
+                output_final_state, cu_seqlens)
 
 
 def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
                      use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
     """The delta rule: S_t = (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ."""
-    _refuse("chunk_delta_rule", kwargs, cu_seqlens=cu_seqlens,
+    _refuse("chunk_delta_rule", kwargs,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
     return _run("chunk_delta_rule", "delta", q, k, v, None, beta, scale, initial_state,
-                output_final_state)
+                output_final_state, cu_seqlens)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            output_final_state=False, use_qk_l2norm_in_kernel=False,
                            cu_seqlens=None, **kwargs):
     """The gated delta rule: S_t = e^{g_t} (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ."""
-    _refuse("chunk_gated_delta_rule", kwargs, cu_seqlens=cu_seqlens,
+    _refuse("chunk_gated_delta_rule", kwargs,
             use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
     return _run("chunk_gated_delta_rule", "gated_delta", q, k, v, g, beta, scale,
-                initial_state, output_final_state)
+                initial_state, output_final_state, cu_seqlens)
 
 
 __all__ = ["chunk_linear_attn", "chunk_simple_gla", "chunk_gla", "chunk_delta_rule",

@@ -48,6 +48,22 @@ def _ptr(a):
     return ffi.NULL if a is None else ffi.cast("float *", a.ctypes.data)
 
 
+def _offsets(cu_seqlens):
+    """cu_seqlens (a sequence of integers, a numpy or torch integer array) as a C-contiguous
+    int64 array of n_seqs + 1 >= 2 offsets; the C API checks their values (docs/api.md
+    "Packed sequences")."""
+    if type(cu_seqlens).__module__.startswith("torch"):
+        cu_seqlens = cu_seqlens.detach().cpu().numpy()
+    a = np.asarray(cu_seqlens)
+    if a.dtype.kind not in "iu" and a.size:
+        raise TypeError("ttt: cu_seqlens must hold integer offsets (int32 or int64), got %s"
+                        % a.dtype)
+    if a.ndim != 1 or a.shape[0] < 2:
+        raise ValueError("ttt: cu_seqlens has shape %s; expected (n_seqs + 1,) with n_seqs >= 1"
+                         % (a.shape,))
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 def is_scalar(x):
     """A Python number (not a bool) or a 0-d array: a gate given once for every token."""
     if isinstance(x, np.ndarray):
@@ -270,8 +286,10 @@ class Layer:
         return "ttt.Layer(%s)" % self.tuple()
 
     # -- calls -------------------------------------------------------------------------------
-    def _prepare(self, q, k, v, beta, log_alpha, eta, initial_state):
+    def _prepare(self, q, k, v, beta, log_alpha, eta, initial_state, cu_seqlens=None):
         B, T, H, d_k, d_v = check_dims(q, k, v)  # before any copy: a 2^31 dimension is no array
+        cu = None if cu_seqlens is None else _offsets(cu_seqlens)
+        S = B if cu is None else cu.shape[0] - 1  # the states' first dimension
         q, k, v = _f32(q, "q"), _f32(k, "k"), _f32(v, "v")
         h, names, shapes, _, lr = self._handle(d_k, d_v)
         if beta is not None and eta is not None:
@@ -298,11 +316,11 @@ class Layer:
                                  % (len(given), len(shapes), ", ".join(names)))
             given += [None] * (len(shapes) - len(given))
             states = [None if s is None else _f32(s, "initial_state[%d] (%s)" % (i, names[i]),
-                                                  (B, H) + shapes[i])
+                                                  (S, H) + shapes[i])
                       for i, s in enumerate(given)]
         return dict(h=h, names=names, shapes=shapes, lr=lr, B=B, T=T, H=H, d_k=d_k, d_v=d_v,
                     q=q, k=k, v=v, eta=eta, log_alpha=log_alpha, alpha_vec=alpha_vec,
-                    states=states)
+                    states=states, cu=cu, S=S)
 
     def _io(self, p, o, state_out):
         io = ffi.new("ttt_batch_io *")
@@ -320,11 +338,15 @@ class Layer:
         keep.append(arr)
         io.state_out = arr
         io.seed = self.seed
+        if p["cu"] is not None:
+            io.cu_seqlens = ffi.cast("const int64_t *", p["cu"].ctypes.data)
+            io.n_seqs = p["cu"].shape[0] - 1
+            keep.append(p["cu"])
         return io, keep
 
     def _out(self, p):
         o = np.empty((p["B"], p["T"], p["H"], p["d_v"]), np.float32)
-        st = [np.empty((p["B"], p["H"]) + s, np.float32) for s in p["shapes"]]
+        st = [np.empty((p["S"], p["H"]) + s, np.float32) for s in p["shapes"]]
         return o, st
 
     def form_for(self, q, k, v, beta=None, log_alpha=None, eta=None):
@@ -338,18 +360,21 @@ class Layer:
         return ffi.string(lib.ttt_layer_form_for(p["h"], io)).decode()
 
     def forward(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
-                out=None):
+                out=None, cu_seqlens=None):
         """(o, final_state) as float32 numpy arrays; final_state is a list of tensors.
 
         out=(o, [state tensors]) writes into those float32 C-contiguous arrays instead of new
         ones (no allocation: a large new output costs its page faults, docs/python.md "Speed");
-        a state entry may be None (not wanted)."""
-        p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state)
+        a state entry may be None (not wanted).
+
+        cu_seqlens: packed sequences (docs/python.md "Packed sequences"): B = 1 and the
+        n_seqs + 1 token offsets; each sequence starts afresh, states are (n_seqs, H, …)."""
+        p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state, cu_seqlens)
         if out is None:
             o, st = self._out(p)
         else:
             o, st = out[0], list(out[1]) + [None] * (len(p["shapes"]) - len(out[1]))
-            want = [(p["B"], p["T"], p["H"], p["d_v"])] + [(p["B"], p["H"]) + s
+            want = [(p["B"], p["T"], p["H"], p["d_v"])] + [(p["S"], p["H"]) + s
                                                            for s in p["shapes"]]
             for name, a, shp in zip(["o"] + p["names"], [o] + st, want):
                 if a is not None and (not isinstance(a, np.ndarray) or a.dtype != np.float32
@@ -361,17 +386,20 @@ class Layer:
         check(lib.ttt_layer_forward_run(p["h"], io, self.threads, err), err)
         # the form this call ran, for the record (`auto` is resolved per call)
         self.last_form = ffi.string(lib.ttt_layer_form_for(p["h"], io)).decode()
+        if p["cu"] is not None:  # each sequence resolves `auto` for its own length
+            self.last_form += " (per sequence)"
         del keep
         return o, st
 
     def backward(self, d_o, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
-                 d_state=None):
+                 d_state=None, cu_seqlens=None):
         """Gradients of sum(d_o * o) + sum_i sum(d_state[i] * final_state[i]).
 
         Returns a dict: o, final_state (the forward's), q, k, v, eta (or beta), log_alpha,
         initial_state (a list), each float32; inputs not given have no gradient, and a gate
-        given as a number gets one number (the sum over its tokens)."""
-        p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state)
+        given as a number gets one number (the sum over its tokens). cu_seqlens: as in
+        forward (d_state and the initial_state gradients are then (n_seqs, H, …))."""
+        p = self._prepare(q, k, v, beta, log_alpha, eta, initial_state, cu_seqlens)
         o, st = self._out(p)
         io, keep = self._io(p, o, st)
         B, T, H, d_k, d_v = p["B"], p["T"], p["H"], p["d_k"], p["d_v"]
@@ -379,7 +407,8 @@ class Layer:
         d_o = _f32(d_o, "d_o", (B, T, H, d_v))
         g.d_o = _ptr(d_o)
         if d_state is not None:
-            ds = [None if x is None else _f32(x, "d_state[%d]" % i, (B, H) + p["shapes"][i])
+            ds = [None if x is None else _f32(x, "d_state[%d]" % i,
+                                              (p["S"], H) + p["shapes"][i])
                   for i, x in enumerate(d_state)]
             ds += [None] * (len(p["shapes"]) - len(ds))
             arr = ffi.new("float *[]", [_ptr(x) for x in ds])
@@ -395,7 +424,7 @@ class Layer:
         if p["log_alpha"] is not None:
             out["log_alpha"] = np.empty(p["log_alpha"].shape, np.float32)
             g.d_log_alpha = _ptr(out["log_alpha"])
-        dsi = [np.empty((B, H) + s, np.float32) for s in p["shapes"]]
+        dsi = [np.empty((p["S"], H) + s, np.float32) for s in p["shapes"]]
         arr = ffi.new("float *[]", [_ptr(x) for x in dsi])
         keep.append(arr)
         g.d_state_in = arr
@@ -438,21 +467,23 @@ class Layer:
                           stacklevel=3)
 
     def __call__(self, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
-                 out=None):
+                 out=None, cu_seqlens=None):
         """(o, final_state) in the (B, T, H, D) layout.
 
         numpy in, numpy out (in the dtype of q); torch in, torch out, differentiable through
         the library's backward when any input requires a gradient (ttt.nn). final_state is one
         array when the layer carries one tensor (the linear model's S: (B, H, d_k, d_v), as in
         flash-linear-attention), else a tuple in the order of state_info(). out: see forward
-        (numpy only)."""
+        (numpy only). cu_seqlens: packed sequences, FLA's argument (docs/python.md "Packed
+        sequences"): B = 1, the offsets of the n_seqs sequences in the T tokens (int32 or
+        int64); each starts afresh and states are (n_seqs, H, …)."""
         if type(q).__module__.startswith("torch"):
             from .nn import layer_apply
             o, st = layer_apply(self, q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
-                                initial_state=initial_state)
+                                initial_state=initial_state, cu_seqlens=cu_seqlens)
         else:
             dtype = np.asarray(q).dtype
-            o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state, out)
+            o, st = self.forward(q, k, v, beta, log_alpha, eta, initial_state, out, cu_seqlens)
             if dtype == np.float64:
                 o, st = o.astype(np.float64), [s.astype(np.float64) for s in st]
             st = st[0] if len(st) == 1 else tuple(st)

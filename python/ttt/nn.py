@@ -116,7 +116,22 @@ def _gate(x, name, B, T, H, d_k, like):
     return x
 
 
-def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None):
+class _Packed:
+    """A layer with its cu_seqlens bound (docs/python.md "Packed sequences"): LayerFunction
+    calls its forward and backward as a Layer's, and every call runs the packed sequences."""
+
+    def __init__(self, layer, cu_seqlens):
+        self.layer, self.cu_seqlens = layer, cu_seqlens
+
+    def forward(self, *args, **kw):
+        return self.layer.forward(*args, cu_seqlens=self.cu_seqlens, **kw)
+
+    def backward(self, *args, **kw):
+        return self.layer.backward(*args, cu_seqlens=self.cu_seqlens, **kw)
+
+
+def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
+                cu_seqlens=None):
     """Layer.__call__ on torch tensors: (o, final_state), differentiable.
 
     Every argument is checked here, on any device and with its own name; the computation then
@@ -146,6 +161,10 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         state = [None if s is None else _tensor(s, "initial_state[%d] (%s)" % (i, names[i][0]),
                                                 cuda)
                  for i, s in enumerate(given)]
+    if cuda and cu_seqlens is not None:
+        raise NotImplementedError(
+            "ttt: cu_seqlens is not yet on CUDA tensors; pass CPU tensors, or call the layer "
+            "once per sequence (B = 1, T = its length)")
     if cuda:
         # CUDA tensors run the library's CUDA forms in place (ttt.cuda, docs/python.md "CUDA
         # tensors"); every tensor of the call must be on q's device
@@ -154,12 +173,15 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         out = _cuda.CudaLayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
         o, st = out[0], out[1:]
         return o, (st[0] if len(st) == 1 else tuple(st))
-    return run_cpu(layer, q, k, v, eta, log_alpha, state)
+    return run_cpu(layer, q, k, v, eta, log_alpha, state, cu_seqlens)
 
 
-def run_cpu(layer, q, k, v, eta, log_alpha, state):
+def run_cpu(layer, q, k, v, eta, log_alpha, state, cu_seqlens=None):
     """The library's CPU forward and backward on checked tensors; tensors on another device are
-    copied to the CPU and the results stay there."""
+    copied to the CPU and the results stay there. cu_seqlens: packed sequences."""
+    if cu_seqlens is not None:
+        from .layer import _offsets
+        layer = _Packed(layer, _offsets(cu_seqlens))
     out = LayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
     o, st = out[0], out[1:]
     return o, (st[0] if len(st) == 1 else tuple(st))

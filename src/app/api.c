@@ -209,6 +209,100 @@ static ttt_status check_io(const ttt_layer_handle *h, const ttt_batch_io *io, tt
     return ttt_layer_batch_check_sizes(&h->L, io->B, io->T, io->H, err);
 }
 
+/* ---- packed variable-length batches (docs/api.md "Packed sequences") ---- */
+
+/* io->cu_seqlens against io (ttt_layer_check_cu_seqlens): B = 1, n_seqs ≥ 1, offsets from 0
+ * to T that never decrease (an empty sequence is allowed: its final state is its initial one). */
+static ttt_status varlen_check(const ttt_batch_io *io, ttt_error *err) {
+    if (!io->cu_seqlens)
+        return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->n_seqs = %d without "
+                             "io->cu_seqlens: give both (packed sequences) or neither",
+                             io->n_seqs);
+    if (io->device != TTT_DEVICE_HOST)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer call: io->cu_seqlens is not yet "
+                             "on CUDA; run each sequence as its own call (B = 1, T = its "
+                             "length), or pass host buffers");
+    ttt_status s = ttt_layer_check_cu_seqlens(io->cu_seqlens, io->n_seqs, io->B, io->T,
+                                              "io->cu_seqlens", err);
+    if (s != TTT_OK) ttt_error_prefix(err, "layer call");
+    return s;
+}
+
+/* Sequence n of a packed call as a call of its own: B = 1, T = its length, every token buffer
+ * advanced to its first token and every state buffer to its (n, 0) block. */
+typedef struct varlen_segment {
+    ttt_batch_io io;
+    ttt_batch_grad g;
+    const float *state_in[TTT_BATCH_MAX_STATE], *d_state_out[TTT_BATCH_MAX_STATE];
+    float *state_out[TTT_BATCH_MAX_STATE], *d_state_in[TTT_BATCH_MAX_STATE];
+} varlen_segment;
+
+static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io *io,
+                      const ttt_batch_grad *g, int n) {
+    const size_t t0 = (size_t)io->cu_seqlens[n], H = (size_t)io->H;
+    const size_t rk = t0 * H * L->d_k, rv = t0 * H * L->d_v, r1 = t0 * H,
+                 rl = io->alpha_vec ? rk : r1;
+    s->io = *io;
+    s->io.cu_seqlens = NULL;
+    s->io.n_seqs = 0;
+    s->io.T = (int)(io->cu_seqlens[n + 1] - io->cu_seqlens[n]);
+    s->io.o = io->o + rv;
+    s->io.q = io->q + rk;
+    s->io.k = io->k + rk;
+    s->io.v = io->v + rv;
+    if (io->eta) s->io.eta = io->eta + r1;
+    if (io->log_alpha) s->io.log_alpha = io->log_alpha + rl;
+    const int n_state = ttt_layer_state_count(L);
+    size_t block[TTT_BATCH_MAX_STATE]; /* floats of sequence n's H heads of state tensor i */
+    for (int i = 0; i < n_state; i++) {
+        int shape[TTT_MAX_DIMS];
+        const int nd = ttt_layer_state_info(L, i, NULL, shape);
+        block[i] = H;
+        for (int d = 0; d < nd; d++) block[i] *= (size_t)shape[d];
+    }
+#define VARLEN_STATES(dst, src)                                                             \
+    do {                                                                                    \
+        for (int i = 0; (src) && i < n_state; i++)                                          \
+            (dst)[i] = (src)[i] ? (src)[i] + (size_t)n * block[i] : NULL;                   \
+    } while (0)
+    VARLEN_STATES(s->state_in, io->state_in);
+    VARLEN_STATES(s->state_out, io->state_out);
+    s->io.state_in = io->state_in ? s->state_in : NULL;
+    s->io.state_out = io->state_out ? s->state_out : NULL;
+    if (!g) return;
+    s->g = *g;
+    s->g.d_o = g->d_o + rv;
+    if (g->d_q) s->g.d_q = g->d_q + rk;
+    if (g->d_k) s->g.d_k = g->d_k + rk;
+    if (g->d_v) s->g.d_v = g->d_v + rv;
+    if (g->d_eta) s->g.d_eta = g->d_eta + r1;
+    if (g->d_log_alpha) s->g.d_log_alpha = g->d_log_alpha + rl;
+    VARLEN_STATES(s->d_state_out, g->d_state_out);
+    VARLEN_STATES(s->d_state_in, g->d_state_in);
+#undef VARLEN_STATES
+    s->g.d_state_out = g->d_state_out ? s->d_state_out : NULL;
+    s->g.d_state_in = g->d_state_in ? s->d_state_in : NULL;
+}
+
+/* A packed call: each sequence run as its own call, one after the other (the H heads of each in
+ * parallel), so that its outputs are those of that call bit for bit. g = NULL: a forward. */
+static ttt_status varlen_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
+                             const ttt_batch_grad *g, ttt_error *err) {
+    TTT_TRY(varlen_check(io, err));
+    for (int n = 0; n < io->n_seqs; n++) {
+        varlen_segment s;
+        varlen_at(&s, &h->L, io, g, n);
+        ttt_status st = g ? ttt_layer_backward_run(h, &s.io, &s.g, err)
+                          : ttt_layer_forward_run(h, &s.io, threads, err);
+        if (st != TTT_OK) {
+            ttt_error_prefix(err, "sequence %d (tokens %lld..%lld of io->cu_seqlens)", n,
+                             (long long)io->cu_seqlens[n], (long long)io->cu_seqlens[n + 1]);
+            return st;
+        }
+    }
+    return TTT_OK;
+}
+
 ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
                                  ttt_error *err) {
     if (err) ttt_error_clear(err);
@@ -217,6 +311,7 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer call: threads = %d; expected >= 1, or 0 for the default",
                              threads);
+    if (io->cu_seqlens || io->n_seqs) return varlen_run(h, io, threads, NULL, err);
     /* buffers on a GPU: the device entries (api_device.c, docs/api.md "Device buffers") */
     if (io->device != TTT_DEVICE_HOST) return ttt_api_device_forward(&h->L, io, err);
     TTT_TRY(ttt_api_host_check(&h->L, io, NULL, err));
@@ -391,6 +486,7 @@ ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io 
         return ttt_error_set(err, TTT_ERR_ARG,
                              "layer backward: d_eta and d_log_alpha need io->eta and "
                              "io->log_alpha");
+    if (io->cu_seqlens || io->n_seqs) return varlen_run(h, io, 0, g, err);
     if (io->device != TTT_DEVICE_HOST) return ttt_api_device_backward(&h->L, io, g, err);
     TTT_TRY(ttt_api_host_check(&h->L, io, g, err));
     for (int b = 0; b < io->B; b++)

@@ -170,6 +170,37 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
                              ttt_st_shape_str(q, s2, sizeof s2), shp(3, q->shape, s3, sizeof s3),
                              ttt_st_shape_str(q, s4, sizeof s4));
 
+    /* ---- packed sequences (docs/apply.md "Packed sequences"): B = 1 and the offsets ---- */
+    const ttt_st_tensor *cu = ttt_st_find(in, "cu_seqlens");
+    int n_seqs = B; /* the state tensors' first dimension */
+    if (cu) {
+        if (cu->ndim != 1 || cu->shape[0] < 2 || cu->shape[0] - 1 > INT_MAX)
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: tensor 'cu_seqlens' %s: expected 1 dimension (n_seqs + 1) "
+                                 "with n_seqs >= 1",
+                                 file, ttt_st_shape_str(cu, s1, sizeof s1));
+        if (!cu->ints)
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: tensor 'cu_seqlens' is %s; expected integer offsets (I64 "
+                                 "or I32)",
+                                 file, cu->dtype);
+        n_seqs = (int)(cu->shape[0] - 1);
+        ttt_status cs = ttt_layer_check_cu_seqlens(cu->ints, n_seqs, B, T,
+                                                   "cu_seqlens", err);
+        if (cs != TTT_OK) {
+            ttt_error_prefix(err, "%s", file);
+            return cs;
+        }
+    }
+    /* integers are offsets only: a q or state given as I32/I64 is a mistake, not a value */
+    for (int i = 0; i < in->n; i++)
+        if (in->t[i].ints && &in->t[i] != cu) {
+            char c[48];
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "%s: tensor '%s' is %s; only cu_seqlens is integer (the others "
+                                 "are F32, F64, F16 or BF16)",
+                                 file, clean(in->t[i].name, c), in->t[i].dtype);
+        }
     /* ---- the layer (needs d_k, d_v) and its state tensors ---- */
     ttt_layer L;
     TTT_TRY(ttt_layer_parse(layer_map, d_k, d_v, &L, err));
@@ -188,13 +219,13 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
         wnd[i] = ttt_layer_state_info(&L, i, &nm, shape);
         state_name(snames[i], sizeof snames[i], "initial_state", nm);
         numel[i] = 1;
-        want[i][0] = B;
+        want[i][0] = n_seqs; /* B, or with cu_seqlens the number of sequences */
         want[i][1] = H;
         for (int d = 0; d < wnd[i]; d++) {
             want[i][2 + d] = shape[d];
             numel[i] *= (size_t)shape[d];
         }
-        out_bytes += (double)B * H * numel[i] * sizeof(float);
+        out_bytes += (double)n_seqs * H * numel[i] * sizeof(float);
         init[i] = ttt_st_find(in, snames[i]);
         state_in[i] = init[i] ? init[i]->data : NULL;
         if (init[i] && !same_dims(init[i], 2 + wnd[i], want[i])) {
@@ -206,10 +237,11 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
                 snprintf(which, sizeof which, "state tensor %s (optimizer %s)", nm,
                          L.optim->name);
             return ttt_error_set(err, TTT_ERR_SHAPE,
-                                 "%s: tensor '%s' %s does not fit: expected (B, H, *W) = %s for "
-                                 "%s with d_k = %d, d_v = %d",
+                                 "%s: tensor '%s' %s does not fit: expected (%s, H, *W) = %s "
+                                 "for %s with d_k = %d, d_v = %d",
                                  file, snames[i], ttt_st_shape_str(init[i], s1, sizeof s1),
-                                 shp(2 + wnd[i], want[i], s2, sizeof s2), which, d_k, d_v);
+                                 cu ? "n_seqs" : "B", shp(2 + wnd[i], want[i], s2, sizeof s2),
+                                 which, d_k, d_v);
         }
     }
     /* Every other name is a mistake worth reporting (a misspelt optional input would otherwise
@@ -217,13 +249,13 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     for (int i = 0; i < in->n; i++) {
         const char *nm = in->t[i].name;
         int ok = !strcmp(nm, "q") || !strcmp(nm, "k") || !strcmp(nm, "v") ||
-                 !strcmp(nm, "beta") || !strcmp(nm, "log_alpha");
+                 !strcmp(nm, "beta") || !strcmp(nm, "log_alpha") || !strcmp(nm, "cu_seqlens");
         for (int j = 0; j < n_state && !ok; j++) ok = !strcmp(nm, snames[j]);
         if (!ok) {
             char c[48];
             return ttt_error_set(err, TTT_ERR_SHAPE,
                                  "%s: unknown input tensor '%s' (expected q, k, v, beta, "
-                                 "log_alpha, %s%s; gates go in log_alpha, log space)",
+                                 "log_alpha, cu_seqlens, %s%s; gates go in log_alpha, log space)",
                                  file, clean(nm, c), snames[0], n_state > 1 ? ", ..." : "");
         }
     }
@@ -263,7 +295,7 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
         t->name = dupstr(nm);
         t->ndim = 2 + wnd[i];
         memcpy(t->shape, want[i], (size_t)t->ndim * sizeof *t->shape);
-        t->data = ttt_batch_alloc((size_t)B * H * numel[i] * sizeof(float));
+        t->data = ttt_batch_alloc((size_t)n_seqs * H * numel[i] * sizeof(float));
         state_out[i] = t->data;
     }
     for (int i = 0; i < out->n; i++)
@@ -282,7 +314,8 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
                              .log_alpha = la ? APPLY_DATA(la) : NULL, .alpha_vec = alpha_vec,
                              .state_in = state_in, .state_out = state_out, .seed = APPLY_SEED};
 #undef APPLY_DATA
-    ttt_status st = ttt_layer_forward_batch(&L, &io, nthreads, err);
+    ttt_status st = cu ? ttt_layer_forward_packed(&L, &io, cu->ints, n_seqs, nthreads, err)
+                       : ttt_layer_forward_batch(&L, &io, nthreads, err);
     if (st != TTT_OK) ttt_error_prefix(err, "%s", file);
     const double seconds = ttt_now() - t_start, cpu_seconds = process_cpu_seconds() - cpu_start;
     if (st == TTT_OK) st = ttt_st_check_outputs(out->t, out->n, in, err); /* overflow: say so, no file */

@@ -9,7 +9,8 @@
  *   2. the table: duplicate names, shape products (overflow-checked), offsets against the buffer,
  *      byte counts against shapes, and the tiling of the buffer (no overlap, no gap);
  *   3. the data: one float allocation (at most twice the file size, for F16), filled tensor by
- *      tensor in file order, converting from little-endian F32/F64/F16/BF16. */
+ *      tensor in file order, converting from little-endian F32/F64/F16/BF16, and I32/I64 (whose
+ *      exact values are kept beside, ttt_st_tensor.ints: offsets such as cu_seqlens). */
 #include "safetensors.h"
 #include "infile.h"
 
@@ -33,19 +34,20 @@
 typedef struct dtype_info {
     const char *name;
     int size;      /* bytes per element */
-    int supported; /* converted to float by this reader */
+    int supported; /* converted to float by this reader (integers also kept exact: ints) */
 } dtype_info;
 
 /* Every dtype of the safetensors specification; ttt converts the floating ones it needs. */
 static const dtype_info dtypes[] = {
     {"F32", 4, 1},     {"F64", 8, 1},     {"F16", 2, 1},     {"BF16", 2, 1},
     {"BOOL", 1, 0},    {"U8", 1, 0},      {"I8", 1, 0},      {"I16", 2, 0},
-    {"U16", 2, 0},     {"I32", 4, 0},     {"U32", 4, 0},     {"I64", 8, 0},
+    {"U16", 2, 0},     {"I32", 4, 1},     {"U32", 4, 0},     {"I64", 8, 1},
     {"U64", 8, 0},     {"F8_E4M3", 1, 0}, {"F8_E5M2", 1, 0}, {"F8_E8M0", 1, 0},
     {"C64", 8, 0},
 };
 #define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
-enum { DT_F32 = 0, DT_F64 = 1, DT_F16 = 2, DT_BF16 = 3 };
+enum { DT_F32 = 0, DT_F64 = 1, DT_F16 = 2, DT_BF16 = 3, DT_I32 = 9, DT_I64 = 11 };
+_Static_assert(DT_I32 < N_DTYPES && DT_I64 < N_DTYPES, "the integer dtypes' places in dtypes[]");
 
 static int dtype_find(const char *s) {
     for (int i = 0; i < N_DTYPES; i++)
@@ -474,12 +476,13 @@ static ttt_status tensor_entry(parser *p, char *name) {
                 E->dtype = dtype_find(dt);
                 if (E->dtype < 0)
                     return fail(p->err, p->file,
-                                "tensor '%s': unknown dtype '%s' (ttt reads F32, F64, F16, BF16)",
+                                "tensor '%s': unknown dtype '%s' (ttt reads F32, F64, F16, "
+                                "BF16, I32, I64)",
                                 shown(name, b, sizeof b), shown(dt, b2, sizeof b2));
                 if (!dtypes[E->dtype].supported)
                     return fail(p->err, p->file,
                                 "tensor '%s': dtype %s is not supported (ttt reads F32, F64, F16, "
-                                "BF16)",
+                                "BF16, I32, I64)",
                                 shown(name, b, sizeof b), dt);
             } else if (seen == &seen_shape) {
                 TTT_TRY(int_array(p, name, "shape", TTT_ST_MAX_DIMS, E->shape, &E->ndim));
@@ -703,10 +706,23 @@ static float f16_to_float(uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
+/* Element i of an integer dtype (I32, I64) at `raw`, little-endian. */
+static int64_t int_at(const unsigned char *raw, size_t i, int dt) {
+    const int w = dt == DT_I32 ? 4 : 8;
+    uint64_t u = 0;
+    for (int k = w - 1; k >= 0; k--) u = u << 8 | raw[w * i + (size_t)k];
+    if (dt == DT_I32) return (int64_t)(int32_t)(uint32_t)u;
+    int64_t v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
 /* Convert n little-endian elements of dtype dt at `raw` into out. */
 static void convert(float *out, const unsigned char *raw, size_t n, int dt) {
     for (size_t i = 0; i < n; i++) {
         switch (dt) {
+        case DT_I32:
+        case DT_I64: out[i] = (float)int_at(raw, i, dt); break;
         case DT_F32: {
             const unsigned char *r = raw + 4 * i;
             uint32_t u = (uint32_t)r[0] | (uint32_t)r[1] << 8 | (uint32_t)r[2] << 16 |
@@ -738,7 +754,7 @@ static void convert(float *out, const unsigned char *raw, size_t n, int dt) {
 /* Read one tensor's bytes at `off` and convert them into out. F32 is read straight into the
  * output and converted in place (same size); the others go through a bounded scratch buffer. */
 static int read_tensor(const source *s, uint64_t off, const entry *E, float *out,
-                       unsigned char *scratch, size_t scratch_len) {
+                       int64_t *ints, unsigned char *scratch, size_t scratch_len) {
     if (E->dtype == DT_F32) {
         if (src_read(s, off, out, E->bytes)) return -1;
         convert(out, (const unsigned char *)out, (size_t)E->numel, DT_F32);
@@ -749,6 +765,8 @@ static int read_tensor(const source *s, uint64_t off, const entry *E, float *out
         size_t cnt = (size_t)(E->numel - i) < per ? (size_t)(E->numel - i) : per;
         if (src_read(s, off + (uint64_t)i * esz, scratch, cnt * esz)) return -1;
         convert(out + i, scratch, cnt, E->dtype);
+        for (size_t j = 0; ints && j < cnt; j++)
+            ints[i + (int64_t)j] = int_at(scratch, j, E->dtype);
     }
     return 0;
 }
@@ -763,6 +781,7 @@ void ttt_st_free(ttt_st_file *f) {
     free(f->meta_val);
     free(f->pool_);
     free(f->data_);
+    free(f->ints_);
     free(f);
 }
 
@@ -796,6 +815,7 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     entry **order = NULL;
     ttt_st_file *f = NULL;
     float *data = NULL;
+    int64_t *ints = NULL;
     unsigned char *scratch = NULL;
     if (!hdr || !p.pool) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory for the header", name);
@@ -817,10 +837,16 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     /* Σ numel ≤ buf_len / 2 (the smallest element is 2 bytes), so this is at most twice the
      * file size; check it against the machine anyway rather than abort in malloc. */
     uint64_t total = 0;
-    for (int i = 0; i < p.n_e; i++) total += (uint64_t)p.e[i].numel;
+    uint64_t total_ints = 0; /* elements of I32 and I64 tensors, also kept exact */
+    for (int i = 0; i < p.n_e; i++) {
+        total += (uint64_t)p.e[i].numel;
+        if (p.e[i].dtype == DT_I32 || p.e[i].dtype == DT_I64) total_ints += (uint64_t)p.e[i].numel;
+    }
     char what[128];
     snprintf(what, sizeof what, "reading %s", name);
-    if ((st = ttt_size_check((double)total * sizeof(float), what, err)) != TTT_OK) goto done;
+    if ((st = ttt_size_check((double)total * sizeof(float) + (double)total_ints * sizeof(int64_t),
+                             what, err)) != TTT_OK)
+        goto done;
     f = ttt_fault_calloc(1, sizeof *f);
     if (f) {
         f->path = ttt_fault_malloc(strlen(name) + 1);
@@ -829,21 +855,28 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
         f->meta_val = ttt_fault_calloc((size_t)p.n_meta + 1, sizeof *f->meta_val);
     }
     data = total ? ttt_fault_malloc((size_t)total * sizeof(float)) : NULL;
+    ints = total_ints ? ttt_fault_malloc((size_t)total_ints * sizeof(int64_t)) : NULL;
     scratch = ttt_fault_malloc(1 << 16);
-    if (!f || !f->path || !f->t || !f->meta_key || !f->meta_val || (total && !data) || !scratch) {
+    if (!f || !f->path || !f->t || !f->meta_key || !f->meta_val || (total && !data) ||
+        (total_ints && !ints) || !scratch) {
         st = ttt_error_set(err, TTT_ERR_NOMEM, "%s: out of memory for %" PRIu64 " floats", name,
                            total);
         goto done;
     }
     strcpy(f->path, name);
     /* Tensors in header order, their floats laid out in offset order (the order they are read). */
-    size_t at = 0;
+    size_t at = 0, at_int = 0;
     for (int i = 0; i < p.n_e; i++) {
         const entry *E = order[i];
         ttt_st_tensor *T = &f->t[E - p.e];
         T->data = E->numel ? data + at : NULL;
         at += (size_t)E->numel;
-        if (E->numel && read_tensor(s, buf_off + E->begin, E, T->data, scratch, 1 << 16)) {
+        T->ints = NULL;
+        if (E->numel && (E->dtype == DT_I32 || E->dtype == DT_I64)) {
+            T->ints = ints + at_int;
+            at_int += (size_t)E->numel;
+        }
+        if (E->numel && read_tensor(s, buf_off + E->begin, E, T->data, T->ints, scratch, 1 << 16)) {
             char b[96];
             st = ttt_error_set(err, TTT_ERR_IO,
                                "%s: cannot read the data of tensor '%s' (the file changed or a "
@@ -868,8 +901,10 @@ static ttt_status read_source(const source *s, const char *name, ttt_st_file **o
     }
     f->pool_ = p.pool;
     f->data_ = data;
+    f->ints_ = ints;
     p.pool = NULL;
     data = NULL;
+    ints = NULL;
     *out = f;
     f = NULL;
 done:
@@ -879,6 +914,7 @@ done:
     free(p.meta);
     free(order);
     free(data);
+    free(ints);
     free(scratch);
     ttt_st_free(f);
     return st;

@@ -38,6 +38,8 @@ typedef struct ttt_st_tensor {
     int64_t shape[TTT_ST_MAX_DIMS];
     float *data;                     /* numel floats, row-major; may be NULL when numel == 0 */
     char dtype[8];                   /* reader: the dtype stored in the file ("F32", "BF16", …) */
+    int64_t *ints;                   /* reader: an I32 or I64 tensor's exact values (data holds
+                                      * them rounded to float); NULL for the others */
 } ttt_st_tensor;
 
 /* A file read into memory: tensors in the order their entries appear in the header. */
@@ -49,6 +51,7 @@ typedef struct ttt_st_file {
     char **meta_key, **meta_val; /* the __metadata__ pairs, in header order */
     char *pool_;                 /* private: the names and metadata strings */
     float *data_;                /* private: the floats of all tensors, one block */
+    int64_t *ints_;              /* private: the integers of the I32 and I64 tensors */
 } ttt_st_file;
 
 /* Read a whole file. On error *out is NULL and err names the file and the problem. */
