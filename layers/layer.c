@@ -58,7 +58,7 @@ static const ttt_preset presets[] = {
      "update_then_apply", "per_block", "none",
      "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none")},
-    /* KDA: Gated DeltaNet's tuple with the gate per key dimension (docs/math.md "KDA"); the
+    /* KDA: Gated DeltaNet's tuple with the gate per key dimension (docs/math.md §4.5); the
      * recurrent form and the generic driver compute it. Block as FLA's kda.py: convolution 4 +
      * SiLU, L2 q/k, β = sigmoid, per-key gate, output norm with a gate. */
     {"kda", "KDA (Kimi Delta Attention): delta rule with a coupled forget gate per key dimension",

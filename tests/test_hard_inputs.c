@@ -69,7 +69,7 @@ static const hard_case cases[] = {
     {"b in [0, 2], log a = -1e-4", 1, G_TOKEN, -1e-4, -1e-4, 0.0, 2.0, 1, 1},
     {"b = 2, log a = -1e-5", 1, G_TOKEN, -1e-5, -1e-5, 2.0, 2.0, 1, 1},
     {"b in [0, 2], log a in [-10, -1e-6]", 1, G_TOKEN, -10, -1e-6, 0.0, 2.0, 1, 1},
-    /* the delta rule with a gate per key dimension (KDA, docs/math.md "KDA") */
+    /* the delta rule with a gate per key dimension (KDA, docs/math.md §4.5) */
     {"b in [0, 2], log a = -1e-5 per key", 1, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1, 1},
     {"b in [0, 2], log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 0.0, 2.0, 1, 1},
     {"b = 2, log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 2.0, 2.0, 1, 1},

@@ -1,4 +1,4 @@
-"""KDA (docs/math.md "KDA"): the delta rule with a gate per key dimension. The library's forms
+"""KDA (docs/math.md §4.5): the delta rule with a gate per key dimension. The library's forms
 that accept it (the recurrent delta rule and the generic driver) against the float64 reference,
 on the hard cases of ttt.check, with hard resets of key rows (log alpha = -inf) and through the
 backward; each comparison also with a perturbed input it must reject."""

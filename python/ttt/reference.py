@@ -18,7 +18,7 @@ PRESETS = {
     "deltanet": dict(family="delta", lr=1.0, decay=1.0, decay_placement="coupled"),
     "gated_deltanet": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
     # KDA: the same tuple, its log_alpha (B, T, H, d_k) one gate per key dimension (docs/math.md
-    # "KDA"): S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t
+    # §4.5): S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t
     "kda": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),

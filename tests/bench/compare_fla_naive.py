@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ttt's KDA layer against flash-linear-attention's (FLA's) naive reference implementations of
-KDA on the same inputs, on the CPU (docs/math.md "KDA", docs/benchmarks.md "KDA against FLA").
+KDA on the same inputs, on the CPU (docs/math.md §4.5 "KDA", where the measured numbers are).
 
     python3 tests/bench/compare_fla_naive.py --fla /path/to/fla-checkout
         [--shapes "2,256,4,64;1,1024,2,128"] [--tol 1e-5]

@@ -2,7 +2,7 @@
  * §5.1, §5.3). The tuple: a linear map, a loss with ∂ℓ/∂z = z − v, plain SGD, b = 1,
  * update_then_apply, no position scale, and no decay or coupled placement (the closed forms
  * decay before the error is measured). Inputs: a scalar gate per token or none; the recurrent
- * form also a gate per token and key dimension (KDA, docs/math.md "KDA"). */
+ * form also a gate per token and key dimension (KDA, docs/math.md §4.5). */
 #include <math.h>
 #include "composed.h"
 #include "fused_grad.h"

@@ -13,7 +13,7 @@
  * in vector registers (GCC/Clang vector extensions, 8 floats per vector); columns past the last
  * full block take a scalar loop.
  *
- * A gate per key dimension (KDA, docs/math.md "KDA"), S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1}
+ * A gate per key dimension (KDA, docs/math.md §4.5), S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1}
  * + β_t k_tᵀ v_t, takes the same sweep: row i of the state decays by its own α_{t,i}, and the
  * products with the decayed state are those of the gated vectors with the undecayed one,
  * p_t = (k_t ⊙ α_t) S_{t−1}, r_t = (q_t ⊙ α_t) S_{t−1}; the sweep that writes token t accumulates
