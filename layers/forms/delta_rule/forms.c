@@ -6,6 +6,7 @@
 #include <math.h>
 #include "composed.h"
 #include "fused_grad.h"
+#include "kda_grad.h"
 
 static const char *delta_available(const ttt_layer *L, const ttt_form_inputs *in) {
     if (!(L->model->traits & TTT_MODEL_LINEAR_MAP) || !(L->loss->traits & TTT_LOSS_RESIDUAL) ||
@@ -95,15 +96,24 @@ static ttt_status delta_diff_chunk(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor 
     (void)err;
     return delta_diff(ctx, L, o, st, a, L->chunk);
 }
-/* The recurrent entry's differentiable path: a gate per key dimension has no chunkwise math
- * here yet, so it records the generic driver's ops (the same tuple, token by token). */
+/* The recurrent entry's differentiable path for a gate per key dimension (KDA): the recurrent
+ * kernel with its hand-written backward (kda_grad.c; fused), or the generic driver's ops, the
+ * same tuple token by token (the composed reference). */
 static ttt_status delta_diff_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                        ttt_layer_state *st, const ttt_form_args *a,
                                        ttt_error *err) {
-    if (a->alpha_vec && a->log_alpha)
+    if (!a->alpha_vec || !a->log_alpha) return delta_diff(ctx, L, o, st, a, L->chunk);
+    if (!a->fused)
         return ttt_forward_generic(ctx, L, o, st, a->q, a->k, a->v, a->eta, a->log_alpha, 1,
                                    err);
-    return delta_diff(ctx, L, o, st, a, L->chunk);
+    const int T = TTT_ROWS(a->k);
+    const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
+    ttt_tensor *S = NULL;
+    ttt_tensor *O = ttt_kda_recurrent_fused(ctx, &S, a->q, a->k, a->v, beta, a->log_alpha,
+                                            st->W[0], L->chunk > 0 ? L->chunk : 64);
+    ttt_form_diff_output(ctx, o, O);
+    ttt_form_set_state(ctx, &st->W[0], S);
+    return TTT_OK;
 }
 static ttt_status delta_diff_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                       ttt_layer_state *st, const ttt_form_args *a,
