@@ -6,7 +6,7 @@
  * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
  * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
  * attention, RetNet, Mamba2, GLA) or the squared loss with coupled decay (DeltaNet, Gated
- * DeltaNet), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
+ * DeltaNet, KDA with its gate per key dimension), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
  * accepts. The other tuples (TTT-Linear's LayerNorm model, Titans' momentum, LaCT's SwiGLU with
  * Newton–Schulz) have no float64 loop here; tests/test_contract_forms.c holds them to the
  * generic driver, and docs/forms.md "Precision on hard inputs" says what bounds them.
