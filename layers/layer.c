@@ -58,6 +58,14 @@ static const ttt_preset presets[] = {
      "update_then_apply", "per_block", "none",
      "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none")},
+    /* KDA: Gated DeltaNet's tuple with the gate per key dimension (docs/math.md §4.5); the
+     * recurrent form and the generic driver compute it. Block as FLA's kda.py: convolution 4 +
+     * SiLU, L2 q/k, β = sigmoid, per-key gate, output norm with a gate. */
+    {"kda", "KDA (Kimi Delta Attention): delta rule with a coupled forget gate per key dimension",
+     "linear", "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}),
+     1, "update_then_apply", "per_block", "none",
+     "S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t",
+     BLOCK("4", "silu", "true", "true", "vector", "true", "true", "false", "false", "none")},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
@@ -93,8 +101,9 @@ static const ttt_preset presets[] = {
 };
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
-                                           "deltanet", "gated_deltanet", "ttt_linear",
-                                           "ttt_mlp", "titans", "lact", "performer", "rfa"};
+                                           "deltanet", "gated_deltanet", "kda",
+                                           "ttt_linear", "ttt_mlp", "titans", "lact",
+                                           "performer", "rfa"};
 
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 _Static_assert(sizeof preset_names / sizeof preset_names[0] == sizeof presets / sizeof presets[0],

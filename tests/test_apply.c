@@ -782,7 +782,7 @@ START_TEST(shape_errors_name_tensors) {
     /* a vector gate for the closed delta rule is refused by the layer, located */
     inputs vin = make_inputs(9, B, T, H, dk, dv, 1, 1, 0);
     n = as_tensors(&vin, ts);
-    ck_assert_int_ne(apply_mem("layer: {preset: gated_deltanet, form: recurrent}\n", ts, n, &err),
+    ck_assert_int_ne(apply_mem("layer: {preset: gated_deltanet, form: chunkwise}\n", ts, n, &err),
                      TTT_OK);
     ck_assert_msg(strstr(err.msg, "in.safetensors: batch 0, head 0"), "%s", err.msg);
     /* layer configuration errors pass through with their location */

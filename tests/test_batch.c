@@ -6,8 +6,8 @@
  *     equal one call (tight tolerance); continued with the weights alone they do not (the
  *     momentum restarts at zero), which is what the full state is for;
  *   - inputs that the preferred closed form cannot take run under `auto` (the generic driver) and
- *     equal `form: generic`: gated_deltanet with a gate per key dimension (T, d_k), and the delta
- *     rule with decoupled placement and per-token gates — through ttt_layer_forward, through
+ *     equal `form: generic`: gated_deltanet with decoupled placement and a gate per key dimension
+ *     (T, d_k), and the delta rule with decoupled placement and per-token gates — through ttt_layer_forward, through
  *     ttt_layer_forward_batch and through ttt apply; asked for by name, the closed form refuses
  *     them with a sentence naming why. */
 #define _GNU_SOURCE /* asprintf */
@@ -211,7 +211,8 @@ typedef struct auto_case {
 } auto_case;
 
 static const auto_case auto_cases[] = {
-    {"{preset: gated_deltanet}", 1, "vector"},
+    /* (coupled, a gate per key dimension is KDA: the recurrent form takes it, docs/math.md §4.5) */
+    {"{preset: gated_deltanet, optimizer: {decay_placement: decoupled}}", 1, "decoupled"},
     {"{preset: deltanet, optimizer: {decay_placement: decoupled}}", 0, "decoupled"},
 };
 

@@ -10,7 +10,7 @@
  * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
  * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
  * attention, RetNet, Mamba2, GLA) or the squared loss with coupled decay (DeltaNet, Gated
- * DeltaNet), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
+ * DeltaNet, KDA with its gate per key dimension), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
  * accepts. The other tuples (TTT-Linear's LayerNorm model, Titans' momentum, LaCT's SwiGLU with
  * Newton–Schulz) have no float64 loop here; tests/test_contract_forms.c holds them to the
  * generic driver, and docs/forms.md "Precision on hard inputs" says what bounds them.
@@ -89,6 +89,12 @@ static const hard_case cases[] = {
     {"resets, log a in [-1, -1e-3]", 0, G_TOKEN, -1, -1e-3, 0.0, 2.0, 1e-2, 100, 1},
     {"resets per key, log a in [-1, -1e-3]", 0, G_KEY, -1, -1e-3, 0.0, 2.0, 1e-2, 100, 1},
     {"b in [0, 2], resets, log a in [-1, -1e-3]", 1, G_TOKEN, -1, -1e-3, 0.0, 2.0, 1, 1, 1},
+    /* the delta rule with a gate per key dimension (KDA, docs/math.md §4.5) */
+    {"b in [0, 2], log a = -1e-5 per key", 1, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1, 1, 0},
+    {"b in [0, 2], log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 0.0, 2.0, 1, 1, 0},
+    {"b = 2, log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 2.0, 2.0, 1, 1, 0},
+    /* log α = −inf on every key: each row is reset before every write (S_t = β_t k_tᵀ v_t) */
+    {"b in [0, 2], log a = -inf per key", 1, G_KEY, -INFINITY, -INFINITY, 0.0, 2.0, 1, 1, 0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

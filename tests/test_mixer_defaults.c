@@ -61,6 +61,7 @@ enum {
  *                    β = sigmoid, per-head RMSNorm, no output gate.
  *  gated_deltanet    Yang et al. 2025 / FLA gated_deltanet.py: as DeltaNet plus the Mamba2 gate
  *                    and the swish output gate.
+ *  kda               FLA kda.py: as Gated DeltaNet with the gate per key dimension.
  *  ttt_linear/mlp    Sun et al. 2024 / ttt-lm-pytorch (Transformer backbone): no convolution, no
  *                    activation, RoPE, learned η, learned W_0, output norm, no gate.
  *  titans            Behrouz et al. 2025 (section 4.4): convolution + SiLU, L2 q/k, data-dependent θ and
@@ -79,6 +80,7 @@ static const block presets[] = {
     {"gla", 0, 0, 0, E0, GV, 1, 1, 0, 0, 0},
     {"deltanet", 4, 1, 1, E1, GN, 1, 0, 0, 0, 0},
     {"gated_deltanet", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
+    {"kda", 4, 1, 1, E1, GV, 1, 1, 0, 0, 0},
     {"ttt_linear", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"ttt_mlp", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"titans", 4, 1, 1, E1, GS, 1, 1, 1, 0, 0},

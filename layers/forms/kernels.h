@@ -147,6 +147,12 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
 void ttt_delta_rule_recurrent_ld(float *o, float *S, const float *q, const float *k,
                                  const float *v, const float *beta, const float *log_alpha,
                                  int T, int d_k, int d_v, const ttt_form_ld *ld);
+/* KDA (docs/math.md §4.5): the delta rule with a gate per token and key dimension,
+ *     S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t,
+ * log_alpha (T, d_k) with row stride ld->la (≥ d_k); −inf is a hard reset of that key row. */
+void ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
+                                     const float *v, const float *beta, const float *log_alpha,
+                                     int T, int d_k, int d_v, const ttt_form_ld *ld);
 
 /* ---- matmul-heavy forms (each must equal the recurrent kernel above; docs/math.md §5, §6) ----
  * Scratch memory comes from ctx->arena and is released before returning. S is the state

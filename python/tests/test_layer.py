@@ -154,14 +154,16 @@ def test_the_form_a_call_runs_is_reported():
     tok = rng.uniform(-0.2, -0.01, (1, 40, 2)).astype(np.float32)
     key = rng.uniform(-0.2, -0.01, (1, 40, 2, 8)).astype(np.float32)
     L = ttt.Layer("gated_deltanet", chunk=8)
-    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence, and the generic
-    # driver when the gate is per key dimension
+    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence, also when the gate
+    # is per key dimension (KDA); the generic driver with decoupled placement
     assert L.form_for(x, x, x, log_alpha=tok) == "recurrent"
     o_auto, _ = L(x, x, x, log_alpha=tok)
     assert L.last_form == "recurrent"
-    assert L.form_for(x, x, x, log_alpha=key) == "generic"
-    L(x, x, x, log_alpha=key)
-    assert L.last_form == "generic"
+    assert L.form_for(x, x, x, log_alpha=key) == "recurrent"
+    D = ttt.Layer("gated_deltanet", chunk=8, decay_placement="decoupled")
+    assert D.form_for(x, x, x, log_alpha=key) == "generic"
+    D(x, x, x, log_alpha=key)
+    assert D.last_form == "generic"
     # what it names is what ran: bit for bit the named form's output, not another's
     o_rec, _ = ttt.Layer("gated_deltanet", chunk=8, form="recurrent")(x, x, x, log_alpha=tok)
     o_chk, _ = ttt.Layer("gated_deltanet", chunk=8, form="chunkwise")(x, x, x, log_alpha=tok)

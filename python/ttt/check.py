@@ -10,6 +10,7 @@ from .reference import PRESETS, reference
 _INPUTS = {
     "linear_attention": (), "retnet": (), "mamba2": ("log_alpha",), "gla": ("log_alpha_vec",),
     "deltanet": ("beta",), "gated_deltanet": ("beta", "log_alpha"),
+    "kda": ("beta", "log_alpha_vec"),
     "titans": ("eta", "log_alpha"), "ttt_linear": ("eta",), "lact": ("eta",),
 }
 

@@ -17,6 +17,9 @@ PRESETS = {
     "gla": dict(family="linear", lr=1.0, decay=0.97),
     "deltanet": dict(family="delta", lr=1.0, decay=1.0, decay_placement="coupled"),
     "gated_deltanet": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
+    # KDA: the same tuple, its log_alpha (B, T, H, d_k) one gate per key dimension (docs/math.md
+    # §4.5): S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t
+    "kda": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
     "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
@@ -109,7 +112,7 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     """(o, final_state) of `preset` in float64, in the (B, T, H, D) layout of ttt.Layer.
 
     beta is the delta-rule step (beta = lr * eta); eta the per-token learning rate; log_alpha
-    (B, T, H) or, for gla, (B, T, H, d_k) per-token log retentions (None: the constant decay).
+    (B, T, H) or, for gla and kda, (B, T, H, d_k) per-token log retentions (None: the constant decay).
     initial_state: one array or a sequence in the order of Layer.state_info (None: zeros; the
     models with random initial weights, ttt_linear and lact, need it given). params override the
     preset's lr, decay, decay_placement, momentum, mini_batch. final_state is one array when the

@@ -1,10 +1,12 @@
 /* Registry entries (form.h) of the delta rule: recurrent, parallel and chunkwise (docs/math.md
  * §5.1, §5.3). The tuple: a linear map, a loss with ∂ℓ/∂z = z − v, plain SGD, b = 1,
  * update_then_apply, no position scale, and no decay or coupled placement (the closed forms
- * decay before the error is measured). Inputs: a scalar gate per token or none. */
+ * decay before the error is measured). Inputs: a scalar gate per token or none; the recurrent
+ * form also a gate per token and key dimension (KDA, docs/math.md §4.5). */
 #include <math.h>
 #include "composed.h"
 #include "fused_grad.h"
+#include "kda_grad.h"
 
 static const char *delta_available(const ttt_layer *L, const ttt_form_inputs *in) {
     if (!(L->model->traits & TTT_MODEL_LINEAR_MAP) || !(L->loss->traits & TTT_LOSS_RESIDUAL) ||
@@ -17,12 +19,24 @@ static const char *delta_available(const ttt_layer *L, const ttt_form_inputs *in
                "(decay_placement: coupled); this layer decays with decoupled placement: use "
                "form: generic or decay_placement: coupled";
     if (in && in->gate == TTT_FORM_GATE_KEY)
-        return "this closed form takes a scalar decay per token, not a vector; use form: generic";
+        return "this closed form takes a scalar decay per token, not a vector; use form: recurrent "
+               "or generic";
     if (in && in->gate == TTT_FORM_GATE_TOKEN && !L->coupled)
         return "the closed delta-rule forms decay before the error is measured "
                "(decay_placement: coupled); this layer has per-token gates with decoupled "
                "placement: use form: generic or decay_placement: coupled";
     return NULL;
+}
+
+/* The recurrent form also takes a gate per key dimension (KDA): its forward is the fused
+ * recurrence of recurrent.c, its differentiable path the generic driver's ops. */
+static const char *delta_available_recurrent(const ttt_layer *L, const ttt_form_inputs *in) {
+    if (in && in->gate == TTT_FORM_GATE_KEY) {
+        ttt_form_inputs tok = *in;
+        tok.gate = TTT_FORM_GATE_TOKEN;
+        return delta_available(L, &tok);
+    }
+    return delta_available(L, in);
 }
 
 static ttt_status delta_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
@@ -31,7 +45,11 @@ static ttt_status delta_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
     const float *la = a->log_alpha ? a->log_alpha->data : NULL;
     float *S = st->W[0]->data;
-    if (C == 0)
+    if (a->alpha_vec && la) {
+        const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};
+        ttt_delta_rule_recurrent_key_ld(o->data, S, a->q->data, a->k->data, a->v->data, beta,
+                                        la, T, d_k, d_v, &ld);
+    } else if (C == 0)
         ttt_delta_rule_recurrent(o->data, S, a->q->data, a->k->data, a->v->data, beta, la, T,
                                  d_k, d_v);
     else if (C < 0)
@@ -78,6 +96,25 @@ static ttt_status delta_diff_chunk(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor 
     (void)err;
     return delta_diff(ctx, L, o, st, a, L->chunk);
 }
+/* The recurrent entry's differentiable path for a gate per key dimension (KDA): the recurrent
+ * kernel with its hand-written backward (kda_grad.c; fused), or the generic driver's ops, the
+ * same tuple token by token (the composed reference). */
+static ttt_status delta_diff_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                       ttt_layer_state *st, const ttt_form_args *a,
+                                       ttt_error *err) {
+    if (!a->alpha_vec || !a->log_alpha) return delta_diff(ctx, L, o, st, a, L->chunk);
+    if (!a->fused)
+        return ttt_forward_generic(ctx, L, o, st, a->q, a->k, a->v, a->eta, a->log_alpha, 1,
+                                   err);
+    const int T = TTT_ROWS(a->k);
+    const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
+    ttt_tensor *S = NULL;
+    ttt_tensor *O = ttt_kda_recurrent_fused(ctx, &S, a->q, a->k, a->v, beta, a->log_alpha,
+                                            st->W[0], L->chunk > 0 ? L->chunk : 64);
+    ttt_form_diff_output(ctx, o, O);
+    ttt_form_set_state(ctx, &st->W[0], S);
+    return TTT_OK;
+}
 static ttt_status delta_diff_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                       ttt_layer_state *st, const ttt_form_args *a,
                                       ttt_error *err) {
@@ -89,6 +126,11 @@ static ttt_status delta_diff_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tens
 static void delta_strided_recurrent(ttt_ctx *ctx, const ttt_layer *L, float *S,
                                     const ttt_form_strided *a) {
     (void)ctx;
+    if (a->alpha_vec && a->log_alpha) {
+        ttt_delta_rule_recurrent_key_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T,
+                                        L->d_k, L->d_v, &a->ld);
+        return;
+    }
     ttt_delta_rule_recurrent_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T, L->d_k,
                                 L->d_v, &a->ld);
 }
@@ -155,12 +197,12 @@ static double delta_flops_chunkwise(const ttt_layer *L, long T) {
 const ttt_form_entry ttt_form_delta_rule_recurrent = {
     .family = "delta_rule",
     .form = "recurrent",
-    .help = "the delta rule token by token, S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + "
-            "beta_t k_t^T v_t",
+    .help = "the delta rule token by token, S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + "
+            "beta_t k_t^T v_t (alpha_t scalar or per key)",
     .auto_rank = 10,
-    .available = delta_available,
+    .available = delta_available_recurrent,
     .forward = delta_recurrent,
-    .forward_diff = delta_diff_chunk,
+    .forward_diff = delta_diff_recurrent,
     .forward_strided = delta_strided_recurrent,
     .scratch_bytes = delta_scratch_recurrent,
     .flops = delta_flops_recurrent,

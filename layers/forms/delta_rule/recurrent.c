@@ -11,7 +11,15 @@
  * r_{t+1}, are accumulated from it (the plain form — k S, update, q S — sweeps it three times).
  * The sweep goes in column blocks of DR_JB floats so that the e_t, p_{t+1} and r_{t+1} pieces stay
  * in vector registers (GCC/Clang vector extensions, 8 floats per vector); columns past the last
- * full block take a scalar loop. */
+ * full block take a scalar loop.
+ *
+ * A gate per key dimension (KDA, docs/math.md §4.5), S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1}
+ * + β_t k_tᵀ v_t, takes the same sweep: row i of the state decays by its own α_{t,i}, and the
+ * products with the decayed state are those of the gated vectors with the undecayed one,
+ * p_t = (k_t ⊙ α_t) S_{t−1}, r_t = (q_t ⊙ α_t) S_{t−1}; the sweep that writes token t accumulates
+ * them for token t + 1 with k_{t+1} ⊙ α_{t+1} and q_{t+1} ⊙ α_{t+1}. Then e_t = v_t − p_t and
+ * o_t = r_t + β_t (q_t·k_t) e_t. A gate of −inf (α = 0) zeroes its row before the write: a hard
+ * reset of that key dimension. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -40,6 +48,7 @@ TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t
                        const float *restrict bk, /* (d_k) β_t k_t */
                        const float *restrict kn, /* (d_k) k_{t+1} */
                        const float *restrict qn, /* (d_k) q_{t+1} */
+                       const float *restrict ar, /* (d_k) α_{t,i} per row, or NULL: a */
                        float a, int next, int d_k, int d_v) {
     dr_v8 eb[DR_NV], pa[DR_NV], ra[DR_NV];
     for (int u = 0; u < DR_NV; u++) {
@@ -49,12 +58,12 @@ TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t
     }
     if (next) {
         for (int i = 0; i < d_k; i++) {
-            const float bki = bk[i], kni = kn[i], qni = qn[i];
+            const float bki = bk[i], kni = kn[i], qni = qn[i], ai = ar ? ar[i] : a;
             float *restrict Si = S + (size_t)i * d_v;
             for (int u = 0; u < DR_NV; u++) {
                 dr_v8 x;
                 DR_LOAD(x, Si + 8 * u);
-                x = a * x + bki * eb[u];
+                x = ai * x + bki * eb[u];
                 DR_STORE(Si + 8 * u, x);
                 pa[u] += kni * x;
                 ra[u] += qni * x;
@@ -66,12 +75,12 @@ TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t
         }
     } else {
         for (int i = 0; i < d_k; i++) {
-            const float bki = bk[i];
+            const float bki = bk[i], ai = ar ? ar[i] : a;
             float *restrict Si = S + (size_t)i * d_v;
             for (int u = 0; u < DR_NV; u++) {
                 dr_v8 x;
                 DR_LOAD(x, Si + 8 * u);
-                x = a * x + bki * eb[u];
+                x = ai * x + bki * eb[u];
                 DR_STORE(Si + 8 * u, x);
             }
         }
@@ -80,14 +89,15 @@ TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t
 
 /* The same for jn < DR_JB columns, scalar. */
 static void dr_block(float *p, float *r, float *S, const float *e, const float *bk,
-                     const float *kn, const float *qn, float a, int next, int jn, int d_k,
-                     int d_v) {
+                     const float *kn, const float *qn, const float *ar, float a, int next, int jn,
+                     int d_k, int d_v) {
     if (next)
         for (int j = 0; j < jn; j++) p[j] = r[j] = 0.0f;
     for (int i = 0; i < d_k; i++) {
         float *Si = S + (size_t)i * d_v;
+        const float ai = ar ? ar[i] : a;
         for (int j = 0; j < jn; j++) {
-            const float x = a * Si[j] + bk[i] * e[j];
+            const float x = ai * Si[j] + bk[i] * e[j];
             Si[j] = x;
             if (next) {
                 p[j] += kn[i] * x;
@@ -156,11 +166,80 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
         const float *kn = next ? kt + ld->k : kt, *qn = next ? qt + ld->q : qt;
         int j0 = 0;
         for (; j0 + DR_JB <= d_v; j0 += DR_JB)
-            dr_block_v(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, a, next, d_k, d_v);
+            dr_block_v(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, NULL, a, next, d_k, d_v);
         if (j0 < d_v)
-            dr_block(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, a, next, d_v - j0, d_k, d_v);
+            dr_block(p + j0, r + j0, S + j0, e + j0, bk, kn, qn, NULL, a, next, d_v - j0, d_k,
+                     d_v);
     }
     if (buf != stack) free(buf);
+}
+
+/* α_{t,i} = exp(log α_{t,i}) for one row of gates, each key dimension with its own drift (the
+ * dither of kernels.h, ttt_gate_dither: one per state row). */
+static void dr_gate_row(float *a, double *drift, const float *la, int d_k) {
+    for (int i = 0; i < d_k; i++) a[i] = ttt_gate_dither(&drift[i], exp((double)la[i]));
+}
+
+void ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
+                                     const float *v, const float *beta, const float *log_alpha,
+                                     int T, int d_k, int d_v, const ttt_form_ld *ld) {
+    if (T <= 0) return;
+    /* e, p, r (d_v each); β k, α_t, α_{t+1}, k_{t+1} ⊙ α_{t+1}, q_{t+1} ⊙ α_{t+1} (d_k each);
+     * the per-row drifts (d_k doubles) */
+    float stack[8 * 256];
+    double dstack[256];
+    const size_t need = 3 * (size_t)d_v + 5 * (size_t)d_k;
+    float *buf = need <= 8 * 256 ? stack : malloc(need * sizeof(float));
+    double *drift = d_k <= 256 ? dstack : malloc((size_t)d_k * sizeof(double));
+    if (!buf || !drift) abort(); /* the kernels have no error channel (kernels.h) */
+    float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
+    float *acur = bk + d_k, *anext = acur + d_k, *kw = anext + d_k, *qw = kw + d_k;
+    for (int i = 0; i < d_k; i++) drift[i] = 1.0;
+    dr_gate_row(acur, drift, log_alpha, d_k);
+    for (int i = 0; i < d_k; i++) {
+        kw[i] = k[i] * acur[i];
+        qw[i] = q[i] * acur[i];
+    }
+    dr_products(p, r, S, kw, qw, d_k, d_v);
+    const int spread = ttt_form_ld_spread(ld, d_k, d_v);
+    for (int t = 0; t < T; t++) {
+        const float *qt = q + (size_t)t * ld->q, *kt = k + (size_t)t * ld->k;
+        const float *vt = v + (size_t)t * ld->v;
+        float *ot = o + (size_t)t * ld->o;
+        const float b = beta ? beta[(size_t)t * ld->beta] : 1.0f;
+        if (spread && t + DR_AHEAD < T)
+            ttt_prefetch_seq(ld, o, q, k, v, NULL, NULL, 1, (size_t)t + DR_AHEAD, 1, d_k, d_v);
+        float qk = 0.0f;
+        for (int i = 0; i < d_k; i++) {
+            bk[i] = b * kt[i];
+            qk += qt[i] * kt[i];
+        }
+        const float bqk = b * qk;
+        for (int j = 0; j < d_v; j++) { /* p, r are already the decayed state's products */
+            e[j] = vt[j] - p[j];
+            ot[j] = r[j] + bqk * e[j];
+        }
+        const int next = t + 1 < T;
+        if (next) {
+            const float *kn = kt + ld->k, *qn = qt + ld->q;
+            dr_gate_row(anext, drift, log_alpha + (size_t)(t + 1) * ld->la, d_k);
+            for (int i = 0; i < d_k; i++) {
+                kw[i] = kn[i] * anext[i];
+                qw[i] = qn[i] * anext[i];
+            }
+        }
+        int j0 = 0;
+        for (; j0 + DR_JB <= d_v; j0 += DR_JB)
+            dr_block_v(p + j0, r + j0, S + j0, e + j0, bk, kw, qw, acur, 1.0f, next, d_k, d_v);
+        if (j0 < d_v)
+            dr_block(p + j0, r + j0, S + j0, e + j0, bk, kw, qw, acur, 1.0f, next, d_v - j0,
+                     d_k, d_v);
+        float *sw = acur;
+        acur = anext;
+        anext = sw;
+    }
+    if (buf != stack) free(buf);
+    if (drift != dstack) free(drift);
 }
 
 void ttt_delta_rule_recurrent(float *o, float *S, const float *q, const float *k, const float *v,

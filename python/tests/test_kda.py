@@ -1,0 +1,118 @@
+"""KDA (docs/math.md §4.5): the delta rule with a gate per key dimension. The library's forms
+that accept it (the recurrent delta rule and the generic driver) against the float64 reference,
+on the hard cases of ttt.check, with hard resets of key rows (log alpha = -inf) and through the
+backward; each comparison also with a perturbed input it must reject."""
+import numpy as np
+import pytest
+import torch
+
+import ttt
+from ttt.check import make_inputs
+
+# float32 against float64, relative to max|reference| per tensor (as tests/test_reference.py:
+# float32 rounding accumulated over T = 1024 tokens is measured at a few 1e-6; 1e-5 leaves room
+# for summation order)
+TOL = 1e-5
+FORMS = ["recurrent", "generic", "auto"]
+
+
+def library(form):
+    def fn(q, k, v, scale, initial_state, **kw):
+        L = ttt.Layer("kda", scale=scale, form=form)
+        return L.forward(q, k, v, initial_state=initial_state, **kw)
+    return fn
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_kda_forms_equal_the_float64_recurrence(form):
+    ttt.assert_close(library(form), "kda", shapes=[(1, 67, 2, 16, 16), (1, 1024, 2, 16, 12)],
+                     tol=TOL)
+
+
+def _reset_inputs(T=200, seed=3):
+    kw = make_inputs("kda", 1, T, 2, 16, 12, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    la = kw["log_alpha"]
+    la[rng.random(la.shape) < 0.05] = -np.inf  # a hard reset of those key rows
+    return kw
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_kda_hard_resets_of_key_rows(form):
+    kw = _reset_inputs()
+    o_ref, s_ref = ttt.reference("kda", **kw)
+    o, s = library(form)(**kw)
+    assert _rel(o, o_ref) <= TOL and _rel(s, s_ref) <= TOL, (_rel(o, o_ref), _rel(s, s_ref))
+    # a reset moved to another key dimension of the same token must be seen
+    la = kw["log_alpha"].copy()
+    b, t, h, i = np.argwhere(np.isinf(la))[len(la) // 2]
+    j = (i + 1) % la.shape[-1]
+    la[b, t, h, i], la[b, t, h, j] = la[b, t, h, j], la[b, t, h, i]
+    o_bad, _ = ttt.reference("kda", **dict(kw, log_alpha=la))
+    assert _rel(o, o_bad) > 100 * TOL
+
+
+def test_a_scalar_gate_per_key_is_the_gated_delta_rule():
+    # the same retention on every key dimension is Gated DeltaNet's scalar gate
+    kw = make_inputs("gated_deltanet", 1, 67, 2, 16, 16, seed=5)
+    vec = dict(kw, log_alpha=np.repeat(kw["log_alpha"][..., None], 16, -1))
+    kw.pop("scale")
+    vec.pop("scale")
+    o_s, s_s = ttt.Layer("gated_deltanet", scale=1.0, form="recurrent").forward(**kw)
+    o_v, s_v = library("recurrent")(scale=1.0, **vec)
+    assert _rel(o_v, o_s) <= TOL and _rel(s_v, s_s) <= TOL
+    # a per-key gate that differs in one dimension is not
+    vec["log_alpha"][0, :, 0, 3] -= 0.5
+    o_w, _ = library("recurrent")(scale=1.0, **vec)
+    assert _rel(o_w, o_s) > 100 * TOL
+
+
+@pytest.mark.parametrize("form", ["recurrent", "generic"])
+@pytest.mark.parametrize("resets", [False, True])
+def test_kda_backward_equals_the_reference_gradient(form, resets):
+    kw = make_inputs("kda", 2, 9, 2, 4, 4, seed=1)
+    if resets:
+        kw["log_alpha"][0, 3, 1, 2] = kw["log_alpha"][1, 5, 0, 0] = -np.inf
+    names = ["q", "k", "v", "beta", "log_alpha"]
+    t = {n: torch.from_numpy(kw[n]).requires_grad_() for n in names}
+    s0 = torch.from_numpy(kw["initial_state"][0]).requires_grad_()
+    o_ref, s_ref = ttt.reference("kda", scale=0.5, initial_state=[s0], **t)
+    gen = torch.Generator().manual_seed(2)
+    c_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    c_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
+    g_ref = torch.autograd.grad((c_o * o_ref).sum() + (c_s * s_ref).sum(),
+                                [t[n] for n in names] + [s0])
+
+    lib = {n: t[n].detach().clone().requires_grad_() for n in names}
+    s1 = s0.detach().clone().requires_grad_()
+    o, s = ttt.Layer("kda", scale=0.5, form=form)(**lib, initial_state=[s1])
+    ((c_o * o).sum() + (c_s * s).sum()).backward()
+    g_lib = [lib[n].grad for n in names] + [s1.grad]
+    for name, a, b in zip(names + ["state"], g_lib, g_ref):
+        fin = torch.isfinite(b)  # d/d log alpha at -inf: alpha = 0, the gradient is 0 there
+        scale = b[fin].abs().max().item()
+        # float32 forward and backward over T = 9 tokens against float64 (test_torch.py's bound)
+        err = (a[fin] - b[fin]).abs().max().item()
+        assert err <= 1e-4 * scale, (name, err, scale)
+    # the comparison sees a gradient of the wrong gate: the reference at a perturbed log alpha
+    la = t["log_alpha"].detach().clone()
+    la[0, 2, 0, 1] -= 0.3
+    lab = la.requires_grad_()
+    o_b, s_b = ttt.reference("kda", scale=0.5, initial_state=[s0.detach()],
+                             **dict({n: t[n].detach() for n in names}, log_alpha=lab))
+    g_bad = torch.autograd.grad((c_o * o_b).sum() + (c_s * s_b).sum(), lab)[0]
+    fin = torch.isfinite(g_bad) & torch.isfinite(g_ref[4])
+    assert (lib["log_alpha"].grad[fin] - g_bad[fin]).abs().max().item() > \
+        1e-3 * g_ref[4][fin].abs().max().item()
+
+
+def test_auto_runs_the_fused_recurrence():
+    # form: auto picks the recurrent delta rule for a gate per key, not the generic driver
+    x = np.zeros((1, 64, 2, 16), np.float32)
+    assert ttt.Layer("kda").form_for(x, x, x, beta=np.ones((1, 64, 2), np.float32),
+                                     log_alpha=np.zeros((1, 64, 2, 16), np.float32)) == "recurrent"
