@@ -229,8 +229,15 @@ END_TEST
 /* The FoX mixer's output equals the forgetting-attention kernel (layers/attention, tested
  * against its definition in test_attention) on q, k, v and log f computed here in double from
  * the model's parameters. Both sides are float32 with different summation orders (the kernel
- * accumulates G in float64, the mixer in float32 over T = 7 terms): agreement within 2e-6 of
- * the largest output is rounding; a wrong bias sign, a missing mask or scale is O(1). */
+ * accumulates G in float64, the mixer in float32 over T = 7 terms), so they differ by at most
+ * the sum of their error bounds (docs/hardening.md "Portable tolerances"). Each output is a
+ * convex combination of rows of v; along a path to it a value passes through at most
+ * n = d + D + 3T + 5 roundings of at most ε = 2^-24 (the d-term projections, the D-term q·k,
+ * the T-term prefix sum of log f, the softmax's T-term normalizer and weighted sum, five
+ * element-wise), so the sums are off by at most n·ε·max|v|, and the weights by n·ε of the
+ * logits' terms (scale·Σ|q_j k_j| + Σ|log f|, at most L), which exp turns into a relative error
+ * of the weights: per path ≤ n·ε·(1 + L)·max|v| (the worst case, no c). A wrong bias sign, a
+ * missing mask or scale is O(1). */
 START_TEST(fox_equals_the_forgetting_attention_kernel) {
     ttt_seq_model_config c;
     ttt_cfg_node *root = parse("{d_model: 8, heads: 2, layers: 1, mlp: 0, mixer: fox}", "{}", &c);
@@ -264,8 +271,8 @@ START_TEST(fox_equals_the_forgetting_attention_kernel) {
                 *wv = m.params.p[m.blk[0].wv]->data;
     const ttt_param *wf = m.params.p[m.blk[0].own[0]], *bf = m.params.p[m.blk[0].own[1]];
     ck_assert_str_eq(wf->name, "layer0.mixer.w_f");
-    float want[2 * NT * 8], qh[NT * 4], kh[NT * 4], vh[NT * 4], lf[NT], oh[NT * 4];
-    double big = 0;
+    float want[2 * NT * 8], want0[2 * NT * 8], qh[NT * 4], kh[NT * 4], vh[NT * 4], lf[NT], oh[NT * 4];
+    double big = 0, L = 0, vmax = 0;
     for (int b = 0; b < B; b++)
         for (int hh = 0; hh < H; hh++) {
             for (int t = 0; t < T; t++) {
@@ -285,6 +292,20 @@ START_TEST(fox_equals_the_forgetting_attention_kernel) {
                 for (int i = 0; i < d; i++) zf += (double)x[i] * wf->data[i * H + hh];
                 lf[t] = (float)(-log1p(exp(-zf))); /* log sigmoid */
             }
+            double cum = 0;
+            for (int t = 0; t < T; t++) {
+                cum += fabs(lf[t]);
+                for (int u = 0; u <= t; u++) {
+                    double qk = 0;
+                    for (int j = 0; j < D; j++) qk += fabs((double)qh[t * D + j] * kh[u * D + j]);
+                    L = fmax(L, qk / sqrt((double)D) + cum);
+                }
+                for (int j = 0; j < D; j++) vmax = fmax(vmax, fabs(vh[t * D + j]));
+            }
+            /* the perturbed input the comparison must reject: no forgetting gates */
+            ttt_softmax_attention(&ctx, oh, qh, kh, vh, NULL, 1.0f / sqrtf((float)D), T, D, D);
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < D; j++) want0[(b * T + t) * H * D + hh * D + j] = oh[t * D + j];
             ttt_softmax_attention(&ctx, oh, qh, kh, vh, lf, 1.0f / sqrtf((float)D), T, D, D);
             for (int t = 0; t < T; t++)
                 for (int j = 0; j < D; j++) {
@@ -292,7 +313,11 @@ START_TEST(fox_equals_the_forgetting_attention_kernel) {
                     big = fmax(big, fabs(oh[t * D + j]));
                 }
         }
-    TU_ASSERT_CLOSE_F(o->data, want, (size_t)B * T * H * D, 2e-6 * big, 0.0);
+    const double n_round = d + D + 3 * T + 5;
+    const double tol = 2 * n_round * 0x1p-24 * (1 + L) * vmax; /* the sum of the two paths' */
+    ck_assert(tol < 1e-3 * big); /* the bound leaves an O(1) error visible */
+    TU_ASSERT_CLOSE_F(o->data, want, (size_t)B * T * H * D, tol, 0.0);
+    ck_assert(!tu_close_f(o->data, want0, (size_t)B * T * H * D, tol, 0.0, NULL, 0));
     ttt_arena_free(&arena);
     ttt_seq_model_free(&m);
 }
