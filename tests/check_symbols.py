@@ -10,6 +10,8 @@ hidden, and so missing from the library). The library's functions and objects ar
 dynamic symbols (`nm -D --defined-only`, binutils). The check fails on any difference in either
 direction, naming each symbol: one declared but not exported (a caller would fail to link or
 load), or one exported but not declared (internal code that would become part of the ABI).
+It also holds ttt_version() of the library against the header's TTT_VERSION_MAJOR/MINOR/PATCH
+(CMakeLists.txt reads project(VERSION) from them; this catches a version set anywhere else).
 Before it looks at the real library, it checks itself: a symbol list with one declared function
 removed and one internal name added must be reported as both, and a declaration without TTT_API
 must be reported; if either is not, the check itself is broken and fails.
@@ -71,6 +73,34 @@ def differences(exported, declared):
     return lines
 
 
+def header_version(texts):
+    """"MAJOR.MINOR.PATCH" from the TTT_VERSION_* lines of the headers, or None."""
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        found = [m for t in texts.values()
+                 for m in re.findall(r"^#define TTT_VERSION_%s (\d+)$" % part, t, flags=re.M)]
+        if len(found) != 1:
+            return None
+        parts.append(found[0])
+    return ".".join(parts)
+
+
+def version_differences(lib_version, hdr_version):
+    if hdr_version is None:
+        return ["include/ttt: expected one '#define TTT_VERSION_MAJOR/MINOR/PATCH <n>' line each"]
+    if lib_version != hdr_version:
+        return ["ttt_version() of the library is %r, the header's TTT_VERSION_* make %r"
+                % (lib_version, hdr_version)]
+    return []
+
+
+def library_version(lib):
+    import ctypes
+    f = ctypes.CDLL(os.path.abspath(lib)).ttt_version
+    f.restype = ctypes.c_char_p
+    return f().decode()
+
+
 def self_check(declared):
     """The comparison and the header parser catch what they are meant to catch."""
     if "ttt_layer_new" not in declared or len(declared) < 10:
@@ -88,6 +118,11 @@ def self_check(declared):
         fails.append("expected exactly 2 differences, got %s" % got)
     if differences(set(declared), declared):
         fails.append("equal lists were reported different")
+    if len(version_differences("0.1.1", "0.1.0")) != 1 or version_differences("0.1.0", "0.1.0"):
+        fails.append("a library version other than the header's was not reported")
+    if header_version({"t.h": "#define TTT_VERSION_MAJOR 1\n#define TTT_VERSION_MINOR 2\n"
+                              "#define TTT_VERSION_PATCH 3\n"}) != "1.2.3":
+        fails.append("the header's version lines were not read as 1.2.3")
     _, problems = header_functions({"t.h": "TTT_API int ttt_a(void);\nint ttt_b(int x);\n"})
     if len(problems) != 1 or "ttt_b" not in problems[0]:
         fails.append("a declaration without TTT_API was not reported: %s" % problems)
@@ -110,11 +145,13 @@ def main():
         return 1
     exported = library_symbols(lib)
     problems += differences(exported, declared)
+    if "ttt_version" in exported:
+        problems += version_differences(library_version(lib), header_version(texts))
     if problems:
         print("check_symbols: %s against %s:\n  %s" % (lib, inc, "\n  ".join(problems)))
         return 1
-    print("check_symbols: %s exports the %d functions of %s and nothing else"
-          % (lib, len(exported), inc))
+    print("check_symbols: %s exports the %d functions of %s and nothing else; version %s"
+          % (lib, len(exported), inc, header_version(texts)))
     return 0
 
 
