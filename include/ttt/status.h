@@ -5,6 +5,18 @@
 #ifndef TTT_PUBLIC_STATUS_H
 #define TTT_PUBLIC_STATUS_H
 
+/* Marks the functions libttt.so exports: the library is compiled with -fvisibility=hidden
+ * (CMakeLists.txt), so these declarations are its whole dynamic interface and nothing internal
+ * becomes ABI by accident (docs/api.md "Versions and the ABI"; tests/check_symbols.py holds the
+ * library's exports against them). */
+#ifndef TTT_API
+#if defined(__GNUC__) || defined(__clang__)
+#define TTT_API __attribute__((visibility("default")))
+#else
+#define TTT_API
+#endif
+#endif
+
 typedef enum ttt_status {
     TTT_OK = 0,
     TTT_ERR_NOMEM,       /* an allocation failed or would exceed the allowed size */
@@ -36,7 +48,7 @@ typedef struct ttt_error {
 } ttt_error;
 
 /* One short phrase per status code ("unknown name", …). */
-const char *ttt_status_message(ttt_status s);
+TTT_API const char *ttt_status_message(ttt_status s);
 
 #ifdef __cplusplus
 }

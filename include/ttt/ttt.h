@@ -32,10 +32,20 @@ extern "C" {
 #include <ttt/status.h>
 
 /* The message of the last failure recorded in err ("" after success); never NULL. */
-const char *ttt_errmsg(const ttt_error *err);
+TTT_API const char *ttt_errmsg(const ttt_error *err);
 
-/* The library version, "MAJOR.MINOR.PATCH". */
-const char *ttt_version(void);
+/* The version of this header. CMakeLists.txt reads project(VERSION) from these three lines, so
+ * the header, libttt.so's file name and ttt_version() cannot disagree; libttt.so's SOVERSION is
+ * the major (docs/api.md "Versions and the ABI"). TTT_VERSION_NUMBER orders versions:
+ * MAJOR·10000 + MINOR·100 + PATCH, e.g. `#if TTT_VERSION_NUMBER >= 100` for 0.1.0 or later. */
+#define TTT_VERSION_MAJOR 0
+#define TTT_VERSION_MINOR 1
+#define TTT_VERSION_PATCH 0
+#define TTT_VERSION_NUMBER (TTT_VERSION_MAJOR * 10000 + TTT_VERSION_MINOR * 100 + TTT_VERSION_PATCH)
+
+/* The version of the library loaded, "MAJOR.MINOR.PATCH": a program built against this header
+ * runs with any libttt.so of the same major and an equal or later minor. */
+TTT_API const char *ttt_version(void);
 
 /* ---- registries --------------------------------------------------------------------------- */
 
@@ -50,11 +60,11 @@ typedef enum ttt_registry {
 } ttt_registry;
 
 /* Number of entries, or -1 for an unknown registry. */
-int ttt_registry_count(ttt_registry r);
+TTT_API int ttt_registry_count(ttt_registry r);
 /* Entry i: its name and a one-line help (static strings). TTT_ERR_ARG when r or i is out of
  * range. */
-ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry r, int i,
-                              ttt_error *err);
+TTT_API ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry r,
+                                      int i, ttt_error *err);
 
 /* ---- devices (docs/design.md "Devices") ------------------------------------------------ */
 
@@ -73,10 +83,10 @@ typedef enum ttt_dtype {
 
 /* The CUDA devices this build can use: 0 when it was built without CUDA or when no GPU or
  * driver is present, with the reason in err (when not NULL). */
-int ttt_cuda_device_count(ttt_error *err);
+TTT_API int ttt_cuda_device_count(ttt_error *err);
 /* One line naming the CUDA runtime, the driver and the GPUs ("CUDA runtime 13.0, driver 13.0,
  * cuda:0 NVIDIA H200 (132 SMs, 139 GiB)"), or why there are none. A static string. */
-const char *ttt_cuda_describe(void);
+TTT_API const char *ttt_cuda_describe(void);
 
 /* ---- layer descriptor --------------------------------------------------------------------- */
 
@@ -118,7 +128,7 @@ typedef struct ttt_layer_descriptor {
 } ttt_layer_descriptor;
 
 /* Every field unset. NULL: does nothing. */
-void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
+TTT_API void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
@@ -128,24 +138,25 @@ typedef struct ttt_layer_handle ttt_layer_handle;
  * 65536, else TTT_ERR_ARG). On failure
  * *out is NULL and err names the field ("layer.optimizer.momentum: expected a number in [0, 1],
  * got 1.5"). */
-ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
-                         int d_v, ttt_error *err);
-void ttt_layer_free(ttt_layer_handle *h);
+TTT_API ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc,
+                                 int d_k, int d_v, ttt_error *err);
+TTT_API void ttt_layer_free(ttt_layer_handle *h);
 
 /* The resolved tuple, every value: "gated_deltanet = (model linear, loss squared, …)". Owned by
  * the handle; "" for a NULL handle. */
-const char *ttt_layer_tuple(const ttt_layer_handle *h);
+TTT_API const char *ttt_layer_tuple(const ttt_layer_handle *h);
 /* The layer's d_k and d_v into the non-NULL pointers; 0 and 0 for a NULL handle. */
-void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h);
+TTT_API void ttt_layer_dims(int *d_k, int *d_v, const ttt_layer_handle *h);
 
 /* The state of one sequence is a list of tensors: the fast weights, then each weight's
  * optimizer state, then the normalizer z of normalize: ratio. Their number; -1 for a NULL
  * handle. */
-int ttt_layer_state_tensors(const ttt_layer_handle *h);
+TTT_API int ttt_layer_state_tensors(const ttt_layer_handle *h);
 /* Tensor i's name and shape for one sequence (the batched buffers are (B, H, shape…)); returns
  * its number of dimensions, or -1 when i is out of range or h or shape is NULL (then *name, when
  * name is given, is NULL). name may be NULL. */
-int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h, int i);
+TTT_API int ttt_layer_state_shape(const char **name, int shape[4], const ttt_layer_handle *h,
+                                  int i);
 
 /* The buffers of one batched call, all float32, row-major, in the (B, T, H, D) layout.
  * Sequence (b, h) is independent of every other. */
@@ -184,14 +195,14 @@ typedef struct ttt_batch_io {
 /* The forward pass. threads ≥ 1 runs that many threads, 0 = the default (negative:
  * TTT_ERR_ARG). B, H ≥ 1 and T ≥ 0 (else TTT_ERR_SHAPE, as when a buffer's size in bytes would
  * exceed PTRDIFF_MAX); o, q, k, v are required. */
-ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
-                                 ttt_error *err);
+TTT_API ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
+                                         int threads, ttt_error *err);
 
 /* The computation form ttt_layer_forward_run runs for a call on io: `auto` resolved as every
  * call resolves it, from io's T, whether io->eta and io->log_alpha are given and io->alpha_vec
  * ("chunkwise", "recurrent", "generic", …; "none" when no form takes these inputs). No buffer
  * is read. A static string. */
-const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io);
+TTT_API const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io);
 
 /* Gradients of L = Σ d_o ⊙ o + Σ_i d_state_out[i] ⊙ final_state_i with respect to the inputs and
  * the initial state. Every output pointer may be NULL (not wanted); d_eta and d_log_alpha need
@@ -209,8 +220,8 @@ typedef struct ttt_batch_grad {
 /* The forward pass (io->o and io->state_out are written as by ttt_layer_forward_run) recorded
  * per sequence, then its backward with the layer's differentiable forms. io is checked as by
  * the forward; g and g->d_o are required. */
-ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
-                                  const ttt_batch_grad *g, ttt_error *err);
+TTT_API ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
+                                          const ttt_batch_grad *g, ttt_error *err);
 
 /* ---- experiments -------------------------------------------------------------------------- */
 
@@ -218,11 +229,11 @@ ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io 
  * "a.b.c=value" overrides in sets[0..n_sets-1] and run every point into the run folder out_dir
  * (NULL = the experiment's `output`): config.resolved.yaml, metrics.jsonl, summary.csv, …
  * n_sets ≥ 0; with n_sets > 0, sets holds n_sets non-NULL strings (else TTT_ERR_ARG). */
-ttt_status ttt_experiment_run_file(const char *path, const char *const *sets, int n_sets,
-                                   const char *out_dir, ttt_error *err);
-ttt_status ttt_experiment_run_string(const char *yaml, const char *name,
-                                     const char *const *sets, int n_sets, const char *out_dir,
-                                     ttt_error *err);
+TTT_API ttt_status ttt_experiment_run_file(const char *path, const char *const *sets,
+                                           int n_sets, const char *out_dir, ttt_error *err);
+TTT_API ttt_status ttt_experiment_run_string(const char *yaml, const char *name,
+                                             const char *const *sets, int n_sets,
+                                             const char *out_dir, ttt_error *err);
 
 #ifdef __cplusplus
 }

@@ -62,8 +62,12 @@ def parse_header(ttt_h, status_h):
         for line in text.splitlines():
             s = line.strip()
             m = re.match(r"#\s*define\s+(TTT_\w+)\s+(.+)$", s)
+            # TTT_API is the visibility attribute of the exported functions, not a constant
+            if m and m.group(1) == "TTT_API":
+                continue
             if m and not m.group(1).endswith("_H"):
-                consts[m.group(1)] = eval(m.group(2), {"__builtins__": {}})  # numbers only
+                # numbers, or expressions of the constants before them (TTT_VERSION_NUMBER)
+                consts[m.group(1)] = eval(m.group(2), {"__builtins__": {}}, dict(consts))
                 continue
             # the C++ guard's closing brace stands alone on its line (every struct and enum
             # closes with its name or at least a semicolon)
@@ -72,6 +76,7 @@ def parse_header(ttt_h, status_h):
             body.append(line)
     text = "\n".join(body)
     text = re.sub(r'extern\s+"C"\s*\{', "", text)
+    text = re.sub(r"\bTTT_API\b", "", text)
     for k, v in consts.items():
         if isinstance(v, int):
             text = re.sub(r"\b%s\b" % k, str(v), text)

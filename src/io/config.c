@@ -1412,10 +1412,12 @@ static ttt_status unknown_key(const ttt_cfg_node *map, int i, const char *path,
         if (!oj || oj->type != TTT_OPT_MAP) continue;
         if (is_null(map->items[j])) {
             char where[512];
-            snprintf(hint, sizeof hint,
-                     " ('%s' at %s is empty: if '%s' belongs to it, indent it under '%s:')",
-                     map->keys[j], ttt_cfg_where(map->items[j], where, sizeof where), key,
-                     map->keys[j]);
+            /* a hint cut short by very long keys still reads; a failed format gives none */
+            if (snprintf(hint, sizeof hint,
+                         " ('%s' at %s is empty: if '%s' belongs to it, indent it under '%s:')",
+                         map->keys[j], ttt_cfg_where(map->items[j], where, sizeof where), key,
+                         map->keys[j]) < 0)
+                hint[0] = '\0';
         }
         break;
     }
