@@ -30,14 +30,18 @@
  *     backward (the second-derivative r term, either lr term, a dK or dG contribution, the
  *     residual) fails (ii), (iii) and (iv) for the dual form (checked by hand on a copy of
  *     layers/forms/ttt_linear/dual_grad.c).
- *   FUSED_RTOL 1e-5 for (iii): two float32 evaluations of the same gradient in different orders
- *     (measured ≤ 5e-7 of max|grad| for linear attention and the delta rule, ≤ 2.9e-7 for the
- *     dual form).
- *   GEN_RTOL 2e-5 for (iv): the generic driver takes the T tokens one at a time (T rank-1 updates
- *     in float32) against chunked matmuls; measured ≤ 1.3e-6 (TTT-Linear: 9e-7 composed,
- *     1.3e-6 fused), ≤ 3.5e-7 otherwise.
- *   FWD_RTOL 2e-5 for (i) (as tests/test_la_forms.c: ~1e-5 relative, docs/math.md §6); measured
- *     ≤ 2e-7.
+ *   (i), (iii), (iv) and the fused forward compare two float32 paths: each is bounded against
+ *     the exact result and the sum of the two bounds is accepted (walk_rtol below; docs/hardening.md
+ *     "Portable tolerances"). A path rounds every state entry through n = 4d + T + 10 operations
+ *     per token, d = max(d_k, d_v) (a d-term product, the block's or the norm's sums over at most
+ *     T terms, a few element-wise; the count of tests/test_layer.c and tests/test_dual.c), and a
+ *     backward repeats each of them transposed: m·n roundings per entry per token (m = 1 forward,
+ *     2 gradients), independent from token to token and carried by non-expanding steps
+ *     (β‖k‖² ≤ 2 for unit-scale keys, retentions ≤ 1), a walk of deviation ε·√(m·n·T); c = 6
+ *     covers the largest of the entries compared. The scale is max|want| of the compared tensor.
+ *     At T = 100, d = 16 that is 6.7e-5 a path for the gradients, 4.7e-5 for the forward (was
+ *     1e-5 and 2e-5, fixed). Each comparison keeps a control it must reject: the third key 1 %
+ *     larger on one of the two paths.
  * test_harness_detects_wrong_gradient checks that a gradient off by a relative 1e-3 in one
  * element fails the FD comparison, so the tolerances are tight enough to catch real errors. */
 #include <math.h>
@@ -53,12 +57,13 @@
 #define FD_RTOL 2e-5
 #define FD_RTOL_DUAL 1e-4
 #define FD_ATOL 1e-6
-#define FUSED_RTOL 1e-5
-#define FUSED_ATOL 1e-6
-#define GEN_RTOL 2e-5
-#define GEN_ATOL 1e-6
-#define FWD_RTOL 2e-5
-#define FWD_ATOL 1e-6
+
+/* The sum of two float32 paths' bounds, relative to max|want| (the top of the file): 2·6ε·√(m·n·T)
+ * with n = 4·max(d_k, d_v) + T + 10, m = 2 for gradients (forward and backward), 1 for outputs. */
+static double walk_rtol(int T, int dk, int dv, int backward) {
+    const double eps = 0x1p-24, n = 4.0 * (dk > dv ? dk : dv) + T + 10;
+    return 2 * 6 * eps * sqrt((backward ? 2 : 1) * n * T);
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* fixture */
@@ -543,11 +548,13 @@ START_TEST(test_resets_fd) {
             char msg[512];
             const int ok = tu_close(r.grad[i], fd, p.n[i], FD_ATOL, FD_RTOL, msg, sizeof msg);
             ck_assert_msg(ok, "%s (%s, resets): d/d%s: %s", c->name, pn, in_names[i], msg);
+            tu_ratio_quiet = 1; /* a control: its passing elements are no margin */
             if (i == IN_Q || i == IN_LA)
                 ck_assert_msg(!tu_close(r.grad[i], fd_grad(&p0, i), p.n[i], FD_ATOL, FD_RTOL,
                                         NULL, 0),
                               "%s (%s): d/d%s with resets passes as the one without", c->name,
                               pn, in_names[i]);
+            tu_ratio_quiet = 0;
         }
         for (size_t e = 0; e < p.n[IN_LA]; e++)
             ck_assert_msg(!(p.f[IN_LA][e] < TTT_GATE_RESET) || r.grad[IN_LA][e] == 0.0f,
@@ -574,52 +581,74 @@ static const gcase fwd_cases[] = {
 };
 #define N_FWD_CASES ((int)(sizeof fwd_cases / sizeof fwd_cases[0]))
 
+/* The fast kernel of c's family on p's float inputs; o, S (from S0) and X (from M0/b0) are
+ * written. perturb: the third key 1 % larger (the controls). */
+static void kernel_run(const problem *p, float *o, float *S, float *X, int perturb) {
+    const gcase *c = p->c;
+    const int T = c->T, dk = c->d_k, dv = c->d_v;
+    memcpy(S, p->f[IN_S0], p->n_out[1] * sizeof(float));
+    if (p->n[IN_X]) memcpy(X, p->f[IN_X], p->n[IN_X] * sizeof(float));
+    ttt_ctx nograd = {.arena = ctx->arena};
+    const float *b = p->f[IN_B], *la = p->f[IN_LA];
+    float *k = zalloc(p->n[IN_K] * sizeof(float)); /* from the arena */
+    memcpy(k, p->f[IN_K], p->n[IN_K] * sizeof(float));
+    if (perturb)
+        for (int j = 0; j < dk; j++) k[2 * dk + j] *= 1.01f;
+    switch (c->fam) {
+    case FAM_LA:
+        ttt_linear_attention_chunkwise(&nograd, o, S, p->f[IN_Q], k, p->f[IN_V], b, la,
+                                       c->gate == GATE_VECTOR, T, dk, dv, c->C);
+        break;
+    case FAM_DELTA:
+        ttt_delta_rule_chunkwise(&nograd, o, S, p->f[IN_Q], k, p->f[IN_V], b, la, T, dk, dv, c->C);
+        break;
+    case FAM_TITANS: /* β = θη with θ = 1 */
+        ttt_momentum_chunked(&nograd, o, S, X, p->f[IN_Q], k, p->f[IN_V], b, la, 1.0f, c->mu, T,
+                             dk, dv, c->C);
+        break;
+    case FAM_DUAL:
+        ttt_ttt_linear_dual(&nograd, o, S, X, p->f[IN_Q], k, p->f[IN_V], b, T, dk, c->C);
+        break;
+    }
+}
+
+/* r's outputs against the kernel's (perturb: the control, returns the number of outputs that
+ * fail, asserting nothing). Two float32 paths: walk_rtol's forward bound. */
+static int forward_vs_kernel(const problem *p, const run_out *r, int perturb) {
+    const gcase *c = p->c;
+    float *o = zalloc(p->n_out[0] * sizeof(float)), *S = zalloc(p->n_out[1] * sizeof(float));
+    float *X = zalloc((p->n_out[2] + p->n[IN_X] + 1) * sizeof(float));
+    kernel_run(p, o, S, X, perturb);
+    const double rtol = walk_rtol(c->T, c->d_k, c->d_v, 0);
+    const float *want[3] = {o, S, X};
+    int fails = 0;
+    tu_ratio_quiet = perturb;
+    for (int k = 0; k < 3; k++) {
+        if (!p->n_out[k]) continue;
+        char msg[512];
+        int ok = tu_close_f(r->out[k]->data, want[k], p->n_out[k], 0, rtol, msg, sizeof msg);
+        if (perturb) fails += !ok;
+        else ck_assert_msg(ok, "%s: output %d: %s", c->name, k, msg);
+    }
+    tu_ratio_quiet = 0;
+    return fails;
+}
+
 START_TEST(test_composed_forward_matches_kernel) {
     const gcase *c = &fwd_cases[_i];
     problem p;
     draw(&p, c, 300 + (uint64_t)_i);
     run_out r;
     run_tape(&r, &p, PATH_COMPOSED);
-    const int T = c->T, dk = c->d_k, dv = c->d_v;
-    float *o = zalloc(p.n_out[0] * sizeof(float));
-    float *S = zalloc(p.n_out[1] * sizeof(float));
-    float *X = zalloc((p.n_out[2] + 1) * sizeof(float));
-    memcpy(S, p.f[IN_S0], p.n_out[1] * sizeof(float));
-    if (p.n[IN_X]) memcpy(X, p.f[IN_X], p.n[IN_X] * sizeof(float));
-    ttt_ctx nograd = {.arena = ctx->arena};
-    const float *b = p.f[IN_B], *la = p.f[IN_LA];
-    switch (c->fam) {
-    case FAM_LA:
-        ttt_linear_attention_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], b, la,
-                                       c->gate == GATE_VECTOR, T, dk, dv, c->C);
-        break;
-    case FAM_DELTA:
-        ttt_delta_rule_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], b, la, T, dk, dv,
-                                 c->C);
-        break;
-    case FAM_TITANS: /* β = θη with θ = 1 */
-        ttt_momentum_chunked(&nograd, o, S, X, p.f[IN_Q], p.f[IN_K], p.f[IN_V], b, la, 1.0f,
-                             c->mu, T, dk, dv, c->C);
-        break;
-    case FAM_DUAL:
-        ttt_ttt_linear_dual(&nograd, o, S, X, p.f[IN_Q], p.f[IN_K], p.f[IN_V], b, T, dk, c->C);
-        break;
-    }
-    const float *want[3] = {o, S, X};
-    for (int k = 0; k < 3; k++) {
-        if (!p.n_out[k]) continue;
-        char msg[512];
-        int ok = tu_close_f(r.out[k]->data, want[k], p.n_out[k], FWD_ATOL, FWD_RTOL, msg,
-                            sizeof msg);
-        ck_assert_msg(ok, "%s: output %d: %s", c->name, k, msg);
-    }
+    forward_vs_kernel(&p, &r, 0);
+    ck_assert_msg(forward_vs_kernel(&p, &r, 1) > 0, "%s: a perturbed key passes", c->name);
 }
 END_TEST
 
 /* The fused forward is the kernel itself, run chunk by chunk, so it equals the kernel run over
  * the whole sequence (bit for bit with today's kernels, which carry nothing across chunks but
- * the state; compared with the forward tolerance so that a kernel refactoring that reorders a
- * sum does not trip it). */
+ * the state; compared with the derived forward bound so that a kernel refactoring that reorders
+ * a sum does not trip it). */
 START_TEST(test_fused_forward_is_kernel) {
     const gcase *c = &fwd_cases[_i];
     if (!path_exists(c, PATH_FUSED)) return;
@@ -627,24 +656,8 @@ START_TEST(test_fused_forward_is_kernel) {
     draw(&p, c, 300 + (uint64_t)_i);
     run_out r;
     run_tape(&r, &p, PATH_FUSED);
-    float *o = zalloc(p.n_out[0] * sizeof(float)), *S = zalloc(p.n_out[1] * sizeof(float));
-    float *X = zalloc((p.n_out[2] + 1) * sizeof(float));
-    memcpy(S, p.f[IN_S0], p.n_out[1] * sizeof(float));
-    if (p.n[IN_X]) memcpy(X, p.f[IN_X], p.n[IN_X] * sizeof(float));
-    ttt_ctx nograd = {.arena = ctx->arena};
-    if (c->fam == FAM_LA)
-        ttt_linear_attention_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B],
-                                       p.f[IN_LA], c->gate == GATE_VECTOR, c->T, c->d_k, c->d_v,
-                                       c->C);
-    else if (c->fam == FAM_DELTA)
-        ttt_delta_rule_chunkwise(&nograd, o, S, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B],
-                                 p.f[IN_LA], c->T, c->d_k, c->d_v, c->C);
-    else
-        ttt_ttt_linear_dual(&nograd, o, S, X, p.f[IN_Q], p.f[IN_K], p.f[IN_V], p.f[IN_B], c->T,
-                            c->d_k, c->C);
-    TU_ASSERT_CLOSE_F(r.out[0]->data, o, p.n_out[0], FWD_ATOL, FWD_RTOL);
-    TU_ASSERT_CLOSE_F(r.out[1]->data, S, p.n_out[1], FWD_ATOL, FWD_RTOL);
-    if (p.n_out[2]) TU_ASSERT_CLOSE_F(r.out[2]->data, X, p.n_out[2], FWD_ATOL, FWD_RTOL);
+    forward_vs_kernel(&p, &r, 0);
+    ck_assert_msg(forward_vs_kernel(&p, &r, 1) > 0, "%s: a perturbed key passes", c->name);
 }
 END_TEST
 
@@ -670,13 +683,26 @@ START_TEST(test_fused_matches_composed) {
     draw(&p, c, 500 + (uint64_t)_i);
     run_out rc, rf;
     run_tape(&rc, &p, PATH_COMPOSED);
-    run_tape(&rf, &p, PATH_FUSED);
-    for (int i = 0; i < N_IN; i++) {
-        if (!p.n[i]) continue;
-        char msg[512];
-        int ok = tu_close_f(rf.grad[i], rc.grad[i], p.n[i], FUSED_ATOL, FUSED_RTOL, msg,
-                            sizeof msg);
-        ck_assert_msg(ok, "%s: d/d%s: %s", c->name, in_names[i], msg);
+    const double rtol = walk_rtol(c->T, c->d_k, c->d_v, 1);
+    for (int control = 0; control < 2; control++) {
+        /* control 1: the fused path with the third key 1 % larger must be rejected */
+        float k0[64];
+        memcpy(k0, p.f[IN_K] + 2 * c->d_k, c->d_k * sizeof(float));
+        if (control)
+            for (int j = 0; j < c->d_k; j++) p.f[IN_K][2 * c->d_k + j] *= 1.01f;
+        run_tape(&rf, &p, PATH_FUSED);
+        memcpy(p.f[IN_K] + 2 * c->d_k, k0, c->d_k * sizeof(float));
+        int fails = 0;
+        tu_ratio_quiet = control;
+        for (int i = 0; i < N_IN; i++) {
+            if (!p.n[i]) continue;
+            char msg[512];
+            int ok = tu_close_f(rf.grad[i], rc.grad[i], p.n[i], 0, rtol, msg, sizeof msg);
+            if (control) fails += !ok;
+            else ck_assert_msg(ok, "%s: d/d%s: %s", c->name, in_names[i], msg);
+        }
+        tu_ratio_quiet = 0;
+        if (control) ck_assert_msg(fails > 0, "%s: a perturbed key passes", c->name);
     }
 }
 END_TEST
@@ -963,17 +989,33 @@ START_TEST(test_layer_diff_matches_generic) {
     }
     layer_run gen, clo[2];
     layer_grads(&gen, &L, lc, vals, (const float *const *)R, -1);
-    for (int fused = 0; fused < 2; fused++) {
-        layer_grads(&clo[fused], &L, lc, vals, (const float *const *)R, fused);
-        for (int i = 0; i < N_LP; i++) {
-            if (!vals[i]) continue;
-            char msg[512];
-            int ok = tu_close_f(clo[fused].g[i], gen.g[i], clo[fused].p[i]->n, GEN_ATOL,
-                                GEN_RTOL, msg, sizeof msg);
-            ck_assert_msg(ok, "%s (%s): parameter %d: %s", lc->name, fused ? "fused" : "composed",
-                          i, msg);
+    const double rtol = walk_rtol(T, dk, dv, 1); /* two float32 paths, the top of the file */
+    for (int fused = 0; fused < 2; fused++)
+        for (int control = 0; control < 2; control++) {
+            /* control 1: the third key 1 % larger on the closed path, to be rejected */
+            float k0[64];
+            memcpy(k0, vals[LP_K] + 2 * dk, dk * sizeof(float));
+            if (control)
+                for (int j = 0; j < dk; j++) vals[LP_K][2 * dk + j] *= 1.01f;
+            layer_grads(&clo[fused], &L, lc, vals, (const float *const *)R, fused);
+            memcpy(vals[LP_K] + 2 * dk, k0, dk * sizeof(float));
+            int fails = 0;
+            tu_ratio_quiet = control;
+            for (int i = 0; i < N_LP; i++) {
+                if (!vals[i]) continue;
+                char msg[512];
+                int ok = tu_close_f(clo[fused].g[i], gen.g[i], clo[fused].p[i]->n, 0, rtol, msg,
+                                    sizeof msg);
+                if (control) fails += !ok;
+                else
+                    ck_assert_msg(ok, "%s (%s): parameter %d: %s", lc->name,
+                                  fused ? "fused" : "composed", i, msg);
+            }
+            tu_ratio_quiet = 0;
+            if (control)
+                ck_assert_msg(fails > 0, "%s (%s): a perturbed key passes", lc->name,
+                              fused ? "fused" : "composed");
         }
-    }
 }
 END_TEST
 
@@ -986,6 +1028,7 @@ START_TEST(test_layer_diff_nograd) {
     L.form = lc->form;
     L.chunk = lc->chunk;
     const int T = lc->T, dk = lc->d_k, dv = lc->d_v;
+    const double rtol = walk_rtol(T, dk, dv, 0); /* two float32 paths, the top of the file */
     ttt_ctx ng = {.arena = ctx->arena};
     ttt_rng rng;
     ttt_rng_seed(&rng, 77);
@@ -1012,20 +1055,33 @@ START_TEST(test_layer_diff_nograd) {
                           TTT_OK,
                       "%s", err.msg);
         ck_assert_ptr_eq(s2.W[0], W0);
-        TU_ASSERT_CLOSE_F(o2->data, o1->data, o1->n, FWD_ATOL, FWD_RTOL);
+        TU_ASSERT_CLOSE_F(o2->data, o1->data, o1->n, 0, rtol);
         for (int w = 0; w < s1.n_w; w++)
-            TU_ASSERT_CLOSE_F(s2.W[w]->data, s1.W[w]->data, s1.W[w]->n, FWD_ATOL, FWD_RTOL);
+            TU_ASSERT_CLOSE_F(s2.W[w]->data, s1.W[w]->data, s1.W[w]->n, 0, rtol);
         for (int w = 0; w < s1.n_opt; w++)
-            TU_ASSERT_CLOSE_F(s2.opt[0][w]->data, s1.opt[0][w]->data, s1.opt[0][w]->n, FWD_ATOL,
-                              FWD_RTOL);
+            TU_ASSERT_CLOSE_F(s2.opt[0][w]->data, s1.opt[0][w]->data, s1.opt[0][w]->n, 0,
+                              rtol);
         /* beta = NULL is η = 1: β_t = θ */
         ttt_layer_state_init(&ng, &L, &s1, NULL);
         ttt_layer_state_init(&ng, &L, &s2, NULL);
         ck_assert(ttt_layer_forward(&ng, &L, o1, &s1, q, k, v, NULL, la, &err) == TTT_OK);
         ck_assert(ttt_layer_forward_diff(&ng, &L, o2, &s2, q, k, v, NULL, la, fused, &err) ==
                   TTT_OK);
-        TU_ASSERT_CLOSE_F(o2->data, o1->data, o1->n, FWD_ATOL, FWD_RTOL);
-        TU_ASSERT_CLOSE_F(s2.W[0]->data, s1.W[0]->data, s1.W[0]->n, FWD_ATOL, FWD_RTOL);
+        TU_ASSERT_CLOSE_F(o2->data, o1->data, o1->n, 0, rtol);
+        TU_ASSERT_CLOSE_F(s2.W[0]->data, s1.W[0]->data, s1.W[0]->n, 0, rtol);
+        /* control: the third key 1 % larger on the closed path is rejected */
+        ttt_layer_state_init(&ng, &L, &s2, NULL);
+        float k0[64];
+        memcpy(k0, k->data + 2 * dk, dk * sizeof(float));
+        for (int j = 0; j < dk; j++) k->data[2 * dk + j] *= 1.01f;
+        ck_assert(ttt_layer_forward_diff(&ng, &L, o2, &s2, q, k, v, NULL, la, fused, &err) ==
+                  TTT_OK);
+        memcpy(k->data + 2 * dk, k0, dk * sizeof(float));
+        tu_ratio_quiet = 1;
+        ck_assert_msg(!tu_close_f(o2->data, o1->data, o1->n, 0, rtol, NULL, 0) ||
+                          !tu_close_f(s2.W[0]->data, s1.W[0]->data, s1.W[0]->n, 0, rtol, NULL, 0),
+                      "%s: a perturbed key passes", lc->name);
+        tu_ratio_quiet = 0;
     }
 }
 END_TEST
