@@ -51,6 +51,25 @@ void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes) {
     return p;
 }
 
+ttt_fused_io ttt_fused_io_get(ttt_ctx *ctx, const ttt_tape_entry *e) {
+    ttt_fused_io io = {.q = e->in[0], .k = e->in[1], .v = e->in[2], .beta = e->in[3],
+                       .la = e->in[4], .S0 = e->in[5]};
+    io.gq = ttt_grad(ctx, io.q);
+    io.gk = ttt_grad(ctx, io.k);
+    io.gv = ttt_grad(ctx, io.v);
+    io.gb = ttt_grad(ctx, io.beta);
+    io.gla = ttt_grad(ctx, io.la);
+    io.gS0 = ttt_grad(ctx, io.S0);
+    return io;
+}
+
+void ttt_fused_io_end(ttt_ctx *ctx, const ttt_fused_io *io, const float *dS, size_t n,
+                      ttt_arena_mark mark) {
+    if (io->gS0)
+        for (size_t i = 0; i < n; i++) io->gS0[i] += dS[i];
+    ttt_arena_release(ctx->arena, mark);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* the packed result and its two views */
 
@@ -433,12 +452,9 @@ static void la_chunk_backward(const la_ws *w, float *dS, /* (d_k, d_v) in: dS', 
 }
 
 static void la_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
-    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *beta = e->in[3],
-                     *la = e->in[4], *S0 = e->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, e);
     const fused_saved *sv = e->aux;
-    /* every gradient buffer before the scratch mark (autograd.h) */
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, kind = sv->kind;
     const int gd = kind == FG_VECTOR ? d_k : 1, nch = sv->nch;
     const size_t dkv = (size_t)d_k * d_v;
@@ -467,21 +483,19 @@ static void la_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
     for (int c = nch - 1; c >= 0; c--) {
         const int t0 = sv->start[c], n = sv->start[c + 1] - t0, rs = sv->slot[c] < 0;
         const size_t rq = (size_t)t0 * d_k, rv = (size_t)t0 * d_v, rg = (size_t)t0 * gd;
-        const float *lac = !la ? NULL
-                           : rs ? gates_from_reset(lbuf, la->data, t0, n, gd)
-                                : la->data + rg;
+        const float *lac = !io.la ? NULL
+                           : rs ? gates_from_reset(lbuf, io.la->data, t0, n, gd)
+                                : io.la->data + rg;
         if (rs && gla) memcpy(g0, gla + rg, sizeof(float) * gd);
-        la_chunk_backward(&w, dS, rs ? zero : sv->S + (size_t)sv->slot[c] * dkv, q->data + rq,
-                          k->data + rq, v->data + rv, beta ? beta->data + t0 : NULL, lac,
-                          dP + rv, gq ? gq + rq : NULL, gk ? gk + rq : NULL,
-                          gv ? gv + rv : NULL, gb ? gb + t0 : NULL, gla ? gla + rg : NULL, kind,
-                          n, d_k, d_v);
+        la_chunk_backward(&w, dS, rs ? zero : sv->S + (size_t)sv->slot[c] * dkv, io.q->data + rq,
+                          io.k->data + rq, io.v->data + rv,
+                          io.beta ? io.beta->data + t0 : NULL, lac, dP + rv,
+                          gq ? gq + rq : NULL, gk ? gk + rq : NULL, gv ? gv + rv : NULL,
+                          gb ? gb + t0 : NULL, gla ? gla + rg : NULL, kind, n, d_k, d_v);
         if (rs && gla) memcpy(gla + rg, g0, sizeof(float) * gd);
         if (rs) memset(dS, 0, sizeof(float) * dkv);
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
@@ -696,11 +710,9 @@ static void delta_chunk_backward(const delta_ws *w, float *dS, /* (d_k, d_v) in:
 }
 
 static void delta_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
-    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *beta = e->in[3],
-                     *la = e->in[4], *S0 = e->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, e);
     const fused_saved *sv = e->aux;
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, nch = sv->nch;
     const size_t dkv = (size_t)d_k * d_v, CC = (size_t)C * C, ld = (size_t)(d_k + d_v);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -730,15 +742,13 @@ static void delta_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
         const int t0 = sv->start[c], n = sv->start[c + 1] - t0;
         const size_t rq = (size_t)t0 * d_k, rv = (size_t)t0 * d_v;
         TTT_ASSERT(sv->slot[c] == c);
-        delta_chunk_backward(&w, dS, sv->S + (size_t)c * dkv, q->data + rq, k->data + rq,
-                             v->data + rv, beta ? beta->data + t0 : NULL,
-                             la ? la->data + t0 : NULL, dP + rv, gq ? gq + rq : NULL,
+        delta_chunk_backward(&w, dS, sv->S + (size_t)c * dkv, io.q->data + rq, io.k->data + rq,
+                             io.v->data + rv, io.beta ? io.beta->data + t0 : NULL,
+                             io.la ? io.la->data + t0 : NULL, dP + rv, gq ? gq + rq : NULL,
                              gk ? gk + rq : NULL, gv ? gv + rv : NULL, gb ? gb + t0 : NULL,
                              gla ? gla + t0 : NULL, n, d_k, d_v);
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,

@@ -47,11 +47,10 @@ static void kda_states(float *St, const float *S0, const float *q, const float *
 }
 
 static void kda_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP) {
-    const ttt_tensor *q = ent->in[0], *k = ent->in[1], *v = ent->in[2], *beta = ent->in[3],
-                     *la = ent->in[4], *S0 = ent->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, ent);
+    const ttt_tensor *q = io.q, *k = io.k, *v = io.v, *beta = io.beta, *la = io.la;
     const kda_saved *sv = ent->aux;
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, nch = (T + C - 1) / C;
     const size_t dkv = (size_t)d_k * d_v;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -125,9 +124,7 @@ static void kda_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *d
             }
         }
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_kda_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
