@@ -51,6 +51,16 @@ void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes) {
     return p;
 }
 
+ttt_tensor *ttt_fused_result(ttt_ctx *ctx, const ttt_tensor *const in[6], int T, int d_v,
+                             size_t dkv, int *rec) {
+    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
+    memcpy(P->data + (size_t)T * d_v, in[5]->data, dkv * sizeof(float));
+    int any = 0;
+    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
+    *rec = ttt_recording(ctx) && any;
+    return P;
+}
+
 ttt_fused_io ttt_fused_io_get(ttt_ctx *ctx, const ttt_tape_entry *e) {
     ttt_fused_io io = {.q = e->in[0], .k = e->in[1], .v = e->in[2], .beta = e->in[3],
                        .la = e->in[4], .S0 = e->in[5]};
@@ -162,13 +172,10 @@ static ttt_tensor *fused_forward(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_ten
     TTT_ASSERT(op == FG_LA || kind != FG_VECTOR);
     TTT_ASSERT(S0->n == (size_t)d_k * d_v);
     const size_t dkv = (size_t)d_k * d_v;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
     const ttt_tensor *in[6] = {q, k, v, beta, log_alpha, S0};
-    int any = 0;
-    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
+    int rec;
+    ttt_tensor *P = ttt_fused_result(ctx, in, T, d_v, dkv, &rec);
+    float *o = P->data, *S = P->data + (size_t)T * d_v;
     const int C = T > 0 ? (chunk < T ? chunk : T) : 1;
     const size_t gs = kind == FG_VECTOR ? (size_t)d_k : 1;
     /* the chunk list (kept: with a tape it is the backward's, and the tape's memory is the

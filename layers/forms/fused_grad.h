@@ -43,6 +43,11 @@ void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes);
 ttt_tensor *ttt_fused_part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape,
                            const char *name);
 
+/* The packed result P = [O (T, d_v); S (dkv = d_k·d_v)] of a fused op, S starting as S0 = in[5]
+ * (in: q, k, v, beta, log_alpha, S0), and in *rec whether the op is recorded: a recording context
+ * and an input that wants a gradient. */
+ttt_tensor *ttt_fused_result(ttt_ctx *ctx, const ttt_tensor *const in[6], int T, int d_v,
+                             size_t dkv, int *rec);
 /* What every hand-written backward of a (q, k, v, beta, log_alpha, S0) op starts from: the six
  * inputs (the tape entry's in[0..5]) and their gradient buffers (NULL where none is wanted), taken
  * in that order and before any scratch mark (autograd.h). */

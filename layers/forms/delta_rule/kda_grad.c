@@ -137,13 +137,10 @@ ttt_tensor *ttt_kda_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_
     TTT_ASSERT(!beta || beta->n == (size_t)T);
     TTT_ASSERT(S0->n == (size_t)d_k * d_v);
     const size_t dkv = (size_t)d_k * d_v;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
     const ttt_tensor *in[6] = {q, k, v, beta, log_alpha, S0};
-    int any = 0;
-    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
+    int rec;
+    ttt_tensor *P = ttt_fused_result(ctx, in, T, d_v, dkv, &rec);
+    float *o = P->data, *S = P->data + (size_t)T * d_v;
     const int C = T > 0 ? (chunk < T ? chunk : T) : 1, nch = (T + C - 1) / C;
     float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};
