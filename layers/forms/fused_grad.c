@@ -51,6 +51,35 @@ void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes) {
     return p;
 }
 
+ttt_tensor *ttt_fused_result(ttt_ctx *ctx, const ttt_tensor *const in[6], int T, int d_v,
+                             size_t dkv, int *rec) {
+    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
+    memcpy(P->data + (size_t)T * d_v, in[5]->data, dkv * sizeof(float));
+    int any = 0;
+    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
+    *rec = ttt_recording(ctx) && any;
+    return P;
+}
+
+ttt_fused_io ttt_fused_io_get(ttt_ctx *ctx, const ttt_tape_entry *e) {
+    ttt_fused_io io = {.q = e->in[0], .k = e->in[1], .v = e->in[2], .beta = e->in[3],
+                       .la = e->in[4], .S0 = e->in[5]};
+    io.gq = ttt_grad(ctx, io.q);
+    io.gk = ttt_grad(ctx, io.k);
+    io.gv = ttt_grad(ctx, io.v);
+    io.gb = ttt_grad(ctx, io.beta);
+    io.gla = ttt_grad(ctx, io.la);
+    io.gS0 = ttt_grad(ctx, io.S0);
+    return io;
+}
+
+void ttt_fused_io_end(ttt_ctx *ctx, const ttt_fused_io *io, const float *dS, size_t n,
+                      ttt_arena_mark mark) {
+    if (io->gS0)
+        for (size_t i = 0; i < n; i++) io->gS0[i] += dS[i];
+    ttt_arena_release(ctx->arena, mark);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* the packed result and its two views */
 
@@ -143,13 +172,10 @@ static ttt_tensor *fused_forward(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_ten
     TTT_ASSERT(op == FG_LA || kind != FG_VECTOR);
     TTT_ASSERT(S0->n == (size_t)d_k * d_v);
     const size_t dkv = (size_t)d_k * d_v;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
     const ttt_tensor *in[6] = {q, k, v, beta, log_alpha, S0};
-    int any = 0;
-    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
+    int rec;
+    ttt_tensor *P = ttt_fused_result(ctx, in, T, d_v, dkv, &rec);
+    float *o = P->data, *S = P->data + (size_t)T * d_v;
     const int C = T > 0 ? (chunk < T ? chunk : T) : 1;
     const size_t gs = kind == FG_VECTOR ? (size_t)d_k : 1;
     /* the chunk list (kept: with a tape it is the backward's, and the tape's memory is the
@@ -433,12 +459,9 @@ static void la_chunk_backward(const la_ws *w, float *dS, /* (d_k, d_v) in: dS', 
 }
 
 static void la_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
-    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *beta = e->in[3],
-                     *la = e->in[4], *S0 = e->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, e);
     const fused_saved *sv = e->aux;
-    /* every gradient buffer before the scratch mark (autograd.h) */
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, kind = sv->kind;
     const int gd = kind == FG_VECTOR ? d_k : 1, nch = sv->nch;
     const size_t dkv = (size_t)d_k * d_v;
@@ -467,21 +490,19 @@ static void la_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
     for (int c = nch - 1; c >= 0; c--) {
         const int t0 = sv->start[c], n = sv->start[c + 1] - t0, rs = sv->slot[c] < 0;
         const size_t rq = (size_t)t0 * d_k, rv = (size_t)t0 * d_v, rg = (size_t)t0 * gd;
-        const float *lac = !la ? NULL
-                           : rs ? gates_from_reset(lbuf, la->data, t0, n, gd)
-                                : la->data + rg;
+        const float *lac = !io.la ? NULL
+                           : rs ? gates_from_reset(lbuf, io.la->data, t0, n, gd)
+                                : io.la->data + rg;
         if (rs && gla) memcpy(g0, gla + rg, sizeof(float) * gd);
-        la_chunk_backward(&w, dS, rs ? zero : sv->S + (size_t)sv->slot[c] * dkv, q->data + rq,
-                          k->data + rq, v->data + rv, beta ? beta->data + t0 : NULL, lac,
-                          dP + rv, gq ? gq + rq : NULL, gk ? gk + rq : NULL,
-                          gv ? gv + rv : NULL, gb ? gb + t0 : NULL, gla ? gla + rg : NULL, kind,
-                          n, d_k, d_v);
+        la_chunk_backward(&w, dS, rs ? zero : sv->S + (size_t)sv->slot[c] * dkv, io.q->data + rq,
+                          io.k->data + rq, io.v->data + rv,
+                          io.beta ? io.beta->data + t0 : NULL, lac, dP + rv,
+                          gq ? gq + rq : NULL, gk ? gk + rq : NULL, gv ? gv + rv : NULL,
+                          gb ? gb + t0 : NULL, gla ? gla + rg : NULL, kind, n, d_k, d_v);
         if (rs && gla) memcpy(gla + rg, g0, sizeof(float) * gd);
         if (rs) memset(dS, 0, sizeof(float) * dkv);
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_la_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
@@ -696,11 +717,9 @@ static void delta_chunk_backward(const delta_ws *w, float *dS, /* (d_k, d_v) in:
 }
 
 static void delta_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
-    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *beta = e->in[3],
-                     *la = e->in[4], *S0 = e->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, e);
     const fused_saved *sv = e->aux;
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, nch = sv->nch;
     const size_t dkv = (size_t)d_k * d_v, CC = (size_t)C * C, ld = (size_t)(d_k + d_v);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -730,15 +749,13 @@ static void delta_fused_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
         const int t0 = sv->start[c], n = sv->start[c + 1] - t0;
         const size_t rq = (size_t)t0 * d_k, rv = (size_t)t0 * d_v;
         TTT_ASSERT(sv->slot[c] == c);
-        delta_chunk_backward(&w, dS, sv->S + (size_t)c * dkv, q->data + rq, k->data + rq,
-                             v->data + rv, beta ? beta->data + t0 : NULL,
-                             la ? la->data + t0 : NULL, dP + rv, gq ? gq + rq : NULL,
+        delta_chunk_backward(&w, dS, sv->S + (size_t)c * dkv, io.q->data + rq, io.k->data + rq,
+                             io.v->data + rv, io.beta ? io.beta->data + t0 : NULL,
+                             io.la ? io.la->data + t0 : NULL, dP + rv, gq ? gq + rq : NULL,
                              gk ? gk + rq : NULL, gv ? gv + rv : NULL, gb ? gb + t0 : NULL,
                              gla ? gla + t0 : NULL, n, d_k, d_v);
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_delta_chunkwise_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,

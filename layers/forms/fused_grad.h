@@ -13,6 +13,7 @@
 #ifndef TTT_FUSED_GRAD_H
 #define TTT_FUSED_GRAD_H
 
+#include "autograd.h"
 #include "ops.h"
 
 /* Chunkwise gated linear attention (docs/math.md §5.2): forward = ttt_linear_attention_chunkwise;
@@ -41,5 +42,23 @@ void *ttt_fused_scratch(ttt_ctx *ctx, size_t bytes);
  * gradient lands in P's: a fused op returns several outputs as parts of one tape entry. */
 ttt_tensor *ttt_fused_part(ttt_ctx *ctx, ttt_tensor *P, size_t off, int ndim, const int *shape,
                            const char *name);
+
+/* The packed result P = [O (T, d_v); S (dkv = d_k·d_v)] of a fused op, S starting as S0 = in[5]
+ * (in: q, k, v, beta, log_alpha, S0), and in *rec whether the op is recorded: a recording context
+ * and an input that wants a gradient. */
+ttt_tensor *ttt_fused_result(ttt_ctx *ctx, const ttt_tensor *const in[6], int T, int d_v,
+                             size_t dkv, int *rec);
+/* What every hand-written backward of a (q, k, v, beta, log_alpha, S0) op starts from: the six
+ * inputs (the tape entry's in[0..5]) and their gradient buffers (NULL where none is wanted), taken
+ * in that order and before any scratch mark (autograd.h). */
+typedef struct {
+    const ttt_tensor *q, *k, *v, *beta, *la, *S0;
+    float *gq, *gk, *gv, *gb, *gla, *gS0;
+} ttt_fused_io;
+ttt_fused_io ttt_fused_io_get(ttt_ctx *ctx, const ttt_tape_entry *e);
+/* How such a backward ends: the adjoint dS (n floats) carried back past the first chunk is ∂S_0
+ * (added to gS0 when S0 wants a gradient), and the scratch taken since `mark` is released. */
+void ttt_fused_io_end(ttt_ctx *ctx, const ttt_fused_io *io, const float *dS, size_t n,
+                      ttt_arena_mark mark);
 
 #endif

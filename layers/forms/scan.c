@@ -41,9 +41,7 @@ void ttt_scan_diag(ttt_ctx *ctx, float *h, float *h0, const float *a, const floa
     ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
     float *Ab = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * n); /* (P, n) Π a */
     float *St = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * n); /* (P, n) starts */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) { /* 1. local scans from zero */
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -68,9 +66,7 @@ void ttt_scan_diag(ttt_ctx *ctx, float *h, float *h0, const float *a, const floa
             for (int i = 0; i < n; i++) h0[i] = A[i] * h0[i] + B[i];
         }
     }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) { /* 3. fix-up: h_t += (Π_{t0..t} a) h_start */
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -118,9 +114,7 @@ void ttt_scan_cdiag(ttt_ctx *ctx, float *h, float *h0, const float *lam, const f
     ttt_arena_mark m = ttt_arena_mark_get(ctx->arena);
     float *Ab = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * w);
     float *St = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * w);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) {
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -154,9 +148,7 @@ void ttt_scan_cdiag(ttt_ctx *ctx, float *h, float *h0, const float *lam, const f
             }
         }
     }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) {
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -219,9 +211,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
     float *Qd = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)T * d_k); /* (T, d_k) */
     memset(M, 0, sizeof(float) * (size_t)P * dd);
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = gk};
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) {
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -270,9 +260,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
             }
             S[(size_t)i * d_v + j] = c;
         }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) { /* 3. fix-up: O_b += (Q_b ⊙ Ā) S_start,b */
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);

@@ -20,6 +20,18 @@
 /* Most blocks of one scan: bounds the carries' memory (P states). */
 #define TTT_SCAN_MAX_BLOCKS 64
 
+/* The pragma before a loop over the P blocks of a scan (for (int p = 0; p < P; p++)), which every
+ * parallel phase of the forward scans and of their backward shares: blocks in parallel when there
+ * are several, handed out one at a time (the trailing blocks may be shorter or empty). Nothing
+ * without OpenMP. */
+#ifdef _OPENMP
+#define TTT_SCAN_PRAGMA_(x) _Pragma(#x)
+#define TTT_SCAN_PARALLEL_BLOCKS(P)                                                              \
+    TTT_SCAN_PRAGMA_(omp parallel for schedule(dynamic, 1) if ((P) > 1))
+#else
+#define TTT_SCAN_PARALLEL_BLOCKS(P)
+#endif
+
 /* Blocks of a scan over T tokens with blocks of at least `block` tokens (≥ 1), at most
  * TTT_SCAN_MAX_BLOCKS; 1 for T ≤ block. */
 int ttt_scan_blocks(long T, int block);

@@ -1774,6 +1774,22 @@ static int valid_path(const char *p) {
     return 1;
 }
 
+/* The index of `key` in `map`, holding a new empty mapping when the key was missing (placed at
+ * `where`) or null (placed where the null was written): the intermediates of a --set path and the
+ * 'sweep' section it adds to. Any other value stays for the caller to judge. -1 when memory runs
+ * out (counted). */
+static int map_child(ttt_cfg_node *map, const char *key, const ttt_cfg_node *where) {
+    int i = find_key(map, key);
+    if (i < 0) return map_append(map, key, 0, 0, ttt_cfg_new_map(where)) ? map->n - 1 : -1;
+    if (is_null(map->items[i])) {
+        ttt_cfg_node *m = ttt_cfg_new_map(map->items[i]);
+        if (!m) return -1;
+        ttt_cfg_free(map->items[i]);
+        map->items[i] = m;
+    }
+    return i;
+}
+
 /* root[path] = val (ownership taken), creating maps for missing or empty intermediates. When an
  * intermediate is something else, returns TTT_ERR_CONFIG with *blocker at it and *prefix the
  * length of the path leading to it; the caller words the message. TTT_ERR_NOMEM (counted) when
@@ -1789,24 +1805,13 @@ static ttt_status set_path(ttt_cfg_node *root, const char *path, ttt_cfg_node *v
             ttt_cfg_free(val);
             return TTT_ERR_NOMEM;
         }
-        int i = find_key(cur, key);
+        int i = map_child(cur, key, where);
         if (i < 0) {
-            if (!map_append(cur, key, 0, 0, ttt_cfg_new_map(where))) {
-                free(key);
-                ttt_cfg_free(val);
-                return TTT_ERR_NOMEM;
-            }
-            i = cur->n - 1;
-        } else if (is_null(cur->items[i])) {
-            ttt_cfg_node *m = ttt_cfg_new_map(cur->items[i]);
-            if (!m) {
-                free(key);
-                ttt_cfg_free(val);
-                return TTT_ERR_NOMEM;
-            }
-            ttt_cfg_free(cur->items[i]);
-            cur->items[i] = m;
-        } else if (cur->items[i]->kind != TTT_CFG_MAP) {
+            free(key);
+            ttt_cfg_free(val);
+            return TTT_ERR_NOMEM;
+        }
+        if (cur->items[i]->kind != TTT_CFG_MAP) {
             *blocker = cur->items[i];
             *prefix = (size_t)(dot - path);
             free(key);
@@ -1967,21 +1972,10 @@ ttt_status ttt_cfg_apply_set(ttt_cfg_node *root, const char *assignment, ttt_err
 
     if (strncmp(path, "sweep.", 6) == 0) {
         /* Sweep axes are dotted paths stored as single keys. */
-        int si = find_key(root, "sweep");
+        int si = map_child(root, "sweep", &origin);
         if (si < 0) {
-            if (!map_append(root, "sweep", 0, 0, ttt_cfg_new_map(&origin))) {
-                ttt_cfg_free(val);
-                goto done;
-            }
-            si = root->n - 1;
-        } else if (is_null(root->items[si])) {
-            ttt_cfg_node *m = ttt_cfg_new_map(root->items[si]);
-            if (!m) {
-                ttt_cfg_free(val);
-                goto done;
-            }
-            ttt_cfg_free(root->items[si]);
-            root->items[si] = m;
+            ttt_cfg_free(val);
+            goto done;
         }
         ttt_cfg_node *sweep = root->items[si];
         if (sweep->kind != TTT_CFG_MAP) {

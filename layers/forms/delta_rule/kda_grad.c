@@ -47,11 +47,10 @@ static void kda_states(float *St, const float *S0, const float *q, const float *
 }
 
 static void kda_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP) {
-    const ttt_tensor *q = ent->in[0], *k = ent->in[1], *v = ent->in[2], *beta = ent->in[3],
-                     *la = ent->in[4], *S0 = ent->in[5];
+    const ttt_fused_io io = ttt_fused_io_get(ctx, ent);
+    const ttt_tensor *q = io.q, *k = io.k, *v = io.v, *beta = io.beta, *la = io.la;
     const kda_saved *sv = ent->aux;
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *gb = ttt_grad(ctx, beta), *gla = ttt_grad(ctx, la), *gS0 = ttt_grad(ctx, S0);
+    float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C, nch = (T + C - 1) / C;
     const size_t dkv = (size_t)d_k * d_v;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -125,9 +124,7 @@ static void kda_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *d
             }
         }
     }
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
+    ttt_fused_io_end(ctx, &io, dS, dkv, mark);
 }
 
 ttt_tensor *ttt_kda_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
@@ -140,13 +137,10 @@ ttt_tensor *ttt_kda_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_
     TTT_ASSERT(!beta || beta->n == (size_t)T);
     TTT_ASSERT(S0->n == (size_t)d_k * d_v);
     const size_t dkv = (size_t)d_k * d_v;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
     const ttt_tensor *in[6] = {q, k, v, beta, log_alpha, S0};
-    int any = 0;
-    for (int i = 0; i < 6; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
+    int rec;
+    ttt_tensor *P = ttt_fused_result(ctx, in, T, d_v, dkv, &rec);
+    float *o = P->data, *S = P->data + (size_t)T * d_v;
     const int C = T > 0 ? (chunk < T ? chunk : T) : 1, nch = (T + C - 1) / C;
     float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};

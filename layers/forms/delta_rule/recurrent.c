@@ -26,18 +26,13 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "vec8.h"
 
 /* Column block: 32 floats = 4 vectors of 8 for each of e, p, r (12 of the 16 AVX2 registers). */
 #define DR_JB 32
 #define DR_NV (DR_JB / 8)
 /* Tokens ahead whose rows are requested (ttt_prefetch_rows) when they are strided. */
 #define DR_AHEAD 4
-typedef float dr_v8 __attribute__((vector_size(32)));
-
-/* Unaligned loads and stores as memcpy (macros: a function taking or returning a vector type
- * would change the ABI between builds with and without AVX). */
-#define DR_LOAD(x, p) memcpy(&(x), (p), sizeof(dr_v8))
-#define DR_STORE(p, x) memcpy((p), &(x), sizeof(dr_v8))
 
 /* Columns [0, DR_JB) of the block at S (row stride d_v), all d_k rows:
  *   S_i ← a S_i + bk_i e,   and with `next`: p += kn_i S_i, r += qn_i S_i (after the write). */
@@ -50,38 +45,38 @@ TTT_FP_CONTRACT static void dr_block_v(float *restrict p,        /* (DR_JB) k_{t
                        const float *restrict qn, /* (d_k) q_{t+1} */
                        const float *restrict ar, /* (d_k) α_{t,i} per row, or NULL: a */
                        float a, int next, int d_k, int d_v) {
-    dr_v8 eb[DR_NV], pa[DR_NV], ra[DR_NV];
+    ttt_v8f eb[DR_NV], pa[DR_NV], ra[DR_NV];
     for (int u = 0; u < DR_NV; u++) {
-        DR_LOAD(eb[u], e + 8 * u);
-        pa[u] = (dr_v8){0};
-        ra[u] = (dr_v8){0};
+        TTT_V8_LOAD(eb[u], e + 8 * u);
+        pa[u] = (ttt_v8f){0};
+        ra[u] = (ttt_v8f){0};
     }
     if (next) {
         for (int i = 0; i < d_k; i++) {
             const float bki = bk[i], kni = kn[i], qni = qn[i], ai = ar ? ar[i] : a;
             float *restrict Si = S + (size_t)i * d_v;
             for (int u = 0; u < DR_NV; u++) {
-                dr_v8 x;
-                DR_LOAD(x, Si + 8 * u);
+                ttt_v8f x;
+                TTT_V8_LOAD(x, Si + 8 * u);
                 x = ai * x + bki * eb[u];
-                DR_STORE(Si + 8 * u, x);
+                TTT_V8_STORE(Si + 8 * u, x);
                 pa[u] += kni * x;
                 ra[u] += qni * x;
             }
         }
         for (int u = 0; u < DR_NV; u++) {
-            DR_STORE(p + 8 * u, pa[u]);
-            DR_STORE(r + 8 * u, ra[u]);
+            TTT_V8_STORE(p + 8 * u, pa[u]);
+            TTT_V8_STORE(r + 8 * u, ra[u]);
         }
     } else {
         for (int i = 0; i < d_k; i++) {
             const float bki = bk[i], ai = ar ? ar[i] : a;
             float *restrict Si = S + (size_t)i * d_v;
             for (int u = 0; u < DR_NV; u++) {
-                dr_v8 x;
-                DR_LOAD(x, Si + 8 * u);
+                ttt_v8f x;
+                TTT_V8_LOAD(x, Si + 8 * u);
                 x = ai * x + bki * eb[u];
-                DR_STORE(Si + 8 * u, x);
+                TTT_V8_STORE(Si + 8 * u, x);
             }
         }
     }

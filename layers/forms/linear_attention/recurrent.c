@@ -16,16 +16,11 @@
 
 #include "fastexp.h"
 #include "kernels.h"
+#include "vec8.h"
 
 /* Column block: 32 floats = 4 vectors of 8 for each of v_t and o_t (8 of the 16 AVX2 registers). */
 #define LA_JB 32
 #define LA_NV (LA_JB / 8)
-typedef float la_v8 __attribute__((vector_size(32)));
-
-/* Unaligned loads and stores as memcpy (macros: a function taking or returning a vector type
- * would change the ABI between builds with and without AVX). */
-#define LA_LOAD(x, p) memcpy(&(x), (p), sizeof(la_v8))
-#define LA_STORE(p, x) memcpy((p), &(x), sizeof(la_v8))
 
 /* The full-block version of la_block below: v and o in registers. */
 TTT_FP_CONTRACT static void la_block_v(float *restrict o,       /* (LA_JB) */
@@ -35,24 +30,24 @@ TTT_FP_CONTRACT static void la_block_v(float *restrict o,       /* (LA_JB) */
                        const float *restrict v, /* (LA_JB) */
                        const float *restrict a, /* (n) or NULL */
                        float a0, float b, int n, int d_v, int first) {
-    la_v8 acc[LA_NV], vb[LA_NV];
+    ttt_v8f acc[LA_NV], vb[LA_NV];
     for (int u = 0; u < LA_NV; u++) {
-        acc[u] = (la_v8){0};
-        if (!first) LA_LOAD(acc[u], o + 8 * u);
-        LA_LOAD(vb[u], v + 8 * u);
+        acc[u] = (ttt_v8f){0};
+        if (!first) TTT_V8_LOAD(acc[u], o + 8 * u);
+        TTT_V8_LOAD(vb[u], v + 8 * u);
     }
     for (int i = 0; i < n; i++) {
         const float ai = a ? a[i] : a0, bk = b * k[i], qi = q[i];
         float *restrict Si = S + (size_t)i * d_v;
         for (int u = 0; u < LA_NV; u++) {
-            la_v8 x;
-            LA_LOAD(x, Si + 8 * u);
+            ttt_v8f x;
+            TTT_V8_LOAD(x, Si + 8 * u);
             x = ai * x + bk * vb[u];
-            LA_STORE(Si + 8 * u, x);
+            TTT_V8_STORE(Si + 8 * u, x);
             acc[u] += qi * x;
         }
     }
-    for (int u = 0; u < LA_NV; u++) LA_STORE(o + 8 * u, acc[u]);
+    for (int u = 0; u < LA_NV; u++) TTT_V8_STORE(o + 8 * u, acc[u]);
 }
 
 /* Rows 0…n−1 of S, columns [0, jn) of the block at S (row stride d_v), jn ≤ LA_JB:

@@ -51,9 +51,7 @@ static void scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dY
     memset(Sst, 0, sizeof(float) * (size_t)P * dd);
     memset(Lp, 0, sizeof(float) * (size_t)P * dd);
     /* (1) local states from zero (in Sall) and Π α per block; (2) backward folds from zero */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) {
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
@@ -107,9 +105,7 @@ static void scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dY
             if (gS0) gS0[ij] += E; /* ∂S_0 */
         }
     /* (4) per block: the true states, then one backward sweep */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) if (P > 1)
-#endif
+    TTT_SCAN_PARALLEL_BLOCKS(P)
     for (int p = 0; p < P; p++) {
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
