@@ -1322,7 +1322,10 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
             for (int ti = 0; ti < bc->tokens.n && s == TTT_OK; ti++) {
                 const int T = (int)bc->tokens.v[ti];
                 bench_data *D = ttt_fault_malloc(sizeof *D);
-                if (!D) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+                if (!D) { /* the probes are freed below */
+                    s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
+                    break;
+                }
                 s = bench_data_make(D, H, T, d, gates, run->seed, err);
                 double t1 = NAN; /* this (T, d, H) on one thread, when measured */
                 int done[BENCH_MAX_THREADS + 1] = {0};
