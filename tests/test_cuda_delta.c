@@ -111,6 +111,11 @@ static const dcase cases[] = {
     {"bf16 T=4096 gates [1e-6,10]", 1, 4096, 2, 128, 128, GATE_LOGU, 1e-6, 10, 1, 1, 1, 1,
      NULL, 0},
     {"bf16 T=1000 no gate no beta", 2, 1000, 2, 64, 64, GATE_NONE, 0, 0, 0, 1, 1, 1, NULL, 0},
+    {"bf16 T=300 key norms to 100", 1, 300, 2, 64, 32, GATE_LOGU, 1e-5, 1e-1, 3, 1, 1, 1, NULL,
+     0},
+    {"bf16 B*H=256 T=130 16/24", 4, 130, 64, 16, 24, GATE_LOGU, 1e-3, 1, 1, 1, 1, 1, NULL, 0},
+    {"bf16 d=256 T=150", 1, 150, 1, 256, 256, GATE_LOGU, 1e-4, 1e-1, 1, 1, 1, 1, NULL, 0},
+    {"bf16 T=512 b=2 reflection", 1, 512, 1, 64, 64, GATE_NONE, 0, 0, 2, 1, 1, 1, NULL, 0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -440,11 +445,16 @@ static float *to_host(const void *d, size_t n, int bf16) {
     return h;
 }
 
+/* 1: ask for the reference kernels (ttt_chunk_args.reference), the fast kernels' plain fp32
+ * twin; the bf16 cases run both ways */
+static int use_reference;
+
 static void dev_run(const problem *P, int bf16, devout *D) {
     size_t n = (size_t)P->B * P->T * P->H, ns = (size_t)P->B * P->H * P->dk * P->dv;
     int es = bf16 ? 2 : 4;
     ttt_chunk_args a;
     memset(&a, 0, sizeof a);
+    a.reference = use_reference;
     a.B = P->B;
     a.T = P->T;
     a.H = P->H;
@@ -567,8 +577,7 @@ static unsigned nonzero_mask(const problem *P, const refout *R, const devout *D)
     return m;
 }
 
-START_TEST(cuda_delta_matches_recurrence) {
-    const dcase *c = &cases[_i];
+static void run_case(const dcase *c) {
     problem P;
     make_problem(c, &P);
     refout R;
@@ -598,6 +607,22 @@ START_TEST(cuda_delta_matches_recurrence) {
     dev_free(&D2);
     ref_free(&R);
     free_problem(&P);
+}
+
+START_TEST(cuda_delta_matches_recurrence) {
+    use_reference = 0;
+    run_case(&cases[_i]);
+}
+END_TEST
+
+/* The bf16 cases again through the reference kernels (fp32 inputs always take them), held to
+ * the same bounds: the twin the tensor-core kernels are checked beside stays exact too. */
+START_TEST(cuda_delta_reference_twin) {
+    if (!cases[_i].bf16) return;
+    use_reference = 1;
+    printf("[reference] ");
+    run_case(&cases[_i]);
+    use_reference = 0;
 }
 END_TEST
 
@@ -805,6 +830,7 @@ int main(void) {
     tcase_add_test(tc, reference_gradient_matches_finite_differences);
     tcase_add_test(tc, bad_arguments_are_refused);
     tcase_add_loop_test(tc, cuda_delta_matches_recurrence, 0, N_CASES);
+    tcase_add_loop_test(tc, cuda_delta_reference_twin, 0, N_CASES);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

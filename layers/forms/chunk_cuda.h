@@ -43,6 +43,8 @@ typedef struct ttt_chunk_args {
     const float *h0;        /* (B, H, d_k, d_v), or NULL (= 0) */
     void *o;                /* (B, T, H, d_v) written, of dtype */
     float *ht;              /* (B, H, d_k, d_v) written, or NULL */
+    int reference;          /* 1: the plain fp32 kernels only, never the tensor-core ones (the
+                             * fast kernels' reference twin, docs/gpu.md); 0: the fastest */
 } ttt_chunk_args;
 
 /* Gradients of L = Σ d_o ⊙ o + Σ d_ht ⊙ ht. Every output may be NULL (not wanted); outputs are

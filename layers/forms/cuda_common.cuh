@@ -67,4 +67,62 @@ __device__ __forceinline__ float ttt_warp_sum(float x) {
     return x;
 }
 
+/* ---- device side: tensor cores (docs/gpu.md "Tensor-core forward") ----
+ * mma.sync m16n8k16 with bf16 operands and fp32 accumulation, ldmatrix fragment loads and
+ * cp.async copies; all exist from sm_80 on. Fragment layout (g = lane / 4, c = lane % 4):
+ *   A (16 × 16, row major)  a0 (g, 2c..2c+1)  a1 (g+8, 2c..)  a2 (g, 2c+8..)  a3 (g+8, 2c+8..)
+ *   B (16 × 8)              b0 (k = 2c..2c+1, n = g)          b1 (k = 2c+8..2c+9, n = g)
+ *   C (16 × 8, fp32)        c0 c1 (g, 2c..2c+1)               c2 c3 (g+8, 2c..2c+1) */
+
+__device__ __forceinline__ uint32_t ttt_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global → shared, asynchronous; with in = false the 16 bytes are zero-filled and
+ * nothing is read. */
+__device__ __forceinline__ void ttt_cp_async16(void *dst, const void *src, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ttt_smem_u32(dst)),
+                 "l"(src), "r"(in ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void ttt_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/* wait until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void ttt_cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* four 8 × 8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i */
+__device__ __forceinline__ void ttt_ldsm4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(ttt_smem_u32(p)));
+}
+/* the same, each matrix transposed */
+__device__ __forceinline__ void ttt_ldsm4_t(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(ttt_smem_u32(p)));
+}
+
+/* d += a · b */
+__device__ __forceinline__ void ttt_mma_bf16(float d[4], const uint32_t a[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* x ≈ hi + lo with hi = bf16(x), lo = bf16(x − hi): 16 significant bits, |x − hi − lo| ≤
+ * 2^-18 |x| (docs/gpu.md "Tensor-core forward"). Two consecutive values, packed as bf16x2. */
+__device__ __forceinline__ void ttt_split2(float x0, float x1, __nv_bfloat162 *hi,
+                                           __nv_bfloat162 *lo) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    float2 hf = __bfloat1622float2(h);
+    *hi = h;
+    *lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+}
+
 #endif

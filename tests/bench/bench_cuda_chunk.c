@@ -1,7 +1,9 @@
 /* Times of the CUDA chunk kernels (docs/gpu.md): the delta rule and the gated delta rule,
  * forward and forward + backward, bf16 and fp32, at the shapes (B, T, H, D) of the comparison
- * with FLA. Prints one table row per (shape, dtype, rule): the median of 20 timed calls (CUDA
- * events on one stream, after 3 untimed calls), in milliseconds.
+ * with FLA. Prints one table row per (shape, dtype, rule, kernels): the median of 20 timed calls
+ * (CUDA events on one stream, after 3 untimed calls), in milliseconds. bf16 rows are timed twice:
+ * with the fastest kernels (the tensor-core forward) and with the reference kernels
+ * (ttt_chunk_args.reference), side by side in one run.
  *
  *   bench_cuda_chunk [reps [shapes]]      (shapes: how many of the four, in order; default all)
  */
@@ -96,8 +98,8 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    printf("| B | T | H | D | dtype | rule | forward ms | forward+backward ms |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    printf("| B | T | H | D | dtype | rule | kernels | forward ms | forward+backward ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] && si < nshapes; si++) {
         int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], D = shapes[si][3];
         size_t n = (size_t)B * T * H, ns = (size_t)B * H * D * D;
@@ -137,11 +139,16 @@ int main(int argc, char **argv) {
                 size_t wf = ttt_cuda_delta_workspace(&a, 0), wb = ttt_cuda_delta_workspace(&a, 1);
                 void *ws = NULL;
                 CK(cudaMalloc(&ws, wb));
-                float f = median_ms(&a, NULL, ws, wf, wb, reps, e0, e1);
-                float fb = median_ms(&a, &gr, ws, wf, wb, reps, e0, e1);
-                printf("| %d | %d | %d | %d | %s | %s | %.3f | %.3f |\n", B, T, H, D,
-                       bf16 ? "bf16" : "fp32", gated ? "gated delta" : "delta", f, fb);
-                fflush(stdout);
+                for (int ref = 0; ref <= bf16; ref++) {
+                    a.reference = ref;
+                    float f = median_ms(&a, NULL, ws, wf, wb, reps, e0, e1);
+                    float fb = median_ms(&a, &gr, ws, wf, wb, reps, e0, e1);
+                    printf("| %d | %d | %d | %d | %s | %s | %s | %.3f | %.3f |\n", B, T, H, D,
+                           bf16 ? "bf16" : "fp32", gated ? "gated delta" : "delta",
+                           ref || !bf16 ? "reference" : "fastest", f, fb);
+                    fflush(stdout);
+                }
+                a.reference = 0;
                 CK(cudaFree(ws));
             }
             void *ptrs[] = {(void *)a.q, (void *)a.k, (void *)a.v, beta, gg, (void *)a.h0,

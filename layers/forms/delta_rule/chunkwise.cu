@@ -58,6 +58,9 @@ typedef struct delta_params {
     float *S0w, *dSw;      /* (BH, nc, d_k, d_v): chunk-start states, chunk-end gradients */
     float *Uw, *dRw;       /* (BH, nc, C, d_v): U then δ; dR */
     float *gaw, *gbw;      /* (BH, nc, C) and (nkt, BH, nc, C): terms of dγ */
+    int mma;               /* the forward runs on the tensor cores (delta_fwd_mma) */
+    __nv_bfloat16 *Tsw;    /* (BH, nc, 4, C, C): T and M as bf16 hi + lo (tensor-core path) */
+    float *Bw;             /* (BH, nc, C): β, 0 past T (tensor-core path) */
 } delta_params;
 
 __device__ __forceinline__ size_t drow(const delta_params &p, int b, int t, int h) {
@@ -86,23 +89,23 @@ __device__ __forceinline__ float gate_d(const double *gam, const int *rho, int t
 }
 
 /* ---------------------------------------------------------------------------------------------
- * delta_prep: per chunk, G = K Kᵀ and P = Q Kᵀ (fp32, 4×4 outputs per thread over 32-wide key
- * slices), A'_ts = D(t,s) G_ts (s < t), M_ts = D(t,s) P_ts (s ≤ t), T = (I + diag(β) A')⁻¹ by
- * column-wise forward substitution in float64, Γ_t and λ_t. */
+ * delta_prep: per chunk, G = K Kᵀ and P = Q Kᵀ, A'_ts = D(t,s) G_ts (s < t), M_ts = D(t,s) P_ts
+ * (s ≤ t), T = (I + diag(β) A')⁻¹ by column-wise forward substitution in float64, Γ_t and λ_t.
+ * G and P come from prep_products: fp32 FFMA for fp32 inputs; for bf16 inputs one bf16
+ * tensor-core product, which is as exact (a product of two bf16 values is exact in fp32 and the
+ * sum accumulates in fp32). With the tensor-core forward (p.Tsw set) the chunk's T and M are
+ * also written as two-term bf16 splits, and β per chunk (zero past T) for its loads. */
+
+/* FFMA: 4 × 4 outputs per thread (t = ty + 16i, s = tx + 16j) over 32-wide key slices staged
+ * as fp32 in `stage` (2 × 32 × (C + 1) floats). */
 template <typename E>
-__global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
-    extern __shared__ double smd[];
-    double(*Ad)[DC + 1] = (double(*)[DC + 1])smd;
-    double(*Td)[DC + 1] = Ad + DC;
-    double *gam = (double *)(Td + DC);
-    float(*Kt)[DC + 1] = (float(*)[DC + 1])(gam + DC);
+__device__ __forceinline__ void prep_products(const delta_params &p, int b, int h, int t0,
+                                              void *stage, float (*Gs)[DC + 1],
+                                              float (*Ps)[DC + 1]) {
+    float(*Kt)[DC + 1] = (float(*)[DC + 1])stage;
     float(*Qt)[DC + 1] = Kt + 32;
-    int *rho = (int *)(Qt + 32);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
-    const int t0 = c * DC;
     const E *q = (const E *)p.q, *k = (const E *)p.k;
-    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
     float G[4][4] = {}, P[4][4] = {};
     for (int k0 = 0; k0 < p.dk; k0 += 32) {
         __syncthreads();
@@ -132,25 +135,102 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
                 }
         }
     }
-    __syncthreads(); /* gam, rho */
-    const size_t cc = ((size_t)bh * p.nc + c) * DC * DC;
-    for (int i = 0; i < 4; i++) {
-        int t = ty + 16 * i, gt = t0 + t;
-        float bt = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
+    for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int s = tx + 16 * j;
-            float d = gate_d(gam, rho, t, s);
-            float ap = s < t ? G[i][j] * d : 0.f;
-            float m = s <= t ? P[i][j] * d : 0.f;
-            p.Mw[cc + t * DC + s] = m;
-            if (bwd) p.Aw[cc + t * DC + s] = ap;
-            Ad[t][s] = (double)bt * (double)ap;
+            Gs[ty + 16 * i][tx + 16 * j] = G[i][j];
+            Ps[ty + 16 * i][tx + 16 * j] = P[i][j];
+        }
+}
+
+/* bf16 (the tensor-core path: d_k % 8 == 0 and q, k 16-byte aligned): 64-column slices of K and
+ * Q staged as bf16 (2 × C × PSK); warp w computes rows 16(w % 4).. and columns 32(w / 4).. */
+#define PSK 72 /* row stride (bf16) of a staged 64-column slice: ldmatrix rows on distinct banks */
+template <>
+__device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params &p, int b, int h,
+                                                             int t0, void *stage,
+                                                             float (*Gs)[DC + 1],
+                                                             float (*Ps)[DC + 1]) {
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)stage, *Qs = Ks + DC * PSK;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w & 3, nt0 = 4 * (w >> 2);
+    float G[4][4] = {}, P[4][4] = {};
+    for (int k0 = 0; k0 < p.dk; k0 += 64) {
+        __syncthreads();
+        for (int u = tid; u < DC * 8; u += NTHR) {
+            int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
+            bool in = gt < p.T && k0 + c8 < p.dk;
+            size_t o = in ? drow(p, b, gt, h) * p.dk + k0 + c8 : 0;
+            ttt_cp_async16(Ks + t * PSK + c8, k + o, in);
+            ttt_cp_async16(Qs + t * PSK + c8, q + o, in);
+        }
+        ttt_cp_async_commit();
+        ttt_cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < 64; kk += 16) {
+            uint32_t ak[4], aq[4];
+            const int ar = (16 * mt + (lane & 15)) * PSK + kk + (lane >> 4) * 8;
+            ttt_ldsm4(ak, Ks + ar);
+            ttt_ldsm4(aq, Qs + ar);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                /* B = Kᵀ: B[i][s] = K[s][i], read untransposed from K's rows s */
+                uint32_t bk[4];
+                int sr = 8 * (nt0 + 2 * np) + (lane >> 4) * 8 + (lane & 7);
+                ttt_ldsm4(bk, Ks + sr * PSK + kk + ((lane >> 3) & 1) * 8);
+                ttt_mma_bf16(G[2 * np], ak, bk[0], bk[1]);
+                ttt_mma_bf16(G[2 * np + 1], ak, bk[2], bk[3]);
+                ttt_mma_bf16(P[2 * np], aq, bk[0], bk[1]);
+                ttt_mma_bf16(P[2 * np + 1], aq, bk[2], bk[3]);
+            }
         }
     }
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int t = 16 * mt + g + 8 * (e >> 1), s = 8 * (nt0 + n) + c2 + (e & 1);
+            Gs[t][s] = G[n][e];
+            Ps[t][s] = P[n][e];
+        }
+}
+
+template <typename E>
+__global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
+    extern __shared__ double smd[];
+    double(*Ad)[DC + 1] = (double(*)[DC + 1])smd;
+    double(*Td)[DC + 1] = Ad + DC;
+    double *gam = (double *)(Td + DC);
+    int *rho = (int *)(gam + DC);
+    float *bs = (float *)(rho + DC);
+    /* G and P (fp32) live where T will be built, the staged inputs where A will be: both are
+     * consumed before those are written */
+    float(*Gs)[DC + 1] = (float(*)[DC + 1])Td;
+    float(*Ps)[DC + 1] = Gs + DC;
+    const int tid = threadIdx.x;
+    const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
+    if (tid < DC)
+        bs[tid] = t0 + tid < p.T ? (p.beta ? p.beta[drow(p, b, t0 + tid, h)] : 1.f) : 0.f;
+    prep_products<E>(p, b, h, t0, (void *)Ad, Gs, Ps);
+    __syncthreads(); /* G, P, gam, rho; the staging area is free */
+    const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
+    for (int idx = tid; idx < DC * DC; idx += NTHR) {
+        int t = idx / DC, s = idx % DC;
+        float d = gate_d(gam, rho, t, s);
+        float ap = s < t ? Gs[t][s] * d : 0.f;
+        float m = s <= t ? Ps[t][s] * d : 0.f;
+        p.Mw[cc + idx] = m;
+        if (bwd) p.Aw[cc + idx] = ap;
+        Ad[t][s] = (double)bs[t] * (double)ap;
+    }
     if (tid < DC) {
-        size_t o = ((size_t)bh * p.nc + c) * DC + tid;
+        size_t o = ch * DC + tid;
         p.Gw[o] = rho[tid] >= 0 ? 0.f : expf((float)gam[tid]);
         p.Lw[o] = gate_d(gam, rho, DC - 1, tid);
+        if (p.Bw) p.Bw[o] = bs[tid];
     }
     __syncthreads();
     /* T = (I + A)⁻¹, unit lower triangular, T_tj = −Σ_{j≤s<t} A_ts T_sj: column j by the four
@@ -175,6 +255,17 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
     }
     __syncthreads(); /* every column of T is complete before any thread stores it */
     for (int idx = tid; idx < DC * DC; idx += NTHR) p.Tw[cc + idx] = (float)Td[idx / DC][idx % DC];
+    if (p.Tsw) {
+        /* (ch, 4, C, C) bf16: T hi, T lo, M hi, M lo, two columns per store */
+        __nv_bfloat162 *ts = (__nv_bfloat162 *)(p.Tsw + 4 * cc);
+        const int h2 = DC * DC / 2;
+        for (int idx = tid; idx < h2; idx += NTHR) {
+            int t = (2 * idx) / DC, s = (2 * idx) % DC;
+            ttt_split2((float)Td[t][s], (float)Td[t][s + 1], &ts[idx], &ts[h2 + idx]);
+            float2 m = *(const float2 *)&p.Mw[cc + 2 * idx];
+            ttt_split2(m.x, m.y, &ts[2 * h2 + idx], &ts[3 * h2 + idx]);
+        }
+    }
 }
 
 /* ---- staging of a chunk into shared memory ----
@@ -410,6 +501,284 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
     if (p.write_out && p.ht && jv)
         for (int i = w; i < p.dk; i += 8)
             p.ht[((size_t)bh * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * delta_fwd_mma: the forward of delta_fwd_seq on the tensor cores, for bf16 inputs with d_k ≤ 128,
+ * d_k and d_v multiples of 8 and 16-byte aligned q, k, v (docs/gpu.md "Tensor-core forward").
+ * One block of 8 warps per (sequence, 64-column value tile), chunks in order; the same
+ * equations as delta_fwd_seq. Every product is m16n8k16 bf16 with fp32 accumulation:
+ *     X = K S, Y = Q S      K, Q are bf16 inputs (exact); S = S_hi + S_lo (two products each)
+ *     δ = T R, M δ          T, M, R, δ split in two; T_hi R_hi + T_hi R_lo + T_lo R_hi
+ *     S ← Γ S + Kᵀ (λ ⊙ δ)  λ ⊙ δ split in two
+ * so every fp32 operand carries 16 significant bits into a product whose sum is fp32, and the
+ * dropped T_lo R_lo term is 2^-18 of the product. The state S stays in fp32 registers for the
+ * whole sequence (warp w owns rows 16w.. of its tile); only its bf16 split goes to shared memory.
+ * K, Q, V, β and Γ of the next chunk are copied with cp.async while this chunk computes, T and M
+ * (bf16 splits written by delta_prep) while X and Y are formed. With write_out = 0 it stores the
+ * chunk-start states and U for the backward instead of o and ht. */
+#define MBV 64 /* value-tile width */
+#define MSV 72 /* row stride (bf16) of 64-column tiles in shared memory */
+
+__host__ __device__ constexpr int mma_sk(int ldk) { return ldk + 8; }
+__host__ __device__ constexpr size_t mma_smem_bytes(int ldk) {
+    return 2 * (2 * (size_t)DC * mma_sk(ldk) + (size_t)DC * MSV) * 2 /* K, Q, V ×2 */ +
+           4 * (size_t)DC * MSV * 2 /* T, M splits */ + 2 * (size_t)ldk * MSV * 2 /* S split */ +
+           4 * (size_t)DC * MSV * 2 /* R (then λδ) and δ splits */ +
+           2 * 3 * DC * sizeof(float) /* Γ, λ, β ×2 */;
+}
+
+template <int LDK>
+__global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
+    constexpr int SK = mma_sk(LDK);
+    constexpr int NTU = LDK >= 128 ? 8 : 4; /* n-tiles of the state update per warp */
+    extern __shared__ float4 sm4[];
+    __nv_bfloat16 *base = (__nv_bfloat16 *)sm4;
+    /* buffer i of K, Q, V at K0 + i·DC·SK, Q0 + i·DC·SK, V0 + i·DC·MSV */
+    __nv_bfloat16 *K0 = base, *Q0 = K0 + 2 * DC * SK, *V0 = Q0 + 2 * DC * SK;
+    __nv_bfloat16 *T1 = V0 + 2 * DC * MSV, *T2 = T1 + DC * MSV, *M1 = T2 + DC * MSV,
+                  *M2 = M1 + DC * MSV;
+    __nv_bfloat16 *S1 = M2 + DC * MSV, *S2 = S1 + LDK * MSV;
+    __nv_bfloat16 *R1 = S2 + LDK * MSV, *R2 = R1 + DC * MSV, *D1 = R2 + DC * MSV,
+                  *D2 = D1 + DC * MSV;
+    float *gts = (float *)(D2 + DC * MSV); /* [2][3][C]: Γ, λ, β of the two buffered chunks */
+
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c2 = 2 * (lane & 3);
+    const int nvt = (p.dv + MBV - 1) / MBV;
+    const int bh = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * MBV, b = bh / p.H, h = bh % p.H;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k,
+                        *v = (const __nv_bfloat16 *)p.v;
+    /* C × 64 products: rows 16 mt.., n-tiles nt0..nt0+3; the update: rows 16 mu.., n-tiles nu0.. */
+    const int mt = w & 3, nt0 = 4 * (w >> 2);
+    const int mu = LDK >= 128 ? w : (w & 3), nu0 = LDK >= 128 ? 0 : 4 * (w >> 2);
+    /* ldmatrix lane offsets: A untransposed (row, col) and B transposed (row, col) */
+    const int a_r = lane & 15, a_c = (lane >> 4) * 8;
+    const int b_r = (lane & 7) + ((lane >> 3) & 1) * 8, b_c = (lane >> 4) * 8;
+
+    auto load_chunk = [&](int c, int buf) { /* K, Q, V, Γ, λ, β of chunk c → buffer buf */
+        const int t0 = c * DC;
+        for (int u = tid; u < DC * (LDK / 8); u += NTHR) {
+            int t = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)), gt = t0 + t;
+            bool in = gt < p.T && c8 < p.dk;
+            size_t o = in ? drow(p, b, gt, h) * p.dk + c8 : 0;
+            ttt_cp_async16(K0 + buf * DC * SK + t * SK + c8, k + o, in);
+            ttt_cp_async16(Q0 + buf * DC * SK + t * SK + c8, q + o, in);
+        }
+        for (int u = tid; u < DC * 8; u += NTHR) {
+            int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
+            bool in = gt < p.T && j0 + c8 < p.dv;
+            size_t o = in ? drow(p, b, gt, h) * p.dv + j0 + c8 : 0;
+            ttt_cp_async16(V0 + buf * DC * MSV + t * MSV + c8, v + o, in);
+        }
+        if (tid < 48) {
+            const size_t ch = (size_t)bh * p.nc + c;
+            const float *src = tid < 16 ? p.Gw : tid < 32 ? p.Lw : p.Bw;
+            int part = tid >> 4, q4 = 4 * (tid & 15);
+            ttt_cp_async16(gts + (buf * 3 + part) * DC + q4, src + ch * DC + q4, true);
+        }
+    };
+    auto load_tm = [&](int c) {
+        const __nv_bfloat16 *src = p.Tsw + ((size_t)bh * p.nc + c) * 4 * DC * DC;
+        for (int u = tid; u < 4 * DC * 8; u += NTHR) {
+            int m = u / (DC * 8), r = (u / 8) % DC, c8 = 8 * (u & 7);
+            ttt_cp_async16(T1 + m * DC * MSV + r * MSV + c8, src + (m * DC + r) * DC + c8, true);
+        }
+    };
+    /* write the split of S (from the registers) for the next chunk's products */
+    float S[NTU][4];
+    auto store_split = [&](__nv_bfloat16 *hi, __nv_bfloat16 *lo, int row0, int col0,
+                           const float *f) {
+        ttt_split2(f[0], f[1], (__nv_bfloat162 *)(hi + row0 * MSV + col0),
+                   (__nv_bfloat162 *)(lo + row0 * MSV + col0));
+        ttt_split2(f[2], f[3], (__nv_bfloat162 *)(hi + (row0 + 8) * MSV + col0),
+                   (__nv_bfloat162 *)(lo + (row0 + 8) * MSV + col0));
+    };
+
+    /* the initial state */
+#pragma unroll
+    for (int n = 0; n < NTU; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mu + g + 8 * (e >> 1), j = j0 + 8 * (nu0 + n) + c2 + (e & 1);
+            S[n][e] = (p.h0 && i < p.dk && j < p.dv) ? p.h0[((size_t)bh * p.dk + i) * p.dv + j]
+                                                     : 0.f;
+        }
+    if (16 * mu < LDK)
+#pragma unroll
+        for (int n = 0; n < NTU; n++) store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+
+    load_chunk(0, 0);
+    ttt_cp_async_commit();
+    for (int c = 0; c < p.nc; c++) {
+        const int buf = c & 1, t0 = c * DC;
+        const size_t ch = (size_t)bh * p.nc + c;
+        const __nv_bfloat16 *Kc = K0 + buf * DC * SK, *Qc = Q0 + buf * DC * SK,
+                            *Vc = V0 + buf * DC * MSV;
+        const float *Gc = gts + buf * 3 * DC, *Lc = Gc + DC, *Bc = Lc + DC;
+        load_tm(c);
+        ttt_cp_async_commit();
+        if (c + 1 < p.nc) load_chunk(c + 1, buf ^ 1);
+        ttt_cp_async_commit();
+        ttt_cp_async_wait<2>(); /* this chunk's K, Q, V, gates */
+        __syncthreads();        /* … from every thread; and S's split */
+
+        if (!p.write_out) /* the chunk-start state, for the backward */
+#pragma unroll
+            for (int n = 0; n < NTU; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + n) + c2;
+                    if (i < p.dk && j < p.dv)
+                        *(float2 *)&p.S0w[(ch * p.dk + i) * p.dv + j] =
+                            make_float2(S[n][e], S[n][e + 1]);
+                }
+
+        /* X = K S, Y = Q S */
+        float X[4][4] = {}, Y[4][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < LDK; kk += 16) {
+            uint32_t ak[4], aq[4];
+            ttt_ldsm4(ak, Kc + (16 * mt + a_r) * SK + kk + a_c);
+            ttt_ldsm4(aq, Qc + (16 * mt + a_r) * SK + kk + a_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t s1[4], s2[4];
+                int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(s1, S1 + off);
+                ttt_ldsm4_t(s2, S2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(X[2 * np + hh], ak, s1[2 * hh], s1[2 * hh + 1]);
+                    ttt_mma_bf16(X[2 * np + hh], ak, s2[2 * hh], s2[2 * hh + 1]);
+                    ttt_mma_bf16(Y[2 * np + hh], aq, s1[2 * hh], s1[2 * hh + 1]);
+                    ttt_mma_bf16(Y[2 * np + hh], aq, s2[2 * hh], s2[2 * hh + 1]);
+                }
+            }
+        }
+        /* U = V − Γ ⊙ X, R = β ⊙ U (split) */
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            float r[4];
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int t = 16 * mt + g + 4 * e, jj = 8 * (nt0 + n) + c2;
+                float2 vv = __bfloat1622float2(*(const __nv_bfloat162 *)(Vc + t * MSV + jj));
+                float u0 = vv.x - Gc[t] * X[n][e], u1 = vv.y - Gc[t] * X[n][e + 1];
+                if (!p.write_out && j0 + jj < p.dv) /* padded rows too: U = 0 there */
+                    *(float2 *)&p.Uw[(ch * DC + t) * p.dv + j0 + jj] = make_float2(u0, u1);
+                r[e] = Bc[t] * u0;
+                r[e + 1] = Bc[t] * u1;
+            }
+            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, r);
+        }
+        ttt_cp_async_wait<1>(); /* T and M */
+        __syncthreads();
+        /* δ = T R (T is lower triangular: k-tiles up to the diagonal) */
+        float Dl[4][4] = {};
+        for (int kk = 0; kk <= 16 * mt; kk += 16) {
+            uint32_t a1[4], a2[4];
+            ttt_ldsm4(a1, T1 + (16 * mt + a_r) * MSV + kk + a_c);
+            ttt_ldsm4(a2, T2 + (16 * mt + a_r) * MSV + kk + a_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t r1[4], r2[4];
+                int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(r1, R1 + off);
+                ttt_ldsm4_t(r2, R2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(Dl[2 * np + hh], a1, r1[2 * hh], r1[2 * hh + 1]);
+                    ttt_mma_bf16(Dl[2 * np + hh], a1, r2[2 * hh], r2[2 * hh + 1]);
+                    ttt_mma_bf16(Dl[2 * np + hh], a2, r1[2 * hh], r1[2 * hh + 1]);
+                }
+            }
+        }
+        __syncthreads(); /* R is read by every warp before λ ⊙ δ overwrites it */
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            float l[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) l[e] = Lc[16 * mt + g + 8 * (e >> 1)] * Dl[n][e];
+            store_split(D1, D2, 16 * mt + g, 8 * (nt0 + n) + c2, Dl[n]);
+            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, l);
+        }
+        __syncthreads();
+        if (p.write_out) {
+            /* O = scale (Γ ⊙ Y + M δ) */
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) Y[n][e] *= Gc[16 * mt + g + 8 * (e >> 1)];
+            for (int kk = 0; kk <= 16 * mt; kk += 16) {
+                uint32_t a1[4], a2[4];
+                ttt_ldsm4(a1, M1 + (16 * mt + a_r) * MSV + kk + a_c);
+                ttt_ldsm4(a2, M2 + (16 * mt + a_r) * MSV + kk + a_c);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t d1[4], d2[4];
+                    int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
+                    ttt_ldsm4_t(d1, D1 + off);
+                    ttt_ldsm4_t(d2, D2 + off);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        ttt_mma_bf16(Y[2 * np + hh], a1, d1[2 * hh], d1[2 * hh + 1]);
+                        ttt_mma_bf16(Y[2 * np + hh], a1, d2[2 * hh], d2[2 * hh + 1]);
+                        ttt_mma_bf16(Y[2 * np + hh], a2, d1[2 * hh], d1[2 * hh + 1]);
+                    }
+                }
+            }
+            __nv_bfloat16 *o = (__nv_bfloat16 *)p.o;
+#pragma unroll
+            for (int n = 0; n < 4; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    int t = 16 * mt + g + 4 * e, j = j0 + 8 * (nt0 + n) + c2;
+                    if (t0 + t < p.T && j < p.dv)
+                        *(__nv_bfloat162 *)(o + drow(p, b, t0 + t, h) * p.dv + j) =
+                            __floats2bfloat162_rn(p.scale * Y[n][e], p.scale * Y[n][e + 1]);
+                }
+        }
+        /* S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ); A = Kᵀ read transposed from K's rows */
+        if (16 * mu < LDK) {
+            const float gl = Gc[DC - 1];
+#pragma unroll
+            for (int n = 0; n < NTU; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[n][e] *= gl;
+#pragma unroll
+            for (int kk = 0; kk < DC; kk += 16) {
+                uint32_t a[4];
+                ttt_ldsm4_t(a, Kc + (kk + (lane >> 4) * 8 + (lane & 7)) * SK + 16 * mu +
+                                   ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int np = 0; np < NTU / 2; np++) {
+                    uint32_t e1[4], e2[4];
+                    int off = (kk + b_r) * MSV + 8 * (nu0 + 2 * np) + b_c;
+                    ttt_ldsm4_t(e1, R1 + off);
+                    ttt_ldsm4_t(e2, R2 + off);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        ttt_mma_bf16(S[2 * np + hh], a, e1[2 * hh], e1[2 * hh + 1]);
+                        ttt_mma_bf16(S[2 * np + hh], a, e2[2 * hh], e2[2 * hh + 1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NTU; n++)
+                store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+        }
+        __syncthreads(); /* S's split, and every read of this chunk's buffers, are done */
+    }
+    if (p.write_out && p.ht && 16 * mu < LDK)
+#pragma unroll
+        for (int n = 0; n < NTU; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + n) + c2;
+                if (i < p.dk && j < p.dv)
+                    *(float2 *)&p.ht[((size_t)bh * p.dk + i) * p.dv + j] =
+                        make_float2(S[n][e], S[n][e + 1]);
+            }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -831,8 +1200,8 @@ __global__ void delta_bwd_gate(delta_params p) {
 /* ---- host side ---- */
 
 static size_t delta_prep_smem(void) {
-    return sizeof(double) * (2 * (size_t)DC * (DC + 1) + DC) +
-           sizeof(float) * 2 * 32 * (DC + 1) + sizeof(int) * DC;
+    return sizeof(double) * (2 * (size_t)DC * (DC + 1) + DC) + sizeof(int) * DC +
+           sizeof(float) * DC;
 }
 static size_t delta_bwd_cc_smem(void) {
     return sizeof(float) * (3 * (size_t)DC * DLC + 5 * (size_t)DC * DT1 + 4 * DC) +
@@ -845,8 +1214,8 @@ static size_t delta_bwd_qk_smem(void) {
 
 /* Sizes in elements of each workspace part; 0 (and an error) on overflow. */
 typedef struct delta_layout {
-    size_t nch;                     /* B·H·nc */
-    size_t off[11], total;          /* byte offsets of Tw Mw Gw Lw Aw S0w dSw Uw dRw gaw gbw */
+    size_t nch;            /* B·H·nc */
+    size_t off[13], total; /* byte offsets of Tw Mw Gw Lw Tsw Bw | Aw S0w dSw Uw dRw gaw gbw */
 } delta_layout;
 
 static int mul_ok(size_t a, size_t b, size_t *out) {
@@ -861,11 +1230,13 @@ static int delta_layout_of(const ttt_chunk_args *a, int bwd, delta_layout *L) {
     if (!mul_ok(nch, (size_t)DC * DC * sizeof(float), &cc)) return 0;
     if (!mul_ok(nch, (size_t)a->d_k * a->d_v * sizeof(float), &st)) return 0;
     if (!mul_ok(nch, (size_t)DC * a->d_v * sizeof(float), &tok)) return 0;
-    size_t per[11] = {cc, cc, nch * DC * sizeof(float), nch * DC * sizeof(float), cc, st, st,
-                      tok, tok, nch * DC * sizeof(float), nkt * nch * DC * sizeof(float)};
-    int parts = bwd ? 11 : 4;
+    if (cc > SIZE_MAX / 2) return 0;
+    size_t vec = nch * DC * sizeof(float);
+    size_t per[13] = {cc, cc, vec, vec, 2 * cc /* 4 C×C bf16 */, vec,
+                      cc, st, st, tok, tok, vec, nkt * vec};
+    int parts = bwd ? 13 : 6;
     size_t off = 0;
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < 13; i++) {
         L->off[i] = off;
         if (i < parts) {
             size_t al = ttt_cu_align(per[i]);
@@ -949,9 +1320,21 @@ static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t
     p->o = a->o;
     p->ht = a->ht;
     char *w = (char *)ws;
-    float **parts[11] = {&p->Tw, &p->Mw, &p->Gw, &p->Lw, &p->Aw, &p->S0w,
-                         &p->dSw, &p->Uw, &p->dRw, &p->gaw, &p->gbw};
-    for (int i = 0; i < (bwd ? 11 : 4); i++) *parts[i] = (float *)(w + L.off[i]);
+    float *tsw = NULL;
+    float **parts[13] = {&p->Tw, &p->Mw, &p->Gw,  &p->Lw, &tsw,     &p->Bw,  &p->Aw,
+                         &p->S0w, &p->dSw, &p->Uw, &p->dRw, &p->gaw, &p->gbw};
+    for (int i = 0; i < (bwd ? 13 : 6); i++) *parts[i] = (float *)(w + L.off[i]);
+    /* the tensor-core forward (delta_fwd_mma): bf16, d_k ≤ 128, rows of 16-byte multiples on
+     * 16-byte boundaries (cp.async), and not asked for the reference kernels */
+    p->mma = a->dtype == TTT_CHUNK_BF16 && !a->reference && a->d_k <= 128 && a->d_k % 8 == 0 &&
+             a->d_v % 8 == 0 && (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
+             (bwd || ((uintptr_t)a->o & 3) == 0);
+    if (p->mma) {
+        p->Tsw = (__nv_bfloat16 *)tsw;
+    } else {
+        p->Tsw = NULL;
+        p->Bw = NULL;
+    }
     return TTT_OK;
 }
 
@@ -982,6 +1365,17 @@ static ttt_status delta_seq(delta_params &p, int bwd, cudaStream_t st, ttt_error
     return delta_launch_seq<E, 256>(p, bwd, st, err);
 }
 
+template <int LDK>
+static ttt_status delta_launch_mma(delta_params &p, cudaStream_t st, ttt_error *err) {
+    size_t sm = mma_smem_bytes(LDK);
+    const unsigned nb = (unsigned)((size_t)p.B * p.H * ((p.dv + MBV - 1) / MBV));
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_mma<LDK>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_fwd_mma<LDK><<<nb, NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_fwd_mma");
+    return TTT_OK;
+}
+
 template <typename E>
 static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, ttt_error *err) {
     const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
@@ -990,6 +1384,7 @@ static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, tt
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sp));
     delta_prep<E><<<nblk_c, NTHR, sp, st>>>(p, bwd);
     TTT_CUDA_CHECK_LAUNCH("delta_prep");
+    if (p.mma) return p.dk <= 64 ? delta_launch_mma<64>(p, st, err) : delta_launch_mma<128>(p, st, err);
     return delta_seq<E>(p, 0, st, err);
 }
 
