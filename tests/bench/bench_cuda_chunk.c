@@ -5,7 +5,8 @@
  * with the fastest kernels (the tensor-core forward) and with the reference kernels
  * (ttt_chunk_args.reference), side by side in one run.
  *
- *   bench_cuda_chunk [reps [shapes]]      (shapes: how many of the four, in order; default all)
+ *   bench_cuda_chunk [reps [shapes [first]]]   (shapes: how many of the four, from the first-th
+ *                                              (0-based, default 0); default all)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 20;
     if (reps < 1 || reps > 64) reps = 20;
     size_t nshapes = argc > 2 ? (size_t)atoi(argv[2]) : 4;
+    size_t first = argc > 3 ? (size_t)atoi(argv[3]) : 0;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no CUDA device\n");
@@ -100,7 +102,7 @@ int main(int argc, char **argv) {
     CK(cudaEventCreate(&e1));
     printf("| B | T | H | D | dtype | rule | kernels | forward ms | forward+backward ms |\n");
     printf("|---|---|---|---|---|---|---|---|---|\n");
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0] && si < nshapes; si++) {
+    for (size_t si = first; si < sizeof shapes / sizeof shapes[0] && si < first + nshapes; si++) {
         int B = shapes[si][0], T = shapes[si][1], H = shapes[si][2], D = shapes[si][3];
         size_t n = (size_t)B * T * H, ns = (size_t)B * H * D * D;
         for (int bf16 = 1; bf16 >= 0; bf16--) {

@@ -67,22 +67,46 @@ __device__ __forceinline__ size_t drow(const delta_params &p, int b, int t, int 
     return ((size_t)b * p.T + t) * p.H + h;
 }
 
-/* The chunk's gate prefix: gam[i] = γ_i (float64), rho[i] = the last reset index ≤ i or −1. */
+/* The chunk's gate prefix: gam[i] = γ_i (float64), rho[i] = the last reset index ≤ i or −1.
+ * Called by all 32 lanes of one warp (lane l holds tokens 2l and 2l+1): every gate is loaded at
+ * once, then a segmented inclusive scan over the lanes, a reset restarting the sum, in float64.
+ * (One thread walking the chunk waited on 64 loads in a row.) A range's summary is (S, R): the
+ * sum since its last reset (or of all of it) and that reset's index (or −1); ranges combine as
+ * (R_r ≥ 0 ? S_r : S_l + S_r, max(R_l, R_r)). */
 __device__ void chunk_gates(const delta_params &p, int b, int h, int t0, double *gam, int *rho) {
-    double cur = 0;
-    int r = -1;
-    for (int i = 0; i < DC; i++) {
-        int t = t0 + i;
+    const int lane = threadIdx.x & 31;
+    double v[2];
+    int r[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int i = 2 * lane + e, t = t0 + i;
         float x = (p.g && t < p.T) ? p.g[drow(p, b, t, h)] : 0.f;
-        if (expf(x) == 0.f) {
-            r = i;
-            cur = 0;
-        } else {
-            cur += (double)x;
-        }
-        gam[i] = cur;
-        rho[i] = r;
+        bool reset = expf(x) == 0.f;
+        v[e] = reset ? 0.0 : (double)x;
+        r[e] = reset ? i : -1;
     }
+    double acc = r[1] >= 0 ? v[1] : v[0] + v[1]; /* the lane's pair */
+    int rr = max(r[0], r[1]);
+    for (int o = 1; o < 32; o <<= 1) {
+        double pv = __shfl_up_sync(0xffffffffu, acc, o);
+        int pr = __shfl_up_sync(0xffffffffu, rr, o);
+        if (lane >= o) {
+            if (rr < 0) acc = pv + acc;
+            rr = max(pr, rr);
+        }
+    }
+    double ex = __shfl_up_sync(0xffffffffu, acc, 1); /* the lanes before this one */
+    int er = __shfl_up_sync(0xffffffffu, rr, 1);
+    if (lane == 0) {
+        ex = 0;
+        er = -1;
+    }
+    double g0 = r[0] >= 0 ? 0.0 : ex + v[0];
+    double g1 = r[1] >= 0 ? 0.0 : g0 + v[1];
+    gam[2 * lane] = g0;
+    gam[2 * lane + 1] = g1;
+    rho[2 * lane] = max(er, r[0]);
+    rho[2 * lane + 1] = max(max(er, r[0]), r[1]);
 }
 __device__ __forceinline__ float gate_d(const double *gam, const int *rho, int t, int s) {
     return (s > t || rho[t] > s) ? 0.f : expf((float)(gam[t] - gam[s]));
@@ -211,20 +235,31 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
     const int tid = threadIdx.x;
     const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
     const int t0 = c * DC;
-    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
+    if (tid < 32) chunk_gates(p, b, h, t0, gam, rho);
     if (tid < DC)
         bs[tid] = t0 + tid < p.T ? (p.beta ? p.beta[drow(p, b, t0 + tid, h)] : 1.f) : 0.f;
     prep_products<E>(p, b, h, t0, (void *)Ad, Gs, Ps);
     __syncthreads(); /* G, P, gam, rho; the staging area is free */
     const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
-    for (int idx = tid; idx < DC * DC; idx += NTHR) {
-        int t = idx / DC, s = idx % DC;
-        float d = gate_d(gam, rho, t, s);
-        float ap = s < t ? Gs[t][s] * d : 0.f;
-        float m = s <= t ? Ps[t][s] * d : 0.f;
-        p.Mw[cc + idx] = m;
-        if (bwd) p.Aw[cc + idx] = ap;
-        Ad[t][s] = (double)bs[t] * (double)ap;
+    /* fp32 T and M for the reference forward and the backward; bf16 splits for the tensor-core
+     * forward (a forward on the tensor cores needs only those) */
+    const bool f32 = bwd || !p.Tsw;
+    __nv_bfloat162 *ts = (__nv_bfloat162 *)(p.Tsw ? p.Tsw + 4 * cc : NULL);
+    const int h2 = DC * DC / 2;
+    for (int i2 = tid; i2 < h2; i2 += NTHR) {
+        int t = (2 * i2) / DC, s0 = (2 * i2) % DC;
+        float m[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            int s = s0 + e;
+            float d = gate_d(gam, rho, t, s);
+            float ap = s < t ? Gs[t][s] * d : 0.f;
+            m[e] = s <= t ? Ps[t][s] * d : 0.f;
+            if (bwd) p.Aw[cc + 2 * i2 + e] = ap;
+            Ad[t][s] = (double)bs[t] * (double)ap;
+        }
+        if (f32) *(float2 *)&p.Mw[cc + 2 * i2] = make_float2(m[0], m[1]);
+        if (ts) ttt_split2(m[0], m[1], &ts[2 * h2 + i2], &ts[3 * h2 + i2]);
     }
     if (tid < DC) {
         size_t o = ch * DC + tid;
@@ -254,17 +289,12 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
         }
     }
     __syncthreads(); /* every column of T is complete before any thread stores it */
-    for (int idx = tid; idx < DC * DC; idx += NTHR) p.Tw[cc + idx] = (float)Td[idx / DC][idx % DC];
-    if (p.Tsw) {
-        /* (ch, 4, C, C) bf16: T hi, T lo, M hi, M lo, two columns per store */
-        __nv_bfloat162 *ts = (__nv_bfloat162 *)(p.Tsw + 4 * cc);
-        const int h2 = DC * DC / 2;
-        for (int idx = tid; idx < h2; idx += NTHR) {
-            int t = (2 * idx) / DC, s = (2 * idx) % DC;
-            ttt_split2((float)Td[t][s], (float)Td[t][s + 1], &ts[idx], &ts[h2 + idx]);
-            float2 m = *(const float2 *)&p.Mw[cc + 2 * idx];
-            ttt_split2(m.x, m.y, &ts[2 * h2 + idx], &ts[3 * h2 + idx]);
-        }
+    /* (ch, 4, C, C) bf16: T hi, T lo (here), M hi, M lo (above) */
+    for (int i2 = tid; i2 < h2; i2 += NTHR) {
+        int t = (2 * i2) / DC, s = (2 * i2) % DC;
+        float t0f = (float)Td[t][s], t1f = (float)Td[t][s + 1];
+        if (f32) *(float2 *)&p.Tw[cc + 2 * i2] = make_float2(t0f, t1f);
+        if (ts) ttt_split2(t0f, t1f, &ts[i2], &ts[h2 + i2]);
     }
 }
 
@@ -506,69 +536,62 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
 /* ---------------------------------------------------------------------------------------------
  * delta_fwd_mma: the forward of delta_fwd_seq on the tensor cores, for bf16 inputs with d_k ≤ 128,
  * d_k and d_v multiples of 8 and 16-byte aligned q, k, v (docs/gpu.md "Tensor-core forward").
- * One block of 8 warps per (sequence, 64-column value tile), chunks in order; the same
- * equations as delta_fwd_seq. Every product is m16n8k16 bf16 with fp32 accumulation:
+ * One block of BV/8 warps per (sequence, BV-column value tile), BV = 64 or 128, chunks in order;
+ * the same equations as delta_fwd_seq. Every product is m16n8k16 bf16 with fp32 accumulation:
  *     X = K S, Y = Q S      K, Q are bf16 inputs (exact); S = S_hi + S_lo (two products each)
  *     δ = T R, M δ          T, M, R, δ split in two; T_hi R_hi + T_hi R_lo + T_lo R_hi
  *     S ← Γ S + Kᵀ (λ ⊙ δ)  λ ⊙ δ split in two
  * so every fp32 operand carries 16 significant bits into a product whose sum is fp32, and the
  * dropped T_lo R_lo term is 2^-18 of the product. The state S stays in fp32 registers for the
- * whole sequence (warp w owns rows 16w.. of its tile); only its bf16 split goes to shared memory.
- * K, Q, V, β and Γ of the next chunk are copied with cp.async while this chunk computes, T and M
- * (bf16 splits written by delta_prep) while X and Y are formed. With write_out = 0 it stores the
- * chunk-start states and U for the backward instead of o and ht. */
-#define MBV 64 /* value-tile width */
-#define MSV 72 /* row stride (bf16) of 64-column tiles in shared memory */
+ * whole sequence (each warp owns 16-row × 64-column pieces); only its bf16 split goes to shared
+ * memory. K and the gates of the next chunk are copied with cp.async while this chunk computes;
+ * Q, V and the chunk's T and M (bf16 splits written by delta_prep) while X is formed. One shared
+ * buffer holds R, then δ, then λ ⊙ δ. With write_out = 0 it stores the chunk-start states and U
+ * for the backward instead of o and ht. */
+#define MSC 72 /* row stride (bf16) of C × C tiles in shared memory: ldmatrix rows on distinct banks */
 
 __host__ __device__ constexpr int mma_sk(int ldk) { return ldk + 8; }
-__host__ __device__ constexpr size_t mma_smem_bytes(int ldk) {
-    return 2 * (2 * (size_t)DC * mma_sk(ldk) + (size_t)DC * MSV) * 2 /* K, Q, V ×2 */ +
-           4 * (size_t)DC * MSV * 2 /* T, M splits */ + 2 * (size_t)ldk * MSV * 2 /* S split */ +
-           4 * (size_t)DC * MSV * 2 /* R (then λδ) and δ splits */ +
+__host__ __device__ constexpr size_t mma_smem_bytes(int ldk, int bv) {
+    return 2 * (3 * (size_t)DC * mma_sk(ldk) /* K ×2, Q */ + (size_t)DC * (bv + 8) /* V */ +
+                4 * (size_t)DC * MSC /* T, M splits */ + 2 * (size_t)ldk * (bv + 8) /* S split */ +
+                2 * (size_t)DC * (bv + 8) /* R, δ, λδ split */) +
            2 * 3 * DC * sizeof(float) /* Γ, λ, β ×2 */;
 }
 
-template <int LDK>
-__global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
-    constexpr int SK = mma_sk(LDK);
+template <int LDK, int BV>
+__global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
+    constexpr int SK = mma_sk(LDK), SV = BV + 8, NT = 4 * BV;
     constexpr int NTU = LDK >= 128 ? 8 : 4; /* n-tiles of the state update per warp */
     extern __shared__ float4 sm4[];
-    __nv_bfloat16 *base = (__nv_bfloat16 *)sm4;
-    /* buffer i of K, Q, V at K0 + i·DC·SK, Q0 + i·DC·SK, V0 + i·DC·MSV */
-    __nv_bfloat16 *K0 = base, *Q0 = K0 + 2 * DC * SK, *V0 = Q0 + 2 * DC * SK;
-    __nv_bfloat16 *T1 = V0 + 2 * DC * MSV, *T2 = T1 + DC * MSV, *M1 = T2 + DC * MSV,
-                  *M2 = M1 + DC * MSV;
-    __nv_bfloat16 *S1 = M2 + DC * MSV, *S2 = S1 + LDK * MSV;
-    __nv_bfloat16 *R1 = S2 + LDK * MSV, *R2 = R1 + DC * MSV, *D1 = R2 + DC * MSV,
-                  *D2 = D1 + DC * MSV;
-    float *gts = (float *)(D2 + DC * MSV); /* [2][3][C]: Γ, λ, β of the two buffered chunks */
+    __nv_bfloat16 *K0 = (__nv_bfloat16 *)sm4; /* buffer i at K0 + i·DC·SK */
+    __nv_bfloat16 *Qs = K0 + 2 * DC * SK, *Vs = Qs + DC * SK;
+    __nv_bfloat16 *T1 = Vs + DC * SV, *T2 = T1 + DC * MSC, *M1 = T2 + DC * MSC,
+                  *M2 = M1 + DC * MSC;
+    __nv_bfloat16 *S1 = M2 + DC * MSC, *S2 = S1 + LDK * SV;
+    __nv_bfloat16 *R1 = S2 + LDK * SV, *R2 = R1 + DC * SV;
+    float *gts = (float *)(R2 + DC * SV); /* [2][3][C]: Γ, λ, β of the two buffered chunks */
 
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c2 = 2 * (lane & 3);
-    const int nvt = (p.dv + MBV - 1) / MBV;
-    const int bh = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * MBV, b = bh / p.H, h = bh % p.H;
+    const int nvt = (p.dv + BV - 1) / BV;
+    const int bh = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, b = bh / p.H, h = bh % p.H;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k,
                         *v = (const __nv_bfloat16 *)p.v;
-    /* C × 64 products: rows 16 mt.., n-tiles nt0..nt0+3; the update: rows 16 mu.., n-tiles nu0.. */
+    /* C × BV products: rows 16 mt.., n-tiles nt0..nt0+3; the update: rows 16 mu.., n-tiles
+     * nu0..nu0+NTU−1 */
     const int mt = w & 3, nt0 = 4 * (w >> 2);
-    const int mu = LDK >= 128 ? w : (w & 3), nu0 = LDK >= 128 ? 0 : 4 * (w >> 2);
+    const int mu = LDK >= 128 ? (w & 7) : (w & 3);
+    const int nu0 = LDK >= 128 ? 8 * (w >> 3) : 4 * (w >> 2);
     /* ldmatrix lane offsets: A untransposed (row, col) and B transposed (row, col) */
     const int a_r = lane & 15, a_c = (lane >> 4) * 8;
     const int b_r = (lane & 7) + ((lane >> 3) & 1) * 8, b_c = (lane >> 4) * 8;
 
-    auto load_chunk = [&](int c, int buf) { /* K, Q, V, Γ, λ, β of chunk c → buffer buf */
+    auto load_kg = [&](int c, int buf) { /* K and Γ, λ, β of chunk c → buffer buf */
         const int t0 = c * DC;
-        for (int u = tid; u < DC * (LDK / 8); u += NTHR) {
+        for (int u = tid; u < DC * (LDK / 8); u += NT) {
             int t = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)), gt = t0 + t;
             bool in = gt < p.T && c8 < p.dk;
             size_t o = in ? drow(p, b, gt, h) * p.dk + c8 : 0;
             ttt_cp_async16(K0 + buf * DC * SK + t * SK + c8, k + o, in);
-            ttt_cp_async16(Q0 + buf * DC * SK + t * SK + c8, q + o, in);
-        }
-        for (int u = tid; u < DC * 8; u += NTHR) {
-            int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
-            bool in = gt < p.T && j0 + c8 < p.dv;
-            size_t o = in ? drow(p, b, gt, h) * p.dv + j0 + c8 : 0;
-            ttt_cp_async16(V0 + buf * DC * MSV + t * MSV + c8, v + o, in);
         }
         if (tid < 48) {
             const size_t ch = (size_t)bh * p.nc + c;
@@ -577,24 +600,80 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
             ttt_cp_async16(gts + (buf * 3 + part) * DC + q4, src + ch * DC + q4, true);
         }
     };
-    auto load_tm = [&](int c) {
+    auto load_qvtm = [&](int c) { /* Q, V and the T, M splits of chunk c */
+        const int t0 = c * DC;
+        for (int u = tid; u < DC * (LDK / 8); u += NT) {
+            int t = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)), gt = t0 + t;
+            bool in = gt < p.T && c8 < p.dk;
+            size_t o = in ? drow(p, b, gt, h) * p.dk + c8 : 0;
+            ttt_cp_async16(Qs + t * SK + c8, q + o, in);
+        }
+        for (int u = tid; u < DC * (BV / 8); u += NT) {
+            int t = u / (BV / 8), c8 = 8 * (u % (BV / 8)), gt = t0 + t;
+            bool in = gt < p.T && j0 + c8 < p.dv;
+            size_t o = in ? drow(p, b, gt, h) * p.dv + j0 + c8 : 0;
+            ttt_cp_async16(Vs + t * SV + c8, v + o, in);
+        }
         const __nv_bfloat16 *src = p.Tsw + ((size_t)bh * p.nc + c) * 4 * DC * DC;
-        for (int u = tid; u < 4 * DC * 8; u += NTHR) {
+        for (int u = tid; u < 4 * DC * 8; u += NT) {
             int m = u / (DC * 8), r = (u / 8) % DC, c8 = 8 * (u & 7);
-            ttt_cp_async16(T1 + m * DC * MSV + r * MSV + c8, src + (m * DC + r) * DC + c8, true);
+            ttt_cp_async16(T1 + m * DC * MSC + r * MSC + c8, src + (m * DC + r) * DC + c8, true);
         }
     };
-    /* write the split of S (from the registers) for the next chunk's products */
-    float S[NTU][4];
-    auto store_split = [&](__nv_bfloat16 *hi, __nv_bfloat16 *lo, int row0, int col0,
+    /* a 16 × 8 accumulator tile (rows row0, row0 + 8; columns col0, col0 + 1) as hi + lo */
+    auto store_split = [&](__nv_bfloat16 *hi, __nv_bfloat16 *lo, int stride, int row0, int col0,
                            const float *f) {
-        ttt_split2(f[0], f[1], (__nv_bfloat162 *)(hi + row0 * MSV + col0),
-                   (__nv_bfloat162 *)(lo + row0 * MSV + col0));
-        ttt_split2(f[2], f[3], (__nv_bfloat162 *)(hi + (row0 + 8) * MSV + col0),
-                   (__nv_bfloat162 *)(lo + (row0 + 8) * MSV + col0));
+        ttt_split2(f[0], f[1], (__nv_bfloat162 *)(hi + row0 * stride + col0),
+                   (__nv_bfloat162 *)(lo + row0 * stride + col0));
+        ttt_split2(f[2], f[3], (__nv_bfloat162 *)(hi + (row0 + 8) * stride + col0),
+                   (__nv_bfloat162 *)(lo + (row0 + 8) * stride + col0));
+    };
+    /* acc[0..3] += A (rows 16 mt.., from a1 + a2 split, C × C) · B (split, rows 0..16 mt + 15);
+     * with a2 = NULL, A is exact (one term) */
+    auto tri_product = [&](float (*acc)[4], const __nv_bfloat16 *a1, const __nv_bfloat16 *a2,
+                           const __nv_bfloat16 *bh1, const __nv_bfloat16 *bh2) {
+        for (int kk = 0; kk <= 16 * mt; kk += 16) {
+            uint32_t x1[4], x2[4];
+            ttt_ldsm4(x1, a1 + (16 * mt + a_r) * MSC + kk + a_c);
+            ttt_ldsm4(x2, a2 + (16 * mt + a_r) * MSC + kk + a_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t y1[4], y2[4];
+                int off = (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(y1, bh1 + off);
+                ttt_ldsm4_t(y2, bh2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(acc[2 * np + hh], x1, y1[2 * hh], y1[2 * hh + 1]);
+                    ttt_mma_bf16(acc[2 * np + hh], x1, y2[2 * hh], y2[2 * hh + 1]);
+                    ttt_mma_bf16(acc[2 * np + hh], x2, y1[2 * hh], y1[2 * hh + 1]);
+                }
+            }
+        }
+    };
+    /* acc[0..3] = A (rows 16 mt.. of the C × LDK input tile `in`, exact) · S (split) */
+    auto state_product = [&](float (*acc)[4], const __nv_bfloat16 *in) {
+#pragma unroll 2
+        for (int kk = 0; kk < LDK; kk += 16) {
+            uint32_t a[4];
+            ttt_ldsm4(a, in + (16 * mt + a_r) * SK + kk + a_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t s1[4], s2[4];
+                int off = (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(s1, S1 + off);
+                ttt_ldsm4_t(s2, S2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(acc[2 * np + hh], a, s1[2 * hh], s1[2 * hh + 1]);
+                    ttt_mma_bf16(acc[2 * np + hh], a, s2[2 * hh], s2[2 * hh + 1]);
+                }
+            }
+        }
     };
 
     /* the initial state */
+    float S[NTU][4];
 #pragma unroll
     for (int n = 0; n < NTU; n++)
 #pragma unroll
@@ -603,23 +682,21 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
             S[n][e] = (p.h0 && i < p.dk && j < p.dv) ? p.h0[((size_t)bh * p.dk + i) * p.dv + j]
                                                      : 0.f;
         }
-    if (16 * mu < LDK)
 #pragma unroll
-        for (int n = 0; n < NTU; n++) store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+    for (int n = 0; n < NTU; n++) store_split(S1, S2, SV, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
 
-    load_chunk(0, 0);
+    load_kg(0, 0);
     ttt_cp_async_commit();
     for (int c = 0; c < p.nc; c++) {
         const int buf = c & 1, t0 = c * DC;
         const size_t ch = (size_t)bh * p.nc + c;
-        const __nv_bfloat16 *Kc = K0 + buf * DC * SK, *Qc = Q0 + buf * DC * SK,
-                            *Vc = V0 + buf * DC * MSV;
+        const __nv_bfloat16 *Kc = K0 + buf * DC * SK;
         const float *Gc = gts + buf * 3 * DC, *Lc = Gc + DC, *Bc = Lc + DC;
-        load_tm(c);
+        load_qvtm(c);
         ttt_cp_async_commit();
-        if (c + 1 < p.nc) load_chunk(c + 1, buf ^ 1);
+        if (c + 1 < p.nc) load_kg(c + 1, buf ^ 1);
         ttt_cp_async_commit();
-        ttt_cp_async_wait<2>(); /* this chunk's K, Q, V, gates */
+        ttt_cp_async_wait<2>(); /* this chunk's K and gates */
         __syncthreads();        /* … from every thread; and S's split */
 
         if (!p.write_out) /* the chunk-start state, for the backward */
@@ -633,28 +710,10 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
                             make_float2(S[n][e], S[n][e + 1]);
                 }
 
-        /* X = K S, Y = Q S */
-        float X[4][4] = {}, Y[4][4] = {};
-#pragma unroll 2
-        for (int kk = 0; kk < LDK; kk += 16) {
-            uint32_t ak[4], aq[4];
-            ttt_ldsm4(ak, Kc + (16 * mt + a_r) * SK + kk + a_c);
-            ttt_ldsm4(aq, Qc + (16 * mt + a_r) * SK + kk + a_c);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t s1[4], s2[4];
-                int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
-                ttt_ldsm4_t(s1, S1 + off);
-                ttt_ldsm4_t(s2, S2 + off);
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    ttt_mma_bf16(X[2 * np + hh], ak, s1[2 * hh], s1[2 * hh + 1]);
-                    ttt_mma_bf16(X[2 * np + hh], ak, s2[2 * hh], s2[2 * hh + 1]);
-                    ttt_mma_bf16(Y[2 * np + hh], aq, s1[2 * hh], s1[2 * hh + 1]);
-                    ttt_mma_bf16(Y[2 * np + hh], aq, s2[2 * hh], s2[2 * hh + 1]);
-                }
-            }
-        }
+        float X[4][4] = {};
+        state_product(X, Kc); /* X = K S */
+        ttt_cp_async_wait<1>(); /* Q, V, T, M */
+        __syncthreads();
         /* U = V − Γ ⊙ X, R = β ⊙ U (split) */
 #pragma unroll
         for (int n = 0; n < 4; n++) {
@@ -662,71 +721,31 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
 #pragma unroll
             for (int e = 0; e < 4; e += 2) {
                 int t = 16 * mt + g + 4 * e, jj = 8 * (nt0 + n) + c2;
-                float2 vv = __bfloat1622float2(*(const __nv_bfloat162 *)(Vc + t * MSV + jj));
+                float2 vv = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + t * SV + jj));
                 float u0 = vv.x - Gc[t] * X[n][e], u1 = vv.y - Gc[t] * X[n][e + 1];
                 if (!p.write_out && j0 + jj < p.dv) /* padded rows too: U = 0 there */
                     *(float2 *)&p.Uw[(ch * DC + t) * p.dv + j0 + jj] = make_float2(u0, u1);
                 r[e] = Bc[t] * u0;
                 r[e + 1] = Bc[t] * u1;
             }
-            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, r);
+            store_split(R1, R2, SV, 16 * mt + g, 8 * (nt0 + n) + c2, r);
         }
-        ttt_cp_async_wait<1>(); /* T and M */
         __syncthreads();
-        /* δ = T R (T is lower triangular: k-tiles up to the diagonal) */
         float Dl[4][4] = {};
-        for (int kk = 0; kk <= 16 * mt; kk += 16) {
-            uint32_t a1[4], a2[4];
-            ttt_ldsm4(a1, T1 + (16 * mt + a_r) * MSV + kk + a_c);
-            ttt_ldsm4(a2, T2 + (16 * mt + a_r) * MSV + kk + a_c);
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t r1[4], r2[4];
-                int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
-                ttt_ldsm4_t(r1, R1 + off);
-                ttt_ldsm4_t(r2, R2 + off);
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    ttt_mma_bf16(Dl[2 * np + hh], a1, r1[2 * hh], r1[2 * hh + 1]);
-                    ttt_mma_bf16(Dl[2 * np + hh], a1, r2[2 * hh], r2[2 * hh + 1]);
-                    ttt_mma_bf16(Dl[2 * np + hh], a2, r1[2 * hh], r1[2 * hh + 1]);
-                }
-            }
-        }
-        __syncthreads(); /* R is read by every warp before λ ⊙ δ overwrites it */
-#pragma unroll
-        for (int n = 0; n < 4; n++) {
-            float l[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) l[e] = Lc[16 * mt + g + 8 * (e >> 1)] * Dl[n][e];
-            store_split(D1, D2, 16 * mt + g, 8 * (nt0 + n) + c2, Dl[n]);
-            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, l);
-        }
-        __syncthreads();
+        tri_product(Dl, T1, T2, R1, R2); /* δ = T R (T lower triangular) */
+        __syncthreads();                 /* every warp has read R */
         if (p.write_out) {
-            /* O = scale (Γ ⊙ Y + M δ) */
+#pragma unroll
+            for (int n = 0; n < 4; n++) store_split(R1, R2, SV, 16 * mt + g, 8 * (nt0 + n) + c2, Dl[n]);
+            __syncthreads();
+            /* O = scale (Γ ⊙ Q S + M δ) */
+            float Y[4][4] = {};
+            state_product(Y, Qs);
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) Y[n][e] *= Gc[16 * mt + g + 8 * (e >> 1)];
-            for (int kk = 0; kk <= 16 * mt; kk += 16) {
-                uint32_t a1[4], a2[4];
-                ttt_ldsm4(a1, M1 + (16 * mt + a_r) * MSV + kk + a_c);
-                ttt_ldsm4(a2, M2 + (16 * mt + a_r) * MSV + kk + a_c);
-#pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    uint32_t d1[4], d2[4];
-                    int off = (kk + b_r) * MSV + 8 * (nt0 + 2 * np) + b_c;
-                    ttt_ldsm4_t(d1, D1 + off);
-                    ttt_ldsm4_t(d2, D2 + off);
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        ttt_mma_bf16(Y[2 * np + hh], a1, d1[2 * hh], d1[2 * hh + 1]);
-                        ttt_mma_bf16(Y[2 * np + hh], a1, d2[2 * hh], d2[2 * hh + 1]);
-                        ttt_mma_bf16(Y[2 * np + hh], a2, d1[2 * hh], d1[2 * hh + 1]);
-                    }
-                }
-            }
+            tri_product(Y, M1, M2, R1, R2);
             __nv_bfloat16 *o = (__nv_bfloat16 *)p.o;
 #pragma unroll
             for (int n = 0; n < 4; n++)
@@ -737,9 +756,19 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
                         *(__nv_bfloat162 *)(o + drow(p, b, t0 + t, h) * p.dv + j) =
                             __floats2bfloat162_rn(p.scale * Y[n][e], p.scale * Y[n][e + 1]);
                 }
+            __syncthreads(); /* every warp has read δ and S's split */
         }
+        /* λ ⊙ δ (split) */
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            float l[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) l[e] = Lc[16 * mt + g + 8 * (e >> 1)] * Dl[n][e];
+            store_split(R1, R2, SV, 16 * mt + g, 8 * (nt0 + n) + c2, l);
+        }
+        __syncthreads();
         /* S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ); A = Kᵀ read transposed from K's rows */
-        if (16 * mu < LDK) {
+        {
             const float gl = Gc[DC - 1];
 #pragma unroll
             for (int n = 0; n < NTU; n++)
@@ -753,7 +782,7 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
 #pragma unroll
                 for (int np = 0; np < NTU / 2; np++) {
                     uint32_t e1[4], e2[4];
-                    int off = (kk + b_r) * MSV + 8 * (nu0 + 2 * np) + b_c;
+                    int off = (kk + b_r) * SV + 8 * (nu0 + 2 * np) + b_c;
                     ttt_ldsm4_t(e1, R1 + off);
                     ttt_ldsm4_t(e2, R2 + off);
 #pragma unroll
@@ -765,11 +794,11 @@ __global__ void __launch_bounds__(NTHR, 1) delta_fwd_mma(delta_params p) {
             }
 #pragma unroll
             for (int n = 0; n < NTU; n++)
-                store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+                store_split(S1, S2, SV, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
         }
         __syncthreads(); /* S's split, and every read of this chunk's buffers, are done */
     }
-    if (p.write_out && p.ht && 16 * mu < LDK)
+    if (p.write_out && p.ht)
 #pragma unroll
         for (int n = 0; n < NTU; n++)
 #pragma unroll
@@ -929,7 +958,7 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
     const int t0 = c * DC;
     const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
     const E *v = (const E *)p.v, *dO = (const E *)p.d_o;
-    if (tid == 0) chunk_gates(p, b, h, t0, gam, rho);
+    if (tid < 32) chunk_gates(p, b, h, t0, gam, rho);
     for (int idx = tid; idx < DC * DC; idx += NTHR) {
         int r = idx / DC, s = idx % DC;
         Ts[r * DLC + s] = p.Tw[cc + idx];
@@ -1365,15 +1394,27 @@ static ttt_status delta_seq(delta_params &p, int bwd, cudaStream_t st, ttt_error
     return delta_launch_seq<E, 256>(p, bwd, st, err);
 }
 
-template <int LDK>
+template <int LDK, int BV>
 static ttt_status delta_launch_mma(delta_params &p, cudaStream_t st, ttt_error *err) {
-    size_t sm = mma_smem_bytes(LDK);
-    const unsigned nb = (unsigned)((size_t)p.B * p.H * ((p.dv + MBV - 1) / MBV));
-    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_mma<LDK>,
+    size_t sm = mma_smem_bytes(LDK, BV);
+    const unsigned nb = (unsigned)((size_t)p.B * p.H * ((p.dv + BV - 1) / BV));
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_fwd_mma<LDK, BV>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-    delta_fwd_mma<LDK><<<nb, NTHR, sm, st>>>(p);
+    delta_fwd_mma<LDK, BV><<<nb, 4 * BV, sm, st>>>(p);
     TTT_CUDA_CHECK_LAUNCH("delta_fwd_mma");
     return TTT_OK;
+}
+
+/* The value-tile width of the tensor-core forward: 128 columns (16 warps, K and Q loaded once per
+ * sequence) when that still gives every SM a block, else 64 (twice the blocks). */
+static ttt_status delta_mma(delta_params &p, cudaStream_t st, ttt_error *err) {
+    int dev = 0, sms = 0;
+    TTT_CUDA_CHECK(cudaGetDevice(&dev));
+    TTT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const bool wide = p.dv > 64 && (size_t)p.B * p.H >= (size_t)sms;
+    if (p.dk <= 64)
+        return wide ? delta_launch_mma<64, 128>(p, st, err) : delta_launch_mma<64, 64>(p, st, err);
+    return wide ? delta_launch_mma<128, 128>(p, st, err) : delta_launch_mma<128, 64>(p, st, err);
 }
 
 template <typename E>
@@ -1384,7 +1425,7 @@ static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, tt
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sp));
     delta_prep<E><<<nblk_c, NTHR, sp, st>>>(p, bwd);
     TTT_CUDA_CHECK_LAUNCH("delta_prep");
-    if (p.mma) return p.dk <= 64 ? delta_launch_mma<64>(p, st, err) : delta_launch_mma<128>(p, st, err);
+    if (p.mma) return delta_mma(p, st, err);
     return delta_seq<E>(p, 0, st, err);
 }
 
