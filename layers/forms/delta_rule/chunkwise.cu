@@ -220,13 +220,61 @@ __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params 
         }
 }
 
+/* T = (I + A)⁻¹ (unit lower triangular, A strictly lower) in float64, in 16 × 16 blocks: the
+ * four diagonal blocks by forward substitution, T_tj = −Σ_{j≤s<t} A_ts T_sj (column j by the
+ * four threads 4j..4j+3, which share a warp with the other columns of its block), then the
+ * blocks below the diagonal one block-diagonal at a time, T_ij = −T_ii Σ_{j≤k<i} A_ik T_kj
+ * (docs/gpu.md "Tensor-core forward"). The serial chain is 15 substitution steps and three block
+ * levels rather than 63 steps. W: 3 · 256 doubles of scratch. Ends with __syncthreads. */
+__device__ void chunk_inverse(double (*Ad)[DC + 1], double (*Td)[DC + 1], double *W) {
+    const int tid = threadIdx.x;
+    {
+        const int j = tid >> 2, r = tid & 3, i0 = j & ~15;
+        if (r == 0) {
+            for (int t = 0; t < j; t++) Td[t][j] = 0;
+            Td[j][j] = 1;
+        }
+        __syncwarp();
+        for (int t = i0 + 1; t < i0 + 16; t++) {
+            double acc = 0;
+            if (t > j)
+                for (int s = j + r; s < t; s += 4) acc = fma(Ad[t][s], Td[s][j], acc);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            if (t > j && r == 0) Td[t][j] = -acc;
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    for (int d = 1; d < DC / 16; d++) {
+        const int n = (DC / 16 - d) * 256; /* the blocks (i, i − d), i = d.. */
+        for (int e = tid; e < n; e += NTHR) {
+            int i = d + (e >> 8), jb = i - d, t = 16 * i + ((e >> 4) & 15), col = 16 * jb + (e & 15);
+            double acc = 0;
+            for (int s = 16 * jb; s < 16 * i; s++) acc = fma(Ad[t][s], Td[s][col], acc);
+            W[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < n; e += NTHR) {
+            int i = d + (e >> 8), jb = i - d, rr = (e >> 4) & 15, t = 16 * i + rr,
+                col = 16 * jb + (e & 15);
+            double acc = 0;
+            for (int s = 0; s <= rr; s++)
+                acc = fma(Td[t][16 * i + s], W[(e & ~255) + (s << 4) + (e & 15)], acc);
+            Td[t][col] = -acc;
+        }
+        __syncthreads();
+    }
+}
+
 template <typename E>
 __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
     extern __shared__ double smd[];
     double(*Ad)[DC + 1] = (double(*)[DC + 1])smd;
     double(*Td)[DC + 1] = Ad + DC;
     double *gam = (double *)(Td + DC);
-    int *rho = (int *)(gam + DC);
+    double *W = gam + DC; /* chunk_inverse's scratch */
+    int *rho = (int *)(W + 3 * 256);
     float *bs = (float *)(rho + DC);
     /* G and P (fp32) live where T will be built, the staged inputs where A will be: both are
      * consumed before those are written */
@@ -268,27 +316,7 @@ __global__ void __launch_bounds__(NTHR) delta_prep(delta_params p, int bwd) {
         if (p.Bw) p.Bw[o] = bs[tid];
     }
     __syncthreads();
-    /* T = (I + A)⁻¹, unit lower triangular, T_tj = −Σ_{j≤s<t} A_ts T_sj: column j by the four
-     * threads 4j..4j+3 (one warp holds 8 columns), each summing every fourth s; every thread of
-     * the warp runs all t so that the shuffles see the whole warp. */
-    {
-        const int j = tid >> 2, r = tid & 3;
-        if (r == 0) {
-            for (int t = 0; t < j; t++) Td[t][j] = 0;
-            Td[j][j] = 1;
-        }
-        __syncwarp();
-        for (int t = 1; t < DC; t++) {
-            double acc = 0;
-            if (t > j)
-                for (int s = j + r; s < t; s += 4) acc = fma(Ad[t][s], Td[s][j], acc);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-            if (t > j && r == 0) Td[t][j] = -acc;
-            __syncwarp();
-        }
-    }
-    __syncthreads(); /* every column of T is complete before any thread stores it */
+    chunk_inverse(Ad, Td, W);
     /* (ch, 4, C, C) bf16: T hi, T lo (here), M hi, M lo (above) */
     for (int i2 = tid; i2 < h2; i2 += NTHR) {
         int t = (2 * i2) / DC, s = (2 * i2) % DC;
@@ -1229,7 +1257,7 @@ __global__ void delta_bwd_gate(delta_params p) {
 /* ---- host side ---- */
 
 static size_t delta_prep_smem(void) {
-    return sizeof(double) * (2 * (size_t)DC * (DC + 1) + DC) + sizeof(int) * DC +
+    return sizeof(double) * (2 * (size_t)DC * (DC + 1) + DC + 3 * 256) + sizeof(int) * DC +
            sizeof(float) * DC;
 }
 static size_t delta_bwd_cc_smem(void) {
