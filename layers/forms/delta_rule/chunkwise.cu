@@ -1433,13 +1433,19 @@ static ttt_status delta_launch_mma(delta_params &p, cudaStream_t st, ttt_error *
     return TTT_OK;
 }
 
-/* The value-tile width of the tensor-core forward: 128 columns (16 warps, K and Q loaded once per
- * sequence) when that still gives every SM a block, else 64 (twice the blocks). */
+/* The value-tile width of the tensor-core forward. A block of 128 columns (16 warps, K and Q
+ * loaded once per sequence) took 1.64× the time of a 64-column block (8 warps) on an H200 for
+ * twice the work, so 128 columns are chosen when the 64-column grid needs at least twice as many
+ * waves of blocks (one block per SM) as the 128-column grid: B·H = 128 on 132 SMs gives 1 wave
+ * against 2 (docs/gpu.md "Tensor-core forward"). */
 static ttt_status delta_mma(delta_params &p, cudaStream_t st, ttt_error *err) {
     int dev = 0, sms = 0;
     TTT_CUDA_CHECK(cudaGetDevice(&dev));
     TTT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const bool wide = p.dv > 64 && (size_t)p.B * p.H >= (size_t)sms;
+    const size_t bh = (size_t)p.B * p.H, sm = (size_t)(sms > 0 ? sms : 1);
+    const size_t waves64 = (bh * ((p.dv + 63) / 64) + sm - 1) / sm;
+    const size_t waves128 = (bh * ((p.dv + 127) / 128) + sm - 1) / sm;
+    const bool wide = waves64 >= 2 * waves128;
     if (p.dk <= 64)
         return wide ? delta_launch_mma<64, 128>(p, st, err) : delta_launch_mma<64, 64>(p, st, err);
     return wide ? delta_launch_mma<128, 128>(p, st, err) : delta_launch_mma<128, 64>(p, st, err);
