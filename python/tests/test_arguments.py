@@ -39,6 +39,8 @@ def test_the_default_query_scale_is_d_k_to_the_minus_half():
     # bound; docs/hardening.md "Portable tolerances"), T = 12, d = 64; one token's β 1 % larger
     # is told apart
     tol = 6 * 2.0 ** -24 * np.sqrt((d + 3) * q.shape[1])
+    print("default scale against float64: ratio %.3f"
+          % (np.abs(o - o64).max() / (tol * np.abs(o64).max())))
     assert np.abs(o - o64).max() <= tol * np.abs(o64).max()
     beta_x = beta.copy()
     beta_x[0, 2, 0] *= 1.01
@@ -118,6 +120,8 @@ def test_beta_is_named_beta_and_may_be_a_number():
         # ε = 2^-24 of the sum (c = 3 over that exact bound); the sum without the first token's
         # is told apart
         total = g["beta"].sum(dtype=np.float64)
+        print("scalar beta gradient: ratio %.3f"
+              % (abs(float(g_s["beta"]) - total) / (3 * 2.0 ** -24 * abs(total))))
         assert abs(float(g_s["beta"]) - total) <= 3 * 2.0 ** -24 * abs(total)
         assert abs(float(g_s["beta"]) - (total - g["beta"][0, 0, 0])) > 3 * 2.0 ** -24 * abs(total)
         assert np.array_equal(g_s["q"], g["q"])

@@ -64,6 +64,7 @@ def test_kda_hard_resets_of_key_rows(form):
     kw = _reset_inputs()
     o_ref, s_ref = ttt.reference("kda", **kw)
     o, s = library(form)(**kw)
+    print("kda resets (%s): ratio %.3f" % (form, max(_rel(o, o_ref), _rel(s, s_ref)) / TOL))
     assert _rel(o, o_ref) <= TOL and _rel(s, s_ref) <= TOL, (_rel(o, o_ref), _rel(s, s_ref))
     # a reset moved to another key dimension of the same token must be seen
     la = kw["log_alpha"].copy()
@@ -83,6 +84,7 @@ def test_a_scalar_gate_per_key_is_the_gated_delta_rule():
     o_s, s_s = ttt.Layer("gated_deltanet", scale=1.0, form="recurrent").forward(**kw)
     o_v, s_v = library("recurrent")(scale=1.0, **vec)
     two = 2 * tol(67, 16)  # two float32 runs: the sum of their bounds
+    print("kda scalar gate: ratio %.3f" % (max(_rel(o_v, o_s), _rel(s_v, s_s)) / two))
     assert _rel(o_v, o_s) <= two and _rel(s_v, s_s) <= two
     # a per-key gate that differs in one dimension is not
     vec["log_alpha"][0, :, 0, 3] -= 0.5
@@ -116,6 +118,7 @@ def test_kda_backward_equals_the_reference_gradient(form, resets):
         scale = b[fin].abs().max().item()
         # float32 forward and backward over T = 9 tokens against float64 (grad_tol: 9.0e-6)
         err = (a[fin] - b[fin]).abs().max().item()
+        print("kda gradient %s (%s): ratio %.3f" % (name, form, err / (grad_tol(9, 4) * scale)))
         assert err <= grad_tol(9, 4) * scale, (name, err, scale)
     # the comparison sees a gradient of the wrong gate: the reference at a perturbed log alpha
     la = t["log_alpha"].detach().clone()
