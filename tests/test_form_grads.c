@@ -16,20 +16,29 @@
  *
  * Tolerances (|got − want| ≤ atol + rtol·max|want|, want the reference; "measured" = the largest
  * max-abs error / max|want| over all cases and inputs when this was written):
- *   FD_RTOL 2e-5 for (ii). The float64 central difference with h = 1e-6·max(1, |x|) has
- *     truncation ~h²·|L'''| ≈ 1e-11 and cancellation ~1e-16·|L|/h ≈ 1e-9: exact far below what is
- *     measured. The tape gradient is float32 through ~10² ops (T = 11 tokens, solves, chunk
- *     boundaries); with unit roundoff 6e-8 and O(1) conditioning it carries ~1e-7…1e-6 relative
- *     error (measured ≤ 6e-7 for linear attention, the delta rule and Titans, composed and fused).
- *   FD_RTOL_DUAL 1e-4 for the TTT-Linear dual form: its gradient runs through LN twice and
- *     through LN's second derivative, whose terms scale like r³ = (var + eps)^(−3/2); in the
- *     d = 5, b = 3 draw the gradients reach 170 (O(1…10) elsewhere) and the float32 error
- *     1.4e-5 of max|fd| for the composed form, 2.6e-6 for the fused one (measured; the fused
- *     backward does the per-row LN reductions in double), consistent with float32 rounding
- *     amplified by those large second derivatives. Dropping any single term of the fused
- *     backward (the second-derivative r term, either lr term, a dK or dG contribution, the
- *     residual) fails (ii), (iii) and (iv) for the dual form (checked by hand on a copy of
- *     layers/forms/ttt_linear/dual_grad.c).
+ *   (ii) and (v) hold a float32 tape gradient against float64 central differences, each side
+ *     bounded on its own (fd_tolerance below; docs/hardening.md "Portable tolerances"):
+ *     - the differences: D(h) with h = 1e-6·max(1, |x|) carries the truncation c·h², estimated
+ *       by halving the step (D(h) − D(h/2) = ¾c·h², so c·h² = 4/3·|D(h) − D(h/2)|, which also
+ *       carries the rounding of both quotients), plus the rounding of the two float64 losses,
+ *       each within 6ε₆₄·√(n·T)·Σ|R ⊙ outputs| (ε₆₄ = 2^-53; n as below), divided by 2h. The
+ *       largest over the elements is the comparison's absolute term (1e-10…1e-8 of the
+ *       gradients: the float64 side is exact far below the float32 one);
+ *     - the float32 gradient: the backward walk of the forms below, 6ε·√(2·n·T) of max|want|,
+ *       times the conditioning the walk does not count:
+ *       · the cumulative log gates. The forms sum G = cumsum(max(log α, −104)) within a chunk in
+ *         double and keep it as float32, so every factor exp(G_i − G_j) carries a relative
+ *         error up to ε·(|G_i| + |G_j|) ≤ 2ε·G_max, G_max the largest |G| of a chunk; a
+ *         gradient entry sums such factors through the forward and the backward's dG, so
+ *         2·2ε·G_max is added. Ordinary gates (G_max ≤ 5.5) make it ~1e-6; hard resets make
+ *         G_max 104 per reset in a chunk (5 resets in the parallel cases: 520, 1.2e-4);
+ *       · for the TTT-Linear dual form, the layer norm: a rounding of z's terms, ε·Σ|terms|,
+ *         moves LN(z) by r = (var + eps)^(-1/2) times that, so the walk is multiplied by
+ *         κ = max over the norms of r·max_j(|b_j| + Σ_l |x_l W_lj|) (from the float64 run; 7
+ *         to 36 in these draws, where the d = 5, b = 3 draw reaches gradients of 170).
+ *     Control: the differences of the same call with the third key 1 % larger reject the tape's
+ *     gradient w.r.t. q, every case and path (a bound loose enough to let a changed input pass
+ *     fails it); and test_harness_detects_wrong_gradient rejects one element off by 1e-3.
  *   (i), (iii), (iv) and the fused forward compare two float32 paths: each is bounded against
  *     the exact result and the sum of the two bounds is accepted (walk_rtol below; docs/hardening.md
  *     "Portable tolerances"). A path rounds every state entry through n = 4d + T + 10 operations
@@ -53,10 +62,6 @@
 #include "fused_grad.h"
 #include "testutil.h"
 #include "internal.h"
-
-#define FD_RTOL 2e-5
-#define FD_RTOL_DUAL 1e-4
-#define FD_ATOL 1e-6
 
 /* The sum of two float32 paths' bounds, relative to max|want| (the top of the file): 2·6ε·√(m·n·T)
  * with n = 4·max(d_k, d_v) + T + 10, m = 2 for gradients (forward and backward), 1 for outputs. */
@@ -240,15 +245,16 @@ static void ref_titans(const gcase *c, double *const *x, double *O, double *S, d
     }
 }
 
-/* Layer norm without affine (biased variance), eps as the ttt_linear model; y and, when g is
- * given, the backward r·(g − mean g − ŷ mean(g ⊙ ŷ)) into dx. */
-static void ref_ln(double *y, const double *z, int d) {
+/* Layer norm without affine (biased variance), eps as the ttt_linear model: y; returns
+ * r = (var + eps)^(-1/2). */
+static double ref_ln(double *y, const double *z, int d) {
     double m = 0.0, var = 0.0;
     for (int j = 0; j < d; j++) m += z[j];
     m /= d;
     for (int j = 0; j < d; j++) var += (z[j] - m) * (z[j] - m);
     const double r = 1.0 / sqrt(var / d + (double)TTT_LINEAR_DUAL_LN_EPS);
     for (int j = 0; j < d; j++) y[j] = (z[j] - m) * r;
+    return r;
 }
 
 /* TTT-Linear, primal mini-batch GD (docs/math.md §1 mini-batch rule, §2 TTT reconstruction, §5.4
@@ -256,8 +262,24 @@ static void ref_ln(double *y, const double *z, int d) {
  * ℓ = ½‖LN(k W_0 + b_0) − (v − k)‖², token i reads with
  * W_i = W_0 − (1/(i+1)) Σ_{j ≤ i} lr_j k_jᵀ g_j,
  * b_i likewise, o_i = q_i + LN(q_i W_i + b_i); the block ends with W_{n−1}, b_{n−1}. */
+/* κ of the last ref_dual run: the largest r·max_j(|b_j| + Σ_l |x_l W_lj|) over its layer norms,
+ * the factor by which they amplify a relative rounding of their input's terms (fd_tolerance). */
+static double ref_dual_kappa;
+
+/* r·max_j(|b_j| + Σ_l |x_l W_lj|) for z = x W + b normalized with r = (var + eps)^(-1/2). */
+static double ln_kappa(const double *x, const double *W, const double *b, double r, int d) {
+    double m = 0.0;
+    for (int j = 0; j < d; j++) {
+        double a = fabs(b[j]);
+        for (int l = 0; l < d; l++) a += fabs(x[l] * W[l * d + j]);
+        m = fmax(m, a);
+    }
+    return r * m;
+}
+
 static void ref_dual(const gcase *c, double *const *x, double *O, double *W, double *bias) {
     const int T = c->T, d = c->d_k, B = c->C;
+    ref_dual_kappa = 0.0;
     double W0[64 * 64], b0[64], Gs[64 * 64], z[64], y[64], g[64 * 64], gb[64];
     memcpy(W, x[IN_S0], sizeof(double) * (size_t)d * d);
     memcpy(bias, x[IN_X], sizeof(double) * (size_t)d);
@@ -283,6 +305,7 @@ static void ref_dual(const gcase *c, double *const *x, double *O, double *W, dou
             m /= d;
             for (int j = 0; j < d; j++) var += (z[j] - m) * (z[j] - m);
             const double r = 1.0 / sqrt(var / d + (double)TTT_LINEAR_DUAL_LN_EPS);
+            ref_dual_kappa = fmax(ref_dual_kappa, ln_kappa(kt, W0, b0, r, d));
             for (int j = 0; j < d; j++) {
                 dy[j] = y[j] - (vt[j] - kt[j]);
                 sdy += dy[j];
@@ -300,7 +323,7 @@ static void ref_dual(const gcase *c, double *const *x, double *O, double *W, dou
                 z[j] = bias[j];
                 for (int l = 0; l < d; l++) z[j] += qt[l] * W[l * d + j];
             }
-            ref_ln(y, z, d);
+            ref_dual_kappa = fmax(ref_dual_kappa, ln_kappa(qt, W, bias, ref_ln(y, z, d), d));
             for (int j = 0; j < d; j++) O[(size_t)t * d + j] = qt[j] + y[j];
         }
     }
@@ -323,13 +346,28 @@ static double ref_loss(const problem *p, double *const *x, double **scratch) {
     return L;
 }
 
-/* Central differences of the float64 loss w.r.t. every element of input i. */
-static double *fd_grad(const problem *p, int i) {
+/* Σ|R ⊙ outputs| of the float64 run at x: the scale of the float64 loss's rounding. */
+static double ref_loss_abs(const problem *p, double *const *x, double **scratch) {
+    ref_run(p->c, x, scratch[0], scratch[1], scratch[2]);
+    double a = 0.0;
+    for (int o = 0; o < 3; o++)
+        for (size_t e = 0; e < p->n_out[o]; e++) a += fabs((double)p->R[o][e] * scratch[o][e]);
+    return a;
+}
+
+/* Central differences D(h) of the float64 loss w.r.t. every element of input i. *err (may be
+ * NULL) gets their largest error estimate (the top of the file): 4/3·|D(h) − D(h/2)| for the
+ * truncation, plus 2·6ε₆₄·√(n·T)·Σ|R ⊙ outputs| / (2h) for the two losses' rounding. */
+static double *fd_grad_err(const problem *p, int i, double *err) {
+    const gcase *c = p->c;
     double *g = zalloc(p->n[i] * sizeof(double));
     double *scratch[3];
     for (int o = 0; o < 3; o++) scratch[o] = zalloc((p->n_out[o] + 1) * sizeof(double));
     double *x[N_IN];
     for (int j = 0; j < N_IN; j++) x[j] = p->x[j];
+    const double n = 4.0 * (c->d_k > c->d_v ? c->d_k : c->d_v) + c->T + 10;
+    const double lround = 6 * 0x1p-53 * sqrt(n * c->T) * ref_loss_abs(p, x, scratch);
+    double worst = 0.0;
     for (size_t e = 0; e < p->n[i]; e++) {
         const double x0 = x[i][e], h = 1e-6 * fmax(1.0, fabs(x0));
         if (!isfinite(x0)) { /* a −inf gate: the derivative's limit, α·(…) → 0 (docs/math.md §0
@@ -337,14 +375,81 @@ static double *fd_grad(const problem *p, int i) {
             g[e] = 0.0;
             continue;
         }
-        x[i][e] = x0 + h;
-        const double lp = ref_loss(p, x, scratch);
-        x[i][e] = x0 - h;
-        const double lm = ref_loss(p, x, scratch);
+        double D[2];
+        for (int k = 0; k < 2; k++) {
+            const double hk = k ? h / 2 : h;
+            x[i][e] = x0 + hk;
+            const double lp = ref_loss(p, x, scratch);
+            x[i][e] = x0 - hk;
+            const double lm = ref_loss(p, x, scratch);
+            D[k] = (lp - lm) / (2.0 * hk);
+        }
         x[i][e] = x0;
-        g[e] = (lp - lm) / (2.0 * h);
+        g[e] = D[0];
+        worst = fmax(worst, 4.0 / 3.0 * fabs(D[0] - D[1]) + 2 * lround / (2 * h));
     }
+    if (err) *err = worst;
     return g;
+}
+static double *fd_grad(const problem *p, int i) { return fd_grad_err(p, i, NULL); }
+
+/* The float32 side of a comparison with the differences, relative to max|want| (the top of the
+ * file): 6ε·√(2·n·T)·κ + 2·2ε·G_max, κ the dual form's layer-norm conditioning (1 elsewhere),
+ * G_max the largest |cumsum(max(log α, −104))| within a chunk. */
+static double fd_rtol(const problem *p) {
+    const gcase *c = p->c;
+    const double eps = 0x1p-24, n = 4.0 * (c->d_k > c->d_v ? c->d_k : c->d_v) + c->T + 10;
+    double kappa = 1.0, gmax = 0.0;
+    if (c->fam == FAM_DUAL) {
+        double *scratch[3];
+        for (int o = 0; o < 3; o++) scratch[o] = zalloc((p->n_out[o] + 1) * sizeof(double));
+        ref_run(c, p->x, scratch[0], scratch[1], scratch[2]);
+        kappa = fmax(1.0, ref_dual_kappa);
+    }
+    if (p->n[IN_LA]) {
+        const int gd = c->gate == GATE_VECTOR ? c->d_k : 1;
+        for (int t0 = 0; t0 < c->T; t0 += c->C)
+            for (int j = 0; j < gd; j++) {
+                double G = 0.0;
+                for (int t = t0; t < t0 + c->C && t < c->T; t++) {
+                    G += fmax(p->x[IN_LA][(size_t)t * gd + j], (double)TTT_GATE_RESET);
+                    gmax = fmax(gmax, fabs(G));
+                }
+            }
+    }
+    return 6 * eps * sqrt(2 * n * c->T) * kappa + 2 * 2 * eps * gmax;
+}
+
+/* The differences of every input of p (NULL where absent) and their error estimates; *gall
+ * gets the largest |difference| over all inputs. */
+static void fd_all(const problem *p, double **fd, double *atol, double *gall) {
+    *gall = 0.0;
+    for (int i = 0; i < N_IN; i++) {
+        fd[i] = NULL, atol[i] = 0.0;
+        if (!p->n[i]) continue;
+        fd[i] = fd_grad_err(p, i, &atol[i]);
+        for (size_t e = 0; e < p->n[i]; e++) *gall = fmax(*gall, fabs(fd[i][e]));
+    }
+}
+
+/* tu_close of input i's tape gradient against its differences. The scale of the float32
+ * bound is max|want| of the input, except for log α: its gradient is a reverse cumulative sum
+ * of per-token terms dG (fused_grad.c) made of the same products as q's and k's gradients, so
+ * its rounding is on their scale, the largest gradient entry over all inputs (gall), while its
+ * value can be a cancelling sum far below them (3e-3 against 6 in the long-span case, whose
+ * e^-165 decays leave each gate little influence). */
+#define fd_close(p, i, got, fd, atol, rtol, gall, msg, len)                                     \
+    ((i) == IN_LA ? tu_close((got), (fd), (p)->n[i], (atol) + (rtol) * (gall), 0.0, msg, len)   \
+                  : tu_close((got), (fd), (p)->n[i], (atol), (rtol), msg, len))
+
+/* The control of every comparison with the differences: the same problem with the third key
+ * 1 % larger (its float and float64 values). */
+static void perturb_key(problem *p) {
+    for (int j = 0; j < p->c->d_k; j++) {
+        float *kf = p->f[IN_K] + 2 * p->c->d_k + j;
+        *kf *= 1.01f;
+        p->x[IN_K][2 * p->c->d_k + j] = *kf;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -468,15 +573,26 @@ static void check_fd(const gcase *c, path_t path, uint64_t seed) {
     draw(&p, c, seed);
     run_out r;
     run_tape(&r, &p, path);
+    const double rtol = fd_rtol(&p);
+    double *fd[N_IN], atol[N_IN], gall;
+    fd_all(&p, fd, atol, &gall);
     for (int i = 0; i < N_IN; i++) {
         if (!p.n[i]) continue;
-        double *fd = fd_grad(&p, i);
         char msg[512];
-        const double rtol = c->fam == FAM_DUAL ? FD_RTOL_DUAL : FD_RTOL;
-        int ok = tu_close(r.grad[i], fd, p.n[i], FD_ATOL, rtol, msg, sizeof msg);
+        int ok = fd_close(&p, i, r.grad[i], fd[i], atol[i], rtol, gall, msg, sizeof msg);
         ck_assert_msg(ok, "%s (%s): d/d%s: %s", c->name,
                       path == PATH_FUSED ? "fused" : "composed", in_names[i], msg);
     }
+    /* the control: the differences of the call with the third key 1 % larger */
+    problem px;
+    draw(&px, c, seed);
+    perturb_key(&px);
+    double *fdx = fd_grad(&px, IN_Q);
+    tu_ratio_quiet = 1;
+    ck_assert_msg(!tu_close(r.grad[IN_Q], fdx, p.n[IN_Q], atol[IN_Q], rtol, NULL, 0),
+                  "%s (%s): d/dq passes as the gradient of a perturbed key", c->name,
+                  path == PATH_FUSED ? "fused" : "composed");
+    tu_ratio_quiet = 0;
 }
 
 START_TEST(test_composed_fd) {
@@ -500,12 +616,16 @@ START_TEST(test_harness_detects_wrong_gradient) {
     draw(&p, c, 7);
     run_out r;
     run_tape(&r, &p, PATH_COMPOSED);
-    double *fd = fd_grad(&p, IN_LA);
-    ck_assert(tu_close(r.grad[IN_LA], fd, p.n[IN_LA], FD_ATOL, FD_RTOL, NULL, 0));
+    double *fd[N_IN], atol[N_IN], gall;
+    fd_all(&p, fd, atol, &gall);
+    const double rtol = fd_rtol(&p);
+    ck_assert(fd_close(&p, IN_LA, r.grad[IN_LA], fd[IN_LA], atol[IN_LA], rtol, gall, NULL, 0));
     double mx = 0.0;
-    for (size_t e = 0; e < p.n[IN_LA]; e++) mx = fmax(mx, fabs(fd[e]));
+    for (size_t e = 0; e < p.n[IN_LA]; e++) mx = fmax(mx, fabs(fd[IN_LA][e]));
     r.grad[IN_LA][3] += (float)(1e-3 * mx);
-    ck_assert(!tu_close(r.grad[IN_LA], fd, p.n[IN_LA], FD_ATOL, FD_RTOL, NULL, 0));
+    tu_ratio_quiet = 1;
+    ck_assert(!fd_close(&p, IN_LA, r.grad[IN_LA], fd[IN_LA], atol[IN_LA], rtol, gall, NULL, 0));
+    tu_ratio_quiet = 0;
 }
 END_TEST
 
@@ -542,15 +662,17 @@ START_TEST(test_resets_fd) {
         const char *pn = path ? "fused" : "composed";
         run_out r;
         run_tape(&r, &p, path ? PATH_FUSED : PATH_COMPOSED);
+        const double rtol = fd_rtol(&p); /* with the resets' G_max */
+        double *fd[N_IN], atol[N_IN], gall;
+        fd_all(&p, fd, atol, &gall);
         for (int i = 0; i < N_IN; i++) {
             if (!p.n[i]) continue;
-            double *fd = fd_grad(&p, i);
             char msg[512];
-            const int ok = tu_close(r.grad[i], fd, p.n[i], FD_ATOL, FD_RTOL, msg, sizeof msg);
+            const int ok = fd_close(&p, i, r.grad[i], fd[i], atol[i], rtol, gall, msg, sizeof msg);
             ck_assert_msg(ok, "%s (%s, resets): d/d%s: %s", c->name, pn, in_names[i], msg);
             tu_ratio_quiet = 1; /* a control: its passing elements are no margin */
             if (i == IN_Q || i == IN_LA)
-                ck_assert_msg(!tu_close(r.grad[i], fd_grad(&p0, i), p.n[i], FD_ATOL, FD_RTOL,
+                ck_assert_msg(!fd_close(&p, i, r.grad[i], fd_grad(&p0, i), atol[i], rtol, gall,
                                         NULL, 0),
                               "%s (%s): d/d%s with resets passes as the one without", c->name,
                               pn, in_names[i]);
@@ -763,16 +885,30 @@ START_TEST(test_fused_vector_long_span) {
         p.f[IN_LA][e] = -6.0f - 3.0f * (float)((e * 7) % 11) / 10.0f;
         p.x[IN_LA][e] = p.f[IN_LA][e];
     }
+    const double rtol = fd_rtol(&p); /* G_max ≈ 200: the chunk's summed gates */
+    problem px = p; /* the control: the third key 1 % larger */
+    px.f[IN_K] = zalloc(p.n[IN_K] * sizeof(float));
+    px.x[IN_K] = zalloc(p.n[IN_K] * sizeof(double));
+    memcpy(px.f[IN_K], p.f[IN_K], p.n[IN_K] * sizeof(float));
+    memcpy(px.x[IN_K], p.x[IN_K], p.n[IN_K] * sizeof(double));
+    perturb_key(&px);
     for (int path = 0; path < 2; path++) {
         run_out r;
         run_tape(&r, &p, path ? PATH_FUSED : PATH_COMPOSED);
+        double *fd[N_IN], atol[N_IN], gall;
+        fd_all(&p, fd, atol, &gall);
         for (int i = 0; i < N_IN; i++) {
             if (!p.n[i]) continue;
-            double *fd = fd_grad(&p, i);
             char msg[512];
-            int ok = tu_close(r.grad[i], fd, p.n[i], FD_ATOL, FD_RTOL, msg, sizeof msg);
+            int ok = fd_close(&p, i, r.grad[i], fd[i], atol[i], rtol, gall, msg, sizeof msg);
             ck_assert_msg(ok, "%s: d/d%s: %s", path ? "fused" : "composed", in_names[i], msg);
         }
+        double *fdx = fd_grad(&px, IN_Q);
+        tu_ratio_quiet = 1;
+        ck_assert_msg(!tu_close(r.grad[IN_Q], fdx, p.n[IN_Q], atol[IN_Q], rtol, NULL, 0),
+                      "%s: d/dq passes as the gradient of a perturbed key",
+                      path ? "fused" : "composed");
+        tu_ratio_quiet = 0;
     }
 }
 END_TEST
@@ -1151,23 +1287,40 @@ START_TEST(test_rope_grad) {
     double *xd = zalloc(x->n * sizeof(double)), *yd = zalloc(x->n * sizeof(double));
     for (size_t e = 0; e < x->n; e++) xd[e] = x->data[e];
     ref_rope(yd, xd, T, d, pos0, base);
-    TU_ASSERT_CLOSE(y->data, yd, x->n, 1e-6, 1e-6); /* float32 rounding of one rotation */
+    /* The op rotates in double and rounds once to float32 (rope_op.c): within ε·|y| of the
+     * double rotation, whose own error (a few ε₆₄) is far below; c = 3 over that exact bound. */
+    const double eps = 0x1p-24;
+    TU_ASSERT_CLOSE(y->data, yd, x->n, 0.0, 3 * eps);
     ttt_backward_from(ctx, y, R);
-    double *fd = zalloc(x->n * sizeof(double));
-    for (size_t e = 0; e < x->n; e++) {
-        const double x0 = xd[e], h = 1e-6;
-        double lp = 0.0, lm = 0.0;
-        xd[e] = x0 + h;
-        ref_rope(yd, xd, T, d, pos0, base);
-        for (size_t j = 0; j < x->n; j++) lp += R[j] * yd[j];
-        xd[e] = x0 - h;
-        ref_rope(yd, xd, T, d, pos0, base);
-        for (size_t j = 0; j < x->n; j++) lm += R[j] * yd[j];
-        xd[e] = x0;
-        fd[e] = (lp - lm) / (2 * h);
+    /* Central differences of the double loss Σ R ⊙ rope(x) (pos_shift 1: the control, the rows
+     * one position further on). The loss is linear in x, so the differences have no truncation;
+     * each loss, a double sum of n products, is within (n + 2)·ε₆₄·Σ|R ⊙ y| of the exact one,
+     * and the quotient carries twice that over 2h. */
+    double *fd[2], fd_err = 0.0;
+    for (int pos_shift = 0; pos_shift < 2; pos_shift++) {
+        fd[pos_shift] = zalloc(x->n * sizeof(double));
+        for (size_t e = 0; e < x->n; e++) {
+            const double x0 = xd[e], h = 1e-6;
+            double lp = 0.0, lm = 0.0, la = 0.0;
+            xd[e] = x0 + h;
+            ref_rope(yd, xd, T, d, pos0 + pos_shift, base);
+            for (size_t j = 0; j < x->n; j++) lp += R[j] * yd[j], la += fabs(R[j] * yd[j]);
+            xd[e] = x0 - h;
+            ref_rope(yd, xd, T, d, pos0 + pos_shift, base);
+            for (size_t j = 0; j < x->n; j++) lm += R[j] * yd[j], la += fabs(R[j] * yd[j]);
+            xd[e] = x0;
+            fd[pos_shift][e] = (lp - lm) / (2 * h);
+            fd_err = fmax(fd_err, (double)(x->n + 2) * 0x1p-53 * la / (2 * h));
+        }
     }
-    /* the backward is one float32 rotation of R: ~1e-7 relative */
-    TU_ASSERT_CLOSE(gx, fd, x->n, 1e-6, 1e-5);
+    /* The backward is the inverse rotation of R in double, rounded once to float32: ε·|g|,
+     * c = 3 as above, plus the differences' own error. */
+    TU_ASSERT_CLOSE(gx, fd[0], x->n, fd_err, 3 * eps);
+    if (d >= 2) { /* the control: the gradient at the next position (a one-pass rope has none) */
+        tu_ratio_quiet = 1;
+        ck_assert(!tu_close(gx, fd[1], x->n, fd_err, 3 * eps, NULL, 0));
+        tu_ratio_quiet = 0;
+    }
 }
 END_TEST
 

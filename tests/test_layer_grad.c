@@ -2,22 +2,29 @@
  * registered optimizer (including Muon's Newton–Schulz iterations and momentum state) and every
  * fast-weight model, against central finite differences of the same float32 forward.
  *
- * Tolerance: the forward is float32, so a central difference with step h carries a rounding error
- * of about eps_f32*|L|/h plus a truncation error c*h^2. Newton-Schulz and Adam's first steps are
- * strongly curved (measured: with h = 1e-2, 3e-3, 1e-3 the plain central difference for Muon
- * misses the tape value by 0.32, 0.03, 0.003 -- the h^2 law -- while h = 3e-4 is already lost in
- * float32 rounding). So the difference is Richardson-extrapolated, D* = (4 D(h/2) - D(h))/3 with
- * h = 4e-3, which cancels the h^2 term; what remains is rounding, about 2e-7*|L|/h = 1e-4
- * (the loss is summed in double from the float32 outputs, so the loss tensor's own roundings
- * are not part of it). We accept 2e-3*max|grad| + 1e-4 + 2*|D(h) - D(h/2)|: the last term is
- * the difference's own uncertainty, measured rather than assumed, as in
- * tests/test_contract_optim.c. Newton-Schulz amplifies float32 rounding into the loss (a^steps
- * near small singular values), so for Muon the two differences can disagree by more than the
- * fixed part covers, and by how much depends on the BLAS's rounding: one element of the Muon case
- * came to 0.88 of the fixed bound under OpenBLAS's Haswell kernels (0.47 with Cooperlake's),
- * |D(h) - D(h/2)| = 1.3e-3 there. A wrong
- * backward (a missing term, a transposed matrix, a dropped decay) is off by O(max|grad|), and
- * the test is checked to fail on such a bug (see perturbed_backward_is_detected). */
+ * Tolerance (docs/hardening.md "Portable tolerances"): the differences are of the float32 forward,
+ * so each term is bounded on its own, with n = 4D + T + 10 roundings per state entry per token (a
+ * D-term product, a norm's or a block's sums over at most T terms, a few element-wise; the count
+ * of tests/test_layer.c), ε = 2^-24:
+ *   - the tape gradient against the exact one: its forward and backward repeat those n roundings,
+ *     independent from token to token over non-expanding steps, a walk of deviation ε·√(2n·T),
+ *     c = 6, on the scale of the largest gradient entry over all the leaves (as
+ *     closed_form_case below says why): 6ε·√(2n·T)·max|g| (6.5e-6·max|g| at T = 6, D = 3);
+ *   - the rounding of the differences: each float32-forward loss (summed in double from the
+ *     float32 outputs, so the loss tensor's own roundings are not part of it) is within
+ *     δL = 6ε·√(n·T)·(Σ|r⊙o| + Σ|r2⊙W|) of the exact one, the same walk on the loss's scale. The
+ *     Richardson-extrapolated difference D* = (4 D(h/2) − D(h))/3 with h = 4e-3 (it cancels the
+ *     h² term: Newton–Schulz and Adam's first steps are strongly curved; with h = 1e-2, 3e-3,
+ *     1e-3 the plain central difference for Muon misses the tape value by 0.32, 0.03, 0.003,
+ *     while h = 3e-4 is already lost in float32 rounding) carries (4·2δL/h + δL/h)/3 = 3δL/h;
+ *   - what the walk does not count: D*'s truncation (its h⁴ term) and the rounding that
+ *     Newton–Schulz amplifies (a^steps near small singular values, ~4^5 for LaCT's
+ *     coefficients), estimated by halving the step: D*' = (4 D(h/4) − D(h/2))/3 has a
+ *     sixteenth of D*'s h⁴ term and twice its rounding, so |D* − D*'| is of their size; c = 2
+ *     over that estimate.
+ * A wrong backward (a missing term, a transposed matrix, a dropped decay) is off by
+ * O(max|grad|), and the test is checked to fail on such a bug (see
+ * perturbed_backward_is_detected). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +35,6 @@
 typedef struct grad_case {
     const char *yaml; /* the layer */
     int gates;        /* 0 none, 1 scalar log_alpha */
-    double rtol;      /* relative tolerance (0 = the default 2e-3, see the top of the file) */
 } grad_case;
 
 typedef struct inputs {
@@ -138,16 +144,19 @@ static int check_case(const grad_case *c, uint64_t seed, double grad_scale) {
     run_loss(&L, &in, c->gates, r, r2, 1);
     for (int i = 0; i < 5; i++)
         for (size_t j = 0; j < in.n[i]; j++) in.grad[i][j] *= (float)grad_scale;
-    const double h = 4e-3;
+    const double h = 4e-3, eps = 0x1p-24, n = 4 * D + T + 10;
+    run_loss(&L, &in, c->gates, r, r2, 0);
+    const double dL = 6 * eps * sqrt(n * T) * last_abs_loss; /* a loss's rounding */
     const char *names[5] = {"q", "k", "v", "eta", "log_alpha"};
-    for (int i = 0; i < (c->gates ? 5 : 4); i++) {
-        double gmax = 0;
+    double gmax = 0; /* the largest gradient entry over the leaves */
+    for (int i = 0; i < (c->gates ? 5 : 4); i++)
         for (size_t j = 0; j < in.n[i]; j++) gmax = fmax(gmax, fabs(in.grad[i][j]));
+    for (int i = 0; i < (c->gates ? 5 : 4); i++) {
         for (size_t j = 0; j < in.n[i]; j++) {
             float x0 = in.buf[i][j];
-            double D[2];
-            for (int e = 0; e < 2; e++) {
-                const float step = (float)(e ? h / 2 : h);
+            double D[3];
+            for (int e = 0; e < 3; e++) {
+                const float step = (float)(h / (1 << e));
                 in.buf[i][j] = x0 + step;
                 double lp = run_loss(&L, &in, c->gates, r, r2, 0);
                 in.buf[i][j] = x0 - step;
@@ -156,9 +165,8 @@ static int check_case(const grad_case *c, uint64_t seed, double grad_scale) {
                 D[e] = (lp - lm) / ((double)(x0 + step) - (double)(x0 - step));
             }
             in.buf[i][j] = x0;
-            double fd = (4 * D[1] - D[0]) / 3;
-            const double rtol = c->rtol > 0 ? c->rtol : 2e-3;
-            const double tol = rtol * gmax + 1e-4 + 2 * fabs(D[0] - D[1]);
+            const double fd = (4 * D[1] - D[0]) / 3, fd2 = (4 * D[2] - D[1]) / 3;
+            const double tol = 6 * eps * sqrt(2 * n * T) * gmax + 3 * dL / h + 2 * fabs(fd - fd2);
             if (control) fails += !(fabs(fd - in.grad[i][j]) <= tol);
             else
                 TU_ASSERT_LE(fabs(fd - in.grad[i][j]), tol,
@@ -173,30 +181,26 @@ static int check_case(const grad_case *c, uint64_t seed, double grad_scale) {
 }
 
 static const grad_case cases[] = {
-    {"layer: {model: linear, loss: squared, mini_batch: 1, form: generic}", 0, 0},
+    {"layer: {model: linear, loss: squared, mini_batch: 1, form: generic}", 0},
     {"layer: {model: linear, loss: squared, form: generic, optimizer: {name: sgd, "
-     "decay_placement: coupled}}", 1, 0},
-    {"layer: {model: linear, loss: dot, mini_batch: 4, form: generic}", 1, 0},
+     "decay_placement: coupled}}", 1},
+    {"layer: {model: linear, loss: dot, mini_batch: 4, form: generic}", 1},
     {"layer: {model: linear, loss: squared, mini_batch: 4, form: generic, optimizer: {name: "
-     "momentum, lr: 0.5, momentum: 0.8}}", 1, 0},
+     "momentum, lr: 0.5, momentum: 0.8}}", 1},
     {"layer: {model: linear, loss: squared, mini_batch: 3, steps: per_token, form: generic, "
-     "optimizer: {name: momentum, lr: 0.5, momentum: 0.8, nesterov: true}}", 1, 0},
+     "optimizer: {name: momentum, lr: 0.5, momentum: 0.8, nesterov: true}}", 1},
     {"layer: {model: linear, loss: squared, mini_batch: 3, form: generic, optimizer: {name: muon, "
-     "lr: 0.3, momentum: 0.9}}", 0, 0},
+     "lr: 0.3, momentum: 0.9}}", 0},
     {"layer: {model: linear, loss: squared, mini_batch: 3, form: generic, optimizer: {name: muon, "
-     "lr: 0.3, coefficients: lact, nesterov: false}}", 0,
-     /* LaCT's per-step polynomials have slope ~4 near zero, so five steps amplify float32
-      * rounding in the small singular directions ~4^5 = 1e3 times: the float32 loss itself is
-      * noisier, measured at ~3e-3 max|grad| in the extrapolated difference */
-     1e-2},
+     "lr: 0.3, coefficients: lact, nesterov: false}}", 0},
     {"layer: {model: swiglu, loss: dot, mini_batch: 6, order: apply_then_update, form: generic, "
-     "optimizer: {name: large_batch, lr: 0.5, muon: true, momentum: 0.5}}", 0, 0},
+     "optimizer: {name: large_batch, lr: 0.5, muon: true, momentum: 0.5}}", 0},
     {"layer: {model: linear, loss: squared, mini_batch: 2, form: generic, optimizer: {name: "
-     "adam, lr: 0.1}}", 0, 0},
+     "adam, lr: 0.1}}", 0},
     {"layer: {model: ttt_linear, loss: recon, mini_batch: 4, position_scale: inverse, form: "
-     "generic}", 0, 0},
-    {"layer: {model: ttt_mlp, loss: recon, mini_batch: 3, form: generic, optimizer: {lr: 0.1}}", 0, 0},
-    {"layer: {model: linear, loss: squared, form: generic, normalize: rms}", 0, 0},
+     "generic}", 0},
+    {"layer: {model: ttt_mlp, loss: recon, mini_batch: 3, form: generic, optimizer: {lr: 0.1}}", 0},
+    {"layer: {model: linear, loss: squared, form: generic, normalize: rms}", 0},
 };
 
 START_TEST(gradients_through_the_inner_loop) {
