@@ -839,6 +839,268 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * delta_bwd_mma: delta_bwd_seq on the tensor cores (bf16 inputs, the conditions of
+ * delta_fwd_mma; docs/gpu.md "Tensor-core backward"). One block of 8 warps per (sequence,
+ * 64-column value tile), chunks in reverse; dS (the gradient of the chunk-end state) stays in fp32
+ * registers. Per chunk, with the products and splits of the forward:
+ *     Z = K dS                              K exact, dS split
+ *     dδ = scale Mᵀ dO + λ ⊙ Z              Mᵀ split (read transposed), dO exact (a bf16 input)
+ *     dR = Tᵀ dδ,  d_v = β ⊙ dR             Tᵀ and dδ split
+ *     dS ← Γ_{C−1} dS + Qᵀ (scale Γ ⊙ dO) + Kᵀ (−β ⊙ Γ ⊙ dR)   Qᵀ, Kᵀ exact, the rest split
+ * It writes the chunk-end gradients and dR for delta_bwd_cc and delta_bwd_qk, d_v and d_h0. */
+__host__ __device__ constexpr size_t mma_bwd_smem_bytes(int ldk) {
+    return 2 * (3 * (size_t)DC * mma_sk(ldk) /* K ×2, Q */ + (size_t)DC * 72 /* dO */ +
+                4 * (size_t)DC * MSC /* T, M splits */ + 2 * (size_t)ldk * 72 /* dS split */ +
+                4 * (size_t)DC * 72 /* dδ (then −βΓ dR) and scale Γ dO splits */) +
+           2 * 3 * DC * sizeof(float);
+}
+
+template <int LDK>
+__global__ void __launch_bounds__(NTHR, 1) delta_bwd_mma(delta_params p) {
+    constexpr int SK = mma_sk(LDK), BV = 64, SV = 72;
+    constexpr int NTU = LDK >= 128 ? 8 : 4;
+    extern __shared__ float4 sm4[];
+    __nv_bfloat16 *K0 = (__nv_bfloat16 *)sm4;
+    __nv_bfloat16 *Qs = K0 + 2 * DC * SK, *Os = Qs + DC * SK;
+    __nv_bfloat16 *T1 = Os + DC * SV, *T2 = T1 + DC * MSC, *M1 = T2 + DC * MSC,
+                  *M2 = M1 + DC * MSC;
+    __nv_bfloat16 *S1 = M2 + DC * MSC, *S2 = S1 + LDK * SV;
+    __nv_bfloat16 *R1 = S2 + LDK * SV, *R2 = R1 + DC * SV, *A1 = R2 + DC * SV,
+                  *A2 = A1 + DC * SV;
+    float *gts = (float *)(A2 + DC * SV);
+
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c2 = 2 * (lane & 3);
+    const int nvt = (p.dv + BV - 1) / BV;
+    const int bh = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, b = bh / p.H, h = bh % p.H;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k,
+                        *dO = (const __nv_bfloat16 *)p.d_o;
+    const int mt = w & 3, nt0 = 4 * (w >> 2);
+    const int mu = LDK >= 128 ? w : (w & 3), nu0 = LDK >= 128 ? 0 : 4 * (w >> 2);
+    const int a_r = lane & 15, a_c = (lane >> 4) * 8;
+    const int b_r = (lane & 7) + ((lane >> 3) & 1) * 8, b_c = (lane >> 4) * 8;
+    /* A transposed (Aᵀ of a tile stored by rows k): row and column offsets */
+    const int t_r = (lane >> 4) * 8 + (lane & 7), t_c = ((lane >> 3) & 1) * 8;
+
+    auto load_kg = [&](int c, int buf) {
+        const int t0 = c * DC;
+        for (int u = tid; u < DC * (LDK / 8); u += NTHR) {
+            int t = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)), gt = t0 + t;
+            bool in = gt < p.T && c8 < p.dk;
+            size_t o = in ? drow(p, b, gt, h) * p.dk + c8 : 0;
+            ttt_cp_async16(K0 + buf * DC * SK + t * SK + c8, k + o, in);
+        }
+        if (tid < 48) {
+            const size_t ch = (size_t)bh * p.nc + c;
+            const float *src = tid < 16 ? p.Gw : tid < 32 ? p.Lw : p.Bw;
+            int part = tid >> 4, q4 = 4 * (tid & 15);
+            ttt_cp_async16(gts + (buf * 3 + part) * DC + q4, src + ch * DC + q4, true);
+        }
+    };
+    auto load_qotm = [&](int c) {
+        const int t0 = c * DC;
+        for (int u = tid; u < DC * (LDK / 8); u += NTHR) {
+            int t = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)), gt = t0 + t;
+            bool in = gt < p.T && c8 < p.dk;
+            size_t o = in ? drow(p, b, gt, h) * p.dk + c8 : 0;
+            ttt_cp_async16(Qs + t * SK + c8, q + o, in);
+        }
+        for (int u = tid; u < DC * (BV / 8); u += NTHR) {
+            int t = u / (BV / 8), c8 = 8 * (u % (BV / 8)), gt = t0 + t;
+            bool in = gt < p.T && j0 + c8 < p.dv;
+            size_t o = in ? drow(p, b, gt, h) * p.dv + j0 + c8 : 0;
+            ttt_cp_async16(Os + t * SV + c8, dO + o, in);
+        }
+        const __nv_bfloat16 *src = p.Tsw + ((size_t)bh * p.nc + c) * 4 * DC * DC;
+        for (int u = tid; u < 4 * DC * 8; u += NTHR) {
+            int m = u / (DC * 8), r = (u / 8) % DC, c8 = 8 * (u & 7);
+            ttt_cp_async16(T1 + m * DC * MSC + r * MSC + c8, src + (m * DC + r) * DC + c8, true);
+        }
+    };
+    auto store_split = [&](__nv_bfloat16 *hi, __nv_bfloat16 *lo, int row0, int col0,
+                           const float *f) {
+        ttt_split2(f[0], f[1], (__nv_bfloat162 *)(hi + row0 * SV + col0),
+                   (__nv_bfloat162 *)(lo + row0 * SV + col0));
+        ttt_split2(f[2], f[3], (__nv_bfloat162 *)(hi + (row0 + 8) * SV + col0),
+                   (__nv_bfloat162 *)(lo + (row0 + 8) * SV + col0));
+    };
+
+    float S[NTU][4]; /* dS */
+#pragma unroll
+    for (int n = 0; n < NTU; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 16 * mu + g + 8 * (e >> 1), j = j0 + 8 * (nu0 + n) + c2 + (e & 1);
+            S[n][e] = (p.d_ht && i < p.dk && j < p.dv)
+                          ? p.d_ht[((size_t)bh * p.dk + i) * p.dv + j]
+                          : 0.f;
+        }
+#pragma unroll
+    for (int n = 0; n < NTU; n++) store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+
+    load_kg(p.nc - 1, (p.nc - 1) & 1);
+    ttt_cp_async_commit();
+    for (int c = p.nc - 1; c >= 0; c--) {
+        const int buf = c & 1, t0 = c * DC;
+        const size_t ch = (size_t)bh * p.nc + c;
+        const __nv_bfloat16 *Kc = K0 + buf * DC * SK;
+        const float *Gc = gts + buf * 3 * DC, *Lc = Gc + DC, *Bc = Lc + DC;
+        load_qotm(c);
+        ttt_cp_async_commit();
+        if (c > 0) load_kg(c - 1, buf ^ 1);
+        ttt_cp_async_commit();
+        ttt_cp_async_wait<2>();
+        __syncthreads();
+
+        /* the chunk-end gradient, for delta_bwd_qk */
+#pragma unroll
+        for (int n = 0; n < NTU; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + n) + c2;
+                if (i < p.dk && j < p.dv)
+                    *(float2 *)&p.dSw[(ch * p.dk + i) * p.dv + j] =
+                        make_float2(S[n][e], S[n][e + 1]);
+            }
+        /* Z = K dS */
+        float Z[4][4] = {};
+#pragma unroll 2
+        for (int kk = 0; kk < LDK; kk += 16) {
+            uint32_t a[4];
+            ttt_ldsm4(a, Kc + (16 * mt + a_r) * SK + kk + a_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t s1[4], s2[4];
+                int off = (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(s1, S1 + off);
+                ttt_ldsm4_t(s2, S2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(Z[2 * np + hh], a, s1[2 * hh], s1[2 * hh + 1]);
+                    ttt_mma_bf16(Z[2 * np + hh], a, s2[2 * hh], s2[2 * hh + 1]);
+                }
+            }
+        }
+        ttt_cp_async_wait<1>(); /* Q, dO, T, M */
+        __syncthreads();
+        /* dδ = scale Mᵀ dO + λ ⊙ Z; (Mᵀ)_ts = M_st vanishes for s < t: k-tiles from the diagonal */
+        float Dd[4][4] = {};
+        for (int kk = 16 * mt; kk < DC; kk += 16) {
+            uint32_t x1[4], x2[4];
+            ttt_ldsm4_t(x1, M1 + (kk + t_r) * MSC + 16 * mt + t_c);
+            ttt_ldsm4_t(x2, M2 + (kk + t_r) * MSC + 16 * mt + t_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t y[4];
+                ttt_ldsm4_t(y, Os + (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(Dd[2 * np + hh], x1, y[2 * hh], y[2 * hh + 1]);
+                    ttt_mma_bf16(Dd[2 * np + hh], x2, y[2 * hh], y[2 * hh + 1]);
+                }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                Dd[n][e] = fmaf(p.scale, Dd[n][e], Lc[16 * mt + g + 8 * (e >> 1)] * Z[n][e]);
+            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, Dd[n]);
+        }
+        __syncthreads();
+        /* dR = Tᵀ dδ (T lower triangular: k-tiles from the diagonal) */
+        float dR[4][4] = {};
+        for (int kk = 16 * mt; kk < DC; kk += 16) {
+            uint32_t x1[4], x2[4];
+            ttt_ldsm4_t(x1, T1 + (kk + t_r) * MSC + 16 * mt + t_c);
+            ttt_ldsm4_t(x2, T2 + (kk + t_r) * MSC + 16 * mt + t_c);
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t y1[4], y2[4];
+                int off = (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c;
+                ttt_ldsm4_t(y1, R1 + off);
+                ttt_ldsm4_t(y2, R2 + off);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(dR[2 * np + hh], x1, y1[2 * hh], y1[2 * hh + 1]);
+                    ttt_mma_bf16(dR[2 * np + hh], x1, y2[2 * hh], y2[2 * hh + 1]);
+                    ttt_mma_bf16(dR[2 * np + hh], x2, y1[2 * hh], y1[2 * hh + 1]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp has read dδ */
+        __nv_bfloat16 *dv = (__nv_bfloat16 *)p.d_v;
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            float a1[4], a2[4];
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int t = 16 * mt + g + 4 * e, jj = 8 * (nt0 + n) + c2, j = j0 + jj;
+                if (j < p.dv) {
+                    *(float2 *)&p.dRw[(ch * DC + t) * p.dv + j] =
+                        make_float2(dR[n][e], dR[n][e + 1]);
+                    if (dv && t0 + t < p.T)
+                        *(__nv_bfloat162 *)(dv + drow(p, b, t0 + t, h) * p.dv + j) =
+                            __floats2bfloat162_rn(Bc[t] * dR[n][e], Bc[t] * dR[n][e + 1]);
+                }
+                float2 o2 = __bfloat1622float2(*(const __nv_bfloat162 *)(Os + t * SV + jj));
+                float sg = p.scale * Gc[t], bg = -Bc[t] * Gc[t];
+                a1[e] = sg * o2.x;
+                a1[e + 1] = sg * o2.y;
+                a2[e] = bg * dR[n][e];
+                a2[e + 1] = bg * dR[n][e + 1];
+            }
+            store_split(A1, A2, 16 * mt + g, 8 * (nt0 + n) + c2, a1);
+            store_split(R1, R2, 16 * mt + g, 8 * (nt0 + n) + c2, a2);
+        }
+        __syncthreads();
+        /* dS ← Γ_{C−1} dS + Qᵀ a1 + Kᵀ a2 */
+        {
+            const float gl = Gc[DC - 1];
+#pragma unroll
+            for (int n = 0; n < NTU; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) S[n][e] *= gl;
+#pragma unroll
+            for (int kk = 0; kk < DC; kk += 16) {
+                uint32_t aq[4], ak[4];
+                ttt_ldsm4_t(aq, Qs + (kk + t_r) * SK + 16 * mu + t_c);
+                ttt_ldsm4_t(ak, Kc + (kk + t_r) * SK + 16 * mu + t_c);
+#pragma unroll
+                for (int np = 0; np < NTU / 2; np++) {
+                    uint32_t e1[4], e2[4], f1[4], f2[4];
+                    int off = (kk + b_r) * SV + 8 * (nu0 + 2 * np) + b_c;
+                    ttt_ldsm4_t(e1, A1 + off);
+                    ttt_ldsm4_t(e2, A2 + off);
+                    ttt_ldsm4_t(f1, R1 + off);
+                    ttt_ldsm4_t(f2, R2 + off);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        ttt_mma_bf16(S[2 * np + hh], aq, e1[2 * hh], e1[2 * hh + 1]);
+                        ttt_mma_bf16(S[2 * np + hh], aq, e2[2 * hh], e2[2 * hh + 1]);
+                        ttt_mma_bf16(S[2 * np + hh], ak, f1[2 * hh], f1[2 * hh + 1]);
+                        ttt_mma_bf16(S[2 * np + hh], ak, f2[2 * hh], f2[2 * hh + 1]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < NTU; n++)
+                store_split(S1, S2, 16 * mu + g, 8 * (nu0 + n) + c2, S[n]);
+        }
+        __syncthreads();
+    }
+    if (p.d_h0)
+#pragma unroll
+        for (int n = 0; n < NTU; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + n) + c2;
+                if (i < p.dk && j < p.dv)
+                    *(float2 *)&p.d_h0[((size_t)bh * p.dk + i) * p.dv + j] =
+                        make_float2(S[n][e], S[n][e + 1]);
+            }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * delta_bwd_seq: one block per (sequence, value tile), chunks in reverse order; dS (the gradient
  * with respect to the chunk-end state, starting from d_ht) stays in shared memory. Per chunk:
  *     store dS (the chunk-end gradient, for delta_bwd_qk)
@@ -1463,10 +1725,25 @@ static ttt_status delta_launch_fwd(delta_params &p, int bwd, cudaStream_t st, tt
     return delta_seq<E>(p, 0, st, err);
 }
 
+template <int LDK>
+static ttt_status delta_launch_bwd_mma(delta_params &p, cudaStream_t st, ttt_error *err) {
+    size_t sm = mma_bwd_smem_bytes(LDK);
+    const unsigned nb = (unsigned)((size_t)p.B * p.H * ((p.dv + 63) / 64));
+    TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_mma<LDK>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+    delta_bwd_mma<LDK><<<nb, NTHR, sm, st>>>(p);
+    TTT_CUDA_CHECK_LAUNCH("delta_bwd_mma");
+    return TTT_OK;
+}
+
 template <typename E>
 static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *err) {
     TTT_TRY(delta_launch_fwd<E>(p, 1, st, err));
-    TTT_TRY(delta_seq<E>(p, 1, st, err));
+    if (p.mma)
+        TTT_TRY(p.dk <= 64 ? delta_launch_bwd_mma<64>(p, st, err)
+                           : delta_launch_bwd_mma<128>(p, st, err));
+    else
+        TTT_TRY(delta_seq<E>(p, 1, st, err));
     const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
     size_t sm = delta_bwd_cc_smem();
     TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_cc<E>,
