@@ -112,6 +112,7 @@
 #include "blas.h"
 #include "fault.h"
 #include "data.h"
+#include "mixer.h"
 #include "seqmodel.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -147,8 +148,9 @@ static const ttt_option benchmark_options[] = {
      "OpenMP thread counts to measure (train_step: also the shards of the batch); 0 = the "
      "machine's cores"},
     {"gates", TTT_OPT_CHOICE, "auto", TTT_NO_RANGE, "auto|none|scalar|vector",
-     "forward: per-token gates log α: auto = vector for gla, scalar for mamba2 and "
-     "gated_deltanet, none otherwise (a preset's constant decay still applies)"},
+     "forward: per-token gates log α: auto = the preset's own gate (its block's `gate`: "
+     "vector for gla and kda, scalar for mamba2, gated_deltanet and titans), none otherwise (a "
+     "preset's constant decay still applies)"},
     {"split", TTT_OPT_CHOICE, "heads", TTT_NO_RANGE, "heads|sequence",
      "forward: what the threads share: heads = the heads split over the threads (one sequence "
      "per thread); sequence = the heads one after another, each call given all the threads (for "
@@ -262,13 +264,23 @@ static void sgemm_probe_free(sgemm_probe *p) {
 
 /* The form a sequence model's TTT layers run in a training step: tape recorded, with the gates
  * and learning rates the model feeds them. */
-static const char *train_form_used(const ttt_seq_model_config *mc) {
+static const ttt_form_entry *train_form_entry(const ttt_seq_model_config *mc) {
     ttt_form_inputs in = ttt_form_inputs_plain(&mc->layer, 0, 1);
     in.eta = mc->eta != TTT_ETA_NONE;
     in.gate = mc->gate == TTT_GATE_VECTOR ? TTT_FORM_GATE_KEY
               : mc->gate == TTT_GATE_NONE ? TTT_FORM_GATE_NONE
                                           : TTT_FORM_GATE_TOKEN;
-    return ttt_layer_form_used(&mc->layer, &in);
+    return ttt_form_choose(&mc->layer, &in, NULL);
+}
+
+static const char *train_form_used(const ttt_seq_model_config *mc) {
+    const ttt_form_entry *e = train_form_entry(mc);
+    return e ? e->form : "none";
+}
+
+/* The mixer is a TTT layer built from the `layer:` section (its registry entry's answer). */
+static int uses_layer(const ttt_seq_model_config *mc) {
+    return ttt_mixer_at(mc->mixer)->uses_layer;
 }
 
 /* The FLOPs of the form that runs L for inputs `in` (the registry entry's count), or NAN. */
@@ -646,7 +658,7 @@ static void dump_meta(strlist *meta, const ttt_task_run *run, const ttt_seq_mode
     strlist_add(meta, "resolved.head_dim");
     strlist_add(meta, "%d", mc->head_dim);
     strlist_add(meta, "resolved.form");
-    strlist_add(meta, "%s", mc->mixer == TTT_MIXER_TTT ? train_form_used(mc) : "");
+    strlist_add(meta, "%s", uses_layer(mc) ? train_form_used(mc) : "");
     strlist_add(meta, "resolved.chunk");
     strlist_add(meta, "%d", mc->layer.chunk);
     strlist_add(meta, "resolved.theta");
@@ -881,10 +893,11 @@ static ttt_status bench_train_step(ttt_task_run *run, ttt_error *err) {
     const ttt_train_config tc = bc->trained.train;
     char mixer[128];
     ttt_seq_model_describe(&mc, mixer, sizeof mixer);
-    const int ttt_mixer = mc.mixer == TTT_MIXER_TTT;
+    const int ttt_mixer = uses_layer(&mc);
     const char *preset = ttt_mixer && mc.layer.preset ? mc.layer.preset : mixer;
     const char *form = ttt_mixer ? train_form_used(&mc) : "softmax";
-    const int chunked = ttt_mixer && strcmp(form, "chunkwise") == 0;
+    const ttt_form_entry *fe = ttt_mixer ? train_form_entry(&mc) : NULL;
+    const int chunked = fe && fe->chunked;
     ttt_status s = TTT_OK;
     for (int li = 0; li < bc->seq_len.n && s == TTT_OK; li++) {
         const int L = (int)bc->seq_len.v[li];
@@ -1288,12 +1301,14 @@ static ttt_status bench_selective(ttt_task_run *run, ttt_error *err) {
     return s;
 }
 
+/* gates: auto — the preset's own answer: the forget gate of its block in the trained model
+ * (ttt_block_defaults.gate, layers/layer.h), a gate per token (scalar) or per token and key
+ * dimension (vector); a constant or per-head gate, a tuple without a preset: none. */
 static int gates_kind(const bench_cfg *bc, const ttt_layer *L) {
     if (bc->gates >= 0) return bc->gates;
-    if (!L->preset) return 0;
-    if (strcmp(L->preset, "gla") == 0) return 2;
-    if (strcmp(L->preset, "mamba2") == 0 || strcmp(L->preset, "gated_deltanet") == 0) return 1;
-    return 0;
+    const ttt_preset *p = L->preset ? ttt_preset_find(L->preset) : NULL;
+    const char *g = p && p->block.gate ? p->block.gate : "none";
+    return strcmp(g, "vector") == 0 ? 2 : strcmp(g, "scalar") == 0 ? 1 : 0;
 }
 
 static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
@@ -1392,7 +1407,8 @@ static ttt_status benchmark_run(ttt_task_run *run, ttt_error *err) {
                     ttt_record_str(&rec, "preset", L.preset ? L.preset : layer_name);
                     ttt_record_str(&rec, "form", form_used);
                     ttt_record_str(&rec, "gates", gates == 2 ? "vector" : gates ? "scalar" : "none");
-                    if (strcmp(form_used, "chunkwise") == 0 || strcmp(form_used, "scan") == 0)
+                    const ttt_form_entry *fe = ttt_form_choose(&L, &in, NULL);
+                    if (fe && fe->chunked)
                         ttt_record_num(&rec, "chunk", L.chunk); /* scan: its least block */
                     ttt_record_num(&rec, "T", T);
                     ttt_record_num(&rec, "d_head", d);
