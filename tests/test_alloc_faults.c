@@ -405,7 +405,7 @@ static const char ttt_mixer_yaml[] =
     "layer: {model: linear, loss: squared, form: generic, optimizer: {name: learned}}\n"
     "train: {steps: 1, batch: 2, shards: 1, threads: 1, log_every: 1, eval_every: 1,\n"
     "        checkpoint_every: 0}\n";
-/* Two heads on two threads, each with its own arena (benchmark.c bench_forward). */
+/* Two heads on two threads, each with its own arena (src/tasks/bench_forward.c, ttt_bench_forward). */
 static const char bench_yaml[] = "task: {kind: benchmark, tokens: [16], head_dims: [4], heads: "
                                  "[2], threads: [2], repeats: 1}\nlayer: {preset: ttt_mlp}\n";
 

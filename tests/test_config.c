@@ -1,4 +1,4 @@
-/* Tests of src/io/config.c: locations, error messages, schemas, --set overrides, sweeps, writing. */
+/* Tests of src/config/config_*.c: locations, error messages, schemas, --set overrides, sweeps, writing. */
 #include <check.h>
 #include <signal.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Sharing a sweep among processes without MPI (src/app/plan.h, src/io/point_records.h,
+/* Sharing a sweep among processes without MPI (src/app/plan.h, src/results/point_records.h,
  * docs/scaling.md "Sweeps over ranks and jobs"): points are given to owners by estimated cost,
  * a point's records survive the trip through its part file bit for bit, a part of another
  * configuration is not taken for the point's, and the communicator of one process is a copy.

@@ -203,7 +203,7 @@ static void via_va_list(ttt_strbuf *b, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* config.c declares its builders as `= {0}`: a zeroed struct must be an empty builder. */
+/* src/config declares its builders as `= {0}`: a zeroed struct must be an empty builder. */
 START_TEST(zeroed_struct_is_an_empty_builder) {
     ttt_strbuf z = {0};
     ttt_strbuf_printf(&z, "%s%d", "x", 1);

@@ -182,6 +182,8 @@ typedef struct ttt_form_entry {
      * by registry order; 0 = never chosen by auto (only when asked for by name). The numbers
      * encode measured speed (docs/forms.md "How `auto` chooses"). */
     int auto_rank;
+    /* Nonzero when forward runs in blocks of layer.chunk tokens (results name the chunk). */
+    int chunked;
     /* NULL when the entry computes layer L for inputs `in`; otherwise a sentence saying why not
      * (ending in what to do instead). in == NULL asks about the tuple alone: whether some call
      * of this layer can use the entry. */

@@ -782,7 +782,7 @@ FORMAT = "ttt-export-1"
 
 def read_safetensors(path):
     """({name: numpy array}, metadata) of a .safetensors file (the format of
-    src/io/safetensors.h: an 8-byte little-endian header length, a JSON header, the data).
+    src/results/safetensors.h: an 8-byte little-endian header length, a JSON header, the data).
     BF16 is widened to float32 (its bits are float32's upper half)."""
     with open(path, "rb") as f:
         raw = f.read()
@@ -924,7 +924,7 @@ def config_values(config_yaml, point=0, where="ttt.config"):
 
 
 def _resolve(values):
-    """The values a dump records as resolved.* (src/tasks/benchmark.c), from the configuration:
+    """The values a dump records as resolved.* (src/tasks/bench_dump.c), from the configuration:
     the head width (0 = d_model / heads), the write strength θ = layer.optimizer.lr."""
     v = dict(values)
     D = int(v["model.head_dim"])

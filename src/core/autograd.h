@@ -108,9 +108,19 @@ typedef void (*ttt_backward_fn)(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 
 #define TTT_TAPE_NARGS 4
 
+/* What an entry is to a reader of the graph (src/train/export.c), set by the op that records it;
+ * most ops are none of these. */
+typedef enum ttt_tape_kind {
+    TTT_TAPE_OTHER,
+    TTT_TAPE_PRODUCT,   /* out = op(in[0]) op(in[1]) (ttt_matmul; iarg[1]: in[1] transposed) */
+    TTT_TAPE_SUM,       /* out = in[0] + in[1], in[1] broadcast over rows (ttt_add) */
+    TTT_TAPE_JOIN_COLS, /* out = [in[0] | in[1] | …] side by side (ttt_concat_cols) */
+} ttt_tape_kind;
+
 struct ttt_tape_entry {
     ttt_backward_fn backward;
     const char *name;           /* op name, for ttt_tape_print and error messages */
+    ttt_tape_kind kind;         /* what the op is to a reader of the graph */
     ttt_tensor *out;            /* the op's result */
     ttt_tensor **in;            /* (n_in) inputs; an entry may be NULL (an absent optional input) */
     int n_in;

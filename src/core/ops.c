@@ -229,6 +229,7 @@ ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt
     if (e) {
         e->iarg[0] = trans_a;
         e->iarg[1] = trans_b;
+        e->kind = TTT_TAPE_PRODUCT;
     }
     return c;
 }
@@ -419,7 +420,7 @@ static ttt_tensor *binary(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b
             binop_vv(r->data + i * cols, a->data + i * cols, b->data, cols, op);
     }
     ttt_tape_entry *e = RECORD(ctx, name, binary_backward, r, a, b);
-    if (e) e->iarg[0] = (int)op;
+    if (e) e->iarg[0] = (int)op, e->kind = op == BINOP_ADD ? TTT_TAPE_SUM : TTT_TAPE_OTHER;
     return r;
 }
 
@@ -1611,7 +1612,9 @@ ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int 
                        w * sizeof(float));
         c0 += w;
     }
-    if (ctx->grad) record_named(ctx, "concat_cols", concat_cols_backward, r, parts, n);
+    ttt_tape_entry *e = ctx->grad ? record_named(ctx, "concat_cols", concat_cols_backward, r,
+                                                 parts, n) : NULL;
+    if (e) e->kind = TTT_TAPE_JOIN_COLS;
     return r;
 }
 

@@ -246,7 +246,9 @@ static ttt_status memory_run(ttt_task_run *run, ttt_error *err) {
 }
 
 static int memory_hebbian(const ttt_memory_cfg *mc) {
-    return strcmp(mc->L.model->name, "linear") == 0 && strcmp(mc->L.loss->name, "dot") == 0 &&
+    /* a Hebbian write: a linear map and a loss whose gradient does not depend on the weights
+     * (the model's and the loss's own traits, model.h), no forgetting, uncorrelated keys */
+    return (mc->L.model->traits & TTT_MODEL_LINEAR_MAP) && mc->L.loss->z_free &&
            mc->L.decay == 1.0f && mc->spec.correlation == 0;
 }
 

@@ -1,6 +1,6 @@
 /* Checkpoints of outer-loop training: everything needed to resume a run bit-identically.
  *
- * A checkpoint is one .safetensors file (src/io/safetensors.h, written atomically: temporary file,
+ * A checkpoint is one .safetensors file (src/results/safetensors.h, written atomically: temporary file,
  * fsync, rename) holding
  *     tensors   "param/<name>"    every parameter's values, in its shape
  *               "adamw.m/<name>"  AdamW first moments   (when an optimizer is saved)

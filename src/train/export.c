@@ -62,15 +62,15 @@ ttt_status ttt_export_kinds(int *kind, const ttt_seq_model *m, ttt_error *err) {
                                       err)
                       : ttt_error_set(err, TTT_ERR_NOMEM, "export: out of memory");
     for (const ttt_tape_entry *e = tape.last; s == TTT_OK && e; e = e->prev) {
-        if (!e->name || e->n_in < 2) continue;
-        const int mm = strcmp(e->name, "matmul") == 0 && !e->iarg[1], add = !strcmp(e->name, "add");
+        if (e->n_in < 2) continue;
+        const int mm = e->kind == TTT_TAPE_PRODUCT && !e->iarg[1], add = e->kind == TTT_TAPE_SUM;
         if (!mm && !add) continue;
         /* the right operand, or when it is a packed weight (projections side by side, one
          * product: seqmodel.c ttt_mixer_qkv_packed) the parameters it was joined from */
         const ttt_tensor *const *ops = (const ttt_tensor *const *)&e->in[1];
         int n_ops = 1;
         for (const ttt_tape_entry *f = e->prev; mm && f; f = f->prev)
-            if (f->out == e->in[1] && f->name && strcmp(f->name, "concat_cols") == 0) {
+            if (f->out == e->in[1] && f->kind == TTT_TAPE_JOIN_COLS) {
                 ops = (const ttt_tensor *const *)f->in;
                 n_ops = f->n_in;
                 break;

@@ -31,7 +31,7 @@ process's resident set from before the first step to its peak over the same numb
 (VmHWM, reset by writing 5 to /proc/self/clear_refs; PyTorch in a fresh interpreter, whose
 allocator holds nothing from earlier runs), and their page faults per step after the first two;
 PyTorch also the bytes of the storages its autograd saves for the backward (saved_tensors_hooks),
-ttt its own accounting (src/tasks/benchmark.c peak_mb, act_mb). docs/benchmarks.md "Training
+ttt its own accounting (src/tasks/bench_train_step.c peak_mb, act_mb). docs/benchmarks.md "Training
 memory".
 
 Run with Debian's interpreter and packages (apt-get install python3-torch python3-numpy):
@@ -145,7 +145,7 @@ def torch_memory_child(cfg, params, decay, tokens, labels, meta, steps, q):
     """In a fresh interpreter (the parent's allocator holds memory from earlier steps): the
     resident set's growth from before the first step (parameters and batch built) to its peak
     over `steps` steps (warm-up included, as ttt's rss_mb counts from before its first step),
-    measured as ttt measures its own (src/tasks/benchmark.c: VmHWM reset through clear_refs);
+    measured as ttt measures its own (src/tasks/bench_train_step.c: VmHWM reset through clear_refs);
     the minor page faults per step after the first two; and the bytes autograd saves for the
     backward (every saved tensor's storage, each counted once)."""
     import resource

@@ -16,7 +16,7 @@
  *                    every rename is made durable by an fsync of its folder after it
  *
  * Writes through stdio's own buffers (fopen streams) call glibc's internal write and are not
- * seen here; ttt's result and checkpoint files go through write(2) (src/io/records.c). */
+ * seen here; ttt's result and checkpoint files go through write(2) (src/results/atomic_file.c). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>

@@ -226,6 +226,7 @@ const ttt_form_entry ttt_form_delta_rule_parallel = {
 const ttt_form_entry ttt_form_delta_rule_chunkwise = {
     .family = "delta_rule",
     .form = "chunkwise",
+    .chunked = 1,
     .help = "the delta rule in chunks via the UT transform (docs/math.md §5.3)",
     .auto_rank = 5,
     .available = delta_available,

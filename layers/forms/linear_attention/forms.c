@@ -175,6 +175,7 @@ const ttt_form_entry ttt_form_linear_attention_parallel = {
 const ttt_form_entry ttt_form_linear_attention_chunkwise = {
     .family = "linear_attention",
     .form = "chunkwise",
+    .chunked = 1,
     .help = "linear attention in chunks of `chunk` tokens (docs/math.md §5.2)",
     .auto_rank = 10,
     .available = la_available,

@@ -67,6 +67,7 @@ static double scan_flops(const ttt_layer *L, long T) {
 const ttt_form_entry ttt_form_linear_attention_scan = {
     .family = "linear_attention",
     .form = "scan",
+    .chunked = 1, /* blocks of at least layer.chunk tokens */
     .help = "linear attention as a parallel prefix scan over (Diag(alpha_t), beta_t k_t^T v_t), "
             "blocks of >= `chunk` tokens on the OpenMP threads (docs/math.md §5.5)",
     .auto_rank = 0,

@@ -1,11 +1,17 @@
-/* What the three parts of results.h share: the layout of the collection and the text forms.
+/* What the files of results.h share: the layout of the collection and the text forms.
  *
- *   records.c  number formats, atomic files, records, the collection, metrics.jsonl,
- *              summary.csv, the text table, and ttt_results_write (which calls the other two)
- *   charts.c   the SVG charts
- *   page.c     index.html
+ *   record.c        records, their number formats and text forms
+ *   atomic_file.c   atomic files
+ *   collection.c    the collection: records, points, axes, charts
+ *   replicates.c    one row per configuration over its seeds
+ *   best_rows.c     the best row of each group
+ *   summary_rows.c  the rows of the summary and the text of their cells
+ *   run_folder.c    metrics.jsonl, summary.csv, and ttt_results_write (which calls the others)
+ *   table.c         the text table
+ *   charts.c        the SVG charts
+ *   page.c          index.html
  *
- * Private to src/io; white-box tests reach it through tests/internal.h. */
+ * Private to src/results; white-box tests reach it through tests/internal.h. */
 #ifndef TTT_RESULTS_INTERNAL_H
 #define TTT_RESULTS_INTERNAL_H
 
@@ -50,7 +56,7 @@ struct ttt_results {
     int best_max, best_given;
 };
 
-/* ---- summary rows (records.c) ---- */
+/* ---- summary rows (summary_rows.c, replicates.c, best_rows.c) ---- */
 
 /* The rows of summary.csv, the page's table and the printed table: the summary records, or,
  * when some configuration has more than one replicate, one aggregated record per configuration
@@ -86,7 +92,7 @@ void ttt_row_cell(const ttt_record *row, const char *key, char *out, size_t len)
 int ttt_results_foreach(const ttt_results *res, int (*fn)(void *user, const ttt_record *r),
                         void *user);
 
-/* ---- text forms (records.c; the number formats are described at its top) ---- */
+/* ---- text forms (record.c; the number formats are described at its top) ---- */
 
 /* The text form of a number, used for grouping and filtering: the JSON spelling, or nan / inf
  * / -inf. */
@@ -98,7 +104,7 @@ void ttt_field_text(const ttt_field *f, char *out, size_t len);
 /* A field's readable form (the string, or ttt_fmt_num_short of the number). */
 void ttt_field_short(const ttt_field *f, char *out, size_t len);
 
-/* ---- the run folder (records.c) ---- */
+/* ---- the run folder (run_folder.c) ---- */
 
 /* Union of the keys of the summary records, in first-seen order (the columns of summary.csv
  * and of the page's table). The strings belong to the records; free `k` only. */
@@ -129,5 +135,43 @@ ttt_status ttt_charts_write(const ttt_results *res, char **svgs, const char *dir
  * table and the summary table (rows). */
 ttt_status ttt_page_write(const ttt_results *res, const ttt_keylist *kl, const ttt_rows *rows,
                           char *const *svgs, const char *dir, ttt_error *err);
+
+/* ---- shared among the files of the collection and its rows ---- */
+
+char *ttt_results_dup_str(const char *s);
+
+/* Copy at most cap-1 bytes without cutting a UTF-8 sequence in half. */
+void ttt_results_copy_utf8(char *dst, size_t cap, const char *src);
+
+/* A summary record's place: its configuration (group), replicate (member), ordinal among that
+ * replicate's summary records (k) and index in res. Sorted, not searched: a run may have tens
+ * of thousands of summary records. */
+typedef struct ttt_results_slot {
+    int group, member, k, i;
+} ttt_results_slot;
+
+int ttt_results_by_replicate(const void *a, const void *b);
+
+/* cells: (group, k), records outside every group alone; members in record order */
+int ttt_results_by_cell(const void *a, const void *b);
+
+int ttt_results_same_cell(const ttt_results_slot *p, const ttt_results_slot *q);
+
+/* The key list `keys` (n of them) holds key? */
+int ttt_results_key_in(char (*keys)[48], int n, const char *key);
+
+typedef struct ttt_results_cell_span {
+    int from, to, first; /* slots [from, to) after the sort by cell; first: its earliest record */
+} ttt_results_cell_span;
+
+int ttt_results_by_first(const void *a, const void *b);
+
+/* One aggregated record from the records of slots [from, to). */
+void ttt_results_aggregate(const ttt_results *res, const ttt_results_slot *sl, int from, int to,
+                           char (*vary)[48], int nvary, ttt_record *o);
+
+ttt_status ttt_results_rows_best(const ttt_results *res, ttt_rows *out,
+                                 const ttt_results_slot *sl, const ttt_results_cell_span *cs,
+                                 ttt_error *err);
 
 #endif

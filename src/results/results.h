@@ -13,9 +13,10 @@
  *   <chart>.svg            self-contained SVG line charts
  *   index.html             the charts and the summary table on one page
  *
- * Implemented in three parts: records.c (atomic files, records, the collection, metrics.jsonl,
- * summary.csv, the text table, ttt_results_write), charts.c (the SVG charts) and page.c
- * (index.html); results_internal.h is what they share. */
+ * Implemented one concern per file in src/results: record.c (records and their number formats),
+ * atomic_file.c, collection.c, replicates.c, best_rows.c, summary_rows.c, run_folder.c
+ * (metrics.jsonl, summary.csv, ttt_results_write), table.c (the text table), charts.c (the SVG
+ * charts) and page.c (index.html); results_internal.h is what they share. */
 #ifndef TTT_RESULTS_H
 #define TTT_RESULTS_H
 
@@ -29,7 +30,7 @@ typedef struct ttt_afile {
     FILE *f;    /* write here */
     char *path; /* final name */
     char *tmp;  /* temporary name in the same folder: ".<name>" TTT_AFILE_TMP_MARK "<pid>" */
-    void *io;   /* the stream's descriptor and first write error (records.c) */
+    void *io;   /* the stream's descriptor and first write error (atomic_file.c) */
 } ttt_afile;
 
 /* What marks a temporary file: a run removes those a killed process left (ttt_remove_stale_tmp). */
