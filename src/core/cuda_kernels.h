@@ -80,6 +80,11 @@ ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int ta, int lda
                           long long sc, int m, int n, int k, int batch, void *stream,
                           ttt_error *err);
 
+/* Row-major triangular solve with lower-triangular L (n, n): X (n, m) ← L⁻¹·X (trans = 0) or
+ * L⁻ᵀ·X (trans = 1); unit: L's diagonal is taken as 1 and not read. */
+ttt_status ttt_cuda_strsm_lower(float *x, const float *L, int n, int m, int trans, int unit,
+                                void *stream, ttt_error *err);
+
 /* Shape moves. transpose: y (batch, n, m) (+)= x (batch, m, n)ᵀ. copy2d: rows × cols from src
  * (row stride lds) to dst (row stride ldd). */
 ttt_status ttt_cuda_transpose(float *y, int add, const float *x, size_t batch, int m, int n,

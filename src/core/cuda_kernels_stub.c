@@ -42,6 +42,11 @@ ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int ta, int lda
     (void)sb, (void)beta, (void)sc, (void)m, (void)n, (void)k, (void)batch, (void)stream;
     return NO_CUDA(err);
 }
+ttt_status ttt_cuda_strsm_lower(float *x, const float *L, int n, int m, int trans, int unit,
+                                void *stream, ttt_error *err) {
+    (void)x, (void)L, (void)n, (void)m, (void)trans, (void)unit, (void)stream;
+    return NO_CUDA(err);
+}
 ttt_status ttt_cuda_transpose(float *y, int add, const float *x, size_t batch, int m, int n,
                               void *stream, ttt_error *err) {
     (void)y, (void)add, (void)x, (void)batch, (void)m, (void)n, (void)stream;

@@ -1121,7 +1121,8 @@ static void layernorm_backward_backward(ttt_ctx *ctx, const ttt_tape_entry *e, c
  * step of the TTT reconstruction loss (docs/math.md §2). */
 ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
                                    const ttt_tensor *gamma, float eps) {
-    if (TTT_OPS_ON_DEVICE3(ctx, dy, x, gamma)) ttt_dev_unsupported("layernorm_backward", x);
+    if (TTT_OPS_ON_DEVICE3(ctx, dy, x, gamma))
+        return ttt_dev_layernorm_backward(ctx, dy, x, gamma, eps);
     SHAPE_CHECK(ttt_tensor_same_shape(dy, x), "layernorm_backward (dy vs x)", dy, x);
     check_norm_param("layernorm_backward (gamma)", x, gamma);
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
@@ -1435,7 +1436,7 @@ static void solve_lower_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 /* Forward substitution L·X = B through strsm on a copy of B (strsm works in place). Used for the
  * WY/UT transform A⁻¹ of the chunkwise delta rule (docs/math.md §5.3) with unit diagonal. */
 ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit) {
-    if (TTT_OPS_ON_DEVICE(ctx, L, B)) ttt_dev_unsupported("solve_lower", L);
+    if (TTT_OPS_ON_DEVICE(ctx, L, B)) return ttt_dev_solve_lower(ctx, L, B, unit);
     SHAPE_CHECK(L->ndim == 2 && L->shape[0] == L->shape[1], "solve_lower (L square)", L, B);
     SHAPE_CHECK((B->ndim == 1 || B->ndim == 2) && B->shape[0] == L->shape[0],
                 "solve_lower (rows of B)", L, B);

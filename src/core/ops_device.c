@@ -654,6 +654,61 @@ ttt_tensor *ttt_dev_rownorm(ttt_ctx *ctx, int kind, const ttt_tensor *x, const t
     return r;
 }
 
+/* ops.c layernorm_backward as an op: dx of layernorm given dy, computed by the backward kernel.
+ * Its own backward (second derivatives) has no device implementation yet: recording it stops
+ * like an op without one. */
+ttt_tensor *ttt_dev_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
+                                       const ttt_tensor *gamma, float eps) {
+    SAME_DEVICE(ctx, "layernorm_backward", dy, x, gamma);
+    const size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
+    DCHECK(ttt_tensor_same_shape(dy, x), "layernorm_backward (dy and x)");
+    if (gamma) DCHECK(gamma->n == n, "layernorm_backward (gamma)");
+    if (ttt_recording(ctx) &&
+        (dy->requires_grad || x->requires_grad || (gamma && gamma->requires_grad)))
+        ttt_dev_unsupported("layernorm_backward (recorded, for its backward)", x);
+    ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
+    CK(ttt_cuda_rownorm_backward(TTT_NORM_LAYER, r->data, 0, NULL, dy->data, x->data,
+                                 gamma ? gamma->data : NULL, rows, n, eps, ST(ctx), E));
+    return r;
+}
+
+/* ---- triangular solves ---- */
+
+/* X = L⁻¹B: dB = L⁻ᵀdX (= Y), dL = −tril(Y·Xᵀ) (strictly lower when unit). */
+static void solve_lower_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dX) {
+    const ttt_tensor *L = e->in[0], *B = e->in[1], *X = e->out;
+    const int unit = e->iarg[0];
+    const int n = L->shape[0], m = B->ndim == 2 ? B->shape[1] : 1;
+    float *gL = ttt_grad(ctx, L), *gB = ttt_grad(ctx, B);
+    if (n == 0 || m == 0) return;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *Y = dscratch(ctx, (size_t)n * m * sizeof(float));
+    CK(ttt_cuda_copy2d(Y, (size_t)n * m, 0, dX, (size_t)n * m, 1, (size_t)n * m, ST(ctx), E));
+    CK(ttt_cuda_strsm_lower(Y, L->data, n, m, 1, unit, ST(ctx), E));
+    if (gB) put_scaled(ctx, gB, 1, Y, 1.0f, (size_t)n * m);
+    if (gL) {
+        float *P = dscratch(ctx, (size_t)n * n * sizeof(float)); /* Y·Xᵀ, then its lower part */
+        CK(ttt_cuda_sgemm(P, 1.0f, Y, 0, m, 0, X->data, 1, m, 0, 0.0f, 0, n, n, m, 1, ST(ctx), E));
+        CK(ttt_cuda_mask(TTT_MASK_TRIL, P, 0, P, 1, n, n, unit ? -1 : 0, ST(ctx), E));
+        put_scaled(ctx, gL, 1, P, -1.0f, (size_t)n * n);
+    }
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_dev_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit) {
+    SAME_DEVICE(ctx, "solve_lower", L, B);
+    DCHECK(L->ndim == 2 && L->shape[0] == L->shape[1], "solve_lower (L square)");
+    DCHECK((B->ndim == 1 || B->ndim == 2) && B->shape[0] == L->shape[0],
+           "solve_lower (rows of B)");
+    const int n = L->shape[0], m = B->ndim == 2 ? B->shape[1] : 1;
+    ttt_tensor *X = ttt_tensor_new(ctx, B->ndim, B->shape);
+    CK(ttt_cuda_copy2d(X->data, B->n, 0, B->data, B->n, 1, B->n, ST(ctx), E));
+    CK(ttt_cuda_strsm_lower(X->data, L->data, n, m, 0, unit, ST(ctx), E));
+    ttt_tape_entry *e = REC(ctx, "solve_lower", solve_lower_backward, X, L, B);
+    if (e) e->iarg[0] = unit;
+    return X;
+}
+
 /* ---- masks ---- */
 
 /* Kept entries pass their gradient (tril with k; causal_fill keeps j ≤ i: tril with 0). */

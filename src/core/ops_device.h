@@ -61,6 +61,11 @@ ttt_tensor *ttt_dev_cumsum(ttt_ctx *ctx, const ttt_tensor *a);
 /* kind: TTT_NORM_LAYER (gamma, beta), RMS (gamma), L2, SOFTMAX. */
 ttt_tensor *ttt_dev_rownorm(ttt_ctx *ctx, int kind, const ttt_tensor *x, const ttt_tensor *gamma,
                             const ttt_tensor *beta, float eps, const char *name);
+ttt_tensor *ttt_dev_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit);
+/* The forward of ttt_layernorm_backward; recording it (training through it) is not supported
+ * on the device yet. */
+ttt_tensor *ttt_dev_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
+                                       const ttt_tensor *gamma, float eps);
 /* kind: TTT_MASK_TRIL (k) or TTT_MASK_CAUSAL_FILL. */
 ttt_tensor *ttt_dev_mask(ttt_ctx *ctx, const ttt_tensor *a, int kind, int k, const char *name);
 ttt_tensor *ttt_dev_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict);
