@@ -52,19 +52,26 @@ _Noreturn void ttt_dev_unsupported(const char *op, const ttt_tensor *a) {
 }
 
 /* Every input on the arena's device, and that device not the host: else a programmer error
- * naming the op and both devices. */
+ * naming the op, the offending input and both devices. With a host arena the offending input is
+ * the one on a device; with a device arena, the first one elsewhere. */
 static void same_device(ttt_ctx *ctx, const char *op, const ttt_tensor *const *in, int n) {
     const ttt_device d = ctx->arena->device;
     for (int i = 0; i < n; i++) {
         const ttt_tensor *t = in[i];
-        if (t && ttt_device_equal(t->device, d) && !ttt_device_is_host(d)) continue;
-        if (!t && !ttt_device_is_host(d)) continue;
+        if (!t) continue;
+        const int bad = ttt_device_is_host(d) ? ttt_tensor_on_device(t)
+                                              : !ttt_device_equal(t->device, d);
+        if (!bad) continue;
         char da[32], dt[32];
         fprintf(stderr,
                 "ttt: %s: mixed devices: input %d is on %s, the context's arena on %s (move "
                 "tensors with ttt_tensor_to; ops never copy between devices)\n",
-                op, i, t ? ttt_device_name(t->device, dt, sizeof dt) : "?",
+                op, i, ttt_device_name(t->device, dt, sizeof dt),
                 ttt_device_name(d, da, sizeof da));
+        TTT_ASSERT(!"mixed devices");
+    }
+    if (ttt_device_is_host(d)) { /* not reached: some input was on a device */
+        fprintf(stderr, "ttt: %s: device op called with host tensors and a host arena\n", op);
         TTT_ASSERT(!"mixed devices");
     }
 }
