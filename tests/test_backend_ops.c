@@ -23,7 +23,9 @@
  *                     rounded to float and then used in a product of up to four factors;
  *     GEMM   c = 2(k + 2), k the largest dimension of the case: cuBLAS and OpenBLAS both
  *                     accumulate in float32, each within γ_k·Σ|a||b| (Higham, Thm 3.5), plus
- *                     the roundings of alpha/beta.
+ *                     the roundings of alpha/beta;
+ *     CHAIN  c = 4·2(k + 2): a composition of four ops whose first-order errors add, each within
+ *                     the largest class's bound (the product's).
  * Non-finite CPU outputs (causal_fill's −∞) must be matched exactly.
  *
  * Finite differences (cases marked fd): for every input element, the float64 central differences
@@ -36,8 +38,9 @@
  * draw their inputs at least 0.2 from them, farther than h.
  *
  * Controls, each of which must be rejected: forward: the CUDA op on inputs with the element of
- * largest influence (Σ_i |J_ij|) scaled by 1 + 1e-3; backward: the seed w with its element of
- * largest influence scaled by 1 + 1e-3; finite differences: that seed element scaled by 1.1.
+ * largest influence (Σ_i |J_ij|·|x_j|, its share of the scales S) scaled by 1 + 1e-3;
+ * backward: the seed w with its element of largest influence (Σ_j |J_ij|) scaled by 1 + 1e-3;
+ * finite differences: that seed element scaled by 1.1.
  *
  * Without a GPU (or without CUDA in the build) it prints why and exits 77 (ctest: skipped).
  * TTT_BACKEND_OPS_SELF=1 runs the whole harness with the CPU standing in for the device (every
@@ -58,7 +61,7 @@
 #define EPS32 5.9604644775390625e-8 /* 2^-24 */
 #define MAX_IN 4
 
-typedef enum { EXACT, TRANS, RED, GEMM } op_class;
+typedef enum { EXACT, TRANS, RED, GEMM, CHAIN } op_class;
 typedef enum { D_SYM, D_POS, D_AWAY, D_AWAY1, D_LOGG, D_LTRI } dom;
 
 typedef enum {
@@ -69,7 +72,7 @@ typedef enum {
     K_ROW_NORMS, K_CUMSUM, K_LAYERNORM, K_RMSNORM, K_L2NORM, K_SOFTMAX, K_SOFTMAX_CAUSAL, K_TRIL,
     K_DECAY_MASK, K_CAUSAL_FILL, K_TRANSPOSE, K_SLICE_ROWS, K_CONCAT_ROWS, K_RESHAPE, K_SLICE_COLS,
     K_CONCAT_COLS, K_SLICE_BLOCK, K_CONCAT_GRID, K_EMBEDDING, K_CROSS_ENTROPY, K_CONV1D,
-    K_CONV1D_SILU, K_ROPE, K_COPY, K_SOLVE_LOWER, K_LN_BACKWARD
+    K_CONV1D_SILU, K_ROPE, K_COPY, K_SOLVE_LOWER, K_LN_BACKWARD, K_CHAIN
 } op_kind;
 
 typedef struct op_case {
@@ -171,6 +174,9 @@ static const op_case CASES[] = {
     {"copy", K_COPY, EXACT, 1, 1, {2}, {{3, 5}}, {D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
     {"solve_lower", K_SOLVE_LOWER, GEMM, 1, 2, {2, 2}, {{5, 5}, {5, 3}}, {D_LTRI, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
     {"solve_lower(unit,1-D)", K_SOLVE_LOWER, GEMM, 1, 2, {2, 1}, {{6, 6}, {6}}, {D_LTRI, D_SYM}, 1, 0, 0, 0, 0, {0}, 0},
+    /* a small language-model step: the tape with several device entries, a tensor used twice
+     * (gradients accumulating), ids and targets on the device */
+    {"chain(emb,rms,mm,silu,ce)", K_CHAIN, CHAIN, 1, 3, {2, 1, 2}, {{7, 6}, {6}, {6, 5}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 16, {3, 0, 6, 3, 1, 5, 2, 4, 1, 4, -1, 0, 2, 3, 0, 4}, 0},
     {"layernorm_backward", K_LN_BACKWARD, RED, 0, 3, {2, 2, 1}, {{4, 8}, {4, 8}, {8}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 1e-5f, 0, 0, {0}, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
@@ -250,6 +256,12 @@ static ttt_tensor *build(ttt_ctx *ctx, const op_case *c, ttt_tensor **in, const 
     case K_COPY: return ttt_tensor_copy(ctx, a);
     case K_SOLVE_LOWER: return ttt_solve_lower(ctx, a, b, c->i0);
     case K_LN_BACKWARD: return ttt_layernorm_backward(ctx, a, b, in[2], c->f0);
+    case K_CHAIN: {
+        const int n = c->n_int / 2; /* ints: n ids, then n targets */
+        ttt_tensor *h = ttt_rmsnorm(ctx, ttt_embedding(ctx, a, ints, n), b, 1e-6f);
+        ttt_tensor *z = ttt_matmul(ctx, h, 0, in[2], 0);
+        return ttt_cross_entropy(ctx, ttt_add(ctx, ttt_silu(ctx, z), z), ints + n, n, NULL);
+    }
     }
     return NULL;
 }
@@ -396,11 +408,12 @@ static double class_c(const op_case *c) {
     case EXACT: return 4.0;
     case TRANS: return 16.0;
     case RED: return 16.0;
-    case GEMM: {
+    case GEMM:
+    case CHAIN: {
         int k = 1;
         for (int i = 0; i < c->n_in; i++)
             for (int d = 0; d < c->ndim[i]; d++) k = c->shape[i][d] > k ? c->shape[i][d] : k;
-        return 2.0 * (k + 2);
+        return (c->cls == CHAIN ? 4.0 : 1.0) * 2.0 * (k + 2);
     }
     }
     return 4.0;
@@ -460,7 +473,7 @@ static row_result run_case(harness *h, const op_case *c, int *failures) {
     for (int k = 0; k < c->n_in; k++)
         for (size_t j = 0; j < numel(c, k); j++) {
             double col = 0.0;
-            for (size_t i = 0; i < ny; i++) col += fabs(J[i * nx + off[k] + j]);
+            for (size_t i = 0; i < ny; i++) col += fabs(J[i * nx + off[k] + j]) * fabs(x[k][j]);
             if (col > jinf) jinf = col, jbest = off[k] + j;
             if (cpu.g[k]) G[off[k] + j] += fabs(cpu.g[k][j]);
         }
