@@ -358,7 +358,7 @@ static int evaluate(harness *h, ttt_arena *arena, const op_case *c, float *const
         for (int i = 0; i < c->n_in; i++) {
             if (!in[i]->grad) continue;
             out->g[i] = malloc(in[i]->n * sizeof(float));
-            ttt_tensor gv = ttt_tensor_view_on(in[i]->device, in[i]->grad, in[i]->ndim,
+            ttt_tensor gv = ttt_tensor_view_on(ttt_tensor_device(in[i]), in[i]->grad, in[i]->ndim,
                                                in[i]->shape);
             ttt_tensor_read(&gv, out->g[i], arena->stream, &h->err);
         }

@@ -88,7 +88,7 @@ START_TEST(mixed_devices_stop_the_op) {
     ttt_tensor *x = ttt_tensor_2d(&ctx, 2, 2), *y = ttt_tensor_2d(&ctx, 2, 2);
     ttt_tensor_fill(x, 1.0f);
     ttt_tensor_fill(y, 1.0f);
-    y->device = ttt_device_cuda(0);
+    ttt_tensor_set_device(y, ttt_device_cuda(0));
     (void)ttt_add(&ctx, x, y);
     ttt_arena_free(&a);
 }

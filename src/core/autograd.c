@@ -45,7 +45,7 @@ void ttt_tensor_set_param(ttt_tensor *t, float *grad) {
 static void grad_zero(const ttt_tensor *t, float *g, size_t n, void *stream) {
     if (ttt_tensor_on_device(t))
         ttt_device_ops_note(
-            ttt_device_zero(g, t->device, n * sizeof(float), stream, ttt_device_ops_err()));
+            ttt_device_zero(g, ttt_tensor_device(t), n * sizeof(float), stream, ttt_device_ops_err()));
     else
         memset(g, 0, n * sizeof(float));
 }
@@ -149,7 +149,7 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
         /* device memory of the arena's device (ops never mix devices, ops_device.h); not
          * recycled: the free list keeps its links inside the buffers, which the host cannot
          * write for device memory */
-        TTT_ASSERT(ttt_device_equal(m->device, ctx->arena->device));
+        TTT_ASSERT(ttt_device_equal(ttt_tensor_device(m), ctx->arena->device));
         const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
         m->grad = ttt_arena_alloc(ctx->arena, bytes);
         TTT_ASSERT(m->grad != NULL);

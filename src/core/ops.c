@@ -1581,7 +1581,7 @@ static void concat_rows_n_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
 
 ttt_tensor *ttt_concat_rows_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
     TTT_ASSERT(n >= 1);
-    if (TTT_OPS_ON_DEVICE(ctx, parts[0], NULL)) return ttt_dev_concat_rows_n(ctx, parts, n);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, n)) return ttt_dev_concat_rows_n(ctx, parts, n);
     const ttt_tensor *a = parts[0];
     int shp[TTT_MAX_DIMS];
     memcpy(shp, a->shape, sizeof shp);
@@ -1651,7 +1651,7 @@ static void concat_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 
 ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
     TTT_ASSERT(n >= 1);
-    if (TTT_OPS_ON_DEVICE(ctx, parts[0], NULL)) return ttt_dev_concat_grid(ctx, parts, 1, n, 1);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, n)) return ttt_dev_concat_grid(ctx, parts, 1, n, 1);
     const ttt_tensor *a = parts[0];
     int shp[TTT_MAX_DIMS], total = 0;
     for (int p = 0; p < n; p++) {
@@ -1735,7 +1735,8 @@ static void concat_grid_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 
 ttt_tensor *ttt_concat_grid(ttt_ctx *ctx, const ttt_tensor *const *parts, int nr, int nc) {
     TTT_ASSERT(nr >= 1 && nc >= 1);
-    if (TTT_OPS_ON_DEVICE(ctx, parts[0], NULL)) return ttt_dev_concat_grid(ctx, parts, nr, nc, 0);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, nr * nc))
+        return ttt_dev_concat_grid(ctx, parts, nr, nc, 0);
     int rows = 0, cols = 0;
     for (int i = 0; i < nr; i++) rows += parts[(size_t)i * nc]->shape[0];
     for (int j = 0; j < nc; j++) cols += parts[j]->shape[1];
@@ -1780,7 +1781,7 @@ ttt_tensor *ttt_concat_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor 
 
 ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
-    ttt_tensor view = ttt_tensor_view_on(a->device, a->data, ndim, shape);
+    ttt_tensor view = ttt_tensor_view_on(ttt_tensor_device(a), a->data, ndim, shape);
     SHAPE_CHECK(view.n == a->n, "reshape (element counts)", a, &view);
     ttt_tensor *r = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *r);
     TTT_ASSERT(r != NULL);

@@ -46,7 +46,7 @@ _Noreturn void ttt_dev_unsupported(const char *op, const ttt_tensor *a) {
     fprintf(stderr,
             "ttt: %s has no CUDA implementation yet (its input is on %s; docs/device_ops.md "
             "lists the device ops)\n",
-            op, ttt_device_name(a->device, d, sizeof d));
+            op, ttt_device_name(ttt_tensor_device(a), d, sizeof d));
     TTT_ASSERT(!"op without a device implementation");
     abort();
 }
@@ -60,13 +60,13 @@ static void same_device(ttt_ctx *ctx, const char *op, const ttt_tensor *const *i
         const ttt_tensor *t = in[i];
         if (!t) continue;
         const int bad = ttt_device_is_host(d) ? ttt_tensor_on_device(t)
-                                              : !ttt_device_equal(t->device, d);
+                                              : !ttt_device_equal(ttt_tensor_device(t), d);
         if (!bad) continue;
         char da[32], dt[32];
         fprintf(stderr,
                 "ttt: %s: mixed devices: input %d is on %s, the context's arena on %s (move "
                 "tensors with ttt_tensor_to; ops never copy between devices)\n",
-                op, i, ttt_device_name(t->device, dt, sizeof dt),
+                op, i, ttt_device_name(ttt_tensor_device(t), dt, sizeof dt),
                 ttt_device_name(d, da, sizeof da));
         TTT_ASSERT(!"mixed devices");
     }
@@ -811,7 +811,7 @@ ttt_tensor *ttt_dev_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1
     if (ttt_recording(ctx) && a->requires_grad) { /* a view, as on the host (ops.c) */
         r = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *r);
         TTT_ASSERT(r != NULL);
-        *r = ttt_tensor_view_on(a->device, a->data + (size_t)r0 * st, a->ndim, shp);
+        *r = ttt_tensor_view_on(ttt_tensor_device(a), a->data + (size_t)r0 * st, a->ndim, shp);
     } else {
         r = ttt_tensor_new(ctx, a->ndim, shp);
         CK(ttt_cuda_copy2d(r->data, r->n, 0, a->data + (size_t)r0 * st, r->n, 1, r->n, ST(ctx),

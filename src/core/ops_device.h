@@ -12,16 +12,26 @@
 
 /* Nonzero when the op must go to its device implementation: one OR of the device kinds and one
  * branch. b and c may be NULL (optional inputs). */
-static inline int ttt_dev_kind_(const ttt_tensor *t) { return t ? (int)t->device.kind : 0; }
+static inline int ttt_dev_kind_(const ttt_tensor *t) { return t ? (int)t->device_kind : 0; }
 #define TTT_DEV_KIND_(t) ttt_dev_kind_(t)
 #define TTT_OPS_ON_DEVICE(ctx, a, b)                                                       \
-    __builtin_expect(((int)(ctx)->arena->device.kind | (int)(a)->device.kind |             \
+    __builtin_expect(((int)(ctx)->arena->device.kind | (int)(a)->device_kind |              \
                       TTT_DEV_KIND_(b)) != 0,                                              \
                      0)
 #define TTT_OPS_ON_DEVICE3(ctx, a, b, c)                                                   \
-    __builtin_expect(((int)(ctx)->arena->device.kind | (int)(a)->device.kind |             \
+    __builtin_expect(((int)(ctx)->arena->device.kind | (int)(a)->device_kind |              \
                       TTT_DEV_KIND_(b) | TTT_DEV_KIND_(c)) != 0,                           \
                      0)
+
+/* The same for the n parts of a concatenation: the OR of their kinds (a part on a device among
+ * host parts goes to the device half, which names the mix). */
+static inline int ttt_dev_parts_kind_(const ttt_tensor *const *parts, int n) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k |= (int)parts[i]->device_kind;
+    return k;
+}
+#define TTT_OPS_ON_DEVICE_N(ctx, parts, n)                                                 \
+    __builtin_expect(((int)(ctx)->arena->device.kind | ttt_dev_parts_kind_((parts), (n))) != 0, 0)
 
 /* The sticky error of the device ops on this thread (ops.h ttt_device_ops_status): `note`
  * keeps the first failure since the last read; `err` is the record a failing call writes. */

@@ -19,6 +19,10 @@
 
 #define TTT_ALIGN 64
 
+/* A tensor header is one arena unit: the memory estimates count it so (docs/hardening.md "Out of
+ * memory"), and a larger one would double every header's arena bytes. */
+_Static_assert(sizeof(ttt_tensor) <= TTT_ALIGN, "a tensor header must fit one 64-byte arena unit");
+
 struct ttt_arena_block {
     ttt_arena_block *prev;
     size_t size;         /* usable bytes at base */
@@ -300,7 +304,7 @@ ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
     ttt_tensor *t = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *t);
     if (!t) tensor_out_of_memory(ctx->arena, ndim, shape);
-    t->device = ctx->arena->device;
+    ttt_tensor_set_device(t, ctx->arena->device);
     t->ndim = ndim;
     t->n = 1;
     t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
@@ -328,7 +332,7 @@ ttt_tensor *ttt_tensor_3d(ttt_ctx *ctx, int n0, int n1, int n2) {
 ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t) {
     ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
     if (ttt_tensor_on_device(r))
-        ttt_device_ops_note(ttt_device_zero(r->data, r->device, r->n * sizeof(float),
+        ttt_device_ops_note(ttt_device_zero(r->data, ttt_tensor_device(r), r->n * sizeof(float),
                                             ctx->arena->stream, ttt_device_ops_err()));
     else
         memset(r->data, 0, r->n * sizeof(float));
@@ -338,9 +342,12 @@ ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t) {
 ttt_tensor *ttt_tensor_to(ttt_ctx *ctx, const ttt_tensor *t) {
     ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
     if (r->n)
-        ttt_device_ops_note(ttt_device_copy(r->data, r->device, t->data, t->device,
+        ttt_device_ops_note(ttt_device_copy(r->data, ttt_tensor_device(r), t->data, ttt_tensor_device(t),
                                             r->n * sizeof(float), ctx->arena->stream,
                                             ttt_device_ops_err()));
+    /* host memory is read by the host at once: wait for a copy from a device */
+    if (r->n && !ttt_tensor_on_device(r) && ttt_tensor_on_device(t))
+        ttt_device_ops_note(ttt_device_sync(ttt_tensor_device(t), ctx->arena->stream, ttt_device_ops_err()));
     return r;
 }
 
@@ -350,9 +357,9 @@ ttt_status ttt_tensor_read(const ttt_tensor *t, float *dst, void *stream, ttt_er
         return TTT_OK;
     }
     if (t->n)
-        TTT_TRY(ttt_device_copy(dst, ttt_device_host(), t->data, t->device, t->n * sizeof(float),
+        TTT_TRY(ttt_device_copy(dst, ttt_device_host(), t->data, ttt_tensor_device(t), t->n * sizeof(float),
                                 stream, err));
-    return ttt_device_sync(t->device, stream, err);
+    return ttt_device_sync(ttt_tensor_device(t), stream, err);
 }
 
 ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t) {
@@ -377,7 +384,7 @@ ttt_tensor ttt_tensor_view(float *data, int ndim, const int *shape) {
 
 ttt_tensor ttt_tensor_view_on(ttt_device d, float *data, int ndim, const int *shape) {
     ttt_tensor t = ttt_tensor_view(data, ndim, shape);
-    t.device = d;
+    ttt_tensor_set_device(&t, d);
     return t;
 }
 

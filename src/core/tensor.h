@@ -129,13 +129,23 @@ typedef struct ttt_tensor {
                           * first contribution assigns; autograd.h "First writer assigns") */
     /* Where data and grad live (docs/design.md "Devices"): the host (zero, the default of a
      * designated or zero initializer and of ttt_tensor_view) or the device of the arena the
-     * tensor was made in. Ops dispatch on it (ops.h "Devices"). */
-    ttt_device device;
+     * tensor was made in; ops dispatch on it (ops.h). Kept in the 4 bytes of padding at the
+     * end of the struct, so that a tensor header stays 64 bytes (one arena unit: a ttt_device
+     * would make it 72 and every header 128 bytes of arena). Read with ttt_tensor_device. */
+    uint16_t device_kind;  /* ttt_device_kind */
+    uint16_t device_index; /* the CUDA ordinal; 0 on the host */
 } ttt_tensor;
 
+static inline ttt_device ttt_tensor_device(const ttt_tensor *t) {
+    return (ttt_device){(ttt_device_kind)t->device_kind, t->device_index};
+}
+static inline void ttt_tensor_set_device(ttt_tensor *t, ttt_device d) {
+    t->device_kind = (uint16_t)d.kind;
+    t->device_index = (uint16_t)d.index;
+}
 /* Nonzero when t lives on a device rather than the host: the one branch a host op pays. */
 static inline int ttt_tensor_on_device(const ttt_tensor *t) {
-    return t->device.kind != TTT_DEVICE_HOST;
+    return t->device_kind != TTT_DEVICE_HOST;
 }
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */
@@ -178,8 +188,9 @@ ttt_tensor ttt_tensor_view_on(ttt_device d, float *data, int ndim, const int *sh
  * tensor). */
 void ttt_tensor_fill(ttt_tensor *t, float v);
 /* A constant copy of t (host or device) in ctx->arena, on the arena's device: how inputs and
- * parameters move between the host and a device. Not recorded. A failed copy records the
- * device error (ttt_device_ops_status, ops.h) and leaves the result's contents undefined. */
+ * parameters move between the host and a device. Not recorded. Queued on the arena's stream;
+ * a copy to the host is waited for. A failed copy records the device error
+ * (ttt_device_ops_status, ops.h) and leaves the result's contents undefined. */
 ttt_tensor *ttt_tensor_to(ttt_ctx *ctx, const ttt_tensor *t);
 /* t's elements into host memory dst (t->n floats), waiting for the device's work on `stream`
  * (NULL: the default stream) first when t is on a device. */
