@@ -6,6 +6,9 @@
 
 #include <string.h>
 
+#include "cuda_kernels.h"
+#include "ops_device.h"
+
 void ttt_tape_init(ttt_tape *tape) { memset(tape, 0, sizeof *tape); }
 
 /* The buffers on the free lists belong to the arena the caller resets with the tape. */
@@ -37,8 +40,18 @@ void ttt_tensor_set_param(ttt_tensor *t, float *grad) {
     t->grad = grad;
 }
 
+/* n floats of zeros at g, on t's device (a device gradient is zeroed on the default stream,
+ * or on the arena's stream when the caller has one: grad_zero). */
+static void grad_zero(const ttt_tensor *t, float *g, size_t n, void *stream) {
+    if (ttt_tensor_on_device(t))
+        ttt_device_ops_note(
+            ttt_device_zero(g, ttt_tensor_device(t), n * sizeof(float), stream, ttt_device_ops_err()));
+    else
+        memset(g, 0, n * sizeof(float));
+}
+
 void ttt_tensor_zero_grad(ttt_tensor *t) {
-    if (t->grad) memset(t->grad, 0, t->n * sizeof(float));
+    if (t->grad) grad_zero(t, t->grad, t->n, NULL);
     t->grad_stale = 0;
 }
 
@@ -52,7 +65,7 @@ void ttt_tensor_grad_settle(ttt_tensor *t) {
 }
 
 void *ttt_tape_alloc(ttt_ctx *ctx, size_t bytes) {
-    void *p = ttt_arena_alloc(ctx->arena, bytes);
+    void *p = ttt_arena_alloc(ttt_arena_host(ctx->arena), bytes);
     TTT_ASSERT(p != NULL);
     return p;
 }
@@ -121,7 +134,7 @@ static void give_back_grad(ttt_tape *tape, ttt_tensor *t) {
 float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t) {
     int add;
     float *g = ttt_grad_acc(ctx, t, &add);
-    if (g && !add) memset(g, 0, t->n * sizeof(float)); /* this caller adds */
+    if (g && !add) grad_zero(t, g, t->n, ctx->arena->stream); /* this caller adds */
     return g;
 }
 
@@ -132,6 +145,16 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
     if (m->grad_persistent) {
         if (m->grad_stale) *add = 0; /* the caller writes every element (or ttt_grad zeroes) */
         m->grad_stale = 0;
+    } else if (!m->grad && ttt_tensor_on_device(m)) {
+        /* device memory of the arena's device (ops never mix devices, ops_device.h); not
+         * recycled: the free list keeps its links inside the buffers, which the host cannot
+         * write for device memory */
+        TTT_ASSERT(ttt_device_equal(ttt_tensor_device(m), ctx->arena->device));
+        const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
+        m->grad = ttt_arena_alloc(ctx->arena, bytes);
+        TTT_ASSERT(m->grad != NULL);
+        if (ctx->tape) ctx->tape->grad_bytes += bytes;
+        *add = 0;
     } else if (!m->grad) {
         /* a fresh or recycled buffer holds garbage: its first writer assigns (or ttt_grad zeroes) */
         ttt_tape *tape = ctx->tape;
@@ -156,7 +179,10 @@ void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
     int add;
     float *g = ttt_grad_acc(ctx, a, &add);
     if (!g) return;
-    if (add)
+    if (ttt_tensor_on_device(a))
+        ttt_device_ops_note(ttt_cuda_map(TTT_MAP_SCALE, g, add, dout, NULL, 0, NULL, 1, a->n, 1.0f,
+                                         0.0f, ctx->arena->stream, ttt_device_ops_err()));
+    else if (add)
         for (size_t i = 0; i < a->n; i++) g[i] += dout[i];
     else
         memcpy(g, dout, a->n * sizeof(float));
@@ -195,14 +221,18 @@ void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
     int saved = ctx->grad;
     ctx->grad = 0;
     float *g = ttt_grad(ctx, out);
-    for (size_t i = 0; i < out->n; i++) g[i] += dout[i];
+    if (ttt_tensor_on_device(out)) /* dout is memory of out's device (autograd.h) */
+        ttt_device_ops_note(ttt_cuda_map(TTT_MAP_SCALE, g, 1, dout, NULL, 0, NULL, 1, out->n, 1.0f,
+                                         0.0f, ctx->arena->stream, ttt_device_ops_err()));
+    else
+        for (size_t i = 0; i < out->n; i++) g[i] += dout[i];
     const int recycle = ctx->tape->recycle;
     for (ttt_tape_entry *e = ctx->tape->last; e; e = e->prev) {
         if (!e->out->grad) continue;
         e->backward(ctx, e, e->out->grad);
         /* Every consumer of e->out is newer and has run: its gradient is dead (autograd.h). */
         if (recycle && !e->out_shared && e->out != out && !e->out->grad_persistent &&
-            !grad_passed_on(e))
+            !ttt_tensor_on_device(e->out) && !grad_passed_on(e))
             give_back_grad(ctx->tape, e->out);
     }
     ctx->grad = saved;
@@ -217,5 +247,14 @@ void ttt_backward(ttt_ctx *ctx, const ttt_tensor *loss) {
         TTT_ASSERT(loss->n == 1);
     }
     const float one = 1.0f;
+    if (ttt_tensor_on_device(loss)) {
+        /* the seed on the loss's device: dout of ttt_backward_from lives where out does */
+        float *seed = ttt_arena_alloc(ctx->arena, sizeof(float));
+        TTT_ASSERT(seed != NULL);
+        ttt_device_ops_note(ttt_cuda_fill_f32(seed, 1.0f, 1, ctx->arena->stream,
+                                              ttt_device_ops_err()));
+        ttt_backward_from(ctx, loss, seed);
+        return;
+    }
     ttt_backward_from(ctx, loss, &one);
 }

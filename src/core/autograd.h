@@ -194,7 +194,13 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add);
 void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout);
 
 /* Gradients of a 1-element `loss` (seed 1) with respect to every tensor on ctx->tape that
- * requires grad. Does nothing when loss does not require grad (no parameter reaches it). */
+ * requires grad. Does nothing when loss does not require grad (no parameter reaches it).
+ *
+ * Devices (docs/design.md "Devices"): the tape is the same for device tensors. Their entries'
+ * backward functions run on the device (ops_device.c), their gradients are memory of their
+ * device, taken from ctx->arena (which must then be an arena of that device; device gradients
+ * are not recycled), and a parameter's caller-owned buffer is device memory. For
+ * ttt_backward_from, dout lives where `out` does. */
 void ttt_backward(ttt_ctx *ctx, const ttt_tensor *loss);
 /* Same with an explicit output gradient dout (out->n elements): the gradient of Σ dout ⊙ out. */
 void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout);

@@ -14,6 +14,9 @@
  * Elementwise kernels are plain loops over restrict pointers so the compiler can vectorize them. */
 #include "ops.h"
 
+#include "cuda_kernels.h" /* op codes of the device half */
+#include "ops_device.h"
+
 #include "blas.h"
 #include <math.h>
 #include <stdio.h>
@@ -202,6 +205,7 @@ static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
 
 ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt_tensor *b,
                        int trans_b) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b)) return ttt_dev_matmul(ctx, a, trans_a, b, trans_b);
     SHAPE_CHECK(a->ndim <= 3 && b->ndim <= 3, "matmul", a, b);
     mat_view va = mat_view_of(a), vb = mat_view_of(b);
     int m = trans_a ? va.cols : va.rows, ka = trans_a ? va.rows : va.cols;
@@ -247,6 +251,8 @@ static void gemm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr
 
 ttt_tensor *ttt_gemm(ttt_ctx *ctx, float alpha, const ttt_tensor *a, int trans_a,
                      const ttt_tensor *b, int trans_b, float beta, const ttt_tensor *c) {
+    if (TTT_OPS_ON_DEVICE3(ctx, a, b, c))
+        return ttt_dev_gemm(ctx, alpha, a, trans_a, b, trans_b, beta, c);
     SHAPE_CHECK(a->ndim == 2 && b->ndim == 2, "gemm", a, b);
     int m = trans_a ? a->shape[1] : a->shape[0], ka = trans_a ? a->shape[0] : a->shape[1];
     int kb = trans_b ? b->shape[1] : b->shape[0], n = trans_b ? b->shape[0] : b->shape[1];
@@ -287,6 +293,7 @@ static void outer_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
 }
 
 ttt_tensor *ttt_outer(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *y) {
+    if (TTT_OPS_ON_DEVICE(ctx, x, y)) return ttt_dev_outer(ctx, x, y);
     /* xᵀy is a rank-1 product with k = 1: x as an (m,1) column, y as a (1,n) row. */
     SHAPE_CHECK(is_vector(x) && is_vector(y), "outer (needs vectors)", x, y);
     int m = (int)x->n, n = (int)y->n;
@@ -408,6 +415,11 @@ static void binary_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
 
 static ttt_tensor *binary(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b, binop op,
                           const char *name) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b)) {
+        static const int map_of[] = {[BINOP_ADD] = TTT_MAP_ADD, [BINOP_SUB] = TTT_MAP_SUB,
+                                     [BINOP_MUL] = TTT_MAP_MUL, [BINOP_DIV] = TTT_MAP_DIV};
+        return ttt_dev_binary(ctx, a, b, map_of[op], name);
+    }
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     if (ttt_tensor_same_shape(a, b)) {
         binop_vv(r->data, a->data, b->data, a->n, op);
@@ -448,6 +460,7 @@ static void axpby_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
 
 ttt_tensor *ttt_axpby(ttt_ctx *ctx, float alpha, const ttt_tensor *a, float beta,
                       const ttt_tensor *b) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b)) return ttt_dev_axpby(ctx, alpha, a, beta, b);
     SHAPE_CHECK(ttt_tensor_same_shape(a, b), "axpby", a, b);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     float *restrict o = r->data;
@@ -473,6 +486,7 @@ static void scale_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
 }
 
 ttt_tensor *ttt_scale(ttt_ctx *ctx, const ttt_tensor *a, float s) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_scale(ctx, a, s, 0);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     binop_vs(r->data, a->data, s, a->n, BINOP_MUL);
     ttt_tape_entry *e = RECORD(ctx, "scale", scale_backward, r, a);
@@ -481,6 +495,7 @@ ttt_tensor *ttt_scale(ttt_ctx *ctx, const ttt_tensor *a, float s) {
 }
 
 ttt_tensor *ttt_add_scalar(ttt_ctx *ctx, const ttt_tensor *a, float s) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_scale(ctx, a, s, 1);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     binop_vs(r->data, a->data, s, a->n, BINOP_ADD);
     ttt_tape_entry *e = RECORD(ctx, "add_scalar", scale_backward, r, a);
@@ -512,6 +527,7 @@ static void scale_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 }
 
 ttt_tensor *ttt_scale_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, v)) return ttt_dev_scale_rows(ctx, a, v);
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
     SHAPE_CHECK(v->n == rows, "scale_rows (v needs one element per row of a)", a, v);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
@@ -541,6 +557,7 @@ static void scale_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 }
 
 ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *v) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, v)) return ttt_dev_scale_cols(ctx, a, v);
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
     SHAPE_CHECK(v->n == cols, "scale_cols (v needs one element per column of a)", a, v);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
@@ -556,7 +573,7 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
 /* Every unary op is one forward/backward pair generated from two expressions: `expr` computes
  * the output from x (the input element), `dexpr` the derivative dy/dx from x and y (the output
  * element, often the cheaper way to write it). The backward is da = dr · dexpr. */
-#define UNARY_OP(fname, expr, dexpr)                                                       \
+#define UNARY_OP(fname, expr, dexpr, fop, bop, bp0)                                       \
     static void fname##_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) { \
         const ttt_tensor *a = e->in[0];                                                    \
         int add;                                                                           \
@@ -578,6 +595,8 @@ ttt_tensor *ttt_scale_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *
             }                                                                              \
     }                                                                                      \
     ttt_tensor *fname(ttt_ctx *ctx, const ttt_tensor *a) {                                 \
+        if (TTT_OPS_ON_DEVICE(ctx, a, NULL))                                               \
+            return ttt_dev_unary(ctx, a, fop, 0.0f, 0.0f, bop, bp0, 0.0f, &#fname[4]);     \
         ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);                            \
         float *restrict o = r->data;                                                       \
         const float *restrict in = a->data;                                                \
@@ -664,34 +683,41 @@ static inline float gelu_grad2_f(float x) {
     return s * sc * (4.0f * du + 4.0f * xc * (sc - s) * du * du + 2.0f * xc * ddu);
 }
 
-UNARY_OP(ttt_neg, -x, -1.0f)
-UNARY_OP(ttt_exp, expf(x), y)
-UNARY_OP(ttt_log, logf(x), 1.0f / x)
-UNARY_OP(ttt_sqrt, sqrtf(x), 0.5f / y)
-UNARY_OP(ttt_square, x * x, 2.0f * x)
+UNARY_OP(ttt_neg, -x, -1.0f, TTT_MAP_NEG, TTT_MAP_SCALE, -1.0f)
+UNARY_OP(ttt_exp, expf(x), y, TTT_MAP_EXP, TTT_MAP_D_EXP, 0.0f)
+UNARY_OP(ttt_log, logf(x), 1.0f / x, TTT_MAP_LOG, TTT_MAP_D_LOG, 0.0f)
+UNARY_OP(ttt_sqrt, sqrtf(x), 0.5f / y, TTT_MAP_SQRT, TTT_MAP_D_SQRT, 0.0f)
+UNARY_OP(ttt_square, x * x, 2.0f * x, TTT_MAP_SQUARE, TTT_MAP_D_SQUARE, 0.0f)
 /* σ' = σ(1 − σ) */
-UNARY_OP(ttt_sigmoid, sigmoid_f(x), sigmoid_f(x) * sigmoid_c(x))
+UNARY_OP(ttt_sigmoid, sigmoid_f(x), sigmoid_f(x) * sigmoid_c(x), TTT_MAP_SIGMOID,
+         TTT_MAP_D_SIGMOID, 0.0f)
 /* silu' below (ttt_silu_grad) */
-UNARY_OP(ttt_silu, x * sigmoid_f(x), sigmoid_f(x) * (1.0f + x * sigmoid_c(x)))
-UNARY_OP(ttt_gelu, gelu_f(x), gelu_grad_f(x))
+UNARY_OP(ttt_silu, x * sigmoid_f(x), sigmoid_f(x) * (1.0f + x * sigmoid_c(x)), TTT_MAP_SILU,
+         TTT_MAP_D_SILU, 0.0f)
+UNARY_OP(ttt_gelu, gelu_f(x), gelu_grad_f(x), TTT_MAP_GELU, TTT_MAP_D_GELU, 0.0f)
 /* softplus(x) = log(1 + eˣ) = max(x, 0) + log1p(e^(−|x|)): no overflow for large x, no loss of
  * the tiny value for very negative x (hence libm's expf here, not the fast exp, which flushes
  * below −87: softplus(−100) ≈ 3.7e-44 must stay positive; log1pf is a library call anyway, and
  * softplus only runs on the (B·T, H) gate pre-activations). softplus' = σ. */
-UNARY_OP(ttt_softplus, fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))), sigmoid_f(x))
+UNARY_OP(ttt_softplus, fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))), sigmoid_f(x), TTT_MAP_SOFTPLUS,
+         TTT_MAP_D_SOFTPLUS, 0.0f)
 /* elu(x) + 1: x + 1 for x > 0, eˣ otherwise (elu = eˣ − 1 there, so the +1 cancels exactly).
  * Derivative 1 or eˣ = y; at the kink x = 0 the left derivative e⁰ = 1 agrees. */
-UNARY_OP(ttt_elu1, x > 0.0f ? x + 1.0f : expf(x), x > 0.0f ? 1.0f : y)
+UNARY_OP(ttt_elu1, x > 0.0f ? x + 1.0f : expf(x), x > 0.0f ? 1.0f : y, TTT_MAP_ELU1,
+         TTT_MAP_D_ELU1, 0.0f)
 /* relu' = [x > 0] (0 at the kink). */
-UNARY_OP(ttt_relu, x > 0.0f ? x : 0.0f, x > 0.0f ? 1.0f : 0.0f)
+UNARY_OP(ttt_relu, x > 0.0f ? x : 0.0f, x > 0.0f ? 1.0f : 0.0f, TTT_MAP_RELU, TTT_MAP_D_RELU,
+         0.0f)
 /* silu'(x) = σ(x)(1 + x(1 − σ(x))) (docs/math.md §2, SwiGLU gradient); its own derivative, for
  * training through the inner gradient: silu'' = σ(1−σ)(2 + x(1−2σ)), 1−2σ = (1−σ) − σ. */
 UNARY_OP(ttt_silu_grad, sigmoid_f(x) * (1.0f + x * sigmoid_c(x)),
-         sigmoid_f(x) * sigmoid_c(x) * (2.0f + x * (sigmoid_c(x) - sigmoid_f(x))))
-UNARY_OP(ttt_gelu_grad, gelu_grad_f(x), gelu_grad2_f(x))
+         sigmoid_f(x) * sigmoid_c(x) * (2.0f + x * (sigmoid_c(x) - sigmoid_f(x))),
+         TTT_MAP_SILU_GRAD, TTT_MAP_D_SILU_GRAD, 0.0f)
+UNARY_OP(ttt_gelu_grad, gelu_grad_f(x), gelu_grad2_f(x), TTT_MAP_GELU_GRAD, TTT_MAP_D_GELU_GRAD,
+         0.0f)
 /* Ops for optimizer rules; gradient conventions in ops.h (docs/extending.md "Adding an op"). */
-UNARY_OP(ttt_sign, (float)((x > 0.0f) - (x < 0.0f)), 0.0f)
-UNARY_OP(ttt_abs, fabsf(x), (float)((x > 0.0f) - (x < 0.0f)))
+UNARY_OP(ttt_sign, (float)((x > 0.0f) - (x < 0.0f)), 0.0f, TTT_MAP_SIGN, TTT_MAP_SCALE, 0.0f)
+UNARY_OP(ttt_abs, fabsf(x), (float)((x > 0.0f) - (x < 0.0f)), TTT_MAP_ABS, TTT_MAP_D_ABS, 0.0f)
 
 /* r = min(max(a, lo), hi) (farg = lo, hi): da = dr where lo ≤ a ≤ hi. */
 static void clamp_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr) {
@@ -704,6 +730,8 @@ static void clamp_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
 
 ttt_tensor *ttt_clamp(ttt_ctx *ctx, const ttt_tensor *a, float lo, float hi) {
     TTT_ASSERT(lo <= hi);
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL))
+        return ttt_dev_unary(ctx, a, TTT_MAP_CLAMP, lo, hi, TTT_MAP_D_CLAMP, lo, hi, "clamp");
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     for (size_t i = 0; i < a->n; i++) r->data[i] = fminf(fmaxf(a->data[i], lo), hi);
     ttt_tape_entry *e = RECORD(ctx, "clamp", clamp_backward, r, a);
@@ -729,6 +757,7 @@ static void extremum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
 }
 
 static ttt_tensor *extremum(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b, int is_max) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b)) return ttt_dev_extremum(ctx, a, b, is_max);
     SHAPE_CHECK(ttt_tensor_same_shape(a, b), is_max ? "maximum" : "minimum", a, b);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     for (size_t i = 0; i < a->n; i++)
@@ -756,6 +785,8 @@ static void pow_scalar_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 }
 
 ttt_tensor *ttt_pow_scalar(ttt_ctx *ctx, const ttt_tensor *a, float p) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL))
+        return ttt_dev_unary(ctx, a, TTT_MAP_POW, p, 0.0f, TTT_MAP_D_POW, p, 0.0f, "pow_scalar");
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     for (size_t i = 0; i < a->n; i++) r->data[i] = powf(a->data[i], p);
     ttt_tape_entry *e = RECORD(ctx, "pow_scalar", pow_scalar_backward, r, a);
@@ -782,6 +813,7 @@ static void sum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds)
 }
 
 ttt_tensor *ttt_sum(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_sum(ctx, a, 1.0, "sum");
     double s = 0.0;
     for (size_t i = 0; i < a->n; i++) s += a->data[i];
     ttt_tensor *r = scalar_result(ctx, s);
@@ -792,6 +824,7 @@ ttt_tensor *ttt_sum(ttt_ctx *ctx, const ttt_tensor *a) {
 
 ttt_tensor *ttt_mean(ttt_ctx *ctx, const ttt_tensor *a) {
     SHAPE_CHECK(a->n > 0, "mean (of an empty tensor)", a, NULL);
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_sum(ctx, a, 1.0 / (double)a->n, "mean");
     double s = 0.0;
     for (size_t i = 0; i < a->n; i++) s += a->data[i];
     ttt_tensor *r = scalar_result(ctx, s / (double)a->n);
@@ -811,6 +844,7 @@ static void dot_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *ds)
 }
 
 ttt_tensor *ttt_dot(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b)) return ttt_dev_dot(ctx, a, b);
     SHAPE_CHECK(a->n == b->n, "dot (element counts)", a, b);
     double s = 0.0;
     for (size_t i = 0; i < a->n; i++) s += (double)a->data[i] * b->data[i];
@@ -830,6 +864,7 @@ static void norm_fro_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
 }
 
 ttt_tensor *ttt_norm_fro(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_norm_fro(ctx, a);
     double s = 0.0;
     for (size_t i = 0; i < a->n; i++) s += (double)a->data[i] * a->data[i];
     ttt_tensor *r = scalar_result(ctx, sqrt(s));
@@ -847,6 +882,7 @@ static void sum_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
 }
 
 ttt_tensor *ttt_sum_rows(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_sum_rows(ctx, a);
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
     ttt_tensor *r = ttt_tensor_1d(ctx, (int)cols);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
@@ -871,6 +907,7 @@ static void sum_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float
 }
 
 ttt_tensor *ttt_sum_cols(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_sum_cols(ctx, a);
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
     ttt_tensor *r = ttt_tensor_1d(ctx, (int)rows);
     for (size_t i = 0; i < rows; i++) {
@@ -897,6 +934,7 @@ static void row_norms_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const floa
 }
 
 ttt_tensor *ttt_row_norms(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_row_norms(ctx, a);
     size_t rows = rows_of(a), cols = (size_t)TTT_COLS(a);
     ttt_tensor *r = ttt_tensor_1d(ctx, (int)rows);
     for (size_t i = 0; i < rows; i++) {
@@ -927,6 +965,7 @@ static void cumsum_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
 /* Prefix sums along dim 0. Used for cumulative log gates G = cumsum(log α) (docs/math.md §5.1, §5.3),
  * where the double running sum keeps late entries exact enough for exp(G_i − G_j). */
 ttt_tensor *ttt_cumsum(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_cumsum(ctx, a);
     SHAPE_CHECK(a->ndim == 1 || a->ndim == 2, "cumsum (1-D or 2-D)", a, NULL);
     size_t T = (size_t)a->shape[0], d = a->ndim == 2 ? (size_t)a->shape[1] : 1;
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
@@ -1003,6 +1042,8 @@ static void layernorm_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const f
 
 ttt_tensor *ttt_layernorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma,
                           const ttt_tensor *beta, float eps) {
+    if (TTT_OPS_ON_DEVICE3(ctx, x, gamma, beta))
+        return ttt_dev_rownorm(ctx, TTT_NORM_LAYER, x, gamma, beta, eps, "layernorm");
     check_norm_param("layernorm (gamma)", x, gamma);
     check_norm_param("layernorm (beta)", x, beta);
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
@@ -1081,6 +1122,8 @@ static void layernorm_backward_backward(ttt_ctx *ctx, const ttt_tape_entry *e, c
  * step of the TTT reconstruction loss (docs/math.md §2). */
 ttt_tensor *ttt_layernorm_backward(ttt_ctx *ctx, const ttt_tensor *dy, const ttt_tensor *x,
                                    const ttt_tensor *gamma, float eps) {
+    if (TTT_OPS_ON_DEVICE3(ctx, dy, x, gamma))
+        return ttt_dev_layernorm_backward(ctx, dy, x, gamma, eps);
     SHAPE_CHECK(ttt_tensor_same_shape(dy, x), "layernorm_backward (dy vs x)", dy, x);
     check_norm_param("layernorm_backward (gamma)", x, gamma);
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
@@ -1143,6 +1186,8 @@ static void rmsnorm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
 }
 
 ttt_tensor *ttt_rmsnorm(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *gamma, float eps) {
+    if (TTT_OPS_ON_DEVICE(ctx, x, gamma))
+        return ttt_dev_rownorm(ctx, TTT_NORM_RMS, x, gamma, NULL, eps, "rmsnorm");
     check_norm_param("rmsnorm (gamma)", x, gamma);
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
     ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
@@ -1183,6 +1228,8 @@ static void l2norm_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 ttt_tensor *ttt_l2norm_rows(ttt_ctx *ctx, const ttt_tensor *x, float eps) {
+    if (TTT_OPS_ON_DEVICE(ctx, x, NULL))
+        return ttt_dev_rownorm(ctx, TTT_NORM_L2, x, NULL, NULL, eps, "l2norm_rows");
     size_t rows = rows_of(x), n = (size_t)TTT_COLS(x);
     ttt_tensor *r = ttt_tensor_new(ctx, x->ndim, x->shape);
     for (size_t i = 0; i < rows; i++) {
@@ -1216,6 +1263,8 @@ static void softmax_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const f
  * masked positions (causal_fill, log M in docs/math.md §4) and get exactly 0; a row with no finite
  * entry at all (fully masked) is all zeros rather than 0/0 = NaN. */
 ttt_tensor *ttt_softmax_rows(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL))
+        return ttt_dev_rownorm(ctx, TTT_NORM_SOFTMAX, a, NULL, NULL, 0.0f, "softmax_rows");
     size_t rows = rows_of(a), n = (size_t)TTT_COLS(a);
     ttt_tensor *r = ttt_tensor_new(ctx, a->ndim, a->shape);
     for (size_t i = 0; i < rows; i++) {
@@ -1266,6 +1315,7 @@ static void tril_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr
 }
 
 ttt_tensor *ttt_tril(ttt_ctx *ctx, const ttt_tensor *a, int k) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_mask(ctx, a, TTT_MASK_TRIL, k, "tril");
     SHAPE_CHECK(a->ndim >= 2, "tril (needs a matrix)", a, NULL);
     size_t nb = mats_of(a);
     long m = a->shape[a->ndim - 2], n = a->shape[a->ndim - 1];
@@ -1309,6 +1359,7 @@ static void decay_mask_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 /* D_ij = exp(g_i − g_j) for j ≤ i (docs/math.md §5.1, Γ in §5.3). Taking exp of the difference keeps
  * every entry in (0, 1] for decaying gates even when exp(g_i) alone would underflow to 0. */
 ttt_tensor *ttt_decay_mask(ttt_ctx *ctx, const ttt_tensor *g, int strict) {
+    if (TTT_OPS_ON_DEVICE(ctx, g, NULL)) return ttt_dev_decay_mask(ctx, g, strict);
     SHAPE_CHECK(g->ndim == 1, "decay_mask (g must be 1-D)", g, NULL);
     int T = g->shape[0];
     ttt_tensor *r = ttt_tensor_2d(ctx, T, T);
@@ -1336,6 +1387,8 @@ static void causal_fill_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 ttt_tensor *ttt_causal_fill(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL))
+        return ttt_dev_mask(ctx, a, TTT_MASK_CAUSAL_FILL, 0, "causal_fill");
     SHAPE_CHECK(a->ndim >= 2 && a->shape[a->ndim - 2] == a->shape[a->ndim - 1],
                 "causal_fill (needs square matrices)", a, NULL);
     size_t nb = mats_of(a), m = (size_t)a->shape[a->ndim - 1];
@@ -1384,6 +1437,7 @@ static void solve_lower_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 /* Forward substitution L·X = B through strsm on a copy of B (strsm works in place). Used for the
  * WY/UT transform A⁻¹ of the chunkwise delta rule (docs/math.md §5.3) with unit diagonal. */
 ttt_tensor *ttt_solve_lower(ttt_ctx *ctx, const ttt_tensor *L, const ttt_tensor *B, int unit) {
+    if (TTT_OPS_ON_DEVICE(ctx, L, B)) return ttt_dev_solve_lower(ctx, L, B, unit);
     SHAPE_CHECK(L->ndim == 2 && L->shape[0] == L->shape[1], "solve_lower (L square)", L, B);
     SHAPE_CHECK((B->ndim == 1 || B->ndim == 2) && B->shape[0] == L->shape[0],
                 "solve_lower (rows of B)", L, B);
@@ -1432,6 +1486,7 @@ static void transpose_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const floa
 /* Swap the last two dims (batched over a leading dim for 3-D). Tiled so that both the reads and
  * the writes stay within a few cache lines per tile. */
 ttt_tensor *ttt_transpose(ttt_ctx *ctx, const ttt_tensor *a) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_transpose(ctx, a);
     SHAPE_CHECK(a->ndim == 2 || a->ndim == 3, "transpose (2-D or 3-D)", a, NULL);
     int shp[TTT_MAX_DIMS];
     memcpy(shp, a->shape, sizeof shp);
@@ -1458,6 +1513,7 @@ static void slice_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 }
 
 ttt_tensor *ttt_slice_rows(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_slice_rows(ctx, a, r0, r1);
     if (!(0 <= r0 && r0 <= r1 && r1 <= a->shape[0])) {
         char s[64];
         fprintf(stderr, "ttt: slice_rows: rows [%d, %d) out of range for %s\n", r0, r1,
@@ -1497,6 +1553,8 @@ static void concat_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 ttt_tensor *ttt_concat_rows(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor *b) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, b))
+        return ttt_dev_concat_rows_n(ctx, (const ttt_tensor *const[]){a, b}, 2);
     int ok = a->ndim == b->ndim;
     for (int i = 1; ok && i < a->ndim; i++) ok = a->shape[i] == b->shape[i];
     SHAPE_CHECK(ok, "concat_rows (all dims but the first must match)", a, b);
@@ -1524,6 +1582,7 @@ static void concat_rows_n_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
 
 ttt_tensor *ttt_concat_rows_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
     TTT_ASSERT(n >= 1);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, n)) return ttt_dev_concat_rows_n(ctx, parts, n);
     const ttt_tensor *a = parts[0];
     int shp[TTT_MAX_DIMS];
     memcpy(shp, a->shape, sizeof shp);
@@ -1555,6 +1614,8 @@ static void slice_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const flo
 }
 
 ttt_tensor *ttt_slice_cols(ttt_ctx *ctx, const ttt_tensor *a, int c0, int c1) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL))
+        return ttt_dev_slice_block(ctx, a, 0, (int)rows_of(a), c0, c1, 1);
     const int nc = TTT_COLS(a);
     if (!(0 <= c0 && c0 <= c1 && c1 <= nc)) {
         char s[64];
@@ -1591,6 +1652,7 @@ static void concat_cols_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 
 ttt_tensor *ttt_concat_cols_n(ttt_ctx *ctx, const ttt_tensor *const *parts, int n) {
     TTT_ASSERT(n >= 1);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, n)) return ttt_dev_concat_grid(ctx, parts, 1, n, 1);
     const ttt_tensor *a = parts[0];
     int shp[TTT_MAX_DIMS], total = 0;
     for (int p = 0; p < n; p++) {
@@ -1630,6 +1692,7 @@ static void slice_block_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 ttt_tensor *ttt_slice_block(ttt_ctx *ctx, const ttt_tensor *a, int r0, int r1, int c0, int c1) {
+    if (TTT_OPS_ON_DEVICE(ctx, a, NULL)) return ttt_dev_slice_block(ctx, a, r0, r1, c0, c1, 0);
     const size_t rows = rows_of(a);
     const int nc = TTT_COLS(a);
     if (!(0 <= r0 && r0 <= r1 && (size_t)r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= nc)) {
@@ -1675,6 +1738,8 @@ static void concat_grid_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 
 ttt_tensor *ttt_concat_grid(ttt_ctx *ctx, const ttt_tensor *const *parts, int nr, int nc) {
     TTT_ASSERT(nr >= 1 && nc >= 1);
+    if (TTT_OPS_ON_DEVICE_N(ctx, parts, nr * nc))
+        return ttt_dev_concat_grid(ctx, parts, nr, nc, 0);
     int rows = 0, cols = 0;
     for (int i = 0; i < nr; i++) rows += parts[(size_t)i * nc]->shape[0];
     for (int j = 0; j < nc; j++) cols += parts[j]->shape[1];
@@ -1719,9 +1784,9 @@ ttt_tensor *ttt_concat_cols(ttt_ctx *ctx, const ttt_tensor *a, const ttt_tensor 
 
 ttt_tensor *ttt_reshape(ttt_ctx *ctx, const ttt_tensor *a, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
-    ttt_tensor view = ttt_tensor_view(a->data, ndim, shape);
+    ttt_tensor view = ttt_tensor_view_on(ttt_tensor_device(a), a->data, ndim, shape);
     SHAPE_CHECK(view.n == a->n, "reshape (element counts)", a, &view);
-    ttt_tensor *r = ttt_arena_alloc(ctx->arena, sizeof *r);
+    ttt_tensor *r = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *r);
     TTT_ASSERT(r != NULL);
     *r = view;
     /* r shares a's storage but is a tensor of its own on the tape: it gets its own gradient
@@ -1748,6 +1813,7 @@ static void embedding_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const floa
 }
 
 ttt_tensor *ttt_embedding(ttt_ctx *ctx, const ttt_tensor *table, const int *ids, int n) {
+    if (TTT_OPS_ON_DEVICE(ctx, table, NULL)) return ttt_dev_embedding(ctx, table, ids, n);
     SHAPE_CHECK(table->ndim == 2, "embedding (table must be (V, d))", table, NULL);
     const int V = table->shape[0], d = table->shape[1];
     TTT_ASSERT(n >= 0);
@@ -1812,6 +1878,8 @@ static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
  * overflows and a confident row (huge margin) still gives an exact small loss. */
 ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
                               ttt_ce_stats *stats) {
+    if (TTT_OPS_ON_DEVICE(ctx, logits, NULL))
+        return ttt_dev_cross_entropy(ctx, logits, targets, N, stats);
     SHAPE_CHECK(logits->ndim >= 1 && rows_of(logits) == (size_t)N,
                 "cross_entropy (logits must have N rows)", logits, NULL);
     const size_t V = (size_t)TTT_COLS(logits);
@@ -1924,6 +1992,7 @@ static void conv1d_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
 
 ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
                               const ttt_tensor *bias) {
+    if (TTT_OPS_ON_DEVICE3(ctx, x, w, bias)) return ttt_dev_conv1d(ctx, x, w, bias, 0);
     SHAPE_CHECK(x->ndim == 2 || x->ndim == 3, "conv1d_causal (x must be (T, C) or (B, T, C))", x,
                 NULL);
     int B, T, C;
@@ -1998,6 +2067,7 @@ static void conv1d_silu_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
 }
 
 ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w) {
+    if (TTT_OPS_ON_DEVICE(ctx, x, w)) return ttt_dev_conv1d(ctx, x, w, NULL, 1);
     SHAPE_CHECK(x->ndim == 2 || x->ndim == 3,
                 "conv1d_causal_silu (x must be (T, C) or (B, T, C))", x, NULL);
     int B, T, C;

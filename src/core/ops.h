@@ -13,7 +13,18 @@
  * Broadcasting (add, sub, mul, div): `b` may have the same shape as `a`, be a single element
  * (n == 1), or be a row vector with as many elements as a's last dimension (applied to every row).
  * The backward sums b's gradient over the broadcast positions.
- * Every fast kernel here keeps a naive twin in tests/test_ops.c as its reference. */
+ * Every fast kernel here keeps a naive twin in tests/test_ops.c as its reference.
+ *
+ * Devices (docs/design.md "Devices", docs/device_ops.md): an op runs where its inputs live.
+ * Host tensors take the CPU code below as before; tensors of a CUDA device take that op's CUDA
+ * implementation (src/core/ops_device.c), which allocates its result in ctx->arena (a device
+ * arena of the same device) and records a backward that runs on the device. Inputs on different
+ * devices, or a device input with a host arena, are a programmer error reported like a shape
+ * mismatch; ops never copy between devices (ttt_tensor_to does). Integer inputs follow their
+ * tensor: `ids` of ttt_embedding and `targets` of ttt_cross_entropy are device memory when the
+ * table or logits are on a device. Device ops are queued on the arena's stream and return before
+ * the device is done; a CUDA failure inside one cannot be returned by the op and is kept as the
+ * thread's sticky device error, read with ttt_device_ops_status. */
 #ifndef TTT_OPS_H
 #define TTT_OPS_H
 
@@ -182,6 +193,10 @@ ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tenso
  * neither stored nor passed through memory again (the backward recomputes it per sequence), which
  * saves two passes over (B, T, C) forward and two backward (the sequence model's q, k, v). */
 ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w);
+
+/* The first CUDA failure of a device op on this thread since the last call (TTT_ERR_DEVICE with
+ * its message in err), or TTT_OK; reading it clears it. A trainer reads it once per step. */
+ttt_status ttt_device_ops_status(ttt_error *err);
 
 /* ---- comparisons (not ops: utilities for tests and equivalence reports) ---- */
 float ttt_max_abs(const ttt_tensor *a);

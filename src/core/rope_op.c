@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "ops.h"
+#include "ops_device.h"
 #include "rope.h"
 
 /* out = x R_{−p} for rows at positions pos0 + t (the inverse rotation), angles in float64 like
@@ -42,6 +43,7 @@ static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy
 
 ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base) {
     TTT_ASSERT(x->ndim >= 1);
+    if (TTT_OPS_ON_DEVICE(ctx, x, NULL)) return ttt_dev_rope(ctx, x, pos0, base);
     const int d = TTT_COLS(x), T = d ? (int)(x->n / (size_t)d) : 0;
     ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
     if (T > 0 && d > 0) ttt_rope_apply(y->data, x->data, T, d, pos0, base);

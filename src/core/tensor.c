@@ -4,6 +4,7 @@
 #include "autograd.h"
 #include "blas.h"
 #include "fault.h"
+#include "ops_device.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,10 +19,16 @@
 
 #define TTT_ALIGN 64
 
+/* A tensor header is one arena unit: the memory estimates count it so (docs/hardening.md "Out of
+ * memory"), and a larger one would double every header's arena bytes. */
+_Static_assert(sizeof(ttt_tensor) <= TTT_ALIGN, "a tensor header must fit one 64-byte arena unit");
+
 struct ttt_arena_block {
     ttt_arena_block *prev;
-    size_t size;   /* usable bytes in data[] */
-    size_t offset; /* bytes used */
+    size_t size;         /* usable bytes at base */
+    size_t offset;       /* bytes used */
+    unsigned char *base; /* data[] for a host block; the device memory of a device block, whose
+                            header alone is host memory */
     _Alignas(TTT_ALIGN) unsigned char data[];
 };
 
@@ -60,6 +67,31 @@ static ttt_arena_block *block_new(size_t bytes) {
     if (bytes < ARENA_MAP_BYTES) return aligned_alloc(TTT_ALIGN, bytes);
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p; /* page-aligned, so TTT_ALIGN-aligned */
+}
+
+/* A device block: a host header and `usable` bytes from the device's pool. */
+static ttt_arena_block *device_block_new(const ttt_arena *a, size_t usable) {
+    if (ttt_fault_alloc()) return NULL;
+    ttt_arena_block *h = malloc(sizeof *h);
+    if (!h) return NULL;
+    ttt_device_buffer buf;
+    if (ttt_device_alloc(&buf, a->device, usable, a->stream, "a device arena block", NULL) !=
+        TTT_OK) {
+        free(h);
+        return NULL;
+    }
+    h->base = buf.ptr; /* pool memory is at least 256-byte aligned */
+    return h;
+}
+
+static void free_chain_device(const ttt_arena *a, ttt_arena_block *b) {
+    while (b) {
+        ttt_arena_block *p = b->prev;
+        ttt_device_buffer buf = {a->device, b->base, b->size, a->stream};
+        ttt_device_free(&buf);
+        free(b);
+        b = p;
+    }
 }
 
 static void free_chain(ttt_arena_block *b) {
@@ -116,9 +148,33 @@ ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *
     return st;
 }
 
+ttt_status ttt_arena_init_device(ttt_arena *a, size_t block_size, ttt_device d, void *stream,
+                                 ttt_error *err) {
+    ttt_arena_init(a, block_size);
+    if (ttt_device_is_host(d)) return TTT_OK;
+    TTT_TRY(ttt_device_usable(d, err));
+    TTT_TRY(ttt_device_stream_check(d, stream, err));
+    ttt_arena *meta = malloc(sizeof *meta);
+    if (!meta) return ttt_error_set(err, TTT_ERR_NOMEM, "out of host memory for an arena");
+    ttt_arena_init(meta, 0);
+    a->meta = meta;
+    a->device = d;
+    a->stream = stream;
+    return TTT_OK;
+}
+
 void ttt_arena_free(ttt_arena *a) {
-    free_chain(a->head);
-    free_chain(a->spare);
+    if (a->meta) {
+        free_chain_device(a, a->head);
+        free_chain_device(a, a->spare);
+        ttt_arena_free(a->meta);
+        free(a->meta);
+        a->meta = NULL;
+        a->device = ttt_device_host();
+    } else {
+        free_chain(a->head);
+        free_chain(a->spare);
+    }
     a->head = a->spare = NULL;
     a->closed = 0;
 }
@@ -159,12 +215,19 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
                 escape(a, bytes);
                 return NULL;
             }
-            nb = block_new(block_bytes(sz));
+            if (a->meta) {
+                nb = device_block_new(a, sz);
+            } else {
+                nb = block_new(block_bytes(sz));
+                if (nb) {
+                    nb->base = nb->data;
+                    ttt_mem_track((double)block_bytes(sz));
+                }
+            }
             if (!nb) {
                 escape(a, bytes);
                 return NULL;
             }
-            ttt_mem_track((double)block_bytes(sz));
             nb->size = sz;
         }
         nb->prev = b;
@@ -173,7 +236,7 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
         a->head = nb;
         b = nb;
     }
-    void *p = b->data + b->offset;
+    void *p = b->base + b->offset;
     b->offset += need;
     a->used_total += need;
     size_t fp = a->closed + b->offset;
@@ -182,7 +245,11 @@ void *ttt_arena_alloc(ttt_arena *a, size_t bytes) {
 }
 
 ttt_arena_mark ttt_arena_mark_get(const ttt_arena *a) {
-    ttt_arena_mark m = {a->head, a->head ? a->head->offset : 0};
+    ttt_arena_mark m = {a->head, a->head ? a->head->offset : 0, NULL, 0};
+    if (a->meta) {
+        m.meta_block = a->meta->head;
+        m.meta_offset = a->meta->head ? a->meta->head->offset : 0;
+    }
     return m;
 }
 
@@ -196,6 +263,7 @@ static void pop_block(ttt_arena *a) {
 }
 
 void ttt_arena_release(ttt_arena *a, ttt_arena_mark m) {
+    if (a->meta) ttt_arena_release(a->meta, (ttt_arena_mark){m.meta_block, m.meta_offset, NULL, 0});
     while (a->head && a->head != m.block) {
         if (!a->head->prev && !m.block) {
             /* the mark was taken on an empty arena: keep the first block as head */
@@ -210,6 +278,7 @@ void ttt_arena_release(ttt_arena *a, ttt_arena_mark m) {
 void ttt_arena_reset(ttt_arena *a) {
     /* Keep every block: the oldest stays head, the others wait on the spare list for the next
      * pass, which in a training loop needs the same sizes again. */
+    if (a->meta) ttt_arena_reset(a->meta);
     if (!a->head) return;
     while (a->head->prev) pop_block(a);
     a->head->offset = 0;
@@ -233,8 +302,9 @@ static _Noreturn void tensor_out_of_memory(const ttt_arena *a, int ndim, const i
 
 ttt_tensor *ttt_tensor_new(ttt_ctx *ctx, int ndim, const int *shape) {
     TTT_ASSERT(ndim >= 1 && ndim <= TTT_MAX_DIMS);
-    ttt_tensor *t = ttt_arena_alloc(ctx->arena, sizeof *t);
+    ttt_tensor *t = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *t);
     if (!t) tensor_out_of_memory(ctx->arena, ndim, shape);
+    ttt_tensor_set_device(t, ctx->arena->device);
     t->ndim = ndim;
     t->n = 1;
     t->requires_grad = 0; /* a constant until an op records it (autograd.h) */
@@ -261,11 +331,39 @@ ttt_tensor *ttt_tensor_3d(ttt_ctx *ctx, int n0, int n1, int n2) {
 
 ttt_tensor *ttt_tensor_zeros_like(ttt_ctx *ctx, const ttt_tensor *t) {
     ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
-    memset(r->data, 0, r->n * sizeof(float));
+    if (ttt_tensor_on_device(r))
+        ttt_device_ops_note(ttt_device_zero(r->data, ttt_tensor_device(r), r->n * sizeof(float),
+                                            ctx->arena->stream, ttt_device_ops_err()));
+    else
+        memset(r->data, 0, r->n * sizeof(float));
     return r;
 }
 
+ttt_tensor *ttt_tensor_to(ttt_ctx *ctx, const ttt_tensor *t) {
+    ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
+    if (r->n)
+        ttt_device_ops_note(ttt_device_copy(r->data, ttt_tensor_device(r), t->data, ttt_tensor_device(t),
+                                            r->n * sizeof(float), ctx->arena->stream,
+                                            ttt_device_ops_err()));
+    /* host memory is read by the host at once: wait for a copy from a device */
+    if (r->n && !ttt_tensor_on_device(r) && ttt_tensor_on_device(t))
+        ttt_device_ops_note(ttt_device_sync(ttt_tensor_device(t), ctx->arena->stream, ttt_device_ops_err()));
+    return r;
+}
+
+ttt_status ttt_tensor_read(const ttt_tensor *t, float *dst, void *stream, ttt_error *err) {
+    if (!ttt_tensor_on_device(t)) {
+        if (t->n) memcpy(dst, t->data, t->n * sizeof(float));
+        return TTT_OK;
+    }
+    if (t->n)
+        TTT_TRY(ttt_device_copy(dst, ttt_device_host(), t->data, ttt_tensor_device(t), t->n * sizeof(float),
+                                stream, err));
+    return ttt_device_sync(ttt_tensor_device(t), stream, err);
+}
+
 ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t) {
+    if (TTT_OPS_ON_DEVICE(ctx, t, NULL)) return ttt_dev_copy(ctx, t);
     ttt_tensor *r = ttt_tensor_new(ctx, t->ndim, t->shape);
     memcpy(r->data, t->data, r->n * sizeof(float));
     /* The copy holds the same values, so its gradient flows to t unchanged. */
@@ -284,11 +382,21 @@ ttt_tensor ttt_tensor_view(float *data, int ndim, const int *shape) {
     return t;
 }
 
+ttt_tensor ttt_tensor_view_on(ttt_device d, float *data, int ndim, const int *shape) {
+    ttt_tensor t = ttt_tensor_view(data, ndim, shape);
+    ttt_tensor_set_device(&t, d);
+    return t;
+}
+
 ttt_tensor ttt_tensor_view2(float *data, int n0, int n1) {
     return ttt_tensor_view(data, 2, (int[]){n0, n1});
 }
 
 void ttt_tensor_fill(ttt_tensor *t, float v) {
+    if (ttt_tensor_on_device(t)) {
+        ttt_device_ops_note(ttt_cuda_fill_f32(t->data, v, t->n, NULL, ttt_device_ops_err()));
+        return;
+    }
     for (size_t i = 0; i < t->n; i++) t->data[i] = v;
 }
 

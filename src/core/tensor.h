@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "device.h"
 #include "status.h"
 
 #define TTT_MAX_DIMS 4
@@ -33,6 +34,13 @@ typedef struct ttt_arena {
                                stay mapped: a training step would otherwise fault them in again) */
     ttt_arena_escape *escape; /* armed: where a failed block allocation jumps (below), or NULL */
     size_t failed_bytes;      /* the size of the latest allocation that failed */
+    /* Where the blocks live (docs/design.md "Devices"): the host (the zero default), or a CUDA
+     * device, whose blocks come from that device's pool (ttt_device_alloc) ordered on `stream`.
+     * A device arena keeps the host memory of what it holds (tensor headers, tape entries,
+     * saved scalars) in `meta`, a host arena marked, released and reset with it. */
+    ttt_device device;
+    void *stream;
+    struct ttt_arena *meta; /* NULL for a host arena */
 } ttt_arena;
 
 /* Out of memory inside ops. Ops return tensors, not a status, and layers and forms take arena
@@ -82,9 +90,22 @@ ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *
 typedef struct ttt_arena_mark {
     ttt_arena_block *block;
     size_t offset;
+    ttt_arena_block *meta_block; /* the same position in a device arena's meta arena */
+    size_t meta_offset;
 } ttt_arena_mark;
 
 void ttt_arena_init(ttt_arena *a, size_t block_size);
+/* A device arena: blocks of device d's memory from its pool, allocated and freed on `stream`
+ * (a cudaStream_t, NULL = the default stream); the host arena is d = host. Fails (and leaves a
+ * usable empty host arena) when d cannot be used: ttt_device_usable's reason. Tensors made in
+ * it are on d; their headers live in host memory (the arena's `meta`). Freeing or releasing a
+ * device arena is stream-ordered: memory is reused only by work queued after the release. */
+ttt_status ttt_arena_init_device(ttt_arena *a, size_t block_size, ttt_device d, void *stream,
+                                 ttt_error *err);
+/* The host arena for host-side records of arena a (itself for a host arena). */
+static inline struct ttt_arena *ttt_arena_host(struct ttt_arena *a) {
+    return a->meta ? a->meta : a;
+}
 void ttt_arena_free(ttt_arena *a);
 /* 64-byte aligned; returns NULL when memory runs out or the limit would be crossed. */
 void *ttt_arena_alloc(ttt_arena *a, size_t bytes);
@@ -96,7 +117,7 @@ size_t ttt_arena_footprint(const ttt_arena *a);
 size_t ttt_arena_held(const ttt_arena *a);
 
 typedef struct ttt_tensor {
-    float *data;
+    float *data; /* on `device`: a host pointer or CUDA device memory */
     int ndim;
     int shape[TTT_MAX_DIMS];
     size_t n; /* number of elements */
@@ -106,7 +127,26 @@ typedef struct ttt_tensor {
     float *grad;         /* (n) dL/d(this tensor), same layout as data; NULL until needed */
     int grad_stale;      /* nonzero: a parameter's grad holds nothing of this backward yet (its
                           * first contribution assigns; autograd.h "First writer assigns") */
+    /* Where data and grad live (docs/design.md "Devices"): the host (zero, the default of a
+     * designated or zero initializer and of ttt_tensor_view) or the device of the arena the
+     * tensor was made in; ops dispatch on it (ops.h). Kept in the 4 bytes of padding at the
+     * end of the struct, so that a tensor header stays 64 bytes (one arena unit: a ttt_device
+     * would make it 72 and every header 128 bytes of arena). Read with ttt_tensor_device. */
+    uint16_t device_kind;  /* ttt_device_kind */
+    uint16_t device_index; /* the CUDA ordinal; 0 on the host */
 } ttt_tensor;
+
+static inline ttt_device ttt_tensor_device(const ttt_tensor *t) {
+    return (ttt_device){(ttt_device_kind)t->device_kind, t->device_index};
+}
+static inline void ttt_tensor_set_device(ttt_tensor *t, ttt_device d) {
+    t->device_kind = (uint16_t)d.kind;
+    t->device_index = (uint16_t)d.index;
+}
+/* Nonzero when t lives on a device rather than the host: the one branch a host op pays. */
+static inline int ttt_tensor_on_device(const ttt_tensor *t) {
+    return t->device_kind != TTT_DEVICE_HOST;
+}
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */
 
@@ -142,7 +182,19 @@ ttt_tensor *ttt_tensor_copy(ttt_ctx *ctx, const ttt_tensor *t);
  * recorded ttt_reshape / ttt_slice_rows / ttt_slice_cols for that). */
 ttt_tensor ttt_tensor_view(float *data, int ndim, const int *shape);
 ttt_tensor ttt_tensor_view2(float *data, int n0, int n1);
+/* A header over memory of device d (no copy), like ttt_tensor_view. */
+ttt_tensor ttt_tensor_view_on(ttt_device d, float *data, int ndim, const int *shape);
+/* Fills t with v, on whichever device it lives (queued on the default stream for a device
+ * tensor). */
 void ttt_tensor_fill(ttt_tensor *t, float v);
+/* A constant copy of t (host or device) in ctx->arena, on the arena's device: how inputs and
+ * parameters move between the host and a device. Not recorded. Queued on the arena's stream;
+ * a copy to the host is waited for. A failed copy records the device error
+ * (ttt_device_ops_status, ops.h) and leaves the result's contents undefined. */
+ttt_tensor *ttt_tensor_to(ttt_ctx *ctx, const ttt_tensor *t);
+/* t's elements into host memory dst (t->n floats), waiting for the device's work on `stream`
+ * (NULL: the default stream) first when t is on a device. */
+ttt_status ttt_tensor_read(const ttt_tensor *t, float *dst, void *stream, ttt_error *err);
 int ttt_tensor_same_shape(const ttt_tensor *a, const ttt_tensor *b);
 /* "(3, 4)" into buf; returns buf. */
 const char *ttt_tensor_shape_str(const ttt_tensor *t, char *buf, size_t n);
