@@ -419,12 +419,15 @@ static long split_at(long n, int t, int parts) {
 static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *err) {
     const long n_seq = (long)A->B * A->H;
     /* BLAS threads would fight the OpenMP ones, and one thread per call keeps each sequence's
-     * arithmetic the same whatever the thread count */
+     * arithmetic the same whatever the thread count. The caller's BLAS thread count is the
+     * process's, not the library's: it is restored before returning. */
+    const int blas_threads = ttt_blas_get_threads();
     ttt_blas_set_threads(1);
     long *failed_at = calloc((size_t)nthreads, sizeof *failed_at);
     ttt_status *failed_st = calloc((size_t)nthreads, sizeof *failed_st);
     ttt_error *errs = calloc((size_t)nthreads, sizeof *errs);
     if (!failed_at || !failed_st || !errs) {
+        ttt_blas_set_threads(blas_threads);
         free(failed_at);
         free(failed_st);
         free(errs);
@@ -445,6 +448,7 @@ static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *
             if (err) *err = errs[t];
             break;
         }
+    ttt_blas_set_threads(blas_threads);
     free(failed_at);
     free(failed_st);
     free(errs);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "apply.h"
+#include "blas.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -341,12 +342,33 @@ START_TEST(auto_runs_them_through_apply) {
 }
 END_TEST
 
+/* A batched call sets BLAS to one thread for its OpenMP workers, and gives the caller's count
+ * back: the BLAS thread count is the process's, not the library's. */
+START_TEST(batch_call_keeps_the_blas_thread_count) {
+    ttt_blas_set_threads(3);
+    if (ttt_blas_get_threads() != 3) {
+        printf("batch_call_keeps_the_blas_thread_count: this BLAS has no thread count to keep\n");
+        return;
+    }
+    ttt_layer L;
+    parse(&L, "layer: {preset: gated_deltanet}\n", 6, 5);
+    batch_in in = make_in(6, 5, 5);
+    float *o = malloc(sizeof(float) * (size_t)B * T * H * 5);
+    run_part(&L, &in, 0, T, o, NULL, NULL);
+    ck_assert_int_eq(ttt_blas_get_threads(), 3);
+    free_in(&in);
+    free(o);
+    ttt_blas_set_threads(1);
+}
+END_TEST
+
 static Suite *batch_suite(void) {
     Suite *s = suite_create("batch");
     TCase *tc = tcase_create("batch");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, state_lists_every_tensor);
     tcase_add_test(tc, split_with_full_state_equals_one_call);
+    tcase_add_test(tc, batch_call_keeps_the_blas_thread_count);
     tcase_add_loop_test(tc, auto_runs_inputs_closed_forms_refuse, 0, 2);
     tcase_add_loop_test(tc, auto_runs_them_through_apply, 0, 2);
     suite_add_tcase(s, tc);
