@@ -150,6 +150,19 @@ START_TEST(attention_mixers_have_their_papers_block) {
 }
 END_TEST
 
+/* RWKV-7's mixer (docs/math.md "RWKV-7"): its token shift replaces the short convolution, no
+ * q/k norm or η of the shared pieces (its rate α and keys are its own), and the block's output
+ * norm and gate on in place of RWKV-7's GroupNorm and gate g. */
+START_TEST(rwkv7_mixer_has_its_block) {
+    ttt_seq_model_config c;
+    ttt_cfg_node *root = parse("{d_model: 8, heads: 2, mixer: rwkv7}", "{}", &c);
+    const block w = {"rwkv7", 0, 0, 0, E0, GN, 1, 1, 0, 0, 0};
+    check_block(&w, &c);
+    ck_assert_msg(c.positions == TTT_POS_NONE, "rwkv7: positions %d", (int)c.positions);
+    ttt_cfg_free(root);
+}
+END_TEST
+
 /* A tuple without a preset keeps the rules of its traits (seqmodel.h): the delta rule written
  * as a tuple gets convolution + SiLU, unit keys, a learned η and both output pieces. */
 START_TEST(custom_tuples_follow_their_traits) {
@@ -355,6 +368,7 @@ static Suite *suite(void) {
     TCase *t = tcase_create("core");
     tcase_add_test(t, each_preset_has_its_papers_block);
     tcase_add_test(t, attention_mixers_have_their_papers_block);
+    tcase_add_test(t, rwkv7_mixer_has_its_block);
     tcase_add_test(t, custom_tuples_follow_their_traits);
     tcase_add_test(t, the_previous_block_is_reachable_by_options);
     tcase_add_test(t, conv_and_act_are_checked);
