@@ -49,9 +49,10 @@ def ref(x, **over):
     dict(B=1, T=300, H=2, dk=16, dv=12, seed=4, resets=0.05),            # hard resets of rows
     dict(B=1, T=300, H=2, dk=16, dv=12, seed=5, alpha_hi=2.0, lw_lo=-1e-3),  # alpha up to 2
 ])
-def test_dplr_equals_the_float64_recurrence(case):
+@pytest.mark.parametrize("chunk", [0, 16, 64])  # the recurrence, the chunkwise form
+def test_dplr_equals_the_float64_recurrence(case, chunk):
     x = make(**case)
-    o, S = ttt.dplr(**x)
+    o, S = ttt.dplr(**x, chunk=chunk)
     o64, S64 = ref(x)
     assert _rel(o, o64) <= TOL and _rel(S, S64) <= TOL, (_rel(o, o64), _rel(S, S64))
     # one token's in-context rate moved by 0.1 must be seen
@@ -137,3 +138,5 @@ def test_bad_shapes_are_named():
     empty = {n: v[:0] for n, v in x.items()}  # B = 0: the C API's own check
     with pytest.raises(ttt.Error, match="expected B, H, d_k, d_v >= 1"):
         ttt.dplr(**empty)
+    with pytest.raises(ttt.Error, match="io->chunk = -1"):
+        ttt.dplr(**x, chunk=-1)

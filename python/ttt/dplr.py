@@ -1,7 +1,7 @@
 """The generalized delta rule (DPLR, RWKV-7's rule; docs/math.md "RWKV-7") through the C API
 (ttt_dplr_forward, ttt_dplr_backward), on numpy arrays in the (B, T, H, D) layout:
 
-    o, S = ttt.dplr(q, k, v, a, b, log_w, initial_state=S0)
+    o, S = ttt.dplr(q, k, v, a, b, log_w, initial_state=S0)            # chunk=C: chunkwise
     grads = ttt.dplr_backward(d_o, q, k, v, a, b, log_w, initial_state=S0, d_state=dS)
 
 Per (batch, head): S_t = Diag(exp(log_w_t)) S_{t-1} + b_t^T (a_t S_{t-1}) + k_t^T v_t,
@@ -14,7 +14,7 @@ from ._lib import check, ffi, lib
 from .layer import _f32, _ptr
 
 
-def _io(q, k, v, a, b, log_w, initial_state):
+def _io(q, k, v, a, b, log_w, initial_state, chunk=0):
     q = _f32(q, "q")
     if q.ndim != 4:
         raise ValueError("ttt.dplr: q must be (B, T, H, d_k), got shape %s" % (q.shape,))
@@ -32,12 +32,14 @@ def _io(q, k, v, a, b, log_w, initial_state):
     io.B, io.T, io.H, io.d_k, io.d_v = B, T, H, dk, dv
     io.q, io.k, io.v, io.a, io.b = _ptr(q), _ptr(k), _ptr(v), _ptr(a), _ptr(b)
     io.log_w, io.state_in = _ptr(lw), _ptr(S0)
+    io.chunk = int(chunk)
     return io, keep, (B, T, H, dk, dv)
 
 
-def dplr(q, k, v, a, b, log_w=None, initial_state=None):
-    """(o (B, T, H, d_v), final state (B, H, d_k, d_v)), float32."""
-    io, keep, (B, T, H, dk, dv) = _io(q, k, v, a, b, log_w, initial_state)
+def dplr(q, k, v, a, b, log_w=None, initial_state=None, chunk=0):
+    """(o (B, T, H, d_v), final state (B, H, d_k, d_v)), float32. chunk: 0 runs the recurrence,
+    C >= 1 the chunkwise form in chunks of C tokens (the same function)."""
+    io, keep, (B, T, H, dk, dv) = _io(q, k, v, a, b, log_w, initial_state, chunk)
     o = np.empty((B, T, H, dv), np.float32)
     S = np.empty((B, H, dk, dv), np.float32)
     io.o, io.state_out = _ptr(o), _ptr(S)

@@ -1,7 +1,8 @@
 /* The public calls of the generalized delta rule (include/ttt/ttt.h "ttt_dplr_forward",
  * docs/math.md "RWKV-7"): each (batch, head) sequence of the (B, T, H, D) buffers through the
- * recurrent kernel of layers/forms/delta_rule/dplr.c, in place with row strides (forward), or
- * gathered into contiguous rows for the backward. */
+ * recurrent kernel of layers/forms/delta_rule/dplr.c or the chunkwise form of dplr_chunk.c, in
+ * place with row strides (forward), or gathered into contiguous rows for the backward (which
+ * runs the recurrence). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,10 @@ static ttt_status check(const ttt_dplr_io *io, const char *fn, ttt_error *err) {
     const char *missing = !io->o ? "o" : !io->q ? "q" : !io->k ? "k" : !io->a ? "a"
                           : !io->b ? "b" : !io->v ? "v" : NULL;
     if (missing) return ttt_error_set(err, TTT_ERR_ARG, "%s: io->%s is NULL", fn, missing);
+    if (io->chunk < 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "%s: io->chunk = %d; expected 0 (the recurrence) or a chunk size >= 1",
+                             fn, io->chunk);
     return TTT_OK;
 }
 
@@ -46,8 +51,14 @@ ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err) {
             const size_t rk = ((size_t)b * T * H + h) * dk, rv = ((size_t)b * T * H + h) * dv;
             if (io->state_in) memcpy(S, io->state_in + seq * dkv, dkv * sizeof(float));
             else memset(S, 0, dkv * sizeof(float));
-            ttt_dplr_recurrent_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv, io->a + rk,
-                                  io->b + rk, io->log_w ? io->log_w + rk : NULL, T, dk, dv, &ld);
+            if (io->chunk > 0)
+                ttt_dplr_chunkwise_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
+                                      io->a + rk, io->b + rk, io->log_w ? io->log_w + rk : NULL,
+                                      T, dk, dv, io->chunk, &ld);
+            else
+                ttt_dplr_recurrent_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
+                                      io->a + rk, io->b + rk, io->log_w ? io->log_w + rk : NULL,
+                                      T, dk, dv, &ld);
             if (io->state_out) memcpy(io->state_out + seq * dkv, S, dkv * sizeof(float));
         }
     free(S);

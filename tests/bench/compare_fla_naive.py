@@ -163,7 +163,8 @@ def main():
 # RWKV-7 layer makes them; cases "rwkv7" (those), "weak decays" (log w times 1e-3) and "resets"
 # (2 % of log w at -inf). ttt.dplr gets q already scaled. Paths: FLA's dplr_recurrence (float32),
 # FLA's dplr_chunkwise (chunks of 32, float32; T a multiple of 32; NaN at -inf gates: shown, not
-# counted), ttt.dplr (float32, the C kernel), against FLA's recurrence and the float64
+# counted), ttt.dplr (float32, the C recurrent kernel and its chunkwise form at C = 32), against
+# FLA's recurrence and the float64
 # ttt.reference("rwkv7"). A b moved by 0.1 on one token must be seen.
 
 def load_dplr_naive(fla_root):
@@ -195,11 +196,11 @@ def _bthd(x):
     return np.ascontiguousarray(x.transpose(1, 2).numpy(), dtype=np.float32)
 
 
-def run_ttt_dplr(x, b=None):
+def run_ttt_dplr(x, b=None, chunk=0):
     D = x["q"].shape[-1]
     o, S = ttt.dplr(_bthd(x["q"] * D ** -0.5), _bthd(x["k"]), _bthd(x["v"]), _bthd(x["a"]),
                     _bthd(x["b"] if b is None else b), _bthd(x["gk"]),
-                    initial_state=x["S0"].numpy())
+                    initial_state=x["S0"].numpy(), chunk=chunk)
     return np.ascontiguousarray(o.transpose(0, 2, 1, 3)), S  # o back to (B, H, T, D)
 
 
@@ -229,6 +230,8 @@ def compare_rwkv7(args):
                 rows.append(("FLA dplr_chunkwise", o_fc, S_fc))
             o, S = run_ttt_dplr(x)
             rows.append(("ttt.dplr (recurrent kernel)", o, S))
+            o, S = run_ttt_dplr(x, chunk=32)
+            rows.append(("ttt.dplr (chunkwise, C = 32)", o, S))
             for name, o_, S_ in rows:
                 e = (rel(o_, o_fr), rel(S_, S_fr), rel(o_, o64), rel(S_, S64))
                 if name == "FLA dplr_chunkwise" and case == "resets" and any(map(math.isnan, e)):
