@@ -322,7 +322,8 @@ static double loss64(double *const *D, const double *Ro, const double *RS) {
 }
 
 /* The op's gradients (through the tape) for inputs X, into G; shapes of the seven inputs. */
-static const int rows[N_IN] = {GT, GT, GT, GT, GT, GT, GK}, cols[N_IN] = {GK, GK, GV, GK, GK, GK, GV};
+static const int rows[N_IN] = {GT, GT, GT, GT, GT, GT, GK};
+static const int cols[N_IN] = {GK, GK, GV, GK, GK, GK, GV};
 
 static void op_grads(float **G, float *const *X, const float *Ro, const float *RS) {
     tu_tape_fixture fx;

@@ -127,8 +127,9 @@ ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g, ttt_
             else memset(dS, 0, dkv * sizeof(float));
             memset(gq, 0, 5 * Tk * sizeof(float));
             memset(gv, 0, Tv * sizeof(float));
-            ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, io->log_w ? glw : NULL, dS, dO, q, k, v, a, bb,
-                              io->log_w ? lw : NULL, S0s, T, dk, dv, C, ws);
+            ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, io->log_w ? glw : NULL, dS, dO, q,
+                                        k, v, a, bb, io->log_w ? lw : NULL, S0s, T, dk, dv, C,
+                                        ws);
             if (g->d_q) scatter(g->d_q, gq, b, h, T, H, dk);
             if (g->d_k) scatter(g->d_k, gk, b, h, T, H, dk);
             if (g->d_a) scatter(g->d_a, ga, b, h, T, H, dk);

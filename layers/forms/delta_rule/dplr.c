@@ -114,10 +114,11 @@ TTT_FP_CONTRACT static void dplr_chunk_states(float *St, float *U, const float *
     }
 }
 
-void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, float *gb, float *glw,
-                       float *dS, const float *dO, const float *q, const float *k,
-                       const float *v, const float *a, const float *b, const float *log_w,
-                       const float *S0s, int T, int d_k, int d_v, int C, float *ws) {
+void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, float *gb,
+                                 float *glw, float *dS, const float *dO, const float *q,
+                                 const float *k, const float *v, const float *a, const float *b,
+                                 const float *log_w, const float *S0s, int T, int d_k, int d_v,
+                                 int C, float *ws) {
     const size_t dkv = (size_t)d_k * d_v;
     const int nch = T > 0 ? (T + C - 1) / C : 0;
     double *drift = (double *)(void *)ws;
@@ -199,11 +200,13 @@ static void dplr_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C;
     const size_t dkv = (size_t)d_k * d_v;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    float *ws = ttt_fused_scratch(ctx, ttt_dplr_recurrent_backward_ws(C, d_k, d_v) * sizeof(float));
+    float *ws =
+        ttt_fused_scratch(ctx, ttt_dplr_recurrent_backward_ws(C, d_k, d_v) * sizeof(float));
     float *dS = ttt_fused_scratch(ctx, dkv * sizeof(float));
     memcpy(dS, dP + (size_t)T * d_v, dkv * sizeof(float));
-    ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data, a->data,
-                      b->data, lw ? lw->data : NULL, sv->S, T, d_k, d_v, C, ws);
+    ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data,
+                                a->data, b->data, lw ? lw->data : NULL, sv->S, T, d_k, d_v, C,
+                                ws);
     if (gS0)
         for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
     ttt_arena_release(ctx->arena, mark);

@@ -35,12 +35,14 @@ size_t ttt_dplr_recurrent_backward_ws(int C, int d_k, int d_v);
 /* The backward of T contiguous tokens (rows d_k, d_v wide): given dO (T, d_v) and dS (d_k, d_v)
  * = ∂L/∂S_T (overwritten: ∂L/∂S_0 on return), ADDS the gradients into gq, gk, gv, ga, gb,
  * glw (any may be NULL). S0s holds the state at the start of each chunk of C tokens
- * (ceil(T / C) states, as the forward left them); ws has ttt_dplr_recurrent_backward_ws floats. A
- * reset (w = 0) gives its log w the gradient 0. */
-void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, float *gb, float *glw,
-                       float *dS, const float *dO, const float *q, const float *k,
-                       const float *v, const float *a, const float *b, const float *log_w,
-                       const float *S0s, int T, int d_k, int d_v, int C, float *ws);
+ * (ceil(T / C) states, as the forward left them); ws has ttt_dplr_recurrent_backward_ws floats,
+ * 8-byte aligned (it starts with doubles; malloc's and the arena's are). A reset (w = 0) gives
+ * its log w the gradient 0. */
+void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, float *gb,
+                                 float *glw, float *dS, const float *dO, const float *q,
+                                 const float *k, const float *v, const float *a, const float *b,
+                                 const float *log_w, const float *S0s, int T, int d_k, int d_v,
+                                 int C, float *ws);
 
 /* Under a tape: q, k, a, b (T, d_k), v (T, d_v), log_w (T, d_k) or NULL, S0 (d_k·d_v
  * elements); returns O (T, d_v) and the final state *S_out (d_k, d_v), with gradients to every

@@ -153,7 +153,8 @@ void ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k, c
             memcpy(ckk + (size_t)t * d_k, k + r * ld->k, (size_t)d_k * sizeof(float));
             memcpy(ca + (size_t)t * d_k, a + r * ld->k, (size_t)d_k * sizeof(float));
             memcpy(cb + (size_t)t * d_k, b + r * ld->k, (size_t)d_k * sizeof(float));
-            if (log_w) memcpy(cl + (size_t)t * d_k, log_w + r * ld->la, (size_t)d_k * sizeof(float));
+            if (log_w)
+                memcpy(cl + (size_t)t * d_k, log_w + r * ld->la, (size_t)d_k * sizeof(float));
             memcpy(cvv + (size_t)t * d_v, v + r * ld->v, (size_t)d_v * sizeof(float));
         }
         dplr_chunk(o + (size_t)t0 * ld->o, ld->o, S, cq, ckk, cvv, ca, cb, log_w ? cl : NULL, n,
