@@ -140,3 +140,7 @@ def test_bad_shapes_are_named():
         ttt.dplr(**empty)
     with pytest.raises(ttt.Error, match="io->chunk = -1"):
         ttt.dplr(**x, chunk=-1)
+    with pytest.raises(ValueError, match="not beta"):
+        ttt.reference("rwkv7", x["q"], x["k"], x["v"], a=x["a"], b=x["b"], beta=x["q"][..., 0])
+    with pytest.raises(ValueError, match="give a and b"):
+        ttt.reference("rwkv7", x["q"], x["k"], x["v"], a=x["a"])

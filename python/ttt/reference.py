@@ -310,11 +310,10 @@ def _rwkv7_reference(q, k, v, a=None, b=None, beta=None, log_alpha=None, eta=Non
     if a is None or b is None:
         raise ValueError("ttt.reference('rwkv7'): give a and b (B, T, H, d_k): the removal "
                          "direction and its rates (RWKV-7: a = -kappa_hat, b = kappa_hat * alpha)")
-    if beta is not None or eta is not None or params:
+    extra = [n for n, x in (("beta", beta), ("eta", eta)) if x is not None] + list(params)
+    if extra:
         raise ValueError("ttt.reference('rwkv7'): takes q, k, v, a, b, log_alpha, "
-                         "initial_state, scale; not %s"
-                         % ", ".join(n for n, x in (("beta", beta), ("eta", eta)) if x is not None)
-                         + ", ".join(params))
+                         "initial_state, scale; not %s" % ", ".join(extra))
     xp = _Xp(q)
     q, k, v, a, b = (xp.asarray(x) for x in (q, k, v, a, b))
     B, T, H, d_k = q.shape
