@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dplr.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -350,11 +351,111 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
 }
 END_TEST
 
+/* The generalized delta rule (DPLR, docs/math.md "RWKV-7"; layers/forms/delta_rule/dplr.c) on
+ * the delta rule's hard inputs above: it is not a registry entry (its a, b are inputs the layer
+ * tuple has no place for), but KDA's step is a DPLR step, `(I − β k_tᵀ k_t) Diag(α_t) =
+ * Diag(α_t) − β_t k_tᵀ (k_t ⊙ α_t)`: w = α (a gate per token repeated over the keys), a = −k ⊙ α,
+ * b = write key = β k. So every squared-loss case, resets included, runs through its recurrent
+ * kernel and its chunkwise form (C = 16, the chunk the resets are placed for, and 64) against
+ * the float64 recurrence of this file, at the same bound and lengths; each result must also be
+ * farther than the bound from the recurrence with one token's β moved by 0.1 (token 3T/4 + 1,
+ * where no decay hides it; the o0, S0 of its result) and, with resets, from the recurrence
+ * without them. */
+static result run_dplr_case(const hard_case *c, int T, int C) {
+    tu_fixture f;
+    tu_fx_init(&f, 4242);
+    ttt_rng rng0 = f.rng;
+    problem p = make_problem(&f, c, T, 1, 16);
+    double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
+    ck_assert_ptr_nonnull(o_ref);
+    reference(o_ref, S_ref, &p, 1.0);
+    double *o_ref0 = NULL, S_ref0[DK * DV];
+    if (c->resets) {
+        const ttt_rng rng1 = f.rng;
+        f.rng = rng0;
+        problem p0 = make_problem(&f, &(hard_case){.gate = c->gate, .la_lo = c->la_lo,
+                                                   .la_hi = c->la_hi, .eta_lo = c->eta_lo,
+                                                   .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
+                                                   .knorm_hi = c->knorm_hi},
+                                  T, 1, 16);
+        f.rng = rng1;
+        o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
+        ck_assert_ptr_nonnull(o_ref0);
+        reference(o_ref0, S_ref0, &p0, 1.0);
+    }
+    /* the control: one token's β moved by 0.1 */
+    double *o_refb = malloc(sizeof(double) * (size_t)T * DV), S_refb[DK * DV];
+    ck_assert_ptr_nonnull(o_refb);
+    const int tb = 3 * T / 4 + 1;
+    const float keep_eta = p.eta[tb];
+    p.eta[tb] = keep_eta > 1.0f ? keep_eta - 0.1f : keep_eta + 0.1f;
+    reference(o_refb, S_refb, &p, 1.0);
+    p.eta[tb] = keep_eta;
+    const size_t nk = (size_t)T * DK;
+    float *a = tu_zalloc(&f.ctx, nk * sizeof(float)), *bk = tu_zalloc(&f.ctx, nk * sizeof(float));
+    float *lw = p.la ? tu_zalloc(&f.ctx, nk * sizeof(float)) : NULL;
+    float *o = tu_zalloc(&f.ctx, (size_t)T * DV * sizeof(float)), S[DK * DV] = {0};
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < DK; i++) {
+            const size_t ti = (size_t)t * DK + i;
+            const float la = !p.la ? 0.0f : p.la[p.vec ? ti : (size_t)t];
+            if (lw) lw[ti] = la;
+            bk[ti] = p.eta[t] * p.k[ti];
+            a[ti] = -p.k[ti] * expf(la);
+        }
+    const ttt_form_ld ld = {.o = DV, .q = DK, .k = DK, .v = DV, .beta = 1, .la = DK};
+    if (C == 0)
+        ttt_dplr_recurrent_ld(o, S, p.q, bk, p.v, a, bk, lw, T, DK, DV, &ld);
+    else
+        ttt_dplr_chunkwise_ld(o, S, p.q, bk, p.v, a, bk, lw, T, DK, DV, C, &ld);
+    /* o0, S0: the distance to the nearer of the two perturbed recurrences */
+    const double bo = rel_rms(o, o_refb, (size_t)T * DV), bs = rel_rms(S, S_refb, DK * DV);
+    const result r = {rel_rms(o, o_ref, (size_t)T * DV), rel_rms(S, S_ref, DK * DV),
+                      o_ref0 ? fmin(bo, rel_rms(o, o_ref0, (size_t)T * DV)) : bo,
+                      o_ref0 ? fmin(bs, rel_rms(S, S_ref0, DK * DV)) : bs};
+    free(o_ref), free(o_ref0), free(o_refb);
+    tu_fx_free(&f);
+    return r;
+}
+
+START_TEST(dplr_forms_match_float64_on_the_delta_rule_hard_inputs) {
+    static const int chunks[] = {0, 16, 64};
+    int failures = 0, runs = 0;
+    printf("hard inputs, DPLR as KDA's step: relative RMS error against the float64 recurrence "
+           "(bound %.0e)\n",
+           REL_RMS_BOUND);
+    for (int c = 0; c < N_CASES; c++) {
+        const hard_case *hc = &cases[c];
+        if (!hc->squared) continue;
+        const int T = hc->eta_lo == 2.0 ? T_REFLECT : T_LONG;
+        for (int f = 0; f < 3; f++) {
+            const result r = run_dplr_case(hc, T, chunks[f]);
+            /* a perturbed input must be seen in the outputs or in the final state (a β moved
+             * at 3T/4 is forgotten by the end under strong decays) */
+            const int bad = !(tu_ratio(r.o, REL_RMS_BOUND) & tu_ratio(r.S, REL_RMS_BOUND)) ||
+                            !(fmax(r.o0, r.S0) > 10 * REL_RMS_BOUND);
+            printf("  dplr %-10s C %2d  T %5d  %-40s o %.2e  S %.2e  (perturbed: o %.2e  S "
+                   "%.2e)",
+                   chunks[f] ? "chunkwise" : "recurrent", chunks[f], T, hc->name, r.o, r.S, r.o0,
+                   r.S0);
+            printf("%s\n", bad ? "  FAIL" : "");
+            failures += bad;
+            runs++;
+        }
+    }
+    fflush(stdout);
+    ck_assert_int_gt(runs, 0);
+    ck_assert_msg(failures == 0, "%d DPLR cases above %.0e (see the table printed above)",
+                  failures, REL_RMS_BOUND);
+}
+END_TEST
+
 static Suite *hard_suite(void) {
     Suite *s = suite_create("hard_inputs");
     TCase *tc = tcase_create("hard_inputs");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, every_form_matches_float64_on_hard_inputs);
+    tcase_add_test(tc, dplr_forms_match_float64_on_the_delta_rule_hard_inputs);
     suite_add_tcase(s, tc);
     return s;
 }

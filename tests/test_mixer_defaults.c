@@ -150,6 +150,43 @@ START_TEST(attention_mixers_have_their_papers_block) {
 }
 END_TEST
 
+/* RWKV-7's mixer (docs/math.md "RWKV-7"): its token shift replaces the short convolution, no
+ * q/k norm or η of the shared pieces (its rate α and keys are its own), and the block's output
+ * norm and gate on in place of RWKV-7's GroupNorm and gate g. */
+START_TEST(rwkv7_mixer_has_its_block) {
+    ttt_seq_model_config c;
+    ttt_cfg_node *root = parse("{d_model: 8, heads: 2, mixer: rwkv7}", "{}", &c);
+    const block w = {"rwkv7", 0, 0, 0, E0, GN, 1, 1, 0, 0, 0};
+    check_block(&w, &c);
+    ck_assert_msg(c.positions == TTT_POS_NONE, "rwkv7: positions %d", (int)c.positions);
+    ttt_cfg_free(root);
+}
+END_TEST
+
+/* A mixer's name given as a layer preset is a located error that says where it lives; an unknown
+ * name still lists the presets. */
+START_TEST(a_mixer_named_as_a_preset_is_pointed_to_its_place) {
+    static const char *const layers[] = {"{preset: rwkv7}", "{preset: rwkv8}"};
+    for (int i = 0; i < 2; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "model: {d_model: 8, heads: 2}\nlayer: %s\n", layers[i]);
+        ttt_cfg_node *root = NULL;
+        ttt_error err = {0};
+        ck_assert_int_eq(ttt_cfg_load_string(text, "m.yaml", &root, &err), TTT_OK);
+        ttt_seq_model_io io = {.vocab = NV, .seq_len = NT};
+        ttt_seq_model_config c;
+        ck_assert_int_ne(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                             (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &c,
+                                             &err),
+                         TTT_OK);
+        ck_assert_msg(strstr(err.msg, "m.yaml:2"), "%s", err.msg);
+        if (i == 0) ck_assert_msg(strstr(err.msg, "layer: {mixer: rwkv7}"), "%s", err.msg);
+        else ck_assert_msg(strstr(err.msg, "unknown preset 'rwkv8'"), "%s", err.msg);
+        ttt_cfg_free(root);
+    }
+}
+END_TEST
+
 /* A tuple without a preset keeps the rules of its traits (seqmodel.h): the delta rule written
  * as a tuple gets convolution + SiLU, unit keys, a learned η and both output pieces. */
 START_TEST(custom_tuples_follow_their_traits) {
@@ -355,6 +392,8 @@ static Suite *suite(void) {
     TCase *t = tcase_create("core");
     tcase_add_test(t, each_preset_has_its_papers_block);
     tcase_add_test(t, attention_mixers_have_their_papers_block);
+    tcase_add_test(t, rwkv7_mixer_has_its_block);
+    tcase_add_test(t, a_mixer_named_as_a_preset_is_pointed_to_its_place);
     tcase_add_test(t, custom_tuples_follow_their_traits);
     tcase_add_test(t, the_previous_block_is_reachable_by_options);
     tcase_add_test(t, conv_and_act_are_checked);

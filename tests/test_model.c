@@ -605,7 +605,13 @@ START_TEST(every_mixer_contract) {
                  mx->name);
         /* titans: a learned initial fast weight (an MLP), η and a scalar gate */
         const char *layer = "{preset: titans, mini_batch: 3, form: generic}";
-        gradcheck(model, layer);
+        /* RWKV-7's block (no q/k norm; κ̂ normalized from k ⊙ k_k, the decay through a sigmoid
+         * of a tanh) is more curved along its weights: the directional quotient of its W_k is
+         * −0.163 / −0.2296 at h = 4e-3 / 2e-3 against the tape's −0.2317, and layer0.mlp.w2's
+         * −0.1755 at 1e-3 against −0.1777 (measured), converging as h shrinks (truncation,
+         * not the tape): checked at h = 5e-4, worst 0.54 of the tolerance (0.57 at 2.5e-4) */
+        if (strcmp(mx->name, "rwkv7") == 0) gradcheck_h(model, layer, 5e-4);
+        else gradcheck(model, layer);
         check_causal(model, layer);
         fixture f, g;
         build(&f, model, layer, 5);

@@ -223,6 +223,44 @@ typedef struct ttt_batch_grad {
 TTT_API ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
                                           const ttt_batch_grad *g, ttt_error *err);
 
+/* ---- the generalized delta rule (DPLR, RWKV-7's rule; docs/math.md "RWKV-7") ------------- */
+
+/* One call of the rule on float32 host buffers in the (B, T, H, D) layout. Per (batch, head)
+ * sequence, in ttt's row convention (S (d_k, d_v), o_t = q_t S_t):
+ *     S_t = Diag(exp(log_w_t)) S_{t-1} + b_t^T (a_t S_{t-1}) + k_t^T v_t,    o_t = q_t S_t.
+ * RWKV-7 is a = -kappa_hat, b = kappa_hat * alpha (elementwise). q is used as given (scale it
+ * first). */
+typedef struct ttt_dplr_io {
+    int B, T, H, d_k, d_v;
+    float *o;                  /* (B, T, H, d_v) written */
+    const float *q, *k, *a, *b; /* (B, T, H, d_k) */
+    const float *v;            /* (B, T, H, d_v) */
+    const float *log_w;        /* (B, T, H, d_k) log retentions <= 0 (-inf: reset), or NULL = 0 */
+    const float *state_in;     /* (B, H, d_k, d_v), or NULL = zeros */
+    float *state_out;          /* (B, H, d_k, d_v) written, or NULL = not wanted */
+    int chunk;                 /* forward: 0 = the recurrence, C >= 1 = the chunkwise form in
+                                * chunks of C tokens (the same function); the backward runs
+                                * the recurrence whatever it is */
+} ttt_dplr_io;
+
+/* The forward. B, H, d_k, d_v >= 1, T >= 0 (else TTT_ERR_SHAPE); o, q, k, a, b, v required
+ * (else TTT_ERR_ARG); chunk >= 0 (else TTT_ERR_ARG). */
+TTT_API ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err);
+
+/* Gradients of L = sum d_o * o + sum d_state_out * final state. Every output may be NULL (not
+ * wanted; d_log_w needs io->log_w) and is overwritten. io->o and io->state_out are written as
+ * by the forward. */
+typedef struct ttt_dplr_grad {
+    const float *d_o;         /* (B, T, H, d_v), required */
+    const float *d_state_out; /* (B, H, d_k, d_v) or NULL = 0 */
+    float *d_q, *d_k, *d_a, *d_b, *d_log_w; /* (B, T, H, d_k) written */
+    float *d_v;               /* (B, T, H, d_v) written */
+    float *d_state_in;        /* (B, H, d_k, d_v) written */
+} ttt_dplr_grad;
+
+TTT_API ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g,
+                                     ttt_error *err);
+
 /* ---- experiments -------------------------------------------------------------------------- */
 
 /* Load an experiment (a YAML file, or YAML text standing for the file `name`), apply the

@@ -10,12 +10,14 @@ reference, a checker for other implementations, and experiments (docs/python.md)
 PyTorch (optional): ttt.nn.TTTLayer, ttt.nn.LayerFunction; ttt.torch_model.load(FILE), a
 `ttt export` file as a torch.nn.Module; CUDA tensors run the CUDA forms in place (ttt.cuda);
 ttt.fla has the chunk functions under flash-linear-attention's names and signatures.
+ttt.dplr, ttt.dplr_backward: the generalized delta rule (RWKV-7's) through the C API.
 """
 from ._lib import Error, library_path, status_name
 from ._lib import ffi as _ffi, lib as _clib
 from .check import assert_close, compare, make_inputs
 from .experiments import Run, load_run, registries, registry, run
 from .layer import GateWarning, Layer
+from .dplr import dplr, dplr_backward
 from .reference import reference
 from . import prototype
 
@@ -32,4 +34,4 @@ def __getattr__(name):
 
 __all__ = ["Layer", "Error", "GateWarning", "reference", "assert_close", "compare",
            "make_inputs", "run", "load_run", "Run", "registry", "prototype", "registries",
-           "library_path", "status_name", "__version__"]
+           "library_path", "status_name", "__version__", "dplr", "dplr_backward"]

@@ -111,6 +111,9 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
               scale=None, **params):
     """(o, final_state) of `preset` in float64, in the (B, T, H, D) layout of ttt.Layer.
 
+    "rwkv7" is the generalized delta rule (DPLR) of RWKV-7 and takes a=, b= (B, T, H, d_k) and
+    log_alpha = log w (B, T, H, d_k) (docs/math.md "RWKV-7"; _rwkv7_reference).
+
     beta is the delta-rule step (beta = lr * eta); eta the per-token learning rate; log_alpha
     (B, T, H) or, for gla and kda, (B, T, H, d_k) per-token log retentions (None: the constant decay).
     initial_state: one array or a sequence in the order of Layer.state_info (None: zeros; the
@@ -118,9 +121,12 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     preset's lr, decay, decay_placement, momentum, mini_batch. final_state is one array when the
     state is one tensor, else a tuple, as ttt.Layer returns it. scale: the query scale, d_k^-0.5
     when None (FLA's, and ttt.Layer's)."""
+    if preset == "rwkv7":
+        return _rwkv7_reference(q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
+                                initial_state=initial_state, scale=scale, **params)
     if preset not in PRESETS:
         raise ValueError("ttt.reference: no float64 reference for preset '%s' (have: %s)"
-                         % (preset, ", ".join(PRESETS)))
+                         % (preset, ", ".join(list(PRESETS) + ["rwkv7"])))
     cfg = dict(PRESETS[preset])
     for key, val in params.items():
         if key not in cfg and key not in ("decay_placement",):
@@ -293,3 +299,34 @@ def _lact(xp, cfg, q, k, v, step, alpha, init):
 
 
 __all__ = ["reference", "PRESETS"]
+
+
+def _rwkv7_reference(q, k, v, a=None, b=None, beta=None, log_alpha=None, eta=None,
+                     initial_state=None, scale=None, **params):
+    """RWKV-7's generalized delta rule (DPLR, docs/math.md "RWKV-7"), one token at a time:
+        u_t = a_t S_{t-1},  S_t = Diag(w_t) S_{t-1} + b_t^T u_t + k_t^T v_t,  o_t = q_t S_t,
+    S (B, H, d_k, d_v), w_t = exp(log_alpha_t) with log_alpha (B, T, H, d_k) (None: w = 1).
+    a, b (B, T, H, d_k) are required: RWKV-7 takes a = -kappa_hat, b = kappa_hat * alpha."""
+    if a is None or b is None:
+        raise ValueError("ttt.reference('rwkv7'): give a and b (B, T, H, d_k): the removal "
+                         "direction and its rates (RWKV-7: a = -kappa_hat, b = kappa_hat * alpha)")
+    extra = [n for n, x in (("beta", beta), ("eta", eta)) if x is not None] + list(params)
+    if extra:
+        raise ValueError("ttt.reference('rwkv7'): takes q, k, v, a, b, log_alpha, "
+                         "initial_state, scale; not %s" % ", ".join(extra))
+    xp = _Xp(q)
+    q, k, v, a, b = (xp.asarray(x) for x in (q, k, v, a, b))
+    B, T, H, d_k = q.shape
+    w = None if log_alpha is None else xp.exp(xp.asarray(log_alpha))
+    if initial_state is not None and isinstance(initial_state, (list, tuple)):
+        initial_state = initial_state[0]
+    S = xp.zeros((B, H, d_k, v.shape[-1])) if initial_state is None else xp.asarray(initial_state)
+    qs = q * (d_k ** -0.5 if scale is None else scale)
+    outs = []
+    for t in range(T):
+        u = xp.einsum("bhk,bhkv->bhv", a[:, t], S)
+        Sd = S if w is None else w[:, t][..., None] * S
+        S = Sd + xp.einsum("bhk,bhv->bhkv", b[:, t], u) + xp.einsum("bhk,bhv->bhkv", k[:, t],
+                                                                    v[:, t])
+        outs.append(xp.einsum("bhk,bhkv->bhv", qs[:, t], S))
+    return xp.stack(outs, 1), S

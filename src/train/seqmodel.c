@@ -114,6 +114,15 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
         ttt_cfg_map_set(map, "mixer", ttt_cfg_clone(lm));
         ttt_cfg_map_remove(layer_map, "mixer");
     }
+    /* a mixer's name given as a layer preset (`layer: {preset: rwkv7}`): say where it lives
+     * rather than list the layer presets only */
+    const ttt_cfg_node *pn = layer_map && !lm ? ttt_cfg_get(layer_map, "preset") : NULL;
+    if (pn && pn->kind == TTT_CFG_SCALAR && pn->scalar && !ttt_preset_find(pn->scalar) &&
+        ttt_mixer_find(pn->scalar) && strcmp(pn->scalar, "ttt") != 0)
+        return ttt_cfg_error(err, TTT_ERR_NAME, pn,
+                             "layer.preset: '%s' is a token mixer, not a preset of the TTT "
+                             "layer; write layer: {mixer: %s} (or model.mixer: %s)",
+                             pn->scalar, pn->scalar, pn->scalar);
     /* the table depends on the mixer: the shared options and the chosen mixer's own (an
      * unknown mixer name is then reported by the check, with the valid ones) */
     const ttt_cfg_node *mn = ttt_cfg_get(map, "mixer");

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """ttt's KDA layer against flash-linear-attention's (FLA's) naive reference implementations of
-KDA on the same inputs, on the CPU (docs/math.md §4.5 "KDA", where the measured numbers are).
+KDA on the same inputs, on the CPU (docs/math.md §4.5 "KDA", where the measured numbers are); and
+ttt's generalized delta rule (DPLR, RWKV-7's rule) against FLA's naive DPLR recurrence and chunk
+form (docs/math.md "RWKV-7"; compare_rwkv7 below, --rules).
 
     python3 tests/bench/compare_fla_naive.py --fla /path/to/fla-checkout
         [--shapes "2,256,4,64;1,1024,2,128"] [--tol 1e-5]
@@ -91,10 +93,15 @@ def main():
     ap.add_argument("--cases", default="random,weak gates,resets")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rules", default="kda,rwkv7", help="which comparisons: kda, rwkv7")
     args = ap.parse_args()
-    naive = load_naive(args.fla)
     torch.set_num_threads(1)
-    bad = 0
+    bad = compare_rwkv7(args) if "rwkv7" in args.rules.split(",") else 0
+    if "kda" not in args.rules.split(","):
+        if bad:
+            sys.exit("compare_fla_naive: %d rows out of bounds (tol %g)" % (bad, args.tol))
+        return
+    naive = load_naive(args.fla)
     print("| B, T, H, D | case | path | o vs FLA recurrent | S vs FLA recurrent | o vs float64 "
           "| S vs float64 |")
     print("|---|---|---|---|---|---|---|")
@@ -144,6 +151,108 @@ def main():
     sys.stdout.flush()
     if bad:
         sys.exit("compare_fla_naive: %d rows out of bounds (tol %g)" % (bad, args.tol))
+
+
+# ---- RWKV-7's generalized delta rule (DPLR), docs/math.md "RWKV-7" ----
+#
+# FLA's naive DPLR (fla/ops/generalized_delta_rule/dplr/naive.py, loaded by path like KDA's)
+# takes q, k, v, alpha, beta, gk in (B, H, T, D) and scales q by D^-1/2 itself; its recurrence
+# S = S * exp(gk) + k^T v + beta (alpha^T S) is ttt's S_t = Diag(w_t) S_{t-1} + b_t^T (a_t
+# S_{t-1}) + k_t^T v_t with a = alpha, b = beta, log w = gk. The inputs are RWKV-7's: a = -kappa
+# (unit rows), b = kappa * alpha with alpha = sigmoid(.), log w = -e^-1/2 sigmoid(.) as FLA's
+# RWKV-7 layer makes them; cases "rwkv7" (those), "weak decays" (log w times 1e-3) and "resets"
+# (2 % of log w at -inf). ttt.dplr gets q already scaled. Paths: FLA's dplr_recurrence (float32),
+# FLA's dplr_chunkwise (chunks of 32, float32; T a multiple of 32; NaN at -inf gates: shown, not
+# counted), ttt.dplr (float32, the C recurrent kernel and its chunkwise form at C = 32), against
+# FLA's recurrence and the float64
+# ttt.reference("rwkv7"). A b moved by 0.1 on one token must be seen.
+
+def load_dplr_naive(fla_root):
+    path = os.path.join(fla_root, "fla", "ops", "generalized_delta_rule", "dplr", "naive.py")
+    if not os.path.isfile(path):
+        sys.exit("compare_fla_naive: %s not found (--fla is the folder holding FLA's fla/)" % path)
+    spec = importlib.util.spec_from_file_location("fla_dplr_naive", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def dplr_inputs(B, T, H, D, case, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    kap = torch.nn.functional.normalize(torch.randn(B, H, T, D, generator=g), dim=-1)
+    alpha = torch.sigmoid(torch.randn(B, H, T, D, generator=g))
+    gk = -math.exp(-0.5) * torch.sigmoid(torch.randn(B, H, T, D, generator=g) - 2.0)
+    if case == "weak decays":
+        gk = gk * 1e-3
+    elif case == "resets":
+        gk = gk.masked_fill(torch.rand(gk.shape, generator=g) < 0.02, -math.inf)
+    S0 = 0.1 * torch.randn(B, H, D, D, generator=g)
+    return dict(q=q, k=k, v=v, a=-kap, b=kap * alpha, gk=gk.contiguous(), S0=S0)
+
+
+def _bthd(x):
+    """(B, H, T, D) torch -> (B, T, H, D) numpy float32, contiguous."""
+    return np.ascontiguousarray(x.transpose(1, 2).numpy(), dtype=np.float32)
+
+
+def run_ttt_dplr(x, b=None, chunk=0):
+    D = x["q"].shape[-1]
+    o, S = ttt.dplr(_bthd(x["q"] * D ** -0.5), _bthd(x["k"]), _bthd(x["v"]), _bthd(x["a"]),
+                    _bthd(x["b"] if b is None else b), _bthd(x["gk"]),
+                    initial_state=x["S0"].numpy(), chunk=chunk)
+    return np.ascontiguousarray(o.transpose(0, 2, 1, 3)), S  # o back to (B, H, T, D)
+
+
+def compare_rwkv7(args):
+    naive = load_dplr_naive(args.fla)
+    bad = 0
+    print("RWKV-7 / DPLR (q scaled by D^-1/2 as FLA's naive does; max|a - b| / max|b|)\n")
+    print("| B, T, H, D | case | path | o vs FLA recurrence | S vs FLA recurrence | o vs float64 "
+          "| S vs float64 |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in [s for s in args.shapes.split(";") if s]:
+        B, T, H, D = (int(v) for v in shape.split(","))
+        for case in args.cases.replace("weak gates", "weak decays").split(","):
+            x = dplr_inputs(B, T, H, D, case, args.seed)
+            o_fr, S_fr = naive.dplr_recurrence(x["q"], x["k"], x["v"], x["a"], x["b"], x["gk"],
+                                               initial_state=x["S0"].clone())
+            o64, S64 = ttt.reference("rwkv7", *(_bthd(x[n] * (D ** -0.5 if n == "q" else 1))
+                                                for n in ("q", "k", "v")),
+                                     a=_bthd(x["a"]), b=_bthd(x["b"]), log_alpha=_bthd(x["gk"]),
+                                     initial_state=x["S0"].numpy(), scale=1.0)
+            o64 = o64.transpose(0, 2, 1, 3)
+            rows = [("FLA dplr_recurrence", o_fr, S_fr)]
+            if T % 32 == 0:
+                o_fc, S_fc = naive.dplr_chunkwise(x["q"], x["k"], x["v"], x["a"], x["b"],
+                                                  x["gk"], initial_state=x["S0"].clone(),
+                                                  chunk_size=32)
+                rows.append(("FLA dplr_chunkwise", o_fc, S_fc))
+            o, S = run_ttt_dplr(x)
+            rows.append(("ttt.dplr (recurrent kernel)", o, S))
+            o, S = run_ttt_dplr(x, chunk=32)
+            rows.append(("ttt.dplr (chunkwise, C = 32)", o, S))
+            for name, o_, S_ in rows:
+                e = (rel(o_, o_fr), rel(S_, S_fr), rel(o_, o64), rel(S_, S64))
+                if name == "FLA dplr_chunkwise" and case == "resets" and any(map(math.isnan, e)):
+                    note = " (FLA's chunk form: NaN at log w = -inf)"
+                else:
+                    fail = not all(v <= args.tol for v in e)
+                    bad += fail
+                    note = " FAIL" if fail else ""
+                print("| %d, %d, %d, %d | %s | %s | %.2e | %.2e | %.2e | %.2e |%s"
+                      % (B, T, H, D, case, name, *e, note))
+            b = x["b"].clone()
+            b[0, 0, T // 2] = b[0, 0, T // 2] - 0.1 * x["a"][0, 0, T // 2]
+            o_p, S_p = run_ttt_dplr(x, b)
+            seen = max(rel(o_p, o_fr), rel(S_p, S_fr)) > args.tol
+            bad += not seen
+            print("| %d, %d, %d, %d | %s | ttt, one token's alpha moved by 0.1 (must differ) | "
+                  "%.2e | %.2e | | |%s" % (B, T, H, D, case, rel(o_p, o_fr), rel(S_p, S_fr),
+                                           "" if seen else " NOT SEEN"))
+    print()
+    sys.stdout.flush()
+    return bad
 
 
 if __name__ == "__main__":

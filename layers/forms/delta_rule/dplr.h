@@ -1,0 +1,56 @@
+/* The generalized delta rule with a diagonal-plus-low-rank transition (DPLR; RWKV-7's rule),
+ * docs/math.md "RWKV-7": in ttt's row convention (S (d_k, d_v), o_t = q_t S_t),
+ *     u_t = a_t S_{t−1}                                    (d_v: what the state holds along a_t)
+ *     S_t = Diag(w_t) S_{t−1} + b_tᵀ u_t + k_tᵀ v_t
+ *         = (Diag(w_t) + b_tᵀ a_t) S_{t−1} + k_tᵀ v_t,     o_t = q_t S_t,
+ * w_t = exp(log w_t) ∈ [0, 1]^{d_k} a retention per key dimension (−inf: a hard reset of that
+ * row). RWKV-7 takes a_t = −κ̂_t and b_t = κ̂_t ⊙ α_t (the unit removal key and the in-context
+ * learning rate). The recurrent kernel, its backward, and a differentiable op for the tape. */
+#ifndef TTT_DPLR_H
+#define TTT_DPLR_H
+
+#include <stddef.h>
+
+#include "ops.h"
+#include "kernels.h"
+
+/* The forward, token by token, on rows strided as ld says: q, k, a, b rows ld->k apart except q
+ * (ld->q), v ld->v, o ld->o, log_w ld->la (≥ d_k); log_w NULL means w = 1 (identity plus low
+ * rank). S (d_k, d_v) is the initial state in and the final state out. */
+void ttt_dplr_recurrent_ld(float *o, float *S, const float *q, const float *k, const float *v,
+                           const float *a, const float *b, const float *log_w, int T, int d_k,
+                           int d_v, const ttt_form_ld *ld);
+
+/* The chunkwise form (dplr_chunk.c, docs/math.md "RWKV-7"): the same function in chunks of C
+ * tokens, each from its start state by one triangular solve for the chunk's u_t and matrix
+ * products (the WY-like representation of a chunk's transitions), with the strides of
+ * ttt_dplr_recurrent_ld. Returns the same values as the recurrence within float32 rounding. */
+void ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k, const float *v,
+                           const float *a, const float *b, const float *log_w, int T, int d_k,
+                           int d_v, int C, const ttt_form_ld *ld);
+
+/* Floats of workspace ttt_dplr_recurrent_backward takes for chunks of C tokens. */
+size_t ttt_dplr_recurrent_backward_ws(int C, int d_k, int d_v);
+
+/* The backward of T contiguous tokens (rows d_k, d_v wide): given dO (T, d_v) and dS (d_k, d_v)
+ * = ∂L/∂S_T (overwritten: ∂L/∂S_0 on return), ADDS the gradients into gq, gk, gv, ga, gb,
+ * glw (any may be NULL). S0s holds the state at the start of each chunk of C tokens
+ * (ceil(T / C) states, as the forward left them); ws has ttt_dplr_recurrent_backward_ws floats,
+ * 8-byte aligned (it starts with doubles; malloc's and the arena's are). A reset (w = 0) gives
+ * its log w the gradient 0. */
+void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, float *gb,
+                                 float *glw, float *dS, const float *dO, const float *q,
+                                 const float *k, const float *v, const float *a, const float *b,
+                                 const float *log_w, const float *S0s, int T, int d_k, int d_v,
+                                 int C, float *ws);
+
+/* Under a tape: q, k, a, b (T, d_k), v (T, d_v), log_w (T, d_k) or NULL, S0 (d_k·d_v
+ * elements); returns O (T, d_v) and the final state *S_out (d_k, d_v), with gradients to every
+ * input that requires one. The forward saves the state every `chunk` tokens; the backward
+ * recomputes one chunk's states at a time from it. */
+ttt_tensor *ttt_dplr_recurrent_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                  const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
+                                  const ttt_tensor *b, const ttt_tensor *log_w,
+                                  const ttt_tensor *S0, int chunk);
+
+#endif
