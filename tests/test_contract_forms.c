@@ -590,11 +590,17 @@ static void diff_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_pre
             const double err = grad_err(got.g[i], ref.g[i], ref.n[i], &mx);
             const double tol = ill_conditioned(L) ? tol_ns * mx + 1e-6
                                : rtol_walk * (i == P_LA ? G : mx);
-            TU_ASSERT_LE(err, tol,
-                          "%s/%s (%s), preset %s, T %d, %s%s%s: gradient %d: max error %.3g, "
-                          "max |g| %.3g",
-                          e->family, e->form, fused ? "fused" : "composed", p->name, T,
-                          gate_name(g), with_eta ? ", eta" : "", rs, i, err, mx);
+            /* two sites, so that the margin report tells the derived bound from LaCT's */
+            if (ill_conditioned(L))
+                TU_ASSERT_LE(err, tol, "%s/%s (%s), preset %s, T %d, %s%s%s: gradient %d: max "
+                             "error %.3g, max |g| %.3g", e->family, e->form,
+                             fused ? "fused" : "composed", p->name, T, gate_name(g),
+                             with_eta ? ", eta" : "", rs, i, err, mx);
+            else
+                TU_ASSERT_LE(err, tol, "%s/%s (%s), preset %s, T %d, %s%s%s: gradient %d: max "
+                             "error %.3g, max |g| %.3g", e->family, e->form,
+                             fused ? "fused" : "composed", p->name, T, gate_name(g),
+                             with_eta ? ", eta" : "", rs, i, err, mx);
             /* the control of every case: the entry's gradients scaled by 1.05 */
             double scaled = 0;
             for (size_t j = 0; j < ref.n[i]; j++)
