@@ -48,9 +48,13 @@
  *     against the generic driver. The walk does not see Newton–Schulz's amplification; the
  *     noise term does. (It was 2e-5 relative and 1e-6 absolute, fixed; measured no-muon
  *     closed vs generic and vs float64 ≤ 2e-6 forward, ≤ 1e-6 gradients, noise ~1e-7.)
- *   Finite differences: float64 central differences with h = 1e-6·max(1, |x|): cancellation
- *     ~1e-16·|L|/h ≈ 1e-8, truncation h² times the third derivative far below the float32
- *     noise above (measured closed vs FD ≤ 3e-5 of max|fd| in the FD cases).
+ *   Finite differences: float64 central differences D(h), h = 1e-6·max(1, |x|), bounded on
+ *     their own (fd_grad_err; docs/hardening.md "Portable tolerances"): the truncation c·h²,
+ *     estimated by halving the step (D(h) − D(h/2) = ¾c·h², so 4/3·|D(h) − D(h/2)|, which also
+ *     carries both quotients' rounding), plus the two float64 losses' rounding, each within
+ *     6ε₆₄·√(n·T)·Σ|R ⊙ outputs| (ε₆₄ = 2^-53, n as above), over 2h; the largest over the
+ *     elements is added to the comparison's absolute term (was: assumed ~1e-8 and not counted;
+ *     measured closed vs FD ≤ 3e-5 of max|fd| in the FD cases).
  * The wrong variants (c) must fail these same comparisons, noise floor included. With
  * TTT_TEST_VERBOSE set every comparison prints its error and noise. */
 #include <math.h>
@@ -68,6 +72,9 @@
 
 /* the relative floor of close_noise for the comparison in progress (floor_for) */
 static double g_rtol;
+/* the finite differences' own error (fd_grad_err), added to close_noise's absolute term while a
+ * comparison with them is in progress; 0 otherwise */
+static double g_fd_err;
 
 /* paths float32 paths (1 against float64, 2 against the generic driver), m = 1 forward, 2
  * gradients: paths·6ε·√(m·n·T) with n = (4 + 15·muon)·max(d_k, d_v) + T + 10 (the top of the
@@ -337,7 +344,7 @@ static int close_noise(const float *got, const float *want_f, const double *want
         printf("error/max %.2e noise/max %.2e error/noise %.2f\n", mx / mr, noise / mr,
                mx / (noise + 1e-30));
     }
-    const double atol = NOISE_FACTOR * noise;
+    const double atol = NOISE_FACTOR * noise + g_fd_err;
     return want_d ? tu_close(got, want_d, n, atol, g_rtol, msg, len)
                   : tu_close_f(got, want_f, n, atol, g_rtol, msg, len);
 }
@@ -490,8 +497,9 @@ static double ref_loss(const problem *p, double *const *x, const ref_out *r) {
     return L;
 }
 
-/* central differences of ref_loss w.r.t. parameter i */
-static double *fd_grad(const problem *p, int i) {
+/* Central differences D(h) of ref_loss w.r.t. parameter i; *err gets their largest error
+ * estimate (the top of the file): 4/3·|D(h) − D(h/2)| + 2·6ε₆₄·√(n·T)·Σ|R ⊙ outputs| / (2h). */
+static double *fd_grad_err(const problem *p, int i, double *err) {
     double *g = zalloc(sizeof(double) * p->n[i]);
     double *x[N_P];
     for (int j = 0; j < N_P; j++) {
@@ -502,15 +510,35 @@ static double *fd_grad(const problem *p, int i) {
     }
     ref_out r;
     ref_alloc(&r, p);
+    /* Σ|R ⊙ outputs| at x: the scale of a float64 loss's rounding */
+    ref_loss(p, x, &r);
+    double labs = 0;
+    for (size_t e = 0; e < p->nR[0]; e++) labs += fabs(p->R[0][e] * r.O[e]);
+    for (int w = 0; w < 3; w++) {
+        for (size_t e = 0; e < p->nR[1 + w]; e++) labs += fabs(p->R[1 + w][e] * r.W[w][e]);
+        for (size_t e = 0; e < p->nR[4 + w]; e++) labs += fabs(p->R[4 + w][e] * r.M[w][e]);
+    }
+    const lcase *c = p->c;
+    const double d = c->d_k > c->d_v ? c->d_k : c->d_v;
+    const double n = (4 + 15 * (c->muon != 0)) * d + c->T + 10;
+    const double lround = 6 * 0x1p-53 * sqrt(n * c->T) * labs;
+    double worst = 0;
     for (size_t e = 0; e < p->n[i]; e++) {
         const double x0 = x[i][e], h = 1e-6 * (fabs(x0) > 1 ? fabs(x0) : 1);
-        x[i][e] = x0 + h;
-        const double lp = ref_loss(p, x, &r);
-        x[i][e] = x0 - h;
-        const double lm = ref_loss(p, x, &r);
+        double D[2];
+        for (int k = 0; k < 2; k++) {
+            const double hk = k ? h / 2 : h;
+            x[i][e] = x0 + hk;
+            const double lp = ref_loss(p, x, &r);
+            x[i][e] = x0 - hk;
+            const double lm = ref_loss(p, x, &r);
+            D[k] = (lp - lm) / (2 * hk);
+        }
         x[i][e] = x0;
-        g[e] = (lp - lm) / (2 * h);
+        g[e] = D[0];
+        worst = fmax(worst, 4.0 / 3.0 * fabs(D[0] - D[1]) + 2 * lround / (2 * h));
     }
+    *err = worst;
     return g;
 }
 
@@ -557,11 +585,12 @@ START_TEST(test_reference_forward_and_fd) {
     floor_for(c, 1, 2);
     for (int i = 0; i < N_P; i++) {
         if (!p.n[i]) continue;
-        double *fd = fd_grad(&p, i);
+        double *fd = fd_grad_err(&p, i, &g_fd_err);
         const double nz = noise_of(pairs, 1, &p, S_G + i);
         int ok = close_noise(clo.g[i], NULL, fd, p.n[i], nz, msg, sizeof msg);
-        ck_assert_msg(ok, "%s: d/d%s vs finite differences: %s (noise %.3e)", c->name,
-                      p_names[i], msg, nz);
+        ck_assert_msg(ok, "%s: d/d%s vs finite differences: %s (noise %.3e, differences' error "
+                      "%.3e)", c->name, p_names[i], msg, nz, g_fd_err);
+        g_fd_err = 0;
     }
 }
 END_TEST
@@ -602,7 +631,7 @@ START_TEST(test_wrong_variants_fail) {
     /* one gradient element off by a relative 1e-2 fails the finite-difference comparison (this
      * case's noise floor is ~8e-5 of max|fd|, so the comparison resolves ~7e-4) */
     floor_for(c, 1, 2);
-    double *fd = fd_grad(&p, P_K);
+    double *fd = fd_grad_err(&p, P_K, &g_fd_err);
     const double nz = noise_of(pairs + 2, 1, &p, S_G + P_K);
     ck_assert(close_noise(clo.g[P_K], NULL, fd, p.n[P_K], nz, NULL, 0));
     size_t big = 0;
@@ -610,6 +639,7 @@ START_TEST(test_wrong_variants_fail) {
         if (fabs(fd[e]) > fabs(fd[big])) big = e;
     clo.g[P_K][big] *= 1.01f;
     ck_assert(!close_noise(clo.g[P_K], NULL, fd, p.n[P_K], nz, NULL, 0));
+    g_fd_err = 0;
 }
 END_TEST
 
