@@ -202,6 +202,8 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 
 /* A retention per key dimension scales the rows of W: defined where rows are key dimensions. */
 static const char *generic_available(const ttt_layer *L, const ttt_form_inputs *in) {
+    const char *one = ttt_form_one_step(L);
+    if (one) return one;
     if (in && in->gate == TTT_FORM_GATE_KEY && !(L->model->traits & TTT_MODEL_LINEAR_MAP))
         return "a decay per key dimension (log_alpha of shape (T, d_k)) is defined for a linear "
                "model only (its rows are the key dimensions)";
