@@ -437,8 +437,8 @@ START_TEST(wrong_shapes_and_tuples_are_refused) {
     ck_assert_msg(strstr(err.msg, "s.yaml:1:") && strstr(err.msg, "layer.steps_per_token"), "%s",
                   err.msg);
     ttt_cfg_free(root);
-    /* the generic driver and the delta rule's forms take one step per token */
-    ck_assert(ttt_cfg_load_string("layer: {preset: deltaproduct, form: generic}\n", "g.yaml",
+    /* the delta rule's own forms take one step per token */
+    ck_assert(ttt_cfg_load_string("layer: {preset: deltaproduct, form: parallel}\n", "g.yaml",
                                   &root, &err) == TTT_OK);
     ck_assert_int_eq(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), 4, 3, &L, &err),
                      TTT_ERR_CONFIG);

@@ -307,6 +307,6 @@ const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs 
 const char *ttt_form_one_step(const ttt_layer *L) {
     return L->substeps > 1 ? "it takes one delta step per token; steps_per_token > 1 (Gated "
                              "DeltaProduct) runs form: recurrent or chunkwise (the "
-                             "delta_product entries)"
+                             "delta_product entries) or generic"
                            : NULL;
 }

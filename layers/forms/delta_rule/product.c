@@ -312,11 +312,9 @@ static ttt_status dp_forward_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_ten
     return TTT_OK;
 }
 
-/* Differentiable: the same interleaving as recorded ops (concatenation, reshape, slice), then
- * the delta rule's chunkwise forward_diff (fused or composed as a->fused asks). */
-static ttt_status dp_diff_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
-                                    ttt_layer_state *st, const ttt_form_args *a,
-                                    ttt_error *err) {
+ttt_status ttt_delta_product_interleaved(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                         ttt_layer_state *st, const ttt_form_args *a,
+                                         ttt_one_step_fn run, ttt_error *err) {
     const int T = TTT_ROWS(a->q), nh = n_sub(L), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v);
     const int Tx = nh * T;
     ttt_tensor *zq = ttt_tensor_2d(ctx, T, (nh - 1) * d_k);
@@ -336,18 +334,28 @@ static ttt_status dp_diff_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor
                               .beta = ttt_form_beta_node(ctx, L, a, Tx), .log_alpha = lx,
                               .fused = a->fused};
     ttt_tensor *ox = ttt_tensor_2d(ctx, Tx, d_v);
-    TTT_TRY(ttt_form_delta_rule_chunkwise.forward_diff(ctx, &in, ox, st, &ax, err));
+    TTT_TRY(run(ctx, &in, ox, st, &ax, err));
     ttt_tensor *O = ttt_slice_cols(ctx, ttt_reshape(ctx, ox, 2, (int[]){T, nh * d_v}),
                                    (nh - 1) * d_v, nh * d_v);
     ttt_form_diff_output(ctx, o, O);
     return TTT_OK;
 }
 
+/* Differentiable: the interleaving as recorded ops, then the delta rule's chunkwise
+ * forward_diff (fused or composed as a->fused asks). */
+static ttt_status dp_diff_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                    ttt_layer_state *st, const ttt_form_args *a,
+                                    ttt_error *err) {
+    return ttt_delta_product_interleaved(ctx, L, o, st, a,
+                                         ttt_form_delta_rule_chunkwise.forward_diff, err);
+}
+
 /* ---- estimates ---- */
 
 static double dp_scratch_recurrent(const ttt_layer *L, long T) {
-    /* β (n_h·T) and e (d_v), 16 floats of alignment each */
-    return ((double)n_sub(L) * T + L->d_v + 32) * sizeof(float);
+    /* β (n_h·T) as a tensor (its header and data) and e (d_v), each rounded up to the arena's
+     * alignment: 128 floats cover the headers and roundings */
+    return ((double)n_sub(L) * T + L->d_v + 128) * sizeof(float);
 }
 static double dp_scratch_chunkwise(const ttt_layer *L, long T) {
     const ttt_layer in = one_step(L);
