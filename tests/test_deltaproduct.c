@@ -26,8 +26,8 @@
  *   tests/test_form_grads.c for one float32 path against the exact result: n = 4·max(d_k, d_v) +
  *   T_s + 10 roundings per state entry per sub-step, forward and backward, over T_s = n_h·T
  *   sub-steps, c = 6), plus the float64 differences' own error (h = 1e-6: truncation ~1e-12,
- *   cancellation ~1e-10 of max|fd|, negligible). At T = 11, d = 4: 1.8e-5 (n_h = 2), 2.4e-5
- *   (n_h = 3). */
+ *   cancellation ~1e-10 of max|fd|, negligible). At T = 11, d = 4: 1.6e-5 (n_h = 2), 2.2e-5
+ *   (n_h = 3); measured ≤ 8.4e-7 (printed). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

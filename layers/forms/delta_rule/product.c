@@ -44,43 +44,52 @@ static const char *dp_available(const ttt_layer *L, const ttt_form_inputs *in) {
 
 /* ---- the recurrent kernel ---- */
 
-/* One sub-step S ← S + b kᵀ (v − k S); e (d_v) scratch. The backward recomputes states with it,
- * so they are the forward's bits. */
+/* One sub-step at the decayed state a·S: e = v − a (k S), S ← a S + b kᵀ e (a = α_t on a
+ * token's first sub-step, 1 on the others), as the delta rule's recurrent kernel takes its step
+ * (recurrent.c): the decay costs no sweep of its own and each state entry is rounded once per
+ * sub-step. e (d_v) scratch. The backward recomputes states with it, so they are the forward's
+ * bits. */
 TTT_FP_CONTRACT static void dp_step(float *restrict S, const float *restrict k,
-                                    const float *restrict v, float b, float *restrict e, int d_k,
-                                    int d_v) {
+                                    const float *restrict v, float b, float a,
+                                    float *restrict e, int d_k, int d_v) {
     for (int j = 0; j < d_v; j++) e[j] = 0.0f;
     for (int i = 0; i < d_k; i++) {
         const float ki = k[i];
         const float *restrict Si = S + (size_t)i * d_v;
         for (int j = 0; j < d_v; j++) e[j] += ki * Si[j];
     }
-    for (int j = 0; j < d_v; j++) e[j] = v[j] - e[j];
+    for (int j = 0; j < d_v; j++) e[j] = v[j] - a * e[j];
     for (int i = 0; i < d_k; i++) {
         const float bki = b * k[i];
         float *restrict Si = S + (size_t)i * d_v;
-        for (int j = 0; j < d_v; j++) Si[j] += bki * e[j];
+        for (int j = 0; j < d_v; j++) Si[j] = a * Si[j] + bki * e[j];
     }
 }
 
-static void dp_decay(float *S, const float *la, int t, size_t dkv) {
-    if (!la) return;
-    const float a = expf(la[t]); /* −inf: 0, a hard reset (docs/math.md §0) */
-    if (a == 1.0f) return;
-    for (size_t n = 0; n < dkv; n++) S[n] = a * S[n];
+/* α_t = exp(log α_t) for every token into al (T), rounded so that their running product stays
+ * within one rounding of the exact one (kernels.h, ttt_gate_dither; a weak gate rounded on its
+ * own errs the same way every token); −inf gives 0, a hard reset (docs/math.md §0). NULL
+ * without gates. The backward reads the same factors. */
+static float *dp_alphas(ttt_ctx *ctx, const float *la, int T) {
+    if (!la) return NULL;
+    float *al = ttt_arena_alloc(ctx->arena, (size_t)(T > 0 ? T : 1) * sizeof(float));
+    TTT_ASSERT(al);
+    double drift = 1.0;
+    for (int t = 0; t < T; t++) al[t] = ttt_gate_dither(&drift, exp((double)la[t]));
+    return al;
 }
 
 /* Tokens [0, T): o (T, d_v) written, S (d_k, d_v) in/out; q (T, d_k), k (n_h·T, d_k),
- * v (n_h·T, d_v), beta (n_h·T) or NULL (= 1), la (T) or NULL. */
+ * v (n_h·T, d_v), beta (n_h·T) or NULL (= 1), al (T) the retentions (dp_alphas) or NULL. */
 TTT_FP_CONTRACT static void dp_recurrent(float *o, float *S, const float *q, const float *k,
-                                         const float *v, const float *beta, const float *la,
+                                         const float *v, const float *beta, const float *al,
                                          int T, int nh, int d_k, int d_v, float *e) {
-    const size_t dkv = (size_t)d_k * d_v;
     for (int t = 0; t < T; t++) {
-        dp_decay(S, la, t, dkv);
+        const float a = al ? al[t] : 1.0f;
         for (int j = 0; j < nh; j++) {
             const size_t r = (size_t)t * nh + j;
-            dp_step(S, k + r * d_k, v + r * d_v, beta ? beta[r] : 1.0f, e, d_k, d_v);
+            dp_step(S, k + r * d_k, v + r * d_v, beta ? beta[r] : 1.0f, j ? 1.0f : a, e, d_k,
+                    d_v);
         }
         float *restrict ot = o + (size_t)t * d_v;
         const float *restrict qt = q + (size_t)t * d_k;
@@ -102,7 +111,8 @@ static ttt_status dp_forward_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_ten
     float *e = ttt_arena_alloc(ctx->arena, (size_t)d_v * sizeof(float));
     TTT_ASSERT(e);
     dp_recurrent(o->data, st->W[0]->data, a->q->data, a->k->data, a->v->data, beta,
-                 a->log_alpha ? a->log_alpha->data : NULL, T, nh, d_k, d_v, e);
+                 dp_alphas(ctx, a->log_alpha ? a->log_alpha->data : NULL, T), T, nh, d_k, d_v,
+                 e);
     return TTT_OK;
 }
 
@@ -118,7 +128,8 @@ static ttt_status dp_forward_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_ten
  * one chunk's sub-step states from it with the forward's own step (dp_step). */
 
 typedef struct dp_saved {
-    const float *S; /* (nch, d_k, d_v) the state at each chunk start */
+    const float *S;  /* (nch, d_k, d_v) the state at each chunk start */
+    const float *al; /* (T) the forward's retentions (dp_alphas), or NULL without gates */
     int T, nh, d_k, d_v, C;
 } dp_saved;
 
@@ -126,7 +137,7 @@ static void dp_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP
     const ttt_fused_io io = ttt_fused_io_get(ctx, ent);
     const dp_saved *sv = ent->aux;
     const float *q = io.q->data, *k = io.k->data, *v = io.v->data;
-    const float *beta = io.beta ? io.beta->data : NULL, *la = io.la ? io.la->data : NULL;
+    const float *beta = io.beta ? io.beta->data : NULL, *al = sv->al;
     float *gq = io.gq, *gk = io.gk, *gv = io.gv, *gb = io.gb, *gla = io.gla;
     const int T = sv->T, nh = sv->nh, d_k = sv->d_k, d_v = sv->d_v, C = sv->C;
     const int nch = (T + C - 1) / C;
@@ -145,12 +156,13 @@ static void dp_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP
         memcpy(Sc, sv->S + (size_t)c * dkv, dkv * sizeof(float));
         for (int tt = 0; tt < n; tt++) { /* the chunk's states, as the forward made them */
             const int t = t0 + tt;
-            dp_decay(Sc, la, t, dkv);
+            const float a = al ? al[t] : 1.0f;
             float *Su = St + (size_t)tt * per;
-            memcpy(Su, Sc, dkv * sizeof(float));
+            for (size_t m = 0; m < dkv; m++) Su[m] = a * Sc[m]; /* S^(0), for the gradients */
             for (int j = 0; j < nh; j++) {
                 const size_t r = (size_t)t * nh + j;
-                dp_step(Sc, k + r * d_k, v + r * d_v, beta ? beta[r] : 1.0f, e, d_k, d_v);
+                dp_step(Sc, k + r * d_k, v + r * d_v, beta ? beta[r] : 1.0f, j ? 1.0f : a, e,
+                        d_k, d_v);
                 memcpy(Su + (size_t)(j + 1) * dkv, Sc, dkv * sizeof(float));
             }
         }
@@ -204,8 +216,8 @@ static void dp_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP
                     if (gk) gk[r * d_k + i] -= dk;
                 }
             }
-            if (la) { /* the gate, applied once before the token's steps */
-                const float a = expf(la[t]);
+            if (al) { /* the gate, applied once before the token's steps */
+                const float a = al[t];
                 double dla = 0.0;
                 for (size_t m = 0; m < dkv; m++) {
                     dla += (double)Su[m] * dS[m];
@@ -238,18 +250,20 @@ static ttt_tensor *dp_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const tt
     float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
     float *e = ttt_arena_alloc(ctx->arena, (size_t)d_v * sizeof(float));
     TTT_ASSERT(e);
+    const float *al = dp_alphas(ctx, log_alpha ? log_alpha->data : NULL, T);
     for (int c = 0; c < nch; c++) {
         const int t0 = c * C, n = t0 + C <= T ? C : T - t0;
         if (saved) memcpy(saved + (size_t)c * dkv, S, dkv * sizeof(float));
         dp_recurrent(o + (size_t)t0 * d_v, S, q->data + (size_t)t0 * d_k,
                      k->data + (size_t)t0 * nh * d_k, v->data + (size_t)t0 * nh * d_v,
                      beta ? beta->data + (size_t)t0 * nh : NULL,
-                     log_alpha ? log_alpha->data + t0 : NULL, n, nh, d_k, d_v, e);
+                     al ? al + t0 : NULL, n, nh, d_k, d_v, e);
     }
     ttt_tape_entry *ent = ttt_tape_record(ctx, dp_backward, P, in, 6);
     if (ent) {
         dp_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
-        *sv = (dp_saved){.S = saved, .T = T, .nh = nh, .d_k = d_k, .d_v = d_v, .C = C};
+        *sv = (dp_saved){.S = saved, .al = al, .T = T, .nh = nh, .d_k = d_k, .d_v = d_v,
+                         .C = C};
         ent->aux = sv;
         ent->name = "deltaproduct_recurrent_fused";
     }
@@ -353,9 +367,9 @@ static ttt_status dp_diff_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor
 /* ---- estimates ---- */
 
 static double dp_scratch_recurrent(const ttt_layer *L, long T) {
-    /* β (n_h·T) as a tensor (its header and data) and e (d_v), each rounded up to the arena's
-     * alignment: 128 floats cover the headers and roundings */
-    return ((double)n_sub(L) * T + L->d_v + 128) * sizeof(float);
+    /* β (n_h·T) as a tensor (its header and data), the retentions (T) and e (d_v), each
+     * rounded up to the arena's alignment: 128 floats cover the headers and roundings */
+    return ((double)n_sub(L) * T + T + L->d_v + 128) * sizeof(float);
 }
 static double dp_scratch_chunkwise(const ttt_layer *L, long T) {
     const ttt_layer in = one_step(L);
