@@ -59,7 +59,11 @@ def load_naive(fla_root, rule="kda"):
         sys.exit("compare_fla_naive: %s not found (--fla is the folder holding FLA's fla/)" % path)
     spec = importlib.util.spec_from_file_location("fla_%s_naive" % rule, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:  # FLA's naive KDA imports einops
+        sys.exit("compare_fla_naive: %s needs %s (install it, or leave the rule out with "
+                 "--rules)" % (path, e.name or e))
     return mod
 
 
