@@ -12,7 +12,10 @@
  *   chunkwise  the n_h·T sub-steps as an ordinary gated delta rule of n_h·T steps — the gate on
  *              the first sub-step of each token (log α = 0 on the others), the query on the
  *              last (the outputs of the others are dropped) — run by the delta rule's chunkwise
- *              entry (delta_rule/forms.c, chunkwise.c; its fused backward under a tape). */
+ *              entry (delta_rule/forms.c, chunkwise.c; its fused backward under a tape).
+ * The interleaving as recorded ops (ttt_delta_product_interleaved, composed.h) is also how the
+ * generic driver computes n_h > 1 (generic/driver.c): the definition the contract suite holds
+ * both entries to. */
 #include <math.h>
 #include <string.h>
 
