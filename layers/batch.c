@@ -507,8 +507,11 @@ static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *
 }
 
 double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
-    /* the slices q, k, v, o, β and gates (batch_range) */
-    const double slices = (double)T * (2 * L->d_k + 2 * L->d_v + 1 + L->d_k) * sizeof(float);
+    /* the slices q, k, v, o, β and gates (batch_range; k, v and β with n_h rows per token for
+     * steps_per_token n_h, batch_substeps) */
+    const double nh = L->substeps > 1 ? L->substeps : 1;
+    const double slices =
+        (double)T * (L->d_k + nh * (L->d_k + L->d_v + 1) + L->d_v + L->d_k) * sizeof(float);
     /* the state several times over (weights, optimizer state and the driver's block copies and
      * gradients) and the form's temporaries (T² floats for parallel forms); 1 MiB of slack for
      * tensor headers and alignment. The arena's first block is this size: it is reserved, and
@@ -527,7 +530,9 @@ ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long 
                                        ttt_error *err) {
     /* the largest buffer a caller can hold: pointer differences within it must fit */
     const size_t limit = PTRDIFF_MAX;
-    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v);
+    /* steps_per_token n_h: k and v hold n_h rows per token, the widest buffers */
+    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v) *
+                     (size_t)(L->substeps > 1 ? L->substeps : 1);
     size_t rows = 0, bytes = 0, seq = 0;
     int ok = B >= 0 && T >= 0 && H >= 0 && mul_within((size_t)B, (size_t)H, limit, &seq) &&
              mul_within(seq, (size_t)T, limit, &rows) &&
