@@ -14,6 +14,8 @@
  *     differences of the float64 recurrence, for q, k, v, η, log α and the initial state
  *     (control: the same gradients against the differences of a problem whose third key is 1 %
  *     larger).
+ *   * the batched runner on (B, n_h·T, H, d) arrays gives each sequence's own call bit for bit
+ *     (control: a changed key moves its sequence only, from its token on).
  * tests/test_hard_inputs.c runs both forms on the hard inputs with every other form.
  *
  * Bounds.
@@ -414,6 +416,67 @@ START_TEST(gradients_match_float64_differences) {
 }
 END_TEST
 
+/* The batched runner (ttt_layer_forward_batch, layers/batch.c) on (B, n_h·T, H, d) arrays gives
+ * each sequence's ttt_layer_forward bits; a key changed in one sequence moves that sequence
+ * only. */
+START_TEST(batched_calls_equal_one_call_per_sequence) {
+    enum { B = 2, H = 3, T = 37, NH = 2, DK = 8, DV = 5 };
+    tu_fixture f;
+    tu_fx_init(&f, 50);
+    ttt_layer L;
+    layer_of(&L, "auto", NH, DK, DV, "deltaproduct");
+    prob seq[B * H];
+    static float q[B * T * H * DK], k[B * NH * T * H * DK], v[B * NH * T * H * DV],
+        eta[B * NH * T * H], la[B * T * H], S0[B * H * DK * DV], o[B * T * H * DV],
+        S1[B * H * DK * DV];
+    for (int s = 0; s < B * H; s++) {
+        const int b = s / H, h = s % H;
+        seq[s] = make(&f, T, NH, DK, DV, 1);
+        for (int t = 0; t < T; t++) {
+            memcpy(q + ((size_t)(b * T + t) * H + h) * DK, seq[s].q + t * DK, DK * sizeof(float));
+            la[(b * T + t) * H + h] = seq[s].la[t];
+        }
+        for (int r = 0; r < NH * T; r++) {
+            memcpy(k + ((size_t)(b * NH * T + r) * H + h) * DK, seq[s].k + r * DK,
+                   DK * sizeof(float));
+            memcpy(v + ((size_t)(b * NH * T + r) * H + h) * DV, seq[s].v + r * DV,
+                   DV * sizeof(float));
+            eta[(b * NH * T + r) * H + h] = seq[s].eta[r];
+        }
+        memcpy(S0 + (size_t)s * DK * DV, seq[s].S0, DK * DV * sizeof(float));
+    }
+    const float *sin[1] = {S0};
+    float *sout[1] = {S1};
+    const ttt_layer_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+                             .log_alpha = la, .state_in = sin, .state_out = sout};
+    ttt_error err = {0};
+    ck_assert_msg(ttt_layer_forward_batch(&L, &io, 1, &err) == TTT_OK, "%s", err.msg);
+    float o1[T * DV], s1[DK * DV];
+    for (int s = 0; s < B * H; s++) {
+        const int b = s / H, h = s % H;
+        run_layer(&L, &seq[s], o1, s1);
+        for (int t = 0; t < T; t++)
+            ck_assert_msg(!memcmp(o + ((size_t)(b * T + t) * H + h) * DV, o1 + t * DV,
+                                  DV * sizeof(float)),
+                          "sequence %d, token %d", s, t);
+        ck_assert(!memcmp(S1 + (size_t)s * DK * DV, s1, sizeof s1));
+    }
+    /* the second pair of token 20 of sequence (1, 2) changed: only that sequence moves */
+    static float o2[B * T * H * DV];
+    k[((size_t)(1 * NH * T + 2 * 20 + 1) * H + 2) * DK] += 0.5f;
+    const ttt_layer_io io2 = {.B = B, .T = T, .H = H, .o = o2, .q = q, .k = k, .v = v,
+                              .eta = eta, .log_alpha = la, .state_in = sin};
+    ck_assert_msg(ttt_layer_forward_batch(&L, &io2, 1, &err) == TTT_OK, "%s", err.msg);
+    for (int s = 0; s < B * H; s++)
+        for (int t = 0; t < T; t++) {
+            const size_t at = ((size_t)((s / H) * T + t) * H + s % H) * DV;
+            const int same = !memcmp(o + at, o2 + at, DV * sizeof(float));
+            ck_assert_msg(same == (s != 5 || t < 20), "sequence %d, token %d", s, t);
+        }
+    tu_fx_free(&f);
+}
+END_TEST
+
 START_TEST(wrong_shapes_and_tuples_are_refused) {
     tu_fixture f;
     tu_fx_init(&f, 5);
@@ -456,6 +519,7 @@ static Suite *dp_suite(void) {
     tcase_add_test(tc, one_step_per_token_is_gated_deltanet);
     tcase_add_loop_test(tc, a_second_pair_with_zero_beta_is_gated_deltanet, 0, 2);
     tcase_add_loop_test(tc, gradients_match_float64_differences, 0, 6);
+    tcase_add_test(tc, batched_calls_equal_one_call_per_sequence);
     tcase_add_test(tc, wrong_shapes_and_tuples_are_refused);
     suite_add_tcase(s, tc);
     return s;
