@@ -405,6 +405,61 @@ static long batch_range(const batch_args *A, long first, long count, ttt_status 
     return failed;
 }
 
+/* steps_per_token n_h > 1 (Gated DeltaProduct, docs/math.md §4.7): k, v and η are
+ * (B, n_h·T, H, ·), q, o and the gates (B, T, H, ·). Each sequence is gathered into slices of
+ * its own row counts and run through ttt_layer_forward (batch_seq_work), one after the other on
+ * the calling thread: there is no in-place kernel for it. */
+static void gather_rows(float *dst, const float *src, long s, int H, int rows, int w) {
+    const size_t row0 = (size_t)(s / H) * rows * H + (size_t)(s % H); /* (b, 0, h) */
+    for (size_t t = 0; t < (size_t)rows; t++)
+        memcpy(dst + t * w, src + (row0 + t * H) * w, (size_t)w * sizeof(float));
+}
+
+static ttt_status batch_substeps(const batch_args *A, ttt_error *err) {
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v, nh = A->L->substeps;
+    const int Tk = nh * T;
+    const size_t nq = up16((size_t)T * d_k), nk = up16((size_t)Tk * d_k),
+                 nv = up16((size_t)Tk * d_v), no = up16((size_t)T * d_v),
+                 ne = A->io->eta ? up16((size_t)Tk) : 0, nl = A->io->log_alpha ? up16(T) : 0;
+    float *buf = malloc(sizeof(float) * (nq + nk + nv + no + ne + nl + 1));
+    ttt_arena arena;
+    ttt_arena_init(&arena, A->arena_bytes);
+    ttt_ctx ctx = {.arena = &arena, .grad = 0};
+    if (!buf || !ttt_arena_alloc(&arena, 1)) {
+        free(buf);
+        ttt_arena_free(&arena);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the sequences' slices");
+    }
+    float *qs = buf, *ks = qs + nq, *vs = ks + nk, *os = vs + nv, *es = os + no, *ls = es + ne;
+    ttt_rng base;
+    ttt_rng_seed(&base, A->io->seed);
+    ttt_status st = TTT_OK;
+    for (long s = 0; s < (long)A->B * H && st == TTT_OK; s++) {
+        gather_rows(qs, A->io->q, s, H, T, d_k);
+        gather_rows(ks, A->io->k, s, H, Tk, d_k);
+        gather_rows(vs, A->io->v, s, H, Tk, d_v);
+        if (ne) gather_rows(es, A->io->eta, s, H, Tk, 1);
+        if (nl) gather_rows(ls, A->io->log_alpha, s, H, T, 1);
+        ttt_arena_mark mark = ttt_arena_mark_get(&arena);
+        ttt_tensor q = ttt_tensor_view2(qs, T, d_k), k = ttt_tensor_view2(ks, Tk, d_k);
+        ttt_tensor v = ttt_tensor_view2(vs, Tk, d_v), o = ttt_tensor_view2(os, T, d_v);
+        ttt_tensor eta = ne ? ttt_tensor_view(es, 1, (int[]){Tk}) : (ttt_tensor){0};
+        ttt_tensor la = nl ? ttt_tensor_view(ls, 1, (int[]){T}) : (ttt_tensor){0};
+        batch_seq w = {.A = A, .ctx = &ctx, .rng = ttt_rng_fork(&base, (uint64_t)(s % H)),
+                       .s = s, .o = &o, .q = &q, .k = &k, .v = &v, .eta = ne ? &eta : NULL,
+                       .la = nl ? &la : NULL};
+        st = ttt_arena_run(&arena, batch_seq_work, &w, "the layer's temporaries", err);
+        ttt_arena_release(&arena, mark);
+        if (st != TTT_OK)
+            ttt_error_prefix(err, "batch %d, head %d", (int)(s / H), (int)(s % H));
+        else
+            batch_scatter(A->io->o, os, s, T, H, d_v);
+    }
+    free(buf);
+    ttt_arena_free(&arena);
+    return st;
+}
+
 /* ⌊n·t / parts⌋ without forming n·t, which can exceed a long when n is near its limit:
  * n = a·parts + r gives n·t / parts = a·t + r·t / parts, and r·t < parts² stays small. */
 static long split_at(long n, int t, int parts) {
@@ -456,8 +511,11 @@ static ttt_status batch_sequences(const batch_args *A, int nthreads, ttt_error *
 }
 
 double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
-    /* the slices q, k, v, o, β and gates (batch_range) */
-    const double slices = (double)T * (2 * L->d_k + 2 * L->d_v + 1 + L->d_k) * sizeof(float);
+    /* the slices q, k, v, o, β and gates (batch_range; k, v and β with n_h rows per token for
+     * steps_per_token n_h, batch_substeps) */
+    const double nh = L->substeps > 1 ? L->substeps : 1;
+    const double slices =
+        (double)T * (L->d_k + nh * (L->d_k + L->d_v + 1) + L->d_v + L->d_k) * sizeof(float);
     /* the state several times over (weights, optimizer state and the driver's block copies and
      * gradients) and the form's temporaries (T² floats for parallel forms); 1 MiB of slack for
      * tensor headers and alignment. The arena's first block is this size: it is reserved, and
@@ -476,7 +534,9 @@ ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long 
                                        ttt_error *err) {
     /* the largest buffer a caller can hold: pointer differences within it must fit */
     const size_t limit = PTRDIFF_MAX;
-    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v);
+    /* steps_per_token n_h: k and v hold n_h rows per token, the widest buffers */
+    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v) *
+                     (size_t)(L->substeps > 1 ? L->substeps : 1);
     size_t rows = 0, bytes = 0, seq = 0;
     int ok = B >= 0 && T >= 0 && H >= 0 && mul_within((size_t)B, (size_t)H, limit, &seq) &&
              mul_within(seq, (size_t)T, limit, &rows) &&
@@ -526,6 +586,15 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
         const int nd = ttt_layer_state_info(L, i, NULL, shape);
         A.numel[i] = 1;
         for (int d = 0; d < nd; d++) A.numel[i] *= (size_t)shape[d];
+    }
+    if (L->substeps > 1) {
+        if (A.alpha_vec)
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "ttt_layer_forward_batch: steps_per_token = %d takes a gate per "
+                                 "token (B, T, H), not one per key dimension (alpha_vec)",
+                                 L->substeps);
+        A.arena_bytes = (size_t)arena_bytes(L, io->T);
+        return batch_substeps(&A, err);
     }
     int chunk;
     A.kernel = strided_entry(L, io->T, io->eta != NULL, io->log_alpha != NULL, A.alpha_vec,
@@ -644,9 +713,11 @@ ttt_status ttt_layer_forward_packed(const ttt_layer *L, const ttt_layer_io *io,
         seg.T = (int)(cu[n + 1] - cu[n]);
         seg.o = io->o + r * L->d_v;
         seg.q = io->q + r * L->d_k;
-        seg.k = io->k + r * L->d_k;
-        seg.v = io->v + r * L->d_v;
-        if (io->eta) seg.eta = io->eta + r;
+        /* steps_per_token n_h: k, v and η have n_h rows per token */
+        const size_t rn = r * (size_t)(L->substeps > 1 ? L->substeps : 1);
+        seg.k = io->k + rn * L->d_k;
+        seg.v = io->v + rn * L->d_v;
+        if (io->eta) seg.eta = io->eta + rn;
         if (io->log_alpha) seg.log_alpha = io->log_alpha + r * gk;
         seg.state_in = io->state_in ? sin : NULL;
         seg.state_out = io->state_out ? sout : NULL;

@@ -66,6 +66,16 @@ static const ttt_preset presets[] = {
      1, "update_then_apply", "per_block", "none",
      "S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t",
      BLOCK("4", "silu", "true", "true", "vector", "true", "true", "false", "false", "none")},
+    /* Gated DeltaProduct: Gated DeltaNet's tuple taking n_h = 2 steps per token on two key/value
+     * pairs (docs/math.md §4.7); the delta_product forms compute it. Block as FLA's
+     * gated_deltaproduct.py: convolution 4 + SiLU on q and on the n_h keys and values, L2 q/k,
+     * β = sigmoid per pair, scalar gate once per token, output norm with a gate. */
+    {"deltaproduct",
+     "Gated DeltaProduct: n_h delta steps per token (a product of Householder transitions)",
+     "linear", "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}),
+     1, "update_then_apply", "per_block", "none",
+     "S_t = alpha_t prod_j (I - beta_tj k_tj^T k_tj) S_{t-1} + ..., j = 1..n_h",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 2},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
@@ -101,7 +111,7 @@ static const ttt_preset presets[] = {
 };
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
-                                           "deltanet", "gated_deltanet", "kda",
+                                           "deltanet", "gated_deltanet", "kda", "deltaproduct",
                                            "ttt_linear", "ttt_mlp", "titans", "lact",
                                            "performer", "rfa"};
 
@@ -160,6 +170,9 @@ const ttt_option ttt_layer_options[] = {
     {"feature_gate", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL,
      "RFA's gate with normalize: ratio: token t writes with weight 1 - alpha_t (the per-token "
      "gate of the task or sequence model, or the constant decay)"},
+    {"steps_per_token", TTT_OPT_INT, "1", 1, 64, NULL,
+     "n_h: delta-rule steps per token on n_h key/value pairs (Gated DeltaProduct, docs/math.md "
+     "4.6); k, v and eta then have n_h rows per token, q and the gate one"},
     TTT_OPTION_END,
 };
 
@@ -318,6 +331,7 @@ void ttt_layer_desc_init(ttt_layer_desc *d) {
     d->lr = d->decay = d->scale = d->rope_base = TTT_UNSET_NUM;
     d->mini_batch = d->chunk = d->rope = TTT_UNSET_INT;
     d->features = d->feature_seed = d->feature_gate = TTT_UNSET_INT;
+    d->steps_per_token = TTT_UNSET_INT;
 }
 
 /* Where a field of the `layer:` mapping was written, when the descriptor came from YAML. Errors
@@ -508,6 +522,40 @@ static ttt_status build_features(const ttt_layer_desc *d, const ttt_preset *p, t
     return TTT_OK;
 }
 
+/* steps_per_token (docs/math.md §4.7): n_h delta-rule steps per token are defined for the delta
+ * rule's tuple, whose forms (delta_product) take the n_h·T keys; any other tuple is refused
+ * here, naming the option. */
+static ttt_status build_substeps(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
+                                 const ttt_cfg_node *src, ttt_error *err) {
+    double x;
+    TTT_TRY(layer_number("steps_per_token", int_field(d->steps_per_token),
+                         p && p->steps_per_token > 0 ? p->steps_per_token : TTT_UNSET_NUM, &x,
+                         err));
+    L->substeps = (int)x;
+    if (L->substeps == 1) return TTT_OK;
+    const char *why =
+        !(L->model->traits & TTT_MODEL_LINEAR_MAP) || !(L->loss->traits & TTT_LOSS_RESIDUAL)
+            ? "a linear model and the squared loss (the delta rule)"
+        : !ttt_layer_optim_traits(L).plain_sgd ? "plain sgd"
+        : L->mini_batch != 1                   ? "mini_batch 1"
+        : L->order != TTT_ORDER_UPDATE_THEN_APPLY ? "order update_then_apply"
+        : L->pos_inverse                       ? "position_scale none"
+        : !L->coupled && L->decay != 1.0f      ? "decay_placement coupled"
+        : L->rope                              ? "rope false (the n_h keys of a token share its "
+                                                 "position)"
+        : L->normalize != TTT_NORMALIZE_NONE && L->normalize != TTT_NORMALIZE_RMS
+            ? "normalize none or rms"
+        : L->feature_gate ? "feature_gate false"
+                          : NULL;
+    if (why)
+        return field_error(err, TTT_ERR_CONFIG, src, "steps_per_token",
+                           "layer.steps_per_token: %d delta steps per token (Gated "
+                           "DeltaProduct, docs/math.md 4.6) need %s; expected steps_per_token: "
+                           "1 for this tuple",
+                           L->substeps, why);
+    return TTT_OK;
+}
+
 /* The build behind ttt_layer_build and ttt_layer_parse; src is the validated `layer:` mapping
  * the descriptor was read from (for error locations), or NULL. */
 static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L,
@@ -562,6 +610,7 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
 
     TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
     L->chunk = (int)x;
+    TTT_TRY(build_substeps(d, p, L, src, err));
     if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "
@@ -620,6 +669,10 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     set_default(map, "position_scale", p->position_scale);
     if (p->normalize) set_default(map, "normalize", p->normalize);
     if (p->feature_map) set_default(map, "feature_map", p->feature_map);
+    if (p->steps_per_token > 0) {
+        snprintf(buf, sizeof buf, "%d", p->steps_per_token);
+        set_default(map, "steps_per_token", buf);
+    }
     ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!opt) {
         ttt_cfg_map_set(map, "optimizer", ttt_cfg_new_map(map));
@@ -724,6 +777,7 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     d.features = (int)ttt_cfg_int(map, "features");
     d.feature_seed = (int)ttt_cfg_int(map, "feature_seed");
     d.feature_gate = ttt_cfg_bool(map, "feature_gate");
+    d.steps_per_token = (int)ttt_cfg_int(map, "steps_per_token");
     /* `form: auto` stays auto in the resolved configuration: the form is chosen per call, for
      * that call's inputs (ttt_form_choose); records name the form used (ttt_layer_form_used). */
     TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
@@ -791,7 +845,7 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *Lo, ttt_layer_state *st
  * tape — its differentiable forward_diff (fused ops where the entry has them). */
 static ttt_status run_form(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_layer_state *st,
                            const ttt_form_args *a, ttt_error *err) {
-    const ttt_form_inputs in = {.T = TTT_ROWS(a->k), .eta = a->eta != NULL,
+    const ttt_form_inputs in = {.T = TTT_ROWS(a->q), .eta = a->eta != NULL,
                                 .gate = !a->log_alpha ? TTT_FORM_GATE_NONE
                                         : a->alpha_vec ? TTT_FORM_GATE_KEY
                                                        : TTT_FORM_GATE_TOKEN,
@@ -815,17 +869,34 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                              const ttt_tensor *v, const ttt_tensor *eta,
                              const ttt_tensor *log_alpha, ttt_error *err) {
-    const int T = TTT_ROWS(k);
+    /* n_h steps per token (docs/math.md §4.7): k, v and η have n_h rows per token */
+    const int nh = L->substeps > 1 ? L->substeps : 1;
+    const int T = TTT_ROWS(q);
+    const long Tk = (long)nh * T;
     char s1[48], s2[48], s3[48];
     if (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
-        TTT_ROWS(q) != T || TTT_ROWS(v) != T || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v)
+        TTT_ROWS(k) != Tk || TTT_ROWS(v) != Tk || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v) {
+        if (nh > 1)
+            return ttt_error_set(err, TTT_ERR_SHAPE,
+                                 "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d "
+                                 "with steps_per_token = %d (k and v: %d rows per query row)",
+                                 ttt_tensor_shape_str(q, s1, sizeof s1),
+                                 ttt_tensor_shape_str(k, s2, sizeof s2),
+                                 ttt_tensor_shape_str(v, s3, sizeof s3), L->d_k, L->d_v, nh,
+                                 nh);
         return ttt_error_set(err, TTT_ERR_SHAPE,
                              "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d",
                              ttt_tensor_shape_str(q, s1, sizeof s1),
                              ttt_tensor_shape_str(k, s2, sizeof s2),
                              ttt_tensor_shape_str(v, s3, sizeof s3), L->d_k, L->d_v);
-    if (eta && (int)eta->n != T)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "eta has %zu entries for %d tokens", eta->n, T);
+    }
+    if (eta && (long)eta->n != Tk)
+        return nh > 1 ? ttt_error_set(err, TTT_ERR_SHAPE,
+                                      "eta has %zu entries for %ld key/value rows (%d tokens, "
+                                      "steps_per_token = %d)",
+                                      eta->n, Tk, T, nh)
+                      : ttt_error_set(err, TTT_ERR_SHAPE, "eta has %zu entries for %d tokens",
+                                      eta->n, T);
     int alpha_vec = log_alpha && log_alpha->ndim == 2;
     if (log_alpha && !((log_alpha->ndim == 1 && (int)log_alpha->n == T) ||
                        (alpha_vec && TTT_ROWS(log_alpha) == T && TTT_COLS(log_alpha) == L->d_k)))

@@ -22,7 +22,9 @@
  *                                 # (layers/forms/linear_attention/feature_maps.h)
  *     features: 64                # m, random features of favor, favor_orth, rfa
  *     feature_seed: 0             # seeds the random matrix (fixed for the layer's life)
- *     feature_gate: false         # RFA's gate: token t writes with weight 1 − α_t */
+ *     feature_gate: false         # RFA's gate: token t writes with weight 1 − α_t
+ *     steps_per_token: 1          # n_h delta-rule steps per token on n_h key/value pairs
+ *                                 # (Gated DeltaProduct, docs/math.md §4.7) */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
 
@@ -75,6 +77,7 @@ typedef struct ttt_preset {
     const char *normalize;      /* NULL (the option's default) or none | ratio | rms */
     const char *feature_map;    /* NULL (the option's default) or a feature map's name */
     ttt_block_defaults block;   /* its block in the trained sequence model */
+    int steps_per_token;        /* 0 (= 1) or n_h, the delta steps per token (DeltaProduct) */
 } ttt_preset;
 
 const ttt_preset *ttt_preset_find(const char *name);
@@ -118,6 +121,7 @@ typedef struct ttt_layer_desc {
     int features;                  /* m */
     int feature_seed;
     int feature_gate;              /* 0 or 1 */
+    int steps_per_token;           /* n_h ≥ 1: delta-rule steps per token (form.h, substeps) */
 } ttt_layer_desc;
 
 /* Every field unset. */

@@ -199,12 +199,14 @@ static const float reset_values[] = {-INFINITY, -1e30f, -1e4f, -200.0f};
 static inputs make_inputs(ttt_ctx *c, ttt_rng *rng, const ttt_layer *L, int T, ttt_gate_shape g,
                           int with_eta, int resets) {
     inputs in = {0};
+    /* steps_per_token n_h (docs/math.md §4.7): n_h keys, values and rates per token */
+    const int nh = L->substeps > 1 ? L->substeps : 1;
     in.q = ttt_tensor_2d(c, T, D);
-    in.k = ttt_tensor_2d(c, T, D);
-    in.v = ttt_tensor_2d(c, T, D);
+    in.k = ttt_tensor_2d(c, nh * T, D);
+    in.v = ttt_tensor_2d(c, nh * T, D);
     ttt_rng_fill_normal(rng, in.q->data, in.q->n, 0.0f, 0.5f);
     ttt_rng_fill_normal(rng, in.k->data, in.k->n, 0.0f, 1.0f);
-    for (int t = 0; t < T; t++) { /* unit keys */
+    for (int t = 0; t < nh * T; t++) { /* unit keys */
         float *kt = in.k->data + (size_t)t * D;
         double s = 0;
         for (int j = 0; j < D; j++) s += (double)kt[j] * kt[j];
@@ -212,7 +214,7 @@ static inputs make_inputs(ttt_ctx *c, ttt_rng *rng, const ttt_layer *L, int T, t
     }
     ttt_rng_fill_normal(rng, in.v->data, in.v->n, 0.0f, 1.0f);
     if (with_eta) {
-        in.eta = ttt_tensor_1d(c, T);
+        in.eta = ttt_tensor_1d(c, nh * T);
         ttt_rng_fill_uniform(rng, in.eta->data, in.eta->n, 0.1f, 1.0f);
     }
     if (g == TTT_FORM_GATE_KEY) {

@@ -10,7 +10,7 @@
  * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
  * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
  * attention, RetNet, Mamba2, GLA) or the squared loss with coupled decay (DeltaNet, Gated
- * DeltaNet, KDA with its gate per key dimension), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
+ * DeltaNet, KDA with its gate per key dimension, Gated DeltaProduct's n_h steps per token), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
  * accepts. The other tuples (TTT-Linear's LayerNorm model, Titans' momentum, LaCT's SwiGLU with
  * Newton–Schulz) have no float64 loop here; tests/test_contract_forms.c holds them to the
  * generic driver, and docs/forms.md "Precision on hard inputs" says what bounds them.
@@ -103,7 +103,10 @@ typedef struct problem {
     int T;
     int squared; /* the delta rule (squared loss, coupled decay) */
     int vec;
-    float *q, *k, *v, *eta, *la; /* (T, DK), (T, DK), (T, DV), (T), (T) or (T, DK) or NULL */
+    int nh;      /* delta steps per token (Gated DeltaProduct, docs/math.md §4.7): k, v, η have
+                  * nh rows per token */
+    float *q, *k, *v, *eta, *la; /* (T, DK), (nh T, DK), (nh T, DV), (nh T), (T) or (T, DK) or
+                                  * NULL */
 } problem;
 
 static double log_uniform_magnitude(ttt_rng *r, double lo, double hi) {
@@ -136,22 +139,22 @@ static void place_resets(float *la, int T, int gk, int C) {
 }
 
 /* C: the chunk the resets are placed for (place_resets) */
-static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared, int C) {
-    problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY};
+static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared, int C, int nh) {
+    problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY, .nh = nh};
     p.q = tu_randn_buf(f, (size_t)T * DK, 1.0f);
-    p.k = tu_randn_buf(f, (size_t)T * DK, 1.0f);
-    p.v = tu_randn_buf(f, (size_t)T * DV, 1.0f);
-    for (int t = 0; t < T; t++) { /* keys: a random direction times the case's norm */
+    p.k = tu_randn_buf(f, (size_t)nh * T * DK, 1.0f);
+    p.v = tu_randn_buf(f, (size_t)nh * T * DV, 1.0f);
+    for (int t = 0; t < nh * T; t++) { /* keys: a random direction times the case's norm */
         float *kt = p.k + (size_t)t * DK;
         double s = 0;
         for (int j = 0; j < DK; j++) s += (double)kt[j] * kt[j];
         const double norm = log_uniform_magnitude(&f->rng, c->knorm_lo, c->knorm_hi);
         for (int j = 0; j < DK; j++) kt[j] = (float)(kt[j] / sqrt(s) * norm);
     }
-    p.eta = tu_zalloc(&f->ctx, (size_t)T * sizeof(float));
-    ttt_rng_fill_uniform(&f->rng, p.eta, (size_t)T, (float)c->eta_lo, (float)c->eta_hi);
+    p.eta = tu_zalloc(&f->ctx, (size_t)nh * T * sizeof(float));
+    ttt_rng_fill_uniform(&f->rng, p.eta, (size_t)nh * T, (float)c->eta_lo, (float)c->eta_hi);
     if (c->eta_lo == c->eta_hi)
-        for (int t = 0; t < T; t++) p.eta[t] = (float)c->eta_lo;
+        for (int t = 0; t < nh * T; t++) p.eta[t] = (float)c->eta_lo;
     if (c->gate != G_NONE) {
         const size_t n = (size_t)T * (p.vec ? DK : 1);
         p.la = tu_zalloc(&f->ctx, n * sizeof(float));
@@ -165,27 +168,32 @@ static problem make_problem(tu_fixture *f, const hard_case *c, int T, int square
 /* The float64 recurrence, docs/math.md §4, from S_0 = 0 with θ = 1:
  *   dot:     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t
  *   squared: S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ (v_t − k_t Diag(α_t) S_{t−1})   (coupled decay)
- *   o_t = q_t S_t.
+ *   o_t = q_t S_t;
+ * with nh > 1 steps per token (§4.7) the squared step is taken for each of the token's nh pairs
+ * after the one decay.
  * The gates are taken from the float32 log α the forms receive, exponentiated in double. */
 static void reference(double *o, double *S, const problem *p, double theta) {
     memset(S, 0, sizeof(double) * DK * DV);
     double a[DK], e[DV];
     for (int t = 0; t < p->T; t++) {
-        const float *q = p->q + (size_t)t * DK, *k = p->k + (size_t)t * DK;
-        const float *v = p->v + (size_t)t * DV;
-        const double beta = theta * (double)p->eta[t];
+        const float *q = p->q + (size_t)t * DK;
         for (int i = 0; i < DK; i++)
             a[i] = !p->la ? 1.0 : exp((double)p->la[p->vec ? (size_t)t * DK + i : (size_t)t]);
         for (int i = 0; i < DK; i++)
             for (int j = 0; j < DV; j++) S[i * DV + j] *= a[i];
-        for (int j = 0; j < DV; j++) {
-            double ks = 0;
-            if (p->squared)
-                for (int i = 0; i < DK; i++) ks += (double)k[i] * S[i * DV + j];
-            e[j] = (double)v[j] - ks;
+        for (int u = 0; u < p->nh; u++) {
+            const size_t r = (size_t)t * p->nh + u;
+            const float *k = p->k + r * DK, *v = p->v + r * DV;
+            const double beta = theta * (double)p->eta[r];
+            for (int j = 0; j < DV; j++) {
+                double ks = 0;
+                if (p->squared)
+                    for (int i = 0; i < DK; i++) ks += (double)k[i] * S[i * DV + j];
+                e[j] = (double)v[j] - ks;
+            }
+            for (int i = 0; i < DK; i++)
+                for (int j = 0; j < DV; j++) S[i * DV + j] += beta * (double)k[i] * e[j];
         }
-        for (int i = 0; i < DK; i++)
-            for (int j = 0; j < DV; j++) S[i * DV + j] += beta * (double)k[i] * e[j];
         for (int j = 0; j < DV; j++) {
             double s = 0;
             for (int i = 0; i < DK; i++) s += (double)q[i] * S[i * DV + j];
@@ -237,7 +245,9 @@ static int length_for(const ttt_form_entry *e, const ttt_layer *L, const hard_ca
     const double s2 = e->scratch_bytes ? e->scratch_bytes(L, 2048) : 0;
     int T = s2 > 3.0 * s1 ? T_QUADRATIC : T_LONG;
     if (e->precise_t > 0 && e->precise_t < T) T = (int)e->precise_t;
-    if (c->squared && c->eta_lo == 2.0 && T > T_REFLECT) T = T_REFLECT;
+    /* with n_h steps per token the same number of reflections: T_REFLECT steps in all */
+    const int nh = L->substeps > 1 ? L->substeps : 1;
+    if (c->squared && c->eta_lo == 2.0 && T > T_REFLECT / nh) T = T_REFLECT / nh;
     return T;
 }
 
@@ -251,7 +261,8 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
     tu_fixture f;
     tu_fx_init(&f, 4242);
     ttt_rng rng0 = f.rng; /* the same draws again: the gates without their resets */
-    problem p = make_problem(&f, c, T, squared, L->chunk);
+    const int nh = L->substeps > 1 ? L->substeps : 1;
+    problem p = make_problem(&f, c, T, squared, L->chunk, nh);
     double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
     ck_assert_ptr_nonnull(o_ref);
     reference(o_ref, S_ref, &p, L->lr);
@@ -265,18 +276,18 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
                                                    .la_hi = c->la_hi, .eta_lo = c->eta_lo,
                                                    .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
                                                    .knorm_hi = c->knorm_hi},
-                                  T, squared, L->chunk);
+                                  T, squared, L->chunk, nh);
         f.rng = rng1;
         o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
         ck_assert_ptr_nonnull(o_ref0);
         reference(o_ref0, S_ref0, &p0, L->lr);
     }
-    ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, T, DK);
-    ttt_tensor *v = ttt_tensor_2d(&f.ctx, T, DV), *eta = ttt_tensor_1d(&f.ctx, T);
+    ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, nh * T, DK);
+    ttt_tensor *v = ttt_tensor_2d(&f.ctx, nh * T, DV), *eta = ttt_tensor_1d(&f.ctx, nh * T);
     memcpy(q->data, p.q, sizeof(float) * (size_t)T * DK);
-    memcpy(k->data, p.k, sizeof(float) * (size_t)T * DK);
-    memcpy(v->data, p.v, sizeof(float) * (size_t)T * DV);
-    memcpy(eta->data, p.eta, sizeof(float) * (size_t)T);
+    memcpy(k->data, p.k, sizeof(float) * (size_t)nh * T * DK);
+    memcpy(v->data, p.v, sizeof(float) * (size_t)nh * T * DV);
+    memcpy(eta->data, p.eta, sizeof(float) * (size_t)nh * T);
     ttt_tensor *la = NULL;
     if (p.la) {
         la = p.vec ? ttt_tensor_2d(&f.ctx, T, DK) : ttt_tensor_1d(&f.ctx, T);
@@ -308,14 +319,17 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
         if (e->device != TTT_DEVICE_HOST) continue; /* device entries: tests/test_cuda_*.c */
-        int seen[2] = {0, 0}; /* presets with explicit gates are the same tuple: one each */
+        /* presets with explicit gates are the same tuple: one each, by loss and by whether
+         * they take several steps per token (Gated DeltaProduct) */
+        int seen[2][2] = {{0, 0}, {0, 0}};
         for (int j = 0; j < ttt_preset_count(); j++) {
             const ttt_preset *pr = ttt_preset_at(j);
             ttt_layer L;
             int squared = 0;
             if (!build_layer(&L, pr, e->form) || !reference_defines(&L, &squared)) continue;
-            if (e->available(&L, NULL) || seen[squared]) continue;
-            seen[squared] = 1;
+            const int multi = L.substeps > 1;
+            if (e->available(&L, NULL) || seen[squared][multi]) continue;
+            seen[squared][multi] = 1;
             in_domain[i] = 1;
             for (int c = 0; c < N_CASES; c++) {
                 const hard_case *hc = &cases[c];

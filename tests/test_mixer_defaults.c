@@ -62,6 +62,8 @@ enum {
  *  gated_deltanet    Yang et al. 2025 / FLA gated_deltanet.py: as DeltaNet plus the Mamba2 gate
  *                    and the swish output gate.
  *  kda               FLA kda.py: as Gated DeltaNet with the gate per key dimension.
+ *  deltaproduct      Siems et al. 2025 / FLA gated_deltaproduct.py: as Gated DeltaNet, with
+ *                    n_h keys, values and β per token (the same convolution, SiLU and L2 norm).
  *  ttt_linear/mlp    Sun et al. 2024 / ttt-lm-pytorch (Transformer backbone): no convolution, no
  *                    activation, RoPE, learned η, learned W_0, output norm, no gate.
  *  titans            Behrouz et al. 2025 (section 4.4): convolution + SiLU, L2 q/k, data-dependent θ and
@@ -81,6 +83,7 @@ static const block presets[] = {
     {"deltanet", 4, 1, 1, E1, GN, 1, 0, 0, 0, 0},
     {"gated_deltanet", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
     {"kda", 4, 1, 1, E1, GV, 1, 1, 0, 0, 0},
+    {"deltaproduct", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
     {"ttt_linear", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"ttt_mlp", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"titans", 4, 1, 1, E1, GS, 1, 1, 1, 0, 0},

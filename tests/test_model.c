@@ -263,6 +263,15 @@ START_TEST(grad_gated_deltanet) {
     gradcheck(MODEL_TTT, "{preset: gated_deltanet, form: generic}");
 }
 END_TEST
+/* Gated DeltaProduct's block (docs/math.md §4.7): n_h = 2 keys, values and rates per token,
+ * the second pairs from their own projection and convolution (w_kv_more, conv_kv_more); through
+ * the generic driver on the interleaved sub-steps and through the recurrent form's hand-written
+ * backward. */
+START_TEST(grad_deltaproduct) {
+    gradcheck(MODEL_TTT, "{preset: deltaproduct, form: generic}");
+    gradcheck(MODEL_TTT, "{preset: deltaproduct, form: recurrent, chunk: 3}");
+}
+END_TEST
 START_TEST(grad_ttt_linear) {
     /* mini-batch 3 over 7 tokens: two full blocks and a partial one */
     gradcheck(MODEL_TTT, "{preset: ttt_linear, mini_batch: 3, form: generic}");
@@ -531,6 +540,9 @@ START_TEST(closed_forms_match_generic) {
         {"{preset: gated_deltanet, chunk: 3}", "{preset: gated_deltanet, form: generic}"},
         {"{preset: ttt_linear, mini_batch: 3}", "{preset: ttt_linear, mini_batch: 3, form: generic}"},
         {"{preset: titans, mini_batch: 3}", "{preset: titans, mini_batch: 3, form: generic}"},
+        {"{preset: deltaproduct, chunk: 3}", "{preset: deltaproduct, form: generic}"},
+        {"{preset: deltaproduct, form: chunkwise, chunk: 3}",
+         "{preset: deltaproduct, form: generic}"},
     };
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
         check_closed_vs_generic(presets[i][0], presets[i][1], 1.0, 1);
@@ -834,6 +846,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_rfa_gate);
     tcase_add_test(g, multiscale_gate_is_retnet_decay);
     tcase_add_test(g, grad_gated_deltanet);
+    tcase_add_test(g, grad_deltaproduct);
     tcase_add_test(g, grad_ttt_linear);
     tcase_add_test(g, grad_titans);
     tcase_add_test(g, grad_softmax_learned);

@@ -45,6 +45,7 @@ static float *zbuf(size_t n) { return calloc(n + 1, sizeof(float)); }
 /* The inputs of a packed call and the state tensors' sizes. */
 typedef struct problem {
     ttt_layer_handle *h;
+    int nh; /* key/value pairs per token (steps_per_token): k, v and η have nh rows per token */
     int n_state;
     size_t numel[MAXS]; /* one (sequence, head)'s elements of state tensor i */
     int weight[MAXS];   /* tensor i is a fast weight (its initial value is given) */
@@ -56,6 +57,9 @@ typedef struct problem {
 static void problem_init(problem *p, ttt_layer_handle *h) {
     memset(p, 0, sizeof *p);
     p->h = h;
+    const char *nh = strstr(ttt_layer_tuple(h), "steps_per_token ");
+    p->nh = nh ? atoi(nh + strlen("steps_per_token ")) : 1;
+    ck_assert_int_ge(p->nh, 1);
     p->n_state = ttt_layer_state_tensors(h);
     ck_assert_int_le(p->n_state, MAXS);
     for (int i = 0; i < p->n_state; i++) {
@@ -70,13 +74,13 @@ static void problem_init(problem *p, ttt_layer_handle *h) {
         p->d_state_out[i] = rbuf(NSEQ * H * p->numel[i], -1, 1);
     }
     p->q = rbuf((size_t)T * H * DK, -1, 1);
-    p->k = rbuf((size_t)T * H * DK, -1, 1);
-    p->v = rbuf((size_t)T * H * DV, -1, 1);
-    p->eta = rbuf((size_t)T * H, 0.1f, 0.9f);
+    p->k = rbuf((size_t)p->nh * T * H * DK, -1, 1);
+    p->v = rbuf((size_t)p->nh * T * H * DV, -1, 1);
+    p->eta = rbuf((size_t)p->nh * T * H, 0.1f, 0.9f);
     p->la = rbuf((size_t)T * H, -0.3f, 0.0f);
     p->la_vec = rbuf((size_t)T * H * DK, -0.3f, 0.0f);
     p->d_o = rbuf((size_t)T * H * DV, -1, 1);
-    for (size_t r = 0; r < (size_t)T * H; r++) { /* unit keys: the delta rules contract */
+    for (size_t r = 0; r < (size_t)p->nh * T * H; r++) { /* unit keys: the delta rules contract */
         double n = 0;
         for (int j = 0; j < DK; j++) n += (double)p->k[r * DK + j] * p->k[r * DK + j];
         for (int j = 0; j < DK; j++) p->k[r * DK + j] /= (float)sqrt(n);
@@ -98,9 +102,9 @@ static void outs_init(outs *r, const problem *p) {
     memset(r, 0, sizeof *r);
     r->o = zbuf((size_t)T * H * DV);
     r->d_q = zbuf((size_t)T * H * DK);
-    r->d_k = zbuf((size_t)T * H * DK);
-    r->d_v = zbuf((size_t)T * H * DV);
-    r->d_eta = zbuf((size_t)T * H);
+    r->d_k = zbuf((size_t)p->nh * T * H * DK);
+    r->d_v = zbuf((size_t)p->nh * T * H * DV);
+    r->d_eta = zbuf((size_t)p->nh * T * H);
     r->d_la = zbuf((size_t)T * H * DK);
     for (int i = 0; i < p->n_state; i++) {
         r->state_out[i] = zbuf(NSEQ * H * p->numel[i]);
@@ -123,15 +127,17 @@ enum { V_ETA = 1, V_GATE = 2, V_GATE_VEC = 4, V_STATE = 8, N_VARIANTS = 16 };
 static ttt_status call(const problem *p, int variant, int backward, int t0, int len, int s0,
                        const int64_t *cu, int ns, int threads, outs *r, ttt_error *err) {
     const size_t rows = (size_t)len * H, r0 = (size_t)t0 * H;
+    /* k, v, η: nh rows per token */
+    const size_t pr = (size_t)p->nh * rows, p0 = (size_t)p->nh * r0;
     const int gk = variant & V_GATE_VEC ? DK : 1;
-    float *q = zbuf(rows * DK), *k = zbuf(rows * DK), *v = zbuf(rows * DV), *eta = zbuf(rows),
+    float *q = zbuf(rows * DK), *k = zbuf(pr * DK), *v = zbuf(pr * DV), *eta = zbuf(pr),
           *la = zbuf(rows * gk), *o = zbuf(rows * DV), *d_o = zbuf(rows * DV);
-    float *d_q = zbuf(rows * DK), *d_k = zbuf(rows * DK), *d_v = zbuf(rows * DV),
-          *d_eta = zbuf(rows), *d_la = zbuf(rows * gk);
+    float *d_q = zbuf(rows * DK), *d_k = zbuf(pr * DK), *d_v = zbuf(pr * DV),
+          *d_eta = zbuf(pr), *d_la = zbuf(rows * gk);
     memcpy(q, p->q + r0 * DK, rows * DK * sizeof(float));
-    memcpy(k, p->k + r0 * DK, rows * DK * sizeof(float));
-    memcpy(v, p->v + r0 * DV, rows * DV * sizeof(float));
-    memcpy(eta, p->eta + r0, rows * sizeof(float));
+    memcpy(k, p->k + p0 * DK, pr * DK * sizeof(float));
+    memcpy(v, p->v + p0 * DV, pr * DV * sizeof(float));
+    memcpy(eta, p->eta + p0, pr * sizeof(float));
     memcpy(la, (gk > 1 ? p->la_vec : p->la) + r0 * gk, rows * gk * sizeof(float));
     memcpy(d_o, p->d_o + r0 * DV, rows * DV * sizeof(float));
     const float *sin[MAXS] = {0}, *dso[MAXS] = {0};
@@ -156,9 +162,9 @@ static ttt_status call(const problem *p, int variant, int backward, int t0, int 
                             : ttt_layer_forward_run(p->h, &io, threads, err);
     memcpy(r->o + r0 * DV, o, rows * DV * sizeof(float));
     memcpy(r->d_q + r0 * DK, d_q, rows * DK * sizeof(float));
-    memcpy(r->d_k + r0 * DK, d_k, rows * DK * sizeof(float));
-    memcpy(r->d_v + r0 * DV, d_v, rows * DV * sizeof(float));
-    memcpy(r->d_eta + r0, d_eta, rows * sizeof(float));
+    memcpy(r->d_k + p0 * DK, d_k, pr * DK * sizeof(float));
+    memcpy(r->d_v + p0 * DV, d_v, pr * DV * sizeof(float));
+    memcpy(r->d_eta + p0, d_eta, pr * sizeof(float));
     memcpy(r->d_la + r0 * gk, d_la, rows * gk * sizeof(float));
     free(q), free(k), free(v), free(eta), free(la), free(o), free(d_o);
     free(d_q), free(d_k), free(d_v), free(d_eta), free(d_la);
@@ -170,9 +176,9 @@ static const char *outs_differ(const outs *a, const outs *b, const problem *p) {
     static char what[32];
     if (memcmp(a->o, b->o, (size_t)T * H * DV * sizeof(float))) return "o";
     if (memcmp(a->d_q, b->d_q, (size_t)T * H * DK * sizeof(float))) return "d_q";
-    if (memcmp(a->d_k, b->d_k, (size_t)T * H * DK * sizeof(float))) return "d_k";
-    if (memcmp(a->d_v, b->d_v, (size_t)T * H * DV * sizeof(float))) return "d_v";
-    if (memcmp(a->d_eta, b->d_eta, (size_t)T * H * sizeof(float))) return "d_eta";
+    if (memcmp(a->d_k, b->d_k, (size_t)p->nh * T * H * DK * sizeof(float))) return "d_k";
+    if (memcmp(a->d_v, b->d_v, (size_t)p->nh * T * H * DV * sizeof(float))) return "d_v";
+    if (memcmp(a->d_eta, b->d_eta, (size_t)p->nh * T * H * sizeof(float))) return "d_eta";
     if (memcmp(a->d_la, b->d_la, (size_t)T * H * DK * sizeof(float))) return "d_log_alpha";
     for (int i = 0; i < p->n_state; i++) {
         const size_t n = NSEQ * H * p->numel[i] * sizeof(float);

@@ -106,6 +106,18 @@ const ttt_tensor *ttt_form_beta_node(ttt_ctx *ctx, const ttt_layer *L, const ttt
  * TTT_GATE_RESET through a recorded clamp, whose gradient is 0 there: what forms built from ops
  * sum into their cumulative gates. log_alpha itself (or NULL) when it has no reset. */
 const ttt_tensor *ttt_form_gates_floored(ttt_ctx *ctx, const ttt_tensor *log_alpha);
+/* Gated DeltaProduct's n_h steps per token (L->substeps = n_h, docs/math.md §4.7) as the one-step
+ * rule on n_h·T interleaved sub-steps: the gate (T) on the first sub-step of each token and
+ * log α = 0 on the others, the query on the last and zeros on the others; `run` (a one-step form
+ * of the delta rule, or the generic driver) computes them for L with substeps = 1, and o gets
+ * the outputs of the last sub-steps. Recorded ops, so differentiable under a tape. q (T, d_k),
+ * k (n_h·T, d_k), v (n_h·T, d_v), η and β (n_h·T) or NULL, log α (T) or NULL. */
+typedef ttt_status (*ttt_one_step_fn)(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                      ttt_layer_state *st, const ttt_form_args *a,
+                                      ttt_error *err);
+ttt_status ttt_delta_product_interleaved(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                         ttt_layer_state *st, const ttt_form_args *a,
+                                         ttt_one_step_fn run, ttt_error *err);
 /* O into the caller's o, recorded as o's producer (a no-op record without a tape). */
 void ttt_form_diff_output(ttt_ctx *ctx, ttt_tensor *o, const ttt_tensor *O);
 /* A final state into the layer state: the node itself when recording (the graph continues

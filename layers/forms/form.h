@@ -47,6 +47,11 @@ typedef struct ttt_layer {
     int feature_gate;       /* RFA's gate: token t writes with weight 1 − α_t */
     int d_k, d_v;           /* key and value widths of the inputs */
     int d_phi;              /* key width the forms and the state see: fmap's output width, or d_k */
+    /* steps_per_token: n_h delta-rule steps per token on n_h key/value pairs (Gated
+     * DeltaProduct, docs/math.md §4.7); 1 (the default) is one step per token. With n_h > 1 a
+     * call's k, v and η have n_h·T rows (token t's pairs at rows n_h·t … n_h·t + n_h − 1), q
+     * and the gate T; only the delta_product forms compute it. */
+    int substeps;
 } ttt_layer;
 
 enum {
@@ -277,6 +282,10 @@ double ttt_form_rate_of(const ttt_form_rate *rows, const ttt_layer *L, ttt_gate_
 /* One line for `ttt check`: "chunkwise C=32 (est. 1.2M tok/s; recurrent 0.9M)", or the
  * reason when the rates did not decide ("dual (auto_rank 10; no measured rates)"). */
 void ttt_form_plan_describe(const ttt_form_plan *plan, char *buf, size_t len);
+
+/* NULL for a layer of one step per token (substeps ≤ 1); otherwise why an entry that takes one
+ * step per token does not compute it (docs/math.md §4.7): the delta_product forms do. */
+const char *ttt_form_one_step(const ttt_layer *L);
 
 /* NULL when the form name L->form applies to L for some inputs (the check at parse time);
  * otherwise why not. */

@@ -303,3 +303,10 @@ const ttt_form_entry *ttt_form_choose(const ttt_layer *L, const ttt_form_inputs 
     ttt_form_plan plan;
     return ttt_form_plan_with(NULL, L, in, &plan, err);
 }
+
+const char *ttt_form_one_step(const ttt_layer *L) {
+    return L->substeps > 1 ? "it takes one delta step per token; steps_per_token > 1 (Gated "
+                             "DeltaProduct) runs form: recurrent or chunkwise (the "
+                             "delta_product entries) or generic"
+                           : NULL;
+}

@@ -46,7 +46,10 @@ def test_every_preset_optimizer_and_form_is_reachable():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 5, 2, 8)).astype(np.float32)
     for p, _ in ttt.registry("presets"):
-        o, _ = ttt.Layer(p, mini_batch=4)(x, x, x)
+        # deltaproduct: two key/value pairs per token, one step each (mini_batch 1)
+        nh = ttt.Layer(p).steps_per_token(8)
+        kv = np.repeat(x, nh, axis=1)
+        o, _ = ttt.Layer(p, **({"mini_batch": 4} if nh == 1 else {}))(x, kv, kv)
         assert o.shape == x.shape and np.all(np.isfinite(o)), p
     for name, _ in ttt.registry("optimizers"):
         o, _ = ttt.Layer("deltanet", optimizer=name)(x, x, x)

@@ -13,13 +13,15 @@ CU = [0, 13, 13, 14, 50, 57]  # an empty sequence, a single token, one of 36 tok
 T, N = CU[-1], len(CU) - 1
 
 
-def inputs(seed=0, vec=False):
+def inputs(seed=0, vec=False, nh=1):
+    """nh: key/value pairs per token (deltaproduct's steps_per_token): k, v, beta have nh·T
+    rows."""
     r = np.random.default_rng(seed)
     q = r.standard_normal((1, T, H, D)).astype(np.float32)
-    k = r.standard_normal((1, T, H, D)).astype(np.float32)
+    k = r.standard_normal((1, nh * T, H, D)).astype(np.float32)
     k /= np.linalg.norm(k, axis=-1, keepdims=True)  # unit keys: the delta rules contract
-    v = r.standard_normal((1, T, H, D)).astype(np.float32)
-    beta = r.uniform(0.1, 0.9, (1, T, H)).astype(np.float32)
+    v = r.standard_normal((1, nh * T, H, D)).astype(np.float32)
+    beta = r.uniform(0.1, 0.9, (1, nh * T, H)).astype(np.float32)
     la = r.uniform(-0.3, 0, (1, T, H, D) if vec else (1, T, H)).astype(np.float32)
     return q, k, v, beta, la
 
@@ -32,15 +34,16 @@ def same(a, b):
     return a.shape == b.shape and np.array_equal(bits(a), bits(b))
 
 
-def piece(x, n):
-    return None if x is None else x[:, CU[n]:CU[n + 1]]
+def piece(x, n, nh=1):
+    return None if x is None else x[:, nh * CU[n]:nh * CU[n + 1]]
 
 
 @pytest.mark.parametrize("preset", [name for name, _ in ttt.registry("presets")])
 @pytest.mark.parametrize("cu_type", [np.int64, np.int32, list])
 def test_numpy_forward_and_backward_equal_one_call_per_sequence(preset, cu_type):
     layer = ttt.Layer(preset)
-    q, k, v, beta, la = inputs()
+    nh = layer.steps_per_token(D)  # pairs per token: k, v, beta at nh·CU
+    q, k, v, beta, la = inputs(nh=nh)
     cu = list(CU) if cu_type is list else np.array(CU, cu_type)
     shapes = [s for _, s in layer.state_info(D, D)]
     r = np.random.default_rng(1)
@@ -53,16 +56,18 @@ def test_numpy_forward_and_backward_equal_one_call_per_sequence(preset, cu_type)
                        cu_seqlens=cu)
     for n in range(N):
         one = [s[n:n + 1] for s in s0]
-        o1, st1 = layer.forward(piece(q, n), piece(k, n), piece(v, n), beta=piece(beta, n),
-                                log_alpha=piece(la, n), initial_state=one)
+        o1, st1 = layer.forward(piece(q, n), piece(k, n, nh), piece(v, n, nh),
+                                beta=piece(beta, n, nh), log_alpha=piece(la, n),
+                                initial_state=one)
         assert same(o1, piece(o, n)), (preset, n)
         for a, b in zip(st1, st):
             assert same(a, b[n:n + 1]), (preset, n)
-        g1 = layer.backward(piece(d_o, n), piece(q, n), piece(k, n), piece(v, n),
-                            beta=piece(beta, n), log_alpha=piece(la, n), initial_state=one,
+        g1 = layer.backward(piece(d_o, n), piece(q, n), piece(k, n, nh), piece(v, n, nh),
+                            beta=piece(beta, n, nh), log_alpha=piece(la, n), initial_state=one,
                             d_state=[x[n:n + 1] for x in d_s])
         for name in ("q", "k", "v", "beta", "log_alpha"):
-            assert same(g1[name], piece(g[name], n)), (preset, n, name)
+            rows = nh if name in ("k", "v", "beta") else 1
+            assert same(g1[name], piece(g[name], n, rows)), (preset, n, name)
         for a, b in zip(g1["initial_state"], g["initial_state"]):
             assert same(a, b[n:n + 1]), (preset, n)
     # the same tokens as one sequence differ after the first boundary: the comparison above

@@ -11,6 +11,8 @@ _INPUTS = {
     "linear_attention": (), "retnet": (), "mamba2": ("log_alpha",), "gla": ("log_alpha_vec",),
     "deltanet": ("beta",), "gated_deltanet": ("beta", "log_alpha"),
     "kda": ("beta", "log_alpha_vec"),
+    # Gated DeltaProduct: k, v and beta with steps_per_token rows per token (docs/math.md §4.7)
+    "deltaproduct": ("beta", "log_alpha"),
     "titans": ("eta", "log_alpha"), "ttt_linear": ("eta",), "lact": ("eta",),
 }
 
@@ -31,7 +33,7 @@ def _unit(x):
 
 def _initial(preset, rng, B, H, d_k, d_v):
     fam = PRESETS[preset]["family"]
-    if fam in ("linear", "delta"):
+    if fam in ("linear", "delta", "deltaproduct"):
         return [rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k)]
     if fam == "titans":
         return [rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k),
@@ -48,12 +50,13 @@ def make_inputs(preset, B, T, H, d_k, d_v, case=CASES[0], seed=0):
     and a random initial_state (a list in the order of Layer.state_info)."""
     name, (la_lo, la_hi), (b_lo, b_hi) = case
     rng = np.random.default_rng(seed)
+    nh = int(PRESETS[preset].get("steps_per_token", 1))  # pairs per token (deltaproduct)
     kw = dict(q=_unit(rng.standard_normal((B, T, H, d_k))),
-              k=_unit(rng.standard_normal((B, T, H, d_k))),
-              v=rng.standard_normal((B, T, H, d_v)), scale=1.0)
+              k=_unit(rng.standard_normal((B, nh * T, H, d_k))),
+              v=rng.standard_normal((B, nh * T, H, d_v)), scale=1.0)
     for inp in _INPUTS[preset]:
         if inp == "beta" or inp == "eta":
-            kw[inp] = rng.uniform(b_lo, b_hi, (B, T, H))
+            kw[inp] = rng.uniform(b_lo, b_hi, (B, nh * T, H))
         elif inp == "log_alpha":
             kw[inp] = rng.uniform(la_lo, la_hi, (B, T, H))
         else:

@@ -7,6 +7,7 @@ to the library without a copy (docs/python.md "Layers").
 import difflib
 import numbers
 import re
+from types import SimpleNamespace
 import warnings
 
 import numpy as np
@@ -266,6 +267,36 @@ class Layer:
         self._handles[key] = (h, names, shapes, tup, lr)
         return self._handles[key]
 
+    def steps_per_token(self, d_k=8, d_v=None):
+        """n_h, the delta steps per token (docs/math.md §4.7): k, v and beta/eta then have n_h
+        rows per token, (B, n_h·T, H, ·), pair j of token t at row n_h·t + j."""
+        m = re.search(r"steps_per_token (\d+)", self.tuple(d_k, d_v))
+        return int(m.group(1)) if m else 1
+
+    def _dims(self, q, k, v):
+        """(B, T, H, d_k, d_v) and n_h: q's T, with k and v of n_h·T rows for a layer that
+        takes n_h > 1 steps per token."""
+        qs, ks, vs = _shape(q), _shape(k), _shape(v)
+        if len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and ks != qs and \
+                min(qs[3], vs[3]) >= 1 and qs[1] > 0:
+            nh = self.steps_per_token(qs[3], vs[3])
+            if nh > 1:
+                want = (qs[0], nh * qs[1], qs[2])
+                if ks != want + (qs[3],) or vs[:3] != want:
+                    raise ValueError("ttt: this layer takes %d pairs per token (steps_per_token):"
+                                     " k and v must be (B, %d·T, H, d) = %s; got k %s, v %s"
+                                     % (nh, nh, want, ks, vs))
+                # the limits on every dimension, with v's rows counted as q's
+                check_dims(q, q, SimpleNamespace(shape=qs[:3] + (vs[3],)))
+                return qs + (vs[3],), nh
+        dims = check_dims(q, k, v)
+        nh = self.steps_per_token(dims[3], dims[4]) if min(dims[3], dims[4]) >= 1 else 1
+        if nh > 1 and dims[1] > 0:
+            raise ValueError("ttt: this layer takes %d pairs per token (steps_per_token): k and "
+                             "v must be (B, %d·T, H, d); got k %s for q %s"
+                             % (nh, nh, _shape(k), _shape(q)))
+        return dims, nh
+
     def tuple(self, d_k=8, d_v=None):
         """The resolved tuple, every value (`ttt_layer_tuple`)."""
         return self._handle(d_k, d_v or d_k)[3]
@@ -287,19 +318,21 @@ class Layer:
 
     # -- calls -------------------------------------------------------------------------------
     def _prepare(self, q, k, v, beta, log_alpha, eta, initial_state, cu_seqlens=None):
-        B, T, H, d_k, d_v = check_dims(q, k, v)  # before any copy: a 2^31 dimension is no array
+        # before any copy: a 2^31 dimension is no array
+        (B, T, H, d_k, d_v), nh = self._dims(q, k, v)
         cu = None if cu_seqlens is None else _offsets(cu_seqlens)
         S = B if cu is None else cu.shape[0] - 1  # the states' first dimension
         q, k, v = _f32(q, "q"), _f32(k, "k"), _f32(v, "v")
         h, names, shapes, _, lr = self._handle(d_k, d_v)
         if beta is not None and eta is not None:
             raise ValueError("ttt: give beta or eta, not both (beta = lr * eta)")
+        Tk = nh * T  # rows of k, v and the rates (steps_per_token, docs/math.md §4.7)
         if beta is not None:
-            beta = _gate(beta, "beta", B, T, H, d_k)
+            beta = _gate(beta, "beta", B, Tk, H, d_k)
             # β = lr·η: with lr = 1 (the delta-rule presets) beta is passed as it is, zero-copy
             eta = _f32(beta if lr == 1.0 else beta.astype(np.float64) / lr, "beta")
         elif eta is not None:
-            eta = _f32(_gate(eta, "eta", B, T, H, d_k), "eta")
+            eta = _f32(_gate(eta, "eta", B, Tk, H, d_k), "eta")
         alpha_vec = 0
         if log_alpha is not None:
             log_alpha = _gate(log_alpha, "log_alpha", B, T, H, d_k)
@@ -318,7 +351,7 @@ class Layer:
             states = [None if s is None else _f32(s, "initial_state[%d] (%s)" % (i, names[i]),
                                                   (S, H) + shapes[i])
                       for i, s in enumerate(given)]
-        return dict(h=h, names=names, shapes=shapes, lr=lr, B=B, T=T, H=H, d_k=d_k, d_v=d_v,
+        return dict(h=h, names=names, shapes=shapes, lr=lr, B=B, T=T, Tk=Tk, H=H, d_k=d_k, d_v=d_v,
                     q=q, k=k, v=v, eta=eta, log_alpha=log_alpha, alpha_vec=alpha_vec,
                     states=states, cu=cu, S=S)
 
@@ -414,12 +447,13 @@ class Layer:
             arr = ffi.new("float *[]", [_ptr(x) for x in ds])
             keep += [arr, ds]
             g.d_state_out = ffi.cast("const float *const *", arr)
-        out = {"q": np.empty((B, T, H, d_k), np.float32), "k": np.empty((B, T, H, d_k),
-                                                                      np.float32),
-               "v": np.empty((B, T, H, d_v), np.float32)}
+        Tk = p["Tk"]  # k, v and the rates: n_h rows per token (steps_per_token)
+        out = {"q": np.empty((B, T, H, d_k), np.float32), "k": np.empty((B, Tk, H, d_k),
+                                                                       np.float32),
+               "v": np.empty((B, Tk, H, d_v), np.float32)}
         g.d_q, g.d_k, g.d_v = _ptr(out["q"]), _ptr(out["k"]), _ptr(out["v"])
         if p["eta"] is not None:
-            out["eta"] = np.empty((B, T, H), np.float32)
+            out["eta"] = np.empty((B, Tk, H), np.float32)
             g.d_eta = _ptr(out["eta"])
         if p["log_alpha"] is not None:
             out["log_alpha"] = np.empty(p["log_alpha"].shape, np.float32)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import torch
 
-from .layer import Layer, check_dims, check_gate_shape, is_scalar
+from .layer import Layer, check_gate_shape, is_scalar
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -139,14 +139,15 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
     (run_cpu)."""
     cuda = isinstance(q, torch.Tensor) and q.is_cuda
     q, k, v = _tensor(q, "q", cuda), _tensor(k, "k", cuda), _tensor(v, "v", cuda)
-    B, T, H, d_k, d_v = check_dims(q, k, v)
+    # steps_per_token n_h (docs/math.md §4.7): k, v and the rates have n_h·T rows
+    (B, T, H, d_k, d_v), nh = layer._dims(q, k, v)
     if beta is not None and eta is not None:
         raise ValueError("ttt: give beta or eta, not both (beta = lr * eta)")
     names = layer.state_info(d_k, d_v)
     if beta is not None:
-        eta = _gate(beta, "beta", B, T, H, d_k, q) / layer._handle(d_k, d_v)[4]
+        eta = _gate(beta, "beta", B, nh * T, H, d_k, q) / layer._handle(d_k, d_v)[4]
     else:
-        eta = _gate(eta, "eta", B, T, H, d_k, q)
+        eta = _gate(eta, "eta", B, nh * T, H, d_k, q)
     log_alpha = _gate(log_alpha, "log_alpha", B, T, H, d_k, q)
     state = []
     if initial_state is not None:

@@ -20,6 +20,11 @@ PRESETS = {
     # KDA: the same tuple, its log_alpha (B, T, H, d_k) one gate per key dimension (docs/math.md
     # §4.5): S_t = (I - beta_t k_t^T k_t) Diag(alpha_t) S_{t-1} + beta_t k_t^T v_t
     "kda": dict(family="delta", lr=1.0, decay=0.99, decay_placement="coupled"),
+    # Gated DeltaProduct: the same tuple taking n_h delta steps per token on n_h key/value pairs
+    # (docs/math.md §4.7); k, v and beta are (B, n_h·T, H, ·), the gate (B, T, H) applies once
+    # per token before its steps
+    "deltaproduct": dict(family="deltaproduct", lr=1.0, decay=0.99, decay_placement="coupled",
+                         steps_per_token=2),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
     "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
@@ -116,10 +121,12 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
 
     beta is the delta-rule step (beta = lr * eta); eta the per-token learning rate; log_alpha
     (B, T, H) or, for gla and kda, (B, T, H, d_k) per-token log retentions (None: the constant decay).
+    deltaproduct: k, v, beta and eta have n_h rows per token, (B, n_h·T, H, ·) (steps_per_token,
+    2 unless given).
     initial_state: one array or a sequence in the order of Layer.state_info (None: zeros; the
     models with random initial weights, ttt_linear and lact, need it given). params override the
-    preset's lr, decay, decay_placement, momentum, mini_batch. final_state is one array when the
-    state is one tensor, else a tuple, as ttt.Layer returns it. scale: the query scale, d_k^-0.5
+    preset's lr, decay, decay_placement, momentum, mini_batch, steps_per_token. final_state is
+    one array when the state is one tensor, else a tuple, as ttt.Layer returns it. scale: the query scale, d_k^-0.5
     when None (FLA's, and ttt.Layer's)."""
     if preset == "rwkv7":
         return _rwkv7_reference(q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
@@ -139,8 +146,9 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     if beta is not None and eta is not None:
         raise ValueError("ttt.reference: give beta or eta, not both (beta = lr * eta)")
     lr = float(cfg["lr"])
+    Tk = k.shape[1]  # T, or n_h·T for deltaproduct's pairs
     step = xp.asarray(beta) if beta is not None else (
-        lr * xp.asarray(eta) if eta is not None else lr * xp.ones((B, T, H)))
+        lr * xp.asarray(eta) if eta is not None else lr * xp.ones((B, Tk, H)))
     alpha = None if log_alpha is None else xp.exp(xp.asarray(log_alpha))
     if initial_state is not None and not isinstance(initial_state, (list, tuple)):
         initial_state = [initial_state]
@@ -150,6 +158,8 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     qs = q * (d_k ** -0.5 if scale is None else scale)
     if fam in ("linear", "delta"):
         o, st = _linear(xp, cfg, fam, qs, k, v, step, alpha, init)
+    elif fam == "deltaproduct":
+        o, st = _deltaproduct(xp, cfg, qs, k, v, step, alpha, init)
     elif fam == "titans":
         o, st = _titans(xp, cfg, qs, k, v, step, alpha, init)
     elif fam == "ttt_linear":
@@ -187,6 +197,30 @@ def _linear(xp, cfg, fam, q, k, v, step, alpha, init):
             Sd = a * S if coupled else S
             err = xp.einsum("bhk,bhkv->bhv", kt, Sd) - vt
             S = (a * S) - bt * xp.einsum("bhk,bhv->bhkv", kt, err)
+        outs.append(xp.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return xp.stack(outs, 1), [S]
+
+
+def _deltaproduct(xp, cfg, q, k, v, step, alpha, init):
+    """Gated DeltaProduct (docs/math.md §4.7): per token the gate once, then n_h delta steps on
+    the token's pairs (rows n_h·t … n_h·t + n_h − 1 of k, v and the steps), then the read-out."""
+    B, T, H, d_k = q.shape
+    nh = int(cfg["steps_per_token"])
+    if k.shape[:3] != (B, nh * T, H) or v.shape[:3] != (B, nh * T, H):
+        raise ValueError("ttt.reference: deltaproduct with steps_per_token %d takes k, v of "
+                         "(B, %d·T, H, d) = %s; got %s, %s"
+                         % (nh, nh, (B, nh * T, H), tuple(k.shape), tuple(v.shape)))
+    if alpha is not None and alpha.ndim == 4:
+        raise ValueError("ttt.reference: deltaproduct takes one gate per token (B, T, H)")
+    S = _first(init, 0, xp, (B, H, d_k, v.shape[-1]))
+    outs = []
+    for t in range(T):
+        S = (cfg["decay"] if alpha is None else alpha[:, t][..., None, None]) * S
+        for j in range(nh):
+            r = t * nh + j
+            kt, vt, bt = k[:, r], v[:, r], step[:, r][..., None, None]
+            err = xp.einsum("bhk,bhkv->bhv", kt, S) - vt
+            S = S - bt * xp.einsum("bhk,bhv->bhkv", kt, err)
         outs.append(xp.einsum("bhk,bhkv->bhv", q[:, t], S))
     return xp.stack(outs, 1), [S]
 

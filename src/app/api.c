@@ -91,6 +91,11 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
              L->normalize == TTT_NORMALIZE_RATIO ? "ratio"
              : L->normalize == TTT_NORMALIZE_RMS ? "rms"
                                                  : "none");
+    if (L->substeps > 1) { /* n_h delta steps per token (docs/math.md §4.7) */
+        const size_t n = strlen(buf);
+        if (n > 0 && n < len)
+            snprintf(buf + n - 1, len - (n - 1), ", steps_per_token %d)", L->substeps);
+    }
 }
 
 /* The widest d_k and d_v a layer may have: the widest d_model of a trained model
@@ -242,15 +247,18 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     const size_t t0 = (size_t)io->cu_seqlens[n], H = (size_t)io->H;
     const size_t rk = t0 * H * L->d_k, rv = t0 * H * L->d_v, r1 = t0 * H,
                  rl = io->alpha_vec ? rk : r1;
+    /* steps_per_token n_h (docs/math.md §4.7): k, v and η have n_h rows per token */
+    const size_t nh = L->substeps > 1 ? (size_t)L->substeps : 1;
+    const size_t pk = nh * rk, pv = nh * rv, p1 = nh * r1;
     s->io = *io;
     s->io.cu_seqlens = NULL;
     s->io.n_seqs = 0;
     s->io.T = (int)(io->cu_seqlens[n + 1] - io->cu_seqlens[n]);
     s->io.o = io->o + rv;
     s->io.q = io->q + rk;
-    s->io.k = io->k + rk;
-    s->io.v = io->v + rv;
-    if (io->eta) s->io.eta = io->eta + r1;
+    s->io.k = io->k + pk;
+    s->io.v = io->v + pv;
+    if (io->eta) s->io.eta = io->eta + p1;
     if (io->log_alpha) s->io.log_alpha = io->log_alpha + rl;
     const int n_state = ttt_layer_state_count(L);
     size_t block[TTT_BATCH_MAX_STATE]; /* floats of sequence n's H heads of state tensor i */
@@ -273,9 +281,9 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     s->g = *g;
     s->g.d_o = g->d_o + rv;
     if (g->d_q) s->g.d_q = g->d_q + rk;
-    if (g->d_k) s->g.d_k = g->d_k + rk;
-    if (g->d_v) s->g.d_v = g->d_v + rv;
-    if (g->d_eta) s->g.d_eta = g->d_eta + r1;
+    if (g->d_k) s->g.d_k = g->d_k + pk;
+    if (g->d_v) s->g.d_v = g->d_v + pv;
+    if (g->d_eta) s->g.d_eta = g->d_eta + p1;
     if (g->d_log_alpha) s->g.d_log_alpha = g->d_log_alpha + rl;
     VARLEN_STATES(s->d_state_out, g->d_state_out);
     VARLEN_STATES(s->d_state_in, g->d_state_in);
@@ -386,11 +394,13 @@ static ttt_status backward_work(void *arg, ttt_error *err) {
     const int b = A->b, h = A->h;
     ttt_ctx *ctx = A->ctx;
     const int T = io->T, H = io->H, d_k = L->d_k, d_v = L->d_v, gk = io->alpha_vec ? d_k : 1;
+    /* steps_per_token n_h (docs/math.md §4.7): k, v and η have n_h rows per token */
+    const int Tk = (L->substeps > 1 ? L->substeps : 1) * T;
     const size_t bh = (size_t)b * H + h;
     ttt_tensor *q = leaf(ctx, 2, T, d_k, io->q, b, h, H);
-    ttt_tensor *k = leaf(ctx, 2, T, d_k, io->k, b, h, H);
-    ttt_tensor *v = leaf(ctx, 2, T, d_v, io->v, b, h, H);
-    ttt_tensor *eta = io->eta ? leaf(ctx, 1, T, 1, io->eta, b, h, H) : NULL;
+    ttt_tensor *k = leaf(ctx, 2, Tk, d_k, io->k, b, h, H);
+    ttt_tensor *v = leaf(ctx, 2, Tk, d_v, io->v, b, h, H);
+    ttt_tensor *eta = io->eta ? leaf(ctx, 1, Tk, 1, io->eta, b, h, H) : NULL;
     ttt_tensor *la = io->log_alpha ? leaf(ctx, io->alpha_vec ? 2 : 1, T, gk, io->log_alpha, b,
                                           h, H)
                                    : NULL;
@@ -448,9 +458,9 @@ static ttt_status backward_work(void *arg, ttt_error *err) {
         if (io->state_out[i]) memcpy(io->state_out[i] + bh * x->n, x->data, x->n * sizeof(float));
     }
     if (g->d_q) scatter(g->d_q, q->grad, b, h, T, H, d_k);
-    if (g->d_k) scatter(g->d_k, k->grad, b, h, T, H, d_k);
-    if (g->d_v) scatter(g->d_v, v->grad, b, h, T, H, d_v);
-    if (g->d_eta && eta) scatter(g->d_eta, eta->grad, b, h, T, H, 1);
+    if (g->d_k) scatter(g->d_k, k->grad, b, h, Tk, H, d_k);
+    if (g->d_v) scatter(g->d_v, v->grad, b, h, Tk, H, d_v);
+    if (g->d_eta && eta) scatter(g->d_eta, eta->grad, b, h, Tk, H, 1);
     if (g->d_log_alpha && la) scatter(g->d_log_alpha, la->grad, b, h, T, H, gk);
     for (int i = 0; g->d_state_in && i < n_state; i++)
         if (g->d_state_in[i])

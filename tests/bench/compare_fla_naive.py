@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""ttt's KDA layer against flash-linear-attention's (FLA's) naive reference implementations of
-KDA on the same inputs, on the CPU (docs/math.md §4.5 "KDA", where the measured numbers are); and
-ttt's generalized delta rule (DPLR, RWKV-7's rule) against FLA's naive DPLR recurrence and chunk
-form (docs/math.md "RWKV-7"; compare_rwkv7 below, --rules).
+"""ttt's KDA and Gated DeltaProduct layers against flash-linear-attention's (FLA's) naive
+reference implementations of those rules on the same inputs, on the CPU (docs/math.md §4.5
+"KDA" and §4.7 "Gated DeltaProduct", where the measured numbers are); and ttt's generalized
+delta rule (DPLR, RWKV-7's rule) against FLA's naive DPLR recurrence and chunk form
+(docs/math.md "RWKV-7"; compare_rwkv7 below).
 
     python3 tests/bench/compare_fla_naive.py --fla /path/to/fla-checkout
-        [--shapes "2,256,4,64;1,1024,2,128"] [--tol 1e-5]
+        [--rules kda,deltaproduct,rwkv7] [--shapes "2,256,4,64;1,1024,2,128"] [--tol 1e-5]
 
 --fla is the folder that holds FLA's `fla` package; its file fla/ops/kda/naive.py is loaded by
 path (no Triton or GPU needed; it imports torch and einops). None of FLA's code is part of ttt.
@@ -23,6 +24,20 @@ FLA's naive recurrence or from the float64 recurrence by more than --tol (FLA's 
 the reset case excepted: it returns NaN there, and the table says so), or when a perturbed
 ttt run (one gate of one token moved by 0.1) stays within --tol of FLA's: the comparison must
 be able to see a wrong gate.
+
+Gated DeltaProduct (--rules deltaproduct): FLA's fla/ops/gated_delta_product/naive.py,
+naive_recurrent_gated_delta_product (token by token, float32; its chunk_ref.py calls FLA's
+Triton kernels and does not run on the CPU), against ttt.Layer("deltaproduct") with form
+recurrent, chunkwise, generic and auto (float32) and ttt.reference("deltaproduct") (float64), for
+n_h = 2 and 3 pairs per token (--householder). FLA's conventions: q (B, T, H, D), k and v
+(B, n_h·T, H, D) with pair j of token t at row n_h·t + j, k L2-normalized, β = 2·sigmoid
+(B, n_h·T, H) (its layer's allow_neg_eigval default: β up to 2), the gate g = log α per token
+(B, T, H) as FLA's layer makes it (−exp(A_log)·softplus(x + dt_bias)), a random initial state.
+FLA's naive function takes a `scale` argument that it does not apply, so q goes in already
+multiplied by D^−1/2 and ttt runs with scale D^−1/2 on the unscaled q. Cases: random gates,
+weak gates (× 1e-3) and hard resets (log α = −inf on 2 % of the tokens; FLA's naive recurrence
+defines them: exp(−inf) = 0). Same errors, bound and control (one token's gate moved by 0.1 must
+be seen) as for KDA.
 """
 import argparse
 import importlib.util
@@ -39,13 +54,18 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 import ttt  # noqa: E402
 
 
-def load_naive(fla_root):
-    path = os.path.join(fla_root, "fla", "ops", "kda", "naive.py")
+def load_naive(fla_root, rule="kda"):
+    sub = {"kda": ("kda",), "deltaproduct": ("gated_delta_product",)}[rule]
+    path = os.path.join(fla_root, "fla", "ops", *sub, "naive.py")
     if not os.path.isfile(path):
         sys.exit("compare_fla_naive: %s not found (--fla is the folder holding FLA's fla/)" % path)
-    spec = importlib.util.spec_from_file_location("fla_kda_naive", path)
+    spec = importlib.util.spec_from_file_location("fla_%s_naive" % rule, path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:  # FLA's naive KDA imports einops
+        sys.exit("compare_fla_naive: %s needs %s (install it, or leave the rule out with "
+                 "--rules)" % (path, e.name or e))
     return mod
 
 
@@ -85,26 +105,123 @@ def run_ttt(x, form, la=None):
     return o, S[0]
 
 
+def make_dp_inputs(B, T, H, D, nh, case, seed):
+    """Gated DeltaProduct's inputs in FLA's conventions (the header)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D, generator=g)
+    k = torch.nn.functional.normalize(torch.randn(B, nh * T, H, D, generator=g), dim=-1)
+    v = torch.randn(B, nh * T, H, D, generator=g)
+    beta = 2 * torch.sigmoid(torch.randn(B, nh * T, H, generator=g))
+    A = torch.empty(H).uniform_(1, 16, generator=g)
+    dt = torch.exp(torch.rand(H, generator=g) * (math.log(0.1) - math.log(1e-3))
+                   + math.log(1e-3))
+    dt_bias = dt + torch.log(-torch.expm1(-dt))
+    f = torch.randn(B, T, H, generator=g)
+    la = -A * torch.nn.functional.softplus(f + dt_bias)
+    if case == "weak gates":
+        la = la * 1e-3
+    elif case == "resets":
+        la = la.masked_fill(torch.rand(la.shape, generator=g) < 0.02, -math.inf)
+    S0 = 0.1 * torch.randn(B, H, D, D, generator=g)
+    return dict(q=q, k=k, v=v, beta=beta, g=la.contiguous(), S0=S0)
+
+
+def run_ttt_dp(x, form, nh, la=None):
+    D = x["q"].shape[-1]
+    L = ttt.Layer("deltaproduct", scale=D ** -0.5, form=form)
+    if L.steps_per_token(D) != nh:
+        sys.exit("compare_fla_naive: the deltaproduct preset takes %d pairs per token; "
+                 "--householder %d needs a layer with steps_per_token %d"
+                 % (L.steps_per_token(D), nh, nh))
+    o, S = L.forward(x["q"].numpy(), x["k"].numpy(), x["v"].numpy(), beta=x["beta"].numpy(),
+                     log_alpha=(x["g"] if la is None else la).numpy(),
+                     initial_state=[x["S0"].numpy()])
+    return o, S[0]
+
+
+def compare_deltaproduct(args, naive):
+    """The Gated DeltaProduct rows of the table; returns the count of rows out of bounds."""
+    bad = 0
+    for nh in (int(n) for n in args.householder.split(",") if n):
+        for shape in [s for s in args.shapes.split(";") if s]:
+            B, T, H, D = (int(v) for v in shape.split(","))
+            for case in args.cases.split(","):
+                x = make_dp_inputs(B, T, H, D, nh, case, args.seed)
+                o_fr, S_fr = naive.naive_recurrent_gated_delta_product(
+                    x["q"] * D ** -0.5, x["k"], x["v"], x["g"], x["beta"], D ** -0.5, None,
+                    initial_state=x["S0"].clone(), output_final_state=True,
+                    num_householder=nh)
+                o64, S64 = ttt.reference("deltaproduct", x["q"].double(), x["k"].double(),
+                                         x["v"].double(), beta=x["beta"].double(),
+                                         log_alpha=x["g"].double(),
+                                         initial_state=[x["S0"].double()], scale=D ** -0.5,
+                                         steps_per_token=nh)
+                rows = [("FLA naive_recurrent_gated_delta_product", o_fr, S_fr)]
+                for form in ("recurrent", "chunkwise", "generic", "auto"):
+                    if nh != 2:  # the preset's n_h; others only through the float64 reference
+                        break
+                    o, S = run_ttt_dp(x, form, nh)
+                    rows.append(("ttt deltaproduct, form %s" % form, o, S))
+                rows.append(("ttt.reference (float64)", o64, S64))
+                for name, o, S in rows:
+                    e = (rel(o, o_fr), rel(S, S_fr), rel(o, o64), rel(S, S64))
+                    fail = not all(v <= args.tol for v in e)
+                    bad += fail
+                    print("| %d, %d, %d, %d, n_h %d | %s | %s | %.2e | %.2e | %.2e | %.2e |%s"
+                          % (B, T, H, D, nh, case, name, *e, " FAIL" if fail else ""))
+                if nh != 2:
+                    continue
+                la = x["g"].clone()
+                la[0, T // 2, 0] = la[0, T // 2, 0] - 0.1 if math.isfinite(
+                    la[0, T // 2, 0]) else 0.0
+                o_p, S_p = run_ttt_dp(x, "recurrent", nh, la)
+                seen = max(rel(o_p, o_fr), rel(S_p, S_fr)) > args.tol
+                bad += not seen
+                print("| %d, %d, %d, %d, n_h %d | %s | ttt, one gate moved by 0.1 (must differ) "
+                      "| %.2e | %.2e | | |%s" % (B, T, H, D, nh, case, rel(o_p, o_fr),
+                                                 rel(S_p, S_fr), "" if seen else " NOT SEEN"))
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fla", required=True, help="folder holding FLA's fla/ package")
+    ap.add_argument("--rules", default="kda,deltaproduct,rwkv7",
+                    help="which comparisons: kda, deltaproduct, rwkv7 (comma-separated)")
     ap.add_argument("--shapes", default="2,256,4,64;1,1024,2,128",
                     help="B,T,H,D;... (D = d_k = d_v)")
     ap.add_argument("--cases", default="random,weak gates,resets")
+    ap.add_argument("--householder", default="2,3",
+                    help="n_h of the deltaproduct rows (ttt's layer at the preset's 2; other "
+                         "values compare the float64 reference alone)")
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rules", default="kda,rwkv7", help="which comparisons: kda, rwkv7")
     args = ap.parse_args()
+    rules = [r for r in args.rules.split(",") if r]
+    for r in rules:
+        if r not in ("kda", "deltaproduct", "rwkv7"):
+            sys.exit("compare_fla_naive: --rules %s: expected kda, deltaproduct or rwkv7" % r)
     torch.set_num_threads(1)
-    bad = compare_rwkv7(args) if "rwkv7" in args.rules.split(",") else 0
-    if "kda" not in args.rules.split(","):
+    bad = compare_rwkv7(args) if "rwkv7" in rules else 0
+    if "kda" not in rules and "deltaproduct" not in rules:
         if bad:
             sys.exit("compare_fla_naive: %d rows out of bounds (tol %g)" % (bad, args.tol))
         return
-    naive = load_naive(args.fla)
     print("| B, T, H, D | case | path | o vs FLA recurrent | S vs FLA recurrent | o vs float64 "
           "| S vs float64 |")
     print("|---|---|---|---|---|---|---|")
+    if "deltaproduct" in rules:
+        bad += compare_deltaproduct(args, load_naive(args.fla, "deltaproduct"))
+    if "kda" in rules:
+        bad += compare_kda(args, load_naive(args.fla, "kda"))
+    sys.stdout.flush()
+    if bad:
+        sys.exit("compare_fla_naive: %d rows out of bounds (tol %g)" % (bad, args.tol))
+
+
+def compare_kda(args, naive):
+    """The KDA rows of the table; returns the count of rows out of bounds."""
+    bad = 0
     for shape in [s for s in args.shapes.split(";") if s]:
         B, T, H, D = (int(v) for v in shape.split(","))
         for case in args.cases.split(","):
@@ -148,9 +265,7 @@ def main():
             print("| %d, %d, %d, %d | %s | ttt, one gate moved by 0.1 (must differ) | %.2e | "
                   "%.2e | | |%s" % (B, T, H, D, case, rel(o_p, o_fr), rel(S_p, S_fr),
                                     "" if seen else " NOT SEEN"))
-    sys.stdout.flush()
-    if bad:
-        sys.exit("compare_fla_naive: %d rows out of bounds (tol %g)" % (bad, args.tol))
+    return bad
 
 
 # ---- RWKV-7's generalized delta rule (DPLR), docs/math.md "RWKV-7" ----

@@ -9,6 +9,8 @@
 #include "kda_grad.h"
 
 static const char *delta_available(const ttt_layer *L, const ttt_form_inputs *in) {
+    const char *one = ttt_form_one_step(L);
+    if (one) return one;
     if (!(L->model->traits & TTT_MODEL_LINEAR_MAP) || !(L->loss->traits & TTT_LOSS_RESIDUAL) ||
         !ttt_layer_optim_traits(L).plain_sgd || L->mini_batch != 1 ||
         L->order != TTT_ORDER_UPDATE_THEN_APPLY || L->pos_inverse)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "composed.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* The generic driver (docs/math.md §1).
@@ -47,10 +48,27 @@ static void gather_rows_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
     }
 }
 
+/* The driver as a one-step form, for the interleaved sub-steps of steps_per_token > 1. */
+static ttt_status generic_one_step(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                   ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
+    return ttt_forward_generic(ctx, L, o, st, a->q, a->k, a->v, a->eta, a->log_alpha,
+                               a->alpha_vec, err);
+}
+
 ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                ttt_layer_state *st, const ttt_tensor *q, const ttt_tensor *k,
                                   const ttt_tensor *v, const ttt_tensor *eta,
                                   const ttt_tensor *log_alpha, int alpha_vec, ttt_error *err) {
+    if (L->substeps > 1) {
+        /* n_h steps per token (docs/math.md §4.7): the definition is the one-step rule on the
+         * interleaved sub-steps, the gate once per token before them and the read-out after */
+        if (alpha_vec)
+            return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                                 "steps_per_token > 1 takes a gate per token (T), not one per "
+                                 "key dimension");
+        const ttt_form_args a = {.q = q, .k = k, .v = v, .eta = eta, .log_alpha = log_alpha};
+        return ttt_delta_product_interleaved(ctx, L, o, st, &a, generic_one_step, err);
+    }
     const ttt_model *M = L->model;
     const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v), nw = st->n_w,
               ns = st->n_opt, tape = ttt_recording(ctx);
@@ -202,6 +220,9 @@ ttt_status ttt_forward_generic(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 
 /* A retention per key dimension scales the rows of W: defined where rows are key dimensions. */
 static const char *generic_available(const ttt_layer *L, const ttt_form_inputs *in) {
+    if (in && in->gate == TTT_FORM_GATE_KEY && L->substeps > 1)
+        return "steps_per_token > 1 (Gated DeltaProduct) takes a gate per token (T), not one per "
+               "key dimension";
     if (in && in->gate == TTT_FORM_GATE_KEY && !(L->model->traits & TTT_MODEL_LINEAR_MAP))
         return "a decay per key dimension (log_alpha of shape (T, d_k)) is defined for a linear "
                "model only (its rows are the key dimensions)";
@@ -251,11 +272,15 @@ double ttt_layer_opt_state_floats(const ttt_layer *L) {
  * 64-byte alignment: up to 64 live tensors of 128 bytes (2048 floats), which dominate at small d
  * (measured: 3584 bytes for ttt_linear at d = 4). */
 double ttt_generic_scratch_bytes(const ttt_layer *L, long T) {
-    (void)T;
     double gram;
     const double w = ttt_layer_weight_floats(L, &gram);
     const int ns = ttt_layer_opt_state_count(L);
-    return ((12.0 + 3 * ns) * w + 6 * gram + 64.0 * (L->d_k + L->d_v) + 2048) * sizeof(float);
+    /* steps_per_token > 1: the interleaved q, gates, β and outputs of n_h·T sub-steps and their
+     * sliced outputs (ttt_delta_product_interleaved), 16 floats of alignment each */
+    const double nh = L->substeps > 1 ? L->substeps : 0;
+    const double sub = nh * (double)T * (2.0 * L->d_k + 2.0 * L->d_v + 3) + nh * 8 * 16;
+    return ((12.0 + 3 * ns) * w + 6 * gram + 64.0 * (L->d_k + L->d_v) + 2048 + sub) *
+           sizeof(float);
 }
 
 const ttt_form_entry ttt_form_generic_generic = {

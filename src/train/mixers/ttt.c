@@ -17,6 +17,11 @@ enum {
     W_A,    /* (d, H) or (d, H·D): the gate's projection */
     B_A,    /* (H) dt_bias, or (H·D) b_a */
     A_LOG,  /* (H) log A of the scalar gate */
+    /* steps_per_token n_h > 1 (Gated DeltaProduct, docs/math.md §4.7): the keys and values of
+     * pairs 1 … n_h − 1, (d, 2·(n_h − 1)·H·D) [k_1 … k_{n_h−1} | v_1 … v_{n_h−1}], and their
+     * short convolution kernels side by side (conv, 2·(n_h − 1)·H·D) */
+    W_KV2,
+    CONV_KV2,
     W0,     /* W0 + w: the learned initial fast weight w, (H, shape of w) */
     /* OPT + i: the inner optimizer's outer parameter i (optim.h `outer`), its declared shape */
     OPT = W0 + TTT_MAX_WEIGHTS,
@@ -98,6 +103,18 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
                              "model.gate: a decay per key dimension is defined for the "
                              "linear fast-weight model only, not %s",
                              L->model->name);
+    if (L->substeps > 1 && c->eta == TTT_ETA_DT)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
+                             "model.eta: dt is one step size per token; layer.steps_per_token "
+                             "= %d writes %d pairs per token, each with its own rate: expected "
+                             "model.eta: true or false",
+                             L->substeps, L->substeps);
+    if (L->substeps > 1 && c->gate == TTT_GATE_VECTOR)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
+                             "model.gate: vector; layer.steps_per_token = %d (Gated "
+                             "DeltaProduct) takes one gate per token: expected none, constant, "
+                             "scalar or multiscale",
+                             L->substeps);
     c->out_norm = truth(chosen(map, "out_norm", row, row ? row->out_norm : NULL), 1);
     c->out_gate = truth(chosen(map, "out_gate", row, row ? row->out_gate : NULL), 1);
     c->learn_init = truth(chosen(map, "learn_init", row, row ? row->learn_init : NULL), !linear);
@@ -184,9 +201,19 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
     const float std = c->init_std;
     int *own = k->own;
     ttt_mixer_add_qkv(b, c, l, k);
+    /* n_h pairs per token: a rate per pair, and the keys and values of the pairs after the first
+     * (FLA's gated_deltaproduct.py: the k, v and β projections n_h times wider) */
+    const int nh = c->layer.substeps > 1 ? c->layer.substeps : 1;
     if (c->eta == TTT_ETA_SIGMOID) {
-        own[W_ETA] = ttt_mixer_add(b, "w_eta", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
-        own[B_ETA] = ttt_mixer_add(b, "b_eta", 1, (int[]){H}, 0, TTT_INIT_ZEROS, 0.0f);
+        own[W_ETA] = ttt_mixer_add(b, "w_eta", 2, (int[]){d, nh * H}, 1, TTT_INIT_NORMAL, std);
+        own[B_ETA] = ttt_mixer_add(b, "b_eta", 1, (int[]){nh * H}, 0, TTT_INIT_ZEROS, 0.0f);
+    }
+    if (nh > 1) {
+        const int W2 = 2 * (nh - 1) * C;
+        own[W_KV2] = ttt_mixer_add(b, "w_kv_more", 2, (int[]){d, W2}, 1, TTT_INIT_NORMAL, std);
+        if (c->conv > 0)
+            own[CONV_KV2] = ttt_mixer_add(b, "conv_kv_more", 2, (int[]){c->conv, W2}, 0,
+                                          TTT_INIT_NORMAL, 1.0f / sqrtf((float)c->conv));
     }
     if (c->gate == TTT_GATE_SCALAR) {
         own[W_A] = ttt_mixer_add(b, "w_a", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
@@ -232,7 +259,10 @@ static double param_bound(const ttt_seq_model_config *c) {
         }
     const double opt = c->layer.optim ? ttt_optim_outer_floats(c->layer.optim, c->layer.optim_cfg)
                                       : 0.0; /* the inner optimizer's own parameters */
-    return d * C + d * H + 3.0 * C + 3.0 * H + w0 + opt; /* gates, learning rates, biases */
+    /* steps_per_token n_h: the wider rates, the other pairs' keys and values and kernels */
+    const double nh = c->layer.substeps > 1 ? c->layer.substeps : 1;
+    const double more = (nh - 1) * (d * H + H + 2.0 * C * (d + (c->conv > 0 ? c->conv : 0)));
+    return d * C + d * H + 3.0 * C + 3.0 * H + w0 + opt + more; /* gates, rates, biases */
 }
 
 static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_error *err) {
@@ -244,11 +274,21 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     const ttt_tensor *h = call->h;
     const int C = H * D;
     ttt_tensor *qkv = ttt_mixer_qkv_packed(call); /* (B, T, 3·H·D): [q | k | v] */
-    ttt_tensor *eta = NULL, *la = NULL;
-    if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, H) */
+    const int nh = L->substeps > 1 ? L->substeps : 1;
+    ttt_tensor *eta = NULL, *la = NULL, *kv2 = NULL;
+    if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, n_h·H) */
         eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_ETA]), 0),
                                        ttt_mixer_p(call, own[B_ETA])));
-        eta = ttt_mixer_reshape3(ctx, eta, B, T, H);
+        eta = ttt_mixer_reshape3(ctx, eta, B, T, nh * H);
+    }
+    if (nh > 1) { /* the other pairs' keys and values, with q, k, v's convolution and SiLU */
+        kv2 = ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_KV2]), 0);
+        kv2 = ttt_mixer_reshape3(ctx, kv2, B, T, TTT_COLS(kv2));
+        if (c->conv > 0)
+            kv2 = c->act ? ttt_conv1d_causal_silu(ctx, kv2, ttt_mixer_p(call, own[CONV_KV2]))
+                         : ttt_conv1d_causal(ctx, kv2, ttt_mixer_p(call, own[CONV_KV2]), NULL);
+        else if (c->act)
+            kv2 = ttt_silu(ctx, kv2);
     }
     if (c->gate == TTT_GATE_SCALAR) { /* log α = −exp(a_log) dt, dt = softplus(h W_a + dt_bias) */
         ttt_tensor *dt = ttt_softplus(
@@ -283,12 +323,31 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
             ttt_tensor *qh = ttt_slice_block(ctx, qkv, r0, r1, c0, c1); /* (T, D) */
             ttt_tensor *kh = ttt_slice_block(ctx, qkv, r0, r1, C + c0, C + c1);
             ttt_tensor *vh = ttt_slice_block(ctx, qkv, r0, r1, 2 * C + c0, 2 * C + c1);
+            if (nh > 1) {
+                /* pair j of token t at row n_h·t + j: the pairs side by side, read as rows */
+                const ttt_tensor *kp[64], *vp[64];
+                TTT_ASSERT(nh <= 64);
+                kp[0] = kh;
+                vp[0] = vh;
+                for (int j = 1; j < nh; j++) {
+                    const int kc = (j - 1) * C + c0, vc = (nh - 1 + j - 1) * C + c0;
+                    kp[j] = ttt_slice_block(ctx, kv2, r0, r1, kc, kc + D);
+                    vp[j] = ttt_slice_block(ctx, kv2, r0, r1, vc, vc + D);
+                }
+                kh = ttt_reshape(ctx, ttt_concat_cols_n(ctx, kp, nh), 2, (int[]){nh * T, D});
+                vh = ttt_reshape(ctx, ttt_concat_cols_n(ctx, vp, nh), 2, (int[]){nh * T, D});
+            }
             if (c->qk_norm) {
                 qh = ttt_mixer_l2norm(ctx, qh);
                 kh = ttt_mixer_l2norm(ctx, kh);
             }
             ttt_tensor *eh = NULL, *lh = NULL;
-            if (eta)
+            if (eta && nh > 1) { /* pair j's rate of head hh at column j·H + hh */
+                const ttt_tensor *ep[64];
+                for (int j = 0; j < nh; j++)
+                    ep[j] = ttt_slice_block(ctx, eta, r0, r1, j * H + hh, j * H + hh + 1);
+                eh = ttt_reshape(ctx, ttt_concat_cols_n(ctx, ep, nh), 1, (int[]){nh * T});
+            } else if (eta)
                 eh = ttt_reshape(ctx, ttt_slice_block(ctx, eta, r0, r1, hh, hh + 1), 1,
                                  (int[]){T});
             if (la && c->gate == TTT_GATE_SCALAR)
