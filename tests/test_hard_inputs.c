@@ -379,7 +379,7 @@ static result run_dplr_case(const hard_case *c, int T, int C) {
     tu_fixture f;
     tu_fx_init(&f, 4242);
     ttt_rng rng0 = f.rng;
-    problem p = make_problem(&f, c, T, 1, 16);
+    problem p = make_problem(&f, c, T, 1, 16, 1);
     double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
     ck_assert_ptr_nonnull(o_ref);
     reference(o_ref, S_ref, &p, 1.0);
@@ -391,7 +391,7 @@ static result run_dplr_case(const hard_case *c, int T, int C) {
                                                    .la_hi = c->la_hi, .eta_lo = c->eta_lo,
                                                    .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
                                                    .knorm_hi = c->knorm_hi},
-                                  T, 1, 16);
+                                  T, 1, 16, 1);
         f.rng = rng1;
         o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
         ck_assert_ptr_nonnull(o_ref0);

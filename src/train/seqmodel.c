@@ -117,8 +117,11 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
     /* a mixer's name given as a layer preset (`layer: {preset: rwkv7}`): say where it lives
      * rather than list the layer presets only */
     const ttt_cfg_node *pn = layer_map && !lm ? ttt_cfg_get(layer_map, "preset") : NULL;
-    if (pn && pn->kind == TTT_CFG_SCALAR && pn->scalar && !ttt_preset_find(pn->scalar) &&
-        ttt_mixer_find(pn->scalar) && strcmp(pn->scalar, "ttt") != 0)
+    const ttt_mixer *pm =
+        pn && pn->kind == TTT_CFG_SCALAR && pn->scalar && !ttt_preset_find(pn->scalar)
+            ? ttt_mixer_find(pn->scalar)
+            : NULL;
+    if (pm && !pm->uses_layer)
         return ttt_cfg_error(err, TTT_ERR_NAME, pn,
                              "layer.preset: '%s' is a token mixer, not a preset of the TTT "
                              "layer; write layer: {mixer: %s} (or model.mixer: %s)",
