@@ -723,10 +723,15 @@ static void lact_block_diff_case(const ttt_form_entry *e, const ttt_layer *L,
                 for (size_t j = 0; j < ref.n[i]; j++)
                     scaled = fmax(scaled, fabs(1.05 * got.g[i][j] - ref.g[i][j]));
                 scaled_rejected[fused] += !(scaled <= tol);
+                double e0 = 0, mx0;
                 if (resets && i < P_STATE) {
-                    double mx0;
-                    rejected[i] += grad_err(got.g[i], ref0.g[i], ref.n[i], &mx0) > tol;
+                    e0 = grad_err(got.g[i], ref0.g[i], ref.n[i], &mx0);
+                    rejected[i] += e0 > tol;
                 }
+                if (getenv("TTT_TEST_VERBOSE"))
+                    printf("%s %s T %d block %d gradient %d: %.3g tolerances, scaled %.3g, "
+                           "without the resets %.3g\n", e->form, fused ? "fused" : "composed",
+                           T, t0, i, err / tol, scaled / tol, e0 / tol);
             }
             for (size_t j = 0; resets && j < got.n[P_LA]; j++) /* a reset gate's gradient is 0 */
                 ck_assert_msg(!(got.la[j] < TTT_GATE_RESET) || got.g[P_LA][j] == 0.0f,

@@ -9,54 +9,62 @@
  *       constant decay, the squared loss and position_scale: inverse; a sequence split at a
  *       block boundary continues from the carried state;
  *   (b) gradients: of L = Σ R ⊙ (outputs, final weights, final momentum) with fixed random R,
- *       w.r.t. q, k, v, η, log α and the initial weights W0, W1, W2: the closed form through the
+ *       w.r.t. q, k, v, η, log α and the initial weights W0, W1, W2 (a block at a time: see
+ *       Tolerances): the closed form through the
  *       tape = the generic driver through the tape; and = central finite differences of a float64
  *       LaCT written here from docs/math.md (SwiGLU §2, large_batch and Newton–Schulz §3), whose
  *       forward also equals the closed form's;
  *   (c) a deliberately wrong variant fails: the float64 reference with the block reading its own
  *       update, with the other renormalization axis, or without the in-block decay weights; the
- *       generic driver with b + 1; a gradient off by 1e-2 in one element;
+ *       generic driver with b − 1; a gradient off by 5e-2 in one element;
  *   and: unsupported options give "use form: generic" errors, `form: auto` picks the closed form
  *   for the LaCT preset and the generic driver where the closed form does not apply.
  *
  * Tolerances. Newton–Schulz makes this layer ill-conditioned at float32 resolution: each step
  * maps a singular value σ/‖G‖ through a quintic with slope a = 3.4445 at 0, so over 5 steps
  * directions with small singular values (always present when a block has fewer tokens than
- * the weight's side) are amplified ~490×, and the backward compounds it. Measured: perturbing
- * every input by a relative 2e-7 (2–3 ulp) moves the gradients by 6e-4 (the mqar-sized case)
- * to 8e-3 (a muon case whose last block is one token) of their max — the function itself is
- * that sensitive, so no float32 evaluation (the generic driver included, which is off the
- * float64 truth by 3e-3 there) can agree better. A fixed tolerance would be either loose
- * for the well-conditioned cases or fail the ill-conditioned ones, so every comparison measures
- * that floor for its own case and allows
- *     |got − want| ≤ NOISE_FACTOR·noise + rtol·max|want|,
- * where noise = the largest change of either float32 path (closed form, generic driver) under
- * the NOISE_REL input perturbation, elementwise max over the compared tensor:
- *   NOISE_REL 2e-7, NOISE_FACTOR 8: measured |closed − generic| ≤ 3.0·noise and
- *     |closed − finite differences| ≤ 2.0·noise over all cases (both paths are float32
- *     evaluations of the same function; the rounding inside them acts like such perturbations
- *     of intermediate values, which add up); 8 leaves room for other compilers' rounding
- *     (Debug, sanitizers, FMA). The wrong variants below land at 5e4…2e6·noise.
- *   The floor where the layer is well conditioned, rtol·max|want| (floor_for below;
+ * the weight's side) are amplified up to a^5 ≈ 490× (ns_rtol_gain, tests/ns_bound.h), and the
+ * next block's gradient is made from that output: a worst-case bound on a whole run compounds
+ * from block to block past the size of the weights. So every comparison is made a block at a
+ * time (as tests/test_optim.c compares large_batch runs with Newton–Schulz): each block is a
+ * problem of its own (block_of) that starts from the float32 run's own state at the block start
+ * (its weights and momentum; the renormalization keeps the norms of the layer's first weights),
+ * with the block's inputs and the loss weights of its outputs and of the final state; its
+ * gradients are those w.r.t. the block's inputs and its initial weights. A block is held to
+ *     |got − want| ≤ atol + rtol·max|want|,
+ *   the walk where the layer is well conditioned, rtol = g_rtol (floor_for below;
  *     docs/hardening.md "Portable tolerances"): a float32 path rounds every weight entry through
  *     n = (4 + 15·muon)·d + T + 10 operations per token, d = max(d_k, d_v) (the SwiGLU's d-term
  *     products and element-wise steps, the block's sums over at most T terms, and with muon five
  *     Newton–Schulz steps of three d-term products per block, at most one block per token), and a
  *     backward repeats each transposed: m·n roundings (m = 1 forward, 2 gradients), independent
- *     from token to token, a walk of deviation ε·√(m·n·T); c = 6 covers the largest entry.
- *     One such bound against float64 (the reference, the finite differences), the sum of two
- *     against the generic driver. The walk does not see Newton–Schulz's amplification; the
- *     noise term does. (It was 2e-5 relative and 1e-6 absolute, fixed; measured no-muon
- *     closed vs generic and vs float64 ≤ 2e-6 forward, ≤ 1e-6 gradients, noise ~1e-7.)
+ *     from token to token, a walk of deviation ε·√(m·n·T); c = 6 covers the largest entry; T
+ *     here is the block's length. One such bound against float64 (the reference, the finite
+ *     differences), the sum of two against the generic driver. (It was 2e-5 relative and 1e-6
+ *     absolute, fixed; measured no-muon closed vs generic and vs float64 ≤ 2e-6 forward, ≤ 1e-6
+ *     gradients.)
+ *   plus the block's Newton–Schulz, from the float64 block's NS input G (ns_terms_of): the final
+ *     weights get θ·ns_rtol(G)·max|NS(G)| times the renormalization's largest factor as their
+ *     absolute term (one NS evaluation, as tests/test_optim.c); the gradients get
+ *     ns_rtol(G, backward) times that factor (the largest over the weights) as a relative term
+ *     (the adjoint leaves NS through the block gradient, a sum of products of the block's keys,
+ *     values and weights on the scale of the gradients compared; η's and log α's gradients are
+ *     bounded on the largest gradient entry, slot_tol); per float32 path. The outputs read the
+ *     block-start weights and the momentum is taken before NS: the walk alone.
+ *     (It replaces 8× the change of the float32 paths under a 2e-7 relative perturbation of the
+ *     inputs, measured per case, which the whole runs needed.)
  *   Finite differences: float64 central differences D(h), h = 1e-6·max(1, |x|), bounded on
  *     their own (fd_grad_err; docs/hardening.md "Portable tolerances"): the truncation c·h²,
  *     estimated by halving the step (D(h) − D(h/2) = ¾c·h², so 4/3·|D(h) − D(h/2)|, which also
  *     carries both quotients' rounding), plus the two float64 losses' rounding, each within
  *     6ε₆₄·√(n·T)·Σ|R ⊙ outputs| (ε₆₄ = 2^-53, n as above), over 2h; the largest over the
- *     elements is added to the comparison's absolute term (was: assumed ~1e-8 and not counted;
- *     measured closed vs FD ≤ 3e-5 of max|fd| in the FD cases).
- * The wrong variants (c) must fail these same comparisons, noise floor included. With
- * TTT_TEST_VERBOSE set every comparison prints its error and noise. */
+ *     elements is added to the comparison's absolute term.
+ * Controls, per block: the closed form's outputs and state scaled by 1.05 (forward), its
+ * gradients scaled by 1.05 (against the finite differences in every block; against the driver
+ * in some block of each case, since a block whose NS term exceeds 2.5 % cannot tell them) and,
+ * with Newton–Schulz, the driver's gradients without it (every block). The wrong variants (c)
+ * must fail these same comparisons in some block. With TTT_TEST_VERBOSE set every comparison
+ * prints its error as a fraction of the largest value and of the tolerance. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +77,9 @@
 #include "internal.h"
 
 
-/* the relative floor of close_noise for the comparison in progress (floor_for) */
+/* the relative walk of close_to for the comparison in progress (floor_for) */
 static double g_rtol;
-/* the finite differences' own error (fd_grad_err), added to close_noise's absolute term while a
+/* the finite differences' own error (fd_grad_err), added to close_to's absolute term while a
  * comparison with them is in progress; 0 otherwise */
 static double g_fd_err;
 
@@ -285,7 +293,7 @@ static void run(run_out *r, const ttt_layer *L0, const char *form, const problem
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* comparisons against the float32 noise floor (see the header) */
+/* comparisons a block at a time (see the header) */
 
 /* The compared tensors of a run: 0 the output, 1–3 the final weights, 4–6 the final momentum,
  * 7 + i the gradient w.r.t. parameter i. NULL when absent. */
@@ -340,7 +348,7 @@ static void block_of(problem *bp, lcase *lc, const problem *p, int t0, int nb,
     }
 }
 
-/* ref_lact (tests/lact_ref.h) on the problem: its inputs x (p->x, or perturbed copies), its
+/* ref_lact (tests/lact_ref.h) on the problem: its inputs x (p->x, or copies moved by a step), its
  * initial momentum and the layer's first weights' norms */
 static void ref_run(const problem *p, double *const *x, double *O, double **W, double **M,
                     ref_block *last, int var) {
@@ -408,7 +416,7 @@ static int close_to(const float *got, const float *want_f, const double *want_d,
             mr = fmax(mr, fabs(w));
         }
         printf("error/max %.2e error/tolerance %.3f%s\n", mx / mr, mx / (atol + rtol * mr),
-               g_scale != 1.0 ? " (control)" : "");
+               tu_ratio_quiet ? " (control)" : "");
     }
     return want_d ? tu_close(g, want_d, n, atol, rtol, msg, len)
                   : tu_close_f(g, want_f, n, atol, rtol, msg, len);
@@ -591,6 +599,7 @@ START_TEST(test_grads_match_generic) {
         if (c->muon) {
             run_out gx;
             run(&gx, &Lx, "generic", &bp, 1);
+            if (getenv("TTT_TEST_VERBOSE")) printf("control without Newton–Schulz\n");
             ck_assert_msg(!runs_close(&clo, &gx, &bp, &nt, S_G, N_S, NULL, 0),
                           "%s, block at %d: the gradients without Newton–Schulz pass", c->name,
                           t0);
@@ -756,6 +765,7 @@ END_TEST
 /* (c) wrong variants fail */
 
 START_TEST(test_wrong_variants_fail) {
+    if (getenv("TTT_TEST_VERBOSE")) printf("wrong variants\n");
     /* momentum, rows and per-token gates, so every variant changes something */
     const lcase *c = &fd_cases[1];
     ttt_layer L, Lb;
@@ -792,25 +802,26 @@ START_TEST(test_wrong_variants_fail) {
         rejected[4] += !runs_close(&clo, &gen, &bp, &nt, S_G, N_S, NULL, 0);
         tu_ratio_quiet = 0;
         if (t0 == 0) {
-            /* one gradient element off by a relative 1e-2 fails the finite-difference
-             * comparison */
+            /* one gradient element off by a relative 5e-2 fails the finite-difference
+             * comparison (1e-2 lands at 1.2 tolerances: the block's NS term is 1.6e-2 of the
+             * largest entry here) */
             floor_for(&lc, 1, 2);
             double *fd = fd_grad_err(&bp, P_K, &g_fd_err);
             ck_assert(fd_close(&bp, &clo, &nt, P_K, fd, 0.0, NULL, 0));
             size_t big = 0;
             for (size_t e = 1; e < bp.n[P_K]; e++)
                 if (fabs(fd[e]) > fabs(fd[big])) big = e;
-            clo.g[P_K][big] *= 1.01f;
+            clo.g[P_K][big] *= 1.05f;
             tu_ratio_quiet = 1;
             fd_rejected = !fd_close(&bp, &clo, &nt, P_K, fd, 0.0, NULL, 0);
             tu_ratio_quiet = 0;
-            clo.g[P_K][big] /= 1.01f;
+            clo.g[P_K][big] /= 1.05f;
             g_fd_err = 0;
         }
         from = &clo;
     }
     for (int v = 0; v < 5; v++) ck_assert_msg(rejected[v] > 0, "wrong variant %d passes", v);
-    ck_assert_msg(fd_rejected, "a gradient element 1 %% off passes");
+    ck_assert_msg(fd_rejected, "a gradient element 5 %% off passes");
 }
 END_TEST
 
