@@ -26,8 +26,9 @@
  * within √(2 ln 328) ≈ 3.4 deviations: 2.1e-5, far below a real discrepancy (a dropped term, a
  * gradient at the wrong point or an off-by-one token changes outputs at O(1e-2..1) relative
  * scale; each test below also shows that a nearby wrong rule is rejected). Adam's step adds its
- * own conditioning (adam_matches_reference), Newton–Schulz its gain (ns_rtol, tests/ns_bound.h). Two float32 runs
- * compared with each other get the sum of their bounds, 2·RTOL. */
+ * own conditioning (adam_matches_reference), Newton–Schulz its gain (ns_rtol,
+ * tests/ns_bound.h). Two float32 runs compared with each other get the sum of their bounds,
+ * 2·RTOL. */
 #define RTOL (6 * 0x1p-24 * sqrt((4.0 * 8 + 41 + 10) * 41))
 #define ATOL 1e-6
 
