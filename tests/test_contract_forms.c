@@ -630,18 +630,12 @@ static double grad_err(const float *got, const float *ref, size_t n, double *mx)
  * twice the sum: two float32 paths. Controls: the entry's gradients scaled by 1.05, and with
  * resets the driver's gradients of the block without them, each rejected. */
 static void block_grads(grads *out, tu_tape_fixture *fx, const ttt_form_entry *e, int fused,
-                        const ttt_layer *L, const inputs *in, int t0, int nb, ttt_gate_shape g,
-                        const ttt_layer_state *from) {
+                        const ttt_layer *L, const inputs *in, int T, int t0, int nb,
+                        ttt_gate_shape g, const ttt_layer_state *from) {
     ttt_ctx *c = &fx->ctx;
     ttt_tape_reset(c->tape);
-    const ttt_tensor *full[P_STATE] = {in->q, in->k, in->v, in->eta, in->la};
-    ttt_tensor *p[N_P] = {0};
-    for (int i = 0; i < P_STATE; i++) {
-        if (!full[i]) continue;
-        const size_t per = full[i]->n / (size_t)full[i]->shape[0];
-        p[i] = full[i]->ndim == 1 ? ttt_tensor_1d(c, nb) : ttt_tensor_2d(c, nb, (int)per);
-        memcpy(p[i]->data, full[i]->data + (size_t)t0 * per, p[i]->n * sizeof(float));
-    }
+    const inputs bi = slice_inputs(c, in, T, t0, nb);
+    ttt_tensor *p[N_P] = {bi.q, bi.k, bi.v, bi.eta, bi.la};
     ttt_layer_state st;
     init_state(c, L, &st);
     ttt_tensor *s0[TTT_BATCH_MAX_STATE], *sf[TTT_BATCH_MAX_STATE];
@@ -712,8 +706,8 @@ static void lact_block_diff_case(const ttt_form_entry *e, const ttt_layer *L,
     for (int t0 = 0; t0 < T; t0 += b) {
         const int nb = t0 + b <= T ? b : T - t0;
         grads ref, got, ref0;
-        block_grads(&ref, &fx, NULL, 0, L, &in, t0, nb, g, &st);
-        if (resets) block_grads(&ref0, &fx, NULL, 0, L, &in0, t0, nb, g, &st);
+        block_grads(&ref, &fx, NULL, 0, L, &in, T, t0, nb, g, &st);
+        if (resets) block_grads(&ref0, &fx, NULL, 0, L, &in0, T, t0, nb, g, &st);
         double G = 0;
         for (int i = 0; i < N_P; i++)
             for (size_t j = 0; ref.g[i] && j < ref.n[i]; j++) G = fmax(G, fabs(ref.g[i][j]));
@@ -723,7 +717,7 @@ static void lact_block_diff_case(const ttt_form_entry *e, const ttt_layer *L,
         const double rtol = 2 * (grad_rtol(nb, gate_span(nb, ref.la, ref.n[P_LA])) + r.ns_g);
         lact_block_free(&r);
         for (int fused = 0; fused < 2; fused++) {
-            block_grads(&got, &fx, e, fused, L, &in, t0, nb, g, &st);
+            block_grads(&got, &fx, e, fused, L, &in, T, t0, nb, g, &st);
             for (int i = 0; i < N_P; i++) {
                 if (!ref.g[i]) continue;
                 ck_assert_uint_eq(got.n[i], ref.n[i]);
