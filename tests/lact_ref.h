@@ -1,8 +1,10 @@
 /* A float64 LaCT layer written from docs/math.md §2 (SwiGLU fast weight) and §3 (large_batch:
  * one step per block from the block-start weights, Newton–Schulz, renormalization), shared by
  * tests/test_lact_composed.c (its forward and finite differences against the closed form) and
- * tests/test_contract_forms.c (the truth each float32 evaluation of LaCT is measured against).
- * Header-only: static functions, included by one test file each. */
+ * tests/test_contract_forms.c (the truth each float32 evaluation of LaCT is measured against);
+ * both run it one block at a time from a float32 state, and take the block's Newton–Schulz
+ * input for its bound (ref_block). Header-only: static functions, included by one test file
+ * each. */
 #ifndef TTT_TEST_LACT_REF_H
 #define TTT_TEST_LACT_REF_H
 
