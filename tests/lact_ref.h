@@ -1,8 +1,10 @@
 /* A float64 LaCT layer written from docs/math.md §2 (SwiGLU fast weight) and §3 (large_batch:
  * one step per block from the block-start weights, Newton–Schulz, renormalization), shared by
  * tests/test_lact_composed.c (its forward and finite differences against the closed form) and
- * tests/test_contract_forms.c (the truth each float32 evaluation of LaCT is measured against).
- * Header-only: static functions, included by one test file each. */
+ * tests/test_contract_forms.c (the truth each float32 evaluation of LaCT is measured against);
+ * both run it one block at a time from a float32 state, and take the block's Newton–Schulz
+ * input for its bound (ref_block). Header-only: static functions, included by one test file
+ * each. */
 #ifndef TTT_TEST_LACT_REF_H
 #define TTT_TEST_LACT_REF_H
 
@@ -103,11 +105,23 @@ static void ref_apply(double *z, double *h, double *u, double *const *W, const d
     }
 }
 
+/* What the last block of a ref_lact run hands to Newton–Schulz, for the bounds of a comparison
+ * a block at a time: the NS input of each weight (the block gradient after momentum, rows[w] ×
+ * cols[w], caller-allocated) and the renormalization's largest factor on it (≥ 1). */
+typedef struct ref_block {
+    double *G[3];
+    double rmax[3];
+} ref_block;
+
 /* The LaCT layer over the whole sequence: O (T, d_v), final weights Wf[3], momentum Mf[3].
- * x holds the (possibly perturbed) inputs; the renormalization norms are those of W_init (the
- * unperturbed initial weights: the optimizer takes them once, as constants). */
-static void ref_lact(const lcase *c, double *const *x, double *const *W_init, double *O,
-                     double **Wf, double **Mf, int var) {
+ * x holds the (possibly perturbed) inputs, x[LR_W0 + w] the initial weights; the
+ * renormalization norms are those of W_init (the unperturbed initial weights of the layer: the
+ * optimizer takes them once, as constants; a run that starts mid-sequence passes the layer's
+ * first weights here and its current ones in x). M0: the initial momentum (NULL: zero); last:
+ * the last block's NS inputs (NULL: not wanted). */
+static void ref_lact(const lcase *c, double *const *x, double *const *W_init,
+                     double *const *M0, double *O, double **Wf, double **Mf, ref_block *last,
+                     int var) {
     const int T = c->T, dk = c->d_k, dv = c->d_v, dh = dk;
     const int rows[3] = {dk, dh, dk}, cols[3] = {dh, dv, dh};
     const int axis_rows = (c->renorm == RENORM_ROWS) != (var == VAR_AXIS_SWAP);
@@ -115,7 +129,8 @@ static void ref_lact(const lcase *c, double *const *x, double *const *W_init, do
     for (int w = 0; w < 3; w++) {
         const int sz = rows[w] * cols[w];
         memcpy(Wf[w], x[LR_W0 + w], sizeof(double) * sz);
-        memset(Mf[w], 0, sizeof(double) * sz);
+        if (M0) memcpy(Mf[w], M0[w], sizeof(double) * sz);
+        else memset(Mf[w], 0, sizeof(double) * sz);
         N[w] = malloc(sizeof(double) * (size_t)(rows[w] > cols[w] ? rows[w] : cols[w]));
         ref_norms(N[w], W_init[w], rows[w], cols[w], axis_rows);
         G[w] = malloc(sizeof(double) * sz);
@@ -167,11 +182,15 @@ static void ref_lact(const lcase *c, double *const *x, double *const *W_init, do
                 for (int i = 0; i < sz; i++) Mf[w][i] = c->mu * Mf[w][i] + G[w][i];
                 memcpy(G[w], Mf[w], sizeof(double) * sz);
             }
+            if (last) memcpy(last->G[w], U, sizeof(double) * sz), last->rmax[w] = 1.0;
             if (c->muon) ref_ns(U, r, cc, c->ns_lact);
             for (int i = 0; i < sz; i++) Wc[w][i] = A * Wc[w][i] - theta * U[i];
             if (c->renorm) {
                 double nrm[16];
                 ref_norms(nrm, Wc[w], r, cc, axis_rows);
+                for (int ch = 0; last && ch < (axis_rows ? r : cc); ch++)
+                    if (N[w][ch] > 0)
+                        last->rmax[w] = fmax(last->rmax[w], N[w][ch] / (nrm[ch] + 1e-5));
                 for (int i = 0; i < r; i++)
                     for (int j = 0; j < cc; j++) {
                         const int ch = axis_rows ? i : j;

@@ -76,7 +76,7 @@ EPS = 2.0 ** -24
 
 
 def ns_rtol(A, steps=5, backward=True):
-    """The float32 Newton-Schulz bound of tests/test_optim.c (ns_rtol), relative to the largest
+    """The float32 Newton-Schulz bound of tests/ns_bound.h (ns_rtol), relative to the largest
     entry, from the float64 singular values of its input A (m, n): a step rounds an entry through
     n + 2m + 4 operations on terms up to |a| + |b| + |c| times its scale; a later step carries a
     rounding with the gain g = max(|p'(x)|, |p(x)/x|) along each singular value's trajectory
