@@ -74,9 +74,7 @@ const ttt_option ttt_train_options[] = {
     TTT_OPTION_END,
 };
 
-/* "cpu", "cuda" or "cuda:N" (N decimal, 0 <= N < TTT_MAX_CUDA_DEVICES) into *d; 0 when the text
- * is none of these. */
-static int parse_device(const char *s, ttt_device *d) {
+int ttt_train_parse_device(const char *s, ttt_device *d) {
     if (strcmp(s, "cpu") == 0) {
         *d = ttt_device_host();
         return 1;
@@ -109,7 +107,7 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
             return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
                                  "train.device: expected cpu, cuda or cuda:N (N a device number "
                                  "from 0)");
-        if (!parse_device(dev->scalar, &c->device)) {
+        if (!ttt_train_parse_device(dev->scalar, &c->device)) {
             static const char *const names[] = {"cpu", "cuda"};
             const char *close = ttt_closest_name(dev->scalar, names, 2);
             if (close)

@@ -79,6 +79,11 @@ typedef struct ttt_train_config {
  * device count: the reason from the device seam, device.h). */
 ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err);
 
+/* train.device's text into *d: "cpu" (the host), "cuda" (cuda:0) or "cuda:N" (N decimal digits,
+ * 0 <= N < TTT_MAX_CUDA_DEVICES); 1 on success, 0 (d untouched) when the text is none of these.
+ * Whether the device exists is ttt_device_usable's question, not this one's. */
+int ttt_train_parse_device(const char *s, ttt_device *d);
+
 /* Whether the trainer can run c's step where c asks: TTT_OK on the host. The training step does
  * not run on a CUDA device yet, so cuda:N is TTT_ERR_UNSUPPORTED with a message that says so
  * and names train.device (and where it was given) — never a silent run on the host. This is
