@@ -103,7 +103,8 @@ END_TEST
  * gains neither key; with them given as cpu and float32 it reads the same and keeps them as
  * written. */
 START_TEST(parse_reads_typed_values_and_writes_no_default) {
-    const char *texts[] = {"train: {steps: 3}\n", "train: {steps: 3, device: cpu, dtype: float32}\n"};
+    const char *texts[] = {"train: {steps: 3}\n",
+                           "train: {steps: 3, device: cpu, dtype: float32}\n"};
     for (int k = 0; k < 2; k++) {
         ttt_error err = {0};
         ttt_cfg_node *root = NULL;
@@ -128,9 +129,11 @@ END_TEST
 START_TEST(bad_device_values_are_located) {
     refused("  device: gpu\n", "", "dev.yaml:8:11", "unknown device 'gpu'");
     refused("  device: cdua\n", "", "dev.yaml:8:11", "did you mean 'cuda'");
-    refused("  device: cuda:64\n", "", "dev.yaml:8:11", "cuda:N with N a device number from 0 to 63");
+    refused("  device: cuda:64\n", "", "dev.yaml:8:11",
+            "cuda:N with N a device number from 0 to 63");
     refused("  device: cuda:-1\n", "", "dev.yaml:8:11", "unknown device 'cuda:-1'");
-    refused("  device: [cuda]\n", "", "dev.yaml:8:11", "train.device: expected a string, got a list");
+    refused("  device: [cuda]\n", "", "dev.yaml:8:11",
+            "train.device: expected a string, got a list");
     refused("  device:\n", "", "dev.yaml:8:10", "train.device: the value is empty");
     refused("", "--set train.device=tpu", "--set train.device=tpu", "unknown device 'tpu'");
     refused("  dtype: float16\n", "", "dev.yaml:8:10", "did you mean 'bfloat16'");

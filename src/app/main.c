@@ -255,15 +255,15 @@ static void print_devices(const ttt_plan *p) {
         ttt_device_bytes_text((size_t)m->other, other, sizeof other);
         if (host)
             fprintf(stderr,
-                    "point %d, train.device cpu, train.dtype %s: host memory of a training step %s "
-                    "(estimated: parameters, gradients and AdamW state %s, activations and tape "
-                    "%s, arena blocks and shard gradients %s)\n",
+                    "point %d, train.device cpu, train.dtype %s: host memory of a training "
+                    "step %s (estimated: parameters, gradients and AdamW state %s, activations "
+                    "and tape %s, arena blocks and shard gradients %s)\n",
                     pt->index, ttt_dtype_name(tc->train.dtype), total, params, step, other);
         else
             fprintf(stderr,
-                    "point %d, train.device %s, train.dtype %s: device memory of a training step %s "
-                    "(estimated: parameters, gradients and AdamW state %s, activations and tape "
-                    "%s)\n",
+                    "point %d, train.device %s, train.dtype %s: device memory of a training "
+                    "step %s (estimated: parameters, gradients and AdamW state %s, activations "
+                    "and tape %s)\n",
                     pt->index, dev, ttt_dtype_name(tc->train.dtype), total, params, step);
     }
 }

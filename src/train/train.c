@@ -74,19 +74,19 @@ const ttt_option ttt_train_options[] = {
     TTT_OPTION_END,
 };
 
-int ttt_train_parse_device(const char *s, ttt_device *d) {
-    if (strcmp(s, "cpu") == 0) {
+int ttt_train_parse_device(const char *text, ttt_device *d) {
+    if (strcmp(text, "cpu") == 0) {
         *d = ttt_device_host();
         return 1;
     }
-    if (strncmp(s, "cuda", 4) != 0) return 0;
-    if (s[4] == '\0') {
+    if (strncmp(text, "cuda", 4) != 0) return 0;
+    if (text[4] == '\0') {
         *d = ttt_device_cuda(0);
         return 1;
     }
-    if (s[4] != ':' || s[5] < '0' || s[5] > '9') return 0;
+    if (text[4] != ':' || text[5] < '0' || text[5] > '9') return 0;
     long n = 0;
-    for (const char *p = s + 5; *p; p++) {
+    for (const char *p = text + 5; *p; p++) {
         if (*p < '0' || *p > '9') return 0;
         n = 10 * n + (*p - '0');
         if (n >= TTT_MAX_CUDA_DEVICES) return 0;
