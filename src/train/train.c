@@ -102,7 +102,7 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
     const ttt_cfg_node *dev = ttt_cfg_get(map, "device");
     const ttt_cfg_node *dt = ttt_cfg_get(map, "dtype");
     if (dev) {
-        /* a number or a boolean is a type error, not an unknown device */
+        /* the schema let only a string through; a tree it did not check still gets words */
         if (dev->kind != TTT_CFG_SCALAR || !dev->scalar)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
                                  "train.device: expected cpu, cuda or cuda:N (N a device number "
