@@ -48,6 +48,8 @@ ALLOWED = {
     ("pos", "rope"): "model.positions: rope (a value of that option, not the tape op)",
     ("s", "lact"): "optimizer muon's coefficients: lact (Newton-Schulz coefficient set, not the "
                    "preset)",
+    ("text", "cuda"): "train.device: cuda (a device, ttt_train_parse_device, not the form)",
+    ("dev->scalar", "cuda"): "train.device: cuda (the configuration hash's cuda:0, not the form)",
 }
 
 SOURCE_ROOTS = ("src", "layers", "optim")

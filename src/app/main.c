@@ -235,6 +235,39 @@ static void print_forms(const ttt_plan *p) {
     }
 }
 
+/* Where each trained point's step runs, in what precision, and the memory a step holds there
+ * (trained.h; docs/training.md "Device and precision"): on stderr, as the forms above. */
+static void print_devices(const ttt_plan *p) {
+    for (int i = 0; i < p->n_points; i++) {
+        const ttt_plan_point *pt = &p->points[i];
+        const ttt_trained_cfg *tc = pt->task->trained ? pt->task->trained(pt->cfg) : NULL;
+        if (!tc) continue;
+        const ttt_train_estimate *m = &tc->memory;
+        const int host = ttt_device_is_host(tc->train.device);
+        char dev[32], total[32], params[32], step[32], other[32];
+        if (host)
+            snprintf(dev, sizeof dev, "cpu");
+        else
+            ttt_device_name(tc->train.device, dev, sizeof dev);
+        ttt_device_bytes_text((size_t)m->total, total, sizeof total);
+        ttt_device_bytes_text((size_t)m->params, params, sizeof params);
+        ttt_device_bytes_text((size_t)m->step, step, sizeof step);
+        ttt_device_bytes_text((size_t)m->other, other, sizeof other);
+        if (host)
+            fprintf(stderr,
+                    "point %d, train.device cpu, train.dtype %s: host memory of a training "
+                    "step %s (estimated: parameters, gradients and AdamW state %s, activations "
+                    "and tape %s, arena blocks and shard gradients %s)\n",
+                    pt->index, ttt_dtype_name(tc->train.dtype), total, params, step, other);
+        else
+            fprintf(stderr,
+                    "point %d, train.device %s, train.dtype %s: device memory of a training "
+                    "step %s (estimated: parameters, gradients and AdamW state %s, activations "
+                    "and tape %s)\n",
+                    pt->index, dev, ttt_dtype_name(tc->train.dtype), total, params, step);
+    }
+}
+
 static int cmd_check(int argc, char **argv) {
     cli_args a;
     ttt_experiment *e = NULL;
@@ -259,6 +292,7 @@ static int cmd_check(int argc, char **argv) {
         ttt_experiment_write_resolved(e, stdout);
     }
     print_forms(e->plan);
+    print_devices(e->plan);
     fprintf(stderr, "ttt: %s is valid: %d run point%s\n", a.file, e->n_points,
             e->n_points == 1 ? "" : "s");
     ttt_experiment_free(e);

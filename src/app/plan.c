@@ -75,7 +75,8 @@ static void error_hint_axes(ttt_error *err, const ttt_cfg_node *sweep) {
 
 /* The configuration hash of a resolved point: everything but the keys that name or place the
  * run (name, description, output) and those that do not change its results (train.stop_at,
- * train.threads, train.data_parallel). Checkpoints store it; changing the definition orphans every checkpoint. */
+ * train.threads, train.data_parallel). Checkpoints store it; changing the definition orphans every checkpoint.
+ * train.device and train.dtype count as their values (cpu and float32 as absent). */
 void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_node *h = ttt_cfg_clone(root);
     ttt_cfg_map_remove(h, "name");
@@ -89,6 +90,17 @@ void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
         ttt_cfg_map_remove(tr, "stop_at");
         ttt_cfg_map_remove(tr, "threads");
         ttt_cfg_map_remove(tr, "data_parallel");
+        /* train.device and train.dtype are written only when given (train.h): their defaults
+         * and `cuda` (= cuda:0) hash as what they mean, so that a run that names them continues
+         * one that did not */
+        const ttt_cfg_node *dev = ttt_cfg_get(tr, "device");
+        const ttt_cfg_node *dt = ttt_cfg_get(tr, "dtype");
+        if (dev && dev->scalar && strcmp(dev->scalar, "cpu") == 0)
+            ttt_cfg_map_remove(tr, "device");
+        if (dev && dev->scalar && strcmp(dev->scalar, "cuda") == 0)
+            ttt_cfg_map_set(tr, "device", ttt_cfg_new_scalar("cuda:0", dev));
+        if (dt && dt->scalar && strcmp(dt->scalar, "float32") == 0)
+            ttt_cfg_map_remove(tr, "dtype");
     }
     char *flow = ttt_cfg_to_flow(h);
     ttt_cfg_free(h);

@@ -27,6 +27,7 @@
 #include "results.h"
 #include "strbuf.h"
 #include "train.h"
+#include "trained.h"
 #include "plan_internal.h"
 
 void ttt_plan_assign(const ttt_plan *p, int n, int *owner) {
@@ -67,6 +68,17 @@ ttt_status ttt_plan_run(const ttt_plan *p, const char *out_dir, int progress, FI
 
 ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
                              const ttt_plan_exec *x, ttt_error *err) {
+    /* A point that asks for a device the trainer cannot use yet is refused before the folder
+     * is touched (train.h ttt_train_device_ready), never trained on the host instead. */
+    for (int i = 0; i < p->n_points; i++) {
+        const ttt_plan_point *pt = &p->points[i];
+        const ttt_trained_cfg *tc = pt->task->trained ? pt->task->trained(pt->cfg) : NULL;
+        const ttt_status ds = tc ? ttt_train_device_ready(&tc->train, err) : TTT_OK;
+        if (ds != TTT_OK) {
+            if (pt->label[0]) ttt_plan_error_suffix_point(err, pt->label);
+            return ds;
+        }
+    }
     const ttt_comm *comm = x && x->comm ? x->comm : &ttt_comm_self;
     const int R = comm->size, leader = comm->rank == 0;
     const int sharded = x && x->n_shards > 0;

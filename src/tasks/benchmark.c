@@ -338,6 +338,12 @@ static int benchmark_layer_calls(const void *cfg, const ttt_layer **L, ttt_form_
     return n;
 }
 
+/* measure: train_step trains (its longest seq_len sets the step's memory); forward does not */
+static const ttt_trained_cfg *benchmark_trained(const void *cfg) {
+    const ttt_bench_cfg *bc = cfg;
+    return bc->train_step ? &bc->trained : NULL;
+}
+
 const ttt_task ttt_task_benchmark = {
     .name = "benchmark",
     .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
@@ -360,4 +366,5 @@ const ttt_task ttt_task_benchmark = {
             "       repeats: 1}\n"
             "layer: {preset: linear_attention, chunk: 8}\n",
     .layer_calls = benchmark_layer_calls,
+    .trained = benchmark_trained,
 };

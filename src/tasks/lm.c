@@ -315,6 +315,10 @@ static const ttt_seq_model_config *lm_model(const void *cfg) {
     return &((const lm_cfg *)cfg)->trained.model;
 }
 
+static const ttt_trained_cfg *lm_trained(const void *cfg) {
+    return &((const lm_cfg *)cfg)->trained;
+}
+
 const ttt_task ttt_task_lm = {
     .name = "lm",
     .help = "language modelling on the bytes of a text file or on token files (nanoGPT's "
@@ -326,6 +330,7 @@ const ttt_task ttt_task_lm = {
     .work = lm_work,
     .run = lm_run,
     .model = lm_model,
+    .trained = lm_trained,
     .columns = lm_columns,
     .columns_for = lm_columns_for,
     .charts = lm_charts,

@@ -180,6 +180,10 @@ static const ttt_seq_model_config *mqar_model(const void *cfg) {
     return &((const mqar_cfg *)cfg)->trained.model;
 }
 
+static const ttt_trained_cfg *mqar_trained(const void *cfg) {
+    return &((const mqar_cfg *)cfg)->trained;
+}
+
 const ttt_task ttt_task_mqar = {
     .name = "mqar",
     .help = "multi-query associative recall (Zoology), trained: accuracy at the query positions",
@@ -189,6 +193,7 @@ const ttt_task ttt_task_mqar = {
     .work = mqar_work,
     .run = mqar_run,
     .model = mqar_model,
+    .trained = mqar_trained,
     .columns = mqar_columns,
     .charts = mqar_charts,
     .tiny = "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"

@@ -264,6 +264,10 @@ static const ttt_seq_model_config *regression_model(const void *cfg) {
     return &((const regression_cfg *)cfg)->trained.model;
 }
 
+static const ttt_trained_cfg *regression_trained(const void *cfg) {
+    return &((const regression_cfg *)cfg)->trained;
+}
+
 const ttt_task ttt_task_regression = {
     .name = "regression",
     .help = "in-context linear regression, trained: error vs context size against least squares",
@@ -273,6 +277,7 @@ const ttt_task ttt_task_regression = {
     .work = regression_work,
     .run = regression_run,
     .model = regression_model,
+    .trained = regression_trained,
     .columns = regression_columns,
     .charts = regression_charts,
     .tiny = "task: {kind: regression, dim: 2, points: 4, eval_sequences: 8, eval_batch: 8}\n"

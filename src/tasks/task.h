@@ -79,6 +79,11 @@ typedef struct ttt_task {
     /* Optional, for tasks that train a sequence model: its configuration in the point's cfg
      * (`ttt export`, `ttt sample`). */
     const struct ttt_seq_model_config *(*model)(const void *cfg);
+    /* Optional, for tasks that train with ttt_train: the point's model and training as parse
+     * read them, with the estimate of a step's memory on train.device (trained.h): `ttt check`
+     * prints the device, dtype and estimate, and `ttt run` asks ttt_train_device_ready of it
+     * before it writes anything. */
+    const struct ttt_trained_cfg *(*trained)(const void *cfg);
     /* Optional: generate from a trained point's model (`ttt sample`, src/app/main.c), writing
      * the continuation of s->prompt to s->out. NULL: the task has nothing to sample. */
     ttt_status (*sample)(const struct ttt_task_sample *s, ttt_error *err);

@@ -39,30 +39,54 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
     }
     const ttt_seq_model_config mc = out->model;
     const ttt_train_config tc = out->train;
-    /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
-     * width d_model (projections, convolution, norms, MLP) and, per head, the fast-weight state
-     * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
-     * the right order: a run this refuses could not have finished a step. */
-    const double per_token = 64.0 * mc.d_model + 4.0 * mc.n_heads * (double)mc.head_dim * mc.head_dim;
-    /* The parameters cost their values, gradients and AdamW's two moments, plus one gradient
-     * copy per further data-parallel shard (src/train/train.c); with a large vocabulary the
-     * embedding and head (vocab × d_model each) dominate. */
-    const double params = ttt_seq_model_param_bound(&mc);
-    const double shards = tc.shards > 1 ? tc.shards : 1;
-    /* Each shard's arena grows in blocks of TTT_TRAIN_ARENA_BLOCK bytes (a larger tensor in a
-     * block of its own) that it keeps across steps (src/train/train.c): the step, the blocks'
-     * unused tails (counted as 25 % of the step) and at most one block more per shard. */
-    const double step = 4.0 * per_token * (double)tc.batch * io->seq_len * mc.n_layers;
-    const double bytes = shards * (double)TTT_TRAIN_ARENA_BLOCK + 1.25 * step +
-                         4.0 * params * (3.0 + shards);
+    ttt_trained_estimate(&mc, &tc, io->seq_len, &out->memory);
+    /* the host's memory is checked for a step on the host; a device's is the device's */
+    if (!ttt_device_is_host(tc.device)) return TTT_OK;
     char what[200];
     snprintf(what, sizeof what,
              "a training step (batch %d, seq_len %d, d_model %d, %d layers, %.0f parameters with "
              "gradients and AdamW state, estimated)",
-             tc.batch, io->seq_len, mc.d_model, mc.n_layers, params);
-    ttt_status s = ttt_size_check(bytes, what, err);
+             tc.batch, io->seq_len, mc.d_model, mc.n_layers, ttt_seq_model_param_bound(&mc));
+    ttt_status s = ttt_size_check(out->memory.total, what, err);
     if (s != TTT_OK) return ttt_cfg_error(err, s, ttt_cfg_get(root, "train"), "%s", err->msg);
     return TTT_OK;
+}
+
+void ttt_trained_estimate(const ttt_seq_model_config *mc, const ttt_train_config *tc,
+                          int seq_len, ttt_train_estimate *e) {
+    /* Refuse before allocating: a step's tape keeps, per token and block, a few dozen vectors of
+     * width d_model (projections, convolution, norms, MLP) and, per head, the fast-weight state
+     * at chunk boundaries — estimated as 64·d_model + 4·heads·head_dim² floats. An estimate, but
+     * the right order: a run this refuses could not have finished a step. */
+    const double wide = 64.0 * mc->d_model;
+    const double state = 4.0 * mc->n_heads * (double)mc->head_dim * mc->head_dim;
+    /* The parameters cost their values, gradients and AdamW's two moments, plus one gradient
+     * copy per further data-parallel shard (src/train/train.c); with a large vocabulary the
+     * embedding and head (vocab × d_model each) dominate. */
+    const double params = ttt_seq_model_param_bound(mc);
+    const double shards = tc->shards > 1 ? tc->shards : 1;
+    const double tokens = (double)tc->batch * seq_len * mc->n_layers;
+    if (ttt_device_is_host(tc->device)) {
+        /* Each shard's arena grows in blocks of TTT_TRAIN_ARENA_BLOCK bytes (a larger tensor in
+         * a block of its own) that it keeps across steps (src/train/train.c): the step, the
+         * blocks' unused tails (counted as 25 % of the step) and at most one block more per
+         * shard. */
+        e->params = 16.0 * params;
+        e->step = 1.25 * 4.0 * (wide + state) * tokens;
+        e->other = shards * (double)TTT_TRAIN_ARENA_BLOCK + 4.0 * params * (shards - 1.0);
+    } else {
+        /* On the device (docs/training.md "Device and precision"), the same terms: fp32 master
+         * weights, one gradient and AdamW's two moments (16 bytes a parameter), plus a bf16 copy
+         * of the weights for the products under bfloat16; the step's activations and tape as on
+         * the host with the 25 % slack, the d_model-wide vectors in the step's dtype and the
+         * fast-weight states in float32 always. One gradient: the shards are the host's
+         * parallelism, and there are no arena blocks or shard copies. */
+        const int bf16 = tc->dtype == TTT_DTYPE_BF16;
+        e->params = (bf16 ? 18.0 : 16.0) * params;
+        e->step = 1.25 * ((bf16 ? 2.0 : 4.0) * wide + 4.0 * state) * tokens;
+        e->other = 0;
+    }
+    e->total = e->params + e->step + e->other;
 }
 
 ttt_status ttt_train_point(ttt_task_run *run, const ttt_trained_cfg *cfg, ttt_train_data *data,

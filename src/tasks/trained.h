@@ -13,13 +13,22 @@ typedef struct ttt_trained_cfg {
     ttt_train_config train;
     char init_from[1024];        /* train.init_from: initial parameters ("" = none) */
     char init_from_where[512];   /* where it was given (file:line:col), for errors at run time */
+    ttt_train_estimate memory;   /* a step's memory on train.device (`ttt check` prints it) */
 } ttt_trained_cfg;
 
 /* Validate a point's `model:`, `layer:` and `train:` sections for the task's io (filling their
- * defaults into the tree) and read them into *out; refuses a training step too large for the
- * machine. Errors are located. */
+ * defaults into the tree) and read them into *out, with the estimate of a step's memory on
+ * train.device; refuses a training step on the host too large for the machine. Errors are
+ * located. */
 ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
                              const ttt_seq_model_io *io, ttt_error *err);
+
+/* The memory a training step of model mc under tc with sequences of seq_len holds on
+ * tc->device (docs/training.md "Device and precision"): on the host the bytes the plan checks
+ * against the machine's memory; on a CUDA device the device memory of the parameters with their
+ * gradient and AdamW state and of one step's activations and tape. */
+void ttt_trained_estimate(const ttt_seq_model_config *mc, const ttt_train_config *tc,
+                          int seq_len, ttt_train_estimate *e);
 
 /* A trained point: the model after training and what training reported. */
 typedef struct ttt_trained {

@@ -63,14 +63,110 @@ const ttt_option ttt_train_options[] = {
     {"stop_at", TTT_OPT_INT, "0", 0, 1e12, NULL,
      "stop after this step as if interrupted (a checkpoint is written; run again to resume); "
      "0 = never"},
+    /* The two below are validated here and shown by `ttt list`, but their defaults are not
+     * written into the tree (ttt_train_config_parse, train.h). */
+    {"device", TTT_OPT_STRING, "cpu", TTT_NO_RANGE, NULL,
+     "where the step runs: cpu, cuda (= cuda:0) or cuda:N; cuda is refused where there is no "
+     "GPU, and until the step runs on the device (docs/training.md \"Device and precision\")"},
+    {"dtype", TTT_OPT_CHOICE, "float32", TTT_NO_RANGE, "float32|bfloat16",
+     "precision of the step: float32, or bfloat16 (cuda only: bf16 products, fp32 master "
+     "weights and inner state)"},
     TTT_OPTION_END,
 };
+
+int ttt_train_parse_device(const char *text, ttt_device *d) {
+    if (strcmp(text, "cpu") == 0) {
+        *d = ttt_device_host();
+        return 1;
+    }
+    if (strncmp(text, "cuda", 4) != 0) return 0;
+    if (text[4] == '\0') {
+        *d = ttt_device_cuda(0);
+        return 1;
+    }
+    if (text[4] != ':' || text[5] < '0' || text[5] > '9') return 0;
+    long n = 0;
+    for (const char *p = text + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return 0;
+        n = 10 * n + (*p - '0');
+        if (n >= TTT_MAX_CUDA_DEVICES) return 0;
+    }
+    *d = ttt_device_cuda((int)n);
+    return 1;
+}
+
+/* train.device and train.dtype of a checked map into c; the refusals of train.h. */
+static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
+    c->device = ttt_device_host();
+    c->dtype = TTT_DTYPE_F32;
+    const ttt_cfg_node *dev = ttt_cfg_get(map, "device");
+    const ttt_cfg_node *dt = ttt_cfg_get(map, "dtype");
+    if (dev) {
+        /* the schema let only a string through; a tree it did not check still gets words */
+        if (dev->kind != TTT_CFG_SCALAR || !dev->scalar)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
+                                 "train.device: expected cpu, cuda or cuda:N (N a device number "
+                                 "from 0)");
+        if (!ttt_train_parse_device(dev->scalar, &c->device)) {
+            static const char *const names[] = {"cpu", "cuda"};
+            const char *close = ttt_closest_name(dev->scalar, names, 2);
+            if (close)
+                return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
+                                     "train.device: unknown device '%s'; did you mean '%s'? "
+                                     "(expected cpu, cuda or cuda:N with N from 0 to %d)",
+                                     dev->scalar, close, TTT_MAX_CUDA_DEVICES - 1);
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
+                                 "train.device: unknown device '%s'; expected cpu, cuda (the "
+                                 "first GPU, cuda:0) or cuda:N with N a device number from 0 to "
+                                 "%d",
+                                 dev->scalar, TTT_MAX_CUDA_DEVICES - 1);
+        }
+        ttt_cfg_where(dev, c->device_where, sizeof c->device_where);
+    }
+    if (dt && dt->scalar && strcmp(dt->scalar, "bfloat16") == 0) c->dtype = TTT_DTYPE_BF16;
+    if (c->dtype == TTT_DTYPE_BF16 && ttt_device_is_host(c->device))
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, dt,
+                             "train.dtype: bfloat16 needs train.device: cuda; bfloat16 is the "
+                             "GPU's mixed precision (bf16 products, fp32 master weights and "
+                             "inner state) and the step on the host runs in float32: write "
+                             "dtype: float32, or device: cuda on a GPU machine");
+    if (!ttt_device_is_host(c->device)) {
+        ttt_error e = {0};
+        if (ttt_device_usable(c->device, &e) != TTT_OK)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
+                                 "train.device: %s; this process cannot train on it (write "
+                                 "train.device: cpu, or run on a machine with the GPU and a "
+                                 "build with CUDA)",
+                                 e.msg);
+    }
+    return TTT_OK;
+}
+
+ttt_status ttt_train_device_ready(const ttt_train_config *c, ttt_error *err) {
+    if (ttt_device_is_host(c->device)) return TTT_OK;
+    char dev[32];
+    return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                         "%s%strain.device: %s: training on a CUDA device is not implemented "
+                         "yet: the device ops and their contract suite exist (docs/device_ops.md, "
+                         "test_backend_ops), the training step that uses them does not; nothing "
+                         "was trained (write train.device: cpu to train on the host)",
+                         c->device_where, c->device_where[0] ? ": " : "",
+                         ttt_device_name(c->device, dev, sizeof dev));
+}
 
 ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
     memset(c, 0, sizeof *c);
     if (map->kind != TTT_CFG_MAP)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "train: expected a mapping");
-    TTT_TRY(ttt_cfg_check_map(map, "train", ttt_train_options, NULL, err));
+    /* device and dtype are checked with the rest, and their defaults taken out again when they
+     * were not given (train.h) */
+    const int had_device = ttt_cfg_get(map, "device") != NULL;
+    const int had_dtype = ttt_cfg_get(map, "dtype") != NULL;
+    ttt_status cs = ttt_cfg_check_map(map, "train", ttt_train_options, NULL, err);
+    if (!had_device) ttt_cfg_map_remove(map, "device");
+    if (!had_dtype) ttt_cfg_map_remove(map, "dtype");
+    if (cs != TTT_OK) return cs;
+    TTT_TRY(parse_placement(map, c, err));
     c->steps = ttt_cfg_int(map, "steps");
     c->batch = (int)ttt_cfg_int(map, "batch");
     c->shards = (int)ttt_cfg_int(map, "shards");
@@ -782,6 +878,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     memset(res, 0, sizeof *res);
     res->resumed_from = -1;
     res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
+    /* a step asked of a device never runs on the host instead */
+    TTT_TRY(ttt_train_device_ready(c, err));
     /* Under several ranks only rank 0 speaks: the others train without records or progress. */
     const ttt_comm *comm = run->comm && run->comm->size > 1 ? run->comm : NULL;
     ttt_train_run quiet;

@@ -39,6 +39,7 @@
 
 #include "adamw.h"
 #include "config.h"
+#include "device.h"
 #include "seqmodel.h"
 #include "progress.h"
 #include "results.h"
@@ -61,10 +62,43 @@ typedef struct ttt_train_config {
     long checkpoint_every; /* 0 = only at the end */
     long stop_at;          /* stop after this step as if interrupted (0 = never) */
     int threads;           /* OpenMP threads for the shards (0 = as many as shards, ≤ cores) */
+    ttt_device device;     /* train.device: the host (cpu, the default) or cuda:N */
+    ttt_dtype dtype;       /* train.dtype: float32 (the default) or bfloat16 (cuda only) */
+    char device_where[256]; /* where train.device was given (file:line:col), "" when absent */
 } ttt_train_config;
 
-/* Validate the `train:` mapping in place (fills defaults). The AdamW values are checked too. */
+/* Validate the `train:` mapping in place (fills defaults). The AdamW values are checked too.
+ *
+ * train.device (cpu | cuda | cuda:N, cuda = cuda:0) and train.dtype (float32 | bfloat16) are
+ * read into c->device and c->dtype; unlike the other options their defaults (cpu, float32) are
+ * not written into the tree when they are absent, so that config.resolved.yaml and the
+ * configuration hash of an experiment that does not name them stay what they were before the
+ * options existed (docs/training.md "Device and precision"). Refused, each located: a value
+ * that is none of those; bfloat16 on the host (it is the GPU's mixed precision); and a CUDA
+ * device this process cannot use (a build without CUDA, no GPU or driver, N at or above the
+ * device count: the reason from the device seam, device.h). */
 ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err);
+
+/* train.device's text into *d: "cpu" (the host), "cuda" (cuda:0) or "cuda:N" (N decimal digits,
+ * 0 <= N < TTT_MAX_CUDA_DEVICES); 1 on success, 0 (d untouched) when the text is none of these.
+ * Whether the device exists is ttt_device_usable's question, not this one's. */
+int ttt_train_parse_device(const char *s, ttt_device *d);
+
+/* Whether the trainer can run c's step where c asks: TTT_OK on the host. The training step does
+ * not run on a CUDA device yet, so cuda:N is TTT_ERR_UNSUPPORTED with a message that says so
+ * and names train.device (and where it was given) — never a silent run on the host. This is
+ * the one place the device trainer replaces; ttt_train calls it first, and `ttt run` asks it
+ * of every trained point before it writes anything (docs/training.md "Device and precision"). */
+ttt_status ttt_train_device_ready(const ttt_train_config *c, ttt_error *err);
+
+/* The memory a training step of c holds on c's device, as the plan estimates it (trained.c,
+ * docs/training.md "Device and precision"): filled by the trained tasks' parse. */
+typedef struct ttt_train_estimate {
+    double params;      /* parameters, gradients and AdamW's moments (bytes) */
+    double step;        /* one step's activations and tape, with the allocator's slack */
+    double other;       /* the host's arena blocks and shard gradients; 0 on a device */
+    double total;       /* the sum */
+} ttt_train_estimate;
 
 /* What the trainer asks of a task. */
 typedef struct ttt_train_data {
