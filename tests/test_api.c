@@ -520,6 +520,25 @@ START_TEST(growable_structs_read_only_their_size) {
 }
 END_TEST
 
+/* The DPLR chunkwise form's workspace grows as chunk² (chunk clamped to T): a chunk size no
+ * allocation can hold is refused with TTT_ERR_NOMEM before any buffer is read (the buffers here
+ * hold one token; T = 2^30 only sizes the chunk), where the size_t count once wrapped; the same
+ * call with chunk 1 on one token runs. */
+START_TEST(dplr_chunk_too_large_is_refused) {
+    float x[1] = {0.5f}, o[1];
+    ttt_dplr_io io = {.B = 1, .T = 1 << 30, .H = 1, .d_k = 1, .d_v = 1, .o = o, .q = x, .k = x,
+                      .a = x, .b = x, .v = x, .chunk = INT_MAX};
+    ttt_error err;
+    ck_assert_int_eq(ttt_dplr_forward(&io, &err), TTT_ERR_NOMEM);
+    ck_assert_msg(strstr(ttt_errmsg(&err), "ttt_dplr_forward: dplr chunkwise: chunks of 1073741824 "
+                                           "tokens need"), "%s", ttt_errmsg(&err));
+    io.T = 1;
+    io.chunk = 1;
+    ck_assert_msg(ttt_dplr_forward(&io, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert(o[0] == 0.125f); /* S_1 = (1 + b a) S_0 + k v = 0.25 from S_0 = 0; o = q S_1 */
+}
+END_TEST
+
 /* ---- registries, version ---- */
 
 static int listed(ttt_registry r, const char *want) {
@@ -953,6 +972,7 @@ int main(void) {
     tcase_add_test(tc, backward_matches_finite_differences);
     tcase_add_test(tc, backward_rejects_missing_inputs);
     tcase_add_test(tc, growable_structs_read_only_their_size);
+    tcase_add_test(tc, dplr_chunk_too_large_is_refused);
     tcase_add_test(tc, registries_list_the_library);
     tcase_add_test(tc, experiment_from_a_string);
     tcase_add_test(tc, form_for_names_the_form_that_runs);

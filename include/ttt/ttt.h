@@ -270,7 +270,8 @@ typedef struct ttt_dplr_io {
 } ttt_dplr_io;
 
 /* The forward. B, H, d_k, d_v >= 1, T >= 0 (else TTT_ERR_SHAPE); o, q, k, a, b, v required
- * (else TTT_ERR_ARG); chunk >= 0 (else TTT_ERR_ARG). */
+ * (else TTT_ERR_ARG); chunk >= 0 (else TTT_ERR_ARG). The chunkwise form's workspace grows as
+ * min(chunk, T)²: TTT_ERR_NOMEM when it cannot be had. */
 TTT_API ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err);
 
 /* Gradients of L = sum d_o * o + sum d_state_out * final state. Every output may be NULL (not
