@@ -13,18 +13,21 @@ docs/api.md documents `ttt_layer_descriptor` (include/ttt/ttt.h) in the table of
   ones under their internal names (RENAMED), are the fields of `ttt_layer_desc`, in its order;
 * each of those differences is named in the "Inside the library" text (both names of a rename);
 * `ttt_layer_new` (src/app/api.c) assigns every field of `ttt_layer_desc` from the public field
-  of the same meaning (`d.x = ...desc->y...`), so a field added to both structs is also passed on.
+  of the same meaning (`d.x = ...desc->y...`), so a field added to both structs is also passed on;
+* the number of exported functions "Versions and the ABI" states is the number of `TTT_API`
+  declarations in include/ttt/ttt.h and status.h (test_symbols holds those to the library).
 
 Before it reads the tree it checks itself on planted copies of the real files: a field added to
 the header, a row removed from the table, a field added to the internal struct only, an
-assignment removed from api.c and a rename left out of the text must each be reported, and the
-unchanged files must not be. If either goes the wrong way, the check itself is broken and fails.
+assignment removed from api.c, a rename left out of the text and a function declared but not
+counted must each be reported, and the unchanged files must not be. If either goes the wrong way, the check itself is broken and fails.
 """
 import re
 import sys
 
 HEADER, INTERNAL, API_C, DOC = ("include/ttt/ttt.h", "layers/layer.h", "src/app/api.c",
                                 "docs/api.md")
+STATUS_H = "include/ttt/status.h"  # its TTT_API declarations count too
 PUBLIC_ONLY = {"size"}  # sizeof the caller's struct (docs/api.md "Versions and the ABI")
 RENAMED = {"options": "opts", "n_options": "n_opts"}  # public name: internal name
 
@@ -89,8 +92,14 @@ def assigned(api_c):
     return out
 
 
-def problems(header, internal, api_c, doc):
+def problems(header, internal, api_c, doc, status_h=""):
     out = []
+    declared = len(re.findall(r"^TTT_API\b", header + "\n" + status_h, re.M))
+    stated = re.search(r"nothing else \((\d+) functions\)", section(doc, "Versions and the ABI"))
+    if not stated or int(stated.group(1)) != declared:
+        out.append("docs/api.md \"Versions and the ABI\" states %s exported functions; the headers "
+                   "declare %d with TTT_API" % (stated.group(1) if stated else "no number of",
+                                                declared))
     public = struct_fields(header, "ttt_layer_descriptor")
     inner = struct_fields(internal, "ttt_layer_desc")
     table = table_fields(doc)
@@ -132,33 +141,35 @@ def problems(header, internal, api_c, doc):
 
 def self_check(files):
     """Each planted change must be reported; the real files must not be."""
-    header, internal, api_c, doc = files
+    header, internal, api_c, doc, status_h = files
     base = problems(*files)
+    field = ("    int feature_gate;", "    int feature_gate;\n    int planted;")
     plants = {
-        "a header field": (header.replace("    int feature_gate;", "    int feature_gate;\n"
-                                          "    int planted;", 1), internal, api_c, doc),
+        "a header field": (header.replace(*field, 1), internal, api_c, doc, status_h),
         "a table row removed": (header, internal, api_c,
-                                re.sub(r"^\| `features` \|.*\n", "", doc, count=1, flags=re.M)),
-        "an internal field": (header, internal.replace("    int feature_gate;",
-                                                       "    int feature_gate;\n    int planted;",
-                                                       1), api_c, doc),
+                                re.sub(r"^\| `features` \|.*\n", "", doc, count=1, flags=re.M),
+                                status_h),
+        "an internal field": (header, internal.replace(*field, 1), api_c, doc, status_h),
         "an assignment removed": (header, internal,
                                   re.sub(r"\n\s*d\.feature_seed = [^;]*;", "", api_c, count=1),
-                                  doc),
-        "a rename not named": (header, internal, api_c,
-                               doc.replace("`n_opts`", "n_opts")),
+                                  doc, status_h),
+        "a rename not named": (header, internal, api_c, doc.replace("`n_opts`", "n_opts"),
+                               status_h),
+        "a function not counted": (header + "\nTTT_API int ttt_planted(void);\n", internal,
+                                   api_c, doc, status_h),
     }
     broken = []
     for what, planted in plants.items():
         if planted == files:
             broken.append("the plant %r changed nothing (the real files moved on)" % what)
-        elif len(problems(*planted)) <= len(base):
+        elif not set(problems(*planted)) - set(base):
             broken.append("the plant %r was not reported" % what)
     return broken
 
 
 def main():
-    files = tuple(open(p, encoding="utf-8").read() for p in (HEADER, INTERNAL, API_C, DOC))
+    files = tuple(open(p, encoding="utf-8").read()
+                  for p in (HEADER, INTERNAL, API_C, DOC, STATUS_H))
     broken = self_check(files)
     if broken:
         for b in broken:
