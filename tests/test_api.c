@@ -153,6 +153,24 @@ START_TEST(presets_and_overrides) {
     ck_assert_int_eq(shape[1], 4);
     ck_assert_int_eq(ttt_layer_state_shape(&name, shape, h, 2), -1);
     ttt_layer_free(h);
+    /* the feature fields: a ratio layer lists them in its tuple, set ones over the preset's
+     * (rfa: feature_map rfa, features 64, seed 0, no gate); other layers do not list them */
+    ck_assert(!strstr(t, "feature_map"));
+    ttt_layer_descriptor_init(&s, sizeof s);
+    s.preset = "rfa";
+    s.features = 16;
+    s.feature_seed = 7;
+    s.feature_gate = 1;
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert_msg(strstr(ttt_layer_tuple(h), "normalize ratio, feature_map rfa, features 16, "
+                                             "feature_seed 7, feature_gate true)"),
+                  "%s", ttt_layer_tuple(h));
+    ttt_layer_free(h);
+    /* a feature map without normalize: ratio is refused, naming the field */
+    ttt_layer_descriptor_init(&s, sizeof s);
+    s.feature_map = "favor";
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.feature_map: favor is a feature map",
+                 "needs normalize: ratio");
 }
 END_TEST
 

@@ -9,6 +9,7 @@
 #include "api_device.h"
 #include "autograd.h"
 #include "experiment.h"
+#include "feature_maps.h"
 #include "layer.h"
 #include "task.h"
 
@@ -150,11 +151,18 @@ _Static_assert(sizeof(ttt_option_value) == sizeof(ttt_opt_value) &&
                "ttt_option_value mirrors ttt_opt_value");
 
 static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
-    char name[128];
+    char name[128], features[160] = "";
+    /* the feature_* fields take part only with normalize: ratio (elsewhere they are refused
+     * unless left at their defaults), so only ratio layers list them */
+    if (L->fmap)
+        snprintf(features, sizeof features,
+                 ", feature_map %s, features %d, feature_seed %llu, feature_gate %s",
+                 L->fmap->name, L->features, (unsigned long long)L->feature_seed,
+                 L->feature_gate ? "true" : "false");
     snprintf(buf, len,
              "%s = (model %s, loss %s, optimizer %s, lr %g, decay %g, decay_placement %s, "
              "mini_batch %d, order %s, steps %s, position_scale %s, form %s, chunk %d, "
-             "scale %g, rope %s, rope_base %g, normalize %s)",
+             "scale %g, rope %s, rope_base %g, normalize %s%s)",
              ttt_layer_describe(L, name, sizeof name), L->model->name, L->loss->name,
              L->optim->name, (double)L->lr, (double)L->decay,
              L->coupled ? "coupled" : "decoupled", L->mini_batch,
@@ -164,7 +172,8 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
              (double)L->rope_base,
              L->normalize == TTT_NORMALIZE_RATIO ? "ratio"
              : L->normalize == TTT_NORMALIZE_RMS ? "rms"
-                                                 : "none");
+                                                 : "none",
+             features);
 }
 
 /* The widest d_k and d_v a layer may have: the widest d_model of a trained model
