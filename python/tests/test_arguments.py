@@ -139,7 +139,7 @@ def test_a_misspelt_keyword_gets_a_suggestion():
 
 
 def test_the_feature_fields_reach_the_layer():
-    # docs/python.md "Arguments": feature_map, features, feature_seed, feature_gate are fields
+    # docs/python.md "Layers": feature_map, features, feature_seed, feature_gate are fields
     L = ttt.Layer("rfa", features=16, feature_seed=7, feature_gate=True)
     assert ("feature_map rfa, features 16, feature_seed 7, feature_gate true)"
             in L.tuple(d_k=4))
