@@ -66,7 +66,7 @@ int main(void) {
     printf("%s\n", ttt_cuda_describe());
 
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = "gated_deltanet";
     desc.scale = 1.0 / sqrt((double)D);
     ttt_layer_handle *layer = NULL;
@@ -98,7 +98,8 @@ int main(void) {
 
     /* The host call. */
     float *host_out[1] = {s_host};
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o_host, .q = q, .k = k, .v = v, .eta = eta,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o_host, .q = q, .k = k, .v = v, .eta = eta,
                        .log_alpha = la, .state_out = host_out};
     if (ttt_layer_forward_run(layer, &io, 0, &err) != TTT_OK) {
         fprintf(stderr, "host forward: %s\n", ttt_errmsg(&err));
@@ -116,7 +117,8 @@ int main(void) {
         !cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate"))
         return 1;
     float *dev_out[1] = {d_s};
-    ttt_batch_io dio = {.B = B, .T = T, .H = H, .o = d_o, .q = dq, .k = dk, .v = dv, .eta = deta,
+    ttt_batch_io dio = {.size = sizeof dio,
+                        .B = B, .T = T, .H = H, .o = d_o, .q = dq, .k = dk, .v = dv, .eta = deta,
                         .log_alpha = dla, .state_out = dev_out, .device = TTT_DEVICE_CUDA,
                         .device_index = 0, .stream = stream, .dtype = TTT_DTYPE_F32};
     printf("cuda: form %s\n", ttt_layer_form_for(layer, &dio));

@@ -46,7 +46,7 @@ static int fail(const char *what, const ttt_error *err) {
 static int demo(const char *preset, const char *form) {
     ttt_error err;
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = preset;
     desc.scale = 1.0 / sqrt((double)D); /* the usual attention scaling of the queries */
     desc.form = form;                    /* NULL: the preset's default (auto) */
@@ -89,7 +89,8 @@ static int demo(const char *preset, const char *form) {
 
     /* One call over the whole sequence. */
     float *o = malloc(n_qk * sizeof(float));
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
                        .log_alpha = la, .state_out = state_full};
     if (ttt_layer_forward_run(layer, &io, 0, &err) != TTT_OK) return fail(preset, &err);
 
@@ -103,7 +104,8 @@ static int demo(const char *preset, const char *form) {
         float *es = slice_time(eta, t0[part], tn[part], 1);
         float *ls = slice_time(la, t0[part], tn[part], 1);
         outs[part] = malloc((size_t)B * tn[part] * H * D * sizeof(float));
-        ttt_batch_io io2 = {.B = B, .T = tn[part], .H = H, .o = outs[part], .q = qs, .k = ks,
+        ttt_batch_io io2 = {.size = sizeof io2,
+                            .B = B, .T = tn[part], .H = H, .o = outs[part], .q = qs, .k = ks,
                             .v = vs, .eta = es, .log_alpha = ls,
                             .state_in = part ? (const float *const *)state_mid : NULL,
                             .state_out = part ? state_end : state_mid};
@@ -134,7 +136,8 @@ static int demo(const char *preset, const char *form) {
     float *d_o = random_buffer(n_qk, -1, 1);
     float *d_q = malloc(n_qk * sizeof(float)), *d_k = malloc(n_qk * sizeof(float));
     float *d_v = malloc(n_qk * sizeof(float)), *d_eta = malloc(n_tok * sizeof(float));
-    ttt_batch_grad g = {.d_o = d_o, .d_q = d_q, .d_k = d_k, .d_v = d_v, .d_eta = d_eta};
+    ttt_batch_grad g = {.size = sizeof g,
+                        .d_o = d_o, .d_q = d_q, .d_k = d_k, .d_v = d_v, .d_eta = d_eta};
     if (ttt_layer_backward_run(layer, &io, &g, &err) != TTT_OK) return fail(preset, &err);
     double nq = 0, ne = 0;
     for (size_t i = 0; i < n_qk; i++) nq += (double)d_q[i] * d_q[i];

@@ -14,6 +14,7 @@
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ static void expect_error(const ttt_layer_descriptor *desc, int d_k, int d_v, ttt
 
 START_TEST(bad_fields_are_named) {
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.optimizer = "momentum";
     const ttt_option_value mu_big[] = {{"momentum", 1.5, NULL}};
     s.options = mu_big;
@@ -65,36 +66,36 @@ START_TEST(bad_fields_are_named) {
     s.options = lr_as_option;
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.optimizer.lr:", "field `lr`");
 
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "gated_deltant";
     expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.preset: unknown preset 'gated_deltant'",
                  "did you mean 'gated_deltanet'?");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.model = "lineer";
     expect_error(&s, 4, 4, TTT_ERR_NAME, "layer.model: unknown model 'lineer'", "'linear'");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.mini_batch = 0;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.mini_batch: expected an integer in [1, ",
                  "got 0");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.decay = 1.5;
     expect_error(&s, 4, 4, TTT_ERR_RANGE, "layer.optimizer.decay: expected a number in ",
                  "got 1.5");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.order = "apply_then_updat";
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.order: expected one of ",
                  "did you mean 'apply_then_update'?");
     /* cross-field checks of the build */
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "deltanet";
     s.form = "dual";
     expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.form: no dual form for (model linear",
                  "expected form: generic");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "ttt_linear";
     expect_error(&s, 4, 3, TTT_ERR_CONFIG, "layer.model: ttt_linear adds its input",
                  "d_k = 4, d_v = 3");
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     expect_error(&s, 0, 4, TTT_ERR_ARG, "ttt_layer_new: d_k = 0", "expected >= 1");
 }
 END_TEST
@@ -102,7 +103,7 @@ END_TEST
 START_TEST(presets_and_overrides) {
     ttt_error err;
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "gated_deltanet";
     ttt_layer_handle *h = NULL;
     ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -122,7 +123,7 @@ START_TEST(presets_and_overrides) {
                       strstr(t, "form chunkwise, chunk 8"),
                   "%s", t);
     ttt_layer_free(h);
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "titans";
     s.optimizer = "sgd"; /* titans' momentum options (lr 0.1, decay 0.99) do not apply to sgd */
     ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -131,7 +132,7 @@ START_TEST(presets_and_overrides) {
                   "%s", t);
     ttt_layer_free(h);
     /* typed options reach the optimizer: μ = 0.5 and Nesterov on */
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "titans";
     const ttt_option_value o[] = {{"momentum", 0.5, NULL}, {"nesterov", 1, NULL}};
     s.options = o;
@@ -152,6 +153,24 @@ START_TEST(presets_and_overrides) {
     ck_assert_int_eq(shape[1], 4);
     ck_assert_int_eq(ttt_layer_state_shape(&name, shape, h, 2), -1);
     ttt_layer_free(h);
+    /* the feature fields: a ratio layer lists them in its tuple, set ones over the preset's
+     * (rfa: feature_map rfa, features 64, seed 0, no gate); other layers do not list them */
+    ck_assert(!strstr(t, "feature_map"));
+    ttt_layer_descriptor_init(&s, sizeof s);
+    s.preset = "rfa";
+    s.features = 16;
+    s.feature_seed = 7;
+    s.feature_gate = 1;
+    ck_assert_msg(ttt_layer_new(&h, &s, 4, 4, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert_msg(strstr(ttt_layer_tuple(h), "normalize ratio, feature_map rfa, features 16, "
+                                             "feature_seed 7, feature_gate true)"),
+                  "%s", ttt_layer_tuple(h));
+    ttt_layer_free(h);
+    /* a feature map without normalize: ratio is refused, naming the field */
+    ttt_layer_descriptor_init(&s, sizeof s);
+    s.feature_map = "favor";
+    expect_error(&s, 4, 4, TTT_ERR_CONFIG, "layer.feature_map: favor is a feature map",
+                 "needs normalize: ratio");
 }
 END_TEST
 
@@ -173,7 +192,7 @@ START_TEST(forward_is_the_recurrence) {
     const double scale = 0.7;
     ttt_error err;
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "gated_deltanet";
     s.scale = scale;
     s.form = "chunkwise"; /* chunks of 4 over 13 tokens: a partial last chunk */
@@ -193,7 +212,8 @@ START_TEST(forward_is_the_recurrence) {
     float *s1 = calloc((size_t)B * H * DK * DV, sizeof(float));
     const float *sin[1] = {s0};
     float *sout[1] = {s1};
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
                        .log_alpha = la, .state_in = sin, .state_out = sout};
     ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
 
@@ -240,7 +260,7 @@ START_TEST(vector_gates_are_per_key_dimension) {
     enum { B = 2, T = 7, H = 2, DK = 3, DV = 2 };
     ttt_error err;
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = "gla";
     ttt_layer_handle *h = NULL;
     ck_assert_msg(ttt_layer_new(&h, &s, DK, DV, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -248,7 +268,8 @@ START_TEST(vector_gates_are_per_key_dimension) {
     float *v = rbuf((size_t)B * T * H * DV, -1, 1), *eta = rbuf((size_t)B * T * H, 0.1f, 0.9f);
     float *la = rbuf((size_t)B * T * H * DK, -1.0f, 0.0f);
     float *o = calloc((size_t)B * T * H * DV, sizeof(float));
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .eta = eta,
                        .log_alpha = la, .alpha_vec = 1};
     ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
     /* float32 rounding over 7 tokens ~1e-6; a gate of the wrong dimension or token is O(0.1) */
@@ -294,7 +315,8 @@ typedef struct grad_problem {
 static double loss(const grad_problem *p) {
     float o[GB * GT * GH * GD], fin[MAXS][GB * GH * GD * GD];
     float *outs[MAXS] = {fin[0], fin[1]};
-    ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p->x[0], .k = p->x[1],
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = GB, .T = GT, .H = GH, .o = o, .q = p->x[0], .k = p->x[1],
                        .v = p->x[2], .eta = p->x[3], .log_alpha = p->x[4],
                        .alpha_vec = p->alpha_vec,
                        .state_in = (const float *const *)p->state, .state_out = outs};
@@ -327,7 +349,7 @@ static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
     grad_problem p = {.alpha_vec = alpha_vec};
     ttt_error err;
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     s.preset = preset;
     s.mini_batch = mini_batch;
     ck_assert_msg(ttt_layer_new(&p.h, &s, GD, GD, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -350,10 +372,12 @@ static void check_gradients(const char *preset, int mini_batch, int alpha_vec) {
     float *g[5], *gs[MAXS], o[GB * GT * GH * GD];
     for (int i = 0; i < 5; i++) g[i] = calloc(p.n[i], sizeof(float));
     for (int i = 0; i < p.n_state; i++) gs[i] = calloc(p.n_state_el[i], sizeof(float));
-    ttt_batch_io io = {.B = GB, .T = GT, .H = GH, .o = o, .q = p.x[0], .k = p.x[1], .v = p.x[2],
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = GB, .T = GT, .H = GH, .o = o, .q = p.x[0], .k = p.x[1], .v = p.x[2],
                        .eta = p.x[3], .log_alpha = p.x[4], .alpha_vec = alpha_vec,
                        .state_in = (const float *const *)p.state};
-    ttt_batch_grad gr = {.d_o = p.d_o, .d_state_out = (const float *const *)p.d_s,
+    ttt_batch_grad gr = {.size = sizeof gr,
+                         .d_o = p.d_o, .d_state_out = (const float *const *)p.d_s,
                          .d_q = g[0], .d_k = g[1], .d_v = g[2], .d_eta = g[3],
                          .d_log_alpha = g[4], .d_state_in = gs};
     ck_assert_msg(ttt_layer_backward_run(p.h, &io, &gr, &err) == TTT_OK, "%s", ttt_errmsg(&err));
@@ -393,17 +417,143 @@ END_TEST
 START_TEST(backward_rejects_missing_inputs) {
     ttt_error err;
     ttt_layer_descriptor s;
-    ttt_layer_descriptor_init(&s);
+    ttt_layer_descriptor_init(&s, sizeof s);
     ttt_layer_handle *h = NULL;
     ck_assert(ttt_layer_new(&h, &s, 2, 2, &err) == TTT_OK);
     float x[4] = {0}, o[4], de[2];
-    ttt_batch_io io = {.B = 1, .T = 2, .H = 1, .o = o, .q = x, .k = x, .v = x};
-    ttt_batch_grad g = {.d_o = x, .d_eta = de};
+    ttt_batch_io io = {.size = sizeof io, .B = 1, .T = 2, .H = 1, .o = o, .q = x, .k = x, .v = x};
+    ttt_batch_grad g = {.size = sizeof g, .d_o = x, .d_eta = de};
     ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), TTT_ERR_ARG);
     ck_assert_msg(strstr(ttt_errmsg(&err), "need io->eta"), "%s", ttt_errmsg(&err));
     io.q = NULL;
     ck_assert_int_eq(ttt_layer_forward_run(h, &io, 0, &err), TTT_ERR_ARG);
     ttt_layer_free(h);
+}
+END_TEST
+
+/* ---- structs that grow (docs/api.md "Versions and the ABI") ---- */
+
+/* The output of a forward of the layer `desc` on fixed inputs (B = 1, T = 6, H = 1, d = 8). */
+static void forward_of(float o[48], const ttt_layer_descriptor *desc) {
+    ttt_error err;
+    ttt_layer_handle *h = NULL;
+    ck_assert_msg(ttt_layer_new(&h, desc, 8, 8, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    float q[48], k[48], v[48];
+    for (int i = 0; i < 48; i++) {
+        q[i] = (float)sin(0.7 * i + 0.1);
+        k[i] = (float)cos(1.3 * i + 0.2);
+        v[i] = (float)sin(0.31 * i * i + 0.3);
+    }
+    ttt_batch_io io;
+    ttt_batch_io_init(&io, sizeof io);
+    io.B = 1, io.T = 6, io.H = 1, io.o = o, io.q = q, io.k = k, io.v = v;
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ttt_layer_free(h);
+}
+
+START_TEST(growable_structs_read_only_their_size) {
+    /* A program compiled before the feature_* fields were appended: its descriptor ends at
+     * `normalize`. The bytes beyond are not its own (here 0xAB, which as feature_seed would be
+     * refused and as feature_map would be read through): init writes none of them and
+     * ttt_layer_new reads none of them, so the layer is that of a full descriptor with the
+     * feature fields unset. Performer (random features: feature_map favor_orth, seed 0) is a
+     * preset whose output depends on them. */
+    const size_t old_size = offsetof(ttt_layer_descriptor, feature_map);
+    ttt_layer_descriptor old;
+    memset(&old, 0xAB, sizeof old);
+    ttt_layer_descriptor_init(&old, old_size);
+    ck_assert_uint_eq(old.size, old_size);
+    const unsigned char *tail = (const unsigned char *)&old + old_size;
+    for (size_t i = 0; i < sizeof old - old_size; i++)
+        ck_assert_msg(tail[i] == 0xAB, "init wrote byte %zu beyond size", old_size + i);
+    old.preset = "performer";
+    ttt_layer_descriptor full;
+    ttt_layer_descriptor_init(&full, sizeof full);
+    ck_assert_uint_eq(full.size, sizeof full);
+    full.preset = "performer";
+    float o_old[48], o_full[48], o_seed[48];
+    forward_of(o_old, &old);
+    forward_of(o_full, &full);
+    ck_assert_msg(memcmp(o_old, o_full, sizeof o_old) == 0, "a smaller descriptor built another "
+                  "layer");
+    /* control: an appended field that is set does change the layer, so the equality above could
+     * have failed had the library read the old caller's tail */
+    full.feature_seed = 1;
+    forward_of(o_seed, &full);
+    ck_assert_msg(memcmp(o_seed, o_full, sizeof o_seed) != 0, "feature_seed changed nothing");
+
+    /* sizes the library refuses: below the first layout (0: never set), above its own */
+    ttt_error err;
+    ttt_layer_handle *h = (ttt_layer_handle *)1;
+    const size_t bad_desc[] = {0, old_size - 1, sizeof full + 8};
+    for (int i = 0; i < 3; i++) {
+        old.size = bad_desc[i];
+        ck_assert_int_eq(ttt_layer_new(&h, &old, 8, 8, &err), TTT_ERR_ARG);
+        ck_assert_ptr_null(h);
+        ck_assert_msg(strncmp(ttt_errmsg(&err), "ttt_layer_descriptor: size = ", 29) == 0, "%s",
+                      ttt_errmsg(&err));
+    }
+
+    /* ttt_batch_io and ttt_batch_grad: the first layouts end at n_seqs and d_state_in */
+    full.feature_seed = TTT_DESC_UNSET_INT;
+    ck_assert(ttt_layer_new(&h, &full, 8, 8, &err) == TTT_OK);
+    float x[48] = {0}, o[48], dq[48];
+    const size_t io_end = offsetof(ttt_batch_io, n_seqs) + sizeof(int);
+    const size_t g_end = offsetof(ttt_batch_grad, d_state_in) + sizeof(float *const *);
+    ttt_batch_io io;
+    memset(&io, 0xAB, sizeof io);
+    ttt_batch_io_init(&io, io_end);
+    for (size_t i = io_end; i < sizeof io; i++)
+        ck_assert_msg(((const unsigned char *)&io)[i] == 0xAB, "init wrote byte %zu", i);
+    ck_assert(io.B == 0 && io.o == NULL && io.cu_seqlens == NULL && io.n_seqs == 0);
+    io.B = 1, io.T = 6, io.H = 1, io.o = o, io.q = x, io.k = x, io.v = x;
+    ttt_batch_grad g;
+    ttt_batch_grad_init(&g, sizeof g);
+    ck_assert(g.size == sizeof g && g.d_o == NULL && g.d_state_in == NULL);
+    g.d_o = x, g.d_q = dq;
+    ck_assert_msg(ttt_layer_forward_run(h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    g.size = g_end;
+    ck_assert_msg(ttt_layer_backward_run(h, &io, &g, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert_str_ne(ttt_layer_form_for(h, &io), "none");
+    const size_t bad_io[] = {0, io_end - 1, sizeof io + 8};
+    for (int i = 0; i < 3; i++) {
+        io.size = bad_io[i];
+        ck_assert_int_eq(ttt_layer_forward_run(h, &io, 1, &err), TTT_ERR_ARG);
+        ck_assert_msg(strncmp(ttt_errmsg(&err), "ttt_batch_io: size = ", 21) == 0, "%s",
+                      ttt_errmsg(&err));
+        ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), TTT_ERR_ARG);
+        ck_assert_str_eq(ttt_layer_form_for(h, &io), "none");
+    }
+    io.size = sizeof io;
+    const size_t bad_g[] = {0, g_end - 1, sizeof g + 8};
+    for (int i = 0; i < 3; i++) {
+        g.size = bad_g[i];
+        ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), TTT_ERR_ARG);
+        ck_assert_msg(strncmp(ttt_errmsg(&err), "ttt_batch_grad: size = ", 23) == 0, "%s",
+                      ttt_errmsg(&err));
+    }
+    ttt_batch_io_init(NULL, sizeof io); /* does nothing (ttt.h) */
+    ttt_batch_grad_init(NULL, sizeof g);
+    ttt_layer_free(h);
+}
+END_TEST
+
+/* The DPLR chunkwise form's workspace grows as chunk² (chunk clamped to T): a chunk size no
+ * allocation can hold is refused with TTT_ERR_NOMEM before any buffer is read (the buffers here
+ * hold one token; T = 2^30 only sizes the chunk), where the size_t count once wrapped; the same
+ * call with chunk 1 on one token runs. */
+START_TEST(dplr_chunk_too_large_is_refused) {
+    float x[1] = {0.5f}, o[1];
+    ttt_dplr_io io = {.B = 1, .T = 1 << 30, .H = 1, .d_k = 1, .d_v = 1, .o = o, .q = x, .k = x,
+                      .a = x, .b = x, .v = x, .chunk = INT_MAX};
+    ttt_error err;
+    ck_assert_int_eq(ttt_dplr_forward(&io, &err), TTT_ERR_NOMEM);
+    ck_assert_msg(strstr(ttt_errmsg(&err), "ttt_dplr_forward: dplr chunkwise: chunks of 1073741824 "
+                                           "tokens need"), "%s", ttt_errmsg(&err));
+    io.T = 1;
+    io.chunk = 1;
+    ck_assert_msg(ttt_dplr_forward(&io, &err) == TTT_OK, "%s", ttt_errmsg(&err));
+    ck_assert(o[0] == 0.125f); /* S_1 = (1 + b a) S_0 + k v = 0.25 from S_0 = 0; o = q S_1 */
 }
 END_TEST
 
@@ -518,14 +668,15 @@ static void run_form(float *o, const char *preset, const char *form, int T, cons
         v[i] = (float)((x >> 12) & 0xffff) / 65536.0f - 0.5f;
     }
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = preset;
     desc.form = form;
     desc.chunk = 8;
     ttt_error err;
     ttt_layer_handle *h;
     ck_assert_msg(ttt_layer_new(&h, &desc, D, D, &err) == TTT_OK, "%s", ttt_errmsg(&err));
-    ttt_batch_io io = {.B = 1, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .log_alpha = la,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = 1, .T = T, .H = H, .o = o, .q = q, .k = k, .v = v, .log_alpha = la,
                        .alpha_vec = alpha_vec};
     ck_assert_msg(ttt_layer_forward_run(h, &io, 1, &err) == TTT_OK, "%s", ttt_errmsg(&err));
     ttt_layer_free(h);
@@ -534,7 +685,7 @@ static void run_form(float *o, const char *preset, const char *form, int T, cons
 /* The form `auto` resolves to for a call on io, for preset. */
 static const char *form_for(const char *preset, const ttt_batch_io *io) {
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = preset;
     desc.chunk = 8;
     ttt_error err;
@@ -570,7 +721,7 @@ START_TEST(form_for_names_the_form_that_runs) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const float *la = cases[c].gate == 1 ? la_tok : cases[c].gate == 2 ? la_key : NULL;
-        const ttt_batch_io io = {.B = 1, .T = T, .H = 2, .log_alpha = la,
+        const ttt_batch_io io = {.size = sizeof io, .B = 1, .T = T, .H = 2, .log_alpha = la,
                                  .alpha_vec = cases[c].gate == 2};
         const char *got = form_for(cases[c].preset, &io);
         ck_assert_msg(strcmp(got, cases[c].want) == 0, "%s (gate %d): form_for says %s, "
@@ -587,9 +738,10 @@ START_TEST(form_for_names_the_form_that_runs) {
         }
     }
     /* TTT-Linear runs its dual form; a per-key gate has no form for it; no handle: "none" */
-    const ttt_batch_io io = {.B = 1, .T = T, .H = 2};
+    const ttt_batch_io io = {.size = sizeof io, .B = 1, .T = T, .H = 2};
     ck_assert_str_eq(form_for("ttt_linear", &io), "dual");
-    const ttt_batch_io io_key = {.B = 1, .T = T, .H = 2, .log_alpha = la_key, .alpha_vec = 1};
+    const ttt_batch_io io_key = {.size = sizeof io_key,
+                                 .B = 1, .T = T, .H = 2, .log_alpha = la_key, .alpha_vec = 1};
     ck_assert_str_eq(form_for("ttt_linear", &io_key), "none");
     ck_assert_str_eq(ttt_layer_form_for(NULL, &io), "none");
 }
@@ -641,9 +793,9 @@ START_TEST(misuse_is_refused_with_a_status) {
     EXPECT_STATUS(ttt_registry_entry(NULL, NULL, TTT_REGISTRY_PRESETS, 0, err), TTT_OK, "");
 
     /* descriptors and handles */
-    ttt_layer_descriptor_init(NULL);
+    ttt_layer_descriptor_init(NULL, sizeof(ttt_layer_descriptor));
     ttt_layer_descriptor d;
-    ttt_layer_descriptor_init(&d);
+    ttt_layer_descriptor_init(&d, sizeof d);
     d.preset = "gated_deltanet";
     ttt_layer_handle *h = (ttt_layer_handle *)1;
     EXPECT_STATUS(ttt_layer_new(NULL, &d, 2, 2, err), TTT_ERR_ARG, "out is NULL");
@@ -660,7 +812,7 @@ START_TEST(misuse_is_refused_with_a_status) {
      * an overflow (an MLP's hidden width 4·65536 is an int), and its state shapes are positive */
     for (int i = 0; i < n_presets; i++) {
         ttt_layer_descriptor w;
-        ttt_layer_descriptor_init(&w);
+        ttt_layer_descriptor_init(&w, sizeof w);
         ck_assert(ttt_registry_entry(&w.preset, NULL, TTT_REGISTRY_PRESETS, i, NULL) == TTT_OK);
         ttt_error e;
         ttt_layer_handle *hw = NULL;
@@ -683,7 +835,7 @@ START_TEST(misuse_is_refused_with_a_status) {
     d.n_options = 1; /* options NULL */
     EXPECT_STATUS(ttt_layer_new(&h, &d, 2, 2, err), TTT_ERR_ARG, "options given without");
     ttt_layer_descriptor m;
-    ttt_layer_descriptor_init(&m);
+    ttt_layer_descriptor_init(&m, sizeof m);
     m.optimizer = "momentum";
     const ttt_option_value twice[] = {{"momentum", 0.5, NULL}, {"momentum", 0.9, NULL}};
     m.options = twice;
@@ -725,9 +877,10 @@ START_TEST(misuse_is_refused_with_a_status) {
     /* forward and backward: one valid call of (B, T, H) = (1, 2, 1), then one field at a time */
     float q[4] = {0.5f, 0, 0, 0.5f}, o[4], beta[2] = {0.5f, 0.5f}, la[4] = {-0.1f, -0.1f};
     float dq[4], S_out[4], *const state_out[1] = {S_out};
-    ttt_batch_io ok = {.B = 1, .T = 2, .H = 1, .o = o, .q = q, .k = q, .v = q, .eta = beta,
+    ttt_batch_io ok = {.size = sizeof ok,
+                       .B = 1, .T = 2, .H = 1, .o = o, .q = q, .k = q, .v = q, .eta = beta,
                        .log_alpha = la, .state_out = state_out};
-    ttt_batch_grad g = {.d_o = q, .d_q = dq};
+    ttt_batch_grad g = {.size = sizeof g, .d_o = q, .d_q = dq};
     EXPECT_STATUS(ttt_layer_forward_run(h, &ok, 0, err), TTT_OK, "");
     EXPECT_STATUS(ttt_layer_forward_run(h, &ok, 1, err), TTT_OK, "");
     EXPECT_STATUS(ttt_layer_backward_run(h, &ok, &g, err), TTT_OK, "");
@@ -836,6 +989,8 @@ int main(void) {
     tcase_add_test(tc, vector_gates_are_per_key_dimension);
     tcase_add_test(tc, backward_matches_finite_differences);
     tcase_add_test(tc, backward_rejects_missing_inputs);
+    tcase_add_test(tc, growable_structs_read_only_their_size);
+    tcase_add_test(tc, dplr_chunk_too_large_is_refused);
     tcase_add_test(tc, registries_list_the_library);
     tcase_add_test(tc, experiment_from_a_string);
     tcase_add_test(tc, form_for_names_the_form_that_runs);

@@ -141,6 +141,47 @@ START_TEST(rope_split_sequence_continues) {
 }
 END_TEST
 
+/* The backward rotation ttt_rope_inverse_add at widths beyond 1024 (the trained models' RoPE
+ * backward once kept a row buffer of 1024 floats, asserted): it adds dy R_{-p} into its output,
+ * against the float64 rotation of dy by -p; it gives the bits of ttt_rope_apply at -p added
+ * row by row (the former path), and turned at p + 1 instead it is caught. One rotation in float64
+ * rounded to float32, then one float32 addition to 0: RTOL_ROPE as above. */
+START_TEST(rope_inverse_add_any_width) {
+    tu_fixture f;
+    tu_fx_init(&f, 203);
+    static const int widths[] = {5, 2050};
+    for (int w = 0; w < 2; w++) {
+        const int T = 3, d = widths[w], pos0 = 7;
+        const size_t n = (size_t)T * d;
+        float *dy = tu_randn_buf(&f, n, 1.0f);
+        float *g = calloc(n, sizeof(float)), *old = calloc(n, sizeof(float)),
+              *tmp = malloc(sizeof(float) * (size_t)d), *off = calloc(n, sizeof(float));
+        double *xd = malloc(sizeof(double) * (size_t)d), *want = malloc(sizeof(double) * n);
+        ck_assert(g && old && tmp && off && xd && want);
+        ttt_rope_inverse_add(g, dy, T, d, pos0, TTT_ROPE_BASE);
+        ttt_rope_inverse_add(off, dy, T, d, pos0 + 1, TTT_ROPE_BASE);
+        double err = 0, err_off = 0, scale = 0;
+        for (int t = 0; t < T; t++) {
+            ttt_rope_apply(tmp, dy + (size_t)t * d, 1, d, -(pos0 + t), TTT_ROPE_BASE);
+            for (int j = 0; j < d; j++) old[(size_t)t * d + j] += tmp[j];
+            for (int j = 0; j < d; j++) xd[j] = dy[(size_t)t * d + j];
+            ref_rope_row(want + (size_t)t * d, xd, d, -(double)(pos0 + t), 10000.0);
+        }
+        for (size_t i = 0; i < n; i++) {
+            scale = fmax(scale, fabs(want[i]));
+            err = fmax(err, fabs(g[i] - want[i]));
+            err_off = fmax(err_off, fabs(off[i] - want[i]));
+        }
+        ck_assert_msg(err <= RTOL_ROPE * scale, "d = %d: error %g of %g", d, err, scale);
+        ck_assert_msg(err_off > RTOL_ROPE * scale, "d = %d: position + 1 not caught", d);
+        ck_assert_msg(memcmp(g, old, sizeof(float) * n) == 0, "d = %d: not the bits of "
+                      "ttt_rope_apply at -p", d);
+        free(g), free(old), free(tmp), free(off), free(xd), free(want);
+    }
+    tu_fx_free(&f);
+}
+END_TEST
+
 /* Linear attention on rotated q, k: parallel = chunkwise = recurrent = the float64 form written
  * with relative rotations, o_t = Σ_{s≤t} γ^{t−s} (q_t R_{t−s} k_sᵀ) v_s ("complex decay"). */
 START_TEST(rope_linear_attention_forms) {
@@ -558,6 +599,7 @@ static Suite *attention_suite(void) {
     tcase_add_test(tr, rope_matches_reference_and_preserves_norms);
     tcase_add_test(tr, rope_relative_position);
     tcase_add_test(tr, rope_split_sequence_continues);
+    tcase_add_test(tr, rope_inverse_add_any_width);
     tcase_add_test(tr, rope_linear_attention_forms);
     suite_add_tcase(s, tr);
     TCase *tn = tcase_create("normalized");

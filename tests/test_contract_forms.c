@@ -1044,7 +1044,7 @@ static void device_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_p
     dev_buf(&dh0, ns, NULL, 0, 0, 0);
     /* the reference: the same preset through the C API with form: generic on the host */
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = p->name;
     desc.chunk = CHUNK;
     desc.mini_batch = p->mini_batch > 1 ? 4 : 1;
@@ -1057,12 +1057,14 @@ static void device_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_p
     float *r_deta = calloc(nt + 1, 4), *r_dla = calloc(la.n + 1, 4);
     const float *h_in[1] = {h0.host}, *h_dout[1] = {d_ht.host};
     float *h_out[1] = {r_ht}, *h_din[1] = {r_dh0};
-    const ttt_batch_io hio = {.B = DEV_B, .T = T, .H = DEV_H, .o = r_o, .q = q.host,
+    const ttt_batch_io hio = {.size = sizeof hio,
+                              .B = DEV_B, .T = T, .H = DEV_H, .o = r_o, .q = q.host,
                               .k = k.host, .v = v.host, .eta = with_eta ? eta.host : NULL,
                               .log_alpha = given_la ? la.host : NULL,
                               .alpha_vec = g == TTT_FORM_GATE_KEY, .state_in = h_in,
                               .state_out = h_out};
-    const ttt_batch_grad hg = {.d_o = d_o.host, .d_state_out = h_dout, .d_q = r_dq, .d_k = r_dk,
+    const ttt_batch_grad hg = {.size = sizeof hg,
+                               .d_o = d_o.host, .d_state_out = h_dout, .d_q = r_dq, .d_k = r_dk,
                                .d_v = r_dv, .d_eta = with_eta ? r_deta : NULL,
                                .d_log_alpha = given_la ? r_dla : NULL, .d_state_in = h_din};
     ck_assert_msg(ttt_layer_backward_run(ref, &hio, &hg, &err) == TTT_OK, "%s", err.msg);

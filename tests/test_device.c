@@ -34,7 +34,7 @@ static int gpu_count(void) {
 
 static ttt_layer_handle *new_layer(const char *preset) {
     ttt_layer_descriptor desc;
-    ttt_layer_descriptor_init(&desc);
+    ttt_layer_descriptor_init(&desc, sizeof desc);
     desc.preset = preset;
     desc.scale = 0.25;
     ttt_layer_handle *h = NULL;
@@ -82,7 +82,7 @@ START_TEST(host_call_refusals) {
     ttt_layer_handle *h = new_layer("gated_deltanet");
     const size_t n = (size_t)B * T * H * D;
     float *x = calloc(n, sizeof(float)), *o = calloc(n, sizeof(float));
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o, .q = x, .k = x, .v = x};
+    ttt_batch_io io = {.size = sizeof io, .B = B, .T = T, .H = H, .o = o, .q = x, .k = x, .v = x};
     ttt_error err = {0};
     io.dtype = TTT_DTYPE_BF16;
     ck_assert_int_eq(ttt_layer_forward_run(h, &io, 1, &err), TTT_ERR_ARG);
@@ -106,7 +106,7 @@ END_TEST
  * needed to ask): in a build without CUDA there is none. */
 START_TEST(form_for_device_calls) {
     ttt_layer_handle *gd = new_layer("gated_deltanet"), *mlp = new_layer("ttt_mlp");
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .device = TTT_DEVICE_CUDA};
+    ttt_batch_io io = {.size = sizeof io, .B = B, .T = T, .H = H, .device = TTT_DEVICE_CUDA};
     const char *want = ttt_device_cuda_built() ? "chunkwise (cuda)" : "none";
     ck_assert_str_eq(ttt_layer_form_for(gd, &io), want);
     const char *first = ttt_layer_form_for(gd, &io);
@@ -154,13 +154,14 @@ START_TEST(no_gpu_refusals) {
     /* a layer call on CUDA buffers: refused with the reason, nothing read */
     ttt_layer_handle *h = new_layer("gated_deltanet");
     float dummy[16] __attribute__((aligned(16))) = {0};
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = dummy, .q = dummy, .k = dummy, .v = dummy,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = dummy, .q = dummy, .k = dummy, .v = dummy,
                        .device = TTT_DEVICE_CUDA, .device_index = 0};
     ck_assert_int_eq(ttt_layer_forward_run(h, &io, 0, &err), TTT_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "io->device = TTT_DEVICE_CUDA") &&
                       (strstr(err.msg, "no CUDA device") || strstr(err.msg, "-DTTT_CUDA=ON")),
                   "%s", err.msg);
-    const ttt_batch_grad g = {.d_o = dummy};
+    const ttt_batch_grad g = {.size = sizeof g, .d_o = dummy};
     ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), TTT_ERR_UNSUPPORTED);
     /* the host path still runs after the refusals */
     io.device = TTT_DEVICE_HOST;
@@ -259,7 +260,8 @@ START_TEST(api_device_refusals) {
     ck_assert_int_eq(ttt_device_alloc(&o, d, bytes + 64, NULL, "o", &err), TTT_OK);
     ck_assert_int_eq(ttt_device_zero(q.ptr, d, bytes + 64, NULL, &err), TTT_OK);
     float *hq = calloc(n, sizeof(float)), *ho = calloc(n, sizeof(float));
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o.ptr, .q = q.ptr, .k = q.ptr, .v = q.ptr,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o.ptr, .q = q.ptr, .k = q.ptr, .v = q.ptr,
                        .device = TTT_DEVICE_CUDA, .device_index = 0};
     /* the wrong device index */
     io.device_index = gpu_count();
@@ -278,7 +280,8 @@ START_TEST(api_device_refusals) {
                   err.msg);
     io.v = q.ptr;
     /* device memory passed to a host call (CUDA is in use in this process by now) */
-    ttt_batch_io hio = {.B = B, .T = T, .H = H, .o = ho, .q = hq, .k = q.ptr, .v = hq};
+    ttt_batch_io hio = {.size = sizeof hio,
+                        .B = B, .T = T, .H = H, .o = ho, .q = hq, .k = q.ptr, .v = hq};
     ck_assert_int_eq(ttt_layer_forward_run(h, &hio, 1, &err), TTT_ERR_ARG);
     ck_assert_msg(strstr(err.msg, "io->k") && strstr(err.msg, "is memory of cuda:0"), "%s",
                   err.msg);
@@ -317,7 +320,8 @@ START_TEST(api_calls_reuse_the_pool) {
                      TTT_OK);
     ck_assert_int_eq(ttt_cuda_fill_f32(q.ptr, 0.1f, n, NULL, &err), TTT_OK);
     ck_assert_int_eq(ttt_cuda_fill_f32(eta.ptr, 0.5f, n / D, NULL, &err), TTT_OK);
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = o.ptr, .q = q.ptr, .k = q.ptr, .v = q.ptr,
+    ttt_batch_io io = {.size = sizeof io,
+                       .B = B, .T = T, .H = H, .o = o.ptr, .q = q.ptr, .k = q.ptr, .v = q.ptr,
                        .eta = eta.ptr, .device = TTT_DEVICE_CUDA, .device_index = 0};
     ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", err.msg);
     ck_assert_int_eq(ttt_device_sync(d, NULL, &err), TTT_OK);

@@ -421,7 +421,8 @@ static result run_dplr_case(const hard_case *c, int T, int C) {
     if (C == 0)
         ttt_dplr_recurrent_ld(o, S, p.q, bk, p.v, a, bk, lw, T, DK, DV, &ld);
     else
-        ttt_dplr_chunkwise_ld(o, S, p.q, bk, p.v, a, bk, lw, T, DK, DV, C, &ld);
+        ck_assert(ttt_dplr_chunkwise_ld(o, S, p.q, bk, p.v, a, bk, lw, T, DK, DV, C, &ld, NULL) ==
+                  TTT_OK);
     /* o0, S0: the distance to the nearer of the two perturbed recurrences */
     const double bo = rel_rms(o, o_refb, (size_t)T * DV), bs = rel_rms(S, S_refb, DK * DV);
     const result r = {rel_rms(o, o_ref, (size_t)T * DV), rel_rms(S, S_ref, DK * DV),

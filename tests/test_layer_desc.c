@@ -1,11 +1,16 @@
 /* The layer descriptor (layers/layer.h, ttt_layer_build) against the YAML reader
  * (ttt_layer_parse), which reads a `layer:` mapping into a descriptor and builds it: both paths
  * must give the same ttt_layer, byte for byte (including the optimizer's parsed configuration),
- * for every preset and for overrides of every kind of field and option type. */
+ * for every preset and for overrides of every kind of field and option type. The public
+ * descriptor (include/ttt/ttt.h) is a third path: ttt_layer_new copies it into a ttt_layer_desc,
+ * and its feature_* fields must arrive as the YAML's do. */
 #include <string.h>
 
 #include "testutil.h"
 #include "internal.h"
+
+/* after the internal headers, as in src/app/api.c: ttt.h then reuses their status types */
+#include <ttt/ttt.h>
 
 static void yaml_layer(const char *text, int d_k, int d_v, ttt_layer *L) {
     char doc[512];
@@ -137,11 +142,84 @@ START_TEST(overrides_build_the_same_both_ways) {
 }
 END_TEST
 
+/* A layer built through the public API. The handle's first member is its ttt_layer
+ * (src/app/api.c), so the handle's address is the layer's. */
+static const ttt_layer *public_layer(ttt_layer_handle **h, const ttt_layer_descriptor *d,
+                                     int d_k, int d_v) {
+    ttt_error err = {0};
+    ck_assert_msg(ttt_layer_new(h, d, d_k, d_v, &err) == TTT_OK, "%s", err.msg);
+    return (const ttt_layer *)(const void *)*h;
+}
+
+START_TEST(feature_fields_build_the_same_all_ways) {
+    /* every feature_* field set away from its default and from the preset's (rfa: feature_map
+     * rfa, features 64, feature_seed 0, feature_gate false) */
+    const char *yaml = "{preset: rfa, feature_map: favor, features: 16, feature_seed: 7, "
+                       "feature_gate: false}";
+    ttt_layer a, b;
+    yaml_layer(yaml, 8, 8, &a);
+    ttt_layer_desc d;
+    ttt_layer_desc_init(&d);
+    d.preset = "rfa";
+    d.feature_map = "favor";
+    d.features = 16;
+    d.feature_seed = 7;
+    d.feature_gate = 0;
+    desc_layer(&d, 8, 8, &b);
+    assert_same(&a, &b, "rfa, favor 16 seed 7 (internal descriptor)");
+    ttt_layer_descriptor p;
+    ttt_layer_descriptor_init(&p, sizeof p);
+    p.preset = "rfa";
+    p.feature_map = "favor";
+    p.features = 16;
+    p.feature_seed = 7;
+    p.feature_gate = 0;
+    ttt_layer_handle *h = NULL;
+    assert_same(&a, public_layer(&h, &p, 8, 8), "rfa, favor 16 seed 7 (public descriptor)");
+    ttt_layer_free(h);
+    ck_assert_int_eq(a.features, 16);
+    ck_assert_uint_eq(a.feature_seed, 7);
+    ck_assert(!a.feature_gate);
+
+    /* the gate, through a preset without it: normalized linear attention with rfa's map */
+    yaml_layer("{model: linear, loss: dot, normalize: ratio, feature_map: rfa, features: 8, "
+               "feature_gate: true}", 8, 8, &a);
+    ttt_layer_descriptor_init(&p, sizeof p);
+    p.model = "linear";
+    p.loss = "dot";
+    p.normalize = "ratio";
+    p.feature_map = "rfa";
+    p.features = 8;
+    p.feature_gate = 1;
+    assert_same(&a, public_layer(&h, &p, 8, 8), "rfa map with the gate (public descriptor)");
+    ttt_layer_free(h);
+    ck_assert(a.feature_gate);
+
+    /* controls: each field, changed alone, changes the layer the comparison sees */
+    static const char *const changed[] = {
+        "{model: linear, loss: dot, normalize: ratio, feature_map: favor, features: 8, "
+        "feature_gate: true}",
+        "{model: linear, loss: dot, normalize: ratio, feature_map: rfa, features: 9, "
+        "feature_gate: true}",
+        "{model: linear, loss: dot, normalize: ratio, feature_map: rfa, features: 8, "
+        "feature_seed: 1, feature_gate: true}",
+        "{model: linear, loss: dot, normalize: ratio, feature_map: rfa, features: 8}"};
+    for (int i = 0; i < 4; i++) {
+        ttt_layer c;
+        yaml_layer(changed[i], 8, 8, &c);
+        ttt_layer x = a, y = c;
+        x.preset = y.preset = NULL;
+        ck_assert_msg(memcmp(&x, &y, sizeof x) != 0, "%s: the same layer", changed[i]);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("layer_desc");
     TCase *tc = tcase_create("layer_desc");
     tcase_add_test(tc, every_preset_builds_the_same_both_ways);
     tcase_add_test(tc, overrides_build_the_same_both_ways);
+    tcase_add_test(tc, feature_fields_build_the_same_all_ways);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

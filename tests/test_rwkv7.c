@@ -174,8 +174,8 @@ static void run(float *o, float *S, const problem *p) {
 }
 static void run_chunk(float *o, float *S, const problem *p, int C) {
     memcpy(S, p->S0, sizeof(float) * DK * DV);
-    ttt_dplr_chunkwise_ld(o, S, p->q, p->k, p->v, p->a, p->b, p->lw, p->T, DK, DV, C,
-                          &contiguous);
+    ck_assert(ttt_dplr_chunkwise_ld(o, S, p->q, p->k, p->v, p->a, p->b, p->lw, p->T, DK, DV, C,
+                                    &contiguous, NULL) == TTT_OK);
 }
 
 /* The forms: the recurrence, and the chunkwise form at chunks of 16, 48 (which divides neither
@@ -189,8 +189,8 @@ static void run_form(float *o, float *S, const problem *p, int C) {
         ttt_dplr_recurrent_ld(o, S, p->q, p->k, p->v, p->a, p->b, p->lw, p->T, DK, DV,
                               &contiguous);
     else
-        ttt_dplr_chunkwise_ld(o, S, p->q, p->k, p->v, p->a, p->b, p->lw, p->T, DK, DV, C,
-                              &contiguous);
+        ck_assert(ttt_dplr_chunkwise_ld(o, S, p->q, p->k, p->v, p->a, p->b, p->lw, p->T, DK, DV,
+                                        C, &contiguous, NULL) == TTT_OK);
 }
 
 START_TEST(dplr_forms_match_float64_on_hard_inputs) {
@@ -275,8 +275,9 @@ START_TEST(dplr_kernel_with_row_strides_gives_the_same_bits) {
     static float oc[TS * DV], Sc[DK * DV];
     run_chunk(oc, Sc, &p, 48);
     memcpy(S2, p.S0, sizeof S2);
-    ttt_dplr_chunkwise_ld(os + HEAD * DV, S2, qs + HEAD * DK, ks + HEAD * DK, vs + HEAD * DV,
-                          as + HEAD * DK, bs + HEAD * DK, ls + HEAD * DK, TS, DK, DV, 48, &ld);
+    ck_assert(ttt_dplr_chunkwise_ld(os + HEAD * DV, S2, qs + HEAD * DK, ks + HEAD * DK,
+                                    vs + HEAD * DV, as + HEAD * DK, bs + HEAD * DK, ls + HEAD * DK,
+                                    TS, DK, DV, 48, &ld, NULL) == TTT_OK);
     for (int t = 0; t < TS; t++)
         ck_assert_msg(memcmp(os + (t * H + HEAD) * DV, oc + t * DV, DV * sizeof(float)) == 0,
                       "chunkwise strided row %d differs", t);

@@ -150,12 +150,13 @@ static ttt_status call(const problem *p, int variant, int backward, int t0, int 
         dsi[i] = r->d_state_in[i] + blk;
     }
     (void)ns;
-    ttt_batch_io io = {.B = 1, .T = len, .H = H, .o = o, .q = q, .k = k, .v = v,
+    ttt_batch_io io = {.size = sizeof io, .B = 1, .T = len, .H = H, .o = o, .q = q, .k = k, .v = v,
                        .eta = variant & V_ETA ? eta : NULL,
                        .log_alpha = variant & (V_GATE | V_GATE_VEC) ? la : NULL,
                        .alpha_vec = (variant & V_GATE_VEC) != 0, .state_in = sin,
                        .state_out = sout, .seed = 7, .cu_seqlens = cu, .n_seqs = cu ? ns : 0};
-    const ttt_batch_grad g = {.d_o = d_o, .d_state_out = dso, .d_q = d_q, .d_k = d_k,
+    const ttt_batch_grad g = {.size = sizeof g,
+                              .d_o = d_o, .d_state_out = dso, .d_q = d_q, .d_k = d_k,
                               .d_v = d_v, .d_eta = io.eta ? d_eta : NULL,
                               .d_log_alpha = io.log_alpha ? d_la : NULL, .d_state_in = dsi};
     ttt_status s = backward ? ttt_layer_backward_run(p->h, &io, &g, err)
@@ -256,7 +257,7 @@ static void every_layer(int backward, int variant_step) {
         int preset_ran = 0;
         for (int f = 0; f < nf; f++) {
             ttt_layer_descriptor d;
-            ttt_layer_descriptor_init(&d);
+            ttt_layer_descriptor_init(&d, sizeof d);
             d.preset = preset;
             d.form = forms[f];
             ttt_layer_handle *h = NULL;
@@ -304,7 +305,7 @@ END_TEST
  * inputs only changes that sequence's output. */
 START_TEST(a_changed_input_is_seen) {
     ttt_layer_descriptor d;
-    ttt_layer_descriptor_init(&d);
+    ttt_layer_descriptor_init(&d, sizeof d);
     d.preset = "gated_deltanet";
     ttt_layer_handle *h = NULL;
     ttt_error err;
@@ -335,20 +336,20 @@ END_TEST
 static void expect_refused(ttt_layer_handle *h, const int64_t *cu, int n_seqs, int B,
                            ttt_device_kind device, ttt_status status, const char *want) {
     float x[4 * T * H * DK] = {0};
-    ttt_batch_io io = {.B = B, .T = T, .H = H, .o = x, .q = x, .k = x, .v = x,
+    ttt_batch_io io = {.size = sizeof io, .B = B, .T = T, .H = H, .o = x, .q = x, .k = x, .v = x,
                        .cu_seqlens = cu, .n_seqs = n_seqs, .device = device};
     ttt_error err;
     ck_assert_int_eq(ttt_layer_forward_run(h, &io, 0, &err), status);
     ck_assert_msg(strstr(ttt_errmsg(&err), want), "'%s' lacks '%s'", ttt_errmsg(&err), want);
     float d_o[4 * T * H * DV] = {0};
-    const ttt_batch_grad g = {.d_o = d_o};
+    const ttt_batch_grad g = {.size = sizeof g, .d_o = d_o};
     ck_assert_int_eq(ttt_layer_backward_run(h, &io, &g, &err), status);
     ck_assert_msg(strstr(ttt_errmsg(&err), want), "'%s' lacks '%s'", ttt_errmsg(&err), want);
 }
 
 START_TEST(bad_offsets_are_named) {
     ttt_layer_descriptor d;
-    ttt_layer_descriptor_init(&d);
+    ttt_layer_descriptor_init(&d, sizeof d);
     d.preset = "linear_attention";
     ttt_layer_handle *h = NULL;
     ttt_error err;
@@ -374,7 +375,7 @@ START_TEST(bad_offsets_are_named) {
                    "io->cu_seqlens is not yet on CUDA");
     /* the same offsets are accepted on the host: the refusals above are the offsets' */
     float x[T * H * DK] = {0}, o[T * H * DV];
-    ttt_batch_io io = {.B = 1, .T = T, .H = H, .o = o, .q = x, .k = x, .v = x,
+    ttt_batch_io io = {.size = sizeof io, .B = 1, .T = T, .H = H, .o = o, .q = x, .k = x, .v = x,
                        .cu_seqlens = good, .n_seqs = 2};
     ck_assert_msg(ttt_layer_forward_run(h, &io, 0, &err) == TTT_OK, "%s", ttt_errmsg(&err));
     ttt_layer_free(h);

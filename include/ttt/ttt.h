@@ -37,9 +37,9 @@ TTT_API const char *ttt_errmsg(const ttt_error *err);
 /* The version of this header. CMakeLists.txt reads project(VERSION) from these three lines, so
  * the header, libttt.so's file name and ttt_version() cannot disagree; libttt.so's SOVERSION is
  * the major (docs/api.md "Versions and the ABI"). TTT_VERSION_NUMBER orders versions:
- * MAJOR·10000 + MINOR·100 + PATCH, e.g. `#if TTT_VERSION_NUMBER >= 100` for 0.1.0 or later. */
-#define TTT_VERSION_MAJOR 0
-#define TTT_VERSION_MINOR 1
+ * MAJOR·10000 + MINOR·100 + PATCH, e.g. `#if TTT_VERSION_NUMBER >= 10000` for 1.0.0 or later. */
+#define TTT_VERSION_MAJOR 1
+#define TTT_VERSION_MINOR 0
 #define TTT_VERSION_PATCH 0
 #define TTT_VERSION_NUMBER (TTT_VERSION_MAJOR * 10000 + TTT_VERSION_MINOR * 100 + TTT_VERSION_PATCH)
 
@@ -104,9 +104,19 @@ typedef struct ttt_option_value {
     const char *text;
 } ttt_option_value;
 
+/* Growable structs (ttt_layer_descriptor, ttt_batch_io, ttt_batch_grad; docs/api.md
+ * "Versions and the ABI"): the first field `size` is sizeof the struct the caller was compiled
+ * with, set by the struct's init function (ttt_layer_descriptor_init(&d, sizeof d)) or by an
+ * initializer (ttt_batch_io io = {.size = sizeof io, …}). Later versions append fields only at
+ * the end; the library reads the first `size` bytes and takes every field beyond them as unset
+ * (zero, or TTT_DESC_UNSET_* in a descriptor). A size below the struct's first layout, or above
+ * the library's own (a header newer than the library), is refused with TTT_ERR_ARG. */
+
 /* A layer as C fields (the `layer:` mapping of an experiment file, docs/api.md). Start from
- * ttt_layer_descriptor_init (every field unset); strings are read during ttt_layer_new only. */
+ * ttt_layer_descriptor_init (every field unset); strings are read during ttt_layer_new only.
+ * The first layout ends at `normalize`; the feature_* fields were appended in 1.0.0. */
 typedef struct ttt_layer_descriptor {
+    size_t size;                     /* sizeof(ttt_layer_descriptor) of the caller */
     const char *preset;              /* "gated_deltanet", …; NULL = none */
     const char *model, *loss;        /* registry names */
     const char *optimizer;           /* registry name */
@@ -125,10 +135,16 @@ typedef struct ttt_layer_descriptor {
     int rope;                        /* 0 or 1 */
     double rope_base;
     const char *normalize;           /* "none" | "ratio" | "rms" */
+    const char *feature_map;         /* φ of normalize "ratio": "elu1" | "favor" | "favor_orth"
+                                      * | "rfa" */
+    int features;                    /* m, the random features of favor, favor_orth, rfa */
+    int feature_seed;                /* seed of the feature map's random matrix */
+    int feature_gate;                /* 0 or 1: rfa's gated writes */
 } ttt_layer_descriptor;
 
-/* Every field unset. NULL: does nothing. */
-TTT_API void ttt_layer_descriptor_init(ttt_layer_descriptor *desc);
+/* Every field of the first `size` bytes unset and desc->size = size; pass sizeof *desc. Writes
+ * nothing beyond `size` bytes (nor beyond this library's layout). NULL: does nothing. */
+TTT_API void ttt_layer_descriptor_init(ttt_layer_descriptor *desc, size_t size);
 
 /* ---- layers ------------------------------------------------------------------------------- */
 
@@ -161,6 +177,7 @@ TTT_API int ttt_layer_state_shape(const char **name, int shape[4], const ttt_lay
 /* The buffers of one batched call, all float32, row-major, in the (B, T, H, D) layout.
  * Sequence (b, h) is independent of every other. */
 typedef struct ttt_batch_io {
+    size_t size;                  /* sizeof(ttt_batch_io) of the caller (growable, above) */
     int B, T, H;
     float *o;                     /* (B, T, H, d_v) written */
     const float *q, *k;           /* (B, T, H, d_k) */
@@ -192,6 +209,10 @@ typedef struct ttt_batch_io {
     int n_seqs;
 } ttt_batch_io;
 
+/* The first `size` bytes zeroed (no buffers, host, float32) and io->size = size; pass sizeof
+ * *io. NULL: does nothing. */
+TTT_API void ttt_batch_io_init(ttt_batch_io *io, size_t size);
+
 /* The forward pass. threads ≥ 1 runs that many threads, 0 = the default (negative:
  * TTT_ERR_ARG). B, H ≥ 1 and T ≥ 0 (else TTT_ERR_SHAPE, as when a buffer's size in bytes would
  * exceed PTRDIFF_MAX); o, q, k, v are required. */
@@ -200,14 +221,15 @@ TTT_API ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_ba
 
 /* The computation form ttt_layer_forward_run runs for a call on io: `auto` resolved as every
  * call resolves it, from io's T, whether io->eta and io->log_alpha are given and io->alpha_vec
- * ("chunkwise", "recurrent", "generic", …; "none" when no form takes these inputs). No buffer
- * is read. A static string. */
+ * ("chunkwise", "recurrent", "generic", …; "none" when no form takes these inputs, and for a
+ * NULL h or io or an io->size the calls refuse). No buffer is read. A static string. */
 TTT_API const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io);
 
 /* Gradients of L = Σ d_o ⊙ o + Σ_i d_state_out[i] ⊙ final_state_i with respect to the inputs and
  * the initial state. Every output pointer may be NULL (not wanted); d_eta and d_log_alpha need
  * io->eta and io->log_alpha. Outputs are overwritten, not accumulated. */
 typedef struct ttt_batch_grad {
+    size_t size;                      /* sizeof(ttt_batch_grad) of the caller (growable) */
     const float *d_o;                 /* (B, T, H, d_v) */
     const float *const *d_state_out;  /* NULL, or per state tensor: (B, H, shape_i) or NULL */
     float *d_q, *d_k;                 /* (B, T, H, d_k) written */
@@ -216,6 +238,10 @@ typedef struct ttt_batch_grad {
     float *d_log_alpha;               /* like io->log_alpha, written */
     float *const *d_state_in;         /* NULL, or per state tensor: (B, H, shape_i) written */
 } ttt_batch_grad;
+
+/* The first `size` bytes zeroed (no gradient wanted) and g->size = size; pass sizeof *g. NULL:
+ * does nothing. */
+TTT_API void ttt_batch_grad_init(ttt_batch_grad *g, size_t size);
 
 /* The forward pass (io->o and io->state_out are written as by ttt_layer_forward_run) recorded
  * per sequence, then its backward with the layer's differentiable forms. io is checked as by
@@ -244,7 +270,8 @@ typedef struct ttt_dplr_io {
 } ttt_dplr_io;
 
 /* The forward. B, H, d_k, d_v >= 1, T >= 0 (else TTT_ERR_SHAPE); o, q, k, a, b, v required
- * (else TTT_ERR_ARG); chunk >= 0 (else TTT_ERR_ARG). */
+ * (else TTT_ERR_ARG); chunk >= 0 (else TTT_ERR_ARG). The chunkwise form's workspace grows as
+ * min(chunk, T)²: TTT_ERR_NOMEM when it cannot be had. */
 TTT_API ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err);
 
 /* Gradients of L = sum d_o * o + sum d_state_out * final state. Every output may be NULL (not

@@ -138,6 +138,22 @@ def test_a_misspelt_keyword_gets_a_suggestion():
     assert str(e.value).count("did you mean") == 1 and "'momentum'" in str(e.value)
 
 
+def test_the_feature_fields_reach_the_layer():
+    # docs/python.md "Layers": feature_map, features, feature_seed, feature_gate are fields
+    L = ttt.Layer("rfa", features=16, feature_seed=7, feature_gate=True)
+    assert ("feature_map rfa, features 16, feature_seed 7, feature_gate true)"
+            in L.tuple(d_k=4))
+    # another seed draws another random matrix: the outputs differ
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 5, 1, 4), dtype=np.float32) for _ in range(3))
+    o7, _ = L(q, k, v, log_alpha=-0.1)
+    o8, _ = ttt.Layer("rfa", features=16, feature_seed=8, feature_gate=True)(q, k, v,
+                                                                           log_alpha=-0.1)
+    assert not np.array_equal(o7, o8)
+    with pytest.raises(ttt.Error, match="needs normalize: ratio"):
+        ttt.Layer("deltanet", feature_map="favor").tuple(d_k=4)
+
+
 def test_shapes_the_library_cannot_take_are_refused_by_name():
     L = ttt.Layer("linear_attention")
     for shape, what in (((0, 4, 2, 8), "q has B = 0"), ((1, 4, 0, 8), "q has H = 0"),

@@ -111,6 +111,7 @@ class _Call:
 
     def io(self, o, state_out):
         io = ffi.new("ttt_batch_io *")
+        io.size = ffi.sizeof("ttt_batch_io")
         io.B, io.T, io.H = self.B, self.T, self.H
         io.o = _ptr(o)
         io.q, io.k, io.v = _ptr(self.q), _ptr(self.k), _ptr(self.v)
@@ -166,6 +167,7 @@ class CudaLayerFunction(torch.autograd.Function):
             d_o = torch.zeros_like(o)
         d_o = _check(d_o.to(q.dtype).contiguous(), "d_o", c.dev, q.dtype, o.shape)
         g = ffi.new("ttt_batch_grad *")
+        g.size = ffi.sizeof("ttt_batch_grad")
         g.d_o = _ptr(d_o)
         ds = [None if d is None else _check(d.float().contiguous(), "d_state[%d]" % i, c.dev,
                                             torch.float32, (c.B, c.H) + c.shapes[i])

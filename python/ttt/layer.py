@@ -15,9 +15,9 @@ import numpy as np
 from ._lib import Error, check, ffi, lib
 
 _STR_FIELDS = ("preset", "model", "loss", "optimizer", "decay_placement", "order", "steps",
-               "position_scale", "form", "normalize")
+               "position_scale", "form", "normalize", "feature_map")
 _NUM_FIELDS = ("lr", "decay", "scale", "rope_base")
-_INT_FIELDS = ("mini_batch", "chunk", "rope")
+_INT_FIELDS = ("mini_batch", "chunk", "rope", "features", "feature_seed", "feature_gate")
 _FIELDS = _STR_FIELDS + _NUM_FIELDS + _INT_FIELDS
 
 # the library's dimensions and thread counts are C ints
@@ -160,9 +160,10 @@ class Layer:
     Layer(preset="gated_deltanet", chunk=64, scale=0.125, form="auto", **overrides)
 
     Overrides are the descriptor's fields (model, loss, optimizer, lr, decay, decay_placement,
-    mini_batch, order, steps, position_scale, form, chunk, scale, rope, rope_base, normalize)
-    and the optimizer's own options (momentum=0.5, nesterov=True, …: `ttt list`). Errors are
-    ttt.Error with the library's message.
+    mini_batch, order, steps, position_scale, form, chunk, scale, rope, rope_base, normalize,
+    feature_map, features, feature_seed, feature_gate) and the optimizer's own options
+    (momentum=0.5, nesterov=True, …: `ttt list`). Errors are ttt.Error with the library's
+    message.
     """
 
     def __init__(self, preset=None, *, threads=0, seed=0, **overrides):
@@ -213,7 +214,7 @@ class Layer:
         if key in self._handles:
             return self._handles[key]
         desc = ffi.new("ttt_layer_descriptor *")
-        lib.ttt_layer_descriptor_init(desc)
+        lib.ttt_layer_descriptor_init(desc, ffi.sizeof("ttt_layer_descriptor"))
         keep = []
         fields = dict(self._fields)
         if fields.get("scale") is None:
@@ -357,6 +358,7 @@ class Layer:
 
     def _io(self, p, o, state_out):
         io = ffi.new("ttt_batch_io *")
+        io.size = ffi.sizeof("ttt_batch_io")
         io.B, io.T, io.H = p["B"], p["T"], p["H"]
         io.o = _ptr(o)
         io.q, io.k, io.v = _ptr(p["q"]), _ptr(p["k"]), _ptr(p["v"])
@@ -387,6 +389,7 @@ class Layer:
         "generic", …): `auto` resolved as the call resolves it (ttt_layer_form_for)."""
         p = self._prepare(q, k, v, beta, log_alpha, eta, None)
         io = ffi.new("ttt_batch_io *")
+        io.size = ffi.sizeof("ttt_batch_io")
         io.B, io.T, io.H = p["B"], p["T"], p["H"]
         io.eta, io.log_alpha = _ptr(p["eta"]), _ptr(p["log_alpha"])
         io.alpha_vec = p["alpha_vec"]
@@ -437,6 +440,7 @@ class Layer:
         io, keep = self._io(p, o, st)
         B, T, H, d_k, d_v = p["B"], p["T"], p["H"], p["d_k"], p["d_v"]
         g = ffi.new("ttt_batch_grad *")
+        g.size = ffi.sizeof("ttt_batch_grad")
         d_o = _f32(d_o, "d_o", (B, T, H, d_v))
         g.d_o = _ptr(d_o)
         if d_state is not None:

@@ -9,6 +9,7 @@
 #include "api_device.h"
 #include "autograd.h"
 #include "experiment.h"
+#include "feature_maps.h"
 #include "layer.h"
 #include "task.h"
 
@@ -60,11 +61,85 @@ ttt_status ttt_registry_entry(const char **name, const char **help, ttt_registry
 
 /* ---- layers ---- */
 
-void ttt_layer_descriptor_init(ttt_layer_descriptor *s) {
+/* ---- growable structs (ttt.h, docs/api.md "Versions and the ABI") ---- */
+
+/* Where each struct's first layout ends: a caller's size below it cannot hold every field the
+ * library reads, so it is refused. Fields appended later lie beyond these ends. */
+#define DESC_FIRST_END offsetof(ttt_layer_descriptor, feature_map)
+#define IO_FIRST_END (offsetof(ttt_batch_io, n_seqs) + sizeof(int))
+#define GRAD_FIRST_END (offsetof(ttt_batch_grad, d_state_in) + sizeof(float *const *))
+
+/* An init function writes the library's initial struct `full` into the caller's, but only its
+ * first `size` bytes: a caller compiled with an older, smaller struct owns no more than that. */
+static void init_prefix(void *dst, void *full, size_t full_size, size_t size) {
+    memcpy(full, &size, sizeof size); /* every growable struct starts with size_t size */
+    memcpy(dst, full, size < full_size ? size : full_size);
+}
+
+/* The caller's struct src read into dst, which holds the library's initial struct (every field
+ * unset): its first src->size bytes are copied over it, so that fields beyond them stay unset,
+ * and dst->size becomes the library's own size (dst is then a struct of this library's layout,
+ * which the internal calls pass on). */
+static ttt_status read_sized(void *dst, size_t full_size, const void *src, size_t first_end,
+                             const char *what, ttt_error *err) {
+    size_t size;
+    memcpy(&size, src, sizeof size);
+    if (size < first_end)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "%s: size = %zu; expected sizeof(%s) as the caller compiled it (at "
+                             "least %zu): set it with %s_init(&x, sizeof x) or .size = sizeof x",
+                             what, size, what, first_end, what);
+    if (size > full_size)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "%s: size = %zu, larger than this library's %s (%zu bytes): the "
+                             "program was built against a newer ttt.h than libttt %s",
+                             what, size, what, full_size, TTT_VERSION);
+    memcpy(dst, src, size);
+    memcpy(dst, &full_size, sizeof full_size);
+    return TTT_OK;
+}
+
+static ttt_layer_descriptor desc_unset(void) {
+    ttt_layer_descriptor s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    s.lr = s.decay = s.scale = s.rope_base = TTT_DESC_UNSET_NUM;
+    s.mini_batch = s.chunk = s.rope = TTT_DESC_UNSET_INT;
+    s.features = s.feature_seed = s.feature_gate = TTT_DESC_UNSET_INT;
+    return s;
+}
+
+void ttt_layer_descriptor_init(ttt_layer_descriptor *s, size_t size) {
     if (!s) return; /* nothing to initialize (ttt.h) */
-    memset(s, 0, sizeof *s);
-    s->lr = s->decay = s->scale = s->rope_base = TTT_DESC_UNSET_NUM;
-    s->mini_batch = s->chunk = s->rope = TTT_DESC_UNSET_INT;
+    ttt_layer_descriptor full = desc_unset();
+    init_prefix(s, &full, sizeof full, size);
+}
+
+void ttt_batch_io_init(ttt_batch_io *io, size_t size) {
+    if (!io) return;
+    ttt_batch_io full;
+    memset(&full, 0, sizeof full);
+    init_prefix(io, &full, sizeof full, size);
+}
+
+void ttt_batch_grad_init(ttt_batch_grad *g, size_t size) {
+    if (!g) return;
+    ttt_batch_grad full;
+    memset(&full, 0, sizeof full);
+    init_prefix(g, &full, sizeof full, size);
+}
+
+/* io_in (NULL allowed: check_io refuses it) as a struct of this library's layout. */
+static ttt_status read_io(ttt_batch_io *io, const ttt_batch_io *io_in, ttt_error *err) {
+    memset(io, 0, sizeof *io);
+    if (!io_in) return TTT_OK;
+    return read_sized(io, sizeof *io, io_in, IO_FIRST_END, "ttt_batch_io", err);
+}
+
+static ttt_status read_grad(ttt_batch_grad *g, const ttt_batch_grad *g_in, ttt_error *err) {
+    memset(g, 0, sizeof *g);
+    if (!g_in) return TTT_OK;
+    return read_sized(g, sizeof *g, g_in, GRAD_FIRST_END, "ttt_batch_grad", err);
 }
 
 static double num(double x) { return x == TTT_DESC_UNSET_NUM ? TTT_UNSET_NUM : x; }
@@ -76,11 +151,18 @@ _Static_assert(sizeof(ttt_option_value) == sizeof(ttt_opt_value) &&
                "ttt_option_value mirrors ttt_opt_value");
 
 static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
-    char name[128];
+    char name[128], features[160] = "";
+    /* the feature_* fields take part only with normalize: ratio (elsewhere they are refused
+     * unless left at their defaults), so only ratio layers list them */
+    if (L->fmap)
+        snprintf(features, sizeof features,
+                 ", feature_map %s, features %d, feature_seed %llu, feature_gate %s",
+                 L->fmap->name, L->features, (unsigned long long)L->feature_seed,
+                 L->feature_gate ? "true" : "false");
     snprintf(buf, len,
              "%s = (model %s, loss %s, optimizer %s, lr %g, decay %g, decay_placement %s, "
              "mini_batch %d, order %s, steps %s, position_scale %s, form %s, chunk %d, "
-             "scale %g, rope %s, rope_base %g, normalize %s)",
+             "scale %g, rope %s, rope_base %g, normalize %s%s)",
              ttt_layer_describe(L, name, sizeof name), L->model->name, L->loss->name,
              L->optim->name, (double)L->lr, (double)L->decay,
              L->coupled ? "coupled" : "decoupled", L->mini_batch,
@@ -90,7 +172,8 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
              (double)L->rope_base,
              L->normalize == TTT_NORMALIZE_RATIO ? "ratio"
              : L->normalize == TTT_NORMALIZE_RMS ? "rms"
-                                                 : "none");
+                                                 : "none",
+             features);
     if (L->substeps > 1) { /* n_h delta steps per token (docs/math.md §4.7) */
         const size_t n = strlen(buf);
         if (n > 0 && n < len)
@@ -121,12 +204,15 @@ static ttt_status check_options(const ttt_option_value *opts, int n, ttt_error *
     return TTT_OK;
 }
 
-ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc, int d_k,
+ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *desc_in, int d_k,
                          int d_v, ttt_error *err) {
     if (err) ttt_error_clear(err);
     if (!out) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: out is NULL");
     *out = NULL;
-    if (!desc) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
+    if (!desc_in) return ttt_error_set(err, TTT_ERR_ARG, "ttt_layer_new: desc is NULL");
+    ttt_layer_descriptor full = desc_unset();
+    TTT_TRY(read_sized(&full, sizeof full, desc_in, DESC_FIRST_END, "ttt_layer_descriptor", err));
+    const ttt_layer_descriptor *desc = &full;
     if (d_k < 1 || d_v < 1 || d_k > API_MAX_WIDTH || d_v > API_MAX_WIDTH)
         return ttt_error_set(err, TTT_ERR_ARG,
                              "ttt_layer_new: d_k = %d, d_v = %d; expected >= 1 and <= %d", d_k,
@@ -157,6 +243,10 @@ ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *des
     d.rope = integer(desc->rope);
     d.rope_base = num(desc->rope_base);
     d.normalize = desc->normalize;
+    d.feature_map = desc->feature_map;
+    d.features = integer(desc->features);
+    d.feature_seed = integer(desc->feature_seed);
+    d.feature_gate = integer(desc->feature_gate);
     ttt_layer_handle *h = calloc(1, sizeof *h);
     if (!h) return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_new: out of memory");
     ttt_status s = ttt_layer_build(&d, d_k, d_v, &h->L, err);
@@ -311,9 +401,12 @@ static ttt_status varlen_run(const ttt_layer_handle *h, const ttt_batch_io *io, 
     return TTT_OK;
 }
 
-ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io, int threads,
-                                 ttt_error *err) {
+ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io_in,
+                                 int threads, ttt_error *err) {
     if (err) ttt_error_clear(err);
+    ttt_batch_io io_full;
+    TTT_TRY(read_io(&io_full, io_in, err));
+    const ttt_batch_io *io = io_in ? &io_full : NULL;
     TTT_TRY(check_io(h, io, err));
     if (threads < 0)
         return ttt_error_set(err, TTT_ERR_ARG,
@@ -332,8 +425,10 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
 
 /* The inputs the form registry sees for a forward call on io, as ttt_layer_forward_batch
  * describes them: a constant decay other than 1 is a gate per token. */
-const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io) {
-    if (!h || !io) return "none";
+const char *ttt_layer_form_for(const ttt_layer_handle *h, const ttt_batch_io *io_in) {
+    ttt_batch_io io_full;
+    if (!h || !io_in || read_io(&io_full, io_in, NULL) != TTT_OK) return "none";
+    const ttt_batch_io *io = &io_full;
     if (io->device != TTT_DEVICE_HOST) return ttt_api_device_form(&h->L, io);
     const ttt_layer *L = &h->L;
     const ttt_form_inputs in = {.T = io->T, .eta = io->eta != NULL,
@@ -487,9 +582,15 @@ static ttt_status backward_one(const ttt_layer *L, const ttt_batch_io *io,
     return s;
 }
 
-ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
-                                  const ttt_batch_grad *g, ttt_error *err) {
+ttt_status ttt_layer_backward_run(const ttt_layer_handle *h, const ttt_batch_io *io_in,
+                                  const ttt_batch_grad *g_in, ttt_error *err) {
     if (err) ttt_error_clear(err);
+    ttt_batch_io io_full;
+    ttt_batch_grad g_full;
+    TTT_TRY(read_io(&io_full, io_in, err));
+    TTT_TRY(read_grad(&g_full, g_in, err));
+    const ttt_batch_io *io = io_in ? &io_full : NULL;
+    const ttt_batch_grad *g = g_in ? &g_full : NULL;
     TTT_TRY(check_io(h, io, err));
     if (!g || !g->d_o) return ttt_error_set(err, TTT_ERR_ARG, "layer backward: d_o is required");
     if ((g->d_eta && !io->eta) || (g->d_log_alpha && !io->log_alpha))

@@ -51,11 +51,16 @@ ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err) {
             const size_t rk = ((size_t)b * T * H + h) * dk, rv = ((size_t)b * T * H + h) * dv;
             if (io->state_in) memcpy(S, io->state_in + seq * dkv, dkv * sizeof(float));
             else memset(S, 0, dkv * sizeof(float));
-            if (io->chunk > 0)
-                ttt_dplr_chunkwise_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
-                                      io->a + rk, io->b + rk, io->log_w ? io->log_w + rk : NULL,
-                                      T, dk, dv, io->chunk, &ld);
-            else
+            if (io->chunk > 0) {
+                const ttt_status s = ttt_dplr_chunkwise_ld(
+                    io->o + rv, S, io->q + rk, io->k + rk, io->v + rv, io->a + rk, io->b + rk,
+                    io->log_w ? io->log_w + rk : NULL, T, dk, dv, io->chunk, &ld, err);
+                if (s != TTT_OK) {
+                    free(S);
+                    ttt_error_prefix(err, "ttt_dplr_forward");
+                    return s;
+                }
+            } else
                 ttt_dplr_recurrent_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
                                       io->a + rk, io->b + rk, io->log_w ? io->log_w + rk : NULL,
                                       T, dk, dv, &ld);

@@ -23,6 +23,12 @@ void ttt_rope_apply(float *out,     /* (T, d) */
                     const float *x, /* (T, d), may be out */
                     int T, int d, int pos0, float base);
 
+/* The backward of ttt_rope_apply: row t of dy turned back by the rotation of position pos0 + t
+ * (dy R_pᵀ = dy R_{−p}) and added into row t of out (a gradient buffer, not dy); any d. */
+void ttt_rope_inverse_add(float *out,      /* (T, d) += */
+                          const float *dy, /* (T, d) */
+                          int T, int d, int pos0, float base);
+
 #include "ops.h"
 
 /* RoPE as a recorded op (docs/math.md §4 "RoPE", convention of rope.h): row t of x (T, d) rotated by

@@ -11,34 +11,12 @@
 #include "ops_device.h"
 #include "rope.h"
 
-/* out = x R_{−p} for rows at positions pos0 + t (the inverse rotation), angles in float64 like
- * ttt_rope_apply. Accumulates into out (a gradient buffer). */
-static void rope_inverse_add(float *out,      /* (T, d) += */
-                             const float *dy, /* (T, d) */
-                             int T, int d, int pos0, float base) {
-    const int half = d / 2;
-    for (int i = 0; i < half; i++) {
-        const double w = pow((double)base, -2.0 * i / (double)d); /* ω_i = base^{−2i/d} */
-        for (int t = 0; t < T; t++) {
-            const double a = ((double)pos0 + (double)t) * w;
-            const double c = cos(a), s = sin(a);
-            const float *g = dy + (size_t)t * d + 2 * i;
-            float *o = out + (size_t)t * d + 2 * i;
-            /* [y0 y1] = [x0 x1] [[c, s], [−s, c]]  ⇒  [x0 x1] = [y0 y1] [[c, −s], [s, c]] */
-            o[0] += (float)(g[0] * c + g[1] * s);
-            o[1] += (float)(-g[0] * s + g[1] * c);
-        }
-    }
-    if (d % 2)
-        for (int t = 0; t < T; t++) out[(size_t)t * d + d - 1] += dy[(size_t)t * d + d - 1];
-}
-
 static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
     const ttt_tensor *x = e->in[0];
     float *gx = ttt_grad(ctx, x);
     if (!gx) return;
     const int d = TTT_COLS(x), T = (int)(x->n / (size_t)(d ? d : 1));
-    rope_inverse_add(gx, dy, T, d, e->iarg[0], e->farg[0]);
+    ttt_rope_inverse_add(gx, dy, T, d, e->iarg[0], e->farg[0]);
 }
 
 ttt_tensor *ttt_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base) {

@@ -430,14 +430,9 @@ static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy
     const int T = e->iarg[0], D = e->iarg[1];
     const float base = e->farg[0];
     float *g = ttt_grad(ctx, x);
-    const size_t nrows = x->n / (size_t)D;
-    float tmp[1024];
-    TTT_ASSERT(D <= 1024);
-    for (size_t r = 0; r < nrows; r++) {
-        const int t = (int)(r % (size_t)T);
-        ttt_rope_apply(tmp, dy + r * D, 1, D, -t, base);
-        for (int j = 0; j < D; j++) g[r * D + j] += tmp[j];
-    }
+    const size_t n = (size_t)T * D, nseq = x->n / n;
+    /* each sequence from position 0; any head width (a row buffer would bound it) */
+    for (size_t s = 0; s < nseq; s++) ttt_rope_inverse_add(g + s * n, dy + s * n, T, D, 0, base);
 }
 
 ttt_tensor *ttt_mixer_rope(ttt_ctx *ctx, const ttt_tensor *x, int T, float base) {

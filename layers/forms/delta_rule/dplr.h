@@ -24,10 +24,13 @@ void ttt_dplr_recurrent_ld(float *o, float *S, const float *q, const float *k, c
 /* The chunkwise form (dplr_chunk.c, docs/math.md "RWKV-7"): the same function in chunks of C
  * tokens, each from its start state by one triangular solve for the chunk's u_t and matrix
  * products (the WY-like representation of a chunk's transitions), with the strides of
- * ttt_dplr_recurrent_ld. Returns the same values as the recurrence within float32 rounding. */
-void ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k, const float *v,
-                           const float *a, const float *b, const float *log_w, int T, int d_k,
-                           int d_v, int C, const ttt_form_ld *ld);
+ * ttt_dplr_recurrent_ld. Returns the same values as the recurrence within float32 rounding. Its
+ * workspace grows as C² (C clamped to T): TTT_ERR_NOMEM when it cannot be had (nothing
+ * written then), so that a caller's chunk size never aborts the process. */
+ttt_status ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k,
+                                 const float *v, const float *a, const float *b,
+                                 const float *log_w, int T, int d_k, int d_v, int C,
+                                 const ttt_form_ld *ld, ttt_error *err);
 
 /* Floats of workspace ttt_dplr_recurrent_backward takes for chunks of C tokens. */
 size_t ttt_dplr_recurrent_backward_ws(int C, int d_k, int d_v);

@@ -20,6 +20,7 @@
  * results float32): with α = 2 the transitions are reflections, whose substitution chain keeps
  * every rounding (float32 sums there put C = 48 at 2.4e-6 of the state at T = 512). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,20 +129,34 @@ static void dplr_chunk(float *o, int ldo, float *S, const float *q, const float 
     }
 }
 
-void ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k, const float *v,
-                           const float *a, const float *b, const float *log_w, int T, int d_k,
-                           int d_v, int C, const ttt_form_ld *ld) {
-    if (T <= 0) return;
+ttt_status ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k,
+                                 const float *v, const float *a, const float *b,
+                                 const float *log_w, int T, int d_k, int d_v, int C,
+                                 const ttt_form_ld *ld, ttt_error *err) {
+    if (T <= 0) return TTT_OK;
     if (C < 1) C = 1;
     if (C > T) C = T;
-    const size_t ck = (size_t)C * d_k, cv = (size_t)C * d_v;
     /* the chunk's rows (q, k, a, b, lw; v) and W (2 C d_k) in float; in double: G ((C + 1)
-     * d_k), the four pair matrices (4 C²), U (C d_v) and one row (d_v) */
+     * d_k), the four pair matrices (4 C²), U (C d_v) and one row (d_v). Counted in double
+     * first: with C and d up to INT_MAX the size_t products below could wrap. */
+    const double bytes = (7.0 * C * d_k + (double)C * d_v) * sizeof(float) +
+                         ((C + 1.0) * d_k + 4.0 * C * C + (double)C * d_v + d_v) * sizeof(double);
+    if (bytes > (double)PTRDIFF_MAX)
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "dplr chunkwise: chunks of %d tokens need %.3g bytes of workspace, "
+                             "more than any allocation can hold; use a smaller chunk", C, bytes);
+    const size_t ck = (size_t)C * d_k, cv = (size_t)C * d_v;
     const size_t nf = 5 * ck + cv + 2 * ck;
     const size_t nd = (size_t)(C + 1) * d_k + 4 * (size_t)C * C + cv + d_v;
     double *G = malloc(nd * sizeof(double));
     float *buf = malloc(nf * sizeof(float));
-    if (!G || !buf) abort(); /* the kernels have no error channel (kernels.h) */
+    if (!G || !buf) {
+        free(G);
+        free(buf);
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "dplr chunkwise: no memory for the workspace of chunks of %d tokens "
+                             "(%.3g bytes); use a smaller chunk", C, bytes);
+    }
     float *cq = buf, *ckk = cq + ck, *ca = ckk + ck, *cb = ca + ck, *cl = cb + ck, *cvv = cl + ck;
     float *W = cvv + cv;
     double *A = G + (size_t)(C + 1) * d_k, *U = A + 4 * (size_t)C * C, *orow = U + cv;
@@ -162,4 +177,5 @@ void ttt_dplr_chunkwise_ld(float *o, float *S, const float *q, const float *k, c
     }
     free(G);
     free(buf);
+    return TTT_OK;
 }
