@@ -550,7 +550,7 @@ static ttt_status build_substeps(const ttt_layer_desc *d, const ttt_preset *p, t
     if (why)
         return field_error(err, TTT_ERR_CONFIG, src, "steps_per_token",
                            "layer.steps_per_token: %d delta steps per token (Gated "
-                           "DeltaProduct, docs/math.md 4.6) need %s; expected steps_per_token: "
+                           "DeltaProduct, docs/math.md §4.7) need %s; expected steps_per_token: "
                            "1 for this tuple",
                            L->substeps, why);
     return TTT_OK;

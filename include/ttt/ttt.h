@@ -140,6 +140,8 @@ typedef struct ttt_layer_descriptor {
     int features;                    /* m, the random features of favor, favor_orth, rfa */
     int feature_seed;                /* seed of the feature map's random matrix */
     int feature_gate;                /* 0 or 1: rfa's gated writes */
+    int steps_per_token;             /* n_h ≥ 1 delta steps per token (Gated DeltaProduct): k,
+                                      * v and the rates then have n_h rows per token */
 } ttt_layer_descriptor;
 
 /* Every field of the first `size` bytes unset and desc->size = size; pass sizeof *desc. Writes

@@ -105,7 +105,7 @@ static ttt_layer_descriptor desc_unset(void) {
     s.size = sizeof s;
     s.lr = s.decay = s.scale = s.rope_base = TTT_DESC_UNSET_NUM;
     s.mini_batch = s.chunk = s.rope = TTT_DESC_UNSET_INT;
-    s.features = s.feature_seed = s.feature_gate = TTT_DESC_UNSET_INT;
+    s.features = s.feature_seed = s.feature_gate = s.steps_per_token = TTT_DESC_UNSET_INT;
     return s;
 }
 
@@ -247,6 +247,7 @@ ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *des
     d.features = integer(desc->features);
     d.feature_seed = integer(desc->feature_seed);
     d.feature_gate = integer(desc->feature_gate);
+    d.steps_per_token = integer(desc->steps_per_token);
     ttt_layer_handle *h = calloc(1, sizeof *h);
     if (!h) return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_new: out of memory");
     ttt_status s = ttt_layer_build(&d, d_k, d_v, &h->L, err);
