@@ -212,4 +212,35 @@ void ttt_momentum_chunked(ttt_ctx *ctx, float *o, /* (T, d_v) */
                           const float *log_alpha, /* (T) or NULL */
                           float theta, float mu, int T, int d_k, int d_v, int chunk);
 
+/* The backward of one delta-rule write S += β kᵀ e at a token (the write of KDA's and Gated
+ * DeltaProduct's recurrent kernels, docs/math.md §4.5 and §4.7), given dS, the gradient of the
+ * state after it: de = β·(k dS)ᵀ (d_v, overwritten), dβ += Σ_i k_i (dS e)_i (accumulated in
+ * float64), dk += β·(dS e) and dv += de, each only when its pointer is not NULL. */
+static inline void ttt_delta_write_grad(const float *dS, /* (d_k, d_v) */
+                                        const float *e,  /* (d_v) the written residual */
+                                        const float *kt, /* (d_k) */
+                                        float b, int d_k, int d_v,
+                                        float *de,       /* (d_v) out */
+                                        float *gb,       /* (1) or NULL */
+                                        float *gk,       /* (d_k) or NULL */
+                                        float *gv) {     /* (d_v) or NULL */
+    double db = 0.0;
+    for (int j = 0; j < d_v; j++) de[j] = 0.0f;
+    for (int i = 0; i < d_k; i++) {
+        float dse = 0.0f;
+        for (int j = 0; j < d_v; j++) {
+            const float g = dS[(size_t)i * d_v + j];
+            dse += g * e[j];
+            de[j] += kt[i] * g;
+        }
+        db += (double)kt[i] * dse;
+        if (gk) gk[i] += b * dse;
+    }
+    if (gb) *gb += (float)db;
+    for (int j = 0; j < d_v; j++) {
+        de[j] *= b;
+        if (gv) gv[j] += de[j];
+    }
+}
+
 #endif

@@ -91,23 +91,8 @@ static void kda_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *d
                 if (gq) gq[(size_t)t * d_k + i] += acc;
             }
             /* the write: dβ, dk (from kᵀ e), de */
-            double db = 0.0;
-            for (int j = 0; j < d_v; j++) de[j] = 0.0f;
-            for (int i = 0; i < d_k; i++) {
-                float dse = 0.0f;
-                for (int j = 0; j < d_v; j++) {
-                    const float g = dS[(size_t)i * d_v + j];
-                    dse += g * e[j];
-                    de[j] += kt[i] * g;
-                }
-                db += (double)kt[i] * dse;
-                if (gk) gk[(size_t)t * d_k + i] += b * dse;
-            }
-            if (gb) gb[t] += (float)db;
-            for (int j = 0; j < d_v; j++) {
-                de[j] *= b;
-                if (gv) gv[(size_t)t * d_v + j] += de[j];
-            }
+            ttt_delta_write_grad(dS, e, kt, b, d_k, d_v, de, gb ? gb + t : NULL,
+                                 gk ? gk + (size_t)t * d_k : NULL, gv ? gv + (size_t)t * d_v : NULL);
             /* the prediction p = k S': dS' = dS − kᵀ de, dk −= de S'ᵀ; then the decay */
             for (int i = 0; i < d_k; i++) {
                 float dk = 0.0f, dla = 0.0f;

@@ -22,6 +22,7 @@
 #include "autograd.h"
 #include "composed.h"
 #include "fused_grad.h"
+#include "kernels.h"
 
 extern const ttt_form_entry ttt_form_delta_rule_chunkwise;
 
@@ -191,23 +192,8 @@ static void dp_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *dP
                 for (int i = 0; i < d_k; i++)
                     for (int j = 0; j < d_v; j++) e[j] -= kt[i] * Sp[(size_t)i * d_v + j];
                 /* the write: dβ, dk from dS eᵀ, de */
-                double db = 0.0;
-                for (int j = 0; j < d_v; j++) de[j] = 0.0f;
-                for (int i = 0; i < d_k; i++) {
-                    float dse = 0.0f;
-                    for (int j = 0; j < d_v; j++) {
-                        const float g = dS[(size_t)i * d_v + j];
-                        dse += g * e[j];
-                        de[j] += kt[i] * g;
-                    }
-                    db += (double)kt[i] * dse;
-                    if (gk) gk[r * d_k + i] += b * dse;
-                }
-                if (gb) gb[r] += (float)db;
-                for (int j = 0; j < d_v; j++) {
-                    de[j] *= b;
-                    if (gv) gv[r * d_v + j] += de[j];
-                }
+                ttt_delta_write_grad(dS, e, kt, b, d_k, d_v, de, gb ? gb + r : NULL,
+                                     gk ? gk + r * d_k : NULL, gv ? gv + r * d_v : NULL);
                 /* the prediction p = k S^(j): dk −= de S^(j)ᵀ, dS −= kᵀ de */
                 for (int i = 0; i < d_k; i++) {
                     float dk = 0.0f;
