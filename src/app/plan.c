@@ -95,12 +95,13 @@ void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
          * one that did not */
         const ttt_cfg_node *dev = ttt_cfg_get(tr, "device");
         const ttt_cfg_node *dt = ttt_cfg_get(tr, "dtype");
-        if (dev && dev->scalar && strcmp(dev->scalar, "cpu") == 0)
-            ttt_cfg_map_remove(tr, "device");
-        if (dev && dev->scalar && strcmp(dev->scalar, "cuda") == 0)
-            ttt_cfg_map_set(tr, "device", ttt_cfg_new_scalar("cuda:0", dev));
-        if (dt && dt->scalar && strcmp(dt->scalar, "float32") == 0)
-            ttt_cfg_map_remove(tr, "dtype");
+        /* decided before either node is removed or replaced (which frees it) */
+        const int dev_cpu = dev && dev->scalar && strcmp(dev->scalar, "cpu") == 0;
+        const int dev_cuda = dev && dev->scalar && strcmp(dev->scalar, "cuda") == 0;
+        const int dt_f32 = dt && dt->scalar && strcmp(dt->scalar, "float32") == 0;
+        if (dev_cpu) ttt_cfg_map_remove(tr, "device");
+        if (dev_cuda) ttt_cfg_map_set(tr, "device", ttt_cfg_new_scalar("cuda:0", dev));
+        if (dt_f32) ttt_cfg_map_remove(tr, "dtype");
     }
     char *flow = ttt_cfg_to_flow(h);
     ttt_cfg_free(h);
