@@ -4,10 +4,11 @@ on the hard cases of ttt.check, with hard resets of key rows (log alpha = -inf) 
 backward; each comparison also with a perturbed input it must reject."""
 import numpy as np
 import pytest
-import torch
 
 import ttt
 from ttt.check import make_inputs
+
+from layer_gradients import check_gradients
 
 EPS = 2.0 ** -24
 
@@ -19,14 +20,6 @@ def tol(T, d):
     rank-1 write, the gate), independent from step to step and carried by non-expanding steps, a
     walk of deviation ε·√((d + 3)·T); c = 6."""
     return 6 * EPS * np.sqrt((d + 3) * T)
-
-
-def grad_tol(T, d):
-    """A float32 gradient against float64 autograd, relative to max|reference gradient|: the
-    forward's and the backward's roundings, n = 4d + T + 10 a step each (the d-term products, a
-    block's sums, a few element-wise; the count of the C suites), a walk of deviation
-    ε·√(2n·T), c = 6."""
-    return 6 * EPS * np.sqrt(2 * (4 * d + T + 10) * T)
 
 
 TOL = tol(200, 16)  # the hard-reset sequence (T = 200, d_k = 16): 2.2e-5
@@ -98,38 +91,8 @@ def test_kda_backward_equals_the_reference_gradient(form, resets):
     kw = make_inputs("kda", 2, 9, 2, 4, 4, seed=1)
     if resets:
         kw["log_alpha"][0, 3, 1, 2] = kw["log_alpha"][1, 5, 0, 0] = -np.inf
-    names = ["q", "k", "v", "beta", "log_alpha"]
-    t = {n: torch.from_numpy(kw[n]).requires_grad_() for n in names}
-    s0 = torch.from_numpy(kw["initial_state"][0]).requires_grad_()
-    o_ref, s_ref = ttt.reference("kda", scale=0.5, initial_state=[s0], **t)
-    gen = torch.Generator().manual_seed(2)
-    c_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
-    c_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
-    g_ref = torch.autograd.grad((c_o * o_ref).sum() + (c_s * s_ref).sum(),
-                                [t[n] for n in names] + [s0])
-
-    lib = {n: t[n].detach().clone().requires_grad_() for n in names}
-    s1 = s0.detach().clone().requires_grad_()
-    o, s = ttt.Layer("kda", scale=0.5, form=form)(**lib, initial_state=[s1])
-    ((c_o * o).sum() + (c_s * s).sum()).backward()
-    g_lib = [lib[n].grad for n in names] + [s1.grad]
-    for name, a, b in zip(names + ["state"], g_lib, g_ref):
-        fin = torch.isfinite(b)  # d/d log alpha at -inf: alpha = 0, the gradient is 0 there
-        scale = b[fin].abs().max().item()
-        # float32 forward and backward over T = 9 tokens against float64 (grad_tol: 9.0e-6)
-        err = (a[fin] - b[fin]).abs().max().item()
-        print("kda gradient %s (%s): ratio %.3f" % (name, form, err / (grad_tol(9, 4) * scale)))
-        assert err <= grad_tol(9, 4) * scale, (name, err, scale)
-    # the comparison sees a gradient of the wrong gate: the reference at a perturbed log alpha
-    la = t["log_alpha"].detach().clone()
-    la[0, 2, 0, 1] -= 0.3
-    lab = la.requires_grad_()
-    o_b, s_b = ttt.reference("kda", scale=0.5, initial_state=[s0.detach()],
-                             **dict({n: t[n].detach() for n in names}, log_alpha=lab))
-    g_bad = torch.autograd.grad((c_o * o_b).sum() + (c_s * s_b).sum(), lab)[0]
-    fin = torch.isfinite(g_bad) & torch.isfinite(g_ref[4])
-    assert (lib["log_alpha"].grad[fin] - g_bad[fin]).abs().max().item() > \
-        grad_tol(9, 4) * g_ref[4][fin].abs().max().item()
+    # T = 9 tokens, d = 4 (grad_tol: 9.0e-6); the control moves the gate of key 1 at token 2
+    check_gradients("kda", kw, form, steps=9, d=4, moved=(0, 2, 0, 1))
 
 
 def test_auto_runs_the_fused_recurrence():
