@@ -167,14 +167,14 @@ __device__ __forceinline__ void prep_products(const delta_params &p, int b, int 
 }
 
 /* bf16 (the tensor-core path: d_k % 8 == 0 and q, k 16-byte aligned): 64-column slices of K and
- * Q staged as bf16 (2 × C × PSK); warp w computes rows 16(w % 4).. and columns 32(w / 4).. */
-#define PSK 72 /* row stride (bf16) of a staged 64-column slice: ldmatrix rows on distinct banks */
+ * Q staged as bf16 (2 × C × MSC); warp w computes rows 16(w % 4).. and columns 32(w / 4).. */
+#define MSC 72 /* row stride (bf16) of 64-column tiles in shared memory: ldmatrix rows on distinct banks */
 template <>
 __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params &p, int b, int h,
                                                              int t0, void *stage,
                                                              float (*Gs)[DC + 1],
                                                              float (*Ps)[DC + 1]) {
-    __nv_bfloat16 *Ks = (__nv_bfloat16 *)stage, *Qs = Ks + DC * PSK;
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)stage, *Qs = Ks + DC * MSC;
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, mt = w & 3, nt0 = 4 * (w >> 2);
     float G[4][4] = {}, P[4][4] = {};
@@ -184,8 +184,8 @@ __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params 
             int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
             bool in = gt < p.T && k0 + c8 < p.dk;
             size_t o = in ? drow(p, b, gt, h) * p.dk + k0 + c8 : 0;
-            ttt_cp_async16(Ks + t * PSK + c8, k + o, in);
-            ttt_cp_async16(Qs + t * PSK + c8, q + o, in);
+            ttt_cp_async16(Ks + t * MSC + c8, k + o, in);
+            ttt_cp_async16(Qs + t * MSC + c8, q + o, in);
         }
         ttt_cp_async_commit();
         ttt_cp_async_wait<0>();
@@ -193,7 +193,7 @@ __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params 
 #pragma unroll
         for (int kk = 0; kk < 64; kk += 16) {
             uint32_t ak[4], aq[4];
-            const int ar = (16 * mt + (lane & 15)) * PSK + kk + (lane >> 4) * 8;
+            const int ar = (16 * mt + (lane & 15)) * MSC + kk + (lane >> 4) * 8;
             ttt_ldsm4(ak, Ks + ar);
             ttt_ldsm4(aq, Qs + ar);
 #pragma unroll
@@ -201,7 +201,7 @@ __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params 
                 /* B = Kᵀ: B[i][s] = K[s][i], read untransposed from K's rows s */
                 uint32_t bk[4];
                 int sr = 8 * (nt0 + 2 * np) + (lane >> 4) * 8 + (lane & 7);
-                ttt_ldsm4(bk, Ks + sr * PSK + kk + ((lane >> 3) & 1) * 8);
+                ttt_ldsm4(bk, Ks + sr * MSC + kk + ((lane >> 3) & 1) * 8);
                 ttt_mma_bf16(G[2 * np], ak, bk[0], bk[1]);
                 ttt_mma_bf16(G[2 * np + 1], ak, bk[2], bk[3]);
                 ttt_mma_bf16(P[2 * np], aq, bk[0], bk[1]);
@@ -576,7 +576,6 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
  * Q, V and the chunk's T and M (bf16 splits written by delta_prep) while X is formed. One shared
  * buffer holds R, then δ, then λ ⊙ δ. With write_out = 0 it stores the chunk-start states and U
  * for the backward instead of o and ht. */
-#define MSC 72 /* row stride (bf16) of C × C tiles in shared memory: ldmatrix rows on distinct banks */
 
 __host__ __device__ constexpr int mma_sk(int ldk) { return ldk + 8; }
 __host__ __device__ constexpr size_t mma_smem_bytes(int ldk, int bv) {
