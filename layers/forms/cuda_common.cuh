@@ -125,4 +125,73 @@ __device__ __forceinline__ void ttt_split2(float x0, float x1, __nv_bfloat162 *h
     *lo = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
 }
 
+/* ---- device side: warp products of operands gathered from shared memory ----
+ * (docs/gpu.md "Tensor-core backward"). The backward's chunk kernels multiply matrices that are
+ * held in shared memory in several layouts (transposed, scaled per row, masked), most of them
+ * computed in fp32. An operand is an accessor: get(r, c) returns the pair of elements (r, c) and
+ * (r, c + 1) of an A operand (16 × 16 tiles, row r, columns c, c + 1), or (c, n) and (c + 1, n) of
+ * a B operand (16 × 8 tiles, k = c, c + 1, column n) as a float2. A computed operand is split into
+ * bf16 hi + lo (ttt_split2); an exact one (a bf16 input) is used whole. A product of two split
+ * operands takes hi·lo + lo·hi + hi·hi (lo·lo, below 2^-16 of the product, is left out), of a
+ * split and an exact one two products: the result is within about 2^-16 of the fp32 product
+ * with fp32 accumulation. */
+__device__ __forceinline__ uint32_t ttt_bf2_bits(__nv_bfloat162 x) {
+    union {
+        __nv_bfloat162 b;
+        uint32_t u;
+    } v;
+    v.b = x;
+    return v.u;
+}
+template <bool EXACT>
+__device__ __forceinline__ void ttt_pack_pair(float2 x, uint32_t *hi, uint32_t *lo) {
+    if (EXACT) {
+        *hi = ttt_bf2_bits(__floats2bfloat162_rn(x.x, x.y));
+    } else {
+        __nv_bfloat162 h, l;
+        ttt_split2(x.x, x.y, &h, &l);
+        *hi = ttt_bf2_bits(h);
+        *lo = ttt_bf2_bits(l);
+    }
+}
+/* the A fragment of the 16 × 16 tile at (r0, k0) */
+template <bool EXACT, typename F>
+__device__ __forceinline__ void ttt_frag_a(uint32_t hi[4], uint32_t lo[4], const F &get, int r0,
+                                           int k0) {
+    const int g = (threadIdx.x & 31) >> 2, c2 = 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        ttt_pack_pair<EXACT>(get(r0 + g + 8 * (i & 1), k0 + c2 + 8 * (i >> 1)), &hi[i], &lo[i]);
+}
+/* the B fragment of the 16 × 8 tile at (k0, n0) */
+template <bool EXACT, typename F>
+__device__ __forceinline__ void ttt_frag_b(uint32_t hi[2], uint32_t lo[2], const F &get, int k0,
+                                           int n0) {
+    const int g = (threadIdx.x & 31) >> 2, c2 = 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int i = 0; i < 2; i++) ttt_pack_pair<EXACT>(get(k0 + c2 + 8 * i, n0 + g), &hi[i], &lo[i]);
+}
+/* acc[i][j] (the 16 × 8 tile at rows m0 + 16i, columns n0 + 8j) += Σ_{k0 ≤ k < k1} A(r, k) B(k, n),
+ * k1 − k0 a multiple of 16; AX, BX: the operand is exact in bf16 */
+template <int MT, int NT, bool AX, bool BX, typename FA, typename FB>
+__device__ __forceinline__ void ttt_warp_gemm(float (*acc)[NT][4], const FA &A, const FB &B, int m0,
+                                              int n0, int k0, int k1) {
+    for (int k = k0; k < k1; k += 16) {
+        uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++) ttt_frag_a<AX>(ah[i], al[i], A, m0 + 16 * i, k);
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            uint32_t bh[2], bl[2];
+            ttt_frag_b<BX>(bh, bl, B, k, n0 + 8 * j);
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                if (!BX) ttt_mma_bf16(acc[i][j], ah[i], bl[0], bl[1]);
+                if (!AX) ttt_mma_bf16(acc[i][j], al[i], bh[0], bh[1]);
+                ttt_mma_bf16(acc[i][j], ah[i], bh[0], bh[1]);
+            }
+        }
+    }
+}
+
 #endif

@@ -324,11 +324,17 @@ def test_cuda_bfloat16_forward_beats_fla_precision_on_long_sequences():
     # bf16 inputs: the C tests' allowance above the storage rounding for o, and for the float32
     # state (the top of the file)
     assert rel_rms(o, ro) < storage_error(o, ro) + 1e-3 and rel_rms(S, rS) < 1e-3
-    # a perturbed input is rejected: one token's gate moved by −0.5
+    # a perturbed input is rejected by each check: one token's gate moved by −0.5, in the middle
+    # for the outputs, at the last token for the final state (the gates forget a change in the
+    # middle before the end: measured on an H200, the state then moved by 3.9e-6 only)
     g2 = g.clone()
     g2[0, T // 2] -= 0.5
-    ro2, rS2 = reference("gated_delta_rule", q, k, v, g2, beta, K ** -0.5, h0)
-    assert rel_rms(o, ro2) > storage_error(o, ro2) + 1e-3 and rel_rms(S, rS2) > 1e-3
+    ro2, _ = reference("gated_delta_rule", q, k, v, g2, beta, K ** -0.5, h0)
+    assert rel_rms(o, ro2) > storage_error(o, ro2) + 1e-3
+    g3 = g.clone()
+    g3[0, T - 1] -= 0.5
+    _, rS3 = reference("gated_delta_rule", q, k, v, g3, beta, K ** -0.5, h0)
+    assert rel_rms(S, rS3) > 1e-3
 
 
 @needs_gpu

@@ -1490,6 +1490,341 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_qk(delta_params p) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The chunk kernels of the backward on the tensor cores (docs/gpu.md "Tensor-core backward"):
+ * the same equations as delta_bwd_cc and delta_bwd_qk above, for bf16 inputs under the tensor-core
+ * forward's conditions, every product a warp product of ttt_warp_gemm (computed operands split
+ * into bf16 hi + lo, the bf16 inputs exact, fp32 accumulation). 32-column value slices; the
+ * strides keep the fragment gathers within two-way bank conflicts. */
+#define XV 32 /* value-slice width */
+#define XS 36 /* row stride of value slices read as B operands (pairs down a column) */
+#define XR 40 /* row stride of value slices read as A operands (pairs along a row) */
+#define XT 72 /* row stride of C × C matrices read along rows */
+
+/* rows t0..t0+C−1, columns j0..j0+XV−1 of a (ch, C, d_v) fp32 workspace slice and of a
+ * (B, T, H, d_v) bf16 tensor into shared memory (zero past d_v and T); 4 columns per load */
+__device__ __forceinline__ void xload_ws(float *dst, int ld, const float *src, const delta_params &p,
+                                         size_t ch, int j0) {
+    for (int u = threadIdx.x; u < DC * XV / 4; u += NTHR) {
+        int t = u / (XV / 4), j = j0 + 4 * (u % (XV / 4));
+        float4 x = j < p.dv ? *(const float4 *)(src + (ch * DC + t) * p.dv + j)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+        float *d = dst + t * ld + 4 * (u % (XV / 4));
+        d[0] = x.x;
+        d[1] = x.y;
+        d[2] = x.z;
+        d[3] = x.w;
+    }
+}
+__device__ __forceinline__ void xload_in(float *dst, int ld, const __nv_bfloat16 *src,
+                                         const delta_params &p, int b, int h, int t0, int j0) {
+    for (int u = threadIdx.x; u < DC * XV / 4; u += NTHR) {
+        int t = u / (XV / 4), j = j0 + 4 * (u % (XV / 4)), gt = t0 + t;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j < p.dv && gt < p.T) x = ld4s(src + drow(p, b, gt, h) * p.dv + j);
+        float *d = dst + t * ld + 4 * (u % (XV / 4));
+        d[0] = x.x;
+        d[1] = x.y;
+        d[2] = x.z;
+        d[3] = x.w;
+    }
+}
+
+/* delta_bwd_cc on the tensor cores. Per value slice, warp w (rows 16(w % 4).., columns
+ * 16(w / 4).. of a C × XV result, or rows 16(w % 4).., columns 32(w / 4).. of a C × C one):
+ *     δ = T (β ⊙ U)                                     T split, U split
+ *     Y = dR + (diag(β) A')ᵀ dR − scale Mᵀ dO,  q3 += Σ_j δ ⊙ Y
+ *     aM += dO δᵀ,  aA += dR δᵀ                         (C × C, lower triangle) */
+__global__ void __launch_bounds__(NTHR, 2) delta_bwd_cc_mma(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    float *Ts = sm, *Ms = Ts + DC * XT, *As = Ms + DC * DLC;
+    float *Us = As + DC * DLC, *Vs = Us + DC * XS, *dRs = Vs + DC * XS, *dOs = dRs + DC * XR;
+    float *Dl = dOs + DC * XR, *Bs = Dl + DC * XR, *r1 = Bs + DC, *r2 = r1 + DC, *r3 = r2 + DC;
+    double *gam = (double *)(r3 + DC);
+    int *rho = (int *)(gam + DC);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    const int bh = blockIdx.x / p.nc, c = blockIdx.x % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
+    const __nv_bfloat16 *v = (const __nv_bfloat16 *)p.v, *dO = (const __nv_bfloat16 *)p.d_o;
+    if (tid < 32) chunk_gates(p, b, h, t0, gam, rho);
+    for (int u = tid; u < DC * DC / 4; u += NTHR) {
+        int r = (4 * u) / DC, s = (4 * u) % DC;
+        *(float4 *)(Ts + r * XT + s) = *(const float4 *)(p.Tw + cc + 4 * u);
+        *(float4 *)(Ms + r * DLC + s) = *(const float4 *)(p.Mw + cc + 4 * u);
+        *(float4 *)(As + r * DLC + s) = *(const float4 *)(p.Aw + cc + 4 * u);
+    }
+    if (tid < DC) {
+        Bs[tid] = p.Bw[ch * DC + tid];
+        r3[tid] = 0.f;
+    }
+    const int mt = w & 3, nh = w >> 2; /* C × XV results */
+    const int cn = w >> 2;             /* C × C results: columns 32 cn.. */
+    const bool lower = 32 * cn <= 16 * mt + 15;
+    float aM[1][4][4] = {}, aA[1][4][4] = {};
+    float q1[8] = {}, q2[8] = {}, q3[2] = {};
+    for (int j0 = 0; j0 < p.dv; j0 += XV) {
+        __syncthreads();
+        xload_ws(Us, XS, p.Uw, p, ch, j0);
+        xload_ws(dRs, XR, p.dRw, p, ch, j0);
+        xload_in(Vs, XS, v, p, b, h, t0, j0);
+        xload_in(dOs, XR, dO, p, b, h, t0, j0);
+        __syncthreads();
+        for (int a = 0; a < 8; a++) {
+            int t = w + 8 * a;
+            float du = dRs[t * XR + lane], u = Us[t * XS + lane];
+            q1[a] = fmaf(du, Vs[t * XS + lane] - u, q1[a]);
+            q2[a] = fmaf(du, u, q2[a]);
+        }
+        { /* δ = T (β ⊙ U): T is lower triangular, k-tiles up to the diagonal */
+            float dl[1][2][4] = {};
+            ttt_warp_gemm<1, 2, false, false>(
+                dl, [&](int r, int k) { return *(const float2 *)(Ts + r * XT + k); },
+                [&](int k, int n) {
+                    return make_float2(Bs[k] * Us[k * XS + n], Bs[k + 1] * Us[(k + 1) * XS + n]);
+                },
+                16 * mt, 16 * nh, 0, 16 * mt + 16);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    *(float2 *)(Dl + (16 * mt + g + 8 * e) * XR + 16 * nh + 8 * j + c2) =
+                        make_float2(dl[0][j][2 * e], dl[0][j][2 * e + 1]);
+        }
+        __syncthreads();
+        for (int u = tid; u < DC * XV / 4; u += NTHR) { /* δ replaces U in the workspace */
+            int t = u / (XV / 4), jj = 4 * (u % (XV / 4)), j = j0 + jj;
+            if (j < p.dv)
+                *(float4 *)(p.Uw + (ch * DC + t) * p.dv + j) = *(const float4 *)(Dl + t * XR + jj);
+        }
+        { /* Y = dR + (diag(β) A')ᵀ dR − scale Mᵀ dO: rows s, k = t ≥ the tile's first row */
+            float ya[1][2][4] = {}, ym[1][2][4] = {};
+            ttt_warp_gemm<1, 2, false, false>(
+                ya,
+                [&](int r, int k) {
+                    return make_float2(Bs[k] * As[k * DLC + r], Bs[k + 1] * As[(k + 1) * DLC + r]);
+                },
+                [&](int k, int n) { return make_float2(dRs[k * XR + n], dRs[(k + 1) * XR + n]); },
+                16 * mt, 16 * nh, 16 * mt, DC);
+            ttt_warp_gemm<1, 2, false, true>(
+                ym, [&](int r, int k) { return make_float2(Ms[k * DLC + r], Ms[(k + 1) * DLC + r]); },
+                [&](int k, int n) { return make_float2(dOs[k * XR + n], dOs[(k + 1) * XR + n]); },
+                16 * mt, 16 * nh, 16 * mt, DC);
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int s = 16 * mt + g + 8 * (e >> 1), n = 16 * nh + 8 * j + c2 + (e & 1);
+                    float y = dRs[s * XR + n] + ya[0][j][e] - p.scale * ym[0][j][e];
+                    q3[e >> 1] = fmaf(Dl[s * XR + n], y, q3[e >> 1]);
+                }
+        }
+        if (lower) { /* aM += dO δᵀ, aA += dR δᵀ: rows t, columns s, k = j */
+            auto dl_t = [&](int k, int n) { return *(const float2 *)(Dl + n * XR + k); };
+            ttt_warp_gemm<1, 4, true, false>(
+                aM, [&](int r, int k) { return *(const float2 *)(dOs + r * XR + k); }, dl_t,
+                16 * mt, 32 * cn, 0, XV);
+            ttt_warp_gemm<1, 4, false, false>(
+                aA, [&](int r, int k) { return *(const float2 *)(dRs + r * XR + k); }, dl_t,
+                16 * mt, 32 * cn, 0, XV);
+        }
+    }
+    for (int a = 0; a < 8; a++) {
+        float s1 = ttt_warp_sum(q1[a]), s2 = ttt_warp_sum(q2[a]);
+        if (lane == 0) {
+            r1[w + 8 * a] = s1;
+            r2[w + 8 * a] = s2;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; e++) { /* the four lanes of a row, then the two warps of its rows */
+        float x = q3[e];
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        if ((lane & 3) == 0) atomicAdd(&r3[16 * mt + g + 8 * e], x);
+    }
+    __syncthreads(); /* T and the slices are free: H + J and dA ⊙ A' go there */
+    float *HJ = Ts, *DB = Us;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int t = 16 * mt + g + 8 * (e >> 1), s = 32 * cn + 8 * j + c2 + (e & 1);
+            float d = gate_d(gam, rho, t, s);
+            float dM = s <= t ? p.scale * aM[0][j][e] : 0.f;
+            float dA = s < t ? -aA[0][j][e] : 0.f;
+            p.Mw[cc + t * DC + s] = dM * d;
+            p.Aw[cc + t * DC + s] = dA * Bs[t] * d;
+            HJ[t * DLC + s] = dM * Ms[t * DLC + s] + dA * Bs[t] * As[t * DLC + s];
+            DB[t * DLC + s] = dA * As[t * DLC + s];
+        }
+    __syncthreads();
+    if (tid < DC) {
+        const int t = tid, gt = t0 + t;
+        float row = 0.f, col = 0.f, db = 0.f, lsum = 0.f;
+        for (int s = 0; s < DC; s++) {
+            row += HJ[t * DLC + s];
+            col += HJ[s * DLC + t];
+            db += DB[t * DLC + s];
+        }
+        if (t == DC - 1)
+            for (int s = 0; s < DC; s++) lsum += r3[s];
+        p.gaw[ch * DC + t] = -Bs[t] * r1[t] + row - col - r3[t] + lsum;
+        if (p.d_beta && gt < p.T) p.d_beta[drow(p, b, gt, h)] = db + r2[t];
+    }
+}
+
+/* delta_bwd_qk on the tensor cores: one block per (chunk, 64-column key tile); warp w holds rows
+ * t = 16(w % 4).., key columns i = 32(w / 4).. of
+ *     XQ = dO S0ᵀ                       dO exact, S0 split
+ *     XK = (−β Γ ⊙ dR) S0ᵀ + (λ ⊙ δ) dSᵀ  both sides split
+ * over the value slices, then d_q = scale Γ ⊙ XQ + F K, d_k = XK + Fᵀ Q + (E + Eᵀ) K (F, E split,
+ * K, Q exact), and the key tile's part of dγ as delta_bwd_qk. */
+#define XK 72 /* row stride (bf16) of the K and Q tiles */
+__global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
+    extern __shared__ float4 sm4[];
+    float *sm = (float *)sm4;
+    float *Fs = sm, *Es = Fs + DC * XT, *S0t = Es + DC * XT, *dSt = S0t + DKT * XR;
+    float *dOs = dSt + DKT * XR, *dRs = dOs + DC * XR, *Dls = dRs + DC * XR, *Gs = Dls + DC * XR;
+    float *Ls = Gs + DC, *Bs = Ls + DC, *t2s = Bs + DC, *red = t2s + DC;
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)(red + 8), *Qs = Ks + DC * XK;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, c2 = 2 * (lane & 3);
+    const int blk = blockIdx.x / p.nkt, kt = blockIdx.x % p.nkt, i0 = kt * DKT;
+    const int bh = blk / p.nc, c = blk % p.nc, b = bh / p.H, h = bh % p.H;
+    const int t0 = c * DC;
+    const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k,
+                        *dO = (const __nv_bfloat16 *)p.d_o;
+    for (int u = tid; u < DC * 8; u += NTHR) { /* K, Q: 8 bf16 per load */
+        int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
+        bool in = gt < p.T && i0 + c8 < p.dk;
+        size_t o = in ? drow(p, b, gt, h) * p.dk + i0 + c8 : 0;
+        ttt_cp_async16(Ks + t * XK + c8, k + o, in);
+        ttt_cp_async16(Qs + t * XK + c8, q + o, in);
+    }
+    ttt_cp_async_commit();
+    for (int u = tid; u < DC * DC / 4; u += NTHR) {
+        int r = (4 * u) / DC, s = (4 * u) % DC;
+        *(float4 *)(Fs + r * XT + s) = *(const float4 *)(p.Mw + cc + 4 * u);
+        *(float4 *)(Es + r * XT + s) = *(const float4 *)(p.Aw + cc + 4 * u);
+    }
+    if (tid < DC) {
+        Gs[tid] = p.Gw[ch * DC + tid];
+        Ls[tid] = p.Lw[ch * DC + tid];
+        Bs[tid] = p.Bw[ch * DC + tid];
+        t2s[tid] = 0.f;
+    }
+    const int mt = w & 3, cn = w >> 2;
+    float aQ[1][4][4] = {}, aK[1][4][4] = {};
+    float ip = 0.f;
+    for (int j0 = 0; j0 < p.dv; j0 += XV) {
+        __syncthreads();
+        for (int u = tid; u < DKT * XV / 4; u += NTHR) {
+            int ii = u / (XV / 4), jj = 4 * (u % (XV / 4));
+            bool in = i0 + ii < p.dk && j0 + jj < p.dv;
+            size_t o = (ch * p.dk + i0 + ii) * p.dv + j0 + jj;
+            float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+            *(float4 *)(S0t + ii * XR + jj) = in ? *(const float4 *)(p.S0w + o) : z;
+            *(float4 *)(dSt + ii * XR + jj) = in ? *(const float4 *)(p.dSw + o) : z;
+        }
+        xload_in(dOs, XR, dO, p, b, h, t0, j0);
+        xload_ws(dRs, XR, p.dRw, p, ch, j0);
+        xload_ws(Dls, XR, p.Uw, p, ch, j0); /* δ */
+        __syncthreads();
+        for (int u = tid; u < DKT * XV; u += NTHR)
+            ip = fmaf(S0t[(u >> 5) * XR + (u & 31)], dSt[(u >> 5) * XR + (u & 31)], ip);
+        auto s0_t = [&](int kk, int n) { return *(const float2 *)(S0t + n * XR + kk); };
+        ttt_warp_gemm<1, 4, true, false>(
+            aQ, [&](int r, int kk) { return *(const float2 *)(dOs + r * XR + kk); }, s0_t, 16 * mt,
+            32 * cn, 0, XV);
+        ttt_warp_gemm<1, 4, false, false>(
+            aK,
+            [&](int r, int kk) {
+                float2 x = *(const float2 *)(dRs + r * XR + kk);
+                float f = -Bs[r] * Gs[r];
+                return make_float2(f * x.x, f * x.y);
+            },
+            s0_t, 16 * mt, 32 * cn, 0, XV);
+        ttt_warp_gemm<1, 4, false, false>(
+            aK,
+            [&](int r, int kk) {
+                float2 x = *(const float2 *)(Dls + r * XR + kk);
+                return make_float2(Ls[r] * x.x, Ls[r] * x.y);
+            },
+            [&](int kk, int n) { return *(const float2 *)(dSt + n * XR + kk); }, 16 * mt,
+            32 * cn, 0, XV);
+    }
+    ttt_cp_async_wait<0>();
+    __syncthreads(); /* K and Q have landed */
+    /* the scale Γ of d_q's first term and its part of dγ: q_t · (scale Γ_t S0 dO_t) */
+    float part[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int t = 16 * mt + g + 8 * (e >> 1), i = 32 * cn + 8 * j + c2 + (e & 1);
+            aQ[0][j][e] *= p.scale * Gs[t];
+            part[e >> 1] = fmaf(__bfloat162float(Qs[t * XK + i]), aQ[0][j][e], part[e >> 1]);
+        }
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        float x = part[e];
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        if ((lane & 3) == 0) atomicAdd(&t2s[16 * mt + g + 8 * e], x);
+    }
+    auto kb = [&](int s, int n) {
+        return make_float2(__bfloat162float(Ks[s * XK + n]), __bfloat162float(Ks[(s + 1) * XK + n]));
+    };
+    ttt_warp_gemm<1, 4, false, true>(
+        aQ, [&](int r, int s) { return *(const float2 *)(Fs + r * XT + s); }, kb, 16 * mt, 32 * cn,
+        0, DC);
+    ttt_warp_gemm<1, 4, false, true>(
+        aK, [&](int r, int s) { return make_float2(Fs[s * XT + r], Fs[(s + 1) * XT + r]); },
+        [&](int s, int n) {
+            return make_float2(__bfloat162float(Qs[s * XK + n]),
+                               __bfloat162float(Qs[(s + 1) * XK + n]));
+        },
+        16 * mt, 32 * cn, 0, DC);
+    ttt_warp_gemm<1, 4, false, true>(
+        aK,
+        [&](int r, int s) {
+            float2 x = *(const float2 *)(Es + r * XT + s);
+            return make_float2(x.x + Es[s * XT + r], x.y + Es[(s + 1) * XT + r]);
+        },
+        kb, 16 * mt, 32 * cn, 0, DC);
+    __nv_bfloat16 *dq = (__nv_bfloat16 *)p.d_q, *dk = (__nv_bfloat16 *)p.d_k;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            int t = 16 * mt + g + 8 * e2, gt = t0 + t, i = i0 + 32 * cn + 8 * j + c2;
+            if (gt >= p.T || i >= p.dk) continue;
+            size_t o = drow(p, b, gt, h) * p.dk + i;
+            if (dq)
+                *(__nv_bfloat162 *)(dq + o) =
+                    __floats2bfloat162_rn(aQ[0][j][2 * e2], aQ[0][j][2 * e2 + 1]);
+            if (dk)
+                *(__nv_bfloat162 *)(dk + o) =
+                    __floats2bfloat162_rn(aK[0][j][2 * e2], aK[0][j][2 * e2 + 1]);
+        }
+    ip = ttt_warp_sum(ip);
+    if (lane == 0) red[w] = ip;
+    __syncthreads();
+    if (tid < DC) {
+        float extra = 0.f;
+        if (tid == DC - 1) {
+            float tot = 0.f;
+            for (int i = 0; i < NTHR / 32; i++) tot += red[i];
+            extra = Gs[DC - 1] * tot;
+        }
+        p.gbw[((size_t)kt * p.B * p.H * p.nc + ch) * DC + tid] = t2s[tid] + extra;
+    }
+}
+
 /* delta_bwd_gate: d_g_u = Σ_{r ≥ u, no reset in (u, r]} dγ_r within the chunk (a reverse
  * cumulative sum, in float64, that restarts at each reset), 0 at a reset. */
 __global__ void delta_bwd_gate(delta_params p) {
@@ -1744,6 +2079,27 @@ static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *
     else
         TTT_TRY(delta_seq<E>(p, 1, st, err));
     const unsigned nblk_c = (unsigned)((size_t)p.B * p.H * p.nc);
+    if (p.mma) {
+        size_t sc = sizeof(float) * ((size_t)DC * XT + 2 * (size_t)DC * DLC + 2 * (size_t)DC * XS +
+                                     3 * (size_t)DC * XR + 4 * DC) +
+                    sizeof(double) * DC + sizeof(int) * DC;
+        TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_cc_mma,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sc));
+        delta_bwd_cc_mma<<<nblk_c, NTHR, sc, st>>>(p);
+        TTT_CUDA_CHECK_LAUNCH("delta_bwd_cc_mma");
+        size_t sq = sizeof(float) * (2 * (size_t)DC * XT + 2 * (size_t)DKT * XR +
+                                     3 * (size_t)DC * XR + 4 * DC + 8) +
+                    sizeof(__nv_bfloat16) * 2 * (size_t)DC * XK;
+        TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_qk_mma,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
+        delta_bwd_qk_mma<<<nblk_c * (unsigned)p.nkt, NTHR, sq, st>>>(p);
+        TTT_CUDA_CHECK_LAUNCH("delta_bwd_qk_mma");
+        if (p.d_g) {
+            delta_bwd_gate<<<(nblk_c + 127) / 128, 128, 0, st>>>(p);
+            TTT_CUDA_CHECK_LAUNCH("delta_bwd_gate");
+        }
+        return TTT_OK;
+    }
     size_t sm = delta_bwd_cc_smem();
     TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_cc<E>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
@@ -1783,8 +2139,13 @@ extern "C" ttt_status ttt_cuda_delta_backward(const ttt_chunk_args *a, const ttt
     if (g->d_g && !(a && a->g))
         return ttt_error_set(err, TTT_ERR_ARG, "delta rule backward (CUDA): d_g asked for "
                                                "without g");
-    delta_params p;
+    delta_params p{};
     TTT_TRY(delta_setup(a, 1, workspace, ws_bytes, &p, err));
+    if (p.mma && ((uintptr_t)g->d_o & 15) != 0) { /* the tensor-core kernels load d_o 16 bytes at a time */
+        p.mma = 0;
+        p.Tsw = NULL;
+        p.Bw = NULL;
+    }
     p.write_out = 0;
     p.d_o = g->d_o;
     p.d_ht = g->d_ht;
