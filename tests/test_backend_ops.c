@@ -24,8 +24,9 @@
  *     GEMM   c = 2(k + 2), k the largest dimension of the case: cuBLAS and OpenBLAS both
  *                     accumulate in float32, each within γ_k·Σ|a||b| (Higham, Thm 3.5), plus
  *                     the roundings of alpha/beta;
- *     CHAIN  c = 4·2(k + 2): a composition of four ops whose first-order errors add, each within
- *                     the largest class's bound (the product's).
+ *     CHAIN  c = 6·2(k + 2): a composition of six ops (embedding, rmsnorm, matmul, silu, add,
+ *                     cross-entropy) whose first-order errors add, each within the largest
+ *                     class's bound (the product's).
  * Non-finite CPU outputs (causal_fill's −∞) must be matched exactly.
  *
  * Finite differences (cases marked fd): for every input element, the float64 central differences
@@ -413,7 +414,7 @@ static double class_c(const op_case *c) {
         int k = 1;
         for (int i = 0; i < c->n_in; i++)
             for (int d = 0; d < c->ndim[i]; d++) k = c->shape[i][d] > k ? c->shape[i][d] : k;
-        return (c->cls == CHAIN ? 4.0 : 1.0) * 2.0 * (k + 2);
+        return (c->cls == CHAIN ? 6.0 : 1.0) * 2.0 * (k + 2); /* CHAIN: six ops */
     }
     }
     return 4.0;
