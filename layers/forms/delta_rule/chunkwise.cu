@@ -220,6 +220,14 @@ __device__ __forceinline__ void prep_products<__nv_bfloat16>(const delta_params 
         }
 }
 
+/* d (8 × 8, float64) += a (8 × 4) · b (4 × 8) on the float64 tensor cores (sm_80 on). Lane l holds
+ * a[l / 4][l % 4], b[l % 4][l / 4] and d[l / 4][2 (l % 4) .. + 1]. */
+__device__ __forceinline__ void ttt_dmma(double d[2], double a, double b) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(d[0]), "+d"(d[1])
+                 : "d"(a), "d"(b));
+}
+
 /* T = (I + A)⁻¹ (unit lower triangular, A strictly lower) in float64, in 16 × 16 blocks: the
  * four diagonal blocks by forward substitution, T_tj = −Σ_{j≤s<t} A_ts T_sj (column j by the
  * four threads 4j..4j+3, which share a warp with the other columns of its block), then the
@@ -246,22 +254,31 @@ __device__ void chunk_inverse(double (*Ad)[DC + 1], double (*Td)[DC + 1], double
         }
     }
     __syncthreads();
+    /* the blocks below the diagonal, level d = i − j at a time, on the float64 tensor cores
+     * (mma m8n8k4): each warp computes 8 × 8 tiles, W = Σ_{j≤k<i} A_ik T_kj, then
+     * T_ij = −T_ii W (a warp's four lanes of a row hold k = c, the rows g = lane / 4) */
+    const int w = tid >> 5, g = (tid & 31) >> 2, c = tid & 3;
     for (int d = 1; d < DC / 16; d++) {
-        const int n = (DC / 16 - d) * 256; /* the blocks (i, i − d), i = d.. */
-        for (int e = tid; e < n; e += NTHR) {
-            int i = d + (e >> 8), jb = i - d, t = 16 * i + ((e >> 4) & 15), col = 16 * jb + (e & 15);
-            double acc = 0;
-            for (int s = 16 * jb; s < 16 * i; s++) acc = fma(Ad[t][s], Td[s][col], acc);
-            W[e] = acc;
+        const int ntile = (DC / 16 - d) * 4;
+        for (int tile = w; tile < ntile; tile += NTHR / 32) {
+            const int blk = tile >> 2, i = d + blk, jb = i - d;
+            const int r0 = 16 * i + 8 * ((tile >> 1) & 1), c0 = 16 * jb + 8 * (tile & 1);
+            double acc[2] = {0.0, 0.0};
+            for (int s = 16 * jb; s < 16 * i; s += 4)
+                ttt_dmma(acc, Ad[r0 + g][s + c], Td[s + c][c0 + g]);
+            double *wr = W + blk * 256 + (r0 - 16 * i + g) * 16 + (c0 - 16 * jb) + 2 * c;
+            wr[0] = acc[0];
+            wr[1] = acc[1];
         }
         __syncthreads();
-        for (int e = tid; e < n; e += NTHR) {
-            int i = d + (e >> 8), jb = i - d, rr = (e >> 4) & 15, t = 16 * i + rr,
-                col = 16 * jb + (e & 15);
-            double acc = 0;
-            for (int s = 0; s <= rr; s++)
-                acc = fma(Td[t][16 * i + s], W[(e & ~255) + (s << 4) + (e & 15)], acc);
-            Td[t][col] = -acc;
+        for (int tile = w; tile < ntile; tile += NTHR / 32) {
+            const int blk = tile >> 2, i = d + blk, jb = i - d;
+            const int r0 = 16 * i + 8 * ((tile >> 1) & 1), cw = 8 * (tile & 1);
+            double acc[2] = {0.0, 0.0};
+            for (int s = 0; s < 16; s += 4)
+                ttt_dmma(acc, Td[r0 + g][16 * i + s + c], W[blk * 256 + (s + c) * 16 + cw + g]);
+            Td[r0 + g][16 * jb + cw + 2 * c] = -acc[0];
+            Td[r0 + g][16 * jb + cw + 2 * c + 1] = -acc[1];
         }
         __syncthreads();
     }
@@ -1509,11 +1526,7 @@ __device__ __forceinline__ void xload_ws(float *dst, int ld, const float *src, c
         int t = u / (XV / 4), j = j0 + 4 * (u % (XV / 4));
         float4 x = j < p.dv ? *(const float4 *)(src + (ch * DC + t) * p.dv + j)
                             : make_float4(0.f, 0.f, 0.f, 0.f);
-        float *d = dst + t * ld + 4 * (u % (XV / 4));
-        d[0] = x.x;
-        d[1] = x.y;
-        d[2] = x.z;
-        d[3] = x.w;
+        *(float4 *)(dst + t * ld + 4 * (u % (XV / 4))) = x; /* ld % 4 == 0 */
     }
 }
 __device__ __forceinline__ void xload_in(float *dst, int ld, const __nv_bfloat16 *src,
@@ -1522,11 +1535,7 @@ __device__ __forceinline__ void xload_in(float *dst, int ld, const __nv_bfloat16
         int t = u / (XV / 4), j = j0 + 4 * (u % (XV / 4)), gt = t0 + t;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (j < p.dv && gt < p.T) x = ld4s(src + drow(p, b, gt, h) * p.dv + j);
-        float *d = dst + t * ld + 4 * (u % (XV / 4));
-        d[0] = x.x;
-        d[1] = x.y;
-        d[2] = x.z;
-        d[3] = x.w;
+        *(float4 *)(dst + t * ld + 4 * (u % (XV / 4))) = x; /* ld % 4 == 0 */
     }
 }
 
