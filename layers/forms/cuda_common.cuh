@@ -194,4 +194,34 @@ __device__ __forceinline__ void ttt_warp_gemm(float (*acc)[NT][4], const FA &A, 
     }
 }
 
+/* the same with B an exact bf16 matrix stored by rows k in shared memory (element (k, n) at
+ * Bm[k·ld + n], rows 16-byte aligned), its fragments by ldmatrix.trans, two n-tiles per load;
+ * NT even */
+template <int MT, int NT, bool AX, typename FA>
+__device__ __forceinline__ void ttt_warp_gemm_bk(float (*acc)[NT][4], const FA &A,
+                                                 const __nv_bfloat16 *Bm, int ld, int m0, int n0,
+                                                 int k0, int k1) {
+    const int lane = threadIdx.x & 31, mx = lane >> 3;
+    for (int k = k0; k < k1; k += 16) {
+        uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+        for (int i = 0; i < MT; i++) ttt_frag_a<AX>(ah[i], al[i], A, m0 + 16 * i, k);
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            uint32_t bb[4];
+            ttt_ldsm4_t(bb, Bm + (size_t)(k + (lane & 7) + 8 * (mx & 1)) * ld + n0 + 8 * j +
+                                8 * (mx >> 1));
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                if (!AX) {
+                    ttt_mma_bf16(acc[i][j], al[i], bb[0], bb[1]);
+                    ttt_mma_bf16(acc[i][j + 1], al[i], bb[2], bb[3]);
+                }
+                ttt_mma_bf16(acc[i][j], ah[i], bb[0], bb[1]);
+                ttt_mma_bf16(acc[i][j + 1], ah[i], bb[2], bb[3]);
+            }
+        }
+    }
+}
+
 #endif

@@ -1685,19 +1685,46 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_cc_mma(delta_params p) {
     }
 }
 
+#define XK 72 /* row stride (bf16) of the K and Q tiles */
+/* one value slice of delta_bwd_qk_mma in shared memory: S0 and dS (key rows i, fp32), dR and δ
+ * (token rows t, fp32), dO (token rows, bf16) */
+#define QK_SLICE_FLOATS (2 * DKT * XR + 2 * DC * XR + DC * XR / 2)
+/* its asynchronous copy (16 bytes at a time, zero past d_k, d_v and T) */
+__device__ __forceinline__ void qk_slice_issue(float *buf, const delta_params &p, size_t ch, int b,
+                                               int h, int t0, int i0, int j0) {
+    float *S0t = buf, *dSt = S0t + DKT * XR, *dRs = dSt + DKT * XR, *Dls = dRs + DC * XR;
+    __nv_bfloat16 *dOb = (__nv_bfloat16 *)(Dls + DC * XR);
+    const __nv_bfloat16 *dO = (const __nv_bfloat16 *)p.d_o;
+    for (int u = threadIdx.x; u < DC * XV / 4; u += NTHR) { /* DKT == DC rows */
+        int r = u / (XV / 4), jj = 4 * (u % (XV / 4)), j = j0 + jj;
+        bool ik = i0 + r < p.dk && j < p.dv, iv = j < p.dv;
+        size_t os = ik ? (ch * p.dk + i0 + r) * p.dv + j : 0, ot = iv ? (ch * DC + r) * p.dv + j : 0;
+        ttt_cp_async16(S0t + r * XR + jj, p.S0w + os, ik);
+        ttt_cp_async16(dSt + r * XR + jj, p.dSw + os, ik);
+        ttt_cp_async16(dRs + r * XR + jj, p.dRw + ot, iv);
+        ttt_cp_async16(Dls + r * XR + jj, p.Uw + ot, iv); /* δ */
+    }
+    for (int u = threadIdx.x; u < DC * XV / 8; u += NTHR) {
+        int t = u / (XV / 8), jj = 8 * (u % (XV / 8)), j = j0 + jj, gt = t0 + t;
+        bool in = j < p.dv && gt < p.T;
+        ttt_cp_async16(dOb + t * XR + jj, dO + (in ? drow(p, b, gt, h) * p.dv + j : 0), in);
+    }
+}
+
 /* delta_bwd_qk on the tensor cores: one block per (chunk, 64-column key tile); warp w holds rows
  * t = 16(w % 4).., key columns i = 32(w / 4).. of
  *     XQ = dO S0ᵀ                       dO exact, S0 split
  *     XK = (−β Γ ⊙ dR) S0ᵀ + (λ ⊙ δ) dSᵀ  both sides split
- * over the value slices, then d_q = scale Γ ⊙ XQ + F K, d_k = XK + Fᵀ Q + (E + Eᵀ) K (F, E split,
- * K, Q exact), and the key tile's part of dγ as delta_bwd_qk. */
-#define XK 72 /* row stride (bf16) of the K and Q tiles */
+ * over the value slices (copied asynchronously, the next while the current one is used), then
+ * d_q = scale Γ ⊙ XQ + F K, d_k = XK + Fᵀ Q + (E + Eᵀ) K (F, E split, K and Q exact, their
+ * fragments by ldmatrix), and the key tile's part of dγ as delta_bwd_qk. */
 __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
     extern __shared__ float4 sm4[];
     float *sm = (float *)sm4;
-    float *Fs = sm, *Es = Fs + DC * XT, *S0t = Es + DC * XT, *dSt = S0t + DKT * XR;
-    float *dOs = dSt + DKT * XR, *dRs = dOs + DC * XR, *Dls = dRs + DC * XR, *Gs = Dls + DC * XR;
-    float *Ls = Gs + DC, *Bs = Ls + DC, *t2s = Bs + DC, *red = t2s + DC;
+    float *buf0 = sm, *buf1 = buf0 + QK_SLICE_FLOATS; /* after the slices: F and E */
+    float *Fs = sm, *Es = Fs + DC * XT;
+    float *Gs = buf1 + QK_SLICE_FLOATS, *Ls = Gs + DC, *Bs = Ls + DC, *t2s = Bs + DC,
+          *red = t2s + DC;
     __nv_bfloat16 *Ks = (__nv_bfloat16 *)(red + 8), *Qs = Ks + DC * XK;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int g = lane >> 2, c2 = 2 * (lane & 3);
@@ -1705,9 +1732,8 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
     const int bh = blk / p.nc, c = blk % p.nc, b = bh / p.H, h = bh % p.H;
     const int t0 = c * DC;
     const size_t ch = (size_t)bh * p.nc + c, cc = ch * DC * DC;
-    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k,
-                        *dO = (const __nv_bfloat16 *)p.d_o;
-    for (int u = tid; u < DC * 8; u += NTHR) { /* K, Q: 8 bf16 per load */
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)p.q, *k = (const __nv_bfloat16 *)p.k;
+    for (int u = tid; u < DC * 8; u += NTHR) { /* K, Q: 8 bf16 per copy */
         int t = u >> 3, c8 = 8 * (u & 7), gt = t0 + t;
         bool in = gt < p.T && i0 + c8 < p.dk;
         size_t o = in ? drow(p, b, gt, h) * p.dk + i0 + c8 : 0;
@@ -1715,11 +1741,8 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
         ttt_cp_async16(Qs + t * XK + c8, q + o, in);
     }
     ttt_cp_async_commit();
-    for (int u = tid; u < DC * DC / 4; u += NTHR) {
-        int r = (4 * u) / DC, s = (4 * u) % DC;
-        *(float4 *)(Fs + r * XT + s) = *(const float4 *)(p.Mw + cc + 4 * u);
-        *(float4 *)(Es + r * XT + s) = *(const float4 *)(p.Aw + cc + 4 * u);
-    }
+    qk_slice_issue(buf0, p, ch, b, h, t0, i0, 0);
+    ttt_cp_async_commit();
     if (tid < DC) {
         Gs[tid] = p.Gw[ch * DC + tid];
         Ls[tid] = p.Lw[ch * DC + tid];
@@ -1729,26 +1752,28 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
     const int mt = w & 3, cn = w >> 2;
     float aQ[1][4][4] = {}, aK[1][4][4] = {};
     float ip = 0.f;
-    for (int j0 = 0; j0 < p.dv; j0 += XV) {
-        __syncthreads();
-        for (int u = tid; u < DKT * XV / 4; u += NTHR) {
-            int ii = u / (XV / 4), jj = 4 * (u % (XV / 4));
-            bool in = i0 + ii < p.dk && j0 + jj < p.dv;
-            size_t o = (ch * p.dk + i0 + ii) * p.dv + j0 + jj;
-            float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
-            *(float4 *)(S0t + ii * XR + jj) = in ? *(const float4 *)(p.S0w + o) : z;
-            *(float4 *)(dSt + ii * XR + jj) = in ? *(const float4 *)(p.dSw + o) : z;
+    const int ns = (p.dv + XV - 1) / XV;
+    for (int si = 0; si < ns; si++) {
+        float *cur = (si & 1) ? buf1 : buf0;
+        if (si + 1 < ns) {
+            qk_slice_issue((si & 1) ? buf0 : buf1, p, ch, b, h, t0, i0, (si + 1) * XV);
+            ttt_cp_async_commit();
+            ttt_cp_async_wait<1>();
+        } else {
+            ttt_cp_async_wait<0>();
         }
-        xload_in(dOs, XR, dO, p, b, h, t0, j0);
-        xload_ws(dRs, XR, p.dRw, p, ch, j0);
-        xload_ws(Dls, XR, p.Uw, p, ch, j0); /* δ */
         __syncthreads();
+        const float *S0t = cur, *dSt = S0t + DKT * XR, *dRs = dSt + DKT * XR, *Dls = dRs + DC * XR;
+        const __nv_bfloat16 *dOb = (const __nv_bfloat16 *)(Dls + DC * XR);
         for (int u = tid; u < DKT * XV; u += NTHR)
             ip = fmaf(S0t[(u >> 5) * XR + (u & 31)], dSt[(u >> 5) * XR + (u & 31)], ip);
         auto s0_t = [&](int kk, int n) { return *(const float2 *)(S0t + n * XR + kk); };
         ttt_warp_gemm<1, 4, true, false>(
-            aQ, [&](int r, int kk) { return *(const float2 *)(dOs + r * XR + kk); }, s0_t, 16 * mt,
-            32 * cn, 0, XV);
+            aQ,
+            [&](int r, int kk) {
+                return __bfloat1622float2(*(const __nv_bfloat162 *)(dOb + r * XR + kk));
+            },
+            s0_t, 16 * mt, 32 * cn, 0, XV);
         ttt_warp_gemm<1, 4, false, false>(
             aK,
             [&](int r, int kk) {
@@ -1765,9 +1790,14 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
             },
             [&](int kk, int n) { return *(const float2 *)(dSt + n * XR + kk); }, 16 * mt,
             32 * cn, 0, XV);
+        __syncthreads(); /* the buffer is refilled next */
     }
-    ttt_cp_async_wait<0>();
-    __syncthreads(); /* K and Q have landed */
+    /* F and E where the slices were */
+    for (int u = tid; u < DC * DC / 4; u += NTHR) {
+        int r = (4 * u) / DC, s = (4 * u) % DC;
+        *(float4 *)(Fs + r * XT + s) = *(const float4 *)(p.Mw + cc + 4 * u);
+        *(float4 *)(Es + r * XT + s) = *(const float4 *)(p.Aw + cc + 4 * u);
+    }
     /* the scale Γ of d_q's first term and its part of dγ: q_t · (scale Γ_t S0 dO_t) */
     float part[2] = {0.f, 0.f};
 #pragma unroll
@@ -1785,26 +1815,20 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
         x += __shfl_xor_sync(0xffffffffu, x, 2);
         if ((lane & 3) == 0) atomicAdd(&t2s[16 * mt + g + 8 * e], x);
     }
-    auto kb = [&](int s, int n) {
-        return make_float2(__bfloat162float(Ks[s * XK + n]), __bfloat162float(Ks[(s + 1) * XK + n]));
-    };
-    ttt_warp_gemm<1, 4, false, true>(
-        aQ, [&](int r, int s) { return *(const float2 *)(Fs + r * XT + s); }, kb, 16 * mt, 32 * cn,
-        0, DC);
-    ttt_warp_gemm<1, 4, false, true>(
-        aK, [&](int r, int s) { return make_float2(Fs[s * XT + r], Fs[(s + 1) * XT + r]); },
-        [&](int s, int n) {
-            return make_float2(__bfloat162float(Qs[s * XK + n]),
-                               __bfloat162float(Qs[(s + 1) * XK + n]));
-        },
-        16 * mt, 32 * cn, 0, DC);
-    ttt_warp_gemm<1, 4, false, true>(
+    __syncthreads(); /* F and E */
+    ttt_warp_gemm_bk<1, 4, false>(
+        aQ, [&](int r, int s) { return *(const float2 *)(Fs + r * XT + s); }, Ks, XK, 16 * mt,
+        32 * cn, 0, DC);
+    ttt_warp_gemm_bk<1, 4, false>(
+        aK, [&](int r, int s) { return make_float2(Fs[s * XT + r], Fs[(s + 1) * XT + r]); }, Qs,
+        XK, 16 * mt, 32 * cn, 0, DC);
+    ttt_warp_gemm_bk<1, 4, false>(
         aK,
         [&](int r, int s) {
             float2 x = *(const float2 *)(Es + r * XT + s);
             return make_float2(x.x + Es[s * XT + r], x.y + Es[(s + 1) * XT + r]);
         },
-        kb, 16 * mt, 32 * cn, 0, DC);
+        Ks, XK, 16 * mt, 32 * cn, 0, DC);
     __nv_bfloat16 *dq = (__nv_bfloat16 *)p.d_q, *dk = (__nv_bfloat16 *)p.d_k;
 #pragma unroll
     for (int j = 0; j < 4; j++)
@@ -2096,8 +2120,7 @@ static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sc));
         delta_bwd_cc_mma<<<nblk_c, NTHR, sc, st>>>(p);
         TTT_CUDA_CHECK_LAUNCH("delta_bwd_cc_mma");
-        size_t sq = sizeof(float) * (2 * (size_t)DC * XT + 2 * (size_t)DKT * XR +
-                                     3 * (size_t)DC * XR + 4 * DC + 8) +
+        size_t sq = sizeof(float) * (2 * (size_t)QK_SLICE_FLOATS + 4 * DC + 8) +
                     sizeof(__nv_bfloat16) * 2 * (size_t)DC * XK;
         TTT_CUDA_CHECK(cudaFuncSetAttribute(delta_bwd_qk_mma,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq));
