@@ -16,8 +16,11 @@
  * A partial last chunk is padded with k = q = v = 0, β = 0, g = 0, which leaves all of this
  * unchanged. The backward equations are derived in docs/gpu.md and restated at each kernel.
  *
- * Kernels (all fp32 FFMA in shared-memory tiles; inputs of type E = float or bf16 are widened
- * to fp32 on load, everything computed stays fp32 and the chunk inverse float64):
+ * Kernels (fp32 FFMA in shared-memory tiles; inputs of type E = float or bf16 are widened to
+ * fp32 on load, everything computed stays fp32 and the chunk inverse float64). For bf16 inputs
+ * (d_k ≤ 128, aligned) delta_fwd_mma, delta_bwd_mma, delta_bwd_cc_mma and delta_bwd_qk_mma do
+ * the work of the sequential and chunk kernels on the tensor cores (docs/gpu.md "Tensor-core
+ * forward", "Tensor-core backward"); the FFMA kernels stay as their reference twins:
  *   delta_prep      one block per chunk: K Kᵀ, Q Kᵀ, the gates, A' = D ⊙ K Kᵀ, M, T, Γ, λ
  *   delta_fwd_seq   one block per (sequence, 32-column value tile), over the chunks in order:
  *                   the state tile stays in shared memory; o, ht (and, for the backward, the
