@@ -341,6 +341,9 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         {"layer: {preset: deltanet}\n", NULL},
         {"layer: {preset: gated_deltanet}\n", NULL},
         {"layer: {preset: gla}\n", NULL},
+        {"layer: {preset: retnet}\n", NULL}, /* its RoPE turned by the block (mixers/ttt.c) */
+        {"layer: {preset: mamba2}\n", NULL},
+        {"layer: {preset: linear_attention}\n", "take no output normalization or feature map"},
         {"layer: {mixer: mamba}\n", "model.mixer mamba does not run on a CUDA device: its block "
                                      "has steps without a device implementation"},
         {"layer: {preset: ttt_linear}\n", "has no CUDA form"},

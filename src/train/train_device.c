@@ -64,7 +64,10 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
     D->m = m;
     ttt_tape_init(&D->tape);
     ttt_arena_init(&D->arena, 0);
-    TTT_TRY(ttt_device_enter(d, &D->scope, err));
+    if (ttt_device_enter(d, &D->scope, err) != TTT_OK) {
+        ttt_train_dev_free(D);
+        return err->status;
+    }
     D->entered = 1;
     const int np = m->params.n;
     D->pt = ttt_fault_calloc(np ? (size_t)np : 1, sizeof *D->pt);

@@ -11,6 +11,7 @@
 #include "cuda_kernels.h"
 #include "ops.h"
 #include "ops_device.h"
+#include "rope_device.h"
 
 /* This mixer's own parameters in ttt_block_ids.own. */
 enum {
@@ -280,10 +281,18 @@ static int gate_given(const ttt_seq_model_config *c) {
            c->gate == TTT_GATE_MULTISCALE;
 }
 
+/* The layer the CUDA form is asked for: RoPE inside the layer is applied by the block before the
+ * call (the forms take q and k rotated), so the form sees the layer without it. */
+static ttt_layer form_layer(const ttt_layer *L) {
+    ttt_layer f = *L;
+    f.rope = 0;
+    return f;
+}
+
 static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
-    const ttt_layer *L = &c->layer;
+    const ttt_layer Lf = form_layer(&c->layer), *L = &Lf;
     char name[128];
-    ttt_layer_describe(L, name, sizeof name);
+    ttt_layer_describe(&c->layer, name, sizeof name);
     if (L->substeps > 1) {
         snprintf(buf, len, "layer %s: steps_per_token = %d has no CUDA form (the CUDA forms take "
                  "one key-value pair per token)", name, L->substeps);
@@ -317,9 +326,9 @@ static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_
     return NULL;
 }
 
-/* What the recorded op keeps: the layer and the call's shape. */
+/* What the recorded op keeps: the layer the form computes and the call's shape. */
 typedef struct batched_rec {
-    const ttt_layer *L;
+    ttt_layer L;
     int B, T, H, alpha_vec;
 } batched_rec;
 
@@ -374,7 +383,7 @@ static void batched_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
     const ttt_form_batch io = batch_io(ctx, r, e->out->data, q, k, v, eta, la);
     const ttt_form_batch_grad g = {.d_o = dout, .d_q = dq.write, .d_k = dk.write,
                                    .d_v = dv.write, .d_eta = de.write, .d_log_alpha = dl.write};
-    ttt_device_ops_note(ttt_layer_backward_batched(r->L, &io, &g, ttt_device_ops_err()));
+    ttt_device_ops_note(ttt_layer_backward_batched(&r->L, &io, &g, ttt_device_ops_err()));
     dgrad_done(ctx, &dq);
     dgrad_done(ctx, &dk);
     dgrad_done(ctx, &dv);
@@ -389,7 +398,7 @@ static ttt_status batched_op(ttt_ctx *ctx, const ttt_layer *L, int B, int T, int
                              const ttt_tensor *eta, const ttt_tensor *la, int alpha_vec,
                              ttt_tensor **out, ttt_error *err) {
     ttt_tensor *o = ttt_tensor_3d(ctx, B, T, H * L->d_v);
-    batched_rec rec = {.L = L, .B = B, .T = T, .H = H, .alpha_vec = alpha_vec};
+    batched_rec rec = {.L = *L, .B = B, .T = T, .H = H, .alpha_vec = alpha_vec};
     const ttt_form_batch io = batch_io(ctx, &rec, o->data, q, k, v, eta, la);
     TTT_TRY(ttt_layer_forward_batched(L, &io, NULL, err));
     ttt_tape_entry *e = ttt_tape_record(ctx, batched_backward, o,
@@ -402,6 +411,33 @@ static ttt_status batched_op(ttt_ctx *ctx, const ttt_layer *L, int B, int T, int
     }
     *out = o;
     return TTT_OK;
+}
+
+/* The layer's RoPE on q or k (B, T, H·D): each head's row at token t turned by position t (the
+ * host layer's ttt_rope per sequence and head, from position 0), recorded; the backward turns the
+ * gradient back. */
+static void rope_heads_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0];
+    float *g = ttt_grad(ctx, x);
+    if (!g) return;
+    ttt_device_ops_note(ttt_cuda_rope_heads(g, 1, dy, e->iarg[0], e->iarg[1], e->iarg[2],
+                                            e->iarg[3], e->farg[0], 1, ctx->arena->stream,
+                                            ttt_device_ops_err()));
+}
+
+static ttt_tensor *rope_heads(ttt_ctx *ctx, const ttt_tensor *x, int B, int T, int H, int D,
+                              float base) {
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    ttt_device_ops_note(ttt_cuda_rope_heads(y->data, 0, x->data, B, T, H, D, base, 0,
+                                            ctx->arena->stream, ttt_device_ops_err()));
+    ttt_tape_entry *e =
+        ttt_tape_record(ctx, rope_heads_backward, y, (const ttt_tensor *const[]){x}, 1);
+    if (e) {
+        e->name = "rope_heads";
+        e->iarg[0] = B, e->iarg[1] = T, e->iarg[2] = H, e->iarg[3] = D;
+        e->farg[0] = base;
+    }
+    return y;
 }
 
 static ttt_status forward_device(const ttt_mixer_call *call, ttt_tensor *qkv, ttt_tensor *eta,
@@ -425,6 +461,10 @@ static ttt_status forward_device(const ttt_mixer_call *call, ttt_tensor *qkv, tt
         k = ttt_mixer_reshape3(
             ctx, ttt_mixer_l2norm(ctx, ttt_mixer_reshape2(ctx, k, B * T * H, D)), B, T, C);
     }
+    if (c->layer.rope) { /* after the mixer's q/k normalization, as the host layer turns them */
+        q = rope_heads(ctx, q, B, T, H, D, c->layer.rope_base);
+        k = rope_heads(ctx, k, B, T, H, D, c->layer.rope_base);
+    }
     if (c->gate == TTT_GATE_MULTISCALE) { /* head h's constant log γ_h at every token */
         float *g = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)H * sizeof(float));
         TTT_ASSERT(g != NULL);
@@ -436,8 +476,9 @@ static ttt_status forward_device(const ttt_mixer_call *call, ttt_tensor *qkv, tt
         la = ttt_mixer_reshape3(ctx, ttt_add(ctx, z, row), B, T, H);
     }
     ttt_tensor *o;
-    TTT_TRY(batched_op(ctx, &c->layer, B, T, H, q, k, v, eta, la, c->gate == TTT_GATE_VECTOR,
-                       &o, err));
+    const ttt_layer Lf = form_layer(&c->layer);
+    TTT_TRY(batched_op(ctx, &Lf, B, T, H, q, k, v, eta, la, c->gate == TTT_GATE_VECTOR, &o,
+                       err));
     *out = ttt_mixer_reshape2(ctx, o, B * T, C);
     return TTT_OK;
 }
