@@ -20,7 +20,6 @@ void ttt_train_dev_free(ttt_train_dev *D) {
     if (!D) return;
     ttt_tape_free(&D->tape);
     ttt_arena_free(&D->arena);
-    if (D->data) ttt_mem_track(-16.0 * (double)D->numel);
     ttt_device_free(&D->mem);
     free(D->pt);
     free(D->off);
@@ -87,7 +86,6 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
     ttt_status s = ttt_device_alloc(&D->mem, d, bytes, D->stream,
                                     "the parameters, gradients and AdamW moments", err);
     if (s == TTT_OK) {
-        ttt_mem_track(16.0 * (double)D->numel);
         D->data = D->mem.ptr;
         D->grad = D->data + D->numel;
         D->m1 = D->grad + D->numel;
