@@ -44,9 +44,9 @@
  * the trajectory bound of the uninterrupted CPU run.
  *
  * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
- * TTT_TRAIN_GPU_SELF=1 runs the trajectory cases with the CPU standing in for the device (every
- * error is then 0 and every control must still be rejected): a check of the harness itself on
- * machines without a GPU. */
+ * TTT_TRAIN_GPU_SELF=1 runs the trajectory and vector cases with the CPU standing in for the
+ * device (every error is then 0 and every control must still be rejected): a check of the
+ * harness itself on machines without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -537,6 +537,86 @@ START_TEST(one_step_gradients_match_the_cpu) {
 }
 END_TEST
 
+/* ---- a vector task, and a NaN in its data ---- */
+
+/* Features in, one output out (the regression task's path: inputs, targets and mask copied to
+ * the device, the squared error's statistics read back); the 4th batch holds a NaN. */
+typedef struct vec_data {
+    float x[4 * 3 * 2], y[4 * 3], mask[4 * 3];
+    int calls;
+} vec_data;
+
+static ttt_status vec_next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    vec_data *d = user;
+    for (int i = 0; i < 24; i++) d->x[i] = (float)((i * 7 + d->calls) % 5) - 2.0f;
+    for (int i = 0; i < 12; i++) {
+        d->y[i] = d->x[2 * i] - d->x[2 * i + 1];
+        d->mask[i] = i % 3 != 0; /* some positions unscored */
+    }
+    if (++d->calls == 4) d->x[5] = NAN;
+    *out = (ttt_seq_batch){.B = 4, .T = 3, .inputs = d->x, .targets = d->y, .mask = d->mask};
+    return TTT_OK;
+}
+
+static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
+    ttt_cfg_node *root = NULL;
+    char text[512];
+    snprintf(text, sizeof text,
+             "model: {d_model: 8, heads: 2, layers: 1, mlp: 0}\n"
+             "layer: {preset: deltanet}\n"
+             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1, device: %s}\n",
+             device);
+    ck_assert_int_eq(ttt_cfg_load_string(text, "<v>", &root, err), TTT_OK);
+    ttt_seq_model_io io = {.in_dim = 2, .out_dim = 1, .seq_len = 3};
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &mc,
+                                      err) == TTT_OK,
+                  "%s", err->msg);
+    ck_assert_msg(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(root, "train"), &tc, err) ==
+                      TTT_OK,
+                  "%s", err->msg);
+    ttt_seq_model m;
+    ck_assert_int_eq(ttt_seq_model_init(&m, &mc, 1, err), TTT_OK);
+    vec_data d = {0};
+    ttt_train_data td = {.user = &d, .next = vec_next};
+    char *dir = fresh_dir(), journal[4096];
+    snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
+    ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "v", .stream_path = journal,
+                        .series = "t"};
+    ttt_train_result res;
+    const ttt_status st = ttt_train(&m, &tc, &td, &tr, &res, err);
+    run_out o = {0};
+    read_losses(journal, &o);
+    ck_assert_int_eq(o.n, 3);
+    *loss1 = o.loss[0];
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(root);
+    tu_rmtree(dir);
+    free(dir);
+    return st;
+}
+
+/* The vector path on the device gives the CPU's loss at the first step (the forward from the
+ * same weights: within the trajectory bound's floor, PATHS·GROWTH·16ε, as at step 1 of the
+ * trajectory cases), and the NaN of the 4th batch stops both runs at the same step with the same
+ * message. */
+START_TEST(a_vector_task_and_a_nan_behave_as_on_the_cpu) {
+    ttt_error ec = {0}, eg = {0};
+    double lc, lg;
+    const ttt_status sc = vec_run("cpu", &ec, &lc), sg = vec_run(dev_name, &eg, &lg);
+    ck_assert_int_eq(sc, TTT_ERR_NUMERIC);
+    ck_assert_int_eq(sg, TTT_ERR_NUMERIC);
+    ck_assert_msg(strstr(ec.msg, "step 4: the training loss is nan"), "%s", ec.msg);
+    ck_assert_msg(strcmp(ec.msg, eg.msg) == 0, "cpu: %s\ncuda: %s", ec.msg, eg.msg);
+    const double e = fabs(lg - lc) / fabs(lc), tol = PATHS * GROWTH * LOSS_FLOOR;
+    printf("vector task: loss at step 1 %.3e apart (bound %.2e)\n", e, tol);
+    TU_ASSERT_LE(e, tol, "vector task: the GPU's loss at step 1 is %.3e from the CPU's", e);
+}
+END_TEST
+
 /* ---- AdamW ---- */
 
 static void adamw_case(double clip) {
@@ -656,6 +736,7 @@ int main(void) {
         TCase *tc = tcase_create("self");
         tcase_set_timeout(tc, 600);
         tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
+        tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
         suite_add_tcase(s, tc);
         SRunner *r = srunner_create(s);
         srunner_set_fork_status(r, CK_NOFORK);
@@ -677,6 +758,7 @@ int main(void) {
     TCase *tc = tcase_create("gpu");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, adamw_on_the_device_is_the_hosts_update);
+    tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
     tcase_add_loop_test(tc, one_step_gradients_match_the_cpu, 0, N_CASES);
     tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
     suite_add_tcase(s, tc);
