@@ -14,10 +14,10 @@
  * with GROWTH = 8 and LOSS_FLOOR = 16ε (ε = 2^-24), compare_torch_steps.py's constants, is how far
  * one float32 trainer may be from the exact trajectory; the device and the CPU are two such
  * trainers, so they may be PATHS·tol(s) apart, PATHS = 2 (docs/hardening.md "Portable
- * tolerances": a float32 path is bounded against the exact one, and two paths by the sum). A float32
- * step rounds at more places than the perturbation of the weights (every product of the device
- * accumulates in another order than OpenBLAS, the reductions in another order in double), and
- * the floor is the rounding of the loss itself. The ensemble here is float32 CPU runs (the C
+ * tolerances": a float32 path is bounded against the exact one, and two paths by the sum).
+ * GROWTH because a float32 step rounds at more places than the perturbation of the weights (every
+ * product of the device accumulates in another order than OpenBLAS, the reductions in another
+ * order in double); the floor is the rounding of the loss itself. The ensemble here is float32 CPU runs (the C
  * trainer has no float64 twin), ttt_train's host step written out (one shard) so that the weights
  * can be perturbed between updates: the perturbation measures the trajectory's conditioning,
  * which is what the bound scales with. The final parameters are held to the same rule on their
@@ -697,7 +697,8 @@ static void adamw_case(double clip) {
      * its weight must differ */
     for (int p = 0; p < m.params.n; p++) {
         ttt_param *q = m.params.p[p];
-        for (size_t j = 0; j < q->n; j++) q->grad[j] = (float)(0.02 * (2.0 * ttt_rng_uniform(&r) - 1.0));
+        for (size_t j = 0; j < q->n; j++)
+            q->grad[j] = (float)(0.02 * (2.0 * ttt_rng_uniform(&r) - 1.0));
         ck_assert(ttt_device_copy(D.grad + D.off[p], D.device, q->grad, ttt_device_host(),
                                   q->n * sizeof(float), D.stream, &err) == TTT_OK);
     }

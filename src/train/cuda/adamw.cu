@@ -12,7 +12,8 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlocks = TTT_CUDA_SUMSQ_SCRATCH - 1; /* partial sums; the last slot holds the total */
+/* partial sums; the last slot of the scratch holds the total */
+constexpr int kBlocks = TTT_CUDA_SUMSQ_SCRATCH - 1;
 
 /* Block b sums x_i² for i ≡ (its threads) in a grid-stride loop, in double, then the block's
  * threads are added as a tree: a fixed order for a given n, so the norm is the same bits in
