@@ -692,6 +692,11 @@ typedef struct trainer {
     int stream_errno; /* the first failed write to it */
     ttt_train_dev *dev; /* the device step (train.device: cuda), or NULL on the host */
     int eval_rows;      /* sequences per evaluation forward on the device */
+    /* The device run's next batch, drawn on the host while the device ran the step before it,
+     * and the data state before it was drawn: what a checkpoint of that step saves. */
+    ttt_seq_batch pre;
+    int have_pre;
+    uint64_t pre_words[64];
 } trainer;
 
 static void emit(void *user, const ttt_record *r) {
@@ -806,7 +811,10 @@ static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window
     if (comm && comm->rank != 0) return TTT_OK; /* one writer: every rank holds the same state */
     uint64_t words[64] = {0};
     TTT_ASSERT(t->data->n_state <= 64);
-    if (t->data->n_state) t->data->get_state(t->data->user, words);
+    if (t->have_pre) /* the state of the step, not of the batch drawn ahead of it */
+        memcpy(words, t->pre_words, sizeof words);
+    else if (t->data->n_state)
+        t->data->get_state(t->data->user, words);
     long long bytes = 0;
     ttt_status s = stream_sync(t, &bytes, err);
     char win[256], loss[64], secs[64], tok[32], rb[32];
@@ -1041,12 +1049,30 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     const long stop = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     while (s == TTT_OK && step < stop) {
         ttt_seq_batch b;
-        s = data->next(data->user, &b, err);
+        if (t.have_pre) { /* drawn while the device ran the step before */
+            b = t.pre;
+            t.have_pre = 0;
+        } else {
+            s = data->next(data->user, &b, err);
+        }
         if (s != TTT_OK) break;
         double loss;
         ttt_seq_stats st;
         if (t.dev) {
             s = ttt_train_dev_step(t.dev, &b, 1, batch_count(&b), &loss, &st, err);
+            /* The next batch is drawn now, on the host, while the device runs this step's
+             * backward (the step's ids are on the device already; b's host arrays are not read
+             * again). Not before a step that evaluates or checkpoints, whose data must be the
+             * step's own (an evaluation batch may share the task's buffers); a stop asked for
+             * in between saves the state from before the draw (save). */
+            const long nx = step + 1; /* this step's number */
+            if (s == TTT_OK && nx < stop && !(c->eval_every > 0 && nx % c->eval_every == 0) &&
+                !(c->checkpoint_every > 0 && nx % c->checkpoint_every == 0)) {
+                TTT_ASSERT(data->n_state <= 64);
+                if (data->n_state) data->get_state(data->user, t.pre_words);
+                s = data->next(data->user, &t.pre, err);
+                t.have_pre = s == TTT_OK;
+            }
             step_memory_dev(t.dev, res);
             ttt_train_dev_reset(t.dev);
         } else {

@@ -12,7 +12,8 @@
  * a batch for its threads; on the device the batch is one unit of work): the token ids are copied
  * to the device by the model (seqmodel.c), every op runs on the device arena's stream, and the
  * host waits for the device twice per step: for the loss and the cross-entropy's statistics, and
- * for the gradient norm that clipping and the records need. */
+ * for the gradient norm that clipping and the records need. ttt_train_dev_step returns with the
+ * backward still running on the device: the trainer draws the next batch then (train.c). */
 #ifndef TTT_TRAIN_DEVICE_H
 #define TTT_TRAIN_DEVICE_H
 
