@@ -63,9 +63,10 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
     D->m = m;
     ttt_tape_init(&D->tape);
     ttt_arena_init(&D->arena, 0);
-    if (ttt_device_enter(d, &D->scope, err) != TTT_OK) {
+    const ttt_status es = ttt_device_enter(d, &D->scope, err);
+    if (es != TTT_OK) {
         ttt_train_dev_free(D);
-        return err->status;
+        return es;
     }
     D->entered = 1;
     const int np = m->params.n;
@@ -110,7 +111,7 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
         D->pt[i] = ttt_tensor_view_on(d, D->data + D->off[i], p->ndim, p->shape);
         ttt_tensor_set_param(&D->pt[i], D->grad + D->off[i]);
     }
-    D->tape.recycle = 1; /* not applied to device tensors (autograd.h); kept for the host's */
+    D->tape.recycle = 0; /* not applied to device tensors (autograd.h) */
     D->ctx = (ttt_ctx){.arena = &D->arena, .grad = 0, .tape = &D->tape};
     return TTT_OK;
 }
