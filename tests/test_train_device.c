@@ -118,7 +118,7 @@ START_TEST(parse_reads_typed_values_and_writes_no_default) {
         ck_assert_int_eq(ttt_cfg_get(map, "dtype") != NULL, k);
         ck_assert(ttt_cfg_get(map, "lr") != NULL); /* the other defaults are filled in */
         ck_assert_str_eq(c.device_where, k ? "t.yaml:1:27" : "");
-        ck_assert_int_eq(ttt_train_device_ready(&c, &err), TTT_OK);
+        ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK);
         ttt_cfg_free(root);
     }
 }
@@ -290,30 +290,85 @@ START_TEST(the_estimate_counts_the_same_terms_on_each_device) {
 }
 END_TEST
 
-/* ---- the one refusal of training on a device ---- */
+/* ---- the one place that decides what trains on a device ---- */
 
-/* ttt_train_device_ready is what the device trainer replaces: the host passes, cuda:N is refused
- * with the option, where it was given and what exists; ttt_train refuses before it touches the
- * model or the data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder.
- * The plan's typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself
- * refuses it (above). */
+/* The model config of `layer` (a `layer:` line) for a token task. */
+static void model_of(const char *layer, ttt_seq_model_config *mc, ttt_cfg_node **root) {
+    char text[512];
+    snprintf(text, sizeof text, "model: {d_model: 16, heads: 2, layers: 1}\n%s", layer);
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_cfg_load_string(text, "m.yaml", root, &err), TTT_OK);
+    ttt_seq_model_io io = {.vocab = 16, .seq_len = 16};
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(*root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(*root, "layer"), &io, mc,
+                                      &err) == TTT_OK,
+                  "%s", err.msg);
+}
+
+/* ttt_train_device_ready decides what trains on a device: the host always; cuda:N in float32
+ * for the softmax mixer and for ttt mixers whose layer has a CUDA form; bfloat16, mixers
+ * without a device path and layers without a CUDA form are refused with the option, where it
+ * was given and what does not run there. ttt_train refuses before it touches the model or the
+ * data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder. The plan's
+ * typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself refuses it
+ * (above). */
 START_TEST(training_on_a_device_is_refused_in_one_place) {
     ttt_train_config c;
     memset(&c, 0, sizeof c);
     ttt_error err = {0};
-    ck_assert_int_eq(ttt_train_device_ready(&c, &err), TTT_OK); /* control: the host */
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK); /* control: the host */
     c.device = ttt_device_cuda(0);
     snprintf(c.device_where, sizeof c.device_where, "x.yaml:4:11");
-    ck_assert_int_eq(ttt_train_device_ready(&c, &err), TTT_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "x.yaml:4:11: train.device: cuda:0: training on a CUDA device "
-                                  "is not implemented yet") &&
-                      strstr(err.msg, "docs/device_ops.md") && strstr(err.msg, "test_backend_ops"),
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK); /* float32 */
+    c.dtype = TTT_DTYPE_BF16;
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "x.yaml:4:11: train.dtype: bfloat16 on cuda:0: mixed-precision "
+                                  "training is not implemented yet"),
                   "%s", err.msg);
     ttt_train_result res;
     err = (ttt_error){0};
     ck_assert_int_eq(ttt_train(NULL, &c, NULL, NULL, &res, &err), TTT_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(err.msg, "not implemented yet"), "%s", err.msg);
     ck_assert_int_eq(res.step, 0);
+    c.dtype = TTT_DTYPE_F32;
+
+    /* the mixers: softmax runs; a mixer without a device path and a layer without a CUDA form
+     * are refused, naming them */
+    static const struct {
+        const char *layer, *refusal; /* NULL: runs on a device (in a build with CUDA) */
+    } mixers[] = {
+        {"layer: {mixer: softmax}\n", NULL},
+        {"layer: {preset: deltanet}\n", NULL},
+        {"layer: {preset: gated_deltanet}\n", NULL},
+        {"layer: {preset: gla}\n", NULL},
+        {"layer: {preset: retnet}\n", NULL}, /* its RoPE turned by the block (mixers/ttt.c) */
+        {"layer: {preset: mamba2}\n", NULL},
+        {"layer: {preset: linear_attention}\n", "take no output normalization or feature map"},
+        {"layer: {mixer: mamba}\n", "model.mixer mamba does not run on a CUDA device: its block "
+                                     "has steps without a device implementation"},
+        {"layer: {preset: ttt_linear}\n", "has no CUDA form"},
+        {"layer: {preset: deltaproduct}\n", "steps_per_token = 2 has no CUDA form"},
+    };
+    for (size_t i = 0; i < sizeof mixers / sizeof mixers[0]; i++) {
+        ttt_seq_model_config mc;
+        ttt_cfg_node *root = NULL;
+        model_of(mixers[i].layer, &mc, &root);
+        err = (ttt_error){0};
+        const ttt_status s = ttt_train_device_ready(&c, &mc, &err);
+        if (mixers[i].refusal) {
+            ck_assert_msg(s == TTT_ERR_UNSUPPORTED && strstr(err.msg, mixers[i].refusal) &&
+                              strstr(err.msg, "x.yaml:4:11: train.device: cuda:0: model.mixer"),
+                          "%s: %s", mixers[i].layer, err.msg);
+        } else if (ttt_device_cuda_built()) {
+            ck_assert_msg(s == TTT_OK, "%s: %s", mixers[i].layer, err.msg);
+        } else { /* without CUDA no layer has a CUDA form; softmax still passes this check */
+            ck_assert(s == TTT_OK || strstr(err.msg, "has no CUDA form"));
+        }
+        c.device = ttt_device_host(); /* control: every mixer on the host */
+        ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);
+        c.device = ttt_device_cuda(0);
+        ttt_cfg_free(root);
+    }
 
     char *text = experiment("");
     ttt_cfg_node *doc = NULL;
@@ -322,16 +377,18 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
     ck_assert_msg(ttt_plan_build(doc, "dev", &p, &err) == TTT_OK, "%s", err.msg);
     ttt_trained_cfg *tc = (ttt_trained_cfg *)p->points[0].task->trained(p->points[0].cfg);
     tc->train.device = ttt_device_cuda(0);
+    tc->train.dtype = TTT_DTYPE_BF16;
     char out[4096];
     snprintf(out, sizeof out, "%s/run", tu_dir);
     err = (ttt_error){0};
     ck_assert_int_eq(ttt_plan_run(p, out, 0, NULL, &err), TTT_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "train.device: cuda:0: training on a CUDA device is not "
-                                  "implemented yet"),
+    ck_assert_msg(strstr(err.msg, "train.dtype: bfloat16 on cuda:0: mixed-precision training is "
+                                  "not implemented yet"),
                   "%s", err.msg);
     ck_assert_msg(!exists(out), "the run folder was written");
     /* control: the same plan on the host runs */
     tc->train.device = ttt_device_host();
+    tc->train.dtype = TTT_DTYPE_F32;
     ck_assert_msg(ttt_plan_run(p, out, 0, NULL, &err) == TTT_OK, "%s", err.msg);
     ck_assert(exists(out));
     ttt_plan_free(p);

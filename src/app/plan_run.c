@@ -73,7 +73,7 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
     for (int i = 0; i < p->n_points; i++) {
         const ttt_plan_point *pt = &p->points[i];
         const ttt_trained_cfg *tc = pt->task->trained ? pt->task->trained(pt->cfg) : NULL;
-        const ttt_status ds = tc ? ttt_train_device_ready(&tc->train, err) : TTT_OK;
+        const ttt_status ds = tc ? ttt_train_device_ready(&tc->train, &tc->model, err) : TTT_OK;
         if (ds != TTT_OK) {
             if (pt->label[0]) ttt_plan_error_suffix_point(err, pt->label);
             return ds;

@@ -8,8 +8,10 @@
 
 #include "autograd.h"
 #include "batch.h"
+#include "cuda_kernels.h"
 #include "mixer.h"
 #include "ops.h"
+#include "ops_device.h"
 #include "rope.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -435,7 +437,39 @@ static void rope_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy
     for (size_t s = 0; s < nseq; s++) ttt_rope_inverse_add(g + s * n, dy + s * n, T, D, 0, base);
 }
 
+/* The same op on a device: one launch of the RoPE kernel per sequence, each from position 0
+ * (the kernel numbers the rows of one call from pos0); the backward turns dy back by −angle. */
+static void rope_backward_dev(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0];
+    const int T = e->iarg[0], D = e->iarg[1];
+    float *g = ttt_grad(ctx, x);
+    if (!g) return;
+    const size_t n = (size_t)T * D, nseq = x->n / n;
+    for (size_t s = 0; s < nseq; s++)
+        ttt_device_ops_note(ttt_cuda_rope(g + s * n, 1, dy + s * n, T, D, 0, e->farg[0], 1,
+                                          ctx->arena->stream, ttt_device_ops_err()));
+}
+
+static ttt_tensor *rope_dev(ttt_ctx *ctx, const ttt_tensor *x, int T, float base) {
+    const int D = TTT_COLS(x);
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    const size_t n = (size_t)T * D, nseq = n ? x->n / n : 0;
+    for (size_t s = 0; s < nseq; s++)
+        ttt_device_ops_note(ttt_cuda_rope(y->data + s * n, 0, x->data + s * n, T, D, 0, base, 0,
+                                          ctx->arena->stream, ttt_device_ops_err()));
+    ttt_tape_entry *e =
+        ttt_tape_record(ctx, rope_backward_dev, y, (const ttt_tensor *const[]){x}, 1);
+    if (e) {
+        e->name = "rope";
+        e->iarg[0] = T;
+        e->iarg[1] = D;
+        e->farg[0] = base;
+    }
+    return y;
+}
+
 ttt_tensor *ttt_mixer_rope(ttt_ctx *ctx, const ttt_tensor *x, int T, float base) {
+    if (TTT_OPS_ON_DEVICE(ctx, x, NULL)) return rope_dev(ctx, x, T, base);
     const int D = TTT_COLS(x);
     ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
     const size_t nseq = x->n / ((size_t)T * D);
@@ -536,6 +570,20 @@ ttt_tensor *ttt_mixer_seq(ttt_ctx *ctx, const ttt_tensor *x, int b) {
     return reshape2(ctx, ttt_slice_rows(ctx, x, b, b + 1), T, n);
 }
 
+/* Integer inputs (token ids, targets) where the model's tensors are (ops.h "Devices"): the host
+ * array itself, or for a device arena a copy in it, queued on the arena's stream. The host array
+ * may change once this returns: a copy from pageable host memory is staged before
+ * cudaMemcpyAsync returns. A failed copy is the ops' sticky device error. */
+static const int *ids_on(ttt_ctx *ctx, const int *ids, int n) {
+    if (ttt_device_is_host(ctx->arena->device) || !ids || n <= 0) return ids;
+    int *d = ttt_arena_alloc(ctx->arena, (size_t)n * sizeof(int));
+    TTT_ASSERT(d != NULL);
+    ttt_device_ops_note(ttt_device_copy(d, ctx->arena->device, ids, ttt_device_host(),
+                                        (size_t)n * sizeof(int), ctx->arena->stream,
+                                        ttt_device_ops_err()));
+    return d;
+}
+
 static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt, int l,
                         ttt_tensor **x, int B, int T, ttt_error *err) {
     const ttt_seq_model_config *c = &m->cfg;
@@ -582,18 +630,27 @@ ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
                                      "model: token %d at position %ld is outside the vocabulary "
                                      "[0, %d)",
                                      bt->tokens[i], i, c->io.vocab);
-        x = ttt_embedding(ctx, P(pt, m->embed), bt->tokens, B * T); /* (B·T, d) */
+        x = ttt_embedding(ctx, P(pt, m->embed), ids_on(ctx, bt->tokens, B * T),
+                          B * T); /* (B·T, d) */
     } else {
         if (!bt->inputs)
             return ttt_error_set(err, TTT_ERR_ARG, "model: a vector model needs inputs");
-        ttt_tensor *in = ttt_tensor_2d(ctx, B * T, c->io.in_dim);
-        memcpy(in->data, bt->inputs, in->n * sizeof(float));
+        ttt_tensor *in;
+        if (ttt_device_is_host(ctx->arena->device)) {
+            in = ttt_tensor_2d(ctx, B * T, c->io.in_dim);
+            memcpy(in->data, bt->inputs, in->n * sizeof(float));
+        } else { /* copied to the device on the arena's stream */
+            ttt_tensor v = ttt_tensor_view((float *)bt->inputs, 2, (int[]){B * T, c->io.in_dim});
+            in = ttt_tensor_to(ctx, &v);
+        }
         x = ttt_add(ctx, ttt_matmul(ctx, in, 0, P(pt, m->embed), 0), P(pt, m->embed_b));
     }
     if (c->positions == TTT_POS_LEARNED) {
         ttt_tensor *p = ttt_slice_rows(ctx, P(pt, m->pos), 0, T); /* (T, d) */
         if (B > 1) {
-            ttt_tensor **reps = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *reps);
+            /* a host array of headers, also when the tensors are on a device */
+            ttt_tensor **reps =
+                ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)B * sizeof *reps);
             TTT_ASSERT(reps);
             for (int b = 0; b < B; b++) reps[b] = p;
             p = ttt_concat_rows_n(ctx, (const ttt_tensor *const *)reps, B);
@@ -620,7 +677,7 @@ ttt_status ttt_seq_model_loss(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_te
     ttt_seq_stats s = {0};
     if (c->io.vocab > 0) {
         ttt_ce_stats ce;
-        ttt_tensor *l = ttt_cross_entropy(ctx, y, bt->labels, N, &ce);
+        ttt_tensor *l = ttt_cross_entropy(ctx, y, ids_on(ctx, bt->labels, N), N, &ce);
         s.count = ce.count;
         s.correct = ce.correct;
         s.loss_sum = ce.loss_sum;
@@ -629,14 +686,29 @@ ttt_status ttt_seq_model_loss(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_te
         *loss = l;
     } else {
         const int n_out = c->io.out_dim;
-        ttt_tensor *tgt = ttt_tensor_2d(ctx, N, n_out), *mask = ttt_tensor_1d(ctx, N);
-        memcpy(tgt->data, bt->targets, tgt->n * sizeof(float));
-        memcpy(mask->data, bt->mask, mask->n * sizeof(float));
+        ttt_tensor *tgt, *mask;
+        const float *yv = y->data; /* the predictions, read on the host for the statistics */
+        float *yh = NULL;
+        if (ttt_device_is_host(ctx->arena->device)) {
+            tgt = ttt_tensor_2d(ctx, N, n_out);
+            mask = ttt_tensor_1d(ctx, N);
+            memcpy(tgt->data, bt->targets, tgt->n * sizeof(float));
+            memcpy(mask->data, bt->mask, mask->n * sizeof(float));
+        } else { /* targets and mask to the device, the predictions back for the statistics */
+            ttt_tensor tv = ttt_tensor_view((float *)bt->targets, 2, (int[]){N, n_out});
+            ttt_tensor mv = ttt_tensor_view((float *)bt->mask, 1, (int[]){N});
+            tgt = ttt_tensor_to(ctx, &tv);
+            mask = ttt_tensor_to(ctx, &mv);
+            yh = ttt_arena_alloc(ttt_arena_host(ctx->arena), y->n * sizeof(float) + 1);
+            TTT_ASSERT(yh != NULL);
+            TTT_TRY(ttt_tensor_read(y, yh, ctx->arena->stream, err));
+            yv = yh;
+        }
         for (int i = 0; i < N; i++) {
-            if (mask->data[i] == 0.0f) continue;
+            if (bt->mask[i] == 0.0f) continue;
             s.count++;
             for (int j = 0; j < n_out; j++) {
-                double e = (double)y->data[(size_t)i * n_out + j] - tgt->data[(size_t)i * n_out + j];
+                double e = (double)yv[(size_t)i * n_out + j] - bt->targets[(size_t)i * n_out + j];
                 s.loss_sum += e * e;
             }
         }

@@ -23,7 +23,9 @@
 #include "batch.h"
 #include "comm.h"
 #include "infile.h"
+#include "mixer.h"
 #include "point_records.h"
+#include "train_device.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Configuration */
@@ -67,7 +69,8 @@ const ttt_option ttt_train_options[] = {
      * written into the tree (ttt_train_config_parse, train.h). */
     {"device", TTT_OPT_STRING, "cpu", TTT_NO_RANGE, NULL,
      "where the step runs: cpu, cuda (= cuda:0) or cuda:N; cuda is refused where there is no "
-     "GPU, and until the step runs on the device (docs/training.md \"Device and precision\")"},
+     "GPU, and for mixers and layers without a device path (docs/training.md \"Device and "
+     "precision\")"},
     {"dtype", TTT_OPT_CHOICE, "float32", TTT_NO_RANGE, "float32|bfloat16",
      "precision of the step: float32, or bfloat16 (cuda only: bf16 products, fp32 master "
      "weights and inner state)"},
@@ -142,16 +145,33 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
     return TTT_OK;
 }
 
-ttt_status ttt_train_device_ready(const ttt_train_config *c, ttt_error *err) {
+ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model_config *mc,
+                                  ttt_error *err) {
     if (ttt_device_is_host(c->device)) return TTT_OK;
     char dev[32];
-    return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                         "%s%strain.device: %s: training on a CUDA device is not implemented "
-                         "yet: the device ops and their contract suite exist (docs/device_ops.md, "
-                         "test_backend_ops), the training step that uses them does not; nothing "
-                         "was trained (write train.device: cpu to train on the host)",
-                         c->device_where, c->device_where[0] ? ": " : "",
-                         ttt_device_name(c->device, dev, sizeof dev));
+    ttt_device_name(c->device, dev, sizeof dev);
+    const char *at = c->device_where, *sep = c->device_where[0] ? ": " : "";
+    if (c->dtype == TTT_DTYPE_BF16)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "%s%strain.dtype: bfloat16 on %s: mixed-precision training is not "
+                             "implemented yet; the step runs on the device in float32 (write "
+                             "train.dtype: float32); nothing was trained",
+                             at, sep, dev);
+    if (!mc) return TTT_OK;
+    const ttt_mixer *mx = ttt_mixer_at(mc->mixer);
+    char why[512];
+    const char *no = !mx ? "it is not a registered mixer"
+                     : !mx->device_refuse
+                         ? "its block has steps without a device implementation (the softmax "
+                           "and ttt mixers run on a CUDA device)"
+                         : mx->device_refuse(mc, why, sizeof why);
+    if (no)
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "%s%strain.device: %s: model.mixer %s does not run on a CUDA "
+                             "device: %s; nothing was trained (write train.device: cpu to train "
+                             "on the host)",
+                             at, sep, dev, mx ? mx->name : "?", no);
+    return TTT_OK;
 }
 
 ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
@@ -599,6 +619,55 @@ static ttt_status evaluate(shards *S, ttt_train_data *data, ttt_seq_stats *out, 
     return TTT_OK;
 }
 
+/* evaluate() on the device: the same parts of each evaluation batch, each one forward of the
+ * device step; the predictions come back to the host only for a task that observes them. */
+static ttt_status evaluate_dev(ttt_train_dev *D, ttt_train_data *data, int rows,
+                               ttt_seq_stats *out, ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    const ttt_seq_model *m = D->m;
+    const int vocab = m->cfg.io.vocab > 0;
+    const int out_w = vocab ? m->cfg.io.vocab : m->cfg.io.out_dim;
+    for (int i = 0; i < data->n_eval; i++) {
+        ttt_seq_batch b;
+        TTT_TRY(data->eval_batch(data->user, i, &b, err));
+        const int step = rows > 0 ? rows : b.B;
+        for (int p0 = 0; p0 < b.B; p0 += step) {
+            const int p1 = b.B - p0 < step ? b.B : p0 + step;
+            const ttt_seq_batch part = sub_batch(&b, p0, p1, m->cfg.io.in_dim, out_w, vocab);
+            double loss;
+            ttt_seq_stats st;
+            ttt_status s = ttt_train_dev_step(D, &part, 0, batch_count(&part), &loss, &st, err);
+            if (s == TTT_OK && data->eval_observe) {
+                float *pred = ttt_fault_malloc(D->pred->n * sizeof(float) + 1);
+                if (!pred)
+                    s = ttt_error_set(err, TTT_ERR_NOMEM,
+                                      "train: out of memory for the evaluation's predictions");
+                if (s == TTT_OK) s = ttt_tensor_read(D->pred, pred, D->stream, err);
+                if (s == TTT_OK) data->eval_observe(data->user, i, p0, &part, pred);
+                free(pred);
+            }
+            ttt_train_dev_reset(D);
+            TTT_TRY(s);
+            out->count += st.count;
+            out->correct += st.correct;
+            out->loss_sum += st.loss_sum;
+        }
+    }
+    return TTT_OK;
+}
+
+/* step_memory for the device step. */
+static void step_memory_dev(const ttt_train_dev *D, ttt_train_result *res) {
+    const size_t held = ttt_arena_held(&D->arena), peak = D->arena.peak;
+    if (held > res->mem.arena_held) res->mem.arena_held = held;
+    if (peak < res->arena_peak) return;
+    res->arena_peak = peak;
+    res->mem.activations = D->act_bytes;
+    res->mem.act_grads = D->grad_bytes;
+    res->mem.workspace =
+        peak > D->act_bytes + D->grad_bytes ? peak - D->act_bytes - D->grad_bytes : 0;
+}
+
 ttt_status ttt_evaluate(const ttt_seq_model *m, ttt_train_data *data, int n_shards,
                         ttt_seq_stats *out, ttt_error *err) {
     shards S;
@@ -621,6 +690,13 @@ typedef struct trainer {
     ttt_seq_model *m;
     FILE *stream;    /* the journal (run->stream_path), appended */
     int stream_errno; /* the first failed write to it */
+    ttt_train_dev *dev; /* the device step (train.device: cuda), or NULL on the host */
+    int eval_rows;      /* sequences per evaluation forward on the device */
+    /* The device run's next batch, drawn on the host while the device ran the step before it,
+     * and the data state before it was drawn: what a checkpoint of that step saves. */
+    ttt_seq_batch pre;
+    int have_pre;
+    uint64_t pre_words[64];
 } trainer;
 
 static void emit(void *user, const ttt_record *r) {
@@ -735,7 +811,10 @@ static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window
     if (comm && comm->rank != 0) return TTT_OK; /* one writer: every rank holds the same state */
     uint64_t words[64] = {0};
     TTT_ASSERT(t->data->n_state <= 64);
-    if (t->data->n_state) t->data->get_state(t->data->user, words);
+    if (t->have_pre) /* the state of the step, not of the batch drawn ahead of it */
+        memcpy(words, t->pre_words, sizeof words);
+    else if (t->data->n_state)
+        t->data->get_state(t->data->user, words);
     long long bytes = 0;
     ttt_status s = stream_sync(t, &bytes, err);
     char win[256], loss[64], secs[64], tok[32], rb[32];
@@ -745,6 +824,9 @@ static ttt_status save(trainer *t, long step, const ttt_adamw *opt, const window
     snprintf(secs, sizeof secs, "%a", elapsed);
     snprintf(tok, sizeof tok, "%ld", tokens);
     snprintf(rb, sizeof rb, "%lld", bytes);
+    /* a device run's weights and moments come down first: the file is the host's */
+    if (s == TTT_OK && t->dev)
+        s = ttt_train_dev_download(t->dev, &t->m->params, (ttt_adamw *)opt, err);
     const char *meta[] = {"window", win, "train_loss", loss, "seconds", secs,
                           "tokens", tok, "records_bytes", rb};
     if (s == TTT_OK)
@@ -824,7 +906,8 @@ static ttt_status resume(trainer *t, ttt_adamw *opt, long *step, window *w, ttt_
 static ttt_status eval_record(trainer *t, shards *S, long step, ttt_train_result *res,
                               ttt_error *err) {
     ttt_seq_stats st;
-    TTT_TRY(evaluate(S, t->data, &st, err));
+    TTT_TRY(t->dev ? evaluate_dev(t->dev, t->data, t->eval_rows, &st, err)
+                   : evaluate(S, t->data, &st, err));
     ttt_record r;
     record_head(t, &r, "eval", step);
     double l = mean_loss(t->m, &st);
@@ -879,9 +962,17 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     res->resumed_from = -1;
     res->eval_loss = res->eval_accuracy = res->train_loss = NAN;
     /* a step asked of a device never runs on the host instead */
-    TTT_TRY(ttt_train_device_ready(c, err));
+    TTT_TRY(ttt_train_device_ready(c, m ? &m->cfg : NULL, err));
     /* Under several ranks only rank 0 speaks: the others train without records or progress. */
     const ttt_comm *comm = run->comm && run->comm->size > 1 ? run->comm : NULL;
+    const int on_dev = !ttt_device_is_host(c->device);
+    if (on_dev && comm) {
+        char dn[32];
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "train.device: %s under %d MPI ranks: data-parallel training on "
+                             "several GPUs is not implemented; run one process",
+                             ttt_device_name(c->device, dn, sizeof dn), comm->size);
+    }
     ttt_train_run quiet;
     if (comm && comm->rank != 0) {
         quiet = *run;
@@ -898,11 +989,26 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     TTT_TRY(ttt_adamw_init(&opt, &m->params, &c->adamw, err));
     shards S, E; /* E: evaluation, every shard on every rank (the same numbers everywhere) */
     memset(&E, 0, sizeof E);
-    ttt_status s = comm ? shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
-                        : shards_init(&S, m, c->shards, c->threads, err);
+    /* on a device the batch is one unit of work (train_device.h): one host shard stays for
+     * the bookkeeping below, and holds no gradient of its own */
+    ttt_status s = comm     ? shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
+                   : on_dev ? shards_init(&S, m, 1, 1, err)
+                            : shards_init(&S, m, c->shards, c->threads, err);
     if (s != TTT_OK) {
         ttt_adamw_free(&opt);
         return s;
+    }
+    if (on_dev) {
+        t.dev = ttt_fault_calloc(1, sizeof *t.dev);
+        t.eval_rows = c->batch;
+        s = t.dev ? ttt_train_dev_init(t.dev, m, c->device, err)
+                  : ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the device step");
+        if (s != TTT_OK) {
+            free(t.dev);
+            shards_free(&S);
+            ttt_adamw_free(&opt);
+            return s;
+        }
     }
     if (comm) s = shards_init(&E, m, c->shards, c->threads, err);
     shards *ev = comm ? &E : &S;
@@ -925,6 +1031,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         long from;
         s = resume(&t, &opt, &from, &w, res, &t_before, &tokens, err);
         if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
+        /* the checkpoint's weights and moments, read on the host, go up to the device */
+        if (s == TTT_OK && from >= 0 && t.dev) s = ttt_train_dev_upload(t.dev, &opt, err);
     }
     if (comm) { /* every rank read the checkpoint rank 0 wrote: they must agree on the step */
         long lo, hi;
@@ -941,13 +1049,37 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     const long stop = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     while (s == TTT_OK && step < stop) {
         ttt_seq_batch b;
-        s = data->next(data->user, &b, err);
+        if (t.have_pre) { /* drawn while the device ran the step before */
+            b = t.pre;
+            t.have_pre = 0;
+        } else {
+            s = data->next(data->user, &b, err);
+        }
         if (s != TTT_OK) break;
         double loss;
         ttt_seq_stats st;
-        s = run_shards(&S, &b, 1, &loss, &st, err); /* assigns every gradient */
-        step_memory(&S, res); /* before shards_reset, which may rebuild an arena */
-        shards_reset(&S);
+        if (t.dev) {
+            s = ttt_train_dev_step(t.dev, &b, 1, batch_count(&b), &loss, &st, err);
+            /* The next batch is drawn now, on the host, while the device runs this step's
+             * backward (the step's ids are on the device already; b's host arrays are not read
+             * again). Not before a step that evaluates or checkpoints, whose data must be the
+             * step's own (an evaluation batch may share the task's buffers); a stop asked for
+             * in between saves the state from before the draw (save). */
+            const long nx = step + 1; /* this step's number */
+            if (s == TTT_OK && nx < stop && !(c->eval_every > 0 && nx % c->eval_every == 0) &&
+                !(c->checkpoint_every > 0 && nx % c->checkpoint_every == 0)) {
+                TTT_ASSERT(data->n_state <= 64);
+                if (data->n_state) data->get_state(data->user, t.pre_words);
+                s = data->next(data->user, &t.pre, err);
+                t.have_pre = s == TTT_OK;
+            }
+            step_memory_dev(t.dev, res);
+            ttt_train_dev_reset(t.dev);
+        } else {
+            s = run_shards(&S, &b, 1, &loss, &st, err); /* assigns every gradient */
+            step_memory(&S, res); /* before shards_reset, which may rebuild an arena */
+            shards_reset(&S);
+        }
         if (s != TTT_OK) break;
         const long this_step = step + 1; /* steps are counted from 1 in records */
         char where[160] = "no checkpoint was written yet";
@@ -961,15 +1093,21 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
                               this_step, isnan(loss) ? "nan" : "inf", where);
             break;
         }
-        s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_GRAD, err);
         ttt_adamw_stats as = {0};
-        if (s == TTT_OK) s = ttt_adamw_step(&opt, &m->params, &as, err);
-        if (s == TTT_OK) s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_DATA, err);
+        if (t.dev) { /* the same checks and update on the device (train_device.h) */
+            s = ttt_train_dev_adamw(t.dev, &opt, &m->params, &as, err);
+        } else {
+            s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_GRAD, err);
+            if (s == TTT_OK) s = ttt_adamw_step(&opt, &m->params, &as, err);
+            if (s == TTT_OK) s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_DATA, err);
+        }
         if (s != TTT_OK) {
             ttt_error_prefix(err, "step %ld", this_step);
             size_t n = strlen(err->msg);
             snprintf(err->msg + n, sizeof err->msg - n, "; training stopped (%s)", where);
-            err->status = s = TTT_ERR_NUMERIC;
+            /* a CUDA failure stays what it is; everything else here is numeric */
+            if (s != TTT_ERR_DEVICE) s = TTT_ERR_NUMERIC;
+            err->status = s;
             break;
         }
         step = this_step;
@@ -1041,6 +1179,11 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         long long bytes;
         if (s == TTT_OK) s = stream_sync(&t, &bytes, err);
         fclose(t.stream);
+    }
+    if (t.dev) { /* the trained weights to the host model, which the caller reads */
+        if (s == TTT_OK) s = ttt_train_dev_download(t.dev, &m->params, NULL, err);
+        ttt_train_dev_free(t.dev);
+        free(t.dev);
     }
     shards_free(&S);
     if (comm) shards_free(&E);

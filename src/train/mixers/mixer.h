@@ -78,6 +78,10 @@ typedef struct ttt_mixer {
     ttt_status (*forward)(const ttt_mixer_call *call, ttt_tensor **o, ttt_error *err);
     /* The short name of tables ("deltanet", "softmax"); NULL = the mixer's name. */
     const char *(*describe)(const ttt_seq_model_config *c, char *buf, size_t len);
+    /* Whether the block runs on a CUDA device (docs/training.md "Device and precision"): NULL
+     * = it does not (the trainer refuses train.device: cuda for it); otherwise NULL from the
+     * call when the mixer of config c runs there, or a sentence in buf saying why not. */
+    const char *(*device_refuse)(const ttt_seq_model_config *c, char *buf, size_t len);
 } ttt_mixer;
 
 /* The registry (mixer_list.h order; index = ttt_mixer_kind). */

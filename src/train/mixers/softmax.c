@@ -41,7 +41,8 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     const int H = c->n_heads, D = c->head_dim, B = call->B, T = call->T;
     ttt_tensor *q, *kk, *v; /* (B, T, H·D) */
     ttt_mixer_qkv(call, &q, &kk, &v);
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
+    /* a host array of headers, also when the tensors are on a device */
+    ttt_tensor **heads = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)H * sizeof *heads);
     TTT_ASSERT(heads);
     const float scale = 1.0f / sqrtf((float)D);
     for (int hh = 0; hh < H; hh++) {
@@ -60,6 +61,13 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     return TTT_OK;
 }
 
+/* Every op of the forward has a device implementation (docs/device_ops.md), RoPE included
+ * (ttt_mixer_rope). */
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    (void)c, (void)buf, (void)len;
+    return NULL;
+}
+
 const ttt_mixer ttt_mixer_softmax = {
     .name = "softmax",
     .help = "softmax attention, the quadratic baseline (learned positions or RoPE)",
@@ -67,4 +75,5 @@ const ttt_mixer ttt_mixer_softmax = {
     .parse = parse,
     .add_params = add_params,
     .forward = forward,
+    .device_refuse = device_refuse,
 };

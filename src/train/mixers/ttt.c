@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_kernels.h"
 #include "ops.h"
+#include "ops_device.h"
+#include "rope_device.h"
 
 /* This mixer's own parameters in ttt_block_ids.own. */
 enum {
@@ -265,6 +268,221 @@ static double param_bound(const ttt_seq_model_config *c) {
     return d * C + d * H + 3.0 * C + 3.0 * H + w0 + opt + more; /* gates, rates, biases */
 }
 
+/* ---- the block on a CUDA device (docs/training.md "Device and precision") ----
+ * All B·H sequences of the block go through the layer's CUDA form in one batched call
+ * (ttt_layer_forward_batched: the delta rule and gated delta rule, linear attention with or
+ * without a scalar or per-key gate; layers/forms/cuda_entry.c), recorded on the tape as one op
+ * whose backward is the form's batched CUDA backward. q, k, v are (B, T, H, D) row-major, which
+ * is (B, T, H·D) as the projections give them; η is β before the layer's θ, the gate is log α. */
+
+/* The gate's log α has a tensor (scalar, per-key, multiscale) rather than the tuple's constant. */
+static int gate_given(const ttt_seq_model_config *c) {
+    return c->gate == TTT_GATE_SCALAR || c->gate == TTT_GATE_VECTOR ||
+           c->gate == TTT_GATE_MULTISCALE;
+}
+
+/* The layer the CUDA form is asked for: RoPE inside the layer is applied by the block before the
+ * call (the forms take q and k rotated), so the form sees the layer without it. */
+static ttt_layer form_layer(const ttt_layer *L) {
+    ttt_layer f = *L;
+    f.rope = 0;
+    return f;
+}
+
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    const ttt_layer Lf = form_layer(&c->layer), *L = &Lf;
+    char name[128];
+    ttt_layer_describe(&c->layer, name, sizeof name);
+    if (L->substeps > 1) {
+        snprintf(buf, len, "layer %s: steps_per_token = %d has no CUDA form (the CUDA forms take "
+                 "one key-value pair per token)", name, L->substeps);
+        return buf;
+    }
+    const ttt_form_inputs in =
+        ttt_layer_batch_inputs(L, c->io.seq_len > 0 ? c->io.seq_len : 1, c->eta != TTT_ETA_NONE,
+                               gate_given(c), c->gate == TTT_GATE_VECTOR, TTT_DEVICE_CUDA);
+    ttt_error e = {0};
+    ttt_form_plan plan;
+    const ttt_form_entry *fe = ttt_form_plan_with(NULL, L, &in, &plan, &e);
+    if (!fe) {
+        snprintf(buf, len, "layer %s has no CUDA form: %s", name, e.msg);
+        return buf;
+    }
+    if (!fe->forward_batched || !fe->backward_batched) {
+        snprintf(buf, len, "layer %s has no CUDA form: form %s/%s has no batched forward and "
+                 "backward", name, fe->family, fe->form);
+        return buf;
+    }
+    if (c->learn_init) {
+        snprintf(buf, len, "layer %s: learned initial fast weights (model.learn_init: true) are "
+                 "not passed to the CUDA forms; set model.learn_init: false", name);
+        return buf;
+    }
+    if (ttt_optim_n_outer(L->optim, L->optim_cfg, NULL) > 0) {
+        snprintf(buf, len, "layer %s: an inner optimizer with learned parameters has no CUDA "
+                 "form", name);
+        return buf;
+    }
+    return NULL;
+}
+
+/* What the recorded op keeps: the layer the form computes and the call's shape. */
+typedef struct batched_rec {
+    ttt_layer L;
+    int B, T, H, alpha_vec;
+} batched_rec;
+
+/* A device gradient for input t written whole by the form: t's own buffer when this is its
+ * first writer, else scratch that is added to it afterwards (autograd.h "First writer
+ * assigns"); NULL when t needs none. */
+typedef struct dgrad {
+    float *g, *write;
+    size_t n;
+} dgrad;
+
+static dgrad dgrad_get(ttt_ctx *ctx, const ttt_tensor *t) {
+    dgrad d = {0};
+    if (!t || !t->requires_grad) return d;
+    int add = 0;
+    d.g = ttt_grad_acc(ctx, t, &add);
+    if (!d.g) return d;
+    d.n = t->n;
+    d.write = d.g;
+    if (add) {
+        d.write = ttt_arena_alloc(ctx->arena, t->n * sizeof(float) + 1);
+        TTT_ASSERT(d.write != NULL);
+    }
+    return d;
+}
+
+static void dgrad_done(ttt_ctx *ctx, const dgrad *d) {
+    if (!d->g || d->write == d->g) return;
+    ttt_device_ops_note(ttt_cuda_map(TTT_MAP_SCALE, d->g, 1, d->write, NULL, TTT_B_SAME, NULL,
+                                     d->n, d->n, 1.0f, 0.0f, ctx->arena->stream,
+                                     ttt_device_ops_err()));
+}
+
+static ttt_form_batch batch_io(ttt_ctx *ctx, const batched_rec *r, float *o, const ttt_tensor *q,
+                               const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *eta,
+                               const ttt_tensor *la) {
+    return (ttt_form_batch){.B = r->B, .T = r->T, .H = r->H,
+                            .device = ctx->arena->device, .stream = ctx->arena->stream,
+                            .dtype = TTT_DTYPE_F32, .o = o,
+                            .q = q->data, .k = k->data, .v = v->data,
+                            .eta = eta ? eta->data : NULL,
+                            .log_alpha = la ? la->data : NULL, .alpha_vec = r->alpha_vec};
+}
+
+static void batched_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const batched_rec *r = e->aux;
+    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *eta = e->in[3],
+                     *la = e->in[4];
+    /* every ttt_grad before any scratch (autograd.h) */
+    const dgrad dq = dgrad_get(ctx, q), dk = dgrad_get(ctx, k), dv = dgrad_get(ctx, v),
+                de = dgrad_get(ctx, eta), dl = dgrad_get(ctx, la);
+    const ttt_form_batch io = batch_io(ctx, r, e->out->data, q, k, v, eta, la);
+    const ttt_form_batch_grad g = {.d_o = dout, .d_q = dq.write, .d_k = dk.write,
+                                   .d_v = dv.write, .d_eta = de.write, .d_log_alpha = dl.write};
+    ttt_device_ops_note(ttt_layer_backward_batched(&r->L, &io, &g, ttt_device_ops_err()));
+    dgrad_done(ctx, &dq);
+    dgrad_done(ctx, &dk);
+    dgrad_done(ctx, &dv);
+    dgrad_done(ctx, &de);
+    dgrad_done(ctx, &dl);
+}
+
+/* o (B, T, H·D) of layer L on q, k, v (B, T, H·D), η (B, T, H) or NULL, log α (B, T, H) or
+ * (B, T, H·D) or NULL, all on the arena's device, as one recorded op. */
+static ttt_status batched_op(ttt_ctx *ctx, const ttt_layer *L, int B, int T, int H,
+                             const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v,
+                             const ttt_tensor *eta, const ttt_tensor *la, int alpha_vec,
+                             ttt_tensor **out, ttt_error *err) {
+    ttt_tensor *o = ttt_tensor_3d(ctx, B, T, H * L->d_v);
+    batched_rec rec = {.L = *L, .B = B, .T = T, .H = H, .alpha_vec = alpha_vec};
+    const ttt_form_batch io = batch_io(ctx, &rec, o->data, q, k, v, eta, la);
+    TTT_TRY(ttt_layer_forward_batched(L, &io, NULL, err));
+    ttt_tape_entry *e = ttt_tape_record(ctx, batched_backward, o,
+                                        (const ttt_tensor *const[]){q, k, v, eta, la}, 5);
+    if (e) {
+        batched_rec *saved = ttt_tape_alloc(ctx, sizeof *saved);
+        *saved = rec;
+        e->aux = saved;
+        e->name = "ttt_layer_batched";
+    }
+    *out = o;
+    return TTT_OK;
+}
+
+/* The layer's RoPE on q or k (B, T, H·D): each head's row at token t turned by position t (the
+ * host layer's ttt_rope per sequence and head, from position 0), recorded; the backward turns the
+ * gradient back. */
+static void rope_heads_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0];
+    float *g = ttt_grad(ctx, x);
+    if (!g) return;
+    ttt_device_ops_note(ttt_cuda_rope_heads(g, 1, dy, e->iarg[0], e->iarg[1], e->iarg[2],
+                                            e->iarg[3], e->farg[0], 1, ctx->arena->stream,
+                                            ttt_device_ops_err()));
+}
+
+static ttt_tensor *rope_heads(ttt_ctx *ctx, const ttt_tensor *x, int B, int T, int H, int D,
+                              float base) {
+    ttt_tensor *y = ttt_tensor_new(ctx, x->ndim, x->shape);
+    ttt_device_ops_note(ttt_cuda_rope_heads(y->data, 0, x->data, B, T, H, D, base, 0,
+                                            ctx->arena->stream, ttt_device_ops_err()));
+    ttt_tape_entry *e =
+        ttt_tape_record(ctx, rope_heads_backward, y, (const ttt_tensor *const[]){x}, 1);
+    if (e) {
+        e->name = "rope_heads";
+        e->iarg[0] = B, e->iarg[1] = T, e->iarg[2] = H, e->iarg[3] = D;
+        e->farg[0] = base;
+    }
+    return y;
+}
+
+static ttt_status forward_device(const ttt_mixer_call *call, ttt_tensor *qkv, ttt_tensor *eta,
+                                 ttt_tensor *la, ttt_tensor **out, ttt_error *err) {
+    ttt_ctx *ctx = call->ctx;
+    const ttt_seq_model_config *c = &call->m->cfg;
+    const int H = c->n_heads, D = c->head_dim, B = call->B, T = call->T, C = H * D;
+    char why[512];
+    if (device_refuse(c, why, sizeof why)) {
+        char dn[32];
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "model.mixer ttt on %s: %s",
+                             ttt_device_name(ctx->arena->device, dn, sizeof dn), why);
+    }
+    /* q, k, v as (B, T, H, D) arrays of their own (the form reads rows of H·D contiguous) */
+    ttt_tensor *q = ttt_slice_cols(ctx, qkv, 0, C);
+    ttt_tensor *k = ttt_slice_cols(ctx, qkv, C, 2 * C);
+    ttt_tensor *v = ttt_slice_cols(ctx, qkv, 2 * C, 3 * C);
+    if (c->qk_norm) { /* per head: rows of D */
+        q = ttt_mixer_reshape3(
+            ctx, ttt_mixer_l2norm(ctx, ttt_mixer_reshape2(ctx, q, B * T * H, D)), B, T, C);
+        k = ttt_mixer_reshape3(
+            ctx, ttt_mixer_l2norm(ctx, ttt_mixer_reshape2(ctx, k, B * T * H, D)), B, T, C);
+    }
+    if (c->layer.rope) { /* after the mixer's q/k normalization, as the host layer turns them */
+        q = rope_heads(ctx, q, B, T, H, D, c->layer.rope_base);
+        k = rope_heads(ctx, k, B, T, H, D, c->layer.rope_base);
+    }
+    if (c->gate == TTT_GATE_MULTISCALE) { /* head h's constant log γ_h at every token */
+        float *g = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)H * sizeof(float));
+        TTT_ASSERT(g != NULL);
+        for (int hh = 0; hh < H; hh++) g[hh] = (float)log1p(-ldexp(1.0, -5 - hh));
+        ttt_tensor host = ttt_tensor_view(g, 1, (int[]){H});
+        ttt_tensor *row = ttt_tensor_to(ctx, &host);
+        ttt_tensor *z = ttt_tensor_2d(ctx, B * T, H);
+        ttt_tensor_fill(z, 0.0f);
+        la = ttt_mixer_reshape3(ctx, ttt_add(ctx, z, row), B, T, H);
+    }
+    ttt_tensor *o;
+    const ttt_layer Lf = form_layer(&c->layer);
+    TTT_TRY(batched_op(ctx, &Lf, B, T, H, q, k, v, eta, la, c->gate == TTT_GATE_VECTOR, &o,
+                       err));
+    *out = ttt_mixer_reshape2(ctx, o, B * T, C);
+    return TTT_OK;
+}
+
 static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_error *err) {
     ttt_ctx *ctx = call->ctx;
     const ttt_seq_model_config *c = &call->m->cfg;
@@ -303,6 +521,8 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         la = ttt_scale(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)), -1.0f / 16.0f);
         la = ttt_mixer_reshape3(ctx, la, B, T, H * D);
     }
+    if (!ttt_device_is_host(ctx->arena->device))
+        return forward_device(call, qkv, eta, la, out, err);
     /* the heads' outputs (T, D), sequence b's head h at b·H + h: joined in one copy */
     ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)B * H * sizeof *heads);
     TTT_ASSERT(heads);
@@ -395,4 +615,5 @@ const ttt_mixer ttt_mixer_ttt = {
     .param_bound = param_bound,
     .forward = forward,
     .describe = describe,
+    .device_refuse = device_refuse,
 };

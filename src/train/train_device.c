@@ -1,0 +1,251 @@
+/* The training step on a CUDA device (train_device.h; docs/training.md "Device and precision"). */
+#include "train_device.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adamw_device.h"
+#include "fault.h"
+#include "ops.h"
+#include "train.h"
+
+/* Every parameter starts at a multiple of 64 floats (256 bytes), the alignment cudaMalloc gives,
+ * so that a kernel that reads a parameter in wide words finds it aligned. The padding holds zeros
+ * in every buffer and adds nothing to the gradient norm. */
+static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+void ttt_train_dev_free(ttt_train_dev *D) {
+    if (!D) return;
+    ttt_tape_free(&D->tape);
+    ttt_arena_free(&D->arena);
+    ttt_device_free(&D->mem);
+    free(D->pt);
+    free(D->off);
+    if (D->entered) ttt_device_leave(&D->scope);
+    memset(D, 0, sizeof *D);
+}
+
+static ttt_status copy_params(ttt_train_dev *D, int up, ttt_params *ps, const ttt_adamw *opt,
+                              ttt_error *err) {
+    const ttt_device h = ttt_device_host();
+    for (int i = 0; i < D->m->params.n; i++) {
+        ttt_param *p = D->m->params.p[i];
+        ttt_param *hp = ps ? ps->p[i] : p;
+        const size_t bytes = p->n * sizeof(float), o = D->off[i];
+        if (up) {
+            TTT_TRY(ttt_device_copy(D->data + o, D->device, p->data, h, bytes, D->stream, err));
+            if (opt) {
+                TTT_TRY(ttt_device_copy(D->m1 + o, D->device, opt->m[i], h, bytes, D->stream,
+                                        err));
+                TTT_TRY(ttt_device_copy(D->m2 + o, D->device, opt->v[i], h, bytes, D->stream,
+                                        err));
+            }
+        } else {
+            TTT_TRY(ttt_device_copy(hp->data, h, D->data + o, D->device, bytes, D->stream, err));
+            if (opt) {
+                TTT_TRY(ttt_device_copy(((ttt_adamw *)opt)->m[i], h, D->m1 + o, D->device,
+                                        bytes, D->stream, err));
+                TTT_TRY(ttt_device_copy(((ttt_adamw *)opt)->v[i], h, D->m2 + o, D->device,
+                                        bytes, D->stream, err));
+            }
+        }
+    }
+    /* a copy to the host is read at once; a copy up reads host memory the caller may change */
+    return ttt_device_sync(D->device, D->stream, err);
+}
+
+ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_device d,
+                              ttt_error *err) {
+    memset(D, 0, sizeof *D);
+    D->device = d;
+    D->m = m;
+    ttt_tape_init(&D->tape);
+    ttt_arena_init(&D->arena, 0);
+    const ttt_status es = ttt_device_enter(d, &D->scope, err);
+    if (es != TTT_OK) {
+        ttt_train_dev_free(D);
+        return es;
+    }
+    D->entered = 1;
+    const int np = m->params.n;
+    D->pt = ttt_fault_calloc(np ? (size_t)np : 1, sizeof *D->pt);
+    D->off = ttt_fault_calloc(np ? (size_t)np : 1, sizeof *D->off);
+    if (!D->pt || !D->off) {
+        ttt_train_dev_free(D);
+        return ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the device state");
+    }
+    size_t n = 0;
+    for (int i = 0; i < np; i++) {
+        D->off[i] = n;
+        n += pad64(m->params.p[i]->n);
+    }
+    D->numel = n ? n : 64;
+    const size_t bytes = 4 * D->numel * sizeof(float) + TTT_CUDA_SUMSQ_SCRATCH * sizeof(double) +
+                         sizeof(double);
+    ttt_status s = ttt_device_alloc(&D->mem, d, bytes, D->stream,
+                                    "the parameters, gradients and AdamW moments", err);
+    if (s == TTT_OK) {
+        D->data = D->mem.ptr;
+        D->grad = D->data + D->numel;
+        D->m1 = D->grad + D->numel;
+        D->m2 = D->m1 + D->numel;
+        D->norm_scratch = (double *)(D->m2 + D->numel);
+        D->bad = (unsigned *)(D->norm_scratch + TTT_CUDA_SUMSQ_SCRATCH);
+        s = ttt_device_zero(D->mem.ptr, d, bytes, D->stream, err);
+    }
+    if (s == TTT_OK) {
+        ttt_arena_free(&D->arena);
+        s = ttt_arena_init_device(&D->arena, TTT_TRAIN_ARENA_BLOCK, d, D->stream, err);
+    }
+    if (s == TTT_OK) s = copy_params(D, 1, NULL, NULL, err);
+    if (s != TTT_OK) {
+        char dn[32];
+        ttt_error_prefix(err, "train on %s", ttt_device_name(d, dn, sizeof dn));
+        ttt_train_dev_free(D);
+        return s;
+    }
+    for (int i = 0; i < np; i++) {
+        const ttt_param *p = m->params.p[i];
+        D->pt[i] = ttt_tensor_view_on(d, D->data + D->off[i], p->ndim, p->shape);
+        ttt_tensor_set_param(&D->pt[i], D->grad + D->off[i]);
+    }
+    D->tape.recycle = 0; /* not applied to device tensors (autograd.h) */
+    D->ctx = (ttt_ctx){.arena = &D->arena, .grad = 0, .tape = &D->tape};
+    return TTT_OK;
+}
+
+ttt_status ttt_train_dev_upload(ttt_train_dev *D, const ttt_adamw *opt, ttt_error *err) {
+    return copy_params(D, 1, NULL, opt, err);
+}
+
+ttt_status ttt_train_dev_download(ttt_train_dev *D, ttt_params *ps, ttt_adamw *opt,
+                                  ttt_error *err) {
+    return copy_params(D, 0, ps, opt, err);
+}
+
+void ttt_train_dev_reset(ttt_train_dev *D) {
+    D->pred = NULL;
+    ttt_arena_reset(&D->arena);
+}
+
+ttt_status ttt_train_dev_step(ttt_train_dev *D, const ttt_seq_batch *b, int grad, double denom,
+                              double *loss, ttt_seq_stats *st, ttt_error *err) {
+    const int np = D->m->params.n;
+    D->ctx.grad = grad;
+    D->arena.peak = ttt_arena_footprint(&D->arena);
+    D->act_bytes = D->grad_bytes = 0;
+    D->pred = NULL;
+    *loss = NAN;
+    memset(st, 0, sizeof *st);
+    /* the first op to write a gradient assigns it (autograd.h "First writer assigns") */
+    if (grad)
+        for (int i = 0; i < np; i++) ttt_tensor_grad_overwrite(&D->pt[i]);
+    ttt_device_ops_status(NULL); /* a failure of an earlier, unrelated call is not this step's */
+    ttt_status s = TTT_OK;
+    float lf = NAN;
+    ttt_arena_escape esc;
+    ttt_arena_arm(&D->arena, &esc);
+    if (setjmp(esc.jump) == 0) {
+        ttt_tensor *l = NULL;
+        s = ttt_seq_model_loss(&D->ctx, D->m, D->pt, b, denom > 0 ? denom : 1.0, &l, st,
+                               &D->pred, err);
+        if (s == TTT_OK) s = ttt_tensor_read(l, &lf, D->stream, err);
+        if (s == TTT_OK) {
+            D->act_bytes = ttt_arena_footprint(&D->arena);
+            if (grad && isfinite(lf)) ttt_backward(&D->ctx, l);
+            D->grad_bytes = grad ? D->tape.grad_bytes : 0;
+        }
+    } else {
+        D->pred = NULL;
+        s = ttt_error_set(err, TTT_ERR_NOMEM,
+                          "train: out of device memory for %zu bytes of a step's tensors (the "
+                          "arena held %.1f MiB)",
+                          D->arena.failed_bytes,
+                          (double)ttt_arena_footprint(&D->arena) / 1048576.0);
+        ttt_arena_reset(&D->arena);
+    }
+    ttt_arena_disarm(&D->arena);
+    ttt_tape_reset(&D->tape);
+    if (grad)
+        for (int i = 0; i < np; i++) ttt_tensor_grad_settle(&D->pt[i]);
+    /* a CUDA failure inside an op (kept by the ops, ops.h ttt_device_ops_status) */
+    ttt_error dev_err = {0};
+    if (ttt_device_ops_status(&dev_err) != TTT_OK && s == TTT_OK) {
+        *err = dev_err;
+        s = dev_err.status;
+    }
+    if (s != TTT_OK) {
+        D->pred = NULL;
+        return s;
+    }
+    *loss = lf;
+    return TTT_OK;
+}
+
+ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
+                               ttt_adamw_stats *stats, ttt_error *err) {
+    TTT_ASSERT(ps->n == opt->n_params);
+    const ttt_adamw_config *c = &opt->cfg;
+    double ss = 0.0;
+    TTT_TRY(ttt_cuda_sumsq(D->grad, D->numel, D->norm_scratch, &ss, D->stream, err));
+    const double norm = sqrt(ss);
+    if (!isfinite(norm)) {
+        /* the host's message: copy the gradients down and let the host find the first one */
+        for (int i = 0; i < ps->n; i++)
+            TTT_TRY(ttt_device_copy(ps->p[i]->grad, ttt_device_host(), D->grad + D->off[i],
+                                    D->device, ps->p[i]->n * sizeof(float), D->stream, err));
+        TTT_TRY(ttt_device_sync(D->device, D->stream, err));
+        ttt_status s = ttt_params_check_finite(ps, TTT_PARAMS_CHECK_GRAD, err);
+        if (s == TTT_OK) /* the sum of squares overflowed although every gradient is finite */
+            s = ttt_error_set(err, TTT_ERR_NUMERIC, "the gradient norm overflowed (> 1e308)");
+        return s;
+    }
+    int clipped = 0;
+    if (c->clip_norm > 0 && norm > c->clip_norm) { /* ttt_params_clip_grad_norm's scale */
+        const float scale = (float)(c->clip_norm / norm);
+        TTT_TRY(ttt_cuda_scale_f32(D->grad, D->grad, scale, D->numel, D->stream, err));
+        clipped = 1;
+    }
+    /* the factors of ttt_adamw_step, formed the same way */
+    const double lr = ttt_lr_schedule(c, (long)opt->step);
+    const double t = (double)(opt->step + 1);
+    const double bc1 = 1.0 - pow(c->beta1, t);
+    const double bc2_sqrt = sqrt(1.0 - pow(c->beta2, t));
+    const ttt_adamw_factors f = {
+        .b1 = (float)c->beta1,
+        .b2 = (float)c->beta2,
+        .one_m_b1 = (float)(1.0 - c->beta1),
+        .one_m_b2 = (float)(1.0 - c->beta2),
+        .step_size = (float)(lr / bc1),
+        .inv_bc2_sqrt = (float)(1.0 / bc2_sqrt),
+        .eps = (float)c->eps,
+        .shrink = (float)(1.0 - lr * c->weight_decay),
+    };
+    TTT_TRY(ttt_device_zero(D->bad, D->device, sizeof *D->bad, D->stream, err));
+    for (int i = 0; i < ps->n; i++) {
+        const size_t o = D->off[i];
+        const int decay = ps->p[i]->decay && c->weight_decay > 0;
+        TTT_TRY(ttt_cuda_adamw_update(D->data + o, D->grad + o, D->m1 + o, D->m2 + o,
+                                      ps->p[i]->n, decay, &f, D->bad, D->stream, err));
+    }
+    unsigned bad = 0;
+    TTT_TRY(ttt_device_copy(&bad, ttt_device_host(), D->bad, D->device, sizeof bad, D->stream,
+                            err));
+    TTT_TRY(ttt_device_sync(D->device, D->stream, err));
+    opt->step++;
+    if (stats) {
+        stats->lr = lr;
+        stats->grad_norm = norm;
+        stats->clipped = clipped;
+    }
+    if (bad) { /* the host's message names the first weight that is not finite */
+        TTT_TRY(copy_params(D, 0, ps, NULL, err));
+        ttt_status s = ttt_params_check_finite(ps, TTT_PARAMS_CHECK_DATA, err);
+        if (s == TTT_OK)
+            s = ttt_error_set(err, TTT_ERR_NUMERIC, "%u updated weights are not finite", bad);
+        return s;
+    }
+    return TTT_OK;
+}

@@ -1,0 +1,774 @@
+/* The training step on a CUDA device against the same step on the CPU (docs/training.md "Device
+ * and precision"): small MQAR models of each mixer that runs on a device (softmax attention, and
+ * the ttt mixer with the delta rule, the gated delta rule, GLA's per-key gate, RetNet's
+ * multi-scale decay and Mamba2's scalar gate), trained by ttt_train with train.device: cuda and
+ * train.device: cpu from the same initialization on the same batches.
+ *
+ * Tolerances, as tests/bench/compare_torch_steps.py and docs/hardening.md "Portable tolerances"
+ * derive them: never from one machine's float32 output, but from how much the trajectory itself
+ * moves under perturbations of the size of one rounding. ENSEMBLE more CPU runs multiply every
+ * weight by 1 + u·2^-24 (u uniform in [−1, 1]) after every update — the storage rounding any
+ * float32 trainer commits at each step, and nothing else; spread(s) is the largest relative loss
+ * difference of those runs from the same loop unperturbed at step s, and
+ *     tol(s) = GROWTH · (max over s' ≤ s of spread(s') + LOSS_FLOOR)
+ * with GROWTH = 8 and LOSS_FLOOR = 16ε (ε = 2^-24), compare_torch_steps.py's constants, is how far
+ * one float32 trainer may be from the exact trajectory; the device and the CPU are two such
+ * trainers, so they may be PATHS·tol(s) apart, PATHS = 2 (docs/hardening.md "Portable
+ * tolerances": a float32 path is bounded against the exact one, and two paths by the sum).
+ * GROWTH because a float32 step rounds at more places than the perturbation of the weights (every
+ * product of the device accumulates in another order than OpenBLAS, the reductions in another
+ * order in double); the floor is the rounding of the loss itself. The ensemble here is float32 CPU runs (the C
+ * trainer has no float64 twin), ttt_train's host step written out (one shard) so that the weights
+ * can be perturbed between updates: the perturbation measures the trajectory's conditioning,
+ * which is what the bound scales with. The final parameters are held to the same rule on their
+ * relative RMS difference over all parameters.
+ *
+ * One step's gradients: the relative RMS difference of each parameter's gradient on the device
+ * from the CPU's is within 2(K + 2)·(spread_g + ε). spread_g, the largest relative RMS change of
+ * that gradient when every weight is multiplied by 1 + u·2^-24, measures its conditioning κ
+ * (spread_g ≈ κε; at least ε, the rounding of the result); a float32 sum of K terms is within
+ * γ_K ≈ Kε of the sum of their magnitudes (Higham, Thm 3.5) on each side, with K the most terms
+ * any gradient element sums: every position of the batch (B·T) for a weight.
+ *
+ * AdamW on the device: its update is the host's formulas rounded at the same places
+ * (adamw_device.h), so without clipping one update from the same state gives the same bits;
+ * with clipping the scale's float may differ by one rounding (the norm is summed in another
+ * order in double), so the weights agree within 8ε of their size and their change (below).
+ *
+ * Each comparison has a control that must be rejected: a run whose first batch has sequence 0
+ * replaced by sequence 1 (a perturbed input), the gradient of that batch, and one AdamW update
+ * from a gradient with one element moved by 2^-8 of itself (less can vanish in the rounding of
+ * the moments).
+ *
+ * Checkpoints: a run stopped on the device and resumed on the CPU (and the reverse) ends within
+ * the trajectory bound of the uninterrupted CPU run.
+ *
+ * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
+ * TTT_TRAIN_GPU_SELF=1 runs the trajectory and vector cases with the CPU standing in for the
+ * device (every error is then 0 and every control must still be rejected): a check of the
+ * harness itself on machines without a GPU. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adamw.h"
+#include "autograd.h"
+#include "config.h"
+#include "data.h"
+#include "device.h"
+#include "ops.h"
+#include "rng.h"
+#include "seqmodel.h"
+#include "testutil.h"
+#include "train.h"
+#include "train_device.h"
+
+#define EPS32 5.9604644775390625e-8 /* 2^-24 */
+#define ENSEMBLE 3
+#define GROWTH 8.0
+#define LOSS_FLOOR (16.0 * EPS32)
+#define PATHS 2.0
+#define STEPS 20
+#define BATCH 8
+#define SEQ 32
+
+/* "cuda", or "cpu" when the CPU stands in for the device (TTT_TRAIN_GPU_SELF) */
+static const char *dev_name = "cuda";
+
+/* ---- data: MQAR batches, batch k drawn from its own stream (replayable after a resume) ---- */
+
+typedef struct mq_data {
+    ttt_mqar gen;
+    int *tokens, *labels;
+    uint64_t k;     /* batches drawn so far */
+    int perturb;    /* nonzero: batch 0's sequence 0 is sequence 1 (the control) */
+} mq_data;
+
+static void draw(mq_data *d, uint64_t stream, int perturb) {
+    ttt_rng r;
+    ttt_rng_seed(&r, 1000 + stream);
+    for (int b = 0; b < BATCH; b++)
+        ttt_mqar_example(&d->gen, &r, d->tokens + b * SEQ, d->labels + b * SEQ);
+    if (perturb) {
+        memcpy(d->tokens, d->tokens + SEQ, SEQ * sizeof(int));
+        memcpy(d->labels, d->labels + SEQ, SEQ * sizeof(int));
+    }
+}
+
+static ttt_status mq_next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    mq_data *d = user;
+    draw(d, d->k, d->perturb && d->k == 0);
+    d->k++;
+    *out = (ttt_seq_batch){.B = BATCH, .T = SEQ, .tokens = d->tokens, .labels = d->labels};
+    return TTT_OK;
+}
+
+static ttt_status mq_eval(void *user, int i, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    mq_data *d = user;
+    draw(d, 999999 + (uint64_t)i, 0);
+    *out = (ttt_seq_batch){.B = BATCH, .T = SEQ, .tokens = d->tokens, .labels = d->labels};
+    return TTT_OK;
+}
+
+static void mq_get(void *user, uint64_t *w) { w[0] = ((mq_data *)user)->k; }
+static ttt_status mq_set(void *user, const uint64_t *w, ttt_error *err) {
+    (void)err;
+    ((mq_data *)user)->k = w[0];
+    return TTT_OK;
+}
+
+static void mq_init(mq_data *d) {
+    memset(d, 0, sizeof *d);
+    ttt_mqar_config c;
+    ttt_mqar_config_default(&c);
+    c.vocab = 32;
+    c.seq_len = SEQ;
+    c.n_pairs = 4;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_mqar_init(&d->gen, &c, &err) == TTT_OK, "%s", err.msg);
+    d->tokens = calloc(BATCH * SEQ, sizeof(int));
+    d->labels = calloc(BATCH * SEQ, sizeof(int));
+}
+
+static void mq_free(mq_data *d) {
+    ttt_mqar_free(&d->gen);
+    free(d->tokens);
+    free(d->labels);
+}
+
+/* ---- the mixers under test ---- */
+
+typedef struct mixer_case {
+    const char *name;
+    const char *layer; /* the `layer:` and model lines */
+} mixer_case;
+
+static const mixer_case cases[] = {
+    {"softmax", "layer: {mixer: softmax}\n"},
+    {"deltanet", "layer: {preset: deltanet}\n"},
+    {"gated_deltanet", "layer: {preset: gated_deltanet}\n"},
+    {"gla", "layer: {preset: gla}\n"},
+    {"retnet", "layer: {preset: retnet}\n"},
+    {"mamba2", "layer: {preset: mamba2}\n"},
+};
+enum { N_CASES = sizeof cases / sizeof cases[0] };
+
+typedef struct setup {
+    ttt_cfg_node *root;
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+} setup;
+
+/* The model and training of case i on `device` ("cpu" or "cuda"), `steps` updates. */
+static void setup_make(setup *s, int i, const char *device, int steps, int stop_at) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "model: {d_model: 32, heads: 4, layers: 2, mlp: 2}\n"
+             "%s"
+             "train: {steps: %d, batch: %d, shards: 1, warmup: 5, lr: 3e-3, clip: 1.0,\n"
+             "        log_every: 1, checkpoint_every: 0, stop_at: %d, device: %s}\n",
+             cases[i].layer, steps, BATCH, stop_at, device);
+    ttt_error err = {0};
+    s->root = NULL;
+    ck_assert_msg(ttt_cfg_load_string(text, "gpu.yaml", &s->root, &err) == TTT_OK, "%s",
+                  err.msg);
+    ttt_seq_model_io io = {.vocab = 32, .seq_len = SEQ};
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(s->root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(s->root, "layer"), &io, &s->mc,
+                                      &err) == TTT_OK,
+                  "%s: %s", cases[i].name, err.msg);
+    ck_assert_msg(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(s->root, "train"), &s->tc,
+                                         &err) == TTT_OK,
+                  "%s: %s", cases[i].name, err.msg);
+}
+
+/* Every initial weight times 1 + u·2^-24, u uniform in [−1, 1] from stream k. */
+static void perturb_weights(ttt_seq_model *m, int k) {
+    ttt_rng r;
+    ttt_rng_seed(&r, 77 + (uint64_t)k);
+    for (int i = 0; i < m->params.n; i++)
+        for (size_t j = 0; j < m->params.p[i]->n; j++) {
+            const double u = 2.0 * ttt_rng_uniform(&r) - 1.0;
+            m->params.p[i]->data[j] = (float)((double)m->params.p[i]->data[j] * (1.0 + u * EPS32));
+        }
+}
+
+/* A run: losses per step (from the journal) and the final parameters. */
+typedef struct run_out {
+    double loss[STEPS];
+    int n;
+    float *params;
+    size_t numel;
+} run_out;
+
+static void run_free(run_out *r) { free(r->params); }
+
+static void read_losses(const char *path, run_out *o) {
+    char *text = tu_read_file(path);
+    ck_assert_ptr_nonnull(text);
+    o->n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strstr(line, "\"kind\":\"train\"")) continue;
+        const char *p = strstr(line, "\"loss\":");
+        const char *st = strstr(line, "\"step\":");
+        ck_assert(p && st);
+        const int step = atoi(st + 7);
+        if (step >= 1 && step <= STEPS) o->loss[step - 1] = strtod(p + 7, NULL);
+        if (step > o->n) o->n = step;
+    }
+    free(text);
+}
+
+/* Train case i on `device` for STEPS updates (or until stop_at, resuming from `dir` when it
+ * holds a checkpoint); weights perturbed by ensemble member k ≥ 0; data perturbed when asked. */
+static void train(int i, const char *device, int k, int perturb_data, const char *dir,
+                  int stop_at, run_out *o) {
+    setup s;
+    setup_make(&s, i, device, STEPS, stop_at);
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
+    if (k >= 0) perturb_weights(&m, k);
+    mq_data d;
+    mq_init(&d);
+    d.perturb = perturb_data;
+    ttt_train_data td = {.user = &d, .next = mq_next, .n_state = 1, .get_state = mq_get,
+                         .set_state = mq_set, .n_eval = 1, .eval_batch = mq_eval};
+    char journal[4096];
+    snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
+    ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "gpu", .stream_path = journal,
+                        .series = "t"};
+    ttt_train_result res;
+    const ttt_status st = ttt_train(&m, &s.tc, &td, &tr, &res, &err);
+    ck_assert_msg(st == TTT_OK, "%s on %s: %s", cases[i].name, device, err.msg);
+    read_losses(journal, o);
+    o->numel = ttt_params_numel(&m.params);
+    o->params = malloc(o->numel * sizeof(float));
+    size_t at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        memcpy(o->params + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
+        at += m.params.p[p]->n;
+    }
+    mq_free(&d);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(s.root);
+}
+
+/* The ensemble's loop: ttt_train's host step with one shard (forward with the batch's scored
+ * positions as the denominator, backward, AdamW), the loss of each step as the trainer records
+ * it (the summed loss over the scored positions), and when k ≥ 0 every weight multiplied by
+ * 1 + u·2^-24 after each update (stream k). */
+static void loop_run(int i, int k, run_out *o) {
+    setup s;
+    setup_make(&s, i, "cpu", STEPS, 0);
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
+    ttt_adamw opt;
+    ck_assert(ttt_adamw_init(&opt, &m.params, &s.tc.adamw, &err) == TTT_OK);
+    mq_data d;
+    mq_init(&d);
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
+    ttt_rng r;
+    ttt_rng_seed(&r, 77 + (uint64_t)(k < 0 ? 0 : k));
+    for (int step = 0; step < STEPS; step++) {
+        ttt_seq_batch b;
+        mq_next(&d, &b, &err);
+        long count = 0;
+        for (long j = 0; j < (long)b.B * b.T; j++) count += b.labels[j] >= 0;
+        for (int p = 0; p < m.params.n; p++) ttt_tensor_grad_overwrite(&m.pt[p]);
+        ttt_tensor *l = NULL;
+        ttt_seq_stats st;
+        ck_assert(ttt_seq_model_loss(&ctx, &m, NULL, &b, (double)count, &l, &st, NULL, &err) ==
+                  TTT_OK);
+        ttt_backward(&ctx, l);
+        for (int p = 0; p < m.params.n; p++) ttt_tensor_grad_settle(&m.pt[p]);
+        o->loss[step] = st.loss_sum / (double)st.count;
+        ck_assert(ttt_adamw_step(&opt, &m.params, NULL, &err) == TTT_OK);
+        if (k >= 0)
+            for (int p = 0; p < m.params.n; p++)
+                for (size_t j = 0; j < m.params.p[p]->n; j++) {
+                    const double u = 2.0 * ttt_rng_uniform(&r) - 1.0;
+                    float *w = &m.params.p[p]->data[j];
+                    *w = (float)((double)*w * (1.0 + u * EPS32));
+                }
+        ttt_tape_reset(&tape);
+        ttt_arena_reset(&a);
+    }
+    o->n = STEPS;
+    o->numel = ttt_params_numel(&m.params);
+    o->params = malloc(o->numel * sizeof(float));
+    size_t at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        memcpy(o->params + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
+        at += m.params.p[p]->n;
+    }
+    ttt_tape_free(&tape);
+    ttt_arena_free(&a);
+    ttt_adamw_free(&opt);
+    mq_free(&d);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(s.root);
+}
+
+static char *fresh_dir(void) {
+    char *d = tu_mkdtemp();
+    ck_assert_ptr_nonnull(d);
+    return d;
+}
+
+static double rel_rms(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t j = 0; j < n; j++) {
+        const double e = (double)a[j] - b[j];
+        num += e * e;
+        den += (double)b[j] * b[j];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The worst ratio of |loss(s) − ref(s)| / ref(s) to tol(s) over the steps. */
+static double worst_ratio(const run_out *got, const run_out *ref, const double *tol) {
+    double w = 0;
+    for (int s = 0; s < STEPS; s++) {
+        const double e = fabs(got->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
+        if (e / tol[s] > w) w = e / tol[s];
+    }
+    return w;
+}
+
+/* ---- the trajectory ---- */
+
+static void trajectory_case(int i) {
+    run_out cpu, gpu, ens[ENSEMBLE], ctl, base;
+    char *d0 = fresh_dir(), *d1 = fresh_dir(), *d2 = fresh_dir();
+    train(i, "cpu", -1, 0, d0, 0, &cpu);
+    train(i, dev_name, -1, 0, d1, 0, &gpu);
+    ck_assert_int_eq(cpu.n, STEPS);
+    ck_assert_int_eq(gpu.n, STEPS);
+    double tol[STEPS], env = 0, ptol = 0;
+    loop_run(i, -1, &base);
+    /* the loop is the trainer's host step: the same losses (to the rounding of their mean) */
+    for (int s = 0; s < STEPS; s++)
+        TU_ASSERT_LE(fabs(base.loss[s] - cpu.loss[s]), 4.0 * 0x1p-53 * fabs(cpu.loss[s]),
+                     "%s: the ensemble's loop is not ttt_train's step at step %d", cases[i].name,
+                     s + 1);
+    for (int k = 0; k < ENSEMBLE; k++) {
+        loop_run(i, k, &ens[k]);
+        const double pr = rel_rms(ens[k].params, base.params, base.numel);
+        if (pr > ptol) ptol = pr;
+    }
+    for (int s = 0; s < STEPS; s++) {
+        for (int k = 0; k < ENSEMBLE; k++) {
+            const double e = fabs(ens[k].loss[s] - base.loss[s]) / fabs(base.loss[s]);
+            if (e > env) env = e;
+        }
+        tol[s] = PATHS * GROWTH * (env + LOSS_FLOOR);
+    }
+    const double w = worst_ratio(&gpu, &cpu, tol);
+    printf("%-16s loss: worst |gpu - cpu| / tol = %.3f (tol at step %d: %.2e)", cases[i].name, w,
+           STEPS, tol[STEPS - 1]);
+    TU_ASSERT_LE(w, 1.0, "%s: the GPU's losses leave the CPU's by %.2f times the bound",
+                 cases[i].name, w);
+    const double pt = PATHS * GROWTH * (ptol + LOSS_FLOOR);
+    const double pe = rel_rms(gpu.params, cpu.params, cpu.numel);
+    printf("; params rel. RMS %.2e (tol %.2e)", pe, pt);
+    TU_ASSERT_LE(pe, pt, "%s: final parameters %.3e from the CPU's (bound %.3e)", cases[i].name,
+                 pe, pt);
+    /* control: the CPU run on a perturbed first batch is rejected by the same bound */
+    train(i, "cpu", -1, 1, d2, 0, &ctl);
+    const double wc = worst_ratio(&ctl, &gpu, tol);
+    printf("; control %.1f x tol\n", wc);
+    ck_assert_msg(wc > 1.0, "%s: the control (a perturbed batch) passed: %.3f", cases[i].name,
+                  wc);
+    /* checkpoints across devices: stopped at STEPS/2 on the GPU, resumed on the CPU (and the
+     * reverse); each ends within the bound of the uninterrupted CPU run */
+    for (int dir = 0; dir < 2; dir++) {
+        char *dc = fresh_dir();
+        run_out a, b;
+        train(i, dir ? "cpu" : dev_name, -1, 0, dc, STEPS / 2, &a);
+        train(i, dir ? dev_name : "cpu", -1, 0, dc, 0, &b);
+        ck_assert_int_eq(b.n, STEPS);
+        const double wr = worst_ratio(&b, &cpu, tol);
+        printf("%-16s resumed on %s: worst %.3f x tol\n", cases[i].name,
+               dir ? dev_name : "cpu", wr);
+        TU_ASSERT_LE(wr, 1.0, "%s: a run resumed on %s leaves the CPU's losses (%.2f x tol)",
+                     cases[i].name, dir ? "cuda" : "cpu", wr);
+        run_free(&a);
+        run_free(&b);
+        tu_rmtree(dc);
+        free(dc);
+    }
+    for (int k = 0; k < ENSEMBLE; k++) run_free(&ens[k]);
+    run_free(&cpu);
+    run_free(&gpu);
+    run_free(&ctl);
+    run_free(&base);
+    tu_rmtree(d0), tu_rmtree(d1), tu_rmtree(d2);
+    free(d0), free(d1), free(d2);
+}
+
+START_TEST(the_first_steps_follow_the_cpu) { trajectory_case(_i); }
+END_TEST
+
+/* ---- one step's gradients ---- */
+
+/* The gradient of one batch's loss, every parameter flat, on the host or the device. */
+static float *host_grad(ttt_seq_model *m, const ttt_seq_batch *b) {
+    ttt_arena a;
+    ttt_arena_init(&a, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
+    for (int i = 0; i < m->params.n; i++) ttt_tensor_grad_overwrite(&m->pt[i]);
+    ttt_tensor *l = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_loss(&ctx, m, NULL, b, 0, &l, NULL, NULL, &err) == TTT_OK, "%s",
+                  err.msg);
+    ttt_backward(&ctx, l);
+    for (int i = 0; i < m->params.n; i++) ttt_tensor_grad_settle(&m->pt[i]);
+    float *g = malloc(ttt_params_numel(&m->params) * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < m->params.n; i++) {
+        memcpy(g + at, m->params.p[i]->grad, m->params.p[i]->n * sizeof(float));
+        at += m->params.p[i]->n;
+    }
+    ttt_tape_free(&tape);
+    ttt_arena_free(&a);
+    return g;
+}
+
+static float *device_grad(ttt_seq_model *m, const ttt_seq_batch *b) {
+    ttt_train_dev D;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_train_dev_init(&D, m, ttt_device_cuda(0), &err) == TTT_OK, "%s", err.msg);
+    double loss;
+    ttt_seq_stats st;
+    long count = 0;
+    for (long j = 0; j < (long)b->B * b->T; j++) count += b->labels[j] >= 0;
+    ck_assert_msg(ttt_train_dev_step(&D, b, 1, (double)count, &loss, &st, &err) == TTT_OK, "%s",
+                  err.msg);
+    ck_assert_int_eq(st.count, count);
+    ttt_train_dev_reset(&D);
+    float *g = malloc(ttt_params_numel(&m->params) * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < m->params.n; i++) {
+        ck_assert(ttt_device_copy(g + at, ttt_device_host(), D.grad + D.off[i], D.device,
+                                  m->params.p[i]->n * sizeof(float), D.stream, &err) == TTT_OK);
+        at += m->params.p[i]->n;
+    }
+    ck_assert(ttt_device_sync(D.device, D.stream, &err) == TTT_OK);
+    ttt_train_dev_free(&D);
+    return g;
+}
+
+START_TEST(one_step_gradients_match_the_cpu) {
+    const int i = _i;
+    setup s;
+    setup_make(&s, i, "cpu", STEPS, 0);
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
+    mq_data d;
+    mq_init(&d);
+    ttt_seq_batch b;
+    mq_next(&d, &b, &err);
+    float *gc = host_grad(&m, &b), *gd = device_grad(&m, &b);
+    /* the spread: the CPU gradient from weights perturbed by one rounding */
+    const size_t N = ttt_params_numel(&m.params);
+    float *w0 = malloc(N * sizeof(float));
+    size_t at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        memcpy(w0 + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
+        at += m.params.p[p]->n;
+    }
+    double *spread = calloc((size_t)m.params.n, sizeof(double));
+    for (int k = 0; k < ENSEMBLE; k++) {
+        perturb_weights(&m, k);
+        float *gk = host_grad(&m, &b);
+        at = 0;
+        for (int p = 0; p < m.params.n; p++) {
+            const double e = rel_rms(gk + at, gc + at, m.params.p[p]->n);
+            if (e > spread[p]) spread[p] = e;
+            memcpy(m.params.p[p]->data, w0 + at, m.params.p[p]->n * sizeof(float));
+            at += m.params.p[p]->n;
+        }
+        free(gk);
+    }
+    const double K = (double)BATCH * SEQ, gamma = 2.0 * (K + 2.0);
+    double worst = 0;
+    at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        const size_t n = m.params.p[p]->n;
+        const double e = rel_rms(gd + at, gc + at, n), tol = gamma * (spread[p] + EPS32);
+        if (e / tol > worst) worst = e / tol;
+        TU_ASSERT_LE(e, tol, "%s: gradient of %s: rel. RMS %.3e > %.3e", cases[i].name,
+                     m.params.p[p]->name, e, tol);
+        at += n;
+    }
+    printf("%-16s gradients: worst ratio to the bound %.3f\n", cases[i].name, worst);
+    /* control: the gradient of a perturbed batch (sequence 0 replaced) is rejected */
+    draw(&d, 0, 1);
+    float *gx = device_grad(&m, &b);
+    double ctl = 0;
+    at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        const size_t n = m.params.p[p]->n;
+        const double r = rel_rms(gx + at, gc + at, n) / (gamma * (spread[p] + EPS32));
+        if (r > ctl) ctl = r;
+        at += n;
+    }
+    ck_assert_msg(ctl > 1.0, "%s: the control (a perturbed batch) passed: %.3f", cases[i].name,
+                  ctl);
+    free(gx), free(gc), free(gd), free(w0), free(spread);
+    mq_free(&d);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(s.root);
+}
+END_TEST
+
+/* ---- a vector task, and a NaN in its data ---- */
+
+/* Features in, one output out (the regression task's path: inputs, targets and mask copied to
+ * the device, the squared error's statistics read back); the 4th batch holds a NaN. */
+typedef struct vec_data {
+    float x[4 * 3 * 2], y[4 * 3], mask[4 * 3];
+    int calls;
+} vec_data;
+
+static ttt_status vec_next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    vec_data *d = user;
+    for (int i = 0; i < 24; i++) d->x[i] = (float)((i * 7 + d->calls) % 5) - 2.0f;
+    for (int i = 0; i < 12; i++) {
+        d->y[i] = d->x[2 * i] - d->x[2 * i + 1];
+        d->mask[i] = i % 3 != 0; /* some positions unscored */
+    }
+    if (++d->calls == 4) d->x[5] = NAN;
+    *out = (ttt_seq_batch){.B = 4, .T = 3, .inputs = d->x, .targets = d->y, .mask = d->mask};
+    return TTT_OK;
+}
+
+static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
+    ttt_cfg_node *root = NULL;
+    char text[512];
+    snprintf(text, sizeof text,
+             "model: {d_model: 8, heads: 2, layers: 1, mlp: 0}\n"
+             "layer: {preset: deltanet}\n"
+             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1, device: %s}\n",
+             device);
+    ck_assert_int_eq(ttt_cfg_load_string(text, "<v>", &root, err), TTT_OK);
+    ttt_seq_model_io io = {.in_dim = 2, .out_dim = 1, .seq_len = 3};
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &mc,
+                                      err) == TTT_OK,
+                  "%s", err->msg);
+    ck_assert_msg(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(root, "train"), &tc, err) ==
+                      TTT_OK,
+                  "%s", err->msg);
+    ttt_seq_model m;
+    ck_assert_int_eq(ttt_seq_model_init(&m, &mc, 1, err), TTT_OK);
+    vec_data d = {0};
+    ttt_train_data td = {.user = &d, .next = vec_next};
+    char *dir = fresh_dir(), journal[4096];
+    snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
+    ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "v", .stream_path = journal,
+                        .series = "t"};
+    ttt_train_result res;
+    const ttt_status st = ttt_train(&m, &tc, &td, &tr, &res, err);
+    run_out o = {0};
+    read_losses(journal, &o);
+    ck_assert_int_eq(o.n, 3);
+    *loss1 = o.loss[0];
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(root);
+    tu_rmtree(dir);
+    free(dir);
+    return st;
+}
+
+/* The vector path on the device gives the CPU's loss at the first step (the forward from the
+ * same weights: within the trajectory bound's floor, PATHS·GROWTH·16ε, as at step 1 of the
+ * trajectory cases), and the NaN of the 4th batch stops both runs at the same step with the same
+ * message. */
+START_TEST(a_vector_task_and_a_nan_behave_as_on_the_cpu) {
+    ttt_error ec = {0}, eg = {0};
+    double lc, lg;
+    const ttt_status sc = vec_run("cpu", &ec, &lc), sg = vec_run(dev_name, &eg, &lg);
+    ck_assert_int_eq(sc, TTT_ERR_NUMERIC);
+    ck_assert_int_eq(sg, TTT_ERR_NUMERIC);
+    ck_assert_msg(strstr(ec.msg, "step 4: the training loss is nan"), "%s", ec.msg);
+    ck_assert_msg(strcmp(ec.msg, eg.msg) == 0, "cpu: %s\ncuda: %s", ec.msg, eg.msg);
+    const double e = fabs(lg - lc) / fabs(lc), tol = PATHS * GROWTH * LOSS_FLOOR;
+    printf("vector task: loss at step 1 %.3e apart (bound %.2e)\n", e, tol);
+    TU_ASSERT_LE(e, tol, "vector task: the GPU's loss at step 1 is %.3e from the CPU's", e);
+}
+END_TEST
+
+/* ---- AdamW ---- */
+
+static void adamw_case(double clip) {
+    setup s;
+    setup_make(&s, 1, "cpu", STEPS, 0);
+    s.tc.adamw.clip_norm = clip;
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
+    ttt_train_dev D;
+    ck_assert_msg(ttt_train_dev_init(&D, &m, ttt_device_cuda(0), &err) == TTT_OK, "%s", err.msg);
+    ttt_adamw oh, od;
+    ck_assert(ttt_adamw_init(&oh, &m.params, &s.tc.adamw, &err) == TTT_OK);
+    ck_assert(ttt_adamw_init(&od, &m.params, &s.tc.adamw, &err) == TTT_OK);
+    const size_t N = ttt_params_numel(&m.params);
+    float *w0 = malloc(N * sizeof(float)), *wd = malloc(N * sizeof(float));
+    ttt_rng r;
+    ttt_rng_seed(&r, 3);
+    size_t at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        memcpy(w0 + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
+        at += m.params.p[p]->n;
+    }
+    /* three updates with gradients of norm about 4 (clipped when clip = 1) */
+    for (int step = 0; step < 3; step++) {
+        for (int p = 0; p < m.params.n; p++) {
+            ttt_param *q = m.params.p[p];
+            for (size_t j = 0; j < q->n; j++)
+                q->grad[j] = (float)(0.02 * (2.0 * ttt_rng_uniform(&r) - 1.0));
+            ck_assert(ttt_device_copy(D.grad + D.off[p], D.device, q->grad, ttt_device_host(),
+                                      q->n * sizeof(float), D.stream, &err) == TTT_OK);
+        }
+        ttt_adamw_stats sh, sd;
+        ck_assert(ttt_adamw_step(&oh, &m.params, &sh, &err) == TTT_OK);
+        ck_assert_msg(ttt_train_dev_adamw(&D, &od, &m.params, &sd, &err) == TTT_OK, "%s",
+                      err.msg);
+        /* the norm: double sums in two orders, within N·2^-53 relative */
+        TU_ASSERT_LE(fabs(sd.grad_norm - sh.grad_norm), (double)N * 0x1p-53 * sh.grad_norm,
+                     "gradient norm %.17g on the device, %.17g on the host", sd.grad_norm,
+                     sh.grad_norm);
+        ck_assert_int_eq(sd.clipped, sh.clipped);
+    }
+    /* the device's weights (host params hold the host's update) */
+    at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        ck_assert(ttt_device_copy(wd + at, ttt_device_host(), D.data + D.off[p], D.device,
+                                  m.params.p[p]->n * sizeof(float), D.stream, &err) == TTT_OK);
+        at += m.params.p[p]->n;
+    }
+    ck_assert(ttt_device_sync(D.device, D.stream, &err) == TTT_OK);
+    double worst = 0;
+    at = 0;
+    for (int p = 0; p < m.params.n; p++) {
+        const ttt_param *q = m.params.p[p];
+        for (size_t j = 0; j < q->n; j++) {
+            const double e = fabs((double)wd[at + j] - q->data[j]);
+            /* with clipping: the scale one rounding apart moves each of the 3 updates by ε of
+             * its size, and each update's two roundings of w (the decay, the step) may then
+             * fall the other way: 3·(2ε|w|) + 3·ε|Δw| < 8ε(|w| + |Δw|) */
+            const double tol =
+                clip > 0 ? 8.0 * EPS32 * (fabs((double)q->data[j]) +
+                                          fabs((double)q->data[j] - w0[at + j]))
+                         : 0;
+            if (clip > 0) {
+                if (e > tol) worst = e / tol > worst ? e / tol : worst;
+                TU_ASSERT_LE(e, tol, "%s[%zu]: %.9g on the device, %.9g on the host", q->name, j,
+                             wd[at + j], q->data[j]);
+            } else {
+                ck_assert_msg(memcmp(&wd[at + j], &q->data[j], sizeof(float)) == 0,
+                              "%s[%zu]: %.9g on the device, %.9g on the host (not the same "
+                              "bits)",
+                              q->name, j, wd[at + j], q->data[j]);
+            }
+        }
+        at += q->n;
+    }
+    /* control: one more update on each side, the device's gradient one ulp off in one element:
+     * its weight must differ */
+    for (int p = 0; p < m.params.n; p++) {
+        ttt_param *q = m.params.p[p];
+        for (size_t j = 0; j < q->n; j++)
+            q->grad[j] = (float)(0.02 * (2.0 * ttt_rng_uniform(&r) - 1.0));
+        ck_assert(ttt_device_copy(D.grad + D.off[p], D.device, q->grad, ttt_device_host(),
+                                  q->n * sizeof(float), D.stream, &err) == TTT_OK);
+    }
+    const ttt_param *q0 = m.params.p[0];
+    float moved = q0->grad[0] * (1.0f + 0x1p-8f);
+    ck_assert(ttt_device_copy(D.grad + D.off[0], D.device, &moved, ttt_device_host(),
+                              sizeof(float), D.stream, &err) == TTT_OK);
+    ck_assert(ttt_device_sync(D.device, D.stream, &err) == TTT_OK);
+    ck_assert(ttt_adamw_step(&oh, &m.params, NULL, &err) == TTT_OK);
+    ck_assert(ttt_train_dev_adamw(&D, &od, &m.params, NULL, &err) == TTT_OK);
+    float w_dev;
+    ck_assert(ttt_device_copy(&w_dev, ttt_device_host(), D.data, D.device, sizeof(float),
+                              D.stream, &err) == TTT_OK);
+    ck_assert(ttt_device_sync(D.device, D.stream, &err) == TTT_OK);
+    ck_assert_msg(memcmp(&w_dev, &q0->data[0], sizeof(float)) != 0,
+                  "the control (a gradient one ulp off) gave the host's weight");
+    ttt_adamw_free(&oh);
+    ttt_adamw_free(&od);
+    ttt_train_dev_free(&D);
+    free(w0), free(wd);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(s.root);
+}
+
+START_TEST(adamw_on_the_device_is_the_hosts_update) {
+    adamw_case(0.0);
+    adamw_case(1.0);
+}
+END_TEST
+
+int main(void) {
+    const char *self = getenv("TTT_TRAIN_GPU_SELF");
+    if (self && strcmp(self, "1") == 0) { /* the harness alone, the CPU as the device */
+        dev_name = "cpu";
+        Suite *s = suite_create("train_gpu_self");
+        TCase *tc = tcase_create("self");
+        tcase_set_timeout(tc, 600);
+        tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
+        tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
+        suite_add_tcase(s, tc);
+        SRunner *r = srunner_create(s);
+        srunner_set_fork_status(r, CK_NOFORK);
+        srunner_run_all(r, CK_NORMAL);
+        const int failed = srunner_ntests_failed(r);
+        srunner_free(r);
+        return failed ? 1 : 0;
+    }
+#ifndef TTT_HAVE_CUDA
+    printf("skipped: built without CUDA (configure with -DTTT_CUDA=ON)\n");
+    return 77;
+#else
+    ttt_error e = {0};
+    if (ttt_device_usable(ttt_device_cuda(0), &e) != TTT_OK) {
+        printf("skipped: no usable CUDA device: %s\n", e.msg);
+        return 77;
+    }
+    Suite *s = suite_create("train_gpu");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, adamw_on_the_device_is_the_hosts_update);
+    tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
+    tcase_add_loop_test(tc, one_step_gradients_match_the_cpu, 0, N_CASES);
+    tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
+    suite_add_tcase(s, tc);
+    SRunner *r = srunner_create(s);
+    /* no fork: the CUDA context of this process is not usable in a child */
+    srunner_set_fork_status(r, CK_NOFORK);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+#endif
+}
