@@ -180,10 +180,6 @@ static ttt_cfg_node *get_mut(ttt_cfg_node *map, const char *key) {
     return (ttt_cfg_node *)ttt_cfg_get(map, key);
 }
 
-static void set_default(ttt_cfg_node *map, const char *key, const char *text) {
-    if (!ttt_cfg_get(map, key)) ttt_cfg_map_set(map, key, ttt_cfg_new_scalar(text, map));
-}
-
 static ttt_status check_scalar_name(const ttt_cfg_node *n, const char *what,
                                     const char *const *names, int count, ttt_error *err) {
     if (n->kind != TTT_CFG_SCALAR || !n->scalar)
@@ -324,7 +320,8 @@ const char *ttt_preset_optimizer_text(const ttt_preset *p, char *buf, size_t len
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The descriptor → the layer */
+/* The descriptor → the resolved options: each value once, the given one, else the preset's, else
+ * the table's default (docs/design.md "Data flow") */
 
 void ttt_layer_desc_init(ttt_layer_desc *d) {
     memset(d, 0, sizeof *d);
@@ -333,6 +330,217 @@ void ttt_layer_desc_init(ttt_layer_desc *d) {
     d->features = d->feature_seed = d->feature_gate = TTT_UNSET_INT;
     d->steps_per_token = TTT_UNSET_INT;
 }
+
+/* Where a resolved value came from. A value the `layer:` section left out is written into it
+ * (record_resolved) when it came from the preset or its block row, so that config.resolved.yaml
+ * shows every value the run used. */
+enum { FROM_DEFAULT, FROM_PRESET, FROM_BLOCK, FROM_GIVEN };
+
+#define MAX_OPTIM_OPTIONS 32
+#define MAX_LAYER_OPTIONS 32
+
+/* A layer's options, every value resolved. */
+typedef struct layer_spec {
+    ttt_layer_desc d;        /* every layer-level field set (opts unused: the optimizer's values
+                              * are `opt`) */
+    const ttt_preset *preset; /* NULL: none */
+    const ttt_optim *optim;
+    ttt_opt_value opt[MAX_OPTIM_OPTIONS]; /* the optimizer's whole table, in its order */
+    unsigned char opt_from[MAX_OPTIM_OPTIONS];
+    unsigned char from[MAX_LAYER_OPTIONS]; /* per entry of ttt_layer_options */
+} layer_spec;
+
+static unsigned char *from_of(layer_spec *s, const char *key) {
+    const ttt_option *o = find_option(ttt_layer_options, key);
+    TTT_ASSERT(o && o - ttt_layer_options < MAX_LAYER_OPTIONS);
+    return &s->from[o - ttt_layer_options];
+}
+
+/* A layer-level number: the given value (checked against ttt_layer_options), else the preset's
+ * (`from` says whether the preset or its block row), else the table's default. */
+static ttt_status resolve_number(layer_spec *s, const char *key, double given, double preset,
+                                 int from, double *out, ttt_error *err) {
+    const ttt_option *o = find_option(ttt_layer_options, key);
+    unsigned char *f = from_of(s, key);
+    if (given == TTT_UNSET_NUM) {
+        *f = (unsigned char)(preset != TTT_UNSET_NUM ? from : FROM_DEFAULT);
+        *out = preset != TTT_UNSET_NUM ? preset : option_default(o).number;
+        return TTT_OK;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "layer.%s", key);
+    ttt_opt_value v = {key, given, NULL};
+    TTT_TRY(check_value(o, path, &v, err));
+    *f = FROM_GIVEN;
+    *out = given;
+    return TTT_OK;
+}
+
+static double int_field(int x) { return x == TTT_UNSET_INT ? TTT_UNSET_NUM : (double)x; }
+
+static ttt_status resolve_int(layer_spec *s, const char *key, int given, double preset, int from,
+                              int *out, ttt_error *err) {
+    double x;
+    TTT_TRY(resolve_number(s, key, int_field(given), preset, from, &x, err));
+    *out = (int)x;
+    return TTT_OK;
+}
+
+/* A layer-level choice or name: the given text (a choice checked against its table), else the
+ * preset's, else the table's default. */
+static ttt_status resolve_text(layer_spec *s, const char *key, const char *given,
+                               const char *preset, int from, const char **out, ttt_error *err) {
+    const ttt_option *o = find_option(ttt_layer_options, key);
+    unsigned char *f = from_of(s, key);
+    if (!given) {
+        *f = (unsigned char)(preset ? from : FROM_DEFAULT);
+        *out = preset ? preset : o->def;
+        return TTT_OK;
+    }
+    if (o->type == TTT_OPT_CHOICE) {
+        char path[64];
+        snprintf(path, sizeof path, "layer.%s", key);
+        ttt_opt_value v = {key, 0.0, given};
+        TTT_TRY(check_value(o, path, &v, err));
+    }
+    *f = FROM_GIVEN;
+    *out = given;
+    return TTT_OK;
+}
+
+/* The optimizer's values over its whole table: defaults, then the preset's values when the
+ * preset's optimizer is kept, then the descriptor's (the common options are its fields lr, decay
+ * and decay_placement; its own options are `opts`). */
+static ttt_status resolve_optimizer(const ttt_layer_desc *d, layer_spec *s, ttt_error *err) {
+    const ttt_preset *p = s->preset;
+    const char *name = d->optimizer ? d->optimizer : p ? p->optimizer : "sgd";
+    TTT_TRY(check_name("layer.optimizer", "optimizer", name, ttt_optim_names(), ttt_optim_count(),
+                       err));
+    const ttt_optim *o = s->optim = ttt_optim_find(name);
+    const int n = option_count(o->options);
+    TTT_ASSERT(n <= MAX_OPTIM_OPTIONS);
+    for (int i = 0; i < n; i++) {
+        s->opt[i] = option_default(&o->options[i]);
+        s->opt_from[i] = FROM_DEFAULT;
+    }
+    s->opt[0].text = o->name; /* the table's first entry is `name` (TTT_OPTIM_COMMON_OPTIONS) */
+    s->opt_from[0] = (unsigned char)(d->optimizer ? FROM_GIVEN : p ? FROM_PRESET : FROM_DEFAULT);
+    if (p && strcmp(p->optimizer, o->name) == 0)
+        for (int j = 0; j < p->n_opts; j++) {
+            const ttt_option *opt = find_option(o->options, p->opts[j].key);
+            TTT_ASSERT(opt); /* the preset table is ours */
+            s->opt[opt - o->options] = p->opts[j];
+            s->opt_from[opt - o->options] = FROM_PRESET;
+        }
+    /* the common options, which are descriptor fields */
+    const ttt_opt_value common[3] = {{"lr", d->lr, NULL},
+                                     {"decay", d->decay, NULL},
+                                     {"decay_placement", 0.0, d->decay_placement}};
+    for (int j = 0; j < 3; j++) {
+        if (j < 2 ? common[j].number == TTT_UNSET_NUM : !common[j].text) continue;
+        const ttt_option *opt = find_option(o->options, common[j].key);
+        char path[80];
+        snprintf(path, sizeof path, "layer.optimizer.%s", common[j].key);
+        TTT_TRY(check_value(opt, path, &common[j], err));
+        s->opt[opt - o->options] = common[j];
+        s->opt_from[opt - o->options] = FROM_GIVEN;
+    }
+    const char *names[MAX_OPTIM_OPTIONS];
+    int n_own = 0;
+    for (const ttt_option *oo = ttt_optim_own_options(o); oo->name; oo++)
+        names[n_own++] = oo->name;
+    for (int j = 0; j < d->n_opts; j++) {
+        const ttt_opt_value *v = &d->opts[j];
+        const ttt_option *opt = v->key ? find_option(o->options, v->key) : NULL;
+        if (opt && ttt_optim_is_common(o, opt))
+            return ttt_error_set(err, TTT_ERR_CONFIG,
+                                 "layer.optimizer.%s: set through the descriptor's field `%s`, "
+                                 "not as an option",
+                                 v->key, strcmp(v->key, "name") == 0 ? "optimizer" : v->key);
+        if (!opt) {
+            char path[64];
+            snprintf(path, sizeof path, "layer.optimizer (%s)", o->name);
+            if (!n_own)
+                return ttt_error_set(err, TTT_ERR_CONFIG,
+                                     "%s: unknown option '%s'; %s has no options besides lr, "
+                                     "decay and decay_placement",
+                                     path, v->key ? v->key : "(null)", o->name);
+            return check_name(path, "option", v->key ? v->key : "(null)", names, n_own, err);
+        }
+        char path[80];
+        snprintf(path, sizeof path, "layer.optimizer.%s", v->key);
+        TTT_TRY(check_value(opt, path, v, err));
+        s->opt[opt - o->options] = *v;
+        s->opt_from[opt - o->options] = FROM_GIVEN;
+    }
+    return TTT_OK;
+}
+
+/* The one place a preset applies: every field of d resolved into s. `block` (NULL but in a TTT
+ * mixer's block) is the preset's row of ttt_block_defaults, whose rope and normalize come before
+ * the preset's own values. Values are checked in the order the fields are built. */
+static ttt_status resolve_layer(const ttt_layer_desc *d, const ttt_block_defaults *block,
+                                layer_spec *s, ttt_error *err) {
+    memset(s, 0, sizeof *s);
+    ttt_layer_desc_init(&s->d);
+    ttt_layer_desc *r = &s->d;
+    const ttt_preset *p = NULL;
+    if (d->preset && strcmp(d->preset, "none") != 0) {
+        TTT_TRY(check_name("layer.preset", "preset", d->preset, preset_names, N_PRESETS, err));
+        p = ttt_preset_find(d->preset);
+        r->preset = p->name;
+        *from_of(s, "preset") = FROM_GIVEN;
+    }
+    s->preset = p;
+    TTT_TRY(resolve_text(s, "model", d->model, p ? p->model : NULL, FROM_PRESET, &r->model,
+                         err));
+    TTT_TRY(check_name("layer.model", "model", r->model, ttt_model_names(), ttt_model_count(),
+                       err));
+    TTT_TRY(resolve_text(s, "loss", d->loss, p ? p->loss : NULL, FROM_PRESET, &r->loss, err));
+    TTT_TRY(check_name("layer.loss", "loss", r->loss, ttt_loss_names(), ttt_loss_count(), err));
+    TTT_TRY(resolve_optimizer(d, s, err));
+    r->optimizer = s->optim->name;
+
+    double x;
+    TTT_TRY(resolve_int(s, "mini_batch", d->mini_batch, p ? p->mini_batch : TTT_UNSET_NUM,
+                        FROM_PRESET, &r->mini_batch, err));
+    TTT_TRY(resolve_text(s, "order", d->order, p ? p->order : NULL, FROM_PRESET, &r->order,
+                         err));
+    TTT_TRY(resolve_number(s, "scale", d->scale, TTT_UNSET_NUM, FROM_PRESET, &r->scale, err));
+    TTT_TRY(resolve_text(s, "steps", d->steps, p ? p->steps : NULL, FROM_PRESET, &r->steps,
+                         err));
+    const double block_rope =
+        block && block->rope ? (double)(strcmp(block->rope, "true") == 0) : TTT_UNSET_NUM;
+    TTT_TRY(resolve_int(s, "rope", d->rope, block_rope, FROM_BLOCK, &r->rope, err));
+    TTT_TRY(resolve_number(s, "rope_base", d->rope_base, TTT_UNSET_NUM, FROM_PRESET,
+                           &r->rope_base, err));
+    const int nz_block = block && block->normalize;
+    TTT_TRY(resolve_text(s, "normalize", d->normalize,
+                         nz_block ? block->normalize : p ? p->normalize : NULL,
+                         nz_block ? FROM_BLOCK : FROM_PRESET, &r->normalize, err));
+    TTT_TRY(resolve_text(s, "position_scale", d->position_scale, p ? p->position_scale : NULL,
+                         FROM_PRESET, &r->position_scale, err));
+    TTT_TRY(resolve_text(s, "feature_map", d->feature_map, p ? p->feature_map : NULL,
+                         FROM_PRESET, &r->feature_map, err));
+    TTT_TRY(check_name("layer.feature_map", "feature map", r->feature_map,
+                       ttt_feature_map_names(), ttt_feature_map_count(), err));
+    TTT_TRY(resolve_int(s, "features", d->features, TTT_UNSET_NUM, FROM_PRESET, &r->features,
+                        err));
+    TTT_TRY(resolve_number(s, "feature_seed", int_field(d->feature_seed), TTT_UNSET_NUM,
+                           FROM_PRESET, &x, err));
+    r->feature_seed = (int)x;
+    TTT_TRY(resolve_int(s, "feature_gate", d->feature_gate, TTT_UNSET_NUM, FROM_PRESET,
+                        &r->feature_gate, err));
+    TTT_TRY(resolve_int(s, "chunk", d->chunk, TTT_UNSET_NUM, FROM_PRESET, &r->chunk, err));
+    TTT_TRY(resolve_int(s, "steps_per_token", d->steps_per_token,
+                        p && p->steps_per_token > 0 ? p->steps_per_token : TTT_UNSET_NUM,
+                        FROM_PRESET, &r->steps_per_token, err));
+    TTT_TRY(resolve_text(s, "form", d->form, NULL, FROM_PRESET, &r->form, err));
+    return TTT_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The resolved options → the layer */
 
 /* Where a field of the `layer:` mapping was written, when the descriptor came from YAML. Errors
  * of the build are then located there (file:line:col), exactly as the YAML reader locates its
@@ -352,157 +560,31 @@ static ttt_status field_error(ttt_error *err, ttt_status s, const ttt_cfg_node *
     return ttt_error_set(err, s, "%s", msg);
 }
 
-/* A layer-level field: the given value (checked against ttt_layer_options), else the preset's,
- * else the table's default. */
-static ttt_status layer_number(const char *key, double given, double preset, double *out,
-                               ttt_error *err) {
-    const ttt_option *o = find_option(ttt_layer_options, key);
-    if (given == TTT_UNSET_NUM) {
-        *out = preset != TTT_UNSET_NUM ? preset : option_default(o).number;
-        return TTT_OK;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "layer.%s", key);
-    ttt_opt_value v = {key, given, NULL};
-    TTT_TRY(check_value(o, path, &v, err));
-    *out = given;
-    return TTT_OK;
-}
-
-static double int_field(int x) { return x == TTT_UNSET_INT ? TTT_UNSET_NUM : (double)x; }
-
-static ttt_status layer_choice(const char *key, const char *given, const char *preset,
-                               const char **out, ttt_error *err) {
-    const ttt_option *o = find_option(ttt_layer_options, key);
-    if (!given) {
-        *out = preset ? preset : o->def;
-        return TTT_OK;
-    }
-    char path[64];
-    snprintf(path, sizeof path, "layer.%s", key);
-    ttt_opt_value v = {key, 0.0, given};
-    TTT_TRY(check_value(o, path, &v, err));
-    *out = given;
-    return TTT_OK;
-}
-
-/* The location given to optimizer options of a C descriptor: optimizers report their own
- * cross-field errors through ttt_cfg_error at a node, and this pseudo-file is cut off again. */
-#define DESC_WHERE "<layer descriptor>"
-static const ttt_cfg_node desc_where = {.kind = TTT_CFG_SCALAR, .file = DESC_WHERE};
-
-/* The optimizer's options as a detached node, every option present (defaults, then the preset's
- * values when the preset's optimizer is kept, then the descriptor's): the optimizer's `parse`
- * reads a node. Values are located where the YAML wrote them (src_opt) or at DESC_WHERE. */
-#define MAX_OPTIM_OPTIONS 32
-static ttt_status optimizer_node(const ttt_layer_desc *d, const ttt_preset *p,
-                                 const ttt_optim *o, const ttt_cfg_node *src_opt,
-                                 ttt_cfg_node **out, ttt_error *err) {
-    const int n = option_count(o->options);
-    TTT_ASSERT(n <= MAX_OPTIM_OPTIONS);
-    ttt_opt_value vals[MAX_OPTIM_OPTIONS];
-    for (int i = 0; i < n; i++) vals[i] = option_default(&o->options[i]);
-    if (p && strcmp(p->optimizer, o->name) == 0)
-        for (int j = 0; j < p->n_opts; j++) {
-            const ttt_option *opt = find_option(o->options, p->opts[j].key);
-            TTT_ASSERT(opt); /* the preset table is ours */
-            vals[opt - o->options] = p->opts[j];
-        }
-    /* the common options, which are descriptor fields */
-    const ttt_opt_value common[3] = {{"lr", d->lr, NULL},
-                                     {"decay", d->decay, NULL},
-                                     {"decay_placement", 0.0, d->decay_placement}};
-    for (int j = 0; j < 3; j++) {
-        if (j < 2 ? common[j].number == TTT_UNSET_NUM : !common[j].text) continue;
-        const ttt_option *opt = find_option(o->options, common[j].key);
-        char path[80];
-        snprintf(path, sizeof path, "layer.optimizer.%s", common[j].key);
-        TTT_TRY(check_value(opt, path, &common[j], err));
-        vals[opt - o->options] = common[j];
-    }
-    const char *names[MAX_OPTIM_OPTIONS];
-    int n_own = 0;
-    for (int i = 4; i < n; i++) names[n_own++] = o->options[i].name; /* after the common four */
-    for (int j = 0; j < d->n_opts; j++) {
-        const ttt_opt_value *v = &d->opts[j];
-        const ttt_option *opt = v->key ? find_option(o->options, v->key) : NULL;
-        if (opt && opt - o->options < 4)
-            return ttt_error_set(err, TTT_ERR_CONFIG,
-                                 "layer.optimizer.%s: set through the descriptor's field `%s`, "
-                                 "not as an option",
-                                 v->key, strcmp(v->key, "name") == 0 ? "optimizer" : v->key);
-        if (!opt) {
-            char path[64];
-            snprintf(path, sizeof path, "layer.optimizer (%s)", o->name);
-            if (!n_own)
-                return ttt_error_set(err, TTT_ERR_CONFIG,
-                                     "%s: unknown option '%s'; %s has no options besides lr, "
-                                     "decay and decay_placement",
-                                     path, v->key ? v->key : "(null)", o->name);
-            return check_name(path, "option", v->key ? v->key : "(null)", names, n_own, err);
-        }
-        char path[80];
-        snprintf(path, sizeof path, "layer.optimizer.%s", v->key);
-        TTT_TRY(check_value(opt, path, v, err));
-        vals[opt - o->options] = *v;
-    }
-    const unsigned long oom_mark = ttt_cfg_alloc_failures();
-    ttt_cfg_node *node = ttt_cfg_new_map(src_opt ? src_opt : &desc_where);
-    const ttt_cfg_node *nw = src_opt ? ttt_cfg_get(src_opt, "name") : NULL;
-    ttt_cfg_map_set(node, "name", ttt_cfg_new_scalar(o->name, nw ? nw : &desc_where));
-    for (int i = 1; i < n; i++) {
-        char num[64];
-        const ttt_cfg_node *w = src_opt ? ttt_cfg_get(src_opt, o->options[i].name) : NULL;
-        ttt_cfg_map_set(node, o->options[i].name,
-                        ttt_cfg_new_scalar(value_text(&o->options[i], &vals[i], num, sizeof num),
-                                           w ? w : &desc_where));
-    }
-    if (ttt_cfg_alloc_failures() != oom_mark) { /* a value was lost: never read a partial map */
-        ttt_cfg_free(node);
-        return ttt_cfg_out_of_memory(err, "layer.optimizer");
-    }
-    *out = node;
-    return TTT_OK;
-}
-
-static ttt_status build_optimizer(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
-                                  const ttt_cfg_node *src, ttt_error *err) {
-    const char *name = d->optimizer ? d->optimizer : p ? p->optimizer : "sgd";
-    TTT_TRY(check_name("layer.optimizer", "optimizer", name, ttt_optim_names(), ttt_optim_count(),
-                       err));
-    L->optim = ttt_optim_find(name);
+/* The optimizer reads its typed values once (its `parse`), each located where the YAML wrote it
+ * (src's optimizer mapping), or unlocated for a C descriptor. */
+static ttt_status build_optimizer(const layer_spec *s, ttt_layer *L, const ttt_cfg_node *src,
+                                  ttt_error *err) {
+    const ttt_optim *o = L->optim = s->optim;
     const ttt_cfg_node *src_opt = src ? ttt_cfg_get(src, "optimizer") : NULL;
-    ttt_cfg_node *opt = NULL;
-    TTT_TRY(optimizer_node(d, p, L->optim, src_opt, &opt, err));
-    L->lr = (float)ttt_cfg_float(opt, "lr");
-    L->decay = (float)ttt_cfg_float(opt, "decay");
-    L->coupled = strcmp(ttt_cfg_str(opt, "decay_placement"), "coupled") == 0;
-    TTT_ASSERT(L->optim->cfg_size <= TTT_OPTIM_CFG_MAX);
+    const ttt_cfg_node *at[MAX_OPTIM_OPTIONS] = {NULL};
+    for (int i = 0; src_opt && o->options[i].name; i++)
+        at[i] = ttt_cfg_get(src_opt, o->options[i].name);
+    const ttt_optim_args args = {o->options, s->opt, at};
+    L->lr = (float)ttt_optim_arg_num(&args, "lr");
+    L->decay = (float)ttt_optim_arg_num(&args, "decay");
+    L->coupled = strcmp(ttt_optim_arg_text(&args, "decay_placement"), "coupled") == 0;
+    TTT_ASSERT(o->cfg_size <= TTT_OPTIM_CFG_MAX);
     memset(L->optim_cfg, 0, sizeof L->optim_cfg);
-    ttt_status s = L->optim->parse ? L->optim->parse(L->optim_cfg, opt, err) : TTT_OK;
-    ttt_cfg_free(opt);
-    const size_t cut = strlen(DESC_WHERE ": ");
-    if (s != TTT_OK && err && strncmp(err->msg, DESC_WHERE ": ", cut) == 0)
-        memmove(err->msg, err->msg + cut, strlen(err->msg + cut) + 1);
-    return s;
+    return o->parse ? o->parse(L->optim_cfg, &args, err) : TTT_OK;
 }
 
 /* The feature map of normalize: ratio and its options (docs/math.md "Random features"). */
-static ttt_status build_features(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
-                                 int d_k, const ttt_cfg_node *src, ttt_error *err) {
-    double x;
-    const char *name = d->feature_map ? d->feature_map
-                       : p && p->feature_map ? p->feature_map
-                                             : find_option(ttt_layer_options, "feature_map")->def;
-    TTT_TRY(check_name("layer.feature_map", "feature map", name, ttt_feature_map_names(),
-                       ttt_feature_map_count(), err));
-    const ttt_feature_map *fm = ttt_feature_map_find(name);
-    TTT_TRY(layer_number("features", int_field(d->features), TTT_UNSET_NUM, &x, err));
-    L->features = (int)x;
-    TTT_TRY(layer_number("feature_seed", int_field(d->feature_seed), TTT_UNSET_NUM, &x, err));
-    L->feature_seed = (uint64_t)x;
-    TTT_TRY(layer_number("feature_gate", int_field(d->feature_gate), TTT_UNSET_NUM, &x, err));
-    L->feature_gate = x != 0.0;
+static ttt_status build_features(const ttt_layer_desc *d, ttt_layer *L, int d_k,
+                                 const ttt_cfg_node *src, ttt_error *err) {
+    const ttt_feature_map *fm = ttt_feature_map_find(d->feature_map);
+    L->features = d->features;
+    L->feature_seed = (uint64_t)d->feature_seed;
+    L->feature_gate = d->feature_gate != 0;
     const int ratio = L->normalize == TTT_NORMALIZE_RATIO;
     if (!ratio && fm != ttt_feature_map_at(0))
         return field_error(err, TTT_ERR_CONFIG, src, "feature_map",
@@ -525,13 +607,9 @@ static ttt_status build_features(const ttt_layer_desc *d, const ttt_preset *p, t
 /* steps_per_token (docs/math.md §4.7): n_h delta-rule steps per token are defined for the delta
  * rule's tuple, whose forms (delta_product) take the n_h·T keys; any other tuple is refused
  * here, naming the option. */
-static ttt_status build_substeps(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
-                                 const ttt_cfg_node *src, ttt_error *err) {
-    double x;
-    TTT_TRY(layer_number("steps_per_token", int_field(d->steps_per_token),
-                         p && p->steps_per_token > 0 ? p->steps_per_token : TTT_UNSET_NUM, &x,
-                         err));
-    L->substeps = (int)x;
+static ttt_status build_substeps(const ttt_layer_desc *d, ttt_layer *L, const ttt_cfg_node *src,
+                                 ttt_error *err) {
+    L->substeps = d->steps_per_token;
     if (L->substeps == 1) return TTT_OK;
     const char *why =
         !(L->model->traits & TTT_MODEL_LINEAR_MAP) || !(L->loss->traits & TTT_LOSS_RESIDUAL)
@@ -556,49 +634,28 @@ static ttt_status build_substeps(const ttt_layer_desc *d, const ttt_preset *p, t
     return TTT_OK;
 }
 
-/* The build behind ttt_layer_build and ttt_layer_parse; src is the validated `layer:` mapping
- * the descriptor was read from (for error locations), or NULL. */
-static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L,
-                           const ttt_cfg_node *src, ttt_error *err) {
+/* The build behind ttt_layer_build and ttt_layer_parse, from resolved options; src is the
+ * validated `layer:` mapping they were read from (for error locations), or NULL. */
+static ttt_status build_spec(const layer_spec *s, int d_k, int d_v, ttt_layer *L,
+                             const ttt_cfg_node *src, ttt_error *err) {
     memset(L, 0, sizeof *L);
-    const ttt_preset *p = NULL;
-    if (d->preset && strcmp(d->preset, "none") != 0) {
-        TTT_TRY(check_name("layer.preset", "preset", d->preset, preset_names, N_PRESETS, err));
-        p = ttt_preset_find(d->preset);
-        L->preset = p->name;
-    }
-    const char *model = d->model ? d->model : p ? p->model : "linear";
-    TTT_TRY(check_name("layer.model", "model", model, ttt_model_names(), ttt_model_count(), err));
-    L->model = ttt_model_find(model);
-    const char *loss = d->loss ? d->loss : p ? p->loss : "dot";
-    TTT_TRY(check_name("layer.loss", "loss", loss, ttt_loss_names(), ttt_loss_count(), err));
-    L->loss = ttt_loss_find(loss);
-    TTT_TRY(build_optimizer(d, p, L, src, err));
-
-    double x;
-    const char *c;
-    TTT_TRY(layer_number("mini_batch", int_field(d->mini_batch),
-                         p ? p->mini_batch : TTT_UNSET_NUM, &x, err));
-    L->mini_batch = (int)x;
-    TTT_TRY(layer_choice("order", d->order, p ? p->order : NULL, &c, err));
-    L->order = strcmp(c, "apply_then_update") == 0 ? TTT_ORDER_APPLY_THEN_UPDATE
-                                                   : TTT_ORDER_UPDATE_THEN_APPLY;
-    TTT_TRY(layer_number("scale", d->scale, TTT_UNSET_NUM, &x, err));
-    L->scale = (float)x;
-    TTT_TRY(layer_choice("steps", d->steps, p ? p->steps : NULL, &c, err));
-    L->step_per_token = strcmp(c, "per_token") == 0;
-    TTT_TRY(layer_number("rope", int_field(d->rope), TTT_UNSET_NUM, &x, err));
-    L->rope = x != 0.0;
-    TTT_TRY(layer_number("rope_base", d->rope_base, TTT_UNSET_NUM, &x, err));
-    L->rope_base = (float)x;
-    TTT_TRY(layer_choice("normalize", d->normalize, p ? p->normalize : NULL, &c, err));
-    L->normalize = strcmp(c, "ratio") == 0 ? TTT_NORMALIZE_RATIO
-                   : strcmp(c, "rms") == 0 ? TTT_NORMALIZE_RMS
-                                           : TTT_NORMALIZE_NONE;
-    TTT_TRY(layer_choice("position_scale", d->position_scale, p ? p->position_scale : NULL, &c,
-                         err));
-    L->pos_inverse = strcmp(c, "inverse") == 0;
-    TTT_TRY(build_features(d, p, L, d_k, src, err));
+    const ttt_layer_desc *d = &s->d;
+    L->preset = s->preset ? s->preset->name : NULL;
+    L->model = ttt_model_find(d->model);
+    L->loss = ttt_loss_find(d->loss);
+    TTT_TRY(build_optimizer(s, L, src, err));
+    L->mini_batch = d->mini_batch;
+    L->order = strcmp(d->order, "apply_then_update") == 0 ? TTT_ORDER_APPLY_THEN_UPDATE
+                                                          : TTT_ORDER_UPDATE_THEN_APPLY;
+    L->scale = (float)d->scale;
+    L->step_per_token = strcmp(d->steps, "per_token") == 0;
+    L->rope = d->rope != 0;
+    L->rope_base = (float)d->rope_base;
+    L->normalize = strcmp(d->normalize, "ratio") == 0 ? TTT_NORMALIZE_RATIO
+                   : strcmp(d->normalize, "rms") == 0 ? TTT_NORMALIZE_RMS
+                                                      : TTT_NORMALIZE_NONE;
+    L->pos_inverse = strcmp(d->position_scale, "inverse") == 0;
+    TTT_TRY(build_features(d, L, d_k, src, err));
     if (L->model->square && d_k != d_v)
         return field_error(err, TTT_ERR_CONFIG, src, "model",
                            "layer.model: %s adds its input to its output, so it needs equal key "
@@ -607,10 +664,8 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
     L->d_k = d_k;
     L->d_v = d_v;
     L->d_phi = L->fmap ? L->fmap->width(d_k, L->features) : d_k;
-
-    TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
-    L->chunk = (int)x;
-    TTT_TRY(build_substeps(d, p, L, src, err));
+    L->chunk = d->chunk;
+    TTT_TRY(build_substeps(d, L, src, err));
     if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "
@@ -620,7 +675,7 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
      * (ttt_form_choose). A named form must be a registry entry's (the pointer kept is the
      * registry's own string, so the layer outlives the text it was read from) and must apply to
      * the tuple for some inputs; the inputs of each call are checked again then. */
-    const char *form = d->form ? d->form : "auto";
+    const char *form = d->form;
     if (strcmp(form, "auto") == 0) {
         L->form = "auto";
         return TTT_OK;
@@ -645,69 +700,140 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
 
 ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err) {
-    return build_at(d, d_k, d_v, out, NULL, err);
+    memset(out, 0, sizeof *out);
+    layer_spec s;
+    TTT_TRY(resolve_layer(d, NULL, &s, err));
+    return build_spec(&s, d_k, d_v, out, NULL, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* YAML → descriptor */
 
-/* Fill a preset's tuple into the keys the user left out, so that the resolved configuration
- * shows every value the run used. */
-static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
-    const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
-    if (!pn || (pn->kind == TTT_CFG_SCALAR && pn->scalar && strcmp(pn->scalar, "none") == 0))
-        return TTT_OK;
-    TTT_TRY(check_scalar_name(pn, "preset", preset_names, N_PRESETS, err));
-    const ttt_preset *p = ttt_preset_find(pn->scalar);
+/* The given value of key `key` of a validated map into the descriptor's field, by the option's
+ * type; an absent key leaves the field unset. */
+static void given_text(const ttt_cfg_node *map, const char *key, const char **out) {
+    if (ttt_cfg_get(map, key)) *out = ttt_cfg_str(map, key);
+}
+static void given_int(const ttt_cfg_node *map, const char *key, int *out) {
+    if (ttt_cfg_get(map, key)) *out = (int)ttt_cfg_int(map, key);
+}
+static void given_bool(const ttt_cfg_node *map, const char *key, int *out) {
+    if (ttt_cfg_get(map, key)) *out = ttt_cfg_bool(map, key);
+}
+static void given_float(const ttt_cfg_node *map, const char *key, double *out) {
+    if (ttt_cfg_get(map, key)) *out = ttt_cfg_float(map, key);
+}
+
+/* The keys the `layer:` section gave, read once into a descriptor (opts: (MAX_OPTIM_OPTIONS)
+ * storage for the optimizer's own options). The section has been checked (ttt_cfg_check_given). */
+static void read_given(const ttt_cfg_node *map, const ttt_optim *o, ttt_layer_desc *d,
+                       ttt_opt_value *opts) {
+    ttt_layer_desc_init(d);
+    given_text(map, "preset", &d->preset);
+    given_text(map, "model", &d->model);
+    given_text(map, "loss", &d->loss);
+    given_int(map, "mini_batch", &d->mini_batch);
+    given_text(map, "order", &d->order);
+    given_text(map, "steps", &d->steps);
+    given_text(map, "position_scale", &d->position_scale);
+    given_text(map, "form", &d->form);
+    given_int(map, "chunk", &d->chunk);
+    given_float(map, "scale", &d->scale);
+    given_bool(map, "rope", &d->rope);
+    given_float(map, "rope_base", &d->rope_base);
+    given_text(map, "normalize", &d->normalize);
+    given_text(map, "feature_map", &d->feature_map);
+    given_int(map, "features", &d->features);
+    given_int(map, "feature_seed", &d->feature_seed);
+    given_bool(map, "feature_gate", &d->feature_gate);
+    given_int(map, "steps_per_token", &d->steps_per_token);
+    const ttt_cfg_node *opt = ttt_cfg_get(map, "optimizer");
+    if (!opt) return;
+    given_text(opt, "name", &d->optimizer);
+    given_float(opt, "lr", &d->lr);
+    given_float(opt, "decay", &d->decay);
+    given_text(opt, "decay_placement", &d->decay_placement);
+    for (const ttt_option *oo = ttt_optim_own_options(o); oo->name; oo++) {
+        if (!ttt_cfg_get(opt, oo->name)) continue;
+        ttt_opt_value *v = &opts[d->n_opts++];
+        *v = (ttt_opt_value){oo->name, 0.0, NULL};
+        if (oo->type == TTT_OPT_INT)
+            v->number = (double)ttt_cfg_int(opt, oo->name);
+        else if (oo->type == TTT_OPT_FLOAT)
+            v->number = ttt_cfg_float(opt, oo->name);
+        else if (oo->type == TTT_OPT_BOOL)
+            v->number = ttt_cfg_bool(opt, oo->name);
+        else
+            v->text = ttt_cfg_str(opt, oo->name);
+    }
+    d->opts = opts;
+}
+
+/* A resolved value the section left out, as the text the YAML reader would accept, located at
+ * `where`; only values from the preset or its block row (`from`) are written here, the table's
+ * defaults by the schema check after. */
+static void record_key(ttt_cfg_node *map, const ttt_cfg_node *where, const char *key,
+                       const ttt_option *o, const ttt_opt_value *v) {
     char buf[64];
-    set_default(map, "model", p->model);
-    set_default(map, "loss", p->loss);
-    snprintf(buf, sizeof buf, "%d", p->mini_batch);
-    set_default(map, "mini_batch", buf);
-    set_default(map, "order", p->order);
-    set_default(map, "steps", p->steps);
-    set_default(map, "position_scale", p->position_scale);
-    if (p->normalize) set_default(map, "normalize", p->normalize);
-    if (p->feature_map) set_default(map, "feature_map", p->feature_map);
-    if (p->steps_per_token > 0) {
-        snprintf(buf, sizeof buf, "%d", p->steps_per_token);
-        set_default(map, "steps_per_token", buf);
-    }
-    ttt_cfg_node *opt = get_mut(map, "optimizer");
-    if (!opt) {
-        ttt_cfg_map_set(map, "optimizer", ttt_cfg_new_map(map));
-        if (!(opt = get_mut(map, "optimizer"))) return ttt_cfg_out_of_memory(err, "layer");
-    }
-    if (opt->kind != TTT_CFG_MAP) return TTT_OK; /* reported by the schema check */
-    /* The preset's optimizer options fill the keys the user did not give — but only when the
-     * user kept the preset's optimizer: options of another optimizer would not fit it. */
-    const ttt_cfg_node *uname = ttt_cfg_get(opt, "name");
-    if (uname && !(uname->kind == TTT_CFG_SCALAR && uname->scalar &&
-                   strcmp(uname->scalar, p->optimizer) == 0))
-        return TTT_OK;
-    /* preset-supplied values are located at the preset key, for messages */
-    if (!uname) ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar(p->optimizer, pn));
-    const ttt_optim *o = ttt_optim_find(p->optimizer);
-    for (int i = 0; i < p->n_opts; i++)
-        if (!ttt_cfg_get(opt, p->opts[i].key)) {
-            const ttt_option *oo = find_option(o->options, p->opts[i].key);
-            ttt_cfg_map_set(opt, p->opts[i].key,
-                            ttt_cfg_new_scalar(value_text(oo, &p->opts[i], buf, sizeof buf), pn));
+    if (!ttt_cfg_get(map, key))
+        ttt_cfg_map_set(map, key, ttt_cfg_new_scalar(value_text(o, v, buf, sizeof buf), where));
+}
+
+/* A layer-level key the section left out, when its value came from `from` (number or text by
+ * the option's type). */
+static void record_layer_key(ttt_cfg_node *map, layer_spec *s, int from, const char *key,
+                             double number, const char *text) {
+    if (*from_of(s, key) != from) return;
+    const ttt_opt_value v = {key, number, text};
+    record_key(map, map, key, find_option(ttt_layer_options, key), &v);
+}
+
+/* config.resolved.yaml shows every value the run used: the resolved values the section left out
+ * are written into it once, after resolution and before the build reads their locations — the
+ * block row's, then the preset's (located at the preset key for the optimizer's options), then
+ * the tables' defaults. The keys keep this order in the file. */
+static ttt_status record_resolved(ttt_cfg_node *map, layer_spec *s, ttt_error *err) {
+    const ttt_layer_desc *d = &s->d;
+    record_layer_key(map, s, FROM_BLOCK, "rope", d->rope, NULL);
+    record_layer_key(map, s, FROM_BLOCK, "normalize", 0.0, d->normalize);
+    const ttt_preset *p = s->preset;
+    if (p) {
+        record_layer_key(map, s, FROM_PRESET, "model", 0.0, d->model);
+        record_layer_key(map, s, FROM_PRESET, "loss", 0.0, d->loss);
+        record_layer_key(map, s, FROM_PRESET, "mini_batch", d->mini_batch, NULL);
+        record_layer_key(map, s, FROM_PRESET, "order", 0.0, d->order);
+        record_layer_key(map, s, FROM_PRESET, "steps", 0.0, d->steps);
+        record_layer_key(map, s, FROM_PRESET, "position_scale", 0.0, d->position_scale);
+        record_layer_key(map, s, FROM_PRESET, "normalize", 0.0, d->normalize);
+        record_layer_key(map, s, FROM_PRESET, "feature_map", 0.0, d->feature_map);
+        record_layer_key(map, s, FROM_PRESET, "steps_per_token", d->steps_per_token, NULL);
+        const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
+        ttt_cfg_node *opt = get_mut(map, "optimizer");
+        if (!opt) {
+            ttt_cfg_map_set(map, "optimizer", ttt_cfg_new_map(map));
+            if (!(opt = get_mut(map, "optimizer"))) return ttt_cfg_out_of_memory(err, "layer");
         }
-    return TTT_OK;
-}
-
-/* The validated optimizer mapping: its name, then its schema (defaults filled in). */
-static ttt_status check_optimizer(ttt_cfg_node *opt, ttt_error *err) {
+        const ttt_optim *o = s->optim;
+        /* the preset's values in the preset's order, each where the section left it out */
+        if (s->opt_from[0] == FROM_PRESET) record_key(opt, pn, "name", &o->options[0], &s->opt[0]);
+        for (int j = 0; j < p->n_opts; j++) {
+            const ttt_option *oo = find_option(o->options, p->opts[j].key);
+            if (oo && s->opt_from[oo - o->options] == FROM_PRESET)
+                record_key(opt, pn, oo->name, oo, &s->opt[oo - o->options]);
+        }
+    }
+    TTT_TRY(ttt_cfg_check_map(map, "layer", ttt_layer_options, NULL, err));
+    ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!ttt_cfg_get(opt, "name")) /* the default optimizer, as for `optimizer:` left out */
-        ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar("sgd", opt));
-    const ttt_cfg_node *name = ttt_cfg_get(opt, "name");
-    TTT_TRY(check_scalar_name(name, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
-    const ttt_optim *o = ttt_optim_find(name->scalar);
-    return ttt_cfg_check_map(opt, "layer.optimizer", o->options, NULL, err);
+        ttt_cfg_map_set(opt, "name", ttt_cfg_new_scalar(s->optim->name, opt));
+    return ttt_cfg_check_map(opt, "layer.optimizer", s->optim->options, NULL, err);
 }
 
-ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, ttt_error *err) {
+/* The `layer:` section → the layer: its given keys checked and read once into a descriptor, the
+ * descriptor resolved once (the preset, and in a TTT mixer's block the preset's block row), the
+ * resolved values recorded for config.resolved.yaml, the layer built from them. */
+static ttt_status parse_layer(ttt_cfg_node *map, int d_k, int d_v, int in_block, ttt_layer *L,
+                              ttt_error *err) {
     memset(L, 0, sizeof *L);
     if (map->kind != TTT_CFG_MAP)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "layer: expected a mapping");
@@ -726,62 +852,48 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
         ttt_cfg_map_set(m, "name", ttt_cfg_new_scalar(opt->scalar, opt));
         ttt_cfg_map_set(map, "optimizer", m);
     }
-    TTT_TRY(apply_preset(map, err));
-    TTT_TRY(ttt_cfg_check_map(map, "layer", ttt_layer_options, NULL, err));
-    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "model"), "model", ttt_model_names(),
-                              ttt_model_count(), err));
-    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "loss"), "loss", ttt_loss_names(),
-                              ttt_loss_count(), err));
-    TTT_TRY(check_scalar_name(ttt_cfg_get(map, "feature_map"), "feature map",
-                              ttt_feature_map_names(), ttt_feature_map_count(), err));
-    opt = get_mut(map, "optimizer");
-    TTT_TRY(check_optimizer(opt, err));
-
-    /* Every value is now present and of its type: read them into a descriptor. */
-    ttt_layer_desc d;
-    ttt_layer_desc_init(&d);
-    const char *pname = ttt_cfg_str(map, "preset");
-    d.preset = strcmp(pname, "none") == 0 ? NULL : pname;
-    d.model = ttt_cfg_str(map, "model");
-    d.loss = ttt_cfg_str(map, "loss");
-    d.optimizer = ttt_cfg_str(opt, "name");
-    const ttt_optim *o = ttt_optim_find(d.optimizer);
-    ttt_opt_value opts[MAX_OPTIM_OPTIONS];
-    for (const ttt_option *oo = o->options + 4; oo->name; oo++) { /* after the common four */
-        ttt_opt_value *v = &opts[d.n_opts++];
-        *v = (ttt_opt_value){oo->name, 0.0, NULL};
-        if (oo->type == TTT_OPT_INT)
-            v->number = (double)ttt_cfg_int(opt, oo->name);
-        else if (oo->type == TTT_OPT_FLOAT)
-            v->number = ttt_cfg_float(opt, oo->name);
-        else if (oo->type == TTT_OPT_BOOL)
-            v->number = ttt_cfg_bool(opt, oo->name);
-        else
-            v->text = ttt_cfg_str(opt, oo->name);
+    const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
+    const ttt_preset *p = NULL;
+    if (pn && !(pn->kind == TTT_CFG_SCALAR && pn->scalar && strcmp(pn->scalar, "none") == 0)) {
+        TTT_TRY(check_scalar_name(pn, "preset", preset_names, N_PRESETS, err));
+        p = ttt_preset_find(pn->scalar);
     }
-    d.opts = opts;
-    d.lr = ttt_cfg_float(opt, "lr");
-    d.decay = ttt_cfg_float(opt, "decay");
-    d.decay_placement = ttt_cfg_str(opt, "decay_placement");
-    d.mini_batch = (int)ttt_cfg_int(map, "mini_batch");
-    d.order = ttt_cfg_str(map, "order");
-    d.steps = ttt_cfg_str(map, "steps");
-    d.position_scale = ttt_cfg_str(map, "position_scale");
-    d.form = ttt_cfg_str(map, "form");
-    d.chunk = (int)ttt_cfg_int(map, "chunk");
-    d.scale = ttt_cfg_float(map, "scale");
-    d.rope = ttt_cfg_bool(map, "rope");
-    d.rope_base = ttt_cfg_float(map, "rope_base");
-    d.normalize = ttt_cfg_str(map, "normalize");
-    d.feature_map = ttt_cfg_str(map, "feature_map");
-    d.features = (int)ttt_cfg_int(map, "features");
-    d.feature_seed = (int)ttt_cfg_int(map, "feature_seed");
-    d.feature_gate = ttt_cfg_bool(map, "feature_gate");
-    d.steps_per_token = (int)ttt_cfg_int(map, "steps_per_token");
+    TTT_TRY(ttt_cfg_check_given(map, "layer", ttt_layer_options, NULL, err));
+    static const char *const named[] = {"model", "loss", "feature_map"};
+    for (int i = 0; i < 3; i++) {
+        const ttt_cfg_node *n = ttt_cfg_get(map, named[i]);
+        if (!n) continue;
+        TTT_TRY(i == 0   ? check_scalar_name(n, "model", ttt_model_names(), ttt_model_count(), err)
+                : i == 1 ? check_scalar_name(n, "loss", ttt_loss_names(), ttt_loss_count(), err)
+                         : check_scalar_name(n, "feature map", ttt_feature_map_names(),
+                                             ttt_feature_map_count(), err));
+    }
+    opt = get_mut(map, "optimizer");
+    const ttt_cfg_node *on = opt ? ttt_cfg_get(opt, "name") : NULL;
+    if (on)
+        TTT_TRY(check_scalar_name(on, "optimizer", ttt_optim_names(), ttt_optim_count(), err));
+    /* the optimizer whose table the given options are checked against */
+    const ttt_optim *o = ttt_optim_find(on ? on->scalar : p ? p->optimizer : "sgd");
+    if (opt) TTT_TRY(ttt_cfg_check_given(opt, "layer.optimizer", o->options, NULL, err));
+
+    ttt_layer_desc d;
+    ttt_opt_value opts[MAX_OPTIM_OPTIONS];
+    read_given(map, o, &d, opts);
+    layer_spec s;
+    TTT_TRY(resolve_layer(&d, in_block && p && p->block.conv ? &p->block : NULL, &s, err));
+    TTT_TRY(record_resolved(map, &s, err));
     /* `form: auto` stays auto in the resolved configuration: the form is chosen per call, for
      * that call's inputs (ttt_form_choose); records name the form used (ttt_layer_form_used). */
-    TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
-    return TTT_OK;
+    return build_spec(&s, d_k, d_v, L, map, err);
+}
+
+ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, ttt_error *err) {
+    return parse_layer(map, d_k, d_v, 0, L, err);
+}
+
+ttt_status ttt_layer_parse_block(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L,
+                                 ttt_error *err) {
+    return parse_layer(map, d_k, d_v, 1, L, err);
 }
 
 const char *ttt_layer_describe(const ttt_layer *L, char *buf, size_t len) {

@@ -51,8 +51,24 @@ static void assert_optim_cfg(const ttt_layer *L, const char *flow) {
     ttt_cfg_node *o = (ttt_cfg_node *)ttt_cfg_get(root, "o");
     const ttt_optim *opt = ttt_optim_find(ttt_cfg_str(o, "name"));
     ck_assert(ttt_cfg_check_map(o, "o", opt->options, NULL, &err) == TTT_OK);
+    /* the checked mapping's values by the table's types, as the YAML reader gives them */
+    ttt_opt_value vals[32];
+    int n = 0;
+    for (const ttt_option *oo = opt->options; oo->name; oo++, n++) {
+        ck_assert(n < 32);
+        vals[n] = (ttt_opt_value){oo->name, 0.0, NULL};
+        if (oo->type == TTT_OPT_INT)
+            vals[n].number = (double)ttt_cfg_int(o, oo->name);
+        else if (oo->type == TTT_OPT_FLOAT)
+            vals[n].number = ttt_cfg_float(o, oo->name);
+        else if (oo->type == TTT_OPT_BOOL)
+            vals[n].number = ttt_cfg_bool(o, oo->name);
+        else
+            vals[n].text = ttt_cfg_str(o, oo->name);
+    }
+    const ttt_optim_args args = {opt->options, vals, NULL};
     _Alignas(16) unsigned char cfg[TTT_OPTIM_CFG_MAX] = {0};
-    ck_assert(opt->parse(cfg, o, &err) == TTT_OK);
+    ck_assert(opt->parse(cfg, &args, &err) == TTT_OK);
     ttt_cfg_free(root);
     ck_assert_ptr_eq(L->optim, opt);
     ck_assert_msg(memcmp(cfg, L->optim_cfg, opt->cfg_size) == 0, "%s: configuration differs",
