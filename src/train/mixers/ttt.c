@@ -52,7 +52,7 @@ static int truth(const char *s, int fallback) { return s ? strcmp(s, "true") == 
 
 static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
                         ttt_error *err) {
-    /* the preset's block (layers/layer.c, docs/mixers.md) decides every `auto`; a tuple
+    /* the preset's block (layers/layer_presets.c, docs/mixers.md) decides every `auto`; a tuple
      * without a preset falls back on the rules of its traits below */
     const ttt_cfg_node *pn = ttt_cfg_get(layer_map, "preset");
     const ttt_preset *P =
