@@ -85,8 +85,7 @@ static void read_given(const ttt_cfg_node *map, const ttt_optim *o, ttt_layer_de
 }
 
 /* A resolved value the section left out, as the text the YAML reader would accept, located at
- * `where`; only values from the preset or its block row (`from`) are written here, the table's
- * defaults by the schema check after. */
+ * `where` (what a later message about the value names). */
 static void record_key(ttt_cfg_node *map, const ttt_cfg_node *where, const char *key,
                        const ttt_option *o, const ttt_opt_value *v) {
     char buf[64];
