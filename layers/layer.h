@@ -33,15 +33,6 @@
 #include "config.h"
 #include "form.h"
 
-/* One optimizer option given as a typed value (no YAML): the option's type in the optimizer's
- * table (ttt_optim.options) says which member is read. int, float and bool options read `number`
- * (bool: 0 or 1); choice and string options read `text`. */
-typedef struct ttt_opt_value {
-    const char *key;
-    double number;
-    const char *text;
-} ttt_opt_value;
-
 /* The block a preset's layer sits in when the sequence model trains it (src/train/mixers/ttt.c):
  * the choices of the preset's paper and of FLA's layer of the same name, one row per preset,
  * with their sources in docs/mixers.md. Each string is a value of the `model:` option of the
@@ -131,11 +122,18 @@ void ttt_layer_desc_init(ttt_layer_desc *d);
 ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
 
-/* Validate the `layer:` mapping in place (fills every default; `form: auto` stays auto: the form
- * is chosen per call, for the inputs given), read it into a descriptor and build the layer with
- * ttt_layer_build for key/value dims d_k, d_v. Errors name the file:line:col. */
+/* Check the keys the `layer:` mapping gives and read them once into a descriptor, resolve it
+ * (the preset's values, then the defaults) and build the layer from the resolved values, as
+ * ttt_layer_build does, for key/value dims d_k, d_v. The resolved values the mapping left out
+ * are written into it, so that config.resolved.yaml shows every value (`form: auto` stays auto:
+ * the form is chosen per call, for the inputs given). Errors name the file:line:col. */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
+/* The same for the layer of a TTT mixer's block (src/train/mixers/ttt.c): there the preset's
+ * block row (ttt_block_defaults) also gives rope and normalize when the section leaves them
+ * unset, as the preset gives the rest of the tuple. */
+ttt_status ttt_layer_parse_block(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
+                                 ttt_error *err);
 /* The layer its computation forms see: key width d_phi (the feature map's output width) in place
  * of the input width d_k. Forms, their scratch estimates and the state are sized by it. */
 ttt_layer ttt_layer_inner(const ttt_layer *L);

@@ -36,18 +36,18 @@ static const ttt_option adam_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status adam_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status adam_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     adam_cfg *c = cfg;
-    c->beta1 = (float)ttt_cfg_float(opts, "beta1");
-    c->beta2 = (float)ttt_cfg_float(opts, "beta2");
-    c->eps = (float)ttt_cfg_float(opts, "eps");
+    c->beta1 = (float)ttt_optim_arg_num(opts, "beta1");
+    c->beta2 = (float)ttt_optim_arg_num(opts, "beta2");
+    c->eps = (float)ttt_optim_arg_num(opts, "eps");
     /* β = 1 would make the bias correction 1 − β^t zero (a division by zero). */
     const char *bad = c->beta1 >= 1.0f ? "beta1" : c->beta2 >= 1.0f ? "beta2" : NULL;
     if (bad)
-        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, bad),
-                             "layer.optimizer.%s: 1 is out of range; expected a value in [0, 1) "
-                             "(the bias correction divides by 1 - %s^t)",
-                             bad, bad);
+        return ttt_optim_arg_error(err, TTT_ERR_RANGE, opts, bad,
+                                   "layer.optimizer.%s: 1 is out of range; expected a value in "
+                                   "[0, 1) (the bias correction divides by 1 - %s^t)",
+                                   bad, bad);
     return TTT_OK;
 }
 

@@ -58,13 +58,13 @@ static const ttt_option large_batch_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status large_batch_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status large_batch_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     large_batch_cfg *c = cfg;
     TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
-    c->muon = ttt_cfg_bool(opts, "muon");
+    c->muon = ttt_optim_arg_num(opts, "muon") != 0.0;
     ttt_ns_parse(&c->ns, opts);
-    c->renormalize = ttt_cfg_bool(opts, "renormalize");
-    c->axis_rows = strcmp(ttt_cfg_str(opts, "renormalize_axis"), "rows") == 0;
+    c->renormalize = ttt_optim_arg_num(opts, "renormalize") != 0.0;
+    c->axis_rows = strcmp(ttt_optim_arg_text(opts, "renormalize_axis"), "rows") == 0;
     return TTT_OK;
 }
 

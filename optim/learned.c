@@ -71,12 +71,12 @@ static const ttt_option learned_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status learned_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status learned_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     learned_cfg *c = cfg;
     TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
-    c->hidden = (int)ttt_cfg_int(opts, "hidden");
-    c->init_sgd = strcmp(ttt_cfg_str(opts, "init"), "sgd") == 0;
-    c->eps = (float)ttt_cfg_float(opts, "eps");
+    c->hidden = (int)ttt_optim_arg_num(opts, "hidden");
+    c->init_sgd = strcmp(ttt_optim_arg_text(opts, "init"), "sgd") == 0;
+    c->eps = (float)ttt_optim_arg_num(opts, "eps");
     return TTT_OK;
 }
 

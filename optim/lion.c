@@ -25,16 +25,16 @@ static const ttt_option lion_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status lion_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status lion_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     lion_cfg *c = cfg;
-    c->beta1 = (float)ttt_cfg_float(opts, "beta1");
-    c->beta2 = (float)ttt_cfg_float(opts, "beta2");
-    c->weight_decay = (float)ttt_cfg_float(opts, "weight_decay");
+    c->beta1 = (float)ttt_optim_arg_num(opts, "beta1");
+    c->beta2 = (float)ttt_optim_arg_num(opts, "beta2");
+    c->weight_decay = (float)ttt_optim_arg_num(opts, "weight_decay");
     if (c->beta2 >= 1.0f)
-        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "beta2"),
-                             "layer.optimizer.beta2: %g is out of range; expected a value in "
-                             "[0, 1) (beta2 = 1 never lets a gradient into M)",
-                             (double)c->beta2);
+        return ttt_optim_arg_error(err, TTT_ERR_RANGE, opts, "beta2",
+                                   "layer.optimizer.beta2: %g is out of range; expected a value "
+                                   "in [0, 1) (beta2 = 1 never lets a gradient into M)",
+                                   (double)c->beta2);
     return TTT_OK;
 }
 

@@ -31,10 +31,10 @@ static const ttt_option momentum_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status momentum_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status momentum_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     momentum_cfg *c = cfg;
     TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
-    c->nesterov = ttt_cfg_bool(opts, "nesterov");
+    c->nesterov = ttt_optim_arg_num(opts, "nesterov") != 0.0;
     return TTT_OK;
 }
 

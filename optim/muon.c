@@ -51,12 +51,12 @@ static const ttt_option muon_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status muon_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
+static ttt_status muon_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
     muon_cfg *c = cfg;
     TTT_TRY(ttt_optim_read_momentum(opts, &c->mu, err));
-    c->nesterov = ttt_cfg_bool(opts, "nesterov");
-    c->weight_decay = (float)ttt_cfg_float(opts, "weight_decay");
-    const char *s = ttt_cfg_str(opts, "scale");
+    c->nesterov = ttt_optim_arg_num(opts, "nesterov") != 0.0;
+    c->weight_decay = (float)ttt_optim_arg_num(opts, "weight_decay");
+    const char *s = ttt_optim_arg_text(opts, "scale");
     c->scale = strcmp(s, "fan") == 0 ? SCALE_FAN : strcmp(s, "none") == 0 ? SCALE_NONE : SCALE_MUON;
     ttt_ns_parse(&c->ns, opts);
     return TTT_OK;

@@ -21,12 +21,12 @@ void ttt_ns_coefficients(ttt_ns_set set, int step, double abc[3]) {
     memcpy(abc, c, 3 * sizeof(double));
 }
 
-void ttt_ns_parse(ttt_ns_cfg *out, const ttt_cfg_node *opts) {
-    const char *s = ttt_cfg_str(opts, "coefficients");
+void ttt_ns_parse(ttt_ns_cfg *out, const ttt_optim_args *opts) {
+    const char *s = ttt_optim_arg_text(opts, "coefficients");
     out->set = strcmp(s, "lact") == 0    ? TTT_NS_LACT
                : strcmp(s, "cubic") == 0 ? TTT_NS_CUBIC
                                          : TTT_NS_MUON;
-    out->steps = (int)ttt_cfg_int(opts, "steps");
+    out->steps = (int)ttt_optim_arg_num(opts, "steps");
 }
 
 void ttt_ns_matrix_dims(const ttt_tensor *W, int *rows, int *cols) {

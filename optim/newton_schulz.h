@@ -23,8 +23,8 @@
 #ifndef TTT_NEWTON_SCHULZ_H
 #define TTT_NEWTON_SCHULZ_H
 
-#include "config.h"
 #include "ops.h"
+#include "optim.h"
 
 typedef enum ttt_ns_set {
     TTT_NS_MUON,  /* (3.4445, −4.7750, 2.0315) at every step */
@@ -47,7 +47,7 @@ typedef struct ttt_ns_cfg {
      "Newton-Schulz iterations (cubic needs ~15-30 to converge to U V^T)"}
 
 /* Read the TTT_NS_OPTIONS of a validated optimizer mapping. */
-void ttt_ns_parse(ttt_ns_cfg *out, const ttt_cfg_node *opts);
+void ttt_ns_parse(ttt_ns_cfg *out, const ttt_optim_args *opts);
 
 /* The (a, b, c) of step `step` (from 0) of a set. */
 void ttt_ns_coefficients(ttt_ns_set set, int step, double abc[3]);

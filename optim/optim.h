@@ -17,6 +17,26 @@
 #include "config.h"
 #include "ops.h"
 
+/* One optimizer option given as a typed value (no YAML): the option's type in the optimizer's
+ * table (ttt_optim.options) says which member is read. int, float and bool options read `number`
+ * (bool: 0 or 1); choice and string options read `text`. */
+typedef struct ttt_opt_value {
+    const char *key;
+    double number;
+    const char *text;
+} ttt_opt_value;
+
+/* An optimizer's options as `parse` receives them: read once into typed values by the layer
+ * (layers/layer_resolve.c), one per entry of the optimizer's table and in its order, each with
+ * where it was written: the YAML node of the value, or NULL for a C descriptor's field, a
+ * preset's value or the table's default. A cross-field error is located there from the start
+ * (ttt_optim_arg_error). */
+typedef struct ttt_optim_args {
+    const ttt_option *options;      /* the optimizer's table (ttt_optim.options) */
+    const ttt_opt_value *values;    /* one per table entry */
+    const ttt_cfg_node *const *at;  /* one per table entry, each NULL or the value's node */
+} ttt_optim_args;
+
 /* What one step knows about its block. */
 typedef struct ttt_optim_block {
     int t0;                   /* index of the block's first token */
@@ -77,9 +97,10 @@ typedef struct ttt_optim {
     const ttt_option *options;
     /* Size in bytes of its parsed configuration (0 if it has none). */
     size_t cfg_size;
-    /* Read the validated options into cfg (cfg_size bytes, zeroed). Cross-field checks return
-     * a located error (ttt_cfg_error). May be NULL when cfg_size == 0. */
-    ttt_status (*parse)(void *cfg, const ttt_cfg_node *opts, ttt_error *err);
+    /* Read the validated options into cfg (cfg_size bytes, zeroed): ttt_optim_arg_num and
+     * ttt_optim_arg_text by key. Cross-field checks return a located error
+     * (ttt_optim_arg_error). May be NULL when cfg_size == 0. */
+    ttt_status (*parse)(void *cfg, const ttt_optim_args *opts, ttt_error *err);
     /* Number of state tensors it keeps per weight tensor (at most TTT_OPTIM_MAX_STATE; it may
      * depend on the options: muon keeps its momentum buffer only when μ > 0). State tensor s of
      * weight w lives in ttt_layer_state.opt[w][s], in the order the optimizer chooses. */
@@ -178,7 +199,24 @@ void ttt_optim_reinit_state(ttt_ctx *ctx, const ttt_optim *o, const void *cfg,
 
 /* Read the `momentum` option μ ∈ [0, 1) (the table's ranges are inclusive; μ = 1 would never
  * forget a gradient) with a located error. */
-ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_error *err);
+ttt_status ttt_optim_read_momentum(const ttt_optim_args *opts, float *mu, ttt_error *err);
+
+/* ---- options (ttt_optim_args) ---- */
+
+/* The value of option `key` of an int, float or bool option (bool: 0 or 1), and the text of a
+ * choice or string option. The key must be in the optimizer's table (a bug otherwise). */
+double ttt_optim_arg_num(const ttt_optim_args *a, const char *key);
+const char *ttt_optim_arg_text(const ttt_optim_args *a, const char *key);
+/* An error about option `key`: "file:line:col: message" when the value was written in YAML,
+ * the message alone otherwise. */
+ttt_status ttt_optim_arg_error(ttt_error *err, ttt_status s, const ttt_optim_args *a,
+                               const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The first of the optimizer's own options in its table: the entry after the common ones
+ * (TTT_OPTIM_COMMON_OPTIONS, which every table begins with). */
+const ttt_option *ttt_optim_own_options(const ttt_optim *o);
+/* Whether table entry `opt` of optimizer o is one of the common options. */
+int ttt_optim_is_common(const ttt_optim *o, const ttt_option *opt);
 
 /* ---- outer parameters (declared by `outer`, docs/optimizers.md "Outer parameters") ---- */
 

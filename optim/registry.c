@@ -1,4 +1,6 @@
 /* The optimizer registry, generated from optim/optim_list.h. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "optim.h"
@@ -36,14 +38,52 @@ ttt_tensor *ttt_optim_apply_decay(ttt_ctx *ctx, const ttt_tensor *W, const ttt_o
     return blk->decay->n == 1 ? ttt_mul(ctx, W, blk->decay) : ttt_scale_rows(ctx, W, blk->decay);
 }
 
-ttt_status ttt_optim_read_momentum(const ttt_cfg_node *opts, float *mu, ttt_error *err) {
-    *mu = (float)ttt_cfg_float(opts, "momentum");
+ttt_status ttt_optim_read_momentum(const ttt_optim_args *opts, float *mu, ttt_error *err) {
+    *mu = (float)ttt_optim_arg_num(opts, "momentum");
     if (*mu >= 1.0f)
-        return ttt_cfg_error(err, TTT_ERR_RANGE, ttt_cfg_get(opts, "momentum"),
-                             "layer.optimizer.momentum: %g is out of range; expected a value in "
-                             "[0, 1) (mu = 1 accumulates every gradient forever)",
-                             (double)*mu);
+        return ttt_optim_arg_error(err, TTT_ERR_RANGE, opts, "momentum",
+                                   "layer.optimizer.momentum: %g is out of range; expected a "
+                                   "value in [0, 1) (mu = 1 accumulates every gradient forever)",
+                                   (double)*mu);
     return TTT_OK;
+}
+
+/* ---- options ---- */
+
+/* The common options once, to count them: every table begins with these entries. */
+static const ttt_option common_options[] = {TTT_OPTIM_COMMON_OPTIONS, TTT_OPTION_END};
+#define N_COMMON ((int)(sizeof common_options / sizeof common_options[0]) - 1)
+
+const ttt_option *ttt_optim_own_options(const ttt_optim *o) { return o->options + N_COMMON; }
+
+int ttt_optim_is_common(const ttt_optim *o, const ttt_option *opt) {
+    return opt >= o->options && opt < o->options + N_COMMON;
+}
+
+static int arg_index(const ttt_optim_args *a, const char *key) {
+    for (int i = 0; a->options[i].name; i++)
+        if (strcmp(a->options[i].name, key) == 0) return i;
+    TTT_ASSERT(!"an optimizer read an option its table does not have");
+    return 0;
+}
+
+double ttt_optim_arg_num(const ttt_optim_args *a, const char *key) {
+    return a->values[arg_index(a, key)].number;
+}
+
+const char *ttt_optim_arg_text(const ttt_optim_args *a, const char *key) {
+    return a->values[arg_index(a, key)].text;
+}
+
+ttt_status ttt_optim_arg_error(ttt_error *err, ttt_status s, const ttt_optim_args *a,
+                               const char *key, const char *fmt, ...) {
+    char msg[TTT_ERROR_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const ttt_cfg_node *at = a->at ? a->at[arg_index(a, key)] : NULL;
+    return at ? ttt_cfg_error(err, s, at, "%s", msg) : ttt_error_set(err, s, "%s", msg);
 }
 
 /* ---- state ---- */

@@ -46,8 +46,8 @@ static const ttt_option rls_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status rls_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
-    ((rls_cfg *)cfg)->lambda = (float)ttt_cfg_float(opts, "lambda");
+static ttt_status rls_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
+    ((rls_cfg *)cfg)->lambda = (float)ttt_optim_arg_num(opts, "lambda");
     return TTT_OK;
 }
 

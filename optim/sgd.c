@@ -16,8 +16,8 @@ static const ttt_option sgd_options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status sgd_parse(void *cfg, const ttt_cfg_node *opts, ttt_error *err) {
-    ((sgd_cfg *)cfg)->l2 = (float)ttt_cfg_float(opts, "l2");
+static ttt_status sgd_parse(void *cfg, const ttt_optim_args *opts, ttt_error *err) {
+    ((sgd_cfg *)cfg)->l2 = (float)ttt_optim_arg_num(opts, "l2");
     return TTT_OK;
 }
 

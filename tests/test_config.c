@@ -400,6 +400,37 @@ static ttt_status check_task(const char *text, ttt_cfg_node **root, ttt_error *e
     return ttt_cfg_check_map(task, "task", task_opts, NULL, e);
 }
 
+/* ttt_cfg_check_given checks what the map gives, with the errors of ttt_cfg_check_map, and
+ * fills nothing in: not a default, not even a required key (kind) the caller resolves. */
+START_TEST(test_check_given) {
+    ttt_cfg_node *root = load("task:\n  noise: 0.25\n  pairs: 8\n");
+    ttt_cfg_node *task = (ttt_cfg_node *)path(root, "task");
+    ttt_error e;
+    ck_assert_int_eq(ttt_cfg_check_given(task, "task", task_opts, NULL, &e), TTT_OK);
+    ck_assert_int_eq(task->n, 2);
+    ck_assert_ptr_null(ttt_cfg_get(task, "kind"));
+    ck_assert_ptr_null(ttt_cfg_get(task, "key_dim"));
+    /* a list option given as one value is normalized as by the full check */
+    ck_assert_int_eq(path(root, "task.pairs")->kind, TTT_CFG_SEQ);
+    /* the full check then fills what is absent (and refuses the missing required key) */
+    ck_assert_int_eq(ttt_cfg_check_map(task, "task", task_opts, NULL, &e), TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(e.msg, "missing required key 'kind'"), "%s", e.msg);
+    ttt_cfg_free(root);
+    /* a bad value and an unknown key are refused, located */
+    root = load("task:\n  noise: 2\n");
+    task = (ttt_cfg_node *)path(root, "task");
+    ck_assert_int_eq(ttt_cfg_check_given(task, "task", task_opts, NULL, &e), TTT_ERR_RANGE);
+    ck_assert_msg(strstr(e.msg, "exp.yaml:2:10: task.noise: 2 is out of range"), "%s", e.msg);
+    ck_assert_int_eq(task->n, 1);
+    ttt_cfg_free(root);
+    root = load("task:\n  nosie: 0.5\n");
+    task = (ttt_cfg_node *)path(root, "task");
+    ck_assert_int_eq(ttt_cfg_check_given(task, "task", task_opts, NULL, &e), TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(e.msg, "did you mean 'noise'"), "%s", e.msg);
+    ttt_cfg_free(root);
+}
+END_TEST
+
 START_TEST(test_check_defaults) {
     ttt_cfg_node *root;
     ttt_error e;
@@ -980,6 +1011,7 @@ static Suite *config_suite(void) {
 
     tc = tcase_create("schema");
     tcase_add_test(tc, test_check_defaults);
+    tcase_add_test(tc, test_check_given);
     tcase_add_test(tc, test_check_errors);
     tcase_add_test(tc, test_check_name);
     tcase_add_test(tc, test_closest_name);

@@ -4,6 +4,7 @@
  * for every preset and for overrides of every kind of field and option type. The public
  * descriptor (include/ttt/ttt.h) is a third path: ttt_layer_new copies it into a ttt_layer_desc,
  * and its feature_* fields must arrive as the YAML's do. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -51,13 +52,106 @@ static void assert_optim_cfg(const ttt_layer *L, const char *flow) {
     ttt_cfg_node *o = (ttt_cfg_node *)ttt_cfg_get(root, "o");
     const ttt_optim *opt = ttt_optim_find(ttt_cfg_str(o, "name"));
     ck_assert(ttt_cfg_check_map(o, "o", opt->options, NULL, &err) == TTT_OK);
+    /* the checked mapping's values by the table's types, as the YAML reader gives them */
+    ttt_opt_value vals[32];
+    int n = 0;
+    for (const ttt_option *oo = opt->options; oo->name; oo++, n++) {
+        ck_assert(n < 32);
+        vals[n] = (ttt_opt_value){oo->name, 0.0, NULL};
+        if (oo->type == TTT_OPT_INT)
+            vals[n].number = (double)ttt_cfg_int(o, oo->name);
+        else if (oo->type == TTT_OPT_FLOAT)
+            vals[n].number = ttt_cfg_float(o, oo->name);
+        else if (oo->type == TTT_OPT_BOOL)
+            vals[n].number = ttt_cfg_bool(o, oo->name);
+        else
+            vals[n].text = ttt_cfg_str(o, oo->name);
+    }
+    const ttt_optim_args args = {opt->options, vals, NULL};
     _Alignas(16) unsigned char cfg[TTT_OPTIM_CFG_MAX] = {0};
-    ck_assert(opt->parse(cfg, o, &err) == TTT_OK);
+    ck_assert(opt->parse(cfg, &args, &err) == TTT_OK);
     ttt_cfg_free(root);
     ck_assert_ptr_eq(L->optim, opt);
     ck_assert_msg(memcmp(cfg, L->optim_cfg, opt->cfg_size) == 0, "%s: configuration differs",
                   flow);
 }
+
+/* The `layer:` section after ttt_layer_parse (or, in_block, ttt_layer_parse_block), in flow
+ * style, and the layer. */
+static char *parsed_section(const char *text, int in_block, ttt_layer *L) {
+    char doc[512];
+    snprintf(doc, sizeof doc, "layer: %s\n", text);
+    ttt_cfg_node *root = NULL;
+    ttt_error err = {0};
+    ck_assert(ttt_cfg_load_string(doc, "d.yaml", &root, &err) == TTT_OK);
+    ttt_cfg_node *map = (ttt_cfg_node *)ttt_cfg_get(root, "layer");
+    ttt_status s = in_block ? ttt_layer_parse_block(map, 8, 8, L, &err)
+                            : ttt_layer_parse(map, 8, 8, L, &err);
+    ck_assert_msg(s == TTT_OK, "%s: %s", text, err.msg);
+    char *flow = ttt_cfg_to_flow(map);
+    ttt_cfg_free(root);
+    return flow;
+}
+
+/* The resolved section: the given keys as written, then the preset's values the section left
+ * out (in the preset's order; its optimizer's options after any given ones), then the tables'
+ * defaults. This text is what config.resolved.yaml shows. */
+START_TEST(the_section_records_the_resolved_values) {
+    ttt_layer L;
+    char *got = parsed_section("{preset: titans, optimizer: {decay: 0.5}, chunk: 8}", 0, &L);
+    ck_assert_str_eq(got, "{preset: titans, optimizer: {decay: 0.5, name: momentum, lr: 0.1, "
+                          "momentum: 0.9, decay_placement: decoupled, nesterov: false}, "
+                          "chunk: 8, model: linear, loss: squared, mini_batch: 16, "
+                          "order: update_then_apply, steps: per_token, position_scale: none, "
+                          "form: auto, scale: 1.0, rope: false, rope_base: 10000.0, "
+                          "normalize: none, feature_map: elu1, features: 64, feature_seed: 0, "
+                          "feature_gate: false, steps_per_token: 1}");
+    free(got);
+    ck_assert_float_eq(L.decay, 0.5f); /* given beats the preset's 0.99 */
+    ck_assert_float_eq(L.lr, 0.1f);
+    ck_assert_int_eq(L.chunk, 8);
+    /* another optimizer than the preset's takes none of the preset's options */
+    got = parsed_section("{preset: titans, optimizer: sgd}", 0, &L);
+    ck_assert_msg(strstr(got, "optimizer: {name: sgd, lr: 1.0, decay: 1.0, "
+                              "decay_placement: decoupled, l2: 0.0}"),
+                  "%s", got);
+    free(got);
+    ck_assert_float_eq(L.decay, 1.0f);
+}
+END_TEST
+
+/* In a TTT mixer's block the preset's row gives rope and normalize (before the preset's own
+ * values); outside it, and where the section gives them, it does not. */
+START_TEST(the_block_row_resolves_rope_and_normalize) {
+    for (int i = 0; i < ttt_preset_count(); i++) {
+        const ttt_preset *p = ttt_preset_at(i);
+        if (!p->block.conv) continue;
+        char text[128];
+        snprintf(text, sizeof text, "{preset: %s}", p->name);
+        ttt_layer a, b, c;
+        char *plain = parsed_section(text, 0, &a);
+        char *block = parsed_section(text, 1, &b);
+        const int rope = strcmp(p->block.rope, "true") == 0;
+        ck_assert_int_eq(a.rope, 0);
+        ck_assert_int_eq(b.rope, rope);
+        const int nz = strcmp(p->block.normalize, "ratio") == 0 ? TTT_NORMALIZE_RATIO
+                       : strcmp(p->block.normalize, "rms") == 0 ? TTT_NORMALIZE_RMS
+                                                                : TTT_NORMALIZE_NONE;
+        ck_assert_int_eq(b.normalize, nz);
+        char want[160];
+        snprintf(want, sizeof want, "{preset: %s, rope: %s, normalize: %s, model: ", p->name,
+                 p->block.rope, p->block.normalize);
+        ck_assert_msg(strncmp(block, want, strlen(want)) == 0, "%s", block);
+        ck_assert_msg(strncmp(plain, want, strlen(want)) != 0, "%s", plain);
+        free(plain);
+        free(block);
+        if (p->steps_per_token > 1) continue; /* its n_h keys share a position: no rope */
+        snprintf(text, sizeof text, "{preset: %s, rope: %s}", p->name, rope ? "false" : "true");
+        free(parsed_section(text, 1, &c));
+        ck_assert_int_eq(c.rope, !rope);
+    }
+}
+END_TEST
 
 START_TEST(every_preset_builds_the_same_both_ways) {
     for (int i = 0; i < ttt_preset_count(); i++) {
@@ -220,6 +314,8 @@ int main(void) {
     tcase_add_test(tc, every_preset_builds_the_same_both_ways);
     tcase_add_test(tc, overrides_build_the_same_both_ways);
     tcase_add_test(tc, feature_fields_build_the_same_all_ways);
+    tcase_add_test(tc, the_section_records_the_resolved_values);
+    tcase_add_test(tc, the_block_row_resolves_rope_and_normalize);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

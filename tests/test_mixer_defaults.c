@@ -1,6 +1,6 @@
 /* Each mixer's default block (docs/mixers.md "The default block of each mixer"): what every
  * `auto` of the `model:` options resolves to per preset and per mixer, written here from the
- * papers and FLA's layers (not read back from layers/layer.c), the old block reachable through
+ * papers and FLA's layers (not read back from layers/layer_presets.c), the old block reachable through
  * options, and the FoX mixer against the forgetting-attention kernel. */
 #include <check.h>
 #include <math.h>

@@ -28,6 +28,10 @@ START_TEST(optimizers_are_registered) {
         ck_assert_str_eq(o->options[1].name, "lr");
         ck_assert_str_eq(o->options[2].name, "decay");
         ck_assert_str_eq(o->options[3].name, "decay_placement");
+        /* ttt_optim_own_options / ttt_optim_is_common split the table right after them */
+        ck_assert_ptr_eq(ttt_optim_own_options(o), &o->options[4]);
+        for (int j = 0; o->options[j].name; j++)
+            ck_assert_int_eq(ttt_optim_is_common(o, &o->options[j]), j < 4);
         ck_assert(o->cfg_size <= TTT_OPTIM_CFG_MAX);
         ck_assert(o->cfg_size == 0 || o->parse != NULL);
     }

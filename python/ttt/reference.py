@@ -8,7 +8,7 @@ are the definition, not a fast path.
 """
 import numpy as np
 
-# The presets' tuples as the reference evaluates them (layers/layer.c, docs/math.md §4).
+# The presets' tuples as the reference evaluates them (layers/layer_presets.c, docs/math.md §4).
 # tests/test_reference.py compares each with the library's own layer, so a drift fails there.
 PRESETS = {
     "linear_attention": dict(family="linear", lr=1.0, decay=1.0),

@@ -132,6 +132,10 @@ typedef struct ttt_option {
  * TTT_OPT_MAP values are only checked to be mappings (missing → empty map inserted). */
 ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_option *opts,
                              const char *const *extra, ttt_error *err);
+/* The same checks on the keys present in `map` only: nothing is filled in, and an absent option
+ * (required or not) is left for the caller to resolve (a layer's preset, layers/layer_parse.c). */
+ttt_status ttt_cfg_check_given(ttt_cfg_node *map, const char *path, const ttt_option *opts,
+                               const char *const *extra, ttt_error *err);
 /* Check that the scalar `n` is one of `names` (count n_names); otherwise an error naming the
  * location, `what` ("optimizer"), the valid names and the closest ones. */
 ttt_status ttt_cfg_check_name(const ttt_cfg_node *n, const char *what, const char *const *names,

@@ -277,7 +277,7 @@ static ttt_cfg_node *default_node(const ttt_option *o, const ttt_cfg_node *where
 }
 
 static ttt_status check_map(ttt_cfg_node *map, const char *p, const ttt_option *opts,
-                            const char *const *extra, ttt_error *err);
+                            const char *const *extra, int fill, ttt_error *err);
 
 static int in_list(const char *const *list, const char *s) {
     for (; list && *list; list++)
@@ -428,22 +428,34 @@ static ttt_status check_value(ttt_cfg_node *map, int i, const ttt_option *o, con
     return TTT_OK;
 }
 
-ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_option *opts,
-                             const char *const *extra, ttt_error *err) {
+/* Both checks: `fill` appends every absent option's default (ttt_cfg_check_map); without it the
+ * keys that are present are checked and the absent ones left absent (ttt_cfg_check_given). */
+static ttt_status check_with(ttt_cfg_node *map, const char *path, const ttt_option *opts,
+                             const char *const *extra, int fill, ttt_error *err) {
     TTT_ASSERT(map && opts);
     const char *p = path ? path : "";
     /* Sticky: a tree that lost a value to a failed allocation since the last ttt_cfg_oom_clear
      * is never called valid, so no reader after a check meets a missing key. */
     if (ttt_cfg_oom_count != ttt_cfg_oom_base)
         return ttt_cfg_out_of_memory(err, *p ? p : "the configuration");
-    ttt_status s = check_map(map, p, opts, extra, err);
+    ttt_status s = check_map(map, p, opts, extra, fill, err);
     if (s == TTT_OK && ttt_cfg_oom_count != ttt_cfg_oom_base)
         s = ttt_cfg_out_of_memory(err, *p ? p : "the configuration");
     return s;
 }
 
+ttt_status ttt_cfg_check_map(ttt_cfg_node *map, const char *path, const ttt_option *opts,
+                             const char *const *extra, ttt_error *err) {
+    return check_with(map, path, opts, extra, 1, err);
+}
+
+ttt_status ttt_cfg_check_given(ttt_cfg_node *map, const char *path, const ttt_option *opts,
+                               const char *const *extra, ttt_error *err) {
+    return check_with(map, path, opts, extra, 0, err);
+}
+
 static ttt_status check_map(ttt_cfg_node *map, const char *p, const ttt_option *opts,
-                            const char *const *extra, ttt_error *err) {
+                            const char *const *extra, int fill, ttt_error *err) {
     if (map->kind != TTT_CFG_MAP) return ttt_cfg_type_error(err, map, *p ? p : NULL, "a mapping");
     for (int i = 0; i < map->n; i++)
         if (!find_option(opts, map->keys[i]) && !in_list(extra, map->keys[i]))
@@ -452,6 +464,7 @@ static ttt_status check_map(ttt_cfg_node *map, const char *p, const ttt_option *
         char label[TTT_CFG_PATH_BUF];
         ttt_cfg_join_path(label, sizeof label, p, o->name);
         int i = ttt_cfg_find_key(map, o->name);
+        if (i < 0 && !fill) continue;
         if (i < 0) {
             if (!o->def && o->type != TTT_OPT_MAP) {
                 char help[200] = "";

@@ -47,9 +47,10 @@
  * The fox mixer adds a learned forget gate per head to the scores (mixers/fox.c).
  *
  * Every `auto` (conv, act, qk_norm, eta, gate, out_norm, out_gate, learn_init, and the layer's
- * rope and normalize when unset) resolves from the preset's row of block defaults
- * (ttt_block_defaults in layers/layer.c: its paper's and FLA's block, docs/mixers.md "The default
- * block of each mixer"). A tuple without a preset follows the rules of its traits:
+ * rope and normalize when unset, which the layer resolves: ttt_layer_parse_block) resolves from
+ * the preset's row of block defaults (ttt_block_defaults in layers/layer_presets.c: its paper's
+ * and FLA's block, docs/mixers.md "The default block of each mixer"). A tuple without a preset
+ * follows the rules of its traits:
  *   conv 4 and SiLU; out_norm and out_gate on;
  *   eta    on unless the fast-weight model is linear with the dot loss (where η would only
  *          rescale v);

@@ -53,26 +53,16 @@ static const char *chosen(const ttt_cfg_node *map, const char *key,
 
 static int truth(const char *s, int fallback) { return s ? strcmp(s, "true") == 0 : fallback; }
 
-/* A layer option the preset's block sets when the `layer:` section leaves it unset (it is then
- * part of the layer, visible in config.resolved.yaml). */
-static void layer_default(ttt_cfg_node *layer_map, const char *key, const char *value) {
-    if (value && !ttt_cfg_get(layer_map, key))
-        ttt_cfg_map_set(layer_map, key, ttt_cfg_new_scalar(value, layer_map));
-}
-
 static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
                         ttt_error *err) {
-    /* the preset's block (layers/layer.c, docs/mixers.md) decides every `auto`; a tuple
+    /* the preset's block (layers/layer_presets.c, docs/mixers.md) decides every `auto`; a tuple
      * without a preset falls back on the rules of its traits below */
     const ttt_cfg_node *pn = ttt_cfg_get(layer_map, "preset");
     const ttt_preset *P =
         pn && pn->kind == TTT_CFG_SCALAR && pn->scalar ? ttt_preset_find(pn->scalar) : NULL;
     const ttt_block_defaults *row = P && P->block.conv ? &P->block : NULL;
-    if (row && layer_map->kind == TTT_CFG_MAP) {
-        layer_default(layer_map, "rope", row->rope);
-        layer_default(layer_map, "normalize", row->normalize);
-    }
-    TTT_TRY(ttt_layer_parse(layer_map, c->head_dim, c->head_dim, &c->layer, err));
+    /* the row's rope and normalize are the layer's own options: the layer resolves them */
+    TTT_TRY(ttt_layer_parse_block(layer_map, c->head_dim, c->head_dim, &c->layer, err));
     const ttt_layer *L = &c->layer;
     /* the traits' rules (layers/models/model.h): a linear map trained on a residual loss is
      * the delta rule, whose step is stable for unit keys; a loss whose gradient does not depend
