@@ -1,0 +1,428 @@
+/* Fused causal attention on the device (cuda_kernels.h ttt_cuda_attention_causal; what it
+ * computes, its tiling and its numerics: docs/device_ops.md "Fused causal attention").
+ *
+ * O = softmax(scale·Q Kᵀ + log M) V per sequence, never storing the T × T scores. A block of
+ * kAttnThreads threads owns a tile of kTile queries (forward, dQ) or kTile keys (dK, dV) and walks
+ * the tiles of the other side that the causal mask leaves, kTile at a time, through shared
+ * memory:
+ *   forward  for each key tile: S = scale·Q Kᵀ (masked), the running row max m and sum l
+ *            (online softmax: the accumulator and l are rescaled by exp(m_old − m_new) when the
+ *            max grows), O += exp(S − m) V; at the end O /= l and lse = m + log l;
+ *   backward delta_i = rowsum(dO ∘ O) first; then P = exp(scale·Q Kᵀ − lse) is recomputed per
+ *            tile and dS = P ∘ (dO Vᵀ − delta): one kernel per key tile accumulates
+ *            dV = Pᵀ dO and dK = scale·dSᵀ Q over the query tiles, another per query tile
+ *            dQ = scale·dS K over the key tiles. No atomics: every gradient element has one
+ *            writer, so the results are the same bits on every run.
+ * Products are plain float32 FMAs (no tensor cores: TF32 rounds the operands to 10 bits), the
+ * softmax sums and delta are accumulated in double, as the CPU ops do.
+ *
+ * Thread layout of a tile product: thread t has ty = t / 8 (16 groups of 4 rows) and tx = t % 8;
+ * it owns rows 4·ty … 4·ty + 3 and columns tx, tx + 8, tx + 16, … (strided, so that the 8 lanes
+ * of a row read consecutive words). The 8 threads of a row are consecutive lanes of one warp,
+ * so a row's max and sum are three shuffles. Tiles in shared memory are row-major with a row
+ * stride of width + 1 floats, which puts the rows read together in distinct banks. */
+#include "ops_common.cuh"
+
+#include <math.h>
+
+namespace {
+
+using namespace ttt_ops;
+
+constexpr int kTile = 64;      /* queries and keys per tile */
+constexpr int kAttnThreads = 128; /* 16 row groups × 8 column lanes */
+constexpr int kLdS = kTile + 1; /* row stride of a score tile */
+
+/* Rows [r0, r0 + kTile) of x (rows × d, row-major) into s (kTile × (DP + 1)), zeros beyond
+ * the last row and beyond column d. */
+template <int DP>
+__device__ void load_tile(float *s, const float *x, int r0, int rows, int d) {
+    for (int idx = threadIdx.x; idx < kTile * DP; idx += kAttnThreads) {
+        const int r = idx / DP, c = idx % DP, gr = r0 + r;
+        s[r * (DP + 1) + c] = gr < rows && c < d ? x[(size_t)gr * d + c] : 0.0f;
+    }
+}
+
+/* Entries [r0, r0 + kTile) of x into s, 0 beyond n. */
+__device__ void load_vec(float *s, const float *x, int r0, int n) {
+    for (int r = threadIdx.x; r < kTile; r += kAttnThreads) s[r] = r0 + r < n ? x[r0 + r] : 0.0f;
+}
+
+/* acc[i][j] = Σ_c a[4ty + i][c]·b[tx + 8j][c] over the DP columns of two tiles (A Bᵀ). */
+template <int DP>
+__device__ void tile_abt(float (&acc)[4][8], const float *a, const float *b) {
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < DP; c++) {
+        float av[4], bv[8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) av[i] = a[(4 * ty + i) * (DP + 1) + c];
+#pragma unroll
+        for (int j = 0; j < 8; j++) bv[j] = b[(tx + 8 * j) * (DP + 1) + c];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+}
+
+/* acc[i][j] += Σ_c p[4ty + i][c]·x[c][tx + 8j] over the kTile columns of a score tile p and
+ * the kTile rows of x (P X). */
+template <int DP>
+__device__ void tile_px(float (&acc)[4][DP / 8], const float *p, const float *x) {
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+#pragma unroll 4
+    for (int c = 0; c < kTile; c++) {
+        float pv[4], xv[DP / 8];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pv[i] = p[(4 * ty + i) * kLdS + c];
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) xv[j] = x[c * (DP + 1) + tx + 8 * j];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < DP / 8; j++) acc[i][j] = fmaf(pv[i], xv[j], acc[i][j]);
+    }
+}
+
+/* The max and the sum over the 8 lanes of a row (lanes 8g … 8g + 7 of a warp). */
+__device__ float row_max8(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+}
+__device__ double row_sum8(double v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v + __shfl_xor_sync(0xffffffffu, v, 4);
+}
+
+/* Heaviest tiles first: query tile (tiles − 1 − y) has the most keys under the mask. */
+__device__ int query_tile0(void) { return (int)(gridDim.y - 1 - blockIdx.y) * kTile; }
+
+template <int DP>
+constexpr size_t fwd_smem() {
+    return (size_t)(3 * kTile * (DP + 1) + kTile * kLdS) * sizeof(float);
+}
+template <int DP>
+constexpr size_t dq_smem() {
+    return (size_t)(4 * kTile * (DP + 1) + kTile * kLdS + 2 * kTile) * sizeof(float);
+}
+template <int DP>
+constexpr size_t dkv_smem() {
+    return (size_t)(4 * kTile * (DP + 1) + 2 * kTile * kLdS + 2 * kTile) * sizeof(float);
+}
+
+/* grid (B, query tiles). */
+template <int DP>
+__global__ void __launch_bounds__(kAttnThreads)
+    attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const float *v, int T,
+                    int dk, int dv, float scale) {
+    extern __shared__ float sm[];
+    float *Qs = sm, *Ks = Qs + kTile * (DP + 1), *Vs = Ks + kTile * (DP + 1);
+    float *Ps = Vs + kTile * (DP + 1);
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const size_t base = (size_t)blockIdx.x * T;
+    const float *qb = q + base * dk, *kb = k + base * dk, *vb = v + base * dv;
+    const int m0 = query_tile0();
+    load_tile<DP>(Qs, qb, m0, T, dk);
+    float m[4], acc[4][DP / 8];
+    double l[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) acc[i][j] = 0.0f;
+    }
+    const int end = min(m0 + kTile, T); /* keys the tile's last query sees */
+    for (int n0 = 0; n0 < end; n0 += kTile) {
+        __syncthreads(); /* the previous tile's Ks, Vs and Ps are read */
+        load_tile<DP>(Ks, kb, n0, T, dk);
+        load_tile<DP>(Vs, vb, n0, T, dv);
+        __syncthreads();
+        float s[4][8];
+        tile_abt<DP>(s, Qs, Ks);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = m0 + 4 * ty + i;
+            float mx = m[i];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                s[i][j] = n0 + tx + 8 * j <= r ? s[i][j] * scale : -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            /* finite: key 0 is in the first tile and every row sees it */
+            mx = row_max8(mx);
+            const float alpha = expf(m[i] - mx); /* 0 on the first tile (m = −∞) */
+            m[i] = mx;
+            double rs = 0.0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                s[i][j] = expf(s[i][j] - mx); /* masked: exp(−∞) = 0 */
+                rs += s[i][j];
+            }
+            l[i] = l[i] * alpha + row_sum8(rs);
+#pragma unroll
+            for (int j = 0; j < DP / 8; j++) acc[i][j] *= alpha;
+#pragma unroll
+            for (int j = 0; j < 8; j++) Ps[(4 * ty + i) * kLdS + tx + 8 * j] = s[i][j];
+        }
+        __syncthreads();
+        tile_px<DP>(acc, Ps, Vs);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = m0 + 4 * ty + i;
+        if (r >= T) continue;
+        const double inv = 1.0 / l[i];
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int c = tx + 8 * j;
+            if (c < dv) o[(base + r) * dv + c] = (float)(acc[i][j] * inv);
+        }
+        if (tx == 0) lse[base + r] = (float)((double)m[i] + log(l[i]));
+    }
+}
+
+/* delta_i = Σ_c dO_ic·O_ic in double, one warp per row. */
+__global__ void attn_delta_kernel(float *delta, const float *o, const float *dO, size_t rows,
+                                  int dv) {
+    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
+    for (size_t r = (size_t)blockIdx.x * warps + threadIdx.x / 32; r < rows;
+         r += (size_t)gridDim.x * warps) {
+        double s = 0.0;
+        for (int c = lane; c < dv; c += 32) s += (double)o[r * dv + c] * dO[r * dv + c];
+        for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+        if (lane == 0) delta[r] = (float)s;
+    }
+}
+
+/* dQ = scale·dS K for one query tile over the key tiles it sees. grid (B, query tiles). */
+template <int DP>
+__global__ void __launch_bounds__(kAttnThreads)
+    attn_dq_kernel(float *gq, int add, const float *dO, const float *q, const float *k,
+                   const float *v, const float *lse, const float *delta, int T, int dk, int dv,
+                   float scale) {
+    extern __shared__ float sm[];
+    float *Qs = sm, *Os = Qs + kTile * (DP + 1), *Ks = Os + kTile * (DP + 1);
+    float *Vs = Ks + kTile * (DP + 1), *Ds = Vs + kTile * (DP + 1), *Ls = Ds + kTile * kLdS;
+    float *Es = Ls + kTile;
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const size_t base = (size_t)blockIdx.x * T;
+    const float *kb = k + base * dk, *vb = v + base * dv;
+    const int m0 = query_tile0();
+    load_tile<DP>(Qs, q + base * dk, m0, T, dk);
+    load_tile<DP>(Os, dO + base * dv, m0, T, dv);
+    load_vec(Ls, lse + base, m0, T);
+    load_vec(Es, delta + base, m0, T);
+    float acc[4][DP / 8];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) acc[i][j] = 0.0f;
+    const int end = min(m0 + kTile, T);
+    for (int n0 = 0; n0 < end; n0 += kTile) {
+        __syncthreads();
+        load_tile<DP>(Ks, kb, n0, T, dk);
+        load_tile<DP>(Vs, vb, n0, T, dv);
+        __syncthreads();
+        float s[4][8], dp[4][8];
+        tile_abt<DP>(s, Qs, Ks);
+        tile_abt<DP>(dp, Os, Vs);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int rl = 4 * ty + i, r = m0 + rl;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int c = n0 + tx + 8 * j;
+                const float p = c <= r && r < T ? expf(s[i][j] * scale - Ls[rl]) : 0.0f;
+                Ds[rl * kLdS + tx + 8 * j] = p * (dp[i][j] - Es[rl]);
+            }
+        }
+        __syncthreads();
+        tile_px<DP>(acc, Ds, Ks);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = m0 + 4 * ty + i;
+        if (r >= T) continue;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int c = tx + 8 * j;
+            if (c < dk) put(gq, (base + r) * dk + c, acc[i][j] * scale, add);
+        }
+    }
+}
+
+/* dV = Pᵀ dO and dK = scale·dSᵀ Q for one key tile over the query tiles that see it.
+ * grid (B, key tiles); key tile y has the most queries for y = 0, which runs first. */
+template <int DP>
+__global__ void __launch_bounds__(kAttnThreads)
+    attn_dkv_kernel(float *gk, int add_k, float *gv, int add_v, const float *dO, const float *q,
+                    const float *k, const float *v, const float *lse, const float *delta, int T,
+                    int dk, int dv, float scale) {
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + kTile * (DP + 1), *Qs = Vs + kTile * (DP + 1);
+    float *Os = Qs + kTile * (DP + 1), *Ps = Os + kTile * (DP + 1), *Ds = Ps + kTile * kLdS;
+    float *Ls = Ds + kTile * kLdS, *Es = Ls + kTile;
+    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    const size_t base = (size_t)blockIdx.x * T;
+    const float *qb = q + base * dk, *ob = dO + base * dv;
+    const int n0 = (int)blockIdx.y * kTile;
+    load_tile<DP>(Ks, k + base * dk, n0, T, dk);
+    load_tile<DP>(Vs, v + base * dv, n0, T, dv);
+    float ak[4][DP / 8], av[4][DP / 8];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) ak[i][j] = av[i][j] = 0.0f;
+    for (int m0 = n0; m0 < T; m0 += kTile) { /* queries before n0 see none of these keys */
+        __syncthreads();
+        load_tile<DP>(Qs, qb, m0, T, dk);
+        load_tile<DP>(Os, ob, m0, T, dv);
+        load_vec(Ls, lse + base, m0, T);
+        load_vec(Es, delta + base, m0, T);
+        __syncthreads();
+        float st[4][8], dpt[4][8]; /* row: key n0 + 4ty + i, column: query m0 + tx + 8j */
+        tile_abt<DP>(st, Ks, Qs);
+        tile_abt<DP>(dpt, Vs, Os);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int c = n0 + 4 * ty + i;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int rl = tx + 8 * j, r = m0 + rl;
+                const float p = c <= r && r < T ? expf(st[i][j] * scale - Ls[rl]) : 0.0f;
+                Ps[(4 * ty + i) * kLdS + rl] = p;
+                Ds[(4 * ty + i) * kLdS + rl] = p * (dpt[i][j] - Es[rl]);
+            }
+        }
+        __syncthreads();
+        tile_px<DP>(av, Ps, Os);
+        tile_px<DP>(ak, Ds, Qs);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = n0 + 4 * ty + i;
+        if (c >= T) continue;
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) {
+            const int e = tx + 8 * j;
+            if (gk && e < dk) put(gk, (base + c) * dk + e, ak[i][j] * scale, add_k);
+            if (gv && e < dv) put(gv, (base + c) * dv + e, av[i][j], add_v);
+        }
+    }
+}
+
+/* The padded width for head dims dk, dv: 16, 32, 64 or 128 (0: too wide). */
+int padded_width(int dk, int dv) {
+    const int d = dk > dv ? dk : dv;
+    return d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : 0;
+}
+
+ttt_status attr_error(cudaError_t e, const char *what, ttt_error *err) {
+    int dev = 0;
+    (void)cudaGetDevice(&dev);
+    return ttt_device_cuda_error((int)e, ttt_device_cuda(dev), err, "%s", what);
+}
+
+/* Dynamic shared memory above 48 KiB must be asked for per kernel. */
+template <typename K>
+ttt_status allow_smem(K kernel, size_t bytes, const char *what, ttt_error *err) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    return e == cudaSuccess ? TTT_OK : attr_error(e, what, err);
+}
+
+template <int DP>
+ttt_status forward(float *o, float *lse, const float *q, const float *k, const float *v, int B,
+                   int T, int dk, int dv, float scale, cudaStream_t s, ttt_error *err) {
+    const size_t sm = fwd_smem<DP>();
+    TTT_TRY(allow_smem(attn_fwd_kernel<DP>, sm, "attn_fwd_kernel (shared memory)", err));
+    const dim3 grid((unsigned)B, (unsigned)((T + kTile - 1) / kTile));
+    attn_fwd_kernel<DP><<<grid, kAttnThreads, sm, s>>>(o, lse, q, k, v, T, dk, dv, scale);
+    return launched("attn_fwd_kernel", (size_t)B * T, err);
+}
+
+template <int DP>
+ttt_status backward(float *gq, int add_q, float *gk, int add_k, float *gv, int add_v,
+                    const float *delta, const float *dO, const float *q, const float *k,
+                    const float *v, const float *lse, int B, int T, int dk, int dv, float scale,
+                    cudaStream_t s, ttt_error *err) {
+    const dim3 grid((unsigned)B, (unsigned)((T + kTile - 1) / kTile));
+    if (gq) {
+        const size_t sm = dq_smem<DP>();
+        TTT_TRY(allow_smem(attn_dq_kernel<DP>, sm, "attn_dq_kernel (shared memory)", err));
+        attn_dq_kernel<DP><<<grid, kAttnThreads, sm, s>>>(gq, add_q, dO, q, k, v, lse, delta, T, dk,
+                                                      dv, scale);
+        TTT_TRY(launched("attn_dq_kernel", (size_t)B * T, err));
+    }
+    if (gk || gv) {
+        const size_t sm = dkv_smem<DP>();
+        TTT_TRY(allow_smem(attn_dkv_kernel<DP>, sm, "attn_dkv_kernel (shared memory)", err));
+        attn_dkv_kernel<DP><<<grid, kAttnThreads, sm, s>>>(gk, add_k, gv, add_v, dO, q, k, v, lse,
+                                                       delta, T, dk, dv, scale);
+        TTT_TRY(launched("attn_dkv_kernel", (size_t)B * T, err));
+    }
+    return TTT_OK;
+}
+
+ttt_status bad_shape(int B, int T, int dk, int dv, ttt_error *err) {
+    return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                         "attention_causal on the device: B = %d, T = %d, dk = %d, dv = %d "
+                         "(head dims up to %d, T up to 65535 tiles of %d)",
+                         B, T, dk, dv, TTT_CUDA_ATTENTION_MAX_D, kTile);
+}
+
+int shape_ok(int B, int T, int dk, int dv) {
+    return B >= 0 && T >= 0 && dk >= 0 && dv >= 0 && padded_width(dk, dv) != 0 &&
+           (T + kTile - 1) / kTile <= 65535;
+}
+
+} // namespace
+
+extern "C" ttt_status ttt_cuda_attention_causal(float *o, float *lse, const float *q,
+                                                const float *k, const float *v, int B, int T,
+                                                int dk, int dv, float scale, void *stream,
+                                                ttt_error *err) {
+    if (!shape_ok(B, T, dk, dv)) return bad_shape(B, T, dk, dv, err);
+    if (B == 0 || T == 0) return TTT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (padded_width(dk, dv)) {
+    case 16: return forward<16>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
+    case 32: return forward<32>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
+    case 64: return forward<64>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
+    default: return forward<128>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
+    }
+}
+
+extern "C" ttt_status ttt_cuda_attention_causal_backward(
+    float *gq, int add_q, float *gk, int add_k, float *gv, int add_v, float *delta,
+    const float *dO, const float *q, const float *k, const float *v, const float *o,
+    const float *lse, int B, int T, int dk, int dv, float scale, void *stream, ttt_error *err) {
+    if (!shape_ok(B, T, dk, dv)) return bad_shape(B, T, dk, dv, err);
+    if (B == 0 || T == 0 || (!gq && !gk && !gv)) return TTT_OK;
+    cudaStream_t s = (cudaStream_t)stream;
+    const size_t rows = (size_t)B * T;
+    attn_delta_kernel<<<blocks_for(rows * 32), kThreads, 0, s>>>(delta, o, dO, rows, dv);
+    TTT_TRY(launched("attn_delta_kernel", rows, err));
+    switch (padded_width(dk, dv)) {
+    case 16:
+        return backward<16>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
+                            dv, scale, s, err);
+    case 32:
+        return backward<32>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
+                            dv, scale, s, err);
+    case 64:
+        return backward<64>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
+                            dv, scale, s, err);
+    default:
+        return backward<128>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
+                             dv, scale, s, err);
+    }
+}
