@@ -2118,15 +2118,25 @@ static attn_dims attn_check(const ttt_tensor *q, const ttt_tensor *k, const ttt_
     return d;
 }
 
-/* s_j = scale·(q_i · k_j) for the keys j ≤ i of one sequence, in double. */
-static void attn_scores(double *restrict s, const float *restrict qi, const float *restrict k,
-                        int i, int dk, double scale) {
-    for (int j = 0; j <= i; j++) {
-        const float *kj = k + (size_t)j * dk; /* (dk) */
-        double d = 0.0;
-        for (int c = 0; c < dk; c++) d += (double)qi[c] * kj[c];
-        s[j] = scale * d;
+/* xt (d, T) = xᵀ in double for one sequence's x (T, d): the scores and dP of a row are then
+ * sums over d of contiguous rows of xt, which the compiler vectorizes (a dot product per key,
+ * as a reduction, it does not). */
+static void attn_transpose(double *restrict xt, const float *restrict x, int T, int d) {
+    for (int j = 0; j < T; j++)
+        for (int c = 0; c < d; c++) xt[(size_t)c * T + j] = x[(size_t)j * d + c];
+}
+
+/* s_j = scale·Σ_c a_c·xt[c][j] for the keys j ≤ i, in double (a = q_i with xt = Kᵀ, or
+ * a = dO_i with xt = Vᵀ and scale 1). */
+static void attn_row(double *restrict s, const float *restrict a, const double *restrict xt,
+                     int i, int T, int d, double scale) {
+    for (int j = 0; j <= i; j++) s[j] = 0.0;
+    for (int c = 0; c < d; c++) {
+        const double ac = a[c], *restrict xc = xt + (size_t)c * T; /* (T) */
+        for (int j = 0; j <= i; j++) s[j] += ac * xc[j];
     }
+    if (scale != 1.0)
+        for (int j = 0; j <= i; j++) s[j] *= scale;
 }
 
 /* With P = exp(S − lse) (rows recomputed from the saved log-sum-exp), dP = dO Vᵀ and
@@ -2145,32 +2155,35 @@ static void attention_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, con
     double *dq = scratch_doubles(ctx, nk), *dk = scratch_doubles(ctx, nk);
     double *dv = scratch_doubles(ctx, nv);
     double *p = scratch_doubles(ctx, T), *ds = scratch_doubles(ctx, T);
+    double *kt = scratch_doubles(ctx, T * (size_t)d.dk);
+    double *vt = scratch_doubles(ctx, T * (size_t)d.dv);
     for (size_t b = 0; b < d.B; b++) {
         const float *qb = q->data + b * T * d.dk, *kb = k->data + b * T * d.dk; /* (T, dk) */
         const float *vb = v->data + b * T * d.dv, *gob = dO + b * T * d.dv;    /* (T, dv) */
         double *dqb = dq + b * T * d.dk, *dkb = dk + b * T * d.dk, *dvb = dv + b * T * d.dv;
+        attn_transpose(kt, kb, d.T, d.dk);
+        attn_transpose(vt, vb, d.T, d.dv);
         for (int i = 0; i < d.T; i++) {
             const float *qi = qb + (size_t)i * d.dk, *goi = gob + (size_t)i * d.dv;
-            attn_scores(p, qi, kb, i, d.dk, scale);
+            attn_row(p, qi, kt, i, d.T, d.dk, scale);
+            attn_row(ds, goi, vt, i, d.T, d.dv, 1.0); /* dP_ij */
             const double li = lse[b * T + (size_t)i];
             double Di = 0.0;
             for (int j = 0; j <= i; j++) {
                 p[j] = exp(p[j] - li);
-                const float *vj = vb + (size_t)j * d.dv;
-                double dp = 0.0;
-                for (int c = 0; c < d.dv; c++) dp += (double)goi[c] * vj[c];
-                ds[j] = dp;
-                Di += p[j] * dp;
+                Di += p[j] * ds[j];
             }
+            double *restrict dqi = dqb + (size_t)i * d.dk;
             for (int j = 0; j <= i; j++) {
-                ds[j] = p[j] * (ds[j] - Di);
-                const float *kj = kb + (size_t)j * d.dk;
-                double *dkj = dkb + (size_t)j * d.dk, *dvj = dvb + (size_t)j * d.dv;
+                const double dsj = p[j] * (ds[j] - Di), sdj = scale * dsj, pj = p[j];
+                const float *restrict kj = kb + (size_t)j * d.dk;
+                double *restrict dkj = dkb + (size_t)j * d.dk;
+                double *restrict dvj = dvb + (size_t)j * d.dv;
                 for (int c = 0; c < d.dk; c++) {
-                    dqb[(size_t)i * d.dk + c] += scale * ds[j] * kj[c];
-                    dkj[c] += scale * ds[j] * qi[c];
+                    dqi[c] += sdj * kj[c];
+                    dkj[c] += sdj * qi[c];
                 }
-                for (int c = 0; c < d.dv; c++) dvj[c] += p[j] * goi[c];
+                for (int c = 0; c < d.dv; c++) dvj[c] += pj * goi[c];
             }
         }
     }
@@ -2198,19 +2211,21 @@ ttt_tensor *ttt_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_te
     double *lse = keep ? ttt_tape_alloc(ctx, (rows > 0 ? rows : 1) * sizeof(double)) : NULL;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     double *s = scratch_doubles(ctx, T), *acc = scratch_doubles(ctx, (size_t)d.dv);
+    double *kt = scratch_doubles(ctx, T * (size_t)d.dk);
     const double sc = scale;
     for (size_t b = 0; b < d.B; b++) {
         const float *qb = q->data + b * T * d.dk, *kb = k->data + b * T * d.dk; /* (T, dk) */
         const float *vb = v->data + b * T * d.dv;                               /* (T, dv) */
+        attn_transpose(kt, kb, d.T, d.dk);
         for (int i = 0; i < d.T; i++) {
-            attn_scores(s, qb + (size_t)i * d.dk, kb, i, d.dk, sc);
+            attn_row(s, qb + (size_t)i * d.dk, kt, i, d.T, d.dk, sc);
             double m = s[0];
             for (int j = 1; j <= i; j++) m = s[j] > m ? s[j] : m;
             double l = 0.0;
             memset(acc, 0, (size_t)d.dv * sizeof *acc);
             for (int j = 0; j <= i; j++) {
                 const double pj = exp(s[j] - m);
-                const float *vj = vb + (size_t)j * d.dv;
+                const float *restrict vj = vb + (size_t)j * d.dv;
                 l += pj;
                 for (int c = 0; c < d.dv; c++) acc[c] += pj * vj[c];
             }
