@@ -16,11 +16,13 @@
  * Products are plain float32 FMAs (no tensor cores: TF32 rounds the operands to 10 bits), the
  * softmax sums and delta are accumulated in double, as the CPU ops do.
  *
- * Thread layout of a tile product: thread t has ty = t / 8 (16 groups of 4 rows) and tx = t % 8;
- * it owns rows 4·ty … 4·ty + 3 and columns tx, tx + 8, tx + 16, … (strided, so that the 8 lanes
- * of a row read consecutive words). The 8 threads of a row are consecutive lanes of one warp,
- * so a row's max and sum are three shuffles. Tiles in shared memory are row-major with a row
- * stride of width + 1 floats, which puts the rows read together in distinct banks. */
+ * Thread layout of a tile product: thread t has ty = t / 8 and tx = t % 8 and owns the rows
+ * ty, ty + 16, ty + 32, ty + 48 of the tile; of a 64 × 64 score tile the columns tx, tx + 8, …,
+ * tx + 56, of an output tile (P X, width DP) the columns 4·tx + 32·m + u (u < 4). The 8 threads
+ * of a row are consecutive lanes of one warp, so a row's max and sum are three shuffles. Tiles in
+ * shared memory are row-major with a row stride of width + 4 floats: every read is a 16-byte
+ * vector along a row (four terms of a sum at once), and the rows a warp reads together (4
+ * consecutive ones, or 8 with the score tile's column layout) start in distinct 16-byte banks. */
 #include "ops_common.cuh"
 
 #include <math.h>
@@ -31,61 +33,89 @@ using namespace ttt_ops;
 
 constexpr int kTile = 64;      /* queries and keys per tile */
 constexpr int kAttnThreads = 128; /* 16 row groups × 8 column lanes */
-constexpr int kLdS = kTile + 1; /* row stride of a score tile */
+constexpr int kLdS = kTile + 4; /* row stride of a score tile */
 
-/* Rows [r0, r0 + kTile) of x (rows × d, row-major) into s (kTile × (DP + 1)), zeros beyond
- * the last row and beyond column d. */
+/* The row stride of a tile of width DP (a multiple of 4, for the 16-byte reads). */
+template <int DP>
+__host__ __device__ constexpr int ld() {
+    return DP + 4;
+}
+
+/* Rows [r0, r0 + kTile) of x (rows × d, row-major) into s (kTile × ld), zeros beyond the last
+ * row and beyond column d. */
 template <int DP>
 __device__ void load_tile(float *s, const float *x, int r0, int rows, int d) {
     for (int idx = threadIdx.x; idx < kTile * DP; idx += kAttnThreads) {
         const int r = idx / DP, c = idx % DP, gr = r0 + r;
-        s[r * (DP + 1) + c] = gr < rows && c < d ? x[(size_t)gr * d + c] : 0.0f;
+        s[r * ld<DP>() + c] = gr < rows && c < d ? x[(size_t)gr * d + c] : 0.0f;
     }
 }
+
+/* The thread's tile rows, score columns and output columns (the header's layout). */
+__device__ int trow(int i) { return (int)(threadIdx.x >> 3) + 16 * i; }
+__device__ int scol(int j) { return (int)(threadIdx.x & 7) + 8 * j; }
+__device__ int ocol(int j) { return 4 * (int)(threadIdx.x & 7) + 32 * (j >> 2) + (j & 3); }
+
+__device__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 
 /* Entries [r0, r0 + kTile) of x into s, 0 beyond n. */
 __device__ void load_vec(float *s, const float *x, int r0, int n) {
     for (int r = threadIdx.x; r < kTile; r += kAttnThreads) s[r] = r0 + r < n ? x[r0 + r] : 0.0f;
 }
 
-/* acc[i][j] = Σ_c a[4ty + i][c]·b[tx + 8j][c] over the DP columns of two tiles (A Bᵀ). */
+/* acc[i][j] = Σ_c a[trow(i)][c]·b[scol(j)][c] over the DP columns of two tiles (A Bᵀ), the
+ * terms taken in the order c = 0, 1, 2, … */
 template <int DP>
 __device__ void tile_abt(float (&acc)[4][8], const float *a, const float *b) {
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = 0.0f;
-#pragma unroll 4
-    for (int c = 0; c < DP; c++) {
-        float av[4], bv[8];
+#pragma unroll 2
+    for (int c = 0; c < DP; c += 4) {
+        float4 av[4], bv[8];
 #pragma unroll
-        for (int i = 0; i < 4; i++) av[i] = a[(4 * ty + i) * (DP + 1) + c];
+        for (int i = 0; i < 4; i++) av[i] = ld4(a + trow(i) * ld<DP>() + c);
 #pragma unroll
-        for (int j = 0; j < 8; j++) bv[j] = b[(tx + 8 * j) * (DP + 1) + c];
+        for (int j = 0; j < 8; j++) bv[j] = ld4(b + scol(j) * ld<DP>() + c);
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+            for (int j = 0; j < 8; j++) {
+                acc[i][j] = fmaf(av[i].x, bv[j].x, acc[i][j]);
+                acc[i][j] = fmaf(av[i].y, bv[j].y, acc[i][j]);
+                acc[i][j] = fmaf(av[i].z, bv[j].z, acc[i][j]);
+                acc[i][j] = fmaf(av[i].w, bv[j].w, acc[i][j]);
+            }
     }
 }
 
-/* acc[i][j] += Σ_c p[4ty + i][c]·x[c][tx + 8j] over the kTile columns of a score tile p and
+/* acc[i][j] += Σ_c p[trow(i)][c]·x[c][ocol(j)] over the kTile columns of a score tile p and
  * the kTile rows of x (P X). */
 template <int DP>
 __device__ void tile_px(float (&acc)[4][DP / 8], const float *p, const float *x) {
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
-#pragma unroll 4
-    for (int c = 0; c < kTile; c++) {
-        float pv[4], xv[DP / 8];
+#pragma unroll 2
+    for (int c = 0; c < kTile; c += 4) {
+        float4 pv[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) pv[i] = p[(4 * ty + i) * kLdS + c];
+        for (int i = 0; i < 4; i++) pv[i] = ld4(p + trow(i) * kLdS + c);
 #pragma unroll
-        for (int j = 0; j < DP / 8; j++) xv[j] = x[c * (DP + 1) + tx + 8 * j];
+        for (int cc = 0; cc < 4; cc++) {
+            float4 xv[DP / 32];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+            for (int m = 0; m < DP / 32; m++) xv[m] = ld4(x + (c + cc) * ld<DP>() + ocol(4 * m));
 #pragma unroll
-            for (int j = 0; j < DP / 8; j++) acc[i][j] = fmaf(pv[i], xv[j], acc[i][j]);
+            for (int i = 0; i < 4; i++) {
+                const float pc = cc == 0 ? pv[i].x : cc == 1 ? pv[i].y : cc == 2 ? pv[i].z : pv[i].w;
+#pragma unroll
+                for (int m = 0; m < DP / 32; m++) {
+                    acc[i][4 * m] = fmaf(pc, xv[m].x, acc[i][4 * m]);
+                    acc[i][4 * m + 1] = fmaf(pc, xv[m].y, acc[i][4 * m + 1]);
+                    acc[i][4 * m + 2] = fmaf(pc, xv[m].z, acc[i][4 * m + 2]);
+                    acc[i][4 * m + 3] = fmaf(pc, xv[m].w, acc[i][4 * m + 3]);
+                }
+            }
+        }
     }
 }
 
@@ -106,15 +136,15 @@ __device__ int query_tile0(void) { return (int)(gridDim.y - 1 - blockIdx.y) * kT
 
 template <int DP>
 constexpr size_t fwd_smem() {
-    return (size_t)(3 * kTile * (DP + 1) + kTile * kLdS) * sizeof(float);
+    return (size_t)(3 * kTile * ld<DP>() + kTile * kLdS) * sizeof(float);
 }
 template <int DP>
 constexpr size_t dq_smem() {
-    return (size_t)(4 * kTile * (DP + 1) + kTile * kLdS + 2 * kTile) * sizeof(float);
+    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + 2 * kTile) * sizeof(float);
 }
 template <int DP>
 constexpr size_t dkv_smem() {
-    return (size_t)(4 * kTile * (DP + 1) + 2 * kTile * kLdS + 2 * kTile) * sizeof(float);
+    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + 2 * kTile) * sizeof(float);
 }
 
 /* grid (B, query tiles). */
@@ -123,9 +153,9 @@ __global__ void __launch_bounds__(kAttnThreads)
     attn_fwd_kernel(float *o, float *lse, const float *q, const float *k, const float *v, int T,
                     int dk, int dv, float scale) {
     extern __shared__ float sm[];
-    float *Qs = sm, *Ks = Qs + kTile * (DP + 1), *Vs = Ks + kTile * (DP + 1);
-    float *Ps = Vs + kTile * (DP + 1);
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    float *Qs = sm, *Ks = Qs + kTile * ld<DP>(), *Vs = Ks + kTile * ld<DP>();
+    float *Ps = Vs + kTile * ld<DP>();
+    const int tx = threadIdx.x & 7;
     const size_t base = (size_t)blockIdx.x * T;
     const float *qb = q + base * dk, *kb = k + base * dk, *vb = v + base * dv;
     const int m0 = query_tile0();
@@ -149,11 +179,11 @@ __global__ void __launch_bounds__(kAttnThreads)
         tile_abt<DP>(s, Qs, Ks);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int r = m0 + 4 * ty + i;
+            const int r = m0 + trow(i);
             float mx = m[i];
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                s[i][j] = n0 + tx + 8 * j <= r ? s[i][j] * scale : -INFINITY;
+                s[i][j] = n0 + scol(j) <= r ? s[i][j] * scale : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             /* finite: key 0 is in the first tile and every row sees it */
@@ -170,19 +200,19 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
             for (int j = 0; j < DP / 8; j++) acc[i][j] *= alpha;
 #pragma unroll
-            for (int j = 0; j < 8; j++) Ps[(4 * ty + i) * kLdS + tx + 8 * j] = s[i][j];
+            for (int j = 0; j < 8; j++) Ps[trow(i) * kLdS + scol(j)] = s[i][j];
         }
         __syncthreads();
         tile_px<DP>(acc, Ps, Vs);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = m0 + 4 * ty + i;
+        const int r = m0 + trow(i);
         if (r >= T) continue;
         const double inv = 1.0 / l[i];
 #pragma unroll
         for (int j = 0; j < DP / 8; j++) {
-            const int c = tx + 8 * j;
+            const int c = ocol(j);
             if (c < dv) o[(base + r) * dv + c] = (float)(acc[i][j] * inv);
         }
         if (tx == 0) lse[base + r] = (float)((double)m[i] + log(l[i]));
@@ -209,10 +239,9 @@ __global__ void __launch_bounds__(kAttnThreads)
                    const float *v, const float *lse, const float *delta, int T, int dk, int dv,
                    float scale) {
     extern __shared__ float sm[];
-    float *Qs = sm, *Os = Qs + kTile * (DP + 1), *Ks = Os + kTile * (DP + 1);
-    float *Vs = Ks + kTile * (DP + 1), *Ds = Vs + kTile * (DP + 1), *Ls = Ds + kTile * kLdS;
+    float *Qs = sm, *Os = Qs + kTile * ld<DP>(), *Ks = Os + kTile * ld<DP>();
+    float *Vs = Ks + kTile * ld<DP>(), *Ds = Vs + kTile * ld<DP>(), *Ls = Ds + kTile * kLdS;
     float *Es = Ls + kTile;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
     const size_t base = (size_t)blockIdx.x * T;
     const float *kb = k + base * dk, *vb = v + base * dv;
     const int m0 = query_tile0();
@@ -236,12 +265,12 @@ __global__ void __launch_bounds__(kAttnThreads)
         tile_abt<DP>(dp, Os, Vs);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int rl = 4 * ty + i, r = m0 + rl;
+            const int rl = trow(i), r = m0 + rl;
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int c = n0 + tx + 8 * j;
+                const int c = n0 + scol(j);
                 const float p = c <= r && r < T ? expf(s[i][j] * scale - Ls[rl]) : 0.0f;
-                Ds[rl * kLdS + tx + 8 * j] = p * (dp[i][j] - Es[rl]);
+                Ds[rl * kLdS + scol(j)] = p * (dp[i][j] - Es[rl]);
             }
         }
         __syncthreads();
@@ -249,11 +278,11 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int r = m0 + 4 * ty + i;
+        const int r = m0 + trow(i);
         if (r >= T) continue;
 #pragma unroll
         for (int j = 0; j < DP / 8; j++) {
-            const int c = tx + 8 * j;
+            const int c = ocol(j);
             if (c < dk) put(gq, (base + r) * dk + c, acc[i][j] * scale, add);
         }
     }
@@ -267,10 +296,9 @@ __global__ void __launch_bounds__(kAttnThreads)
                     const float *k, const float *v, const float *lse, const float *delta, int T,
                     int dk, int dv, float scale) {
     extern __shared__ float sm[];
-    float *Ks = sm, *Vs = Ks + kTile * (DP + 1), *Qs = Vs + kTile * (DP + 1);
-    float *Os = Qs + kTile * (DP + 1), *Ps = Os + kTile * (DP + 1), *Ds = Ps + kTile * kLdS;
-    float *Ls = Ds + kTile * kLdS, *Es = Ls + kTile;
-    const int tx = threadIdx.x & 7, ty = threadIdx.x >> 3;
+    float *Ks = sm, *Vs = Ks + kTile * ld<DP>(), *Qs = Vs + kTile * ld<DP>();
+    float *Os = Qs + kTile * ld<DP>(), *Ps = Os + kTile * ld<DP>();
+    float *Ls = Ps + kTile * kLdS, *Es = Ls + kTile;
     const size_t base = (size_t)blockIdx.x * T;
     const float *qb = q + base * dk, *ob = dO + base * dv;
     const int n0 = (int)blockIdx.y * kTile;
@@ -288,41 +316,48 @@ __global__ void __launch_bounds__(kAttnThreads)
         load_vec(Ls, lse + base, m0, T);
         load_vec(Es, delta + base, m0, T);
         __syncthreads();
-        float st[4][8], dpt[4][8]; /* row: key n0 + 4ty + i, column: query m0 + tx + 8j */
+        float st[4][8], dpt[4][8]; /* row: key n0 + trow(i), column: query m0 + scol(j) */
         tile_abt<DP>(st, Ks, Qs);
         tile_abt<DP>(dpt, Vs, Os);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int c = n0 + 4 * ty + i;
+            const int c = n0 + trow(i);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                const int rl = tx + 8 * j, r = m0 + rl;
+                const int rl = scol(j), r = m0 + rl;
                 const float p = c <= r && r < T ? expf(st[i][j] * scale - Ls[rl]) : 0.0f;
-                Ps[(4 * ty + i) * kLdS + rl] = p;
-                Ds[(4 * ty + i) * kLdS + rl] = p * (dpt[i][j] - Es[rl]);
+                Ps[trow(i) * kLdS + rl] = p;
+                st[i][j] = p * (dpt[i][j] - Es[rl]); /* dSᵀ, kept until Ps is free */
             }
         }
         __syncthreads();
         tile_px<DP>(av, Ps, Os);
-        tile_px<DP>(ak, Ds, Qs);
+        __syncthreads(); /* Ps read: it takes dSᵀ (one score tile less of shared memory) */
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) Ps[trow(i) * kLdS + scol(j)] = st[i][j];
+        __syncthreads();
+        tile_px<DP>(ak, Ps, Qs);
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const int c = n0 + 4 * ty + i;
+        const int c = n0 + trow(i);
         if (c >= T) continue;
 #pragma unroll
         for (int j = 0; j < DP / 8; j++) {
-            const int e = tx + 8 * j;
+            const int e = ocol(j);
             if (gk && e < dk) put(gk, (base + c) * dk + e, ak[i][j] * scale, add_k);
             if (gv && e < dv) put(gv, (base + c) * dv + e, av[i][j], add_v);
         }
     }
 }
 
-/* The padded width for head dims dk, dv: 16, 32, 64 or 128 (0: too wide). */
+/* The padded width for head dims dk, dv: 32, 64 or 128 (0: too wide). An output tile's row
+ * is 8 threads × 4 columns wide, so 32 is the narrowest. */
 int padded_width(int dk, int dv) {
     const int d = dk > dv ? dk : dv;
-    return d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : 0;
+    return d <= 32 ? 32 : d <= 64 ? 64 : d <= 128 ? 128 : 0;
 }
 
 ttt_status attr_error(cudaError_t e, const char *what, ttt_error *err) {
@@ -394,7 +429,6 @@ extern "C" ttt_status ttt_cuda_attention_causal(float *o, float *lse, const floa
     if (B == 0 || T == 0) return TTT_OK;
     cudaStream_t s = (cudaStream_t)stream;
     switch (padded_width(dk, dv)) {
-    case 16: return forward<16>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
     case 32: return forward<32>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
     case 64: return forward<64>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
     default: return forward<128>(o, lse, q, k, v, B, T, dk, dv, scale, s, err);
@@ -412,9 +446,6 @@ extern "C" ttt_status ttt_cuda_attention_causal_backward(
     attn_delta_kernel<<<blocks_for(rows * 32), kThreads, 0, s>>>(delta, o, dO, rows, dv);
     TTT_TRY(launched("attn_delta_kernel", rows, err));
     switch (padded_width(dk, dv)) {
-    case 16:
-        return backward<16>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
-                            dv, scale, s, err);
     case 32:
         return backward<32>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
                             dv, scale, s, err);
