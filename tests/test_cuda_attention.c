@@ -16,9 +16,10 @@
  *                                                                the per-tile rescaling)
  *   p_ij relative, in units of ε: π_ij = (dk + 2)(κ_ij + max_j κ_ij) + |lse_i| + |s_ij| + 4
  *             (the recomputed score, the forward's lse: its scores and its float rounding)
- *   dS_ij = p_ij(dP_ij − Δ_i), its error in units of ε:
- *          σ_ij = |dS_ij|·π_ij + p_ij·[(dv + 2)·Σ_e|dO_ie v_je| + 2·Σ_e|dO_ie o_ie|
- *                                        + Σ_e |dO_ie|·tol(o_ie)/ε]
+ *   D_i = Σ_j p_ij dP_ij (the kernels form it from their own p and dP, in double), its error
+ *          in units of ε: δD_i = Σ_j p_ij·(π_ij·|dP_ij| + (dv + 2)·Σ_e|dO_ie v_je|)
+ *   dS_ij = p_ij(dP_ij − D_i), its error in units of ε:
+ *          σ_ij = |dS_ij|·π_ij + p_ij·[(dv + 2)·Σ_e|dO_ie v_je| + δD_i]
  *   dV_je: ε·Σ_{i≥j} p_ij|dO_ie|·(π_ij + T − j + 3·n_t)
  *   dQ_ic: ε·scale·Σ_{j≤i} (σ_ij + (i + 3)|dS_ij|)·|k_jc|
  *   dK_jc: ε·scale·Σ_{i≥j} (σ_ij + (T − j + 3)|dS_ij|)·|q_ic|
@@ -141,6 +142,7 @@ static bounds make_bounds(const acase *c, const float *q, const float *k, const 
     double *s = malloc((size_t)T * sizeof(double)), *kap = malloc((size_t)T * sizeof(double));
     double *p = malloc((size_t)T * sizeof(double)), *dp = malloc((size_t)T * sizeof(double));
     double *lse = malloc((size_t)T * sizeof(double)), *kmax = malloc((size_t)T * sizeof(double));
+    double *pis = malloc((size_t)T * sizeof(double)), *dvas = malloc((size_t)T * sizeof(double));
     const double mult = c->twice ? 2.0 : 1.0; /* o and the seed as the single op sees them */
     for (int bb = 0; bb < c->B; bb++) {
         const size_t base = (size_t)bb * T;
@@ -180,13 +182,8 @@ static bounds make_bounds(const acase *c, const float *q, const float *k, const 
         for (int i = 0; i < T; i++) {
             const float *qi = qb + (size_t)i * dk, *wi = wb + (size_t)i * dv;
             const int nt = (i + TILE) / TILE;
-            double delta = 0.0, dOo = 0.0, dOtol = 0.0;
-            for (int e = 0; e < dv; e++) {
-                const double o = ob[(size_t)i * dv + e] / mult;
-                delta += wi[e] * o;
-                dOo += fabs(wi[e] * o);
-                dOtol += fabs((double)wi[e]) * b.o[(base + i) * dv + e] / EPS32;
-            }
+            /* per key: p, dP, π and Σ_e|dO_ie v_je|; then D and its error (units of ε) */
+            double delta = 0.0, dD = 0.0;
             for (int j = 0; j <= i; j++) {
                 const float *kj = kb + (size_t)j * dk, *vj = vb + (size_t)j * dv;
                 double d = 0.0, a = 0.0, dpj = 0.0, dva = 0.0;
@@ -198,12 +195,18 @@ static bounds make_bounds(const acase *c, const float *q, const float *k, const 
                     dpj += (double)wi[e] * vj[e];
                     dva += fabs((double)wi[e] * vj[e]);
                 }
-                const double sj = c->scale * d, kj_ = c->scale * a;
+                const double sj = c->scale * d;
                 p[j] = exp(sj - lse[i]);
                 dp[j] = dpj;
-                const double pi = (dk + 2) * (kj_ + kmax[i]) + fabs(lse[i]) + fabs(sj) + 4.0;
-                const double ds = p[j] * (dpj - delta);
-                const double sig = fabs(ds) * pi + p[j] * ((dv + 2) * dva + 2.0 * dOo + dOtol);
+                pis[j] = (dk + 2) * (c->scale * a + kmax[i]) + fabs(lse[i]) + fabs(sj) + 4.0;
+                dvas[j] = dva;
+                delta += p[j] * dpj;
+                dD += p[j] * (pis[j] * fabs(dpj) + (dv + 2) * dva);
+            }
+            for (int j = 0; j <= i; j++) {
+                const float *kj = kb + (size_t)j * dk;
+                const double pi = pis[j], ds = p[j] * (dp[j] - delta);
+                const double sig = fabs(ds) * pi + p[j] * ((dv + 2) * dvas[j] + dD);
                 for (int e = 0; e < dv; e++)
                     b.gv[(base + j) * dv + e] +=
                         EPS32 * p[j] * fabs((double)wi[e]) * (pi + (T - j) + 3 * nt);
@@ -229,6 +232,8 @@ static bounds make_bounds(const acase *c, const float *q, const float *k, const 
     free(dp);
     free(lse);
     free(kmax);
+    free(pis);
+    free(dvas);
     return b;
 }
 

@@ -126,13 +126,13 @@ ttt_status ttt_cuda_attention_causal(float *o, float *lse, const float *q, const
     return NO_CUDA(err);
 }
 ttt_status ttt_cuda_attention_causal_backward(float *gq, int add_q, float *gk, int add_k,
-                                              float *gv, int add_v, float *delta,
+                                              float *gv, int add_v, double *delta,
                                               const float *dO, const float *q, const float *k,
-                                              const float *v, const float *o, const float *lse,
-                                              int B, int T, int dk, int dv, float scale,
-                                              void *stream, ttt_error *err) {
+                                              const float *v, const float *lse, int B, int T,
+                                              int dk, int dv, float scale, void *stream,
+                                              ttt_error *err) {
     (void)gq, (void)add_q, (void)gk, (void)add_k, (void)gv, (void)add_v, (void)delta, (void)dO;
-    (void)q, (void)k, (void)v, (void)o, (void)lse, (void)B, (void)T, (void)dk, (void)dv;
+    (void)q, (void)k, (void)v, (void)lse, (void)B, (void)T, (void)dk, (void)dv;
     (void)scale, (void)stream;
     return NO_CUDA(err);
 }

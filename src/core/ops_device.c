@@ -1159,11 +1159,11 @@ static void attention_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, con
         if (gk) tk = dscratch(ctx, k->n * sizeof(float));
         if (gv) tv = dscratch(ctx, v->n * sizeof(float));
     }
-    float *delta = dscratch(ctx, (size_t)B * (size_t)T * sizeof(float));
+    double *delta = dscratch(ctx, (size_t)B * (size_t)T * sizeof(double));
     CK(ttt_cuda_attention_causal_backward(tq, alias ? 0 : add_q, tk, alias ? 0 : add_k, tv,
                                           alias ? 0 : add_v, delta, dO, q->data, k->data,
-                                          v->data, e->out->data, e->aux, B, T, dk, dv,
-                                          e->farg[0], ST(ctx), E));
+                                          v->data, e->aux, B, T, dk, dv, e->farg[0], ST(ctx),
+                                          E));
     if (alias) {
         if (gq) put_scaled(ctx, gq, add_q, tq, 1.0f, q->n);
         if (gk) put_scaled(ctx, gk, add_k, tk, 1.0f, k->n);

@@ -8,13 +8,14 @@
  *   forward  for each key tile: S = scale·Q Kᵀ (masked), the running row max m and sum l
  *            (online softmax: the accumulator and l are rescaled by exp(m_old − m_new) when the
  *            max grows), O += exp(S − m) V; at the end O /= l and lse = m + log l;
- *   backward delta_i = rowsum(dO ∘ O) first; then P = exp(scale·Q Kᵀ − lse) is recomputed per
- *            tile and dS = P ∘ (dO Vᵀ − delta): one kernel per key tile accumulates
- *            dV = Pᵀ dO and dK = scale·dSᵀ Q over the query tiles, another per query tile
- *            dQ = scale·dS K over the key tiles. No atomics: every gradient element has one
- *            writer, so the results are the same bits on every run.
+ *   backward P = exp(scale·Q Kᵀ − lse) is recomputed per tile from the saved lse, and
+ *            dS = P ∘ (dO Vᵀ − D): one kernel per query tile forms D_i = Σ_j P_ij dP_ij over
+ *            the key tiles (a first pass), then dQ = scale·dS K (a second); one kernel per key
+ *            tile accumulates dV = Pᵀ dO and dK = scale·dSᵀ Q over the query tiles. No atomics:
+ *            every gradient element has one writer, so the results are the same bits on every
+ *            run.
  * Products are plain float32 FMAs (no tensor cores: TF32 rounds the operands to 10 bits), the
- * softmax sums and delta are accumulated in double, as the CPU ops do.
+ * softmax sums and D are accumulated in double, as the CPU ops do.
  *
  * Thread layout of a tile product: thread t has ty = t / 8 and tx = t % 8 and owns the rows
  * ty, ty + 16, ty + 32, ty + 48 of the tile; of a 64 × 64 score tile the columns tx, tx + 8, …,
@@ -139,12 +140,14 @@ constexpr size_t fwd_smem() {
     return (size_t)(3 * kTile * ld<DP>() + kTile * kLdS) * sizeof(float);
 }
 template <int DP>
-constexpr size_t dq_smem() {
-    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + 2 * kTile) * sizeof(float);
+constexpr size_t dq_smem() { /* Q, dO, K, V, dS, lse (floats), D (doubles) */
+    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + kTile) * sizeof(float) +
+           kTile * sizeof(double);
 }
 template <int DP>
-constexpr size_t dkv_smem() {
-    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + 2 * kTile) * sizeof(float);
+constexpr size_t dkv_smem() { /* K, V, Q, dO, Pᵀ then dSᵀ, lse (floats), D (doubles) */
+    return (size_t)(4 * kTile * ld<DP>() + kTile * kLdS + kTile) * sizeof(float) +
+           kTile * sizeof(double);
 }
 
 /* grid (B, query tiles). */
@@ -219,59 +222,86 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
 }
 
-/* delta_i = Σ_c dO_ic·O_ic in double, one warp per row. */
-__global__ void attn_delta_kernel(float *delta, const float *o, const float *dO, size_t rows,
-                                  int dv) {
-    const int lane = threadIdx.x & 31, warps = blockDim.x / 32;
-    for (size_t r = (size_t)blockIdx.x * warps + threadIdx.x / 32; r < rows;
-         r += (size_t)gridDim.x * warps) {
-        double s = 0.0;
-        for (int c = lane; c < dv; c += 32) s += (double)o[r * dv + c] * dO[r * dv + c];
-        for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
-        if (lane == 0) delta[r] = (float)s;
+/* The probabilities and dP of one (query tile, key tile) pair: p = exp(scale·s − lse) inside
+ * the mask (0 outside and for rows past T), dp = dO Vᵀ; Qs, Os, Ks, Vs in shared memory. */
+template <int DP>
+__device__ void tile_p_dp(float (&p)[4][8], float (&dp)[4][8], const float *Qs, const float *Os,
+                          const float *Ks, const float *Vs, const float *Ls, int m0, int n0,
+                          int T, float scale) {
+    tile_abt<DP>(p, Qs, Ks);
+    tile_abt<DP>(dp, Os, Vs);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int rl = trow(i), r = m0 + rl;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            p[i][j] = n0 + scol(j) <= r && r < T ? expf(p[i][j] * scale - Ls[rl]) : 0.0f;
     }
 }
 
-/* dQ = scale·dS K for one query tile over the key tiles it sees. grid (B, query tiles). */
+/* For one query tile over the key tiles it sees: first D_i = Σ_j P_ij dP_ij (in double, into
+ * delta, which the dK/dV kernel reads), then, when gq is wanted, dQ = scale·dS K. D is formed
+ * from the same float P and dP that dS = P ∘ (dP − D) uses (not as rowsum(dO ∘ O)), so that
+ * Σ_j dS_ij cancels as in exact arithmetic: a row with one key gets dS = 0 exactly, and the
+ * error of dQ stays proportional to how much the row's output depends on q
+ * (docs/device_ops.md "Fused causal attention"). grid (B, query tiles). */
 template <int DP>
 __global__ void __launch_bounds__(kAttnThreads)
-    attn_dq_kernel(float *gq, int add, const float *dO, const float *q, const float *k,
-                   const float *v, const float *lse, const float *delta, int T, int dk, int dv,
+    attn_dq_kernel(float *gq, int add, double *delta, const float *dO, const float *q,
+                   const float *k, const float *v, const float *lse, int T, int dk, int dv,
                    float scale) {
     extern __shared__ float sm[];
     float *Qs = sm, *Os = Qs + kTile * ld<DP>(), *Ks = Os + kTile * ld<DP>();
     float *Vs = Ks + kTile * ld<DP>(), *Ds = Vs + kTile * ld<DP>(), *Ls = Ds + kTile * kLdS;
-    float *Es = Ls + kTile;
+    double *Es = reinterpret_cast<double *>(Ls + kTile);
     const size_t base = (size_t)blockIdx.x * T;
     const float *kb = k + base * dk, *vb = v + base * dv;
     const int m0 = query_tile0();
     load_tile<DP>(Qs, q + base * dk, m0, T, dk);
     load_tile<DP>(Os, dO + base * dv, m0, T, dv);
     load_vec(Ls, lse + base, m0, T);
-    load_vec(Es, delta + base, m0, T);
-    float acc[4][DP / 8];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < DP / 8; j++) acc[i][j] = 0.0f;
     const int end = min(m0 + kTile, T);
+    double dsum[4] = {0.0, 0.0, 0.0, 0.0}; /* this lane's part of D for its rows */
     for (int n0 = 0; n0 < end; n0 += kTile) {
         __syncthreads();
         load_tile<DP>(Ks, kb, n0, T, dk);
         load_tile<DP>(Vs, vb, n0, T, dv);
         __syncthreads();
-        float s[4][8], dp[4][8];
-        tile_abt<DP>(s, Qs, Ks);
-        tile_abt<DP>(dp, Os, Vs);
+        float p[4][8], dp[4][8];
+        tile_p_dp<DP>(p, dp, Qs, Os, Ks, Vs, Ls, m0, n0, T, scale);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) dsum[i] += (double)p[i][j] * dp[i][j];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int rl = trow(i);
+        dsum[i] = row_sum8(dsum[i]);
+        if ((threadIdx.x & 7) == 0) {
+            Es[rl] = dsum[i];
+            if (m0 + rl < T) delta[base + m0 + rl] = dsum[i];
+        }
+    }
+    if (!gq) return; /* D only: q needs no gradient */
+    float acc[4][DP / 8];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < DP / 8; j++) acc[i][j] = 0.0f;
+    for (int n0 = 0; n0 < end; n0 += kTile) {
+        __syncthreads();
+        load_tile<DP>(Ks, kb, n0, T, dk);
+        load_tile<DP>(Vs, vb, n0, T, dv);
+        __syncthreads();
+        float p[4][8], dp[4][8];
+        tile_p_dp<DP>(p, dp, Qs, Os, Ks, Vs, Ls, m0, n0, T, scale);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int rl = trow(i), r = m0 + rl;
+            const int rl = trow(i);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int c = n0 + scol(j);
-                const float p = c <= r && r < T ? expf(s[i][j] * scale - Ls[rl]) : 0.0f;
-                Ds[rl * kLdS + scol(j)] = p * (dp[i][j] - Es[rl]);
-            }
+            for (int j = 0; j < 8; j++)
+                Ds[rl * kLdS + scol(j)] = p[i][j] * (float)((double)dp[i][j] - Es[rl]);
         }
         __syncthreads();
         tile_px<DP>(acc, Ds, Ks);
@@ -293,12 +323,13 @@ __global__ void __launch_bounds__(kAttnThreads)
 template <int DP>
 __global__ void __launch_bounds__(kAttnThreads)
     attn_dkv_kernel(float *gk, int add_k, float *gv, int add_v, const float *dO, const float *q,
-                    const float *k, const float *v, const float *lse, const float *delta, int T,
+                    const float *k, const float *v, const float *lse, const double *delta, int T,
                     int dk, int dv, float scale) {
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + kTile * ld<DP>(), *Qs = Vs + kTile * ld<DP>();
     float *Os = Qs + kTile * ld<DP>(), *Ps = Os + kTile * ld<DP>();
-    float *Ls = Ps + kTile * kLdS, *Es = Ls + kTile;
+    float *Ls = Ps + kTile * kLdS;
+    double *Es = reinterpret_cast<double *>(Ls + kTile);
     const size_t base = (size_t)blockIdx.x * T;
     const float *qb = q + base * dk, *ob = dO + base * dv;
     const int n0 = (int)blockIdx.y * kTile;
@@ -314,7 +345,8 @@ __global__ void __launch_bounds__(kAttnThreads)
         load_tile<DP>(Qs, qb, m0, T, dk);
         load_tile<DP>(Os, ob, m0, T, dv);
         load_vec(Ls, lse + base, m0, T);
-        load_vec(Es, delta + base, m0, T);
+        for (int r = threadIdx.x; r < kTile; r += kAttnThreads)
+            Es[r] = m0 + r < T ? delta[base + m0 + r] : 0.0;
         __syncthreads();
         float st[4][8], dpt[4][8]; /* row: key n0 + trow(i), column: query m0 + scol(j) */
         tile_abt<DP>(st, Ks, Qs);
@@ -327,7 +359,7 @@ __global__ void __launch_bounds__(kAttnThreads)
                 const int rl = scol(j), r = m0 + rl;
                 const float p = c <= r && r < T ? expf(st[i][j] * scale - Ls[rl]) : 0.0f;
                 Ps[trow(i) * kLdS + rl] = p;
-                st[i][j] = p * (dpt[i][j] - Es[rl]); /* dSᵀ, kept until Ps is free */
+                st[i][j] = p * (float)((double)dpt[i][j] - Es[rl]); /* dSᵀ, until Ps is free */
             }
         }
         __syncthreads();
@@ -384,17 +416,18 @@ ttt_status forward(float *o, float *lse, const float *q, const float *k, const f
     return launched("attn_fwd_kernel", (size_t)B * T, err);
 }
 
+/* The dQ kernel first, always: it forms D, which the dK/dV kernel reads. */
 template <int DP>
 ttt_status backward(float *gq, int add_q, float *gk, int add_k, float *gv, int add_v,
-                    const float *delta, const float *dO, const float *q, const float *k,
+                    double *delta, const float *dO, const float *q, const float *k,
                     const float *v, const float *lse, int B, int T, int dk, int dv, float scale,
                     cudaStream_t s, ttt_error *err) {
     const dim3 grid((unsigned)B, (unsigned)((T + kTile - 1) / kTile));
-    if (gq) {
+    {
         const size_t sm = dq_smem<DP>();
         TTT_TRY(allow_smem(attn_dq_kernel<DP>, sm, "attn_dq_kernel (shared memory)", err));
-        attn_dq_kernel<DP><<<grid, kAttnThreads, sm, s>>>(gq, add_q, dO, q, k, v, lse, delta, T, dk,
-                                                      dv, scale);
+        attn_dq_kernel<DP><<<grid, kAttnThreads, sm, s>>>(gq, add_q, delta, dO, q, k, v, lse, T,
+                                                          dk, dv, scale);
         TTT_TRY(launched("attn_dq_kernel", (size_t)B * T, err));
     }
     if (gk || gv) {
@@ -436,15 +469,12 @@ extern "C" ttt_status ttt_cuda_attention_causal(float *o, float *lse, const floa
 }
 
 extern "C" ttt_status ttt_cuda_attention_causal_backward(
-    float *gq, int add_q, float *gk, int add_k, float *gv, int add_v, float *delta,
-    const float *dO, const float *q, const float *k, const float *v, const float *o,
-    const float *lse, int B, int T, int dk, int dv, float scale, void *stream, ttt_error *err) {
+    float *gq, int add_q, float *gk, int add_k, float *gv, int add_v, double *delta,
+    const float *dO, const float *q, const float *k, const float *v, const float *lse, int B,
+    int T, int dk, int dv, float scale, void *stream, ttt_error *err) {
     if (!shape_ok(B, T, dk, dv)) return bad_shape(B, T, dk, dv, err);
     if (B == 0 || T == 0 || (!gq && !gk && !gv)) return TTT_OK;
     cudaStream_t s = (cudaStream_t)stream;
-    const size_t rows = (size_t)B * T;
-    attn_delta_kernel<<<blocks_for(rows * 32), kThreads, 0, s>>>(delta, o, dO, rows, dv);
-    TTT_TRY(launched("attn_delta_kernel", rows, err));
     switch (padded_width(dk, dv)) {
     case 32:
         return backward<32>(gq, add_q, gk, add_k, gv, add_v, delta, dO, q, k, v, lse, B, T, dk,
