@@ -27,6 +27,11 @@
  *     CHAIN  c = 6·2(k + 2): a composition of six ops (embedding, rmsnorm, matmul, silu, add,
  *                     cross-entropy) whose first-order errors add, each within the largest
  *                     class's bound (the product's).
+ *     ATTN   c = 4·2(k + 2): the fused causal attention, a composition of the product q kᵀ
+ *                     (float32 sums of Dk terms on the device), the scaling, the softmax (exp,
+ *                     double sums, the rounded lse reused in the backward) and the product P v
+ *                     (float32 sums of up to T terms), each within the product's bound; the host
+ *                     op is exact to one rounding, so the device's errors are all of it.
  * Non-finite CPU outputs (causal_fill's −∞) must be matched exactly.
  *
  * Finite differences (cases marked fd): for every input element, the float64 central differences
@@ -62,7 +67,7 @@
 #define EPS32 5.9604644775390625e-8 /* 2^-24 */
 #define MAX_IN 4
 
-typedef enum { EXACT, TRANS, RED, GEMM, CHAIN } op_class;
+typedef enum { EXACT, TRANS, RED, GEMM, CHAIN, ATTN } op_class;
 typedef enum { D_SYM, D_POS, D_AWAY, D_AWAY1, D_LOGG, D_LTRI } dom;
 
 typedef enum {
@@ -73,7 +78,8 @@ typedef enum {
     K_ROW_NORMS, K_CUMSUM, K_LAYERNORM, K_RMSNORM, K_L2NORM, K_SOFTMAX, K_SOFTMAX_CAUSAL, K_TRIL,
     K_DECAY_MASK, K_CAUSAL_FILL, K_TRANSPOSE, K_SLICE_ROWS, K_CONCAT_ROWS, K_RESHAPE, K_SLICE_COLS,
     K_CONCAT_COLS, K_SLICE_BLOCK, K_CONCAT_GRID, K_EMBEDDING, K_CROSS_ENTROPY, K_CONV1D,
-    K_CONV1D_SILU, K_ROPE, K_COPY, K_SOLVE_LOWER, K_LN_BACKWARD, K_CHAIN
+    K_CONV1D_SILU, K_ROPE, K_COPY, K_SOLVE_LOWER, K_LN_BACKWARD, K_CHAIN, K_ATTENTION,
+    K_ATTENTION_QK
 } op_kind;
 
 typedef struct op_case {
@@ -178,6 +184,16 @@ static const op_case CASES[] = {
     /* a small language-model step: the tape with several device entries, a tensor used twice
      * (gradients accumulating), ids and targets on the device */
     {"chain(emb,rms,mm,silu,ce)", K_CHAIN, CHAIN, 1, 3, {2, 1, 2}, {{7, 6}, {6}, {6, 5}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 16, {3, 0, 6, 3, 1, 5, 2, 4, 1, 4, -1, 0, 2, 3, 0, 4}, 0},
+    /* the fused causal attention: two sequences of 70 tokens cross the kernels' 64-token tiles
+     * (a full tile and a partial one on each side; its 700 outputs make the finite differences'
+     * rounding term, 16ε·Σ|w|S/h, larger than the seed control's effect, so it is checked
+     * against the CPU op's gradient, and the small cases against finite differences), a small
+     * batch, a (T, D) one whose q and k are one tensor (the gradients of an input used twice),
+     * and heads wider than the kernels' 128 columns (the unfused device ops) */
+    {"attention_causal(T=70)", K_ATTENTION, ATTN, 0, 3, {3, 3, 3}, {{2, 70, 8}, {2, 70, 8}, {2, 70, 5}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0.6f, 0, 0, {0}, 0},
+    {"attention_causal", K_ATTENTION, ATTN, 1, 3, {3, 3, 3}, {{2, 5, 4}, {2, 5, 4}, {2, 5, 2}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0.7f, 0, 0, {0}, 0},
+    {"attention_causal(q=k)", K_ATTENTION_QK, ATTN, 1, 2, {2, 2}, {{7, 6}, {7, 2}}, {D_SYM, D_SYM}, 0, 0, 0.4f, 0, 0, {0}, 0},
+    {"attention_causal(D=130)", K_ATTENTION, ATTN, 1, 3, {3, 3, 3}, {{1, 3, 130}, {1, 3, 130}, {1, 3, 4}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0.15f, 0, 0, {0}, 0},
     {"layernorm_backward", K_LN_BACKWARD, RED, 0, 3, {2, 2, 1}, {{4, 8}, {4, 8}, {8}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 1e-5f, 0, 0, {0}, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
@@ -257,6 +273,8 @@ static ttt_tensor *build(ttt_ctx *ctx, const op_case *c, ttt_tensor **in, const 
     case K_COPY: return ttt_tensor_copy(ctx, a);
     case K_SOLVE_LOWER: return ttt_solve_lower(ctx, a, b, c->i0);
     case K_LN_BACKWARD: return ttt_layernorm_backward(ctx, a, b, in[2], c->f0);
+    case K_ATTENTION: return ttt_attention_causal(ctx, a, b, in[2], c->f0);
+    case K_ATTENTION_QK: return ttt_attention_causal(ctx, a, a, b, c->f0);
     case K_CHAIN: {
         const int n = c->n_int / 2; /* ints: n ids, then n targets */
         ttt_tensor *h = ttt_rmsnorm(ctx, ttt_embedding(ctx, a, ints, n), b, 1e-6f);
@@ -410,11 +428,13 @@ static double class_c(const op_case *c) {
     case TRANS: return 16.0;
     case RED: return 16.0;
     case GEMM:
-    case CHAIN: {
+    case CHAIN:
+    case ATTN: {
         int k = 1;
         for (int i = 0; i < c->n_in; i++)
             for (int d = 0; d < c->ndim[i]; d++) k = c->shape[i][d] > k ? c->shape[i][d] : k;
-        return (c->cls == CHAIN ? 6.0 : 1.0) * 2.0 * (k + 2); /* CHAIN: six ops */
+        /* GEMM: one product; CHAIN: six ops; ATTN: four */
+        return (c->cls == GEMM ? 1.0 : c->cls == CHAIN ? 6.0 : 4.0) * 2.0 * (k + 2);
     }
     }
     return 4.0;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "ops.h"
 #include "rng.h"
 #include "tensor.h"
@@ -1022,6 +1023,274 @@ START_TEST(test_comparisons) {
 END_TEST
 
 /* --------------------------------------------------------------------------------------------- */
+/* fused causal attention                                                                         */
+
+/* ttt_attention_causal is checked against the unfused composition written here in float64 (the
+ * definition, docs/math.md §4: S = scale·Q Kᵀ, the causal mask, each row's softmax after its
+ * max, O = P V), against the unfused float32 ops (matmul, scale, causal_fill, softmax_rows,
+ * matmul), and its gradients against float64 finite differences of that definition. Every
+ * bound is a rounding analysis of the computation it bounds, in the scales the reference
+ * gives per output (docs/hardening.md "Portable tolerances"):
+ *   V_ie = Σ_j p_ij|v_je|                      (the size of the terms of o_ie = Σ_j p_ij v_je)
+ *   A_ie = Σ_j p_ij|v_je − o_ie|·κ_ij,  κ_ij = scale·Σ_c |q_ic k_jc|
+ *                                              (an error δs_ij ≤ γ·κ_ij in the scores moves o_ie by
+ *                                               Σ_j p_ij (v_je − o_ie) δs_ij: the softmax's shift)
+ *   smax_i = max_j |s_ij|. */
+
+#define ATT_EPS 0x1p-24 /* float32 unit roundoff */
+#define ATT_EPS64 0x1p-50 /* 8 double roundings per term: both float64 evaluations' sums */
+
+typedef struct attn_case {
+    int B, T, dk, dv;
+    float scale;
+    int batched; /* (B, T, D) tensors; else (T, D) with B = 1 */
+} attn_case;
+
+/* The definition in float64 on float64 inputs; A, V, smax may be NULL. */
+static void attn_ref64(const attn_case *c, const double *q, const double *k, const double *v,
+                       double *o, double *A, double *V, double *smax) {
+    const int T = c->T, dk = c->dk, dv = c->dv;
+    double *s = malloc((size_t)(T ? T : 1) * sizeof(double));
+    double *kap = malloc((size_t)(T ? T : 1) * sizeof(double));
+    for (int b = 0; b < c->B; b++)
+        for (int i = 0; i < T; i++) {
+            const double *qi = q + ((size_t)b * T + i) * dk;
+            double m = -INFINITY, sm = 0.0, l = 0.0;
+            for (int j = 0; j <= i; j++) {
+                const double *kj = k + ((size_t)b * T + j) * dk;
+                double d = 0.0, a = 0.0;
+                for (int e = 0; e < dk; e++) {
+                    d += qi[e] * kj[e];
+                    a += fabs(qi[e] * kj[e]);
+                }
+                s[j] = c->scale * d;
+                kap[j] = c->scale * a;
+                m = fmax(m, s[j]);
+                sm = fmax(sm, fabs(s[j]));
+            }
+            for (int j = 0; j <= i; j++) l += exp(s[j] - m);
+            const size_t row = (size_t)b * T + i;
+            for (int e = 0; e < dv; e++) {
+                double acc = 0.0;
+                for (int j = 0; j <= i; j++)
+                    acc += exp(s[j] - m) / l * v[((size_t)b * T + j) * dv + e];
+                o[row * dv + e] = acc;
+                if (!A) continue;
+                double a = 0.0, vv = 0.0;
+                for (int j = 0; j <= i; j++) {
+                    const double p = exp(s[j] - m) / l, x = v[((size_t)b * T + j) * dv + e];
+                    a += p * fabs(x - acc) * kap[j];
+                    vv += p * fabs(x);
+                }
+                A[row * dv + e] = a;
+                V[row * dv + e] = vv;
+            }
+            if (smax) smax[row] = sm;
+        }
+    free(s);
+    free(kap);
+}
+
+static double *att_widen(const float *x, size_t n) {
+    double *d = dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+
+static ttt_tensor *att_input(ttt_rng *r, const attn_case *c, int d) {
+    return c->batched ? randn(r, 3, (int[]){c->B, c->T, d}, 1.0f)
+                      : randn(r, 2, (int[]){c->T, d}, 1.0f);
+}
+
+/* max over outputs of |got − o| / tol, with tol = ε|o| + ATT_EPS64·((dk + 2)·A + (T + 5)·V)
+ * (fused: each output a double sum rounded once, c = 1 for the rounding, exact) or
+ * tol = 2ε·((dk + 2)·A + (i + 6 + 2·smax_i)·V) (unfused float32: the product's γ_dk and the
+ * scaling's rounding in the scores, the shifted argument |s − m| ≤ 2·smax, expf within 2 ulp,
+ * the rounded 1/Σ and the multiply in each p, the product's γ_{i+1} over the row's keys; c = 2
+ * for the second-order terms). */
+static double attn_worst(const attn_case *c, const float *got, const double *o, const double *A,
+                         const double *V, const double *smax, int unfused) {
+    double worst = 0.0;
+    for (int b = 0; b < c->B; b++)
+        for (int i = 0; i < c->T; i++)
+            for (int e = 0; e < c->dv; e++) {
+                const size_t x = ((size_t)b * c->T + i) * c->dv + e;
+                const double tol =
+                    unfused ? 2.0 * ATT_EPS *
+                                  ((c->dk + 2) * A[x] +
+                                   (i + 6 + 2.0 * smax[(size_t)b * c->T + i]) * V[x])
+                            : ATT_EPS * fabs(o[x]) +
+                                  ATT_EPS64 * ((c->dk + 2) * A[x] + (c->T + 5) * V[x]);
+                const double r = fabs(got[x] - o[x]) / tol;
+                if (!(r <= worst)) worst = r;
+            }
+    return worst;
+}
+
+START_TEST(test_attention_causal_forward) {
+    static const attn_case cases[] = {
+        {1, 1, 3, 3, 0.7f, 0},  {1, 9, 5, 3, 0.7f, 0}, {3, 12, 4, 6, 0.7f, 1},
+        {2, 10, 6, 6, 2.5f, 1}, /* peaked rows: scores up to ~15 */
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const attn_case *c = &cases[t];
+        ttt_rng r;
+        ttt_rng_seed(&r, 900 + t);
+        ttt_tensor *q = att_input(&r, c, c->dk), *k = att_input(&r, c, c->dk);
+        ttt_tensor *v = att_input(&r, c, c->dv);
+        const float *sq = snapshot(q), *sk = snapshot(k), *sv = snapshot(v);
+        ttt_tensor *o = ttt_attention_causal(ctx, q, k, v, c->scale);
+        ck_assert_int_eq(o->ndim, v->ndim);
+        for (int d = 0; d < v->ndim; d++) ck_assert_int_eq(o->shape[d], v->shape[d]);
+        assert_unchanged(q, sq);
+        assert_unchanged(k, sk);
+        assert_unchanged(v, sv);
+        const size_t no = v->n, rows = (size_t)c->B * c->T;
+        double *want = dalloc(no), *A = dalloc(no), *V = dalloc(no), *smax = dalloc(rows);
+        double *q64 = att_widen(q->data, q->n), *k64 = att_widen(k->data, k->n);
+        double *v64 = att_widen(v->data, v->n);
+        attn_ref64(c, q64, k64, v64, want, A, V, smax);
+        const double fused = attn_worst(c, o->data, want, A, V, smax, 0);
+        TU_ASSERT_LE(fused, 1.0, "case %zu: fused op against float64: err/tol %.3g", t, fused);
+        /* the unfused float32 ops */
+        ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, q, 0, k, 1), c->scale);
+        ttt_tensor *u = ttt_matmul(ctx, ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s)), 0, v, 0);
+        const double unf = attn_worst(c, u->data, want, A, V, smax, 1);
+        TU_ASSERT_LE(unf, 1.0, "case %zu: unfused ops against float64: err/tol %.3g", t, unf);
+        /* controls: v_00 (every row's first key, row 0's only one) scaled by 1 + 1e-5 for the
+         * fused op's one-rounding bound, by 1 + 1e-3 for the unfused bound */
+        const float keep = v->data[0];
+        v->data[0] = keep * (1.0f + 1e-5f);
+        ttt_tensor *oc = ttt_attention_causal(ctx, q, k, v, c->scale);
+        ck_assert_msg(attn_worst(c, oc->data, want, A, V, smax, 0) > 1.0,
+                      "case %zu: fused control not rejected", t);
+        v->data[0] = keep * (1.0f + 1e-3f);
+        ttt_tensor *sc = ttt_scale(ctx, ttt_matmul(ctx, q, 0, k, 1), c->scale);
+        ttt_tensor *uc =
+            ttt_matmul(ctx, ttt_softmax_rows(ctx, ttt_causal_fill(ctx, sc)), 0, v, 0);
+        ck_assert_msg(attn_worst(c, uc->data, want, A, V, smax, 1) > 1.0,
+                      "case %zu: unfused control not rejected", t);
+        v->data[0] = keep;
+    }
+}
+END_TEST
+
+/* L = Σ w ⊙ O in float64 for the gradient checks; q and k may be one buffer. */
+static double attn_loss64(const attn_case *c, const double *q, const double *k, const double *v,
+                          const float *w, double *o) {
+    attn_ref64(c, q, k, v, o, NULL, NULL, NULL);
+    double L = 0.0;
+    for (size_t i = 0; i < (size_t)c->B * c->T * c->dv; i++) L += (double)w[i] * o[i];
+    return L;
+}
+
+/* Gradients of L = Σ w ⊙ attention_causal(q, k, v) (ttt_backward_from) against float64 central
+ * differences of the float64 definition, Richardson-extrapolated: R(h) = (4·fd(h/2) − fd(h))/3
+ * has an O(h⁴) error, so R(h/2) is within |R(h) − R(h/2)|/15 of the derivative (taken twice,
+ * 2·|R(h) − R(h/2)|), plus L's own float64 rounding (ATT_EPS64 per term) amplified by the
+ * differences' 1/step (8/h for the three steps). The op forms each gradient element in double
+ * and rounds it once: 2ε of its parts' magnitudes (c = 2: when q and k are one tensor the two
+ * contributions are rounded and then added). Control: the seed's last element × (1 + 1e-5). */
+START_TEST(test_attention_causal_grad_fd) {
+    static const attn_case cases[] = {
+        {1, 7, 4, 3, 0.8f, 0}, {2, 6, 3, 5, 0.8f, 1}, {1, 6, 4, 4, 0.9f, 0} /* q = k */,
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const attn_case *c = &cases[t];
+        const int alias = t == 2;
+        ttt_rng r;
+        ttt_rng_seed(&r, 950 + t);
+        ttt_tape tape;
+        ttt_tape_init(&tape);
+        ctx->tape = &tape;
+        ctx->grad = 1;
+        ttt_tensor *q = att_input(&r, c, c->dk), *k = att_input(&r, c, c->dk);
+        ttt_tensor *v = att_input(&r, c, c->dv);
+        if (alias) memcpy(k->data, q->data, q->n * sizeof(float));
+        q->requires_grad = k->requires_grad = v->requires_grad = 1;
+        const size_t no = v->n;
+        float *w = ttt_arena_alloc(ctx->arena, no * sizeof(float));
+        ttt_rng_fill_normal(&r, w, no, 0.0f, 1.0f);
+        /* the op's gradients; with alias also the separate parts for the rounding scale */
+        ttt_tensor *o = ttt_attention_causal(ctx, q, alias ? q : k, v, c->scale);
+        ttt_backward_from(ctx, o, w);
+        const float *gq = snapshot(&(ttt_tensor){.data = q->grad, .n = q->n});
+        const float *gv = snapshot(&(ttt_tensor){.data = v->grad, .n = v->n});
+        const float *gk = alias ? NULL : snapshot(&(ttt_tensor){.data = k->grad, .n = k->n});
+        float *mag = ttt_arena_alloc(ctx->arena, (q->n + k->n + v->n) * sizeof(float));
+        {
+            ttt_tensor *o2 = ttt_attention_causal(ctx, q, k, v, c->scale);
+            ttt_backward_from(ctx, o2, w);
+            for (size_t i = 0; i < q->n; i++)
+                mag[i] = alias ? fabsf(q->grad[i]) + fabsf(k->grad[i]) : fabsf(q->grad[i]);
+            for (size_t i = 0; i < k->n; i++) mag[q->n + i] = fabsf(k->grad[i]);
+            for (size_t i = 0; i < v->n; i++) mag[q->n + k->n + i] = fabsf(v->grad[i]);
+        }
+        /* a control gradient: the seed's last element × (1 + 1e-5) */
+        w[no - 1] *= 1.0f + 1e-5f;
+        ttt_tensor *o3 = ttt_attention_causal(ctx, q, alias ? q : k, v, c->scale);
+        ttt_backward_from(ctx, o3, w);
+        const float *cq = snapshot(&(ttt_tensor){.data = q->grad, .n = q->n});
+        const float *cv = snapshot(&(ttt_tensor){.data = v->grad, .n = v->n});
+        const float *ck = alias ? NULL : snapshot(&(ttt_tensor){.data = k->grad, .n = k->n});
+        w[no - 1] /= 1.0f + 1e-5f;
+        ctx->grad = 0;
+        ctx->tape = NULL;
+        ttt_tape_free(&tape);
+
+        double *q64 = att_widen(q->data, q->n), *k64 = alias ? q64 : att_widen(k->data, k->n);
+        double *v64 = att_widen(v->data, v->n), *ob = dalloc(no);
+        double *A = dalloc(no), *V = dalloc(no);
+        attn_ref64(c, q64, k64, v64, ob, A, V, NULL);
+        double Lerr = 0.0;
+        for (size_t i = 0; i < no; i++)
+            Lerr += fabs(w[i]) * ATT_EPS64 * ((c->dk + 2) * A[i] + (c->T + 5) * V[i]);
+        double worst = 0.0, worst_ctl = 0.0;
+        const int n_in = alias ? 2 : 3;
+        for (int in = 0; in < n_in; in++) {
+            double *x = in == 0 ? q64 : in == 1 && !alias ? k64 : v64;
+            const int isv = x == v64;
+            const size_t n = isv ? v->n : q->n, moff = isv ? q->n + k->n : in == 1 ? q->n : 0;
+            const float *g = isv ? gv : in == 0 ? gq : gk, *gc = isv ? cv : in == 0 ? cq : ck;
+            for (size_t j = 0; j < n; j++) {
+                const double keep = x[j], h = 1e-2 * fmax(1.0, fabs(keep));
+                double fd[3];
+                for (int s = 0; s < 3; s++) {
+                    const double st = h / (double)(1 << s);
+                    x[j] = keep + st;
+                    const double lp = attn_loss64(c, q64, k64, v64, w, ob);
+                    x[j] = keep - st;
+                    const double lm = attn_loss64(c, q64, k64, v64, w, ob);
+                    fd[s] = (lp - lm) / (2.0 * st);
+                }
+                x[j] = keep;
+                const double R1 = (4.0 * fd[1] - fd[0]) / 3.0, R2 = (4.0 * fd[2] - fd[1]) / 3.0;
+                const double tol =
+                    2.0 * ATT_EPS * mag[moff + j] + 2.0 * fabs(R1 - R2) + 8.0 * Lerr / h;
+                const double e = fabs(g[j] - R2) / tol, ec = fabs(gc[j] - R2) / tol;
+                if (!(e <= worst)) worst = e;
+                if (!(ec <= worst_ctl)) worst_ctl = ec;
+            }
+        }
+        TU_ASSERT_LE(worst, 1.0, "case %zu: gradient against float64 differences: err/tol %.3g",
+                     t, worst);
+        ck_assert_msg(worst_ctl > 1.0, "case %zu: gradient control not rejected (%.3g)", t,
+                      worst_ctl);
+    }
+}
+END_TEST
+
+START_TEST(test_shape_mismatch_attention) {
+    ttt_tensor *q = ttt_tensor_3d(ctx, 2, 5, 4), *k = ttt_tensor_3d(ctx, 2, 5, 4);
+    ttt_tensor *v = ttt_tensor_3d(ctx, 2, 6, 4); /* 6 tokens against 5 */
+    ttt_tensor_fill(q, 1.0f);
+    ttt_tensor_fill(k, 1.0f);
+    ttt_tensor_fill(v, 1.0f);
+    ttt_attention_causal(ctx, q, k, v, 0.5f);
+}
+END_TEST
+
+/* --------------------------------------------------------------------------------------------- */
 /* shape checks (programmer errors abort)                                                         */
 
 START_TEST(test_shape_mismatch_add) {
@@ -1078,9 +1347,12 @@ static Suite *ops_suite(void) {
     tcase_add_test(tc, test_slice_concat);
     tcase_add_test(tc, test_reshape_shares_storage);
     tcase_add_test(tc, test_comparisons);
+    tcase_add_test(tc, test_attention_causal_forward);
+    tcase_add_test(tc, test_attention_causal_grad_fd);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_add, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_matmul, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_batch, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_shape_mismatch_attention, SIGABRT);
     suite_add_tcase(s, tc);
     return s;
 }

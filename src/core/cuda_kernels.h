@@ -141,6 +141,22 @@ ttt_status ttt_cuda_conv1d_backward(float *gx, int add_x, float *gw, int add_w, 
 ttt_status ttt_cuda_rope(float *y, int add, const float *x, int T, int d, int pos0, float base,
                          int inverse, void *stream, ttt_error *err);
 
+/* Fused causal attention (docs/device_ops.md "Fused causal attention") of B independent
+ * sequences: q, k (B, T, dk), v (B, T, dv), dk and dv ≤ TTT_CUDA_ATTENTION_MAX_D.
+ * Forward: o (B, T, dv) = softmax(scale·q kᵀ + log M) v, lse (B·T) each row's log-sum-exp.
+ * Backward, given dO (the gradient of o) and lse: gq, gk, gv (+)= the gradients of q, k, v
+ * (NULL: not wanted; a non-NULL one must not alias another); delta (B·T doubles) is scratch. */
+#define TTT_CUDA_ATTENTION_MAX_D 128
+ttt_status ttt_cuda_attention_causal(float *o, float *lse, const float *q, const float *k,
+                                     const float *v, int B, int T, int dk, int dv, float scale,
+                                     void *stream, ttt_error *err);
+ttt_status ttt_cuda_attention_causal_backward(float *gq, int add_q, float *gk, int add_k,
+                                              float *gv, int add_v, double *delta,
+                                              const float *dO, const float *q, const float *k,
+                                              const float *v, const float *lse, int B, int T,
+                                              int dk, int dv, float scale, void *stream,
+                                              ttt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,4 +118,23 @@ ttt_status ttt_cuda_rope(float *y, int add, const float *x, int T, int d, int po
     return NO_CUDA(err);
 }
 
+ttt_status ttt_cuda_attention_causal(float *o, float *lse, const float *q, const float *k,
+                                     const float *v, int B, int T, int dk, int dv, float scale,
+                                     void *stream, ttt_error *err) {
+    (void)o, (void)lse, (void)q, (void)k, (void)v, (void)B, (void)T, (void)dk, (void)dv;
+    (void)scale, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_attention_causal_backward(float *gq, int add_q, float *gk, int add_k,
+                                              float *gv, int add_v, double *delta,
+                                              const float *dO, const float *q, const float *k,
+                                              const float *v, const float *lse, int B, int T,
+                                              int dk, int dv, float scale, void *stream,
+                                              ttt_error *err) {
+    (void)gq, (void)add_q, (void)gk, (void)add_k, (void)gv, (void)add_v, (void)delta, (void)dO;
+    (void)q, (void)k, (void)v, (void)lse, (void)B, (void)T, (void)dk, (void)dv;
+    (void)scale, (void)stream;
+    return NO_CUDA(err);
+}
+
 #endif

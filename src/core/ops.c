@@ -2091,6 +2091,159 @@ ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_
 }
 
 /* --------------------------------------------------------------------------------------------- */
+/* fused causal attention                                                                         */
+
+/* The reference of the fused op (docs/device_ops.md "Fused causal attention"): each score, each
+ * softmax sum and each output is a sum in double over the float inputs, rounded to float once,
+ * so the host op is within one rounding of the exact O; the CUDA kernel is checked against it. */
+
+typedef struct attn_dims {
+    size_t B;   /* sequences (or heads × sequences) */
+    int T;      /* tokens */
+    int dk, dv; /* widths of q/k and of v */
+} attn_dims;
+
+static attn_dims attn_check(const ttt_tensor *q, const ttt_tensor *k, const ttt_tensor *v) {
+    SHAPE_CHECK(q->ndim == 2 || q->ndim == 3,
+                "attention_causal (q must be (T, D) or (B, T, D))", q, NULL);
+    SHAPE_CHECK(ttt_tensor_same_shape(q, k), "attention_causal (k must have q's shape)", q, k);
+    int same_lead = v->ndim == q->ndim;
+    for (int i = 0; same_lead && i + 1 < q->ndim; i++) same_lead = v->shape[i] == q->shape[i];
+    SHAPE_CHECK(same_lead, "attention_causal (v must be (T, Dv) or (B, T, Dv) like q)", q, v);
+    attn_dims d;
+    d.B = q->ndim == 3 ? (size_t)q->shape[0] : 1;
+    d.T = q->shape[q->ndim - 2];
+    d.dk = TTT_COLS(q);
+    d.dv = TTT_COLS(v);
+    return d;
+}
+
+/* xt (d, T) = xᵀ in double for one sequence's x (T, d): the scores and dP of a row are then
+ * sums over d of contiguous rows of xt, which the compiler vectorizes (a dot product per key,
+ * as a reduction, it does not). */
+static void attn_transpose(double *restrict xt, const float *restrict x, int T, int d) {
+    for (int j = 0; j < T; j++)
+        for (int c = 0; c < d; c++) xt[(size_t)c * T + j] = x[(size_t)j * d + c];
+}
+
+/* s_j = scale·Σ_c a_c·xt[c][j] for the keys j ≤ i, in double (a = q_i with xt = Kᵀ, or
+ * a = dO_i with xt = Vᵀ and scale 1). */
+static void attn_row(double *restrict s, const float *restrict a, const double *restrict xt,
+                     int i, int T, int d, double scale) {
+    for (int j = 0; j <= i; j++) s[j] = 0.0;
+    for (int c = 0; c < d; c++) {
+        const double ac = a[c], *restrict xc = xt + (size_t)c * T; /* (T) */
+        for (int j = 0; j <= i; j++) s[j] += ac * xc[j];
+    }
+    if (scale != 1.0)
+        for (int j = 0; j <= i; j++) s[j] *= scale;
+}
+
+/* With P = exp(S − lse) (rows recomputed from the saved log-sum-exp), dP = dO Vᵀ and
+ * D_i = Σ_j P_ij dP_ij (= rowsum(dO ∘ O)): dS = P ∘ (dP − D), dQ = scale·dS K, dK = scale·dSᵀ Q,
+ * dV = Pᵀ dO. All in double; each gradient is rounded once (first writer assigns). */
+static void attention_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dO) {
+    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2];
+    const attn_dims d = attn_check(q, k, v);
+    const double scale = e->farg[0];
+    const double *lse = e->aux; /* (B·T) */
+    int add_q, add_k, add_v;
+    float *gq = ttt_grad_acc(ctx, q, &add_q), *gk = ttt_grad_acc(ctx, k, &add_k),
+          *gv = ttt_grad_acc(ctx, v, &add_v);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const size_t T = (size_t)d.T, nk = d.B * T * (size_t)d.dk, nv = d.B * T * (size_t)d.dv;
+    double *dq = scratch_doubles(ctx, nk), *dk = scratch_doubles(ctx, nk);
+    double *dv = scratch_doubles(ctx, nv);
+    double *p = scratch_doubles(ctx, T), *ds = scratch_doubles(ctx, T);
+    double *kt = scratch_doubles(ctx, T * (size_t)d.dk);
+    double *vt = scratch_doubles(ctx, T * (size_t)d.dv);
+    for (size_t b = 0; b < d.B; b++) {
+        const float *qb = q->data + b * T * d.dk, *kb = k->data + b * T * d.dk; /* (T, dk) */
+        const float *vb = v->data + b * T * d.dv, *gob = dO + b * T * d.dv;    /* (T, dv) */
+        double *dqb = dq + b * T * d.dk, *dkb = dk + b * T * d.dk, *dvb = dv + b * T * d.dv;
+        attn_transpose(kt, kb, d.T, d.dk);
+        attn_transpose(vt, vb, d.T, d.dv);
+        for (int i = 0; i < d.T; i++) {
+            const float *qi = qb + (size_t)i * d.dk, *goi = gob + (size_t)i * d.dv;
+            attn_row(p, qi, kt, i, d.T, d.dk, scale);
+            attn_row(ds, goi, vt, i, d.T, d.dv, 1.0); /* dP_ij */
+            const double li = lse[b * T + (size_t)i];
+            double Di = 0.0;
+            for (int j = 0; j <= i; j++) {
+                p[j] = exp(p[j] - li);
+                Di += p[j] * ds[j];
+            }
+            double *restrict dqi = dqb + (size_t)i * d.dk;
+            for (int j = 0; j <= i; j++) {
+                const double dsj = p[j] * (ds[j] - Di), sdj = scale * dsj, pj = p[j];
+                const float *restrict kj = kb + (size_t)j * d.dk;
+                double *restrict dkj = dkb + (size_t)j * d.dk;
+                double *restrict dvj = dvb + (size_t)j * d.dv;
+                for (int c = 0; c < d.dk; c++) {
+                    dqi[c] += sdj * kj[c];
+                    dkj[c] += sdj * qi[c];
+                }
+                for (int c = 0; c < d.dv; c++) dvj[c] += pj * goi[c];
+            }
+        }
+    }
+    /* in the order the buffers were taken: when q, k or v are one tensor, the later writers add */
+    if (gq) put_doubles(gq, dq, nk, add_q);
+    if (gk) put_doubles(gk, dk, nk, add_k);
+    if (gv) put_doubles(gv, dv, nv, add_v);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+/* Row i: s_j = scale·q_i·k_j (j ≤ i), m = max s, l = Σ exp(s_j − m), o_i = Σ exp(s_j − m) v_j / l,
+ * lse_i = m + log l, all in double (docs/device_ops.md "Fused causal attention"). */
+ttt_tensor *ttt_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                                 const ttt_tensor *v, float scale) {
+    if (TTT_OPS_ON_DEVICE3(ctx, q, k, v)) return ttt_dev_attention_causal(ctx, q, k, v, scale);
+    const attn_dims d = attn_check(q, k, v);
+    const size_t T = (size_t)d.T;
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, v->shape, sizeof shp);
+    ttt_tensor *r = ttt_tensor_new(ctx, v->ndim, shp);
+    const int keep = ttt_recording(ctx) &&
+                     (q->requires_grad || k->requires_grad || v->requires_grad);
+    /* the backward's log-sum-exp first (it stays), then the scratch released below */
+    const size_t rows = d.B * T;
+    double *lse = keep ? ttt_tape_alloc(ctx, (rows > 0 ? rows : 1) * sizeof(double)) : NULL;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    double *s = scratch_doubles(ctx, T), *acc = scratch_doubles(ctx, (size_t)d.dv);
+    double *kt = scratch_doubles(ctx, T * (size_t)d.dk);
+    const double sc = scale;
+    for (size_t b = 0; b < d.B; b++) {
+        const float *qb = q->data + b * T * d.dk, *kb = k->data + b * T * d.dk; /* (T, dk) */
+        const float *vb = v->data + b * T * d.dv;                               /* (T, dv) */
+        attn_transpose(kt, kb, d.T, d.dk);
+        for (int i = 0; i < d.T; i++) {
+            attn_row(s, qb + (size_t)i * d.dk, kt, i, d.T, d.dk, sc);
+            double m = s[0];
+            for (int j = 1; j <= i; j++) m = s[j] > m ? s[j] : m;
+            double l = 0.0;
+            memset(acc, 0, (size_t)d.dv * sizeof *acc);
+            for (int j = 0; j <= i; j++) {
+                const double pj = exp(s[j] - m);
+                const float *restrict vj = vb + (size_t)j * d.dv;
+                l += pj;
+                for (int c = 0; c < d.dv; c++) acc[c] += pj * vj[c];
+            }
+            float *o = r->data + (b * T + (size_t)i) * (size_t)d.dv;
+            for (int c = 0; c < d.dv; c++) o[c] = (float)(acc[c] / l);
+            if (lse) lse[b * T + (size_t)i] = m + log(l);
+        }
+    }
+    ttt_arena_release(ctx->arena, mark);
+    ttt_tape_entry *e = RECORD(ctx, "attention_causal", attention_causal_backward, r, q, k, v);
+    if (e) {
+        e->farg[0] = scale;
+        e->aux = lse;
+    }
+    return r;
+}
+
+/* --------------------------------------------------------------------------------------------- */
 /* comparisons                                                                                    */
 
 /* NaN anywhere makes the result NaN: an equivalence report must never hide a NaN behind a

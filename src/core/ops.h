@@ -194,6 +194,17 @@ ttt_tensor *ttt_conv1d_causal(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tenso
  * saves two passes over (B, T, C) forward and two backward (the sequence model's q, k, v). */
 ttt_tensor *ttt_conv1d_causal_silu(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w);
 
+/* Causal softmax attention as one op (docs/device_ops.md "Fused causal attention"):
+ * O = softmax(scale·Q Kᵀ + log M) V row by row, M the causal mask (query i sees keys j ≤ i;
+ * docs/math.md §4), for one sequence, q and k (T, Dk) and v (T, Dv), or a batch of independent
+ * ones (B, T, ·): the softmax mixer's (B, T, D) per head, or (B·H, T, D). → (T, Dv) or
+ * (B, T, Dv). The T × T probabilities are never stored: the op keeps each row's log-sum-exp
+ * and its backward recomputes them from it. On the host every sum is in double and each output
+ * rounded once; on a CUDA device the kernel is tiled over keys with an online softmax (flash
+ * attention), for head dims up to 128 (larger ones take the unfused ops on the device). */
+ttt_tensor *ttt_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                                 const ttt_tensor *v, float scale);
+
 /* The first CUDA failure of a device op on this thread since the last call (TTT_ERR_DEVICE with
  * its message in err), or TTT_OK; reading it clears it. A trainer reads it once per step. */
 ttt_status ttt_device_ops_status(ttt_error *err);

@@ -1130,3 +1130,83 @@ ttt_tensor *ttt_dev_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base
     }
     return y;
 }
+
+/* ---- fused causal attention (docs/device_ops.md "Fused causal attention") ---- */
+
+static void attn_dims_dev(const ttt_tensor *q, const ttt_tensor *v, int *B, int *T, int *dk,
+                          int *dv) {
+    *B = q->ndim == 3 ? q->shape[0] : 1;
+    *T = q->shape[q->ndim - 2];
+    *dk = TTT_COLS(q);
+    *dv = TTT_COLS(v);
+}
+
+/* aux: the forward's row log-sum-exp (B·T floats, device). The kernels write each gradient
+ * whole (first writer assigns); when q, k and v are not three tensors, their gradients are
+ * formed apart and then added in the order the buffers were taken. */
+static void attention_causal_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dO) {
+    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2];
+    int B, T, dk, dv;
+    attn_dims_dev(q, v, &B, &T, &dk, &dv);
+    int add_q, add_k, add_v;
+    float *gq = ttt_grad_acc(ctx, q, &add_q), *gk = ttt_grad_acc(ctx, k, &add_k),
+          *gv = ttt_grad_acc(ctx, v, &add_v);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const int alias = q == k || q == v || k == v;
+    float *tq = gq, *tk = gk, *tv = gv;
+    if (alias) {
+        if (gq) tq = dscratch(ctx, q->n * sizeof(float));
+        if (gk) tk = dscratch(ctx, k->n * sizeof(float));
+        if (gv) tv = dscratch(ctx, v->n * sizeof(float));
+    }
+    double *delta = dscratch(ctx, (size_t)B * (size_t)T * sizeof(double));
+    CK(ttt_cuda_attention_causal_backward(tq, alias ? 0 : add_q, tk, alias ? 0 : add_k, tv,
+                                          alias ? 0 : add_v, delta, dO, q->data, k->data,
+                                          v->data, e->aux, B, T, dk, dv, e->farg[0], ST(ctx),
+                                          E));
+    if (alias) {
+        if (gq) put_scaled(ctx, gq, add_q, tq, 1.0f, q->n);
+        if (gk) put_scaled(ctx, gk, add_k, tk, 1.0f, k->n);
+        if (gv) put_scaled(ctx, gv, add_v, tv, 1.0f, v->n);
+    }
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_dev_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                                     const ttt_tensor *v, float scale) {
+    SAME_DEVICE(ctx, "attention_causal", q, k, v);
+    DCHECK(q->ndim == 2 || q->ndim == 3, "attention_causal (q must be (T, D) or (B, T, D))");
+    DCHECK(ttt_tensor_same_shape(q, k), "attention_causal (k must have q's shape)");
+    DCHECK(v->ndim == q->ndim && v->shape[0] == q->shape[0] &&
+               (q->ndim == 2 || v->shape[1] == q->shape[1]),
+           "attention_causal (v must be (T, Dv) or (B, T, Dv) like q)");
+    int B, T, dk, dv;
+    attn_dims_dev(q, v, &B, &T, &dk, &dv);
+    if (dk > TTT_CUDA_ATTENTION_MAX_D || dv > TTT_CUDA_ATTENTION_MAX_D) {
+        /* wider heads than the kernels' tiles hold: the same function from the unfused ops
+         * (the T × T scores are then stored) */
+        ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, q, 0, k, 1), scale);
+        return ttt_matmul(ctx, ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s)), 0, v, 0);
+    }
+    int shp[TTT_MAX_DIMS];
+    memcpy(shp, v->shape, sizeof shp);
+    ttt_tensor *r = ttt_tensor_new(ctx, v->ndim, shp);
+    const int keep = ttt_recording(ctx) &&
+                     (q->requires_grad || k->requires_grad || v->requires_grad);
+    const size_t rows = (size_t)B * (size_t)T;
+    /* the backward keeps the log-sum-exp; without a tape it is scratch */
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *lse = dscratch(ctx, (rows ? rows : 1) * sizeof(float));
+    CK(ttt_cuda_attention_causal(r->data, lse, q->data, k->data, v->data, B, T, dk, dv, scale,
+                                 ST(ctx), E));
+    if (!keep) {
+        ttt_arena_release(ctx->arena, mark);
+        return r;
+    }
+    ttt_tape_entry *e = REC(ctx, "attention_causal", attention_causal_backward, r, q, k, v);
+    if (e) {
+        e->farg[0] = scale;
+        e->aux = lse;
+    }
+    return r;
+}

@@ -92,5 +92,9 @@ ttt_tensor *ttt_dev_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const 
 ttt_tensor *ttt_dev_conv1d(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
                            const ttt_tensor *bias, int silu);
 ttt_tensor *ttt_dev_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);
+/* Fused causal attention (ops.h ttt_attention_causal): the tiled kernels of
+ * src/core/cuda/ops_attention.cu for head dims up to 128, the unfused device ops beyond. */
+ttt_tensor *ttt_dev_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                                     const ttt_tensor *v, float scale);
 
 #endif
