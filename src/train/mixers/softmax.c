@@ -51,7 +51,13 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         ttt_tensor *kh = ttt_slice_cols(ctx, kk, c0, c1);
         ttt_tensor *vh = ttt_slice_cols(ctx, v, c0, c1);
         ttt_mixer_attention_qk(ctx, c, T, &qh, &kh);
-        /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (docs/math.md §4) */
+        /* O = softmax(Q Kᵀ/sqrt(D) + log M) V, batched over sequences (docs/math.md §4). On a
+         * device the fused, tiled op (docs/device_ops.md), which never holds the T × T scores;
+         * on the host the composition, whose backward is the faster there */
+        if (qh->device_kind != TTT_DEVICE_HOST) {
+            heads[hh] = ttt_attention_causal(ctx, qh, kh, vh, scale); /* (B, T, D) */
+            continue;
+        }
         ttt_tensor *s = ttt_scale(ctx, ttt_matmul(ctx, qh, 0, kh, 1), scale); /* (B, T, T) */
         ttt_tensor *p = ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s));
         heads[hh] = ttt_matmul(ctx, p, 0, vh, 0); /* (B, T, D) */
