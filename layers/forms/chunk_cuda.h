@@ -66,7 +66,10 @@ size_t ttt_cuda_delta_workspace(const ttt_chunk_args *a, int backward);
 
 /* Forward and backward on `stream` (a cudaStream_t; NULL = the default stream). They return
  * TTT_ERR_ARG for arguments out of range and TTT_ERR_DEVICE when a launch fails, with the
- * failing call named in err; they never abort. */
+ * failing call named in err; they never abort. The delta rule's backward recomputes the forward
+ * and writes o and ht on the way when a->o (a->ht) is given, so that it needs no forward call
+ * before it (ttt_cuda_kernels.backward_writes_outputs); the linear-attention backward does not
+ * write them. */
 ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
                                void *stream, ttt_error *err);
 ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,

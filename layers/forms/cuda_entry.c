@@ -134,8 +134,10 @@ static ttt_status backward_on_device(const ttt_cuda_kernels *k, const ttt_layer 
     prepared p;
     const int want_dbeta = g->d_eta && io->eta;
     ttt_status s = prepare(&p, k, L, io, 1, want_dbeta, err);
-    /* the forward first: it writes o and the final state, as the host's backward does */
-    if (s == TTT_OK) s = k->forward(&p.a, p.ws, p.ws_bytes, io->stream, err);
+    /* o and the final state are written, as the host's backward does: by a forward call
+     * first, unless the kernels' backward writes them on its way */
+    if (s == TTT_OK && !k->backward_writes_outputs)
+        s = k->forward(&p.a, p.ws, p.ws_bytes, io->stream, err);
     if (s == TTT_OK) {
         const size_t n_tok = (size_t)io->B * io->T * io->H;
         ttt_chunk_grad cg = {

@@ -19,6 +19,9 @@ typedef struct ttt_cuda_kernels {
                           ttt_error *err);
     ttt_status (*backward)(const ttt_chunk_args *a, const ttt_chunk_grad *g, void *ws,
                            size_t ws_bytes, void *stream, ttt_error *err);
+    /* the backward writes o and the final state itself (it recomputes the forward): the entry's
+     * backward then skips the forward call it otherwise makes first */
+    int backward_writes_outputs;
 } ttt_cuda_kernels;
 
 /* The reasons every CUDA entry shares for refusing a layer or a call (the tuple's own test is

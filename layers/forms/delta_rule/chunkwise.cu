@@ -45,6 +45,8 @@
 #define DKT 64     /* key-tile width of delta_bwd_qk */
 #define DT1 33     /* row stride of 32-wide tiles (conflict-free column reads) */
 #define NTHR 256
+#define DW_OUT 1  /* delta_params.write_out: o and ht */
+#define DW_SAVE 2 /* the chunk-start states and U, for the backward's kernels */
 
 typedef struct delta_params {
     int B, T, H, dk, dv, nc, nvt, nkt;
@@ -54,7 +56,7 @@ typedef struct delta_params {
     const float *beta, *g, *h0, *d_ht;
     void *o, *d_q, *d_k, *d_v;
     float *ht, *d_beta, *d_g, *d_h0;
-    int write_out; /* delta_fwd_seq: write o and ht (the forward) or S0 and U (the backward) */
+    int write_out; /* the forward kernels' outputs: DW_OUT (o, ht) and/or DW_SAVE (S0, U) */
     /* workspace */
     float *Tw, *Mw, *Aw;   /* (BH, nc, C, C): T; M then F; A' then E */
     float *Gw, *Lw;        /* (BH, nc, C): Γ, λ */
@@ -454,8 +456,8 @@ __host__ __device__ constexpr int seq_blocks_per_sm(int ldk, size_t esize) {
  *     U = V − Γ ⊙ X,  R = β ⊙ U,  δ = T R
  *     O = scale (Γ ⊙ Y + M δ)
  *     S ← Γ_{C−1} S + Kᵀ (λ ⊙ δ)            (warp w updates rows 4(w + 8m) .. +3)
- * The state tile never leaves shared memory. For the backward (write_out = 0) it stores the
- * chunk-start state S and U instead of o and ht. LDK: d_k rounded up to 32, 64, 128 or 256. */
+ * The state tile never leaves shared memory. For the backward (write_out & DW_SAVE) it stores the
+ * chunk-start state S and U, and o and ht as well when write_out & DW_OUT. LDK: d_k rounded up to 32, 64, 128 or 256. */
 template <typename E, int LDK>
 __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
     delta_fwd_seq(delta_params p) {
@@ -495,7 +497,7 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
             Ls[tid] = p.Lw[ch * DC + tid];
             Bs[tid] = gt < p.T ? (p.beta ? p.beta[drow(p, b, gt, h)] : 1.f) : 0.f;
         }
-        if (!p.write_out && jv)
+        if ((p.write_out & DW_SAVE) && jv)
             for (int i = w; i < p.dk; i += 8)
                 p.S0w[(ch * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
         __syncthreads();
@@ -519,7 +521,7 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
         for (int a = 0; a < 8; a++) {
             int t = w + 8 * a;
             float u = Vs[t * DBV + lane] - Gs[t] * x[a];
-            if (!p.write_out && jv) p.Uw[(ch * DC + t) * p.dv + j] = u;
+            if ((p.write_out & DW_SAVE) && jv) p.Uw[(ch * DC + t) * p.dv + j] = u;
             Rs[t * DBV + lane] = Bs[t] * u;
         }
         __syncthreads();
@@ -537,7 +539,7 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
             Ds[t * DBV + lane] = acc;
         }
         __syncthreads();
-        if (p.write_out) {
+        if (p.write_out & DW_OUT) {
             E *o = (E *)p.o;
 #pragma unroll
             for (int a = 0; a < 8; a++) {
@@ -576,7 +578,7 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
         }
     }
     __syncthreads();
-    if (p.write_out && p.ht && jv)
+    if ((p.write_out & DW_OUT) && p.ht && jv)
         for (int i = w; i < p.dk; i += 8)
             p.ht[((size_t)bh * p.dk + i) * p.dv + j] = Ss[i * DBV + lane];
 }
@@ -594,8 +596,8 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
  * whole sequence (each warp owns 16-row × 64-column pieces); only its bf16 split goes to shared
  * memory. K and the gates of the next chunk are copied with cp.async while this chunk computes;
  * Q, V and the chunk's T and M (bf16 splits written by delta_prep) while X is formed. One shared
- * buffer holds R, then δ, then λ ⊙ δ. With write_out = 0 it stores the chunk-start states and U
- * for the backward instead of o and ht. */
+ * buffer holds R, then δ, then λ ⊙ δ. With write_out & DW_SAVE it stores the chunk-start states
+ * and U for the backward (and o and ht with write_out & DW_OUT). */
 
 __host__ __device__ constexpr int mma_sk(int ldk) { return ldk + 8; }
 __host__ __device__ constexpr size_t mma_smem_bytes(int ldk, int bv) {
@@ -746,7 +748,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
         ttt_cp_async_wait<2>(); /* this chunk's K and gates */
         __syncthreads();        /* … from every thread; and S's split */
 
-        if (!p.write_out) /* the chunk-start state, for the backward */
+        if ((p.write_out & DW_SAVE)) /* the chunk-start state, for the backward */
 #pragma unroll
             for (int n = 0; n < NTU; n++)
 #pragma unroll
@@ -770,7 +772,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
                 int t = 16 * mt + g + 4 * e, jj = 8 * (nt0 + n) + c2;
                 float2 vv = __bfloat1622float2(*(const __nv_bfloat162 *)(Vs + t * SV + jj));
                 float u0 = vv.x - Gc[t] * X[n][e], u1 = vv.y - Gc[t] * X[n][e + 1];
-                if (!p.write_out && j0 + jj < p.dv) /* padded rows too: U = 0 there */
+                if ((p.write_out & DW_SAVE) && j0 + jj < p.dv) /* padded rows too: U = 0 there */
                     *(float2 *)&p.Uw[(ch * DC + t) * p.dv + j0 + jj] = make_float2(u0, u1);
                 r[e] = Bc[t] * u0;
                 r[e + 1] = Bc[t] * u1;
@@ -781,7 +783,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
         float Dl[4][4] = {};
         tri_product(Dl, T1, T2, R1, R2); /* δ = T R (T lower triangular) */
         __syncthreads();                 /* every warp has read R */
-        if (p.write_out) {
+        if (p.write_out & DW_OUT) {
 #pragma unroll
             for (int n = 0; n < 4; n++) store_split(R1, R2, SV, 16 * mt + g, 8 * (nt0 + n) + c2, Dl[n]);
             __syncthreads();
@@ -845,7 +847,7 @@ __global__ void __launch_bounds__(4 * BV, 1) delta_fwd_mma(delta_params p) {
         }
         __syncthreads(); /* S's split, and every read of this chunk's buffers, are done */
     }
-    if (p.write_out && p.ht)
+    if ((p.write_out & DW_OUT) && p.ht)
 #pragma unroll
         for (int n = 0; n < NTU; n++)
 #pragma unroll
@@ -2156,7 +2158,7 @@ extern "C" ttt_status ttt_cuda_delta_forward(const ttt_chunk_args *a, void *work
                                              size_t ws_bytes, void *stream, ttt_error *err) {
     delta_params p;
     TTT_TRY(delta_setup(a, 0, workspace, ws_bytes, &p, err));
-    p.write_out = 1;
+    p.write_out = DW_OUT;
     cudaStream_t st = (cudaStream_t)stream;
     if (a->dtype == TTT_CHUNK_BF16) return delta_launch_fwd<__nv_bfloat16>(p, 0, st, err);
     return delta_launch_fwd<float>(p, 0, st, err);
@@ -2176,12 +2178,15 @@ extern "C" ttt_status ttt_cuda_delta_backward(const ttt_chunk_args *a, const ttt
                                                "without g");
     delta_params p{};
     TTT_TRY(delta_setup(a, 1, workspace, ws_bytes, &p, err));
-    if (p.mma && ((uintptr_t)g->d_o & 15) != 0) { /* the tensor-core kernels load d_o 16 bytes at a time */
+    /* the tensor-core kernels load d_o 16 bytes at a time and store o two elements at a time */
+    if (p.mma && (((uintptr_t)g->d_o & 15) != 0 || ((uintptr_t)a->o & 3) != 0)) {
         p.mma = 0;
         p.Tsw = NULL;
         p.Bw = NULL;
     }
-    p.write_out = 0;
+    /* the recomputed forward also writes o and ht when they are asked for: a caller of the
+     * backward then needs no forward call of its own (ttt_cuda_delta_backward, chunk_cuda.h) */
+    p.write_out = DW_SAVE | (a->o ? DW_OUT : 0);
     p.d_o = g->d_o;
     p.d_ht = g->d_ht;
     p.d_q = g->d_q;

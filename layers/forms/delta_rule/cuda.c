@@ -32,6 +32,7 @@ static const ttt_cuda_kernels delta_kernels = {
     .workspace = ttt_cuda_delta_workspace,
     .forward = ttt_cuda_delta_forward,
     .backward = ttt_cuda_delta_backward,
+    .backward_writes_outputs = 1, /* its recomputed forward writes o and ht */
 };
 
 static ttt_status delta_cuda_forward(const ttt_layer *L, const ttt_form_batch *io,
