@@ -51,12 +51,19 @@
  * per token and key dimension, the off-diagonal ones one sgemm per row block. */
 #define KDA_SUB 16
 
+/* Scratch of the pair products (kda_pairs), (C, d_k) each. */
+typedef struct kda_pw {
+    float *Ex, *Ek;      /* e^{G_t − r} of a block's rows, e^{r − G_s} of its columns */
+    float *Xk, *Xq, *Ks; /* the rows of K and Q and the columns of K, scaled by them */
+    float *T1k, *T1q, *T2; /* the backward's products */
+} kda_pw;
+
 /* Scratch of one call, for chunks of at most C tokens (allocated once from the arena). */
 typedef struct kda_ws {
     float *Q, *K, *V, *b; /* (C, d_k), (C, d_k), (C, d_v), (C): the chunk's rows, contiguous */
     double *G;            /* (C, d_k) cumulative gates */
     float *Ge;            /* (C, d_k) e^G */
-    float *Xs, *Ks;       /* (KDA_SUB, d_k), (C, d_k): rows and columns of an off-diagonal block */
+    kda_pw pw;            /* the pair products' scratch */
     float *X;             /* (C, d_k + C): [e^G⊙Q | P], the read-out's left factor */
     float *A;             /* (C, C): strictly lower diag(β) KK, then that of A⁻¹ */
     double *Xd;           /* (Cp, Cp) the float64 inverse's scratch, Cp = C rounded up to 8 */
@@ -72,6 +79,11 @@ static void *ws_alloc(ttt_ctx *ctx, size_t bytes) {
     return p;
 }
 
+static void pw_init(ttt_ctx *ctx, kda_pw *p, int C, int d_k) {
+    float **f[8] = {&p->Ex, &p->Ek, &p->Xk, &p->Xq, &p->Ks, &p->T1k, &p->T1q, &p->T2};
+    for (int i = 0; i < 8; i++) *f[i] = ws_alloc(ctx, (size_t)C * d_k * sizeof(float));
+}
+
 static size_t pad8(int C) { return (size_t)((C + 7) & ~7); }
 
 static void ws_init(ttt_ctx *ctx, kda_ws *w, int C, int d_k, int d_v) {
@@ -82,8 +94,7 @@ static void ws_init(ttt_ctx *ctx, kda_ws *w, int C, int d_k, int d_v) {
     w->b = ws_alloc(ctx, (size_t)C * sizeof(float));
     w->G = ws_alloc(ctx, ck * sizeof(double));
     w->Ge = ws_alloc(ctx, ck * sizeof(float));
-    w->Xs = ws_alloc(ctx, (size_t)KDA_SUB * d_k * sizeof(float));
-    w->Ks = ws_alloc(ctx, ck * sizeof(float));
+    pw_init(ctx, &w->pw, C, d_k);
     w->X = ws_alloc(ctx, (size_t)C * (d_k + C) * sizeof(float));
     w->A = ws_alloc(ctx, (size_t)C * C * sizeof(float));
     w->Xd = ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double));
@@ -103,49 +114,117 @@ static void kda_gates(double *G, float *Ge, const float *la, int ldl, int n, int
     for (size_t i = 0; i < (size_t)n * d_k; i++) Ge[i] = ttt_fast_exp_d(G[i]);
 }
 
-/* Rows [a0, a1) of X scaled by e^{G − r} into Xs and rows [0, a0) of K by e^{r − G} into Ks,
- * r = G_{a0−1}: both exponents ≤ 0 (the gates are log retentions ≤ 0). */
-static void block_factors(float *Xs, float *Ks, const float *X, const float *K, const double *G,
-                          int a0, int a1, int d_k) {
-    const double *r = G + (size_t)(a0 - 1) * d_k;
-    for (int i = a0; i < a1; i++)
-        for (int c = 0; c < d_k; c++) {
-            const size_t ic = (size_t)i * d_k + c;
-            Xs[(size_t)(i - a0) * d_k + c] = X[ic] * ttt_fast_exp_d(G[ic] - r[c]);
-        }
-    for (int j = 0; j < a0; j++)
-        for (int c = 0; c < d_k; c++) {
-            const size_t jc = (size_t)j * d_k + c;
-            Ks[jc] = K[jc] * ttt_fast_exp_d(r[c] - G[jc]);
-        }
+/* The largest span max_c (G_{r,c} − G_{last,c}) ≥ 0 of the gates after row r (r = −1: the
+ * chunk start, G = 0) up to row `last`. */
+static double span_of(const double *G, int r, int last, int d_k) {
+    double m = 0.0;
+    for (int c = 0; c < d_k; c++) {
+        const double x = (r < 0 ? 0.0 : G[(size_t)r * d_k + c]) - G[(size_t)last * d_k + c];
+        m = x > m ? x : m;
+    }
+    return m;
 }
 
-/* M_ts = Σ_i X_ti K_si e^{G_ti − G_si} for s < t (diag = 0) or s ≤ t (diag = 1), zero above;
- * M (n, n) with row stride ldm; X, K (n, d_k) contiguous. */
-static void kda_pairs(float *M, int ldm, const float *X, const float *K, const double *G, int n,
-                      int d_k, int diag, float *Xs, float *Ks) {
-    for (int a0 = 0; a0 < n; a0 += KDA_SUB) {
-        const int a1 = a0 + KDA_SUB < n ? a0 + KDA_SUB : n;
-        if (a0 > 0) {
-            block_factors(Xs, Ks, X, K, G, a0, a1, d_k);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a1 - a0, a0, d_k, 1.0f, Xs, d_k,
-                        Ks, d_k, 0.0f, M + (size_t)a0 * ldm, ldm);
-        }
-        for (int t = a0; t < a1; t++) {
-            float *Mt = M + (size_t)t * ldm;
-            const float *xt = X + (size_t)t * d_k;
+/* One block of the pair products: rows [t0, t1) and columns [s0, s1) through the reference
+ * point r (a row index, or −1 for the chunk start, where e^{G_t − r} is Ge): Ex, Xk, Xq
+ * (rows − t0) and Ek, Ks (columns − s0) as kda_pw says. Exponents are ≤ 0 when r lies between
+ * the columns and the rows, and at most KDA_SPAN otherwise (block_at). */
+static void block_factors(const kda_pw *p, const float *Q, const float *K, const double *G,
+                          const float *Ge, int r, int t0, int t1, int s0, int s1, int d_k) {
+    const size_t nt = (size_t)(t1 - t0) * d_k, ns = (size_t)(s1 - s0) * d_k;
+    const size_t o_t = (size_t)t0 * d_k, o_s = (size_t)s0 * d_k;
+    /* plain loops over whole rows (no test inside), which the compiler vectorizes */
+    if (r < 0) {
+        memcpy(p->Ex, Ge + o_t, nt * sizeof(float));
+        for (size_t jc = 0; jc < ns; jc++) p->Ek[jc] = ttt_fast_exp_d(-G[o_s + jc]);
+    } else {
+        const double *Gr = G + (size_t)r * d_k;
+        for (int t = t0; t < t1; t++) {
             const double *Gt = G + (size_t)t * d_k;
-            for (int s = a0; s < t + diag; s++) {
+            float *Ex = p->Ex + (size_t)(t - t0) * d_k;
+            for (int c = 0; c < d_k; c++) Ex[c] = ttt_fast_exp_d(Gt[c] - Gr[c]);
+        }
+        for (int s = s0; s < s1; s++) {
+            const double *Gs = G + (size_t)s * d_k;
+            float *Ek = p->Ek + (size_t)(s - s0) * d_k;
+            for (int c = 0; c < d_k; c++) Ek[c] = ttt_fast_exp_d(Gr[c] - Gs[c]);
+        }
+    }
+    for (size_t ic = 0; ic < nt; ic++) {
+        p->Xk[ic] = K[o_t + ic] * p->Ex[ic];
+        p->Xq[ic] = Q[o_t + ic] * p->Ex[ic];
+    }
+    for (size_t jc = 0; jc < ns; jc++) p->Ks[jc] = K[o_s + jc] * p->Ek[jc];
+}
+
+/* Factored blocks may scale a column by up to e^KDA_SPAN (a reference point after it by at most
+ * that span; 60 nats, as linear_attention/chunkwise.c's vector decay): within float32's range,
+ * and the products keep the relative rounding of a product of two factors. */
+#define KDA_SPAN 60.0
+
+/* The blocks of the pair products of a chunk of n tokens, in the order both passes take them:
+ * the whole chunk as one factored block when its span is at most KDA_SPAN (reference: the chunk
+ * start; `whole`); otherwise, per row block [a0, a1) of KDA_SUB tokens, the columns before it
+ * through r = a0 − 1 (both exponents ≤ 0; index 2a), and the diagonal block through r = a0 − 1
+ * when its own span is at most KDA_SPAN, else pair by pair (index 2a + 1). Block i of
+ * n_blocks: b = {kind (1 factored, 2 per pair), r, t0, t1, s0, s1}; 0 when it is empty. */
+static int n_blocks(int n, int whole) { return whole ? 1 : 2 * ((n + KDA_SUB - 1) / KDA_SUB); }
+
+static int block_at(int *b, int i, const double *G, int n, int d_k, int whole) {
+    if (whole) {
+        b[0] = 1, b[1] = -1, b[2] = 0, b[3] = n, b[4] = 0, b[5] = n;
+        return 1;
+    }
+    const int a0 = (i / 2) * KDA_SUB, a1 = a0 + KDA_SUB < n ? a0 + KDA_SUB : n;
+    if (i % 2 == 0) {
+        b[0] = 1, b[1] = a0 - 1, b[2] = a0, b[3] = a1, b[4] = 0, b[5] = a0;
+        return a0 > 0;
+    }
+    b[0] = span_of(G, a0 - 1, a1 - 1, d_k) <= KDA_SPAN ? 1 : 2;
+    b[1] = a0 - 1, b[2] = a0, b[3] = a1, b[4] = a0, b[5] = a1;
+    return 1;
+}
+
+/* The chunk's two pair products, Q and K (n, d_k) contiguous:
+ *     KK_ts = Σ_i K_ti K_si e^{G_ti − G_si} (s < t),   P_ts = Σ_i Q_ti K_si e^{G_ti − G_si} (s ≤ t),
+ * zero elsewhere; KK and P (n, n) with row strides ldk, ldp. They share the column factors of
+ * each block, and a per-pair block the exponentials. */
+static void kda_pairs(float *KK, int ldk, float *P, int ldp, const float *Q, const float *K,
+                      const double *G, const float *Ge, int n, int d_k, const kda_pw *p) {
+    const int whole = span_of(G, -1, n - 1, d_k) <= KDA_SPAN;
+    for (int i = 0, b[6]; i < n_blocks(n, whole); i++) {
+        if (!block_at(b, i, G, n, d_k, whole)) continue;
+        const int t0 = b[2], t1 = b[3], s0 = b[4], s1 = b[5];
+        if (b[0] == 1) {
+            block_factors(p, Q, K, G, Ge, b[1], t0, t1, s0, s1, d_k);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t1 - t0, s1 - s0, d_k, 1.0f,
+                        p->Xk, d_k, p->Ks, d_k, 0.0f, KK + (size_t)t0 * ldk + s0, ldk);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t1 - t0, s1 - s0, d_k, 1.0f,
+                        p->Xq, d_k, p->Ks, d_k, 0.0f, P + (size_t)t0 * ldp + s0, ldp);
+            continue;
+        }
+        for (int t = t0; t < t1; t++) {
+            const float *kt = K + (size_t)t * d_k, *qt = Q + (size_t)t * d_k;
+            const double *Gt = G + (size_t)t * d_k;
+            for (int s = s0; s <= t; s++) {
                 const float *ks = K + (size_t)s * d_k;
                 const double *Gs = G + (size_t)s * d_k;
-                double acc = 0.0;
-                TTT_SIMD_SUM(acc)
-                for (int c = 0; c < d_k; c++)
-                    acc += (double)(xt[c] * ks[c]) * ttt_fast_exp_d(Gt[c] - Gs[c]);
-                Mt[s] = (float)acc;
+                double ak = 0.0, aq = 0.0;
+                TTT_SIMD_SUM(ak, aq)
+                for (int c = 0; c < d_k; c++) {
+                    const double e = (double)ks[c] * ttt_fast_exp_d(Gt[c] - Gs[c]);
+                    ak += e * kt[c];
+                    aq += e * qt[c];
+                }
+                KK[(size_t)t * ldk + s] = (float)ak;
+                P[(size_t)t * ldp + s] = (float)aq;
             }
-            for (int s = t + diag; s < n; s++) Mt[s] = 0.0f;
         }
+    }
+    /* outside the triangles: zero */
+    for (int t = 0; t < n; t++) {
+        for (int s = t; s < n; s++) KK[(size_t)t * ldk + s] = 0.0f;
+        for (int s = t + 1; s < n; s++) P[(size_t)t * ldp + s] = 0.0f;
     }
 }
 
@@ -160,10 +239,9 @@ static void kda_chunk(const kda_ws *w, float *o, int ldo, const float *la, int l
     float *Ge = w->Ge;
     kda_gates(G, Ge, la, ldl, n, d_k);
     /* A's strictly lower part diag(β) KK, and P into X's right block */
-    kda_pairs(A, n, K, K, G, n, d_k, 0, w->Xs, w->Ks);
+    kda_pairs(A, n, X + d_k, ldx, Q, K, G, Ge, n, d_k, &w->pw);
     for (int t = 1; t < n; t++)
         for (int s = 0; s < t; s++) A[(size_t)t * n + s] *= b[t];
-    kda_pairs(X + d_k, ldx, Q, K, G, n, d_k, 1, w->Xs, w->Ks);
     /* right-hand sides β⊙V (in U) and β e^G⊙K (in Wk); the read-out's e^G⊙Q */
     for (int t = 0; t < n; t++) {
         for (int j = 0; j < d_v; j++) U[(size_t)t * d_v + j] = b[t] * V[(size_t)t * d_v + j];
@@ -233,55 +311,66 @@ static void kda_chunks(ttt_ctx *ctx, float *o, float *S, const float *q, const f
 
 /* ---- backward ---- */
 
-/* The adjoint of kda_pairs: given dM (the same triangle, row stride ldm), adds
+/* The adjoint of kda_pairs: given dKK and dP (zero outside their triangles; row stride n),
+ * adds to dQ, dK (n, d_k) and dG (n, d_k) what KK and P pass back,
  *     dX_ti += Σ_s dM_ts K_si e^{G_ti − G_si},   dK_si += Σ_t dM_ts X_ti e^{G_ti − G_si},
  *     dG_ti += Σ_s dM_ts X_ti K_si e^{G_ti − G_si},   dG_si −= the same summed over t,
- * with the sub-blocks of the forward: an off-diagonal block through its factors (dXs = dM Ks,
- * dKs = dMᵀ Xs; dX += dXs ⊙ e^{G − r}, dG += dXs ⊙ Xs, and alike for the columns), a diagonal
- * one pair by pair. T1 (KDA_SUB, d_k), T2 (n, d_k) scratch. */
-static void kda_pairs_grad(const float *dM, int ldm, const float *X, const float *K,
-                           const double *G, int n, int d_k, int diag, float *dX, float *dK,
-                           double *dG, float *Xs, float *Ks, float *T1, float *T2) {
-    for (int a0 = 0; a0 < n; a0 += KDA_SUB) {
-        const int a1 = a0 + KDA_SUB < n ? a0 + KDA_SUB : n, nb = a1 - a0;
-        if (a0 > 0) {
-            const double *r = G + (size_t)(a0 - 1) * d_k;
-            block_factors(Xs, Ks, X, K, G, a0, a1, d_k);
-            const float *dMa = dM + (size_t)a0 * ldm;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d_k, a0, 1.0f, dMa, ldm,
-                        Ks, d_k, 0.0f, T1, d_k);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a0, d_k, nb, 1.0f, dMa, ldm, Xs,
-                        d_k, 0.0f, T2, d_k);
-            for (int i = 0; i < nb; i++)
-                for (int c = 0; c < d_k; c++) {
-                    const size_t ic = (size_t)i * d_k + c, tc = (size_t)(a0 + i) * d_k + c;
-                    dX[tc] += T1[ic] * ttt_fast_exp_d(G[tc] - r[c]);
-                    dG[tc] += (double)T1[ic] * Xs[ic];
-                }
-            for (int j = 0; j < a0; j++)
-                for (int c = 0; c < d_k; c++) {
-                    const size_t jc = (size_t)j * d_k + c;
-                    dK[jc] += T2[jc] * ttt_fast_exp_d(r[c] - G[jc]);
-                    dG[jc] -= (double)T2[jc] * Ks[jc];
-                }
+ * for (M, X) = (KK, K) and (P, Q), over the forward's blocks (block_at): a factored block
+ * through its factors (T1 = dM Ks, T2 = dMᵀ Xs; dX += T1 ⊙ Ex, dG += T1 ⊙ Xs, dK += T2 ⊙ Ek,
+ * dG −= T2 ⊙ Ks), the others pair by pair. */
+static void kda_pairs_grad(const float *dKK, const float *dP, const float *Q, const float *K,
+                           const double *G, const float *Ge, int n, int d_k, float *dQ,
+                           float *dK, double *dG, const kda_pw *p) {
+    const int whole = span_of(G, -1, n - 1, d_k) <= KDA_SPAN;
+    for (int i = 0, b[6]; i < n_blocks(n, whole); i++) {
+        if (!block_at(b, i, G, n, d_k, whole)) continue;
+        const int t0 = b[2], t1 = b[3], s0 = b[4], s1 = b[5];
+        const int nt = t1 - t0, ns = s1 - s0;
+        if (b[0] == 1) {
+            block_factors(p, Q, K, G, Ge, b[1], t0, t1, s0, s1, d_k);
+            const float *dKb = dKK + (size_t)t0 * n + s0, *dPb = dP + (size_t)t0 * n + s0;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, d_k, ns, 1.0f, dKb, n,
+                        p->Ks, d_k, 0.0f, p->T1k, d_k);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nt, d_k, ns, 1.0f, dPb, n,
+                        p->Ks, d_k, 0.0f, p->T1q, d_k);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, d_k, nt, 1.0f, dKb, n,
+                        p->Xk, d_k, 0.0f, p->T2, d_k);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ns, d_k, nt, 1.0f, dPb, n,
+                        p->Xq, d_k, 1.0f, p->T2, d_k);
+            for (size_t ic = 0; ic < (size_t)nt * d_k; ic++) {
+                const size_t tc = (size_t)t0 * d_k + ic;
+                dK[tc] += p->T1k[ic] * p->Ex[ic];
+                dQ[tc] += p->T1q[ic] * p->Ex[ic];
+                dG[tc] += (double)p->T1k[ic] * p->Xk[ic] + (double)p->T1q[ic] * p->Xq[ic];
+            }
+            for (size_t jc = 0; jc < (size_t)ns * d_k; jc++) {
+                const size_t sc = (size_t)s0 * d_k + jc;
+                dK[sc] += p->T2[jc] * p->Ek[jc];
+                dG[sc] -= (double)p->T2[jc] * p->Ks[jc];
+            }
+            continue;
         }
-        for (int t = a0; t < a1; t++) {
-            const float *xt = X + (size_t)t * d_k;
+        for (int t = t0; t < t1; t++) {
+            const float *kt = K + (size_t)t * d_k, *qt = Q + (size_t)t * d_k;
             const double *Gt = G + (size_t)t * d_k;
-            float *dxt = dX + (size_t)t * d_k;
+            float *dkt = dK + (size_t)t * d_k, *dqt = dQ + (size_t)t * d_k;
             double *dGt = dG + (size_t)t * d_k;
-            for (int s = a0; s < t + diag; s++) {
-                const float m = dM[(size_t)t * ldm + s];
-                if (m == 0.0f) continue;
+            for (int s = s0; s <= t; s++) {
+                const float mk = s < t ? dKK[(size_t)t * n + s] : 0.0f;
+                const float mq = dP[(size_t)t * n + s];
+                if (mk == 0.0f && mq == 0.0f) continue;
                 const float *ks = K + (size_t)s * d_k;
                 const double *Gs = G + (size_t)s * d_k;
                 float *dks = dK + (size_t)s * d_k;
                 double *dGs = dG + (size_t)s * d_k;
                 for (int c = 0; c < d_k; c++) {
-                    const float x = m * ttt_fast_exp_d(Gt[c] - Gs[c]);
-                    dxt[c] += x * ks[c];
-                    dks[c] += x * xt[c];
-                    const double y = (double)(x * xt[c]) * ks[c];
+                    const float e = ttt_fast_exp_d(Gt[c] - Gs[c]);
+                    const float xk = mk * e, xq = mq * e;
+                    dkt[c] += xk * ks[c];
+                    dqt[c] += xq * ks[c];
+                    const float w = xk * kt[c] + xq * qt[c];
+                    dks[c] += w;
+                    const double y = (double)w * ks[c];
                     dGt[c] += y;
                     dGs[c] -= y;
                 }
@@ -294,8 +383,8 @@ static void kda_pairs_grad(const float *dM, int ldm, const float *X, const float
 typedef struct kda_bws {
     double *G, *dG, *db;                 /* (C, d_k), (C, d_k), (C) */
     float *Ge;                           /* (C, d_k) */
-    float *Xs, *Ks, *T1, *T2;            /* (KDA_SUB, d_k), (C, d_k), (KDA_SUB, d_k), (C, d_k) */
-    float *KK, *Ai, *P, *dP;             /* (C, C) each */
+    kda_pw pw;                           /* the pair products' scratch */
+    float *KK, *Ai, *P, *dP, *dA;        /* (C, C) each */
     double *Xd;                          /* (Cp, Cp) */
     float *UW, *Y;                       /* (C, d_v + d_k) each: [U W], then [Y_U Y_W] */
     float *Vp, *dVp;                     /* (C, d_v) */
@@ -308,14 +397,12 @@ static void bws_init(ttt_ctx *ctx, kda_bws *w, int C, int d_k, int d_v) {
     w->dG = ws_alloc(ctx, ck * sizeof(double));
     w->db = ws_alloc(ctx, (size_t)C * sizeof(double));
     w->Ge = ws_alloc(ctx, ck * sizeof(float));
-    w->Xs = ws_alloc(ctx, (size_t)KDA_SUB * d_k * sizeof(float));
-    w->Ks = ws_alloc(ctx, ck * sizeof(float));
-    w->T1 = ws_alloc(ctx, (size_t)KDA_SUB * d_k * sizeof(float));
-    w->T2 = ws_alloc(ctx, ck * sizeof(float));
+    pw_init(ctx, &w->pw, C, d_k);
     w->KK = ws_alloc(ctx, cc * sizeof(float));
     w->Ai = ws_alloc(ctx, cc * sizeof(float));
     w->P = ws_alloc(ctx, cc * sizeof(float));
     w->dP = ws_alloc(ctx, cc * sizeof(float));
+    w->dA = ws_alloc(ctx, cc * sizeof(float));
     w->Xd = ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double));
     w->UW = ws_alloc(ctx, cw * sizeof(float));
     w->Y = ws_alloc(ctx, cw * sizeof(float));
@@ -348,8 +435,7 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
 
     /* ---- the chunk again (kda_chunk) ---- */
     kda_gates(G, Ge, la, d_k, n, d_k);
-    kda_pairs(KK, n, k, k, G, n, d_k, 0, w->Xs, w->Ks);
-    kda_pairs(P, n, q, k, G, n, d_k, 1, w->Xs, w->Ks);
+    kda_pairs(KK, n, P, n, q, k, G, Ge, n, d_k, &w->pw);
     for (int t = 0; t < n; t++)
         for (int s = 0; s < n; s++)
             Ai[(size_t)t * n + s] = s < t ? BETA(t) * KK[(size_t)t * n + s] : 0.0f;
@@ -383,7 +469,6 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
     ttt_fused_gemm(0, 1, n, n, d_v, 1.0f, dO, d_v, Vp, d_v, 0.0f, dP, n);
     for (int t = 0; t < n; t++)
         for (int s = t + 1; s < n; s++) dP[(size_t)t * n + s] = 0.0f;
-    kda_pairs_grad(dP, n, q, k, G, n, d_k, 1, dQ, dK, dG, w->Xs, w->Ks, w->T1, w->T2);
     /* the state write: dKd = V' dS'ᵀ */
     ttt_fused_gemm(0, 1, n, d_k, d_v, 1.0f, Vp, d_v, dS, d_v, 0.0f, T3, d_k);
     for (int t = 0; t < n; t++)
@@ -436,10 +521,10 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
         }
         db[t] += su + sw;
     }
-    /* dAr = −strictly_lower(Y [U W]ᵀ) (into dP); dβ_t += Σ_s dAr_ts KK_ts; dKK = diag(β) dAr */
-    ttt_fused_gemm(0, 1, n, n, ld, -1.0f, Y, ld, UW, ld, 0.0f, dP, n);
+    /* dAr = −strictly_lower(Y [U W]ᵀ) (into dA); dβ_t += Σ_s dAr_ts KK_ts; dKK = diag(β) dAr */
+    ttt_fused_gemm(0, 1, n, n, ld, -1.0f, Y, ld, UW, ld, 0.0f, w->dA, n);
     for (int t = 0; t < n; t++) {
-        float *Nt = dP + (size_t)t * n;
+        float *Nt = w->dA + (size_t)t * n;
         const float *KKt = KK + (size_t)t * n, bt = BETA(t);
         double sb = 0.0;
         for (int s = 0; s < t; s++) {
@@ -449,7 +534,8 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
         for (int s = t; s < n; s++) Nt[s] = 0.0f;
         db[t] += sb;
     }
-    kda_pairs_grad(dP, n, k, k, G, n, d_k, 0, dK, dK, dG, w->Xs, w->Ks, w->T1, w->T2);
+    /* the pair products KK and P */
+    kda_pairs_grad(w->dA, dP, q, k, G, Ge, n, d_k, dQ, dK, dG, &w->pw);
     for (size_t tc = 0; tc < nk; tc++) {
         if (gq) gq[tc] += dQ[tc];
         if (gk) gk[tc] += dK[tc];
@@ -572,10 +658,10 @@ static void kda_strided(ttt_ctx *ctx, const ttt_layer *L, float *S, const ttt_fo
 static double kda_scratch(const ttt_layer *L, long T) {
     const double C = L->chunk < T ? L->chunk : (double)(T > 0 ? T : 1);
     const double dk = L->d_k, dv = L->d_v, Cp = 8 * ceil(C / 8);
-    const double floats = 6 * C * dk + C * dv + C + KDA_SUB * dk + C * (dk + C) + C * C +
-                          (dk + C) * dv + (double)T;
+    const double floats = 12 * C * dk + C * dv + C + C * (dk + C) + C * C + (dk + C) * dv +
+                          (double)T;
     const double doubles = C * dk + Cp * Cp + dk;
-    return floats * sizeof(float) + doubles * sizeof(double) + 16 * 64;
+    return floats * sizeof(float) + doubles * sizeof(double) + 24 * 64;
 }
 
 /* FLOPs per chunk of n tokens: the pair products KK and P (2 n² d_k, the diagonal blocks'
