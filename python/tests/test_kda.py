@@ -1,7 +1,8 @@
 """KDA (docs/math.md §4.5): the delta rule with a gate per key dimension. The library's forms
-that accept it (the recurrent delta rule, KDA's chunkwise form and the generic driver) against the float64 reference,
-on the hard cases of ttt.check, with hard resets of key rows (log alpha = -inf) and through the
-backward; each comparison also with a perturbed input it must reject."""
+that accept it (the recurrent delta rule, KDA's chunkwise form and the generic driver) against
+the float64 reference, on the hard cases of ttt.check, with hard resets of key rows
+(log alpha = -inf) and through the backward; each comparison also with a perturbed input it must
+reject."""
 import numpy as np
 import pytest
 
