@@ -682,8 +682,8 @@ const ttt_form_entry ttt_form_kda_chunkwise = {
     .family = "kda",
     .form = "chunkwise",
     .chunked = 1,
-    .help = "KDA (the delta rule with a gate per key dimension) in chunks via the UT transform "
-            "(docs/math.md §4.5)",
+    .help = "KDA (the delta rule with a gate per key dimension) in chunks via the UT transform, "
+            "the decay inside the key products (docs/math.md 4.5)",
     /* above the recurrent entry (10), the only other closed form of a gate per key: measured
      * (docs/math.md §4.5 "Chunkwise form") its backward runs 1.7× (d = 64) to 3.4× (d = 128)
      * the recurrent one's speed and its forward 0.9× to 1.1× */
