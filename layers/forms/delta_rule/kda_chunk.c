@@ -13,28 +13,30 @@
  *     U = A⁻¹(β⊙V),  W = A⁻¹(β⊙e^G⊙K),  V' = U − W S,
  *     O = (e^G⊙Q) S + P V',      S ← Diag(e^{G_n}) S + (e^{G_n − G}⊙K)ᵀ V'.
  *
- * Numerics. Every exponent is a difference of cumulative gates that is ≤ 0 (never e^{+G}): the
- * pair products KK and P are formed in sub-blocks of KDA_SUB tokens (kda_pairs). For a row
- * block and the columns before it, the reference point is the gate sum just before the row
- * block, r: rows take e^{G_t − r} ≤ 1 and columns e^{r − G_s} ≤ 1 (s < block ≤ t), and their
- * product is one sgemm; inside a diagonal block the factor e^{G_t − G_s} is formed per pair and
- * key dimension (KDA_SUB/2 exponentials per token and key). A hard reset (log α = −inf or below
- * −104) enters G as −104, so every factor that spans it is ≤ e^−104: 0 in float32 (fastexp.h
- * returns 0 below −87), and that key row forgets exactly, never NaN. The chunk inverse of A is
- * formed in float64 and rounded once (ttt_unit_lower_invert, as the delta rule's chunkwise
- * form); the state's per-row chunk decay e^{G_n} is dithered (ttt_gate_dither), so that a weak
- * gate's rounding does not add up over the chunks.
+ * Numerics. No exponent can be large and positive: the pair products KK and P are formed by
+ * blocks (block_at, kda_pairs). A chunk whose gates span at most KDA_SPAN = 60 nats is one block
+ * factored through the chunk start, (X ⊙ e^G)(K ⊙ e^{−G})ᵀ, every factor within [e^−60, e^60].
+ * Otherwise, in row blocks of KDA_SUB tokens: the columns before a row block go through the gate
+ * sum just before it, r, where rows take e^{G_t − r} ≤ 1 and columns e^{r − G_s} ≤ 1 (s < r ≤ t),
+ * one sgemm; a diagonal block through its own start when its span is at most 60 nats, else pair
+ * by pair, e^{G_t − G_s} per key dimension (KDA_SUB/2 exponentials per token and key). A hard
+ * reset (log α = −inf or below −104) enters G as −104, so every factor that spans it is
+ * ≤ e^−104: 0 in float32 (fastexp.h returns 0 below −87), and that key row forgets exactly,
+ * never NaN (a span over a reset is > 60 nats, so it is never factored through). The chunk
+ * inverse of A is formed in float64 and rounded once (ttt_unit_lower_invert, as the delta
+ * rule's chunkwise form); the state's per-row chunk decay e^{G_n} is dithered
+ * (ttt_gate_dither), so that a weak gate's rounding does not add up over the chunks.
  *
  * Backward (under a tape: one custom op; the forward saves the state at every chunk start and
  * the backward recomputes one chunk at a time from it), with dS' = ∂L/∂S at the chunk's end:
- *     dV' = Pᵀ dO + Kd dS',  Kd = e^{G_n − G}⊙K;   dP = tril(dO V'ᵀ) → kda_pairs_grad (q, k)
+ *     dV' = Pᵀ dO + Kd dS',  Kd = e^{G_n − G}⊙K;   dP = tril(dO V'ᵀ)
  *     dKd = V' dS'ᵀ → dK += e^{G_n − G}⊙dKd, dG_n += Σ_s dKd_s⊙Kd_s, dG_s −= dKd_s⊙Kd_s
  *     dQ += e^G ⊙ (dO Sᵀ), dG += (dO Sᵀ)⊙e^G⊙Q;  dG_n += e^{G_n} ⊙ rowsum(dS' ⊙ S)
  *     dS = Diag(e^{G_n}) dS' + (e^G⊙Q)ᵀ dO − Wᵀ dV'
  *     [Y_U Y_W] = A⁻ᵀ [dV'  −dV' Sᵀ];  dV += β⊙Y_U, dβ += rowdot(Y_U, V) + rowdot(Y_W, e^G⊙K),
  *     dK += β e^G⊙Y_W, dG += β Y_W⊙e^G⊙K
  *     dAr = −strictly_lower(Y_U Uᵀ + Y_W Wᵀ): dβ_t += Σ_s dAr_ts KK_ts, dKK = diag(β) dAr
- *       → kda_pairs_grad (k, k)
+ *     dP and dKK through the pair products, block by block (kda_pairs_grad)
  *     ∂L/∂log α: the reverse cumulative sum of dG in the chunk, 0 at a reset
  *       (ttt_fused_add_reverse_cumsum). */
 #include "blas.h"
