@@ -386,6 +386,10 @@ START_TEST(gradients_match_float64_backward) {
             const double ratio = grad_ratio(&got, &ref, C, Tg, &worst);
             printf("  kda chunkwise gradients C %3d  %-18s  worst error / bound %.3f (%s)\n", C,
                    gate_names[g], ratio, grad_names[worst]);
+            /* a reset's gate has the gradient 0, exactly (docs/math.md §0 "Hard resets") */
+            for (int n = 0; n < Tg * DK; n++)
+                ck_assert_msg(!isinf(x.la[n]) || got.g[4][n] == 0.0f,
+                              "C %d: gradient %g at the reset gate %d", C, got.g[4][n], n);
             ck_assert_msg(tu_ratio(ratio, 1.0), "C %d, %s: gradient %s at %.3g of the bound", C,
                           gate_names[g], grad_names[worst], ratio);
             /* perturbed: gradients at inputs with one gate moved (a reset to −0.5, a gate below
