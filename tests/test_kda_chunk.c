@@ -3,8 +3,9 @@
  *     S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t,
  * and its gradients against the float64 backward of that recurrence (itself checked against
  * central finite differences), at chunk sizes that cover one sub-block of the pair products
- * (C ≤ 16), several (C = 17, 48, 64, 100: the off-diagonal blocks and their reference points)
- * and C = 1. Gates: moderate (log α ∈ [−2, −1e-4]) with 5 % hard resets of single key rows
+ * (C ≤ 16), several (C = 17, 48, 64, 100: the off-diagonal blocks and their reference points),
+ * chunks longer than the explicit inverse takes (C = 150, 200: triangular solves) and C = 1.
+ * Gates: moderate (log α ∈ [−2, −1e-4]) with 5 % hard resets of single key rows
  * (−inf), strong (log α ∈ [−16, −0.5], FLA's gate range −exp(A)·softplus with A ∈ [1, 16]: a
  * chunk of 64 spans hundreds of nats, so any e^{+G} factor would overflow) with 3 % resets,
  * weak (−1e-6: a chunk is one factored block), and medium (log α ∈ [−3, −1], no resets: a
@@ -253,7 +254,7 @@ static void run_forward(float *o, float *S, const ttt_layer *L, const inputs *x)
     tu_fx_free(&f);
 }
 
-static const int chunks[] = {1, 7, 16, 17, 48, 64, 100};
+static const int chunks[] = {1, 7, 16, 17, 48, 64, 100, 200};
 #define N_CHUNKS ((int)(sizeof chunks / sizeof chunks[0]))
 
 START_TEST(chunkwise_matches_float64_with_resets_and_strong_gates) {
@@ -365,16 +366,16 @@ static double grad_ratio(const grads32 *g, const grads64 *r, int C, int Tn, int 
 }
 
 START_TEST(gradients_match_float64_backward) {
-    const int Tg = 120;
+    const int Tg = 160;
     static float Ro[TL * DV], RS[DK * DV], o_diff[TL * DV], o[TL * DV], S[DK * DV];
     ttt_rng r;
     ttt_rng_seed(&r, 77);
     ttt_rng_fill_normal(&r, Ro, (size_t)Tg * DV, 0.0f, 1.0f);
     ttt_rng_fill_normal(&r, RS, DK * DV, 0.0f, 1.0f);
-    static const int gchunks[] = {1, 16, 17, 64};
+    static const int gchunks[] = {1, 16, 17, 64, 150};
     for (int g = 0; g < N_GATES; g++) {
         inputs x = make(Tg, DK, DV, (gates)g, 31 + (uint64_t)g);
-        for (int ci = 0; ci < 4; ci++) {
+        for (int ci = 0; ci < 5; ci++) {
             const int C = gchunks[ci];
             const ttt_layer L = layer(C);
             grads64 ref = backward64(&x, L.lr, Ro, RS);

@@ -22,10 +22,11 @@
  * by pair, e^{G_t − G_s} per key dimension (KDA_SUB/2 exponentials per token and key). A hard
  * reset (log α = −inf or below −104) enters G as −104, so every factor that spans it is
  * ≤ e^−104: 0 in float32 (fastexp.h returns 0 below −87), and that key row forgets exactly,
- * never NaN (a span over a reset is > 60 nats, so it is never factored through). The chunk
- * inverse of A is formed in float64 and rounded once (ttt_unit_lower_invert, as the delta
- * rule's chunkwise form); the state's per-row chunk decay e^{G_n} is dithered
- * (ttt_gate_dither), so that a weak gate's rounding does not add up over the chunks.
+ * never NaN (a span over a reset is > 60 nats, so it is never factored through). The inverse
+ * of A is formed in float64 and rounded once (ttt_unit_lower_invert, as the delta rule's
+ * chunkwise form; longer chunks than KDA_INVERT_MAX solve with strsm); the state's per-row
+ * chunk decay e^{G_n} is dithered (ttt_gate_dither), so that a weak gate's rounding does not
+ * add up over the chunks.
  *
  * Backward (under a tape: one custom op; the forward saves the state at every chunk start and
  * the backward recomputes one chunk at a time from it), with dS' = ∂L/∂S at the chunk's end:
@@ -49,6 +50,11 @@
 #include "fused_grad.h"
 #include "kernels.h"
 
+/* Chunks of at most this many tokens invert A explicitly in float64 and apply the inverse with
+ * strmm; longer ones solve with strsm (n² per right-hand side instead of the inverse's n³/6), as
+ * the delta rule's chunkwise form does (delta_rule/chunkwise.c DELTA_INVERT_MAX). */
+#define KDA_INVERT_MAX 128
+
 /* Tokens per sub-block of the pair products: the diagonal blocks cost KDA_SUB/2 exponentials
  * per token and key dimension, the off-diagonal ones one sgemm per row block. */
 #define KDA_SUB 16
@@ -68,7 +74,8 @@ typedef struct kda_ws {
     kda_pw pw;            /* the pair products' scratch */
     float *X;             /* (C, d_k + C): [e^G⊙Q | P], the read-out's left factor */
     float *A;             /* (C, C): strictly lower diag(β) KK, then that of A⁻¹ */
-    double *Xd;           /* (Cp, Cp) the float64 inverse's scratch, Cp = C rounded up to 8 */
+    double *Xd;           /* (Cp, Cp) the float64 inverse's scratch, Cp = C rounded up to 8;
+                           * NULL for chunks longer than KDA_INVERT_MAX */
     float *Y;             /* (d_k + C, d_v): [S; U → V'] */
     float *Wk;            /* (C, d_k): β e^G⊙K → W, then e^{G_n − G}⊙K */
     double *drift;        /* (d_k) the dithered row decays' drift (kernels.h) */
@@ -99,7 +106,7 @@ static void ws_init(ttt_ctx *ctx, kda_ws *w, int C, int d_k, int d_v) {
     pw_init(ctx, &w->pw, C, d_k);
     w->X = ws_alloc(ctx, (size_t)C * (d_k + C) * sizeof(float));
     w->A = ws_alloc(ctx, (size_t)C * C * sizeof(float));
-    w->Xd = ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double));
+    w->Xd = C <= KDA_INVERT_MAX ? ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double)) : NULL;
     w->Y = ws_alloc(ctx, (size_t)(d_k + C) * d_v * sizeof(float));
     w->Wk = ws_alloc(ctx, ck * sizeof(float));
     w->drift = ws_alloc(ctx, (size_t)d_k * sizeof(double));
@@ -253,11 +260,18 @@ static void kda_chunk(const kda_ws *w, float *o, int ldo, const float *la, int l
             X[(size_t)t * ldx + c] = Ge[tc] * Q[tc];
         }
     }
-    ttt_unit_lower_invert(A, w->Xd, n);
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f, A, n,
-                U, d_v);
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f, A, n,
-                Wk, d_k);
+    if (w->Xd) {
+        ttt_unit_lower_invert(A, w->Xd, n);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, Wk, d_k);
+    } else {
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, Wk, d_k);
+    }
     /* V' = U − W S; O = [e^G⊙Q | P] [S; V'] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
                 1.0f, U, d_v);
@@ -387,7 +401,7 @@ typedef struct kda_bws {
     float *Ge;                           /* (C, d_k) */
     kda_pw pw;                           /* the pair products' scratch */
     float *KK, *Ai, *P, *dP, *dA;        /* (C, C) each */
-    double *Xd;                          /* (Cp, Cp) */
+    double *Xd;                          /* (Cp, Cp), or NULL past KDA_INVERT_MAX */
     float *UW, *Y;                       /* (C, d_v + d_k) each: [U W], then [Y_U Y_W] */
     float *Vp, *dVp;                     /* (C, d_v) */
     float *Kd, *Qe, *dQ, *dK, *T3;       /* (C, d_k) each */
@@ -405,7 +419,7 @@ static void bws_init(ttt_ctx *ctx, kda_bws *w, int C, int d_k, int d_v) {
     w->P = ws_alloc(ctx, cc * sizeof(float));
     w->dP = ws_alloc(ctx, cc * sizeof(float));
     w->dA = ws_alloc(ctx, cc * sizeof(float));
-    w->Xd = ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double));
+    w->Xd = C <= KDA_INVERT_MAX ? ws_alloc(ctx, pad8(C) * pad8(C) * sizeof(double)) : NULL;
     w->UW = ws_alloc(ctx, cw * sizeof(float));
     w->Y = ws_alloc(ctx, cw * sizeof(float));
     w->Vp = ws_alloc(ctx, (size_t)C * d_v * sizeof(float));
@@ -441,7 +455,7 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
     for (int t = 0; t < n; t++)
         for (int s = 0; s < n; s++)
             Ai[(size_t)t * n + s] = s < t ? BETA(t) * KK[(size_t)t * n + s] : 0.0f;
-    ttt_unit_lower_invert(Ai, w->Xd, n);
+    if (w->Xd) ttt_unit_lower_invert(Ai, w->Xd, n); /* else Ai stays A: solves below */
     for (int t = 0; t < n; t++) {
         const float bt = BETA(t);
         for (int j = 0; j < d_v; j++) UW[(size_t)t * ld + j] = bt * v[(size_t)t * d_v + j];
@@ -451,8 +465,12 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
             Qe[tc] = Ge[tc] * q[tc];
         }
     }
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, ld, 1.0f, Ai, n,
-                UW, ld);
+    if (w->Xd)
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, ld, 1.0f,
+                    Ai, n, UW, ld);
+    else
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, ld, 1.0f,
+                    Ai, n, UW, ld);
     for (int t = 0; t < n; t++)
         memcpy(Vp + (size_t)t * d_v, UW + (size_t)t * ld, (size_t)d_v * sizeof(float));
     ttt_fused_gemm(0, 0, n, d_v, d_k, -1.0f, UW + d_v, ld, S, d_v, 1.0f, Vp, d_v); /* V' */
@@ -504,8 +522,12 @@ static void kda_chunk_backward(const kda_bws *w, float *dS, const float *S, cons
     for (int t = 0; t < n; t++)
         memcpy(Y + (size_t)t * ld, dVp + (size_t)t * d_v, (size_t)d_v * sizeof(float));
     ttt_fused_gemm(0, 1, n, d_k, d_v, -1.0f, dVp, d_v, S, d_v, 0.0f, Y + d_v, ld);
-    cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasUnit, n, ld, 1.0f, Ai, n, Y,
-                ld);
+    if (w->Xd)
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasUnit, n, ld, 1.0f, Ai,
+                    n, Y, ld);
+    else
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasUnit, n, ld, 1.0f, Ai,
+                    n, Y, ld);
     for (int t = 0; t < n; t++) {
         const float *yu = Y + (size_t)t * ld, *yw = yu + d_v;
         const float bt = BETA(t);
