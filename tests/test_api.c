@@ -717,8 +717,9 @@ START_TEST(form_for_names_the_form_that_runs) {
         {"gla", 2, "recurrent", "generic"},
         {"deltanet", 0, "recurrent", "chunkwise"},
         {"gated_deltanet", 1, "recurrent", "chunkwise"},
-        /* a gate per key (KDA): the recurrent form only; chunkwise takes a scalar gate */
-        {"gated_deltanet", 2, "recurrent", "generic"},
+        /* a gate per key (KDA): KDA's chunkwise form by its auto_rank (it has no rates; the
+         * delta rule's chunkwise form takes a scalar gate only) */
+        {"gated_deltanet", 2, "chunkwise", "recurrent"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const float *la = cases[c].gate == 1 ? la_tok : cases[c].gate == 2 ? la_key : NULL;

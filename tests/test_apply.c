@@ -779,10 +779,11 @@ START_TEST(shape_errors_name_tensors) {
     ck_assert_int_eq(apply_mem(yaml, ts + 1, n - 1, &err), TTT_ERR_SHAPE); /* no q */
     ck_assert_msg(strstr(err.msg, "missing tensor 'q'") && strstr(err.msg, "'k', 'v'"), "%s",
                   err.msg);
-    /* a vector gate for the closed delta rule is refused by the layer, located */
+    /* a vector gate for the delta rule's parallel form is refused by the layer, located (the
+     * chunkwise form of a vector gate is KDA's) */
     inputs vin = make_inputs(9, B, T, H, dk, dv, 1, 1, 0);
     n = as_tensors(&vin, ts);
-    ck_assert_int_ne(apply_mem("layer: {preset: gated_deltanet, form: chunkwise}\n", ts, n, &err),
+    ck_assert_int_ne(apply_mem("layer: {preset: gated_deltanet, form: parallel}\n", ts, n, &err),
                      TTT_OK);
     ck_assert_msg(strstr(err.msg, "in.safetensors: batch 0, head 0"), "%s", err.msg);
     /* layer configuration errors pass through with their location */

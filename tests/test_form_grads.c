@@ -1233,13 +1233,14 @@ START_TEST(test_layer_diff_errors) {
     ttt_tensor_fill(v, 0.2f);
     ttt_tensor_fill(la, -0.1f);
     ttt_layer_state st;
-    /* a vector gate on the delta rule */
+    /* a vector gate on the delta rule's parallel form (the chunkwise form of a vector gate is
+     * KDA's, layers/forms/delta_rule/kda_chunk.c) */
     parse_layer(layer_cases[3].yaml, 3, 3, &L);
-    L.form = "chunkwise";
+    L.form = "parallel";
     ttt_layer_state_init(&ng, &L, &st, NULL);
     ck_assert_int_eq(ttt_layer_forward_diff(&ng, &L, o, &st, q, q, v, NULL, la, 0, &err),
                      TTT_ERR_UNSUPPORTED);
-    /* auto falls back to the generic driver, which takes a vector gate on a linear model */
+    /* auto runs a form that takes a vector gate */
     L.form = "auto";
     ck_assert_msg(ttt_layer_forward_diff(&ng, &L, o, &st, q, q, v, NULL, la, 0, &err) == TTT_OK,
                   "%s", err.msg);

@@ -94,6 +94,7 @@ static const hard_case cases[] = {
     {"b in [0, 2], log a = -1e-5 per key", 1, G_KEY, -1e-5, -1e-5, 0.0, 2.0, 1, 1, 0},
     {"b in [0, 2], log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 0.0, 2.0, 1, 1, 0},
     {"b = 2, log a in [-10, -1e-6] per key", 1, G_KEY, -10, -1e-6, 2.0, 2.0, 1, 1, 0},
+    {"b in [0, 2], resets per key, log a in [-1, -1e-3]", 1, G_KEY, -1, -1e-3, 0.0, 2.0, 1, 1, 1},
     /* log α = −inf on every key: each row is reset before every write (S_t = β_t k_tᵀ v_t) */
     {"b in [0, 2], log a = -inf per key", 1, G_KEY, -INFINITY, -INFINITY, 0.0, 2.0, 1, 1, 0},
 };

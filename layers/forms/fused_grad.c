@@ -226,10 +226,10 @@ static ttt_tensor *fused_forward(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_ten
  * recurrence gives (∂/∂log α = α ⟨dS_t, S_{t−1}⟩ with α = 0). The sum itself would only be nearly
  * 0 there: the pairs on both sides of the reset contribute exactly 0 (their factors are ≤ e^−104),
  * but the pairs after it add +x and −x at two tokens, which cancel to a rounding. */
-static void add_reverse_cumsum(float *gla,       /* (n, gd) += */
-                               const double *dG, /* (n, gd) */
-                               const float *la,  /* (n, gd) the gates */
-                               int n, int gd) {
+void ttt_fused_add_reverse_cumsum(float *gla,       /* (n, gd) += */
+                                  const double *dG, /* (n, gd) */
+                                  const float *la,  /* (n, gd) the gates */
+                                  int n, int gd) {
     for (int c = 0; c < gd; c++) {
         double acc = 0.0;
         for (int i = n - 1; i >= 0; i--) {
@@ -451,7 +451,7 @@ static void la_chunk_backward(const la_ws *w, float *dS, /* (d_k, d_v) in: dS', 
             for (int j = 0; j < d_v; j++) dSc_[j] *= en;
         }
     gemm(1, 0, d_k, d_v, n, 1.0f, qe, d_k, dO, d_v, 1.0f, dS, d_v);
-    if (gla) add_reverse_cumsum(gla, dG, la, n, gd);
+    if (gla) ttt_fused_add_reverse_cumsum(gla, dG, la, n, gd);
     if (gb)
         for (int j = 0; j < n; j++) gb[j] += (float)db[j];
 #undef GI
@@ -710,7 +710,7 @@ static void delta_chunk_backward(const delta_ws *w, float *dS, /* (d_k, d_v) in:
             for (int j = i + 1; j < n; j++) dP[(size_t)i * n + j] = dP[(size_t)j * n + i];
         gemm(0, 0, n, d_k, n, 1.0f, dP, n, k, d_k, 1.0f, gk, d_k);
     }
-    if (gla) add_reverse_cumsum(gla, dG, la, n, 1);
+    if (gla) ttt_fused_add_reverse_cumsum(gla, dG, la, n, 1);
     if (gb)
         for (int i = 0; i < n; i++) gb[i] += (float)db[i];
 #undef BETA

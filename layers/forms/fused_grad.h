@@ -61,4 +61,9 @@ ttt_fused_io ttt_fused_io_get(ttt_ctx *ctx, const ttt_tape_entry *e);
 void ttt_fused_io_end(ttt_ctx *ctx, const ttt_fused_io *io, const float *dS, size_t n,
                       ttt_arena_mark mark);
 
+/* d(log α) from dG (n, gd), the gradient of the cumulative gates G = cumsum(ttt_gate_floor(log α))
+ * inside a chunk: the reverse cumulative sum, added to gla (n, gd); a reset gate (log α below
+ * TTT_GATE_RESET, kernels.h) gets 0. la: the chunk's gates (n, gd). */
+void ttt_fused_add_reverse_cumsum(float *gla, const double *dG, const float *la, int n, int gd);
+
 #endif

@@ -189,6 +189,10 @@ void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *
                                  const float *k, const float *v, const float *beta,
                                  const float *log_alpha, int T, int d_k, int d_v, int chunk,
                                  const ttt_form_ld *ld);
+/* In place: the strictly lower part L of A (n, n) becomes that of (I + L)⁻¹ (unit diagonal
+ * implied), formed in float64 and rounded once (delta_rule/chunkwise.c; the chunk inverse of the
+ * delta-rule forms). X: scratch of np × np doubles, np = n rounded up to 8. */
+void ttt_unit_lower_invert(float *A, double *X, int n);
 /* Parallel (quadratic) delta rule, docs/math.md §5.1 (with an initial state through the pseudo-values
  * V' = U − W S_0; decay as in §5.3 with a single chunk of length T). */
 void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,

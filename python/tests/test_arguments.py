@@ -193,4 +193,4 @@ def test_the_forms_docs_python_md_names_are_the_ones_auto_picks():
         x = np.zeros((1, 256, 1, d), np.float32)
         assert L.form_for(x, x, x, beta=0.5, log_alpha=-0.1) == tok_form, d
         key = np.full((1, 256, 1, d), -0.1, np.float32)
-        assert L.form_for(x, x, x, beta=0.5, log_alpha=key) == "recurrent", d
+        assert L.form_for(x, x, x, beta=0.5, log_alpha=key) == "chunkwise", d

@@ -1,7 +1,8 @@
 """KDA (docs/math.md §4.5): the delta rule with a gate per key dimension. The library's forms
-that accept it (the recurrent delta rule and the generic driver) against the float64 reference,
-on the hard cases of ttt.check, with hard resets of key rows (log alpha = -inf) and through the
-backward; each comparison also with a perturbed input it must reject."""
+that accept it (the recurrent delta rule, KDA's chunkwise form and the generic driver) against
+the float64 reference, on the hard cases of ttt.check, with hard resets of key rows
+(log alpha = -inf) and through the backward; each comparison also with a perturbed input it must
+reject."""
 import numpy as np
 import pytest
 
@@ -23,7 +24,7 @@ def tol(T, d):
 
 
 TOL = tol(200, 16)  # the hard-reset sequence (T = 200, d_k = 16): 2.2e-5
-FORMS = ["recurrent", "generic", "auto"]
+FORMS = ["recurrent", "chunkwise", "generic", "auto"]
 
 
 def library(form):
@@ -85,7 +86,7 @@ def test_a_scalar_gate_per_key_is_the_gated_delta_rule():
     assert _rel(o_w, o_s) > 100 * two
 
 
-@pytest.mark.parametrize("form", ["recurrent", "generic"])
+@pytest.mark.parametrize("form", ["recurrent", "chunkwise", "generic"])
 @pytest.mark.parametrize("resets", [False, True])
 def test_kda_backward_equals_the_reference_gradient(form, resets):
     kw = make_inputs("kda", 2, 9, 2, 4, 4, seed=1)
@@ -95,8 +96,9 @@ def test_kda_backward_equals_the_reference_gradient(form, resets):
     check_gradients("kda", kw, form, steps=9, d=4, moved=(0, 2, 0, 1))
 
 
-def test_auto_runs_the_fused_recurrence():
-    # form: auto picks the recurrent delta rule for a gate per key, not the generic driver
+def test_auto_runs_the_chunkwise_form():
+    # form: auto picks KDA's chunkwise form for a gate per key (docs/math.md §4.5), not the
+    # recurrent delta rule or the generic driver
     x = np.zeros((1, 64, 2, 16), np.float32)
     assert ttt.Layer("kda").form_for(x, x, x, beta=np.ones((1, 64, 2), np.float32),
-                                     log_alpha=np.zeros((1, 64, 2, 16), np.float32)) == "recurrent"
+                                     log_alpha=np.zeros((1, 64, 2, 16), np.float32)) == "chunkwise"

@@ -200,12 +200,12 @@ def test_the_form_a_call_runs_is_reported():
     tok = rng.uniform(-0.2, -0.01, (1, 40, 2)).astype(np.float32)
     key = rng.uniform(-0.2, -0.01, (1, 40, 2, 8)).astype(np.float32)
     L = ttt.Layer("gated_deltanet", chunk=8)
-    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence, also when the gate
-    # is per key dimension (KDA); the generic driver with decoupled placement
+    # docs/forms.md "How `auto` chooses": the delta rule runs its recurrence; with a gate per key
+    # dimension (KDA) KDA's chunkwise form; the generic driver with decoupled placement
     assert L.form_for(x, x, x, log_alpha=tok) == "recurrent"
     o_auto, _ = L(x, x, x, log_alpha=tok)
     assert L.last_form == "recurrent"
-    assert L.form_for(x, x, x, log_alpha=key) == "recurrent"
+    assert L.form_for(x, x, x, log_alpha=key) == "chunkwise"
     D = ttt.Layer("gated_deltanet", chunk=8, decay_placement="decoupled")
     assert D.form_for(x, x, x, log_alpha=key) == "generic"
     D(x, x, x, log_alpha=key)

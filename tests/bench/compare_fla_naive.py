@@ -14,7 +14,7 @@ path (no Triton or GPU needed; it imports torch and einops). None of FLA's code 
 For each shape (B, T, H, D = d_k = d_v) and input case, the same float32 inputs go to
   * FLA's naive_recurrent_kda (token by token, float32) and naive_chunk_kda (chunks of 64,
     float32; only when T is a multiple of 64),
-  * ttt.Layer("kda") with form recurrent, generic and auto (float32),
+  * ttt.Layer("kda") with form recurrent, chunkwise, generic and auto (float32),
   * ttt.reference("kda") (the float64 recurrence),
 with FLA's conventions: q, k, v (B, T, H, D), k L2-normalized, β = sigmoid (B, T, H), the gate
 g = log α per key dimension (B, T, H, D) as FLA's KDA layer makes it (−exp(A_log)·softplus(x +
@@ -238,7 +238,7 @@ def compare_kda(args, naive):
                                                    scale=D ** -0.5, initial_state=x["S0"],
                                                    output_final_state=True)
                 rows.append(("FLA naive_chunk_kda", o_fc, S_fc))
-            for form in ("recurrent", "generic", "auto"):
+            for form in ("recurrent", "chunkwise", "generic", "auto"):
                 o, S = run_ttt(x, form)
                 rows.append(("ttt kda, form %s" % form, o, S))
             for name, o, S in rows:

@@ -49,7 +49,7 @@ typedef struct delta_scratch {
     float *eg;  /* (C): exp(G_i) */
     double *g;  /* (C): G_i, in-chunk cumulative log retention */
     double *Xd; /* (Cp, Cp), Cp = C rounded up to 8, when C ≤ DELTA_INVERT_MAX: the inverse of A
-                 * formed in float64 (unit_lower_invert) */
+                 * formed in float64 (ttt_unit_lower_invert) */
 } delta_scratch;
 
 static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_v, int decay) {
@@ -61,7 +61,7 @@ static void scratch_alloc(ttt_ctx *ctx, delta_scratch *w, int C, int d_k, int d_
     w->Wk = ttt_arena_alloc(a, (size_t)C * d_k * sizeof(float));
     w->eg = ttt_arena_alloc(a, (size_t)C * sizeof(float));
     w->g = ttt_arena_alloc(a, (size_t)C * sizeof(double));
-    const size_t Cp = (size_t)((C + 7) & ~7); /* unit_lower_invert's padded size */
+    const size_t Cp = (size_t)((C + 7) & ~7); /* ttt_unit_lower_invert's padded size */
     w->Xd = C <= DELTA_INVERT_MAX ? ttt_arena_alloc(a, Cp * Cp * sizeof(double)) : NULL;
     /* The kernels have no error channel (kernels.h): running out of scratch is fatal. */
     TTT_ASSERT(w->A && (w->Gam || !decay) && w->X && w->Y && w->Wk && w->eg && w->g &&
@@ -93,7 +93,7 @@ typedef double inv_v8 __attribute__((vector_size(64)));
  * of the chunk kernel's own time outside BLAS at d_k = d_v = 8, C = 64 (the MQAR model's heads;
  * perf, docs/benchmarks.md "Training step"). */
 TTT_FP_CONTRACT
-static void unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
+void ttt_unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only */
                               double *X, /* (np, np) scratch */
                               int n) {
     const int np = (n + 7) & ~7;
@@ -198,7 +198,7 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
     }
     /* U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K) */
     if (w->Xd) { /* chunks of at most DELTA_INVERT_MAX tokens */
-        unit_lower_invert(A, w->Xd, n);
+        ttt_unit_lower_invert(A, w->Xd, n);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
                     A, n, U, d_v);
         cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,

@@ -155,7 +155,7 @@ static double delta_chunk_bytes(const ttt_layer *L, long T, double C) {
     if (C > (double)T) C = (double)T;
     const double dk = L->d_k, dv = L->d_v;
     /* + the float64 inverse (Cp, Cp), C rounded up to 8, of chunks of at most 128 tokens
-     * (chunkwise.c, unit_lower_invert) */
+     * (chunkwise.c, ttt_unit_lower_invert) */
     const double Cp = 8 * ceil(C / 8);
     const double inverse = C <= 128 ? 2 * Cp * Cp : 0;
     return (3 * C * C + inverse + 2 * C * dk + (dk + C) * dv + 4 * C + (double)T + 9 * 16) *
