@@ -50,8 +50,9 @@ static const ttt_preset presets[] = {
      "S_t = alpha_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none")},
     /* KDA: Gated DeltaNet's tuple with the gate per key dimension (docs/math.md §4.5); the
-     * recurrent and chunkwise forms (kda/chunkwise) and the generic driver compute it. Block as FLA's kda.py: convolution 4 +
-     * SiLU, L2 q/k, β = sigmoid, per-key gate, output norm with a gate. */
+     * recurrent and chunkwise (kda/chunkwise) forms and the generic driver compute it. Block as
+     * FLA's kda.py: convolution 4 + SiLU, L2 q/k, β = sigmoid, per-key gate, output norm with a
+     * gate. */
     {"kda", "KDA (Kimi Delta Attention): delta rule with a coupled forget gate per key dimension",
      "linear", "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}),
      1, "update_then_apply", "per_block", "none",
