@@ -55,6 +55,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
     const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
     if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
     const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* rows: the feature width */
+    if (L->levels > 1) shape[0] *= L->levels; /* the levels one after the other (§4.8) */
     if (s == 0) return nd;
     int w_shape[TTT_MAX_DIMS];
     memcpy(w_shape, shape, sizeof w_shape);

@@ -76,6 +76,21 @@ static const ttt_preset presets[] = {
      1, "update_then_apply", "per_block", "none",
      "S_t = alpha_t prod_j (I - beta_tj k_tj^T k_tj) S_{t-1} + ..., j = 1..n_h",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 2},
+    /* Log-linear attention (docs/math.md §4.8): Mamba-2's and Gated DeltaNet's tuples with 12
+     * Fenwick levels of state (exact up to 2048 tokens; older buckets share the top level); the
+     * loglinear form computes them. Blocks as those rules' with λ = softplus(x W_λ) per head and
+     * level on the queries (FLA's log_linear_mamba2.py, the authors' h_gated_deltanet). */
+    {"loglinear_mamba2", "log-linear Mamba-2: a Fenwick tree of gated linear-attention states",
+     "linear", "dot", "sgd", OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block",
+     "none", "S_t^l = alpha_t S_{t-1}^l merged by the Fenwick schedule, o_t = sum_l lambda_t^l q_t S_t^l",
+     BLOCK("4", "silu", "false", "dt", "scalar", "true", "true", "false", "false", "none"), 0,
+     12},
+    {"loglinear_gdn", "log-linear Gated DeltaNet: a Fenwick tree of gated delta-rule states",
+     "linear", "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}),
+     1, "update_then_apply", "per_block", "none",
+     "S_t^l = alpha_t (I - beta_t k_t^T k_t) S_{t-1}^l (+ beta_t k_t^T v_t on l = 0), o_t = sum_l lambda_t^l q_t S_t^l",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 0,
+     12},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
@@ -112,6 +127,7 @@ static const ttt_preset presets[] = {
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
                                            "deltanet", "gated_deltanet", "kda", "deltaproduct",
+                                           "loglinear_mamba2", "loglinear_gdn",
                                            "ttt_linear", "ttt_mlp", "titans", "lact",
                                            "performer", "rfa"};
 
@@ -173,6 +189,10 @@ const ttt_option ttt_layer_options[] = {
     {"steps_per_token", TTT_OPT_INT, "1", 1, 64, NULL,
      "n_h: delta-rule steps per token on n_h key/value pairs (Gated DeltaProduct, docs/math.md "
      "4.6); k, v and eta then have n_h rows per token, q and the gate one"},
+    {"levels", TTT_OPT_INT, "1", 1, 48, NULL,
+     "log-linear attention (docs/math.md 4.8): this many fast weights at the time scales of a "
+     "Fenwick tree, each read with its own query: q then has levels * d_k columns (lambda_t^l "
+     "q_t); 1 is the ordinary rule"},
     TTT_OPTION_END,
 };
 
@@ -332,6 +352,7 @@ void ttt_layer_desc_init(ttt_layer_desc *d) {
     d->mini_batch = d->chunk = d->rope = TTT_UNSET_INT;
     d->features = d->feature_seed = d->feature_gate = TTT_UNSET_INT;
     d->steps_per_token = TTT_UNSET_INT;
+    d->levels = TTT_UNSET_INT;
 }
 
 /* Where a field of the `layer:` mapping was written, when the descriptor came from YAML. Errors
@@ -556,6 +577,40 @@ static ttt_status build_substeps(const ttt_layer_desc *d, const ttt_preset *p, t
     return TTT_OK;
 }
 
+/* levels (docs/math.md §4.8): log-linear attention is defined on linear attention and the
+ * (gated) delta rule, whose loglinear form takes the Λ·d_k query columns; any other tuple is
+ * refused here, naming the option. */
+static ttt_status build_levels(const ttt_layer_desc *d, const ttt_preset *p, ttt_layer *L,
+                               const ttt_cfg_node *src, ttt_error *err) {
+    double x;
+    TTT_TRY(layer_number("levels", int_field(d->levels),
+                         p && p->levels > 0 ? p->levels : TTT_UNSET_NUM, &x, err));
+    L->levels = (int)x;
+    if (L->levels == 1) return TTT_OK;
+    const int delta =
+        (L->model->traits & TTT_MODEL_LINEAR_MAP) && (L->loss->traits & TTT_LOSS_RESIDUAL);
+    const char *why =
+        !delta && !ttt_layer_is_linear_attention(L)
+            ? "linear attention or the delta rule (a linear model, the dot or squared loss)"
+        : !ttt_layer_optim_traits(L).plain_sgd    ? "plain sgd"
+        : L->mini_batch != 1                      ? "mini_batch 1"
+        : L->order != TTT_ORDER_UPDATE_THEN_APPLY ? "order update_then_apply"
+        : L->pos_inverse                          ? "position_scale none"
+        : delta && !L->coupled && L->decay != 1.0f ? "decay_placement coupled"
+        : L->rope                                 ? "rope false"
+        : L->normalize != TTT_NORMALIZE_NONE && L->normalize != TTT_NORMALIZE_RMS
+            ? "normalize none or rms"
+        : L->feature_gate  ? "feature_gate false"
+        : L->substeps > 1  ? "steps_per_token 1"
+                           : NULL;
+    if (why)
+        return field_error(err, TTT_ERR_CONFIG, src, "levels",
+                           "layer.levels: %d levels of state (log-linear attention, "
+                           "docs/math.md §4.8) need %s; expected levels: 1 for this tuple",
+                           L->levels, why);
+    return TTT_OK;
+}
+
 /* The build behind ttt_layer_build and ttt_layer_parse; src is the validated `layer:` mapping
  * the descriptor was read from (for error locations), or NULL. */
 static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer *L,
@@ -611,6 +666,7 @@ static ttt_status build_at(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
     TTT_TRY(layer_number("chunk", int_field(d->chunk), TTT_UNSET_NUM, &x, err));
     L->chunk = (int)x;
     TTT_TRY(build_substeps(d, p, L, src, err));
+    TTT_TRY(build_levels(d, p, L, src, err));
     if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "
@@ -672,6 +728,10 @@ static ttt_status apply_preset(ttt_cfg_node *map, ttt_error *err) {
     if (p->steps_per_token > 0) {
         snprintf(buf, sizeof buf, "%d", p->steps_per_token);
         set_default(map, "steps_per_token", buf);
+    }
+    if (p->levels > 0) {
+        snprintf(buf, sizeof buf, "%d", p->levels);
+        set_default(map, "levels", buf);
     }
     ttt_cfg_node *opt = get_mut(map, "optimizer");
     if (!opt) {
@@ -778,6 +838,7 @@ ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, tt
     d.feature_seed = (int)ttt_cfg_int(map, "feature_seed");
     d.feature_gate = ttt_cfg_bool(map, "feature_gate");
     d.steps_per_token = (int)ttt_cfg_int(map, "steps_per_token");
+    d.levels = (int)ttt_cfg_int(map, "levels");
     /* `form: auto` stays auto in the resolved configuration: the form is chosen per call, for
      * that call's inputs (ttt_form_choose); records name the form used (ttt_layer_form_used). */
     TTT_TRY(build_at(&d, d_k, d_v, L, map, err));
@@ -825,6 +886,7 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *Lo, ttt_layer_state *st
     for (int w = 0; w < st->n_w; w++) {
         int shape[TTT_MAX_DIMS];
         int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        if (L->levels > 1) shape[0] *= L->levels; /* the levels, one after the other (§4.8) */
         st->W[w] = ttt_tensor_new(ctx, nd, shape);
         ttt_tensor_fill(st->W[w], 0.0f);
     }
@@ -873,9 +935,22 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     const int nh = L->substeps > 1 ? L->substeps : 1;
     const int T = TTT_ROWS(q);
     const long Tk = (long)nh * T;
+    /* levels Λ (docs/math.md §4.8): q holds every level's query, (T, Λ·d_k) */
+    const int nq = L->levels > 1 ? L->levels : 1;
     char s1[48], s2[48], s3[48];
-    if (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
-        TTT_ROWS(k) != Tk || TTT_ROWS(v) != Tk || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v) {
+    if (nq > 1 && (TTT_COLS(q) != nq * L->d_k || TTT_COLS(k) != L->d_k ||
+                   TTT_COLS(v) != L->d_v || TTT_ROWS(k) != T || TTT_ROWS(v) != T ||
+                   TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d "
+                             "with levels = %d (q: the %d levels' queries side by side, %d "
+                             "columns)",
+                             ttt_tensor_shape_str(q, s1, sizeof s1),
+                             ttt_tensor_shape_str(k, s2, sizeof s2),
+                             ttt_tensor_shape_str(v, s3, sizeof s3), L->d_k, L->d_v, nq, nq,
+                             nq * L->d_k);
+    if (nq == 1 && (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
+        TTT_ROWS(k) != Tk || TTT_ROWS(v) != Tk || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v)) {
         if (nh > 1)
             return ttt_error_set(err, TTT_ERR_SHAPE,
                                  "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d "
@@ -1000,9 +1075,14 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_state *st,
                           ttt_tensor *o, const ttt_tensor *q, ttt_error *err) {
     const int n = TTT_ROWS(q);
-    if (TTT_COLS(q) != L->d_k || TTT_ROWS(o) != n || TTT_COLS(o) != L->d_v)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "layer read: queries (%d, %d) for d_k = %d",
-                             n, TTT_COLS(q), L->d_k);
+    /* levels Λ > 1 (docs/math.md §4.8): each query row holds the Λ levels' queries, read
+     * against the levels as they stand: o = Σ_ℓ q^ℓ S^ℓ */
+    const int nq = L->levels > 1 ? L->levels : 1;
+    if (TTT_COLS(q) != nq * L->d_k || TTT_ROWS(o) != n || TTT_COLS(o) != L->d_v)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer read: queries (%d, %d) for d_k = %d and %d level(s): "
+                             "expected %d columns",
+                             n, TTT_COLS(q), L->d_k, nq, nq * L->d_k);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
     if (L->rope) {

@@ -21,7 +21,7 @@ static double form_scratch_bytes(const ttt_layer *L, long T) {
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
         if (any ? e->auto_rank <= 0 : strcmp(e->form, L->form) != 0) continue;
-        if (e->available(L, NULL) || !e->scratch_bytes) continue;
+        if (ttt_form_entry_available(e, L, NULL) || !e->scratch_bytes) continue;
         double b = e->scratch_bytes(L, T);
         /* form: auto may run an entry at any chunk it was measured with (ttt_form_plan) */
         for (const ttt_form_rate *r = any ? e->rates : NULL; r && r->d > 0; r++) {

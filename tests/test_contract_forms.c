@@ -241,7 +241,7 @@ static int each_case(case_fn f, void *arg, int *covered) {
             ttt_layer L;
             build_layer(&L, p);
             L.form = e->form;
-            if (e->available(&L, NULL)) continue;
+            if (ttt_form_entry_available(e, &L, NULL)) continue;
             for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++)
                 for (int g = TTT_FORM_GATE_NONE; g <= TTT_FORM_GATE_KEY; g++)
                     for (int with_eta = 0; with_eta < 2; with_eta++)
@@ -250,7 +250,7 @@ static int each_case(case_fn f, void *arg, int *covered) {
                             if (!call_possible(&L, (ttt_gate_shape)g)) continue;
                             const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
                                                         .gate = (ttt_gate_shape)g, .tape = 0};
-                            if (e->available(&L, &in)) continue;
+                            if (ttt_form_entry_available(e, &L, &in)) continue;
                             f(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta, resets, arg);
                             n++;
                             covered[i]++;
@@ -1150,7 +1150,7 @@ START_TEST(device_entries_equal_generic_driver) {
             ttt_layer L;
             build_layer(&L, p);
             L.form = e->form;
-            if (e->available(&L, NULL)) continue;
+            if (ttt_form_entry_available(e, &L, NULL)) continue;
             for (int ti = 0; ti < (int)(sizeof Ts / sizeof Ts[0]); ti++)
                 for (int g = TTT_FORM_GATE_NONE; g <= TTT_FORM_GATE_KEY; g++)
                     for (int with_eta = 0; with_eta < 2; with_eta++) {
@@ -1158,7 +1158,7 @@ START_TEST(device_entries_equal_generic_driver) {
                         const ttt_form_inputs in = {.T = Ts[ti], .eta = with_eta,
                                                     .gate = (ttt_gate_shape)g, .tape = 0,
                                                     .device = TTT_DEVICE_CUDA};
-                        if (e->available(&L, &in)) continue;
+                        if (ttt_form_entry_available(e, &L, &in)) continue;
                         device_case(e, &L, p, Ts[ti], (ttt_gate_shape)g, with_eta);
                         covered++;
                     }

@@ -16,6 +16,7 @@ TTT_FORM_ENTRY(lact, chunkwise)
 TTT_FORM_ENTRY(linear_attention, scan)
 TTT_FORM_ENTRY(delta_product, recurrent)
 TTT_FORM_ENTRY(delta_product, chunkwise)
+TTT_FORM_ENTRY(loglinear, recurrent)
 #ifdef TTT_HAVE_CUDA
 TTT_FORM_ENTRY(linear_attention, cuda)
 TTT_FORM_ENTRY(delta_rule, cuda)
