@@ -566,6 +566,12 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
         return ttt_error_set(err, TTT_ERR_SHAPE,
                              "ttt_layer_forward_batch: B, H ≥ 1, T ≥ 0 and o, q, k, v are "
                              "required");
+    if (L->levels > 1) /* q would hold levels·d_k columns: not in these layouts yet */
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "ttt_layer_forward_batch: levels = %d (log-linear attention, "
+                             "docs/math.md §4.8) runs through ttt_layer_forward and the sequence "
+                             "model; the batched arrays take levels: 1",
+                             L->levels);
     if (io->alpha_vec && !io->log_alpha)
         return ttt_error_set(err, TTT_ERR_SHAPE,
                              "ttt_layer_forward_batch: alpha_vec set without log_alpha");
