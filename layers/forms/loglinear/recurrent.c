@@ -375,9 +375,9 @@ static ttt_status ll_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *
 /* ---- estimates ---- */
 
 static double ll_scratch(const ttt_layer *L, long T) {
-    /* β (T) as a tensor, the retentions (T) and e (d_v), each rounded up to the arena's
-     * alignment: 128 floats cover the headers and roundings */
-    return (2.0 * T + L->d_v + 128) * sizeof(float);
+    /* β (T) as a tensor, the retentions (T), e (d_v) and the pending decays (Λ doubles), each
+     * rounded up to the arena's alignment: 128 floats cover the headers and roundings */
+    return (2.0 * T + L->d_v + 2.0 * n_lev(L) + 128) * sizeof(float);
 }
 static double ll_flops(const ttt_layer *L, long T) {
     /* per level: the step (k S and the write for the delta rule, 4 d_k d_v; the decay d_k d_v
