@@ -307,6 +307,11 @@ class Layer:
                 check_dims(q, q, SimpleNamespace(shape=qs[:3] + (vs[3],)))
                 return qs + (vs[3],), nh
         dims = check_dims(q, k, v)
+        if min(dims[3], dims[4]) >= 1 and self.levels(dims[3], dims[4]) > 1:
+            nl = self.levels(dims[3], dims[4])
+            raise ValueError("ttt: this layer holds %d levels of state (levels): q must be "
+                             "(B, T, H, %d·d_k) = %s, every level's query; got q %s"
+                             % (nl, nl, tuple(dims[:3]) + (nl * dims[3],), _shape(q)))
         nh = self.steps_per_token(dims[3], dims[4]) if min(dims[3], dims[4]) >= 1 else 1
         if nh > 1 and dims[1] > 0:
             raise ValueError("ttt: this layer takes %d pairs per token (steps_per_token): k and "
