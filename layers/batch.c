@@ -55,7 +55,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
     const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
     if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
     const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* rows: the feature width */
-    if (L->levels > 1) shape[0] *= L->levels; /* the levels one after the other (§4.8) */
+    if (L->levels > 1) shape[0] *= L->levels; /* the levels one after the other (docs/math.md §4.8) */
     if (s == 0) return nd;
     int w_shape[TTT_MAX_DIMS];
     memcpy(w_shape, shape, sizeof w_shape);
@@ -417,9 +417,10 @@ static void gather_rows(float *dst, const float *src, long s, int H, int rows, i
 }
 
 /* Layers whose rows are wider than one token's (B, T, H, d) row: n_h key/value pairs per token
- * (steps_per_token, §4.7; k, v, η (B, n_h·T, H, ·)) or Λ levels' queries per token (levels,
- * §4.8; q (B, T, H, Λ·d_k)), gathered sequence by sequence and run by ttt_layer_forward. Each
- * call starts at position 0 (log-linear attention's Fenwick schedule included). */
+ * (steps_per_token, docs/math.md §4.7; k, v, η (B, n_h·T, H, ·)) or Λ levels' queries per token
+ * (levels, docs/math.md §4.8; q (B, T, H, Λ·d_k)), gathered sequence by sequence and run by
+ * ttt_layer_forward. Each call starts at position 0 (log-linear attention's Fenwick schedule
+ * included). */
 static ttt_status batch_substeps(const batch_args *A, ttt_error *err) {
     const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
     const int nh = A->L->substeps > 1 ? A->L->substeps : 1;
@@ -521,7 +522,7 @@ double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
     /* the slices q, k, v, o, β and gates (batch_range; k, v and β with n_h rows per token for
      * steps_per_token n_h, batch_substeps) */
     const double nh = L->substeps > 1 ? L->substeps : 1;
-    const double nq = L->levels > 1 ? L->levels : 1; /* Λ levels' queries per token (§4.8) */
+    const double nq = L->levels > 1 ? L->levels : 1; /* Λ levels' queries per token (docs/math.md §4.8) */
     const double slices =
         (double)T * (nq * L->d_k + nh * (L->d_k + L->d_v + 1) + L->d_v + L->d_k) *
         sizeof(float);
@@ -546,7 +547,7 @@ ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long 
     /* steps_per_token n_h: k and v hold n_h rows per token, the widest buffers */
     size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v) *
                (size_t)(L->substeps > 1 ? L->substeps : 1);
-    /* levels Λ: q holds Λ·d_k columns (§4.8) */
+    /* levels Λ: q holds Λ·d_k columns (docs/math.md §4.8) */
     if (L->levels > 1 && (size_t)L->levels * (size_t)L->d_k > d)
         d = (size_t)L->levels * (size_t)L->d_k;
     size_t rows = 0, bytes = 0, seq = 0;

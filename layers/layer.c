@@ -886,7 +886,7 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *Lo, ttt_layer_state *st
     for (int w = 0; w < st->n_w; w++) {
         int shape[TTT_MAX_DIMS];
         int nd = L->model->shape(w, L->d_k, L->d_v, shape);
-        if (L->levels > 1) shape[0] *= L->levels; /* the levels, one after the other (§4.8) */
+        if (L->levels > 1) shape[0] *= L->levels; /* the levels, one after the other (docs/math.md §4.8) */
         st->W[w] = ttt_tensor_new(ctx, nd, shape);
         ttt_tensor_fill(st->W[w], 0.0f);
     }

@@ -42,7 +42,7 @@ double ttt_layer_forward_bytes(const ttt_layer *L, long T) {
      * (T, d_v) or (T); the gate's write weights (T); a random feature map's matrix (rows, d_k)
      * (16 floats per allocation for the arena's alignment) */
     const double rows = L->fmap && L->normalize == TTT_NORMALIZE_RATIO ? L->features : 0;
-    /* levels Λ (§4.8): the scaled q holds Λ·d_k columns */
+    /* levels Λ (docs/math.md §4.8): the scaled q holds Λ·d_k columns */
     const double lq = L->levels > 1 ? (L->levels - 1) * dk : 0;
     const double floats = t * (5 * dk + 2 * dp + 3 * dv + 12 + lq) + rows * dk + 16 * 16;
     /* normalize: ratio runs the form a second time for the denominator (d_v = 1) */
