@@ -1,6 +1,6 @@
 /* Log-linear Mamba-2 in chunks (docs/math.md §4.8 "Forms"): the linear-attention tuple with
  * Λ = ttt_layer.levels > 1 Fenwick levels, chunks of C = 2^c tokens aligned to absolute
- * positions (the paper's chunked algorithm). For token t = P + i of the chunk starting at P and
+ * positions, C the largest power of two ≤ layer.chunk (the paper's chunked algorithm). For token t = P + i of the chunk starting at P and
  * a token j < P, t xor j has its highest bit at c or above, so every token of the chunk reads the
  * earlier tokens in the same levels ℓ > c — the Fenwick tree of the chunks — and the chunk's own
  * tokens in levels ℓ(i, j) = bitlen(i xor j) ≤ c:
@@ -28,11 +28,12 @@ extern const ttt_form_entry ttt_form_loglinear_recurrent;
 
 static int n_lev(const ttt_layer *L) { return L->levels > 1 ? L->levels : 1; }
 
-/* log2 of the chunk, or −1 when it is not a power of two. */
-static int chunk_bits(int C) {
+/* log2 of the chunk this form runs: the largest power of two ≤ layer.chunk, at most 4096 (the
+ * chunks must be nodes of the Fenwick tree). */
+static int chunk_bits(int chunk) {
     int c = 0;
-    while ((1 << c) < C) c++;
-    return (1 << c) == C ? c : -1;
+    while (c < 12 && (2 << c) <= chunk) c++;
+    return c;
 }
 
 static const char *llc_available(const ttt_layer *L, const ttt_form_inputs *in) {
@@ -41,9 +42,6 @@ static const char *llc_available(const ttt_layer *L, const ttt_form_inputs *in) 
     if (!ttt_layer_is_linear_attention(L))
         return "the chunked log-linear form computes linear attention (log-linear Mamba-2); "
                "the log-linear delta rule runs form: recurrent";
-    if (chunk_bits(L->chunk) < 0 || L->chunk > 4096)
-        return "the chunked log-linear form takes chunks of a power of two tokens (layer.chunk "
-               "2, 4, …, 4096): the chunks must be nodes of the Fenwick tree";
     return NULL;
 }
 
@@ -195,7 +193,7 @@ static ttt_status llc_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                               ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
     (void)err;
     const int T = TTT_ROWS(a->q), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v), nl = n_lev(L);
-    const int C = L->chunk, c = chunk_bits(C);
+    const int c = chunk_bits(L->chunk), C = 1 << c;
     const size_t dkv = (size_t)d_k * d_v;
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
     const float *la = a->log_alpha ? a->log_alpha->data : NULL;
@@ -239,14 +237,14 @@ static ttt_status llc_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 }
 
 static double llc_scratch_bytes(const ttt_layer *L, long T) {
-    const double C = L->chunk;
+    const double C = 1 << chunk_bits(L->chunk);
     /* β (T), G (C doubles), the scores (C²), e^G (C), the weighted keys (C·d_k), the pending
      * decays (Λ doubles), with 128 floats for the headers and the arena's alignment */
     return ((double)T + 2 * C + C * C + C + C * L->d_k + 2.0 * n_lev(L) + 128) * sizeof(float);
 }
 
 static double llc_flops(const ttt_layer *L, long T) {
-    const double C = L->chunk, nl = n_lev(L), dk = L->d_k, dv = L->d_v;
+    const double C = 1 << chunk_bits(L->chunk), nl = n_lev(L), dk = L->d_k, dv = L->d_v;
     /* per token: the masked scores (C/2 · 2 d_k), their product with V (C d_v), the inter-chunk
      * read-out (2 Λ d_k d_v), the state update (2 d_k d_v per low level, per chunk token) */
     return (double)T * (C * dk + C * dv + 2.0 * nl * dk * dv + 2.0 * dk * dv);
@@ -260,8 +258,9 @@ static ttt_status llc_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor 
 const ttt_form_entry ttt_form_loglinear_chunkwise = {
     .family = "loglinear",
     .form = "chunkwise",
-    .help = "log-linear Mamba-2 in chunks of a power of two: the hierarchical mask within a "
-            "chunk, the Fenwick tree of chunk states across them (docs/math.md 4.8)",
+    .help = "log-linear Mamba-2 in chunks (the largest power of two <= layer.chunk): the "
+            "hierarchical mask within a chunk, the Fenwick tree of chunk states across them "
+            "(docs/math.md 4.8)",
     .auto_rank = 5,
     .chunked = 1,
     .levels = 1,
