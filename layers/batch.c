@@ -55,6 +55,7 @@ int ttt_layer_state_info(const ttt_layer *L, int i, const char **name, int shape
     const int w = i < n_w ? i : (i - n_w) / n_opt, s = i < n_w ? 0 : 1 + (i - n_w) % n_opt;
     if (name) *name = n_w == 1 ? names_one[s] : names_multi[w][s];
     const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* rows: the feature width */
+    if (L->levels > 1) shape[0] *= L->levels; /* the levels one after the other (docs/math.md §4.8) */
     if (s == 0) return nd;
     int w_shape[TTT_MAX_DIMS];
     memcpy(w_shape, shape, sizeof w_shape);
@@ -415,10 +416,17 @@ static void gather_rows(float *dst, const float *src, long s, int H, int rows, i
         memcpy(dst + t * w, src + (row0 + t * H) * w, (size_t)w * sizeof(float));
 }
 
+/* Layers whose rows are wider than one token's (B, T, H, d) row: n_h key/value pairs per token
+ * (steps_per_token, docs/math.md §4.7; k, v, η (B, n_h·T, H, ·)) or Λ levels' queries per token
+ * (levels, docs/math.md §4.8; q (B, T, H, Λ·d_k)), gathered sequence by sequence and run by
+ * ttt_layer_forward. Each call starts at position 0 (log-linear attention's Fenwick schedule
+ * included). */
 static ttt_status batch_substeps(const batch_args *A, ttt_error *err) {
-    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v, nh = A->L->substeps;
+    const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
+    const int nh = A->L->substeps > 1 ? A->L->substeps : 1;
+    const int d_q = (A->L->levels > 1 ? A->L->levels : 1) * d_k;
     const int Tk = nh * T;
-    const size_t nq = up16((size_t)T * d_k), nk = up16((size_t)Tk * d_k),
+    const size_t nq = up16((size_t)T * d_q), nk = up16((size_t)Tk * d_k),
                  nv = up16((size_t)Tk * d_v), no = up16((size_t)T * d_v),
                  ne = A->io->eta ? up16((size_t)Tk) : 0, nl = A->io->log_alpha ? up16(T) : 0;
     float *buf = malloc(sizeof(float) * (nq + nk + nv + no + ne + nl + 1));
@@ -435,13 +443,13 @@ static ttt_status batch_substeps(const batch_args *A, ttt_error *err) {
     ttt_rng_seed(&base, A->io->seed);
     ttt_status st = TTT_OK;
     for (long s = 0; s < (long)A->B * H && st == TTT_OK; s++) {
-        gather_rows(qs, A->io->q, s, H, T, d_k);
+        gather_rows(qs, A->io->q, s, H, T, d_q);
         gather_rows(ks, A->io->k, s, H, Tk, d_k);
         gather_rows(vs, A->io->v, s, H, Tk, d_v);
         if (ne) gather_rows(es, A->io->eta, s, H, Tk, 1);
         if (nl) gather_rows(ls, A->io->log_alpha, s, H, T, 1);
         ttt_arena_mark mark = ttt_arena_mark_get(&arena);
-        ttt_tensor q = ttt_tensor_view2(qs, T, d_k), k = ttt_tensor_view2(ks, Tk, d_k);
+        ttt_tensor q = ttt_tensor_view2(qs, T, d_q), k = ttt_tensor_view2(ks, Tk, d_k);
         ttt_tensor v = ttt_tensor_view2(vs, Tk, d_v), o = ttt_tensor_view2(os, T, d_v);
         ttt_tensor eta = ne ? ttt_tensor_view(es, 1, (int[]){Tk}) : (ttt_tensor){0};
         ttt_tensor la = nl ? ttt_tensor_view(ls, 1, (int[]){T}) : (ttt_tensor){0};
@@ -514,8 +522,10 @@ double ttt_layer_batch_work_bytes(const ttt_layer *L, long T) {
     /* the slices q, k, v, o, β and gates (batch_range; k, v and β with n_h rows per token for
      * steps_per_token n_h, batch_substeps) */
     const double nh = L->substeps > 1 ? L->substeps : 1;
+    const double nq = L->levels > 1 ? L->levels : 1; /* Λ levels' queries per token (docs/math.md §4.8) */
     const double slices =
-        (double)T * (L->d_k + nh * (L->d_k + L->d_v + 1) + L->d_v + L->d_k) * sizeof(float);
+        (double)T * (nq * L->d_k + nh * (L->d_k + L->d_v + 1) + L->d_v + L->d_k) *
+        sizeof(float);
     /* the state several times over (weights, optimizer state and the driver's block copies and
      * gradients) and the form's temporaries (T² floats for parallel forms); 1 MiB of slack for
      * tensor headers and alignment. The arena's first block is this size: it is reserved, and
@@ -535,8 +545,11 @@ ttt_status ttt_layer_batch_check_sizes(const ttt_layer *L, long B, long T, long 
     /* the largest buffer a caller can hold: pointer differences within it must fit */
     const size_t limit = PTRDIFF_MAX;
     /* steps_per_token n_h: k and v hold n_h rows per token, the widest buffers */
-    const size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v) *
-                     (size_t)(L->substeps > 1 ? L->substeps : 1);
+    size_t d = (size_t)(L->d_k > L->d_v ? L->d_k : L->d_v) *
+               (size_t)(L->substeps > 1 ? L->substeps : 1);
+    /* levels Λ: q holds Λ·d_k columns (docs/math.md §4.8) */
+    if (L->levels > 1 && (size_t)L->levels * (size_t)L->d_k > d)
+        d = (size_t)L->levels * (size_t)L->d_k;
     size_t rows = 0, bytes = 0, seq = 0;
     int ok = B >= 0 && T >= 0 && H >= 0 && mul_within((size_t)B, (size_t)H, limit, &seq) &&
              mul_within(seq, (size_t)T, limit, &rows) &&
@@ -587,7 +600,12 @@ ttt_status ttt_layer_forward_batch(const ttt_layer *L, const ttt_layer_io *io, i
         A.numel[i] = 1;
         for (int d = 0; d < nd; d++) A.numel[i] *= (size_t)shape[d];
     }
-    if (L->substeps > 1) {
+    if (L->levels > 1 && A.alpha_vec)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "ttt_layer_forward_batch: levels = %d (log-linear attention) takes "
+                             "a gate per token (B, T, H), not one per key dimension (alpha_vec)",
+                             L->levels);
+    if (L->substeps > 1 || L->levels > 1) {
         if (A.alpha_vec)
             return ttt_error_set(err, TTT_ERR_SHAPE,
                                  "ttt_layer_forward_batch: steps_per_token = %d takes a gate per "
@@ -712,7 +730,7 @@ ttt_status ttt_layer_forward_packed(const ttt_layer *L, const ttt_layer_io *io,
         ttt_layer_io seg = *io;
         seg.T = (int)(cu[n + 1] - cu[n]);
         seg.o = io->o + r * L->d_v;
-        seg.q = io->q + r * L->d_k;
+        seg.q = io->q + r * L->d_k * (size_t)(L->levels > 1 ? L->levels : 1); /* Λ·d_k */
         /* steps_per_token n_h: k, v and η have n_h rows per token */
         const size_t rn = r * (size_t)(L->substeps > 1 ? L->substeps : 1);
         seg.k = io->k + rn * L->d_k;

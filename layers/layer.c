@@ -34,6 +34,7 @@ void ttt_layer_state_init(ttt_ctx *ctx, const ttt_layer *Lo, ttt_layer_state *st
     for (int w = 0; w < st->n_w; w++) {
         int shape[TTT_MAX_DIMS];
         int nd = L->model->shape(w, L->d_k, L->d_v, shape);
+        if (L->levels > 1) shape[0] *= L->levels; /* the levels, one after the other (docs/math.md §4.8) */
         st->W[w] = ttt_tensor_new(ctx, nd, shape);
         ttt_tensor_fill(st->W[w], 0.0f);
     }
@@ -82,9 +83,22 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
     const int nh = L->substeps > 1 ? L->substeps : 1;
     const int T = TTT_ROWS(q);
     const long Tk = (long)nh * T;
+    /* levels Λ (docs/math.md §4.8): q holds every level's query, (T, Λ·d_k) */
+    const int nq = L->levels > 1 ? L->levels : 1;
     char s1[48], s2[48], s3[48];
-    if (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
-        TTT_ROWS(k) != Tk || TTT_ROWS(v) != Tk || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v) {
+    if (nq > 1 && (TTT_COLS(q) != nq * L->d_k || TTT_COLS(k) != L->d_k ||
+                   TTT_COLS(v) != L->d_v || TTT_ROWS(k) != T || TTT_ROWS(v) != T ||
+                   TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v))
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d "
+                             "with levels = %d (q: the %d levels' queries side by side, %d "
+                             "columns)",
+                             ttt_tensor_shape_str(q, s1, sizeof s1),
+                             ttt_tensor_shape_str(k, s2, sizeof s2),
+                             ttt_tensor_shape_str(v, s3, sizeof s3), L->d_k, L->d_v, nq, nq,
+                             nq * L->d_k);
+    if (nq == 1 && (TTT_COLS(q) != L->d_k || TTT_COLS(k) != L->d_k || TTT_COLS(v) != L->d_v ||
+        TTT_ROWS(k) != Tk || TTT_ROWS(v) != Tk || TTT_ROWS(o) != T || TTT_COLS(o) != L->d_v)) {
         if (nh > 1)
             return ttt_error_set(err, TTT_ERR_SHAPE,
                                  "layer inputs q %s, k %s, v %s do not fit d_k = %d, d_v = %d "
@@ -209,9 +223,14 @@ ttt_status ttt_layer_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 ttt_status ttt_layer_read(ttt_ctx *ctx, const ttt_layer *L, const ttt_layer_state *st,
                           ttt_tensor *o, const ttt_tensor *q, ttt_error *err) {
     const int n = TTT_ROWS(q);
-    if (TTT_COLS(q) != L->d_k || TTT_ROWS(o) != n || TTT_COLS(o) != L->d_v)
-        return ttt_error_set(err, TTT_ERR_SHAPE, "layer read: queries (%d, %d) for d_k = %d",
-                             n, TTT_COLS(q), L->d_k);
+    /* levels Λ > 1 (docs/math.md §4.8): each query row holds the Λ levels' queries, read
+     * against the levels as they stand: o = Σ_ℓ q^ℓ S^ℓ */
+    const int nq = L->levels > 1 ? L->levels : 1;
+    if (TTT_COLS(q) != nq * L->d_k || TTT_ROWS(o) != n || TTT_COLS(o) != L->d_v)
+        return ttt_error_set(err, TTT_ERR_SHAPE,
+                             "layer read: queries (%d, %d) for d_k = %d and %d level(s): "
+                             "expected %d columns",
+                             n, TTT_COLS(q), L->d_k, nq, nq * L->d_k);
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     if (L->scale != 1.0f) q = ttt_scale(ctx, q, L->scale);
     if (L->rope) {

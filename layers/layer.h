@@ -24,7 +24,9 @@
  *     feature_seed: 0             # seeds the random matrix (fixed for the layer's life)
  *     feature_gate: false         # RFA's gate: token t writes with weight 1 − α_t
  *     steps_per_token: 1          # n_h delta-rule steps per token on n_h key/value pairs
- *                                 # (Gated DeltaProduct, docs/math.md §4.7) */
+ *                                 # (Gated DeltaProduct, docs/math.md §4.7)
+ *     levels: 1                   # Λ Fenwick levels of state, each read with its own query
+ *                                 # (log-linear attention, docs/math.md §4.8) */
 #ifndef TTT_LAYER_H
 #define TTT_LAYER_H
 
@@ -69,6 +71,7 @@ typedef struct ttt_preset {
     const char *feature_map;    /* NULL (the option's default) or a feature map's name */
     ttt_block_defaults block;   /* its block in the trained sequence model */
     int steps_per_token;        /* 0 (= 1) or n_h, the delta steps per token (DeltaProduct) */
+    int levels;                 /* 0 (= 1) or Λ, the Fenwick levels (log-linear attention) */
 } ttt_preset;
 
 const ttt_preset *ttt_preset_find(const char *name);
@@ -113,6 +116,7 @@ typedef struct ttt_layer_desc {
     int feature_seed;
     int feature_gate;              /* 0 or 1 */
     int steps_per_token;           /* n_h ≥ 1: delta-rule steps per token (form.h, substeps) */
+    int levels;                    /* Λ ≥ 1: Fenwick levels of state (form.h, levels) */
 } ttt_layer_desc;
 
 /* Every field unset. */

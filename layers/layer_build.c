@@ -102,6 +102,37 @@ static ttt_status build_substeps(const ttt_layer_desc *d, ttt_layer *L, const tt
     return TTT_OK;
 }
 
+/* levels (docs/math.md §4.8): log-linear attention is defined on linear attention and the
+ * (gated) delta rule, whose loglinear form takes the Λ·d_k query columns; any other tuple is
+ * refused here, naming the option. */
+static ttt_status build_levels(const ttt_layer_desc *d, ttt_layer *L, const ttt_cfg_node *src,
+                               ttt_error *err) {
+    L->levels = d->levels;
+    if (L->levels == 1) return TTT_OK;
+    const int delta =
+        (L->model->traits & TTT_MODEL_LINEAR_MAP) && (L->loss->traits & TTT_LOSS_RESIDUAL);
+    const char *why =
+        !delta && !ttt_layer_is_linear_attention(L)
+            ? "linear attention or the delta rule (a linear model, the dot or squared loss)"
+        : !ttt_layer_optim_traits(L).plain_sgd    ? "plain sgd"
+        : L->mini_batch != 1                      ? "mini_batch 1"
+        : L->order != TTT_ORDER_UPDATE_THEN_APPLY ? "order update_then_apply"
+        : L->pos_inverse                          ? "position_scale none"
+        : delta && !L->coupled && L->decay != 1.0f ? "decay_placement coupled"
+        : L->rope                                 ? "rope false"
+        : L->normalize != TTT_NORMALIZE_NONE && L->normalize != TTT_NORMALIZE_RMS
+            ? "normalize none or rms"
+        : L->feature_gate  ? "feature_gate false"
+        : L->substeps > 1  ? "steps_per_token 1"
+                           : NULL;
+    if (why)
+        return field_error(err, TTT_ERR_CONFIG, src, "levels",
+                           "layer.levels: %d levels of state (log-linear attention, "
+                           "docs/math.md §4.8) need %s; expected levels: 1 for this tuple",
+                           L->levels, why);
+    return TTT_OK;
+}
+
 /* The build behind ttt_layer_build and ttt_layer_parse, from resolved options; src is the
  * validated `layer:` mapping they were read from (for error locations), or NULL. */
 ttt_status ttt_layer_build_spec(const ttt_layer_spec *s, int d_k, int d_v, ttt_layer *L,
@@ -134,6 +165,7 @@ ttt_status ttt_layer_build_spec(const ttt_layer_spec *s, int d_k, int d_v, ttt_l
     L->d_phi = L->fmap ? L->fmap->width(d_k, L->features) : d_k;
     L->chunk = d->chunk;
     TTT_TRY(build_substeps(d, L, src, err));
+    TTT_TRY(build_levels(d, L, src, err));
     if (L->normalize == TTT_NORMALIZE_RATIO && !ttt_layer_is_linear_attention(L))
         return field_error(err, TTT_ERR_CONFIG, src, "normalize",
                            "layer.normalize: ratio is normalized linear attention, the ratio of "

@@ -21,7 +21,7 @@ static double form_scratch_bytes(const ttt_layer *L, long T) {
     for (int i = 0; i < ttt_form_count(); i++) {
         const ttt_form_entry *e = ttt_form_at(i);
         if (any ? e->auto_rank <= 0 : strcmp(e->form, L->form) != 0) continue;
-        if (e->available(L, NULL) || !e->scratch_bytes) continue;
+        if (ttt_form_entry_available(e, L, NULL) || !e->scratch_bytes) continue;
         double b = e->scratch_bytes(L, T);
         /* form: auto may run an entry at any chunk it was measured with (ttt_form_plan) */
         for (const ttt_form_rate *r = any ? e->rates : NULL; r && r->d > 0; r++) {
@@ -42,7 +42,9 @@ double ttt_layer_forward_bytes(const ttt_layer *L, long T) {
      * (T, d_v) or (T); the gate's write weights (T); a random feature map's matrix (rows, d_k)
      * (16 floats per allocation for the arena's alignment) */
     const double rows = L->fmap && L->normalize == TTT_NORMALIZE_RATIO ? L->features : 0;
-    const double floats = t * (5 * dk + 2 * dp + 3 * dv + 12) + rows * dk + 16 * 16;
+    /* levels Λ (docs/math.md §4.8): the scaled q holds Λ·d_k columns */
+    const double lq = L->levels > 1 ? (L->levels - 1) * dk : 0;
+    const double floats = t * (5 * dk + 2 * dp + 3 * dv + 12 + lq) + rows * dk + 16 * 16;
     /* normalize: ratio runs the form a second time for the denominator (d_v = 1) */
     const int runs = L->normalize == TTT_NORMALIZE_RATIO ? 2 : 1;
     const ttt_layer inner = ttt_layer_inner(L);

@@ -54,6 +54,10 @@ const ttt_option ttt_layer_options[] = {
     {"steps_per_token", TTT_OPT_INT, "1", 1, 64, NULL,
      "n_h: delta-rule steps per token on n_h key/value pairs (Gated DeltaProduct, docs/math.md "
      "4.6); k, v and eta then have n_h rows per token, q and the gate one"},
+    {"levels", TTT_OPT_INT, "1", 1, 48, NULL,
+     "log-linear attention (docs/math.md 4.8): this many fast weights at the time scales of a "
+     "Fenwick tree, each read with its own query: q then has levels * d_k columns (lambda_t^l "
+     "q_t); 1 is the ordinary rule"},
     TTT_OPTION_END,
 };
 

@@ -62,6 +62,7 @@ static void read_given(const ttt_cfg_node *map, const ttt_optim *o, ttt_layer_de
     given_int(map, "feature_seed", &d->feature_seed);
     given_bool(map, "feature_gate", &d->feature_gate);
     given_int(map, "steps_per_token", &d->steps_per_token);
+    given_int(map, "levels", &d->levels);
     const ttt_cfg_node *opt = ttt_cfg_get(map, "optimizer");
     if (!opt) return;
     given_text(opt, "name", &d->optimizer);
@@ -122,6 +123,7 @@ static ttt_status record_resolved(ttt_cfg_node *map, ttt_layer_spec *s, ttt_erro
         record_layer_key(map, s, TTT_FROM_PRESET, "normalize", 0.0, d->normalize);
         record_layer_key(map, s, TTT_FROM_PRESET, "feature_map", 0.0, d->feature_map);
         record_layer_key(map, s, TTT_FROM_PRESET, "steps_per_token", d->steps_per_token, NULL);
+        record_layer_key(map, s, TTT_FROM_PRESET, "levels", d->levels, NULL);
         const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
         ttt_cfg_node *opt = get_mut(map, "optimizer");
         if (!opt) {

@@ -68,6 +68,21 @@ static const ttt_preset presets[] = {
      1, "update_then_apply", "per_block", "none",
      "S_t = alpha_t prod_j (I - beta_tj k_tj^T k_tj) S_{t-1} + ..., j = 1..n_h",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 2},
+    /* Log-linear attention (docs/math.md §4.8): Mamba-2's and Gated DeltaNet's tuples with 12
+     * Fenwick levels of state (exact up to 2048 tokens; older buckets share the top level); the
+     * loglinear form computes them. Blocks as those rules' with λ = softplus(x W_λ) per head and
+     * level on the queries (FLA's log_linear_mamba2.py, the authors' h_gated_deltanet). */
+    {"loglinear_mamba2", "log-linear Mamba-2: a Fenwick tree of gated linear-attention states",
+     "linear", "dot", "sgd", OPTS({"decay", 0.97, NULL}), 1, "update_then_apply", "per_block",
+     "none", "S_t^l = alpha_t S_{t-1}^l merged by the Fenwick schedule, o_t = sum_l lambda_t^l q_t S_t^l",
+     BLOCK("4", "silu", "false", "dt", "scalar", "true", "true", "false", "false", "none"), 0,
+     12},
+    {"loglinear_gdn", "log-linear Gated DeltaNet: a Fenwick tree of gated delta-rule states",
+     "linear", "squared", "sgd", OPTS({"decay", 0.99, NULL}, {"decay_placement", 0, "coupled"}),
+     1, "update_then_apply", "per_block", "none",
+     "S_t^l = alpha_t (I - beta_t k_t^T k_t) S_{t-1}^l (+ beta_t k_t^T v_t on l = 0), o_t = sum_l lambda_t^l q_t S_t^l",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 0,
+     12},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
@@ -104,6 +119,7 @@ static const ttt_preset presets[] = {
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
                                            "deltanet", "gated_deltanet", "kda", "deltaproduct",
+                                           "loglinear_mamba2", "loglinear_gdn",
                                            "ttt_linear", "ttt_mlp", "titans", "lact",
                                            "performer", "rfa"};
 

@@ -15,6 +15,7 @@ void ttt_layer_desc_init(ttt_layer_desc *d) {
     d->mini_batch = d->chunk = d->rope = TTT_UNSET_INT;
     d->features = d->feature_seed = d->feature_gate = TTT_UNSET_INT;
     d->steps_per_token = TTT_UNSET_INT;
+    d->levels = TTT_UNSET_INT;
 }
 
 unsigned char *ttt_layer_spec_from(ttt_layer_spec *s, const char *key) {
@@ -205,6 +206,8 @@ ttt_status ttt_layer_resolve(const ttt_layer_desc *d, const ttt_block_defaults *
     TTT_TRY(resolve_int(s, "steps_per_token", d->steps_per_token,
                         p && p->steps_per_token > 0 ? p->steps_per_token : TTT_UNSET_NUM,
                         TTT_FROM_PRESET, &r->steps_per_token, err));
+    TTT_TRY(resolve_int(s, "levels", d->levels, p && p->levels > 0 ? p->levels : TTT_UNSET_NUM,
+                        TTT_FROM_PRESET, &r->levels, err));
     TTT_TRY(resolve_text(s, "form", d->form, NULL, TTT_FROM_PRESET, &r->form, err));
     return TTT_OK;
 }

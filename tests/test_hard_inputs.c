@@ -10,7 +10,9 @@
  * The loop goes over the registry and the presets (no list of forms here): every (entry, preset)
  * whose tuple is one this file's float64 loop defines — the linear model with the dot loss (linear
  * attention, RetNet, Mamba2, GLA) or the squared loss with coupled decay (DeltaNet, Gated
- * DeltaNet, KDA with its gate per key dimension, Gated DeltaProduct's n_h steps per token), plain SGD, b = 1, update_then_apply — is run on every hard input its `available`
+ * DeltaNet, KDA with its gate per key dimension, Gated DeltaProduct's n_h steps per token,
+ * log-linear attention's levels of state with the levels' queries λ^ℓ q, λ ∈ [1/4, 4]), plain
+ * SGD, b = 1, update_then_apply — is run on every hard input its `available`
  * accepts. The other tuples (TTT-Linear's LayerNorm model, Titans' momentum, LaCT's SwiGLU with
  * Newton–Schulz) have no float64 loop here; tests/test_contract_forms.c holds them to the
  * generic driver, and docs/forms.md "Precision on hard inputs" says what bounds them.
@@ -54,6 +56,7 @@
 #define T_QUADRATIC 4096
 #define T_REFLECT 512
 #define REL_RMS_BOUND 2e-6
+#define NL_MAX 16 /* the most levels of state a preset here has (log-linear attention) */
 
 /* ---- the hard inputs ---- */
 
@@ -106,8 +109,10 @@ typedef struct problem {
     int vec;
     int nh;      /* delta steps per token (Gated DeltaProduct, docs/math.md §4.7): k, v, η have
                   * nh rows per token */
-    float *q, *k, *v, *eta, *la; /* (T, DK), (nh T, DK), (nh T, DV), (nh T), (T) or (T, DK) or
-                                  * NULL */
+    int nl;      /* levels of state (log-linear attention, docs/math.md §4.8): q has nl·DK
+                  * columns, the levels' queries λ^ℓ q side by side */
+    float *q, *k, *v, *eta, *la; /* (T, nl DK), (nh T, DK), (nh T, DV), (nh T), (T) or (T, DK)
+                                  * or NULL */
 } problem;
 
 static double log_uniform_magnitude(ttt_rng *r, double lo, double hi) {
@@ -140,9 +145,10 @@ static void place_resets(float *la, int T, int gk, int C) {
 }
 
 /* C: the chunk the resets are placed for (place_resets) */
-static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared, int C, int nh) {
-    problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY, .nh = nh};
-    p.q = tu_randn_buf(f, (size_t)T * DK, 1.0f);
+static problem make_problem(tu_fixture *f, const hard_case *c, int T, int squared, int C, int nh,
+                            int nl) {
+    problem p = {.T = T, .squared = squared, .vec = c->gate == G_KEY, .nh = nh, .nl = nl};
+    p.q = tu_randn_buf(f, (size_t)T * DK * nl, 1.0f);
     p.k = tu_randn_buf(f, (size_t)nh * T * DK, 1.0f);
     p.v = tu_randn_buf(f, (size_t)nh * T * DV, 1.0f);
     for (int t = 0; t < nh * T; t++) { /* keys: a random direction times the case's norm */
@@ -163,7 +169,23 @@ static problem make_problem(tu_fixture *f, const hard_case *c, int T, int square
             p.la[i] = (float)log_uniform_magnitude(&f->rng, c->la_lo, c->la_hi);
         if (c->resets) place_resets(p.la, T, p.vec ? DK : 1, C);
     }
+    if (nl > 1) /* the levels' weights λ ∈ [1/4, 4], log-uniform, on one query per token */
+        for (int t = 0; t < T; t++)
+            for (int l = nl - 1; l >= 0; l--) { /* level 0's query last: the others read it */
+                const double lam = log_uniform_magnitude(&f->rng, 0.25, 4.0);
+                for (int i = 0; i < DK; i++)
+                    p.q[((size_t)t * nl + l) * DK + i] = (float)(lam * p.q[(size_t)t * nl * DK + i]);
+            }
     return p;
+}
+
+/* Log-linear attention's Fenwick merge before token t (docs/math.md §4.8): the level that
+ * levels 0 … m − 1 join, 0 for none. */
+static int fenwick_target(int t, int nl) {
+    if (t <= 0 || nl <= 1) return 0;
+    int tz = 0;
+    while (!((t >> tz) & 1)) tz++;
+    return tz + 1 < nl - 1 ? tz + 1 : nl - 1;
 }
 
 /* The float64 recurrence, docs/math.md §4, from S_0 = 0 with θ = 1:
@@ -171,33 +193,46 @@ static problem make_problem(tu_fixture *f, const hard_case *c, int T, int square
  *   squared: S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ (v_t − k_t Diag(α_t) S_{t−1})   (coupled decay)
  *   o_t = q_t S_t;
  * with nh > 1 steps per token (§4.7) the squared step is taken for each of the token's nh pairs
- * after the one decay.
+ * after the one decay; with nl > 1 levels (§4.8) the levels are merged by the Fenwick schedule
+ * before each token, every level decays and takes the step (the squared loss's correction on
+ * each, the write v on level 0 only), and o_t = Σ_ℓ q_t^ℓ S_t^ℓ; S holds nl·DK·DV.
  * The gates are taken from the float32 log α the forms receive, exponentiated in double. */
-static void reference(double *o, double *S, const problem *p, double theta) {
-    memset(S, 0, sizeof(double) * DK * DV);
+static void reference(double *o, double *S_all, const problem *p, double theta) {
+    const int nl = p->nl;
+    memset(S_all, 0, sizeof(double) * nl * DK * DV);
     double a[DK], e[DV];
     for (int t = 0; t < p->T; t++) {
-        const float *q = p->q + (size_t)t * DK;
+        const int m = fenwick_target(t, nl);
+        for (int l = 0; l < m; l++)
+            for (int n = 0; n < DK * DV; n++) {
+                S_all[(size_t)m * DK * DV + n] += S_all[(size_t)l * DK * DV + n];
+                S_all[(size_t)l * DK * DV + n] = 0.0;
+            }
         for (int i = 0; i < DK; i++)
             a[i] = !p->la ? 1.0 : exp((double)p->la[p->vec ? (size_t)t * DK + i : (size_t)t]);
-        for (int i = 0; i < DK; i++)
-            for (int j = 0; j < DV; j++) S[i * DV + j] *= a[i];
-        for (int u = 0; u < p->nh; u++) {
-            const size_t r = (size_t)t * p->nh + u;
-            const float *k = p->k + r * DK, *v = p->v + r * DV;
-            const double beta = theta * (double)p->eta[r];
-            for (int j = 0; j < DV; j++) {
-                double ks = 0;
-                if (p->squared)
-                    for (int i = 0; i < DK; i++) ks += (double)k[i] * S[i * DV + j];
-                e[j] = (double)v[j] - ks;
-            }
+        for (int l = 0; l < nl; l++) {
+            double *S = S_all + (size_t)l * DK * DV;
             for (int i = 0; i < DK; i++)
-                for (int j = 0; j < DV; j++) S[i * DV + j] += beta * (double)k[i] * e[j];
+                for (int j = 0; j < DV; j++) S[i * DV + j] *= a[i];
+            if (l && !p->squared) continue; /* linear attention writes level 0 only */
+            for (int u = 0; u < p->nh; u++) {
+                const size_t r = (size_t)t * p->nh + u;
+                const float *k = p->k + r * DK, *v = p->v + r * DV;
+                const double beta = theta * (double)p->eta[r];
+                for (int j = 0; j < DV; j++) {
+                    double ks = 0;
+                    if (p->squared)
+                        for (int i = 0; i < DK; i++) ks += (double)k[i] * S[i * DV + j];
+                    e[j] = (l ? 0.0 : (double)v[j]) - ks;
+                }
+                for (int i = 0; i < DK; i++)
+                    for (int j = 0; j < DV; j++) S[i * DV + j] += beta * (double)k[i] * e[j];
+            }
         }
         for (int j = 0; j < DV; j++) {
             double s = 0;
-            for (int i = 0; i < DK; i++) s += (double)q[i] * S[i * DV + j];
+            for (int r = 0; r < nl * DK; r++)
+                s += (double)p->q[(size_t)t * nl * DK + r] * S_all[(size_t)r * DV + j];
             o[(size_t)t * DV + j] = s;
         }
     }
@@ -262,14 +297,16 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
     tu_fixture f;
     tu_fx_init(&f, 4242);
     ttt_rng rng0 = f.rng; /* the same draws again: the gates without their resets */
-    const int nh = L->substeps > 1 ? L->substeps : 1;
-    problem p = make_problem(&f, c, T, squared, L->chunk, nh);
-    double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
+    const int nh = L->substeps > 1 ? L->substeps : 1, nl = L->levels > 1 ? L->levels : 1;
+    ck_assert_int_le(nl, NL_MAX);
+    const int ns = nl * DK * DV; /* the state's floats */
+    problem p = make_problem(&f, c, T, squared, L->chunk, nh, nl);
+    double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[NL_MAX * DK * DV];
     ck_assert_ptr_nonnull(o_ref);
     reference(o_ref, S_ref, &p, L->lr);
     /* with resets, the perturbed input the comparison must reject: the recurrence with the reset
      * gates back at their drawn values (a form that ignored the resets) */
-    double *o_ref0 = NULL, S_ref0[DK * DV];
+    double *o_ref0 = NULL, S_ref0[NL_MAX * DK * DV];
     if (c->resets) {
         const ttt_rng rng1 = f.rng;
         f.rng = rng0;
@@ -277,15 +314,15 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
                                                    .la_hi = c->la_hi, .eta_lo = c->eta_lo,
                                                    .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
                                                    .knorm_hi = c->knorm_hi},
-                                  T, squared, L->chunk, nh);
+                                  T, squared, L->chunk, nh, nl);
         f.rng = rng1;
         o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
         ck_assert_ptr_nonnull(o_ref0);
         reference(o_ref0, S_ref0, &p0, L->lr);
     }
-    ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, nh * T, DK);
+    ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, nl * DK), *k = ttt_tensor_2d(&f.ctx, nh * T, DK);
     ttt_tensor *v = ttt_tensor_2d(&f.ctx, nh * T, DV), *eta = ttt_tensor_1d(&f.ctx, nh * T);
-    memcpy(q->data, p.q, sizeof(float) * (size_t)T * DK);
+    memcpy(q->data, p.q, sizeof(float) * (size_t)T * nl * DK);
     memcpy(k->data, p.k, sizeof(float) * (size_t)nh * T * DK);
     memcpy(v->data, p.v, sizeof(float) * (size_t)nh * T * DV);
     memcpy(eta->data, p.eta, sizeof(float) * (size_t)nh * T);
@@ -304,9 +341,9 @@ static result run_case(const ttt_form_entry *e, const ttt_layer *L, const hard_c
     ck_assert_msg(e->forward(&f.ctx, L, o, &st, &a, &err) == TTT_OK, "%s/%s: %s", e->family,
                   e->form, err.msg);
     const result r = {rel_rms(o->data, o_ref, (size_t)T * DV),
-                      rel_rms(st.W[0]->data, S_ref, DK * DV),
+                      rel_rms(st.W[0]->data, S_ref, ns),
                       o_ref0 ? rel_rms(o->data, o_ref0, (size_t)T * DV) : INFINITY,
-                      o_ref0 ? rel_rms(st.W[0]->data, S_ref0, DK * DV) : INFINITY};
+                      o_ref0 ? rel_rms(st.W[0]->data, S_ref0, ns) : INFINITY};
     free(o_ref), free(o_ref0);
     tu_fx_free(&f);
     return r;
@@ -321,15 +358,16 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
         const ttt_form_entry *e = ttt_form_at(i);
         if (e->device != TTT_DEVICE_HOST) continue; /* device entries: tests/test_cuda_*.c */
         /* presets with explicit gates are the same tuple: one each, by loss and by whether
-         * they take several steps per token (Gated DeltaProduct) */
-        int seen[2][2] = {{0, 0}, {0, 0}};
+         * they take several steps per token (Gated DeltaProduct) or hold several levels of
+         * state (log-linear attention) */
+        int seen[2][3] = {{0, 0, 0}, {0, 0, 0}};
         for (int j = 0; j < ttt_preset_count(); j++) {
             const ttt_preset *pr = ttt_preset_at(j);
             ttt_layer L;
             int squared = 0;
             if (!build_layer(&L, pr, e->form) || !reference_defines(&L, &squared)) continue;
-            const int multi = L.substeps > 1;
-            if (e->available(&L, NULL) || seen[squared][multi]) continue;
+            const int multi = L.substeps > 1 ? 1 : L.levels > 1 ? 2 : 0;
+            if (ttt_form_entry_available(e, &L, NULL) || seen[squared][multi]) continue;
             seen[squared][multi] = 1;
             in_domain[i] = 1;
             for (int c = 0; c < N_CASES; c++) {
@@ -340,7 +378,7 @@ START_TEST(every_form_matches_float64_on_hard_inputs) {
                                                              : TTT_FORM_GATE_TOKEN;
                 const int T = length_for(e, &L, hc);
                 const ttt_form_inputs in = {.T = T, .eta = 1, .gate = g, .tape = 0};
-                if (e->available(&L, &in)) continue;
+                if (ttt_form_entry_available(e, &L, &in)) continue;
                 const result r = run_case(e, &L, hc, T, squared);
                 /* with resets the comparison must also reject the recurrence without them */
                 const int bad = !(tu_ratio(r.o, REL_RMS_BOUND) & tu_ratio(r.S, REL_RMS_BOUND)) ||
@@ -380,7 +418,7 @@ static result run_dplr_case(const hard_case *c, int T, int C) {
     tu_fixture f;
     tu_fx_init(&f, 4242);
     ttt_rng rng0 = f.rng;
-    problem p = make_problem(&f, c, T, 1, 16, 1);
+    problem p = make_problem(&f, c, T, 1, 16, 1, 1);
     double *o_ref = malloc(sizeof(double) * (size_t)T * DV), S_ref[DK * DV];
     ck_assert_ptr_nonnull(o_ref);
     reference(o_ref, S_ref, &p, 1.0);
@@ -392,7 +430,7 @@ static result run_dplr_case(const hard_case *c, int T, int C) {
                                                    .la_hi = c->la_hi, .eta_lo = c->eta_lo,
                                                    .eta_hi = c->eta_hi, .knorm_lo = c->knorm_lo,
                                                    .knorm_hi = c->knorm_hi},
-                                  T, 1, 16, 1);
+                                  T, 1, 16, 1, 1);
         f.rng = rng1;
         o_ref0 = malloc(sizeof(double) * (size_t)T * DV);
         ck_assert_ptr_nonnull(o_ref0);

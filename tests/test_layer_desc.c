@@ -105,7 +105,7 @@ START_TEST(the_section_records_the_resolved_values) {
                           "order: update_then_apply, steps: per_token, position_scale: none, "
                           "form: auto, scale: 1.0, rope: false, rope_base: 10000.0, "
                           "normalize: none, feature_map: elu1, features: 64, feature_seed: 0, "
-                          "feature_gate: false, steps_per_token: 1}");
+                          "feature_gate: false, steps_per_token: 1, levels: 1}");
     free(got);
     ck_assert_float_eq(L.decay, 0.5f); /* given beats the preset's 0.99 */
     ck_assert_float_eq(L.lr, 0.1f);
@@ -145,7 +145,9 @@ START_TEST(the_block_row_resolves_rope_and_normalize) {
         ck_assert_msg(strncmp(plain, want, strlen(want)) != 0, "%s", plain);
         free(plain);
         free(block);
-        if (p->steps_per_token > 1) continue; /* its n_h keys share a position: no rope */
+        /* n_h keys of a token share its position, and the levels of log-linear attention are
+         * read with one query per token: no rope for either */
+        if (p->steps_per_token > 1 || p->levels > 1) continue;
         snprintf(text, sizeof text, "{preset: %s, rope: %s}", p->name, rope ? "false" : "true");
         free(parsed_section(text, 1, &c));
         ck_assert_int_eq(c.rope, !rope);

@@ -64,6 +64,9 @@ enum {
  *  kda               FLA kda.py: as Gated DeltaNet with the gate per key dimension.
  *  deltaproduct      Siems et al. 2025 / FLA gated_deltaproduct.py: as Gated DeltaNet, with
  *                    n_h keys, values and β per token (the same convolution, SiLU and L2 norm).
+ *  loglinear_mamba2  Guo et al. 2025 / FLA log_linear_mamba2.py: Mamba2's block, with λ per
+ *                    head and level on the queries.
+ *  loglinear_gdn     Guo et al. 2025 (the authors' hattention): Gated DeltaNet's block, λ as above.
  *  ttt_linear/mlp    Sun et al. 2024 / ttt-lm-pytorch (Transformer backbone): no convolution, no
  *                    activation, RoPE, learned η, learned W_0, output norm, no gate.
  *  titans            Behrouz et al. 2025 (section 4.4): convolution + SiLU, L2 q/k, data-dependent θ and
@@ -84,6 +87,8 @@ static const block presets[] = {
     {"gated_deltanet", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
     {"kda", 4, 1, 1, E1, GV, 1, 1, 0, 0, 0},
     {"deltaproduct", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
+    {"loglinear_mamba2", 4, 1, 0, EDT, GS, 1, 1, 0, 0, 0},
+    {"loglinear_gdn", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
     {"ttt_linear", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"ttt_mlp", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"titans", 4, 1, 1, E1, GS, 1, 1, 1, 0, 0},

@@ -272,6 +272,14 @@ START_TEST(grad_deltaproduct) {
     gradcheck(MODEL_TTT, "{preset: deltaproduct, form: recurrent, chunk: 3}");
 }
 END_TEST
+/* Log-linear attention's blocks (docs/math.md §4.8): λ = softplus(h W_λ + b_λ) per head and
+ * level on the queries, 4 levels over the 7 tokens (the top level holds the older buckets),
+ * through the loglinear form's hand-written backward (the state saved every 3 tokens). */
+START_TEST(grad_loglinear) {
+    gradcheck(MODEL_TTT, "{preset: loglinear_mamba2, levels: 4, chunk: 3}");
+    gradcheck(MODEL_TTT, "{preset: loglinear_gdn, levels: 4, chunk: 3}");
+}
+END_TEST
 START_TEST(grad_ttt_linear) {
     /* mini-batch 3 over 7 tokens: two full blocks and a partial one */
     gradcheck(MODEL_TTT, "{preset: ttt_linear, mini_batch: 3, form: generic}");
@@ -847,6 +855,7 @@ static Suite *suite(void) {
     tcase_add_test(g, multiscale_gate_is_retnet_decay);
     tcase_add_test(g, grad_gated_deltanet);
     tcase_add_test(g, grad_deltaproduct);
+    tcase_add_test(g, grad_loglinear);
     tcase_add_test(g, grad_ttt_linear);
     tcase_add_test(g, grad_titans);
     tcase_add_test(g, grad_softmax_learned);

@@ -46,6 +46,7 @@ static float *zbuf(size_t n) { return calloc(n + 1, sizeof(float)); }
 typedef struct problem {
     ttt_layer_handle *h;
     int nh; /* key/value pairs per token (steps_per_token): k, v and η have nh rows per token */
+    int nq; /* query columns per token: DK, or levels·DK for log-linear attention (levels) */
     int n_state;
     size_t numel[MAXS]; /* one (sequence, head)'s elements of state tensor i */
     int weight[MAXS];   /* tensor i is a fast weight (its initial value is given) */
@@ -60,6 +61,8 @@ static void problem_init(problem *p, ttt_layer_handle *h) {
     const char *nh = strstr(ttt_layer_tuple(h), "steps_per_token ");
     p->nh = nh ? atoi(nh + strlen("steps_per_token ")) : 1;
     ck_assert_int_ge(p->nh, 1);
+    const char *nl = strstr(ttt_layer_tuple(h), "levels ");
+    p->nq = (nl ? atoi(nl + strlen("levels ")) : 1) * DK;
     p->n_state = ttt_layer_state_tensors(h);
     ck_assert_int_le(p->n_state, MAXS);
     for (int i = 0; i < p->n_state; i++) {
@@ -73,7 +76,7 @@ static void problem_init(problem *p, ttt_layer_handle *h) {
         p->state_in[i] = rbuf(NSEQ * H * p->numel[i], -0.5f, 0.5f);
         p->d_state_out[i] = rbuf(NSEQ * H * p->numel[i], -1, 1);
     }
-    p->q = rbuf((size_t)T * H * DK, -1, 1);
+    p->q = rbuf((size_t)T * H * p->nq, -1, 1);
     p->k = rbuf((size_t)p->nh * T * H * DK, -1, 1);
     p->v = rbuf((size_t)p->nh * T * H * DV, -1, 1);
     p->eta = rbuf((size_t)p->nh * T * H, 0.1f, 0.9f);
@@ -101,7 +104,7 @@ typedef struct outs {
 static void outs_init(outs *r, const problem *p) {
     memset(r, 0, sizeof *r);
     r->o = zbuf((size_t)T * H * DV);
-    r->d_q = zbuf((size_t)T * H * DK);
+    r->d_q = zbuf((size_t)T * H * p->nq);
     r->d_k = zbuf((size_t)p->nh * T * H * DK);
     r->d_v = zbuf((size_t)p->nh * T * H * DV);
     r->d_eta = zbuf((size_t)p->nh * T * H);
@@ -130,11 +133,11 @@ static ttt_status call(const problem *p, int variant, int backward, int t0, int 
     /* k, v, η: nh rows per token */
     const size_t pr = (size_t)p->nh * rows, p0 = (size_t)p->nh * r0;
     const int gk = variant & V_GATE_VEC ? DK : 1;
-    float *q = zbuf(rows * DK), *k = zbuf(pr * DK), *v = zbuf(pr * DV), *eta = zbuf(pr),
+    float *q = zbuf(rows * p->nq), *k = zbuf(pr * DK), *v = zbuf(pr * DV), *eta = zbuf(pr),
           *la = zbuf(rows * gk), *o = zbuf(rows * DV), *d_o = zbuf(rows * DV);
-    float *d_q = zbuf(rows * DK), *d_k = zbuf(pr * DK), *d_v = zbuf(pr * DV),
+    float *d_q = zbuf(rows * p->nq), *d_k = zbuf(pr * DK), *d_v = zbuf(pr * DV),
           *d_eta = zbuf(pr), *d_la = zbuf(rows * gk);
-    memcpy(q, p->q + r0 * DK, rows * DK * sizeof(float));
+    memcpy(q, p->q + r0 * p->nq, rows * p->nq * sizeof(float));
     memcpy(k, p->k + p0 * DK, pr * DK * sizeof(float));
     memcpy(v, p->v + p0 * DV, pr * DV * sizeof(float));
     memcpy(eta, p->eta + p0, pr * sizeof(float));
@@ -162,7 +165,7 @@ static ttt_status call(const problem *p, int variant, int backward, int t0, int 
     ttt_status s = backward ? ttt_layer_backward_run(p->h, &io, &g, err)
                             : ttt_layer_forward_run(p->h, &io, threads, err);
     memcpy(r->o + r0 * DV, o, rows * DV * sizeof(float));
-    memcpy(r->d_q + r0 * DK, d_q, rows * DK * sizeof(float));
+    memcpy(r->d_q + r0 * p->nq, d_q, rows * p->nq * sizeof(float));
     memcpy(r->d_k + p0 * DK, d_k, pr * DK * sizeof(float));
     memcpy(r->d_v + p0 * DV, d_v, pr * DV * sizeof(float));
     memcpy(r->d_eta + p0, d_eta, pr * sizeof(float));
@@ -176,7 +179,7 @@ static ttt_status call(const problem *p, int variant, int backward, int t0, int 
 static const char *outs_differ(const outs *a, const outs *b, const problem *p) {
     static char what[32];
     if (memcmp(a->o, b->o, (size_t)T * H * DV * sizeof(float))) return "o";
-    if (memcmp(a->d_q, b->d_q, (size_t)T * H * DK * sizeof(float))) return "d_q";
+    if (memcmp(a->d_q, b->d_q, (size_t)T * H * p->nq * sizeof(float))) return "d_q";
     if (memcmp(a->d_k, b->d_k, (size_t)p->nh * T * H * DK * sizeof(float))) return "d_k";
     if (memcmp(a->d_v, b->d_v, (size_t)p->nh * T * H * DV * sizeof(float))) return "d_v";
     if (memcmp(a->d_eta, b->d_eta, (size_t)p->nh * T * H * sizeof(float))) return "d_eta";

@@ -142,6 +142,8 @@ typedef struct ttt_layer_descriptor {
     int feature_gate;                /* 0 or 1: rfa's gated writes */
     int steps_per_token;             /* n_h ≥ 1 delta steps per token (Gated DeltaProduct): k,
                                       * v and the rates then have n_h rows per token */
+    int levels;                      /* Λ ≥ 1 Fenwick levels of state (log-linear attention):
+                                      * q then has Λ·d_k columns, level ℓ's query λ^ℓ q */
 } ttt_layer_descriptor;
 
 /* Every field of the first `size` bytes unset and desc->size = size; pass sizeof *desc. Writes

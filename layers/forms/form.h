@@ -52,6 +52,12 @@ typedef struct ttt_layer {
      * call's k, v and η have n_h·T rows (token t's pairs at rows n_h·t … n_h·t + n_h − 1), q
      * and the gate T; only the delta_product forms compute it. */
     int substeps;
+    /* levels: Λ fast weights at the time scales of a Fenwick tree (log-linear attention,
+     * docs/math.md §4.8); 1 (the default) is the one state of the ordinary rule. With Λ > 1 the
+     * state W is (Λ·d_k, d_v), level after level, and a call's q is (T, Λ·d_k): token t reads
+     * level ℓ with columns ℓ·d_k … (ℓ+1)·d_k − 1 (λ_t^ℓ q_t); only the loglinear forms compute
+     * it, and st->pos places the tokens in the tree. */
+    int levels;
 } ttt_layer;
 
 enum {
@@ -235,7 +241,17 @@ typedef struct ttt_form_entry {
     ttt_status (*forward_batched)(const ttt_layer *L, const ttt_form_batch *io, ttt_error *err);
     ttt_status (*backward_batched)(const ttt_layer *L, const ttt_form_batch *io,
                                    const ttt_form_batch_grad *g, ttt_error *err);
+    /* Nonzero for the entries that compute levels > 1 (log-linear attention, docs/math.md
+     * §4.8), and only those: the registry offers the others only layers of one level. */
+    int levels;
 } ttt_form_entry;
+
+/* Whether entry e computes L for `in` (NULL) or why not: the entry's own test, after the one
+ * every entry shares: layers of several levels (log-linear attention, docs/math.md §4.8) are
+ * the loglinear entries' alone, and those compute nothing else. What every caller asks (never
+ * e->available directly). */
+const char *ttt_form_entry_available(const ttt_form_entry *e, const ttt_layer *L,
+                                     const ttt_form_inputs *in);
 
 int ttt_form_count(void);
 const ttt_form_entry *ttt_form_at(int i);

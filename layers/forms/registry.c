@@ -51,6 +51,14 @@ ttt_form_inputs ttt_form_inputs_plain(const ttt_layer *L, long T, int tape) {
                              .tape = tape};
 }
 
+const char *ttt_form_entry_available(const ttt_form_entry *e, const ttt_layer *L,
+                                     const ttt_form_inputs *in) {
+    if (L->levels > 1 && !e->levels)
+        return "it computes one state; levels > 1 (log-linear attention) runs form: recurrent "
+               "(the loglinear entry)";
+    return e->available(L, in);
+}
+
 static int is_auto(const ttt_layer *L) { return !L->form || strcmp(L->form, "auto") == 0; }
 
 /* Why entry e does not compute L for `in`, or NULL when it does: an entry of another device
@@ -62,7 +70,7 @@ static const char *unavailable_for(const ttt_form_entry *e, const ttt_layer *L,
         return e->device == TTT_DEVICE_HOST
                    ? "this form computes on the host, and the call's buffers are on a CUDA device"
                    : "this form computes on a CUDA device, and the call's buffers are on the host";
-    return e->available(L, in);
+    return ttt_form_entry_available(e, L, in);
 }
 
 static int of_device(const ttt_form_entry *e, const ttt_form_inputs *in) {
@@ -75,8 +83,10 @@ static int of_device(const ttt_form_entry *e, const ttt_form_inputs *in) {
 static void why_not(const ttt_layer *L, const ttt_form_inputs *in, char *buf, size_t len) {
     for (int i = 0; i < N_FORMS; i++) {
         const ttt_form_entry *e = registry[i];
-        if (strcmp(e->form, L->form) != 0 || !of_device(e, in) || e->available(L, NULL)) continue;
-        const char *w = in ? e->available(L, in) : NULL;
+        if (strcmp(e->form, L->form) != 0 || !of_device(e, in) ||
+            ttt_form_entry_available(e, L, NULL))
+            continue;
+        const char *w = in ? ttt_form_entry_available(e, L, in) : NULL;
         if (w) {
             snprintf(buf, len, "%s", w);
             return;
@@ -88,7 +98,7 @@ static void why_not(const ttt_layer *L, const ttt_form_inputs *in, char *buf, si
         const ttt_form_entry *e = registry[i];
         if (strcmp(e->form, L->form) != 0 || !of_device(e, in)) continue;
         w += (size_t)snprintf(buf + w, len - w, "%s%s: %s", w ? "; " : "", e->family,
-                              e->available(L, NULL));
+                              ttt_form_entry_available(e, L, NULL));
     }
     if (!w && in && in->device != TTT_DEVICE_HOST)
         snprintf(buf, len, "no %s form computes on a CUDA device; pass host buffers "
@@ -101,7 +111,8 @@ const char *ttt_form_unavailable(const ttt_layer *L) {
     static _Thread_local char buf[1024];
     if (is_auto(L)) return NULL;
     for (int i = 0; i < N_FORMS; i++)
-        if (strcmp(registry[i]->form, L->form) == 0 && !registry[i]->available(L, NULL))
+        if (strcmp(registry[i]->form, L->form) == 0 &&
+            !ttt_form_entry_available(registry[i], L, NULL))
             return NULL;
     why_not(L, NULL, buf, sizeof buf);
     return buf;
@@ -195,9 +206,9 @@ const ttt_form_entry *ttt_form_plan_with(ttt_form_rates_fn rates, const ttt_laye
         why[0] = '\0';
         for (int i = 0; i < N_FORMS && w < sizeof why; i++) {
             const ttt_form_entry *e = registry[i];
-            if (e->device != in->device || !e->available(L, in)) continue;
+            if (e->device != in->device || !ttt_form_entry_available(e, L, in)) continue;
             w += (size_t)snprintf(why + w, sizeof why - w, "%s%s/%s: %s", w ? "; " : "",
-                                  e->family, e->form, e->available(L, in));
+                                  e->family, e->form, ttt_form_entry_available(e, L, in));
         }
         ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                       "no CUDA form computes this layer for these inputs (%s); run it on host "

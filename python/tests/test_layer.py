@@ -46,10 +46,12 @@ def test_every_preset_optimizer_and_form_is_reachable():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 5, 2, 8)).astype(np.float32)
     for p, _ in ttt.registry("presets"):
-        # deltaproduct: two key/value pairs per token, one step each (mini_batch 1)
-        nh = ttt.Layer(p).steps_per_token(8)
+        # deltaproduct: two key/value pairs per token, one step each (mini_batch 1); the
+        # loglinear presets: one query per level of state (mini_batch 1)
+        nh, nl = ttt.Layer(p).steps_per_token(8), ttt.Layer(p).levels(8)
         kv = np.repeat(x, nh, axis=1)
-        o, _ = ttt.Layer(p, **({"mini_batch": 4} if nh == 1 else {}))(x, kv, kv)
+        q = np.concatenate([x] * nl, axis=-1)
+        o, _ = ttt.Layer(p, **({"mini_batch": 4} if nh == nl == 1 else {}))(q, kv, kv)
         assert o.shape == x.shape and np.all(np.isfinite(o)), p
     for name, _ in ttt.registry("optimizers"):
         o, _ = ttt.Layer("deltanet", optimizer=name)(x, x, x)

@@ -13,11 +13,11 @@ CU = [0, 13, 13, 14, 50, 57]  # an empty sequence, a single token, one of 36 tok
 T, N = CU[-1], len(CU) - 1
 
 
-def inputs(seed=0, vec=False, nh=1):
+def inputs(seed=0, vec=False, nh=1, nl=1):
     """nh: key/value pairs per token (deltaproduct's steps_per_token): k, v, beta have nh·T
-    rows."""
+    rows; nl: levels of state (the loglinear presets): q has nl·D columns."""
     r = np.random.default_rng(seed)
-    q = r.standard_normal((1, T, H, D)).astype(np.float32)
+    q = r.standard_normal((1, T, H, nl * D)).astype(np.float32)
     k = r.standard_normal((1, nh * T, H, D)).astype(np.float32)
     k /= np.linalg.norm(k, axis=-1, keepdims=True)  # unit keys: the delta rules contract
     v = r.standard_normal((1, nh * T, H, D)).astype(np.float32)
@@ -43,13 +43,14 @@ def piece(x, n, nh=1):
 def test_numpy_forward_and_backward_equal_one_call_per_sequence(preset, cu_type):
     layer = ttt.Layer(preset)
     nh = layer.steps_per_token(D)  # pairs per token: k, v, beta at nh·CU
-    q, k, v, beta, la = inputs(nh=nh)
+    q, k, v, beta, la = inputs(nh=nh, nl=layer.levels(D))
     cu = list(CU) if cu_type is list else np.array(CU, cu_type)
     shapes = [s for _, s in layer.state_info(D, D)]
     r = np.random.default_rng(1)
     s0 = [r.uniform(-0.5, 0.5, (N, H) + s).astype(np.float32) for s in shapes[:1]]
     o, st = layer.forward(q, k, v, beta=beta, log_alpha=la, initial_state=s0, cu_seqlens=cu)
-    assert o.shape == q.shape and all(x.shape == (N, H) + s for x, s in zip(st, shapes))
+    assert o.shape == v.shape[:1] + q.shape[1:3] + v.shape[3:] and \
+        all(x.shape == (N, H) + s for x, s in zip(st, shapes))
     d_o = r.standard_normal(o.shape).astype(np.float32)
     d_s = [r.standard_normal(x.shape).astype(np.float32) for x in st]
     g = layer.backward(d_o, q, k, v, beta=beta, log_alpha=la, initial_state=s0, d_state=d_s,

@@ -13,6 +13,8 @@ _INPUTS = {
     "kda": ("beta", "log_alpha_vec"),
     # Gated DeltaProduct: k, v and beta with steps_per_token rows per token (docs/math.md §4.7)
     "deltaproduct": ("beta", "log_alpha"),
+    # log-linear attention: q with one query per level of state (docs/math.md §4.8)
+    "loglinear_mamba2": ("beta", "log_alpha"), "loglinear_gdn": ("beta", "log_alpha"),
     "titans": ("eta", "log_alpha"), "ttt_linear": ("eta",), "lact": ("eta",),
 }
 
@@ -35,6 +37,9 @@ def _initial(preset, rng, B, H, d_k, d_v):
     fam = PRESETS[preset]["family"]
     if fam in ("linear", "delta", "deltaproduct"):
         return [rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k)]
+    if fam.startswith("loglinear"):  # the levels one after the other
+        nl = int(PRESETS[preset]["levels"])
+        return [rng.standard_normal((B, H, nl * d_k, d_v)) / np.sqrt(d_k)]
     if fam == "titans":
         return [rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k),
                 0.1 * rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k)]
@@ -51,7 +56,8 @@ def make_inputs(preset, B, T, H, d_k, d_v, case=CASES[0], seed=0):
     name, (la_lo, la_hi), (b_lo, b_hi) = case
     rng = np.random.default_rng(seed)
     nh = int(PRESETS[preset].get("steps_per_token", 1))  # pairs per token (deltaproduct)
-    kw = dict(q=_unit(rng.standard_normal((B, T, H, d_k))),
+    nl = int(PRESETS[preset].get("levels", 1))  # queries per token (log-linear attention)
+    kw = dict(q=_unit(rng.standard_normal((B, T, H, nl * d_k))),
               k=_unit(rng.standard_normal((B, nh * T, H, d_k))),
               v=rng.standard_normal((B, nh * T, H, d_v)), scale=1.0)
     for inp in _INPUTS[preset]:

@@ -17,7 +17,8 @@ from ._lib import Error, check, ffi, lib
 _STR_FIELDS = ("preset", "model", "loss", "optimizer", "decay_placement", "order", "steps",
                "position_scale", "form", "normalize", "feature_map")
 _NUM_FIELDS = ("lr", "decay", "scale", "rope_base")
-_INT_FIELDS = ("mini_batch", "chunk", "rope", "features", "feature_seed", "feature_gate")
+_INT_FIELDS = ("mini_batch", "chunk", "rope", "features", "feature_seed", "feature_gate",
+               "levels")
 _FIELDS = _STR_FIELDS + _NUM_FIELDS + _INT_FIELDS
 
 # the library's dimensions and thread counts are C ints
@@ -274,10 +275,25 @@ class Layer:
         m = re.search(r"steps_per_token (\d+)", self.tuple(d_k, d_v))
         return int(m.group(1)) if m else 1
 
+    def levels(self, d_k=8, d_v=None):
+        """Λ, the Fenwick levels of state (log-linear attention, docs/math.md §4.8): q then is
+        (B, T, H, Λ·d_k), level ℓ's query λ^ℓ q in columns ℓ·d_k … (ℓ + 1)·d_k − 1."""
+        m = re.search(r"levels (\d+)", self.tuple(d_k, d_v))
+        return int(m.group(1)) if m else 1
+
     def _dims(self, q, k, v):
         """(B, T, H, d_k, d_v) and n_h: q's T, with k and v of n_h·T rows for a layer that
-        takes n_h > 1 steps per token."""
+        takes n_h > 1 steps per token; d_k is k's width, q's for a layer of Λ levels Λ·d_k."""
         qs, ks, vs = _shape(q), _shape(k), _shape(v)
+        if len(qs) == 4 and len(ks) == 4 and qs[:3] == ks[:3] and qs[3] != ks[3] and \
+                ks[3] >= 1 and len(vs) == 4 and vs[3] >= 1:
+            nl = self.levels(ks[3], vs[3])
+            if nl > 1 and qs[3] == nl * ks[3]:
+                return check_dims(k, k, v), 1
+            if nl > 1:
+                raise ValueError("ttt: this layer holds %d levels of state (levels): q must be "
+                                 "(B, T, H, %d·d_k) = %s, every level's query; got q %s"
+                                 % (nl, nl, ks[:3] + (nl * ks[3],), qs))
         if len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and ks != qs and \
                 min(qs[3], vs[3]) >= 1 and qs[1] > 0:
             nh = self.steps_per_token(qs[3], vs[3])
@@ -291,6 +307,11 @@ class Layer:
                 check_dims(q, q, SimpleNamespace(shape=qs[:3] + (vs[3],)))
                 return qs + (vs[3],), nh
         dims = check_dims(q, k, v)
+        if min(dims[3], dims[4]) >= 1 and self.levels(dims[3], dims[4]) > 1:
+            nl = self.levels(dims[3], dims[4])
+            raise ValueError("ttt: this layer holds %d levels of state (levels): q must be "
+                             "(B, T, H, %d·d_k) = %s, every level's query; got q %s"
+                             % (nl, nl, tuple(dims[:3]) + (nl * dims[3],), _shape(q)))
         nh = self.steps_per_token(dims[3], dims[4]) if min(dims[3], dims[4]) >= 1 else 1
         if nh > 1 and dims[1] > 0:
             raise ValueError("ttt: this layer takes %d pairs per token (steps_per_token): k and "
@@ -312,7 +333,8 @@ class Layer:
         `seed` for models that have them): a list of float32 arrays (B, H, shape_i)."""
         d_v = d_v or d_k
         z = np.zeros((B, 0, H, d_k), np.float32)
-        return self.forward(z, z, np.zeros((B, 0, H, d_v), np.float32))[1]
+        zq = np.zeros((B, 0, H, self.levels(d_k, d_v) * d_k), np.float32)
+        return self.forward(zq, z, np.zeros((B, 0, H, d_v), np.float32))[1]
 
     def __repr__(self):
         return "ttt.Layer(%s)" % self.tuple()
@@ -452,7 +474,7 @@ class Layer:
             keep += [arr, ds]
             g.d_state_out = ffi.cast("const float *const *", arr)
         Tk = p["Tk"]  # k, v and the rates: n_h rows per token (steps_per_token)
-        out = {"q": np.empty((B, T, H, d_k), np.float32), "k": np.empty((B, Tk, H, d_k),
+        out = {"q": np.empty(p["q"].shape, np.float32), "k": np.empty((B, Tk, H, d_k),
                                                                        np.float32),
                "v": np.empty((B, Tk, H, d_v), np.float32)}
         g.d_q, g.d_k, g.d_v = _ptr(out["q"]), _ptr(out["k"]), _ptr(out["v"])

@@ -25,6 +25,12 @@ PRESETS = {
     # per token before its steps
     "deltaproduct": dict(family="deltaproduct", lr=1.0, decay=0.99, decay_placement="coupled",
                          steps_per_token=2),
+    # Log-linear attention (docs/math.md §4.8): Λ = levels fast weights on the Fenwick schedule,
+    # q (B, T, H, Λ·d_k) the levels' queries side by side (λ_t^ℓ q_t), or q (B, T, H, d_k) with
+    # level_scales λ (B, T, H, Λ); the state (B, H, Λ·d_k, d_v) level after level
+    "loglinear_mamba2": dict(family="loglinear_linear", lr=1.0, decay=0.97, levels=12),
+    "loglinear_gdn": dict(family="loglinear_delta", lr=1.0, decay=0.99,
+                          decay_placement="coupled", levels=12),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
     "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
@@ -113,7 +119,7 @@ def _newton_schulz(xp, A, steps):
 
 
 def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_state=None,
-              scale=None, **params):
+              scale=None, level_scales=None, **params):
     """(o, final_state) of `preset` in float64, in the (B, T, H, D) layout of ttt.Layer.
 
     "rwkv7" is the generalized delta rule (DPLR) of RWKV-7 and takes a=, b= (B, T, H, d_k) and
@@ -127,7 +133,10 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
     models with random initial weights, ttt_linear and lact, need it given). params override the
     preset's lr, decay, decay_placement, momentum, mini_batch, steps_per_token. final_state is
     one array when the state is one tensor, else a tuple, as ttt.Layer returns it. scale: the query scale, d_k^-0.5
-    when None (FLA's, and ttt.Layer's)."""
+    when None (FLA's, and ttt.Layer's).
+    loglinear_mamba2, loglinear_gdn: q (B, T, H, levels·d_k), every level's query, or q
+    (B, T, H, d_k) with level_scales λ (B, T, H, levels), which gives level ℓ the query λ^ℓ q;
+    the state is (B, H, levels·d_k, d_v); params may set levels."""
     if preset == "rwkv7":
         return _rwkv7_reference(q, k, v, beta=beta, log_alpha=log_alpha, eta=eta,
                                 initial_state=initial_state, scale=scale, **params)
@@ -142,7 +151,26 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
         cfg[key] = val
     xp = _Xp(q)
     q, k, v = xp.asarray(q), xp.asarray(k), xp.asarray(v)
-    B, T, H, d_k = q.shape
+    fam = cfg["family"]
+    if fam.startswith("loglinear"):
+        nl = int(cfg["levels"])
+        if level_scales is not None:
+            lam = xp.asarray(level_scales)
+            if tuple(lam.shape) != tuple(q.shape[:3]) + (nl,):
+                raise ValueError("ttt.reference: level_scales of %s take shape %s (B, T, H, "
+                                 "levels); got %s" % (preset, tuple(q.shape[:3]) + (nl,),
+                                                      tuple(lam.shape)))
+            q = (lam[..., :, None] * q[..., None, :]).reshape(tuple(q.shape[:3]) + (-1,))
+        if q.shape[-1] != nl * k.shape[-1]:
+            raise ValueError("ttt.reference: %s with levels %d takes q of %d columns (levels · "
+                             "d_k) or level_scales; got %d" % (preset, nl, nl * k.shape[-1],
+                                                               q.shape[-1]))
+        d_k = k.shape[-1]
+        B, T, H = q.shape[:3]
+    elif level_scales is not None:
+        raise ValueError("ttt.reference: level_scales is for the loglinear presets")
+    else:
+        B, T, H, d_k = q.shape
     if beta is not None and eta is not None:
         raise ValueError("ttt.reference: give beta or eta, not both (beta = lr * eta)")
     lr = float(cfg["lr"])
@@ -154,9 +182,10 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
         initial_state = [initial_state]
     init = None if initial_state is None else [None if s is None else xp.asarray(s)
                                                 for s in initial_state]
-    fam = cfg["family"]
     qs = q * (d_k ** -0.5 if scale is None else scale)
-    if fam in ("linear", "delta"):
+    if fam.startswith("loglinear"):
+        o, st = _loglinear(xp, cfg, fam == "loglinear_delta", qs, k, v, step, alpha, init)
+    elif fam in ("linear", "delta"):
         o, st = _linear(xp, cfg, fam, qs, k, v, step, alpha, init)
     elif fam == "deltaproduct":
         o, st = _deltaproduct(xp, cfg, qs, k, v, step, alpha, init)
@@ -223,6 +252,48 @@ def _deltaproduct(xp, cfg, q, k, v, step, alpha, init):
             S = S - bt * xp.einsum("bhk,bhv->bhkv", kt, err)
         outs.append(xp.einsum("bhk,bhkv->bhv", q[:, t], S))
     return xp.stack(outs, 1), [S]
+
+
+def _fenwick_target(p, nl):
+    """The level that levels 0 … m − 1 merge into before token p (0: none), docs/math.md §4.8."""
+    if p <= 0 or nl <= 1:
+        return 0
+    tz = (p & -p).bit_length() - 1
+    return min(tz + 1, nl - 1)
+
+
+def _loglinear(xp, cfg, delta, q, k, v, step, alpha, init):
+    """Log-linear attention (docs/math.md §4.8), token by token from position 0: the Fenwick
+    merge, the rule's step on every level (the delta rule's transition on each, the write into
+    level 0; linear attention decays the others), the read-out Σ_ℓ q^ℓ S^ℓ."""
+    B, T, H = q.shape[:3]
+    d_k, d_v = k.shape[-1], v.shape[-1]
+    nl = int(cfg["levels"])
+    if alpha is not None and alpha.ndim == 4:
+        raise ValueError("ttt.reference: log-linear attention takes one gate per token (B, T, H)")
+    S0 = _first(init, 0, xp, (B, H, nl * d_k, d_v))
+    S = [S0[:, :, l * d_k:(l + 1) * d_k] for l in range(nl)]
+    outs = []
+    for t in range(T):
+        m = _fenwick_target(t, nl)
+        if m:
+            S[m] = sum(S[1:m + 1], S[0])
+            for l in range(m):
+                S[l] = xp.zeros((B, H, d_k, d_v))
+        a = cfg["decay"] if alpha is None else alpha[:, t][..., None, None]
+        kt, vt, bt = k[:, t], v[:, t], step[:, t][..., None, None]
+        for l in range(nl):
+            Sd = a * S[l]
+            if delta:
+                e = (vt if l == 0 else 0.0) - xp.einsum("bhk,bhkv->bhv", kt, Sd)
+                S[l] = Sd + bt * xp.einsum("bhk,bhv->bhkv", kt, e)
+            else:
+                S[l] = Sd + (bt * xp.einsum("bhk,bhv->bhkv", kt, vt) if l == 0 else 0.0)
+        qt = q[:, t]
+        outs.append(sum(xp.einsum("bhk,bhkv->bhv", qt[..., l * d_k:(l + 1) * d_k], S[l])
+                        for l in range(nl)))
+    Sf = xp.t.cat(S, dim=2) if xp.torch else np.concatenate(S, axis=2)
+    return xp.stack(outs, 1), [Sf]
 
 
 def _titans(xp, cfg, q, k, v, step, alpha, init):

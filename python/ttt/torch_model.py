@@ -448,7 +448,7 @@ KNOWN_TTT = {
     "layer.rope": ("false", "true"), "layer.rope_base": None,
     "layer.normalize": ("none", "ratio"), "layer.feature_map": ("elu1",), "layer.features": None,
     "layer.feature_seed": None, "layer.feature_gate": ("false",),
-    "layer.steps_per_token": ("1",),
+    "layer.steps_per_token": ("1",), "layer.levels": ("1",),
 }
 
 

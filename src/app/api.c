@@ -106,6 +106,7 @@ static ttt_layer_descriptor desc_unset(void) {
     s.lr = s.decay = s.scale = s.rope_base = TTT_DESC_UNSET_NUM;
     s.mini_batch = s.chunk = s.rope = TTT_DESC_UNSET_INT;
     s.features = s.feature_seed = s.feature_gate = s.steps_per_token = TTT_DESC_UNSET_INT;
+    s.levels = TTT_DESC_UNSET_INT;
     return s;
 }
 
@@ -179,6 +180,11 @@ static void tuple_text(char *buf, size_t len, const ttt_layer *L) {
         if (n > 0 && n < len)
             snprintf(buf + n - 1, len - (n - 1), ", steps_per_token %d)", L->substeps);
     }
+    if (L->levels > 1) { /* Λ levels of state (docs/math.md §4.8) */
+        const size_t n = strlen(buf);
+        if (n > 0 && n < len)
+            snprintf(buf + n - 1, len - (n - 1), ", levels %d)", L->levels);
+    }
 }
 
 /* The widest d_k and d_v a layer may have: the widest d_model of a trained model
@@ -248,6 +254,7 @@ ttt_status ttt_layer_new(ttt_layer_handle **out, const ttt_layer_descriptor *des
     d.feature_seed = integer(desc->feature_seed);
     d.feature_gate = integer(desc->feature_gate);
     d.steps_per_token = integer(desc->steps_per_token);
+    d.levels = integer(desc->levels);
     ttt_layer_handle *h = calloc(1, sizeof *h);
     if (!h) return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_layer_new: out of memory");
     ttt_status s = ttt_layer_build(&d, d_k, d_v, &h->L, err);
@@ -336,6 +343,8 @@ typedef struct varlen_segment {
 static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io *io,
                       const ttt_batch_grad *g, int n) {
     const size_t t0 = (size_t)io->cu_seqlens[n], H = (size_t)io->H;
+    /* levels Λ (docs/math.md §4.8): q holds Λ·d_k columns */
+    const size_t rq = t0 * H * L->d_k * (size_t)(L->levels > 1 ? L->levels : 1);
     const size_t rk = t0 * H * L->d_k, rv = t0 * H * L->d_v, r1 = t0 * H,
                  rl = io->alpha_vec ? rk : r1;
     /* steps_per_token n_h (docs/math.md §4.7): k, v and η have n_h rows per token */
@@ -346,7 +355,7 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     s->io.n_seqs = 0;
     s->io.T = (int)(io->cu_seqlens[n + 1] - io->cu_seqlens[n]);
     s->io.o = io->o + rv;
-    s->io.q = io->q + rk;
+    s->io.q = io->q + rq;
     s->io.k = io->k + pk;
     s->io.v = io->v + pv;
     if (io->eta) s->io.eta = io->eta + p1;
@@ -371,7 +380,7 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     if (!g) return;
     s->g = *g;
     s->g.d_o = g->d_o + rv;
-    if (g->d_q) s->g.d_q = g->d_q + rk;
+    if (g->d_q) s->g.d_q = g->d_q + rq;
     if (g->d_k) s->g.d_k = g->d_k + pk;
     if (g->d_v) s->g.d_v = g->d_v + pv;
     if (g->d_eta) s->g.d_eta = g->d_eta + p1;
@@ -493,7 +502,8 @@ static ttt_status backward_work(void *arg, ttt_error *err) {
     /* steps_per_token n_h (docs/math.md §4.7): k, v and η have n_h rows per token */
     const int Tk = (L->substeps > 1 ? L->substeps : 1) * T;
     const size_t bh = (size_t)b * H + h;
-    ttt_tensor *q = leaf(ctx, 2, T, d_k, io->q, b, h, H);
+    const int d_q = (L->levels > 1 ? L->levels : 1) * d_k; /* Λ levels' queries (§4.8) */
+    ttt_tensor *q = leaf(ctx, 2, T, d_q, io->q, b, h, H);
     ttt_tensor *k = leaf(ctx, 2, Tk, d_k, io->k, b, h, H);
     ttt_tensor *v = leaf(ctx, 2, Tk, d_v, io->v, b, h, H);
     ttt_tensor *eta = io->eta ? leaf(ctx, 1, Tk, 1, io->eta, b, h, H) : NULL;
@@ -553,7 +563,7 @@ static ttt_status backward_work(void *arg, ttt_error *err) {
         const ttt_tensor *x = *state_slot(&st, i);
         if (io->state_out[i]) memcpy(io->state_out[i] + bh * x->n, x->data, x->n * sizeof(float));
     }
-    if (g->d_q) scatter(g->d_q, q->grad, b, h, T, H, d_k);
+    if (g->d_q) scatter(g->d_q, q->grad, b, h, T, H, d_q);
     if (g->d_k) scatter(g->d_k, k->grad, b, h, Tk, H, d_k);
     if (g->d_v) scatter(g->d_v, v->grad, b, h, Tk, H, d_v);
     if (g->d_eta && eta) scatter(g->d_eta, eta->grad, b, h, Tk, H, 1);

@@ -92,7 +92,7 @@ typedef enum ttt_mixer_kind {
 } ttt_mixer_kind;
 /* Room for a mixer's own options and its own parameters per block (mixers/mixer.h). */
 #define TTT_MIXER_MAX_OPTS 16
-#define TTT_MIXER_MAX_IDS 24
+#define TTT_MIXER_MAX_IDS 28
 typedef enum ttt_pos_kind { TTT_POS_NONE, TTT_POS_LEARNED, TTT_POS_ROPE } ttt_pos_kind;
 typedef enum ttt_gate_kind {
     TTT_GATE_NONE,

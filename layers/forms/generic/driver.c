@@ -243,7 +243,7 @@ double ttt_layer_weight_floats(const ttt_layer *L, double *gram) {
         const int nd = L->model->shape(w, L->d_phi, L->d_v, shape); /* the state's rows */
         double n = 1;
         for (int d = 0; d < nd; d++) n *= shape[d];
-        total += n;
+        total += n * (L->levels > 1 ? L->levels : 1); /* Λ levels of state (docs/math.md §4.8) */
         if (nd == 2) {
             const double m = shape[0] < shape[1] ? shape[0] : shape[1];
             *gram += m * m;

@@ -25,6 +25,10 @@ enum {
      * short convolution kernels side by side (conv, 2·(n_h − 1)·H·D) */
     W_KV2,
     CONV_KV2,
+    /* levels Λ > 1 (log-linear attention, docs/math.md §4.8): λ = softplus(h W_λ + b_λ),
+     * (d, Λ·H) and (Λ·H), level ℓ of head h at column ℓ·H + h */
+    W_LAM,
+    B_LAM,
     W0,     /* W0 + w: the learned initial fast weight w, (H, shape of w) */
     /* OPT + i: the inner optimizer's outer parameter i (optim.h `outer`), its declared shape */
     OPT = W0 + TTT_MAX_WEIGHTS,
@@ -111,6 +115,17 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
     c->out_norm = truth(chosen(map, "out_norm", row, row ? row->out_norm : NULL), 1);
     c->out_gate = truth(chosen(map, "out_gate", row, row ? row->out_gate : NULL), 1);
     c->learn_init = truth(chosen(map, "learn_init", row, row ? row->learn_init : NULL), !linear);
+    if (L->levels > 1 && c->learn_init)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "learn_init"),
+                             "model.learn_init: layer.levels = %d (log-linear attention) starts "
+                             "its levels empty, as the Fenwick tree starts; expected "
+                             "learn_init: false",
+                             L->levels);
+    if (L->levels > 1 && c->gate == TTT_GATE_VECTOR)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
+                             "model.gate: vector; layer.levels = %d (log-linear attention) takes "
+                             "one gate per token: expected none, constant, scalar or multiscale",
+                             L->levels);
     if (c->positions == TTT_POS_ROPE)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "positions"),
                              "model.positions: rope for TTT mixers is the layer's own "
@@ -208,6 +223,12 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
             own[CONV_KV2] = ttt_mixer_add(b, "conv_kv_more", 2, (int[]){c->conv, W2}, 0,
                                           TTT_INIT_NORMAL, 1.0f / sqrtf((float)c->conv));
     }
+    const int nl = c->layer.levels > 1 ? c->layer.levels : 1;
+    if (nl > 1) { /* the levels' weights λ (FLA's log_linear_mamba2.py: softplus of a
+                   * projection; λ = log 2 for every level at initialization, as there) */
+        own[W_LAM] = ttt_mixer_add(b, "w_lambda", 2, (int[]){d, nl * H}, 1, TTT_INIT_NORMAL, std);
+        own[B_LAM] = ttt_mixer_add(b, "b_lambda", 1, (int[]){nl * H}, 0, TTT_INIT_ZEROS, 0.0f);
+    }
     if (c->gate == TTT_GATE_SCALAR) {
         own[W_A] = ttt_mixer_add(b, "w_a", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
         own[B_A] = ttt_mixer_add(b, "dt_bias", 1, (int[]){H}, 0, TTT_INIT_DT_BIAS, 0.0f);
@@ -254,7 +275,8 @@ static double param_bound(const ttt_seq_model_config *c) {
                                       : 0.0; /* the inner optimizer's own parameters */
     /* steps_per_token n_h: the wider rates, the other pairs' keys and values and kernels */
     const double nh = c->layer.substeps > 1 ? c->layer.substeps : 1;
-    const double more = (nh - 1) * (d * H + H + 2.0 * C * (d + (c->conv > 0 ? c->conv : 0)));
+    const double more = (nh - 1) * (d * H + H + 2.0 * C * (d + (c->conv > 0 ? c->conv : 0))) +
+                        (c->layer.levels > 1 ? c->layer.levels * H * (d + 1.0) : 0.0); /* λ */
     return d * C + d * H + 3.0 * C + 3.0 * H + w0 + opt + more; /* gates, rates, biases */
 }
 
@@ -483,7 +505,14 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     const int C = H * D;
     ttt_tensor *qkv = ttt_mixer_qkv_packed(call); /* (B, T, 3·H·D): [q | k | v] */
     const int nh = L->substeps > 1 ? L->substeps : 1;
-    ttt_tensor *eta = NULL, *la = NULL, *kv2 = NULL;
+    ttt_tensor *eta = NULL, *la = NULL, *kv2 = NULL, *lam = NULL;
+    const int nl = L->levels > 1 ? L->levels : 1;
+    if (nl > 1) /* λ = softplus(h W_λ + b_λ): (B, T, Λ·H) */
+        lam = ttt_mixer_reshape3(
+            ctx,
+            ttt_softplus(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_LAM]), 0),
+                                      ttt_mixer_p(call, own[B_LAM]))),
+            B, T, nl * H);
     if (c->eta == TTT_ETA_SIGMOID) { /* η = sigmoid(h W_η + b_η): (B, T, n_h·H) */
         eta = ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, h, 0, ttt_mixer_p(call, own[W_ETA]), 0),
                                        ttt_mixer_p(call, own[B_ETA])));
@@ -550,6 +579,17 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
             if (c->qk_norm) {
                 qh = ttt_mixer_l2norm(ctx, qh);
                 kh = ttt_mixer_l2norm(ctx, kh);
+            }
+            if (lam) { /* level ℓ's query λ^ℓ q, the levels side by side: (T, Λ·D) */
+                const ttt_tensor *qp[64];
+                TTT_ASSERT(nl <= 64);
+                for (int l = 0; l < nl; l++)
+                    qp[l] = ttt_scale_rows(
+                        ctx, qh,
+                        ttt_reshape(ctx,
+                                    ttt_slice_block(ctx, lam, r0, r1, l * H + hh, l * H + hh + 1),
+                                    1, (int[]){T}));
+                qh = ttt_concat_cols_n(ctx, qp, nl);
             }
             ttt_tensor *eh = NULL, *lh = NULL;
             if (eta && nh > 1) { /* pair j's rate of head hh at column j·H + hh */
