@@ -9,7 +9,8 @@
  * Jacobian J (row i from a backward seeded with e_i, the case being small) gives the magnitude
  * scales
  *     S_i = |y_i| + Σ_j |J_ij|·|x_j|      (forward: for a product y = Σ a_k b_k this is Σ|a||b|)
- *     G_j = |g_j| + Σ_i |w_i|·|J_ij|      (backward: the same for the gradient's sum over i)
+ *     G_j = |g_j| + Σ_i |w_i|·|J_ij|      (backward: the same for the gradient's sum over i;
+ *                                         ATTN adds its backward's terms before they cancel)
  * and the measures are max_i |y_cuda − y_cpu|_i / S_i and max_j |g_cuda − g_cpu|_j / G_j. The
  * bound is c·ε with ε = 2^-24 (float32's unit roundoff) and c by the op's class, both sides
  * being float32 computations each within a few roundings of S (resp. G):
@@ -31,7 +32,19 @@
  *                     (float32 sums of Dk terms on the device), the scaling, the softmax (exp,
  *                     double sums, the rounded lse reused in the backward) and the product P v
  *                     (float32 sums of up to T terms), each within the product's bound; the host
- *                     op is exact to one rounding, so the device's errors are all of it.
+ *                     op is exact to one rounding, so the device's errors are all of it. Its
+ *                     backward scale G of q and k also holds the terms that the softmax backward
+ *                     rounds before they cancel (attn_terms): J's entries for q and k are
+ *                     scale·Σ_k p_ik (v_k − o_i) k_k, the cancellation done exactly inside the
+ *                     absolute value, but the device rounds dP_ik = w_i·v_k and
+ *                     D_i = Σ_k p_ik dP_ik apart before dS_ik = p_ik (dP_ik − D_i), so its
+ *                     error scales with A_ik = p_ik (Σ_e|w_ie v_ke| + Σ_k' p_ik' Σ_e|w_ie v_k'e|)
+ *                     and not with |dS_ik|, which is small where dP ≈ D. G_q adds
+ *                     scale·Σ_k A_ik|k_k|, G_k adds scale·Σ_i A_ik|q_i|: tests/
+ *                     test_cuda_attention.c bounds each of the kernels' roundings by ε times
+ *                     such magnitudes (dP's by (Dv + 2)·ε·Σ_e|w_ie v_ke|, D's, dS's, then the
+ *                     sums over T), and the unfused ops' softmax backward rounds the same
+ *                     terms. dV = Pᵀ w has no cancellation: its G is the Jacobian's.
  * Non-finite CPU outputs (causal_fill's −∞) must be matched exactly.
  *
  * Finite differences (cases marked fd): for every input element, the float64 central differences
@@ -440,6 +453,52 @@ static double class_c(const op_case *c) {
     return 4.0;
 }
 
+/* ATTN's addition to the backward scale G (the header's "ATTN"): the magnitudes of the terms
+ * of dS_ik = p_ik (dP_ik − D_i) as the device rounds them, A_ik = p_ik (a_ik + Σ_k' p_ik' a_ik')
+ * with a_ik = Σ_e |w_ie v_ke| (dP_ik = Σ_e w_ie v_ke and D_i = Σ_k p_ik dP_ik, each rounded
+ * before the difference: src/core/cuda/ops_attention.cu), carried to q and k as dQ = scale·dS K
+ * and dK = scale·dSᵀ Q carry dS. In double from the float inputs; q = k (K_ATTENTION_QK, one
+ * tensor) gets both. */
+static void attn_terms(const op_case *c, float *const *x, const float *w, double *G,
+                       const size_t *off) {
+    const int qk = c->kind == K_ATTENTION_QK, iv = qk ? 1 : 2, nd = c->ndim[0];
+    const int B = nd == 3 ? c->shape[0][0] : 1, T = c->shape[0][nd - 2];
+    const int dk = c->shape[0][nd - 1], dv = c->shape[iv][nd - 1];
+    const double scale = c->f0;
+    double *p = malloc((size_t)T * sizeof(double)), *a = malloc((size_t)T * sizeof(double));
+    for (int b = 0; b < B; b++) {
+        const size_t q0 = (size_t)b * T * dk, v0 = (size_t)b * T * dv;
+        const float *q = x[0] + q0, *k = x[qk ? 0 : 1] + q0, *v = x[iv] + v0, *wb = w + v0;
+        double *Gq = G + off[0] + q0, *Gk = G + off[qk ? 0 : 1] + q0;
+        for (int i = 0; i < T; i++) {
+            const float *qi = q + (size_t)i * dk, *wi = wb + (size_t)i * dv;
+            double m = -INFINITY, l = 0.0, dm = 0.0;
+            for (int j = 0; j <= i; j++) { /* p_ij, a_ij and Σ_j p_ij a_ij */
+                double s = 0.0;
+                for (int e = 0; e < dk; e++) s += (double)qi[e] * k[(size_t)j * dk + e];
+                p[j] = scale * s;
+                m = fmax(m, p[j]);
+            }
+            for (int j = 0; j <= i; j++) l += exp(p[j] - m);
+            for (int j = 0; j <= i; j++) {
+                p[j] = exp(p[j] - m) / l;
+                a[j] = 0.0;
+                for (int e = 0; e < dv; e++) a[j] += fabs((double)wi[e] * v[(size_t)j * dv + e]);
+                dm += p[j] * a[j];
+            }
+            for (int j = 0; j <= i; j++) {
+                const double A = scale * p[j] * (a[j] + dm); /* scale·A_ij */
+                for (int e = 0; e < dk; e++) {
+                    Gq[(size_t)i * dk + e] += A * fabs(k[(size_t)j * dk + e]);
+                    Gk[(size_t)j * dk + e] += A * fabs(qi[e]);
+                }
+            }
+        }
+    }
+    free(p);
+    free(a);
+}
+
 static double loss_of(const run_out *r, const float *w) {
     double s = 0.0;
     for (size_t i = 0; i < r->ny; i++)
@@ -498,6 +557,7 @@ static row_result run_case(harness *h, const op_case *c, int *failures) {
             if (col > jinf) jinf = col, jbest = off[k] + j;
             if (cpu.g[k]) G[off[k] + j] += fabs(cpu.g[k][j]);
         }
+    if (c->cls == ATTN) attn_terms(c, x, w, G, off);
     const double bound = class_c(c) * EPS32;
 
     /* the device against the CPU */
