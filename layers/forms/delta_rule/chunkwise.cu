@@ -1255,6 +1255,37 @@ __global__ void __launch_bounds__(NTHR, seq_blocks_per_sm(LDK, sizeof(E)))
  *     + Σ_s (H+J)_ts − Σ_r (H+J)_rt    (H = dM ⊙ M, J = dA ⊙ A: the D inside M and A)
  *     − l_t, and Σ_s l_s at C−1        (l_s = δ_s · λ_s (K dS)_s, the λ of the state update,
  *                                       with λ ⊙ (K dS) = (I + A)ᵀ dR − scale Mᵀ dO) */
+/* delta_bwd_cc(_mma)'s element (t, s) of the C × C gradients: F = dM ⊙ D and E = dA ⊙ β ⊙ D to
+ * the workspace (where M and A' were), H + J and dA ⊙ A' to shared memory for the sums below */
+__device__ __forceinline__ void cc_element(const delta_params &p, size_t cc, int t, int s,
+                                           float dM, float dA, float d, const float *Ms,
+                                           const float *As, const float *Bs, float *HJ,
+                                           float *DB) {
+    p.Mw[cc + t * DC + s] = dM * d;
+    p.Aw[cc + t * DC + s] = dA * Bs[t] * d;
+    HJ[t * DLC + s] = dM * Ms[t * DLC + s] + dA * Bs[t] * As[t * DLC + s];
+    DB[t * DLC + s] = dA * As[t * DLC + s];
+}
+/* ... and, once every element is in, the chunk's terms of dγ without the key dimension (row and
+ * column sums of H + J, the row sums r1 r2 r3) and d_β (threads 0..C−1) */
+__device__ __forceinline__ void cc_gate_terms(const delta_params &p, size_t ch, int b, int h,
+                                              int t0, const float *HJ, const float *DB,
+                                              const float *Bs, const float *r1, const float *r2,
+                                              const float *r3) {
+    if (threadIdx.x >= DC) return;
+    const int t = threadIdx.x, gt = t0 + t;
+    float row = 0.f, col = 0.f, db = 0.f, lsum = 0.f;
+    for (int s = 0; s < DC; s++) {
+        row += HJ[t * DLC + s];
+        col += HJ[s * DLC + t];
+        db += DB[t * DLC + s];
+    }
+    if (t == DC - 1)
+        for (int s = 0; s < DC; s++) lsum += r3[s];
+    p.gaw[ch * DC + t] = -Bs[t] * r1[t] + row - col - r3[t] + lsum;
+    if (p.d_beta && gt < p.T) p.d_beta[drow(p, b, gt, h)] = db + r2[t];
+}
+
 template <typename E>
 __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
     extern __shared__ float4 sm4[];
@@ -1353,27 +1384,11 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
             float d = gate_d(gam, rho, t, s);
             float dM = s <= t ? p.scale * aM[i][jx] : 0.f;
             float dA = s < t ? -aA[i][jx] : 0.f;
-            float F = dM * d, Ev = dA * Bs[t] * d;
-            p.Mw[cc + t * DC + s] = F;
-            p.Aw[cc + t * DC + s] = Ev;
-            HJ[t * DLC + s] = dM * Ms[t * DLC + s] + dA * Bs[t] * As[t * DLC + s];
-            DB[t * DLC + s] = dA * As[t * DLC + s];
+            cc_element(p, cc, t, s, dM, dA, d, Ms, As, Bs, HJ, DB);
         }
     }
     __syncthreads();
-    if (tid < DC) {
-        const int t = tid, gt = t0 + t;
-        float row = 0.f, col = 0.f, db = 0.f, lsum = 0.f;
-        for (int s = 0; s < DC; s++) {
-            row += HJ[t * DLC + s];
-            col += HJ[s * DLC + t];
-            db += DB[t * DLC + s];
-        }
-        if (t == DC - 1)
-            for (int s = 0; s < DC; s++) lsum += r3[s];
-        p.gaw[ch * DC + t] = -Bs[t] * r1[t] + row - col - r3[t] + lsum;
-        if (p.d_beta && gt < p.T) p.d_beta[drow(p, b, gt, h)] = db + r2[t];
-    }
+    cc_gate_terms(p, ch, b, h, t0, HJ, DB, Bs, r1, r2, r3);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1382,6 +1397,25 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_cc(delta_params p) {
  *     d_k = −(β ⊙ Γ ⊙ dR) S0ᵀ + (λ ⊙ δ) dSᵀ + Fᵀ Q + E K + Eᵀ K
  * (S0 the chunk-start state, dS the chunk-end gradient), and the key-tile's part of dγ:
  *     q_t · (scale Γ_t S0 dO_t)   and, at C−1, Γ_{C−1} ⟨dS, S0⟩. */
+/* delta_bwd_qk(_mma)'s key tile's part of dγ: t2 per token, and at C − 1 also Γ_{C−1} ⟨dS, S0⟩
+ * over the tile (ip: this thread's share of the inner product; red: a float per warp) */
+__device__ __forceinline__ void qk_gate_terms(const delta_params &p, int kt, size_t ch, float ip,
+                                              float *red, const float *Gs, const float *t2s) {
+    const int tid = threadIdx.x;
+    ip = ttt_warp_sum(ip);
+    if ((tid & 31) == 0) red[tid >> 5] = ip;
+    __syncthreads();
+    if (tid < DC) {
+        float extra = 0.f;
+        if (tid == DC - 1) {
+            float tot = 0.f;
+            for (int i = 0; i < NTHR / 32; i++) tot += red[i];
+            extra = Gs[DC - 1] * tot;
+        }
+        p.gbw[((size_t)kt * p.B * p.H * p.nc + ch) * DC + tid] = t2s[tid] + extra;
+    }
+}
+
 template <typename E>
 __global__ void __launch_bounds__(NTHR) delta_bwd_qk(delta_params p) {
     extern __shared__ float4 sm4[];
@@ -1498,18 +1532,7 @@ __global__ void __launch_bounds__(NTHR) delta_bwd_qk(delta_params p) {
             if (dk) ttt_st<E>(dk, o, aK[a][bb]);
         }
     }
-    ip = ttt_warp_sum(ip);
-    if (lane == 0) red[w] = ip;
-    __syncthreads();
-    if (tid < DC) {
-        float extra = 0.f;
-        if (tid == DC - 1) {
-            float tot = 0.f;
-            for (int i = 0; i < NTHR / 32; i++) tot += red[i];
-            extra = Gs[DC - 1] * tot;
-        }
-        p.gbw[((size_t)kt * p.B * p.H * p.nc + ch) * DC + tid] = t2s[tid] + extra;
-    }
+    qk_gate_terms(p, kt, ch, ip, red, Gs, t2s);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1669,25 +1692,10 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_cc_mma(delta_params p) {
             float d = gate_d(gam, rho, t, s);
             float dM = s <= t ? p.scale * aM[0][j][e] : 0.f;
             float dA = s < t ? -aA[0][j][e] : 0.f;
-            p.Mw[cc + t * DC + s] = dM * d;
-            p.Aw[cc + t * DC + s] = dA * Bs[t] * d;
-            HJ[t * DLC + s] = dM * Ms[t * DLC + s] + dA * Bs[t] * As[t * DLC + s];
-            DB[t * DLC + s] = dA * As[t * DLC + s];
+            cc_element(p, cc, t, s, dM, dA, d, Ms, As, Bs, HJ, DB);
         }
     __syncthreads();
-    if (tid < DC) {
-        const int t = tid, gt = t0 + t;
-        float row = 0.f, col = 0.f, db = 0.f, lsum = 0.f;
-        for (int s = 0; s < DC; s++) {
-            row += HJ[t * DLC + s];
-            col += HJ[s * DLC + t];
-            db += DB[t * DLC + s];
-        }
-        if (t == DC - 1)
-            for (int s = 0; s < DC; s++) lsum += r3[s];
-        p.gaw[ch * DC + t] = -Bs[t] * r1[t] + row - col - r3[t] + lsum;
-        if (p.d_beta && gt < p.T) p.d_beta[drow(p, b, gt, h)] = db + r2[t];
-    }
+    cc_gate_terms(p, ch, b, h, t0, HJ, DB, Bs, r1, r2, r3);
 }
 
 #define XK 72 /* row stride (bf16) of the K and Q tiles */
@@ -1849,18 +1857,7 @@ __global__ void __launch_bounds__(NTHR, 2) delta_bwd_qk_mma(delta_params p) {
                 *(__nv_bfloat162 *)(dk + o) =
                     __floats2bfloat162_rn(aK[0][j][2 * e2], aK[0][j][2 * e2 + 1]);
         }
-    ip = ttt_warp_sum(ip);
-    if (lane == 0) red[w] = ip;
-    __syncthreads();
-    if (tid < DC) {
-        float extra = 0.f;
-        if (tid == DC - 1) {
-            float tot = 0.f;
-            for (int i = 0; i < NTHR / 32; i++) tot += red[i];
-            extra = Gs[DC - 1] * tot;
-        }
-        p.gbw[((size_t)kt * p.B * p.H * p.nc + ch) * DC + tid] = t2s[tid] + extra;
-    }
+    qk_gate_terms(p, kt, ch, ip, red, Gs, t2s);
 }
 
 /* delta_bwd_gate: d_g_u = Σ_{r ≥ u, no reset in (u, r]} dγ_r within the chunk (a reverse
