@@ -193,6 +193,10 @@ void ttt_delta_rule_chunkwise_ld(ttt_ctx *ctx, float *o, float *S, const float *
  * implied), formed in float64 and rounded once (delta_rule/chunkwise.c; the chunk inverse of the
  * delta-rule forms). X: scratch of np × np doubles, np = n rounded up to 8. */
 void ttt_unit_lower_invert(float *A, double *X, int n);
+/* U ← (I + L)⁻¹ U (n, d_v) and W ← (I + L)⁻¹ W (n, d_k), L the strictly lower part of A: through
+ * the float64 inverse when X (scratch as above) is given (A is then overwritten by it), by
+ * triangular solves otherwise (long chunks). The delta rule's pseudo-values and keys. */
+void ttt_unit_lower_apply(float *A, double *X, int n, float *U, int d_v, float *W, int d_k);
 /* Parallel (quadratic) delta rule, docs/math.md §5.1 (with an initial state through the pseudo-values
  * V' = U − W S_0; decay as in §5.3 with a single chunk of length T). */
 void ttt_delta_rule_parallel(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,

@@ -141,6 +141,21 @@ void ttt_unit_lower_invert(float *A, /* (n, n) in/out, strictly lower part only 
         for (int c = 0; c < i; c++) A[(size_t)i * n + c] = (float)X[(size_t)i * np + c];
 }
 
+void ttt_unit_lower_apply(float *A, double *X, int n, float *U, int d_v, float *W, int d_k) {
+    if (X) {
+        ttt_unit_lower_invert(A, X, n);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, W, d_k);
+    } else {
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
+                    A, n, U, d_v);
+        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
+                    A, n, W, d_k);
+    }
+}
+
 /* One chunk of n tokens (docs/math.md §5.3). The state lives in rows 0…d_k−1 of w->Y (the caller
  * copies it in and out), on entry at the chunk start and on return at its end. Rows of the
  * sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
@@ -197,18 +212,8 @@ static void delta_chunk(float *o,               /* (n, d_v) row stride ld->o */
         for (int j = 0; j < d_k; j++) Wi[j] = bk * ki[j];
     }
     /* U = A⁻¹(β⊙V), W = A⁻¹(β⊙exp(G)⊙K) */
-    if (w->Xd) { /* chunks of at most DELTA_INVERT_MAX tokens */
-        ttt_unit_lower_invert(A, w->Xd, n);
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
-                    A, n, U, d_v);
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
-                    A, n, Wk, d_k);
-    } else {
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
-                    A, n, U, d_v);
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
-                    A, n, Wk, d_k);
-    }
+    /* the inverse for chunks of at most DELTA_INVERT_MAX tokens (w->Xd), else solves */
+    ttt_unit_lower_apply(A, w->Xd, n, U, d_v, Wk, d_k);
     /* V' = U − W S (in U) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
                 1.0f, U, d_v);

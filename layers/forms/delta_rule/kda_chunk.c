@@ -260,18 +260,7 @@ static void kda_chunk(const kda_ws *w, float *o, int ldo, const float *la, int l
             X[(size_t)t * ldx + c] = Ge[tc] * Q[tc];
         }
     }
-    if (w->Xd) {
-        ttt_unit_lower_invert(A, w->Xd, n);
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
-                    A, n, U, d_v);
-        cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
-                    A, n, Wk, d_k);
-    } else {
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_v, 1.0f,
-                    A, n, U, d_v);
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, n, d_k, 1.0f,
-                    A, n, Wk, d_k);
-    }
+    ttt_unit_lower_apply(A, w->Xd, n, U, d_v, Wk, d_k);
     /* V' = U − W S; O = [e^G⊙Q | P] [S; V'] */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d_v, d_k, -1.0f, Wk, d_k, S, d_v,
                 1.0f, U, d_v);
