@@ -64,6 +64,12 @@ struct la_dev {
     double *head;  /* (B·H, NC, gdim) chunk sums of q⊙dq − k⊙dk up to the first reset */
     double *carry; /* (B·H, NC, gdim) dg carried into each chunk from the later ones */
     int *flag;     /* (B·H, NC, gdim) 1 when the chunk holds a reset */
+    /* tensor-core path (bf16; "Tensor-core kernels" of docs/gpu.md), per chunk ch = bh·NC + c: */
+    __nv_bfloat16 *Ahl; /* (B·H·NC, 2, C, C) the forward's scores A ⊙ β_j, hi then lo part */
+    __nv_bfloat16 *Qhl; /* (B·H·NC, 2, C, d_k) scale·q ⊙ a, hi then lo */
+    __nv_bfloat16 *Khl; /* (B·H·NC, 2, C, d_k) β k ⊙ b, hi then lo */
+    double *gnw;        /* (B·H·NC, gdim) G'_{n−1}, the chunk's restarted log decay */
+    int *rnw;           /* (B·H·NC, gdim) R_{n−1}, its last reset (−1: none) */
 };
 
 __device__ __forceinline__ bool la_reset(float g) { return g < LA_RESET_G; }
@@ -1026,12 +1032,482 @@ __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
     }
 }
 
+/* ---- tensor-core kernels (bf16 inputs; docs/gpu.md "Tensor-core kernels") ----
+ * The same chunk form on mma.sync m16n8k16 bf16 products with fp32 accumulation, for bf16 inputs
+ * with d_k ≤ 128, d_k and d_v multiples of 8, v and d_o on 16-byte boundaries and o on 4-byte
+ * ones, unless ttt_chunk_args.reference asks for the fp32 kernels above. Every computed operand
+ * (the gated q and k, the scores, the state) enters a product as its two-term bf16 split
+ * x ≈ hi + lo (ttt_split2: 16 significant bits); bf16 inputs (v, d_o) enter whole. The gate
+ * arithmetic is that of the fp32 kernels (la_gate_fetch, la_scan_rows, la_dec, la_dither).
+ *
+ *   la_prep_mma  (B·H, chunks)       per chunk: the gate scan; Qa = scale·q ⊙ a and
+ *                                    Kb = β k ⊙ b as bf16 splits; G'_{n−1}, R_{n−1} per gate
+ *                                    column; with SC the scores A ⊙ β_j (split) on the tensor cores
+ *   la_seq_mma   (B·H, d_v/BV)       sequential over the chunks, the state in fp32 registers:
+ *                                    MODE 0 O = Qa S + (A ⊙ β) V, S ← e ⊙ S + Kbᵀ V (o, ht)
+ *                                    MODE 1 the chunk-start states, S ← e ⊙ S + Kbᵀ V (backward)
+ *                                    MODE 2 in reverse: the chunk-end state gradients,
+ *                                           dS ← e ⊙ dS + Qaᵀ dO (dh0) */
+#define LA_MP 72  /* row stride (floats) of la_prep_mma's tiles: float2 fragment reads conflict-free */
+#define LA_MSC 72 /* row stride (bf16) of the C × C score splits in la_seq_mma */
+
+/* Shared memory of la_prep_mma: A, Qs, Ks (C × LA_MP floats), β, a, b (C), G' (C × LA_GLD
+ * doubles), G'_{n−1} (64 doubles), R_{n−1} (64 ints), R (C × LA_GLD chars). */
+#define LA_PREP_BYTES                                                                      \
+    ((3 * LA_C * LA_MP + 3 * LA_C) * 4 + LA_C * LA_GLD * 8 + 64 * 8 + 64 * 4 + LA_C * LA_GLD)
+
+template <bool PK, bool SC>
+__global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, c2 = 2 * (lane & 3);
+    const int col = tid & 63, seg = tid >> 6;
+    const int gdim = PK ? P.dk : 1;
+    const size_t ch = (size_t)bh * P.NC + c;
+    float *A = (float *)la_smem, *Qs = A + LA_C * LA_MP, *Ks = Qs + LA_C * LA_MP;
+    float *bet = Ks + LA_C * LA_MP, *af = bet + LA_C, *bfv = af + LA_C;
+    double *Gd = (double *)(bfv + LA_C), *Gn = Gd + LA_C * LA_GLD; /* 8-byte aligned: 14016 floats */
+    int *Rn = (int *)(Gn + 64);
+    signed char *Rr = (signed char *)(Rn + 64);
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)P.q, *k = (const __nv_bfloat16 *)P.k;
+
+    for (int i = tid; i < LA_C; i += LA_NT)
+        bet[i] = (P.beta && i < n) ? P.beta[la_row(P, b, t0 + i, h)] : 1.0f;
+    if (SC && PK)
+        for (int e = tid; e < LA_C * LA_MP; e += LA_NT)
+            A[e] = 0.0f;
+    float gv[16];
+    double G[16];
+    int R[16];
+    if (!PK) { /* the scalar gate, once: a_i, b_i per row */
+        la_gate_fetch<false>(P, b, h, t0, n, 0, gv);
+        la_scan_rows(gv, G, R);
+        if (col == 0)
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                Gd[(16 * seg + r) * LA_GLD] = G[r];
+                Rr[(16 * seg + r) * LA_GLD] = (signed char)R[r];
+            }
+        la_publish_last(n, G, R, Gn, Rn);
+        __syncthreads();
+        if (col == 0) {
+            const double gn = Gn[0];
+            const int rn = Rn[0];
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * seg + r;
+                af[i] = (i < n && R[r] < 0) ? expf((float)G[r]) : 0.0f;
+                bfv[i] = (i < n && rn <= i) ? expf((float)(gn - G[r])) : 0.0f;
+            }
+        }
+        if (tid == 0) {
+            P.gnw[ch] = Gn[0];
+            P.rnw[ch] = Rn[0];
+        }
+    }
+    float acc[1][4][4] = {}, accp[1][2][4] = {}; /* scores: scalar gate, per-key off-diagonal */
+    /* per-key off-diagonal 16 × 16 blocks (I, J), J < I: warp w < 6 takes one */
+    const int oI = w < 1 ? 1 : (w < 3 ? 2 : 3), oJ = w - oI * (oI - 1) / 2, op = 16 * oI - 1;
+    const int smt = w & 3, snh = w >> 2; /* scalar gate: rows 16 smt.., columns 32 snh.. */
+    const bool sdo = 32 * snh <= 16 * smt + 15;
+    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+        if (PK)
+            la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
+        la_load<__nv_bfloat16, LA_KT>(Qs, LA_MP, q, P, b, h, t0, n, m0, P.dk);
+        la_load<__nv_bfloat16, LA_KT>(Ks, LA_MP, k, P, b, h, t0, n, m0, P.dk);
+        if (PK) {
+            la_scan_rows(gv, G, R);
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                Gd[(16 * seg + r) * LA_GLD + col] = G[r];
+                Rr[(16 * seg + r) * LA_GLD + col] = (signed char)R[r];
+            }
+            la_publish_last(n, G, R, Gn, Rn);
+        }
+        __syncthreads();
+        if constexpr (SC) {
+            if constexpr (PK) {
+                /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
+                for (int pidx = tid; pidx < 4 * 136; pidx += LA_NT) {
+                    const int I = pidx / 136, qq = pidx - 136 * I;
+                    int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
+                    while ((r + 1) * (r + 2) / 2 <= qq)
+                        ++r;
+                    while (r * (r + 1) / 2 > qq)
+                        --r;
+                    const int cc = qq - r * (r + 1) / 2;
+                    const int i = 16 * I + r, j = 16 * I + cc;
+                    float sum = 0.0f;
+                    for (int m = 0; m < LA_KT; ++m)
+                        sum = fmaf(Qs[i * LA_MP + m] * Ks[j * LA_MP + m], la_dec(Gd, Rr, j, i, m),
+                                   sum);
+                    A[i * LA_MP + j] += sum;
+                }
+                /* block (I, J) below the diagonal: (q ⊙ dec(p→·)) (k ⊙ dec(·→p))ᵀ, p = 16I − 1,
+                 * both factors ≤ 1, both operands computed (split) */
+                if (w < 6)
+                    ttt_warp_gemm<1, 2, false, false>(
+                        accp,
+                        [&](int r, int m) {
+                            return make_float2(Qs[r * LA_MP + m] * la_dec(Gd, Rr, op, r, m),
+                                               Qs[r * LA_MP + m + 1] * la_dec(Gd, Rr, op, r, m + 1));
+                        },
+                        [&](int m, int j) {
+                            return make_float2(Ks[j * LA_MP + m] * la_dec(Gd, Rr, j, op, m),
+                                               Ks[j * LA_MP + m + 1] * la_dec(Gd, Rr, j, op, m + 1));
+                        },
+                        16 * oI, 16 * oJ, 0, LA_KT);
+            } else if (sdo) { /* Q Kᵀ: bf16 inputs, exact */
+                ttt_warp_gemm<1, 4, true, true>(
+                    acc, [&](int r, int m) { return *(const float2 *)(Qs + r * LA_MP + m); },
+                    [&](int m, int j) { return *(const float2 *)(Ks + j * LA_MP + m); }, 16 * smt,
+                    32 * snh, 0, LA_KT);
+            }
+            __syncthreads(); /* every read of the raw tiles is done */
+        }
+        /* Qa = scale·q ⊙ a, Kb = β k ⊙ b in place (the thread that scanned the column) */
+        if (!PK || m0 + col < P.dk) {
+            const double gn = PK ? Gn[col] : 0.0;
+            const int rn = PK ? Rn[col] : 0;
+#pragma unroll
+            for (int r = 0; r < 16; ++r) {
+                const int i = 16 * seg + r;
+                float a, bb;
+                if (PK) { /* G'_i, R_i from shared memory: the scan's registers are dead here */
+                    const double Gi = Gd[i * LA_GLD + col];
+                    a = (i < n && Rr[i * LA_GLD + col] < 0) ? expf((float)Gi) : 0.0f;
+                    bb = (i < n && rn <= i) ? expf((float)(gn - Gi)) : 0.0f;
+                } else {
+                    a = af[i];
+                    bb = bfv[i];
+                }
+                Qs[i * LA_MP + col] *= P.scale * a;
+                Ks[i * LA_MP + col] *= bet[i] * bb;
+            }
+            if (PK && seg == 0) {
+                P.gnw[ch * gdim + m0 + col] = gn;
+                P.rnw[ch * gdim + m0 + col] = rn;
+            }
+        }
+        __syncthreads();
+        /* their splits to the workspace, two columns per thread and store */
+        for (int u = tid; u < LA_C * (LA_KT / 2); u += LA_NT) {
+            const int i = u / (LA_KT / 2), cc = 2 * (u % (LA_KT / 2)), m = m0 + cc;
+            if (m < P.dk) {
+                const size_t o = (ch * 2 * LA_C + i) * P.dk + m, lo = (size_t)LA_C * P.dk;
+                const float2 x = *(const float2 *)(Qs + i * LA_MP + cc);
+                const float2 y = *(const float2 *)(Ks + i * LA_MP + cc);
+                __nv_bfloat162 hi2, lo2;
+                ttt_split2(x.x, x.y, &hi2, &lo2);
+                *(__nv_bfloat162 *)(P.Qhl + o) = hi2;
+                *(__nv_bfloat162 *)(P.Qhl + o + lo) = lo2;
+                ttt_split2(y.x, y.y, &hi2, &lo2);
+                *(__nv_bfloat162 *)(P.Khl + o) = hi2;
+                *(__nv_bfloat162 *)(P.Khl + o + lo) = lo2;
+            }
+        }
+        __syncthreads(); /* before the next key tile overwrites the tiles and gates */
+    }
+    if constexpr (SC) {
+        /* the products' accumulators into A (scalar gate: ⊙ dec(j→i)) */
+        if constexpr (PK) {
+            if (w < 6)
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        A[(16 * oI + g + 8 * (e >> 1)) * LA_MP + 16 * oJ + 8 * j + c2 + (e & 1)] =
+                            accp[0][j][e];
+        } else if (sdo) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 16 * smt + g + 8 * (e >> 1), jj = 32 * snh + 8 * j + c2 + (e & 1);
+                    A[i * LA_MP + jj] = jj <= i ? acc[0][j][e] * la_dec(Gd, Rr, jj, i, 0) : 0.0f;
+                }
+        }
+        __syncthreads();
+        /* A ⊙ β_j, scaled and masked, as its split */
+        for (int u = tid; u < LA_C * LA_C / 2; u += LA_NT) {
+            const int i = u / (LA_C / 2), j = 2 * (u % (LA_C / 2));
+            const float x0 = (j <= i && i < n) ? P.scale * A[i * LA_MP + j] * bet[j] : 0.0f;
+            const float x1 = (j + 1 <= i && i < n) ? P.scale * A[i * LA_MP + j + 1] * bet[j + 1]
+                                                   : 0.0f;
+            __nv_bfloat162 hi2, lo2;
+            ttt_split2(x0, x1, &hi2, &lo2);
+            const size_t o = ch * 2 * LA_C * LA_C + (size_t)i * LA_C + j;
+            *(__nv_bfloat162 *)(P.Ahl + o) = hi2;
+            *(__nv_bfloat162 *)(P.Ahl + o + LA_C * LA_C) = lo2;
+        }
+    }
+}
+
+/* Shared memory of la_seq_mma: X splits (two buffers of hi, lo: C × (LDK + 8) bf16), Y (two
+ * buffers, C × (BV + 8)); MODE 0 also the score splits (two buffers of hi, lo, C × LA_MSC), the Qa
+ * split (one buffer) and the state's split (LDK × (BV + 8), hi and lo); the decays e (two
+ * buffers of LDK floats). Every part is a multiple of 16 bytes. */
+__host__ __device__ constexpr size_t la_mma_smem(int ldk, int bv, int mode) {
+    return 2 * (4 * (size_t)LA_C * (ldk + 8) + 2 * (size_t)LA_C * (bv + 8) +
+                (mode == 0 ? 4 * (size_t)LA_C * LA_MSC + 2 * (size_t)LA_C * (ldk + 8) +
+                                 2 * (size_t)ldk * (bv + 8)
+                           : 0)) +
+           2 * (size_t)ldk * 4;
+}
+
+/* One block of BV/8 warps per (sequence, BV columns of the state). The state (or its gradient)
+ * stays in fp32 registers for the whole sequence: warp w owns rows 16·mu.., NTU n-tiles from
+ * column 8·nu0 (LDK = 128: mu = w mod 8; LDK = 64: mu = w mod 4). Everything a chunk reads is
+ * copied with cp.async one chunk ahead (the Qa split of MODE 0, single-buffered, while the
+ * chunk's score and update products run). Per chunk, with X = Kb (MODE 0, 1) or Qa (MODE 2) and
+ * Y = V or dO (both 16-bit exact where they are inputs):
+ *     MODE 0: O = Qa·S (split × split: 3 mma) + (A⊙β)·V (split × exact: 2 mma, k-tiles up to the
+ *             diagonal), warps owning 16 × 32 pieces of O;
+ *     all:    S ← e ⊙ S + Xᵀ Y (Xᵀ read transposed by ldmatrix; split × exact: 2 mma),
+ * e the per-key (or scalar) chunk decay rounded with the drift carried (la_dither), in the
+ * order the chunks are visited. */
+template <int LDK, int BV, int MODE>
+__global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
+    constexpr int SK = LDK + 8, SV = BV + 8, NT = 4 * BV;
+    constexpr int NTU = LDK >= 128 ? 8 : 4;
+    extern __shared__ float4 la_sm4[];
+    __nv_bfloat16 *X0 = (__nv_bfloat16 *)la_sm4;   /* [2 buffers][hi, lo][C][SK] */
+    __nv_bfloat16 *Y0 = X0 + 4 * LA_C * SK;         /* [2][C][SV] */
+    __nv_bfloat16 *A0 = Y0 + 2 * LA_C * SV;         /* MODE 0: [2][hi, lo][C][LA_MSC] */
+    __nv_bfloat16 *Qb = A0 + (MODE == 0 ? 4 * LA_C * LA_MSC : 0); /* MODE 0: [hi, lo][C][SK] */
+    __nv_bfloat16 *S1 = Qb + (MODE == 0 ? 2 * LA_C * SK : 0), *S2 = S1 + LDK * SV;
+    float *es = (float *)(S1 + (MODE == 0 ? 2 * LDK * SV : 0)); /* [2][LDK] */
+
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c2 = 2 * (lane & 3);
+    const int bh = blockIdx.x, j0 = blockIdx.y * BV, b = bh / P.H, h = bh % P.H;
+    const int gdim = P.per_key ? P.dk : 1;
+    const __nv_bfloat16 *Xw = MODE == 2 ? P.Qhl : P.Khl;
+    const __nv_bfloat16 *Yg = (const __nv_bfloat16 *)(MODE == 2 ? P.d_o : P.v);
+    const int mt = w & 3, nt0 = 4 * (w >> 2);
+    const int mu = LDK >= 128 ? (w & 7) : (w & 3);
+    const int nu0 = LDK >= 128 ? 8 * (w >> 3) : 4 * (w >> 2);
+    /* ldmatrix lane offsets: A untransposed (row, col) and B transposed (row, col) */
+    const int a_r = lane & 15, a_c = (lane >> 4) * 8;
+    const int b_r = (lane & 7) + ((lane >> 3) & 1) * 8, b_c = (lane >> 4) * 8;
+    const size_t cdk = (size_t)LA_C * P.dk, sq = (size_t)bh * P.dk * P.dv;
+
+    /* the two C × d_k split parts at src (zero past d_k) into dst [2][C][SK] */
+    auto load_split = [&](__nv_bfloat16 *dst, const __nv_bfloat16 *src) {
+        for (int u = tid; u < 2 * LA_C * (LDK / 8); u += NT) {
+            const int r = u / (LDK / 8), c8 = 8 * (u % (LDK / 8)); /* r = part·C + row */
+            const bool in = c8 < P.dk;
+            ttt_cp_async16(dst + r * SK + c8, src + (size_t)r * P.dk + (in ? c8 : 0), in);
+        }
+    };
+    auto load_y = [&](int c, int buf) {
+        const int t0 = c * LA_C;
+        for (int u = tid; u < LA_C * (BV / 8); u += NT) {
+            const int t = u / (BV / 8), c8 = 8 * (u % (BV / 8)), gt = t0 + t;
+            const bool in = gt < P.T && j0 + c8 < P.dv;
+            const size_t o = in ? la_row(P, b, gt, h) * P.dv + j0 + c8 : 0;
+            ttt_cp_async16(Y0 + (buf * LA_C + t) * SV + c8, Yg + o, in);
+        }
+    };
+    auto load_a = [&](int c, int buf) {
+        const __nv_bfloat16 *src = P.Ahl + ((size_t)bh * P.NC + c) * 2 * LA_C * LA_C;
+        for (int u = tid; u < 2 * LA_C * 8; u += NT) {
+            const int r = u >> 3, c8 = 8 * (u & 7);
+            ttt_cp_async16(A0 + (buf * 2 * LA_C + r) * LA_MSC + c8, src + r * LA_C + c8, true);
+        }
+    };
+    auto chunk_of = [&](const __nv_bfloat16 *base, int c) {
+        return base + ((size_t)bh * P.NC + c) * 2 * cdk;
+    };
+    /* a 16 × 8 accumulator tile (rows row0, row0 + 8; columns col0, col0 + 1) as hi + lo */
+    auto store_split = [&](int row0, int col0, const float *f) {
+        ttt_split2(f[0], f[1], (__nv_bfloat162 *)(S1 + row0 * SV + col0),
+                   (__nv_bfloat162 *)(S2 + row0 * SV + col0));
+        ttt_split2(f[2], f[3], (__nv_bfloat162 *)(S1 + (row0 + 8) * SV + col0),
+                   (__nv_bfloat162 *)(S2 + (row0 + 8) * SV + col0));
+    };
+
+    /* the initial state (MODE 0, 1: h0) or its gradient (MODE 2: d_ht) */
+    float S[NTU][4];
+    {
+        const float *S0 = MODE == 2 ? P.d_ht : P.h0;
+#pragma unroll
+        for (int nn = 0; nn < NTU; nn++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 16 * mu + g + 8 * (e >> 1), j = j0 + 8 * (nu0 + nn) + c2 + (e & 1);
+                S[nn][e] = (S0 && i < P.dk && j < P.dv) ? S0[sq + (size_t)i * P.dv + j] : 0.f;
+            }
+        if (MODE == 0)
+#pragma unroll
+            for (int nn = 0; nn < NTU; nn++)
+                store_split(16 * mu + g, 8 * (nu0 + nn) + c2, S[nn]);
+    }
+    /* the chunk decays: thread z < gdim keeps column z's drift and fetches G'_{n−1}, R_{n−1} of
+     * the next chunk to visit one chunk ahead */
+    double drift = 1.0, gn = 0.0;
+    int rn = -1;
+    auto fetch_g = [&](int c) {
+        if (tid < gdim) {
+            const size_t z = ((size_t)bh * P.NC + c) * gdim + tid;
+            gn = P.gnw[z];
+            rn = P.rnw[z];
+        }
+    };
+    const int first = MODE == 2 ? P.NC - 1 : 0, step = MODE == 2 ? -1 : 1;
+    load_split(X0, chunk_of(Xw, first));
+    load_y(first, 0);
+    if (MODE == 0) {
+        load_a(first, 0);
+        load_split(Qb, chunk_of(P.Qhl, first));
+    }
+    ttt_cp_async_commit();
+    fetch_g(first);
+
+    for (int it = 0; it < P.NC; ++it) {
+        const int c = first + step * it, buf = it & 1, t0 = c * LA_C, n = min(LA_C, P.T - t0);
+        const size_t ch = (size_t)bh * P.NC + c;
+        if (tid < gdim)
+            es[buf * LDK + tid] = la_dither(&drift, gn, rn);
+        if (it + 1 < P.NC)
+            fetch_g(c + step);
+        ttt_cp_async_wait<0>(); /* this chunk's tiles */
+        __syncthreads();        /* … from every thread; the state's split; e */
+        if (it + 1 < P.NC) {
+            const int cn = c + step;
+            load_split(X0 + (buf ^ 1) * 2 * LA_C * SK, chunk_of(Xw, cn));
+            load_y(cn, buf ^ 1);
+            if (MODE == 0)
+                load_a(cn, buf ^ 1);
+            ttt_cp_async_commit();
+        }
+        const __nv_bfloat16 *Xh = X0 + buf * 2 * LA_C * SK, *Xl = Xh + LA_C * SK;
+        const __nv_bfloat16 *Yb = Y0 + buf * LA_C * SV;
+        if (MODE != 0) { /* the chunk-start state (MODE 1) or chunk-end gradient (MODE 2) */
+            float *dst = (MODE == 1 ? P.Sst : P.dSe) + ch * P.dk * P.dv;
+#pragma unroll
+            for (int nn = 0; nn < NTU; nn++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + nn) + c2;
+                    if (i < P.dk && j < P.dv)
+                        *(float2 *)&dst[(size_t)i * P.dv + j] = make_float2(S[nn][e], S[nn][e + 1]);
+                }
+        }
+        if (MODE == 0) {
+            float O[4][4] = {};
+            /* Qa·S: both split */
+            const __nv_bfloat16 *Qh = Qb, *Ql = Qb + LA_C * SK;
+#pragma unroll 2
+            for (int kk = 0; kk < LDK; kk += 16) {
+                uint32_t x1[4], x2[4];
+                ttt_ldsm4(x1, Qh + (16 * mt + a_r) * SK + kk + a_c);
+                ttt_ldsm4(x2, Ql + (16 * mt + a_r) * SK + kk + a_c);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t s1[4], s2[4];
+                    const int off = (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c;
+                    ttt_ldsm4_t(s1, S1 + off);
+                    ttt_ldsm4_t(s2, S2 + off);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        ttt_mma_bf16(O[2 * np + hh], x1, s1[2 * hh], s1[2 * hh + 1]);
+                        ttt_mma_bf16(O[2 * np + hh], x1, s2[2 * hh], s2[2 * hh + 1]);
+                        ttt_mma_bf16(O[2 * np + hh], x2, s1[2 * hh], s1[2 * hh + 1]);
+                    }
+                }
+            }
+            __syncthreads(); /* every warp is done with Qa and the state's split */
+            if (it + 1 < P.NC) {
+                load_split(Qb, chunk_of(P.Qhl, c + step));
+                ttt_cp_async_commit();
+            }
+            /* (A ⊙ β)·V: A split, lower triangular (k-tiles up to the diagonal), V exact */
+            const __nv_bfloat16 *Ah = A0 + buf * 2 * LA_C * LA_MSC, *Al = Ah + LA_C * LA_MSC;
+            for (int kk = 0; kk <= 16 * mt; kk += 16) {
+                uint32_t x1[4], x2[4];
+                ttt_ldsm4(x1, Ah + (16 * mt + a_r) * LA_MSC + kk + a_c);
+                ttt_ldsm4(x2, Al + (16 * mt + a_r) * LA_MSC + kk + a_c);
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    uint32_t y[4];
+                    ttt_ldsm4_t(y, Yb + (kk + b_r) * SV + 8 * (nt0 + 2 * np) + b_c);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        ttt_mma_bf16(O[2 * np + hh], x1, y[2 * hh], y[2 * hh + 1]);
+                        ttt_mma_bf16(O[2 * np + hh], x2, y[2 * hh], y[2 * hh + 1]);
+                    }
+                }
+            }
+            __nv_bfloat16 *o = (__nv_bfloat16 *)P.o;
+#pragma unroll
+            for (int nn = 0; nn < 4; nn++)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int t = 16 * mt + g + 4 * e, j = j0 + 8 * (nt0 + nn) + c2;
+                    if (t < n && j < P.dv)
+                        *(__nv_bfloat162 *)(o + la_row(P, b, t0 + t, h) * P.dv + j) =
+                            __floats2bfloat162_rn(O[nn][e], O[nn][e + 1]);
+                }
+        }
+        /* S ← e ⊙ S + Xᵀ Y */
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const int i = 16 * mu + g + 8 * e2;
+            const float em = i < P.dk ? es[buf * LDK + (P.per_key ? i : 0)] : 0.0f;
+#pragma unroll
+            for (int nn = 0; nn < NTU; nn++) {
+                S[nn][2 * e2] *= em;
+                S[nn][2 * e2 + 1] *= em;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < LA_C; kk += 16) {
+            uint32_t x1[4], x2[4];
+            const int aoff = (kk + (lane >> 4) * 8 + (lane & 7)) * SK + 16 * mu + ((lane >> 3) & 1) * 8;
+            ttt_ldsm4_t(x1, Xh + aoff);
+            ttt_ldsm4_t(x2, Xl + aoff);
+#pragma unroll
+            for (int np = 0; np < NTU / 2; np++) {
+                uint32_t y[4];
+                ttt_ldsm4_t(y, Yb + (kk + b_r) * SV + 8 * (nu0 + 2 * np) + b_c);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    ttt_mma_bf16(S[2 * np + hh], x1, y[2 * hh], y[2 * hh + 1]);
+                    ttt_mma_bf16(S[2 * np + hh], x2, y[2 * hh], y[2 * hh + 1]);
+                }
+            }
+        }
+        if (MODE == 0) /* the next chunk's Qa·S reads it after the loop's barrier */
+#pragma unroll
+            for (int nn = 0; nn < NTU; nn++)
+                store_split(16 * mu + g, 8 * (nu0 + nn) + c2, S[nn]);
+    }
+    float *fin = MODE == 0 ? P.ht : (MODE == 1 ? P.ST : P.dh0);
+    if (fin)
+#pragma unroll
+        for (int nn = 0; nn < NTU; nn++)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int i = 16 * mu + g + 4 * e, j = j0 + 8 * (nu0 + nn) + c2;
+                if (i < P.dk && j < P.dv)
+                    *(float2 *)&fin[sq + (size_t)i * P.dv + j] = make_float2(S[nn][e], S[nn][e + 1]);
+            }
+}
+
 /* ---- host side ---- */
 
 /* Sizes of the workspace parts; 0 for arguments out of range. */
 struct la_ws {
-    size_t Aw, Sst, dSe, ST, head, carry, flag, total;
+    size_t Aw, Sst, dSe, ST, head, carry, flag, Qhl, Khl, gnw, rnw, total;
 };
+
+/* The shapes the tensor-core kernels take (the pointers' alignment is checked per call):
+ * bf16, not asked for the reference kernels, d_k ≤ 128, d_k and d_v multiples of 8. */
+static bool la_mma_shape(const ttt_chunk_args *a) {
+    return a->dtype == TTT_CHUNK_BF16 && !a->reference && a->d_k <= 128 && a->d_k % 8 == 0 &&
+           a->d_v % 8 == 0;
+}
 
 static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
     *w = la_ws{};
@@ -1056,7 +1532,14 @@ static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
         w->carry = w->head;
         w->flag = ttt_cu_align(BH * NC * gdim * 4);
     }
-    w->total = w->Aw + w->Sst + w->dSe + w->ST + w->head + w->carry + w->flag;
+    if (la_mma_shape(a)) { /* the splits of Qa, Kb and the chunk decays; Aw holds A's split */
+        w->Qhl = ttt_cu_align(BH * NC * 2 * LA_C * (size_t)a->d_k * 2);
+        w->Khl = w->Qhl;
+        w->gnw = ttt_cu_align(BH * NC * gdim * 8);
+        w->rnw = ttt_cu_align(BH * NC * gdim * 4);
+    }
+    w->total = w->Aw + w->Sst + w->dSe + w->ST + w->head + w->carry + w->flag + w->Qhl + w->Khl +
+               w->gnw + w->rnw;
     return 1;
 }
 
@@ -1165,6 +1648,77 @@ static ttt_status la_backward_t(const la_dev &P, cudaStream_t st, ttt_error *err
     return TTT_OK;
 }
 
+/* The tensor-core path (bf16; docs/gpu.md "Tensor-core kernels"). */
+template <bool PK, bool SC>
+static ttt_status la_prep_launch(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    TTT_CUDA_CHECK(la_smem_attr(la_prep_mma<PK, SC>, LA_PREP_BYTES));
+    la_prep_mma<PK, SC><<<dim3(P.B * P.H, P.NC), LA_NT, LA_PREP_BYTES, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_prep_mma");
+    return TTT_OK;
+}
+
+template <int LDK, int BV, int MODE>
+static ttt_status la_seq_launch(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    const size_t sm = la_mma_smem(LDK, BV, MODE);
+    TTT_CUDA_CHECK(la_smem_attr(la_seq_mma<LDK, BV, MODE>, sm));
+    la_seq_mma<LDK, BV, MODE><<<dim3(P.B * P.H, (P.dv + BV - 1) / BV), 4 * BV, sm, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH(MODE == 0 ? "la_seq_mma (forward)"
+                                    : MODE == 1 ? "la_seq_mma (states)" : "la_seq_mma (gradients)");
+    return TTT_OK;
+}
+
+/* MODE 0 takes 64-column tiles (its shared memory leaves no room for 128); the update-only modes
+ * take 128 columns when the 64-column grid needs at least twice the waves (one block per SM)
+ * of the 128-column grid, as the delta rule's forward does. */
+template <int MODE>
+static ttt_status la_seq_pick(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    int dev = 0, sms = 0;
+    TTT_CUDA_CHECK(cudaGetDevice(&dev));
+    TTT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const size_t bh = (size_t)P.B * P.H, sm = (size_t)(sms > 0 ? sms : 1);
+    const size_t waves64 = (bh * ((P.dv + 63) / 64) + sm - 1) / sm;
+    const size_t waves128 = (bh * ((P.dv + 127) / 128) + sm - 1) / sm;
+    if constexpr (MODE == 0) {
+        return P.dk <= 64 ? la_seq_launch<64, 64, 0>(P, st, err)
+                          : la_seq_launch<128, 64, 0>(P, st, err);
+    } else {
+        const bool wide = waves64 >= 2 * waves128;
+        if (P.dk <= 64)
+            return wide ? la_seq_launch<64, 128, MODE>(P, st, err)
+                        : la_seq_launch<64, 64, MODE>(P, st, err);
+        return wide ? la_seq_launch<128, 128, MODE>(P, st, err)
+                    : la_seq_launch<128, 64, MODE>(P, st, err);
+    }
+}
+
+static ttt_status la_forward_mma(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    const ttt_status s = P.per_key ? la_prep_launch<true, true>(P, st, err)
+                                   : la_prep_launch<false, true>(P, st, err);
+    if (s != TTT_OK)
+        return s;
+    return la_seq_pick<0>(P, st, err);
+}
+
+template <bool PK>
+static ttt_status la_backward_mma(const la_dev &P, cudaStream_t st, ttt_error *err) {
+    const dim3 blk(LA_NT);
+    const int BH = P.B * P.H;
+    TTT_TRY((la_prep_launch<PK, false>(P, st, err)));
+    TTT_TRY(la_seq_pick<1>(P, st, err));
+    TTT_TRY(la_seq_pick<2>(P, st, err));
+    TTT_CUDA_CHECK(la_smem_attr(la_bwd_chunk<__nv_bfloat16, PK>, LA_BW_BYTES + 16));
+    la_bwd_chunk<__nv_bfloat16, PK><<<dim3(BH, P.NC), blk, LA_BW_BYTES + 16, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_bwd_chunk");
+    if (P.dg) {
+        const int gdim = PK ? P.dk : 1;
+        la_dg_carry<<<dim3(BH), blk, 0, st>>>(P, gdim);
+        TTT_CUDA_CHECK_LAUNCH("la_dg_carry");
+        la_dg_add<<<dim3(BH, P.NC), blk, 0, st>>>(P, gdim);
+        TTT_CUDA_CHECK_LAUNCH("la_dg_add");
+    }
+    return TTT_OK;
+}
+
 extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspace, size_t ws_bytes,
                                           void *stream, ttt_error *err) {
     la_ws w;
@@ -1175,6 +1729,16 @@ extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspa
     P.Aw = (float *)workspace;
     cudaStream_t st = (cudaStream_t)stream;
     const bool bf = a->dtype == TTT_CHUNK_BF16;
+    /* tensor cores: v is copied 16 bytes at a time, o stored two elements at a time */
+    if (la_mma_shape(a) && ((uintptr_t)a->v & 15) == 0 && ((uintptr_t)a->o & 3) == 0) {
+        unsigned char *p = (unsigned char *)workspace + w.Aw;
+        P.Ahl = (__nv_bfloat16 *)workspace;
+        P.Qhl = (__nv_bfloat16 *)p;
+        P.Khl = (__nv_bfloat16 *)(p + w.Qhl);
+        P.gnw = (double *)(p + w.Qhl + w.Khl);
+        P.rnw = (int *)(p + w.Qhl + w.Khl + w.gnw);
+        return la_forward_mma(P, st, err);
+    }
     if (bf)
         return P.per_key ? la_forward_t<__nv_bfloat16, true>(P, st, err)
                          : la_forward_t<__nv_bfloat16, false>(P, st, err);
@@ -1219,8 +1783,17 @@ extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_ch
     P.carry = (double *)p;
     p += w.carry;
     P.flag = (int *)p;
+    p += w.flag;
     cudaStream_t st = (cudaStream_t)stream;
     const bool bf = a->dtype == TTT_CHUNK_BF16;
+    /* tensor cores: v and d_o are copied 16 bytes at a time */
+    if (la_mma_shape(a) && (((uintptr_t)a->v | (uintptr_t)g->d_o) & 15) == 0) {
+        P.Qhl = (__nv_bfloat16 *)p;
+        P.Khl = (__nv_bfloat16 *)(p + w.Qhl);
+        P.gnw = (double *)(p + w.Qhl + w.Khl);
+        P.rnw = (int *)(p + w.Qhl + w.Khl + w.gnw);
+        return P.per_key ? la_backward_mma<true>(P, st, err) : la_backward_mma<false>(P, st, err);
+    }
     if (bf)
         return P.per_key ? la_backward_t<__nv_bfloat16, true>(P, st, err)
                          : la_backward_t<__nv_bfloat16, false>(P, st, err);
