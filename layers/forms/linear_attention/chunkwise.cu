@@ -70,6 +70,7 @@ struct la_dev {
     __nv_bfloat16 *Khl; /* (B·H·NC, 2, C, d_k) β k ⊙ b, hi then lo */
     double *gnw;        /* (B·H·NC, gdim) G'_{n−1}, the chunk's restarted log decay */
     int *rnw;           /* (B·H·NC, gdim) R_{n−1}, its last reset (−1: none) */
+    int fold_beta;      /* la_prep_mma: 1 (forward) A ⊙ β_j, 0 (backward) A alone */
 };
 
 __device__ __forceinline__ bool la_reset(float g) { return g < LA_RESET_G; }
@@ -230,7 +231,7 @@ __device__ __forceinline__ void la_load(float *dst, int ld, const E *X, const la
 
 /* dst[r·ld + c] = M[m0 + r, n0 + c] of a (d_k, d_v) fp32 matrix, 64 × 64, zero outside. */
 __device__ __forceinline__ void la_load_state(float *dst, const float *M, int dk, int dv, int m0,
-                                              int n0) {
+                                              int n0, int ld = LA_LD) {
     float v[16];
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
@@ -240,7 +241,7 @@ __device__ __forceinline__ void la_load_state(float *dst, const float *M, int dk
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
         const int e = threadIdx.x + k * LA_NT;
-        dst[(e >> 6) * LA_LD + (e & 63)] = v[k];
+        dst[(e >> 6) * ld + (e & 63)] = v[k];
     }
 }
 
@@ -1232,9 +1233,9 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
         /* A ⊙ β_j, scaled and masked, as its split */
         for (int u = tid; u < LA_C * LA_C / 2; u += LA_NT) {
             const int i = u / (LA_C / 2), j = 2 * (u % (LA_C / 2));
-            const float x0 = (j <= i && i < n) ? P.scale * A[i * LA_MP + j] * bet[j] : 0.0f;
-            const float x1 = (j + 1 <= i && i < n) ? P.scale * A[i * LA_MP + j + 1] * bet[j + 1]
-                                                   : 0.0f;
+            const float b0 = P.fold_beta ? bet[j] : 1.0f, b1 = P.fold_beta ? bet[j + 1] : 1.0f;
+            const float x0 = (j <= i && i < n) ? P.scale * A[i * LA_MP + j] * b0 : 0.0f;
+            const float x1 = (j + 1 <= i && i < n) ? P.scale * A[i * LA_MP + j + 1] * b1 : 0.0f;
             __nv_bfloat162 hi2, lo2;
             ttt_split2(x0, x1, &hi2, &lo2);
             const size_t o = ch * 2 * LA_C * LA_C + (size_t)i * LA_C + j;
@@ -1495,6 +1496,330 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
             }
 }
 
+/* la_bwd_chunk on the tensor cores (bf16, the tensor-core path's conditions; docs/gpu.md
+ * "Tensor-core kernels"): the same equations, tiles and per-key intra-chunk loops, with every
+ * C × 64 product a warp product of ttt_warp_gemm on operands gathered from shared memory (row
+ * stride LA_BLD): dO Vᵀ (exact × exact), Aᵀ dO (A from la_prep_mma's split × exact),
+ * (k ⊙ b) dSe (split × split), dO S0ᵀ and V dSeᵀ (exact × split), and with a scalar gate
+ * (M ⊙ Γ) K and (M ⊙ Γ)ᵀ Q (split × exact). Warp w owns rows 16(w mod 4).., columns
+ * 32⌊w/4⌋.. of each result. */
+#define LA_BLD 72
+#define LA_BWM_BYTES ((6 * LA_C * LA_BLD + 2 * LA_C) * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
+
+template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P) {
+    typedef __nv_bfloat16 E;
+    constexpr int LD = LA_BLD;
+    extern __shared__ __align__(16) unsigned char la_smem[];
+    const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int t0 = c * LA_C, n = min(LA_C, P.T - t0);
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, c2 = 2 * (lane & 3);
+    const int mt = w & 3, nh = w >> 2; /* the warp's 16 × 32 piece of a C × 64 result */
+    const bool lowtile = 32 * nh <= 16 * mt + 15; /* of a C × C one: touches j ≤ i */
+    auto row_of = [&](int e) { return 16 * mt + g + 8 * (e >> 1); };
+    auto col_of = [&](int jn, int e) { return 32 * nh + 8 * jn + c2 + (e & 1); };
+    const int gdim = PK ? P.dk : 1;
+    float *f = (float *)la_smem;
+    float *Am = f, *Mm = f + LA_C * LD;
+    float *R1 = f + 2 * LA_C * LD, *R2 = f + 3 * LA_C * LD, *R3 = f + 4 * LA_C * LD,
+          *R4 = f + 5 * LA_C * LD;
+    float *bet = f + 6 * LA_C * LD, *dbet = bet + LA_C;
+    double *Gd = (double *)(dbet + LA_C);
+    double *xs = Gd + LA_C * LA_GLD;
+    signed char *Rr = (signed char *)(xs + LA_C);
+    const size_t ch = (size_t)bh * P.NC + c, st = ch * P.dk * P.dv;
+    const float *S0 = P.Sst + st, *dSe = P.dSe + st;
+
+    for (int i = tid; i < LA_C; i += blockDim.x) {
+        bet[i] = (P.beta && i < n) ? P.beta[la_row(P, b, t0 + i, h)] : (i < n ? 1.0f : 0.0f);
+        dbet[i] = 0.0f;
+        xs[i] = 0.0;
+    }
+    if (!PK)
+        la_scan<false>(P, b, h, t0, n, 0, Gd, Rr);
+    /* A (scale, no β) from its split, written by la_prep_mma */
+    for (int u = tid; u < LA_C * LA_C / 2; u += LA_NT) {
+        const int i = u / (LA_C / 2), j = 2 * (u % (LA_C / 2));
+        const size_t o = ch * 2 * LA_C * LA_C + (size_t)i * LA_C + j;
+        const float2 hi = __bfloat1622float2(*(const __nv_bfloat162 *)(P.Ahl + o));
+        const float2 lo = __bfloat1622float2(*(const __nv_bfloat162 *)(P.Ahl + o + LA_C * LA_C));
+        Am[i * LD + j] = hi.x + lo.x;
+        Am[i * LD + j + 1] = hi.y + lo.y;
+    }
+    __syncthreads();
+
+    /* M = scale·β_j·dO Vᵀ (⊙ Γ for a scalar gate), masked */
+    {
+        float acc[1][4][4] = {};
+        for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+            la_load<E, LA_VT>(R1, LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
+            la_load<E, LA_VT>(R2, LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
+            __syncthreads();
+            if (lowtile) /* dO Vᵀ: bf16 inputs, exact */
+                ttt_warp_gemm<1, 4, true, true>(
+                    acc, [&](int r, int x) { return *(const float2 *)(R1 + r * LD + x); },
+                    [&](int x, int j) { return *(const float2 *)(R2 + j * LD + x); }, 16 * mt,
+                    32 * nh, 0, LA_VT);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), j = col_of(jn, e);
+                float x = 0.0f;
+                if (j <= i && i < n) {
+                    x = P.scale * bet[j] * acc[0][jn][e];
+                    if (!PK)
+                        x *= la_dec(Gd, Rr, j, i, 0);
+                }
+                Mm[i * LD + j] = x;
+            }
+        __syncthreads();
+    }
+    /* dṽ, dv, dβ per value tile */
+    for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+        float acc[1][4][4] = {};
+        la_load<E, LA_VT>(R1, LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
+        __syncthreads();
+        /* Aᵀ dO: rows j, k = i ≥ j (A lower triangular); A split, dO exact */
+        ttt_warp_gemm<1, 4, false, true>(
+            acc, [&](int r, int x) { return make_float2(Am[x * LD + r], Am[(x + 1) * LD + r]); },
+            [&](int x, int cc) { return make_float2(R1[x * LD + cc], R1[(x + 1) * LD + cc]); },
+            16 * mt, 32 * nh, 16 * mt, LA_C);
+        for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+            __syncthreads();
+            if (PK)
+                la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+            la_load<E, LA_KT>(R2, LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+            la_load_state(R3, dSe, P.dk, P.dv, m0, v0, LD);
+            __syncthreads();
+            for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+                const int j = e / LA_KT, col = e % LA_KT;
+                if (j < n)
+                    R2[j * LD + col] *= la_dec(Gd, Rr, j, n - 1, PK ? col : 0);
+            }
+            __syncthreads();
+            /* (k ⊙ b) dSe: both computed, split */
+            ttt_warp_gemm<1, 4, false, false>(
+                acc, [&](int r, int x) { return *(const float2 *)(R2 + r * LD + x); },
+                [&](int x, int cc) { return make_float2(R3[x * LD + cc], R3[(x + 1) * LD + cc]); },
+                16 * mt, 32 * nh, 0, LA_KT);
+        }
+        float part[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = row_of(e), col = v0 + col_of(jn, e);
+                if (j < n && col < P.dv) {
+                    const size_t idx = la_row(P, b, t0 + j, h) * P.dv + col;
+                    part[e >> 1] = fmaf(ttt_ld<E>((const E *)P.v, idx), acc[0][jn][e], part[e >> 1]);
+                    if (P.dvv)
+                        ttt_st<E>((E *)P.dvv, idx, bet[j] * acc[0][jn][e]);
+                }
+            }
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) { /* the four lanes of a row, then one atomic per row */
+            float x = part[e2];
+            x += __shfl_xor_sync(0xffffffffu, x, 1);
+            x += __shfl_xor_sync(0xffffffffu, x, 2);
+            const int j = 16 * mt + g + 8 * e2;
+            if ((lane & 3) == 0 && j < n)
+                atomicAdd(&dbet[j], x);
+        }
+        __syncthreads();
+    }
+    /* dq, dk and x per key tile */
+    for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
+        if (PK)
+            la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
+        la_load<E, LA_KT>(R1, LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
+        la_load<E, LA_KT>(R2, LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+        float aq[1][4][4] = {}, ak[1][4][4] = {};
+        for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
+            la_load<E, LA_VT>(R3, LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
+            la_load_state(R4, S0, P.dk, P.dv, m0, v0, LD);
+            __syncthreads();
+            /* dO S0ᵀ: dO exact, S0 split */
+            ttt_warp_gemm<1, 4, true, false>(
+                aq, [&](int r, int x) { return *(const float2 *)(R3 + r * LD + x); },
+                [&](int x, int mm) { return *(const float2 *)(R4 + mm * LD + x); }, 16 * mt,
+                32 * nh, 0, LA_VT);
+            __syncthreads();
+            la_load<E, LA_VT>(R3, LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
+            la_load_state(R4, dSe, P.dk, P.dv, m0, v0, LD);
+            __syncthreads();
+            /* V dSeᵀ: V exact, dSe split */
+            ttt_warp_gemm<1, 4, true, false>(
+                ak, [&](int r, int x) { return *(const float2 *)(R3 + r * LD + x); },
+                [&](int x, int mm) { return *(const float2 *)(R4 + mm * LD + x); }, 16 * mt,
+                32 * nh, 0, LA_VT);
+            __syncthreads();
+        }
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), col = col_of(jn, e), gc = PK ? col : 0;
+                if (i < n) {
+                    aq[0][jn][e] *= P.scale * la_dec(Gd, Rr, -1, i, gc);
+                    ak[0][jn][e] *= bet[i] * la_dec(Gd, Rr, i, n - 1, gc);
+                } else {
+                    aq[0][jn][e] = 0.0f;
+                    ak[0][jn][e] = 0.0f;
+                }
+            }
+        if (!PK) { /* (M ⊙ Γ) K and (M ⊙ Γ)ᵀ Q: M split, K and Q exact */
+            ttt_warp_gemm<1, 4, false, true>(
+                aq, [&](int r, int x) { return *(const float2 *)(Mm + r * LD + x); },
+                [&](int x, int cc) { return make_float2(R2[x * LD + cc], R2[(x + 1) * LD + cc]); },
+                16 * mt, 32 * nh, 0, 16 * mt + 16);
+            ttt_warp_gemm<1, 4, false, true>(
+                ak, [&](int r, int x) { return make_float2(Mm[x * LD + r], Mm[(x + 1) * LD + r]); },
+                [&](int x, int cc) { return make_float2(R1[x * LD + cc], R1[(x + 1) * LD + cc]); },
+                16 * mt, 32 * nh, 16 * mt, LA_C);
+        }
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), col = col_of(jn, e);
+                R3[i * LD + col] = aq[0][jn][e];
+                R4[i * LD + col] = ak[0][jn][e];
+            }
+        __syncthreads();
+        if (PK) {
+            /* thread (I, col): dq rows of block I and dk rows of block I, key m0 + col */
+            const int I = tid >> 6, col = tid & 63, base = 16 * I;
+            float a[16];
+#pragma unroll
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
+            if (I > 0) {
+                const int p = base - 1;
+                for (int j = 0; j < base; ++j) {
+                    const float kw = R2[j * LD + col] * la_dec(Gd, Rr, j, p, col);
+#pragma unroll
+                    for (int r = 0; r < 16; ++r)
+                        a[r] = fmaf(Mm[(base + r) * LD + j], kw, a[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    a[r] *= la_dec(Gd, Rr, p, base + r, col);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 16; ++jj) {
+                const int j = base + jj;
+                const float kj = R2[j * LD + col];
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    if (r >= jj)
+                        a[r] = fmaf(Mm[(base + r) * LD + j] * kj,
+                                    la_dec(Gd, Rr, j, base + r, col), a[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r)
+                R3[(base + r) * LD + col] += a[r];
+#pragma unroll
+            for (int r = 0; r < 16; ++r)
+                a[r] = 0.0f;
+            for (int I2 = I + 1; I2 < 4; ++I2) {
+                const int p = 16 * I2 - 1;
+                float t[16];
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    t[r] = 0.0f;
+                for (int ii = 0; ii < 16; ++ii) {
+                    const int i = 16 * I2 + ii;
+                    const float qu = R1[i * LD + col] * la_dec(Gd, Rr, p, i, col);
+#pragma unroll
+                    for (int r = 0; r < 16; ++r)
+                        t[r] = fmaf(Mm[i * LD + base + r], qu, t[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 16; ++ii) {
+                const int i = base + ii;
+                const float qi = R1[i * LD + col];
+#pragma unroll
+                for (int r = 0; r < 16; ++r)
+                    if (r <= ii)
+                        a[r] = fmaf(Mm[i * LD + base + r] * qi, la_dec(Gd, Rr, base + r, i, col),
+                                    a[r]);
+            }
+#pragma unroll
+            for (int r = 0; r < 16; ++r)
+                R4[(base + r) * LD + col] += a[r];
+            __syncthreads();
+        }
+        /* dq, dk to memory */
+        for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+            const int i = e / LA_KT, col = e % LA_KT;
+            if (i < n && m0 + col < P.dk) {
+                const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
+                if (P.dq)
+                    ttt_st<E>((E *)P.dq, idx, R3[i * LD + col]);
+                if (P.dkk)
+                    ttt_st<E>((E *)P.dkk, idx, R4[i * LD + col]);
+            }
+        }
+        if (P.dg) {
+            if (PK) {
+                const int col = tid, m = m0 + col;
+                if (col < LA_KT && m < P.dk) {
+                    double sacc = 0.0;
+                    int any = 0;
+                    for (int i = n - 1; i >= 0; --i) {
+                        const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m;
+                        if (Rr[i * LA_GLD + col] == i) {
+                            sacc = 0.0;
+                            any = 1;
+                            P.dg[idx] = 0.0f;
+                        } else {
+                            sacc += (double)(R1[i * LD + col] * R3[i * LD + col]) -
+                                    (double)(R2[i * LD + col] * R4[i * LD + col]);
+                            P.dg[idx] = (float)sacc;
+                        }
+                    }
+                    const size_t hz = ((size_t)bh * P.NC + c) * gdim + m;
+                    P.head[hz] = sacc;
+                    P.flag[hz] = any;
+                }
+            } else if (tid < n) {
+                double x = 0.0;
+                for (int col = 0; col < LA_KT; ++col)
+                    x += (double)(R1[tid * LD + col] * R3[tid * LD + col]) -
+                         (double)(R2[tid * LD + col] * R4[tid * LD + col]);
+                xs[tid] += x;
+            }
+        }
+        __syncthreads();
+    }
+    if (P.dg && !PK && tid == 0) {
+        double sacc = 0.0;
+        int any = 0;
+        for (int i = n - 1; i >= 0; --i) {
+            const size_t idx = la_row(P, b, t0 + i, h);
+            if (Rr[i * LA_GLD] == i) {
+                sacc = 0.0;
+                any = 1;
+                P.dg[idx] = 0.0f;
+            } else {
+                sacc += xs[i];
+                P.dg[idx] = (float)sacc;
+            }
+        }
+        const size_t hz = (size_t)bh * P.NC + c;
+        P.head[hz] = sacc;
+        P.flag[hz] = any;
+    }
+    if (P.dbeta && tid < n)
+        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+}
+
 /* ---- host side ---- */
 
 /* Sizes of the workspace parts; 0 for arguments out of range. */
@@ -1533,6 +1858,7 @@ static int la_sizes(const ttt_chunk_args *a, int backward, la_ws *w) {
         w->flag = ttt_cu_align(BH * NC * gdim * 4);
     }
     if (la_mma_shape(a)) { /* the splits of Qa, Kb and the chunk decays; Aw holds A's split */
+        w->Aw = ttt_cu_align(BH * NC * LA_C * LA_C * 4);
         w->Qhl = ttt_cu_align(BH * NC * 2 * LA_C * (size_t)a->d_k * 2);
         w->Khl = w->Qhl;
         w->gnw = ttt_cu_align(BH * NC * gdim * 8);
@@ -1703,12 +2029,12 @@ template <bool PK>
 static ttt_status la_backward_mma(const la_dev &P, cudaStream_t st, ttt_error *err) {
     const dim3 blk(LA_NT);
     const int BH = P.B * P.H;
-    TTT_TRY((la_prep_launch<PK, false>(P, st, err)));
+    TTT_TRY((la_prep_launch<PK, true>(P, st, err))); /* A without β (fold_beta = 0) */
     TTT_TRY(la_seq_pick<1>(P, st, err));
     TTT_TRY(la_seq_pick<2>(P, st, err));
-    TTT_CUDA_CHECK(la_smem_attr(la_bwd_chunk<__nv_bfloat16, PK>, LA_BW_BYTES + 16));
-    la_bwd_chunk<__nv_bfloat16, PK><<<dim3(BH, P.NC), blk, LA_BW_BYTES + 16, st>>>(P);
-    TTT_CUDA_CHECK_LAUNCH("la_bwd_chunk");
+    TTT_CUDA_CHECK(la_smem_attr(la_bwd_mma<PK>, LA_BWM_BYTES + 16));
+    la_bwd_mma<PK><<<dim3(BH, P.NC), blk, LA_BWM_BYTES + 16, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH("la_bwd_mma");
     if (P.dg) {
         const int gdim = PK ? P.dk : 1;
         la_dg_carry<<<dim3(BH), blk, 0, st>>>(P, gdim);
@@ -1737,6 +2063,7 @@ extern "C" ttt_status ttt_cuda_la_forward(const ttt_chunk_args *a, void *workspa
         P.Khl = (__nv_bfloat16 *)(p + w.Qhl);
         P.gnw = (double *)(p + w.Qhl + w.Khl);
         P.rnw = (int *)(p + w.Qhl + w.Khl + w.gnw);
+        P.fold_beta = 1;
         return la_forward_mma(P, st, err);
     }
     if (bf)
@@ -1772,6 +2099,8 @@ extern "C" ttt_status ttt_cuda_la_backward(const ttt_chunk_args *a, const ttt_ch
     P.dg = g->d_g;
     P.dh0 = g->d_h0;
     unsigned char *p = (unsigned char *)workspace;
+    P.Ahl = (__nv_bfloat16 *)p; /* the tensor-core path's A split (w.Aw = 0 otherwise) */
+    p += w.Aw;
     P.Sst = (float *)p;
     p += w.Sst;
     P.dSe = (float *)p;
