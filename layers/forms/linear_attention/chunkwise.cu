@@ -1107,7 +1107,10 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
             P.rnw[ch] = Rn[0];
         }
     }
-    float acc[1][4][4] = {}, accp[1][2][4] = {}; /* scores: scalar gate, per-key off-diagonal */
+    /* scores: scalar gate; per key, the off-diagonal 16 × 16 blocks and the 8 × 8 ones below
+     * the diagonal inside the diagonal blocks */
+    float acc[1][4][4] = {}, accp[1][2][4] = {}; /* accp: warps 0..5 one 16 × 16 block, 6 and 7
+                                                  * two 16 × 8 blocks */
     /* per-key off-diagonal 16 × 16 blocks (I, J), J < I: warp w < 6 takes one */
     const int oI = w < 1 ? 1 : (w < 3 ? 2 : 3), oJ = w - oI * (oI - 1) / 2, op = 16 * oI - 1;
     const int smt = w & 3, snh = w >> 2; /* scalar gate: rows 16 smt.., columns 32 snh.. */
@@ -1129,16 +1132,16 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
         __syncthreads();
         if constexpr (SC) {
             if constexpr (PK) {
-                /* diagonal blocks: the 4 × 136 pairs j ≤ i inside a block, element by element */
-                for (int pidx = tid; pidx < 4 * 136; pidx += LA_NT) {
-                    const int I = pidx / 136, qq = pidx - 136 * I;
+                /* diagonal 8 × 8 blocks: the 8 × 36 pairs j ≤ i inside one, element by element */
+                for (int pidx = tid; pidx < 8 * 36; pidx += LA_NT) {
+                    const int I8 = pidx / 36, qq = pidx - 36 * I8;
                     int r = (int)((sqrtf(8.0f * qq + 1.0f) - 1.0f) * 0.5f);
                     while ((r + 1) * (r + 2) / 2 <= qq)
                         ++r;
                     while (r * (r + 1) / 2 > qq)
                         --r;
                     const int cc = qq - r * (r + 1) / 2;
-                    const int i = 16 * I + r, j = 16 * I + cc;
+                    const int i = 8 * I8 + r, j = 8 * I8 + cc;
                     float sum = 0.0f;
                     for (int m = 0; m < LA_KT; ++m)
                         sum = fmaf(Qs[i * LA_MP + m] * Ks[j * LA_MP + m], la_dec(Gd, Rr, j, i, m),
@@ -1159,6 +1162,29 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
                                                Ks[j * LA_MP + m + 1] * la_dec(Gd, Rr, j, op, m + 1));
                         },
                         16 * oI, 16 * oJ, 0, LA_KT);
+                /* inside diagonal block I, rows 16I + 8.. against columns 16I..16I + 7: the
+                 * same through p' = 16I + 7 (rows up to p' give 0 and are not kept); warps 6
+                 * and 7 take two blocks each */
+                if (w >= 6)
+#pragma unroll
+                    for (int u = 0; u < 2; ++u) {
+                        const int I = 2 * (w - 6) + u, pp = 16 * I + 7;
+                        ttt_warp_gemm<1, 1, false, false>(
+                            reinterpret_cast<float(*)[1][4]>(accp[0][u]),
+                            [&](int r, int m) {
+                                return r > pp ? make_float2(
+                                                    Qs[r * LA_MP + m] * la_dec(Gd, Rr, pp, r, m),
+                                                    Qs[r * LA_MP + m + 1] *
+                                                        la_dec(Gd, Rr, pp, r, m + 1))
+                                              : make_float2(0.0f, 0.0f);
+                            },
+                            [&](int m, int j) {
+                                return make_float2(Ks[j * LA_MP + m] * la_dec(Gd, Rr, j, pp, m),
+                                                   Ks[j * LA_MP + m + 1] *
+                                                       la_dec(Gd, Rr, j, pp, m + 1));
+                            },
+                            16 * I, 16 * I, 0, LA_KT);
+                    }
             } else if (sdo) { /* Q Kᵀ: bf16 inputs, exact */
                 ttt_warp_gemm<1, 4, true, true>(
                     acc, [&](int r, int m) { return *(const float2 *)(Qs + r * LA_MP + m); },
@@ -1220,6 +1246,13 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
                     for (int e = 0; e < 4; ++e)
                         A[(16 * oI + g + 8 * (e >> 1)) * LA_MP + 16 * oJ + 8 * j + c2 + (e & 1)] =
                             accp[0][j][e];
+            else
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int I = 2 * (w - 6) + u; /* rows 16I + 8 + g (c2, c3 of the tile) */
+                    A[(16 * I + 8 + g) * LA_MP + 16 * I + c2] = accp[0][u][2];
+                    A[(16 * I + 8 + g) * LA_MP + 16 * I + c2 + 1] = accp[0][u][3];
+                }
         } else if (sdo) {
 #pragma unroll
             for (int j = 0; j < 4; ++j)
