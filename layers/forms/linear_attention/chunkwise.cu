@@ -1052,6 +1052,35 @@ __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
 #define LA_MP 72  /* row stride (floats) of la_prep_mma's tiles: float2 fragment reads conflict-free */
 #define LA_MSC 72 /* row stride (bf16) of the C × C score splits in la_seq_mma */
 
+#define LA_BLD 72 /* row stride (floats) of la_bwd_mma's tiles */
+/* Loads issued together (one memory latency for two tiles): la_load_state in two halves, and
+ * two 64-column input tiles at once. */
+__device__ __forceinline__ void la_fetch_state(float (&v)[16], const float *M, int dk, int dv,
+                                               int m0, int n0) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const int e = threadIdx.x + k * LA_NT, r = e >> 6, c = e & 63;
+        v[k] = (m0 + r < dk && n0 + c < dv) ? M[(size_t)(m0 + r) * dv + n0 + c] : 0.0f;
+    }
+}
+__device__ __forceinline__ void la_put_state(float *dst, int ld, const float (&v)[16]) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+        const int e = threadIdx.x + k * LA_NT;
+        dst[(e >> 6) * ld + (e & 63)] = v[k];
+    }
+}
+template <typename E1, typename E2>
+__device__ __forceinline__ void la_load2(float *d1, const E1 *X1, float *d2, const E2 *X2,
+                                         const la_dev &P, int b, int h, int t0, int n, int c0,
+                                         int D, int ld = LA_BLD) {
+    float x1[16], x2[16];
+    la_fetch<E1, 64>(x1, X1, P, b, h, t0, n, c0, D);
+    la_fetch<E2, 64>(x2, X2, P, b, h, t0, n, c0, D);
+    la_put<64>(d1, ld, x1);
+    la_put<64>(d2, ld, x2);
+}
+
 /* Shared memory of la_prep_mma: A, Qs, Ks (C × LA_MP floats), β, a, b (C), G' (C × LA_GLD
  * doubles), G'_{n−1} (64 doubles), R_{n−1} (64 ints), R (C × LA_GLD chars). */
 #define LA_PREP_BYTES                                                                      \
@@ -1118,8 +1147,7 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
     for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
         if (PK)
             la_gate_fetch<true>(P, b, h, t0, n, m0, gv);
-        la_load<__nv_bfloat16, LA_KT>(Qs, LA_MP, q, P, b, h, t0, n, m0, P.dk);
-        la_load<__nv_bfloat16, LA_KT>(Ks, LA_MP, k, P, b, h, t0, n, m0, P.dk);
+        la_load2(Qs, q, Ks, k, P, b, h, t0, n, m0, P.dk, LA_MP);
         if (PK) {
             la_scan_rows(gv, G, R);
 #pragma unroll
@@ -1536,7 +1564,6 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
  * (k ⊙ b) dSe (split × split), dO S0ᵀ and V dSeᵀ (exact × split), and with a scalar gate
  * (M ⊙ Γ) K and (M ⊙ Γ)ᵀ Q (split × exact). Warp w owns rows 16(w mod 4).., columns
  * 32⌊w/4⌋.. of each result. */
-#define LA_BLD 72
 #define LA_BWM_BYTES ((6 * LA_C * LA_BLD + 2 * LA_C) * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
 
 template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P) {
@@ -1584,8 +1611,7 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
     {
         float acc[1][4][4] = {};
         for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
-            la_load<E, LA_VT>(R1, LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
-            la_load<E, LA_VT>(R2, LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
+            la_load2<E, E>(R1, (const E *)P.d_o, R2, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
             __syncthreads();
             if (lowtile) /* dO Vᵀ: bf16 inputs, exact */
                 ttt_warp_gemm<1, 4, true, true>(
@@ -1623,8 +1649,13 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
             __syncthreads();
             if (PK)
                 la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
-            la_load<E, LA_KT>(R2, LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
-            la_load_state(R3, dSe, P.dk, P.dv, m0, v0, LD);
+            {
+                float x1[16], x2[16];
+                la_fetch<E, LA_KT>(x1, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+                la_fetch_state(x2, dSe, P.dk, P.dv, m0, v0);
+                la_put<LA_KT>(R2, LD, x1);
+                la_put_state(R3, LD, x2);
+            }
             __syncthreads();
             for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
                 const int j = e / LA_KT, col = e % LA_KT;
@@ -1666,12 +1697,16 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
     for (int m0 = 0; m0 < P.dk; m0 += LA_KT) {
         if (PK)
             la_scan<true>(P, b, h, t0, n, m0, Gd, Rr);
-        la_load<E, LA_KT>(R1, LD, (const E *)P.q, P, b, h, t0, n, m0, P.dk);
-        la_load<E, LA_KT>(R2, LD, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
+        la_load2<E, E>(R1, (const E *)P.q, R2, (const E *)P.k, P, b, h, t0, n, m0, P.dk);
         float aq[1][4][4] = {}, ak[1][4][4] = {};
         for (int v0 = 0; v0 < P.dv; v0 += LA_VT) {
-            la_load<E, LA_VT>(R3, LD, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
-            la_load_state(R4, S0, P.dk, P.dv, m0, v0, LD);
+            {
+                float x1[16], x2[16];
+                la_fetch<E, LA_VT>(x1, (const E *)P.d_o, P, b, h, t0, n, v0, P.dv);
+                la_fetch_state(x2, S0, P.dk, P.dv, m0, v0);
+                la_put<LA_VT>(R3, LD, x1);
+                la_put_state(R4, LD, x2);
+            }
             __syncthreads();
             /* dO S0ᵀ: dO exact, S0 split */
             ttt_warp_gemm<1, 4, true, false>(
@@ -1679,8 +1714,13 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
                 [&](int x, int mm) { return *(const float2 *)(R4 + mm * LD + x); }, 16 * mt,
                 32 * nh, 0, LA_VT);
             __syncthreads();
-            la_load<E, LA_VT>(R3, LD, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
-            la_load_state(R4, dSe, P.dk, P.dv, m0, v0, LD);
+            {
+                float x1[16], x2[16];
+                la_fetch<E, LA_VT>(x1, (const E *)P.v, P, b, h, t0, n, v0, P.dv);
+                la_fetch_state(x2, dSe, P.dk, P.dv, m0, v0);
+                la_put<LA_VT>(R3, LD, x1);
+                la_put_state(R4, LD, x2);
+            }
             __syncthreads();
             /* V dSeᵀ: V exact, dSe split */
             ttt_warp_gemm<1, 4, true, false>(
