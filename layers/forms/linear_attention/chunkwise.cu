@@ -1307,16 +1307,18 @@ __global__ void __launch_bounds__(LA_NT, 2) la_prep_mma(la_dev P) {
 }
 
 /* Shared memory of la_seq_mma: X splits (two buffers of hi, lo: C × (LDK + 8) bf16), Y (two
- * buffers, C × (BV + 8)); MODE 0 also the score splits (two buffers of hi, lo, C × LA_MSC), the Qa
+ * buffers, C × (BV + 8)); MODE 0 also the score split (one buffer of hi, lo, C × LA_MSC), the Qa
  * split (one buffer) and the state's split (LDK × (BV + 8), hi and lo); the decays e (two
- * buffers of LDK floats). Every part is a multiple of 16 bytes. */
+ * buffers of LDK floats). Every part is a multiple of 16 bytes. MODE 0 at d_k = 128: 175 KiB
+ * with 64 columns, 223 KiB with 128. */
 __host__ __device__ constexpr size_t la_mma_smem(int ldk, int bv, int mode) {
     return 2 * (4 * (size_t)LA_C * (ldk + 8) + 2 * (size_t)LA_C * (bv + 8) +
-                (mode == 0 ? 4 * (size_t)LA_C * LA_MSC + 2 * (size_t)LA_C * (ldk + 8) +
+                (mode == 0 ? 2 * (size_t)LA_C * LA_MSC + 2 * (size_t)LA_C * (ldk + 8) +
                                  2 * (size_t)ldk * (bv + 8)
                            : 0)) +
            2 * (size_t)ldk * 4;
 }
+static_assert(la_mma_smem(128, 128, 0) <= 227 * 1024, "la_seq_mma: shared memory over the limit");
 
 /* One block of BV/8 warps per (sequence, BV columns of the state). The state (or its gradient)
  * stays in fp32 registers for the whole sequence: warp w owns rows 16·mu.., NTU n-tiles from
@@ -1336,8 +1338,8 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
     extern __shared__ float4 la_sm4[];
     __nv_bfloat16 *X0 = (__nv_bfloat16 *)la_sm4;   /* [2 buffers][hi, lo][C][SK] */
     __nv_bfloat16 *Y0 = X0 + 4 * LA_C * SK;         /* [2][C][SV] */
-    __nv_bfloat16 *A0 = Y0 + 2 * LA_C * SV;         /* MODE 0: [2][hi, lo][C][LA_MSC] */
-    __nv_bfloat16 *Qb = A0 + (MODE == 0 ? 4 * LA_C * LA_MSC : 0); /* MODE 0: [hi, lo][C][SK] */
+    __nv_bfloat16 *A0 = Y0 + 2 * LA_C * SV;         /* MODE 0: [hi, lo][C][LA_MSC] */
+    __nv_bfloat16 *Qb = A0 + (MODE == 0 ? 2 * LA_C * LA_MSC : 0); /* MODE 0: [hi, lo][C][SK] */
     __nv_bfloat16 *S1 = Qb + (MODE == 0 ? 2 * LA_C * SK : 0), *S2 = S1 + LDK * SV;
     float *es = (float *)(S1 + (MODE == 0 ? 2 * LDK * SV : 0)); /* [2][LDK] */
 
@@ -1371,11 +1373,11 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
             ttt_cp_async16(Y0 + (buf * LA_C + t) * SV + c8, Yg + o, in);
         }
     };
-    auto load_a = [&](int c, int buf) {
+    auto load_a = [&](int c) {
         const __nv_bfloat16 *src = P.Ahl + ((size_t)bh * P.NC + c) * 2 * LA_C * LA_C;
         for (int u = tid; u < 2 * LA_C * 8; u += NT) {
             const int r = u >> 3, c8 = 8 * (u & 7);
-            ttt_cp_async16(A0 + (buf * 2 * LA_C + r) * LA_MSC + c8, src + r * LA_C + c8, true);
+            ttt_cp_async16(A0 + r * LA_MSC + c8, src + r * LA_C + c8, true);
         }
     };
     auto chunk_of = [&](const __nv_bfloat16 *base, int c) {
@@ -1420,7 +1422,7 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
     load_split(X0, chunk_of(Xw, first));
     load_y(first, 0);
     if (MODE == 0) {
-        load_a(first, 0);
+        load_a(first);
         load_split(Qb, chunk_of(P.Qhl, first));
     }
     ttt_cp_async_commit();
@@ -1439,8 +1441,6 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
             const int cn = c + step;
             load_split(X0 + (buf ^ 1) * 2 * LA_C * SK, chunk_of(Xw, cn));
             load_y(cn, buf ^ 1);
-            if (MODE == 0)
-                load_a(cn, buf ^ 1);
             ttt_cp_async_commit();
         }
         const __nv_bfloat16 *Xh = X0 + buf * 2 * LA_C * SK, *Xl = Xh + LA_C * SK;
@@ -1479,13 +1479,8 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
                     }
                 }
             }
-            __syncthreads(); /* every warp is done with Qa and the state's split */
-            if (it + 1 < P.NC) {
-                load_split(Qb, chunk_of(P.Qhl, c + step));
-                ttt_cp_async_commit();
-            }
             /* (A ⊙ β)·V: A split, lower triangular (k-tiles up to the diagonal), V exact */
-            const __nv_bfloat16 *Ah = A0 + buf * 2 * LA_C * LA_MSC, *Al = Ah + LA_C * LA_MSC;
+            const __nv_bfloat16 *Ah = A0, *Al = A0 + LA_C * LA_MSC;
             for (int kk = 0; kk <= 16 * mt; kk += 16) {
                 uint32_t x1[4], x2[4];
                 ttt_ldsm4(x1, Ah + (16 * mt + a_r) * LA_MSC + kk + a_c);
@@ -1511,6 +1506,12 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
                         *(__nv_bfloat162 *)(o + la_row(P, b, t0 + t, h) * P.dv + j) =
                             __floats2bfloat162_rn(O[nn][e], O[nn][e + 1]);
                 }
+            __syncthreads(); /* every warp is done with Qa, A and the state's split */
+            if (it + 1 < P.NC) { /* the next chunk's Qa and A, while the update runs */
+                load_split(Qb, chunk_of(P.Qhl, c + step));
+                load_a(c + step);
+                ttt_cp_async_commit();
+            }
         }
         /* S ← e ⊙ S + Xᵀ Y */
 #pragma unroll
@@ -2066,9 +2067,8 @@ static ttt_status la_seq_launch(const la_dev &P, cudaStream_t st, ttt_error *err
     return TTT_OK;
 }
 
-/* MODE 0 takes 64-column tiles (its shared memory leaves no room for 128); the update-only modes
- * take 128 columns when the 64-column grid needs at least twice the waves (one block per SM)
- * of the 128-column grid, as the delta rule's forward does. */
+/* 128-column tiles (16 warps) when the 64-column grid needs at least twice the waves of blocks
+ * (one block per SM) of the 128-column grid, as the delta rule's forward does. */
 template <int MODE>
 static ttt_status la_seq_pick(const la_dev &P, cudaStream_t st, ttt_error *err) {
     int dev = 0, sms = 0;
@@ -2077,17 +2077,12 @@ static ttt_status la_seq_pick(const la_dev &P, cudaStream_t st, ttt_error *err) 
     const size_t bh = (size_t)P.B * P.H, sm = (size_t)(sms > 0 ? sms : 1);
     const size_t waves64 = (bh * ((P.dv + 63) / 64) + sm - 1) / sm;
     const size_t waves128 = (bh * ((P.dv + 127) / 128) + sm - 1) / sm;
-    if constexpr (MODE == 0) {
-        return P.dk <= 64 ? la_seq_launch<64, 64, 0>(P, st, err)
-                          : la_seq_launch<128, 64, 0>(P, st, err);
-    } else {
-        const bool wide = waves64 >= 2 * waves128;
-        if (P.dk <= 64)
-            return wide ? la_seq_launch<64, 128, MODE>(P, st, err)
-                        : la_seq_launch<64, 64, MODE>(P, st, err);
-        return wide ? la_seq_launch<128, 128, MODE>(P, st, err)
-                    : la_seq_launch<128, 64, MODE>(P, st, err);
-    }
+    const bool wide = waves64 >= 2 * waves128;
+    if (P.dk <= 64)
+        return wide ? la_seq_launch<64, 128, MODE>(P, st, err)
+                    : la_seq_launch<64, 64, MODE>(P, st, err);
+    return wide ? la_seq_launch<128, 128, MODE>(P, st, err)
+                : la_seq_launch<128, 64, MODE>(P, st, err);
 }
 
 static ttt_status la_forward_mma(const la_dev &P, cudaStream_t st, ttt_error *err) {
