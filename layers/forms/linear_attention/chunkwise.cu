@@ -1781,13 +1781,33 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
                 for (int r = 0; r < 16; ++r)
                     a[r] *= la_dec(Gd, Rr, p, base + r, col);
             }
+            /* the diagonal block: rows 8.. against columns ..7 through pp = base + 7 (both
+             * factors ≤ 1), the two 8 × 8 diagonal halves element by element */
+            {
+                const int pp = base + 7;
+                float t[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    t[r] = 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = base + jj;
+                    const float kw = R2[j * LD + col] * la_dec(Gd, Rr, j, pp, col);
+#pragma unroll
+                    for (int r = 0; r < 8; ++r)
+                        t[r] = fmaf(Mm[(base + 8 + r) * LD + j], kw, t[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    a[8 + r] = fmaf(t[r], la_dec(Gd, Rr, pp, base + 8 + r, col), a[8 + r]);
+            }
 #pragma unroll
             for (int jj = 0; jj < 16; ++jj) {
                 const int j = base + jj;
                 const float kj = R2[j * LD + col];
 #pragma unroll
                 for (int r = 0; r < 16; ++r)
-                    if (r >= jj)
+                    if (r >= jj && (r < 8) == (jj < 8))
                         a[r] = fmaf(Mm[(base + r) * LD + j] * kj,
                                     la_dec(Gd, Rr, j, base + r, col), a[r]);
             }
@@ -1814,13 +1834,31 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
                 for (int r = 0; r < 16; ++r)
                     a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, p, col), a[r]);
             }
+            {
+                const int pp = base + 7;
+                float t[8];
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    t[r] = 0.0f;
+#pragma unroll
+                for (int ii = 8; ii < 16; ++ii) {
+                    const int i = base + ii;
+                    const float qu = R1[i * LD + col] * la_dec(Gd, Rr, pp, i, col);
+#pragma unroll
+                    for (int r = 0; r < 8; ++r)
+                        t[r] = fmaf(Mm[i * LD + base + r], qu, t[r]);
+                }
+#pragma unroll
+                for (int r = 0; r < 8; ++r)
+                    a[r] = fmaf(t[r], la_dec(Gd, Rr, base + r, pp, col), a[r]);
+            }
 #pragma unroll
             for (int ii = 0; ii < 16; ++ii) {
                 const int i = base + ii;
                 const float qi = R1[i * LD + col];
 #pragma unroll
                 for (int r = 0; r < 16; ++r)
-                    if (r <= ii)
+                    if (r <= ii && (r < 8) == (ii < 8))
                         a[r] = fmaf(Mm[i * LD + base + r] * qi, la_dec(Gd, Rr, base + r, i, col),
                                     a[r]);
             }
