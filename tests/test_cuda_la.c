@@ -315,9 +315,11 @@ static const la_case cases[] = {
     {"per key, no beta/h0/d_ht, T=4096", 2, 4096, 2, 64, 64, 2, 1e-5, 1e-1, 0, 0, 0, 1e-2, 100, 0, 0},
     {"no gate, T=1000", 1, 1000, 2, 64, 64, 0, 0, 0, 1, 1, 1, 1e-2, 100, 0, 0},
     {"per key resets, partial grads, T=1000", 1, 1000, 3, 48, 80, 2, 1e-3, 3, 1, 1, 1, 1e-2, 100, 1, 1},
-    /* B·H = 80 with d_v = 128: on a GPU of 80 to 159 SMs the tensor-core state recurrences
-     * (forward and backward) take their 128-column tiles (twice the waves with 64) */
+    /* d_v = 128 on a GPU of 80 to 159 SMs (the H200 has 132): at B·H = 80 the tensor-core
+     * forward takes its 128-column tiles (twice the waves with 64), at B·H = 40 the backward's
+     * launch of both recurrences (2·B·H blocks per tile) does */
     {"per key resets, B·H=80, d=128, T=130", 8, 130, 10, 128, 128, 2, 1e-3, 1, 1, 1, 1, 1e-2, 100, 1, 0},
+    {"per token resets, B·H=40, d=128, T=100", 4, 100, 10, 128, 128, 1, 1e-3, 1, 1, 1, 1, 1e-2, 100, 1, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

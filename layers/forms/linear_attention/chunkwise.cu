@@ -1044,11 +1044,12 @@ __global__ void __launch_bounds__(LA_NT) la_dg_add(la_dev P, int gdim) {
  *   la_prep_mma  (B·H, chunks)       per chunk: the gate scan; Qa = scale·q ⊙ a and
  *                                    Kb = β k ⊙ b as bf16 splits; G'_{n−1}, R_{n−1} per gate
  *                                    column; with SC the scores A ⊙ β_j (split) on the tensor cores
- *   la_seq_mma   (B·H, d_v/BV)       sequential over the chunks, the state in fp32 registers:
+ *   la_seq_mma   (B·H, d_v/BV[, 2])  sequential over the chunks, the state in fp32 registers:
  *                                    MODE 0 O = Qa S + (A ⊙ β) V, S ← e ⊙ S + Kbᵀ V (o, ht)
- *                                    MODE 1 the chunk-start states, S ← e ⊙ S + Kbᵀ V (backward)
- *                                    MODE 2 in reverse: the chunk-end state gradients,
- *                                           dS ← e ⊙ dS + Qaᵀ dO (dh0) */
+ *                                    MODE 1 (the backward; two recurrences in one launch)
+ *                                      z = 0: the chunk-start states, S ← e ⊙ S + Kbᵀ V
+ *                                      z = 1: in reverse, the chunk-end state gradients,
+ *                                             dS ← e ⊙ dS + Qaᵀ dO (dh0) */
 #define LA_MP 72  /* row stride (floats) of la_prep_mma's tiles: float2 fragment reads conflict-free */
 #define LA_MSC 72 /* row stride (bf16) of the C × C score splits in la_seq_mma */
 
@@ -1320,12 +1321,12 @@ __host__ __device__ constexpr size_t la_mma_smem(int ldk, int bv, int mode) {
 }
 static_assert(la_mma_smem(128, 128, 0) <= 227 * 1024, "la_seq_mma: shared memory over the limit");
 
-/* One block of BV/8 warps per (sequence, BV columns of the state). The state (or its gradient)
- * stays in fp32 registers for the whole sequence: warp w owns rows 16·mu.., NTU n-tiles from
- * column 8·nu0 (LDK = 128: mu = w mod 8; LDK = 64: mu = w mod 4). Everything a chunk reads is
- * copied with cp.async one chunk ahead (the Qa split of MODE 0, single-buffered, while the
- * chunk's score and update products run). Per chunk, with X = Kb (MODE 0, 1) or Qa (MODE 2) and
- * Y = V or dO (both 16-bit exact where they are inputs):
+/* One block of BV/8 warps per (sequence, BV columns of the state[, recurrence]). The state (or
+ * its gradient) stays in fp32 registers for the whole sequence: warp w owns rows 16·mu.., NTU
+ * n-tiles from column 8·nu0 (LDK = 128: mu = w mod 8; LDK = 64: mu = w mod 4). What the update
+ * reads is copied with cp.async one chunk ahead (MODE 0's Qa and A splits, single-buffered,
+ * while the state update runs). Per chunk, with X = Kb (forward, states) or Qa (gradients) and
+ * Y = V or dO (exact: inputs):
  *     MODE 0: O = Qa·S (split × split: 3 mma) + (A⊙β)·V (split × exact: 2 mma, k-tiles up to the
  *             diagonal), warps owning 16 × 32 pieces of O;
  *     all:    S ← e ⊙ S + Xᵀ Y (Xᵀ read transposed by ldmatrix; split × exact: 2 mma),
@@ -1346,8 +1347,10 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c2 = 2 * (lane & 3);
     const int bh = blockIdx.x, j0 = blockIdx.y * BV, b = bh / P.H, h = bh % P.H;
     const int gdim = P.per_key ? P.dk : 1;
-    const __nv_bfloat16 *Xw = MODE == 2 ? P.Qhl : P.Khl;
-    const __nv_bfloat16 *Yg = (const __nv_bfloat16 *)(MODE == 2 ? P.d_o : P.v);
+    /* the backward's launch holds both recurrences: blockIdx.z = 0 the states, 1 the gradients */
+    const int md = MODE == 0 ? 0 : 1 + (int)blockIdx.z;
+    const __nv_bfloat16 *Xw = md == 2 ? P.Qhl : P.Khl;
+    const __nv_bfloat16 *Yg = (const __nv_bfloat16 *)(md == 2 ? P.d_o : P.v);
     const int mt = w & 3, nt0 = 4 * (w >> 2);
     const int mu = LDK >= 128 ? (w & 7) : (w & 3);
     const int nu0 = LDK >= 128 ? 8 * (w >> 3) : 4 * (w >> 2);
@@ -1391,10 +1394,10 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
                    (__nv_bfloat162 *)(S2 + (row0 + 8) * SV + col0));
     };
 
-    /* the initial state (MODE 0, 1: h0) or its gradient (MODE 2: d_ht) */
+    /* the initial state (h0) or its gradient (d_ht) */
     float S[NTU][4];
     {
-        const float *S0 = MODE == 2 ? P.d_ht : P.h0;
+        const float *S0 = md == 2 ? P.d_ht : P.h0;
 #pragma unroll
         for (int nn = 0; nn < NTU; nn++)
 #pragma unroll
@@ -1418,7 +1421,7 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
             rn = P.rnw[z];
         }
     };
-    const int first = MODE == 2 ? P.NC - 1 : 0, step = MODE == 2 ? -1 : 1;
+    const int first = md == 2 ? P.NC - 1 : 0, step = md == 2 ? -1 : 1;
     load_split(X0, chunk_of(Xw, first));
     load_y(first, 0);
     if (MODE == 0) {
@@ -1445,8 +1448,8 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
         }
         const __nv_bfloat16 *Xh = X0 + buf * 2 * LA_C * SK, *Xl = Xh + LA_C * SK;
         const __nv_bfloat16 *Yb = Y0 + buf * LA_C * SV;
-        if (MODE != 0) { /* the chunk-start state (MODE 1) or chunk-end gradient (MODE 2) */
-            float *dst = (MODE == 1 ? P.Sst : P.dSe) + ch * P.dk * P.dv;
+        if (MODE != 0) { /* the chunk-start state (md 1) or chunk-end gradient (md 2) */
+            float *dst = (md == 1 ? P.Sst : P.dSe) + ch * P.dk * P.dv;
 #pragma unroll
             for (int nn = 0; nn < NTU; nn++)
 #pragma unroll
@@ -1546,7 +1549,7 @@ __global__ void __launch_bounds__(4 * BV, 1) la_seq_mma(la_dev P) {
             for (int nn = 0; nn < NTU; nn++)
                 store_split(16 * mu + g, 8 * (nu0 + nn) + c2, S[nn]);
     }
-    float *fin = MODE == 0 ? P.ht : (MODE == 1 ? P.ST : P.dh0);
+    float *fin = md == 0 ? P.ht : (md == 1 ? P.ST : P.dh0);
     if (fin)
 #pragma unroll
         for (int nn = 0; nn < NTU; nn++)
@@ -2099,9 +2102,9 @@ template <int LDK, int BV, int MODE>
 static ttt_status la_seq_launch(const la_dev &P, cudaStream_t st, ttt_error *err) {
     const size_t sm = la_mma_smem(LDK, BV, MODE);
     TTT_CUDA_CHECK(la_smem_attr(la_seq_mma<LDK, BV, MODE>, sm));
-    la_seq_mma<LDK, BV, MODE><<<dim3(P.B * P.H, (P.dv + BV - 1) / BV), 4 * BV, sm, st>>>(P);
-    TTT_CUDA_CHECK_LAUNCH(MODE == 0 ? "la_seq_mma (forward)"
-                                    : MODE == 1 ? "la_seq_mma (states)" : "la_seq_mma (gradients)");
+    la_seq_mma<LDK, BV, MODE>
+        <<<dim3(P.B * P.H, (P.dv + BV - 1) / BV, MODE == 0 ? 1 : 2), 4 * BV, sm, st>>>(P);
+    TTT_CUDA_CHECK_LAUNCH(MODE == 0 ? "la_seq_mma (forward)" : "la_seq_mma (backward)");
     return TTT_OK;
 }
 
@@ -2112,7 +2115,8 @@ static ttt_status la_seq_pick(const la_dev &P, cudaStream_t st, ttt_error *err) 
     int dev = 0, sms = 0;
     TTT_CUDA_CHECK(cudaGetDevice(&dev));
     TTT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const size_t bh = (size_t)P.B * P.H, sm = (size_t)(sms > 0 ? sms : 1);
+    /* blocks per value tile: B·H, twice that for the backward's two recurrences */
+    const size_t bh = (size_t)P.B * P.H * (MODE == 0 ? 1 : 2), sm = (size_t)(sms > 0 ? sms : 1);
     const size_t waves64 = (bh * ((P.dv + 63) / 64) + sm - 1) / sm;
     const size_t waves128 = (bh * ((P.dv + 127) / 128) + sm - 1) / sm;
     const bool wide = waves64 >= 2 * waves128;
@@ -2136,8 +2140,7 @@ static ttt_status la_backward_mma(const la_dev &P, cudaStream_t st, ttt_error *e
     const dim3 blk(LA_NT);
     const int BH = P.B * P.H;
     TTT_TRY((la_prep_launch<PK, true>(P, st, err))); /* A without β (fold_beta = 0) */
-    TTT_TRY(la_seq_pick<1>(P, st, err));
-    TTT_TRY(la_seq_pick<2>(P, st, err));
+    TTT_TRY(la_seq_pick<1>(P, st, err)); /* the states and their gradients, one launch */
     TTT_CUDA_CHECK(la_smem_attr(la_bwd_mma<PK>, LA_BWM_BYTES + 16));
     la_bwd_mma<PK><<<dim3(BH, P.NC), blk, LA_BWM_BYTES + 16, st>>>(P);
     TTT_CUDA_CHECK_LAUNCH("la_bwd_mma");
