@@ -30,6 +30,9 @@
  * o, dq, dk, dv are stored in bf16, which alone costs up to half a bf16 ulp per element
  * (ρ = ‖ulp(ref)/2‖/‖ref‖, computed from the reference); bound ρ + 1e-3 for o and ρ + 2e-3 for
  * the gradients; ht, dβ, dg, dh0 (fp32) 1e-3 and 2e-3.
+ * Every bf16 case runs twice, through the fastest kernels (the tensor-core kernels where the
+ * shape allows: d_k ≤ 128, d_k and d_v multiples of 8) and through the fp32 reference kernels
+ * (ttt_chunk_args.reference), each held to the same bounds.
  * Every comparison is also run on a perturbed input (one token's gate moved by −0.5) and must
  * then fail (test_perturbed). */
 #include <math.h>
@@ -312,6 +315,11 @@ static const la_case cases[] = {
     {"per key, no beta/h0/d_ht, T=4096", 2, 4096, 2, 64, 64, 2, 1e-5, 1e-1, 0, 0, 0, 1e-2, 100, 0, 0},
     {"no gate, T=1000", 1, 1000, 2, 64, 64, 0, 0, 0, 1, 1, 1, 1e-2, 100, 0, 0},
     {"per key resets, partial grads, T=1000", 1, 1000, 3, 48, 80, 2, 1e-3, 3, 1, 1, 1, 1e-2, 100, 1, 1},
+    /* d_v = 128 on a GPU of 80 to 159 SMs (the H200 has 132): at B·H = 80 the tensor-core
+     * forward takes its 128-column tiles (twice the waves with 64), at B·H = 40 the backward's
+     * launch of both recurrences (2·B·H blocks per tile) does */
+    {"per key resets, B·H=80, d=128, T=130", 8, 130, 10, 128, 128, 2, 1e-3, 1, 1, 1, 1, 1e-2, 100, 1, 0},
+    {"per token resets, B·H=40, d=128, T=100", 4, 100, 10, 128, 128, 1, 1e-3, 1, 1, 1, 1, 1e-2, 100, 1, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -527,8 +535,11 @@ static float *dev_get(void *p, size_t n, int bf16) {
     return x;
 }
 
-/* Forward and backward of a case on the GPU; g_perturb ≥ 0 moves that token's gate by −0.5. */
-static void run_gpu(const la_case *c, const la_data *d, int bf16, int g_perturb, la_got *got) {
+/* Forward and backward of a case on the GPU; g_perturb ≥ 0 moves that token's gate by −0.5;
+ * ref: the fp32 reference kernels even for bf16 inputs (ttt_chunk_args.reference), else the
+ * fastest (the tensor-core kernels where the shape allows). */
+static void run_gpu(const la_case *c, const la_data *d, int bf16, int ref, int g_perturb,
+                    la_got *got) {
     float *g = NULL;
     if (d->g) {
         g = malloc(sizeof(float) * d->ng);
@@ -542,6 +553,7 @@ static void run_gpu(const la_case *c, const la_data *d, int bf16, int g_perturb,
     memset(&a, 0, sizeof a);
     a.B = c->B, a.T = c->T, a.H = c->H, a.d_k = c->dk, a.d_v = c->dv;
     a.dtype = bf16 ? TTT_CHUNK_BF16 : TTT_CHUNK_F32;
+    a.reference = ref;
     a.q = dev_put(d->q, d->nq, bf16);
     a.k = dev_put(d->k, d->nq, bf16);
     a.v = dev_put(d->v, d->nv, bf16);
@@ -656,9 +668,13 @@ static int compare(const la_case *c, const la_data *d, const la_got *g, int bf16
     return bad;
 }
 
-static void case_line(const la_case *c, int bf16, const char *tag, const cmp_row *rows, int n) {
+/* Variant v of a case: 0 fp32, 1 bf16 through the fastest kernels, 2 bf16 through the fp32
+ * reference kernels. */
+static const char *variant_name(int v) { return v == 0 ? "fp32" : v == 1 ? "bf16" : "bf16r"; }
+
+static void case_line(const la_case *c, int v, const char *tag, const cmp_row *rows, int n) {
     char buf[1024];
-    int p = snprintf(buf, sizeof buf, "%-5s %-40s %s", bf16 ? "bf16" : "fp32", c->name, tag);
+    int p = snprintf(buf, sizeof buf, "%-5s %-40s %s", variant_name(v), c->name, tag);
     for (int i = 0; i < n && p < (int)sizeof buf; i++)
         p += snprintf(buf + p, sizeof buf - (size_t)p, " %s %.2e/%.1e", rows[i].name, rows[i].err,
                       rows[i].bound);
@@ -666,23 +682,39 @@ static void case_line(const la_case *c, int bf16, const char *tag, const cmp_row
     fflush(stdout);
 }
 
+/* The two bf16 variants of a case share their inputs and float64 reference: computed for the
+ * first, kept for the second (the suite runs in one process, the variants in order). */
+static la_data bf16_cache;
+static int bf16_cache_case = -1;
+
 START_TEST(test_case) {
-    const la_case *c = &cases[_i / 2];
-    const int bf16 = _i % 2;
+    const int ci = _i / 3;
+    const la_case *c = &cases[ci];
+    const int v = _i % 3, bf16 = v > 0;
     la_data d;
-    memset(&d, 0, sizeof d);
-    gen(c, bf16, &d);
-    reference(c, &d);
+    if (v == 2 && bf16_cache_case == ci) {
+        d = bf16_cache;
+        bf16_cache_case = -1;
+    } else {
+        memset(&d, 0, sizeof d);
+        gen(c, bf16, &d);
+        reference(c, &d);
+    }
+    if (v == 1) {
+        if (bf16_cache_case >= 0) data_free(&bf16_cache);
+        bf16_cache = d;
+        bf16_cache_case = ci;
+    }
     la_got g;
-    run_gpu(c, &d, bf16, -1, &g);
+    run_gpu(c, &d, bf16, v == 2, -1, &g);
     cmp_row rows[8];
     int n = 0;
     const int bad = compare(c, &d, &g, bf16, rows, &n);
-    case_line(c, bf16, "", rows, n);
-    ck_assert_msg(bad == 0, "%s (%s): %d quantities over their bound", c->name,
-                  bf16 ? "bf16" : "fp32", bad);
+    case_line(c, v, "", rows, n);
+    ck_assert_msg(bad == 0, "%s (%s): %d quantities over their bound", c->name, variant_name(v),
+                  bad);
     got_free(&g);
-    data_free(&d);
+    if (v != 1) data_free(&d); /* v = 1: kept for v = 2 */
 }
 END_TEST
 
@@ -693,21 +725,21 @@ static const la_case pcases[] = {
 };
 
 START_TEST(test_perturbed) {
-    const la_case *c = &pcases[_i / 2];
-    const int bf16 = _i % 2;
+    const la_case *c = &pcases[_i / 3];
+    const int v = _i % 3, bf16 = v > 0;
     la_data d;
     memset(&d, 0, sizeof d);
     gen(c, bf16, &d);
     reference(c, &d);
     la_got g;
-    run_gpu(c, &d, bf16, 20, &g);
+    run_gpu(c, &d, bf16, v == 2, 20, &g);
     cmp_row rows[8];
     int n = 0;
     const int bad = compare(c, &d, &g, bf16, rows, &n);
-    case_line(c, bf16, "(each must fail)", rows, n);
+    case_line(c, v, "(each must fail)", rows, n);
     ck_assert_int_eq(n, 8);
     ck_assert_msg(bad == n, "%s (%s): only %d of %d comparisons rejected the perturbed input",
-                  c->name, bf16 ? "bf16" : "fp32", bad, n);
+                  c->name, variant_name(v), bad, n);
     got_free(&g);
     data_free(&d);
 }
@@ -797,8 +829,8 @@ int main(void) {
     Suite *s = suite_create("cuda_la");
     TCase *tc = tcase_create("cases");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, test_case, 0, 2 * NCASES);
-    tcase_add_loop_test(tc, test_perturbed, 0, 4);
+    tcase_add_loop_test(tc, test_case, 0, 3 * NCASES);
+    tcase_add_loop_test(tc, test_perturbed, 0, 6);
     tcase_add_test(tc, test_bad_args);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,6 +1,8 @@
 /* Times of the CUDA linear-attention kernels (layers/forms/linear_attention/chunkwise.cu) with
  * CUDA events: forward, backward and their sum per call, median of the repetitions after two
- * warm-up calls, for the shapes of docs/gpu.md "Linear attention kernels". Prints a table.
+ * warm-up calls, for the shapes of docs/gpu.md "Linear attention kernels". Prints a table. bf16
+ * rows are timed twice: with the fastest kernels (the tensor-core kernels where the shape allows)
+ * and with the fp32 reference kernels (ttt_chunk_args.reference), side by side in one run.
  *     bench_cuda_la [reps [shape index]]  */
 #include <stdint.h>
 #include <stdio.h>
@@ -72,8 +74,9 @@ int main(int argc, char **argv) {
         printf("bench_cuda_la: no CUDA device\n");
         return 1;
     }
-    printf("| B | T | H | d_k | d_v | gate | dtype | forward ms | backward ms | fwd+bwd ms |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| B | T | H | d_k | d_v | gate | dtype | kernels | forward ms | backward ms | fwd+bwd "
+           "ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         if (only >= 0 && (size_t)only != s) continue;
         const shape *sh = &shapes[s];
@@ -105,36 +108,43 @@ int main(int argc, char **argv) {
         g.d_beta = fill(rows, 0, 0.0f, 0.0f);
         g.d_g = sh->gate ? fill(ng, 0, 0.0f, 0.0f) : NULL;
         g.d_h0 = fill(ns, 0, 0.0f, 0.0f);
-        const size_t wf = ttt_cuda_la_workspace(&a, 0), wb = ttt_cuda_la_workspace(&a, 1);
+        /* the fastest kernels' workspace is the larger one (it adds the tensor-core splits) */
+        const size_t wf0 = ttt_cuda_la_workspace(&a, 0), wb0 = ttt_cuda_la_workspace(&a, 1);
         void *ws = NULL;
-        if (!ok(cudaMalloc(&ws, wf > wb ? wf : wb), "workspace")) return 1;
+        if (!ok(cudaMalloc(&ws, wf0 > wb0 ? wf0 : wb0), "workspace")) return 1;
         cudaEvent_t e0, e1, e2;
         cudaEventCreate(&e0), cudaEventCreate(&e1), cudaEventCreate(&e2);
         float *tf = malloc(sizeof(float) * (size_t)reps), *tb = malloc(sizeof(float) * (size_t)reps);
         ttt_error err;
-        for (int r = -2; r < reps; r++) {
-            cudaEventRecord(e0, NULL);
-            ttt_status st = ttt_cuda_la_forward(&a, ws, wf, NULL, &err);
-            cudaEventRecord(e1, NULL);
-            if (st == TTT_OK) st = ttt_cuda_la_backward(&a, &g, ws, wb, NULL, &err);
-            cudaEventRecord(e2, NULL);
-            if (st != TTT_OK) {
-                fprintf(stderr, "bench_cuda_la: %s\n", err.msg);
-                return 1;
+        for (int ref = 0; ref <= half; ref++) {
+            a.reference = ref;
+            const size_t wf = ttt_cuda_la_workspace(&a, 0), wb = ttt_cuda_la_workspace(&a, 1);
+            for (int r = -2; r < reps; r++) {
+                cudaEventRecord(e0, NULL);
+                ttt_status st = ttt_cuda_la_forward(&a, ws, wf, NULL, &err);
+                cudaEventRecord(e1, NULL);
+                if (st == TTT_OK) st = ttt_cuda_la_backward(&a, &g, ws, wb, NULL, &err);
+                cudaEventRecord(e2, NULL);
+                if (st != TTT_OK) {
+                    fprintf(stderr, "bench_cuda_la: %s\n", err.msg);
+                    return 1;
+                }
+                if (!ok(cudaEventSynchronize(e2), "run")) return 1;
+                if (r >= 0) {
+                    cudaEventElapsedTime(&tf[r], e0, e1);
+                    cudaEventElapsedTime(&tb[r], e1, e2);
+                }
             }
-            if (!ok(cudaEventSynchronize(e2), "run")) return 1;
-            if (r >= 0) {
-                cudaEventElapsedTime(&tf[r], e0, e1);
-                cudaEventElapsedTime(&tb[r], e1, e2);
-            }
+            qsort(tf, (size_t)reps, sizeof *tf, cmpf);
+            qsort(tb, (size_t)reps, sizeof *tb, cmpf);
+            const char *gn[] = {"none", "per token", "per key"};
+            printf("| %d | %d | %d | %d | %d | %s | %s | %s | %.3f | %.3f | %.3f |\n", sh->B, sh->T,
+                   sh->H, sh->dk, sh->dv, gn[sh->gate], half ? "bf16" : "fp32",
+                   ref || !half ? "reference" : "fastest", tf[reps / 2], tb[reps / 2],
+                   tf[reps / 2] + tb[reps / 2]);
+            fflush(stdout);
         }
-        qsort(tf, (size_t)reps, sizeof *tf, cmpf);
-        qsort(tb, (size_t)reps, sizeof *tb, cmpf);
-        const char *gn[] = {"none", "per token", "per key"};
-        printf("| %d | %d | %d | %d | %d | %s | %s | %.3f | %.3f | %.3f |\n", sh->B, sh->T, sh->H,
-               sh->dk, sh->dv, gn[sh->gate], half ? "bf16" : "fp32", tf[reps / 2], tb[reps / 2],
-               tf[reps / 2] + tb[reps / 2]);
-        fflush(stdout);
+        a.reference = 0;
         free(tf), free(tb);
         cudaFree(ws);
         cudaFree((void *)a.q), cudaFree((void *)a.k), cudaFree((void *)a.v);
