@@ -246,7 +246,7 @@ ttt_status ttt_bench_dump_train_steps(const ttt_task_run *run, const ttt_seq_mod
     tc.log_every = 1;
     tc.eval_every = tc.checkpoint_every = tc.stop_at = 0;
     tc.adamw.total_steps = N;
-    if (tc.adamw.warmup >= N) tc.adamw.warmup = N - 1; /* as a run of N steps (train.c) */
+    if (tc.adamw.warmup >= N) tc.adamw.warmup = N - 1; /* as a run of N steps (train_config.c) */
     if (s == TTT_OK) {
         ttt_train_data data = {.user = &feed, .next = ttt_bench_feed_next};
         const ttt_train_run tr = {.config_hash = "", .series = "", .mixer = "", .results = res};

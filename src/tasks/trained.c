@@ -61,14 +61,14 @@ void ttt_trained_estimate(const ttt_seq_model_config *mc, const ttt_train_config
     const double wide = 64.0 * mc->d_model;
     const double state = 4.0 * mc->n_heads * (double)mc->head_dim * mc->head_dim;
     /* The parameters cost their values, gradients and AdamW's two moments, plus one gradient
-     * copy per further data-parallel shard (src/train/train.c); with a large vocabulary the
+     * copy per further data-parallel shard (src/train/train_shards.c); with a large vocabulary the
      * embedding and head (vocab × d_model each) dominate. */
     const double params = ttt_seq_model_param_bound(mc);
     const double shards = tc->shards > 1 ? tc->shards : 1;
     const double tokens = (double)tc->batch * seq_len * mc->n_layers;
     if (ttt_device_is_host(tc->device)) {
         /* Each shard's arena grows in blocks of TTT_TRAIN_ARENA_BLOCK bytes (a larger tensor in
-         * a block of its own) that it keeps across steps (src/train/train.c): the step, the
+         * a block of its own) that it keeps across steps (src/train/train_shards.c): the step, the
          * blocks' unused tails (counted as 25 % of the step) and at most one block more per
          * shard. */
         e->params = 16.0 * params;

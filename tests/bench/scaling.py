@@ -95,7 +95,7 @@ def main():
         for name, scale in (("MQAR quick", 1), ("100× larger", 100)):
             P = params * scale
             step = step1 * scale
-            chunk = min(max(P // 8, 4096), 65536)  # floats per message (src/train/train.c)
+            chunk = min(max(P // 8, 4096), 65536)  # floats per message (src/train/train_shards.c)
             for R in (2, 8, 64):
                 # the chain: P floats pass every rank, pipelined in chunks: P + (R−1)·chunk on
                 # the critical path; the broadcast: a binomial tree, ⌈log2 R⌉ hops of P (an
