@@ -706,6 +706,89 @@ template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT, 2) la_ds
 #define LA_BW_FLOATS (6 * LA_C * LA_LD + 2 * LA_C)
 #define LA_BW_BYTES (LA_BW_FLOATS * 4 + LA_C * LA_GLD * 8 + LA_C * 8 + LA_C * LA_GLD)
 
+/* The end of a key tile in la_bwd_chunk and la_bwd_mma (row stride ld of the C × 64 tiles): dq
+ * and dk to memory, and the tile's part of dg — per key, the in-chunk suffix sums of
+ * q ⊙ dq − k ⊙ dk restarting at resets (and the chunk's head and reset flag for la_dg_carry); for
+ * a scalar gate the row sums, added into xs for la_bwd_chunk_out. (P by value and plain
+ * pointers, as in the kernels: the sm_90 code of both kernels is then the same bytes as before
+ * these lines moved here.) */
+template <typename E, bool PK, int ld>
+__device__ __forceinline__ void la_bwd_tile_out(la_dev P, int b, int h, int bh, int c, int t0,
+                                                int n, int m0, int gdim, float *R1, float *R2,
+                                                float *R3, float *R4, signed char *Rr, double *xs) {
+    const int tid = threadIdx.x;
+    /* dq, dk to memory */
+    for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
+        const int i = e / LA_KT, col = e % LA_KT;
+        if (i < n && m0 + col < P.dk) {
+            const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
+            if (P.dq)
+                ttt_st<E>((E *)P.dq, idx, R3[i * ld + col]);
+            if (P.dkk)
+                ttt_st<E>((E *)P.dkk, idx, R4[i * ld + col]);
+        }
+    }
+    if (P.dg) {
+        if (PK) {
+            const int col = tid, m = m0 + col;
+            if (col < LA_KT && m < P.dk) {
+                double sacc = 0.0;
+                int any = 0;
+                for (int i = n - 1; i >= 0; --i) {
+                    const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m;
+                    if (Rr[i * LA_GLD + col] == i) {
+                        sacc = 0.0;
+                        any = 1;
+                        P.dg[idx] = 0.0f;
+                    } else {
+                        sacc += (double)(R1[i * ld + col] * R3[i * ld + col]) -
+                                (double)(R2[i * ld + col] * R4[i * ld + col]);
+                        P.dg[idx] = (float)sacc;
+                    }
+                }
+                const size_t hz = ((size_t)bh * P.NC + c) * gdim + m;
+                P.head[hz] = sacc;
+                P.flag[hz] = any;
+            }
+        } else if (tid < n) {
+            double x = 0.0;
+            for (int col = 0; col < LA_KT; ++col)
+                x += (double)(R1[tid * ld + col] * R3[tid * ld + col]) -
+                     (double)(R2[tid * ld + col] * R4[tid * ld + col]);
+            xs[tid] += x;
+        }
+    }
+}
+
+/* The end of la_bwd_chunk and la_bwd_mma: a scalar gate's in-chunk suffix sums of dg (one thread
+ * over the summed rows xs), and dβ. */
+template <bool PK>
+__device__ __forceinline__ void la_bwd_chunk_out(la_dev P, int b, int h, int bh, int c,
+                                                 int t0, int n, const signed char *Rr,
+                                                 const double *xs, const float *dbet) {
+    const int tid = threadIdx.x;
+    if (P.dg && !PK && tid == 0) {
+        double sacc = 0.0;
+        int any = 0;
+        for (int i = n - 1; i >= 0; --i) {
+            const size_t idx = la_row(P, b, t0 + i, h);
+            if (Rr[i * LA_GLD] == i) {
+                sacc = 0.0;
+                any = 1;
+                P.dg[idx] = 0.0f;
+            } else {
+                sacc += xs[i];
+                P.dg[idx] = (float)sacc;
+            }
+        }
+        const size_t hz = (size_t)bh * P.NC + c;
+        P.head[hz] = sacc;
+        P.flag[hz] = any;
+    }
+    if (P.dbeta && tid < n)
+        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+}
+
 template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_chunk(la_dev P) {
     extern __shared__ __align__(16) unsigned char la_smem[];
     const int bh = blockIdx.x, c = blockIdx.y, b = bh / P.H, h = bh % P.H;
@@ -924,69 +1007,10 @@ template <typename E, bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_c
                 R4[(base + r) * LA_LD + col] += a[r];
             __syncthreads();
         }
-        /* dq, dk to memory */
-        for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
-            const int i = e / LA_KT, col = e % LA_KT;
-            if (i < n && m0 + col < P.dk) {
-                const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
-                if (P.dq)
-                    ttt_st<E>((E *)P.dq, idx, R3[i * LA_LD + col]);
-                if (P.dkk)
-                    ttt_st<E>((E *)P.dkk, idx, R4[i * LA_LD + col]);
-            }
-        }
-        if (P.dg) {
-            if (PK) {
-                const int col = tid, m = m0 + col;
-                if (col < LA_KT && m < P.dk) {
-                    double sacc = 0.0;
-                    int any = 0;
-                    for (int i = n - 1; i >= 0; --i) {
-                        const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m;
-                        if (Rr[i * LA_GLD + col] == i) {
-                            sacc = 0.0;
-                            any = 1;
-                            P.dg[idx] = 0.0f;
-                        } else {
-                            sacc += (double)(R1[i * LA_LD + col] * R3[i * LA_LD + col]) -
-                                    (double)(R2[i * LA_LD + col] * R4[i * LA_LD + col]);
-                            P.dg[idx] = (float)sacc;
-                        }
-                    }
-                    const size_t hz = ((size_t)bh * P.NC + c) * gdim + m;
-                    P.head[hz] = sacc;
-                    P.flag[hz] = any;
-                }
-            } else if (tid < n) {
-                double x = 0.0;
-                for (int col = 0; col < LA_KT; ++col)
-                    x += (double)(R1[tid * LA_LD + col] * R3[tid * LA_LD + col]) -
-                         (double)(R2[tid * LA_LD + col] * R4[tid * LA_LD + col]);
-                xs[tid] += x;
-            }
-        }
+        la_bwd_tile_out<E, PK, LA_LD>(P, b, h, bh, c, t0, n, m0, gdim, R1, R2, R3, R4, Rr, xs);
         __syncthreads();
     }
-    if (P.dg && !PK && tid == 0) {
-        double sacc = 0.0;
-        int any = 0;
-        for (int i = n - 1; i >= 0; --i) {
-            const size_t idx = la_row(P, b, t0 + i, h);
-            if (Rr[i * LA_GLD] == i) {
-                sacc = 0.0;
-                any = 1;
-                P.dg[idx] = 0.0f;
-            } else {
-                sacc += xs[i];
-                P.dg[idx] = (float)sacc;
-            }
-        }
-        const size_t hz = (size_t)bh * P.NC + c;
-        P.head[hz] = sacc;
-        P.flag[hz] = any;
-    }
-    if (P.dbeta && tid < n)
-        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+    la_bwd_chunk_out<PK>(P, b, h, bh, c, t0, n, Rr, xs, dbet);
 }
 
 /* ---- backward: dg across chunks ----
@@ -1870,69 +1894,10 @@ template <bool PK> __global__ void __launch_bounds__(LA_NT) la_bwd_mma(la_dev P)
                 R4[(base + r) * LD + col] += a[r];
             __syncthreads();
         }
-        /* dq, dk to memory */
-        for (int e = tid; e < LA_C * LA_KT; e += blockDim.x) {
-            const int i = e / LA_KT, col = e % LA_KT;
-            if (i < n && m0 + col < P.dk) {
-                const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m0 + col;
-                if (P.dq)
-                    ttt_st<E>((E *)P.dq, idx, R3[i * LD + col]);
-                if (P.dkk)
-                    ttt_st<E>((E *)P.dkk, idx, R4[i * LD + col]);
-            }
-        }
-        if (P.dg) {
-            if (PK) {
-                const int col = tid, m = m0 + col;
-                if (col < LA_KT && m < P.dk) {
-                    double sacc = 0.0;
-                    int any = 0;
-                    for (int i = n - 1; i >= 0; --i) {
-                        const size_t idx = la_row(P, b, t0 + i, h) * P.dk + m;
-                        if (Rr[i * LA_GLD + col] == i) {
-                            sacc = 0.0;
-                            any = 1;
-                            P.dg[idx] = 0.0f;
-                        } else {
-                            sacc += (double)(R1[i * LD + col] * R3[i * LD + col]) -
-                                    (double)(R2[i * LD + col] * R4[i * LD + col]);
-                            P.dg[idx] = (float)sacc;
-                        }
-                    }
-                    const size_t hz = ((size_t)bh * P.NC + c) * gdim + m;
-                    P.head[hz] = sacc;
-                    P.flag[hz] = any;
-                }
-            } else if (tid < n) {
-                double x = 0.0;
-                for (int col = 0; col < LA_KT; ++col)
-                    x += (double)(R1[tid * LD + col] * R3[tid * LD + col]) -
-                         (double)(R2[tid * LD + col] * R4[tid * LD + col]);
-                xs[tid] += x;
-            }
-        }
+        la_bwd_tile_out<E, PK, LD>(P, b, h, bh, c, t0, n, m0, gdim, R1, R2, R3, R4, Rr, xs);
         __syncthreads();
     }
-    if (P.dg && !PK && tid == 0) {
-        double sacc = 0.0;
-        int any = 0;
-        for (int i = n - 1; i >= 0; --i) {
-            const size_t idx = la_row(P, b, t0 + i, h);
-            if (Rr[i * LA_GLD] == i) {
-                sacc = 0.0;
-                any = 1;
-                P.dg[idx] = 0.0f;
-            } else {
-                sacc += xs[i];
-                P.dg[idx] = (float)sacc;
-            }
-        }
-        const size_t hz = (size_t)bh * P.NC + c;
-        P.head[hz] = sacc;
-        P.flag[hz] = any;
-    }
-    if (P.dbeta && tid < n)
-        P.dbeta[la_row(P, b, t0 + tid, h)] = dbet[tid];
+    la_bwd_chunk_out<PK>(P, b, h, bh, c, t0, n, Rr, xs, dbet);
 }
 
 /* ---- host side ---- */
