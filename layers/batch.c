@@ -677,6 +677,11 @@ ttt_status ttt_layer_backward_batched(const ttt_layer *L, const ttt_form_batch *
     return e->backward_batched(L, io, g, err);
 }
 
+size_t ttt_layer_kept_bytes_batched(const ttt_layer *L, const ttt_form_batch *io) {
+    const ttt_form_entry *e = batched_entry(L, io, 1, NULL);
+    return e && e->kept_bytes_batched ? e->kept_bytes_batched(L, io) : 0;
+}
+
 /* ---- packed variable-length batches (docs/api.md "Packed sequences") ---- */
 
 ttt_status ttt_layer_check_cu_seqlens(const int64_t *cu, int n_seqs, int B, int T,

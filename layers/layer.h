@@ -256,6 +256,9 @@ ttt_status ttt_layer_forward_batched(const ttt_layer *L, const ttt_form_batch *i
  * forward. */
 ttt_status ttt_layer_backward_batched(const ttt_layer *L, const ttt_form_batch *io,
                                       const ttt_form_batch_grad *g, ttt_error *err);
+/* The bytes io->kept needs for a kept forward of io (0: the entry that computes it keeps
+ * nothing, or no entry does). */
+size_t ttt_layer_kept_bytes_batched(const ttt_layer *L, const ttt_form_batch *io);
 
 /* The threads ttt_layer_forward_batch runs for `threads` and n_seq sequences. */
 int ttt_layer_batch_threads(int threads, long n_seq);

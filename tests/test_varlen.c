@@ -374,8 +374,18 @@ START_TEST(bad_offsets_are_named) {
                    "io->cu_seqlens with n_seqs = 0");
     expect_refused(h, NULL, 2, 1, TTT_DEVICE_HOST, TTT_ERR_ARG,
                    "io->n_seqs = 2 without io->cu_seqlens");
-    expect_refused(h, good, 2, 1, TTT_DEVICE_CUDA, TTT_ERR_UNSUPPORTED,
-                   "io->cu_seqlens is not yet on CUDA");
+    /* a packed call keeps no forward (each sequence is a call of its own): io->kept with
+     * cu_seqlens is refused before any buffer is read */
+    {
+        float y[T * H * DK] = {0}, oy[T * H * DV];
+        static char kept[512];
+        ttt_batch_io io = {.size = sizeof io, .B = 1, .T = T, .H = H, .o = oy, .q = y, .k = y,
+                           .v = y, .cu_seqlens = good, .n_seqs = 2, .kept = kept,
+                           .kept_bytes = sizeof kept};
+        ck_assert_int_eq(ttt_layer_forward_run(h, &io, 0, &err), TTT_ERR_ARG);
+        ck_assert_msg(strstr(ttt_errmsg(&err), "io->kept with io->cu_seqlens"), "%s",
+                      ttt_errmsg(&err));
+    }
     /* the same offsets are accepted on the host: the refusals above are the offsets' */
     float x[T * H * DK] = {0}, o[T * H * DV];
     ttt_batch_io io = {.size = sizeof io, .B = 1, .T = T, .H = H, .o = o, .q = x, .k = x, .v = x,

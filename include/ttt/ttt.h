@@ -39,7 +39,7 @@ TTT_API const char *ttt_errmsg(const ttt_error *err);
  * the major (docs/api.md "Versions and the ABI"). TTT_VERSION_NUMBER orders versions:
  * MAJOR·10000 + MINOR·100 + PATCH, e.g. `#if TTT_VERSION_NUMBER >= 10000` for 1.0.0 or later. */
 #define TTT_VERSION_MAJOR 1
-#define TTT_VERSION_MINOR 0
+#define TTT_VERSION_MINOR 1
 #define TTT_VERSION_PATCH 0
 #define TTT_VERSION_NUMBER (TTT_VERSION_MAJOR * 10000 + TTT_VERSION_MINOR * 100 + TTT_VERSION_PATCH)
 
@@ -208,9 +208,17 @@ typedef struct ttt_batch_io {
      * tokens [cu_seqlens[n], cu_seqlens[n+1]) are sequence n, run as its own sequence (its
      * state starts afresh, RoPE positions from 0). state_in/state_out (and the gradients'
      * d_state_in/d_state_out) are then (n_seqs, H, shape_i). Empty sequences are allowed: their
-     * final state is their initial state. Host buffers only for now. */
+     * final state is their initial state. cu_seqlens is host memory also on a device call
+     * (each sequence then runs as a device call of its own). */
     const int64_t *cu_seqlens;
     int n_seqs;
+    /* Kept forward (docs/api.md "Kept forward"; appended in 1.1.0): NULL, or device memory of
+     * kept_bytes ≥ ttt_layer_kept_bytes(h, io), 256-byte aligned. ttt_layer_forward_run then
+     * stores there what the backward of the same call would recompute, and
+     * ttt_layer_backward_run on the same io reads it instead: memory traded for time. A kept
+     * forward serves one backward, which overwrites it. CUDA calls only. */
+    void *kept;
+    size_t kept_bytes;
 } ttt_batch_io;
 
 /* The first `size` bytes zeroed (no buffers, host, float32) and io->size = size; pass sizeof
@@ -222,6 +230,11 @@ TTT_API void ttt_batch_io_init(ttt_batch_io *io, size_t size);
  * exceed PTRDIFF_MAX); o, q, k, v are required. */
 TTT_API ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *io,
                                          int threads, ttt_error *err);
+
+/* The bytes io->kept needs for a kept forward of this call; 0 when the form that runs it keeps
+ * nothing (every host form, the CUDA linear-attention family), and for a NULL h or io or an
+ * io the calls refuse. No buffer is read. */
+TTT_API size_t ttt_layer_kept_bytes(const ttt_layer_handle *h, const ttt_batch_io *io);
 
 /* The computation form ttt_layer_forward_run runs for a call on io: `auto` resolved as every
  * call resolves it, from io's T, whether io->eta and io->log_alpha are given and io->alpha_vec

@@ -45,6 +45,10 @@ typedef struct ttt_chunk_args {
     float *ht;              /* (B, H, d_k, d_v) written, or NULL */
     int reference;          /* 1: the plain fp32 kernels only, never the tensor-core ones (the
                              * fast kernels' reference twin, docs/gpu.md); 0: the fastest */
+    void *kept;             /* delta rule: NULL, or ttt_cuda_delta_kept_bytes(a) bytes, 256-byte
+                             * aligned, where a forward stores what its backward would recompute
+                             * and a backward with the same arguments reads it (docs/gpu.md
+                             * "Kept forward"); the linear-attention kernels ignore it */
 } ttt_chunk_args;
 
 /* Gradients of L = Σ d_o ⊙ o + Σ d_ht ⊙ ht. Every output may be NULL (not wanted); outputs are
@@ -60,9 +64,16 @@ typedef struct ttt_chunk_grad {
 } ttt_chunk_grad;
 
 /* Device scratch (bytes) the forward (backward = 0) or the backward (backward = 1) needs for a;
- * the caller passes at least that much, 256-byte aligned. */
+ * the caller passes at least that much, 256-byte aligned. The delta rule with a->kept: a
+ * forward needs none, and backward = 2 gives the backward's (the kept part is not recomputed). */
 size_t ttt_cuda_la_workspace(const ttt_chunk_args *a, int backward);
 size_t ttt_cuda_delta_workspace(const ttt_chunk_args *a, int backward);
+
+/* Kept forward (docs/gpu.md "Kept forward"): the bytes of a->kept, what the backward reads of
+ * the forward (the prep kernel's fp32 and split matrices, the chunk-start states, U). A forward
+ * with a->kept stores them there on its way; a backward with the same arguments and a->kept then
+ * skips recomputing them. A kept forward serves one backward, which overwrites part of it. */
+size_t ttt_cuda_delta_kept_bytes(const ttt_chunk_args *a);
 
 /* Forward and backward on `stream` (a cudaStream_t; NULL = the default stream). They return
  * TTT_ERR_ARG for arguments out of range and TTT_ERR_DEVICE when a launch fails, with the

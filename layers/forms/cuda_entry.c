@@ -36,12 +36,10 @@ typedef struct prepared {
     float *d_beta; /* backward: d β when θ ≠ 1 (then d η = θ·d β), else NULL */
 } prepared;
 
-static ttt_status prepare(prepared *p, const ttt_cuda_kernels *k, const ttt_layer *L,
-                          const ttt_form_batch *io, int backward, int want_dbeta,
-                          ttt_error *err) {
-    memset(p, 0, sizeof *p);
-    const size_t n_tok = (size_t)io->B * io->T * io->H;
-    ttt_chunk_args *a = &p->a;
+/* The kernels' arguments for io, β and the gate as they will be present (the scratch arrays
+ * are placed by prepare; until then they point at q, for the size queries). */
+static void args_of(ttt_chunk_args *a, const ttt_layer *L, const ttt_form_batch *io) {
+    memset(a, 0, sizeof *a);
     a->B = io->B, a->T = io->T, a->H = io->H, a->d_k = L->d_k, a->d_v = L->d_v;
     a->dtype = io->dtype == TTT_DTYPE_BF16 ? TTT_CHUNK_BF16 : TTT_CHUNK_F32;
     a->q = io->q, a->k = io->k, a->v = io->v, a->o = io->o;
@@ -51,17 +49,45 @@ static ttt_status prepare(prepared *p, const ttt_cuda_kernels *k, const ttt_laye
     a->g = io->log_alpha;
     a->gate_per_key = io->log_alpha && io->alpha_vec;
     /* β = θ·η: η itself when θ = 1, nothing when neither is there (β = 1) */
+    a->beta = L->lr != 1.0f ? (const float *)io->q : io->eta;
+    if (!io->log_alpha && L->decay != 1.0f) a->g = (const float *)io->q;
+}
+
+size_t ttt_cuda_entry_kept_bytes(const ttt_cuda_kernels *k, const ttt_layer *L,
+                                 const ttt_form_batch *io) {
+    if (!k->kept_bytes || (long long)io->B * io->H * io->T == 0) return 0;
+    ttt_chunk_args a;
+    args_of(&a, L, io);
+    return k->kept_bytes(&a);
+}
+
+static ttt_status prepare(prepared *p, const ttt_cuda_kernels *k, const ttt_layer *L,
+                          const ttt_form_batch *io, int backward, int want_dbeta,
+                          ttt_error *err) {
+    memset(p, 0, sizeof *p);
+    const size_t n_tok = (size_t)io->B * io->T * io->H;
+    ttt_chunk_args *a = &p->a;
+    args_of(a, L, io);
     const int beta_scratch = L->lr != 1.0f;
     const int gate_scratch = !io->log_alpha && L->decay != 1.0f;
-    /* the workspace the kernels ask for (both passes for a backward: the forward runs first),
-     * asked with β and g present when they will be, as the size may depend on them; the
-     * arrays are placed after the workspace below */
-    a->beta = beta_scratch ? (const float *)io->q : io->eta;
-    if (gate_scratch) a->g = (const float *)io->q;
+    /* A kept forward (io->kept, docs/gpu.md "Kept forward") stores what the backward reads of
+     * the forward in io->kept, and the backward then reads it from there */
+    if (io->kept && k->kept_bytes) {
+        const size_t need = k->kept_bytes(a);
+        if (io->kept_bytes < need || ((uintptr_t)io->kept & 255) != 0)
+            return ttt_error_set(err, TTT_ERR_ARG,
+                                 "the kept buffer is %zu bytes at %p: %zu bytes, 256-byte "
+                                 "aligned, are needed (ttt_layer_kept_bytes)",
+                                 io->kept_bytes, io->kept, need);
+        a->kept = io->kept;
+    }
+    /* the workspace the kernels ask for (both passes for a backward: the forward runs first,
+     * unless it was kept), asked with β and g present when they will be, as the size may
+     * depend on them; the arrays are placed after the workspace below */
     size_t ws = k->workspace(a, 0);
     if (backward) {
-        const size_t wb = k->workspace(a, 1);
-        if (wb > ws) ws = wb;
+        const size_t wb = k->workspace(a, a->kept ? 2 : 1);
+        if (a->kept || wb > ws) ws = wb;
     }
     const size_t n_beta = beta_scratch ? up256(n_tok * sizeof(float)) : 0;
     const size_t n_gate = gate_scratch ? up256(n_tok * sizeof(float)) : 0;
@@ -135,8 +161,8 @@ static ttt_status backward_on_device(const ttt_cuda_kernels *k, const ttt_layer 
     const int want_dbeta = g->d_eta && io->eta;
     ttt_status s = prepare(&p, k, L, io, 1, want_dbeta, err);
     /* o and the final state are written, as the host's backward does: by a forward call
-     * first, unless the kernels' backward writes them on its way */
-    if (s == TTT_OK && !k->backward_writes_outputs)
+     * first, unless the kernels' backward writes them on its way or a kept forward did */
+    if (s == TTT_OK && !k->backward_writes_outputs && !p.a.kept)
         s = k->forward(&p.a, p.ws, p.ws_bytes, io->stream, err);
     if (s == TTT_OK) {
         const size_t n_tok = (size_t)io->B * io->T * io->H;

@@ -22,6 +22,8 @@ typedef struct ttt_cuda_kernels {
     /* the backward writes o and the final state itself (it recomputes the forward): the entry's
      * backward then skips the forward call it otherwise makes first */
     int backward_writes_outputs;
+    /* NULL, or the bytes a kept forward stores for its backward (chunk_cuda.h) */
+    size_t (*kept_bytes)(const ttt_chunk_args *a);
 } ttt_cuda_kernels;
 
 /* The reasons every CUDA entry shares for refusing a layer or a call (the tuple's own test is
@@ -34,5 +36,8 @@ ttt_status ttt_cuda_entry_forward(const ttt_cuda_kernels *k, const ttt_layer *L,
 ttt_status ttt_cuda_entry_backward(const ttt_cuda_kernels *k, const ttt_layer *L,
                                    const ttt_form_batch *io, const ttt_form_batch_grad *g,
                                    ttt_error *err);
+/* The bytes io->kept needs for this call (0: these kernels keep nothing). */
+size_t ttt_cuda_entry_kept_bytes(const ttt_cuda_kernels *k, const ttt_layer *L,
+                                 const ttt_form_batch *io);
 
 #endif

@@ -173,6 +173,9 @@ typedef struct ttt_form_batch {
     int alpha_vec;
     const float *const *state_in;   /* NULL, or per state tensor (B, H, shape_i) or NULL */
     float *const *state_out;        /* NULL, or per state tensor (B, H, shape_i) or NULL */
+    void *kept;                     /* NULL, or kept_bytes of the device memory of a kept forward
+                                     * (ttt_form_entry.kept_bytes_batched) */
+    size_t kept_bytes;
 } ttt_form_batch;
 
 /* The gradients of a batched backward, of L = Σ d_o ⊙ o + Σ d_state_out ⊙ final state; every
@@ -241,6 +244,9 @@ typedef struct ttt_form_entry {
     ttt_status (*forward_batched)(const ttt_layer *L, const ttt_form_batch *io, ttt_error *err);
     ttt_status (*backward_batched)(const ttt_layer *L, const ttt_form_batch *io,
                                    const ttt_form_batch_grad *g, ttt_error *err);
+    /* Optional: the bytes of io->kept a forward_batched stores for its backward_batched
+     * (docs/api.md "Kept forward"); NULL or 0: the entry keeps nothing and ignores io->kept. */
+    size_t (*kept_bytes_batched)(const ttt_layer *L, const ttt_form_batch *io);
     /* Nonzero for the entries that compute levels > 1 (log-linear attention, docs/math.md
      * §4.8), and only those: the registry offers the others only layers of one level. */
     int levels;

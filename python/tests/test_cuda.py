@@ -316,6 +316,102 @@ def test_cuda_gradients_against_float64(rule, dtype):
 
 
 @needs_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_kept_forward_gives_the_recomputed_gradients(dtype):
+    """A kept forward (ttt.cuda.keep_forward, docs/gpu.md "Kept forward") runs the same kernels
+    as the backward's recomputation and no atomics decide an order, so the gradients are the
+    same bits; and the backward really reads the kept buffer: keys changed behind autograd's
+    back after the forward give other gradients than a recomputation from the changed keys."""
+    rule = "gated_delta_rule"
+    B, T, H, K, V = 2, 150, 3, 64, 64  # T not a multiple of the chunk
+    q, k, v, g, beta, h0 = inputs(rule, B, T, H, K, V, dtype, "cuda", seed=11)
+    leaves = [q, k, v, g, beta, h0]
+    for x in leaves:
+        x.requires_grad_(True)
+    gen = torch.Generator().manual_seed(5)
+    d_o = torch.randn(B, T, H, V, generator=gen).to(device="cuda", dtype=dtype)
+    d_S = torch.randn(B, H, K, V, generator=gen).to("cuda")
+
+    def grads(keep, change_k=False, twice=False):
+        saved = ttt.cuda.keep_forward
+        ttt.cuda.keep_forward = keep
+        try:
+            o, S = call(rule, q, k, v, g, beta, h0, K ** -0.5)
+            if change_k:
+                k.data.mul_(2.0)  # after the forward, unseen by autograd's version counter
+            loss = (o.float() * d_o.float()).sum() + (S * d_S).sum()
+            out = torch.autograd.grad(loss, leaves, retain_graph=twice)
+            if twice:  # a retained graph's second backward recomputes: the same bits
+                again = torch.autograd.grad(loss, leaves)
+                assert all(torch.equal(a, b) for a, b in zip(out, again))
+            return out, o.detach().clone()
+        finally:
+            ttt.cuda.keep_forward = saved
+            if change_k:
+                k.data.div_(2.0)
+
+    kept, o_kept = grads(True, twice=True)
+    recomputed, o_re = grads(False)
+    assert torch.equal(o_kept, o_re)
+    for name, a, b in zip("q k v g beta h0".split(), kept, recomputed):
+        assert torch.equal(a, b), (name, rel_rms(a, b))
+    changed_kept, _ = grads(True, change_k=True)
+    changed_re, _ = grads(False, change_k=True)
+    assert rel_rms(changed_kept[2], changed_re[2]) > 1e-3  # dv: from the kept forward
+
+
+@needs_gpu
+@pytest.mark.parametrize("rule", ["gated_delta_rule", "gla"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_packed_sequences_equal_the_sequences_one_by_one(rule, dtype):
+    """cu_seqlens on CUDA tensors (docs/python.md "Packed sequences"): outputs, final states and
+    every gradient equal those of calling each sequence alone, bit for bit, an empty sequence
+    and lengths off the chunk included; offsets moved by one token give other outputs."""
+    fn, gated, _, has_beta, _ = RULES[rule]
+    lens = [70, 0, 129, 1, 64]
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    T, H, K, V, N = cu[-1], 2, 32, 48, len(lens)
+    q, k, v, g, beta, _ = inputs(rule, 1, T, H, K, V, dtype, "cuda", seed=4)
+    gen = torch.Generator().manual_seed(9)
+    h0 = (torch.randn(N, H, K, V, generator=gen) * 0.1).to("cuda")
+    d_o = torch.randn(1, T, H, V, generator=gen).to(device="cuda", dtype=dtype)
+    d_S = torch.randn(N, H, K, V, generator=gen).to("cuda")
+    names = ["q", "k", "v"] + (["g"] if gated else []) + (["beta"] if has_beta else []) + ["h0"]
+
+    def run(xs, h, offsets=None):
+        args = xs[:3] + ([xs[3]] if gated else []) + ([xs[-1]] if has_beta else [])
+        return fn(*args, scale=K ** -0.5, initial_state=h, output_final_state=True,
+                  cu_seqlens=offsets)
+
+    xs = [x.clone().requires_grad_(True) for x in (q, k, v, g, beta) if x is not None]
+    hp = h0.clone().requires_grad_(True)
+    o, S = run(xs, hp, torch.tensor(cu, device="cuda"))
+    got = torch.autograd.grad((o.float() * d_o.float()).sum() + (S * d_S).sum(), xs + [hp])
+    for n in range(N):
+        a, b = cu[n], cu[n + 1]
+        if a == b:  # no tokens: the final state is the initial one, and so its gradient
+            assert torch.equal(S[n], h0[n]) and torch.equal(got[-1][n], d_S[n])
+            continue
+        xn = [x[:, a:b].detach().clone().requires_grad_(True) for x in xs]
+        hn = h0[n:n + 1].clone().requires_grad_(True)
+        on, Sn = run(xn, hn)
+        want = torch.autograd.grad((on.float() * d_o[:, a:b].float()).sum() +
+                                   (Sn * d_S[n:n + 1]).sum(), xn + [hn])
+        assert torch.equal(o[:, a:b], on), n
+        assert torch.equal(S[n:n + 1], Sn), n
+        for name, x, w in zip(names, got, want):
+            part = x[n:n + 1] if name == "h0" else x[:, a:b]
+            assert torch.equal(part, w), (n, name)
+    moved = list(cu)
+    moved[1] += 1
+    with torch.no_grad():
+        o2, _ = run([x.detach() for x in xs], h0, moved)
+    assert not torch.equal(o2, o.detach())
+
+
+@needs_gpu
 def test_cuda_bfloat16_forward_beats_fla_precision_on_long_sequences():
     B, T, H, K, V = 1, 2048, 4, 64, 64
     q, k, v, g, beta, h0 = inputs("gated_delta_rule", B, T, H, K, V, torch.bfloat16, "cuda")

@@ -17,6 +17,13 @@ _DTYPES = {torch.float32: "TTT_DTYPE_F32", torch.bfloat16: "TTT_DTYPE_BF16"}
 # 16-byte aligned, which any tensor torch allocates is (offset views may not be).
 _ALIGN = 16
 
+# Kept forward (docs/python.md "CUDA tensors", docs/gpu.md "Kept forward"): a forward whose
+# inputs need gradients stores what its backward would recompute, in a buffer torch allocates
+# and autograd frees after the backward. The delta rules then skip recomputing the forward in
+# the backward (about 1.2 ms of 6 at (8, 4096, 16, 128) on an H200) for 1.4 GB held between
+# the two there; False recomputes, holding nothing.
+keep_forward = True
+
 
 def device_count():
     """(number of CUDA devices libttt can use, why none when 0)."""
@@ -72,7 +79,7 @@ def _stream(device):
 class _Call:
     """The checked inputs of one CUDA call and its ttt_batch_io."""
 
-    def __init__(self, layer, q, k, v, eta, log_alpha, state):
+    def __init__(self, layer, q, k, v, eta, log_alpha, state, cu=None):
         _require_cuda()
         dev = q.device
         if q.dtype not in _DTYPES:
@@ -88,6 +95,8 @@ class _Call:
                              % (B, T, H, tuple(v.shape)))
         d_v = v.shape[3]
         h, names, shapes, _, _ = layer._handle(d_k, d_v)
+        # packed sequences (cu: int64 offsets on the host): states are one per sequence
+        n_st = B if cu is None else len(cu) - 1
         # rates and gates are float32 on the device: (B, T, H) tensors, small beside q, k, v
         eta = None if eta is None else _check(eta.float().contiguous(), "eta/beta", dev,
                                               torch.float32, (B, T, H))
@@ -103,10 +112,11 @@ class _Call:
         st = list(state) + [None] * (len(shapes) - len(state))
         st = [None if s is None else _check(s.float().contiguous(), "initial_state[%d] (%s)"
                                             % (i, names[i]), dev, torch.float32,
-                                            (B, H) + shapes[i]) for i, s in enumerate(st)]
+                                            (n_st, H) + shapes[i]) for i, s in enumerate(st)]
         self.__dict__.update(layer=layer, h=h, names=names, shapes=shapes, dev=dev, B=B, T=T,
                              H=H, d_k=d_k, d_v=d_v, q=q, k=k, v=v, eta=eta,
-                             log_alpha=log_alpha, alpha_vec=alpha_vec, state=st)
+                             log_alpha=log_alpha, alpha_vec=alpha_vec, state=st, cu=cu,
+                             n_st=n_st)
         self.keep = []
 
     def io(self, o, state_out):
@@ -130,28 +140,50 @@ class _Call:
             torch.cuda.current_device()
         io.stream = _stream(self.dev)
         io.dtype = getattr(lib, _DTYPES[self.q.dtype])
+        if self.cu is not None:
+            io.cu_seqlens = ffi.cast("const int64_t *", self.cu.ctypes.data)
+            io.n_seqs = len(self.cu) - 1
         return io
 
     def outputs(self):
         o = torch.empty((self.B, self.T, self.H, self.d_v), dtype=self.q.dtype, device=self.dev)
-        st = [torch.empty((self.B, self.H) + s, dtype=torch.float32, device=self.dev)
+        st = [torch.empty((self.n_st, self.H) + s, dtype=torch.float32, device=self.dev)
               for s in self.shapes]
         return o, st
 
 
+def _kept_buffer(c, io):
+    """(buffer, offset, bytes) of a kept forward for io, set on io; None when the form keeps
+    nothing (the linear-attention family)."""
+    nbytes = lib.ttt_layer_kept_bytes(c.h, io)
+    if not nbytes:
+        return None
+    buf = torch.empty(nbytes + 256, dtype=torch.uint8, device=c.dev)
+    off = -buf.data_ptr() % 256  # the kernels place their arrays on 256-byte boundaries
+    io.kept = ffi.cast("void *", buf.data_ptr() + off)
+    io.kept_bytes = nbytes
+    return buf, off, nbytes
+
+
 class CudaLayerFunction(torch.autograd.Function):
-    """apply(layer, q, k, v, eta, log_alpha, *initial_state) -> (o, *final_state), on CUDA."""
+    """apply(layer, cu, q, k, v, eta, log_alpha, *initial_state) -> (o, *final_state), on CUDA.
+    cu: None, or packed sequences' int64 offsets (a numpy array: host memory, as the C API
+    takes them; B = 1 and states (n_seqs, H, ...), docs/python.md "Packed sequences")."""
 
     @staticmethod
-    def forward(ctx, layer, q, k, v, eta, log_alpha, *state):
-        c = _Call(layer, q, k, v, eta, log_alpha, state)
+    def forward(ctx, layer, cu, q, k, v, eta, log_alpha, *state):
+        c = _Call(layer, q, k, v, eta, log_alpha, state, cu)
         o, st = c.outputs()
         io = c.io(o, st)
         err = ffi.new("ttt_error *")
+        ctx.kept = None
         with torch.cuda.device(c.dev):
+            if keep_forward and cu is None and any(ctx.needs_input_grad[2:]):
+                ctx.kept = _kept_buffer(c, io)
             check(lib.ttt_layer_forward_run(c.h, io, 0, err), err)
         layer.last_form = ffi.string(lib.ttt_layer_form_for(c.h, io)).decode()
         ctx.layer = layer
+        ctx.cu = cu
         ctx.n_state = len(st)
         ctx.save_for_backward(q, k, v, eta, log_alpha, *state)
         return (o,) + tuple(st)
@@ -160,7 +192,7 @@ class CudaLayerFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, d_o, *d_state):
         q, k, v, eta, log_alpha, *state = ctx.saved_tensors
-        c = _Call(ctx.layer, q, k, v, eta, log_alpha, state)
+        c = _Call(ctx.layer, q, k, v, eta, log_alpha, state, ctx.cu)
         o, st = c.outputs()
         io = c.io(o, st)
         if d_o is None:
@@ -170,13 +202,13 @@ class CudaLayerFunction(torch.autograd.Function):
         g.size = ffi.sizeof("ttt_batch_grad")
         g.d_o = _ptr(d_o)
         ds = [None if d is None else _check(d.float().contiguous(), "d_state[%d]" % i, c.dev,
-                                            torch.float32, (c.B, c.H) + c.shapes[i])
+                                            torch.float32, (c.n_st, c.H) + c.shapes[i])
               for i, d in enumerate(d_state)]
         ds += [None] * (len(c.shapes) - len(ds))
         arr = ffi.new("float *[]", [_ptr(x) for x in ds])
         c.keep.append(arr)
         g.d_state_out = ffi.cast("const float *const *", arr)
-        need = ctx.needs_input_grad
+        need = ctx.needs_input_grad[1:]  # after cu: as the inputs of _Call
         dq = torch.empty_like(q) if need[1] else None
         dk = torch.empty_like(k) if need[2] else None
         dv = torch.empty_like(v) if need[3] else None
@@ -184,20 +216,27 @@ class CudaLayerFunction(torch.autograd.Function):
         dla = torch.empty_like(c.log_alpha) if need[5] and c.log_alpha is not None else None
         g.d_q, g.d_k, g.d_v = _ptr(dq), _ptr(dk), _ptr(dv)
         g.d_eta, g.d_log_alpha = _ptr(deta), _ptr(dla)
-        dsi = [torch.empty((c.B, c.H) + s, dtype=torch.float32, device=c.dev)
+        dsi = [torch.empty((c.n_st, c.H) + s, dtype=torch.float32, device=c.dev)
                if need[6 + i] and state[i] is not None else None
                for i, s in enumerate(c.shapes[:len(state)])]
         dsi += [None] * (len(c.shapes) - len(dsi))
         arr = ffi.new("float *[]", [_ptr(x) for x in dsi])
         c.keep.append(arr)
         g.d_state_in = arr
+        if ctx.kept is not None:
+            # the kept forward of this call: read once, as the backward overwrites it (a second
+            # backward of a retained graph recomputes)
+            buf, off, nbytes = ctx.kept
+            io.kept = ffi.cast("void *", buf.data_ptr() + off)
+            io.kept_bytes = nbytes
+            ctx.kept = None
         err = ffi.new("ttt_error *")
         with torch.cuda.device(c.dev):
             check(lib.ttt_layer_backward_run(c.h, io, g, err), err)
 
         def cast(x, like):
             return None if x is None or like is None else x.to(like.dtype)
-        grads = [None, dq, dk, dv, cast(deta, eta), cast(dla, log_alpha)]
+        grads = [None, None, dq, dk, dv, cast(deta, eta), cast(dla, log_alpha)]
         grads += [cast(dsi[i], state[i]) for i in range(len(state))]
         return tuple(grads)
 

@@ -18,8 +18,8 @@ differentiable. Each function is one ttt layer, a tuple of docs/math.md §4:
 
 cu_seqlens (int32 or int64, FLA's packed variable-length batches: B = 1, the offsets of the
 sequences in the T tokens) runs each sequence afresh; initial_state and the final state are
-then (N, H, K, V), one per sequence (docs/python.md "Packed sequences"); CPU tensors only for
-now. What FLA has and ttt does not take yet is refused by name (grouped value heads, gates
+then (N, H, K, V), one per sequence (docs/python.md "Packed sequences"; on CUDA tensors each
+sequence is a device call of its own). What FLA has and ttt does not take yet is refused by name (grouped value heads, gates
 computed in the kernel), never ignored.
 """
 import torch

@@ -162,16 +162,15 @@ def layer_apply(layer, q, k, v, beta=None, log_alpha=None, eta=None, initial_sta
         state = [None if s is None else _tensor(s, "initial_state[%d] (%s)" % (i, names[i][0]),
                                                 cuda)
                  for i, s in enumerate(given)]
-    if cuda and cu_seqlens is not None:
-        raise NotImplementedError(
-            "ttt: cu_seqlens is not yet on CUDA tensors; pass CPU tensors, or call the layer "
-            "once per sequence (B = 1, T = its length)")
     if cuda:
         # CUDA tensors run the library's CUDA forms in place (ttt.cuda, docs/python.md "CUDA
-        # tensors"); every tensor of the call must be on q's device
+        # tensors"); every tensor of the call must be on q's device. Packed sequences: the
+        # offsets go to the host (the C API reads them there; a copy of n_seqs + 1 integers)
         from . import cuda as _cuda
+        from .layer import _offsets
         _cuda.check_devices(q, k=k, v=v, eta=eta, log_alpha=log_alpha, initial_state=state)
-        out = _cuda.CudaLayerFunction.apply(layer, q, k, v, eta, log_alpha, *state)
+        cu = None if cu_seqlens is None else _offsets(cu_seqlens)
+        out = _cuda.CudaLayerFunction.apply(layer, cu, q, k, v, eta, log_alpha, *state)
         o, st = out[0], out[1:]
         return o, (st[0] if len(st) == 1 else tuple(st))
     return run_cpu(layer, q, k, v, eta, log_alpha, state, cu_seqlens)

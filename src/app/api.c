@@ -321,10 +321,10 @@ static ttt_status varlen_check(const ttt_batch_io *io, ttt_error *err) {
         return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->n_seqs = %d without "
                              "io->cu_seqlens: give both (packed sequences) or neither",
                              io->n_seqs);
-    if (io->device != TTT_DEVICE_HOST)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED, "layer call: io->cu_seqlens is not yet "
-                             "on CUDA; run each sequence as its own call (B = 1, T = its "
-                             "length), or pass host buffers");
+    if (io->kept)
+        return ttt_error_set(err, TTT_ERR_ARG, "layer call: io->kept with io->cu_seqlens: a "
+                             "packed call keeps no forward (ttt_layer_kept_bytes is 0); pass "
+                             "NULL");
     ttt_status s = ttt_layer_check_cu_seqlens(io->cu_seqlens, io->n_seqs, io->B, io->T,
                                               "io->cu_seqlens", err);
     if (s != TTT_OK) ttt_error_prefix(err, "layer call");
@@ -340,6 +340,12 @@ typedef struct varlen_segment {
     float *state_out[TTT_BATCH_MAX_STATE], *d_state_in[TTT_BATCH_MAX_STATE];
 } varlen_segment;
 
+/* p advanced by `elems` elements of es bytes (the buffers of io->dtype) */
+static void *rows_at(void *p, size_t elems, size_t es) { return (char *)p + elems * es; }
+static const float *rows_atc(const float *p, size_t elems, size_t es) {
+    return (const float *)(const void *)((const char *)p + elems * es);
+}
+
 static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io *io,
                       const ttt_batch_grad *g, int n) {
     const size_t t0 = (size_t)io->cu_seqlens[n], H = (size_t)io->H;
@@ -350,14 +356,16 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     /* steps_per_token n_h (docs/math.md §4.7): k, v and η have n_h rows per token */
     const size_t nh = L->substeps > 1 ? (size_t)L->substeps : 1;
     const size_t pk = nh * rk, pv = nh * rv, p1 = nh * r1;
+    /* q, k, v, o and their gradients are of io->dtype (bf16 on a device: two bytes each) */
+    const size_t es = io->dtype == TTT_DTYPE_BF16 ? 2 : sizeof(float);
     s->io = *io;
     s->io.cu_seqlens = NULL;
     s->io.n_seqs = 0;
     s->io.T = (int)(io->cu_seqlens[n + 1] - io->cu_seqlens[n]);
-    s->io.o = io->o + rv;
-    s->io.q = io->q + rq;
-    s->io.k = io->k + pk;
-    s->io.v = io->v + pv;
+    s->io.o = (float *)rows_at(io->o, rv, es);
+    s->io.q = rows_atc(io->q, rq, es);
+    s->io.k = rows_atc(io->k, pk, es);
+    s->io.v = rows_atc(io->v, pv, es);
     if (io->eta) s->io.eta = io->eta + p1;
     if (io->log_alpha) s->io.log_alpha = io->log_alpha + rl;
     const int n_state = ttt_layer_state_count(L);
@@ -379,10 +387,10 @@ static void varlen_at(varlen_segment *s, const ttt_layer *L, const ttt_batch_io 
     s->io.state_out = io->state_out ? s->state_out : NULL;
     if (!g) return;
     s->g = *g;
-    s->g.d_o = g->d_o + rv;
-    if (g->d_q) s->g.d_q = g->d_q + rq;
-    if (g->d_k) s->g.d_k = g->d_k + pk;
-    if (g->d_v) s->g.d_v = g->d_v + pv;
+    s->g.d_o = rows_atc(g->d_o, rv, es);
+    if (g->d_q) s->g.d_q = (float *)rows_at(g->d_q, rq, es);
+    if (g->d_k) s->g.d_k = (float *)rows_at(g->d_k, pk, es);
+    if (g->d_v) s->g.d_v = (float *)rows_at(g->d_v, pv, es);
     if (g->d_eta) s->g.d_eta = g->d_eta + p1;
     if (g->d_log_alpha) s->g.d_log_alpha = g->d_log_alpha + rl;
     VARLEN_STATES(s->d_state_out, g->d_state_out);
@@ -431,6 +439,14 @@ ttt_status ttt_layer_forward_run(const ttt_layer_handle *h, const ttt_batch_io *
         .eta = io->eta, .log_alpha = io->log_alpha, .alpha_vec = io->alpha_vec,
         .state_in = io->state_in, .state_out = io->state_out, .seed = io->seed};
     return ttt_layer_forward_batch(&h->L, &in, threads, err);
+}
+
+size_t ttt_layer_kept_bytes(const ttt_layer_handle *h, const ttt_batch_io *io_in) {
+    ttt_batch_io io;
+    if (!h || !io_in || read_io(&io, io_in, NULL) != TTT_OK || io.device == TTT_DEVICE_HOST ||
+        io.cu_seqlens || io.n_seqs)
+        return 0;
+    return ttt_api_device_kept_bytes(&h->L, &io);
 }
 
 /* The inputs the form registry sees for a forward call on io, as ttt_layer_forward_batch

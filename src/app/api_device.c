@@ -7,6 +7,7 @@
 #include "api_device.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,6 +75,9 @@ static ttt_status check_buffers(const ttt_layer *L, const ttt_batch_io *io,
 ttt_status ttt_api_host_check(const ttt_layer *L, const ttt_batch_io *io,
                               const ttt_batch_grad *g, ttt_error *err) {
     TTT_TRY(check_kind_dtype(io, err));
+    if (io->kept)
+        return ttt_error_set(err, TTT_ERR_ARG, "io->kept is set on a host call: a kept forward "
+                             "is for CUDA calls (ttt_layer_kept_bytes is 0 here); pass NULL");
     return check_buffers(L, io, g, ttt_device_host(), err);
 }
 
@@ -105,12 +109,26 @@ static ttt_status device_call(const ttt_layer *L, const ttt_batch_io *io,
         return err ? err->status : TTT_ERR_UNSUPPORTED;
     }
     TTT_TRY(check_buffers(L, io, g, d, err));
+    TTT_TRY(ttt_device_check_pointer(io->kept, d, 0, "io->kept", err));
+    if (((uintptr_t)io->kept & 255) != 0)
+        return ttt_error_set(err, TTT_ERR_ARG, "io->kept = %p is not 256-byte aligned (the "
+                             "kernels place their arrays on 256-byte boundaries); round the "
+                             "address up inside a buffer 255 bytes larger", io->kept);
     *fb = (ttt_form_batch){
         .B = io->B, .T = io->T, .H = io->H, .device = d, .stream = io->stream,
         .dtype = io->dtype, .o = io->o, .q = io->q, .k = io->k, .v = io->v, .eta = io->eta,
         .log_alpha = io->log_alpha, .alpha_vec = io->alpha_vec && io->log_alpha,
-        .state_in = io->state_in, .state_out = io->state_out};
+        .state_in = io->state_in, .state_out = io->state_out, .kept = io->kept,
+        .kept_bytes = io->kept_bytes};
     return TTT_OK;
+}
+
+size_t ttt_api_device_kept_bytes(const ttt_layer *L, const ttt_batch_io *io) {
+    ttt_batch_io q = *io;
+    q.kept = NULL; /* sized before there is one */
+    ttt_form_batch fb;
+    if (device_call(L, &q, NULL, &fb, NULL) != TTT_OK) return 0;
+    return ttt_layer_kept_bytes_batched(L, &fb);
 }
 
 ttt_status ttt_api_device_forward(const ttt_layer *L, const ttt_batch_io *io, ttt_error *err) {

@@ -19,5 +19,7 @@ ttt_status ttt_api_device_backward(const ttt_layer *L, const ttt_batch_io *io,
                                    const ttt_batch_grad *g, ttt_error *err);
 /* ttt_layer_form_for of a device call: "chunkwise (cuda)", or "none". */
 const char *ttt_api_device_form(const ttt_layer *L, const ttt_batch_io *io);
+/* ttt_layer_kept_bytes of a device call (0 when the call would be refused). */
+size_t ttt_api_device_kept_bytes(const ttt_layer *L, const ttt_batch_io *io);
 
 #endif

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
                 ttt_chunk_grad gr = g;
                 if (!gated) gr.d_g = NULL;
                 size_t wf = ttt_cuda_delta_workspace(&a, 0), wb = ttt_cuda_delta_workspace(&a, 1);
-                void *ws = NULL;
+                void *ws = NULL, *kept = NULL;
                 CK(cudaMalloc(&ws, wb));
                 for (int ref = 0; ref <= bf16; ref++) {
                     a.reference = ref;
@@ -151,6 +151,21 @@ int main(int argc, char **argv) {
                     fflush(stdout);
                 }
                 a.reference = 0;
+                /* the fastest kernels again with a kept forward (docs/gpu.md "Kept forward"):
+                 * the forward stores what the backward reads, the backward skips recomputing it */
+                CK(cudaMalloc(&kept, ttt_cuda_delta_kept_bytes(&a)));
+                a.kept = kept;
+                {
+                    float f = median_ms(&a, NULL, ws, 0, 0, reps, e0, e1);
+                    float fb = median_ms(&a, &gr, ws, 0, ttt_cuda_delta_workspace(&a, 2), reps,
+                                         e0, e1);
+                    printf("| %d | %d | %d | %d | %s | %s | %s | %.3f | %.3f |\n", B, T, H, D,
+                           bf16 ? "bf16" : "fp32", gated ? "gated delta" : "delta",
+                           bf16 ? "fastest, kept forward" : "reference, kept forward", f, fb);
+                    fflush(stdout);
+                }
+                a.kept = NULL;
+                CK(cudaFree(kept));
                 CK(cudaFree(ws));
             }
             void *ptrs[] = {(void *)a.q, (void *)a.k, (void *)a.v, beta, gg, (void *)a.h0,

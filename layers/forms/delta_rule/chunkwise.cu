@@ -1900,10 +1900,15 @@ static size_t delta_bwd_qk_smem(void) {
                             3 * (size_t)DC * DT1 + 4 * DC + 8);
 }
 
-/* Sizes in elements of each workspace part; 0 (and an error) on overflow. */
+/* The workspace parts, in bytes. The first DK_FWD are the forward's; the first DK_KEPT are what
+ * the backward reads of its recomputed forward, and what a forward with a->kept stores there
+ * instead (docs/gpu.md "Kept forward"); the rest are the backward's own. */
+#define DK_FWD 6
+#define DK_KEPT 9
+#define DK_ALL 13
 typedef struct delta_layout {
-    size_t nch;            /* B·H·nc */
-    size_t off[13], total; /* byte offsets of Tw Mw Gw Lw Tsw Bw | Aw S0w dSw Uw dRw gaw gbw */
+    size_t nch;                /* B·H·nc */
+    size_t off[DK_ALL], total; /* byte offsets of Tw Mw Gw Lw Tsw Bw | Aw S0w Uw | dSw dRw gaw gbw */
 } delta_layout;
 
 static int mul_ok(size_t a, size_t b, size_t *out) {
@@ -1912,7 +1917,8 @@ static int mul_ok(size_t a, size_t b, size_t *out) {
     return 1;
 }
 
-static int delta_layout_of(const ttt_chunk_args *a, int bwd, delta_layout *L) {
+/* parts: DK_FWD (the forward), DK_ALL (the backward) */
+static int delta_layout_of(const ttt_chunk_args *a, int parts, delta_layout *L) {
     size_t nc = ((size_t)a->T + DC - 1) / DC, nch, cc, st, tok, nkt = (a->d_k + DKT - 1) / DKT;
     if (!mul_ok((size_t)a->B, (size_t)a->H, &nch) || !mul_ok(nch, nc, &nch)) return 0;
     if (!mul_ok(nch, (size_t)DC * DC * sizeof(float), &cc)) return 0;
@@ -1920,11 +1926,10 @@ static int delta_layout_of(const ttt_chunk_args *a, int bwd, delta_layout *L) {
     if (!mul_ok(nch, (size_t)DC * a->d_v * sizeof(float), &tok)) return 0;
     if (cc > SIZE_MAX / 2) return 0;
     size_t vec = nch * DC * sizeof(float);
-    size_t per[13] = {cc, cc, vec, vec, 2 * cc /* 4 C×C bf16 */, vec,
-                      cc, st, st, tok, tok, vec, nkt * vec};
-    int parts = bwd ? 13 : 6;
+    size_t per[DK_ALL] = {cc, cc, vec, vec, 2 * cc /* 4 C×C bf16 */, vec,
+                          cc, st, tok, st, tok, vec, nkt * vec};
     size_t off = 0;
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < DK_ALL; i++) {
         L->off[i] = off;
         if (i < parts) {
             size_t al = ttt_cu_align(per[i]);
@@ -1971,23 +1976,39 @@ static ttt_status delta_check(const ttt_chunk_args *a, int bwd, ttt_error *err) 
 
 size_t ttt_cuda_delta_workspace(const ttt_chunk_args *a, int backward) {
     delta_layout L;
-    if (delta_check(a, 2, NULL) != TTT_OK || !delta_layout_of(a, backward, &L)) return 0;
+    if (delta_check(a, 2, NULL) != TTT_OK ||
+        !delta_layout_of(a, backward ? DK_ALL : DK_FWD, &L))
+        return 0;
+    if (backward == 2) return L.total - L.off[DK_KEPT]; /* after a kept forward */
+    if (backward == 0 && a->kept) return 0;              /* a kept forward writes a->kept only */
     return L.total;
+}
+
+size_t ttt_cuda_delta_kept_bytes(const ttt_chunk_args *a) {
+    delta_layout L;
+    if (delta_check(a, 2, NULL) != TTT_OK || !delta_layout_of(a, DK_ALL, &L)) return 0;
+    return L.off[DK_KEPT];
 }
 
 static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t ws_bytes,
                               delta_params *p, ttt_error *err) {
     TTT_TRY(delta_check(a, bwd, err));
     delta_layout L;
-    if (!delta_layout_of(a, bwd, &L))
+    /* with a->kept, parts [0, DK_KEPT) live there and the workspace holds the rest, rebased */
+    const int kept = a->kept != NULL;
+    if (!delta_layout_of(a, kept || bwd ? DK_ALL : DK_FWD, &L))
         return ttt_error_set(err, TTT_ERR_ARG, "delta rule (CUDA): workspace size overflows");
-    if (!ws || ws_bytes < L.total)
+    const size_t need = !kept ? L.total : bwd ? L.total - L.off[DK_KEPT] : 0;
+    if (need && (!ws || ws_bytes < need))
         return ttt_error_set(err, TTT_ERR_ARG,
                              "delta rule (CUDA): workspace of %zu bytes at %p, %zu needed "
-                             "(ttt_cuda_delta_workspace)", ws_bytes, ws, L.total);
-    if (((uintptr_t)ws & 255) != 0)
+                             "(ttt_cuda_delta_workspace)", ws_bytes, ws, need);
+    if (need && ((uintptr_t)ws & 255) != 0)
         return ttt_error_set(err, TTT_ERR_ARG,
                              "delta rule (CUDA): workspace %p is not 256-byte aligned", ws);
+    if (kept && ((uintptr_t)a->kept & 255) != 0)
+        return ttt_error_set(err, TTT_ERR_ARG,
+                             "delta rule (CUDA): kept buffer %p is not 256-byte aligned", a->kept);
     memset(p, 0, sizeof *p);
     p->B = a->B;
     p->T = a->T;
@@ -2007,17 +2028,29 @@ static ttt_status delta_setup(const ttt_chunk_args *a, int bwd, void *ws, size_t
     p->h0 = a->h0;
     p->o = a->o;
     p->ht = a->ht;
-    char *w = (char *)ws;
+    char *w = (char *)ws, *kw = (char *)a->kept;
     float *tsw = NULL;
-    float **parts[13] = {&p->Tw, &p->Mw, &p->Gw,  &p->Lw, &tsw,     &p->Bw,  &p->Aw,
-                         &p->S0w, &p->dSw, &p->Uw, &p->dRw, &p->gaw, &p->gbw};
-    for (int i = 0; i < (bwd ? 13 : 6); i++) *parts[i] = (float *)(w + L.off[i]);
-    /* the tensor-core forward (delta_fwd_mma): bf16, d_k ≤ 128, rows of 16-byte multiples on
-     * 16-byte boundaries (cp.async), and not asked for the reference kernels */
-    p->mma = a->dtype == TTT_CHUNK_BF16 && !a->reference && a->d_k <= 128 && a->d_k % 8 == 0 &&
-             a->d_v % 8 == 0 && (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0 &&
-             (bwd || ((uintptr_t)a->o & 3) == 0);
-    if (p->mma) {
+    float **parts[DK_ALL] = {&p->Tw,  &p->Mw, &p->Gw,  &p->Lw,  &tsw,    &p->Bw, &p->Aw,
+                             &p->S0w, &p->Uw, &p->dSw, &p->dRw, &p->gaw, &p->gbw};
+    const int nparts = kept || bwd ? DK_ALL : DK_FWD;
+    for (int i = 0; i < nparts; i++) {
+        if (kept && i < DK_KEPT)
+            *parts[i] = (float *)(kw + L.off[i]);
+        else if (kept)
+            *parts[i] = bwd ? (float *)(w + (L.off[i] - L.off[DK_KEPT])) : NULL;
+        else
+            *parts[i] = (float *)(w + L.off[i]);
+    }
+    /* the tensor-core kernels (delta_fwd_mma and the backward's): bf16, d_k ≤ 128, rows of
+     * 16-byte multiples on 16-byte boundaries (cp.async), and not asked for the reference
+     * kernels; the forward also stores o two elements at a time */
+    const bool tc = a->dtype == TTT_CHUNK_BF16 && !a->reference && a->d_k <= 128 &&
+                    a->d_k % 8 == 0 && a->d_v % 8 == 0 &&
+                    (((uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v) & 15) == 0;
+    p->mma = tc && (bwd || ((uintptr_t)a->o & 3) == 0);
+    /* a kept forward stores the splits whenever the tensor-core backward could read them, also
+     * when its own forward kernel is the fp32 one (o not 4-byte aligned) */
+    if (p->mma || (kept && tc)) {
         p->Tsw = (__nv_bfloat16 *)tsw;
     } else {
         p->Tsw = NULL;
@@ -2106,8 +2139,9 @@ static ttt_status delta_launch_bwd_mma(delta_params &p, cudaStream_t st, ttt_err
 }
 
 template <typename E>
-static ttt_status delta_launch_bwd(delta_params &p, cudaStream_t st, ttt_error *err) {
-    TTT_TRY(delta_launch_fwd<E>(p, 1, st, err));
+static ttt_status delta_launch_bwd(delta_params &p, bool kept, cudaStream_t st, ttt_error *err) {
+    if (!kept) /* else a forward with the same kept buffer stored all of it */
+        TTT_TRY(delta_launch_fwd<E>(p, 1, st, err));
     if (p.mma)
         TTT_TRY(p.dk <= 64 ? delta_launch_bwd_mma<64>(p, st, err)
                            : delta_launch_bwd_mma<128>(p, st, err));
@@ -2155,10 +2189,13 @@ extern "C" ttt_status ttt_cuda_delta_forward(const ttt_chunk_args *a, void *work
                                              size_t ws_bytes, void *stream, ttt_error *err) {
     delta_params p;
     TTT_TRY(delta_setup(a, 0, workspace, ws_bytes, &p, err));
-    p.write_out = DW_OUT;
+    /* a kept forward is the backward's recomputed one: the prep kernel's fp32 parts and the
+     * chunk-start states and U too */
+    const int keep = a->kept != NULL;
+    p.write_out = DW_OUT | (keep ? DW_SAVE : 0);
     cudaStream_t st = (cudaStream_t)stream;
-    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_fwd<__nv_bfloat16>(p, 0, st, err);
-    return delta_launch_fwd<float>(p, 0, st, err);
+    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_fwd<__nv_bfloat16>(p, keep, st, err);
+    return delta_launch_fwd<float>(p, keep, st, err);
 }
 
 extern "C" ttt_status ttt_cuda_delta_backward(const ttt_chunk_args *a, const ttt_chunk_grad *g,
@@ -2193,6 +2230,7 @@ extern "C" ttt_status ttt_cuda_delta_backward(const ttt_chunk_args *a, const ttt
     p.d_g = g->d_g;
     p.d_h0 = g->d_h0;
     cudaStream_t st = (cudaStream_t)stream;
-    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_bwd<__nv_bfloat16>(p, st, err);
-    return delta_launch_bwd<float>(p, st, err);
+    const bool kept = a->kept != NULL;
+    if (a->dtype == TTT_CHUNK_BF16) return delta_launch_bwd<__nv_bfloat16>(p, kept, st, err);
+    return delta_launch_bwd<float>(p, kept, st, err);
 }

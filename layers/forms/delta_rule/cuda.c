@@ -33,6 +33,7 @@ static const ttt_cuda_kernels delta_kernels = {
     .forward = ttt_cuda_delta_forward,
     .backward = ttt_cuda_delta_backward,
     .backward_writes_outputs = 1, /* its recomputed forward writes o and ht */
+    .kept_bytes = ttt_cuda_delta_kept_bytes,
 };
 
 static ttt_status delta_cuda_forward(const ttt_layer *L, const ttt_form_batch *io,
@@ -45,6 +46,10 @@ static ttt_status delta_cuda_backward(const ttt_layer *L, const ttt_form_batch *
     return ttt_cuda_entry_backward(&delta_kernels, L, io, g, err);
 }
 
+static size_t delta_cuda_kept_bytes(const ttt_layer *L, const ttt_form_batch *io) {
+    return ttt_cuda_entry_kept_bytes(&delta_kernels, L, io);
+}
+
 const ttt_form_entry ttt_form_delta_rule_cuda = {
     .family = "delta_rule",
     .form = "chunkwise",
@@ -55,6 +60,7 @@ const ttt_form_entry ttt_form_delta_rule_cuda = {
     .device = TTT_DEVICE_CUDA,
     .forward_batched = delta_cuda_forward,
     .backward_batched = delta_cuda_backward,
+    .kept_bytes_batched = delta_cuda_kept_bytes,
 };
 
 #else
