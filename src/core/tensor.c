@@ -130,6 +130,14 @@ static void escape(ttt_arena *a, size_t bytes) {
     longjmp(e->jump, 1);
 }
 
+_Noreturn void ttt_ctx_out_of_memory(ttt_ctx *ctx, size_t bytes, const char *what) {
+    ttt_arena *a = ttt_arena_host(ctx->arena);
+    escape(a, bytes); /* returns only when no escape is armed on this thread */
+    fprintf(stderr, "ttt: out of memory for %zu bytes of %s (the arena holds %.1f MiB)\n", bytes,
+            what, (double)ttt_arena_footprint(a) / 1048576.0);
+    abort();
+}
+
 ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *err), void *arg,
                          const char *what, ttt_error *err) {
     ttt_arena_escape esc;
