@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "fault.h"
 #include "fused_grad.h"
 
 /* The retentions of one token's row of log w (NULL: all 1), dithered per row. */
@@ -43,8 +44,8 @@ TTT_FP_CONTRACT ttt_status ttt_dplr_recurrent_ld(float *o, float *S, const float
     float stack[4 * 256];
     double dstack[256];
     const size_t need = 2 * (size_t)d_v + (size_t)d_k;
-    float *buf = need <= 4 * 256 ? stack : malloc(need * sizeof(float));
-    double *drift = d_k <= 256 ? dstack : malloc((size_t)d_k * sizeof(double));
+    float *buf = need <= 4 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
+    double *drift = d_k <= 256 ? dstack : ttt_fault_malloc((size_t)d_k * sizeof(double));
     if (!buf || !drift) { /* before anything is written (kernels.h) */
         if (buf != stack) free(buf);
         if (drift != dstack) free(drift);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -130,7 +131,7 @@ ttt_status ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
      * per call (never per token) */
     float stack[4 * 256];
     const size_t need = 3 * (size_t)d_v + (size_t)d_k;
-    float *buf = need <= 4 * 256 ? stack : malloc(need * sizeof(float));
+    float *buf = need <= 4 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
     if (!buf) return TTT_ERR_NOMEM; /* before anything is written (kernels.h) */
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     dr_products(p, r, S, k, q, d_k, d_v);
@@ -186,8 +187,8 @@ ttt_status ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, c
     float stack[8 * 256];
     double dstack[256];
     const size_t need = 3 * (size_t)d_v + 5 * (size_t)d_k;
-    float *buf = need <= 8 * 256 ? stack : malloc(need * sizeof(float));
-    double *drift = d_k <= 256 ? dstack : malloc((size_t)d_k * sizeof(double));
+    float *buf = need <= 8 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
+    double *drift = d_k <= 256 ? dstack : ttt_fault_malloc((size_t)d_k * sizeof(double));
     if (!buf || !drift) { /* before anything is written (kernels.h) */
         if (buf != stack) free(buf);
         if (drift != dstack) free(drift);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fastexp.h"
+#include "fault.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -112,7 +113,7 @@ ttt_status ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v)
     const int vec = log_alpha && alpha_vec;
     /* c: log of A per row (vector gates) or for the whole state */
     double c_stack[LA_ROWS];
-    double *c = vec && d_k > LA_ROWS ? malloc(sizeof(double) * (size_t)d_k) : c_stack;
+    double *c = vec && d_k > LA_ROWS ? ttt_fault_malloc(sizeof(double) * (size_t)d_k) : c_stack;
     if (!c) return TTT_ERR_NOMEM; /* before anything is written (kernels.h) */
     for (int i = 0; i < (vec ? d_k : 1); i++) c[i] = 0.0;
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
