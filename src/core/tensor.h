@@ -34,6 +34,7 @@ typedef struct ttt_arena {
                                stay mapped: a training step would otherwise fault them in again) */
     ttt_arena_escape *escape; /* armed: where a failed block allocation jumps (below), or NULL */
     size_t failed_bytes;      /* the size of the latest allocation that failed */
+    const char *failed_what;  /* what it was when not an arena block (ttt_ctx_out_of_memory) */
     /* Where the blocks live (docs/design.md "Devices"): the host (the zero default), or a CUDA
      * device, whose blocks come from that device's pool (ttt_device_alloc) ordered on `stream`.
      * A device arena keeps the host memory of what it holds (tensor headers, tape entries,
