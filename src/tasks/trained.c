@@ -25,18 +25,20 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, const ttt_cfg_node *root,
     ttt_cfg_map_set(resolved, "model", model_r);
     ttt_cfg_map_set(resolved, "layer", layer_r);
     TTT_TRY(ttt_train_config_parse_section(train, &out->train, &train_r, err));
-    ttt_cfg_map_set(resolved, "train", train_r);
-    const ttt_cfg_node *tr = ttt_cfg_get(resolved, "train");
-    const char *init = tr ? ttt_cfg_str(tr, "init_from") : NULL;
-    if (init && init[0]) {
-        if (strlen(init) >= sizeof out->init_from)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(tr, "init_from"),
-                                 "train.init_from: the path is longer than %zu bytes",
-                                 sizeof out->init_from - 1);
-        snprintf(out->init_from, sizeof out->init_from, "%s", init);
-        ttt_cfg_where(ttt_cfg_get(tr, "init_from"), out->init_from_where,
-                      sizeof out->init_from_where);
+    const ttt_cfg_node *init_node = ttt_cfg_get(train_r, "init_from");
+    const char *init = ttt_cfg_str(train_r, "init_from"); /* NULL: the default, none */
+    if (init && init[0] && strlen(init) >= sizeof out->init_from) {
+        ttt_cfg_error(err, TTT_ERR_CONFIG, init_node,
+                      "train.init_from: the path is longer than %zu bytes",
+                      sizeof out->init_from - 1);
+        ttt_cfg_free(train_r);
+        return TTT_ERR_CONFIG;
     }
+    if (init && init[0]) {
+        snprintf(out->init_from, sizeof out->init_from, "%s", init);
+        ttt_cfg_where(init_node, out->init_from_where, sizeof out->init_from_where);
+    }
+    ttt_cfg_map_set(resolved, "train", train_r);
     const ttt_seq_model_config mc = out->model;
     const ttt_train_config tc = out->train;
     ttt_trained_estimate(&mc, &tc, io->seq_len, &out->memory);
