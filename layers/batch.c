@@ -220,8 +220,8 @@ static void batch_scatter(float *o,        /* (B, T, H, d_v) */
  * when no gates are given, q·scale when scale ≠ 1. Those go into the thread's buffers qs (T, d_k),
  * bs (T), ls (T); θ·η_t = η_t exactly when θ = 1, so then η is read in place, like the gates
  * and, with scale 1, the queries. S (d_k, d_v) is the state, in/out. */
-static void batch_kernel_run(const batch_args *A, long s, float *S, float *qs, float *bs,
-                             const float *ls, ttt_ctx *ctx) {
+static ttt_status batch_kernel_run(const batch_args *A, long s, float *S, float *qs, float *bs,
+                                   const float *ls, ttt_ctx *ctx, ttt_error *err) {
     const ttt_layer *L = A->L;
     const int T = A->T, H = A->H, d_k = A->d_k, d_v = A->d_v;
     const int gk = A->alpha_vec ? d_k : 1;
@@ -251,7 +251,7 @@ static void batch_kernel_run(const batch_args *A, long s, float *S, float *qs, f
     float *o = A->io->o + row0 * d_v;
     const ttt_form_strided a = {.o = o, .q = q, .k = k, .v = v, .beta = beta, .log_alpha = la,
                                 .alpha_vec = A->alpha_vec, .T = T, .ld = ld};
-    A->kernel->forward_strided(ctx, L, S, &a);
+    return A->kernel->forward_strided(ctx, L, S, &a, err);
 }
 
 /* The caller's initial state of sequence bh into st: every given tensor replaces the layer's
@@ -295,7 +295,8 @@ static ttt_status batch_seq_work(void *arg, ttt_error *err) {
     const size_t bh = (size_t)w->s;
     batch_state_in(A, w->ctx, &state, bh);
     if (A->T > 0 && A->kernel) {
-        batch_kernel_run(A, w->s, state.W[0]->data, w->kqs, w->kbs, w->kls, w->ctx);
+        TTT_TRY(batch_kernel_run(A, w->s, state.W[0]->data, w->kqs, w->kbs, w->kls, w->ctx,
+                                 err));
     } else if (A->T > 0) {
         TTT_TRY(ttt_layer_forward(w->ctx, A->L, w->o, &state, w->q, w->k, w->v, w->eta, w->la,
                                   err));

@@ -128,14 +128,20 @@ ttt_status ttt_layer_build(const ttt_layer_desc *d, int d_k, int d_v, ttt_layer 
 
 /* Check the keys the `layer:` mapping gives and read them once into a descriptor, resolve it
  * (the preset's values, then the defaults) and build the layer from the resolved values, as
- * ttt_layer_build does, for key/value dims d_k, d_v. The resolved values the mapping left out
- * are written into it, so that config.resolved.yaml shows every value (`form: auto` stays auto:
- * the form is chosen per call, for the inputs given). Errors name the file:line:col. */
+ * ttt_layer_build does, for key/value dims d_k, d_v. `map` is only read. *resolved (when not
+ * NULL) receives the section as config.resolved.yaml shows it, a new tree the caller owns: the
+ * given keys, then every resolved value the section left out, rendered from its typed value
+ * (`form: auto` stays auto: the form is chosen per call, for the inputs given). in_block: the
+ * layer of a TTT mixer's block (src/train/mixers/ttt.c), where the preset's block row
+ * (ttt_block_defaults) also gives rope and normalize when the section leaves them unset, as the
+ * preset gives the rest of the tuple, and where `mixer` (the sequence model's shorthand) is left
+ * to the model. Errors name the file:line:col. */
+ttt_status ttt_layer_parse_section(const ttt_cfg_node *map, int d_k, int d_v, int in_block,
+                                   ttt_layer *out, ttt_cfg_node **resolved, ttt_error *err);
+/* The same for a caller that holds the section alone (`ttt apply`, the tests): layer_map is
+ * replaced by its rendering (ttt_layer_parse: not in a block; ttt_layer_parse_block: in one). */
 ttt_status ttt_layer_parse(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                            ttt_error *err);
-/* The same for the layer of a TTT mixer's block (src/train/mixers/ttt.c): there the preset's
- * block row (ttt_block_defaults) also gives rope and normalize when the section leaves them
- * unset, as the preset gives the rest of the tuple. */
 ttt_status ttt_layer_parse_block(ttt_cfg_node *layer_map, int d_k, int d_v, ttt_layer *out,
                                  ttt_error *err);
 /* The layer its computation forms see: key width d_phi (the feature map's output width) in place

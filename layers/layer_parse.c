@@ -1,6 +1,7 @@
-/* The `layer:` section of an experiment → the layer (ttt_layer_parse): its given keys checked and
- * read once into a descriptor, resolved (layers/layer_resolve.c), the resolved values the section
- * left out recorded for config.resolved.yaml, and built (layers/layer_build.c). */
+/* The `layer:` section of an experiment → the layer (ttt_layer_parse_section): its given keys
+ * checked and read once into a descriptor, resolved (layers/layer_resolve.c), built
+ * (layers/layer_build.c), and the section rendered for config.resolved.yaml (the given keys, then
+ * the resolved values it left out). The section as given is never written. */
 #include "layer.h"
 
 #include <stdio.h>
@@ -105,9 +106,10 @@ static void record_layer_key(ttt_cfg_node *map, ttt_layer_spec *s, int from, con
 }
 
 /* config.resolved.yaml shows every value the run used: the resolved values the section left out
- * are written into it once, after resolution and before the build reads their locations — the
- * block row's, then the preset's (located at the preset key for the optimizer's options), then
- * the tables' defaults. The keys keep this order in the file. */
+ * are rendered from their typed values into the plan's copy of the section, after resolution and
+ * before the build reads their locations — the block row's, then the preset's (located at the
+ * preset key for the optimizer's options), then the tables' defaults. The keys keep this order
+ * in the file. */
 static ttt_status record_resolved(ttt_cfg_node *map, ttt_layer_spec *s, ttt_error *err) {
     const ttt_layer_desc *d = &s->d;
     record_layer_key(map, s, TTT_FROM_BLOCK, "rope", d->rope, NULL);
@@ -149,12 +151,11 @@ static ttt_status record_resolved(ttt_cfg_node *map, ttt_layer_spec *s, ttt_erro
 
 /* The `layer:` section → the layer: its given keys checked and read once into a descriptor, the
  * descriptor resolved once (the preset, and in a TTT mixer's block the preset's block row), the
- * resolved values recorded for config.resolved.yaml, the layer built from them. */
+ * layer built from the resolved values. `map` is the plan's own copy of the section, which the
+ * checks normalize (`optimizer: sgd` → {name: sgd}) and the resolved values are rendered into:
+ * the section as config.resolved.yaml shows it. */
 static ttt_status parse_layer(ttt_cfg_node *map, int d_k, int d_v, int in_block, ttt_layer *L,
                               ttt_error *err) {
-    memset(L, 0, sizeof *L);
-    if (map->kind != TTT_CFG_MAP)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "layer: expected a mapping");
     /* `optimizer: sgd` is shorthand for `optimizer: {name: sgd}`. An empty `optimizer:` is
      * refused rather than read as the default: it is most often a section whose keys were not
      * indented under it, and sgd would then run without a word. */
@@ -170,6 +171,9 @@ static ttt_status parse_layer(ttt_cfg_node *map, int d_k, int d_v, int in_block,
         ttt_cfg_map_set(m, "name", ttt_cfg_new_scalar(opt->scalar, opt));
         ttt_cfg_map_set(map, "optimizer", m);
     }
+    /* in a block, `mixer` is the sequence model's key (shorthand for model.mixer, which the
+     * model reads from the section as given and shows in its own section) */
+    if (in_block) ttt_cfg_map_remove(map, "mixer");
     const ttt_cfg_node *pn = ttt_cfg_get(map, "preset");
     const ttt_preset *p = NULL;
     if (pn && !(pn->kind == TTT_CFG_SCALAR && pn->scalar && strcmp(pn->scalar, "none") == 0)) {
@@ -204,11 +208,37 @@ static ttt_status parse_layer(ttt_cfg_node *map, int d_k, int d_v, int in_block,
     return ttt_layer_build_spec(&s, d_k, d_v, L, map, err);
 }
 
+ttt_status ttt_layer_parse_section(const ttt_cfg_node *map, int d_k, int d_v, int in_block,
+                                   ttt_layer *L, ttt_cfg_node **resolved, ttt_error *err) {
+    memset(L, 0, sizeof *L);
+    if (resolved) *resolved = NULL;
+    if (map->kind != TTT_CFG_MAP)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "layer: expected a mapping");
+    ttt_cfg_node *copy = ttt_cfg_clone(map);
+    if (!copy) return ttt_cfg_out_of_memory(err, "layer");
+    ttt_status s = parse_layer(copy, d_k, d_v, in_block, L, err);
+    if (s == TTT_OK && resolved) *resolved = copy;
+    else ttt_cfg_free(copy);
+    return s;
+}
+
+/* The in-place forms: the section a caller holds becomes its rendering. */
+static ttt_status parse_in_place(ttt_cfg_node *map, int d_k, int d_v, int in_block, ttt_layer *L,
+                                 ttt_error *err) {
+    ttt_cfg_node *r = NULL;
+    ttt_status s = ttt_layer_parse_section(map, d_k, d_v, in_block, L, &r, err);
+    if (r) {
+        ttt_cfg_swap(map, r);
+        ttt_cfg_free(r);
+    }
+    return s;
+}
+
 ttt_status ttt_layer_parse(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L, ttt_error *err) {
-    return parse_layer(map, d_k, d_v, 0, L, err);
+    return parse_in_place(map, d_k, d_v, 0, L, err);
 }
 
 ttt_status ttt_layer_parse_block(ttt_cfg_node *map, int d_k, int d_v, ttt_layer *L,
                                  ttt_error *err) {
-    return parse_layer(map, d_k, d_v, 1, L, err);
+    return parse_in_place(map, d_k, d_v, 1, L, err);
 }

@@ -78,6 +78,8 @@ START_TEST(apply_fails_cleanly_at_every_allocation) {
         ck_assert_msg(access(out, F_OK) != 0, "allocation %d failed, yet %s was written", n, out);
         ck_assert_msg(stray_files(dir, "in.safetensors", "layer.yaml") == 0,
                       "allocation %d failed and left a file behind", n);
+        /* rows of 4 stay in the kernel's stack buffers */
+        ck_assert_msg(!strstr(msg, "recurrent kernel"), "allocation %d: '%s'", n, msg);
         char *now = tu_read_file(in);
         ck_assert_str_eq(now + 8, input + 8);
         free(now);
@@ -93,6 +95,81 @@ START_TEST(apply_fails_cleanly_at_every_allocation) {
     free(input);
     tu_rmtree(dir);
     free(dir);
+}
+END_TEST
+
+/* `ttt apply` of `layer_yaml` on (1, T, 1, D) inputs, failing each hooked allocation in turn:
+ * every failure exits 1 with an out-of-memory message and writes nothing. Returns how many
+ * messages contain `expect`. */
+static int apply_sweep(const char *layer_yaml, int T, int D, const char *expect) {
+    char *dir = tu_mkdtemp();
+    char in[512], layer[512], out[512], args[2048];
+    snprintf(in, sizeof in, "%s/in.safetensors", dir);
+    snprintf(layer, sizeof layer, "%s/layer.yaml", dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", dir);
+    float *q = malloc(sizeof(float) * (size_t)T * D), *k = malloc(sizeof(float) * (size_t)T * D);
+    float *v = malloc(sizeof(float) * (size_t)T * D);
+    for (int i = 0; i < T * D; i++) {
+        q[i] = 0.01f * (float)(i % 7);
+        k[i] = 0.002f * (float)(i % 5);
+        v[i] = 0.03f * (float)(i % 3);
+    }
+    ttt_st_tensor t[3] = {
+        {.name = "q", .ndim = 4, .shape = {1, T, 1, D}, .data = q},
+        {.name = "k", .ndim = 4, .shape = {1, T, 1, D}, .data = k},
+        {.name = "v", .ndim = 4, .shape = {1, T, 1, D}, .data = v},
+    };
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_st_write(in, t, 3, NULL, 0, &err), TTT_OK);
+    ck_assert_int_eq(tu_write_file(layer, layer_yaml), 0);
+    snprintf(args, sizeof args, "apply %s %s %s", layer, in, out);
+    int n = 1, found = 0;
+    for (; n <= 500; n++) {
+        char env[32];
+        snprintf(env, sizeof env, "%d", n);
+        setenv("TTT_FAIL_ALLOC", env, 1);
+        char *msg = NULL;
+        int code = tu_run_ttt(args, NULL, &msg);
+        if (code == 0) {
+            free(msg);
+            break;
+        }
+        ck_assert_msg(code == 1 && msg && strstr(msg, "ttt: error: ") &&
+                          strstr(msg, "out of memory"),
+                      "allocation %d failed: exit %d, '%s'", n, code, msg ? msg : "");
+        ck_assert_msg(access(out, F_OK) != 0, "allocation %d failed, yet %s was written", n, out);
+        if (strstr(msg, expect)) found++;
+        free(msg);
+    }
+    unsetenv("TTT_FAIL_ALLOC");
+    ck_assert_msg(n <= 500, "no run got through in 500");
+    ck_assert_int_eq(access(out, F_OK), 0);
+    free(q), free(k), free(v);
+    tu_rmtree(dir);
+    free(dir);
+    return found;
+}
+
+/* Rows wider than the recurrent kernel's stack buffers (the delta rule's 3 d_v + d_k floats
+ * beyond 4·256 at d = 264) take one allocation per call (layers/forms/kernels.h): when it fails,
+ * `ttt apply` (the batch runner, the strided recurrent form) ends with exit 1 and the form's
+ * out-of-memory message, and writes nothing. One of the hooked allocations is the kernel's. */
+START_TEST(apply_wide_rows_fail_cleanly) {
+    ck_assert_int_eq(apply_sweep("layer: {preset: deltanet, form: recurrent}\n", 4, 264,
+                                 "delta rule: out of memory for the recurrent kernel's rows "
+                                 "(d_k = 264, d_v = 264)"),
+                     1);
+}
+END_TEST
+
+/* The random feature maps' rows (FAVOR+: m doubles per call of the map) are a plain allocation
+ * outside the arena inside an op: when it fails, the op takes the arena's escape and the batch
+ * runner's sequence ends with TTT_ERR_NOMEM naming them (ttt_ctx_out_of_memory). */
+START_TEST(apply_feature_map_rows_fail_cleanly) {
+    ck_assert_int_ge(apply_sweep("layer: {preset: linear_attention, normalize: ratio, "
+                                 "feature_map: favor, features: 8}\n",
+                                 4, 4, "bytes of the feature map's rows"),
+                     1);
 }
 END_TEST
 
@@ -642,6 +719,8 @@ int main(void) {
     TCase *tc = tcase_create("alloc_faults");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, apply_fails_cleanly_at_every_allocation);
+    tcase_add_test(tc, apply_wide_rows_fail_cleanly);
+    tcase_add_test(tc, apply_feature_map_rows_fail_cleanly);
     tcase_add_test(tc, check_fails_cleanly_at_every_allocation);
     tcase_add_test(tc, list_fails_cleanly_at_every_allocation);
     suite_add_tcase(s, tc);

@@ -954,7 +954,7 @@ static void strided_case(const ttt_form_entry *e, const ttt_layer *L, const ttt_
         .o = os + HEAD * D, .q = qs + HEAD * D, .k = ks + HEAD * D, .v = vs + HEAD * D,
         .beta = bs + HEAD, .log_alpha = ls ? ls + HEAD * gk : NULL, .alpha_vec = vec, .T = T,
         .ld = {.o = H * D, .q = H * D, .k = H * D, .v = H * D, .beta = H, .la = H * gk}};
-    e->forward_strided(&f.ctx, L, S->data, &sa);
+    ck_assert_msg(e->forward_strided(&f.ctx, L, S->data, &sa, &err) == TTT_OK, "%s", err.msg);
     for (int t = 0; t < T; t++)
         ck_assert_msg(memcmp(os + ((size_t)t * H + HEAD) * D, o->data + (size_t)t * D,
                              D * sizeof(float)) == 0,

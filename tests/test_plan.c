@@ -1,7 +1,8 @@
 /* The plan pass (src/app/plan.h): a sweep becomes typed points carrying the values the YAML
  * gives, in sweep order; the configuration hash ignores exactly the keys that do not change
- * results; every registered task plans and runs its own tiny experiment into a run folder; and a
- * plan does not depend on the tree it was built from (changed, then freed, before the run). */
+ * results; every registered task plans and runs its own tiny experiment into a run folder; a
+ * plan does not depend on the tree it was built from (changed, then freed, before the run); and
+ * the pass writes nothing into that tree. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -242,6 +243,60 @@ START_TEST(plan_does_not_depend_on_its_tree) {
 }
 END_TEST
 
+/* The pass only reads the experiment it is given (docs/design.md "The plan pass"): the document,
+ * its `resolved:` list, a sweep over `layer` whose first value is the shorthand layer.mixer and
+ * whose second gives a preset and the optimizer as a name, are the same text after planning as
+ * before. The resolved configuration shows the shorthand as model.mixer (rendered there, the
+ * layer section without it) and the optimizer as a mapping. The comparison is the document's
+ * whole flow text, which one changed key alters (checked at the end). */
+START_TEST(plan_only_reads_its_document) {
+    const char *yaml = "task: {kind: mqar, vocab: 16, seq_len: 16, pairs: 2, train_examples: 32,\n"
+                       "       test_examples: 8, eval_batch: 8}\n"
+                       "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
+                       "train: {steps: 3, batch: 4}\n"
+                       "sweep:\n"
+                       "  layer: [{mixer: softmax}, {preset: gla, optimizer: sgd}]\n"
+                       "resolved: [{point: earlier, config: {seed: 1}}]\n";
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
+    char *before = ttt_cfg_to_flow(doc);
+    ck_assert_ptr_nonnull(before);
+    ttt_plan *p = NULL;
+    ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
+    char *after = ttt_cfg_to_flow(doc);
+    ck_assert_ptr_nonnull(after);
+    ck_assert_str_eq(after, before);
+    ck_assert_ptr_nonnull(strstr(after, "resolved"));
+
+    ttt_cfg_node *res = NULL;
+    ck_assert_msg(ttt_cfg_load_string(p->resolved_yaml, "resolved.yaml", &res, &err) == TTT_OK,
+                  "%s", err.msg);
+    const ttt_cfg_node *list = ttt_cfg_get(res, "resolved");
+    ck_assert_ptr_nonnull(list);
+    ck_assert_int_eq(list->n, 2);
+    const ttt_cfg_node *c0 = ttt_cfg_get(list->items[0], "config");
+    const ttt_cfg_node *c1 = ttt_cfg_get(list->items[1], "config");
+    ck_assert_str_eq(ttt_cfg_get_path(c0, "model.mixer")->scalar, "softmax");
+    ck_assert_ptr_null(ttt_cfg_get_path(c0, "layer.mixer"));
+    ck_assert_str_eq(ttt_cfg_get_path(c1, "model.mixer")->scalar, "ttt");
+    ck_assert_str_eq(ttt_cfg_get_path(c1, "layer.optimizer.name")->scalar, "sgd");
+    ck_assert_ptr_nonnull(ttt_cfg_get_path(c1, "layer.optimizer.lr"));
+    ttt_cfg_free(res);
+    ttt_plan_free(p);
+
+    /* the comparison sees a change of one key */
+    ck_assert_msg(ttt_cfg_apply_set(doc, "train.steps=4", &err) == TTT_OK, "%s", err.msg);
+    char *changed = ttt_cfg_to_flow(doc);
+    ck_assert_ptr_nonnull(changed);
+    ck_assert_str_ne(changed, before);
+    free(changed);
+    free(after);
+    free(before);
+    ttt_cfg_free(doc);
+}
+END_TEST
+
 /* Planning validates: an error in any sweep point is located and names the point, and nothing
  * is planned. */
 START_TEST(plan_errors_are_located) {
@@ -270,6 +325,7 @@ static Suite *suite(void) {
     tcase_add_test(c, every_task_runs_its_tiny_experiment);
     tcase_add_test(c, plan_does_not_depend_on_its_tree);
     tcase_add_test(c, plan_errors_are_located);
+    tcase_add_test(c, plan_only_reads_its_document);
     suite_add_tcase(s, c);
     return s;
 }

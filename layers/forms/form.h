@@ -213,9 +213,10 @@ typedef struct ttt_form_entry {
                                ttt_layer_state *st, const ttt_form_args *a, ttt_error *err);
     /* Optional (NULL if none): forward on rows inside a larger array (ttt_layer_forward_batch),
      * the same bits as forward on a copy of the rows. S the single (d_k, d_v) weight, in/out.
-     * Only called for layers without RoPE and output normalization. */
-    void (*forward_strided)(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                            const ttt_form_strided *a);
+     * Only called for layers without RoPE and output normalization. TTT_ERR_NOMEM (with err
+     * set) when a recurrent kernel's row buffers cannot be had (kernels.h). */
+    ttt_status (*forward_strided)(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                  const ttt_form_strided *a, ttt_error *err);
     /* An upper estimate of the bytes forward and forward_diff allocate on top of their inputs,
      * output and state for T tokens (tests/test_contract_forms.c checks it against the arena's
      * measured peak). */
@@ -332,5 +333,9 @@ int ttt_layer_opt_state_count(const ttt_layer *L);
 /* Floats of the optimizer state over all weights, of the shapes the optimizer declares (optim.h
  * state_shape: Adam's step count is one float, large_batch's norms one per channel). */
 double ttt_layer_opt_state_floats(const ttt_layer *L);
+
+/* The error of a recurrent kernel that could not allocate its rows (kernels.h): TTT_ERR_NOMEM,
+ * "<form>: out of memory for the recurrent kernel's rows (d_k = …, d_v = …)". */
+ttt_status ttt_form_rows_out_of_memory(ttt_error *err, const char *form, int d_k, int d_v);
 
 #endif

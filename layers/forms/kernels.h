@@ -8,6 +8,8 @@
 #ifndef TTT_FORMS_H
 #define TTT_FORMS_H
 
+#include "status.h"
+
 /* Fused multiply-adds in the recurrent kernels' register blocks: gcc's per-function option
  * (the build's default keeps a·b + c as two roundings); clang contracts within an expression by
  * default and has no such attribute. */
@@ -115,10 +117,15 @@ static inline void ttt_prefetch_seq(const ttt_form_ld *ld, const float *o, const
     if (beta) ttt_prefetch_rows(beta + r * ld->beta, ld->beta, n, 1, 0);
 }
 
+/* ---- recurrent kernels ----
+ * Their row buffers live on the stack up to a width of 256 (d_v, d_k or the row group); wider
+ * rows take one allocation per call. When that fails they return TTT_ERR_NOMEM before writing
+ * anything (o and S untouched); otherwise TTT_OK. */
+
 /* Recurrent (gated) linear attention (docs/math.md §4, rows linear_attention/retnet/mamba2/gla):
  *     S_t = Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t.
  * S is the state: initial on entry, final on return. */
-void ttt_linear_attention_recurrent(float *o,             /* (T, d_v) */
+ttt_status ttt_linear_attention_recurrent(float *o,             /* (T, d_v) */
                                     float *S,             /* (d_k, d_v) in/out */
                                     const float *q,       /* (T, d_k) */
                                     const float *k,       /* (T, d_k) */
@@ -128,14 +135,14 @@ void ttt_linear_attention_recurrent(float *o,             /* (T, d_v) */
                                     int alpha_vec, int T, int d_k, int d_v);
 
 /* The same with row strides (ttt_form_ld). */
-void ttt_linear_attention_recurrent_ld(float *o, float *S, const float *q, const float *k,
+ttt_status ttt_linear_attention_recurrent_ld(float *o, float *S, const float *q, const float *k,
                                        const float *v, const float *beta,
                                        const float *log_alpha, int alpha_vec, int T, int d_k,
                                        int d_v, const ttt_form_ld *ld);
 
 /* Recurrent (gated) delta rule (docs/math.md §4, rows deltanet/gated_deltanet; coupled decay):
  *     S_t = α_t (I − β_t k_tᵀ k_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t. */
-void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
+ttt_status ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
                               float *S,               /* (d_k, d_v) in/out */
                               const float *q,         /* (T, d_k) */
                               const float *k,         /* (T, d_k) */
@@ -144,13 +151,13 @@ void ttt_delta_rule_recurrent(float *o,               /* (T, d_v) */
                               const float *log_alpha, /* (T) or NULL */
                               int T, int d_k, int d_v);
 /* The same with row strides (ttt_form_ld; the vector gate's stride is unused). */
-void ttt_delta_rule_recurrent_ld(float *o, float *S, const float *q, const float *k,
+ttt_status ttt_delta_rule_recurrent_ld(float *o, float *S, const float *q, const float *k,
                                  const float *v, const float *beta, const float *log_alpha,
                                  int T, int d_k, int d_v, const ttt_form_ld *ld);
 /* KDA (docs/math.md §4.5): the delta rule with a gate per token and key dimension,
  *     S_t = (I − β_t k_tᵀ k_t) Diag(α_t) S_{t−1} + β_t k_tᵀ v_t,      o_t = q_t S_t,
  * log_alpha (T, d_k) with row stride ld->la (≥ d_k); −inf is a hard reset of that key row. */
-void ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
+ttt_status ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
                                      const float *v, const float *beta, const float *log_alpha,
                                      int T, int d_k, int d_v, const ttt_form_ld *ld);
 

@@ -321,3 +321,9 @@ const char *ttt_form_one_step(const ttt_layer *L) {
                              "delta_product entries) or generic"
                            : NULL;
 }
+
+ttt_status ttt_form_rows_out_of_memory(ttt_error *err, const char *form, int d_k, int d_v) {
+    return ttt_error_set(err, TTT_ERR_NOMEM,
+                         "%s: out of memory for the recurrent kernel's rows (d_k = %d, d_v = %d)",
+                         form, d_k, d_v);
+}

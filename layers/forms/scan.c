@@ -198,10 +198,11 @@ double ttt_linear_attention_scan_bytes(long T, int d_k, int d_v, int blocks) {
     return (P * d_k * d_v + P * d_k + (double)T * d_k + 3 * 16) * sizeof(float);
 }
 
-void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q, const float *k,
-                               const float *v, const float *beta, const float *log_alpha,
-                               int alpha_vec, int T, int d_k, int d_v, int blocks) {
-    if (T <= 0) return;
+ttt_status ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
+                                     const float *k, const float *v, const float *beta,
+                                     const float *log_alpha, int alpha_vec, int T, int d_k,
+                                     int d_v, int blocks) {
+    if (T <= 0) return TTT_OK;
     const int P = clamp_blocks(blocks, T);
     const size_t dd = (size_t)d_k * d_v;
     const int gk = log_alpha && alpha_vec ? d_k : 1; /* gate values per token */
@@ -209,6 +210,8 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
     float *M = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * dd);   /* (P, d_k, d_v) */
     float *Ab = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)P * d_k); /* (P, d_k) */
     float *Qd = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)T * d_k); /* (T, d_k) */
+    /* each block's kernel status, read after the blocks ran (kernels.h: rows beyond 256) */
+    ttt_status *bs = ttt_arena_alloc(ctx->arena, sizeof(ttt_status) * (size_t)P);
     memset(M, 0, sizeof(float) * (size_t)P * dd);
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = gk};
     TTT_SCAN_PARALLEL_BLOCKS(P)
@@ -216,7 +219,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
         int t0, t1;
         ttt_scan_block_range(p, P, T, &t0, &t1);
         /* 1. the block's recurrence from zero: local outputs and its B (the local final state) */
-        ttt_linear_attention_recurrent_ld(
+        bs[p] = ttt_linear_attention_recurrent_ld(
             o + (size_t)t0 * d_v, M + (size_t)p * dd, q + (size_t)t0 * d_k,
             k + (size_t)t0 * d_k, v + (size_t)t0 * d_v, beta ? beta + t0 : NULL,
             log_alpha ? log_alpha + (size_t)t0 * gk : NULL, alpha_vec, t1 - t0, d_k, d_v, &ld);
@@ -245,6 +248,11 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
             for (int i = 0; i < d_k; i++) qd[i] = qt[i] * A[i];
         }
     }
+    for (int p = 0; p < P; p++)
+        if (bs[p] != TTT_OK) { /* S not written yet */
+            ttt_arena_release(ctx->arena, m);
+            return bs[p];
+        }
     /* 2. the carries, element by element of the state: M[p] becomes block p's starting state */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) if (P > 1 && d_k > 1)
@@ -270,6 +278,7 @@ void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, float *S, const float *q,
                         o + (size_t)t0 * d_v, d_v);
     }
     ttt_arena_release(ctx->arena, m);
+    return TTT_OK;
 }
 
 void ttt_linear_attention_scan_sequential(float *o, float *S, const float *q, const float *k,

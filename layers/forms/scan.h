@@ -64,8 +64,9 @@ void ttt_scan_cdiag_sequential(float *h, float *h0, const float *lam, const floa
 /* Gated linear attention as a scan over (Diag(α_t), β_t k_tᵀ v_t) with the read-out
  * o_t = q_t S_t (kernels.h ttt_linear_attention_recurrent's arguments): blocks run the recurrent
  * kernel from zero, the fix-up is o_t += (q_t ⊙ Π_{s=t0..t} α_s) S_{start,b}, one matrix product
- * per block. Scratch from ctx->arena (released before returning). */
-void ttt_linear_attention_scan(ttt_ctx *ctx, float *o, /* (T, d_v) */
+ * per block. Scratch from ctx->arena (released before returning). TTT_ERR_NOMEM when a block's
+ * recurrent kernel cannot allocate its rows (kernels.h; S is then untouched). */
+ttt_status ttt_linear_attention_scan(ttt_ctx *ctx, float *o, /* (T, d_v) */
                                float *S,               /* (d_k, d_v) in/out */
                                const float *q,         /* (T, d_k) */
                                const float *k,         /* (T, d_k) */

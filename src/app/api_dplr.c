@@ -60,10 +60,15 @@ ttt_status ttt_dplr_forward(const ttt_dplr_io *io, ttt_error *err) {
                     ttt_error_prefix(err, "ttt_dplr_forward");
                     return s;
                 }
-            } else
-                ttt_dplr_recurrent_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
-                                      io->a + rk, io->b + rk, io->log_w ? io->log_w + rk : NULL,
-                                      T, dk, dv, &ld);
+            } else if (ttt_dplr_recurrent_ld(io->o + rv, S, io->q + rk, io->k + rk, io->v + rv,
+                                             io->a + rk, io->b + rk,
+                                             io->log_w ? io->log_w + rk : NULL, T, dk, dv,
+                                             &ld) != TTT_OK) {
+                free(S);
+                return ttt_error_set(err, TTT_ERR_NOMEM,
+                                     "ttt_dplr_forward: out of memory for the recurrent kernel's "
+                                     "rows (d_k = %d, d_v = %d)", dk, dv);
+            }
             if (io->state_out) memcpy(io->state_out + seq * dkv, S, dkv * sizeof(float));
         }
     free(S);
@@ -122,8 +127,14 @@ ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g, ttt_
                 const int t0 = c * C, m = t0 + C <= T ? C : T - t0;
                 const size_t r = (size_t)t0 * dk;
                 memcpy(S0s + (size_t)c * dkv, dS, dkv * sizeof(float));
-                ttt_dplr_recurrent_ld(o + (size_t)t0 * dv, dS, q + r, k + r, v + (size_t)t0 * dv,
-                                      a + r, bb + r, io->log_w ? lw + r : NULL, m, dk, dv, &ld);
+                if (ttt_dplr_recurrent_ld(o + (size_t)t0 * dv, dS, q + r, k + r,
+                                          v + (size_t)t0 * dv, a + r, bb + r,
+                                          io->log_w ? lw + r : NULL, m, dk, dv, &ld) != TTT_OK) {
+                    free(buf);
+                    return ttt_error_set(err, TTT_ERR_NOMEM,
+                                         "ttt_dplr_backward: out of memory for the recurrent "
+                                         "kernel's rows (d_k = %d, d_v = %d)", dk, dv);
+                }
             }
             scatter(io->o, o, b, h, T, H, dv);
             if (io->state_out) memcpy(io->state_out + seq * dkv, dS, dkv * sizeof(float));

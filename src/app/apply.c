@@ -97,14 +97,15 @@ static void list_names(const ttt_st_file *in, char *buf, size_t len) {
     if (in->n == 0) snprintf(buf, len, "no tensors");
 }
 
-ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
+ttt_status ttt_apply(const ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
                      ttt_error *err) {
     return ttt_apply_threads(layer_map, in, out, 0, err);
 }
 
-ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
-                             int threads, ttt_error *err) {
-    memset(out, 0, sizeof *out);
+/* ttt_apply_threads on `layer_map`, a copy of the caller's section that the layer's rendering
+ * replaces (the metadata records it). */
+static ttt_status apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in,
+                                ttt_apply_out *out, int threads, ttt_error *err) {
     const char *file = in->path ? in->path : "<input>";
     char s1[320], s2[320], s3[320], s4[320];
     if (!layer_map)
@@ -359,12 +360,24 @@ ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt
     return TTT_OK;
 }
 
-ttt_status ttt_apply_file(ttt_cfg_node *layer_map, const char *in_path, const char *out_path,
-                          ttt_error *err) {
+ttt_status ttt_apply_threads(const ttt_cfg_node *layer_map, const ttt_st_file *in,
+                             ttt_apply_out *out, int threads, ttt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!layer_map)
+        return ttt_error_set(err, TTT_ERR_CONFIG, "ttt apply: no `layer:` mapping was given");
+    ttt_cfg_node *copy = ttt_cfg_clone(layer_map);
+    if (!copy) return ttt_cfg_out_of_memory(err, "layer");
+    const ttt_status s = apply_threads(copy, in, out, threads, err);
+    ttt_cfg_free(copy);
+    return s;
+}
+
+ttt_status ttt_apply_file(const ttt_cfg_node *layer_map, const char *in_path,
+                          const char *out_path, ttt_error *err) {
     return ttt_apply_file_threads(layer_map, in_path, out_path, 0, err);
 }
 
-ttt_status ttt_apply_file_threads(ttt_cfg_node *layer_map, const char *in_path,
+ttt_status ttt_apply_file_threads(const ttt_cfg_node *layer_map, const char *in_path,
                                   const char *out_path, int threads, ttt_error *err) {
     ttt_st_file *in = NULL;
     TTT_TRY(ttt_st_read(in_path, &in, err));

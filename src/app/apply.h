@@ -64,22 +64,23 @@ typedef struct ttt_apply_out {
     char *meta[2 * TTT_APPLY_MAX_META]; /* key, value, … */
 } ttt_apply_out;
 
-/* Validate the `layer:` mapping (in place, filling defaults, as ttt_layer_parse does) for the
- * key/value dims of the inputs, check every input's shape, and run the layer over every
- * (batch, head) sequence. Shape errors name the tensors and their shapes. */
-ttt_status ttt_apply(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
+/* Validate the `layer:` mapping for the key/value dims of the inputs (the mapping is only read;
+ * its rendering, as ttt_layer_parse_section gives it, is recorded in the output's metadata),
+ * check every input's shape, and run the layer over every (batch, head) sequence. Shape errors
+ * name the tensors and their shapes. */
+ttt_status ttt_apply(const ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
                      ttt_error *err);
 /* The same with a thread count: threads ≥ 1 runs that many OpenMP threads (at most one per
  * sequence and TTT_APPLY_MAX_THREADS); 0 = the default, OpenMP's (the machine's cores, or
  * OMP_NUM_THREADS when set), which is what ttt_apply uses. */
-ttt_status ttt_apply_threads(ttt_cfg_node *layer_map, const ttt_st_file *in, ttt_apply_out *out,
-                             int threads, ttt_error *err);
+ttt_status ttt_apply_threads(const ttt_cfg_node *layer_map, const ttt_st_file *in,
+                             ttt_apply_out *out, int threads, ttt_error *err);
 void ttt_apply_out_free(ttt_apply_out *out);
 
 /* The whole command: read in_path, ttt_apply, write out_path (atomically). */
-ttt_status ttt_apply_file(ttt_cfg_node *layer_map, const char *in_path, const char *out_path,
-                          ttt_error *err);
-ttt_status ttt_apply_file_threads(ttt_cfg_node *layer_map, const char *in_path,
+ttt_status ttt_apply_file(const ttt_cfg_node *layer_map, const char *in_path,
+                          const char *out_path, ttt_error *err);
+ttt_status ttt_apply_file_threads(const ttt_cfg_node *layer_map, const char *in_path,
                                   const char *out_path, int threads, ttt_error *err);
 
 #endif

@@ -626,7 +626,7 @@ static int cmd_apply(int argc, char **argv) {
             s = ttt_cfg_error(&err, TTT_ERR_CONFIG, root,
                               "missing 'layer' (the layer to run, as in an experiment file)");
         else
-            s = ttt_apply_file_threads((ttt_cfg_node *)layer, pos[1], pos[2], threads, &err);
+            s = ttt_apply_file_threads(layer, pos[1], pos[2], threads, &err);
     }
     ttt_cfg_free(root);
     if (s != TTT_OK) return report(&err);

@@ -185,10 +185,13 @@ static ttt_status check_input_file(const ttt_cfg_node *n, const char *what, ttt_
     return TTT_OK;
 }
 
-/* Validate one point's tree against the registries (filling every default into it), then let
- * its task read it into pt->cfg. */
+/* Validate one point's tree against the registries (the top level and the task section,
+ * completed with their defaults), then let its task read it into pt->cfg. From the task's parse
+ * on, the point is only read: *resolved, the point's resolved configuration, starts as a copy of
+ * it, and the sections the task reads through their owners (layer, model, train) are replaced
+ * there by their renderings (docs/design.md "The plan pass"). */
 static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char *stem,
-                             ttt_error *err) {
+                             ttt_cfg_node **resolved, ttt_error *err) {
     ttt_cfg_map_remove(root, "resolved");
     if (!ttt_cfg_get(root, "name")) ttt_cfg_map_set(root, "name", ttt_cfg_new_scalar(stem, root));
     TTT_TRY(ttt_cfg_check_map(root, "", ttt_experiment_options, top_extra, err));
@@ -216,8 +219,9 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     if (!(pt->cfg = ttt_fault_calloc(1, t->cfg_size ? t->cfg_size : 1)))
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     ttt_size_estimate_reset();
-    if (t->parse) TTT_TRY(t->parse(pt->cfg, root, err));
-    const ttt_cfg_node *train = ttt_cfg_get(root, "train");
+    if (!(*resolved = ttt_cfg_clone(root))) return ttt_cfg_out_of_memory(err, "the plan");
+    if (t->parse) TTT_TRY(t->parse(pt->cfg, root, *resolved, err));
+    const ttt_cfg_node *train = ttt_cfg_get(*resolved, "train");
     if (t->model && train)
         TTT_TRY(check_input_file(ttt_cfg_get(train, "init_from"), "train.init_from", err));
     /* Each piece was checked alone; together they must fit too (data sets and a training step
@@ -229,7 +233,7 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     if (ms != TTT_OK) return ttt_cfg_error(err, ms, task, "%s", err->msg);
     pt->seed = (uint64_t)ttt_cfg_int(root, "seed");
     pt->cost = t->work ? (double)t->work(pt->cfg) : 1.0;
-    const ttt_cfg_node *dp = ttt_cfg_get(root, "train");
+    const ttt_cfg_node *dp = ttt_cfg_get(*resolved, "train");
     dp = dp ? ttt_cfg_get(dp, "data_parallel") : NULL;
     pt->parallel = TTT_PARALLEL_AUTO;
     if (dp && dp->kind == TTT_CFG_SCALAR && dp->scalar) {
@@ -240,7 +244,7 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     pt->output = ttt_fault_strdup(ttt_cfg_str(root, "output"));
     if (!pt->name || !pt->output)
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
-    ttt_plan_config_hash(root, pt->config_hash);
+    ttt_plan_config_hash(*resolved, pt->config_hash);
     return TTT_OK;
 }
 
@@ -278,10 +282,9 @@ static char *resolved_text(const ttt_cfg_node *doc, ttt_cfg_node *const *trees,
     return buf;
 }
 
-ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, ttt_error *err) {
-    *out = NULL;
-    ttt_cfg_oom_clear();
-    ttt_cfg_map_remove(doc, "resolved");
+/* The pass over doc, the plan's copy of the experiment without its `resolved:` list. */
+static ttt_status plan_build(const ttt_cfg_node *doc, const char *stem, ttt_plan **out,
+                             ttt_error *err) {
     ttt_cfg_node **trees = NULL;
     char **labels = NULL;
     int n = 0;
@@ -293,8 +296,11 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
         return rs;
     }
     ttt_plan *p = ttt_fault_calloc(1, sizeof *p);
+    /* the points' resolved configurations (plan_point) */
+    ttt_cfg_node **res = ttt_fault_calloc((size_t)(n > 0 ? n : 1), sizeof *res);
     ttt_status s = TTT_OK;
-    if (!p || !(p->points = ttt_fault_calloc((size_t)(n > 0 ? n : 1), sizeof *p->points))) {
+    if (!p || !res ||
+        !(p->points = ttt_fault_calloc((size_t)(n > 0 ? n : 1), sizeof *p->points))) {
         s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     } else {
         p->n_points = n;
@@ -307,7 +313,7 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
             break;
         }
         const unsigned long oom_mark = ttt_cfg_alloc_failures();
-        s = plan_point(pt, trees[i], stem, err);
+        s = plan_point(pt, trees[i], stem, &res[i], err);
         /* a value the configuration code could not store (a default, a preset's key) makes
          * the point fail as out of memory, whatever the checks said after it */
         if (ttt_cfg_alloc_failures() != oom_mark)
@@ -321,11 +327,13 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
         p->seeds = seeds;
         s = ttt_plan_read_charts(doc, p, err);
     }
-    if (s == TTT_OK) s = ttt_plan_columns(p, ttt_cfg_get(doc, "sweep"), trees, err);
+    if (s == TTT_OK) s = ttt_plan_columns(p, ttt_cfg_get(doc, "sweep"), res, err);
     if (s == TTT_OK) s = ttt_plan_read_results(doc, p, err);
-    if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, trees, labels, n)))
+    if (s == TTT_OK && !(p->resolved_yaml = resolved_text(doc, res, labels, n)))
         s = ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the resolved configuration");
     /* Below this line nothing sees a tree: the points' trees go now. */
+    for (int i = 0; res && i < n; i++) ttt_cfg_free(res[i]);
+    free(res);
     ttt_cfg_points_free(trees, labels, n);
     if (s != TTT_OK) {
         ttt_plan_free(p);
@@ -333,6 +341,18 @@ ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, t
     }
     *out = p;
     return TTT_OK;
+}
+
+ttt_status ttt_plan_build(const ttt_cfg_node *given, const char *stem, ttt_plan **out,
+                          ttt_error *err) {
+    *out = NULL;
+    ttt_cfg_oom_clear();
+    ttt_cfg_node *doc = ttt_cfg_clone(given);
+    if (!doc) return ttt_cfg_out_of_memory(err, "the experiment");
+    ttt_cfg_map_remove(doc, "resolved");
+    const ttt_status s = plan_build(doc, stem, out, err);
+    ttt_cfg_free(doc);
+    return s;
 }
 
 void ttt_plan_free(ttt_plan *p) {

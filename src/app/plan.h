@@ -68,11 +68,12 @@ typedef struct ttt_plan {
     char *resolved_yaml;       /* the text of config.resolved.yaml */
 } ttt_plan;
 
-/* The one pass. `doc` is the experiment as loaded with overrides applied (sweep intact); its
- * informational `resolved:` list, if any, is removed. `stem` is the default experiment name.
- * Every point is checked before anything is returned; errors are located (file:line:col) and
- * name the sweep point. The plan keeps no pointer into doc. */
-ttt_status ttt_plan_build(ttt_cfg_node *doc, const char *stem, ttt_plan **out, ttt_error *err);
+/* The one pass. `doc` is the experiment as loaded with overrides applied (sweep intact), and is
+ * only read; its informational `resolved:` list, if any, is ignored. `stem` is the default
+ * experiment name. Every point is checked before anything is returned; errors are located
+ * (file:line:col) and name the sweep point. The plan keeps no pointer into doc. */
+ttt_status ttt_plan_build(const ttt_cfg_node *doc, const char *stem, ttt_plan **out,
+                          ttt_error *err);
 void ttt_plan_free(ttt_plan *p);
 
 /* Where the run folder goes: out_dir if given, else the first point's `output`. */

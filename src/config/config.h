@@ -70,6 +70,9 @@ ttt_status ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val
 ttt_status ttt_cfg_seq_push(ttt_cfg_node *seq, ttt_cfg_node *val);
 /* Remove map[key] if present (frees it); returns 1 when something was removed. */
 int ttt_cfg_map_remove(ttt_cfg_node *map, const char *key);
+/* Exchange the contents of two nodes (kind, value, location, children): a section rendered
+ * aside takes the place of the one a caller holds, which keeps its pointer. */
+void ttt_cfg_swap(ttt_cfg_node *a, ttt_cfg_node *b);
 
 /* ---- locations ---- */
 

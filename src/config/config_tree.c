@@ -272,6 +272,12 @@ ttt_cfg_node *ttt_cfg_new_seq(const ttt_cfg_node *where) {
     return ttt_cfg_node_at(TTT_CFG_SEQ, where);
 }
 
+void ttt_cfg_swap(ttt_cfg_node *a, ttt_cfg_node *b) {
+    const ttt_cfg_node t = *a;
+    *a = *b;
+    *b = t;
+}
+
 ttt_status ttt_cfg_map_set(ttt_cfg_node *map, const char *key, ttt_cfg_node *val) {
     if (!map || !val) { /* a failed allocation made one of them (counted) */
         ttt_cfg_free(val);

@@ -6,7 +6,8 @@
  * prints the number of calls at exit ("ttt: N hooked allocations"), so a test knows how many
  * runs cover every N. The hooked sites are those that report out of memory as an error: the
  * configuration code, arena blocks, the text builder, parameters, AdamW, the trainer, records,
- * checkpoints, task data, safetensors and `ttt apply`; a test fails each of them in turn and
+ * checkpoints, task data, safetensors, `ttt apply` and the recurrent kernels' rows beyond their
+ * stack buffers (layers/forms/kernels.h); a test fails each of them in turn and
  * checks the error. The environment is read before main; the counter is atomic (hooked sites
  * also run on worker threads). */
 #ifndef TTT_FAULT_H

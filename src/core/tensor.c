@@ -121,13 +121,24 @@ void ttt_arena_arm(ttt_arena *a, ttt_arena_escape *e) {
 
 void ttt_arena_disarm(ttt_arena *a) { a->escape = NULL; }
 
-/* A block allocation failed: jump to the armed escape when that is sound (tensor.h). */
-static void escape(ttt_arena *a, size_t bytes) {
+/* An allocation failed (an arena block, or `what` outside the arena): jump to the armed escape
+ * when that is sound (tensor.h). */
+static void escape_what(ttt_arena *a, size_t bytes, const char *what) {
     a->failed_bytes = bytes;
+    a->failed_what = what;
     ttt_arena_escape *e = a->escape;
     if (!e || !pthread_equal(e->thread, pthread_self()) || e->level != omp_level()) return;
     a->escape = NULL; /* one jump; the caller re-arms for its next unit of work */
     longjmp(e->jump, 1);
+}
+static void escape(ttt_arena *a, size_t bytes) { escape_what(a, bytes, NULL); }
+
+_Noreturn void ttt_ctx_out_of_memory(ttt_ctx *ctx, size_t bytes, const char *what) {
+    ttt_arena *a = ttt_arena_host(ctx->arena);
+    escape_what(a, bytes, what); /* returns only when no escape is armed on this thread */
+    fprintf(stderr, "ttt: out of memory for %zu bytes of %s (the arena holds %.1f MiB)\n", bytes,
+            what, (double)ttt_arena_footprint(a) / 1048576.0);
+    abort();
 }
 
 ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *err), void *arg,
@@ -140,6 +151,12 @@ ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *
         st = work(arg, err);
     } else {
         a->escape = prev;
+        if (a->failed_what)
+            return ttt_error_set(err, TTT_ERR_NOMEM,
+                                 "%s: out of memory for %zu bytes of %s (the arena held %.1f "
+                                 "MiB)",
+                                 what, a->failed_bytes, a->failed_what,
+                                 (double)ttt_arena_footprint(a) / 1048576.0);
         return ttt_error_set(err, TTT_ERR_NOMEM,
                              "%s: out of memory for %zu bytes (the arena held %.1f MiB)", what,
                              a->failed_bytes, (double)ttt_arena_footprint(a) / 1048576.0);

@@ -34,6 +34,7 @@ typedef struct ttt_arena {
                                stay mapped: a training step would otherwise fault them in again) */
     ttt_arena_escape *escape; /* armed: where a failed block allocation jumps (below), or NULL */
     size_t failed_bytes;      /* the size of the latest allocation that failed */
+    const char *failed_what;  /* what it was when not an arena block (ttt_ctx_out_of_memory) */
     /* Where the blocks live (docs/design.md "Devices"): the host (the zero default), or a CUDA
      * device, whose blocks come from that device's pool (ttt_device_alloc) ordered on `stream`.
      * A device arena keeps the host memory of what it holds (tensor headers, tape entries,
@@ -165,6 +166,13 @@ typedef struct ttt_ctx {
 
 /* Whether ctx asks its computation to stop now (ttt_ctx.stop). */
 static inline int ttt_ctx_stopped(const ttt_ctx *ctx) { return ctx->stop && *ctx->stop; }
+
+/* An op's buffer outside the arena (a recurrent kernel's rows, layers/forms/kernels.h) could not
+ * be had: reported as a failed arena block is, through the escape armed on ctx's arena, so that
+ * ttt_arena_run returns TTT_ERR_NOMEM naming `what` and the bytes. Ops return tensors, not a
+ * status: without an armed escape it prints the same and aborts, as a tensor allocation outside
+ * ttt_arena_run does (docs/api.md "Misuse"). */
+_Noreturn void ttt_ctx_out_of_memory(ttt_ctx *ctx, size_t bytes, const char *what);
 
 /* New tensors live in ctx->arena. Out of memory jumps to the arena's escape when one is armed
  * (above), else aborts with a message: callers that must survive huge sizes check the size first

@@ -190,7 +190,8 @@ static ttt_status read_list(ttt_bench_list *l, const ttt_cfg_node *task, const c
     return ttt_task_read_ints(task, key, &l->v, &l->n, err);
 }
 
-static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                                  ttt_error *err) {
     ttt_bench_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->train_step = strcmp(ttt_cfg_str(task, "measure"), "train_step") == 0;
@@ -214,7 +215,7 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
     c->dump = ttt_cfg_bool(task, "dump");
     c->dump_steps = (int)ttt_cfg_int(task, "dump_steps");
     if (c->train_step) {
-        TTT_TRY(ttt_bench_train_step_check(c, root, err));
+        TTT_TRY(ttt_bench_train_step_check(c, root, resolved, err));
         for (int i = 0; i < c->seq_len.n && c->dump_steps > 0; i++) {
             /* dump_steps' batches: token ids and labels, and their float copies in the file */
             const double bytes = 16.0 * c->dump_steps * c->trained.train.batch * c->seq_len.v[i];
@@ -225,11 +226,11 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
                 return ttt_cfg_error(err, s, ttt_cfg_get(task, "dump_steps"), "task: %s", msg);
             }
         }
-        /* the values `dump` records, as resolved (after the parse filled every default) */
+        /* the values `dump` records, as resolved (the sections the parse rendered) */
         ttt_bench_strlist meta = {0};
-        ttt_bench_meta_from_map(&meta, "model.", ttt_cfg_get(root, "model"), 0);
-        ttt_bench_meta_from_map(&meta, "layer.", ttt_cfg_get(root, "layer"), 0);
-        ttt_bench_meta_from_map(&meta, "train.", ttt_cfg_get(root, "train"), 0);
+        ttt_bench_meta_from_map(&meta, "model.", ttt_cfg_get(resolved, "model"), 0);
+        ttt_bench_meta_from_map(&meta, "layer.", ttt_cfg_get(resolved, "layer"), 0);
+        ttt_bench_meta_from_map(&meta, "train.", ttt_cfg_get(resolved, "train"), 0);
         c->meta = meta.s;
         c->n_meta = meta.n;
         if (meta.oom) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
@@ -238,12 +239,14 @@ static ttt_status benchmark_parse(void *cfg, ttt_cfg_node *root, ttt_error *err)
     c->layers =
         ttt_fault_calloc((size_t)(c->head_dims.n > 0 ? c->head_dims.n : 1), sizeof *c->layers);
     if (!c->layers) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
-    /* One layer per head size; the first parse resolves `form: auto` in the tree, so every size
-     * runs the same form. */
+    /* One layer per head size, each from the section as given; the first one's rendering is the
+     * resolved section (the same for every size). */
     for (int i = 0; i < c->head_dims.n; i++) {
         const int d = (int)c->head_dims.v[i];
-        TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), d, d, &c->layers[i],
-                                err));
+        ttt_cfg_node *layer_r = NULL;
+        TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), d, d, 0, &c->layers[i],
+                                        i == 0 ? &layer_r : NULL, err));
+        if (i == 0) ttt_cfg_map_set(resolved, "layer", layer_r);
     }
     /* The largest measurement's inputs (bench_data_make: q, k, v, o, η and the gates per head)
      * and one forward's state and scratch, checked here so that `ttt check` refuses what the run

@@ -51,7 +51,8 @@ static const char *gates_name(const char *g) {
     return strcmp(g, "vector") == 0 ? "vector" : strcmp(g, "scalar") == 0 ? "scalar" : "none";
 }
 
-static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status equivalence_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                                    ttt_error *err) {
     equivalence_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->T = (int)ttt_cfg_int(task, "tokens");
@@ -62,7 +63,10 @@ static ttt_status equivalence_parse(void *cfg, ttt_cfg_node *root, ttt_error *er
     c->gates = gates_name(ttt_cfg_str(task, "gates"));
     c->eta_random = strcmp(ttt_cfg_str(task, "eta"), "random") == 0;
     ttt_layer L;
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->dk, c->dv, &L, err));
+    ttt_cfg_node *layer_r = NULL;
+    TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), c->dk, c->dv, 0, &L, &layer_r,
+                                    err));
+    ttt_cfg_map_set(resolved, "layer", layer_r);
     c->L = L;
     static const char *const keys[] = {"reference", "candidate"};
     const char **forms = c->forms;

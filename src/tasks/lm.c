@@ -74,7 +74,8 @@ static ttt_status path_error(const lm_cfg *c, ttt_status s, ttt_error *err) {
     return ttt_error_set(err, s, "%s: %s", c->path_where, full);
 }
 
-static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                           ttt_error *err) {
     lm_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     const int L = (int)ttt_cfg_int(task, "seq_len");
@@ -128,7 +129,7 @@ static ttt_status lm_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
     ttt_status s = ttt_tokens_check(&src, err);
     if (s != TTT_OK) return path_error(c, s, err);
     ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L};
-    return ttt_trained_parse(&c->trained, root, &io, err);
+    return ttt_trained_parse(&c->trained, root, resolved, &io, err);
 }
 
 static long lm_work(const void *cfg) { return ((const lm_cfg *)cfg)->trained.train.steps; }

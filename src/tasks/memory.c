@@ -155,7 +155,8 @@ static void memory_cfg_free(void *cfg) {
     c->pairs = NULL;
 }
 
-static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status memory_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                               ttt_error *err) {
     ttt_memory_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->spec = (ttt_memory_spec){
@@ -165,8 +166,10 @@ static ttt_status memory_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
         .overwrite = ttt_cfg_bool(task, "overwrite"),
     };
     c->trials = (int)ttt_cfg_int(task, "trials");
-    TTT_TRY(ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), c->spec.d_k, c->spec.d_v,
-                            &c->L, err));
+    ttt_cfg_node *layer_r = NULL;
+    TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), c->spec.d_k, c->spec.d_v, 0,
+                                    &c->L, &layer_r, err));
+    ttt_cfg_map_set(resolved, "layer", layer_r);
     TTT_TRY(ttt_task_read_ints(task, "pairs", &c->pairs, &c->n_pairs, err));
     /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
      * into a sweep. */

@@ -42,7 +42,8 @@ typedef struct mqar_cfg {
     ttt_trained_cfg trained;
 } mqar_cfg;
 
-static ttt_status mqar_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status mqar_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                             ttt_error *err) {
     mqar_cfg *mc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_mqar_config c;
@@ -68,7 +69,7 @@ static ttt_status mqar_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
         return ttt_cfg_error(err, s, ttt_cfg_get(task, "train_examples"), "task: %s", msg);
     }
     ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
-    return ttt_trained_parse(&mc->trained, root, &io, err);
+    return ttt_trained_parse(&mc->trained, root, resolved, &io, err);
 }
 
 static long mqar_work(const void *cfg) { return ((const mqar_cfg *)cfg)->trained.train.steps; }

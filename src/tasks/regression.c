@@ -45,7 +45,8 @@ typedef struct regression_cfg {
     ttt_trained_cfg trained;
 } regression_cfg;
 
-static ttt_status regression_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status regression_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                                   ttt_error *err) {
     regression_cfg *rc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     ttt_regression_config c;
@@ -72,7 +73,7 @@ static ttt_status regression_parse(void *cfg, ttt_cfg_node *root, ttt_error *err
         return ttt_cfg_error(err, s, ttt_cfg_get(task, "eval_sequences"), "task: %s", msg);
     }
     ttt_seq_model_io io = reg_io(&c);
-    return ttt_trained_parse(&rc->trained, root, &io, err);
+    return ttt_trained_parse(&rc->trained, root, resolved, &io, err);
 }
 
 static long regression_work(const void *cfg) {

@@ -66,8 +66,10 @@ static ttt_status build_layer(ttt_layer *L, const ttt_feature_map *fm, long m, i
     return ttt_layer_build(&desc, d, dv, L, err);
 }
 
-static ttt_status softmax_approx_parse(void *cfg, ttt_cfg_node *root, ttt_error *err) {
+static ttt_status softmax_approx_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                                       ttt_error *err) {
     softmax_approx_cfg *c = cfg;
+    (void)resolved; /* the task's section is the whole of what it reads */
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->T = (int)ttt_cfg_int(task, "tokens");
     c->d = (int)ttt_cfg_int(task, "key_dim");

@@ -58,11 +58,15 @@ typedef struct ttt_task {
     /* Size in bytes of the task's parsed configuration. */
     size_t cfg_size;
     /* Validate the rest of the point (e.g. build the layer with the task's dimensions) and read
-     * everything the task needs into cfg (cfg_size bytes, zeroed). `root` is the point's whole
-     * tree with the task options checked; parse may fill defaults into it (they show in
-     * config.resolved.yaml) but must keep no pointer into it. Errors are located
-     * (file:line:col). On failure cfg_free (if any) is still called. */
-    ttt_status (*parse)(void *cfg, ttt_cfg_node *root, ttt_error *err);
+     * everything the task needs into cfg (cfg_size bytes, zeroed). `root` is the point with the
+     * top level and the task options checked (their defaults in it), and is only read. The
+     * sections the task reads through their owners (`layer:` with ttt_layer_parse_section, the
+     * trained tasks' `model:`, `layer:`, `train:` with ttt_trained_parse) are rendered by them,
+     * and their renderings replace those of `resolved`, the point's resolved configuration (a
+     * copy of root, written to config.resolved.yaml). parse keeps no pointer into either.
+     * Errors are located (file:line:col). On failure cfg_free (if any) is still called. */
+    ttt_status (*parse)(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+                        ttt_error *err);
     /* Optional: free what parse allocated inside cfg (not cfg itself). */
     void (*cfg_free)(void *cfg);
     /* Units of progress a point takes (NULL: 1). */

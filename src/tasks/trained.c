@@ -12,31 +12,33 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Trained tasks */
 
-static ttt_cfg_node *section(ttt_cfg_node *root, const char *key) {
-    ttt_cfg_node *n = (ttt_cfg_node *)ttt_cfg_get(root, key);
-    if (!n) {
-        n = ttt_cfg_new_map(root);
-        ttt_cfg_map_set(root, key, n);
-    }
-    return n;
-}
-
-ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
-                             const ttt_seq_model_io *io, ttt_error *err) {
-    TTT_TRY(ttt_seq_model_parse(section(root, "model"), section(root, "layer"), io, &out->model,
-                                err));
-    TTT_TRY(ttt_train_config_parse(section(root, "train"), &out->train, err));
+/* The point's `model:`, `layer:` and `train:` sections (the plan's check of the top level gives
+ * each, empty when the experiment leaves it out), read into *out; their renderings take their
+ * places in the resolved configuration. */
+ttt_status ttt_trained_parse(ttt_trained_cfg *out, const ttt_cfg_node *root,
+                             ttt_cfg_node *resolved, const ttt_seq_model_io *io, ttt_error *err) {
+    const ttt_cfg_node *model = ttt_cfg_get(root, "model"), *layer = ttt_cfg_get(root, "layer");
     const ttt_cfg_node *train = ttt_cfg_get(root, "train");
-    const char *init = ttt_cfg_str(train, "init_from");
-    if (init && init[0]) {
-        if (strlen(init) >= sizeof out->init_from)
-            return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(train, "init_from"),
-                                 "train.init_from: the path is longer than %zu bytes",
-                                 sizeof out->init_from - 1);
-        snprintf(out->init_from, sizeof out->init_from, "%s", init);
-        ttt_cfg_where(ttt_cfg_get(train, "init_from"), out->init_from_where,
-                      sizeof out->init_from_where);
+    TTT_ASSERT(model && layer && train); /* TTT_OPT_MAP options of the top level */
+    ttt_cfg_node *model_r = NULL, *layer_r = NULL, *train_r = NULL;
+    TTT_TRY(ttt_seq_model_parse_section(model, layer, io, &out->model, &model_r, &layer_r, err));
+    ttt_cfg_map_set(resolved, "model", model_r);
+    ttt_cfg_map_set(resolved, "layer", layer_r);
+    TTT_TRY(ttt_train_config_parse_section(train, &out->train, &train_r, err));
+    const ttt_cfg_node *init_node = ttt_cfg_get(train_r, "init_from");
+    const char *init = ttt_cfg_str(train_r, "init_from"); /* NULL: the default, none */
+    if (init && init[0] && strlen(init) >= sizeof out->init_from) {
+        ttt_cfg_error(err, TTT_ERR_CONFIG, init_node,
+                      "train.init_from: the path is longer than %zu bytes",
+                      sizeof out->init_from - 1);
+        ttt_cfg_free(train_r);
+        return TTT_ERR_CONFIG;
     }
+    if (init && init[0]) {
+        snprintf(out->init_from, sizeof out->init_from, "%s", init);
+        ttt_cfg_where(init_node, out->init_from_where, sizeof out->init_from_where);
+    }
+    ttt_cfg_map_set(resolved, "train", train_r);
     const ttt_seq_model_config mc = out->model;
     const ttt_train_config tc = out->train;
     ttt_trained_estimate(&mc, &tc, io->seq_len, &out->memory);
@@ -48,7 +50,7 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, ttt_cfg_node *root,
              "gradients and AdamW state, estimated)",
              tc.batch, io->seq_len, mc.d_model, mc.n_layers, ttt_seq_model_param_bound(&mc));
     ttt_status s = ttt_size_check(out->memory.total, what, err);
-    if (s != TTT_OK) return ttt_cfg_error(err, s, ttt_cfg_get(root, "train"), "%s", err->msg);
+    if (s != TTT_OK) return ttt_cfg_error(err, s, train, "%s", err->msg);
     return TTT_OK;
 }
 

@@ -94,14 +94,16 @@ static int model_options(ttt_option *out, int cap, const ttt_mixer *mx) {
     return n;
 }
 
-ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
-                               const ttt_seq_model_io *io, ttt_seq_model_config *c,
-                               ttt_error *err) {
-    memset(c, 0, sizeof *c);
-    if (map->kind != TTT_CFG_MAP)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "model: expected a mapping");
+/* The model section read into c; `map` is the plan's copy of the section, which the check
+ * completes with the defaults and the values the parse resolves are rendered into (the section
+ * as config.resolved.yaml shows it). layer_map, the `layer:` section as given, is only read; its
+ * rendering goes to *layer_resolved. */
+static ttt_status parse_model(ttt_cfg_node *map, const ttt_cfg_node *layer_map,
+                              const ttt_seq_model_io *io, ttt_seq_model_config *c,
+                              ttt_cfg_node **layer_resolved, ttt_error *err) {
     /* `layer: {mixer: NAME}` is shorthand for model.mixer: NAME, so that one sweep over `layer`
-     * can put any registered mixer next to the TTT presets; it moves into the model map. */
+     * can put any registered mixer next to the TTT presets; it is read here, from the layer
+     * section as given, and shows as the model's mixer. */
     const ttt_cfg_node *lm = layer_map ? ttt_cfg_get(layer_map, "mixer") : NULL;
     if (lm) {
         const char *names[TTT_MIXER_COUNT];
@@ -114,7 +116,6 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
         TTT_TRY(ttt_cfg_check_name(lm, "mixer (layer.mixer, shorthand for model.mixer)", names,
                                    TTT_MIXER_COUNT, err));
         ttt_cfg_map_set(map, "mixer", ttt_cfg_clone(lm));
-        ttt_cfg_map_remove(layer_map, "mixer");
     }
     /* a mixer's name given as a layer preset (`layer: {preset: rwkv7}`): say where it lives
      * rather than list the layer presets only */
@@ -201,11 +202,17 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
                              "is odd",
                              c->head_dim);
 
-    if (!mx->uses_layer) layer_map = NULL; /* not read */
-    else if (!layer_map)
+    if (mx->uses_layer && !layer_map)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "model.mixer: %s needs a `layer:` section",
                              mx->name);
-    TTT_TRY(mx->parse(c, map, layer_map, err));
+    if (!mx->uses_layer && layer_map) {
+        /* not read: the section shows as given, without the shorthand the model took */
+        if ((*layer_resolved = ttt_cfg_clone(layer_map)))
+            ttt_cfg_map_remove(*layer_resolved, "mixer");
+        else
+            return ttt_cfg_out_of_memory(err, "layer");
+    }
+    TTT_TRY(mx->parse(c, map, mx->uses_layer ? layer_map : NULL, layer_resolved, err));
     TTT_ASSERT(c->conv >= 0 && c->act >= 0); /* every mixer resolves them */
     char conv_text[16];
     snprintf(conv_text, sizeof conv_text, "%d", c->conv);
@@ -229,6 +236,39 @@ ttt_status ttt_seq_model_parse(ttt_cfg_node *map, ttt_cfg_node *layer_map,
         return ttt_error_set(err, TTT_ERR_CONFIG, "model: the task gives no vocabulary and no "
                                                   "input/output widths");
     return TTT_OK;
+}
+
+ttt_status ttt_seq_model_parse_section(const ttt_cfg_node *model_map,
+                                       const ttt_cfg_node *layer_map, const ttt_seq_model_io *io,
+                                       ttt_seq_model_config *c, ttt_cfg_node **model_resolved,
+                                       ttt_cfg_node **layer_resolved, ttt_error *err) {
+    memset(c, 0, sizeof *c);
+    *model_resolved = *layer_resolved = NULL;
+    if (model_map->kind != TTT_CFG_MAP)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, model_map, "model: expected a mapping");
+    ttt_cfg_node *map = ttt_cfg_clone(model_map);
+    if (!map) return ttt_cfg_out_of_memory(err, "model");
+    ttt_status s = parse_model(map, layer_map, io, c, layer_resolved, err);
+    if (s == TTT_OK) {
+        *model_resolved = map;
+        return TTT_OK;
+    }
+    ttt_cfg_free(map);
+    ttt_cfg_free(*layer_resolved);
+    *layer_resolved = NULL;
+    return s;
+}
+
+ttt_status ttt_seq_model_parse(ttt_cfg_node *model_map, ttt_cfg_node *layer_map,
+                               const ttt_seq_model_io *io, ttt_seq_model_config *c,
+                               ttt_error *err) {
+    ttt_cfg_node *m = NULL, *l = NULL;
+    ttt_status s = ttt_seq_model_parse_section(model_map, layer_map, io, c, &m, &l, err);
+    if (m) ttt_cfg_swap(model_map, m);
+    if (l && layer_map) ttt_cfg_swap(layer_map, l);
+    ttt_cfg_free(m);
+    ttt_cfg_free(l);
+    return s;
 }
 
 const char *ttt_seq_model_describe(const ttt_seq_model_config *c, char *buf, size_t len) {

@@ -139,10 +139,19 @@ typedef struct ttt_seq_model_config {
     double own[TTT_MIXER_MAX_OPTS];
 } ttt_seq_model_config;
 
-/* Validate `model_map` in place (fills defaults, resolves every auto) and the `layer:` map
- * (layer_map may be NULL for a mixer that is not built from a layer, and is then not read;
- * `layer: {mixer: NAME}` is shorthand for model.mixer: NAME and moves there), for the task's io.
- * Errors name the file:line:col. */
+/* Validate the `model:` section and the `layer:` section (layer_map may be NULL for a mixer that
+ * is not built from a layer, and is then not read; `layer: {mixer: NAME}` is shorthand for
+ * model.mixer: NAME) for the task's io and read them into cfg, every auto resolved. Both
+ * sections are only read. *model_resolved and *layer_resolved receive the sections as
+ * config.resolved.yaml shows them, new trees the caller owns: the given keys, the defaults and
+ * the resolved values rendered from cfg (the shorthand shows as model.mixer; *layer_resolved is
+ * NULL when layer_map is). Errors name the file:line:col. */
+ttt_status ttt_seq_model_parse_section(const ttt_cfg_node *model_map,
+                                       const ttt_cfg_node *layer_map, const ttt_seq_model_io *io,
+                                       ttt_seq_model_config *cfg, ttt_cfg_node **model_resolved,
+                                       ttt_cfg_node **layer_resolved, ttt_error *err);
+/* The same for a caller that holds the sections alone (the tests): model_map and layer_map are
+ * replaced by their renderings. */
 ttt_status ttt_seq_model_parse(ttt_cfg_node *model_map, ttt_cfg_node *layer_map,
                                const ttt_seq_model_io *io, ttt_seq_model_config *cfg,
                                ttt_error *err);

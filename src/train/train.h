@@ -67,16 +67,22 @@ typedef struct ttt_train_config {
     char device_where[256]; /* where train.device was given (file:line:col), "" when absent */
 } ttt_train_config;
 
-/* Validate the `train:` mapping in place (fills defaults). The AdamW values are checked too.
+/* Validate the `train:` mapping (only read) and read it into c; *resolved receives the section as
+ * config.resolved.yaml shows it, a new tree the caller owns (the given keys and the defaults).
+ * The AdamW values are checked too.
  *
  * train.device (cpu | cuda | cuda:N, cuda = cuda:0) and train.dtype (float32 | bfloat16) are
  * read into c->device and c->dtype; unlike the other options their defaults (cpu, float32) are
- * not written into the tree when they are absent, so that config.resolved.yaml and the
+ * not written into the resolved section when they are absent, so that config.resolved.yaml and the
  * configuration hash of an experiment that does not name them stay what they were before the
  * options existed (docs/training.md "Device and precision"). Refused, each located: a value
  * that is none of those; bfloat16 on the host (it is the GPU's mixed precision); and a CUDA
  * device this process cannot use (a build without CUDA, no GPU or driver, N at or above the
  * device count: the reason from the device seam, device.h). */
+ttt_status ttt_train_config_parse_section(const ttt_cfg_node *map, ttt_train_config *c,
+                                          ttt_cfg_node **resolved, ttt_error *err);
+/* The same for a caller that holds the section alone (the tests): map is replaced by its
+ * rendering. */
 ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err);
 
 /* train.device's text into *d: "cpu" (the host), "cuda" (cuda:0) or "cuda:N" (N decimal digits,

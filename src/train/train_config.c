@@ -42,7 +42,7 @@ const ttt_option ttt_train_options[] = {
      "stop after this step as if interrupted (a checkpoint is written; run again to resume); "
      "0 = never"},
     /* The two below are validated here and shown by `ttt list`, but their defaults are not
-     * written into the tree (ttt_train_config_parse, train.h). */
+     * written into the resolved section (ttt_train_config_parse_section, train.h). */
     {"device", TTT_OPT_STRING, "cpu", TTT_NO_RANGE, NULL,
      "where the step runs: cpu, cuda (= cuda:0) or cuda:N; cuda is refused where there is no "
      "GPU, and for mixers and layers without a device path (docs/training.md \"Device and "
@@ -150,10 +150,9 @@ ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model
     return TTT_OK;
 }
 
-ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
-    memset(c, 0, sizeof *c);
-    if (map->kind != TTT_CFG_MAP)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "train: expected a mapping");
+/* The train section read into c; `map` is the plan's copy of the section, which the check
+ * completes with the defaults (the section as config.resolved.yaml shows it). */
+static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
     /* device and dtype are checked with the rest, and their defaults taken out again when they
      * were not given (train.h) */
     const int had_device = ttt_cfg_get(map, "device") != NULL;
@@ -185,5 +184,29 @@ ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_er
     c->stop_at = ttt_cfg_int(map, "stop_at");
     ttt_status s = ttt_adamw_config_check(&c->adamw, err);
     if (s != TTT_OK) ttt_error_prefix(err, "train");
+    return s;
+}
+
+ttt_status ttt_train_config_parse_section(const ttt_cfg_node *map, ttt_train_config *c,
+                                          ttt_cfg_node **resolved, ttt_error *err) {
+    memset(c, 0, sizeof *c);
+    *resolved = NULL;
+    if (map->kind != TTT_CFG_MAP)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, map, "train: expected a mapping");
+    ttt_cfg_node *copy = ttt_cfg_clone(map);
+    if (!copy) return ttt_cfg_out_of_memory(err, "train");
+    ttt_status s = parse_train(copy, c, err);
+    if (s == TTT_OK) *resolved = copy;
+    else ttt_cfg_free(copy);
+    return s;
+}
+
+ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_error *err) {
+    ttt_cfg_node *r = NULL;
+    ttt_status s = ttt_train_config_parse_section(map, c, &r, err);
+    if (r) {
+        ttt_cfg_swap(map, r);
+        ttt_cfg_free(r);
+    }
     return s;
 }

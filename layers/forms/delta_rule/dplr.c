@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "fault.h"
 #include "fused_grad.h"
 
 /* The retentions of one token's row of log w (NULL: all 1), dithered per row. */
@@ -34,18 +35,22 @@ static void dplr_gates(float *w, double *drift, const float *lw, int d_k) {
     for (int i = 0; i < d_k; i++) w[i] = ttt_gate_dither(&drift[i], exp((double)lw[i]));
 }
 
-TTT_FP_CONTRACT void ttt_dplr_recurrent_ld(float *o, float *S, const float *q, const float *k,
-                                           const float *v, const float *a, const float *b,
-                                           const float *log_w, int T, int d_k, int d_v,
-                                           const ttt_form_ld *ld) {
-    if (T <= 0) return;
+TTT_FP_CONTRACT ttt_status ttt_dplr_recurrent_ld(float *o, float *S, const float *q,
+                                                 const float *k, const float *v, const float *a,
+                                                 const float *b, const float *log_w, int T,
+                                                 int d_k, int d_v, const ttt_form_ld *ld) {
+    if (T <= 0) return TTT_OK;
     /* u, u_next (d_v each), w (d_k) and the per-row drifts (d_k doubles) */
     float stack[4 * 256];
     double dstack[256];
     const size_t need = 2 * (size_t)d_v + (size_t)d_k;
-    float *buf = need <= 4 * 256 ? stack : malloc(need * sizeof(float));
-    double *drift = d_k <= 256 ? dstack : malloc((size_t)d_k * sizeof(double));
-    if (!buf || !drift) abort(); /* the kernels have no error channel (kernels.h) */
+    float *buf = need <= 4 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
+    double *drift = d_k <= 256 ? dstack : ttt_fault_malloc((size_t)d_k * sizeof(double));
+    if (!buf || !drift) { /* before anything is written (kernels.h) */
+        if (buf != stack) free(buf);
+        if (drift != dstack) free(drift);
+        return TTT_ERR_NOMEM;
+    }
     float *u = buf, *un = buf + d_v, *w = buf + 2 * (size_t)d_v;
     for (int i = 0; i < d_k; i++) drift[i] = 1.0;
     for (int j = 0; j < d_v; j++) u[j] = 0.0f;
@@ -77,6 +82,7 @@ TTT_FP_CONTRACT void ttt_dplr_recurrent_ld(float *o, float *S, const float *q, c
     }
     if (buf != stack) free(buf);
     if (drift != dstack) free(drift);
+    return TTT_OK;
 }
 
 size_t ttt_dplr_recurrent_backward_ws(int C, int d_k, int d_v) {
@@ -236,9 +242,12 @@ ttt_tensor *ttt_dplr_recurrent_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_te
         const int t0 = c * C, n = t0 + C <= T ? C : T - t0;
         const size_t rk = (size_t)t0 * d_k;
         if (saved) memcpy(saved + (size_t)c * dkv, S, dkv * sizeof(float));
-        ttt_dplr_recurrent_ld(o + (size_t)t0 * d_v, S, q->data + rk, k->data + rk,
-                              v->data + (size_t)t0 * d_v, a->data + rk, b->data + rk,
-                              log_w ? log_w->data + rk : NULL, n, d_k, d_v, &ld);
+        if (ttt_dplr_recurrent_ld(o + (size_t)t0 * d_v, S, q->data + rk, k->data + rk,
+                                  v->data + (size_t)t0 * d_v, a->data + rk, b->data + rk,
+                                  log_w ? log_w->data + rk : NULL, n, d_k, d_v,
+                                  &ld) != TTT_OK) /* an op has no status (tensor.h) */
+            ttt_ctx_out_of_memory(ctx, sizeof(float) * (2 * (size_t)d_v + (size_t)d_k),
+                                  "the DPLR kernel's rows");
     }
     ttt_tape_entry *e = rec ? ttt_tape_record(ctx, dplr_op_backward, P, in, 7) : NULL;
     if (e) {

@@ -16,8 +16,9 @@
 
 /* The forward, token by token, on rows strided as ld says: q, k, a, b rows ld->k apart except q
  * (ld->q), v ld->v, o ld->o, log_w ld->la (≥ d_k); log_w NULL means w = 1 (identity plus low
- * rank). S (d_k, d_v) is the initial state in and the final state out. */
-void ttt_dplr_recurrent_ld(float *o, float *S, const float *q, const float *k, const float *v,
+ * rank). S (d_k, d_v) is the initial state in and the final state out. TTT_ERR_NOMEM (nothing
+ * written) when the row buffers of d_k or d_v beyond 256 cannot be allocated (kernels.h). */
+ttt_status ttt_dplr_recurrent_ld(float *o, float *S, const float *q, const float *k, const float *v,
                            const float *a, const float *b, const float *log_w, int T, int d_k,
                            int d_v, const ttt_form_ld *ld);
 

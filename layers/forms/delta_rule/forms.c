@@ -42,19 +42,22 @@ static const char *delta_available_recurrent(const ttt_layer *L, const ttt_form_
 }
 
 static ttt_status delta_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
-                                ttt_layer_state *st, const ttt_form_args *a, int C) {
+                                ttt_layer_state *st, const ttt_form_args *a, int C,
+                                ttt_error *err) {
     const int T = TTT_ROWS(a->k), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v);
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
     const float *la = a->log_alpha ? a->log_alpha->data : NULL;
     float *S = st->W[0]->data;
     if (a->alpha_vec && la) {
         const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};
-        ttt_delta_rule_recurrent_key_ld(o->data, S, a->q->data, a->k->data, a->v->data, beta,
-                                        la, T, d_k, d_v, &ld);
-    } else if (C == 0)
-        ttt_delta_rule_recurrent(o->data, S, a->q->data, a->k->data, a->v->data, beta, la, T,
-                                 d_k, d_v);
-    else if (C < 0)
+        if (ttt_delta_rule_recurrent_key_ld(o->data, S, a->q->data, a->k->data, a->v->data, beta,
+                                            la, T, d_k, d_v, &ld) != TTT_OK)
+            return ttt_form_rows_out_of_memory(err, "delta rule", d_k, d_v);
+    } else if (C == 0) {
+        if (ttt_delta_rule_recurrent(o->data, S, a->q->data, a->k->data, a->v->data, beta, la, T,
+                                     d_k, d_v) != TTT_OK)
+            return ttt_form_rows_out_of_memory(err, "delta rule", d_k, d_v);
+    } else if (C < 0)
         ttt_delta_rule_parallel(ctx, o->data, S, a->q->data, a->k->data, a->v->data, beta, la,
                                 T, d_k, d_v);
     else
@@ -65,18 +68,15 @@ static ttt_status delta_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 
 static ttt_status delta_recurrent(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                   ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    (void)err;
-    return delta_forward(ctx, L, o, st, a, 0);
+    return delta_forward(ctx, L, o, st, a, 0, err);
 }
 static ttt_status delta_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                  ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    (void)err;
-    return delta_forward(ctx, L, o, st, a, -1);
+    return delta_forward(ctx, L, o, st, a, -1, err);
 }
 static ttt_status delta_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                   ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    (void)err;
-    return delta_forward(ctx, L, o, st, a, L->chunk);
+    return delta_forward(ctx, L, o, st, a, L->chunk, err);
 }
 
 /* Differentiable: the UT-transform chunkwise math (recurrent: chunk L->chunk; parallel: T). */
@@ -125,27 +125,31 @@ static ttt_status delta_diff_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tens
     return delta_diff(ctx, L, o, st, a, T > 0 ? T : 1);
 }
 
-static void delta_strided_recurrent(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                    const ttt_form_strided *a) {
+static ttt_status delta_strided_recurrent(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                          const ttt_form_strided *a, ttt_error *err) {
     (void)ctx;
-    if (a->alpha_vec && a->log_alpha) {
-        ttt_delta_rule_recurrent_key_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T,
-                                        L->d_k, L->d_v, &a->ld);
-        return;
-    }
-    ttt_delta_rule_recurrent_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T, L->d_k,
-                                L->d_v, &a->ld);
+    const ttt_status s =
+        a->alpha_vec && a->log_alpha
+            ? ttt_delta_rule_recurrent_key_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha,
+                                              a->T, L->d_k, L->d_v, &a->ld)
+            : ttt_delta_rule_recurrent_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T,
+                                          L->d_k, L->d_v, &a->ld);
+    return s == TTT_OK ? TTT_OK : ttt_form_rows_out_of_memory(err, "delta rule", L->d_k, L->d_v);
 }
 /* the parallel form is the chunkwise one with one chunk of T tokens (kernels.h) */
-static void delta_strided_parallel(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                   const ttt_form_strided *a) {
+static ttt_status delta_strided_parallel(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                         const ttt_form_strided *a, ttt_error *err) {
+    (void)err;
     ttt_delta_rule_chunkwise_ld(ctx, a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T,
                                 L->d_k, L->d_v, a->T > 0 ? a->T : 1, &a->ld);
+    return TTT_OK;
 }
-static void delta_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                    const ttt_form_strided *a) {
+static ttt_status delta_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                          const ttt_form_strided *a, ttt_error *err) {
+    (void)err;
     ttt_delta_rule_chunkwise_ld(ctx, a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T,
                                 L->d_k, L->d_v, L->chunk, &a->ld);
+    return TTT_OK;
 }
 
 /* Scratch following delta_rule/chunkwise.c (scratch_alloc): A, Γ (C, C); X (C, d_k + C);

@@ -660,10 +660,13 @@ static ttt_status kda_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o, ttt_
     return TTT_OK;
 }
 
-static void kda_strided(ttt_ctx *ctx, const ttt_layer *L, float *S, const ttt_form_strided *a) {
+static ttt_status kda_strided(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                              const ttt_form_strided *a, ttt_error *err) {
+    (void)err;
     TTT_ASSERT(a->alpha_vec && a->log_alpha);
     kda_chunks(ctx, a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha, a->T, L->d_k, L->d_v,
                L->chunk, &a->ld, NULL);
+    return TTT_OK;
 }
 
 /* ws_init's allocations for chunks of C (≤ T) tokens, plus the β array (T), with 64 bytes of

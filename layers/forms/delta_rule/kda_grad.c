@@ -132,10 +132,14 @@ ttt_tensor *ttt_kda_recurrent_fused(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_
     for (int c = 0; c < nch; c++) {
         const int t0 = c * C, n = t0 + C <= T ? C : T - t0;
         if (saved) memcpy(saved + (size_t)c * dkv, S, dkv * sizeof(float));
-        ttt_delta_rule_recurrent_key_ld(o + (size_t)t0 * d_v, S, q->data + (size_t)t0 * d_k,
-                                        k->data + (size_t)t0 * d_k, v->data + (size_t)t0 * d_v,
-                                        beta ? beta->data + t0 : NULL,
-                                        log_alpha->data + (size_t)t0 * d_k, n, d_k, d_v, &ld);
+        if (ttt_delta_rule_recurrent_key_ld(o + (size_t)t0 * d_v, S, q->data + (size_t)t0 * d_k,
+                                            k->data + (size_t)t0 * d_k,
+                                            v->data + (size_t)t0 * d_v,
+                                            beta ? beta->data + t0 : NULL,
+                                            log_alpha->data + (size_t)t0 * d_k, n, d_k, d_v,
+                                            &ld) != TTT_OK) /* an op has no status (tensor.h) */
+            ttt_ctx_out_of_memory(ctx, sizeof(float) * (3 * (size_t)d_v + 5 * (size_t)d_k),
+                                  "the KDA kernel's rows");
     }
     ttt_tape_entry *e = ttt_tape_record(ctx, kda_backward, P, in, 6);
     if (e) {

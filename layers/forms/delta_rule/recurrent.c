@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fault.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -117,7 +118,7 @@ static void dr_products(float *p, float *r, const float *S, const float *k, cons
 }
 
 /* Rows of the sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
-void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
+ttt_status ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
                                  float *S,               /* (d_k, d_v) in/out */
                                  const float *q,         /* (T, d_k) */
                                  const float *k,         /* (T, d_k) */
@@ -125,13 +126,13 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
                                  const float *beta,      /* (T) or NULL */
                                  const float *log_alpha, /* (T) or NULL */
                                  int T, int d_k, int d_v, const ttt_form_ld *ld) {
-    if (T <= 0) return;
+    if (T <= 0) return TTT_OK;
     /* e, p, r (d_v each) and β k (d_k): on the stack for the usual sizes, else one allocation
      * per call (never per token) */
     float stack[4 * 256];
     const size_t need = 3 * (size_t)d_v + (size_t)d_k;
-    float *buf = need <= 4 * 256 ? stack : malloc(need * sizeof(float));
-    if (!buf) abort(); /* the kernels have no error channel (kernels.h) */
+    float *buf = need <= 4 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
+    if (!buf) return TTT_ERR_NOMEM; /* before anything is written (kernels.h) */
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     dr_products(p, r, S, k, q, d_k, d_v);
     double drift = 1.0; /* the retentions' accumulated rounding (ttt_gate_dither, kernels.h) */
@@ -167,6 +168,7 @@ void ttt_delta_rule_recurrent_ld(float *o,               /* (T, d_v) */
                      d_v);
     }
     if (buf != stack) free(buf);
+    return TTT_OK;
 }
 
 /* α_{t,i} = exp(log α_{t,i}) for one row of gates, each key dimension with its own drift (the
@@ -175,18 +177,23 @@ static void dr_gate_row(float *a, double *drift, const float *la, int d_k) {
     for (int i = 0; i < d_k; i++) a[i] = ttt_gate_dither(&drift[i], exp((double)la[i]));
 }
 
-void ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
-                                     const float *v, const float *beta, const float *log_alpha,
-                                     int T, int d_k, int d_v, const ttt_form_ld *ld) {
-    if (T <= 0) return;
+ttt_status ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const float *k,
+                                           const float *v, const float *beta,
+                                           const float *log_alpha, int T, int d_k, int d_v,
+                                           const ttt_form_ld *ld) {
+    if (T <= 0) return TTT_OK;
     /* e, p, r (d_v each); β k, α_t, α_{t+1}, k_{t+1} ⊙ α_{t+1}, q_{t+1} ⊙ α_{t+1} (d_k each);
      * the per-row drifts (d_k doubles) */
     float stack[8 * 256];
     double dstack[256];
     const size_t need = 3 * (size_t)d_v + 5 * (size_t)d_k;
-    float *buf = need <= 8 * 256 ? stack : malloc(need * sizeof(float));
-    double *drift = d_k <= 256 ? dstack : malloc((size_t)d_k * sizeof(double));
-    if (!buf || !drift) abort(); /* the kernels have no error channel (kernels.h) */
+    float *buf = need <= 8 * 256 ? stack : ttt_fault_malloc(need * sizeof(float));
+    double *drift = d_k <= 256 ? dstack : ttt_fault_malloc((size_t)d_k * sizeof(double));
+    if (!buf || !drift) { /* before anything is written (kernels.h) */
+        if (buf != stack) free(buf);
+        if (drift != dstack) free(drift);
+        return TTT_ERR_NOMEM;
+    }
     float *e = buf, *p = buf + d_v, *r = buf + 2 * (size_t)d_v, *bk = buf + 3 * (size_t)d_v;
     float *acur = bk + d_k, *anext = acur + d_k, *kw = anext + d_k, *qw = kw + d_k;
     for (int i = 0; i < d_k; i++) drift[i] = 1.0;
@@ -235,11 +242,12 @@ void ttt_delta_rule_recurrent_key_ld(float *o, float *S, const float *q, const f
     }
     if (buf != stack) free(buf);
     if (drift != dstack) free(drift);
+    return TTT_OK;
 }
 
-void ttt_delta_rule_recurrent(float *o, float *S, const float *q, const float *k, const float *v,
-                              const float *beta, const float *log_alpha, int T, int d_k,
-                              int d_v) {
+ttt_status ttt_delta_rule_recurrent(float *o, float *S, const float *q, const float *k,
+                                    const float *v, const float *beta, const float *log_alpha,
+                                    int T, int d_k, int d_v) {
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = 1};
-    ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, log_alpha, T, d_k, d_v, &ld);
+    return ttt_delta_rule_recurrent_ld(o, S, q, k, v, beta, log_alpha, T, d_k, d_v, &ld);
 }

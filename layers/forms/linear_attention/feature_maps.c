@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "autograd.h"
+#include "fault.h"
 #include "rng.h"
 
 /* ---- elu + 1 ---------------------------------------------------------------------------- */
@@ -21,16 +22,18 @@ static int rows_none(int m) {
     return 0;
 }
 
-static void elu1_forward(float *y, const float *x, const float *omega, int T, int d, int m,
+static ttt_status elu1_forward(float *y, const float *x, const float *omega, int T, int d, int m,
                          ttt_feature_role role) {
     (void)omega, (void)m, (void)role;
     for (size_t i = 0; i < (size_t)T * d; i++) y[i] = x[i] > 0.0f ? x[i] + 1.0f : expf(x[i]);
+    return TTT_OK;
 }
-static void elu1_backward(float *gx, const float *gy, const float *x, const float *y,
-                          const float *omega, int T, int d, int m, ttt_feature_role role) {
+static ttt_status elu1_backward(float *gx, const float *gy, const float *x, const float *y,
+                                const float *omega, int T, int d, int m, ttt_feature_role role) {
     (void)omega, (void)m, (void)role;
     /* dφ/dx = 1 for x > 0, e^x = φ(x) otherwise */
     for (size_t i = 0; i < (size_t)T * d; i++) gx[i] += gy[i] * (x[i] > 0.0f ? 1.0f : y[i]);
+    return TTT_OK;
 }
 
 /* ---- random matrices ----------------------------------------------------------------------- */
@@ -45,10 +48,11 @@ static int width_2m(int d, int m) {
     return 2 * m;
 }
 
-static void draw_gaussian(float *omega, int rows, int d, uint64_t seed) {
+static ttt_status draw_gaussian(float *omega, int rows, int d, uint64_t seed) {
     ttt_rng r;
     ttt_rng_seed(&r, seed);
     ttt_rng_fill_normal(&r, omega, (size_t)rows * d, 0.0f, 1.0f);
+    return TTT_OK;
 }
 
 /* Orthogonal random features: blocks of d rows, each the Q of a QR factorization of a d × d
@@ -56,11 +60,16 @@ static void draw_gaussian(float *omega, int rows, int d, uint64_t seed) {
  * then scaled by the norm of an independent N(0, I_d) vector, so that each row has the length
  * distribution of an i.i.d. Gaussian row (χ_d) while rows of a block stay orthogonal. The signs
  * of R's diagonal are folded into Q so that Q is Haar-distributed. */
-static void draw_orthogonal(float *omega, int rows, int d, uint64_t seed) {
+static ttt_status draw_orthogonal(float *omega, int rows, int d, uint64_t seed) {
     ttt_rng r;
     ttt_rng_seed(&r, seed);
-    double *g = malloc(sizeof(double) * (size_t)d * d), *tau = malloc(sizeof(double) * (size_t)d);
-    TTT_ASSERT(g && tau);
+    double *g = ttt_fault_malloc(sizeof(double) * (size_t)d * d);
+    double *tau = ttt_fault_malloc(sizeof(double) * (size_t)d);
+    if (!g || !tau) {
+        free(g);
+        free(tau);
+        return TTT_ERR_NOMEM;
+    }
     for (int b0 = 0; b0 < rows; b0 += d) {
         for (size_t i = 0; i < (size_t)d * d; i++) g[i] = ttt_rng_normal(&r);
         /* column-major QR of G: G = Q R, Q's columns orthonormal; we use them as rows */
@@ -85,6 +94,7 @@ static void draw_orthogonal(float *omega, int rows, int d, uint64_t seed) {
     }
     free(g);
     free(tau);
+    return TTT_OK;
 }
 
 /* ---- FAVOR+ --------------------------------------------------------------------------------- */
@@ -108,10 +118,10 @@ static double favor_exponents(double *h, const float *x, const float *omega, int
     return best;
 }
 
-static void favor_forward(float *y, const float *x, const float *omega, int T, int d, int m,
-                          ttt_feature_role role) {
-    double *h = malloc(sizeof(double) * (size_t)m);
-    TTT_ASSERT(h);
+static ttt_status favor_forward(float *y, const float *x, const float *omega, int T, int d,
+                                int m, ttt_feature_role role) {
+    double *h = ttt_fault_malloc(sizeof(double) * (size_t)m);
+    if (!h) return TTT_ERR_NOMEM;
     const double inv = 1.0 / sqrt((double)m);
     for (int t = 0; t < T; t++) {
         int arg;
@@ -120,15 +130,21 @@ static void favor_forward(float *y, const float *x, const float *omega, int T, i
         for (int j = 0; j < m; j++) y[(size_t)t * m + j] = (float)(exp(h[j] - shift) * inv);
     }
     free(h);
+    return TTT_OK;
 }
 
 /* y_j = exp(h_j − c)/√m with h_j = ω_jᵀx̃ − ‖x̃‖²/2: ∂y_j/∂x̃ = y_j (ω_j − x̃) for keys (c = 0); for
  * queries c = h_{j*} (the largest) and ∂y_j/∂x̃ = y_j (ω_j − ω_{j*}) — the exact derivative of what
  * forward computes, wherever the maximum is unique. */
-static void favor_backward(float *gx, const float *gy, const float *x, const float *y,
-                           const float *omega, int T, int d, int m, ttt_feature_role role) {
-    double *h = malloc(sizeof(double) * (size_t)m), *g = malloc(sizeof(double) * (size_t)d);
-    TTT_ASSERT(h && g);
+static ttt_status favor_backward(float *gx, const float *gy, const float *x, const float *y,
+                                 const float *omega, int T, int d, int m, ttt_feature_role role) {
+    double *h = ttt_fault_malloc(sizeof(double) * (size_t)m);
+    double *g = ttt_fault_malloc(sizeof(double) * (size_t)d);
+    if (!h || !g) {
+        free(h);
+        free(g);
+        return TTT_ERR_NOMEM;
+    }
     const double s = pow((double)d, -0.25);
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * d, *yt = y + (size_t)t * m, *gt = gy + (size_t)t * m;
@@ -152,14 +168,15 @@ static void favor_backward(float *gx, const float *gy, const float *x, const flo
     }
     free(h);
     free(g);
+    return TTT_OK;
 }
 
 /* ---- RFA ------------------------------------------------------------------------------------ */
 
 #define RFA_NORM_EPS 1e-12 /* a zero row maps to the features of the zero direction */
 
-static void rfa_forward(float *y, const float *x, const float *omega, int T, int d, int m,
-                        ttt_feature_role role) {
+static ttt_status rfa_forward(float *y, const float *x, const float *omega, int T, int d, int m,
+                              ttt_feature_role role) {
     (void)role;
     const double inv = 1.0 / sqrt((double)m);
     for (int t = 0; t < T; t++) {
@@ -177,14 +194,15 @@ static void rfa_forward(float *y, const float *x, const float *omega, int T, int
             yt[m + j] = (float)(cos(u) * inv);
         }
     }
+    return TTT_OK;
 }
 
 /* u_j = ω_jᵀx̂: ∂y_sin/∂u = y_cos, ∂y_cos/∂u = −y_sin; x̂ = x/‖x‖: ∂x̂ᵀg/∂x = (g − (gᵀx̂) x̂)/‖x‖. */
-static void rfa_backward(float *gx, const float *gy, const float *x, const float *y,
-                         const float *omega, int T, int d, int m, ttt_feature_role role) {
+static ttt_status rfa_backward(float *gx, const float *gy, const float *x, const float *y,
+                               const float *omega, int T, int d, int m, ttt_feature_role role) {
     (void)role;
-    double *g = malloc(sizeof(double) * (size_t)d);
-    TTT_ASSERT(g);
+    double *g = ttt_fault_malloc(sizeof(double) * (size_t)d);
+    if (!g) return TTT_ERR_NOMEM;
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * d, *yt = y + (size_t)t * 2 * m;
         const float *gt = gy + (size_t)t * 2 * m;
@@ -202,6 +220,7 @@ static void rfa_backward(float *gx, const float *gy, const float *x, const float
         for (int i = 0; i < d; i++) gx[(size_t)t * d + i] += (float)((g[i] - gx_hat * xt[i] * r) * r);
     }
     free(g);
+    return TTT_OK;
 }
 
 /* ---- the registry --------------------------------------------------------------------------- */
@@ -235,7 +254,9 @@ float *ttt_feature_omega(ttt_ctx *ctx, const ttt_feature_map *fm, int d, int m, 
     if (rows == 0 || !fm->draw) return NULL;
     float *omega = ttt_arena_alloc(ctx->arena, sizeof(float) * (size_t)rows * d);
     TTT_ASSERT(omega);
-    fm->draw(omega, rows, d, seed);
+    if (fm->draw(omega, rows, d, seed) != TTT_OK) /* an op's draw has no status: the escape */
+        ttt_ctx_out_of_memory(ctx, sizeof(double) * ((size_t)d * d + (size_t)d),
+                              "the random feature map's draw");
     return omega;
 }
 
@@ -251,15 +272,18 @@ static void feature_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
     float *gx = ttt_grad(ctx, x);
     if (!gx) return;
     const feature_aux *a = e->aux;
-    a->fm->backward(gx, dy, x->data, e->out->data, a->omega, TTT_ROWS(x), TTT_COLS(x), e->iarg[0],
-                    (ttt_feature_role)e->iarg[1]);
+    if (a->fm->backward(gx, dy, x->data, e->out->data, a->omega, TTT_ROWS(x), TTT_COLS(x),
+                        e->iarg[0], (ttt_feature_role)e->iarg[1]) != TTT_OK)
+        ttt_ctx_out_of_memory(ctx, sizeof(double) * ((size_t)e->iarg[0] + TTT_COLS(x)),
+                              "the feature map's backward rows");
 }
 
 ttt_tensor *ttt_feature_apply(ttt_ctx *ctx, const ttt_feature_map *fm, const float *omega, int m,
                               ttt_feature_role role, const ttt_tensor *x) {
     const int T = TTT_ROWS(x), d = TTT_COLS(x);
     ttt_tensor *y = ttt_tensor_2d(ctx, T, fm->width(d, m));
-    fm->forward(y->data, x->data, omega, T, d, m, role);
+    if (fm->forward(y->data, x->data, omega, T, d, m, role) != TTT_OK)
+        ttt_ctx_out_of_memory(ctx, sizeof(double) * (size_t)m, "the feature map's rows");
     ttt_tape_entry *e = ttt_tape_record(ctx, feature_backward, y, (const ttt_tensor *const[]){x}, 1);
     if (e) {
         feature_aux *a = ttt_tape_alloc(ctx, sizeof *a);

@@ -46,14 +46,16 @@ typedef struct ttt_feature_map {
     int (*width)(int d, int m);
     /* Rows of the random matrix ω (m, or 0 for a deterministic map). */
     int (*rows)(int m);
+    /* The three below return TTT_ERR_NOMEM, having written nothing, when their row buffers (m or
+     * d doubles, the d × d matrix of the orthogonal draw) cannot be allocated; else TTT_OK. */
     /* ω (rows, d), from rng. NULL for a deterministic map. */
-    void (*draw)(float *omega, int rows, int d, uint64_t seed);
+    ttt_status (*draw)(float *omega, int rows, int d, uint64_t seed);
     /* y (T, width) = φ(x (T, d)). */
-    void (*forward)(float *y, const float *x, const float *omega, int T, int d, int m,
-                    ttt_feature_role role);
+    ttt_status (*forward)(float *y, const float *x, const float *omega, int T, int d, int m,
+                          ttt_feature_role role);
     /* gx (T, d) += (∂y/∂x)ᵀ gy, with y = forward(x) (T, width). */
-    void (*backward)(float *gx, const float *gy, const float *x, const float *y,
-                     const float *omega, int T, int d, int m, ttt_feature_role role);
+    ttt_status (*backward)(float *gx, const float *gy, const float *x, const float *y,
+                           const float *omega, int T, int d, int m, ttt_feature_role role);
 } ttt_feature_map;
 
 int ttt_feature_map_count(void);
@@ -62,7 +64,8 @@ const ttt_feature_map *ttt_feature_map_find(const char *name);
 const char *const *ttt_feature_map_names(void);
 
 /* The map's ω for input width d and m features, in ctx's arena, or NULL for a deterministic map
- * (rows = 0). The same (map, d, m, seed) gives the same bits. */
+ * (rows = 0). The same (map, d, m, seed) gives the same bits. This and the op below take the
+ * arena's escape when the map's row buffers cannot be had (ttt_ctx_out_of_memory, tensor.h). */
 float *ttt_feature_omega(ttt_ctx *ctx, const ttt_feature_map *fm, int d, int m, uint64_t seed);
 
 /* y (T, width) = φ(x) as an op: recorded on the tape (its backward is the map's) when x requires

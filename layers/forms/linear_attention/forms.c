@@ -25,15 +25,15 @@ static const char *la_available(const ttt_layer *L, const ttt_form_inputs *in) {
 
 static ttt_status la_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                              ttt_layer_state *st, const ttt_form_args *a, int C, ttt_error *err) {
-    (void)err;
     const int T = TTT_ROWS(a->k), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v);
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
     const float *la = a->log_alpha ? a->log_alpha->data : NULL;
     float *S = st->W[0]->data;
-    if (C == 0)
-        ttt_linear_attention_recurrent(o->data, S, a->q->data, a->k->data, a->v->data, beta, la,
-                                       a->alpha_vec, T, d_k, d_v);
-    else if (C < 0)
+    if (C == 0) {
+        if (ttt_linear_attention_recurrent(o->data, S, a->q->data, a->k->data, a->v->data, beta,
+                                           la, a->alpha_vec, T, d_k, d_v) != TTT_OK)
+            return ttt_form_rows_out_of_memory(err, "linear attention", d_k, d_v);
+    } else if (C < 0)
         ttt_linear_attention_parallel(ctx, o->data, S, a->q->data, a->k->data, a->v->data, beta,
                                       la, a->alpha_vec, T, d_k, d_v);
     else
@@ -82,22 +82,28 @@ static ttt_status la_diff_parallel(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor 
     return la_diff(ctx, L, o, st, a, T > 0 ? T : 1);
 }
 
-static void la_strided_recurrent(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                 const ttt_form_strided *a) {
+static ttt_status la_strided_recurrent(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                       const ttt_form_strided *a, ttt_error *err) {
     (void)ctx;
-    ttt_linear_attention_recurrent_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha,
-                                      a->alpha_vec, a->T, L->d_k, L->d_v, &a->ld);
+    if (ttt_linear_attention_recurrent_ld(a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha,
+                                          a->alpha_vec, a->T, L->d_k, L->d_v, &a->ld) != TTT_OK)
+        return ttt_form_rows_out_of_memory(err, "linear attention", L->d_k, L->d_v);
+    return TTT_OK;
 }
 /* the parallel form is the chunkwise one with one chunk of T tokens (kernels.h) */
-static void la_strided_parallel(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                const ttt_form_strided *a) {
+static ttt_status la_strided_parallel(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                      const ttt_form_strided *a, ttt_error *err) {
+    (void)err;
     ttt_linear_attention_chunkwise_ld(ctx, a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha,
                                       a->alpha_vec, a->T, L->d_k, L->d_v, a->T, &a->ld);
+    return TTT_OK;
 }
-static void la_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
-                                 const ttt_form_strided *a) {
+static ttt_status la_strided_chunkwise(ttt_ctx *ctx, const ttt_layer *L, float *S,
+                                       const ttt_form_strided *a, ttt_error *err) {
+    (void)err;
     ttt_linear_attention_chunkwise_ld(ctx, a->o, S, a->q, a->k, a->v, a->beta, a->log_alpha,
                                       a->alpha_vec, a->T, L->d_k, L->d_v, L->chunk, &a->ld);
+    return TTT_OK;
 }
 
 /* Scratch following layers/forms/linear_attention/chunkwise.c: A (C, C); qs, qs2, ks (C, d_k);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fastexp.h"
+#include "fault.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -98,7 +99,7 @@ la_block(float *restrict o,       /* (jn) */
 #define LA_ANCHOR 20.0
 
 /* Rows of the sequence arrays are ld->q, ld->k, … floats apart (kernels.h, ttt_form_ld). */
-void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
+ttt_status ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
                                        float *S,               /* (d_k, d_v) in/out */
                                        const float *q,         /* (T, d_k) */
                                        const float *k,         /* (T, d_k) */
@@ -112,8 +113,8 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
     const int vec = log_alpha && alpha_vec;
     /* c: log of A per row (vector gates) or for the whole state */
     double c_stack[LA_ROWS];
-    double *c = vec && d_k > LA_ROWS ? malloc(sizeof(double) * (size_t)d_k) : c_stack;
-    if (!c) abort(); /* the kernels have no error channel (kernels.h) */
+    double *c = vec && d_k > LA_ROWS ? ttt_fault_malloc(sizeof(double) * (size_t)d_k) : c_stack;
+    if (!c) return TTT_ERR_NOMEM; /* before anything is written (kernels.h) */
     for (int i = 0; i < (vec ? d_k : 1); i++) c[i] = 0.0;
     const int spread = ttt_form_ld_spread(ld, d_k, d_v);
     for (int t = 0; t < T; t++) {
@@ -191,13 +192,14 @@ void ttt_linear_attention_recurrent_ld(float *o,               /* (T, d_v) */
             for (int j = 0; j < d_v; j++) Si[j] *= A;
         }
     if (c != c_stack) free(c);
+    return TTT_OK;
 }
 
-void ttt_linear_attention_recurrent(float *o, float *S, const float *q, const float *k,
+ttt_status ttt_linear_attention_recurrent(float *o, float *S, const float *q, const float *k,
                                     const float *v, const float *beta, const float *log_alpha,
                                     int alpha_vec, int T, int d_k, int d_v) {
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1,
                             .la = alpha_vec ? d_k : 1};
-    ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k, d_v,
-                                      &ld);
+    return ttt_linear_attention_recurrent_ld(o, S, q, k, v, beta, log_alpha, alpha_vec, T, d_k,
+                                             d_v, &ld);
 }

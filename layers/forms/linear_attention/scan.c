@@ -23,12 +23,13 @@ static const char *scan_available(const ttt_layer *L, const ttt_form_inputs *in)
 
 static ttt_status scan_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    (void)err;
     const int T = TTT_ROWS(a->k), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v);
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
-    ttt_linear_attention_scan(ctx, o->data, st->W[0]->data, a->q->data, a->k->data, a->v->data,
-                              beta, a->log_alpha ? a->log_alpha->data : NULL, a->alpha_vec, T,
-                              d_k, d_v, ttt_scan_blocks(T, L->chunk));
+    if (ttt_linear_attention_scan(ctx, o->data, st->W[0]->data, a->q->data, a->k->data,
+                                  a->v->data, beta, a->log_alpha ? a->log_alpha->data : NULL,
+                                  a->alpha_vec, T, d_k, d_v,
+                                  ttt_scan_blocks(T, L->chunk)) != TTT_OK)
+        return ttt_form_rows_out_of_memory(err, "linear attention (scan)", d_k, d_v);
     return TTT_OK;
 }
 

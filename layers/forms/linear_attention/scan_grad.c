@@ -163,8 +163,10 @@ ttt_tensor *ttt_la_scan_op(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *
     ttt_tensor *Y = ttt_tensor_2d(ctx, T + dk, dv);
     float *S = Y->data + (size_t)T * dv;
     memcpy(S, S0->data, sizeof(float) * (size_t)dk * dv);
-    ttt_linear_attention_scan(ctx, Y->data, S, q->data, k->data, v->data, beta->data,
-                              log_alpha ? log_alpha->data : NULL, alpha_vec, T, dk, dv, blocks);
+    if (ttt_linear_attention_scan(ctx, Y->data, S, q->data, k->data, v->data, beta->data,
+                                  log_alpha ? log_alpha->data : NULL, alpha_vec, T, dk, dv,
+                                  blocks) != TTT_OK) /* an op has no status: the arena's escape */
+        ttt_ctx_out_of_memory(ctx, sizeof(double) * (size_t)dk, "the scan's kernel rows");
     /* a vector gate arrives as (T, d_k): the backward reads its shape (a view for a scalar) */
     const ttt_tensor *la_in = log_alpha;
     ttt_tensor *la2 = NULL;

@@ -24,9 +24,11 @@ static const ttt_option options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     (void)layer_map;
+    (void)layer_resolved;
     const int eta = strcmp(ttt_cfg_str(map, "eta"), "dt") == 0 ? TTT_ETA_DT
                                                                  : ttt_mixer_tri(map, "eta");
     if (eta > 0)

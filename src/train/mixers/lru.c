@@ -29,9 +29,11 @@ static const ttt_option options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     (void)layer_map;
+    (void)layer_resolved;
     const int n = (int)ttt_cfg_int(map, "lru_state");
     c->own[STATE] = n > 0 ? n : c->d_model;
     c->own[R_MIN] = ttt_cfg_float(map, "lru_r_min");

@@ -29,9 +29,11 @@ static const ttt_option options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     (void)layer_map;
+    (void)layer_resolved;
     c->own[STATE] = (double)ttt_cfg_int(map, "mamba_state");
     c->own[EXPAND] = (double)ttt_cfg_int(map, "mamba_expand");
     const int r = (int)ttt_cfg_int(map, "mamba_dt_rank");

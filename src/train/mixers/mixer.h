@@ -61,10 +61,13 @@ typedef struct ttt_mixer {
     const ttt_option *options;
     /* Resolve the mixer's part of the config: every `auto` of the shared options it decides
      * (conv and act arrive as −1 for auto; positions, qk_norm, eta, gate, out_norm, out_gate,
-     * learn_init), its own options into
-     * c->own, and c->layer from layer_map when uses_layer. `map` is validated and holds every
-     * default; c holds every shared value already. Errors name the file:line:col. */
-    ttt_status (*parse)(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+     * learn_init), its own options into c->own, and, when uses_layer, c->layer from layer_map
+     * (the `layer:` section as given) with *layer_resolved its rendering for
+     * config.resolved.yaml (ttt_layer_parse_section). `map` is the model section, validated,
+     * with every default; c holds every shared value already. Both maps are only read. Errors
+     * name the file:line:col. */
+    ttt_status (*parse)(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err);
     /* Add this block's mixer parameters (named "layer<l>.mixer.<name>") in their fixed order,
      * recording their indices in ids (the shared ones through the helpers below, the mixer's

@@ -41,9 +41,11 @@ static const ttt_option options[] = {
     TTT_OPTION_END,
 };
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     (void)layer_map;
+    (void)layer_resolved;
     c->own[LORA] = (double)ttt_cfg_int(map, "rwkv7_lora");
     if (c->positions == TTT_POS_ROPE)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "positions"),

@@ -8,9 +8,11 @@
 
 #include "ops.h"
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     (void)layer_map;
+    (void)layer_resolved;
     const int eta = strcmp(ttt_cfg_str(map, "eta"), "dt") == 0 ? TTT_ETA_DT
                                                                  : ttt_mixer_tri(map, "eta");
     /* the Transformer++ block of FLA's attention layer (docs/mixers.md): plain projections,

@@ -57,7 +57,8 @@ static const char *chosen(const ttt_cfg_node *map, const char *key,
 
 static int truth(const char *s, int fallback) { return s ? strcmp(s, "true") == 0 : fallback; }
 
-static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node *layer_map,
+static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
+                        const ttt_cfg_node *layer_map, ttt_cfg_node **layer_resolved,
                         ttt_error *err) {
     /* the preset's block (layers/layer_presets.c, docs/mixers.md) decides every `auto`; a tuple
      * without a preset falls back on the rules of its traits below */
@@ -66,7 +67,8 @@ static ttt_status parse(ttt_seq_model_config *c, ttt_cfg_node *map, ttt_cfg_node
         pn && pn->kind == TTT_CFG_SCALAR && pn->scalar ? ttt_preset_find(pn->scalar) : NULL;
     const ttt_block_defaults *row = P && P->block.conv ? &P->block : NULL;
     /* the row's rope and normalize are the layer's own options: the layer resolves them */
-    TTT_TRY(ttt_layer_parse_block(layer_map, c->head_dim, c->head_dim, &c->layer, err));
+    TTT_TRY(ttt_layer_parse_section(layer_map, c->head_dim, c->head_dim, 1, &c->layer,
+                                    layer_resolved, err));
     const ttt_layer *L = &c->layer;
     /* the traits' rules (layers/models/model.h): a linear map trained on a residual loss is
      * the delta rule, whose step is stable for unit keys; a loss whose gradient does not depend
