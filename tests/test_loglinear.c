@@ -282,38 +282,43 @@ START_TEST(form_matches_float64_with_resets) {
 }
 END_TEST
 
-/* The chunked form of log-linear Mamba-2 (layers/forms/loglinear/chunkwise.c): chunks of 16 and
- * 64 tokens at 5 levels (the top level inside a chunk of 64: every chunk after the first runs
- * token by token) and 10; the call split at token 173, so that the second call starts inside a
- * chunk (its first tokens token by token). Same bound and controls as the recurrent form. */
+/* The chunked forms (layers/forms/loglinear/chunkwise.c for log-linear Mamba-2,
+ * chunkwise_delta.c for log-linear Gated DeltaNet): chunks of 16 and 64 tokens at 5 levels (the
+ * top level inside a chunk of 64: every chunk after the first runs token by token) and 10; the
+ * call split at token 173, so that the second call starts inside a chunk (its first tokens token
+ * by token). Same bound and controls as the recurrent form. */
 START_TEST(chunkwise_matches_float64_with_resets) {
     enum { T = 500, DK = 16, DV = 24 };
-    const int nl = _i < 2 ? 5 : 10, C = _i % 2 ? 64 : 16;
+    const int delta = _i / 4, nl = _i % 4 < 2 ? 5 : 10, C = _i % 2 ? 64 : 16;
     tu_fixture f;
-    tu_fx_init(&f, 60 + (uint64_t)_i);
-    const prob p = make(&f, T, nl, DK, DV, 0, 1);
+    tu_fx_init(&f, 60 + (uint64_t)(_i % 4) + 10 * (uint64_t)delta);
+    const prob p = make(&f, T, nl, DK, DV, delta, 1);
     const int ns = nl * DK * DV;
     float *o = tu_zalloc(&f.ctx, sizeof(float) * T * DV), *S = tu_zalloc(&f.ctx, sizeof(float) * ns);
     double *o_ref = tu_zalloc(&f.ctx, sizeof(double) * T * DV);
     double *S_ref = tu_zalloc(&f.ctx, sizeof(double) * ns);
     ttt_layer L;
-    layer_form(&L, "loglinear_mamba2", nl, DK, DV, "chunkwise", C);
+    layer_form(&L, presets[delta], nl, DK, DV, "chunkwise", C);
     reference(o_ref, S_ref, &p, V_NONE);
     for (int split = 0; split < 2; split++) {
         memcpy(S, p.S0, sizeof(float) * ns);
         run_part(&L, &p, 0, split ? 173 : T, o, S);
         if (split) run_part(&L, &p, 173, T, o, S);
         const double eo = rel_rms(o, o_ref, T * DV), es = rel_rms(S, S_ref, ns);
-        printf("loglinear_mamba2 chunkwise C %2d levels %2d%s: o %.2e  S %.2e (bound %.0e)\n", C,
-               nl, split ? " (split)" : "", eo, es, BOUND);
-        ck_assert_msg(tu_ratio(eo, BOUND) && tu_ratio(es, BOUND), "C %d: o %.3g, S %.3g", C, eo,
-                      es);
+        printf("%-16s chunkwise C %2d levels %2d%s: o %.2e  S %.2e (bound %.0e)\n",
+               presets[delta], C, nl, split ? " (split)" : "", eo, es, BOUND);
+        ck_assert_msg(tu_ratio(eo, BOUND) && tu_ratio(es, BOUND), "%s C %d: o %.3g, S %.3g",
+                      presets[delta], C, eo, es);
     }
     double *o_bad = tu_zalloc(&f.ctx, sizeof(double) * T * DV);
     double *S_bad = tu_zalloc(&f.ctx, sizeof(double) * ns);
-    reference(o_bad, S_bad, &p, V_WRONG_LEVEL);
-    ck_assert_msg(rel_rms(o, o_bad, T * DV) > 100 * BOUND, "control unseen (%.3g)",
-                  rel_rms(o, o_bad, T * DV));
+    for (int variant = V_WRONG_LEVEL; variant <= (delta ? V_LEVEL0_ONLY : V_WRONG_LEVEL);
+         variant++) {
+        reference(o_bad, S_bad, &p, variant);
+        const double w = fmax(rel_rms(o, o_bad, T * DV), rel_rms(S, S_bad, ns));
+        ck_assert_msg(w > 100 * BOUND, "%s C %d: control %d unseen (%.3g)", presets[delta], C,
+                      variant, w);
+    }
     tu_fx_free(&f);
 }
 END_TEST
@@ -497,7 +502,7 @@ static Suite *ll_suite(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, recurrence_is_the_bucket_definition, 0, 4);
     tcase_add_loop_test(tc, form_matches_float64_with_resets, 0, 4);
-    tcase_add_loop_test(tc, chunkwise_matches_float64_with_resets, 0, 4);
+    tcase_add_loop_test(tc, chunkwise_matches_float64_with_resets, 0, 8);
     tcase_add_loop_test(tc, equal_levels_are_the_ordinary_rule, 0, 2);
     tcase_add_loop_test(tc, gradients_match_float64_differences, 0, 2);
     tcase_add_test(tc, levels_are_refused_where_undefined);
