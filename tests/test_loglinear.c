@@ -483,6 +483,146 @@ START_TEST(gradients_match_float64_differences) {
 END_TEST
 
 /* Tuples without a log-linear form are refused at the option, naming it. */
+/* The chunked backward of log-linear Gated DeltaNet (chunkwise_delta.c, form: chunkwise under a
+ * tape): T = 40 tokens in chunks of 4 at Λ = 5 levels (beyond 2^{Λ−1} = 16 tokens, so the top
+ * level holds the older buckets), a hard reset, a zero initial state that wants no gradient (the
+ * op's condition at position 0), in one call and split at token 16 (the second call starts at an
+ * aligned position from the first call's state, a graph node: its gradient runs back through the
+ * merge at 16 into the first call). Each call must have run the chunked op (its tape entry is
+ * looked for). Gradients of q, k, v, η and log α against central differences of the float64
+ * recurrence, with the bound of the recurrent form's test (above; n = Λ·(4d + 10) + T);
+ * control: a 10 % larger key. */
+enum { CT = 40, CNL = 5, CDK = 4, CDV = 3, CC = 4 };
+
+static double loss64c(const prob *p, double *const x[N_IN], const double *Ro, const double *RS) {
+    double o[CT * CDV], S[CNL * CDK * CDV], l = 0;
+    reference64(o, S, p, x, V_NONE);
+    for (int n = 0; n < CT * CDV; n++) l += Ro[n] * o[n];
+    for (int n = 0; n < CNL * CDK * CDV; n++) l += RS[n] * S[n];
+    return l;
+}
+
+static int tape_has(const ttt_tape *tape, const char *name) {
+    int n = 0;
+    for (const ttt_tape_entry *e = tape->last; e; e = e->prev)
+        n += e->name && strcmp(e->name, name) == 0;
+    return n;
+}
+
+START_TEST(chunkwise_gradients_match_float64_differences) {
+    const int split = _i;
+    tu_fixture f;
+    tu_fx_init(&f, 70 + (uint64_t)_i);
+    prob p = make(&f, CT, CNL, CDK, CDV, 1, 0);
+    memset(p.S0, 0, in_len(&p, 5) * sizeof(float));
+    p.la[CT / 2 + 1] = -INFINITY;
+    double Ro[CT * CDV], RS[CNL * CDK * CDV];
+    {
+        float r[CT * CDV + CNL * CDK * CDV];
+        ttt_rng_fill_normal(&f.rng, r, CT * CDV + CNL * CDK * CDV, 0.0f, 1.0f);
+        for (int n = 0; n < CT * CDV; n++) Ro[n] = r[n];
+        for (int n = 0; n < CNL * CDK * CDV; n++) RS[n] = r[CT * CDV + n];
+    }
+    ttt_layer L;
+    layer_form(&L, "loglinear_gdn", CNL, CDK, CDV, "chunkwise", CC);
+    /* the op's gradients through the tape */
+    float *got[N_IN];
+    for (int i = 0; i < N_IN; i++) got[i] = tu_zalloc(&f.ctx, in_len(&p, i) * sizeof(float));
+    {
+        tu_tape_fixture tf;
+        tu_tape_fx_init(&tf);
+        ttt_ctx *ctx = &tf.ctx;
+        ttt_tensor in[5] = {ttt_tensor_view2(p.q, CT, CNL * CDK), ttt_tensor_view2(p.k, CT, CDK),
+                            ttt_tensor_view2(p.v, CT, CDV), ttt_tensor_view(p.eta, 1, (int[]){CT}),
+                            ttt_tensor_view(p.la, 1, (int[]){CT})};
+        for (int i = 0; i < 5; i++) ttt_tensor_set_param(&in[i], got[i]);
+        ttt_layer_state st;
+        ttt_rng rng;
+        ttt_rng_seed(&rng, 1);
+        ttt_layer_state_init(ctx, &L, &st, &rng);
+        memset(st.W[0]->data, 0, st.W[0]->n * sizeof(float));
+        const int cut[3] = {0, split ? 16 : CT, CT};
+        ttt_tensor *parts[2] = {NULL, NULL};
+        for (int s = 0; s < 1 + split; s++) {
+            const int t0 = cut[s], n = cut[s + 1] - t0;
+            ttt_tensor *q = ttt_slice_rows(ctx, &in[0], t0, t0 + n);
+            ttt_tensor *k = ttt_slice_rows(ctx, &in[1], t0, t0 + n);
+            ttt_tensor *v = ttt_slice_rows(ctx, &in[2], t0, t0 + n);
+            ttt_tensor *eta = ttt_reshape(ctx, ttt_slice_rows(ctx, ttt_reshape(ctx, &in[3], 2,
+                                                                             (int[]){CT, 1}),
+                                                              t0, t0 + n),
+                                          1, (int[]){n});
+            ttt_tensor *la = ttt_reshape(ctx, ttt_slice_rows(ctx, ttt_reshape(ctx, &in[4], 2,
+                                                                            (int[]){CT, 1}),
+                                                             t0, t0 + n),
+                                         1, (int[]){n});
+            parts[s] = ttt_tensor_2d(ctx, n, CDV);
+            st.pos = t0;
+            ttt_error err = {0};
+            ck_assert_msg(ttt_layer_forward(ctx, &L, parts[s], &st, q, k, v, eta, la, &err) ==
+                              TTT_OK,
+                          "%s", err.msg);
+        }
+        ck_assert_int_eq(tape_has(ctx->tape, "loglinear_delta_chunkwise"), 1 + split);
+        float Rof[CT * CDV], RSf[CNL * CDK * CDV];
+        for (int n = 0; n < CT * CDV; n++) Rof[n] = (float)Ro[n];
+        for (int n = 0; n < CNL * CDK * CDV; n++) RSf[n] = (float)RS[n];
+        ttt_tensor RSv = ttt_tensor_view2(RSf, CNL * CDK, CDV);
+        ttt_tensor *loss = ttt_dot(ctx, st.W[0], ttt_tensor_copy(ctx, &RSv));
+        for (int s = 0; s < 1 + split; s++) {
+            ttt_tensor Rov = ttt_tensor_view2(Rof + (size_t)cut[s] * CDV, cut[s + 1] - cut[s], CDV);
+            loss = ttt_add(ctx, loss, ttt_dot(ctx, parts[s], ttt_tensor_copy(ctx, &Rov)));
+        }
+        ttt_backward(ctx, loss);
+        tu_tape_fx_free(&tf);
+    }
+    /* central differences of the float64 recurrence */
+    double *fd[N_IN], *x[N_IN];
+    to64(&f.ctx, &p, x);
+    for (int i = 0; i < N_IN; i++) fd[i] = tu_zalloc(&f.ctx, in_len(&p, i) * sizeof(double));
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) /* the control */
+            for (int i = 0; i < CDK; i++) x[1][2 * CDK + i] *= 1.1;
+        for (int i = 0; i < 5; i++)
+            for (size_t n = 0; n < in_len(&p, i); n++) {
+                const double x0 = x[i][n], h = 1e-6 * fmax(1.0, fabs(x0));
+                if (!isfinite(x0)) { /* the reset: d/d log α at α = 0 is 0 */
+                    fd[i][n] = 0.0;
+                    continue;
+                }
+                x[i][n] = x0 + h;
+                const double lp = loss64c(&p, x, Ro, RS);
+                x[i][n] = x0 - h;
+                const double lm = loss64c(&p, x, Ro, RS);
+                x[i][n] = x0;
+                fd[i][n] = (lp - lm) / (2 * h);
+            }
+        double e = 0;
+        int worst = 0;
+        for (int i = 0; i < 5; i++) {
+            double num = 0, den = 0;
+            for (size_t n = 0; n < in_len(&p, i); n++) {
+                num = fmax(num, fabs((double)got[i][n] - fd[i][n]));
+                den = fmax(den, fabs(fd[i][n]));
+            }
+            const double r = den > 0 ? num / den : num;
+            if (r > e) e = r, worst = i;
+        }
+        const double nr = CNL * (4.0 * CDK + 10) + CT;
+        const double rtol = 6 * 0x1p-24 * sqrt(2 * nr * CT);
+        static const char *const names[5] = {"q", "k", "v", "eta", "log_alpha"};
+        if (!pass) {
+            printf("loglinear_gdn    chunkwise gradients%s: %.2e of max|fd| (%s; bound %.2e)\n",
+                   split ? " (split)" : "", e, names[worst], rtol);
+            ck_assert_msg(tu_ratio(e, rtol), "chunkwise%s: %s off by %.3g (bound %.3g)",
+                          split ? " (split)" : "", names[worst], e, rtol);
+        } else
+            ck_assert_msg(e > 10 * rtol, "a 10 %% larger key went unseen (%.3g)", e);
+    }
+    tu_fx_free(&f);
+}
+END_TEST
+
 START_TEST(levels_are_refused_where_undefined) {
     ttt_cfg_node *root = NULL;
     ttt_error err = {0};
@@ -505,6 +645,7 @@ static Suite *ll_suite(void) {
     tcase_add_loop_test(tc, chunkwise_matches_float64_with_resets, 0, 8);
     tcase_add_loop_test(tc, equal_levels_are_the_ordinary_rule, 0, 2);
     tcase_add_loop_test(tc, gradients_match_float64_differences, 0, 2);
+    tcase_add_loop_test(tc, chunkwise_gradients_match_float64_differences, 0, 2);
     tcase_add_test(tc, levels_are_refused_where_undefined);
     suite_add_tcase(s, tc);
     return s;

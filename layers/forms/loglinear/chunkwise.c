@@ -17,8 +17,9 @@
  * (recurrent.c), which computes the chunks this one does not: the tokens before the first
  * aligned chunk of a call, and any chunk whose start leaves levels 0 … c non-empty (a state
  * given from outside at a position that is not a chunk start). The log-linear (gated) delta
- * rule's chunks are chunkwise_delta.c's, on the same chunks and schedule. Under a tape the
- * recurrent form's custom op runs (its backward is written by hand). */
+ * rule's chunks are chunkwise_delta.c's, on the same chunks and schedule, with a chunked
+ * backward under a tape; log-linear Mamba-2 under a tape runs the recurrent form's custom op
+ * (its backward is written by hand). */
 #include <math.h>
 #include <string.h>
 
@@ -255,8 +256,22 @@ static double llc_flops(const ttt_layer *L, long T) {
     return (double)T * (C * dk + C * dv + 2.0 * nl * dk * dv + 2.0 * dk * dv);
 }
 
+/* Under a tape: the log-linear delta rule's chunked op with its hand-written backward
+ * (chunkwise_delta.c) where it fits the call, else (and for log-linear Mamba-2) the recurrent
+ * form's custom op. */
 static ttt_status llc_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                    ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
+    const int T = TTT_ROWS(a->q), c = chunk_bits(L->chunk);
+    if (!ttt_layer_is_linear_attention(L) &&
+        ttt_loglinear_delta_chunk_op_fits(L, st->W[0], st->pos, T, c)) {
+        const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
+        ttt_tensor *S = NULL;
+        ttt_tensor *O = ttt_loglinear_delta_chunk_op(ctx, &S, L, a->q, a->k, a->v, beta,
+                                                     a->log_alpha, st->W[0], st->pos, c);
+        ttt_form_diff_output(ctx, o, O);
+        ttt_form_set_state(ctx, &st->W[0], S);
+        return TTT_OK;
+    }
     return ttt_form_loglinear_recurrent.forward_diff(ctx, L, o, st, a, err);
 }
 

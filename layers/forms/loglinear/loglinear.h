@@ -27,6 +27,20 @@ static inline int ttt_ll_level(long t, long j, int nl) {
  * positions (chunkwise_delta.c); the same contract as the entry's forward. */
 ttt_status ttt_loglinear_delta_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                          ttt_layer_state *st, const ttt_form_args *a, int c);
+/* Whether the chunked op below computes a call (else the recurrent form's op runs): chunks of
+ * 2^c tokens from an aligned position p0, Λ ≥ c + 2 levels (every merge at a chunk start then
+ * empties levels 0 … c), and at p0 = 0 an initial state whose levels 0 … c are empty and want no
+ * gradient. */
+int ttt_loglinear_delta_chunk_op_fits(const ttt_layer *L, const ttt_tensor *S0, long p0, int T,
+                                      int c);
+/* Under a tape: the chunked forward as one custom op whose backward is written by hand
+ * (chunkwise_delta.c); the recurrent op's inputs and outputs (q (T, Λ·d_k), k, v, beta (T) or
+ * NULL, log_alpha (T) or NULL, S0 (Λ·d_k·d_v); O (T, d_v), *S_out (Λ·d_k, d_v)). */
+ttt_tensor *ttt_loglinear_delta_chunk_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_layer *L,
+                                         const ttt_tensor *q, const ttt_tensor *k,
+                                         const ttt_tensor *v, const ttt_tensor *beta,
+                                         const ttt_tensor *log_alpha, const ttt_tensor *S0,
+                                         long p0, int c);
 /* Bytes of its scratch for T tokens in chunks of C. */
 double ttt_loglinear_delta_chunkwise_scratch(const ttt_layer *L, long T, int C);
 
