@@ -42,6 +42,7 @@
 
 #include "autograd.h"
 #include "dplr.h"
+#include "dplr_ref.h"
 #include "testutil.h"
 
 #define DK 16
@@ -429,71 +430,12 @@ END_TEST
 
 /* ---- the backward forms against the float64 backward on the hard inputs ---- */
 
-/* The float64 backward of docs/math.md "RWKV-7" (the recurrence's, token by token from the
- * last, every state kept), of L = Σ dO ⊙ o + Σ dS_T ⊙ S_T, for the problem p with d_k, d_v:
- * g holds 7 arrays (q, k, v, a, b, log w, S_0), overwritten. */
+/* The float64 backward of dplr_ref.h for a problem of d_k, d_v. */
 static void backward64(double *const *g, const problem *p, const float *dO, const float *dST,
                        int dk, int dv) {
-    const int T = p->T;
-    const size_t dkv = (size_t)dk * dv;
-    double *St = malloc(sizeof(double) * (size_t)(T + 1) * dkv);
-    double *U = malloc(sizeof(double) * (size_t)T * dv), *dS = malloc(sizeof(double) * dkv);
-    double *du = malloc(sizeof(double) * dv);
-    ck_assert(St && U && dS && du);
-    for (size_t n = 0; n < dkv; n++) St[n] = p->S0[n];
-    for (int t = 0; t < T; t++) {
-        const double *Sp = St + (size_t)t * dkv;
-        double *Sn = St + (size_t)(t + 1) * dkv, *u = U + (size_t)t * dv;
-        for (int j = 0; j < dv; j++) {
-            u[j] = 0;
-            for (int i = 0; i < dk; i++) u[j] += (double)p->a[t * dk + i] * Sp[i * dv + j];
-        }
-        for (int i = 0; i < dk; i++) {
-            const double w = p->lw ? exp((double)p->lw[t * dk + i]) : 1.0;
-            for (int j = 0; j < dv; j++)
-                Sn[i * dv + j] = w * Sp[i * dv + j] + (double)p->b[t * dk + i] * u[j] +
-                                 (double)p->k[t * dk + i] * p->v[t * dv + j];
-        }
-    }
-    for (size_t n = 0; n < dkv; n++) dS[n] = dST[n];
-    for (int t = T - 1; t >= 0; t--) {
-        const double *Sp = St + (size_t)t * dkv, *Sn = St + (size_t)(t + 1) * dkv;
-        const double *u = U + (size_t)t * dv;
-        const float *dOt = dO + (size_t)t * dv;
-        for (int i = 0; i < dk; i++) {
-            double s = 0;
-            for (int j = 0; j < dv; j++) {
-                s += dOt[j] * Sn[i * dv + j];
-                dS[i * dv + j] += (double)p->q[t * dk + i] * dOt[j];
-            }
-            g[0][t * dk + i] = s;
-        }
-        for (int j = 0; j < dv; j++) {
-            double sv = 0;
-            du[j] = 0;
-            for (int i = 0; i < dk; i++) {
-                sv += (double)p->k[t * dk + i] * dS[i * dv + j];
-                du[j] += (double)p->b[t * dk + i] * dS[i * dv + j];
-            }
-            g[2][t * dv + j] = sv;
-        }
-        for (int i = 0; i < dk; i++) {
-            const double w = p->lw ? exp((double)p->lw[t * dk + i]) : 1.0;
-            double sk = 0, sb = 0, sw = 0, sa = 0;
-            for (int j = 0; j < dv; j++) {
-                sk += dS[i * dv + j] * p->v[t * dv + j];
-                sb += dS[i * dv + j] * u[j];
-                sw += dS[i * dv + j] * Sp[i * dv + j];
-                sa += du[j] * Sp[i * dv + j];
-            }
-            g[1][t * dk + i] = sk, g[4][t * dk + i] = sb, g[5][t * dk + i] = w * sw;
-            g[3][t * dk + i] = sa;
-            for (int j = 0; j < dv; j++)
-                dS[i * dv + j] = w * dS[i * dv + j] + (double)p->a[t * dk + i] * du[j];
-        }
-    }
-    for (size_t n = 0; n < dkv; n++) g[6][n] = dS[n];
-    free(St), free(U), free(dS), free(du);
+    const dplr_seq sq = {.T = p->T, .dk = dk, .dv = dv, .q = p->q, .k = p->k, .v = p->v,
+                         .a = p->a, .b = p->b, .lw = p->lw, .S0 = p->S0};
+    ck_assert(dplr_backward64(g, &sq, dO, dST));
 }
 
 /* The float64 backward is itself held to central differences of the float64 loss (the inputs
@@ -570,48 +512,12 @@ START_TEST(dplr_float64_backward_matches_differences) {
 }
 END_TEST
 
-/* Every state at each chunk start (C tokens) of the float32 forward of form C (0: the
- * recurrence, saved every 64 tokens), as the ops save them. */
-static void chunk_states(float *S0s, const problem *p, int C) {
-    const int T = p->T, step = C ? C : 64;
-    float *o = malloc(sizeof(float) * (size_t)step * DV), S[DK * DV];
-    memcpy(S, p->S0, sizeof S);
-    for (int t0 = 0, c = 0; t0 < T; t0 += step, c++) {
-        const int n = t0 + step <= T ? step : T - t0;
-        memcpy(S0s + (size_t)c * DK * DV, S, sizeof S);
-        const problem ch = {.T = n, .q = p->q + t0 * DK, .k = p->k + t0 * DK,
-                            .v = p->v + t0 * DV, .a = p->a + t0 * DK, .b = p->b + t0 * DK,
-                            .lw = p->lw ? p->lw + t0 * DK : NULL};
-        if (C)
-            ck_assert(ttt_dplr_chunkwise_ld(o, S, ch.q, ch.k, ch.v, ch.a, ch.b, ch.lw, n, DK, DV,
-                                            n, &contiguous, NULL) == TTT_OK);
-        else
-            ttt_dplr_recurrent_ld(o, S, ch.q, ch.k, ch.v, ch.a, ch.b, ch.lw, n, DK, DV,
-                                  &contiguous);
-    }
-    free(o);
-}
-
-/* The gradients of one backward form (C = 0: the recurrence's) into g (7 arrays, zeroed). */
+/* The gradients of one backward form (C = 0: the recurrence's) into g (dplr_ref.h). */
 static void backward_form(float *const *g, const problem *p, const float *dO, const float *dST,
                           int C) {
-    const int T = p->T, step = C ? C : 64, nch = (T + step - 1) / step;
-    float *S0s = malloc(sizeof(float) * (size_t)nch * DK * DV), dS[DK * DV];
-    chunk_states(S0s, p, C);
-    memcpy(dS, dST, sizeof dS);
-    if (C) {
-        double *ws = malloc(sizeof(double) * ttt_dplr_chunkwise_backward_ws(C, DK, DV));
-        ttt_dplr_chunkwise_backward(g[0], g[1], g[2], g[3], g[4], p->lw ? g[5] : NULL, dS, dO,
-                                    p->q, p->k, p->v, p->a, p->b, p->lw, S0s, T, DK, DV, C, ws);
-        free(ws);
-    } else {
-        float *ws = malloc(sizeof(float) * ttt_dplr_recurrent_backward_ws(64, DK, DV));
-        ttt_dplr_recurrent_backward(g[0], g[1], g[2], g[3], g[4], p->lw ? g[5] : NULL, dS, dO,
-                                    p->q, p->k, p->v, p->a, p->b, p->lw, S0s, T, DK, DV, 64, ws);
-        free(ws);
-    }
-    memcpy(g[6], dS, sizeof dS);
-    free(S0s);
+    const dplr_seq sq = {.T = p->T, .dk = DK, .dv = DV, .q = p->q, .k = p->k, .v = p->v,
+                         .a = p->a, .b = p->b, .lw = p->lw, .S0 = p->S0};
+    ck_assert(dplr_backward_form(g, &sq, dO, dST, C));
 }
 
 START_TEST(dplr_backward_forms_match_float64_on_hard_inputs) {
