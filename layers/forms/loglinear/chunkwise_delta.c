@@ -575,7 +575,9 @@ int ttt_loglinear_delta_chunk_op_fits(const ttt_layer *L, const ttt_tensor *S0, 
                                       int c) {
     const int nl = L->levels > 1 ? L->levels : 1, C = 1 << c;
     const size_t dkv = (size_t)L->d_k * L->d_v;
-    if (T < 1 || nl < c + 2 || p0 % C) return 0;
+    /* chunks beyond 256 tokens: the backward's float64 pair products of every level (2 Λ C²)
+     * would outgrow the forward's scratch by far; the recurrent op runs those */
+    if (T < 1 || nl < c + 2 || p0 % C || C > 256) return 0;
     /* at position 0 nothing merges: levels 0 … c must start empty, and their gradient would be
      * the chunks' to give, which they do not compute */
     if (p0 == 0) {

@@ -28,7 +28,7 @@ static inline int ttt_ll_level(long t, long j, int nl) {
 ttt_status ttt_loglinear_delta_chunkwise(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                          ttt_layer_state *st, const ttt_form_args *a, int c);
 /* Whether the chunked op below computes a call (else the recurrent form's op runs): chunks of
- * 2^c tokens from an aligned position p0, Λ ≥ c + 2 levels (every merge at a chunk start then
+ * 2^c ≤ 256 tokens from an aligned position p0, Λ ≥ c + 2 levels (every merge at a chunk start then
  * empties levels 0 … c), and at p0 = 0 an initial state whose levels 0 … c are empty and want no
  * gradient. */
 int ttt_loglinear_delta_chunk_op_fits(const ttt_layer *L, const ttt_tensor *S0, long p0, int T,
