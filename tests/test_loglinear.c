@@ -487,17 +487,16 @@ START_TEST(gradients_match_float64_differences) {
 }
 END_TEST
 
-/* Tuples without a log-linear form are refused at the option, naming it. */
 /* The chunked backward of log-linear Gated DeltaNet (chunkwise_delta.c, form: chunkwise under a
- * tape): T = 40 tokens in chunks of 4 at Λ = 5 levels (beyond 2^{Λ−1} = 16 tokens, so the top
- * level holds the older buckets), a hard reset, a zero initial state that wants no gradient (the
+ * tape): T = 42 tokens in chunks of 4 (the last one partial) at Λ = 5 levels (beyond
+ * 2^{Λ−1} = 16 tokens, so the top level holds the older buckets), a hard reset, a zero initial state that wants no gradient (the
  * op's condition at position 0), in one call and split at token 16 (the second call starts at an
  * aligned position from the first call's state, a graph node: its gradient runs back through the
  * merge at 16 into the first call). Each call must have run the chunked op (its tape entry is
  * looked for). Gradients of q, k, v, η and log α against central differences of the float64
  * recurrence, with the bound of the recurrent form's test (above; n = Λ·(4d + 10) + T);
  * control: a 10 % larger key. */
-enum { CT = 40, CNL = 5, CDK = 4, CDV = 3, CC = 4 };
+enum { CT = 42, CNL = 5, CDK = 4, CDV = 3, CC = 4 }; /* 42: a partial last chunk */
 
 static double loss64c(const prob *p, double *const x[N_IN], const double *Ro, const double *RS) {
     double o[CT * CDV], S[CNL * CDK * CDV], l = 0;
@@ -856,6 +855,7 @@ START_TEST(backward_forms_match_float64_on_hard_inputs) {
 }
 END_TEST
 
+/* Tuples without a log-linear form are refused at the option, naming it. */
 START_TEST(levels_are_refused_where_undefined) {
     ttt_cfg_node *root = NULL;
     ttt_error err = {0};
