@@ -24,7 +24,9 @@
  * L, T, the pair factors and M are float64 (T's substitution chain is where a float32 sum loses
  * most, as in the DPLR chunk); the products with the d_k × d_v levels are float32 GEMMs. The
  * tokens before a call's first aligned chunk, and a chunk whose start leaves levels 0 … c
- * non-empty (a state given from outside), run token by token with the recurrent form's step. */
+ * non-empty (a state given from outside), run token by token with the recurrent form's step.
+ * Under a tape the same chunks run as one custom op whose backward is written by hand (the
+ * second half of this file). */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
