@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "dplr.h"
+#include "dplr_ref.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -504,12 +505,108 @@ START_TEST(dplr_forms_match_float64_on_the_delta_rule_hard_inputs) {
 }
 END_TEST
 
+/* The DPLR backward forms on the same inputs (DPLR as KDA's step, above; a zero initial state):
+ * the recurrence's backward and the chunkwise form's (C = 16, 64) against the float64 backward
+ * of tests/dplr_ref.h (held to central differences by tests/test_rwkv7.c), for random dO and
+ * dS_T, relative RMS error of each gradient (q, k, v, a, b, log w, S_0), the largest of them
+ * within DPLR_GRAD_BOUND: each gradient sums products of a forward quantity (within this file's
+ * 2e-6 of float64) and an adjoint that runs the transposed recurrence through the same
+ * transitions (within 2e-6 as well), in float32 sums of at most d_v = 12 terms (d_v·ε ≈ 7e-7):
+ * 2e-6 + 2e-6 + 7e-7 < 5e-6. Control: the float64 gradients with one token's β moved by 0.1
+ * (token 3T/4 + 1, as the forward's control) must differ by more than 10× the bound. */
+#define DPLR_GRAD_BOUND 5e-6
+
+START_TEST(dplr_backward_forms_match_float64_on_the_delta_rule_hard_inputs) {
+    static const int chunks[] = {0, 16, 64};
+    static const char *const names[7] = {"q", "k", "v", "a", "b", "log w", "S0"};
+    int failures = 0, runs = 0;
+    printf("hard inputs, DPLR as KDA's step: gradients' relative RMS error against the float64 "
+           "backward (bound %.0e)\n",
+           DPLR_GRAD_BOUND);
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const hard_case *hc = &cases[ci];
+        if (!hc->squared) continue;
+        const int T = hc->eta_lo == 2.0 ? T_REFLECT : T_LONG;
+        tu_fixture f;
+        tu_fx_init(&f, 4242);
+        problem p = make_problem(&f, hc, T, 1, 16, 1, 1);
+        const size_t nk = (size_t)T * DK, nv = (size_t)T * DV;
+        float *a = tu_zalloc(&f.ctx, nk * sizeof(float)), *bk = tu_zalloc(&f.ctx, nk * sizeof(float));
+        float *lw = p.la ? tu_zalloc(&f.ctx, nk * sizeof(float)) : NULL, S0[DK * DV] = {0};
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < DK; i++) {
+                const size_t ti = (size_t)t * DK + i;
+                const float la = !p.la ? 0.0f : p.la[p.vec ? ti : (size_t)t];
+                if (lw) lw[ti] = la;
+                bk[ti] = p.eta[t] * p.k[ti];
+                a[ti] = -p.k[ti] * expf(la);
+            }
+        float *dO = tu_randn_buf(&f, nv, 1.0f), *dST = tu_randn_buf(&f, DK * DV, 1.0f);
+        const size_t len[7] = {nk, nk, nv, nk, nk, nk, DK * DV};
+        double *g64[7], *gp[7];
+        float *g[7];
+        for (int i = 0; i < 7; i++) {
+            g64[i] = tu_zalloc(&f.ctx, len[i] * sizeof(double));
+            gp[i] = tu_zalloc(&f.ctx, len[i] * sizeof(double));
+            g[i] = tu_zalloc(&f.ctx, len[i] * sizeof(float));
+        }
+        const dplr_seq sq = {.T = T, .dk = DK, .dv = DV, .q = p.q, .k = bk, .v = p.v, .a = a,
+                             .b = bk, .lw = lw, .S0 = S0};
+        ck_assert(dplr_backward64(g64, &sq, dO, dST));
+        /* the control: β_tb moved by 0.1 (its write key b = k = β k with it) */
+        const int tb = 3 * T / 4 + 1;
+        const float eb = p.eta[tb], eb2 = eb > 1.0f ? eb - 0.1f : eb + 0.1f;
+        for (int i = 0; i < DK; i++) bk[(size_t)tb * DK + i] = eb2 * p.k[(size_t)tb * DK + i];
+        ck_assert(dplr_backward64(gp, &sq, dO, dST));
+        for (int i = 0; i < DK; i++) bk[(size_t)tb * DK + i] = eb * p.k[(size_t)tb * DK + i];
+        for (int fi = 0; fi < 3; fi++) {
+            ck_assert(dplr_backward_form(g, &sq, dO, dST, chunks[fi]));
+            double worst = 0, num = 0, den = 0;
+            int wi = 0;
+            for (int i = 0; i < 7; i++) {
+                if (i == 5 && !lw) continue;
+                double ni = 0, di = 0, gmax = 0;
+                for (size_t n = 0; n < len[i]; n++) {
+                    const double d = (double)g[i][n] - g64[i][n], dc = (double)g[i][n] - gp[i][n];
+                    ni += d * d;
+                    di += g64[i][n] * g64[i][n];
+                    gmax = fmax(gmax, fabs((double)g[i][n]));
+                    num += dc * dc;
+                    den += gp[i][n] * gp[i][n];
+                }
+                /* a gradient that is exactly 0 in float64 (S_0's when the first token resets
+                 * every key: its removal key a = −k ⊙ α vanishes too) has no relative error:
+                 * the chunkwise form's floored reset leaves e^−104 of it, so it must stay below
+                 * 1e-30 */
+                const double e = !isfinite(ni) ? INFINITY
+                                 : di > 0      ? sqrt(ni / di)
+                                               : (gmax <= 1e-30 ? 0.0 : INFINITY);
+                if (e > worst) worst = e, wi = i;
+            }
+            const double ctl = sqrt(num / den);
+            const int bad = !tu_ratio(worst, DPLR_GRAD_BOUND) || !(ctl > 10 * DPLR_GRAD_BOUND);
+            printf("  dplr backward %-10s C %2d  T %5d  %-40s %.2e (d%s)  control %.2e%s\n",
+                   chunks[fi] ? "chunkwise" : "recurrent", chunks[fi], T, hc->name, worst,
+                   names[wi], ctl, bad ? "  FAIL" : "");
+            failures += bad;
+            runs++;
+        }
+        tu_fx_free(&f);
+    }
+    fflush(stdout);
+    ck_assert_int_gt(runs, 0);
+    ck_assert_msg(failures == 0, "%d DPLR backward cases out of bounds (see the table above)",
+                  failures);
+}
+END_TEST
+
 static Suite *hard_suite(void) {
     Suite *s = suite_create("hard_inputs");
     TCase *tc = tcase_create("hard_inputs");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, every_form_matches_float64_on_hard_inputs);
     tcase_add_test(tc, dplr_forms_match_float64_on_the_delta_rule_hard_inputs);
+    tcase_add_test(tc, dplr_backward_forms_match_float64_on_the_delta_rule_hard_inputs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -21,12 +21,17 @@
  *     float64 result by more than 10× the bound away from each form's.
  * (ii) Row strides give the same bits as contiguous rows (a head of a (T, H, D) array), for
  *     both forms.
- * (iii) The tape op's gradients (every input: q, k, v, a, b, log w, S_0; chunks of 16 over 40
+ * (iii) The tape ops' gradients (the recurrent and the chunkwise op; every input: q, k, v, a, b, log w, S_0; chunks of 16 over 40
  *     tokens, a partial last chunk, one reset key) against central differences of the float64
  *     recurrence. Tolerance |got − fd| ≤ 1e-6 + 1e-4·max|fd| per input: float32 forward and
  *     backward over T = 40 tokens of d ≤ 7 lose ~ε·√(T·d) ≈ 1e-6 relative; the float64 central
  *     difference with h = 1e-6 is exact to ~1e-9. A gradient computed on an input whose one α
  *     moved by 0.01 must fail it. A reset's log w gets exactly 0.
+ * (iv) The backward forms (the recurrence's, and the chunkwise form's at C = 16, 48, 64) on the
+ *     hard inputs of (i) against a float64 backward written here, itself held to central
+ *     differences of the float64 loss (1e-9 + 1e-7·max|fd|): relative RMS error of each
+ *     gradient (q, k, v, a, b, log w, S_0) within GRAD_BOUND (derived beside it); the gradients
+ *     at an input whose one rate moved by 0.1 must differ by more than 10× the bound.
  * python/tests/test_rwkv7.py compares the same kernel through the C API with the float64
  * reference of python/ttt/reference.py and torch's gradients; tests/bench/compare_fla_naive.py
  * with FLA's naive DPLR recurrence. */
@@ -37,6 +42,7 @@
 
 #include "autograd.h"
 #include "dplr.h"
+#include "dplr_ref.h"
 #include "testutil.h"
 
 #define DK 16
@@ -44,6 +50,11 @@
 #define T_LONG 16384
 #define T_REFLECT 512
 #define BOUND 2e-6
+/* The gradients' bound: each gradient is a sum of products of a forward quantity (a state or a
+ * u_t, within BOUND of float64) and an adjoint (the carried dS, which runs the transposed
+ * recurrence through the same transitions and so stays within BOUND as well), summed in float32
+ * over at most d_v = 12 terms (d_v·ε ≈ 7e-7): 2e-6 + 2e-6 + 7e-7 < 5e-6. */
+#define GRAD_BOUND 5e-6
 
 typedef struct hard {
     const char *name;
@@ -326,7 +337,8 @@ static double loss64(double *const *D, const double *Ro, const double *RS) {
 static const int rows[N_IN] = {GT, GT, GT, GT, GT, GT, GK};
 static const int cols[N_IN] = {GK, GK, GV, GK, GK, GK, GV};
 
-static void op_grads(float **G, float *const *X, const float *Ro, const float *RS) {
+static void op_grads_with(float **G, float *const *X, const float *Ro, const float *RS,
+                          int chunkwise) {
     tu_tape_fixture fx;
     tu_tape_fx_init(&fx);
     ttt_ctx *c = &fx.ctx;
@@ -338,7 +350,9 @@ static void op_grads(float **G, float *const *X, const float *Ro, const float *R
         ttt_tensor_set_param(P[i], G[i]);
     }
     ttt_tensor *S = NULL;
-    ttt_tensor *O = ttt_dplr_recurrent_op(c, &S, P[0], P[1], P[2], P[3], P[4], P[5], P[6], GC);
+    ttt_tensor *O = chunkwise
+                        ? ttt_dplr_chunkwise_op(c, &S, P[0], P[1], P[2], P[3], P[4], P[5], P[6], GC)
+                        : ttt_dplr_recurrent_op(c, &S, P[0], P[1], P[2], P[3], P[4], P[5], P[6], GC);
     ttt_tensor *ro = ttt_tensor_2d(c, GT, GV), *rs = ttt_tensor_2d(c, GK, GV);
     memcpy(ro->data, Ro, ro->n * sizeof(float));
     memcpy(rs->data, RS, rs->n * sizeof(float));
@@ -373,7 +387,7 @@ START_TEST(dplr_op_gradients_match_float64_differences) {
     ttt_rng_fill_normal(&r, RS, GK * GV, 0.0f, 1.0f);
     for (int n = 0; n < GT * GV; n++) dRo[n] = Ro[n];
     for (int n = 0; n < GK * GV; n++) dRS[n] = RS[n];
-    op_grads(G, X, Ro, RS);
+    op_grads_with(G, X, Ro, RS, _i);
     ck_assert_msg(G[5][(GT / 2) * GK + 1] == 0.0f, "a reset's log w has gradient %g",
                   G[5][(GT / 2) * GK + 1]);
     for (int i = 0; i < N_IN; i++)
@@ -398,12 +412,12 @@ START_TEST(dplr_op_gradients_match_float64_differences) {
             fd[i][j] = (lp - lm) / (2 * h);
         }
         char msg[512];
-        ck_assert_msg(tu_close(G[i], fd[i], (size_t)n, 1e-6, 1e-4, msg, sizeof msg), "d%s: %s",
-                      names[i], msg);
+        ck_assert_msg(tu_close(G[i], fd[i], (size_t)n, 1e-6, 1e-4, msg, sizeof msg),
+                      "%s op, d%s: %s", _i ? "chunkwise" : "recurrent", names[i], msg);
     }
     /* control: the gradients at an input whose one rate moved by 0.01 must not pass */
     X[4][(GT / 4) * GK + 2] += 0.01f;
-    op_grads(G, X, Ro, RS);
+    op_grads_with(G, X, Ro, RS, _i);
     int passed = 1;
     for (int i = 0; i < N_IN; i++) {
         char msg[512];
@@ -414,13 +428,169 @@ START_TEST(dplr_op_gradients_match_float64_differences) {
 }
 END_TEST
 
+/* ---- the backward forms against the float64 backward on the hard inputs ---- */
+
+/* The float64 backward of dplr_ref.h for a problem of d_k, d_v. */
+static void backward64(double *const *g, const problem *p, const float *dO, const float *dST,
+                       int dk, int dv) {
+    const dplr_seq sq = {.T = p->T, .dk = dk, .dv = dv, .q = p->q, .k = p->k, .v = p->v,
+                         .a = p->a, .b = p->b, .lw = p->lw, .S0 = p->S0};
+    ck_assert(dplr_backward64(g, &sq, dO, dST));
+}
+
+/* The float64 backward is itself held to central differences of the float64 loss (the inputs
+ * of the op test, T = 40, d_k = 5, d_v = 7, one reset key): |g − fd| ≤ 1e-9 + 1e-7·max|fd|,
+ * the central difference's own error with h = 1e-6 (~h² · third derivative plus ε/h ≈ 1e-10
+ * relative) with room; a gradient at one rate moved by 0.01 must fail it. */
+START_TEST(dplr_float64_backward_matches_differences) {
+    ttt_rng r;
+    ttt_rng_seed(&r, 32);
+    float *X[N_IN], Ro[GT * GV], RS[GK * GV];
+    double *D[N_IN], *g64[N_IN], dRo[GT * GV], dRS[GK * GV];
+    for (int i = 0; i < N_IN; i++) {
+        const size_t n = (size_t)rows[i] * cols[i];
+        X[i] = malloc(n * sizeof(float));
+        D[i] = malloc(n * sizeof(double));
+        g64[i] = malloc(n * sizeof(double));
+        ttt_rng_fill_normal(&r, X[i], n, 0.0f, i == 6 ? 0.3f : 1.0f);
+    }
+    for (int t = 0; t < GT; t++)
+        for (int i = 0; i < GK; i++) {
+            X[4][t * GK + i] *= 0.5f;
+            X[5][t * GK + i] = (float)-urand(&r, 0.01, 0.6);
+        }
+    X[5][(GT / 2) * GK + 1] = -INFINITY;
+    ttt_rng_fill_normal(&r, Ro, GT * GV, 0.0f, 1.0f);
+    ttt_rng_fill_normal(&r, RS, GK * GV, 0.0f, 1.0f);
+    for (int n = 0; n < GT * GV; n++) dRo[n] = Ro[n];
+    for (int n = 0; n < GK * GV; n++) dRS[n] = RS[n];
+    for (int i = 0; i < N_IN; i++)
+        for (int n = 0; n < rows[i] * cols[i]; n++) D[i][n] = X[i][n];
+    problem p = {.T = GT, .q = X[0], .k = X[1], .v = X[2], .a = X[3], .b = X[4], .lw = X[5],
+                 .S0 = X[6]};
+    backward64(g64, &p, Ro, RS, GK, GV);
+    static const char *const names[N_IN] = {"q", "k", "v", "a", "b", "log w", "S0"};
+    for (int pass = 0; pass < 2; pass++) {
+        int worst = 0;
+        double worst_ratio = 0;
+        if (pass == 1) { /* the control */
+            X[4][(GT / 4) * GK + 2] += 0.01f;
+            backward64(g64, &p, Ro, RS, GK, GV);
+            X[4][(GT / 4) * GK + 2] -= 0.01f;
+        }
+        for (int i = 0; i < N_IN; i++) {
+            const int n = rows[i] * cols[i];
+            double fmaxv = 0, emax = 0;
+            for (int j = 0; j < n; j++) {
+                const double x = D[i][j];
+                double fd = 0;
+                if (isfinite(x)) {
+                    const double h = 1e-6 * fmax(1.0, fabs(x));
+                    D[i][j] = x + h;
+                    const double lp = loss64(D, dRo, dRS);
+                    D[i][j] = x - h;
+                    const double lm = loss64(D, dRo, dRS);
+                    D[i][j] = x;
+                    fd = (lp - lm) / (2 * h);
+                }
+                fmaxv = fmax(fmaxv, fabs(fd));
+                emax = fmax(emax, fabs(g64[i][j] - fd));
+            }
+            const double ratio = emax / (1e-9 + 1e-7 * fmaxv);
+            if (pass == 0)
+                printf("float64 backward, d%s: max |g - fd| %.3g (max |fd| %.3g)\n", names[i],
+                       emax, fmaxv);
+            if (ratio > worst_ratio) worst_ratio = ratio, worst = i;
+        }
+        if (pass == 0)
+            TU_ASSERT_LE(worst_ratio, 1.0, "float64 backward, d%s: %.3g of the tolerance",
+                         names[worst], worst_ratio);
+        else
+            ck_assert_msg(worst_ratio > 1.0, "the float64 backward at a moved rate passed");
+    }
+    for (int i = 0; i < N_IN; i++) free(X[i]), free(D[i]), free(g64[i]);
+}
+END_TEST
+
+/* The gradients of one backward form (C = 0: the recurrence's) into g (dplr_ref.h). */
+static void backward_form(float *const *g, const problem *p, const float *dO, const float *dST,
+                          int C) {
+    const dplr_seq sq = {.T = p->T, .dk = DK, .dv = DV, .q = p->q, .k = p->k, .v = p->v,
+                         .a = p->a, .b = p->b, .lw = p->lw, .S0 = p->S0};
+    ck_assert(dplr_backward_form(g, &sq, dO, dST, C));
+}
+
+START_TEST(dplr_backward_forms_match_float64_on_hard_inputs) {
+    const hard *c = &cases[_i];
+    problem p = make(c, 100 + (uint64_t)_i);
+    const int T = p.T;
+    const size_t len[N_IN] = {(size_t)T * DK, (size_t)T * DK, (size_t)T * DV, (size_t)T * DK,
+                              (size_t)T * DK, (size_t)T * DK, DK * DV};
+    static const char *const names[N_IN] = {"q", "k", "v", "a", "b", "log w", "S0"};
+    float *dO = malloc(sizeof(float) * (size_t)T * DV), dST[DK * DV];
+    ttt_rng r;
+    ttt_rng_seed(&r, 900 + (uint64_t)_i);
+    ttt_rng_fill_normal(&r, dO, (size_t)T * DV, 0.0f, 1.0f);
+    ttt_rng_fill_normal(&r, dST, DK * DV, 0.0f, 1.0f);
+    double *g64[N_IN], *gp[N_IN];
+    float *g[N_IN];
+    for (int i = 0; i < N_IN; i++) {
+        g64[i] = malloc(sizeof(double) * len[i]);
+        gp[i] = malloc(sizeof(double) * len[i]);
+        g[i] = malloc(sizeof(float) * len[i]);
+    }
+    backward64(g64, &p, dO, dST, DK, DV);
+    /* the control: one token's rate moved by 0.1, as in the forward's test */
+    const int t = 3 * T / 4 + 1;
+    float keep_b[DK];
+    memcpy(keep_b, p.b + t * DK, sizeof keep_b);
+    for (int j = 0; j < DK; j++) p.b[t * DK + j] -= 0.1f * p.a[t * DK + j];
+    backward64(gp, &p, dO, dST, DK, DV);
+    memcpy(p.b + t * DK, keep_b, sizeof keep_b);
+    for (int f = 0; f < N_FORMS; f++) {
+        for (int i = 0; i < N_IN; i++) memset(g[i], 0, sizeof(float) * len[i]);
+        backward_form(g, &p, dO, dST, form_chunks[f]);
+        double worst = 0, control = INFINITY;
+        printf("dplr backward %s C=%d, \"%s\" T=%d:", form_chunks[f] ? "chunkwise" : "recurrent",
+               form_chunks[f], c->name, T);
+        for (int i = 0; i < N_IN; i++) {
+            if (i == 5 && !p.lw) continue;
+            const double e = rel_rms(g[i], g64[i], len[i]);
+            printf(" d%s %.2g", names[i], e);
+            worst = fmax(worst, e);
+        }
+        /* the control must be seen in the gradients of the inputs taken together */
+        double num = 0, den = 0;
+        for (int i = 0; i < N_IN; i++) {
+            if (i == 5 && !p.lw) continue;
+            for (size_t n = 0; n < len[i]; n++) {
+                const double d = g[i][n] - gp[i][n];
+                num += d * d;
+                den += gp[i][n] * gp[i][n];
+            }
+        }
+        control = sqrt(num / den);
+        printf("; control %.3g\n", control);
+        TU_ASSERT_LE(worst, GRAD_BOUND, "%s, C = %d: gradient error %.3g (bound %.0e)", c->name,
+                     form_chunks[f], worst, GRAD_BOUND);
+        ck_assert_msg(control > 10 * GRAD_BOUND, "%s, C = %d: a moved rate went unseen: %.3g",
+                      c->name, form_chunks[f], control);
+    }
+    for (int i = 0; i < N_IN; i++) free(g64[i]), free(gp[i]), free(g[i]);
+    free(dO);
+    drop(&p);
+}
+END_TEST
+
 static Suite *rwkv7_suite(void) {
     Suite *s = suite_create("rwkv7");
     TCase *tc = tcase_create("rwkv7");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, dplr_forms_match_float64_on_hard_inputs, 0, N_CASES);
     tcase_add_test(tc, dplr_kernel_with_row_strides_gives_the_same_bits);
-    tcase_add_test(tc, dplr_op_gradients_match_float64_differences);
+    tcase_add_loop_test(tc, dplr_op_gradients_match_float64_differences, 0, 2);
+    tcase_add_test(tc, dplr_float64_backward_matches_differences);
+    tcase_add_loop_test(tc, dplr_backward_forms_match_float64_on_hard_inputs, 0, N_CASES);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -281,9 +281,8 @@ typedef struct ttt_dplr_io {
     const float *log_w;        /* (B, T, H, d_k) log retentions <= 0 (-inf: reset), or NULL = 0 */
     const float *state_in;     /* (B, H, d_k, d_v), or NULL = zeros */
     float *state_out;          /* (B, H, d_k, d_v) written, or NULL = not wanted */
-    int chunk;                 /* forward: 0 = the recurrence, C >= 1 = the chunkwise form in
-                                * chunks of C tokens (the same function); the backward runs
-                                * the recurrence whatever it is */
+    int chunk;                 /* 0 = the recurrence, C >= 1 = the chunkwise form in chunks
+                                * of C tokens (the same function), forward and backward */
 } ttt_dplr_io;
 
 /* The forward. B, H, d_k, d_v >= 1, T >= 0 (else TTT_ERR_SHAPE); o, q, k, a, b, v required

@@ -96,8 +96,9 @@ def test_the_delta_rule_and_kda_are_dplr_steps():
     assert _rel(o_x, o_k) > 100 * TOL
 
 
+@pytest.mark.parametrize("chunk", [0, 16])  # the recurrence's backward, the chunkwise form's
 @pytest.mark.parametrize("resets", [False, True])
-def test_dplr_backward_equals_the_reference_gradient(resets):
+def test_dplr_backward_equals_the_reference_gradient(resets, chunk):
     x = make(2, 90, 2, 5, 6, seed=8)  # 90 tokens: chunks of 64 and a partial one
     if resets:
         x["log_w"][0, 30, 1, 2] = x["log_w"][1, 70, 0, 0] = -np.inf
@@ -110,7 +111,7 @@ def test_dplr_backward_equals_the_reference_gradient(resets):
     c_o = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
     c_s = torch.randn(s_ref.shape, generator=gen, dtype=torch.float64)
     g_ref = torch.autograd.grad((c_o * o_ref).sum() + (c_s * s_ref).sum(), [t[n] for n in names])
-    g = ttt.dplr_backward(c_o.numpy(), d_state=c_s.numpy(), **x)
+    g = ttt.dplr_backward(c_o.numpy(), d_state=c_s.numpy(), chunk=chunk, **x)
     for name, want in zip(names, g_ref):
         got = torch.from_numpy(g[name].astype(np.float64))
         fin = torch.isfinite(want)
@@ -124,7 +125,7 @@ def test_dplr_backward_equals_the_reference_gradient(resets):
     # a gradient taken at a moved rate must fail the comparison
     xb = dict(x, b=x["b"].copy())
     xb["b"][0, 10, 0] -= 0.1 * x["a"][0, 10, 0]
-    g_bad = ttt.dplr_backward(c_o.numpy(), d_state=c_s.numpy(), **xb)
+    g_bad = ttt.dplr_backward(c_o.numpy(), d_state=c_s.numpy(), chunk=chunk, **xb)
     assert (torch.from_numpy(g_bad["a"].astype(np.float64)) - g_ref[3]).abs().max().item() > \
         1e-3 * g_ref[3].abs().max().item()
 

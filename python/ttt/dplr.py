@@ -2,7 +2,7 @@
 (ttt_dplr_forward, ttt_dplr_backward), on numpy arrays in the (B, T, H, D) layout:
 
     o, S = ttt.dplr(q, k, v, a, b, log_w, initial_state=S0)            # chunk=C: chunkwise
-    grads = ttt.dplr_backward(d_o, q, k, v, a, b, log_w, initial_state=S0, d_state=dS)
+    grads = ttt.dplr_backward(d_o, q, k, v, a, b, log_w, initial_state=S0, d_state=dS)  # chunk=C
 
 Per (batch, head): S_t = Diag(exp(log_w_t)) S_{t-1} + b_t^T (a_t S_{t-1}) + k_t^T v_t,
 o_t = q_t S_t, S (d_k, d_v). RWKV-7 is a = -kappa_hat, b = kappa_hat * alpha. q is used as
@@ -49,10 +49,11 @@ def dplr(q, k, v, a, b, log_w=None, initial_state=None, chunk=0):
     return o, S
 
 
-def dplr_backward(d_o, q, k, v, a, b, log_w=None, initial_state=None, d_state=None):
+def dplr_backward(d_o, q, k, v, a, b, log_w=None, initial_state=None, d_state=None, chunk=0):
     """The gradients of sum(d_o * o) + sum(d_state * final state): a dict with q, k, v, a, b,
-    log_w (when given) and initial_state, float32."""
-    io, keep, (B, T, H, dk, dv) = _io(q, k, v, a, b, log_w, initial_state)
+    log_w (when given) and initial_state, float32. chunk: 0 runs the recurrence's backward,
+    C >= 1 the chunkwise form's in chunks of C tokens."""
+    io, keep, (B, T, H, dk, dv) = _io(q, k, v, a, b, log_w, initial_state, chunk)
     d_o = _f32(d_o, "d_o", (B, T, H, dv))
     dS = None if d_state is None else _f32(d_state, "d_state", (B, H, dk, dv))
     o = np.empty((B, T, H, dv), np.float32)

@@ -1,8 +1,8 @@
 /* The public calls of the generalized delta rule (include/ttt/ttt.h "ttt_dplr_forward",
  * docs/math.md "RWKV-7"): each (batch, head) sequence of the (B, T, H, D) buffers through the
  * recurrent kernel of layers/forms/delta_rule/dplr.c or the chunkwise form of dplr_chunk.c, in
- * place with row strides (forward), or gathered into contiguous rows for the backward (which
- * runs the recurrence). */
+ * place with row strides (forward), or gathered into contiguous rows for the backward (the
+ * recurrence's backward, or with io->chunk > 0 the chunkwise backward of dplr_chunk.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,17 +95,22 @@ ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g, ttt_
                              "ttt_dplr_backward: g->d_log_w needs io->log_w (w = 1 has no gate)");
     const int B = io->B, T = io->T, H = io->H, dk = io->d_k, dv = io->d_v;
     const size_t dkv = (size_t)dk * dv, Tk = (size_t)T * dk, Tv = (size_t)T * dv;
-    const int C = T < DPLR_API_CHUNK ? (T > 0 ? T : 1) : DPLR_API_CHUNK, nch = (T + C - 1) / C;
-    /* q, k, a, b, log w, their 5 gradients (T d_k each); v, o, dO, dv (T d_v each); the chunk
-     * states, dS, the backward's workspace */
-    const size_t n = 10 * Tk + 4 * Tv + (size_t)nch * dkv + dkv +
-                     ttt_dplr_recurrent_backward_ws(C, dk, dv);
-    float *buf = malloc(n * sizeof(float));
+    /* the recurrence keeps a state every DPLR_API_CHUNK tokens; the chunkwise form one per chunk */
+    const int chunkwise = io->chunk > 0, step = chunkwise ? io->chunk : DPLR_API_CHUNK;
+    const int C = T < step ? (T > 0 ? T : 1) : step, nch = (T + C - 1) / C;
+    /* the backward's workspace (doubles for the chunkwise form, placed first so that they stay
+     * 8-byte aligned, as the recurrence's); q, k, a, b, log w, their 5 gradients (T d_k each);
+     * v, o, dO, dv (T d_v each); the chunk states, dS */
+    const size_t nws = chunkwise ? 2 * ttt_dplr_chunkwise_backward_ws(C, dk, dv)
+                                 : ttt_dplr_recurrent_backward_ws(C, dk, dv);
+    const double total = (double)nws + 10.0 * Tk + 4.0 * Tv + ((double)nch + 1) * dkv;
+    float *buf = total * sizeof(float) < (double)PTRDIFF_MAX ? malloc((size_t)total * sizeof(float))
+                                                               : NULL;
     if (!buf)
-        return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_dplr_backward: no memory for %zu floats",
-                             n);
-    float *ws = buf; /* first: the doubles of the workspace stay 8-byte aligned */
-    float *q = ws + ttt_dplr_recurrent_backward_ws(C, dk, dv), *k = q + Tk, *a = k + Tk,
+        return ttt_error_set(err, TTT_ERR_NOMEM, "ttt_dplr_backward: no memory for %.3g floats",
+                             total);
+    float *ws = buf;
+    float *q = ws + nws, *k = q + Tk, *a = k + Tk,
           *bb = a + Tk, *lw = bb + Tk, *gq = lw + Tk, *gk = gq + Tk, *ga = gk + Tk,
           *gb = ga + Tk, *glw = gb + Tk, *v = glw + Tk, *o = v + Tv, *dO = o + Tv, *gv = dO + Tv,
           *S0s = gv + Tv, *dS = S0s + (size_t)nch * dkv;
@@ -127,9 +132,19 @@ ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g, ttt_
                 const int t0 = c * C, m = t0 + C <= T ? C : T - t0;
                 const size_t r = (size_t)t0 * dk;
                 memcpy(S0s + (size_t)c * dkv, dS, dkv * sizeof(float));
-                if (ttt_dplr_recurrent_ld(o + (size_t)t0 * dv, dS, q + r, k + r,
-                                          v + (size_t)t0 * dv, a + r, bb + r,
-                                          io->log_w ? lw + r : NULL, m, dk, dv, &ld) != TTT_OK) {
+                if (chunkwise) {
+                    const ttt_status s = ttt_dplr_chunkwise_ld(
+                        o + (size_t)t0 * dv, dS, q + r, k + r, v + (size_t)t0 * dv, a + r, bb + r,
+                        io->log_w ? lw + r : NULL, m, dk, dv, m, &ld, err);
+                    if (s != TTT_OK) {
+                        free(buf);
+                        ttt_error_prefix(err, "ttt_dplr_backward");
+                        return s;
+                    }
+                } else if (ttt_dplr_recurrent_ld(o + (size_t)t0 * dv, dS, q + r, k + r,
+                                                 v + (size_t)t0 * dv, a + r, bb + r,
+                                                 io->log_w ? lw + r : NULL, m, dk, dv,
+                                                 &ld) != TTT_OK) {
                     free(buf);
                     return ttt_error_set(err, TTT_ERR_NOMEM,
                                          "ttt_dplr_backward: out of memory for the recurrent "
@@ -143,9 +158,14 @@ ttt_status ttt_dplr_backward(const ttt_dplr_io *io, const ttt_dplr_grad *g, ttt_
             else memset(dS, 0, dkv * sizeof(float));
             memset(gq, 0, 5 * Tk * sizeof(float));
             memset(gv, 0, Tv * sizeof(float));
-            ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, io->log_w ? glw : NULL, dS, dO, q,
-                                        k, v, a, bb, io->log_w ? lw : NULL, S0s, T, dk, dv, C,
-                                        ws);
+            if (chunkwise)
+                ttt_dplr_chunkwise_backward(gq, gk, gv, ga, gb, io->log_w ? glw : NULL, dS, dO, q,
+                                            k, v, a, bb, io->log_w ? lw : NULL, S0s, T, dk, dv,
+                                            C, (double *)(void *)ws);
+            else
+                ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, io->log_w ? glw : NULL, dS, dO,
+                                            q, k, v, a, bb, io->log_w ? lw : NULL, S0s, T, dk,
+                                            dv, C, ws);
             if (g->d_q) scatter(g->d_q, gq, b, h, T, H, dk);
             if (g->d_k) scatter(g->d_k, gk, b, h, T, H, dk);
             if (g->d_a) scatter(g->d_a, ga, b, h, T, H, dk);

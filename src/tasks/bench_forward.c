@@ -38,18 +38,19 @@ typedef struct bench_data {
     size_t mem_floats;
 } bench_data;
 
-/* H random sequences: q ~ N(0, 1/d), unit-norm keys (the delta rule's step is stable for
+/* H random sequences: q ~ N(0, 1/d) (with nl > 1 levels, log-linear attention's, the levels'
+ * queries side by side: (T, nl·d)), unit-norm keys (the delta rule's step is stable for
  * β‖k‖² ≤ 2), v ~ N(0, 1), η ~ U(0.05, 1), retentions α ~ U(0.9, 1) in log space. */
-static ttt_status bench_data_make(bench_data *D, int H, int T, int d, int gates, uint64_t seed,
-                                  ttt_error *err) {
+static ttt_status bench_data_make(bench_data *D, int H, int T, int d, int nl, int gates,
+                                  uint64_t seed, ttt_error *err) {
     memset(D, 0, sizeof *D);
     D->H = H;
     D->T = T;
     D->d = d;
     D->has_la = gates != 0;
     D->la_vec = gates == 2;
-    const size_t td = (size_t)T * d, nla = D->la_vec ? td : (size_t)T;
-    const size_t per = 4 * td + T + (D->has_la ? nla : 0);
+    const size_t td = (size_t)T * d, nla = D->la_vec ? td : (size_t)T, tq = td * nl;
+    const size_t per = 3 * td + tq + T + (D->has_la ? nla : 0);
     D->mem_floats = per * H;
     TTT_TRY(ttt_size_check(4.0 * D->mem_floats, "the benchmark's inputs", err));
     D->mem = ttt_fault_malloc(sizeof(float) * D->mem_floats);
@@ -58,16 +59,16 @@ static ttt_status bench_data_make(bench_data *D, int H, int T, int d, int gates,
     ttt_rng_seed(&base, seed);
     for (int h = 0; h < H; h++) {
         float *p = D->mem + per * h;
-        D->q[h] = ttt_tensor_view2(p, T, d);
-        D->k[h] = ttt_tensor_view2(p + td, T, d);
-        D->v[h] = ttt_tensor_view2(p + 2 * td, T, d);
-        D->o[h] = ttt_tensor_view2(p + 3 * td, T, d);
-        D->eta[h] = ttt_tensor_view(p + 4 * td, 1, (int[]){T});
+        D->q[h] = ttt_tensor_view2(p, T, nl * d);
+        D->k[h] = ttt_tensor_view2(p + tq, T, d);
+        D->v[h] = ttt_tensor_view2(p + tq + td, T, d);
+        D->o[h] = ttt_tensor_view2(p + tq + 2 * td, T, d);
+        D->eta[h] = ttt_tensor_view(p + tq + 3 * td, 1, (int[]){T});
         if (D->has_la)
-            D->la[h] = D->la_vec ? ttt_tensor_view2(p + 4 * td + T, T, d)
-                                 : ttt_tensor_view(p + 4 * td + T, 1, (int[]){T});
+            D->la[h] = D->la_vec ? ttt_tensor_view2(p + tq + 3 * td + T, T, d)
+                                 : ttt_tensor_view(p + tq + 3 * td + T, 1, (int[]){T});
         ttt_rng r = ttt_rng_fork(&base, (uint64_t)h);
-        ttt_rng_fill_normal(&r, D->q[h].data, td, 0.0f, 1.0f / sqrtf((float)d));
+        ttt_rng_fill_normal(&r, D->q[h].data, tq, 0.0f, 1.0f / sqrtf((float)d));
         ttt_rng_fill_normal(&r, D->k[h].data, td, 0.0f, 1.0f);
         for (int t = 0; t < T; t++) {
             float *kt = D->k[h].data + (size_t)t * d;
@@ -232,7 +233,8 @@ ttt_status ttt_benchmark_run(ttt_task_run *run, ttt_error *err) {
                     s = ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
                     break;
                 }
-                s = bench_data_make(D, H, T, d, gates, run->seed, err);
+                const int nl = L.levels > 1 ? L.levels : 1;
+                s = bench_data_make(D, H, T, d, nl, gates, run->seed, err);
                 double t1 = NAN; /* this (T, d, H) on one thread, when measured */
                 int done[TTT_BENCH_MAX_THREADS + 1] = {0};
                 for (int ni = 0; ni < bc->threads.n && s == TTT_OK; ni++) {
@@ -247,7 +249,7 @@ ttt_status ttt_benchmark_run(ttt_task_run *run, ttt_error *err) {
                     bench_thread th[TTT_BENCH_MAX_THREADS];
                     /* one call's temporaries: the layer's copies of o, q (scale), β and gates,
                      * plus the form's scratch; 2× for slack */
-                    const size_t block = (size_t)2 * sizeof(float) * ((size_t)T * (3 * d + 2) + 
+                    const size_t block = (size_t)2 * sizeof(float) * ((size_t)T * ((2 + nl) * d + 2) +
                                          (size_t)(L.chunk + 2 * d) * (L.chunk + 2 * d)) + (1 << 20);
                     for (int i = 0; i < used; i++) {
                         ttt_arena_init(&th[i].arena, block);

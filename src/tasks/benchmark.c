@@ -255,7 +255,9 @@ static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_n
         for (int t = 0; t < c->tokens.n; t++)
             for (int h = 0; h < c->heads.n; h++) {
                 const double T = (double)c->tokens.v[t], d = (double)c->head_dims.v[i];
-                const double per = 4.0 * T * d + T + (c->gates == 2 ? T * d : c->gates ? T : 0.0);
+                const double nl = c->layers[i].levels > 1 ? c->layers[i].levels : 1;
+                const double per =
+                    (3.0 + nl) * T * d + T + (c->gates == 2 ? T * d : c->gates ? T : 0.0);
                 const double bytes = 4.0 * per * (double)c->heads.v[h] +
                                      ttt_layer_state_bytes(&c->layers[i]) +
                                      ttt_layer_forward_bytes(&c->layers[i], (long)T);

@@ -280,7 +280,8 @@ def compare_kda(args, naive):
 # FLA's dplr_chunkwise (chunks of 32, float32; T a multiple of 32; NaN at -inf gates: shown, not
 # counted), ttt.dplr (float32, the C recurrent kernel and its chunkwise form at C = 32), against
 # FLA's recurrence and the float64
-# ttt.reference("rwkv7"). A b moved by 0.1 on one token must be seen.
+# ttt.reference("rwkv7"). A b moved by 0.1 on one token must be seen. Gradients: see
+# compare_rwkv7_grads.
 
 def load_dplr_naive(fla_root):
     path = os.path.join(fla_root, "fla", "ops", "generalized_delta_rule", "dplr", "naive.py")
@@ -317,6 +318,79 @@ def run_ttt_dplr(x, b=None, chunk=0):
                     _bthd(x["b"] if b is None else b), _bthd(x["gk"]),
                     initial_state=x["S0"].numpy(), chunk=chunk)
     return np.ascontiguousarray(o.transpose(0, 2, 1, 3)), S  # o back to (B, H, T, D)
+
+
+DPLR_NAMES = ("q", "k", "v", "a", "b", "gk", "S0")
+DPLR_TTT = {"q": "q", "k": "k", "v": "v", "a": "a", "b": "b", "gk": "log_w", "S0": "initial_state"}
+
+
+def compare_rwkv7_grads(naive, x, B, T, H, D, case, args):
+    """The gradients of sum(c_o * o) + sum(c_s * S) for all seven inputs: torch's autograd through
+    FLA's dplr_recurrence (float32) and through ttt.reference("rwkv7") (float64) against
+    ttt.dplr_backward (float32; the recurrence's backward and the chunkwise form's at C = 32), the
+    largest error over the seven inputs, each max|a - b| / max|b|. A gradient taken at a b moved
+    by 0.1 on one token must differ from FLA's by more than --tol."""
+    g = torch.Generator().manual_seed(args.seed + 7)
+    c_o = torch.randn(B, H, T, D, generator=g)
+    c_s = torch.randn(B, H, D, D, generator=g)
+    leaves = {n: x[n].clone().float().requires_grad_() for n in DPLR_NAMES}
+    o_f, S_f = naive.dplr_recurrence(leaves["q"], leaves["k"], leaves["v"], leaves["a"],
+                                     leaves["b"], leaves["gk"], initial_state=leaves["S0"])
+    g_fla = torch.autograd.grad((c_o * o_f).sum() + (c_s * S_f).sum(),
+                                [leaves[n] for n in DPLR_NAMES])
+    g_fla = dict(zip(DPLR_NAMES, (t.detach().numpy() for t in g_fla)))
+    # float64: the reference on (B, T, H, D) leaves, q scaled as FLA's naive scales it
+    l64 = {n: (x[n].double() if n == "S0" else x[n].double().transpose(1, 2).contiguous())
+           .requires_grad_() for n in DPLR_NAMES}
+    o64, S64 = ttt.reference("rwkv7", l64["q"] * D ** -0.5, l64["k"], l64["v"], a=l64["a"],
+                             b=l64["b"], log_alpha=l64["gk"], initial_state=l64["S0"],
+                             scale=1.0)
+    g64 = torch.autograd.grad((c_o.double().transpose(1, 2) * o64).sum()
+                              + (c_s.double() * S64).sum(), [l64[n] for n in DPLR_NAMES])
+    g64 = {n: (t.detach().numpy() if n == "S0" else t.detach().transpose(1, 2).numpy())
+           for n, t in zip(DPLR_NAMES, g64)}
+
+    def ttt_grads(chunk, b=None):
+        gr = ttt.dplr_backward(_bthd(c_o), _bthd(x["q"] * D ** -0.5), _bthd(x["k"]),
+                               _bthd(x["v"]), _bthd(x["a"]), _bthd(x["b"] if b is None else b),
+                               _bthd(x["gk"]), initial_state=x["S0"].numpy(),
+                               d_state=c_s.numpy(), chunk=chunk)
+        out = {}
+        for n in DPLR_NAMES:
+            t = gr[DPLR_TTT[n]]
+            out[n] = t if n == "S0" else t.transpose(0, 2, 1, 3)
+        out["q"] = out["q"] * D ** -0.5  # ttt's q is FLA's q times D^-1/2
+        return out
+
+    def worst(got, want):
+        errs = []
+        for n in DPLR_NAMES:
+            w = np.asarray(want[n], np.float64)
+            fin = np.isfinite(w)
+            errs.append((float(np.abs(np.asarray(got[n], np.float64)[fin] - w[fin]).max()
+                               / np.abs(w[fin]).max()), n))
+        return max(errs)
+
+    bad = 0
+    rows = [("FLA dplr_recurrence autograd (float32)", g_fla)]
+    for chunk in (0, 32):
+        rows.append(("ttt.dplr_backward (%s)" % ("recurrence" if not chunk else
+                                                 "chunkwise, C = 32"), ttt_grads(chunk)))
+    for name, gr in rows:
+        (ef, nf), (e64, n64) = worst(gr, g_fla), worst(gr, g64)
+        fail = not (ef <= args.tol and e64 <= args.tol)
+        bad += fail
+        print("| %d, %d, %d, %d | %s | gradients: %s | %.2e (d%s) | | %.2e (d%s) | |%s"
+              % (B, T, H, D, case, name, ef, nf, e64, n64, " FAIL" if fail else ""))
+    b = x["b"].clone()
+    b[0, 0, T // 2] = b[0, 0, T // 2] - 0.1 * x["a"][0, 0, T // 2]
+    ec, nc = worst(ttt_grads(32, b), g_fla)
+    seen = ec > args.tol
+    bad += not seen
+    print("| %d, %d, %d, %d | %s | gradients: ttt chunkwise, one token's alpha moved by 0.1 "
+          "(must differ) | %.2e (d%s) | | | |%s" % (B, T, H, D, case, ec, nc,
+                                                   "" if seen else " NOT SEEN"))
+    return bad
 
 
 def compare_rwkv7(args):
@@ -357,6 +431,7 @@ def compare_rwkv7(args):
                     note = " FAIL" if fail else ""
                 print("| %d, %d, %d, %d | %s | %s | %.2e | %.2e | %.2e | %.2e |%s"
                       % (B, T, H, D, case, name, *e, note))
+            bad += compare_rwkv7_grads(naive, x, B, T, H, D, case, args)
             b = x["b"].clone()
             b[0, 0, T // 2] = b[0, 0, T // 2] - 0.1 * x["a"][0, 0, T // 2]
             o_p, S_p = run_ttt_dplr(x, b)

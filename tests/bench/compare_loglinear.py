@@ -22,8 +22,8 @@ count), the same float32 inputs — q, k (unit rows for the delta rule), v, log 
 λ = softplus(·) (B, T, H, Λ), β = sigmoid (B, T, H) for the delta rule — go to
   * FLA's naive_log_linear_attn (log-linear Mamba-2, float32; no β, so ttt gets β = 1), and the
     authors' hattention_recurrent with HStruct.MAMBA2 and HStruct.GDELTA (float32);
-  * ttt.Layer(preset, levels=Λ, scale=1) with form recurrent, chunkwise (log-linear Mamba-2,
-    C = 16) and auto (float32), q given as the levels' queries λ^ℓ q side by side
+  * ttt.Layer(preset, levels=Λ, scale=1) with form recurrent, chunkwise (C = 16; for log-linear
+    Mamba-2 and Gated DeltaNet) and auto (float32), q given as the levels' queries λ^ℓ q side by side
     (B, T, H, Λ·D);
   * ttt.reference(preset) (the float64 Fenwick recurrence).
 Errors are max|a − b| / max|b| over the output o and, where the reference returns it, the final
@@ -163,7 +163,7 @@ def main():
                                                     htype=hat.HType.WEAK, hstruct=st)
                     refs.append(("authors' hattention_recurrent", o, S.states))
                 paths = []
-                for form in ("recurrent", "auto") if delta else ("recurrent", "chunkwise", "auto"):
+                for form in ("recurrent", "chunkwise", "auto"):
                     L = ttt.Layer(preset, levels=nl, scale=1.0, form=form)
                     o, S = L.forward(qq.numpy(), k.numpy(), x["v"].numpy(), beta=beta.numpy(),
                                      log_alpha=x["g"].numpy())

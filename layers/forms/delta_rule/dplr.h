@@ -48,11 +48,33 @@ void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, flo
                                  const float *log_w, const float *S0s, int T, int d_k, int d_v,
                                  int C, float *ws);
 
+/* Doubles of workspace ttt_dplr_chunkwise_backward takes for chunks of C tokens. */
+size_t ttt_dplr_chunkwise_backward_ws(int C, int d_k, int d_v);
+
+/* The chunkwise backward (dplr_chunk.c, docs/math.md "RWKV-7", "The chunkwise backward"): the
+ * same contract as ttt_dplr_recurrent_backward (T contiguous tokens; dS ∂L/∂S_T in, ∂L/∂S_0
+ * out; gradients ADDED, any may be NULL; S0s the state at each chunk's start), computed chunk by
+ * chunk in float64 from the chunk's pair matrices instead of token by token; ws has
+ * ttt_dplr_chunkwise_backward_ws doubles. A reset's log w (below TTT_GATE_RESET) gets 0. */
+void ttt_dplr_chunkwise_backward(float *gq, float *gk, float *gv, float *ga, float *gb,
+                                 float *glw, float *dS, const float *dO, const float *q,
+                                 const float *k, const float *v, const float *a, const float *b,
+                                 const float *log_w, const float *S0s, int T, int d_k, int d_v,
+                                 int C, double *ws);
+
 /* Under a tape: q, k, a, b (T, d_k), v (T, d_v), log_w (T, d_k) or NULL, S0 (d_k·d_v
  * elements); returns O (T, d_v) and the final state *S_out (d_k, d_v), with gradients to every
  * input that requires one. The forward saves the state every `chunk` tokens; the backward
  * recomputes one chunk's states at a time from it. */
 ttt_tensor *ttt_dplr_recurrent_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                  const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
+                                  const ttt_tensor *b, const ttt_tensor *log_w,
+                                  const ttt_tensor *S0, int chunk);
+
+/* The same op in the chunkwise form: the forward of ttt_dplr_chunkwise_ld in chunks of `chunk`
+ * tokens (saving each chunk's start state) and ttt_dplr_chunkwise_backward; its scratch comes
+ * from ctx's arena (asserts on exhaustion, as the tape's own allocations). */
+ttt_tensor *ttt_dplr_chunkwise_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
                                   const ttt_tensor *b, const ttt_tensor *log_w,
                                   const ttt_tensor *S0, int chunk);

@@ -1,4 +1,5 @@
-/* Log-linear Mamba-2 in chunks (docs/math.md §4.8 "Forms"): the linear-attention tuple with
+/* Log-linear attention in chunks (docs/math.md §4.8 "Forms"). Log-linear Mamba-2 here: the
+ * linear-attention tuple with
  * Λ = ttt_layer.levels > 1 Fenwick levels, chunks of C = 2^c tokens aligned to absolute
  * positions, C the largest power of two ≤ layer.chunk (the paper's chunked algorithm). For token t = P + i of the chunk starting at P and
  * a token j < P, t xor j has its highest bit at c or above, so every token of the chunk reads the
@@ -15,14 +16,17 @@
  * O(T·C·d + T·Λ·d²/C·…) work; the same state, token for token, as the recurrent form
  * (recurrent.c), which computes the chunks this one does not: the tokens before the first
  * aligned chunk of a call, and any chunk whose start leaves levels 0 … c non-empty (a state
- * given from outside at a position that is not a chunk start). Under a tape the recurrent form's
- * custom op runs (its backward is written by hand). */
+ * given from outside at a position that is not a chunk start). The log-linear (gated) delta
+ * rule's chunks are chunkwise_delta.c's, on the same chunks and schedule, with a chunked
+ * backward under a tape; log-linear Mamba-2 under a tape runs the recurrent form's custom op
+ * (its backward is written by hand). */
 #include <math.h>
 #include <string.h>
 
 #include "composed.h"
 #include "fused_grad.h"
 #include "kernels.h"
+#include "loglinear.h"
 
 extern const ttt_form_entry ttt_form_loglinear_recurrent;
 
@@ -36,27 +40,12 @@ static int chunk_bits(int chunk) {
     return c;
 }
 
+/* The recurrent form's tuples (linear attention and the delta rule, recurrent.c). */
 static const char *llc_available(const ttt_layer *L, const ttt_form_inputs *in) {
-    const char *why = ttt_form_loglinear_recurrent.available(L, in);
-    if (why) return why;
-    if (!ttt_layer_is_linear_attention(L))
-        return "the chunked log-linear form computes linear attention (log-linear Mamba-2); "
-               "the log-linear delta rule runs form: recurrent";
-    return NULL;
+    return ttt_form_loglinear_recurrent.available(L, in);
 }
 
-static int merge_target(long p, int nl) {
-    if (p <= 0 || nl <= 1) return 0;
-    int tz = 0;
-    while (!((p >> tz) & 1)) tz++;
-    return tz + 1 < nl - 1 ? tz + 1 : nl - 1;
-}
-
-static int bitlen(unsigned x) {
-    int b = 0;
-    while (x) b++, x >>= 1;
-    return b;
-}
+static int merge_target(long p, int nl) { return ttt_ll_merge_target(p, nl); }
 
 /* One token of the recurrence (recurrent.c's arithmetic without its pending decays: the chunks
  * this form leaves to it are few): merge, α S + β kᵀ v on level 0, α S elsewhere, read-out. */
@@ -109,8 +98,7 @@ static void llc_chunk(float *o, float *S, const float *q, const float *k, const 
     for (int i = 0; i < n; i++) {
         float *Ai = w->A + (size_t)i * n;
         for (int j = 0; j <= i; j++) {
-            int l = bitlen((unsigned)(i ^ j));
-            if (l > nl - 1) l = nl - 1;
+            const int l = ttt_ll_level(i, j, nl);
             const float *qi = q + ((size_t)i * nl + l) * d_k, *kj = k + (size_t)j * d_k;
             float s = 0.0f;
             for (int x = 0; x < d_k; x++) s += qi[x] * kj[x];
@@ -143,8 +131,7 @@ static void llc_chunk(float *o, float *S, const float *q, const float *k, const 
     for (int l = 0; l < lo; l++) {
         int any = 0;
         for (int j = 0; j < n; j++) {
-            int lj = bitlen((unsigned)((n - 1) ^ j));
-            if (lj > nl - 1) lj = nl - 1;
+            const int lj = ttt_ll_level(n - 1, j, nl);
             const float f = lj == l ? (beta ? beta[j] : 1.0f) * (float)exp(w->G[n - 1] - w->G[j])
                                     : 0.0f;
             any |= f != 0.0f;
@@ -194,6 +181,8 @@ static int low_levels_empty(const float *S, int c, int nl, size_t dkv) {
 static ttt_status llc_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                               ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
     (void)err;
+    if (!ttt_layer_is_linear_attention(L)) /* the delta rule */
+        return ttt_loglinear_delta_chunkwise(ctx, L, o, st, a, chunk_bits(L->chunk));
     const int T = TTT_ROWS(a->q), d_k = TTT_COLS(a->k), d_v = TTT_COLS(a->v), nl = n_lev(L);
     const int c = chunk_bits(L->chunk), C = 1 << c;
     const size_t dkv = (size_t)d_k * d_v;
@@ -240,6 +229,8 @@ static ttt_status llc_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
 }
 
 static double llc_scratch_bytes(const ttt_layer *L, long T) {
+    if (!ttt_layer_is_linear_attention(L))
+        return ttt_loglinear_delta_chunkwise_scratch(L, T, 1 << chunk_bits(L->chunk));
     const double C = 1 << chunk_bits(L->chunk);
     /* β (T), G (C doubles), the scores (C²), e^G (C), the weighted keys (C·d_k), the pending
      * decays (Λ doubles), the scaled queries (C·Λ·d_k), with 128 floats for the headers and the
@@ -251,24 +242,49 @@ static double llc_scratch_bytes(const ttt_layer *L, long T) {
 
 static double llc_flops(const ttt_layer *L, long T) {
     const double C = 1 << chunk_bits(L->chunk), nl = n_lev(L), dk = L->d_k, dv = L->d_v;
+    if (!ttt_layer_is_linear_attention(L)) {
+        /* per token, chunkwise_delta.c: L and T (C d_k + C²/3), the pair products q^ℓ kᵀ of
+         * every level (2 Λ C d_k) and the coefficients (C²), M V (C d_v); per level above c
+         * K S, T R, A E, Kwᵀ E (6 d_k d_v + 4 C d_v), the read e^G q S (2 d_k d_v); the low
+         * levels' end states (≤ 4 d_k d_v over all of them, their runs sum to < 2C rows) */
+        const double c = chunk_bits(L->chunk), hi = nl - c - 1 > 0 ? nl - c - 1 : 0;
+        return (double)T * (C * dk + C * C / 3 + 2 * nl * C * dk + C * C + 2 * C * dv +
+                            hi * (8 * dk * dv + 4 * C * dv) + 4 * dk * dv);
+    }
     /* per token: the masked scores (C/2 · 2 d_k), their product with V (C d_v), the inter-chunk
      * read-out (2 Λ d_k d_v), the state update (2 d_k d_v per low level, per chunk token) */
     return (double)T * (C * dk + C * dv + 2.0 * nl * dk * dv + 2.0 * dk * dv);
 }
 
+/* Under a tape: the log-linear delta rule's chunked op with its hand-written backward
+ * (chunkwise_delta.c) where it fits the call, else (and for log-linear Mamba-2) the recurrent
+ * form's custom op. */
 static ttt_status llc_forward_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                    ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
+    const int T = TTT_ROWS(a->q), c = chunk_bits(L->chunk);
+    if (!ttt_layer_is_linear_attention(L) &&
+        ttt_loglinear_delta_chunk_op_fits(L, st->W[0], st->pos, T, c)) {
+        const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
+        ttt_tensor *S = NULL;
+        ttt_tensor *O = ttt_loglinear_delta_chunk_op(ctx, &S, L, a->q, a->k, a->v, beta,
+                                                     a->log_alpha, st->W[0], st->pos, c);
+        ttt_form_diff_output(ctx, o, O);
+        ttt_form_set_state(ctx, &st->W[0], S);
+        return TTT_OK;
+    }
     return ttt_form_loglinear_recurrent.forward_diff(ctx, L, o, st, a, err);
 }
 
 const ttt_form_entry ttt_form_loglinear_chunkwise = {
     .family = "loglinear",
     .form = "chunkwise",
-    .help = "log-linear Mamba-2 in chunks (the largest power of two <= layer.chunk): the "
-            "hierarchical mask within a chunk, the Fenwick tree of chunk states across them "
-            "(docs/math.md 4.8)",
-    /* over the recurrent form's 10: 0.19M against 0.11M tokens/s at T = 4096, d = 64, Λ = 13
-     * (docs/math.md §4.8); under a tape both run the recurrent custom op */
+    .help = "log-linear attention (Mamba-2, gated DeltaNet) in chunks (the largest power of two "
+            "<= layer.chunk): the hierarchical mask within a chunk, the Fenwick tree of chunk "
+            "states across them (docs/math.md 4.8)",
+    /* over the recurrent form's 10 (docs/math.md §4.8, T = 4096, d = 64, Λ = 13): log-linear
+     * Mamba-2 0.19M against 0.11M tokens/s, log-linear Gated DeltaNet 125K against 24K – 32K;
+     * under a tape the Gated DeltaNet's chunked op takes a training step in a fifth of the
+     * recurrent op's time, and Mamba-2 runs the recurrent custom op */
     .auto_rank = 12,
     .chunked = 1,
     .levels = 1,
