@@ -19,6 +19,8 @@ TTT_FORM_ENTRY(delta_product, chunkwise)
 TTT_FORM_ENTRY(kda, chunkwise)
 TTT_FORM_ENTRY(loglinear, recurrent)
 TTT_FORM_ENTRY(loglinear, chunkwise)
+TTT_FORM_ENTRY(mesa_net, recurrent)
+TTT_FORM_ENTRY(mesa_net, cg)
 #ifdef TTT_HAVE_CUDA
 TTT_FORM_ENTRY(linear_attention, cuda)
 TTT_FORM_ENTRY(delta_rule, cuda)

@@ -1,0 +1,128 @@
+/* A float64 MesaNet written from docs/math.md §3.11, shared by tests/test_mesa_net.c and
+ * tests/test_hard_inputs.c: per token
+ *     H_t = γ_t H_{t−1} + β_t k_tᵀ k_t,  G_t = γ_t G_{t−1} + β_t k_tᵀ v_t,
+ *     x_t = (H_t + λI)⁻ᵀ q_t (Gauss–Jordan with partial pivoting, double),  o_t = x_tᵀ G_t
+ *     (= q_t W_t; the transpose matters only for a state H that is not symmetric),
+ * the final weights W_T = (H_T + λI)⁻¹ G_T, and per token the 1-norm condition number
+ * κ_t = ‖A_t‖₁ ‖A_t⁻¹‖₁ of A_t = H_t + λI (an upper bound of its 2-norm condition number for a
+ * symmetric A: ‖A‖₂ ≤ ‖A‖₁ then, and the same for A⁻¹). With cg > 0, x_t is instead the
+ * iterate of cg conjugate-gradient steps from 0, in double. Header-only: static functions. */
+#ifndef TTT_TEST_MESA_REF_H
+#define TTT_TEST_MESA_REF_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MESA_REF_DMAX 32
+
+/* Ainv = A⁻¹ (n ≤ MESA_REF_DMAX) by Gauss–Jordan with partial pivoting; returns 0 if singular. */
+static int mesa_ref_inverse(const double *A, double *Ainv, int n) {
+    double M[MESA_REF_DMAX][2 * MESA_REF_DMAX];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < 2 * n; j++) M[i][j] = j < n ? A[i * n + j] : (j - n == i);
+    for (int c = 0; c < n; c++) {
+        int p = c;
+        for (int r = c + 1; r < n; r++)
+            if (fabs(M[r][c]) > fabs(M[p][c])) p = r;
+        if (M[p][c] == 0.0) return 0;
+        for (int j = 0; j < 2 * n; j++) {
+            const double t = M[c][j];
+            M[c][j] = M[p][j], M[p][j] = t;
+        }
+        const double inv = 1.0 / M[c][c];
+        for (int j = 0; j < 2 * n; j++) M[c][j] *= inv;
+        for (int r = 0; r < n; r++) {
+            if (r == c || M[r][c] == 0.0) continue;
+            const double l = M[r][c];
+            for (int j = 0; j < 2 * n; j++) M[r][j] -= l * M[c][j];
+        }
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) Ainv[i * n + j] = M[i][n + j];
+    return 1;
+}
+
+static double mesa_ref_norm1(const double *A, int n) {
+    double m = 0;
+    for (int j = 0; j < n; j++) {
+        double s = 0;
+        for (int i = 0; i < n; i++) s += fabs(A[i * n + j]);
+        m = fmax(m, s);
+    }
+    return m;
+}
+
+/* x = cg steps of conjugate gradients on A x = b from 0 (stopping when the residual is 0). */
+static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int cg) {
+    double r[MESA_REF_DMAX], p[MESA_REF_DMAX], Ap[MESA_REF_DMAX], delta = 0;
+    for (int i = 0; i < n; i++) x[i] = 0, r[i] = p[i] = b[i], delta += b[i] * b[i];
+    for (int s = 0; s < cg && delta > 0; s++) {
+        double pAp = 0;
+        for (int i = 0; i < n; i++) {
+            double acc = 0;
+            for (int j = 0; j < n; j++) acc += A[i * n + j] * p[j];
+            Ap[i] = acc, pAp += p[i] * acc;
+        }
+        if (!(pAp > 0)) break;
+        const double alpha = delta / pAp;
+        double dn = 0;
+        for (int i = 0; i < n; i++) x[i] += alpha * p[i], r[i] -= alpha * Ap[i], dn += r[i] * r[i];
+        for (int i = 0; i < n; i++) p[i] = r[i] + dn / delta * p[i];
+        delta = dn;
+    }
+}
+
+/* The layer over T tokens: q, k (T, dk), v (T, dv), beta (T) or NULL (= 1), la (T) log γ or
+ * NULL; H (dk, dk), G (dk, dv) in/out (double); o (T, dv) and W (dk, dv) out; kappa (T) or NULL;
+ * x_out (T, dk) or NULL. Inputs are float (what the forms receive) read as doubles. Returns 0
+ * if a matrix was singular. */
+static int mesa_ref(const float *q, const float *k, const float *v, const float *beta,
+                    const float *la, int T, int dk, int dv, double lam, int cg, double *H,
+                    double *G, double *o, double *W, double *kappa, double *x_out) {
+    double A[MESA_REF_DMAX * MESA_REF_DMAX], Ai[MESA_REF_DMAX * MESA_REF_DMAX];
+    double x[MESA_REF_DMAX], qd[MESA_REF_DMAX];
+    if (dk > MESA_REF_DMAX) return 0;
+    for (int t = 0; t < T; t++) {
+        const double a = la ? exp((double)la[t]) : 1.0, b = beta ? beta[t] : 1.0;
+        const float *kt = k + (size_t)t * dk, *vt = v + (size_t)t * dv;
+        for (int i = 0; i < dk; i++) {
+            for (int j = 0; j < dk; j++)
+                H[i * dk + j] = a * H[i * dk + j] + b * (double)kt[i] * kt[j];
+            for (int j = 0; j < dv; j++)
+                G[i * dv + j] = a * G[i * dv + j] + b * (double)kt[i] * vt[j];
+        }
+        for (int i = 0; i < dk * dk; i++) A[i] = H[i];
+        for (int i = 0; i < dk; i++) A[i * dk + i] += lam;
+        if (!mesa_ref_inverse(A, Ai, dk)) return 0;
+        if (kappa) kappa[t] = mesa_ref_norm1(A, dk) * mesa_ref_norm1(Ai, dk);
+        for (int i = 0; i < dk; i++) qd[i] = q[(size_t)t * dk + i];
+        if (cg > 0)
+            mesa_ref_cg(A, qd, x, dk, cg);
+        else
+            for (int i = 0; i < dk; i++) {
+                double s = 0;
+                for (int j = 0; j < dk; j++) s += Ai[j * dk + i] * qd[j]; /* A⁻ᵀ q */
+                x[i] = s;
+            }
+        if (x_out)
+            for (int i = 0; i < dk; i++) x_out[(size_t)t * dk + i] = x[i];
+        for (int j = 0; j < dv; j++) {
+            double s = 0;
+            for (int i = 0; i < dk; i++) s += x[i] * G[i * dv + j];
+            o[(size_t)t * dv + j] = s;
+        }
+    }
+    for (int i = 0; i < dk * dk; i++) A[i] = H[i];
+    for (int i = 0; i < dk; i++) A[i * dk + i] += lam;
+    if (!mesa_ref_inverse(A, Ai, dk)) return 0;
+    for (int i = 0; i < dk; i++)
+        for (int j = 0; j < dv; j++) {
+            double s = 0;
+            for (int c = 0; c < dk; c++) s += Ai[i * dk + c] * G[c * dv + j];
+            W[i * dv + j] = s;
+        }
+    return 1;
+}
+
+#endif
