@@ -74,12 +74,13 @@ static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int 
 }
 
 /* The layer over T tokens: q, k (T, dk), v (T, dv), beta (T) or NULL (= 1), la (T) log γ or
- * NULL; H (dk, dk), G (dk, dv) in/out (double); o (T, dv) and W (dk, dv) out; kappa (T) or NULL;
- * x_out (T, dk) or NULL. Inputs are float (what the forms receive) read as doubles. Returns 0
+ * NULL; H (dk, dk), G (dk, dv) in/out (double); o (T, dv) and W (dk, dv) out; kappa (T), x_out
+ * (T, dk) and G_all (T, dk·dv, every G_t) or NULL. Inputs are float (what the forms receive) read as doubles. Returns 0
  * if a matrix was singular. */
 static int mesa_ref(const float *q, const float *k, const float *v, const float *beta,
                     const float *la, int T, int dk, int dv, double lam, int cg, double *H,
-                    double *G, double *o, double *W, double *kappa, double *x_out) {
+                    double *G, double *o, double *W, double *kappa, double *x_out,
+                    double *G_all) {
     double A[MESA_REF_DMAX * MESA_REF_DMAX], Ai[MESA_REF_DMAX * MESA_REF_DMAX];
     double x[MESA_REF_DMAX], qd[MESA_REF_DMAX];
     if (dk > MESA_REF_DMAX) return 0;
@@ -107,6 +108,7 @@ static int mesa_ref(const float *q, const float *k, const float *v, const float 
             }
         if (x_out)
             for (int i = 0; i < dk; i++) x_out[(size_t)t * dk + i] = x[i];
+        if (G_all) memcpy(G_all + (size_t)t * dk * dv, G, sizeof(double) * (size_t)dk * dv);
         for (int j = 0; j < dv; j++) {
             double s = 0;
             for (int i = 0; i < dk; i++) s += x[i] * G[i * dv + j];
@@ -123,6 +125,39 @@ static int mesa_ref(const float *q, const float *k, const float *v, const float 
             W[i * dv + j] = s;
         }
     return 1;
+}
+
+/* The largest ratio over tokens of |o_t − o*_t|_∞ to the bound of a float32 evaluation
+ * (tests/test_mesa_net.c derives it):
+ *     c·ε·(1 + κ_t·√(t+1))·‖x*_t‖₁·max|G*_t|   (c = 3, ε = 2^-24),
+ * plus, for k > 0 CG steps from 0, CG's 2√κ_t ρ_t^k ‖x*_t‖₂ ‖G*_t‖_F, ρ = (√κ − 1)/(√κ + 1).
+ * got (T, dv) float; want (T, dv) the float64 layer measured against; kappa, x, G_all those of
+ * the exact float64 layer (mesa_ref with cg = 0). */
+static double mesa_ref_ratio(const float *got, const double *want, const double *kappa,
+                             const double *x, const double *G_all, int T, int dk, int dv, int k) {
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        const double kap = kappa[t];
+        double x1 = 0, x2 = 0, gmax = 0, gf = 0;
+        for (int i = 0; i < dk; i++) {
+            const double xi = x[(size_t)t * dk + i];
+            x1 += fabs(xi), x2 += xi * xi;
+        }
+        for (int i = 0; i < dk * dv; i++) {
+            const double g = G_all[(size_t)t * dk * dv + i];
+            gmax = fmax(gmax, fabs(g)), gf += g * g;
+        }
+        double bound = 3.0 * 0x1p-24 * (1 + kap * sqrt(t + 1.0)) * x1 * gmax;
+        if (k > 0) {
+            const double rho = (sqrt(kap) - 1) / (sqrt(kap) + 1);
+            bound += 2 * sqrt(kap) * pow(rho, k) * sqrt(x2) * sqrt(gf);
+        }
+        double err = 0;
+        for (int j = 0; j < dv; j++)
+            err = fmax(err, fabs((double)got[(size_t)t * dv + j] - want[(size_t)t * dv + j]));
+        if (bound > 0 || err > 0) worst = fmax(worst, bound > 0 ? err / bound : INFINITY);
+    }
+    return worst;
 }
 
 #endif

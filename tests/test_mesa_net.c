@@ -57,12 +57,10 @@ static inputs make_inputs(tu_fixture *f, int T, int gates) {
     return in;
 }
 
-static void build(ttt_layer *L, double lam, int cg, const char *form) {
+static void build_opt(ttt_layer *L, const char *optimizer, const char *form) {
     char text[256];
     snprintf(text, sizeof text,
-             "layer: {model: linear, loss: squared, optimizer: {name: mesa, lambda: %g, "
-             "cg_steps: %d}, form: %s}\n",
-             lam, cg, form);
+             "layer: {model: linear, loss: squared, optimizer: %s, form: %s}\n", optimizer, form);
     ttt_cfg_node *root = NULL;
     ttt_error err = {0};
     ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
@@ -70,6 +68,12 @@ static void build(ttt_layer *L, double lam, int cg, const char *form) {
                       TTT_OK,
                   "%s", err.msg);
     ttt_cfg_free(root);
+}
+
+static void build(ttt_layer *L, double lam, int cg, const char *form) {
+    char opt[128];
+    snprintf(opt, sizeof opt, "{name: mesa, lambda: %g, cg_steps: %d}", lam, cg);
+    build_opt(L, opt, form);
 }
 
 static ttt_tensor *tensor_of(ttt_ctx *c, const float *x, int r, int cols) {
@@ -92,6 +96,7 @@ static void run_form(const ttt_layer *L, const inputs *in, float *o, float *H, f
     ck_assert_msg(e, "%s", err.msg);
     ttt_layer_state st;
     ttt_layer_state_init(&f.ctx, L, &st, &f.rng);
+    ttt_tensor_fill(st.W[0], 0.0f); /* the ridge's prior (rls reads it; mesa solves afresh) */
     ttt_tensor *ot = ttt_tensor_2d(&f.ctx, T, DV);
     const ttt_form_args a = {.q = tensor_of(&f.ctx, in->q, T, DK),
                              .k = tensor_of(&f.ctx, in->k, T, DK),
@@ -101,8 +106,8 @@ static void run_form(const ttt_layer *L, const inputs *in, float *o, float *H, f
                              .fused = 1};
     ck_assert_msg(e->forward(&f.ctx, L, ot, &st, &a, &err) == TTT_OK, "%s", err.msg);
     memcpy(o, ot->data, sizeof(float) * (size_t)T * DV);
-    memcpy(H, st.opt[0][0]->data, sizeof(float) * DK * DK);
-    memcpy(G, st.opt[0][1]->data, sizeof(float) * DK * DV);
+    if (H) memcpy(H, st.opt[0][0]->data, sizeof(float) * DK * DK);
+    if (G) memcpy(G, st.opt[0][1]->data, sizeof(float) * DK * DV);
     memcpy(W, st.W[0]->data, sizeof(float) * DK * DV);
     tu_fx_free(&f);
 }
@@ -124,18 +129,9 @@ static truth make_truth(const inputs *in, double lam, int cg, int eta_at, float 
     float *eta = malloc(sizeof(float) * (size_t)T);
     memcpy(eta, in->eta, sizeof(float) * (size_t)T);
     if (eta_at >= 0) eta[eta_at] = eta_to;
-    /* token by token, to keep each G_t */
-    double *o1 = malloc(sizeof(double) * DV), x1[DK], W1[DK * DV];
-    for (int t = 0; t < T; t++) {
-        ck_assert(mesa_ref(in->q + (size_t)t * DK, in->k + (size_t)t * DK,
-                           in->v + (size_t)t * DV, eta + t, in->la ? in->la + t : NULL, 1, DK, DV,
-                           lam, cg, r.H, r.G, o1, W1, r.kappa + t, x1));
-        memcpy(r.o + (size_t)t * DV, o1, sizeof(double) * DV);
-        memcpy(r.x + (size_t)t * DK, x1, sizeof(double) * DK);
-        memcpy(r.G_all + (size_t)t * DK * DV, r.G, sizeof(double) * DK * DV);
-        if (t == T - 1) memcpy(r.W, W1, sizeof r.W);
-    }
-    free(o1), free(eta);
+    ck_assert(mesa_ref(in->q, in->k, in->v, eta, in->la, T, DK, DV, lam, cg, r.H, r.G, r.o, r.W,
+                       r.kappa, r.x, r.G_all));
+    free(eta);
     return r;
 }
 
@@ -145,27 +141,7 @@ static void truth_free(truth *r) { free(r->o), free(r->x), free(r->kappa), free(
  * (0: an exact solve, no CG term); got (T, DV) float, want the float64 layer it is measured
  * against, ex the exact float64 layer whose κ_t, x*_t, G_t give the bound. */
 static double worst_ratio(const float *got, const double *want, const truth *ex, int T, int k) {
-    double worst = 0;
-    for (int t = 0; t < T; t++) {
-        const double kap = ex->kappa[t];
-        double x1 = 0, x2 = 0, gmax = 0, gf = 0;
-        for (int i = 0; i < DK; i++)
-            x1 += fabs(ex->x[(size_t)t * DK + i]), x2 += ex->x[(size_t)t * DK + i] * ex->x[(size_t)t * DK + i];
-        for (int i = 0; i < DK * DV; i++) {
-            const double g = ex->G_all[(size_t)t * DK * DV + i];
-            gmax = fmax(gmax, fabs(g)), gf += g * g;
-        }
-        double bound = C_WALK * EPS * (1 + kap * sqrt(t + 1.0)) * x1 * gmax;
-        if (k > 0) {
-            const double rho = (sqrt(kap) - 1) / (sqrt(kap) + 1);
-            bound += 2 * sqrt(kap) * pow(rho, k) * sqrt(x2) * sqrt(gf);
-        }
-        double err = 0;
-        for (int j = 0; j < DV; j++)
-            err = fmax(err, fabs((double)got[(size_t)t * DV + j] - want[(size_t)t * DV + j]));
-        worst = fmax(worst, err / bound);
-    }
-    return worst;
+    return mesa_ref_ratio(got, want, ex->kappa, ex->x, ex->G_all, T, DK, DV, k);
 }
 
 static double max_rel(const float *got, const double *want, int n) {
@@ -253,6 +229,38 @@ START_TEST(cg_form_within_its_bound) {
     }
     truth_free(&ex);
     tu_fx_free(&f);
+}
+END_TEST
+
+/* Recursive least squares (optim/rls.c, docs/math.md §3.9) minimizes the same sum with its
+ * regularizer forgotten along with the data: without gates the two are the same ridge solution
+ * (rls by Sherman–Morrison from W_0 = 0, P_0 = I/λ; the recurrent form by a solve per token),
+ * so rls is within the exact forms' bound of the float64 MesaNet; with gates its λ decays and
+ * it must be rejected (the difference docs/math.md §3.11 states). */
+START_TEST(rls_agrees_without_forgetting) {
+    for (int gates = 0; gates < 2; gates++) {
+        tu_fixture f;
+        tu_fx_init(&f, 71 + gates);
+        const int T = 200;
+        const inputs in = make_inputs(&f, T, gates);
+        truth ex = make_truth(&in, 0.5, 0, -1, 0);
+        ttt_layer L;
+        build_opt(&L, "{name: rls, lambda: 0.5}", "generic");
+        float *o = malloc(sizeof(float) * T * DV), W[DK * DV];
+        run_form(&L, &in, o, NULL, NULL, W);
+        const double r = worst_ratio(o, ex.o, &ex, T, 0);
+        printf("rls against the float64 MesaNet, gates %d: %.3g of the bound\n", gates, r);
+        if (!gates) {
+            TU_ASSERT_LE(r, 1.0, "rls without forgetting is not MesaNet's ridge (%.3f)", r);
+            TU_ASSERT_LE(max_rel(W, ex.W, DK * DV),
+                         C_WALK * EPS * sqrt((double)T) * ex.kappa[T - 1], "rls: final W");
+        } else {
+            ck_assert_msg(r > 1.0, "rls with gates passes as MesaNet (%.3f)", r);
+        }
+        free(o);
+        truth_free(&ex);
+        tu_fx_free(&f);
+    }
 }
 END_TEST
 
@@ -499,6 +507,7 @@ static Suite *mesa_suite(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, exact_forms_match_float64);
     tcase_add_test(tc, cg_form_within_its_bound);
+    tcase_add_test(tc, rls_agrees_without_forgetting);
     tcase_add_test(tc, state_carries_across_calls);
     tcase_add_test(tc, gradients_match_finite_differences);
     tcase_add_test(tc, refusals_say_why);
