@@ -75,17 +75,23 @@ static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int 
 
 /* The layer over T tokens: q, k (T, dk), v (T, dv), beta (T) or NULL (= 1), la (T) log γ or
  * NULL; H (dk, dk), G (dk, dv) in/out (double); o (T, dv) and W (dk, dv) out; kappa (T), x_out
- * (T, dk) and G_all (T, dk·dv, every G_t) or NULL. Inputs are float (what the forms receive) read as doubles. Returns 0
+ * (T, dk), G_all (T, dk·dv, every G_t) and walk (T) or NULL. walk_t = 1 + γ_t² walk_{t−1}: the
+ * variance, in units of one rounding's, of a float32 state entry's accumulated rounding error
+ * when every step adds one independent rounding and the gates scale the earlier ones (≤ t + 1;
+ * a window of ~1/(1 − γ²) tokens under a constant gate). Inputs are float (what the forms receive) read as doubles. Returns 0
  * if a matrix was singular. */
 static int mesa_ref(const float *q, const float *k, const float *v, const float *beta,
                     const float *la, int T, int dk, int dv, double lam, int cg, double *H,
                     double *G, double *o, double *W, double *kappa, double *x_out,
-                    double *G_all) {
+                    double *G_all, double *walk) {
     double A[MESA_REF_DMAX * MESA_REF_DMAX], Ai[MESA_REF_DMAX * MESA_REF_DMAX];
     double x[MESA_REF_DMAX], qd[MESA_REF_DMAX];
     if (dk > MESA_REF_DMAX) return 0;
+    double n_eff = 0;
     for (int t = 0; t < T; t++) {
         const double a = la ? exp((double)la[t]) : 1.0, b = beta ? beta[t] : 1.0;
+        n_eff = 1 + a * a * n_eff;
+        if (walk) walk[t] = n_eff;
         const float *kt = k + (size_t)t * dk, *vt = v + (size_t)t * dv;
         for (int i = 0; i < dk; i++) {
             for (int j = 0; j < dk; j++)
@@ -129,12 +135,13 @@ static int mesa_ref(const float *q, const float *k, const float *v, const float 
 
 /* The largest ratio over tokens of |o_t − o*_t|_∞ to the bound of a float32 evaluation
  * (tests/test_mesa_net.c derives it):
- *     c·ε·(1 + κ_t·√(t+1))·‖x*_t‖₁·max|G*_t|   (c = 3, ε = 2^-24),
+ *     c·ε·(1 + κ_t·√walk_t)·‖x*_t‖₁·max|G*_t|   (c = 3, ε = 2^-24; walk_t ≤ t + 1 above),
  * plus, for k > 0 CG steps from 0, CG's 2√κ_t ρ_t^k ‖x*_t‖₂ ‖G*_t‖_F, ρ = (√κ − 1)/(√κ + 1).
  * got (T, dv) float; want (T, dv) the float64 layer measured against; kappa, x, G_all those of
- * the exact float64 layer (mesa_ref with cg = 0). */
+ * the exact float64 layer (mesa_ref with cg = 0), walk its walk. */
 static double mesa_ref_ratio(const float *got, const double *want, const double *kappa,
-                             const double *x, const double *G_all, int T, int dk, int dv, int k) {
+                             const double *x, const double *G_all, const double *walk, int T,
+                             int dk, int dv, int k) {
     double worst = 0;
     for (int t = 0; t < T; t++) {
         const double kap = kappa[t];
@@ -147,7 +154,7 @@ static double mesa_ref_ratio(const float *got, const double *want, const double 
             const double g = G_all[(size_t)t * dk * dv + i];
             gmax = fmax(gmax, fabs(g)), gf += g * g;
         }
-        double bound = 3.0 * 0x1p-24 * (1 + kap * sqrt(t + 1.0)) * x1 * gmax;
+        double bound = 3.0 * 0x1p-24 * (1 + kap * sqrt(walk[t])) * x1 * gmax;
         if (k > 0) {
             const double rho = (sqrt(kap) - 1) / (sqrt(kap) + 1);
             bound += 2 * sqrt(kap) * pow(rho, k) * sqrt(x2) * sqrt(gf);

@@ -6,11 +6,12 @@
  *
  * Tolerance of an exact solve (recurrent form, generic driver), per token t and derived from the
  * float32 evaluation: H_t and G_t are float32 sums whose entries carry a walk of roundings,
- * ≤ c·ε·√(t+1) relative to their scale (γ ≤ 1 keeps the recurrence non-expansive); a relative
+ * ≤ c·ε·√w_t relative to their scale, w_t = 1 + γ_t² w_{t−1} ≤ t + 1 (each step adds one
+ * rounding, the gates scale the earlier ones; tests/mesa_ref.h); a relative
  * change δ of A_t = H_t + λI moves x_t = A_t⁻¹q_t by at most κ_t·δ relative (κ_t the float64
  * condition number of A_t in the 1-norm, an upper bound of the 2-norm one); the solve itself is
  * in double and the read-out rounds once. So
- *     |o_t − o*_t|_∞ ≤ c·ε·(1 + κ_t·√(t+1))·‖x*_t‖₁·max|G*_t|,   ε = 2^-24, c = 3
+ *     |o_t − o*_t|_∞ ≤ c·ε·(1 + κ_t·√w_t)·‖x*_t‖₁·max|G*_t|,   ε = 2^-24, c = 3
  * (‖x‖₁ max|G| bounds every |o_tj| before cancellation; c = 3: the walk's 3σ).
  * The cg form adds CG's own error, the classical bound for k steps from 0,
  *     ‖x_k − x*‖₂ ≤ 2√κ ρ^k ‖x*‖₂,   ρ = (√κ − 1)/(√κ + 1),
@@ -113,7 +114,7 @@ static void run_form(const ttt_layer *L, const inputs *in, float *o, float *H, f
 }
 
 typedef struct truth {
-    double *o, *x, *kappa, *G_all; /* (T, DV), (T, DK), (T), (T, DK·DV) */
+    double *o, *x, *kappa, *G_all, *walk; /* (T, DV), (T, DK), (T), (T, DK·DV), (T) */
     double H[DK * DK], G[DK * DV], W[DK * DV];
 } truth;
 
@@ -124,24 +125,27 @@ static truth make_truth(const inputs *in, double lam, int cg, int eta_at, float 
     truth r = {.o = calloc((size_t)T * DV, sizeof(double)),
                .x = calloc((size_t)T * DK, sizeof(double)),
                .kappa = calloc((size_t)T, sizeof(double)),
-               .G_all = calloc((size_t)T * DK * DV, sizeof(double))};
-    ck_assert(r.o && r.x && r.kappa && r.G_all);
+               .G_all = calloc((size_t)T * DK * DV, sizeof(double)),
+               .walk = calloc((size_t)T, sizeof(double))};
+    ck_assert(r.o && r.x && r.kappa && r.G_all && r.walk);
     float *eta = malloc(sizeof(float) * (size_t)T);
     memcpy(eta, in->eta, sizeof(float) * (size_t)T);
     if (eta_at >= 0) eta[eta_at] = eta_to;
     ck_assert(mesa_ref(in->q, in->k, in->v, eta, in->la, T, DK, DV, lam, cg, r.H, r.G, r.o, r.W,
-                       r.kappa, r.x, r.G_all));
+                       r.kappa, r.x, r.G_all, r.walk));
     free(eta);
     return r;
 }
 
-static void truth_free(truth *r) { free(r->o), free(r->x), free(r->kappa), free(r->G_all); }
+static void truth_free(truth *r) {
+    free(r->o), free(r->x), free(r->kappa), free(r->G_all), free(r->walk);
+}
 
 /* The largest ratio over tokens of |o_t − o*_t|_∞ to the bound of the header, for CG steps k
  * (0: an exact solve, no CG term); got (T, DV) float, want the float64 layer it is measured
  * against, ex the exact float64 layer whose κ_t, x*_t, G_t give the bound. */
 static double worst_ratio(const float *got, const double *want, const truth *ex, int T, int k) {
-    return mesa_ref_ratio(got, want, ex->kappa, ex->x, ex->G_all, T, DK, DV, k);
+    return mesa_ref_ratio(got, want, ex->kappa, ex->x, ex->G_all, ex->walk, T, DK, DV, k);
 }
 
 static double max_rel(const float *got, const double *want, int n) {
