@@ -11,12 +11,12 @@
  *
  *     H_t = γ_t H_{t−1} + β_t k_tᵀ k_t,     G_t = γ_t G_{t−1} + β_t k_tᵀ v_t.
  *
- * rls (§3.9) minimizes the same sum with the regularizer forgotten too (Γ_t λ ‖W‖²); the two
- * are the same rule without forgetting. Because λ stays, H_t + λI is not a rank-one update of
- * (H_{t−1} + λI)/γ_t, so there is no Sherman–Morrison recursion: each step solves, here by LU
- * in double (O(d_k³)). The mesa_net forms (layers/forms/mesa_net/) compute the same layer
- * without ever forming W: they solve (H_t + λI) x_t = q_t per token, exactly or by `cg_steps`
- * steps of conjugate gradients, and read o_t = x_tᵀ G_t.
+ * rls (docs/math.md §3.9) minimizes the same sum with the regularizer forgotten too
+ * (Γ_t λ ‖W‖²); the two are the same rule without forgetting. Because λ stays, H_t + λI is not a
+ * rank-one update of (H_{t−1} + λI)/γ_t, so there is no Sherman–Morrison recursion: each step
+ * solves, here by LU in double (O(d_k³)). The mesa_net forms (layers/forms/mesa_net/) compute the
+ * same layer without ever forming W: they solve (H_t + λI)ᵀ x_t = q_t per token, exactly or by
+ * `cg_steps` steps of conjugate gradients, and read o_t = x_tᵀ G_t.
  *
  * The step receives the block gradient (the sum of η_s k_sᵀ(k_s W_g − v_s), W_g = W, or γW with
  * decay_placement: coupled) and the block's keys (traits.inputs); from them

@@ -78,8 +78,8 @@ static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int 
  * (T, dk), G_all (T, dk·dv, every G_t) and walk (T) or NULL. walk_t = 1 + γ_t² walk_{t−1}: the
  * variance, in units of one rounding's, of a float32 state entry's accumulated rounding error
  * when every step adds one independent rounding and the gates scale the earlier ones (≤ t + 1;
- * a window of ~1/(1 − γ²) tokens under a constant gate). Inputs are float (what the forms receive) read as doubles. Returns 0
- * if a matrix was singular. */
+ * a window of ~1/(1 − γ²) tokens under a constant gate). Inputs are float (what the forms receive)
+ * read as doubles. Returns 0 if a matrix was singular. */
 static int mesa_ref(const float *q, const float *k, const float *v, const float *beta,
                     const float *la, int T, int dk, int dv, double lam, int cg, double *H,
                     double *G, double *o, double *W, double *kappa, double *x_out,

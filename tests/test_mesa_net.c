@@ -392,7 +392,8 @@ static double grad_case(const char *form, int cg, int perturb) {
             for (int c = 0; c < DK; c++) s += (double)Bm[i * DK + c] * Bm[j * DK + c];
             p.H0[i * DK + j] = (float)s;
         }
-    float *G0 = tu_randn_buf(&f, DK * DV, 0.5f), *R = tu_randn_buf(&f, GT * DV + 2 * DK * DV + DK * DK, 1.0f);
+    float *G0 = tu_randn_buf(&f, DK * DV, 0.5f);
+    float *R = tu_randn_buf(&f, GT * DV + 2 * DK * DV + DK * DK, 1.0f);
     for (int i = 0; i < DK * DV; i++) p.G0[i] = G0[i];
     for (int i = 0; i < GT * DV; i++) p.Ro[i] = R[i];
     for (int i = 0; i < DK * DK; i++) p.RH[i] = R[GT * DV + i];
@@ -464,7 +465,8 @@ static double grad_case(const char *form, int cg, int perturb) {
             er = fmax(er, fabs(g - fd));
         }
         const double r = er / (bound * mx);
-        printf("  mesa %-9s cg %2d gradient %d: max error %.3g, max |g| %.3g: %.3f of the bound%s\n",
+        printf("  mesa %-9s cg %2d gradient %d: max error %.3g, max |g| %.3g: %.3f of the "
+               "bound%s\n",
                form, cg, i, er, mx, r, perturb ? " (scaled by 1.05)" : "");
         worst = fmax(worst, r);
     }
@@ -494,7 +496,8 @@ START_TEST(refusals_say_why) {
                                   "form: cg}\n",
                                   "<test>", &root, &err) == TTT_OK);
     ttt_layer L2;
-    const ttt_status s = ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), DK, DV, &L2, &err);
+    const ttt_status s =
+        ttt_layer_parse((ttt_cfg_node *)ttt_cfg_get(root, "layer"), DK, DV, &L2, &err);
     ttt_cfg_free(root);
     ck_assert_int_ne(s, TTT_OK);
     ck_assert_msg(strstr(err.msg, "cg_steps"), "%s", err.msg);

@@ -426,7 +426,8 @@ static double mesa_scratch(const ttt_layer *L, long T) {
      * floats cover the arena's headers and alignment */
     const double dk = L->d_k, dv = L->d_v;
     /* forward_diff's packed result [O; H; G; W] besides */
-    return (2.0 * T + T * dv + dk * dk + 2 * dk * dv) * sizeof(float) + (dk * dk + 4 * dk + dv + dk * dv) * sizeof(double) +
+    return (2.0 * T + T * dv + dk * dk + 2 * dk * dv) * sizeof(float) +
+           (dk * dk + 4 * dk + dv + dk * dv) * sizeof(double) +
            dk * sizeof(int) + 256 * sizeof(float);
 }
 static double mesa_recurrent_flops(const ttt_layer *L, long T) {
