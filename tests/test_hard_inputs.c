@@ -504,19 +504,19 @@ START_TEST(dplr_forms_match_float64_on_the_delta_rule_hard_inputs) {
 }
 END_TEST
 
-/* MesaNet (docs/math.md §3.11; layers/forms/mesa_net/) on every hard input with a gate per token
- * or none: the preset mesanet (λ = 1) with its recurrent form (the exact solve) and its cg form
- * (30 conjugate-gradient steps, d_k = 16), against the float64 MesaNet of tests/mesa_ref.h (β =
- * η, the gates exponentiated in double). Its tuple is not plain SGD, so the loop above leaves
- * it out; its bound is not the flat 2e-6 but the one tests/test_mesa_net.c derives from the
- * condition number κ_t of H_t + λI, per token (mesa_ref_ratio: c·ε·(1 + κ_t √w_t) times the
- * output's scale, w_t ≤ t + 1 the gated walk of roundings; for the cg form against the float64 CG
- * of the same steps, and against the exact layer with CG's 2√κ ρ^k term added). Key norms up to 100
- * make κ reach 8e4 and the bound loose there: the table prints κ. Each run must also be farther
- * than its bound from the float64 layer with one token's β moved by 0.5 (among the last 16 tokens,
- * whose own outputs show it before a gate can hide it, the one whose ‖k‖² is nearest λ: the output
- * of a pair written with β‖k‖² ≫ λ does not depend on β), and with resets from the layer without
- * them. */
+/* MesaNet (docs/math.md §3.11; layers/forms/mesa_net/) on every hard input with a gate per token or
+ * none: the preset mesanet (λ = 1) with its recurrent form (the exact solve) and its cg and
+ * chunkwise forms (30 conjugate-gradient steps, d_k = 16), against the float64 MesaNet of
+ * tests/mesa_ref.h (β = η, the gates exponentiated in double). Its tuple is not plain SGD, so the
+ * loop above leaves it out (the chunkwise form runs chunks of layer.chunk = 16); its bound is not
+ * the flat 2e-6 but the one tests/test_mesa_net.c derives from the condition number κ_t of H_t +
+ * λI, per token (mesa_ref_ratio: c·ε·(1 + κ_t √w_t) times the output's scale, w_t ≤ t + 1 the gated
+ * walk of roundings; for the cg form against the float64 CG of the same steps, and against the
+ * exact layer with CG's 2√κ ρ^k term added). Key norms up to 100 make κ reach 8e4 and the bound
+ * loose there: the table prints κ. Each run must also be farther than its bound from the float64
+ * layer with one token's β moved by 0.5 (among the last 16 tokens, whose own outputs show it before
+ * a gate can hide it, the one whose ‖k‖² is nearest λ: the output of a pair written with β‖k‖² ≫ λ
+ * does not depend on β), and with resets from the layer without them. */
 #include "mesa_ref.h"
 
 typedef struct mesa_truth {
@@ -542,7 +542,7 @@ static void mesa_truth_free(mesa_truth *r) {
 }
 
 START_TEST(mesa_forms_match_float64_on_hard_inputs) {
-    static const char *const forms[] = {"recurrent", "cg"};
+    static const char *const forms[] = {"recurrent", "cg", "chunkwise"};
     const ttt_preset *pr = ttt_preset_find("mesanet");
     ck_assert_ptr_nonnull(pr);
     int failures = 0, runs = 0;
@@ -587,7 +587,7 @@ START_TEST(mesa_forms_match_float64_on_hard_inputs) {
         }
         double kmax = 0;
         for (int t = 0; t < T; t++) kmax = fmax(kmax, ex.kappa[t]);
-        for (int fi = 0; fi < 2; fi++) {
+        for (int fi = 0; fi < 3; fi++) {
             ttt_layer L;
             ck_assert(build_layer(&L, pr, forms[fi]));
             const ttt_form_inputs in = {.T = T, .eta = 1,

@@ -1,5 +1,6 @@
 /* MesaNet (docs/math.md §3.11; layers/forms/mesa_net/forms.c, optim/mesa.c) against the float64
- * layer of tests/mesa_ref.h.
+ * layer of tests/mesa_ref.h, every form at layer.chunk = 5 (the chunkwise form's chunk and the
+ * backward's stretch of recomputed states).
  *
  * Inputs: keys of norm in [0.5, 2], q, v ~ N(0, 1), η ∈ [0.1, 1), log γ ∈ [−0.5, −1e-3), λ = 0.5
  * unless said; d_k = 8, d_v = 6.
@@ -61,7 +62,8 @@ static inputs make_inputs(tu_fixture *f, int T, int gates) {
 static void build_opt(ttt_layer *L, const char *optimizer, const char *form) {
     char text[256];
     snprintf(text, sizeof text,
-             "layer: {model: linear, loss: squared, optimizer: %s, form: %s}\n", optimizer, form);
+             "layer: {model: linear, loss: squared, optimizer: %s, form: %s, chunk: 5}\n",
+             optimizer, form);
     ttt_cfg_node *root = NULL;
     ttt_error err = {0};
     ck_assert_msg(ttt_cfg_load_string(text, "<test>", &root, &err) == TTT_OK, "%s", err.msg);
@@ -202,32 +204,36 @@ END_TEST
  * than the rounding bound alone (CG has not converged), at k ≥ d_k … within it. */
 START_TEST(cg_form_within_its_bound) {
     static const int steps[] = {2, 4, DK, 30};
+    static const char *const forms[] = {"cg", "chunkwise"};
     tu_fixture f;
     tu_fx_init(&f, 57);
     const int T = 300;
     const inputs in = make_inputs(&f, T, 1);
     truth ex = make_truth(&in, 0.5, 0, -1, 0);
-    for (int s = 0; s < 4; s++) {
-        const int k = steps[s];
+    for (int s = 0; s < 8; s++) {
+        const int k = steps[s % 4];
+        const char *form = forms[s / 4];
         truth cgt = make_truth(&in, 0.5, k, -1, 0);
         truth pcg = make_truth(&in, 0.5, k, T - 3, in.eta[T - 3] + 0.05f);
         ttt_layer L;
-        build(&L, 0.5, k, "cg");
+        build(&L, 0.5, k, form);
         float *o = malloc(sizeof(float) * T * DV), H[DK * DK], G[DK * DV], W[DK * DV];
         run_form(&L, &in, o, H, G, W);
         const double r_cg = worst_ratio(o, cgt.o, &ex, T, 0);   /* vs float64 CG, rounding */
         const double r_p = worst_ratio(o, pcg.o, &ex, T, 0);    /* perturbed */
         const double r_ex = worst_ratio(o, ex.o, &ex, T, k);    /* vs exact, with CG's bound */
         const double r_ex0 = worst_ratio(o, ex.o, &ex, T, 0);   /* vs exact, rounding alone */
-        printf("mesa cg k %2d: vs float64 CG %.3f of the rounding bound (perturbed %.3g); vs the "
-               "exact layer %.3g of rounding + CG bound, %.3g of the rounding bound alone\n",
-               k, r_cg, r_p, r_ex, r_ex0);
-        TU_ASSERT_LE(r_cg, 1.0, "cg k %d against float64 CG", k);
-        ck_assert_msg(r_p > 1.0, "cg k %d: the perturbed layer passes", k);
-        TU_ASSERT_LE(r_ex, 1.0, "cg k %d against the exact layer with CG's bound", k);
-        if (k < DK) ck_assert_msg(r_ex0 > 1.0, "cg k %d is within rounding of exact", k);
+        printf("mesa %-9s k %2d: vs float64 CG %.3f of the rounding bound (perturbed %.3g); vs "
+               "the exact layer %.3g of rounding + CG bound, %.3g of the rounding bound alone\n",
+               form, k, r_cg, r_p, r_ex, r_ex0);
+        TU_ASSERT_LE(r_cg, 1.0, "%s k %d against float64 CG", form, k);
+        ck_assert_msg(r_p > 1.0, "%s k %d: the perturbed layer passes", form, k);
+        TU_ASSERT_LE(r_ex, 1.0, "%s k %d against the exact layer with CG's bound", form, k);
+        if (k < DK) ck_assert_msg(r_ex0 > 1.0, "%s k %d is within rounding of exact", form, k);
         TU_ASSERT_LE(max_rel(W, ex.W, DK * DV), C_WALK * EPS * sqrt((double)T) * ex.kappa[T - 1],
-                     "cg k %d: final W is the exact solve", k);
+                     "%s k %d: final W is the exact solve", form, k);
+        TU_ASSERT_LE(max_rel(H, ex.H, DK * DK), C_WALK * EPS * sqrt((double)T), "%s: final H",
+                     form);
         free(o);
         truth_free(&cgt), truth_free(&pcg);
     }
@@ -270,8 +276,8 @@ END_TEST
 
 /* A sequence in two calls, the state carried, computes the layer of one call. */
 START_TEST(state_carries_across_calls) {
-    static const char *const forms[] = {"recurrent", "cg"};
-    for (int fi = 0; fi < 2; fi++) {
+    static const char *const forms[] = {"recurrent", "cg", "chunkwise"};
+    for (int fi = 0; fi < 3; fi++) {
         tu_fixture f;
         tu_fx_init(&f, 5);
         const int T = 64, T1 = 23;
@@ -477,11 +483,11 @@ static double grad_case(const char *form, int cg, int perturb) {
 
 START_TEST(gradients_match_finite_differences) {
     /* the cg form at 30 ≥ d_k steps: converged, so its implicit gradient is the exact one */
-    static const char *const forms[] = {"recurrent", "cg", "generic"};
-    for (int fi = 0; fi < 3; fi++) {
-        const double r = grad_case(forms[fi], fi == 1 ? 30 : 0, 0);
+    static const char *const forms[] = {"recurrent", "cg", "chunkwise", "generic"};
+    for (int fi = 0; fi < 4; fi++) {
+        const double r = grad_case(forms[fi], fi == 1 || fi == 2 ? 30 : 0, 0);
         TU_ASSERT_LE(r, 1.0, "%s: gradients beyond the bound (%.3f)", forms[fi], r);
-        const double rp = grad_case(forms[fi], fi == 1 ? 30 : 0, 1);
+        const double rp = grad_case(forms[fi], fi == 1 || fi == 2 ? 30 : 0, 1);
         ck_assert_msg(rp > 1.0, "%s: gradients scaled by 1.05 pass (%.3f)", forms[fi], rp);
     }
 }

@@ -21,6 +21,7 @@ TTT_FORM_ENTRY(loglinear, recurrent)
 TTT_FORM_ENTRY(loglinear, chunkwise)
 TTT_FORM_ENTRY(mesa_net, recurrent)
 TTT_FORM_ENTRY(mesa_net, cg)
+TTT_FORM_ENTRY(mesa_net, chunkwise)
 #ifdef TTT_HAVE_CUDA
 TTT_FORM_ENTRY(linear_attention, cuda)
 TTT_FORM_ENTRY(delta_rule, cuda)

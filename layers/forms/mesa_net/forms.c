@@ -6,19 +6,21 @@
  * H_t is symmetric, so the transpose changes no value; it makes o_t the same function of a
  * state H that is not (a caller's, or a finite difference of one entry) as q_t W_t, the
  * generic driver's, and so the same gradient with respect to it.
- * Two registry entries:
+ * Three registry entries:
  *   recurrent — x_t by an LU solve in double (O(d_k³) per token): the exact layer, which the
  *               generic driver computes through the optimizer's own step (optim/mesa.c);
  *   cg        — x_t by `cg_steps` steps of conjugate gradients from x = 0 (FLA's training
  *               kernel's start), in double: MesaNet as its paper runs it, O(cg_steps·d_k²) per
- *               token; with cg_steps ≥ d_k it is the exact solve in exact arithmetic.
- * Both keep H and G in float32 (the layer state, optim/mesa.c's two state tensors) and end with
+ *               token; with cg_steps ≥ d_k it is the exact solve in exact arithmetic;
+ *   chunkwise — the same CG steps for a chunk of layer.chunk tokens at once, with H_t p from the
+ *               chunk's start state and its keys (mesa_chunk), never forming H_t.
+ * All keep H and G in float32 (the layer state, optim/mesa.c's two state tensors) and end with
  * the weights W_T = (H_T + λI)⁻¹ G_T solved exactly, so every form leaves the same state.
  *
  * Under a tape each entry is one custom op whose backward is written by hand (mesa_backward):
  * the implicit-function gradient of the solve, dq_t = (H_t + λI)⁻¹ (G_t dO_t) and
  * dH_t −= x_t dq_tᵀ, with the adjoint solved as the forward solved x_t (exactly, or by the same
- * CG steps, as FLA's backward does), then the two linear recurrences backward. */
+ * CG steps, token by token, as FLA's backward does), then the two linear recurrences backward. */
 #include <math.h>
 #include <string.h>
 
@@ -176,6 +178,153 @@ static int mesa_run(mesa_ws *w, float *o, float *H, float *G, const float *q, co
     return ok;
 }
 
+/* ---- the chunkwise CG form ----
+ * A chunk of n tokens from the state H_0, G_0 at its start, without forming any H_t: with
+ * D_ts = γ_{s+1} ⋯ γ_t (s ≤ t, products in double, so a reset gives exact zeros), e_t = D_t0 γ_0
+ * and M_ts = D_ts β_s,
+ *     H_t p = e_t H_0 p + Σ_{s≤t} M_ts (k_s · p) k_s,
+ *     o_t = e_t x_tᵀ G_0 + Σ_{s≤t} M_ts (k_s · x_t) v_s,
+ * so the CG steps of all n tokens run together as matrix products, P H_0ᵀ and ((P Kᵀ) ⊙ M) K,
+ * each token with its own step sizes (FLA's chunk kernel; docs/math.md §3.11). Arithmetic in
+ * double; the state moves to the chunk's end once, H ← e_{n−1} H_0 + Kᵀ Diag(M_{n−1,·}) K. */
+
+typedef struct mesa_chunk_ws {
+    int C;
+    double *D, *e, *H0, *X, *R, *P, *AP, *delta, *acc; /* (C,C) (C) (d,d) (C,d)×4 (C) (d_v) */
+    unsigned char *live;                              /* (C) */
+} mesa_chunk_ws;
+
+static mesa_chunk_ws mesa_chunk_ws_new(ttt_ctx *ctx, int C, int d_k, int d_v) {
+    mesa_chunk_ws c = {.C = C};
+    const size_t cc = (size_t)C * C, cd = (size_t)C * d_k;
+    c.D = ttt_fused_scratch(ctx, sizeof(double) * (cc + 2 * (size_t)C + (size_t)d_k * d_k +
+                                                   4 * cd + (size_t)d_v));
+    c.e = c.D + cc, c.H0 = c.e + C, c.X = c.H0 + (size_t)d_k * d_k;
+    c.R = c.X + cd, c.P = c.R + cd, c.AP = c.P + cd, c.delta = c.AP + cd, c.acc = c.delta + C;
+    c.live = ttt_fused_scratch(ctx, (size_t)C);
+    return c;
+}
+
+/* AP = A_t p_t for every live row: e_t H_0 p_t + Σ_s M_ts (k_s · p_t) k_s + λ p_t. */
+static void mesa_chunk_apply(const mesa_chunk_ws *c, const float *k, int n, int d, double lam,
+                             const double *P, double *AP) {
+    for (int t = 0; t < n; t++) {
+        if (!c->live[t]) continue;
+        const double *pt = P + (size_t)t * d;
+        double *at = AP + (size_t)t * d;
+        for (int i = 0; i < d; i++) {
+            const double *Hi = c->H0 + (size_t)i * d;
+            double acc = 0.0;
+            for (int j = 0; j < d; j++) acc += Hi[j] * pt[j];
+            at[i] = c->e[t] * acc + lam * pt[i];
+        }
+        for (int s = 0; s <= t; s++) {
+            const double m = c->D[(size_t)t * c->C + s];
+            if (m == 0.0) continue;
+            const float *ks = k + (size_t)s * d;
+            double kp = 0.0;
+            for (int j = 0; j < d; j++) kp += ks[j] * pt[j];
+            kp *= m;
+            for (int i = 0; i < d; i++) at[i] += kp * ks[i];
+        }
+    }
+}
+
+static void mesa_chunk(mesa_chunk_ws *c, mesa_ws *w, float *o, float *H, float *G,
+                       const float *q, const float *k, const float *v, const float *beta,
+                       const float *al, int n, float *xs) {
+    const int d = w->d_k, dv = w->d_v, C = c->C;
+    /* M_ts = D_ts β_s (kept in D), e_t */
+    for (int t = 0; t < n; t++) {
+        double prod = 1.0;
+        for (int s = t; s >= 0; s--) {
+            c->D[(size_t)t * C + s] = prod * (beta ? beta[s] : 1.0);
+            prod *= al ? al[s] : 1.0;
+        }
+        c->e[t] = prod; /* γ_0 ⋯ γ_t */
+    }
+    for (size_t i = 0; i < (size_t)d * d; i++) c->H0[i] = H[i];
+    /* CG from 0, every token at once */
+    for (int t = 0; t < n; t++) {
+        double dl = 0.0;
+        for (int i = 0; i < d; i++) {
+            const double qi = q[(size_t)t * d + i];
+            c->X[(size_t)t * d + i] = 0.0;
+            c->R[(size_t)t * d + i] = c->P[(size_t)t * d + i] = qi;
+            dl += qi * qi;
+        }
+        c->delta[t] = dl;
+        c->live[t] = dl > 0.0;
+    }
+    for (int step = 0; step < w->cg; step++) {
+        mesa_chunk_apply(c, k, n, d, w->lam, c->P, c->AP);
+        int any = 0;
+        for (int t = 0; t < n; t++) {
+            if (!c->live[t]) continue;
+            double *xt = c->X + (size_t)t * d, *rt = c->R + (size_t)t * d;
+            double *pt = c->P + (size_t)t * d, *at = c->AP + (size_t)t * d;
+            double pAp = 0.0;
+            for (int i = 0; i < d; i++) pAp += pt[i] * at[i];
+            if (!(pAp > 0.0)) {
+                c->live[t] = 0;
+                continue;
+            }
+            const double alpha = c->delta[t] / pAp;
+            double dn = 0.0;
+            for (int i = 0; i < d; i++) {
+                xt[i] += alpha * pt[i];
+                rt[i] -= alpha * at[i];
+                dn += rt[i] * rt[i];
+            }
+            const double bb = dn / c->delta[t];
+            for (int i = 0; i < d; i++) pt[i] = rt[i] + bb * pt[i];
+            c->delta[t] = dn;
+            c->live[t] = dn > 0.0;
+            any |= c->live[t];
+        }
+        if (!any) break;
+    }
+    /* the outputs: e_t x_tᵀ G_0 + Σ_s M_ts (k_s · x_t) v_s */
+    for (int t = 0; t < n; t++) {
+        const double *xt = c->X + (size_t)t * d;
+        if (xs)
+            for (int i = 0; i < d; i++) xs[(size_t)t * d + i] = (float)xt[i];
+        double *acc = c->acc;
+        for (int j = 0; j < dv; j++) {
+            double sum = 0.0;
+            for (int i = 0; i < d; i++) sum += xt[i] * G[(size_t)i * dv + j];
+            acc[j] = c->e[t] * sum;
+        }
+        for (int s = 0; s <= t; s++) {
+            const double m = c->D[(size_t)t * C + s];
+            if (m == 0.0) continue;
+            const float *ks = k + (size_t)s * d, *vs = v + (size_t)s * dv;
+            double kx = 0.0;
+            for (int i = 0; i < d; i++) kx += ks[i] * xt[i];
+            kx *= m;
+            for (int j = 0; j < dv; j++) acc[j] += kx * vs[j];
+        }
+        for (int j = 0; j < dv; j++) o[(size_t)t * dv + j] = (float)acc[j];
+    }
+    /* the state at the chunk's end, one rounding per entry */
+    const double eN = c->e[n - 1];
+    const double *MN = c->D + (size_t)(n - 1) * C;
+    for (int i = 0; i < d; i++) {
+        for (int j = 0; j < d; j++) {
+            double acc = eN * c->H0[(size_t)i * d + j];
+            for (int s = 0; s < n; s++)
+                acc += MN[s] * ((double)k[(size_t)s * d + i] * k[(size_t)s * d + j]);
+            H[(size_t)i * d + j] = (float)acc;
+        }
+        for (int j = 0; j < dv; j++) {
+            double acc = eN * G[(size_t)i * dv + j];
+            for (int s = 0; s < n; s++)
+                acc += MN[s] * ((double)k[(size_t)s * d + i] * v[(size_t)s * dv + j]);
+            G[(size_t)i * dv + j] = (float)acc;
+        }
+    }
+}
+
 /* W = (H + λI)⁻¹ G exactly (the state's weights, whichever solve the tokens used). */
 static int mesa_weights(mesa_ws *w, float *W, const float *H, const float *G, double *X) {
     const int d = w->d_k, dv = w->d_v;
@@ -195,16 +344,42 @@ static ttt_status singular(ttt_error *err) {
                          "semidefinite); start from the zero state or a state this layer wrote");
 }
 
+/* The chunk of tokens [t0, t0 + n): token by token (mesa_run), or as one chunk (mesa_chunk) when
+ * cw is given. */
+static int mesa_span(mesa_ws *w, mesa_chunk_ws *cw, float *o, float *H, float *G, const float *q,
+                     const float *k, const float *v, const float *beta, const float *al, int t0,
+                     int n, float *xs, double *x, double *acc) {
+    const int d_k = w->d_k, d_v = w->d_v;
+    q += (size_t)t0 * d_k, k += (size_t)t0 * d_k, v += (size_t)t0 * d_v, o += (size_t)t0 * d_v;
+    if (beta) beta += t0;
+    if (al) al += t0;
+    if (xs) xs += (size_t)t0 * d_k;
+    if (!cw) return mesa_run(w, o, H, G, q, k, v, beta, al, n, xs, x, acc);
+    mesa_chunk(cw, w, o, H, G, q, k, v, beta, al, n, xs);
+    return 1;
+}
+
+/* The chunk the forms run in: layer.chunk (the chunkwise form's chunk, and the backward's
+ * stretch of recomputed states) within [1, T]. */
+static int mesa_chunk_len(const ttt_layer *L, int T) {
+    return T > 0 ? (L->chunk > 0 && L->chunk < T ? L->chunk : T) : 1;
+}
+
 static ttt_status mesa_forward_with(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                     ttt_layer_state *st, const ttt_form_args *a, int cg,
-                                    ttt_error *err) {
-    const int T = TTT_ROWS(a->q), d_k = L->d_k, d_v = L->d_v;
+                                    int chunked, ttt_error *err) {
+    const int T = TTT_ROWS(a->q), d_k = L->d_k, d_v = L->d_v, C = mesa_chunk_len(L, T);
     mesa_ws w = mesa_ws_new(ctx, L, cg);
+    mesa_chunk_ws cw;
+    if (chunked) cw = mesa_chunk_ws_new(ctx, C, d_k, d_v);
     const float *beta = ttt_form_beta_array(ctx, L, a->eta, T);
     const float *al = mesa_alphas(ctx, a->log_alpha ? a->log_alpha->data : NULL, T);
     double *x = ttt_fused_scratch(ctx, sizeof(double) * ((size_t)d_k + d_v + (size_t)d_k * d_v));
-    int ok = mesa_run(&w, o->data, st->opt[0][0]->data, st->opt[0][1]->data, a->q->data,
-                      a->k->data, a->v->data, beta, al, T, NULL, x, x + d_k);
+    int ok = 1;
+    for (int t0 = 0; t0 < T; t0 += C)
+        ok &= mesa_span(&w, chunked ? &cw : NULL, o->data, st->opt[0][0]->data,
+                        st->opt[0][1]->data, a->q->data, a->k->data, a->v->data, beta, al, t0,
+                        t0 + C <= T ? C : T - t0, NULL, x, x + d_k);
     ok &= mesa_weights(&w, st->W[0]->data, st->opt[0][0]->data, st->opt[0][1]->data, x + d_k + d_v);
     return ok ? TTT_OK : singular(err);
 }
@@ -212,11 +387,15 @@ static ttt_status mesa_forward_with(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor
 static ttt_status mesa_recurrent_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                          ttt_layer_state *st, const ttt_form_args *a,
                                          ttt_error *err) {
-    return mesa_forward_with(ctx, L, o, st, a, 0, err);
+    return mesa_forward_with(ctx, L, o, st, a, 0, 0, err);
 }
 static ttt_status mesa_cg_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                   ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    return mesa_forward_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, err);
+    return mesa_forward_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, 0, err);
+}
+static ttt_status mesa_chunk_forward(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                     ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
+    return mesa_forward_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, 1, err);
 }
 
 /* ---- the backward, by hand ----
@@ -352,7 +531,7 @@ static void mesa_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *
 
 static ttt_status mesa_forward_diff_with(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                          ttt_layer_state *st, const ttt_form_args *a, int cg,
-                                         ttt_error *err) {
+                                         int chunked, ttt_error *err) {
     const int T = TTT_ROWS(a->q), d_k = L->d_k, d_v = L->d_v;
     const size_t dkk = (size_t)d_k * d_k, dkv = (size_t)d_k * d_v, all = dkk + dkv;
     const ttt_tensor *beta = ttt_form_beta_node(ctx, L, a, T);
@@ -365,11 +544,12 @@ static ttt_status mesa_forward_diff_with(ttt_ctx *ctx, const ttt_layer *L, ttt_t
     float *O = P->data, *H = O + (size_t)T * d_v, *G = H + dkk, *W = G + dkv;
     memcpy(H, st->opt[0][0]->data, dkk * sizeof(float));
     memcpy(G, st->opt[0][1]->data, dkv * sizeof(float));
-    const int C = T > 0 ? (L->chunk > 0 && L->chunk < T ? L->chunk : T) : 1;
-    const int nch = (T + C - 1) / C;
+    const int C = mesa_chunk_len(L, T), nch = (T + C - 1) / C;
     float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * all * sizeof(float)) : NULL;
     float *xs = rec ? ttt_tape_alloc(ctx, (size_t)(T > 0 ? T : 1) * d_k * sizeof(float)) : NULL;
     mesa_ws w = mesa_ws_new(ctx, L, cg);
+    mesa_chunk_ws cw;
+    if (chunked) cw = mesa_chunk_ws_new(ctx, C, d_k, d_v);
     const float *al = mesa_alphas(ctx, a->log_alpha ? a->log_alpha->data : NULL, T);
     double *x = ttt_fused_scratch(ctx, sizeof(double) * ((size_t)d_k + d_v + dkv));
     int ok = 1;
@@ -379,10 +559,8 @@ static ttt_status mesa_forward_diff_with(ttt_ctx *ctx, const ttt_layer *L, ttt_t
             memcpy(saved + (size_t)c * all, H, dkk * sizeof(float));
             memcpy(saved + (size_t)c * all + dkk, G, dkv * sizeof(float));
         }
-        ok &= mesa_run(&w, O + (size_t)t0 * d_v, H, G, a->q->data + (size_t)t0 * d_k,
-                       a->k->data + (size_t)t0 * d_k, a->v->data + (size_t)t0 * d_v,
-                       beta ? beta->data + t0 : NULL, al ? al + t0 : NULL, n,
-                       xs ? xs + (size_t)t0 * d_k : NULL, x, x + d_k);
+        ok &= mesa_span(&w, chunked ? &cw : NULL, O, H, G, a->q->data, a->k->data, a->v->data,
+                        beta ? beta->data : NULL, al, t0, n, xs, x, x + d_k);
     }
     ok &= mesa_weights(&w, W, H, G, x + d_k + d_v);
     if (!ok) return singular(err);
@@ -411,11 +589,15 @@ static ttt_status mesa_forward_diff_with(ttt_ctx *ctx, const ttt_layer *L, ttt_t
 static ttt_status mesa_recurrent_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                       ttt_layer_state *st, const ttt_form_args *a,
                                       ttt_error *err) {
-    return mesa_forward_diff_with(ctx, L, o, st, a, 0, err);
+    return mesa_forward_diff_with(ctx, L, o, st, a, 0, 0, err);
 }
 static ttt_status mesa_cg_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
                                ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
-    return mesa_forward_diff_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, err);
+    return mesa_forward_diff_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, 0, err);
+}
+static ttt_status mesa_chunk_diff(ttt_ctx *ctx, const ttt_layer *L, ttt_tensor *o,
+                                  ttt_layer_state *st, const ttt_form_args *a, ttt_error *err) {
+    return mesa_forward_diff_with(ctx, L, o, st, a, ttt_layer_optim_traits(L).cg_steps, 1, err);
 }
 
 /* ---- estimates ---- */
@@ -429,6 +611,22 @@ static double mesa_scratch(const ttt_layer *L, long T) {
     return (2.0 * T + T * dv + dk * dk + 2 * dk * dv) * sizeof(float) +
            (dk * dk + 4 * dk + dv + dk * dv) * sizeof(double) +
            dk * sizeof(int) + 256 * sizeof(float);
+}
+static double mesa_chunk_scratch(const ttt_layer *L, long T) {
+    /* the token-by-token scratch, and the chunk's: D (C²), e, δ (2C), H_0 (d_k²), X, R, P, AP
+     * (4 C d_k), the read's accumulator (d_v) in doubles, the live flags (C bytes) */
+    const double C = L->chunk > 0 ? (L->chunk < T ? L->chunk : (double)T) : 1, dk = L->d_k;
+    return mesa_scratch(L, T) + (C * C + 2 * C + dk * dk + 4 * C * dk + L->d_v) * sizeof(double) +
+           C + 64;
+}
+static double mesa_chunk_flops(const ttt_layer *L, long T) {
+    /* per token and CG step: H_0 p (2 d_k²) and the chunk's keys twice (4 C d_k), 10 d_k more;
+     * per token the read (2 d_k d_v + 2 C (d_k + d_v)) and, per chunk, the state (2 C d_k (d_k +
+     * d_v)) */
+    const double dk = L->d_k, dv = L->d_v, s = ttt_layer_optim_traits(L).cg_steps;
+    const double C = L->chunk > 0 ? L->chunk : 16;
+    return (double)T * (s * (2 * dk * dk + 4 * C * dk + 10 * dk) + 2 * dk * dv +
+                        2 * C * (dk + dv) + 2 * dk * (dk + dv));
 }
 static double mesa_recurrent_flops(const ttt_layer *L, long T) {
     /* per token: the writes 3 d_k² + 3 d_k d_v, the LU 2d_k³/3 and its solve 2 d_k², the read
@@ -466,4 +664,19 @@ const ttt_form_entry ttt_form_mesa_net_cg = {
     .forward_diff = mesa_cg_diff,
     .scratch_bytes = mesa_scratch,
     .flops = mesa_cg_flops,
+};
+
+const ttt_form_entry ttt_form_mesa_net_chunkwise = {
+    .family = "mesa_net",
+    .form = "chunkwise",
+    .help = "MesaNet in chunks of layer.chunk tokens: every token's optimizer.cg_steps "
+            "conjugate-gradient steps at once, H_t p from the chunk's start state and keys, "
+            "never forming H_t (FLA's chunk kernel; docs/math.md 3.11)",
+    .auto_rank = 0,
+    .chunked = 1,
+    .available = mesa_cg_available,
+    .forward = mesa_chunk_forward,
+    .forward_diff = mesa_chunk_diff,
+    .scratch_bytes = mesa_chunk_scratch,
+    .flops = mesa_chunk_flops,
 };
