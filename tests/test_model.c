@@ -280,6 +280,14 @@ START_TEST(grad_loglinear) {
     gradcheck(MODEL_TTT, "{preset: loglinear_gdn, levels: 4, chunk: 3}");
 }
 END_TEST
+/* MesaNet's block (docs/math.md §3.11): the exact, CG and chunkwise forms' hand-written
+ * backward (the state saved every 3 tokens). */
+START_TEST(grad_mesanet) {
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: recurrent, chunk: 3}");
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: cg, chunk: 3}");
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: chunkwise, chunk: 3}");
+}
+END_TEST
 START_TEST(grad_ttt_linear) {
     /* mini-batch 3 over 7 tokens: two full blocks and a partial one */
     gradcheck(MODEL_TTT, "{preset: ttt_linear, mini_batch: 3, form: generic}");
@@ -856,6 +864,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_gated_deltanet);
     tcase_add_test(g, grad_deltaproduct);
     tcase_add_test(g, grad_loglinear);
+    tcase_add_test(g, grad_mesanet);
     tcase_add_test(g, grad_ttt_linear);
     tcase_add_test(g, grad_titans);
     tcase_add_test(g, grad_softmax_learned);
