@@ -58,8 +58,8 @@ static const char *mesa_cg_available(const ttt_layer *L, const ttt_form_inputs *
     const char *why = mesa_available_common(L, in);
     if (why) return why;
     if (ttt_layer_optim_traits(L).cg_steps < 1)
-        return "the cg form solves by optimizer.cg_steps ≥ 1 conjugate-gradient steps; "
-               "cg_steps: 0 is the exact solve of form: recurrent";
+        return "the cg and chunkwise forms solve by optimizer.cg_steps ≥ 1 conjugate-gradient "
+               "steps; cg_steps: 0 is the exact solve of form: recurrent";
     return NULL;
 }
 
