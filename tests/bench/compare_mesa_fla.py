@@ -13,8 +13,9 @@ For each shape (B, T, H, D = d_k = d_v) and input case the same float32 inputs g
   * FLA's naive_mesa_net_exact (the statistics token by token, then torch.linalg.solve per token,
     float32) and naive_mesa_net_CG (chunks of 64, --cg conjugate-gradient steps from 0, float32;
     only when T is a multiple of 64),
-  * ttt.Layer("mesanet") with form recurrent (the exact solve), cg (--cg steps) and generic
-    (the optimizer's own exact step), float32,
+  * ttt.Layer("mesanet") with form recurrent (the exact solve), cg (--cg steps), chunkwise (the
+    same steps a chunk of 16 tokens at a time) and generic (the optimizer's own exact step),
+    float32,
   * ttt.reference("mesanet") exact and with --cg steps (float64),
 with FLA's conventions: q and k L2-normalized (its layer normalizes them in the kernel), v
 random, β = sigmoid (B, T, H), the forget gate g = logsigmoid (B, T, H), λ = 1 on every channel
@@ -24,7 +25,8 @@ output o and over the final H and G. FLA's CG divides by (pᵀAp + 1e-5) and by 
 its exact form and ttt's CG do not: the table shows how far that moves it.
 
 The run fails (exit 1) when ttt's exact forms differ from FLA's exact form or from the float64
-layer by more than --tol, when ttt's cg form differs from the float64 CG by more than --tol, or
+layer by more than --tol, when ttt's cg or chunkwise form differs from the float64 CG by more
+than --tol, or
 when a perturbed ttt run (one token's β moved by 0.1) stays within --tol of FLA's: the
 comparison must be able to see a wrong input gate.
 """
@@ -104,8 +106,9 @@ def main():
     print("| B, T, H, D | case | max κ(H+λI) | ttt recurrent vs FLA exact (o / H / G) "
           "| ttt generic vs FLA exact (o) | float64 vs FLA exact (o) "
           "| ttt recurrent vs float64 (o) | ttt cg vs float64 cg (o) "
-          "| FLA CG vs float64 cg (o) | ttt cg vs FLA CG (o) | perturbed β vs FLA exact (o) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| ttt chunkwise vs float64 cg (o) | FLA CG vs float64 cg (o) | ttt cg vs FLA CG (o) "
+          "| perturbed β vs FLA exact (o) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for si, s in enumerate(a.shapes.split(";")):
         B, T, H, D = (int(x) for x in s.split(","))
         for ci, case in enumerate(CASES):
@@ -123,6 +126,7 @@ def main():
             ro, rH, rG = ttt_run("recurrent", q, k, v, beta, gate, H0, G0, a.cg)
             go, _, _ = ttt_run("generic", q, k, v, beta, gate, H0, G0, a.cg)
             co, _, _ = ttt_run("cg", q, k, v, beta, gate, H0, G0, a.cg)
+            ko, _, _ = ttt_run("chunkwise", q, k, v, beta, gate, H0, G0, a.cg)
             init = [np.zeros((B, H, D, D)), H0.double().numpy(), G0.double().numpy()]
             kw = dict(beta=beta.double().numpy(), log_alpha=gate.double().numpy(),
                       initial_state=init, scale=1.0, lam=1.0)
@@ -143,16 +147,16 @@ def main():
             pb[:, T // 2] += 0.1
             po, _, _ = ttt_run("recurrent", q, k, v, pb, gate, H0, G0, a.cg)
             e = dict(rec=(rel(ro, fo), rel(rH, fH), rel(rG, fG)), gen=rel(go, fo),
-                     x_f=rel(xo, fo), rec64=rel(ro, xo), cg64=rel(co, xc),
+                     x_f=rel(xo, fo), rec64=rel(ro, xo), cg64=rel(co, xc), ch64=rel(ko, xc),
                      fcg=rel(cgo, xc) if cgo is not None else float("nan"),
                      cgf=rel(co, cgo) if cgo is not None else float("nan"), pert=rel(po, fo))
             bad = (max(e["rec"]) > a.tol or e["gen"] > a.tol or e["rec64"] > a.tol or
-                   e["cg64"] > a.tol or not e["pert"] > a.tol)
+                   e["cg64"] > a.tol or e["ch64"] > a.tol or not e["pert"] > a.tol)
             fails += bad
             print("| %d, %d, %d, %d | %s | %.1f | %.1e / %.1e / %.1e | %.1e | %.1e | %.1e | %.1e | "
-                  "%.1e | %.1e | %.1e |%s" % (B, T, H, D, case, kap, *e["rec"], e["gen"], e["x_f"],
-                                            e["rec64"], e["cg64"], e["fcg"], e["cgf"], e["pert"],
-                                            "  FAIL" if bad else ""))
+                  "%.1e | %.1e | %.1e | %.1e |%s"
+                  % (B, T, H, D, case, kap, *e["rec"], e["gen"], e["x_f"], e["rec64"], e["cg64"],
+                     e["ch64"], e["fcg"], e["cgf"], e["pert"], "  FAIL" if bad else ""))
     if fails:
         print("compare_mesa_fla: %d rows beyond --tol %g (or a perturbed run within it)"
               % (fails, a.tol))
