@@ -47,6 +47,7 @@
 typedef struct mesa_cfg {
     float lambda;
     int cg_steps;
+    int cg_jacobi;
     int coupled;
 } mesa_cfg;
 
@@ -57,6 +58,9 @@ static const ttt_option mesa_options[] = {
     {"cg_steps", TTT_OPT_INT, "0", 0, 1000, NULL,
      "conjugate-gradient steps per token of the mesa_net cg form's solve (H + lambda I) x = q "
      "(0: the exact solve; the generic driver and the recurrent form always solve exactly)"},
+    {"cg_start", TTT_OPT_CHOICE, "zero", TTT_NO_RANGE, "zero|jacobi",
+     "where CG starts: zero (FLA's training kernel) or the Jacobi guess q/(diag H + lambda) "
+     "(FLA's decoding step)"},
     TTT_OPTION_END,
 };
 
@@ -65,6 +69,7 @@ static ttt_status mesa_parse(void *cfg, const ttt_optim_args *opts, ttt_error *e
     mesa_cfg *c = cfg;
     c->lambda = (float)ttt_optim_arg_num(opts, "lambda");
     c->cg_steps = (int)ttt_optim_arg_num(opts, "cg_steps");
+    c->cg_jacobi = strcmp(ttt_optim_arg_text(opts, "cg_start"), "jacobi") == 0;
     c->coupled = strcmp(ttt_optim_arg_text(opts, "decay_placement"), "coupled") == 0;
     return TTT_OK;
 }
@@ -158,7 +163,8 @@ static void mesa_step(ttt_ctx *ctx, const void *cfg, ttt_tensor **W_out, ttt_ten
 
 static ttt_optim_traits mesa_traits(const void *cfg) {
     const mesa_cfg *c = cfg;
-    return (ttt_optim_traits){.inputs = 1, .ridge = c->lambda, .cg_steps = c->cg_steps};
+    return (ttt_optim_traits){.inputs = 1, .ridge = c->lambda, .cg_steps = c->cg_steps,
+                              .cg_jacobi = c->cg_jacobi};
 }
 
 const ttt_optim ttt_optim_mesa = {

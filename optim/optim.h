@@ -91,6 +91,7 @@ typedef struct ttt_optim_traits {
                       * mesa_net forms */
     int cg_steps;    /* with ridge: conjugate-gradient steps of the mesa_net cg form's query-side
                       * solve (0: exact) */
+    int cg_jacobi;   /* with ridge: CG starts from the Jacobi guess q/(diag H + ridge), not 0 */
 } ttt_optim_traits;
 
 typedef struct ttt_optim {

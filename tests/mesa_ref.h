@@ -6,7 +6,8 @@
  * the final weights W_T = (H_T + λI)⁻¹ G_T, and per token the 1-norm condition number
  * κ_t = ‖A_t‖₁ ‖A_t⁻¹‖₁ of A_t = H_t + λI (an upper bound of its 2-norm condition number for a
  * symmetric A: ‖A‖₂ ≤ ‖A‖₁ then, and the same for A⁻¹). With cg > 0, x_t is instead the
- * iterate of cg conjugate-gradient steps from 0, in double. Header-only: static functions. */
+ * iterate of cg conjugate-gradient steps from 0, in double; with cg < 0, of −cg steps from the
+ * Jacobi guess q_t/diag A_t. Header-only: static functions. */
 #ifndef TTT_TEST_MESA_REF_H
 #define TTT_TEST_MESA_REF_H
 
@@ -53,10 +54,16 @@ static double mesa_ref_norm1(const double *A, int n) {
     return m;
 }
 
-/* x = cg steps of conjugate gradients on A x = b from 0 (stopping when the residual is 0). */
-static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int cg) {
+/* x = cg steps of conjugate gradients on A x = b from 0, or with jacobi from b/diag A (stopping
+ * when the residual is 0). */
+static void mesa_ref_cg(const double *A, const double *b, double *x, int n, int cg, int jacobi) {
     double r[MESA_REF_DMAX], p[MESA_REF_DMAX], Ap[MESA_REF_DMAX], delta = 0;
-    for (int i = 0; i < n; i++) x[i] = 0, r[i] = p[i] = b[i], delta += b[i] * b[i];
+    for (int i = 0; i < n; i++) x[i] = jacobi ? b[i] / A[i * n + i] : 0;
+    for (int i = 0; i < n; i++) {
+        double acc = b[i];
+        for (int j = 0; j < n; j++) acc -= A[i * n + j] * x[j];
+        r[i] = p[i] = acc, delta += acc * acc;
+    }
     for (int s = 0; s < cg && delta > 0; s++) {
         double pAp = 0;
         for (int i = 0; i < n; i++) {
@@ -104,8 +111,8 @@ static int mesa_ref(const float *q, const float *k, const float *v, const float 
         if (!mesa_ref_inverse(A, Ai, dk)) return 0;
         if (kappa) kappa[t] = mesa_ref_norm1(A, dk) * mesa_ref_norm1(Ai, dk);
         for (int i = 0; i < dk; i++) qd[i] = q[(size_t)t * dk + i];
-        if (cg > 0)
-            mesa_ref_cg(A, qd, x, dk, cg);
+        if (cg != 0)
+            mesa_ref_cg(A, qd, x, dk, cg > 0 ? cg : -cg, cg < 0);
         else
             for (int i = 0; i < dk; i++) {
                 double s = 0;

@@ -34,8 +34,9 @@ PRESETS = {
     # MesaNet (docs/math.md §3.11): per token the exact ridge regression over the past,
     # o_t = q_t (H_t + lam I)^-1 G_t with H_t = a H + b k^T k, G_t = a G + b k^T v; the state is
     # [W, H, G] (W = (H + lam I)^-1 G, the weights the layer reads). cg_steps > 0: x_t =
-    # (H_t + lam I)^-T q_t by that many conjugate-gradient steps from 0 (the cg form); 0: exact
-    "mesanet": dict(family="mesa", lr=1.0, decay=0.99, lam=1.0, cg_steps=0),
+    # (H_t + lam I)^-T q_t by that many conjugate-gradient steps from 0 (the cg form), or from
+    # q_t/(diag H_t + lam) with cg_start="jacobi"; 0: exact
+    "mesanet": dict(family="mesa", lr=1.0, decay=0.99, lam=1.0, cg_steps=0, cg_start="zero"),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
     "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
@@ -321,7 +322,8 @@ def _loglinear(xp, cfg, delta, q, k, v, step, alpha, init):
 
 def _mesa(xp, cfg, q, k, v, step, alpha, init):
     """MesaNet (docs/math.md §3.11): H_t = a_t H + b_t k^T k, G_t = a_t G + b_t k^T v,
-    x_t = (H_t + lam I)^-T q_t (exactly, or by cg_steps conjugate-gradient steps from 0),
+    x_t = (H_t + lam I)^-T q_t (exactly, or by cg_steps conjugate-gradient steps from 0 or,
+    with cg_start="jacobi", from q_t/(diag H_t + lam)),
     o_t = x_t^T G_t; the final state [W_T, H_T, G_T] with W_T = (H_T + lam I)^-1 G_T."""
     B, T, H, d_k = q.shape
     d_v = v.shape[-1]
@@ -337,17 +339,20 @@ def _mesa(xp, cfg, q, k, v, step, alpha, init):
         Hs = a * Hs + bt * xp.einsum("bhi,bhj->bhij", kt, kt)
         Gs = a * Gs + bt * xp.einsum("bhi,bhj->bhij", kt, vt)
         A = xp.swap(Hs + lam * eye)
-        x = _cg(xp, A, q[:, t], steps) if steps > 0 else xp.solve(A, q[:, t])
+        x0 = None
+        if cfg["cg_start"] == "jacobi":
+            x0 = q[:, t] / xp.einsum("bhii->bhi", A)
+        x = _cg(xp, A, q[:, t], steps, x0) if steps > 0 else xp.solve(A, q[:, t])
         outs.append(xp.einsum("bhk,bhkv->bhv", x, Gs))
     W = xp.solve_mat(Hs + lam * eye, Gs)
     return xp.stack(outs, 1), [W, Hs, Gs]
 
 
-def _cg(xp, A, b, steps):
-    """steps conjugate-gradient steps on A x = b from x = 0, batched over (B, H); a sequence
-    whose residual is exactly 0 stops moving (its step is 0)."""
-    x = b * 0.0
-    r = b + 0.0
+def _cg(xp, A, b, steps, x0=None):
+    """steps conjugate-gradient steps on A x = b from x0 (None: 0), batched over (B, H); a
+    sequence whose residual is exactly 0 stops moving (its step is 0)."""
+    x = b * 0.0 if x0 is None else x0
+    r = b - xp.einsum("bhij,bhj->bhi", A, x)
     p = r + 0.0
     delta = (r * r).sum(-1)
     for _ in range(steps):

@@ -16,7 +16,9 @@ For each shape (B, T, H, D = d_k = d_v) and input case the same float32 inputs g
   * ttt.Layer("mesanet") with form recurrent (the exact solve), cg (--cg steps), chunkwise (the
     same steps a chunk of 16 tokens at a time) and generic (the optimizer's own exact step),
     float32,
-  * ttt.reference("mesanet") exact and with --cg steps (float64),
+  * FLA's naive_mesa_net_decoding_one_step token after token (the step of its decoding path: CG
+    from the Jacobi guess q/(diag H + λ), float32) against ttt's cg form with cg_start: jacobi,
+  * ttt.reference("mesanet") exact and with --cg steps from 0 and from the Jacobi guess (float64),
 with FLA's conventions: q and k L2-normalized (its layer normalizes them in the kernel), v
 random, β = sigmoid (B, T, H), the forget gate g = logsigmoid (B, T, H), λ = 1 on every channel
 (FLA's initial λ; ttt's λ is one number per layer), q unscaled, a random initial state
@@ -83,8 +85,9 @@ def rel(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
-def ttt_run(form, q, k, v, beta, gate, H0, G0, cg):
-    lay = ttt.Layer("mesanet", form=form, scale=1.0, cg_steps=cg, **{"lambda": 1.0})
+def ttt_run(form, q, k, v, beta, gate, H0, G0, cg, start="zero"):
+    lay = ttt.Layer("mesanet", form=form, scale=1.0, cg_steps=cg, cg_start=start,
+                    **{"lambda": 1.0})
     W0 = torch.linalg.solve(H0.double() + torch.eye(H0.shape[-1], dtype=torch.float64),
                             G0.double()).float()
     o, st = lay.forward(q.numpy(), k.numpy(), v.numpy(), beta=beta.numpy(),
@@ -107,8 +110,9 @@ def main():
           "| ttt generic vs FLA exact (o) | float64 vs FLA exact (o) "
           "| ttt recurrent vs float64 (o) | ttt cg vs float64 cg (o) "
           "| ttt chunkwise vs float64 cg (o) | FLA CG vs float64 cg (o) | ttt cg vs FLA CG (o) "
+          "| ttt cg from Jacobi vs float64 (o) | FLA decoding vs float64 (o) "
           "| perturbed β vs FLA exact (o) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for si, s in enumerate(a.shapes.split(";")):
         B, T, H, D = (int(x) for x in s.split(","))
         for ci, case in enumerate(CASES):
@@ -127,6 +131,15 @@ def main():
             go, _, _ = ttt_run("generic", q, k, v, beta, gate, H0, G0, a.cg)
             co, _, _ = ttt_run("cg", q, k, v, beta, gate, H0, G0, a.cg)
             ko, _, _ = ttt_run("chunkwise", q, k, v, beta, gate, H0, G0, a.cg)
+            jo, _, _ = ttt_run("cg", q, k, v, beta, gate, H0, G0, a.cg, "jacobi")
+            # FLA's decoding step, token after token, from the same initial state
+            hk, hv, dec = H0.clone(), G0.clone(), []
+            for t in range(T):
+                ot, hk, hv = naive.naive_mesa_net_decoding_one_step(
+                    q[:, t], k[:, t], v[:, t], gate[:, t], lamb, beta[:, t], hk, hv,
+                    max_CG_iteration=a.cg)
+                dec.append(ot)
+            do = torch.stack(dec, 1).numpy()
             init = [np.zeros((B, H, D, D)), H0.double().numpy(), G0.double().numpy()]
             kw = dict(beta=beta.double().numpy(), log_alpha=gate.double().numpy(),
                       initial_state=init, scale=1.0, lam=1.0)
@@ -134,6 +147,8 @@ def main():
                                   v.double().numpy(), cg_steps=0, **kw)
             xc, _ = ttt.reference("mesanet", q.double().numpy(), k.double().numpy(),
                                   v.double().numpy(), cg_steps=a.cg, **kw)
+            xj, _ = ttt.reference("mesanet", q.double().numpy(), k.double().numpy(),
+                                  v.double().numpy(), cg_steps=a.cg, cg_start="jacobi", **kw)
             # κ of H_t + λI over the tokens, in float64
             Hs = H0.double().clone()
             kap = 0.0
@@ -148,15 +163,18 @@ def main():
             po, _, _ = ttt_run("recurrent", q, k, v, pb, gate, H0, G0, a.cg)
             e = dict(rec=(rel(ro, fo), rel(rH, fH), rel(rG, fG)), gen=rel(go, fo),
                      x_f=rel(xo, fo), rec64=rel(ro, xo), cg64=rel(co, xc), ch64=rel(ko, xc),
+                     j64=rel(jo, xj), fdec=rel(do, xj),
                      fcg=rel(cgo, xc) if cgo is not None else float("nan"),
                      cgf=rel(co, cgo) if cgo is not None else float("nan"), pert=rel(po, fo))
             bad = (max(e["rec"]) > a.tol or e["gen"] > a.tol or e["rec64"] > a.tol or
-                   e["cg64"] > a.tol or e["ch64"] > a.tol or not e["pert"] > a.tol)
+                   e["cg64"] > a.tol or e["ch64"] > a.tol or e["j64"] > a.tol or
+                   not e["pert"] > a.tol)
             fails += bad
             print("| %d, %d, %d, %d | %s | %.1f | %.1e / %.1e / %.1e | %.1e | %.1e | %.1e | %.1e | "
-                  "%.1e | %.1e | %.1e | %.1e |%s"
+                  "%.1e | %.1e | %.1e | %.1e | %.1e | %.1e |%s"
                   % (B, T, H, D, case, kap, *e["rec"], e["gen"], e["x_f"], e["rec64"], e["cg64"],
-                     e["ch64"], e["fcg"], e["cgf"], e["pert"], "  FAIL" if bad else ""))
+                     e["ch64"], e["fcg"], e["cgf"], e["j64"], e["fdec"], e["pert"],
+                     "  FAIL" if bad else ""))
     if fails:
         print("compare_mesa_fla: %d rows beyond --tol %g (or a perturbed run within it)"
               % (fails, a.tol))

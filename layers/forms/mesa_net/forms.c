@@ -10,7 +10,8 @@
  *   recurrent — x_t by an LU solve in double (O(d_k³) per token): the exact layer, which the
  *               generic driver computes through the optimizer's own step (optim/mesa.c);
  *   cg        — x_t by `cg_steps` steps of conjugate gradients from x = 0 (FLA's training
- *               kernel's start), in double: MesaNet as its paper runs it, O(cg_steps·d_k²) per
+ *               kernel's start) or, with cg_start: jacobi, from q_t/(diag H_t + λ) (its
+ *               decoding step's), in double: MesaNet as its paper runs it, O(cg_steps·d_k²) per
  *               token; with cg_steps ≥ d_k it is the exact solve in exact arithmetic;
  *   chunkwise — the same CG steps for a chunk of layer.chunk tokens at once, with H_t p from the
  *               chunk's start state and its keys (mesa_chunk), never forming H_t.
@@ -67,6 +68,7 @@ static const char *mesa_cg_available(const ttt_layer *L, const ttt_form_inputs *
 
 typedef struct mesa_ws {
     int d_k, d_v, cg; /* cg: steps, 0 = exact */
+    int jacobi;       /* CG starts from q/(diag H + λ), else from 0 */
     double lam;
     double *A;        /* (d_k, d_k) H + λI, then its LU factors */
     int *piv;
@@ -75,7 +77,8 @@ typedef struct mesa_ws {
 
 static mesa_ws mesa_ws_new(ttt_ctx *ctx, const ttt_layer *L, int cg) {
     const int d = L->d_k;
-    mesa_ws w = {.d_k = d, .d_v = L->d_v, .cg = cg, .lam = ttt_layer_optim_traits(L).ridge};
+    mesa_ws w = {.d_k = d, .d_v = L->d_v, .cg = cg, .lam = ttt_layer_optim_traits(L).ridge,
+                 .jacobi = ttt_layer_optim_traits(L).cg_jacobi};
     w.A = ttt_fused_scratch(ctx, sizeof(double) * ((size_t)d * d + 3 * (size_t)d));
     w.r = w.A + (size_t)d * d, w.p = w.r + d, w.w = w.p + d;
     w.piv = ttt_fused_scratch(ctx, sizeof(int) * (size_t)(d > 0 ? d : 1));
@@ -96,7 +99,8 @@ TTT_FP_CONTRACT static void mesa_write(float *restrict H, float *restrict G,
 }
 
 /* x = (H + λI)⁻¹ b, or its transpose's solve (trans; the same for a symmetric H), exactly by LU
- * or by w->cg CG steps from 0; b (d_k) float, x (d_k) double. Returns 0 when A is singular (only
+ * or by w->cg CG steps from 0 or from the Jacobi guess b/(diag H + λ); b (d_k) float, x (d_k)
+ * double. Returns 0 when A is singular (only
  * a caller's state can make it so). */
 static int mesa_solve(mesa_ws *w, const float *H, const float *b, double *x, int trans) {
     const int d = w->d_k;
@@ -114,7 +118,15 @@ static int mesa_solve(mesa_ws *w, const float *H, const float *b, double *x, int
      * matrix), from x = 0; stops early only when the residual is exactly 0 or a direction has no
      * positive curvature (then x is the best it had) */
     double *r = w->r, *p = w->p, *Ap = w->w, delta = 0.0;
-    for (int i = 0; i < d; i++) x[i] = 0.0, r[i] = p[i] = b[i], delta += (double)b[i] * b[i];
+    for (int i = 0; i < d; i++)
+        x[i] = w->jacobi ? b[i] / ((double)H[(size_t)i * d + i] + w->lam) : 0.0;
+    for (int i = 0; i < d; i++) { /* r = b − A x */
+        double acc = b[i] - w->lam * x[i];
+        if (w->jacobi)
+            for (int j = 0; j < d; j++) acc -= (double)H[(size_t)i * d + j] * x[j];
+        r[i] = p[i] = acc;
+        delta += acc * acc;
+    }
     for (int s = 0; s < w->cg && delta > 0.0; s++) {
         double pAp = 0.0;
         for (int i = 0; i < d; i++) {
@@ -244,14 +256,30 @@ static void mesa_chunk(mesa_chunk_ws *c, mesa_ws *w, float *o, float *H, float *
         c->e[t] = prod; /* γ_0 ⋯ γ_t */
     }
     for (size_t i = 0; i < (size_t)d * d; i++) c->H0[i] = H[i];
-    /* CG from 0, every token at once */
+    /* CG from 0 or from the Jacobi guess q_t/(diag H_t + λ), every token at once:
+     * diag H_t = e_t diag H_0 + Σ_s M_ts k_s², and R = Q − A X */
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < d; i++) {
+            double x0 = 0.0;
+            if (w->jacobi) {
+                double h = c->e[t] * c->H0[(size_t)i * d + i];
+                for (int s = 0; s <= t; s++) {
+                    const double ki = k[(size_t)s * d + i];
+                    h += c->D[(size_t)t * C + s] * (ki * ki);
+                }
+                x0 = q[(size_t)t * d + i] / (h + w->lam);
+            }
+            c->X[(size_t)t * d + i] = x0;
+        }
+        c->live[t] = 1;
+    }
+    if (w->jacobi) mesa_chunk_apply(c, k, n, d, w->lam, c->X, c->AP);
     for (int t = 0; t < n; t++) {
         double dl = 0.0;
         for (int i = 0; i < d; i++) {
-            const double qi = q[(size_t)t * d + i];
-            c->X[(size_t)t * d + i] = 0.0;
-            c->R[(size_t)t * d + i] = c->P[(size_t)t * d + i] = qi;
-            dl += qi * qi;
+            const double ri = q[(size_t)t * d + i] - (w->jacobi ? c->AP[(size_t)t * d + i] : 0.0);
+            c->R[(size_t)t * d + i] = c->P[(size_t)t * d + i] = ri;
+            dl += ri * ri;
         }
         c->delta[t] = dl;
         c->live[t] = dl > 0.0;
@@ -414,7 +442,7 @@ typedef struct mesa_saved {
     const float *xs; /* (T, d_k) the forward's solves */
     const float *al; /* (T) the retentions, or NULL */
     const float *W;  /* (d_k, d_v) the final weights (inside P) */
-    int T, C, cg;
+    int T, C, cg, jacobi;
     double lam;
 } mesa_saved;
 
@@ -430,7 +458,7 @@ static void mesa_backward(ttt_ctx *ctx, const ttt_tape_entry *ent, const float *
     const size_t dkk = (size_t)d_k * d_k, dkv = (size_t)d_k * d_v, all = dkk + dkv;
     const float *beta = bt ? bt->data : NULL, *al = sv->al;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    mesa_ws w = {.d_k = d_k, .d_v = d_v, .cg = sv->cg, .lam = sv->lam};
+    mesa_ws w = {.d_k = d_k, .d_v = d_v, .cg = sv->cg, .lam = sv->lam, .jacobi = sv->jacobi};
     w.A = ttt_fused_scratch(ctx, sizeof(double) * (dkk + 3 * (size_t)d_k));
     w.r = w.A + dkk, w.p = w.r + d_k, w.w = w.p + d_k;
     w.piv = ttt_fused_scratch(ctx, sizeof(int) * (size_t)(d_k > 0 ? d_k : 1));
@@ -568,7 +596,7 @@ static ttt_status mesa_forward_diff_with(ttt_ctx *ctx, const ttt_layer *L, ttt_t
     if (ent) {
         mesa_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
         *sv = (mesa_saved){.S = saved, .xs = xs, .al = al, .W = W, .T = T, .C = C, .cg = cg,
-                           .lam = w.lam};
+                           .jacobi = w.jacobi, .lam = w.lam};
         ent->aux = sv;
         ent->name = "mesa_net_fused";
     }
