@@ -83,6 +83,16 @@ static const ttt_preset presets[] = {
      "S_t^l = alpha_t (I - beta_t k_t^T k_t) S_{t-1}^l (+ beta_t k_t^T v_t on l = 0), o_t = sum_l lambda_t^l q_t S_t^l",
      BLOCK("4", "silu", "true", "true", "scalar", "true", "true", "false", "false", "none"), 0,
      12},
+    /* MesaNet (docs/math.md §3.11): the exact ridge regression over every past pair, its
+     * regularizer λ never forgotten, read at the query through (H_t + λI) x_t = q_t solved by 30
+     * conjugate-gradient steps (FLA's default); the mesa_net forms compute it (cg; recurrent
+     * solves exactly). Block as FLA's mesa_net.py: convolution 4 + SiLU, L2 q/k, β = sigmoid,
+     * a scalar forget gate, output norm without a gate. */
+    {"mesanet", "MesaNet: the exact ridge regression of the past at every token (conjugate "
+     "gradients)", "linear", "squared", "mesa", OPTS({"decay", 0.99, NULL}, {"cg_steps", 30, NULL}),
+     1, "update_then_apply", "per_block", "none",
+     "H_t = g_t H_{t-1} + b_t k_t^T k_t, G_t = g_t G_{t-1} + b_t k_t^T v_t, o_t = q_t (H_t + lambda I)^-1 G_t",
+     BLOCK("4", "silu", "true", "true", "scalar", "true", "false", "false", "false", "none")},
     {"ttt_linear", "TTT-Linear: x + LN(xW + b) trained by mini-batch GD on reconstruction",
      "ttt_linear", "recon", "sgd", NO_OPTS, 16, "update_then_apply", "per_block", "inverse",
      "mini-batch GD, E_ij = lr_j/(i+1) (dual form, docs/math.md 5.4)",
@@ -119,7 +129,7 @@ static const ttt_preset presets[] = {
 
 static const char *const preset_names[] = {"linear_attention", "retnet", "mamba2", "gla",
                                            "deltanet", "gated_deltanet", "kda", "deltaproduct",
-                                           "loglinear_mamba2", "loglinear_gdn",
+                                           "loglinear_mamba2", "loglinear_gdn", "mesanet",
                                            "ttt_linear", "ttt_mlp", "titans", "lact",
                                            "performer", "rfa"};
 

@@ -85,6 +85,13 @@ typedef struct ttt_optim_traits {
                       * weights (LaCT's large-batch update): the per-block form applies */
     int inputs;      /* the step reads the block's inputs blk->x, blk->x_eta (rls): callers
                       * that can supply them do; others may leave them NULL */
+    float ridge;     /* > 0: the step is the exact ridge solution W = (H + ridge·I)⁻¹ G of
+                      * statistics H = Σ γ-decayed β kᵀk, G = Σ γ-decayed β kᵀv kept as its two
+                      * state tensors, the regularizer never decayed (mesa, MesaNet): the
+                      * mesa_net forms */
+    int cg_steps;    /* with ridge: conjugate-gradient steps of the mesa_net cg form's query-side
+                      * solve (0: exact) */
+    int cg_jacobi;   /* with ridge: CG starts from the Jacobi guess q/(diag H + ridge), not 0 */
 } ttt_optim_traits;
 
 typedef struct ttt_optim {

@@ -600,6 +600,144 @@ START_TEST(dplr_backward_forms_match_float64_on_the_delta_rule_hard_inputs) {
 }
 END_TEST
 
+/* MesaNet (docs/math.md §3.11; layers/forms/mesa_net/) on every hard input with a gate per token or
+ * none: the preset mesanet (λ = 1) with its recurrent form (the exact solve) and its cg and
+ * chunkwise forms (30 conjugate-gradient steps, d_k = 16), against the float64 MesaNet of
+ * tests/mesa_ref.h (β = η, the gates exponentiated in double). Its tuple is not plain SGD, so the
+ * loop above leaves it out (the chunkwise form runs chunks of layer.chunk = 16); its bound is not
+ * the flat 2e-6 but the one tests/test_mesa_net.c derives from the condition number κ_t of H_t +
+ * λI, per token (mesa_ref_ratio: c·ε·(1 + κ_t √w_t) times the output's scale, w_t ≤ t + 1 the gated
+ * walk of roundings; for the cg form against the float64 CG of the same steps, and against the
+ * exact layer with CG's 2√κ ρ^k term added). Key norms up to 100 make κ reach 8e4 and the bound
+ * loose there: the table prints κ. Each run must also be farther than its bound from the float64
+ * layer with one token's β moved by 0.5 (among the last 16 tokens, whose own outputs show it before
+ * a gate can hide it, the one whose ‖k‖² is nearest λ: the output of a pair written with β‖k‖² ≫ λ
+ * does not depend on β), and with resets from the layer without them. */
+#include "mesa_ref.h"
+
+typedef struct mesa_truth {
+    double *o, *x, *kappa, *G_all, *walk, H[DK * DK], G[DK * DV], W[DK * DV];
+} mesa_truth;
+
+static mesa_truth mesa_truth_of(const problem *p, int cg) {
+    const int T = p->T;
+    mesa_truth r = {.o = malloc(sizeof(double) * (size_t)T * DV),
+                    .x = malloc(sizeof(double) * (size_t)T * DK),
+                    .kappa = malloc(sizeof(double) * (size_t)T),
+                    .G_all = malloc(sizeof(double) * (size_t)T * DK * DV),
+                    .walk = malloc(sizeof(double) * (size_t)T)};
+    ck_assert(r.o && r.x && r.kappa && r.G_all && r.walk);
+    memset(r.H, 0, sizeof r.H), memset(r.G, 0, sizeof r.G);
+    ck_assert(mesa_ref(p->q, p->k, p->v, p->eta, p->la, T, DK, DV, 1.0, cg, r.H, r.G, r.o, r.W,
+                       r.kappa, r.x, r.G_all, r.walk));
+    return r;
+}
+
+static void mesa_truth_free(mesa_truth *r) {
+    free(r->o), free(r->x), free(r->kappa), free(r->G_all), free(r->walk);
+}
+
+START_TEST(mesa_forms_match_float64_on_hard_inputs) {
+    static const char *const forms[] = {"recurrent", "cg", "chunkwise"};
+    const ttt_preset *pr = ttt_preset_find("mesanet");
+    ck_assert_ptr_nonnull(pr);
+    int failures = 0, runs = 0;
+    printf("hard inputs, MesaNet: the largest ratio to the per-token bound of tests/mesa_ref.h\n");
+    for (int c = 0; c < N_CASES; c++) {
+        const hard_case *hc = &cases[c];
+        if (hc->gate == G_KEY) continue;
+        const int T = hc->squared && hc->eta_lo == 2.0 ? T_REFLECT : T_LONG;
+        tu_fixture f;
+        tu_fx_init(&f, 4242);
+        ttt_rng rng0 = f.rng;
+        problem p = make_problem(&f, hc, T, hc->squared, 16, 1, 1);
+        mesa_truth ex = mesa_truth_of(&p, 0), cg = mesa_truth_of(&p, 30);
+        /* the perturbed inputs: β moved by 0.5 at the token among the last 16 whose ‖k‖² is
+         * nearest λ = 1 in ratio (a key of norm 1e-2 moves H by 1e-5; one of norm 100 is
+         * fitted exactly whatever its weight, β‖k‖² ≫ λ: neither perturbs the output); with
+         * resets, the gates without them */
+        int tb = T - 16;
+        double best = INFINITY;
+        for (int t = T - 16; t < T; t++) {
+            double n2 = 0;
+            for (int i = 0; i < DK; i++)
+                n2 += (double)p.k[(size_t)t * DK + i] * p.k[(size_t)t * DK + i];
+            if (fabs(log(n2)) <= best) best = fabs(log(n2)), tb = t;
+        }
+        const float keep = p.eta[tb];
+        p.eta[tb] = keep > 1.0f ? keep - 0.5f : keep + 0.5f;
+        mesa_truth pex = mesa_truth_of(&p, 0), pcg = mesa_truth_of(&p, 30);
+        p.eta[tb] = keep;
+        mesa_truth rex = {0}, rcg = {0};
+        if (hc->resets) {
+            const ttt_rng rng1 = f.rng;
+            f.rng = rng0;
+            problem p0 = make_problem(&f, &(hard_case){.gate = hc->gate, .la_lo = hc->la_lo,
+                                                       .la_hi = hc->la_hi, .eta_lo = hc->eta_lo,
+                                                       .eta_hi = hc->eta_hi,
+                                                       .knorm_lo = hc->knorm_lo,
+                                                       .knorm_hi = hc->knorm_hi},
+                                      T, hc->squared, 16, 1, 1);
+            f.rng = rng1;
+            rex = mesa_truth_of(&p0, 0), rcg = mesa_truth_of(&p0, 30);
+        }
+        double kmax = 0;
+        for (int t = 0; t < T; t++) kmax = fmax(kmax, ex.kappa[t]);
+        for (int fi = 0; fi < 3; fi++) {
+            ttt_layer L;
+            ck_assert(build_layer(&L, pr, forms[fi]));
+            const ttt_form_inputs in = {.T = T, .eta = 1,
+                                        .gate = p.la ? TTT_FORM_GATE_TOKEN : TTT_FORM_GATE_NONE};
+            ttt_error err = {0};
+            const ttt_form_entry *e = ttt_form_choose(&L, &in, &err);
+            ck_assert_msg(e, "%s", err.msg);
+            ttt_tensor *q = ttt_tensor_2d(&f.ctx, T, DK), *k = ttt_tensor_2d(&f.ctx, T, DK);
+            ttt_tensor *v = ttt_tensor_2d(&f.ctx, T, DV), *eta = ttt_tensor_1d(&f.ctx, T);
+            memcpy(q->data, p.q, sizeof(float) * q->n), memcpy(k->data, p.k, sizeof(float) * k->n);
+            memcpy(v->data, p.v, sizeof(float) * v->n);
+            memcpy(eta->data, p.eta, sizeof(float) * eta->n);
+            ttt_tensor *la = NULL;
+            if (p.la) {
+                la = ttt_tensor_1d(&f.ctx, T);
+                memcpy(la->data, p.la, sizeof(float) * (size_t)T);
+            }
+            ttt_layer_state st;
+            ttt_layer_state_init(&f.ctx, &L, &st, &f.rng);
+            ttt_tensor *o = ttt_tensor_2d(&f.ctx, T, DV);
+            const ttt_form_args a = {.q = q, .k = k, .v = v, .eta = eta, .log_alpha = la,
+                                     .fused = 1};
+            ck_assert_msg(e->forward(&f.ctx, &L, o, &st, &a, &err) == TTT_OK, "%s", err.msg);
+            const mesa_truth *want = fi ? &cg : &ex, *pw = fi ? &pcg : &pex;
+            const double r = mesa_ref_ratio(o->data, want->o, ex.kappa, ex.x, ex.G_all,
+                                            ex.walk, T, DK, DV, 0);
+            const double r_ex = fi ? mesa_ref_ratio(o->data, ex.o, ex.kappa, ex.x, ex.G_all,
+                                                    ex.walk, T, DK, DV, 30)
+                                   : r;
+            double rp = mesa_ref_ratio(o->data, pw->o, ex.kappa, ex.x, ex.G_all, ex.walk, T,
+                                       DK, DV, 0);
+            if (hc->resets) {
+                const mesa_truth *rw = fi ? &rcg : &rex;
+                rp = fmin(rp, mesa_ref_ratio(o->data, rw->o, ex.kappa, ex.x, ex.G_all, ex.walk,
+                                             T, DK, DV, 0));
+            }
+            const int bad = !tu_ratio(r, 1.0) || !tu_ratio(r_ex, 1.0) || !(rp > 1.0);
+            printf("  mesa_net %-9s T %5d  %-40s max kappa %8.3g: %.3g (vs exact %.3g) of the "
+                   "bound, perturbed %.3g%s\n",
+                   forms[fi], T, hc->name, kmax, r, r_ex, rp, bad ? "  FAIL" : "");
+            failures += bad;
+            runs++;
+        }
+        mesa_truth_free(&ex), mesa_truth_free(&cg), mesa_truth_free(&pex), mesa_truth_free(&pcg);
+        if (hc->resets) mesa_truth_free(&rex), mesa_truth_free(&rcg);
+        tu_fx_free(&f);
+    }
+    fflush(stdout);
+    ck_assert_int_gt(runs, 0);
+    ck_assert_msg(failures == 0, "%d MesaNet cases beyond their bound (see the table above)",
+                  failures);
+}
+END_TEST
+
 static Suite *hard_suite(void) {
     Suite *s = suite_create("hard_inputs");
     TCase *tc = tcase_create("hard_inputs");
@@ -607,6 +745,7 @@ static Suite *hard_suite(void) {
     tcase_add_test(tc, every_form_matches_float64_on_hard_inputs);
     tcase_add_test(tc, dplr_forms_match_float64_on_the_delta_rule_hard_inputs);
     tcase_add_test(tc, dplr_backward_forms_match_float64_on_the_delta_rule_hard_inputs);
+    tcase_add_test(tc, mesa_forms_match_float64_on_hard_inputs);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -67,6 +67,8 @@ enum {
  *  loglinear_mamba2  Guo et al. 2025 / FLA log_linear_mamba2.py: Mamba2's block, with λ per
  *                    head and level on the queries.
  *  loglinear_gdn     Guo et al. 2025 (the authors' hattention): Gated DeltaNet's block, λ as above.
+ *  mesanet           von Oswald et al. 2025 / FLA mesa_net.py: convolution + SiLU, L2 q/k,
+ *                    β = sigmoid, a scalar forget gate, per-head RMSNorm without an output gate.
  *  ttt_linear/mlp    Sun et al. 2024 / ttt-lm-pytorch (Transformer backbone): no convolution, no
  *                    activation, RoPE, learned η, learned W_0, output norm, no gate.
  *  titans            Behrouz et al. 2025 (section 4.4): convolution + SiLU, L2 q/k, data-dependent θ and
@@ -89,6 +91,7 @@ static const block presets[] = {
     {"deltaproduct", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
     {"loglinear_mamba2", 4, 1, 0, EDT, GS, 1, 1, 0, 0, 0},
     {"loglinear_gdn", 4, 1, 1, E1, GS, 1, 1, 0, 0, 0},
+    {"mesanet", 4, 1, 1, E1, GS, 1, 0, 0, 0, 0},
     {"ttt_linear", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"ttt_mlp", 0, 0, 0, E1, GN, 1, 0, 1, 1, 0},
     {"titans", 4, 1, 1, E1, GS, 1, 1, 1, 0, 0},

@@ -280,6 +280,18 @@ START_TEST(grad_loglinear) {
     gradcheck(MODEL_TTT, "{preset: loglinear_gdn, levels: 4, chunk: 3}");
 }
 END_TEST
+/* MesaNet's block (docs/math.md §3.11): the exact, CG and chunkwise forms' hand-written
+ * backward (the state saved every 3 tokens). The generic driver's tape gives the same
+ * directional derivatives to 3e-7 (layer 0's w_eta: −0.1074446 against the forms' −0.1074448);
+ * its float32 forward, through a solve per token, moves the finite differences of this harness
+ * by up to 5e-4 between steps and forms, beyond the κ-free bound of fd_tol, so it is held to
+ * float64 finite differences at the layer instead (tests/test_mesa_net.c). */
+START_TEST(grad_mesanet) {
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: recurrent, chunk: 3}");
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: cg, chunk: 3}");
+    gradcheck(MODEL_TTT, "{preset: mesanet, form: chunkwise, chunk: 3}");
+}
+END_TEST
 START_TEST(grad_ttt_linear) {
     /* mini-batch 3 over 7 tokens: two full blocks and a partial one */
     gradcheck(MODEL_TTT, "{preset: ttt_linear, mini_batch: 3, form: generic}");
@@ -856,6 +868,7 @@ static Suite *suite(void) {
     tcase_add_test(g, grad_gated_deltanet);
     tcase_add_test(g, grad_deltaproduct);
     tcase_add_test(g, grad_loglinear);
+    tcase_add_test(g, grad_mesanet);
     tcase_add_test(g, grad_ttt_linear);
     tcase_add_test(g, grad_titans);
     tcase_add_test(g, grad_softmax_learned);

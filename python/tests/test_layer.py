@@ -56,12 +56,13 @@ def test_every_preset_optimizer_and_form_is_reachable():
     for name, _ in ttt.registry("optimizers"):
         o, _ = ttt.Layer("deltanet", optimizer=name)(x, x, x)
         assert np.all(np.isfinite(o)), name
-    # every form computes some preset (linear attention, delta rule, TTT-Linear, Titans, LaCT)
+    # every form computes some preset (linear attention, delta rule, TTT-Linear, Titans, LaCT;
+    # MesaNet's forms at its own mini_batch 1)
     for form, _ in ttt.registry("forms"):
         ok = False
-        for p in ("linear_attention", "deltanet", "ttt_linear", "titans", "lact"):
+        for p in ("linear_attention", "deltanet", "ttt_linear", "titans", "lact", "mesanet"):
             try:
-                ttt.Layer(p, form=form, mini_batch=4)(x, x, x)
+                ttt.Layer(p, form=form, **({} if p == "mesanet" else {"mini_batch": 4}))(x, x, x)
                 ok = True
                 break
             except ttt.Error:

@@ -16,6 +16,8 @@ _INPUTS = {
     # log-linear attention: q with one query per level of state (docs/math.md §4.8)
     "loglinear_mamba2": ("beta", "log_alpha"), "loglinear_gdn": ("beta", "log_alpha"),
     "titans": ("eta", "log_alpha"), "ttt_linear": ("eta",), "lact": ("eta",),
+    # MesaNet: the input gate as beta, the forget gate per token
+    "mesanet": ("beta", "log_alpha"),
 }
 
 # (name, log alpha range, beta/eta range, T multiplier): strong and weak gates, steps near 0 and
@@ -40,6 +42,11 @@ def _initial(preset, rng, B, H, d_k, d_v):
     if fam.startswith("loglinear"):  # the levels one after the other
         nl = int(PRESETS[preset]["levels"])
         return [rng.standard_normal((B, H, nl * d_k, d_v)) / np.sqrt(d_k)]
+    if fam == "mesa":  # [W, H, G]: H positive semidefinite, W the solve of H and G
+        Bm = rng.standard_normal((B, H, d_k, d_k)) / np.sqrt(d_k)
+        Hs = Bm @ np.swapaxes(Bm, -1, -2)
+        Gs = rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k)
+        return [np.linalg.solve(Hs + np.eye(d_k), Gs), Hs, Gs]
     if fam == "titans":
         return [rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k),
                 0.1 * rng.standard_normal((B, H, d_k, d_v)) / np.sqrt(d_k)]

@@ -31,6 +31,12 @@ PRESETS = {
     "loglinear_mamba2": dict(family="loglinear_linear", lr=1.0, decay=0.97, levels=12),
     "loglinear_gdn": dict(family="loglinear_delta", lr=1.0, decay=0.99,
                           decay_placement="coupled", levels=12),
+    # MesaNet (docs/math.md §3.11): per token the exact ridge regression over the past,
+    # o_t = q_t (H_t + lam I)^-1 G_t with H_t = a H + b k^T k, G_t = a G + b k^T v; the state is
+    # [W, H, G] (W = (H + lam I)^-1 G, the weights the layer reads). cg_steps > 0: x_t =
+    # (H_t + lam I)^-T q_t by that many conjugate-gradient steps from 0 (the cg form), or from
+    # q_t/(diag H_t + lam) with cg_start="jacobi"; 0: exact
+    "mesanet": dict(family="mesa", lr=1.0, decay=0.99, lam=1.0, cg_steps=0, cg_start="zero"),
     "titans": dict(family="titans", lr=0.1, decay=0.99, momentum=0.9, mini_batch=16),
     "ttt_linear": dict(family="ttt_linear", lr=1.0, mini_batch=16),
     "lact": dict(family="lact", lr=1.0, decay=1.0, mini_batch=2048, momentum=0.0,
@@ -88,6 +94,22 @@ class _Xp:
 
     def swap(self, x):
         return x.transpose(-1, -2) if self.torch else np.swapaxes(x, -1, -2)
+
+    def solve(self, A, b):
+        """x with A x = b for a batch of matrices A (..., n, n) and vectors b (..., n)."""
+        if self.torch:
+            return self.t.linalg.solve(A, b)
+        return np.linalg.solve(A, b[..., None])[..., 0]
+
+    def solve_mat(self, A, B):
+        """X with A X = B for batches of matrices."""
+        return self.t.linalg.solve(A, B) if self.torch else np.linalg.solve(A, B)
+
+    def where(self, c, a, b):
+        if self.torch:
+            t = self.t
+            return t.where(c, t.as_tensor(a, dtype=t.float64), t.as_tensor(b, dtype=t.float64))
+        return np.where(c, a, b)
 
     def sigmoid(self, x):
         return self.t.sigmoid(x) if self.torch else 1.0 / (1.0 + np.exp(-x))
@@ -189,6 +211,8 @@ def reference(preset, q, k, v, beta=None, log_alpha=None, eta=None, initial_stat
         o, st = _linear(xp, cfg, fam, qs, k, v, step, alpha, init)
     elif fam == "deltaproduct":
         o, st = _deltaproduct(xp, cfg, qs, k, v, step, alpha, init)
+    elif fam == "mesa":
+        o, st = _mesa(xp, cfg, qs, k, v, step, alpha, init)
     elif fam == "titans":
         o, st = _titans(xp, cfg, qs, k, v, step, alpha, init)
     elif fam == "ttt_linear":
@@ -294,6 +318,54 @@ def _loglinear(xp, cfg, delta, q, k, v, step, alpha, init):
                         for l in range(nl)))
     Sf = xp.t.cat(S, dim=2) if xp.torch else np.concatenate(S, axis=2)
     return xp.stack(outs, 1), [Sf]
+
+
+def _mesa(xp, cfg, q, k, v, step, alpha, init):
+    """MesaNet (docs/math.md §3.11): H_t = a_t H + b_t k^T k, G_t = a_t G + b_t k^T v,
+    x_t = (H_t + lam I)^-T q_t (exactly, or by cg_steps conjugate-gradient steps from 0 or,
+    with cg_start="jacobi", from q_t/(diag H_t + lam)),
+    o_t = x_t^T G_t; the final state [W_T, H_T, G_T] with W_T = (H_T + lam I)^-1 G_T."""
+    B, T, H, d_k = q.shape
+    d_v = v.shape[-1]
+    Hs = _first(init, 1, xp, (B, H, d_k, d_k))
+    Gs = _first(init, 2, xp, (B, H, d_k, d_v))
+    lam = float(cfg["lam"])
+    steps = int(cfg["cg_steps"])
+    eye = xp.asarray(np.eye(d_k))
+    outs = []
+    for t in range(T):
+        a = cfg["decay"] if alpha is None else alpha[:, t][..., None, None]
+        kt, vt, bt = k[:, t], v[:, t], step[:, t][..., None, None]
+        Hs = a * Hs + bt * xp.einsum("bhi,bhj->bhij", kt, kt)
+        Gs = a * Gs + bt * xp.einsum("bhi,bhj->bhij", kt, vt)
+        A = xp.swap(Hs + lam * eye)
+        x0 = None
+        if cfg["cg_start"] == "jacobi":
+            x0 = q[:, t] / xp.einsum("bhii->bhi", A)
+        x = _cg(xp, A, q[:, t], steps, x0) if steps > 0 else xp.solve(A, q[:, t])
+        outs.append(xp.einsum("bhk,bhkv->bhv", x, Gs))
+    W = xp.solve_mat(Hs + lam * eye, Gs)
+    return xp.stack(outs, 1), [W, Hs, Gs]
+
+
+def _cg(xp, A, b, steps, x0=None):
+    """steps conjugate-gradient steps on A x = b from x0 (None: 0), batched over (B, H); a
+    sequence whose residual is exactly 0 stops moving (its step is 0)."""
+    x = b * 0.0 if x0 is None else x0
+    r = b - xp.einsum("bhij,bhj->bhi", A, x)
+    p = r + 0.0
+    delta = (r * r).sum(-1)
+    for _ in range(steps):
+        Ap = xp.einsum("bhij,bhj->bhi", A, p)
+        pAp = (p * Ap).sum(-1)
+        live = delta > 0
+        alpha = xp.where(live, delta / xp.where(live, pAp, 1.0), 0.0)
+        x = x + alpha[..., None] * p
+        r = r - alpha[..., None] * Ap
+        dn = (r * r).sum(-1)
+        p = r + xp.where(live, dn / xp.where(live, delta, 1.0), 0.0)[..., None] * p
+        delta = dn
+    return x
 
 
 def _titans(xp, cfg, q, k, v, step, alpha, init):
