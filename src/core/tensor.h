@@ -150,6 +150,17 @@ static inline int ttt_tensor_on_device(const ttt_tensor *t) {
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */
 
+/* Mixed precision of the device products (docs/gpu.md "bfloat16 training"): with it, the
+ * device's matmul and gemm round both operands to bfloat16 and sum in fp32. An operand inside
+ * the fp32 master weights [master, master + n) is read from `twin` at the same offset (their
+ * bf16 copy, kept current by the trainer after each update); any other operand is rounded into
+ * arena scratch for the one product. */
+typedef struct ttt_mixed {
+    const float *master;
+    size_t n;
+    const uint16_t *twin;
+} ttt_mixed;
+
 /* Context of every op: where results are allocated, and the autodiff tape. */
 typedef struct ttt_ctx {
     ttt_arena *arena;
@@ -161,6 +172,9 @@ typedef struct ttt_ctx {
      * benchmark), so that a stop ends a measurement within a token's work (docs/hardening.md
      * "Signals"); training leaves it NULL and stops between steps, where it checkpoints. */
     const volatile sig_atomic_t *stop;
+    /* NULL: every product in fp32 (the host always); else the device products' bfloat16
+     * operands (ttt_mixed above; train.dtype: bfloat16) */
+    const ttt_mixed *mixed;
 } ttt_ctx;
 
 /* Whether ctx asks its computation to stop now (ttt_ctx.stop). */
