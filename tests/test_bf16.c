@@ -1,0 +1,146 @@
+/* The host's bfloat16 rounding (src/core/bf16.h), the twin of the device's cast that mixed
+ * precision rounds every product operand with (docs/gpu.md "bfloat16 training";
+ * tests/test_train_bf16.c checks the device kernel against it bit for bit).
+ *
+ * The reference is independent of the bit trick: it brackets x between the two bfloat16 values
+ * next to it (the truncation toward zero and the next one away from zero), measures both
+ * distances in double (exact: every value involved has at most 25 significant bits) and takes
+ * the nearer, the one with an even last bit on a tie (IEEE round to nearest, ties to even);
+ * beyond the largest finite bf16, the midpoint to 2^128 and above rounds to infinity, as IEEE
+ * says. Each case also has a control the comparison must reject: truncation (the rounding a
+ * shift would give) and rounding half away from zero. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "rng.h"
+#include "testutil.h"
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+static uint32_t bits_of(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The reference: RN-even (ties = 0), or half away from zero (ties = 1), or truncation (2). */
+static uint16_t ref_round(float x, int mode) {
+    const uint32_t u = bits_of(x);
+    if (isnan(x)) return (uint16_t)((u >> 16) | 0x40u);
+    if (isinf(x)) return (uint16_t)(u >> 16);
+    const uint16_t lo = (uint16_t)(u >> 16); /* toward zero */
+    if (mode == 2) return lo;
+    const uint16_t hi = (uint16_t)(lo + 1); /* away from zero (may be the infinity) */
+    const double ax = fabs((double)x), alo = fabs((double)ttt_bf16_to_float(lo));
+    /* the value after the largest finite one is 2^128 for rounding purposes */
+    const double ahi = (hi & 0x7fffu) == 0x7f80u ? ldexp(1.0, 128)
+                                                 : fabs((double)ttt_bf16_to_float(hi));
+    const double dlo = ax - alo, dhi = ahi - ax;
+    if (dlo < dhi) return lo;
+    if (dhi < dlo) return hi;
+    if (mode == 1) return hi;
+    return (lo & 1u) ? hi : lo;
+}
+
+START_TEST(chosen_values_round_to_nearest_even) {
+    static const struct {
+        uint32_t in;
+        uint16_t out;
+        const char *why;
+    } cases[] = {
+        {0x3f800000u, 0x3f80u, "1 is a bf16"},
+        {0x3f808000u, 0x3f80u, "1 + 2^-8: the tie between 1 and 1 + 2^-7 goes to even 1"},
+        {0x3f818000u, 0x3f82u, "1 + 3·2^-8: the tie goes to even 1 + 2^-6"},
+        {0x3f808001u, 0x3f81u, "just above the tie rounds up"},
+        {0x3f807fffu, 0x3f80u, "just below the tie rounds down"},
+        {0xbf808001u, 0xbf81u, "negative: the magnitude rounds"},
+        {0x3fffffffu, 0x4000u, "the carry out of the fraction raises the exponent"},
+        {0x7f7f7fffu, 0x7f7fu, "below the midpoint to 2^128: the largest finite bf16"},
+        {0x7f7f8000u, 0x7f80u, "the midpoint to 2^128 (odd kept part) rounds to infinity"},
+        {0x7f7fffffu, 0x7f80u, "FLT_MAX overflows to infinity"},
+        {0xff7fffffu, 0xff80u, "-FLT_MAX to -infinity"},
+        {0x7f800000u, 0x7f80u, "infinity stays"},
+        {0x00000000u, 0x0000u, "zero"},
+        {0x80000000u, 0x8000u, "negative zero keeps its sign"},
+        {0x00008000u, 0x0000u, "a subnormal tie goes to even 0"},
+        {0x00018000u, 0x0002u, "a subnormal tie goes to even 2"},
+        {0x007fffffu, 0x0080u, "the largest subnormal rounds to the smallest normal"},
+        {0x7fc00000u, 0x7fc0u, "a quiet NaN stays"},
+        {0x7f800001u, 0x7fc0u, "a signalling NaN with low payload stays a NaN (not infinity)"},
+        {0xffffffffu, 0xffffu, "a NaN with every bit set keeps its sign and stays a NaN"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint16_t got = ttt_bf16_from_float(from_bits(cases[i].in));
+        ck_assert_msg(got == cases[i].out, "0x%08x: 0x%04x, expected 0x%04x (%s)", cases[i].in,
+                      got, cases[i].out, cases[i].why);
+        const uint16_t ref = ref_round(from_bits(cases[i].in), 0);
+        ck_assert_msg(ref == cases[i].out, "the reference: 0x%08x -> 0x%04x (%s)", cases[i].in,
+                      ref, cases[i].why);
+    }
+    /* controls: truncation and half-away-from-zero get some of these wrong */
+    int trunc_wrong = 0, away_wrong = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        trunc_wrong += ref_round(from_bits(cases[i].in), 2) != cases[i].out;
+        away_wrong += ref_round(from_bits(cases[i].in), 1) != cases[i].out;
+    }
+    ck_assert_int_ge(trunc_wrong, 5);
+    ck_assert_int_ge(away_wrong, 2);
+    /* widening is exact and round-trips */
+    ck_assert(ttt_bf16_to_float(0x3f81u) == 1.0f + 0x1p-7f);
+    ck_assert(ttt_bf16_round(1.0f + 0x1p-8f) == 1.0f);
+}
+END_TEST
+
+/* Every float of a stride through all 2^32 bit patterns (the stride odd, so every low-bit
+ * pattern is met) and random ones: the same bits as the reference, and within the unit
+ * roundoff u = 2^-8 of x where x is normal and the result finite. */
+START_TEST(all_floats_sampled_match_the_reference) {
+    ttt_rng r;
+    ttt_rng_seed(&r, 11);
+    long n = 0, trunc_differs = 0;
+    double worst_rel = 0;
+    for (uint64_t k = 0; k < (1ull << 32); k += 1021) {
+        const uint32_t u = (uint32_t)k ^ (uint32_t)(ttt_rng_u64(&r) & 0xffu);
+        const float x = from_bits(u);
+        const uint16_t got = ttt_bf16_from_float(x), ref = ref_round(x, 0);
+        if (isnan(x)) {
+            ck_assert_msg(isnan(ttt_bf16_to_float(got)) && (got & 0x8000u) == (ref & 0x8000u),
+                          "NaN 0x%08x -> 0x%04x", u, got);
+        } else {
+            ck_assert_msg(got == ref, "0x%08x (%.9g): 0x%04x, the reference 0x%04x", u,
+                          (double)x, got, ref);
+        }
+        if (isnormal(x) && isfinite(ttt_bf16_to_float(got))) {
+            const double rel = fabs((double)ttt_bf16_to_float(got) - x) / fabs((double)x);
+            if (rel > worst_rel) worst_rel = rel;
+        }
+        trunc_differs += !isnan(x) && ref_round(x, 2) != got;
+        n++;
+    }
+    printf("%ld floats: worst relative rounding %.6g (u = 2^-8 = %.6g)\n", n, worst_rel,
+           0x1p-8);
+    TU_ASSERT_LE(worst_rel, 0x1p-8, "rounding error %.3g beyond u", worst_rel);
+    /* control: truncation is not this rounding (about half the values differ) */
+    ck_assert_msg(trunc_differs > n / 4, "truncation agreed on %ld of %ld", n - trunc_differs,
+                  n);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("bf16");
+    TCase *c = tcase_create("bf16");
+    tcase_set_timeout(c, 120);
+    tcase_add_test(c, chosen_values_round_to_nearest_even);
+    tcase_add_test(c, all_floats_sampled_match_the_reference);
+    suite_add_tcase(s, c);
+    return s;
+}
+
+int main(void) { return tu_run(suite()); }
