@@ -17,6 +17,7 @@
  * arena's escape like host memory does (tensor.h). */
 #include "ops_device.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "cuda_kernels.h"
@@ -170,7 +171,8 @@ typedef struct operand {
 static operand operand_of(ttt_ctx *ctx, const float *x, size_t n) {
     const ttt_mixed *mx = ctx->mixed;
     if (!mx) return (operand){.f = x};
-    if (x >= mx->master && x + n <= mx->master + mx->n)
+    const uintptr_t at = (uintptr_t)x, lo = (uintptr_t)mx->master;
+    if (at >= lo && at - lo + n * sizeof(float) <= mx->n * sizeof(float))
         return (operand){.h = mx->twin + (x - mx->master)};
     uint16_t *h = dscratch(ctx, n * sizeof(uint16_t));
     CK(ttt_cuda_to_bf16(h, x, n, ST(ctx), E));
