@@ -15,7 +15,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "autograd.h"
 #include "bf16.h"
+#include "ops.h"
 #include "rng.h"
 #include "testutil.h"
 
@@ -133,12 +135,62 @@ START_TEST(all_floats_sampled_match_the_reference) {
 }
 END_TEST
 
+/* The host's products under ttt_ctx.mixed (src/core/ops.c, the stand-in of test_train_bf16's
+ * self mode): C = A·Bᵀ and its gradients dA = dC·B, dB = dCᵀ·A are the fp32 products of the
+ * bf16-rounded operands — the same bits as the plain products of rounded copies (the same sgemm
+ * on the same values). Control: the plain product of the unrounded operands differs. */
+START_TEST(host_mixed_products_round_every_operand) {
+    enum { M = 5, K = 7, N = 3 };
+    float a[M * K], b[N * K], dc[M * N], ar[M * K], br[N * K], dcr[M * N];
+    ttt_rng r;
+    ttt_rng_seed(&r, 4);
+    for (int i = 0; i < M * K; i++) ar[i] = ttt_bf16_round(a[i] = (float)ttt_rng_uniform(&r));
+    for (int i = 0; i < N * K; i++) br[i] = ttt_bf16_round(b[i] = (float)ttt_rng_uniform(&r));
+    for (int i = 0; i < M * N; i++) dcr[i] = ttt_bf16_round(dc[i] = (float)ttt_rng_uniform(&r));
+    float got[3][M * K], want[3][M * K], raw[M * N];
+    for (int mode = 0; mode < 2; mode++) { /* 0: mixed on the raw values; 1: plain on rounded */
+        ttt_arena arena;
+        ttt_arena_init(&arena, 0);
+        ttt_tape tape;
+        ttt_tape_init(&tape);
+        static const ttt_mixed mixed = {0};
+        ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape, .mixed = mode ? NULL : &mixed};
+        float ga[M * K], gb[N * K];
+        ttt_tensor A = ttt_tensor_view(mode ? ar : a, 2, (int[]){M, K});
+        ttt_tensor B = ttt_tensor_view(mode ? br : b, 2, (int[]){N, K});
+        ttt_tensor_set_param(&A, ga);
+        ttt_tensor_set_param(&B, gb);
+        ttt_tensor_grad_overwrite(&A);
+        ttt_tensor_grad_overwrite(&B);
+        ttt_tensor *C = ttt_matmul(&ctx, &A, 0, &B, 1);
+        ttt_backward_from(&ctx, C, mode ? dcr : dc);
+        float(*out)[M * K] = mode ? want : got;
+        memcpy(out[0], C->data, sizeof(float) * M * N);
+        memcpy(out[1], ga, sizeof ga);
+        memcpy(out[2], gb, sizeof gb);
+        if (mode) { /* control: the plain product of the raw operands */
+            ctx.grad = 0;
+            ttt_tensor Ar = ttt_tensor_view(a, 2, (int[]){M, K});
+            ttt_tensor Br = ttt_tensor_view(b, 2, (int[]){N, K});
+            memcpy(raw, ttt_matmul(&ctx, &Ar, 0, &Br, 1)->data, sizeof raw);
+        }
+        ttt_tape_free(&tape);
+        ttt_arena_free(&arena);
+    }
+    ck_assert_msg(memcmp(got[0], want[0], sizeof(float) * M * N) == 0, "C differs");
+    ck_assert_msg(memcmp(got[1], want[1], sizeof(float) * M * K) == 0, "dA differs");
+    ck_assert_msg(memcmp(got[2], want[2], sizeof(float) * N * K) == 0, "dB differs");
+    ck_assert_msg(memcmp(raw, want[0], sizeof raw) != 0, "the control equals the rounded product");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("bf16");
     TCase *c = tcase_create("bf16");
     tcase_set_timeout(c, 120);
     tcase_add_test(c, chosen_values_round_to_nearest_even);
     tcase_add_test(c, all_floats_sampled_match_the_reference);
+    tcase_add_test(c, host_mixed_products_round_every_operand);
     suite_add_tcase(s, c);
     return s;
 }

@@ -45,9 +45,10 @@
  *    (and the reverse, and on the CPU) stays within the band of the fp32 run.
  *
  * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
- * TTT_TRAIN_BF16_SELF=1 runs 3 and 4 on the host with a stand-in for the bf16 step: the fp32 step
- * on weights rounded to bf16 for each forward and backward (the twin's part of mixed precision),
- * which checks the harness, its bounds and its controls on machines without a GPU. */
+ * TTT_TRAIN_BF16_SELF=1 runs 3 and 4 on the host with the host's bf16 products standing in for
+ * the device's (src/core/ops.c, ttt_ctx.mixed: every matmul and gemm operand rounded to bf16,
+ * fp32 sums; the ttt mixer's forms then run in fp32 on the host, where the device's get bf16 q,
+ * k, v, o), which checks the harness, its bounds and its controls on machines without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -207,20 +208,19 @@ static void weights_load(ttt_seq_model *m, const float *w) {
     }
 }
 
-/* Every weight times 1 + r·u, r uniform in [−1, 1] from r (k ≥ 0), or rounded to bf16 (the
- * self mode's stand-in for the twin, k = −1). */
-static void weights_shake(ttt_seq_model *m, ttt_rng *r, int k) {
+/* Every weight times 1 + r·u, r uniform in [−1, 1]. */
+static void weights_shake(ttt_seq_model *m, ttt_rng *r) {
     for (int p = 0; p < m->params.n; p++)
         for (size_t j = 0; j < m->params.p[p]->n; j++) {
             float *w = &m->params.p[p]->data[j];
-            if (k < 0) {
-                *w = ttt_bf16_round(*w);
-            } else {
-                const double x = 2.0 * ttt_rng_uniform(r) - 1.0;
-                *w = (float)((double)*w * (1.0 + x * U16));
-            }
+            const double x = 2.0 * ttt_rng_uniform(r) - 1.0;
+            *w = (float)((double)*w * (1.0 + x * U16));
         }
 }
+
+/* The host's mixed precision (src/core/ops.c mixed_operand): every product operand rounded to
+ * bf16, no twin (each is rounded into scratch). */
+static const ttt_mixed host_mixed = {0};
 
 /* ---- runs ---- */
 
@@ -273,8 +273,8 @@ static void train(int i, const char *device, const char *dtype, int perturb, con
 }
 
 /* ttt_train's host step written out (one shard), the weights changed for each step's forward
- * and backward and restored before the update: multiplied by 1 + r·u from stream k (k ≥ 0),
- * rounded to bf16 (k = −1, the self mode's bf16 run), or left alone (k = −2). */
+ * and backward and restored before the update: multiplied by 1 + r·u from stream k (k ≥ 0), or
+ * left alone (k = −2); k = −1: the host's bf16 products (the self mode's bf16 run). */
 static void loop_run(int i, int k, run_out *o) {
     setup s;
     setup_make(&s, i, "cpu", "float32", 0);
@@ -289,7 +289,7 @@ static void loop_run(int i, int k, run_out *o) {
     ttt_arena_init(&a, 0);
     ttt_tape tape;
     ttt_tape_init(&tape);
-    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
+    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape, .mixed = k == -1 ? &host_mixed : NULL};
     ttt_rng r;
     ttt_rng_seed(&r, 77 + (uint64_t)(k < 0 ? 0 : k));
     for (int step = 0; step < STEPS; step++) {
@@ -298,7 +298,7 @@ static void loop_run(int i, int k, run_out *o) {
         long count = 0;
         for (long j = 0; j < (long)b.B * b.T; j++) count += b.labels[j] >= 0;
         float *w = weights_save(&m);
-        if (k != -2) weights_shake(&m, &r, k);
+        if (k >= 0) weights_shake(&m, &r);
         for (int p = 0; p < m.params.n; p++) ttt_tensor_grad_overwrite(&m.pt[p]);
         ttt_tensor *l = NULL;
         ttt_seq_stats st;
@@ -411,12 +411,12 @@ END_TEST
 
 enum { G_HOST, G_DEV32, G_DEV16 };
 
-static float *host_grad(ttt_seq_model *m, const ttt_seq_batch *b) {
+static float *host_grad(ttt_seq_model *m, const ttt_seq_batch *b, int mixed) {
     ttt_arena a;
     ttt_arena_init(&a, 0);
     ttt_tape tape;
     ttt_tape_init(&tape);
-    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
+    ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape, .mixed = mixed ? &host_mixed : NULL};
     for (int i = 0; i < m->params.n; i++) ttt_tensor_grad_overwrite(&m->pt[i]);
     ttt_tensor *l = NULL;
     ttt_error err = {0};
@@ -456,17 +456,12 @@ static float *device_grad(ttt_seq_model *m, const ttt_seq_batch *b, ttt_dtype dt
     return g;
 }
 
-/* The gradient of batch b in `how`; in the self mode the host computes the fp32 ones, and the
- * bf16 one on weights rounded to bf16. */
+/* The gradient of batch b in `how`; in the self mode the host computes them, the bf16 one with
+ * the host's bf16 products. */
 static float *grad_of(ttt_seq_model *m, const ttt_seq_batch *b, int how) {
-    if (how == G_HOST || (self_mode && how == G_DEV32)) return host_grad(m, b);
-    if (!self_mode) return device_grad(m, b, how == G_DEV16 ? TTT_DTYPE_BF16 : TTT_DTYPE_F32);
-    float *w = weights_save(m);
-    weights_shake(m, NULL, -1);
-    float *g = host_grad(m, b);
-    weights_load(m, w);
-    free(w);
-    return g;
+    if (how == G_HOST) return host_grad(m, b, 0);
+    if (self_mode) return host_grad(m, b, how == G_DEV16);
+    return device_grad(m, b, how == G_DEV16 ? TTT_DTYPE_BF16 : TTT_DTYPE_F32);
 }
 
 static double rel_rms(const float *a, const float *b, size_t n) {
@@ -497,7 +492,7 @@ START_TEST(one_step_bf16_gradients_are_within_the_bound) {
     ttt_rng r;
     ttt_rng_seed(&r, 91);
     for (int k = 0; k < ENSEMBLE; k++) {
-        weights_shake(&m, &r, k);
+        weights_shake(&m, &r);
         float *gk = grad_of(&m, &b, G_DEV32);
         weights_load(&m, w0);
         size_t at = 0;

@@ -150,11 +150,13 @@ static inline int ttt_tensor_on_device(const ttt_tensor *t) {
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */
 
-/* Mixed precision of the device products (docs/gpu.md "bfloat16 training"): with it, the
- * device's matmul and gemm round both operands to bfloat16 and sum in fp32. An operand inside
- * the fp32 master weights [master, master + n) is read from `twin` at the same offset (their
- * bf16 copy, kept current by the trainer after each update); any other operand is rounded into
- * arena scratch for the one product. */
+/* Mixed precision of the products (docs/gpu.md "bfloat16 training"): with it, matmul and gemm
+ * round both operands to bfloat16 and sum in fp32, forward and backward. On a device an operand
+ * inside the fp32 master weights [master, master + n) is read from `twin` at the same offset
+ * (their bf16 copy, kept current by the trainer after each update); any other operand is
+ * rounded into arena scratch for the one product. The host's products do the same with every
+ * operand rounded into scratch (a zeroed ttt_mixed will do): the tests' stand-in for the device,
+ * never used by the trainer, which refuses bfloat16 on the host. */
 typedef struct ttt_mixed {
     const float *master;
     size_t n;
