@@ -213,7 +213,8 @@ START_TEST(check_reports_device_dtype_and_memory) {
         rc = ttt_on("check", "  device: cuda\n  dtype: bfloat16\n", "", &out, &err);
         ck_assert_msg(rc == 0, "%s", err);
         ck_assert_msg(strstr(err, "point 0, train.device cuda:0, train.dtype bfloat16: device "
-                                  "memory of a training step "),
+                                  "memory of a training step ") &&
+                          strstr(err, "their bf16 copy") && strstr(err, "bf16 operands"),
                       "%s", err);
         free(out), free(err);
     }
@@ -279,11 +280,20 @@ START_TEST(the_estimate_counts_the_same_terms_on_each_device) {
     ttt_trained_estimate(&tc->model, &c, T, &bf16);
     /* fp32 master weights, one gradient, two moments; a bf16 copy of the weights under bf16 */
     ck_assert(f32.params == 16.0 * P && bf16.params == 18.0 * P);
-    ck_assert(f32.other == 0 && bf16.other == 0);
-    /* the step in float32 is the host's; in bfloat16 the wide vectors halve, the states not */
-    ck_assert(f32.step == host.step);
-    ck_assert(bf16.step < f32.step && bf16.step > 0.5 * f32.step);
-    ck_assert(f32.total == f32.params + f32.step && bf16.total == bf16.params + bf16.step);
+    /* the step in float32 is the host's, under either dtype (the tape keeps fp32 tensors); the
+     * bf16 operands of one product are the other term: three of the widest of the q|k|v
+     * projection (3·d_model), the MLP's hidden layer (mlp·d_model) and the logits (vocab), each
+     * batch × T rows of 2 bytes */
+    ck_assert(f32.step == host.step && bf16.step == f32.step);
+    ck_assert(f32.other == 0);
+    const ttt_seq_model_config *mc = &tc->model;
+    double widest = 3.0 * mc->d_model;
+    if ((double)mc->mlp * mc->d_model > widest) widest = (double)mc->mlp * mc->d_model;
+    if (mc->io.vocab > widest) widest = mc->io.vocab;
+    ck_assert(widest >= 3.0 * mc->d_model && widest > 0);
+    ck_assert(bf16.other == 2.0 * 3.0 * c.batch * T * widest);
+    ck_assert(f32.total == f32.params + f32.step &&
+              bf16.total == bf16.params + bf16.step + bf16.other);
     ttt_plan_free(p);
     ttt_cfg_free(doc);
     free(text);
@@ -305,10 +315,10 @@ static void model_of(const char *layer, ttt_seq_model_config *mc, ttt_cfg_node *
                   "%s", err.msg);
 }
 
-/* ttt_train_device_ready decides what trains on a device: the host always; cuda:N in float32
- * for the softmax mixer and for ttt mixers whose layer has a CUDA form; bfloat16, mixers
- * without a device path and layers without a CUDA form are refused with the option, where it
- * was given and what does not run there. ttt_train refuses before it touches the model or the
+/* ttt_train_device_ready decides what trains on a device: the host in float32 (bfloat16 there is
+ * refused, as in a file); cuda:N in float32 or bfloat16 for the softmax mixer and for ttt mixers
+ * whose layer has a CUDA form; mixers without a device path and layers without a CUDA form are
+ * refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
  * data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder. The plan's
  * typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself refuses it
  * (above). */
@@ -317,20 +327,22 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
     memset(&c, 0, sizeof c);
     ttt_error err = {0};
     ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK); /* control: the host */
-    c.device = ttt_device_cuda(0);
     snprintf(c.device_where, sizeof c.device_where, "x.yaml:4:11");
-    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK); /* float32 */
+    /* bfloat16 on the host, in a configuration made in code, is refused as in a file */
     c.dtype = TTT_DTYPE_BF16;
-    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "x.yaml:4:11: train.dtype: bfloat16 on cuda:0: mixed-precision "
-                                  "training is not implemented yet"),
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "x.yaml:4:11: train.dtype: bfloat16 needs train.device: cuda"),
                   "%s", err.msg);
     ttt_train_result res;
     err = (ttt_error){0};
-    ck_assert_int_eq(ttt_train(NULL, &c, NULL, NULL, &res, &err), TTT_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "not implemented yet"), "%s", err.msg);
+    ck_assert_int_eq(ttt_train(NULL, &c, NULL, NULL, &res, &err), TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "bfloat16 needs train.device: cuda"), "%s", err.msg);
     ck_assert_int_eq(res.step, 0);
+    /* on a device both dtypes pass (bfloat16: mixed precision) */
+    c.device = ttt_device_cuda(0);
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK);
     c.dtype = TTT_DTYPE_F32;
+    ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK);
 
     /* the mixers: softmax runs; a mixer without a device path and a layer without a CUDA form
      * are refused, naming them */
@@ -376,15 +388,14 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
     ttt_plan *p = NULL;
     ck_assert_msg(ttt_plan_build(doc, "dev", &p, &err) == TTT_OK, "%s", err.msg);
     ttt_trained_cfg *tc = (ttt_trained_cfg *)p->points[0].task->trained(p->points[0].cfg);
-    tc->train.device = ttt_device_cuda(0);
+    tc->train.device = ttt_device_host();
     tc->train.dtype = TTT_DTYPE_BF16;
     char out[4096];
     snprintf(out, sizeof out, "%s/run", tu_dir);
     err = (ttt_error){0};
-    ck_assert_int_eq(ttt_plan_run(p, out, 0, NULL, &err), TTT_ERR_UNSUPPORTED);
-    ck_assert_msg(strstr(err.msg, "train.dtype: bfloat16 on cuda:0: mixed-precision training is "
-                                  "not implemented yet"),
-                  "%s", err.msg);
+    ck_assert_int_eq(ttt_plan_run(p, out, 0, NULL, &err), TTT_ERR_CONFIG);
+    ck_assert_msg(strstr(err.msg, "train.dtype: bfloat16 needs train.device: cuda"), "%s",
+                  err.msg);
     ck_assert_msg(!exists(out), "the run folder was written");
     /* control: the same plan on the host runs */
     tc->train.device = ttt_device_host();

@@ -259,6 +259,12 @@ static void print_devices(const ttt_plan *p) {
                     "step %s (estimated: parameters, gradients and AdamW state %s, activations "
                     "and tape %s, arena blocks and shard gradients %s)\n",
                     pt->index, ttt_dtype_name(tc->train.dtype), total, params, step, other);
+        else if (tc->train.dtype == TTT_DTYPE_BF16) /* docs/gpu.md "bfloat16 training" */
+            fprintf(stderr,
+                    "point %d, train.device %s, train.dtype %s: device memory of a training "
+                    "step %s (estimated: parameters, their bf16 copy, gradients and AdamW state "
+                    "%s, activations and tape in float32 %s, bf16 operands of a product %s)\n",
+                    pt->index, dev, ttt_dtype_name(tc->train.dtype), total, params, step, other);
         else
             fprintf(stderr,
                     "point %d, train.device %s, train.dtype %s: device memory of a training "

@@ -11,6 +11,7 @@
 #define TTT_CUDA_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -79,6 +80,18 @@ ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int ta, int lda
                           const float *b, int tb, int ldb, long long sb, float beta,
                           long long sc, int m, int n, int k, int batch, void *stream,
                           ttt_error *err);
+
+/* The product of mixed precision (docs/gpu.md "bfloat16 training"): as ttt_cuda_sgemm, with A
+ * and B bfloat16 (the bits of bf16.h), C fp32, the sums in fp32 (CUBLAS_COMPUTE_32F). */
+ttt_status ttt_cuda_gemm_bf16(float *c, float alpha, const uint16_t *a, int ta, int lda,
+                              long long sa, const uint16_t *b, int tb, int ldb, long long sb,
+                              float beta, long long sc, int m, int n, int k, int batch,
+                              void *stream, ttt_error *err);
+/* y (n) = x rounded to bfloat16, to nearest with ties to even (bf16.h ttt_bf16_from_float, bit
+ * for bit); from_bf16: y (+)= x widened to fp32 (exact). */
+ttt_status ttt_cuda_to_bf16(uint16_t *y, const float *x, size_t n, void *stream, ttt_error *err);
+ttt_status ttt_cuda_from_bf16(float *y, int add, const uint16_t *x, size_t n, void *stream,
+                              ttt_error *err);
 
 /* Row-major triangular solve with lower-triangular L (n, n): X (n, m) ← L⁻¹·X (trans = 0) or
  * L⁻ᵀ·X (trans = 1); unit: L's diagonal is taken as 1 and not read. */

@@ -42,6 +42,23 @@ ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int ta, int lda
     (void)sb, (void)beta, (void)sc, (void)m, (void)n, (void)k, (void)batch, (void)stream;
     return NO_CUDA(err);
 }
+ttt_status ttt_cuda_gemm_bf16(float *c, float alpha, const uint16_t *a, int ta, int lda,
+                              long long sa, const uint16_t *b, int tb, int ldb, long long sb,
+                              float beta, long long sc, int m, int n, int k, int batch,
+                              void *stream, ttt_error *err) {
+    (void)c, (void)alpha, (void)a, (void)ta, (void)lda, (void)sa, (void)b, (void)tb, (void)ldb;
+    (void)sb, (void)beta, (void)sc, (void)m, (void)n, (void)k, (void)batch, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_to_bf16(uint16_t *y, const float *x, size_t n, void *stream, ttt_error *err) {
+    (void)y, (void)x, (void)n, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_from_bf16(float *y, int add, const uint16_t *x, size_t n, void *stream,
+                              ttt_error *err) {
+    (void)y, (void)add, (void)x, (void)n, (void)stream;
+    return NO_CUDA(err);
+}
 ttt_status ttt_cuda_strsm_lower(float *x, const float *L, int n, int m, int trans, int unit,
                                 void *stream, ttt_error *err) {
     (void)x, (void)L, (void)n, (void)m, (void)trans, (void)unit, (void)stream;

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.h"    /* the host twin of mixed precision's rounding */
 #include "fastexp.h" /* ttt_fast_expf for the sigmoid family */
 
 /* --------------------------------------------------------------------------------------------- */
@@ -132,6 +133,18 @@ static void sgemm_rm(float *c, float alpha, const float *a, int trans_a, int lda
                 beta, c, max1(n));
 }
 
+/* Under ttt_ctx.mixed the host's products take their operands rounded to bfloat16, summed in
+ * fp32 as before: the device's mixed precision (docs/gpu.md "bfloat16 training") done on the
+ * host, which tests/test_train_bf16.c uses as its stand-in where there is no GPU. The trainer
+ * never asks it of the host (train.dtype: bfloat16 is refused there). x (n) rounded into arena
+ * scratch, or x itself without mixed precision; the caller releases the scratch. */
+static const float *mixed_operand(ttt_ctx *ctx, const float *x, size_t n) {
+    if (!ctx->mixed) return x;
+    float *r = scratch_floats(ctx, n);
+    for (size_t i = 0; i < n; i++) r[i] = ttt_bf16_round(x[i]);
+    return r;
+}
+
 /* The matrix view of a matmul operand: its last two dims (a 1-D tensor is a (1, n) row vector),
  * and how many matrices it holds along dim 0 (1 for a 2-D operand, shared by every batch). */
 typedef struct mat_view {
@@ -159,7 +172,7 @@ static mat_view mat_view_of(const ttt_tensor *t) {
  * and a transposed operand receives the transpose, written as a product with swapped factors so
  * that no transposed copy is made. A shared (2-D) operand of a batched product sums its gradient
  * over the batch, which beta = 1 after the first matrix does by itself. */
-static void matmul_grads(float *ga, int add_a, float *gb, int add_b, float alpha,
+static void matmul_grads(ttt_ctx *ctx, float *ga, int add_a, float *gb, int add_b, float alpha,
                          const ttt_tensor *a, int ta, const ttt_tensor *b, int tb,
                          const float *dc) {
     mat_view va = mat_view_of(a), vb = mat_view_of(b);
@@ -168,10 +181,16 @@ static void matmul_grads(float *ga, int add_a, float *gb, int add_b, float alpha
     size_t sa = va.batch ? (size_t)va.rows * va.cols : 0; /* batch strides, 0 = shared */
     size_t sb = vb.batch ? (size_t)vb.rows * vb.cols : 0;
     size_t sc = (size_t)m * n;
+    /* under mixed precision: bf16-rounded copies, released at the end (after the ttt_grad
+     * calls of the caller, autograd.h) */
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const float *dcm = mixed_operand(ctx, dc, sc * nb);
+    const float *am = gb ? mixed_operand(ctx, a->data, a->n) : a->data;
+    const float *bm = ga ? mixed_operand(ctx, b->data, b->n) : b->data;
     for (int i = 0; i < nb; i++) {
-        const float *dci = dc + i * sc;        /* (m, n) */
-        const float *ai = a->data + i * sa;    /* stored (va.rows, va.cols) */
-        const float *bi = b->data + i * sb;    /* stored (vb.rows, vb.cols) */
+        const float *dci = dcm + i * sc;       /* (m, n) */
+        const float *ai = am + i * sa;         /* stored (va.rows, va.cols) */
+        const float *bi = bm + i * sb;         /* stored (vb.rows, vb.cols) */
         /* a batched operand's matrix i is written once; a shared one by every i */
         const float beta_a = add_a || (i > 0 && !sa) ? 1.0f : 0.0f;
         const float beta_b = add_b || (i > 0 && !sb) ? 1.0f : 0.0f;
@@ -188,6 +207,7 @@ static void matmul_grads(float *ga, int add_a, float *gb, int add_b, float alpha
                 sgemm_rm(gb + i * sb, alpha, dci, 1, n, ai, ta, va.cols, beta_b, n, k, m);
         }
     }
+    if (ctx->mixed) ttt_arena_release(ctx->arena, mark);
 }
 
 static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dc) {
@@ -195,12 +215,12 @@ static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *
     int add_a, add_b;
     float *ga = ttt_grad_acc(ctx, a, &add_a);
     if (b == a) { /* a·aᵀ: the second product adds to the first */
-        matmul_grads(ga, add_a, NULL, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
-        matmul_grads(NULL, 1, ga, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+        matmul_grads(ctx, ga, add_a, NULL, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+        matmul_grads(ctx, NULL, 1, ga, 1, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
         return;
     }
     float *gb = ttt_grad_acc(ctx, b, &add_b);
-    matmul_grads(ga, add_a, gb, add_b, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
+    matmul_grads(ctx, ga, add_a, gb, add_b, 1.0f, a, e->iarg[0], b, e->iarg[1], dc);
 }
 
 ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt_tensor *b,
@@ -226,9 +246,12 @@ ttt_tensor *ttt_matmul(ttt_ctx *ctx, const ttt_tensor *a, int trans_a, const ttt
     size_t sb = vb.batch ? (size_t)vb.rows * vb.cols : 0;
     size_t sc = (size_t)m * n;
     int nb = batch ? batch : 1;
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const float *am = mixed_operand(ctx, a->data, a->n), *bm = mixed_operand(ctx, b->data, b->n);
     for (int i = 0; i < nb; i++)
-        sgemm_rm(c->data + i * sc, 1.0f, a->data + i * sa, trans_a, va.cols, b->data + i * sb,
-                 trans_b, vb.cols, 0.0f, m, n, ka);
+        sgemm_rm(c->data + i * sc, 1.0f, am + i * sa, trans_a, va.cols, bm + i * sb, trans_b,
+                 vb.cols, 0.0f, m, n, ka);
+    if (ctx->mixed) ttt_arena_release(ctx->arena, mark);
     ttt_tape_entry *e = RECORD(ctx, "matmul", matmul_backward, c, a, b);
     if (e) {
         e->iarg[0] = trans_a;
@@ -243,7 +266,7 @@ static void gemm_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dr
     const ttt_tensor *a = e->in[0], *b = e->in[1], *c = e->in[2];
     float alpha = e->farg[0], beta = e->farg[1];
     float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b);
-    matmul_grads(ga, 1, gb, 1, alpha, a, e->iarg[0], b, e->iarg[1], dr);
+    matmul_grads(ctx, ga, 1, gb, 1, alpha, a, e->iarg[0], b, e->iarg[1], dr);
     float *gc = ttt_grad(ctx, c);
     if (gc)
         for (size_t i = 0; i < c->n; i++) gc[i] += beta * dr[i];
@@ -264,8 +287,10 @@ ttt_tensor *ttt_gemm(ttt_ctx *ctx, float alpha, const ttt_tensor *a, int trans_a
     } else {
         beta = 0.0f;
     }
-    sgemm_rm(r->data, alpha, a->data, trans_a, a->shape[1], b->data, trans_b, b->shape[1], beta, m,
-             n, ka);
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    sgemm_rm(r->data, alpha, mixed_operand(ctx, a->data, a->n), trans_a, a->shape[1],
+             mixed_operand(ctx, b->data, b->n), trans_b, b->shape[1], beta, m, n, ka);
+    if (ctx->mixed) ttt_arena_release(ctx->arena, mark);
     ttt_tape_entry *e = RECORD(ctx, "gemm", gemm_backward, r, a, b, c);
     if (e) {
         e->iarg[0] = trans_a;

@@ -7,12 +7,17 @@
  * entries and saved scalars are host memory from its meta arena. Nothing here waits for the
  * device except the cross-entropy's statistics, which the caller asked for on the host.
  *
+ * Mixed precision (ttt_ctx.mixed, docs/gpu.md "bfloat16 training"): matmul and gemm, forward
+ * and backward, then take bfloat16 operands (fp32 sums and results); every other op, the outer
+ * product and the triangular solves included, stays fp32.
+ *
  * Errors: ops return tensors, so a failing launch or cuBLAS call cannot travel back as a status;
  * it is kept as the thread's sticky device error (ttt_device_ops_status, ops.h), as CUDA keeps
  * its own, and the caller checks it once per step. Out of device memory in the arena takes the
  * arena's escape like host memory does (tensor.h). */
 #include "ops_device.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "cuda_kernels.h"
@@ -151,23 +156,58 @@ static mat_view mat_view_of(const ttt_tensor *t) {
     return v;
 }
 
+/* ---- the products' operands under mixed precision (ttt_ctx.mixed, docs/gpu.md "bfloat16
+ * training") ---- */
+
+/* An operand of a product: fp32 data, or under mixed precision its bfloat16 copy. */
+typedef struct operand {
+    const float *f;
+    const uint16_t *h;
+} operand;
+
+/* Operand x of n elements for a product: itself in fp32; under mixed precision its bf16 twin
+ * when it lies inside the master weights, else x rounded into arena scratch (the caller
+ * releases it to a mark taken before). */
+static operand operand_of(ttt_ctx *ctx, const float *x, size_t n) {
+    const ttt_mixed *mx = ctx->mixed;
+    if (!mx) return (operand){.f = x};
+    const uintptr_t at = (uintptr_t)x, lo = (uintptr_t)mx->master;
+    if (at >= lo && at - lo + n * sizeof(float) <= mx->n * sizeof(float))
+        return (operand){.h = mx->twin + (x - mx->master)};
+    uint16_t *h = dscratch(ctx, n * sizeof(uint16_t));
+    CK(ttt_cuda_to_bf16(h, x, n, ST(ctx), E));
+    return (operand){.h = h};
+}
+
+/* C = alpha·op(A)·op(B) + beta·C (ttt_cuda_sgemm's arguments) on fp32 or bf16 operands. */
+static void product(ttt_ctx *ctx, float *c, float alpha, operand a, long long ao, int ta, int lda,
+                    long long sa, operand b, long long bo, int tb, int ldb, long long sb,
+                    float beta, long long sc, int m, int n, int k, int nb) {
+    if (a.h)
+        CK(ttt_cuda_gemm_bf16(c, alpha, a.h + ao, ta, lda, sa, b.h + bo, tb, ldb, sb, beta, sc, m,
+                              n, k, nb, ST(ctx), E));
+    else
+        CK(ttt_cuda_sgemm(c, alpha, a.f + ao, ta, lda, sa, b.f + bo, tb, ldb, sb, beta, sc, m, n,
+                          k, nb, ST(ctx), E));
+}
+
 /* One product per batch entry, or one strided-batched call; a shared operand's gradient
  * accumulates over the batch (beta = 1 after the first), so it is a loop. */
 static void gemm_batched(ttt_ctx *ctx, float *c, long long sc, int c_shared, float alpha,
-                         const float *a, int ta, int lda, long long sa, const float *b, int tb,
-                         int ldb, long long sb, float beta0, int m, int n, int k, int nb) {
+                         operand a, int ta, int lda, long long sa, operand b, int tb, int ldb,
+                         long long sb, float beta0, int m, int n, int k, int nb) {
     if (!c_shared || nb == 1) {
-        CK(ttt_cuda_sgemm(c, alpha, a, ta, lda, sa, b, tb, ldb, sb, beta0, sc, m, n, k, nb,
-                          ST(ctx), E));
+        product(ctx, c, alpha, a, 0, ta, lda, sa, b, 0, tb, ldb, sb, beta0, sc, m, n, k, nb);
         return;
     }
     for (int i = 0; i < nb; i++)
-        CK(ttt_cuda_sgemm(c, alpha, a + i * sa, ta, lda, 0, b + i * sb, tb, ldb, 0,
-                          i > 0 ? 1.0f : beta0, 0, m, n, k, 1, ST(ctx), E));
+        product(ctx, c, alpha, a, i * sa, ta, lda, 0, b, i * sb, tb, ldb, 0,
+                i > 0 ? 1.0f : beta0, 0, m, n, k, 1);
 }
 
 /* ops.c matmul_grads on the device: dA = alpha·dC·op(B)ᵀ, dB = alpha·op(A)ᵀ·dC, a transposed
- * operand receiving the transpose as a product with swapped factors. */
+ * operand receiving the transpose as a product with swapped factors. Called after the
+ * backward's ttt_grad calls: the bf16 operands' scratch is released before it returns. */
 static void matmul_grads(ttt_ctx *ctx, float *ga, int add_a, float *gb, int add_b, float alpha,
                          const ttt_tensor *a, int ta, const ttt_tensor *b, int tb,
                          const float *dc) {
@@ -177,22 +217,27 @@ static void matmul_grads(ttt_ctx *ctx, float *ga, int add_a, float *gb, int add_
     long long sa = va.batch ? (long long)va.rows * va.cols : 0;
     long long sb = vb.batch ? (long long)vb.rows * vb.cols : 0;
     long long sc = (long long)m * n;
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const operand od = operand_of(ctx, dc, (size_t)sc * nb);
+    const operand oa = gb ? operand_of(ctx, a->data, a->n) : (operand){0};
+    const operand ob = ga ? operand_of(ctx, b->data, b->n) : (operand){0};
     if (ga) {
         if (!ta)
-            gemm_batched(ctx, ga, sa, !sa, alpha, dc, 0, n, sc, b->data, !tb, vb.cols, sb,
+            gemm_batched(ctx, ga, sa, !sa, alpha, od, 0, n, sc, ob, !tb, vb.cols, sb,
                          add_a ? 1.0f : 0.0f, m, k, n, nb);
         else
-            gemm_batched(ctx, ga, sa, !sa, alpha, b->data, tb, vb.cols, sb, dc, 1, n, sc,
+            gemm_batched(ctx, ga, sa, !sa, alpha, ob, tb, vb.cols, sb, od, 1, n, sc,
                          add_a ? 1.0f : 0.0f, k, m, n, nb);
     }
     if (gb) {
         if (!tb)
-            gemm_batched(ctx, gb, sb, !sb, alpha, a->data, !ta, va.cols, sa, dc, 0, n, sc,
+            gemm_batched(ctx, gb, sb, !sb, alpha, oa, !ta, va.cols, sa, od, 0, n, sc,
                          add_b ? 1.0f : 0.0f, k, n, m, nb);
         else
-            gemm_batched(ctx, gb, sb, !sb, alpha, dc, 1, n, sc, a->data, ta, va.cols, sa,
+            gemm_batched(ctx, gb, sb, !sb, alpha, od, 1, n, sc, oa, ta, va.cols, sa,
                          add_b ? 1.0f : 0.0f, n, k, m, nb);
     }
+    ttt_arena_release(ctx->arena, mark); /* stream-ordered: after the products above */
 }
 
 static void matmul_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dc) {
@@ -227,8 +272,11 @@ ttt_tensor *ttt_dev_matmul(ttt_ctx *ctx, const ttt_tensor *a, int ta, const ttt_
         c = ttt_tensor_2d(ctx, m, n);
     long long sa = va.batch ? (long long)va.rows * va.cols : 0;
     long long sb = vb.batch ? (long long)vb.rows * vb.cols : 0;
-    CK(ttt_cuda_sgemm(c->data, 1.0f, a->data, ta, va.cols, sa, b->data, tb, vb.cols, sb, 0.0f,
-                      (long long)m * n, m, n, ka, batch ? batch : 1, ST(ctx), E));
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    product(ctx, c->data, 1.0f, operand_of(ctx, a->data, a->n), 0, ta, va.cols, sa,
+            operand_of(ctx, b->data, b->n), 0, tb, vb.cols, sb, 0.0f, (long long)m * n, m, n, ka,
+            batch ? batch : 1);
+    ttt_arena_release(ctx->arena, mark); /* the bf16 operands, if any: before the record */
     ttt_tape_entry *e = REC(ctx, "matmul", matmul_backward, c, a, b);
     if (e) {
         e->iarg[0] = ta;
@@ -259,8 +307,10 @@ ttt_tensor *ttt_dev_gemm(ttt_ctx *ctx, float alpha, const ttt_tensor *a, int ta,
     } else {
         beta = 0.0f;
     }
-    CK(ttt_cuda_sgemm(r->data, alpha, a->data, ta, a->shape[1], 0, b->data, tb, b->shape[1], 0,
-                      beta, 0, m, n, ka, 1, ST(ctx), E));
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    product(ctx, r->data, alpha, operand_of(ctx, a->data, a->n), 0, ta, a->shape[1], 0,
+            operand_of(ctx, b->data, b->n), 0, tb, b->shape[1], 0, beta, 0, m, n, ka, 1);
+    ttt_arena_release(ctx->arena, mark);
     ttt_tape_entry *e = REC(ctx, "gemm", gemm_backward, r, a, b, c);
     if (e) {
         e->iarg[0] = ta;

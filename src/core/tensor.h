@@ -151,6 +151,19 @@ static inline int ttt_tensor_on_device(const ttt_tensor *t) {
 
 typedef struct ttt_tape ttt_tape; /* autograd.h */
 
+/* Mixed precision of the products (docs/gpu.md "bfloat16 training"): with it, matmul and gemm
+ * round both operands to bfloat16 and sum in fp32, forward and backward. On a device an operand
+ * inside the fp32 master weights [master, master + n) is read from `twin` at the same offset
+ * (their bf16 copy, kept current by the trainer after each update); any other operand is
+ * rounded into arena scratch for the one product. The host's products do the same with every
+ * operand rounded into scratch (a zeroed ttt_mixed will do): the tests' stand-in for the device,
+ * never used by the trainer, which refuses bfloat16 on the host. */
+typedef struct ttt_mixed {
+    const float *master;
+    size_t n;
+    const uint16_t *twin;
+} ttt_mixed;
+
 /* Context of every op: where results are allocated, and the autodiff tape. */
 typedef struct ttt_ctx {
     ttt_arena *arena;
@@ -162,6 +175,9 @@ typedef struct ttt_ctx {
      * benchmark), so that a stop ends a measurement within a token's work (docs/hardening.md
      * "Signals"); training leaves it NULL and stops between steps, where it checkpoints. */
     const volatile sig_atomic_t *stop;
+    /* NULL: every product in fp32 (the host always); else the device products' bfloat16
+     * operands (ttt_mixed above; train.dtype: bfloat16) */
+    const ttt_mixed *mixed;
 } ttt_ctx;
 
 /* Whether ctx asks its computation to stop now (ttt_ctx.stop). */

@@ -78,15 +78,23 @@ void ttt_trained_estimate(const ttt_seq_model_config *mc, const ttt_train_config
         e->other = shards * (double)TTT_TRAIN_ARENA_BLOCK + 4.0 * params * (shards - 1.0);
     } else {
         /* On the device (docs/training.md "Device and precision"), the same terms: fp32 master
-         * weights, one gradient and AdamW's two moments (16 bytes a parameter), plus a bf16 copy
-         * of the weights for the products under bfloat16; the step's activations and tape as on
-         * the host with the 25 % slack, the d_model-wide vectors in the step's dtype and the
-         * fast-weight states in float32 always. One gradient: the shards are the host's
-         * parallelism, and there are no arena blocks or shard copies. */
+         * weights, one gradient and AdamW's two moments (16 bytes a parameter), plus under
+         * bfloat16 the weights' bf16 twin that the products read (2 bytes more); the step's
+         * activations and tape as on the host with the 25 % slack, in float32 under either
+         * dtype (docs/gpu.md "bfloat16 training": the tape keeps fp32 tensors; a product's
+         * other operands are rounded to bf16 into scratch that lives only for that product).
+         * That scratch is `other` under bfloat16: at most three operands of the widest product
+         * (dC, A and B of a backward), batch × seq_len rows of the widest of the MLP's hidden
+         * layer, the q|k|v projection and the logits, at 2 bytes. One gradient: the shards are
+         * the host's parallelism, and there are no arena blocks or shard copies. */
         const int bf16 = tc->dtype == TTT_DTYPE_BF16;
+        double widest = 3.0 * mc->d_model;
+        if ((double)mc->mlp * mc->d_model > widest) widest = (double)mc->mlp * mc->d_model;
+        if (mc->io.vocab > widest) widest = mc->io.vocab;
+        if (mc->io.out_dim > widest) widest = mc->io.out_dim;
         e->params = (bf16 ? 18.0 : 16.0) * params;
-        e->step = 1.25 * ((bf16 ? 2.0 : 4.0) * wide + 4.0 * state) * tokens;
-        e->other = 0;
+        e->step = 1.25 * 4.0 * (wide + state) * tokens;
+        e->other = bf16 ? 2.0 * 3.0 * (double)tc->batch * seq_len * widest : 0;
     }
     e->total = e->params + e->step + e->other;
 }

@@ -60,7 +60,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     if (on_dev) {
         t.dev = ttt_fault_calloc(1, sizeof *t.dev);
         t.eval_rows = c->batch;
-        s = t.dev ? ttt_train_dev_init(t.dev, m, c->device, err)
+        s = t.dev ? ttt_train_dev_init_dtype(t.dev, m, c->device, c->dtype, err)
                   : ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the device step");
         if (s != TTT_OK) {
             free(t.dev);

@@ -91,11 +91,12 @@ ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_er
 int ttt_train_parse_device(const char *s, ttt_device *d);
 
 /* Whether the trainer can run c's step of model mc (NULL: the model is not asked about) where c
- * asks: TTT_OK on the host, and on a CUDA device in float32 for the mixers that run there
- * (softmax; ttt with a layer that has a CUDA form: the delta rule, the gated delta rule, linear
- * attention with or without a gate). Everything else on cuda:N is TTT_ERR_UNSUPPORTED with a
- * message that names train.device (and where it was given) and what does not run there
- * (bfloat16, the mixer, the layer) — never a silent run on the host. The one place that decides;
+ * asks: TTT_OK on the host in float32 (bfloat16 there is TTT_ERR_CONFIG, as in a file), and on a
+ * CUDA device in float32 or bfloat16 (mixed precision, docs/gpu.md "bfloat16 training") for the
+ * mixers that run there (softmax; ttt with a layer that has a CUDA form: the delta rule, the
+ * gated delta rule, linear attention with or without a gate). Everything else on cuda:N is
+ * TTT_ERR_UNSUPPORTED with a message that names train.device (and where it was given) and what
+ * does not run there (the mixer, the layer) — never a silent run on the host. The one place that decides;
  * ttt_train calls it first, and `ttt run` asks it of every trained point before it writes
  * anything (docs/training.md "Device and precision"). */
 ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model_config *mc,

@@ -1,5 +1,6 @@
 /* The train: section of a configuration (train.h): its options, train.device and train.dtype,
- * and what a step on a device refuses. */
+ * and what a step on a device refuses. bfloat16 is the device step's mixed precision (docs/gpu.md
+ * "bfloat16 training"); the host refuses it. */
 #include "train.h"
 
 #include <string.h>
@@ -123,16 +124,20 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
 
 ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model_config *mc,
                                   ttt_error *err) {
-    if (ttt_device_is_host(c->device)) return TTT_OK;
+    const char *at = c->device_where, *sep = c->device_where[0] ? ": " : "";
+    if (ttt_device_is_host(c->device)) {
+        /* parse_placement refuses this in a file; a configuration made in code gets the same */
+        if (c->dtype == TTT_DTYPE_BF16)
+            return ttt_error_set(err, TTT_ERR_CONFIG,
+                                 "%s%strain.dtype: bfloat16 needs train.device: cuda; bfloat16 is "
+                                 "the GPU's mixed precision (bf16 products, fp32 master weights "
+                                 "and inner state) and the step on the host runs in float32: "
+                                 "write dtype: float32, or device: cuda on a GPU machine",
+                                 at, sep);
+        return TTT_OK;
+    }
     char dev[32];
     ttt_device_name(c->device, dev, sizeof dev);
-    const char *at = c->device_where, *sep = c->device_where[0] ? ": " : "";
-    if (c->dtype == TTT_DTYPE_BF16)
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "%s%strain.dtype: bfloat16 on %s: mixed-precision training is not "
-                             "implemented yet; the step runs on the device in float32 (write "
-                             "train.dtype: float32); nothing was trained",
-                             at, sep, dev);
     if (!mc) return TTT_OK;
     const ttt_mixer *mx = ttt_mixer_at(mc->mixer);
     char why[512];

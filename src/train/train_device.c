@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "adamw_device.h"
+#include "cuda_kernels.h"
 #include "fault.h"
 #include "ops.h"
 #include "train.h"
@@ -25,6 +26,13 @@ void ttt_train_dev_free(ttt_train_dev *D) {
     free(D->off);
     if (D->entered) ttt_device_leave(&D->scope);
     memset(D, 0, sizeof *D);
+}
+
+/* The bf16 twin of the master weights (train_device.h), after they changed; queued on the
+ * step's stream, so that every later product reads it current. */
+static ttt_status refresh_twin(ttt_train_dev *D, ttt_error *err) {
+    if (!D->twin) return TTT_OK;
+    return ttt_cuda_to_bf16(D->twin, D->data, D->numel, D->stream, err);
 }
 
 static ttt_status copy_params(ttt_train_dev *D, int up, ttt_params *ps, const ttt_adamw *opt,
@@ -52,14 +60,21 @@ static ttt_status copy_params(ttt_train_dev *D, int up, ttt_params *ps, const tt
             }
         }
     }
+    if (up) TTT_TRY(refresh_twin(D, err));
     /* a copy to the host is read at once; a copy up reads host memory the caller may change */
     return ttt_device_sync(D->device, D->stream, err);
 }
 
 ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_device d,
                               ttt_error *err) {
+    return ttt_train_dev_init_dtype(D, m, d, TTT_DTYPE_F32, err);
+}
+
+ttt_status ttt_train_dev_init_dtype(ttt_train_dev *D, const ttt_seq_model *m, ttt_device d,
+                                    ttt_dtype dtype, ttt_error *err) {
     memset(D, 0, sizeof *D);
     D->device = d;
+    D->dtype = dtype;
     D->m = m;
     ttt_tape_init(&D->tape);
     ttt_arena_init(&D->arena, 0);
@@ -82,16 +97,24 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
         n += pad64(m->params.p[i]->n);
     }
     D->numel = n ? n : 64;
-    const size_t bytes = 4 * D->numel * sizeof(float) + TTT_CUDA_SUMSQ_SCRATCH * sizeof(double) +
-                         sizeof(double);
+    /* the twin after the moments: numel is a multiple of 64, so it and every parameter's
+     * place in it start on 128 bytes */
+    const int bf16 = dtype == TTT_DTYPE_BF16;
+    const size_t twin_bytes = bf16 ? D->numel * sizeof(uint16_t) : 0;
+    const size_t bytes = 4 * D->numel * sizeof(float) + twin_bytes +
+                         TTT_CUDA_SUMSQ_SCRATCH * sizeof(double) + sizeof(double);
     ttt_status s = ttt_device_alloc(&D->mem, d, bytes, D->stream,
-                                    "the parameters, gradients and AdamW moments", err);
+                                    bf16 ? "the parameters, their bf16 copy, gradients and AdamW "
+                                           "moments"
+                                         : "the parameters, gradients and AdamW moments",
+                                    err);
     if (s == TTT_OK) {
         D->data = D->mem.ptr;
         D->grad = D->data + D->numel;
         D->m1 = D->grad + D->numel;
         D->m2 = D->m1 + D->numel;
-        D->norm_scratch = (double *)(D->m2 + D->numel);
+        D->twin = bf16 ? (uint16_t *)(D->m2 + D->numel) : NULL;
+        D->norm_scratch = (double *)((char *)(D->m2 + D->numel) + twin_bytes);
         D->bad = (unsigned *)(D->norm_scratch + TTT_CUDA_SUMSQ_SCRATCH);
         s = ttt_device_zero(D->mem.ptr, d, bytes, D->stream, err);
     }
@@ -113,6 +136,10 @@ ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_devi
     }
     D->tape.recycle = 0; /* not applied to device tensors (autograd.h) */
     D->ctx = (ttt_ctx){.arena = &D->arena, .grad = 0, .tape = &D->tape};
+    if (bf16) {
+        D->mixed = (ttt_mixed){.master = D->data, .n = D->numel, .twin = D->twin};
+        D->ctx.mixed = &D->mixed;
+    }
     return TTT_OK;
 }
 
@@ -230,6 +257,7 @@ ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
         TTT_TRY(ttt_cuda_adamw_update(D->data + o, D->grad + o, D->m1 + o, D->m2 + o,
                                       ps->p[i]->n, decay, &f, D->bad, D->stream, err));
     }
+    TTT_TRY(refresh_twin(D, err)); /* the next step's products read the updated weights */
     unsigned bad = 0;
     TTT_TRY(ttt_device_copy(&bad, ttt_device_host(), D->bad, D->device, sizeof bad, D->stream,
                             err));

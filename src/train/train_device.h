@@ -33,8 +33,15 @@ typedef struct ttt_train_dev {
     ttt_tensor *pt;           /* (params.n) device tensors over `data`, accumulating into `grad` */
     size_t *off;              /* (params.n) offsets (floats) of each parameter in the buffers */
     size_t numel;             /* floats of one flat buffer, padding included */
-    ttt_device_buffer mem;    /* data | grad | m | v | norm scratch | bad counter */
+    ttt_device_buffer mem;    /* data | grad | m | v | [twin] | norm scratch | bad counter */
     float *data, *grad, *m1, *m2;
+    /* train.dtype (docs/gpu.md "bfloat16 training"): under bfloat16, twin holds data rounded
+     * to bf16 (numel values at the same offsets), refreshed after every update and upload, and
+     * ctx.mixed points at `mixed`, so that the device products read bf16 operands; the master
+     * weights, gradients and moments stay fp32 */
+    ttt_dtype dtype;
+    uint16_t *twin;
+    ttt_mixed mixed;
     double *norm_scratch;
     unsigned *bad;
     ttt_device_scope scope;   /* the device made current for the run */
@@ -45,9 +52,13 @@ typedef struct ttt_train_dev {
 } ttt_train_dev;
 
 /* The device state of model m on d: the parameters copied from the host, zero gradients and
- * moments, and the step's arena. d must be usable (ttt_device_usable). */
+ * moments, and the step's arena; products in float32. d must be usable (ttt_device_usable). */
 ttt_status ttt_train_dev_init(ttt_train_dev *D, const ttt_seq_model *m, ttt_device d,
                               ttt_error *err);
+/* The same with the step's dtype: TTT_DTYPE_BF16 is mixed precision (bf16 products, fp32
+ * master weights, gradients, moments and inner state; the twin above). */
+ttt_status ttt_train_dev_init_dtype(ttt_train_dev *D, const ttt_seq_model *m, ttt_device d,
+                                    ttt_dtype dtype, ttt_error *err);
 void ttt_train_dev_free(ttt_train_dev *D);
 
 /* Host → device: the parameters of m and the moments of opt (a resumed run). */

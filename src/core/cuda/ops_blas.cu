@@ -1,5 +1,6 @@
 /* Matrix products and triangular solves of the device ops through cuBLAS (cuda_kernels.h,
- * docs/device_ops.md).
+ * docs/device_ops.md), and the bfloat16 products of mixed precision with their casts (docs/gpu.md
+ * "bfloat16 training").
  *
  * cuBLAS is column-major; a row-major matrix read column-major is its transpose, so the
  * row-major C = op(A)·op(B) is computed as the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: the operands
@@ -39,6 +40,17 @@ struct blas_api {
     decltype(&cublasSgemm_v2) sgemm;
     decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
     decltype(&cublasStrsm_v2) strsm;
+    /* the bf16 products (mixed precision): spelled out, as C++ sees overloads of these names */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t,
+                                              cublasOperation_t, int, int, int, const void *,
+                                              const void *, cudaDataType, int, long long,
+                                              const void *, cudaDataType, int, long long,
+                                              const void *, void *, cudaDataType, int, long long,
+                                              int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 template <typename F> bool sym(blas_api &a, F &f, const char *name) {
@@ -69,7 +81,8 @@ const blas_api &api() {
         if (!(sym(r, r.create, "cublasCreate_v2") && sym(r, r.set_stream, "cublasSetStream_v2") &&
               sym(r, r.set_math_mode, "cublasSetMathMode") && sym(r, r.sgemm, "cublasSgemm_v2") &&
               sym(r, r.sgemm_strided_batched, "cublasSgemmStridedBatched") &&
-              sym(r, r.strsm, "cublasStrsm_v2")))
+              sym(r, r.strsm, "cublasStrsm_v2") && sym(r, r.gemm_ex, "cublasGemmEx") &&
+              sym(r, r.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx")))
             r.create = nullptr; /* unusable: why says which symbol */
         return r;
     }();
@@ -128,6 +141,46 @@ ttt_status handle_for(void *stream, cublasHandle_t *out, int *dev_out, ttt_error
     return TTT_OK;
 }
 
+/* C = beta·C for an empty inner dimension (cuBLAS is not asked about one); beta = 0 writes
+ * zeros without reading C, which may hold garbage (BLAS's rule). */
+ttt_status empty_inner(float *c, float beta, long long sc, int m, int n, int batch, void *stream,
+                       ttt_error *err) {
+    for (int i = 0; i < batch; i++) {
+        float *ci = c + i * sc;
+        if (beta == 0.0f)
+            TTT_TRY(ttt_cuda_map(TTT_MAP_BCAST, ci, 0, nullptr, nullptr, 0, nullptr, 1,
+                                 (size_t)m * n, 0.0f, 0.0f, stream, err));
+        else
+            TTT_TRY(ttt_cuda_map(TTT_MAP_SCALE, ci, 0, ci, nullptr, 0, nullptr, 1, (size_t)m * n,
+                                 beta, 0.0f, stream, err));
+    }
+    return TTT_OK;
+}
+
+/* bfloat16 of x rounded to nearest, ties to even: bf16.h's ttt_bf16_from_float, the same
+ * operations (tests/test_bf16.c checks the host's rounding, tests/test_train_bf16.c this kernel
+ * against it bit for bit); a NaN stays a NaN (quiet, its sign kept). */
+__device__ inline uint16_t to_bf16(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__global__ void to_bf16_kernel(uint16_t *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = to_bf16(x[i]);
+}
+
+__global__ void from_bf16_kernel(float *y, int add, const uint16_t *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = __uint_as_float((uint32_t)x[i] << 16);
+        y[i] = add ? y[i] + v : v;
+    }
+}
+
 } // namespace
 
 extern "C" ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int ta, int lda,
@@ -139,19 +192,7 @@ extern "C" ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int 
     int dev;
     TTT_TRY(handle_for(stream, &h, &dev, err));
     cublasStatus_t s;
-    if (k == 0) { /* C = beta·C (cuBLAS is not asked about an empty inner dimension); beta = 0
-                     * writes zeros without reading C, which may hold garbage (BLAS's rule) */
-        for (int i = 0; i < batch; i++) {
-            float *ci = c + i * sc;
-            if (beta == 0.0f)
-                TTT_TRY(ttt_cuda_map(TTT_MAP_BCAST, ci, 0, nullptr, nullptr, 0, nullptr, 1,
-                                     (size_t)m * n, 0.0f, 0.0f, stream, err));
-            else
-                TTT_TRY(ttt_cuda_map(TTT_MAP_SCALE, ci, 0, ci, nullptr, 0, nullptr, 1,
-                                     (size_t)m * n, beta, 0.0f, stream, err));
-        }
-        return TTT_OK;
-    }
+    if (k == 0) return empty_inner(c, beta, sc, m, n, batch, stream, err);
     const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int la = lda > 1 ? lda : 1, lb = ldb > 1 ? ldb : 1;
     if (batch == 1)
@@ -163,6 +204,54 @@ extern "C" ttt_status ttt_cuda_sgemm(float *c, float alpha, const float *a, int 
         return blas_error(s, dev, err, batch == 1 ? "cublasSgemm" : "cublasSgemmStridedBatched",
                           m, n, k, batch);
     return TTT_OK;
+}
+
+/* The bf16 product of mixed precision (docs/gpu.md "bfloat16 training"): A and B bfloat16, C
+ * fp32, CUBLAS_COMPUTE_32F: every product of two bf16 values is exact in fp32 and the sums are
+ * fp32, so the result is the fp32 product of the rounded operands. The handle's math mode is
+ * CUBLAS_DEFAULT_MATH for the call (the tensor cores; PEDANTIC would keep them off) and goes back
+ * to PEDANTIC for the fp32 products after it; neither mode turns fp32 operands into TF32. */
+extern "C" ttt_status ttt_cuda_gemm_bf16(float *c, float alpha, const uint16_t *a, int ta,
+                                         int lda, long long sa, const uint16_t *b, int tb,
+                                         int ldb, long long sb, float beta, long long sc, int m,
+                                         int n, int k, int batch, void *stream, ttt_error *err) {
+    if (m == 0 || n == 0 || batch == 0) return TTT_OK;
+    cublasHandle_t h;
+    int dev;
+    TTT_TRY(handle_for(stream, &h, &dev, err));
+    if (k == 0) return empty_inner(c, beta, sc, m, n, batch, stream, err);
+    const cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int la = lda > 1 ? lda : 1, lb = ldb > 1 ? ldb : 1;
+    const blas_api &x = api();
+    (void)x.set_math_mode(h, CUBLAS_DEFAULT_MATH);
+    cublasStatus_t s;
+    if (batch == 1)
+        s = x.gemm_ex(h, ob, oa, n, m, k, &alpha, b, CUDA_R_16BF, lb, a, CUDA_R_16BF, la, &beta,
+                      c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    else
+        s = x.gemm_strided_batched_ex(h, ob, oa, n, m, k, &alpha, b, CUDA_R_16BF, lb, sb, a,
+                                      CUDA_R_16BF, la, sa, &beta, c, CUDA_R_32F, n, sc, batch,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    (void)x.set_math_mode(h, CUBLAS_PEDANTIC_MATH);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return blas_error(s, dev, err,
+                          batch == 1 ? "cublasGemmEx (bf16)" : "cublasGemmStridedBatchedEx (bf16)",
+                          m, n, k, batch);
+    return TTT_OK;
+}
+
+extern "C" ttt_status ttt_cuda_to_bf16(uint16_t *y, const float *x, size_t n, void *stream,
+                                       ttt_error *err) {
+    if (n == 0) return TTT_OK;
+    to_bf16_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(y, x, n);
+    return launched("to_bf16_kernel", n, err);
+}
+
+extern "C" ttt_status ttt_cuda_from_bf16(float *y, int add, const uint16_t *x, size_t n,
+                                         void *stream, ttt_error *err) {
+    if (n == 0) return TTT_OK;
+    from_bf16_kernel<<<blocks_for(n), kThreads, 0, (cudaStream_t)stream>>>(y, add, x, n);
+    return launched("from_bf16_kernel", n, err);
 }
 
 /* Row-major L·X = B (trans = 0) or Lᵀ·X = B (trans = 1) for lower-triangular L (n, n), X (n, m)

@@ -387,7 +387,72 @@ static ttt_form_batch batch_io(ttt_ctx *ctx, const batched_rec *r, float *o, con
                             .log_alpha = la ? la->data : NULL, .alpha_vec = r->alpha_vec};
 }
 
+/* ---- bfloat16 (ttt_ctx.mixed; docs/gpu.md "bfloat16 training") ----
+ * Under mixed precision the form is called with q, k, v, o and their gradients in bf16 (its
+ * products then run on bf16 operands with fp32 sums, as the device's matmuls do), η, the gate
+ * and the fast-weight state in fp32 (the forms take them in fp32 only). The tape keeps the fp32
+ * tensors; the bf16 copies are arena scratch of the one call, rounded again by the backward. */
+
+static uint16_t *bf16_scratch(ttt_ctx *ctx, size_t n) {
+    uint16_t *h = ttt_arena_alloc(ctx->arena, (n ? n : 1) * sizeof(uint16_t));
+    TTT_ASSERT(h != NULL);
+    return h;
+}
+
+static const uint16_t *bf16_of(ttt_ctx *ctx, const float *x, size_t n) {
+    uint16_t *h = bf16_scratch(ctx, n);
+    ttt_device_ops_note(ttt_cuda_to_bf16(h, x, n, ctx->arena->stream, ttt_device_ops_err()));
+    return h;
+}
+
+/* The fp32 gradient of q, k or v (NULL: not wanted), which the form writes whole: *add = 0 when
+ * this is its first writer (assign), else 1 (autograd.h "First writer assigns"). */
+static float *grad_whole(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
+    *add = 0;
+    return t && t->requires_grad ? ttt_grad_acc(ctx, t, add) : NULL;
+}
+
+/* g (+)= the bf16 gradient h the form wrote, widened (exact). */
+static void grad_from_bf16(ttt_ctx *ctx, float *g, int add, const uint16_t *h, size_t n) {
+    if (!g) return;
+    ttt_device_ops_note(
+        ttt_cuda_from_bf16(g, add, h, n, ctx->arena->stream, ttt_device_ops_err()));
+}
+
+static void batched_backward_bf16(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const batched_rec *r = e->aux;
+    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *eta = e->in[3],
+                     *la = e->in[4];
+    /* every ttt_grad before any scratch (autograd.h) */
+    int aq, ak, av;
+    float *dq = grad_whole(ctx, q, &aq), *dk = grad_whole(ctx, k, &ak),
+          *dv = grad_whole(ctx, v, &av);
+    const dgrad de = dgrad_get(ctx, eta), dl = dgrad_get(ctx, la);
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    ttt_form_batch io = batch_io(ctx, r, NULL, q, k, v, eta, la);
+    io.dtype = TTT_DTYPE_BF16;
+    io.q = bf16_of(ctx, q->data, q->n);
+    io.k = bf16_of(ctx, k->data, k->n);
+    io.v = bf16_of(ctx, v->data, v->n);
+    io.o = bf16_scratch(ctx, e->out->n); /* the backward's forward writes o again */
+    uint16_t *gq = dq ? bf16_scratch(ctx, q->n) : NULL, *gk = dk ? bf16_scratch(ctx, k->n) : NULL,
+             *gv = dv ? bf16_scratch(ctx, v->n) : NULL;
+    const ttt_form_batch_grad g = {.d_o = bf16_of(ctx, dout, e->out->n), .d_q = gq, .d_k = gk,
+                                   .d_v = gv, .d_eta = de.write, .d_log_alpha = dl.write};
+    ttt_device_ops_note(ttt_layer_backward_batched(&r->L, &io, &g, ttt_device_ops_err()));
+    grad_from_bf16(ctx, dq, aq, gq, q->n);
+    grad_from_bf16(ctx, dk, ak, gk, k->n);
+    grad_from_bf16(ctx, dv, av, gv, v->n);
+    dgrad_done(ctx, &de);
+    dgrad_done(ctx, &dl);
+    ttt_arena_release(ctx->arena, mark); /* stream-ordered: after the calls above */
+}
+
 static void batched_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    if (ctx->mixed) {
+        batched_backward_bf16(ctx, e, dout);
+        return;
+    }
     const batched_rec *r = e->aux;
     const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *eta = e->in[3],
                      *la = e->in[4];
@@ -413,8 +478,22 @@ static ttt_status batched_op(ttt_ctx *ctx, const ttt_layer *L, int B, int T, int
                              ttt_tensor **out, ttt_error *err) {
     ttt_tensor *o = ttt_tensor_3d(ctx, B, T, H * L->d_v);
     batched_rec rec = {.L = *L, .B = B, .T = T, .H = H, .alpha_vec = alpha_vec};
-    const ttt_form_batch io = batch_io(ctx, &rec, o->data, q, k, v, eta, la);
-    TTT_TRY(ttt_layer_forward_batched(L, &io, NULL, err));
+    ttt_form_batch io = batch_io(ctx, &rec, o->data, q, k, v, eta, la);
+    if (ctx->mixed) { /* bf16 q, k, v and o (above) */
+        const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+        io.dtype = TTT_DTYPE_BF16;
+        io.q = bf16_of(ctx, q->data, q->n);
+        io.k = bf16_of(ctx, k->data, k->n);
+        io.v = bf16_of(ctx, v->data, v->n);
+        uint16_t *o16 = bf16_scratch(ctx, o->n);
+        io.o = o16;
+        ttt_status s = ttt_layer_forward_batched(L, &io, NULL, err);
+        if (s == TTT_OK) s = ttt_cuda_from_bf16(o->data, 0, o16, o->n, ctx->arena->stream, err);
+        ttt_arena_release(ctx->arena, mark);
+        TTT_TRY(s);
+    } else {
+        TTT_TRY(ttt_layer_forward_batched(L, &io, NULL, err));
+    }
     ttt_tape_entry *e = ttt_tape_record(ctx, batched_backward, o,
                                         (const ttt_tensor *const[]){q, k, v, eta, la}, 5);
     if (e) {
