@@ -657,13 +657,21 @@ static ttt_status vec_next(void *user, ttt_seq_batch *out, ttt_error *err) {
     return TTT_OK;
 }
 
+static void vec_get(void *user, uint64_t *w) { w[0] = (uint64_t)((vec_data *)user)->calls; }
+static ttt_status vec_set(void *user, const uint64_t *w, ttt_error *err) {
+    (void)err;
+    ((vec_data *)user)->calls = (int)w[0];
+    return TTT_OK;
+}
+
 static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     ttt_cfg_node *root = NULL;
     char text[512];
     snprintf(text, sizeof text,
              "model: {d_model: 8, heads: 2, layers: 1, mlp: 0}\n"
              "layer: {preset: deltanet}\n"
-             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1, device: %s}\n",
+             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1,\n"
+             "        checkpoint_every: 2, device: %s}\n",
              device);
     ck_assert_int_eq(ttt_cfg_load_string(text, "<v>", &root, err), TTT_OK);
     ttt_seq_model_io io = {.in_dim = 2, .out_dim = 1, .seq_len = 3};
@@ -679,7 +687,8 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     ttt_seq_model m;
     ck_assert_int_eq(ttt_seq_model_init(&m, &mc, 1, err), TTT_OK);
     vec_data d = {0};
-    ttt_train_data td = {.user = &d, .next = vec_next};
+    ttt_train_data td = {.user = &d, .next = vec_next, .n_state = 1, .get_state = vec_get,
+                         .set_state = vec_set};
     char *dir = fresh_dir(), journal[4096];
     snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
     ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "v", .stream_path = journal,
@@ -690,6 +699,24 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     read_losses(journal, &o);
     ck_assert_int_eq(o.n, 3);
     *loss1 = o.loss[0];
+    /* the message names the run's folder: "DIR" in its place, so that two runs compare */
+    char *at = strstr(err->msg, dir);
+    if (at) {
+        const size_t n = strlen(dir);
+        memmove(at + 3, at + n, strlen(at + n) + 1);
+        memcpy(at, "DIR", 3);
+    }
+    /* the checkpoint of step 2 before the NaN's step resumes: the same run again stops at the
+     * same step with the same message */
+    ttt_seq_model m2;
+    ck_assert_int_eq(ttt_seq_model_init(&m2, &mc, 1, err), TTT_OK);
+    vec_data d2 = {0};
+    td.user = &d2;
+    ttt_error e2 = {0};
+    const ttt_status st2 = ttt_train(&m2, &tc, &td, &tr, &res, &e2);
+    ck_assert_int_eq(st2, st);
+    ck_assert_int_eq(res.resumed_from, 2);
+    ttt_seq_model_free(&m2);
     ttt_seq_model_free(&m);
     ttt_cfg_free(root);
     tu_rmtree(dir);
@@ -700,7 +727,8 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
 /* The vector path on the device gives the CPU's loss at the first step (the forward from the
  * same weights: within the trajectory bound's floor, PATHS·GROWTH·16ε, as at step 1 of the
  * trajectory cases), and the NaN of the 4th batch stops both runs at the same step with the same
- * message. */
+ * message, naming the checkpoint of step 2; run again, each resumes from it and stops there
+ * again. */
 START_TEST(a_vector_task_and_a_nan_behave_as_on_the_cpu) {
     ttt_error ec = {0}, eg = {0};
     double lc, lg;
@@ -1029,7 +1057,7 @@ START_TEST(more_than_the_device_has_is_a_clean_error) {
     const int B = (int)(total_b / per_seq + total_b / per_seq / 5 + 1); /* 1.2 × the device */
     char text[512];
     snprintf(text, sizeof text,
-             "model: {d_model: %d, heads: 16, layers: 1, mlp: 0}\n"
+             "model: {d_model: %d, heads: 32, layers: 1, mlp: 0}\n"
              "layer: {preset: deltanet}\n"
              "train: {steps: 2, batch: %d, shards: 1, warmup: 0, log_every: 1, device: cuda}\n",
              d, B);

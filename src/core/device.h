@@ -119,8 +119,8 @@ ttt_status ttt_device_pool_stats_get(ttt_device d, ttt_device_pool_stats *out, t
  * host, or before d's pool is made. */
 void ttt_device_pool_peak_reset(ttt_device d);
 
-/* A cap on the bytes every device pool hands out at once (docs/hardening.md "Out of device
- * memory"): an allocation that would take a pool's handed-out bytes past `bytes` fails exactly
+/* A cap on the bytes every device pool hands out at once (docs/hardening.md "Faults on the
+ * GPU"): an allocation that would take a pool's handed-out bytes past `bytes` fails exactly
  * as a cudaMallocFromPoolAsync that runs out of memory does (TTT_ERR_DEVICE, "... out of
  * memory (cudaErrorMemoryAllocation)", with the limit named), so that a test can make a run
  * run out of device memory at a chosen size, deterministically. 0 removes the cap. The

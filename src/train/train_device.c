@@ -133,7 +133,7 @@ void ttt_train_dev_reset(ttt_train_dev *D) {
 /* The step's arena could not grow (tensor.h "Out of memory inside ops"): what was asked, the
  * block the arena asked the device's pool for (a tensor larger than the arena's blocks gets a
  * block of its own size), what the step's tensors held, and what the pool and the device had
- * (docs/hardening.md "Out of device memory"). */
+ * (docs/hardening.md "Faults on the GPU"). */
 static ttt_status oom_message(const ttt_train_dev *D, ttt_error *err) {
     const size_t want = D->arena.failed_bytes;
     const size_t block = want > D->arena.block_size ? want : D->arena.block_size;
