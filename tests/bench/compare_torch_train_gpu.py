@@ -219,10 +219,8 @@ def time_torch(a, cfg, params, meta, B, L, V, layer, compiled):
         step()
         torch.cuda.synchronize()
         secs.append(time.perf_counter() - t0)
-    peak, res = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-    del opt, P, plist, groups
-    torch.cuda.empty_cache()
-    return min(secs), float(np.median(secs)), peak, res
+    return (min(secs), float(np.median(secs)), torch.cuda.max_memory_allocated(),
+            torch.cuda.max_memory_reserved())
 
 
 def twin_loss64(cfg, params, tokens, labels):
@@ -321,6 +319,7 @@ def main():
                           f"{str(e).splitlines()[0][:150] if str(e) else type(e).__name__}")
                     torch.cuda.empty_cache()
                     continue
+                torch.cuda.empty_cache()  # the variant's tensors are gone with its call
                 row = [label, "torch " + v, f"{ntok / best:.4g}", f"{ntok / med:.4g}",
                        f"{best:.4g}", f"{peak / 2**20:.0f}", f"{res / 2**20:.0f}",
                        f"{best / r['seconds']:.2f}x"]
