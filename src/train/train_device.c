@@ -135,6 +135,12 @@ void ttt_train_dev_reset(ttt_train_dev *D) {
  * block of its own size), what the step's tensors held, and what the pool and the device had
  * (docs/hardening.md "Faults on the GPU"). */
 static ttt_status oom_message(const ttt_train_dev *D, ttt_error *err) {
+    const ttt_arena *meta = D->arena.meta;
+    if (meta && meta->failed_bytes && !D->arena.failed_bytes) /* the host's records */
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "train: out of host memory for %zu bytes of a step's tensor "
+                             "headers and tape (the host arena held %.1f MiB)",
+                             meta->failed_bytes, (double)ttt_arena_footprint(meta) / 1048576.0);
     const size_t want = D->arena.failed_bytes;
     const size_t block = want > D->arena.block_size ? want : D->arena.block_size;
     char dn[32], w[32], bl[32], held[32], used[32], lim[32], fr[32], tot[32];
