@@ -43,10 +43,16 @@
  * Checkpoints: a run stopped on the device and resumed on the CPU (and the reverse) ends within
  * the trajectory bound of the uninterrupted CPU run.
  *
+ * Faults (the case `faults`, docs/hardening.md "Faults on the GPU"): out of device memory at a
+ * step in the middle of a run (the device pool capped between what its steps take), memory the
+ * device does not have, and kill -9 of a training process then the same run again; a resumed run
+ * is held to the uninterrupted one by the same trajectory bound (two runs on the device may sum
+ * in other orders: the backward's atomics), with the same bits required on the CPU.
+ *
  * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
- * TTT_TRAIN_GPU_SELF=1 runs the trajectory and vector cases with the CPU standing in for the
- * device (every error is then 0 and every control must still be rejected): a check of the
- * harness itself on machines without a GPU. */
+ * TTT_TRAIN_GPU_SELF=1 runs the trajectory, vector and kill -9 cases with the CPU standing in
+ * for the device (every error is then 0 and every control must still be rejected): a check of
+ * the harness itself on machines without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
