@@ -233,6 +233,56 @@ START_TEST(out_of_memory_is_clean) {
 }
 END_TEST
 
+/* The pool's cap (TTT_CUDA_POOL_LIMIT, ttt_device_pool_set_limit; docs/hardening.md "Faults on
+ * the GPU") refuses exactly the allocation that would take the bytes handed out past it, with a
+ * full device's error and the cap named, and counts what is handed out now (a freed buffer makes
+ * room again); the high-water mark is the most handed out at once and restarts at
+ * ttt_device_pool_peak_reset. */
+START_TEST(the_pool_cap_and_its_high_water_mark) {
+    NEED_GPU();
+    const ttt_device d = ttt_device_cuda(0);
+    ttt_error err = {0};
+    const size_t MiB = (size_t)1 << 20;
+    ttt_device_buffer b1, b2, b3;
+    ck_assert_int_eq(ttt_device_alloc(&b1, d, MiB, NULL, "the pool made", &err), TTT_OK);
+    ttt_device_free(&b1);
+    ttt_device_pool_peak_reset(d);
+    ttt_device_pool_stats s0, s1, s2, s3;
+    ck_assert_int_eq(ttt_device_pool_stats_get(d, &s0, &err), TTT_OK);
+    const size_t base = s0.used;
+    ck_assert_uint_eq(s0.used_high, base);
+    const size_t old = ttt_device_pool_set_limit(base + 8 * MiB);
+    ck_assert_int_eq(ttt_device_alloc(&b1, d, 4 * MiB, NULL, "first", &err), TTT_OK);
+    ck_assert_int_eq(ttt_device_alloc(&b2, d, 4 * MiB, NULL, "second", &err), TTT_OK);
+    /* at the cap exactly: one byte more is refused as a full device refuses */
+    ck_assert_int_eq(ttt_device_alloc(&b3, d, 1, NULL, "one byte more", &err), TTT_ERR_DEVICE);
+    ck_assert_ptr_null(b3.ptr);
+    ck_assert_msg(strstr(err.msg, "cudaMallocFromPoolAsync(1 B, one byte more) on cuda:0") &&
+                      strstr(err.msg, "out of memory") &&
+                      strstr(err.msg, "cudaErrorMemoryAllocation") &&
+                      strstr(err.msg, "TTT_CUDA_POOL_LIMIT caps it at"),
+                  "%s", err.msg);
+    /* the control: with the second buffer back, the same size fits again */
+    ttt_device_free(&b2);
+    ck_assert_int_eq(ttt_device_alloc(&b3, d, 4 * MiB, NULL, "again", &err), TTT_OK);
+    ck_assert_int_eq(ttt_device_pool_stats_get(d, &s1, &err), TTT_OK);
+    ck_assert_uint_eq(s1.limit, base + 8 * MiB);
+    ck_assert_uint_eq(s1.used, base + 8 * MiB);
+    ck_assert_uint_eq(s1.used_high, base + 8 * MiB);
+    ttt_device_free(&b1);
+    ttt_device_free(&b3);
+    ttt_device_pool_set_limit(old);
+    ck_assert_int_eq(ttt_device_sync(d, NULL, &err), TTT_OK);
+    ck_assert_int_eq(ttt_device_pool_stats_get(d, &s2, &err), TTT_OK);
+    ck_assert_uint_eq(s2.used, base);
+    ck_assert_uint_eq(s2.used_high, base + 8 * MiB); /* the mark stays after the frees */
+    ttt_device_pool_peak_reset(d);
+    ck_assert_int_eq(ttt_device_pool_stats_get(d, &s3, &err), TTT_OK);
+    ck_assert_uint_eq(s3.used_high, base);
+    ck_assert_uint_le(s3.reserved_high, s2.reserved_high);
+}
+END_TEST
+
 START_TEST(errors_name_call_and_device) {
     NEED_GPU();
     ttt_error err = {0};
@@ -353,6 +403,7 @@ static Suite *device_suite(void) {
     TCase *g = tcase_create("gpu");
     tcase_add_test(g, pool_reuses_memory);
     tcase_add_test(g, out_of_memory_is_clean);
+    tcase_add_test(g, the_pool_cap_and_its_high_water_mark);
     tcase_add_test(g, errors_name_call_and_device);
     tcase_add_test(g, api_device_refusals);
     tcase_add_test(g, api_calls_reuse_the_pool);

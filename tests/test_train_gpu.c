@@ -43,10 +43,16 @@
  * Checkpoints: a run stopped on the device and resumed on the CPU (and the reverse) ends within
  * the trajectory bound of the uninterrupted CPU run.
  *
+ * Faults (the case `faults`, docs/hardening.md "Faults on the GPU"): out of device memory at a
+ * step in the middle of a run (the device pool capped between what its steps take), memory the
+ * device does not have, and kill -9 of a training process then the same run again; a resumed run
+ * is held to the uninterrupted one by the same trajectory bound (two runs on the device may sum
+ * in other orders: the backward's atomics), with the same bits required on the CPU.
+ *
  * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
- * TTT_TRAIN_GPU_SELF=1 runs the trajectory and vector cases with the CPU standing in for the
- * device (every error is then 0 and every control must still be rejected): a check of the
- * harness itself on machines without a GPU. */
+ * TTT_TRAIN_GPU_SELF=1 runs the trajectory, vector and kill -9 cases with the CPU standing in
+ * for the device (every error is then 0 and every control must still be rejected): a check of
+ * the harness itself on machines without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <math.h>
@@ -54,6 +60,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "adamw.h"
 #include "autograd.h"
@@ -75,6 +86,8 @@
 #define STEPS 20
 #define BATCH 8
 #define SEQ 32
+#define MAX_STEPS 64 /* the longest run (the kill -9 case's KILL_STEPS) */
+#define BIG 64        /* a batch of BIG·BATCH sequences (the out-of-memory case) */
 
 /* "cuda", or "cpu" when the CPU stands in for the device (TTT_TRAIN_GPU_SELF) */
 static const char *dev_name = "cuda";
@@ -86,12 +99,18 @@ typedef struct mq_data {
     int *tokens, *labels;
     uint64_t k;     /* batches drawn so far */
     int perturb;    /* nonzero: batch 0's sequence 0 is sequence 1 (the control) */
+    long big_at;    /* ≥ 0: batch big_at holds BIG·BATCH sequences (−1: none) */
+    /* when batch big_at is drawn: snap_dir's checkpoint files as they are then */
+    const char *snap_dir;
+    void *snap[2];
+    size_t snap_len[2];
+    int snapped;
 } mq_data;
 
-static void draw(mq_data *d, uint64_t stream, int perturb) {
+static void draw_n(mq_data *d, uint64_t stream, int perturb, int nb) {
     ttt_rng r;
     ttt_rng_seed(&r, 1000 + stream);
-    for (int b = 0; b < BATCH; b++)
+    for (int b = 0; b < nb; b++)
         ttt_mqar_example(&d->gen, &r, d->tokens + b * SEQ, d->labels + b * SEQ);
     if (perturb) {
         memcpy(d->tokens, d->tokens + SEQ, SEQ * sizeof(int));
@@ -99,12 +118,18 @@ static void draw(mq_data *d, uint64_t stream, int perturb) {
     }
 }
 
+static void draw(mq_data *d, uint64_t stream, int perturb) { draw_n(d, stream, perturb, BATCH); }
+
+static void snapshot(mq_data *d);
+
 static ttt_status mq_next(void *user, ttt_seq_batch *out, ttt_error *err) {
     (void)err;
     mq_data *d = user;
-    draw(d, d->k, d->perturb && d->k == 0);
+    const int nb = d->big_at >= 0 && d->k == (uint64_t)d->big_at ? BIG * BATCH : BATCH;
+    if (nb != BATCH && d->snap_dir) snapshot(d);
+    draw_n(d, d->k, d->perturb && d->k == 0, nb);
     d->k++;
-    *out = (ttt_seq_batch){.B = BATCH, .T = SEQ, .tokens = d->tokens, .labels = d->labels};
+    *out = (ttt_seq_batch){.B = nb, .T = SEQ, .tokens = d->tokens, .labels = d->labels};
     return TTT_OK;
 }
 
@@ -132,14 +157,44 @@ static void mq_init(mq_data *d) {
     c.n_pairs = 4;
     ttt_error err = {0};
     ck_assert_msg(ttt_mqar_init(&d->gen, &c, &err) == TTT_OK, "%s", err.msg);
-    d->tokens = calloc(BATCH * SEQ, sizeof(int));
-    d->labels = calloc(BATCH * SEQ, sizeof(int));
+    d->tokens = calloc(BIG * BATCH * SEQ, sizeof(int));
+    d->labels = calloc(BIG * BATCH * SEQ, sizeof(int));
+    d->big_at = -1;
 }
 
 static void mq_free(mq_data *d) {
     ttt_mqar_free(&d->gen);
     free(d->tokens);
     free(d->labels);
+    free(d->snap[0]), free(d->snap[1]);
+}
+
+/* The bytes of file `path` (NULL, *len = 0 when it does not exist). */
+static void *read_bytes(const char *path, size_t *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+        n += got;
+        if (n == cap) buf = realloc(buf, cap *= 2);
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static const char *const ckpt_files[2] = {"ckpt-last.safetensors", "ckpt-prev.safetensors"};
+
+static void snapshot(mq_data *d) {
+    for (int i = 0; i < 2; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", d->snap_dir, ckpt_files[i]);
+        free(d->snap[i]);
+        d->snap[i] = read_bytes(p, &d->snap_len[i]);
+    }
+    d->snapped = 1;
 }
 
 /* ---- the mixers under test ---- */
@@ -201,7 +256,7 @@ static void perturb_weights(ttt_seq_model *m, int k) {
 
 /* A run: losses per step (from the journal) and the final parameters. */
 typedef struct run_out {
-    double loss[STEPS];
+    double loss[MAX_STEPS];
     int n;
     float *params;
     size_t numel;
@@ -219,54 +274,102 @@ static void read_losses(const char *path, run_out *o) {
         const char *st = strstr(line, "\"step\":");
         ck_assert(p && st);
         const int step = atoi(st + 7);
-        if (step >= 1 && step <= STEPS) o->loss[step - 1] = strtod(p + 7, NULL);
+        if (step >= 1 && step <= MAX_STEPS) o->loss[step - 1] = strtod(p + 7, NULL);
         if (step > o->n) o->n = step;
     }
     free(text);
+}
+
+/* One training run of case i by ttt_train: on `device`, `steps` updates (or until stop_at),
+ * resuming from `dir` when it holds a checkpoint, a checkpoint every ckpt_every steps (0: at the
+ * end only); weights perturbed by ensemble member k ≥ 0; data perturbed when asked; batch big_at
+ * BIG times larger (−1: none), with the checkpoint files of snap_dir read when it is drawn. */
+typedef struct train_spec {
+    int i;
+    const char *device;
+    int k, perturb, steps, stop_at, ckpt_every;
+    long big_at;
+    const char *dir, *snap_dir;
+} train_spec;
+
+/* What a run left: its status (err), its result, the losses and parameters (when it ended
+ * well) and the snapshot of the checkpoint files taken at the large batch. */
+typedef struct train_got {
+    ttt_status status;
+    ttt_error err;
+    ttt_train_result res;
+    void *snap[2];
+    size_t snap_len[2];
+    int snapped;
+} train_got;
+
+static void got_free(train_got *g) { free(g->snap[0]), free(g->snap[1]); }
+
+static void train_ex(const train_spec *sp, run_out *o, train_got *g) {
+    memset(g, 0, sizeof *g);
+    memset(o, 0, sizeof *o);
+    setup s;
+    setup_make(&s, sp->i, sp->device, sp->steps ? sp->steps : STEPS, sp->stop_at);
+    s.tc.checkpoint_every = sp->ckpt_every;
+    ttt_seq_model m;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
+    if (sp->k >= 0) perturb_weights(&m, sp->k);
+    mq_data d;
+    mq_init(&d);
+    d.perturb = sp->perturb;
+    d.big_at = sp->big_at;
+    d.snap_dir = sp->snap_dir;
+    ttt_train_data td = {.user = &d, .next = mq_next, .n_state = 1, .get_state = mq_get,
+                         .set_state = mq_set, .n_eval = 1, .eval_batch = mq_eval};
+    char journal[4096];
+    snprintf(journal, sizeof journal, "%s/journal.jsonl", sp->dir);
+    ttt_train_run tr = {.ckpt_dir = sp->dir, .config_hash = "gpu", .stream_path = journal,
+                        .series = "t"};
+    g->status = ttt_train(&m, &s.tc, &td, &tr, &g->res, &g->err);
+    if (g->status == TTT_OK) {
+        read_losses(journal, o);
+        o->numel = ttt_params_numel(&m.params);
+        o->params = malloc(o->numel * sizeof(float));
+        size_t at = 0;
+        for (int p = 0; p < m.params.n; p++) {
+            memcpy(o->params + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
+            at += m.params.p[p]->n;
+        }
+    }
+    for (int j = 0; j < 2; j++) { /* the snapshot moves to g */
+        g->snap[j] = d.snap[j], g->snap_len[j] = d.snap_len[j];
+        d.snap[j] = NULL;
+    }
+    g->snapped = d.snapped;
+    mq_free(&d);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(s.root);
 }
 
 /* Train case i on `device` for STEPS updates (or until stop_at, resuming from `dir` when it
  * holds a checkpoint); weights perturbed by ensemble member k ≥ 0; data perturbed when asked. */
 static void train(int i, const char *device, int k, int perturb_data, const char *dir,
                   int stop_at, run_out *o) {
-    setup s;
-    setup_make(&s, i, device, STEPS, stop_at);
-    ttt_seq_model m;
-    ttt_error err = {0};
-    ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
-    if (k >= 0) perturb_weights(&m, k);
-    mq_data d;
-    mq_init(&d);
-    d.perturb = perturb_data;
-    ttt_train_data td = {.user = &d, .next = mq_next, .n_state = 1, .get_state = mq_get,
-                         .set_state = mq_set, .n_eval = 1, .eval_batch = mq_eval};
-    char journal[4096];
-    snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
-    ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "gpu", .stream_path = journal,
-                        .series = "t"};
-    ttt_train_result res;
-    const ttt_status st = ttt_train(&m, &s.tc, &td, &tr, &res, &err);
-    ck_assert_msg(st == TTT_OK, "%s on %s: %s", cases[i].name, device, err.msg);
-    read_losses(journal, o);
-    o->numel = ttt_params_numel(&m.params);
-    o->params = malloc(o->numel * sizeof(float));
-    size_t at = 0;
-    for (int p = 0; p < m.params.n; p++) {
-        memcpy(o->params + at, m.params.p[p]->data, m.params.p[p]->n * sizeof(float));
-        at += m.params.p[p]->n;
-    }
-    mq_free(&d);
-    ttt_seq_model_free(&m);
-    ttt_cfg_free(s.root);
+    const train_spec sp = {.i = i, .device = device, .k = k, .perturb = perturb_data,
+                           .stop_at = stop_at, .big_at = -1, .dir = dir};
+    train_got g;
+    train_ex(&sp, o, &g);
+    ck_assert_msg(g.status == TTT_OK, "%s on %s: %s", cases[i].name, device, g.err.msg);
+    got_free(&g);
 }
 
 /* The ensemble's loop: ttt_train's host step with one shard (forward with the batch's scored
  * positions as the denominator, backward, AdamW), the loss of each step as the trainer records
  * it (the summed loss over the scored positions), and when k ≥ 0 every weight multiplied by
  * 1 + u·2^-24 after each update (stream k). */
-static void loop_run(int i, int k, run_out *o) {
+static void loop_run_n(int i, int k, int steps, long big_at, run_out *o);
+static void loop_run(int i, int k, run_out *o) { loop_run_n(i, k, STEPS, -1, o); }
+
+/* loop_run over `steps` updates with batch big_at BIG times larger (−1: none). */
+static void loop_run_n(int i, int k, int steps, long big_at, run_out *o) {
     setup s;
-    setup_make(&s, i, "cpu", STEPS, 0);
+    setup_make(&s, i, "cpu", steps, 0);
     ttt_seq_model m;
     ttt_error err = {0};
     ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
@@ -274,6 +377,7 @@ static void loop_run(int i, int k, run_out *o) {
     ck_assert(ttt_adamw_init(&opt, &m.params, &s.tc.adamw, &err) == TTT_OK);
     mq_data d;
     mq_init(&d);
+    d.big_at = big_at;
     ttt_arena a;
     ttt_arena_init(&a, 0);
     ttt_tape tape;
@@ -281,7 +385,7 @@ static void loop_run(int i, int k, run_out *o) {
     ttt_ctx ctx = {.arena = &a, .grad = 1, .tape = &tape};
     ttt_rng r;
     ttt_rng_seed(&r, 77 + (uint64_t)(k < 0 ? 0 : k));
-    for (int step = 0; step < STEPS; step++) {
+    for (int step = 0; step < steps; step++) {
         ttt_seq_batch b;
         mq_next(&d, &b, &err);
         long count = 0;
@@ -305,7 +409,7 @@ static void loop_run(int i, int k, run_out *o) {
         ttt_tape_reset(&tape);
         ttt_arena_reset(&a);
     }
-    o->n = STEPS;
+    o->n = steps;
     o->numel = ttt_params_numel(&m.params);
     o->params = malloc(o->numel * sizeof(float));
     size_t at = 0;
@@ -559,13 +663,21 @@ static ttt_status vec_next(void *user, ttt_seq_batch *out, ttt_error *err) {
     return TTT_OK;
 }
 
+static void vec_get(void *user, uint64_t *w) { w[0] = (uint64_t)((vec_data *)user)->calls; }
+static ttt_status vec_set(void *user, const uint64_t *w, ttt_error *err) {
+    (void)err;
+    ((vec_data *)user)->calls = (int)w[0];
+    return TTT_OK;
+}
+
 static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     ttt_cfg_node *root = NULL;
     char text[512];
     snprintf(text, sizeof text,
              "model: {d_model: 8, heads: 2, layers: 1, mlp: 0}\n"
              "layer: {preset: deltanet}\n"
-             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1, device: %s}\n",
+             "train: {steps: 10, batch: 4, shards: 1, warmup: 0, log_every: 1,\n"
+             "        checkpoint_every: 2, device: %s}\n",
              device);
     ck_assert_int_eq(ttt_cfg_load_string(text, "<v>", &root, err), TTT_OK);
     ttt_seq_model_io io = {.in_dim = 2, .out_dim = 1, .seq_len = 3};
@@ -581,7 +693,8 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     ttt_seq_model m;
     ck_assert_int_eq(ttt_seq_model_init(&m, &mc, 1, err), TTT_OK);
     vec_data d = {0};
-    ttt_train_data td = {.user = &d, .next = vec_next};
+    ttt_train_data td = {.user = &d, .next = vec_next, .n_state = 1, .get_state = vec_get,
+                         .set_state = vec_set};
     char *dir = fresh_dir(), journal[4096];
     snprintf(journal, sizeof journal, "%s/journal.jsonl", dir);
     ttt_train_run tr = {.ckpt_dir = dir, .config_hash = "v", .stream_path = journal,
@@ -592,6 +705,24 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
     read_losses(journal, &o);
     ck_assert_int_eq(o.n, 3);
     *loss1 = o.loss[0];
+    /* the message names the run's folder: "DIR" in its place, so that two runs compare */
+    char *at = strstr(err->msg, dir);
+    if (at) {
+        const size_t n = strlen(dir);
+        memmove(at + 3, at + n, strlen(at + n) + 1);
+        memcpy(at, "DIR", 3);
+    }
+    /* the checkpoint of step 2 before the NaN's step resumes: the same run again stops at the
+     * same step with the same message */
+    ttt_seq_model m2;
+    ck_assert_int_eq(ttt_seq_model_init(&m2, &mc, 1, err), TTT_OK);
+    vec_data d2 = {0};
+    td.user = &d2;
+    ttt_error e2 = {0};
+    const ttt_status st2 = ttt_train(&m2, &tc, &td, &tr, &res, &e2);
+    ck_assert_int_eq(st2, st);
+    ck_assert_int_eq(res.resumed_from, 2);
+    ttt_seq_model_free(&m2);
     ttt_seq_model_free(&m);
     ttt_cfg_free(root);
     tu_rmtree(dir);
@@ -602,7 +733,8 @@ static ttt_status vec_run(const char *device, ttt_error *err, double *loss1) {
 /* The vector path on the device gives the CPU's loss at the first step (the forward from the
  * same weights: within the trajectory bound's floor, PATHS·GROWTH·16ε, as at step 1 of the
  * trajectory cases), and the NaN of the 4th batch stops both runs at the same step with the same
- * message. */
+ * message, naming the checkpoint of step 2; run again, each resumes from it and stops there
+ * again. */
 START_TEST(a_vector_task_and_a_nan_behave_as_on_the_cpu) {
     ttt_error ec = {0}, eg = {0};
     double lc, lg;
@@ -729,7 +861,391 @@ START_TEST(adamw_on_the_device_is_the_hosts_update) {
 }
 END_TEST
 
-int main(void) {
+/* ---- faults: out of device memory, kill -9 (docs/hardening.md "Faults on the GPU") ---- */
+
+#define FAULT_CASE 2   /* gated_deltanet */
+#define FAULT_CKPT 5   /* a checkpoint every 5 steps */
+#define BIG_AT 6       /* batch 6 (step 7) holds BIG·BATCH sequences */
+#define KILL_STEPS 60 /* the kill -9 case's run: long enough to be killed mid-run */
+
+static double worst_ratio_n(const run_out *got, const run_out *ref, const double *tol, int n) {
+    double w = 0;
+    for (int s = 0; s < n; s++) {
+        const double e = fabs(got->loss[s] - ref->loss[s]) / fabs(ref->loss[s]);
+        if (e / tol[s] > w) w = e / tol[s];
+    }
+    return w;
+}
+
+/* The trajectory bound of the header for case i over `steps` updates with batch big_at large:
+ * tol(s) for the losses, *ptol for the final parameters' relative RMS difference. Two float32
+ * runs of the same trainer on the same device differ where the order of their float sums differs
+ * (the atomics of the embedding's and the forms' backward, ops_shape.cu and chunkwise.cu): each
+ * is a float32 path within tol of the exact one, so they are PATHS·tol apart at most, as the GPU
+ * and the CPU are. */
+static void trajectory_bound(int i, int steps, long big_at, double *tol, double *ptol) {
+    run_out base, ens;
+    loop_run_n(i, -1, steps, big_at, &base);
+    double spread[MAX_STEPS] = {0}, pr = 0;
+    for (int k = 0; k < ENSEMBLE; k++) {
+        loop_run_n(i, k, steps, big_at, &ens);
+        const double p = rel_rms(ens.params, base.params, base.numel);
+        if (p > pr) pr = p;
+        for (int s = 0; s < steps; s++) {
+            const double e = fabs(ens.loss[s] - base.loss[s]) / fabs(base.loss[s]);
+            if (e > spread[s]) spread[s] = e;
+        }
+        run_free(&ens);
+    }
+    double env = 0; /* the largest spread up to step s */
+    for (int s = 0; s < steps; s++) {
+        if (spread[s] > env) env = spread[s];
+        tol[s] = PATHS * GROWTH * (env + LOSS_FLOOR);
+    }
+    *ptol = PATHS * GROWTH * (pr + LOSS_FLOOR);
+    run_free(&base);
+}
+
+/* The same bits: every loss and every final parameter. */
+static int same_bits(const run_out *a, const run_out *b) {
+    return a->n == b->n && a->numel == b->numel &&
+           memcmp(a->loss, b->loss, (size_t)a->n * sizeof(double)) == 0 &&
+           memcmp(a->params, b->params, a->numel * sizeof(float)) == 0;
+}
+
+/* `got` is the run `ref` (resumed or not): the same bits, or within the trajectory bound; and
+ * the control (a run on a perturbed first batch) is rejected by that bound. Returns whether the
+ * bits were the same. */
+static int same_run(const char *what, int i, int steps, long big_at, const run_out *got,
+                    const run_out *ref) {
+    ck_assert_int_eq(got->n, steps);
+    ck_assert_int_eq(ref->n, steps);
+    const int bits = same_bits(got, ref);
+    double tol[MAX_STEPS], pt;
+    trajectory_bound(i, steps, big_at, tol, &pt);
+    const double w = worst_ratio_n(got, ref, tol, steps);
+    const double pe = rel_rms(got->params, ref->params, ref->numel);
+    char *dc = fresh_dir();
+    const train_spec sc = {.i = i, .device = "cpu", .k = -1, .perturb = 1, .steps = steps,
+                           .big_at = big_at, .dir = dc};
+    run_out ctl;
+    train_got g;
+    train_ex(&sc, &ctl, &g);
+    ck_assert_msg(g.status == TTT_OK, "%s", g.err.msg);
+    got_free(&g);
+    const double wc = worst_ratio_n(&ctl, ref, tol, steps);
+    printf("%s: %s; losses worst %.3f x tol, params rel. RMS %.2e (tol %.2e); control %.1f x "
+           "tol\n",
+           what, bits ? "the same bits" : "not the same bits", w, pe, pt, wc);
+    TU_ASSERT_LE(w, 1.0, "%s: the losses leave the uninterrupted run's by %.2f x the bound", what,
+                 w);
+    TU_ASSERT_LE(pe, pt, "%s: final parameters %.3e from the uninterrupted run's (bound %.3e)",
+                 what, pe, pt);
+    ck_assert_msg(wc > 1.0, "%s: the control (a perturbed batch) passed: %.3f", what, wc);
+    run_free(&ctl);
+    tu_rmtree(dc);
+    free(dc);
+    return bits;
+}
+
+/* A run capped by the device pool's limit (device.h ttt_device_pool_set_limit) halfway between
+ * what its small steps take and what its large step 7 takes: step 7 fails with a message naming
+ * the step, what was asked and the last good checkpoint; the pool hands out what it did before
+ * the run (nothing leaked); the checkpoint of step 5 has the bytes it had when the large batch
+ * was drawn; and the same run resumed without the cap is the uninterrupted run. */
+START_TEST(out_of_device_memory_mid_run_keeps_the_last_checkpoint) {
+    const int i = FAULT_CASE;
+    const ttt_device dev = ttt_device_cuda(0);
+    ttt_error err = {0};
+    char *dref = fresh_dir(), *dsmall = fresh_dir(), *dcap = fresh_dir();
+    run_out ref, small, capped, resumed;
+    train_got g;
+    train_spec sp = {.i = i, .device = dev_name, .k = -1, .ckpt_every = FAULT_CKPT,
+                     .big_at = BIG_AT, .dir = dref};
+    train_ex(&sp, &ref, &g);
+    ck_assert_msg(g.status == TTT_OK, "uninterrupted: %s", g.err.msg);
+    const size_t peak_big = g.res.device_peak;
+    got_free(&g);
+    sp.dir = dsmall;
+    sp.stop_at = BIG_AT; /* the small steps alone */
+    train_ex(&sp, &small, &g);
+    ck_assert_msg(g.status == TTT_OK, "small steps: %s", g.err.msg);
+    const size_t peak_small = g.res.device_peak;
+    got_free(&g);
+    printf("device pool peak: %zu bytes with batches of %d sequences, %zu with one of %d\n",
+           peak_small, BATCH, peak_big, BIG * BATCH);
+    ck_assert_msg(peak_small > 0 && peak_big > peak_small,
+                  "the batch of %d sequences took no more of the device pool (%zu bytes) than "
+                  "those of %d (%zu): this case cannot run out of memory mid-run",
+                  BIG * BATCH, peak_big, BATCH, peak_small);
+    ttt_device_pool_stats before, after;
+    ck_assert_msg(ttt_device_pool_stats_get(dev, &before, &err) == TTT_OK, "%s", err.msg);
+    const size_t cap = peak_small + (peak_big - peak_small) / 2;
+    const size_t old = ttt_device_pool_set_limit(cap);
+    sp.dir = sp.snap_dir = dcap;
+    sp.stop_at = 0;
+    train_ex(&sp, &capped, &g);
+    ttt_device_pool_set_limit(old);
+    ck_assert_msg(ttt_device_pool_stats_get(dev, &after, &err) == TTT_OK, "%s", err.msg);
+    printf("capped at %zu bytes: %s\n", cap, g.err.msg);
+    ck_assert_msg(g.status == TTT_ERR_NOMEM || g.status == TTT_ERR_DEVICE, "status %d: %s",
+                  (int)g.status, g.err.msg);
+    char want[160];
+    snprintf(want, sizeof want, "the last good checkpoint (step %d)", FAULT_CKPT);
+    ck_assert_msg(strstr(g.err.msg, "step 7") && strstr(g.err.msg, "out of") &&
+                      strstr(g.err.msg, "memory") && strstr(g.err.msg, "iB") &&
+                      strstr(g.err.msg, "TTT_CUDA_POOL_LIMIT") && strstr(g.err.msg, want),
+                  "unclear message: %s", g.err.msg);
+    ck_assert_msg(after.used == before.used,
+                  "the failed run left %zu bytes of the device pool handed out (%zu before)",
+                  after.used, before.used);
+    ck_assert_msg(g.snapped && g.snap_len[0] > 0, "no checkpoint when the large batch was drawn");
+    for (int j = 0; j < 2; j++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dcap, ckpt_files[j]);
+        size_t n;
+        void *now = read_bytes(p, &n);
+        ck_assert_msg(n == g.snap_len[j] && (n == 0 || memcmp(now, g.snap[j], n) == 0),
+                      "%s changed after the failure (%zu bytes, %zu before)", ckpt_files[j], n,
+                      g.snap_len[j]);
+        free(now);
+    }
+    got_free(&g);
+    sp.snap_dir = NULL; /* the same command again, without the cap */
+    train_ex(&sp, &resumed, &g);
+    ck_assert_msg(g.status == TTT_OK, "resumed: %s", g.err.msg);
+    ck_assert_int_eq(g.res.resumed_from, FAULT_CKPT);
+    got_free(&g);
+    same_run("out of memory at step 7, resumed", i, STEPS, BIG_AT, &resumed, &ref);
+    run_free(&ref), run_free(&small), run_free(&resumed);
+    tu_rmtree(dref), tu_rmtree(dsmall), tu_rmtree(dcap);
+    free(dref), free(dsmall), free(dcap);
+}
+END_TEST
+
+typedef struct big_data {
+    int *tokens, *labels;
+    int B, T;
+} big_data;
+
+static ttt_status big_next(void *user, ttt_seq_batch *out, ttt_error *err) {
+    (void)err;
+    const big_data *d = user;
+    *out = (ttt_seq_batch){.B = d->B, .T = d->T, .tokens = d->tokens, .labels = d->labels};
+    return TTT_OK;
+}
+
+/* Memory the device does not have: the pool's own failure (cudaMallocFromPoolAsync, no cap) is
+ * TTT_ERR_DEVICE naming the size and the use, and the device works on afterwards; a training
+ * step whose first activation is larger than the device (a batch of 10^7 tokens of width 4096)
+ * stops at step 1 with TTT_ERR_NOMEM naming the size, and leaves nothing handed out. */
+START_TEST(more_than_the_device_has_is_a_clean_error) {
+    const ttt_device dev = ttt_device_cuda(0);
+    ttt_error err = {0};
+    size_t free_b, total_b;
+    ck_assert_msg(ttt_device_mem_info(dev, &free_b, &total_b, &err) == TTT_OK, "%s", err.msg);
+    const size_t old = ttt_device_pool_set_limit(0);
+    ttt_device_pool_stats before, after;
+    ck_assert(ttt_device_pool_stats_get(dev, &before, &err) == TTT_OK);
+    ttt_device_buffer b;
+    ttt_status st = ttt_device_alloc(&b, dev, 2 * total_b, NULL, "a test buffer", &err);
+    printf("twice the device (%zu bytes): %s\n", 2 * total_b, err.msg);
+    ck_assert_int_eq(st, TTT_ERR_DEVICE);
+    ck_assert_ptr_null(b.ptr);
+    ck_assert_msg(strstr(err.msg, "out of memory") && strstr(err.msg, "a test buffer") &&
+                      strstr(err.msg, "GiB") && strstr(err.msg, "cuda:0"),
+                  "unclear message: %s", err.msg);
+    ck_assert_int_eq(ttt_device_alloc(&b, dev, 1 << 20, NULL, "a test buffer", &err), TTT_OK);
+    ttt_device_free(&b);
+    /* the trainer: one layer of width 4096; T·d·4 bytes per sequence of the embedding's output */
+    const int T = 32, d = 4096;
+    const size_t per_seq = (size_t)T * d * sizeof(float);
+    const int B = (int)(total_b / per_seq + total_b / per_seq / 5 + 1); /* 1.2 × the device */
+    char text[512];
+    snprintf(text, sizeof text,
+             "model: {d_model: %d, heads: 32, layers: 1, mlp: 0}\n"
+             "layer: {preset: deltanet}\n"
+             "train: {steps: 2, batch: %d, shards: 1, warmup: 0, log_every: 1, device: cuda}\n",
+             d, B);
+    ttt_cfg_node *root = NULL;
+    ck_assert_msg(ttt_cfg_load_string(text, "<big>", &root, &err) == TTT_OK, "%s", err.msg);
+    ttt_seq_model_io io = {.vocab = 32, .seq_len = T};
+    ttt_seq_model_config mc;
+    ttt_train_config tc;
+    ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                      (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io, &mc,
+                                      &err) == TTT_OK,
+                  "%s", err.msg);
+    ck_assert_msg(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(root, "train"), &tc, &err) ==
+                      TTT_OK,
+                  "%s", err.msg);
+    ttt_seq_model m;
+    ck_assert_msg(ttt_seq_model_init(&m, &mc, 1, &err) == TTT_OK, "%s", err.msg);
+    big_data dd = {.B = B, .T = T}; /* tokens i mod 32, labels the next */
+    const size_t n = (size_t)B * T;
+    dd.tokens = malloc(n * sizeof(int));
+    dd.labels = malloc(n * sizeof(int));
+    ck_assert(dd.tokens && dd.labels);
+    for (size_t j = 0; j < n; j++) dd.tokens[j] = (int)(j % 32), dd.labels[j] = (int)((j + 1) % 32);
+    ttt_train_data td = {.user = &dd, .next = big_next};
+    ttt_train_run tr = {.config_hash = "big", .series = "t"};
+    ttt_train_result res;
+    st = ttt_train(&m, &tc, &td, &tr, &res, &err);
+    ttt_error ignore = {0};
+    (void)ttt_device_pool_stats_get(dev, &after, &ignore);
+    printf("a batch of %d x %d tokens of width %d: %s\n", B, T, d, err.msg);
+    ck_assert_msg(st == TTT_ERR_NOMEM, "status %d: %s", (int)st, err.msg);
+    ck_assert_msg(strstr(err.msg, "step 1") && strstr(err.msg, "out of device memory") &&
+                      strstr(err.msg, "GiB") && strstr(err.msg, "no checkpoint was written yet"),
+                  "unclear message: %s", err.msg);
+    ck_assert_msg(after.used == before.used,
+                  "the failed run left %zu bytes of the device pool handed out (%zu before)",
+                  after.used, before.used);
+    ttt_device_pool_set_limit(old);
+    free(dd.tokens), free(dd.labels);
+    ttt_seq_model_free(&m);
+    ttt_cfg_free(root);
+    /* and the device trains on */
+    char *dir = fresh_dir();
+    run_out o;
+    train(1, dev_name, -1, 0, dir, 0, &o);
+    ck_assert_int_eq(o.n, STEPS);
+    run_free(&o);
+    tu_rmtree(dir);
+    free(dir);
+}
+END_TEST
+
+/* ---- kill -9 ---- */
+
+static const char *child_dir; /* the child's run folder (--child DEVICE DIR) */
+
+/* The child: the kill case's run, a checkpoint every step, into child_dir. */
+START_TEST(child_run) {
+    const train_spec sp = {.i = FAULT_CASE, .device = dev_name, .k = -1, .steps = KILL_STEPS,
+                           .ckpt_every = 1, .big_at = -1, .dir = child_dir};
+    run_out o;
+    train_got g;
+    train_ex(&sp, &o, &g);
+    ck_assert_msg(g.status == TTT_OK, "%s", g.err.msg);
+    got_free(&g);
+    run_free(&o);
+}
+END_TEST
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* This program again (a fresh process: a CUDA context does not survive fork) as the child. */
+static pid_t spawn_child(const char *dir, const char *errpath) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert(n > 0);
+    self[n] = '\0';
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen(errpath, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(99);
+        execl(self, self, "--child", dev_name, dir, (char *)NULL);
+        _exit(98);
+    }
+    return pid;
+}
+
+/* kill -9 of a training process at random moments after it took a step (possibly while it
+ * writes a checkpoint), three times, then the same run again to the end: the uninterrupted
+ * run's losses and parameters, the same bits on the CPU; on the GPU the same bits or within the
+ * trajectory bound (trajectory_bound: the atomics of the backward sum in an order that may
+ * differ from run to run). */
+START_TEST(kill_9_then_resume_is_the_uninterrupted_run) {
+    const int i = FAULT_CASE;
+    char *dref = fresh_dir(), *dk = fresh_dir();
+    run_out ref, got;
+    train_got g;
+    train_spec sp = {.i = i, .device = dev_name, .k = -1, .steps = KILL_STEPS, .ckpt_every = 1,
+                     .big_at = -1, .dir = dref};
+    train_ex(&sp, &ref, &g);
+    ck_assert_msg(g.status == TTT_OK, "uninterrupted: %s", g.err.msg);
+    got_free(&g);
+    const unsigned seed = (unsigned)time(NULL);
+    srand(seed);
+    char journal[4200], errpath[4200];
+    snprintf(journal, sizeof journal, "%s/journal.jsonl", dk);
+    snprintf(errpath, sizeof errpath, "%s/child.err", dk);
+    int kills = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        const long size0 = file_size(journal);
+        const pid_t pid = spawn_child(dk, errpath);
+        /* a step of this process recorded (or its end), then a random moment of the next */
+        int st = 0, ended = 0;
+        for (int w = 0; w < 60000 && file_size(journal) <= size0; w++) {
+            if (waitpid(pid, &st, WNOHANG) == pid) {
+                ended = 1;
+                break;
+            }
+            sleep_ms(1);
+        }
+        if (!ended) {
+            sleep_ms(rand() % 40);
+            kill(pid, SIGKILL);
+            ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+        }
+        if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+            kills++;
+        } else {
+            char *e = tu_read_file(errpath);
+            ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (seed %u): %s",
+                          seed, e ? e : "");
+            free(e);
+        }
+    }
+    sp.dir = dk;
+    train_ex(&sp, &got, &g);
+    ck_assert_msg(g.status == TTT_OK, "resumed after %d kills (seed %u): %s", kills, seed,
+                  g.err.msg);
+    printf("kill -9: %d kills (seed %u), resumed from step %ld\n", kills, seed,
+           g.res.resumed_from);
+    got_free(&g);
+    ck_assert_msg(kills > 0, "no run was killed mid-run (seed %u): each ended first", seed);
+    const int bits = same_run("kill -9, resumed", i, KILL_STEPS, -1, &got, &ref);
+    if (strcmp(dev_name, "cpu") == 0) /* the host's sums have one order */
+        ck_assert_msg(bits, "on the CPU a resumed run is not the uninterrupted run's bits");
+    run_free(&ref), run_free(&got);
+    tu_rmtree(dref), tu_rmtree(dk);
+    free(dref), free(dk);
+}
+END_TEST
+
+static int run_suite(Suite *s) {
+    SRunner *r = srunner_create(s);
+    /* no fork: the CUDA context of this process is not usable in a child */
+    srunner_set_fork_status(r, CK_NOFORK);
+    srunner_run_all(r, CK_NORMAL);
+    const int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--child") == 0) { /* the kill -9 case's training process */
+        dev_name = strcmp(argv[2], "cpu") == 0 ? "cpu" : "cuda";
+        child_dir = argv[3];
+        unsetenv("CK_RUN_CASE"); /* the parent's selection is not the child's */
+        unsetenv("CK_RUN_SUITE");
+        Suite *s = suite_create("train_gpu_child");
+        TCase *tc = tcase_create("child");
+        tcase_set_timeout(tc, 600);
+        tcase_add_test(tc, child_run);
+        suite_add_tcase(s, tc);
+        return run_suite(s);
+    }
     const char *self = getenv("TTT_TRAIN_GPU_SELF");
     if (self && strcmp(self, "1") == 0) { /* the harness alone, the CPU as the device */
         dev_name = "cpu";
@@ -739,12 +1255,11 @@ int main(void) {
         tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
         tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
         suite_add_tcase(s, tc);
-        SRunner *r = srunner_create(s);
-        srunner_set_fork_status(r, CK_NOFORK);
-        srunner_run_all(r, CK_NORMAL);
-        const int failed = srunner_ntests_failed(r);
-        srunner_free(r);
-        return failed ? 1 : 0;
+        TCase *tf = tcase_create("faults");
+        tcase_set_timeout(tf, 600);
+        tcase_add_test(tf, kill_9_then_resume_is_the_uninterrupted_run);
+        suite_add_tcase(s, tf);
+        return run_suite(s);
     }
 #ifndef TTT_HAVE_CUDA
     printf("skipped: built without CUDA (configure with -DTTT_CUDA=ON)\n");
@@ -763,12 +1278,13 @@ int main(void) {
     tcase_add_loop_test(tc, one_step_gradients_match_the_cpu, 0, N_CASES);
     tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
     suite_add_tcase(s, tc);
-    SRunner *r = srunner_create(s);
-    /* no fork: the CUDA context of this process is not usable in a child */
-    srunner_set_fork_status(r, CK_NOFORK);
-    srunner_run_all(r, CK_NORMAL);
-    const int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? 1 : 0;
+    /* faults (CK_RUN_CASE=faults runs these alone) */
+    TCase *tf = tcase_create("faults");
+    tcase_set_timeout(tf, 600);
+    tcase_add_test(tf, out_of_device_memory_mid_run_keeps_the_last_checkpoint);
+    tcase_add_test(tf, more_than_the_device_has_is_a_clean_error);
+    tcase_add_test(tf, kill_9_then_resume_is_the_uninterrupted_run);
+    suite_add_tcase(s, tf);
+    return run_suite(s);
 #endif
 }

@@ -253,13 +253,38 @@ typedef struct pool {
     cudaMemPool_t pool;
     int made;
     long allocs, grows, failures;
-    size_t used;
+    size_t used, used_high;
 } pool;
 
 static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static pool pools[TTT_MAX_CUDA_DEVICES];
 static int made_order[TTT_MAX_CUDA_DEVICES], n_made;
 static int exit_registered;
+
+/* The cap on the bytes a pool hands out at once (device.h ttt_device_pool_set_limit): read from
+ * TTT_CUDA_POOL_LIMIT at the first allocation unless set before; guarded by pools_lock. */
+static size_t pool_limit;
+static int pool_limit_known;
+
+static void pool_limit_read(void) { /* the caller holds pools_lock */
+    if (pool_limit_known) return;
+    pool_limit_known = 1;
+    const char *s = getenv("TTT_CUDA_POOL_LIMIT");
+    char *end = NULL;
+    const unsigned long long v = s ? strtoull(s, &end, 10) : 0;
+    /* a test hook, like TTT_FAIL_ALLOC (fault.h): anything but a decimal count of bytes is no
+     * limit */
+    pool_limit = s && end != s && *end == '\0' ? (size_t)v : 0;
+}
+
+size_t ttt_device_pool_set_limit(size_t bytes) {
+    pthread_mutex_lock(&pools_lock);
+    pool_limit_read();
+    const size_t before = pool_limit;
+    pool_limit = bytes;
+    pthread_mutex_unlock(&pools_lock);
+    return before;
+}
 
 static void pools_at_exit(void) { ttt_device_pools_release(); }
 
@@ -299,7 +324,7 @@ static ttt_status pool_of(ttt_device d, pool **out, ttt_error *err) {
         }
         p->made = 1;
         p->allocs = p->grows = p->failures = 0;
-        p->used = 0;
+        p->used = p->used_high = 0;
         made_order[n_made++] = d.index;
         if (!exit_registered) {
             /* registered after the runtime initialized (it registers its own teardown
@@ -330,16 +355,29 @@ static ttt_status cuda_alloc(ttt_device_buffer *b, ttt_device d, size_t bytes, v
     if (s == TTT_OK) {
         const size_t before = pool_reserved(p->pool, cudaMemPoolAttrReservedMemCurrent);
         void *ptr = NULL;
-        const cudaError_t e = cudaMallocFromPoolAsync(&ptr, bytes, p->pool, (cudaStream_t)stream);
+        pool_limit_read();
+        /* past the cap the pool answers as the driver does when the device is full */
+        const int capped = pool_limit && (bytes > pool_limit || p->used > pool_limit - bytes);
+        const cudaError_t e =
+            capped ? cudaErrorMemoryAllocation
+                   : cudaMallocFromPoolAsync(&ptr, bytes, p->pool, (cudaStream_t)stream);
         if (e != cudaSuccess) {
-            char sz[32];
+            char sz[32], held[32], cap[32];
             p->failures++;
             s = cuda_error(e, d, err, "cudaMallocFromPoolAsync(%s%s%s)",
                            ttt_device_bytes_text(bytes, sz, sizeof sz), what ? ", " : "",
                            what ? what : "");
+            if (capped && err) {
+                const size_t n = strlen(err->msg);
+                snprintf(err->msg + n, sizeof err->msg - n,
+                         " [the pool had handed out %s; TTT_CUDA_POOL_LIMIT caps it at %s]",
+                         ttt_device_bytes_text(p->used, held, sizeof held),
+                         ttt_device_bytes_text(pool_limit, cap, sizeof cap));
+            }
         } else {
             p->allocs++;
             p->used += bytes;
+            if (p->used > p->used_high) p->used_high = p->used;
             if (pool_reserved(p->pool, cudaMemPoolAttrReservedMemCurrent) > before) p->grows++;
             b->ptr = ptr;
             b->bytes = bytes;
@@ -371,12 +409,48 @@ ttt_status ttt_device_pool_stats_get(ttt_device d, ttt_device_pool_stats *out, t
         out->reserved = pool_reserved(p->pool, cudaMemPoolAttrReservedMemCurrent);
         out->reserved_high = pool_reserved(p->pool, cudaMemPoolAttrReservedMemHigh);
         out->used = p->used;
+        out->used_high = p->used_high;
         out->allocs = p->allocs;
         out->grows = p->grows;
         out->failures = p->failures;
     }
+    pool_limit_read();
+    out->limit = pool_limit;
     pthread_mutex_unlock(&pools_lock);
     return TTT_OK;
+}
+
+void ttt_device_pool_peak_reset(ttt_device d) {
+    if (d.kind != TTT_DEVICE_CUDA || d.index < 0 || d.index >= TTT_MAX_CUDA_DEVICES) return;
+    ttt_device_scope scope;
+    if (ttt_device_enter(d, &scope, NULL) != TTT_OK) return;
+    pthread_mutex_lock(&pools_lock);
+    pool *p = &pools[d.index];
+    if (p->made) {
+        /* memory freed by work still queued stays: the trim keeps what is not yet free */
+        if (cudaMemPoolTrimTo(p->pool, 0) != cudaSuccess) (void)cudaGetLastError();
+        uint64_t zero = 0; /* the runtime takes only 0: "the current value" */
+        if (cudaMemPoolSetAttribute(p->pool, cudaMemPoolAttrReservedMemHigh, &zero) !=
+            cudaSuccess)
+            (void)cudaGetLastError();
+        p->used_high = p->used;
+    }
+    pthread_mutex_unlock(&pools_lock);
+    ttt_device_leave(&scope);
+}
+
+ttt_status ttt_device_mem_info(ttt_device d, size_t *free_bytes, size_t *total_bytes,
+                               ttt_error *err) {
+    *free_bytes = *total_bytes = 0;
+    if (d.kind == TTT_DEVICE_HOST)
+        return ttt_error_set(err, TTT_ERR_ARG, "ttt_device_mem_info: the host has no device "
+                             "memory to report");
+    ttt_device_scope scope;
+    TTT_TRY(ttt_device_enter(d, &scope, err));
+    const ttt_status s = cuda_error(cudaMemGetInfo(free_bytes, total_bytes), d, err,
+                                    "cudaMemGetInfo");
+    ttt_device_leave(&scope);
+    return s;
 }
 
 void ttt_device_pools_release(void) {
@@ -583,6 +657,22 @@ ttt_status ttt_device_pool_stats_get(ttt_device d, ttt_device_pool_stats *out, t
 }
 
 void ttt_device_pools_release(void) {}
+
+void ttt_device_pool_peak_reset(ttt_device d) { (void)d; }
+
+size_t ttt_device_pool_set_limit(size_t bytes) {
+    (void)bytes;
+    return 0;
+}
+
+ttt_status ttt_device_mem_info(ttt_device d, size_t *free_bytes, size_t *total_bytes,
+                               ttt_error *err) {
+    *free_bytes = *total_bytes = 0;
+    if (d.kind == TTT_DEVICE_HOST)
+        return ttt_error_set(err, TTT_ERR_ARG, "ttt_device_mem_info: the host has no device "
+                             "memory to report");
+    return ttt_device_usable(d, err);
+}
 
 ttt_status ttt_device_copy(void *dst, ttt_device dd, const void *src, ttt_device sd,
                            size_t bytes, void *stream, ttt_error *err) {

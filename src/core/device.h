@@ -102,13 +102,35 @@ ttt_status ttt_device_check_pointer(const void *p, ttt_device d, size_t align, c
                                     ttt_error *err);
 
 /* The pool of cuda:N as its counters: bytes the pool holds from the driver now and at most
- * since it was made, bytes handed out now, allocations served, and how many of them made the
- * pool ask the driver for more memory (`grows`: a steady state of equal calls adds none). */
+ * since it was made (or since the last ttt_device_pool_peak_reset), bytes handed out now and at
+ * most at once over the same time (`used_high`: the high-water mark a training run reports as
+ * its peak device memory, docs/training.md "Device and precision"), allocations served, and how
+ * many of them made the pool ask the driver for more memory (`grows`: a steady state of equal
+ * calls adds none), failed allocations, and the limit in force (0: none; below). */
 typedef struct ttt_device_pool_stats {
-    size_t reserved, reserved_high, used;
+    size_t reserved, reserved_high, used, used_high;
     long allocs, grows, failures;
+    size_t limit;
 } ttt_device_pool_stats;
 ttt_status ttt_device_pool_stats_get(ttt_device d, ttt_device_pool_stats *out, ttt_error *err);
+/* Starts a new high-water mark on d's pool: the pool's unused memory goes back to the driver
+ * (cudaMemPoolTrimTo), then reserved_high and used_high become what is held and handed out now.
+ * A training run calls it at its start, so that the peak it reports is its own. No-op on the
+ * host, or before d's pool is made. */
+void ttt_device_pool_peak_reset(ttt_device d);
+
+/* A cap on the bytes every device pool hands out at once (docs/hardening.md "Faults on the
+ * GPU"): an allocation that would take a pool's handed-out bytes past `bytes` fails exactly
+ * as a cudaMallocFromPoolAsync that runs out of memory does (TTT_ERR_DEVICE, "... out of
+ * memory (cudaErrorMemoryAllocation)", with the limit named), so that a test can make a run
+ * run out of device memory at a chosen size, deterministically. 0 removes the cap. The
+ * environment variable TTT_CUDA_POOL_LIMIT (bytes) sets it for a process before its first device
+ * allocation; this call overrides it. Returns the cap in force before. */
+size_t ttt_device_pool_set_limit(size_t bytes);
+/* The device's free and total memory as the driver reports them (cudaMemGetInfo), for messages
+ * about running out of it; TTT_ERR_DEVICE / TTT_ERR_UNSUPPORTED as the other calls. */
+ttt_status ttt_device_mem_info(ttt_device d, size_t *free_bytes, size_t *total_bytes,
+                               ttt_error *err);
 /* Hands every pool's unused memory back to the driver and destroys the pools, the last made
  * first. Also run at process exit (registered when the first pool is made). Later allocations
  * make fresh pools. */

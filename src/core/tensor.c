@@ -117,9 +117,21 @@ void ttt_arena_arm(ttt_arena *a, ttt_arena_escape *e) {
     e->thread = pthread_self();
     e->level = omp_level();
     a->escape = e;
+    a->failed_bytes = 0;
+    a->failed_what = NULL;
+    /* a device arena's host records (tensor headers, tape entries) come from its meta arena:
+     * running out of host memory there takes the same escape */
+    if (a->meta) {
+        a->meta->escape = e;
+        a->meta->failed_bytes = 0;
+        a->meta->failed_what = NULL;
+    }
 }
 
-void ttt_arena_disarm(ttt_arena *a) { a->escape = NULL; }
+void ttt_arena_disarm(ttt_arena *a) {
+    a->escape = NULL;
+    if (a->meta) a->meta->escape = NULL;
+}
 
 /* An allocation failed (an arena block, or `what` outside the arena): jump to the armed escape
  * when that is sound (tensor.h). */
@@ -145,12 +157,14 @@ ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *
                          const char *what, ttt_error *err) {
     ttt_arena_escape esc;
     ttt_arena_escape *const prev = a->escape; /* not changed between setjmp and longjmp */
+    ttt_arena_escape *const prev_meta = a->meta ? a->meta->escape : NULL;
     ttt_status st;
     ttt_arena_arm(a, &esc);
     if (setjmp(esc.jump) == 0) {
         st = work(arg, err);
     } else {
         a->escape = prev;
+        if (a->meta) a->meta->escape = prev_meta;
         if (a->failed_what)
             return ttt_error_set(err, TTT_ERR_NOMEM,
                                  "%s: out of memory for %zu bytes of %s (the arena held %.1f "
@@ -162,6 +176,7 @@ ttt_status ttt_arena_run(ttt_arena *a, ttt_status (*work)(void *arg, ttt_error *
                              a->failed_bytes, (double)ttt_arena_footprint(a) / 1048576.0);
     }
     a->escape = prev;
+    if (a->meta) a->meta->escape = prev_meta;
     return st;
 }
 

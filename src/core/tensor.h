@@ -65,7 +65,9 @@ typedef struct ttt_arena {
  *   ttt_arena_disarm(arena);
  *
  * Locals of the arming function that the work changes must be volatile to be read after the
- * jump (hence the size that failed is kept in the arena, not in the escape). */
+ * jump (hence the size that failed is kept in the arena, not in the escape). Arming clears
+ * failed_bytes; on a device arena it arms the meta arena too (its host records), whose
+ * failed_bytes is then the size that failed when the arena's own is 0. */
 struct ttt_arena_escape {
     jmp_buf jump;
     pthread_t thread;

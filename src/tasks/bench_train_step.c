@@ -154,6 +154,7 @@ typedef struct train_timing {
     double rss_bytes;    /* the resident set's growth from before the run to its peak */
     double faults_first; /* minor page faults of the warm-up step */
     double faults_step;  /* minor page faults per step from the third (mean) */
+    double gpu_peak_bytes, gpu_reserved_bytes; /* on a device: train.h device_peak, ..._peak */
 } train_timing;
 
 /* A freshly initialized model trained by ttt_train for repeats + 2 steps on `threads` threads
@@ -217,6 +218,8 @@ static ttt_status time_train_steps(const ttt_seq_model_config *mc, const ttt_tra
         out->shard_bytes = 4.0 * numel * (tc.shards - 1);
         out->data_bytes = 2.0 * sizeof(int) * (double)feed->set.n * feed->set.L;
         out->mem = res.mem;
+        out->gpu_peak_bytes = (double)res.device_peak;
+        out->gpu_reserved_bytes = (double)res.device_reserved_peak;
         out->peak_bytes = out->param_bytes + out->optim_bytes + out->shard_bytes +
                           out->data_bytes + (double)res.arena_peak;
         out->faults_first = feed->faults[1] - feed->faults[0];
@@ -324,6 +327,10 @@ ttt_status ttt_bench_train_step(ttt_task_run *run, ttt_error *err) {
             ttt_record_num(&rec, "rss_mb", tm.rss_bytes / MB);
             ttt_record_num(&rec, "faults_first", tm.faults_first);
             ttt_record_num(&rec, "faults_per_step", tm.faults_step);
+            if (!ttt_device_is_host(tc.device)) { /* the device pool's high-water marks */
+                ttt_record_num(&rec, "gpu_peak_mb", tm.gpu_peak_bytes / MB);
+                ttt_record_num(&rec, "gpu_reserved_mb", tm.gpu_reserved_bytes / MB);
+            }
             ttt_results_add(run->results, &rec, 1);
         }
         ttt_token_set_free(&feed.set);

@@ -310,7 +310,8 @@ static const char *const benchmark_columns[] = {
 static const char *const train_step_columns[] = {
     "preset", "form", "chunk", "d_model", "batch", "seq_len", "threads", "tokens_per_s",
     "tokens_per_s_median", "seconds", "cpu_seconds", "speedup_1t", "peak_mb", "act_mb",
-    "act_grad_mb", "work_mb", "arena_held_mb", "rss_mb", "faults_per_step", NULL};
+    "act_grad_mb", "work_mb", "arena_held_mb", "rss_mb", "faults_per_step", "gpu_peak_mb",
+    "gpu_reserved_mb", NULL};
 
 static const char *const selective_columns[] = {
     "preset", "form", "blocks", "T", "d_head", "d_state", "heads", "threads", "tokens_per_s",

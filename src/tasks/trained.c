@@ -163,6 +163,8 @@ void ttt_trained_record(const ttt_task_run *run, const ttt_trained *t, ttt_recor
     ttt_record_num(r, "seconds", t->result.seconds);
     ttt_record_num(r, "tokens_per_s", t->result.tokens_per_s);
     ttt_record_num(r, "resumed_from", (double)t->result.resumed_from);
+    if (!ttt_device_is_host(t->train.device)) /* the device pool's high-water mark (train.h) */
+        ttt_record_num(r, "gpu_peak_mb", (double)t->result.device_peak / (1024.0 * 1024.0));
 }
 
 ttt_status ttt_trained_load(ttt_seq_model *m, const ttt_seq_model_config *cfg,

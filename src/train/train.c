@@ -14,6 +14,15 @@
 #include "blas.h"
 #include "infile.h"
 
+/* A step that failed before its update (or its evaluation after it): "step N[what]: <the
+ * failure>; training stopped (<where the last good checkpoint is>)", the status unchanged. */
+static void step_failed(ttt_error *err, long step, const char *what, const char *where) {
+    if (!err || err->status == TTT_ERR_INTERRUPTED) return;
+    ttt_error_prefix(err, "step %ld%s", step, what);
+    const size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof err->msg - n, "; training stopped (%s)", where);
+}
+
 ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
                      const ttt_train_run *run, ttt_train_result *res, ttt_error *err) {
     memset(res, 0, sizeof *res);
@@ -58,6 +67,9 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         return s;
     }
     if (on_dev) {
+        /* the peak this run reports (res->device_peak) is its own: from before its device
+         * state is made (device.h ttt_device_pool_peak_reset) */
+        ttt_device_pool_peak_reset(c->device);
         t.dev = ttt_fault_calloc(1, sizeof *t.dev);
         t.eval_rows = c->batch;
         s = t.dev ? ttt_train_dev_init_dtype(t.dev, m, c->device, c->dtype, err)
@@ -141,12 +153,15 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             ttt_train_step_memory(&S, res);
             ttt_train_shards_reset(&S);
         }
-        if (s != TTT_OK) break;
         const long this_step = step + 1; /* steps are counted from 1 in records */
         char where[160] = "no checkpoint was written yet";
         if (last_good >= 0)
             snprintf(where, sizeof where, "the last good checkpoint (step %ld) is in %s",
                      last_good, run->ckpt_dir);
+        if (s != TTT_OK) { /* out of (device) memory, a CUDA failure: the step and what is kept */
+            step_failed(err, this_step, "", where);
+            break;
+        }
         if (!isfinite(loss)) {
             s = ttt_error_set(err, TTT_ERR_NUMERIC,
                               "step %ld: the training loss is %s; training stopped (%s). Lower "
@@ -197,8 +212,10 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             t_win = now;
             tok_win = 0;
         }
-        if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps)
+        if (c->eval_every > 0 && step % c->eval_every == 0 && step != c->steps) {
             s = ttt_train_eval_record(&t, ev, step, res, err);
+            if (s != TTT_OK) step_failed(err, step, ": evaluating", where);
+        }
         if (s == TTT_OK && ((c->checkpoint_every > 0 && step % c->checkpoint_every == 0) ||
                             step == stop)) {
             s = ttt_train_save(&t, step, &opt, &w, res, t_before + ttt_now() - t_start, tokens,
@@ -245,6 +262,12 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     }
     if (t.dev) { /* the trained weights to the host model, which the caller reads */
         if (s == TTT_OK) s = ttt_train_dev_download(t.dev, &m->params, NULL, err);
+        ttt_device_pool_stats ps;
+        ttt_error ignore = {0};
+        if (ttt_device_pool_stats_get(c->device, &ps, &ignore) == TTT_OK) {
+            res->device_peak = ps.used_high;
+            res->device_reserved_peak = ps.reserved_high;
+        }
         ttt_train_dev_free(t.dev);
         free(t.dev);
     }

@@ -178,6 +178,12 @@ typedef struct ttt_train_result {
                            * activations, scratch) in bytes: the step's memory besides the
                            * parameters, gradients and AdamW moments */
     ttt_train_memory mem; /* that peak's parts */
+    /* On a device (train.device: cuda): the most bytes its pool handed out at once during the
+     * run (parameters, gradients and moments, the step's arena blocks, the forms' workspace;
+     * device.h ttt_device_pool_stats.used_high), the number to set beside PyTorch's
+     * torch.cuda.max_memory_allocated; and the most the pool held from the driver (beside
+     * max_memory_reserved). 0 on the host. */
+    size_t device_peak, device_reserved_peak;
 } ttt_train_result;
 
 /* Train m (initialized by the caller) on `data` under config c. See the top of this file. */

@@ -157,6 +157,44 @@ void ttt_train_dev_reset(ttt_train_dev *D) {
     ttt_arena_reset(&D->arena);
 }
 
+/* The step's arena could not grow (tensor.h "Out of memory inside ops"): what was asked, the
+ * block the arena asked the device's pool for (a tensor larger than the arena's blocks gets a
+ * block of its own size), what the step's tensors held, and what the pool and the device had
+ * (docs/hardening.md "Faults on the GPU"). */
+static ttt_status oom_message(const ttt_train_dev *D, ttt_error *err) {
+    const ttt_arena *meta = D->arena.meta;
+    if (meta && meta->failed_bytes && !D->arena.failed_bytes) /* the host's records */
+        return ttt_error_set(err, TTT_ERR_NOMEM,
+                             "train: out of host memory for %zu bytes of a step's tensor "
+                             "headers and tape (the host arena held %.1f MiB)",
+                             meta->failed_bytes, (double)ttt_arena_footprint(meta) / 1048576.0);
+    const size_t want = D->arena.failed_bytes;
+    const size_t block = want > D->arena.block_size ? want : D->arena.block_size;
+    char dn[32], w[32], bl[32], held[32], used[32], lim[32], fr[32], tot[32];
+    ttt_device_pool_stats ps;
+    ttt_error ignore = {0};
+    if (ttt_device_pool_stats_get(D->device, &ps, &ignore) != TTT_OK) memset(&ps, 0, sizeof ps);
+    size_t free_b = 0, total_b = 0;
+    const int info = ttt_device_mem_info(D->device, &free_b, &total_b, &ignore) == TTT_OK;
+    char limit[96] = "", dev[96] = "";
+    if (ps.limit)
+        snprintf(limit, sizeof limit, ", capped at %s by TTT_CUDA_POOL_LIMIT",
+                 ttt_device_bytes_text(ps.limit, lim, sizeof lim));
+    if (info)
+        snprintf(dev, sizeof dev, "; the device has %s free of %s",
+                 ttt_device_bytes_text(free_b, fr, sizeof fr),
+                 ttt_device_bytes_text(total_b, tot, sizeof tot));
+    return ttt_error_set(
+        err, TTT_ERR_NOMEM,
+        "train on %s: out of device memory: a step's tensor of %s (a block of %s from the "
+        "device pool) could not be allocated; the step's tensors held %s, the pool had handed "
+        "out %s%s%s. Lower train.batch or the sequence length, or use a smaller model",
+        ttt_device_name(D->device, dn, sizeof dn), ttt_device_bytes_text(want, w, sizeof w),
+        ttt_device_bytes_text(block, bl, sizeof bl),
+        ttt_device_bytes_text(ttt_arena_footprint(&D->arena), held, sizeof held),
+        ttt_device_bytes_text(ps.used, used, sizeof used), limit, dev);
+}
+
 ttt_status ttt_train_dev_step(ttt_train_dev *D, const ttt_seq_batch *b, int grad, double denom,
                               double *loss, ttt_seq_stats *st, ttt_error *err) {
     const int np = D->m->params.n;
@@ -186,11 +224,7 @@ ttt_status ttt_train_dev_step(ttt_train_dev *D, const ttt_seq_batch *b, int grad
         }
     } else {
         D->pred = NULL;
-        s = ttt_error_set(err, TTT_ERR_NOMEM,
-                          "train: out of device memory for %zu bytes of a step's tensors (the "
-                          "arena held %.1f MiB)",
-                          D->arena.failed_bytes,
-                          (double)ttt_arena_footprint(&D->arena) / 1048576.0);
+        s = oom_message(D, err);
         ttt_arena_reset(&D->arena);
     }
     ttt_arena_disarm(&D->arena);
