@@ -148,11 +148,30 @@ def timed(f, warmup, repeats):
     return ts[len(ts) // 2]
 
 
-def time_case(fn, rule, x, scale, warmup, repeats):
+def timed_graph(f, warmup, repeats):
+    """f captured once in a CUDA graph (after warm-up calls on a side stream, which also run
+    Triton's autotuning), then the graph's replays timed as `timed` times calls: the kernels
+    alone, without the host's work before each launch."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(max(warmup, 1)):
+            f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        f()
+    return timed(g.replay, warmup, repeats)
+
+
+def time_case(fn, rule, x, scale, warmup, repeats, timer=timed):
     res = {}
-    try:
+
+    def fwd():
         with torch.no_grad():
-            res["fwd"] = timed(lambda: call(fn, rule, x, scale), warmup, repeats)
+            call(fn, rule, x, scale)
+    try:
+        res["fwd"] = timer(fwd, warmup, repeats)
     except Exception as e:
         res["fwd"] = "refused: %s" % str(e).splitlines()[0][:100]
         return res
@@ -164,7 +183,7 @@ def time_case(fn, rule, x, scale, warmup, repeats):
         o, S = call(fn, rule, y, scale)
         torch.autograd.backward([o, S], [d_o, d_S])
     try:
-        res["fwdbwd"] = timed(fb, warmup, repeats)
+        res["fwdbwd"] = timer(fb, warmup, repeats)
     except Exception as e:
         res["fwdbwd"] = "refused: %s" % str(e).splitlines()[0][:100]
     return res
@@ -209,6 +228,9 @@ def main():
     ap.add_argument("--bypass-guard", action="store_true",
                     help="time FLA's gated backward on Hopper with Triton < 3.7.1, which FLA "
                          "refuses because it computes wrong dβ/dg there (timing only)")
+    ap.add_argument("--graphs", action="store_true",
+                    help="time each call captured in a CUDA graph (the kernels alone), beside "
+                         "the synchronized eager calls")
     ap.add_argument("--out", help="also write the tables to this file")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.fla))
@@ -270,23 +292,25 @@ def main():
     say("## Time (ms, median of %d after %d warm-up calls)%s" % (a.repeats, a.warmup,
                                                                 guard_note))
     say()
-    say("| rule | dtype | (B, T, H, D) | ttt fwd | FLA fwd | fwd ratio | ttt fwd+bwd | "
+    say("| rule | dtype | (B, T, H, D) | timing | ttt fwd | FLA fwd | fwd ratio | ttt fwd+bwd | "
         "FLA fwd+bwd | fwd+bwd ratio |")
-    say("|---|---|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|---|---|---|")
+    timers = [("eager", timed)] + ([("CUDA graph", timed_graph)] if a.graphs else [])
     for r in rules:
         for dt in dtypes:
-            for shp in parse_shapes(a.shapes):
+            for shp, (tname, timer) in [(s_, t_) for s_ in parse_shapes(a.shapes)
+                                        for t_ in timers]:
                 B, T, H, D = shp
                 x = make_inputs(r, B, T, H, D, DTYPES[dt])
-                res = {n: time_case(fn, r, x, D ** -0.5, a.warmup, a.repeats)
+                res = {n: time_case(fn, r, x, D ** -0.5, a.warmup, a.repeats, timer)
                        for n, fn in libs[r].items()}
 
                 def ratio(key):
                     t, f = res["ttt"].get(key), res["fla"].get(key)
                     return "%.2f" % (t / f) if isinstance(t, float) and \
                         isinstance(f, float) else "–"
-                say("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    r, dt, shp, fmt(res["ttt"].get("fwd")), fmt(res["fla"].get("fwd")),
+                say("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    r, dt, shp, tname, fmt(res["ttt"].get("fwd")), fmt(res["fla"].get("fwd")),
                     ratio("fwd"), fmt(res["ttt"].get("fwdbwd", "–")),
                     fmt(res["fla"].get("fwdbwd", "–")), ratio("fwdbwd")))
                 del x
