@@ -188,11 +188,12 @@ void ttt_dplr_recurrent_backward(float *gq, float *gk, float *gv, float *ga, flo
     }
 }
 
-/* ---- the op on the tape ---- */
+/* ---- the ops on the tape (recurrent and chunkwise share all but their kernels) ---- */
 
 typedef struct dplr_saved {
     const float *S; /* (nch, d_k, d_v) the state at each chunk start */
     int T, d_k, d_v, C;
+    int chunkwise;  /* the backward of ttt_dplr_chunkwise_op, else of the recurrence */
 } dplr_saved;
 
 static void dplr_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
@@ -206,56 +207,80 @@ static void dplr_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float 
     const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C;
     const size_t dkv = (size_t)d_k * d_v;
     ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    float *ws =
-        ttt_fused_scratch(ctx, ttt_dplr_recurrent_backward_ws(C, d_k, d_v) * sizeof(float));
+    const size_t wsb = sv->chunkwise
+                           ? ttt_dplr_chunkwise_backward_ws(C, d_k, d_v) * sizeof(double)
+                           : ttt_dplr_recurrent_backward_ws(C, d_k, d_v) * sizeof(float);
+    void *ws = ttt_fused_scratch(ctx, wsb);
     float *dS = ttt_fused_scratch(ctx, dkv * sizeof(float));
     memcpy(dS, dP + (size_t)T * d_v, dkv * sizeof(float));
-    ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data,
-                                a->data, b->data, lw ? lw->data : NULL, sv->S, T, d_k, d_v, C,
-                                ws);
+    const float *lwd = lw ? lw->data : NULL;
+    if (sv->chunkwise)
+        ttt_dplr_chunkwise_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data,
+                                    a->data, b->data, lwd, sv->S, T, d_k, d_v, C, ws);
+    else
+        ttt_dplr_recurrent_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data,
+                                    a->data, b->data, lwd, sv->S, T, d_k, d_v, C, ws);
     if (gS0)
         for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
     ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_dplr_op ttt_dplr_op_begin(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                              const ttt_tensor *v, const ttt_tensor *a, const ttt_tensor *b,
+                              const ttt_tensor *log_w, const ttt_tensor *S0, int chunk) {
+    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
+    TTT_ASSERT(TTT_ROWS(q) == T && TTT_ROWS(v) == T && TTT_COLS(q) == d_k && chunk >= 1);
+    TTT_ASSERT(TTT_ROWS(a) == T && TTT_COLS(a) == d_k && TTT_ROWS(b) == T && TTT_COLS(b) == d_k);
+    TTT_ASSERT(!log_w || (TTT_ROWS(log_w) == T && TTT_COLS(log_w) == d_k));
+    TTT_ASSERT(S0->n == (size_t)d_k * d_v);
+    ttt_dplr_op op = {.in = {q, k, v, a, b, log_w, S0}, .T = T, .d_k = d_k, .d_v = d_v};
+    const size_t dkv = (size_t)d_k * d_v;
+    int any = 0;
+    for (int i = 0; i < 7; i++) any |= op.in[i] && op.in[i]->requires_grad;
+    op.rec = ttt_recording(ctx) && any;
+    op.P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
+    op.o = op.P->data;
+    op.S = op.P->data + (size_t)T * d_v;
+    memcpy(op.S, S0->data, dkv * sizeof(float));
+    op.C = T > 0 ? (chunk < T ? chunk : T) : 1;
+    op.nch = (T + op.C - 1) / op.C;
+    op.saved = op.rec && op.nch ? ttt_tape_alloc(ctx, (size_t)op.nch * dkv * sizeof(float)) : NULL;
+    return op;
+}
+
+ttt_tensor *ttt_dplr_op_end(ttt_ctx *ctx, const ttt_dplr_op *op, int chunkwise,
+                            ttt_tensor **S_out) {
+    ttt_tape_entry *e = op->rec ? ttt_tape_record(ctx, dplr_op_backward, op->P, op->in, 7) : NULL;
+    if (e) {
+        dplr_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
+        *sv = (dplr_saved){.S = op->saved, .T = op->T, .d_k = op->d_k, .d_v = op->d_v,
+                           .C = op->C, .chunkwise = chunkwise};
+        e->aux = sv;
+        e->name = chunkwise ? "dplr_chunkwise" : "dplr_recurrent";
+    }
+    *S_out = ttt_fused_part(ctx, op->P, (size_t)op->T * op->d_v, 2,
+                            (const int[]){op->d_k, op->d_v}, "dplr_state");
+    return ttt_fused_part(ctx, op->P, 0, 2, (const int[]){op->T, op->d_v}, "dplr_o");
 }
 
 ttt_tensor *ttt_dplr_recurrent_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
                                   const ttt_tensor *b, const ttt_tensor *log_w,
                                   const ttt_tensor *S0, int chunk) {
-    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
-    TTT_ASSERT(TTT_ROWS(q) == T && TTT_ROWS(v) == T && TTT_COLS(q) == d_k && chunk >= 1);
-    TTT_ASSERT(TTT_ROWS(a) == T && TTT_COLS(a) == d_k && TTT_ROWS(b) == T && TTT_COLS(b) == d_k);
-    TTT_ASSERT(!log_w || (TTT_ROWS(log_w) == T && TTT_COLS(log_w) == d_k));
-    TTT_ASSERT(S0->n == (size_t)d_k * d_v);
+    ttt_dplr_op op = ttt_dplr_op_begin(ctx, q, k, v, a, b, log_w, S0, chunk);
+    const int T = op.T, d_k = op.d_k, d_v = op.d_v, C = op.C;
     const size_t dkv = (size_t)d_k * d_v;
-    const ttt_tensor *in[7] = {q, k, v, a, b, log_w, S0};
-    int any = 0;
-    for (int i = 0; i < 7; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
-    const int C = T > 0 ? (chunk < T ? chunk : T) : 1, nch = (T + C - 1) / C;
-    float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
     const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};
-    for (int c = 0; c < nch; c++) {
+    for (int c = 0; c < op.nch; c++) {
         const int t0 = c * C, n = t0 + C <= T ? C : T - t0;
         const size_t rk = (size_t)t0 * d_k;
-        if (saved) memcpy(saved + (size_t)c * dkv, S, dkv * sizeof(float));
-        if (ttt_dplr_recurrent_ld(o + (size_t)t0 * d_v, S, q->data + rk, k->data + rk,
+        if (op.saved) memcpy(op.saved + (size_t)c * dkv, op.S, dkv * sizeof(float));
+        if (ttt_dplr_recurrent_ld(op.o + (size_t)t0 * d_v, op.S, q->data + rk, k->data + rk,
                                   v->data + (size_t)t0 * d_v, a->data + rk, b->data + rk,
                                   log_w ? log_w->data + rk : NULL, n, d_k, d_v,
                                   &ld) != TTT_OK) /* an op has no status (tensor.h) */
             ttt_ctx_out_of_memory(ctx, sizeof(float) * (2 * (size_t)d_v + (size_t)d_k),
                                   "the DPLR kernel's rows");
     }
-    ttt_tape_entry *e = rec ? ttt_tape_record(ctx, dplr_op_backward, P, in, 7) : NULL;
-    if (e) {
-        dplr_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
-        *sv = (dplr_saved){.S = saved, .T = T, .d_k = d_k, .d_v = d_v, .C = C};
-        e->aux = sv;
-        e->name = "dplr_recurrent";
-    }
-    *S_out = ttt_fused_part(ctx, P, (size_t)T * d_v, 2, (const int[]){d_k, d_v}, "dplr_state");
-    return ttt_fused_part(ctx, P, 0, 2, (const int[]){T, d_v}, "dplr_o");
+    return ttt_dplr_op_end(ctx, &op, 0, S_out);
 }

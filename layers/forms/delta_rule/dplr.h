@@ -62,6 +62,23 @@ void ttt_dplr_chunkwise_backward(float *gq, float *gk, float *gv, float *ga, flo
                                  const float *log_w, const float *S0s, int T, int d_k, int d_v,
                                  int C, double *ws);
 
+/* What the two ops below share (dplr.c): the inputs checked, the output P = [O | S] with S
+ * starting at S0, the chunk C, and where the chunk-start states are saved when a tape records
+ * (saved, NULL otherwise); ttt_dplr_op_end records the op (the backward of the chunkwise form
+ * when `chunkwise`, else the recurrence's) and returns O, *S_out the final state. */
+typedef struct ttt_dplr_op {
+    const ttt_tensor *in[7]; /* q, k, v, a, b, log_w, S0 */
+    ttt_tensor *P;
+    float *o, *S;            /* (T, d_v) and (d_k, d_v) inside P */
+    float *saved;            /* (nch, d_k, d_v) or NULL */
+    int T, d_k, d_v, C, nch, rec;
+} ttt_dplr_op;
+ttt_dplr_op ttt_dplr_op_begin(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
+                              const ttt_tensor *v, const ttt_tensor *a, const ttt_tensor *b,
+                              const ttt_tensor *log_w, const ttt_tensor *S0, int chunk);
+ttt_tensor *ttt_dplr_op_end(ttt_ctx *ctx, const ttt_dplr_op *op, int chunkwise,
+                            ttt_tensor **S_out);
+
 /* Under a tape: q, k, a, b (T, d_k), v (T, d_v), log_w (T, d_k) or NULL, S0 (d_k·d_v
  * elements); returns O (T, d_v) and the final state *S_out (d_k, d_v), with gradients to every
  * input that requires one. The forward saves the state every `chunk` tokens; the backward

@@ -427,55 +427,14 @@ void ttt_dplr_chunkwise_backward(float *gq, float *gk, float *gv, float *ga, flo
 }
 
 
-/* ---- the op on the tape ---- */
-
-typedef struct dplr_chunk_saved {
-    const float *S; /* (nch, d_k, d_v) the state at each chunk start */
-    int T, d_k, d_v, C;
-} dplr_chunk_saved;
-
-static void dplr_chunk_op_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
-    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *a = e->in[3], *b = e->in[4];
-    const ttt_tensor *lw = e->in[5], *S0 = e->in[6];
-    /* every gradient buffer before any scratch mark (autograd.h) */
-    float *gq = ttt_grad(ctx, q), *gk = ttt_grad(ctx, k), *gv = ttt_grad(ctx, v);
-    float *ga = ttt_grad(ctx, a), *gb = ttt_grad(ctx, b), *glw = ttt_grad(ctx, lw);
-    float *gS0 = ttt_grad(ctx, S0);
-    const dplr_chunk_saved *sv = e->aux;
-    const int T = sv->T, d_k = sv->d_k, d_v = sv->d_v, C = sv->C;
-    const size_t dkv = (size_t)d_k * d_v;
-    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
-    double *ws =
-        ttt_fused_scratch(ctx, ttt_dplr_chunkwise_backward_ws(C, d_k, d_v) * sizeof(double));
-    float *dS = ttt_fused_scratch(ctx, dkv * sizeof(float));
-    memcpy(dS, dP + (size_t)T * d_v, dkv * sizeof(float));
-    ttt_dplr_chunkwise_backward(gq, gk, gv, ga, gb, glw, dS, dP, q->data, k->data, v->data,
-                                a->data, b->data, lw ? lw->data : NULL, sv->S, T, d_k, d_v, C,
-                                ws);
-    if (gS0)
-        for (size_t i = 0; i < dkv; i++) gS0[i] += dS[i];
-    ttt_arena_release(ctx->arena, mark);
-}
+/* ---- the op on the tape (its scaffolding and backward shared with the recurrence's, dplr.c) */
 
 ttt_tensor *ttt_dplr_chunkwise_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
                                   const ttt_tensor *b, const ttt_tensor *log_w,
                                   const ttt_tensor *S0, int chunk) {
-    const int T = TTT_ROWS(k), d_k = TTT_COLS(k), d_v = TTT_COLS(v);
-    TTT_ASSERT(TTT_ROWS(q) == T && TTT_ROWS(v) == T && TTT_COLS(q) == d_k && chunk >= 1);
-    TTT_ASSERT(TTT_ROWS(a) == T && TTT_COLS(a) == d_k && TTT_ROWS(b) == T && TTT_COLS(b) == d_k);
-    TTT_ASSERT(!log_w || (TTT_ROWS(log_w) == T && TTT_COLS(log_w) == d_k));
-    TTT_ASSERT(S0->n == (size_t)d_k * d_v);
-    const size_t dkv = (size_t)d_k * d_v;
-    const ttt_tensor *in[7] = {q, k, v, a, b, log_w, S0};
-    int any = 0;
-    for (int i = 0; i < 7; i++) any |= in[i] && in[i]->requires_grad;
-    const int rec = ttt_recording(ctx) && any;
-    ttt_tensor *P = ttt_tensor_1d(ctx, (int)((size_t)T * d_v + dkv));
-    float *o = P->data, *S = P->data + (size_t)T * d_v;
-    memcpy(S, S0->data, dkv * sizeof(float));
-    const int C = T > 0 ? (chunk < T ? chunk : T) : 1, nch = (T + C - 1) / C;
-    float *saved = rec && nch ? ttt_tape_alloc(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
+    ttt_dplr_op op = ttt_dplr_op_begin(ctx, q, k, v, a, b, log_w, S0, chunk);
+    const int T = op.T, d_k = op.d_k, d_v = op.d_v, C = op.C;
     if (T > 0) {
         const ttt_form_ld ld = {.o = d_v, .q = d_k, .k = d_k, .v = d_v, .beta = 1, .la = d_k};
         const size_t ck = (size_t)C * d_k, cv = (size_t)C * d_v;
@@ -483,17 +442,9 @@ ttt_tensor *ttt_dplr_chunkwise_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_te
         double *dws = ttt_fused_scratch(
             ctx, ((size_t)(C + 1) * d_k + 4 * (size_t)C * C + cv + d_v) * sizeof(double));
         float *fws = ttt_fused_scratch(ctx, (7 * ck + cv) * sizeof(float));
-        dplr_chunkwise_run(o, S, q->data, k->data, v->data, a->data, b->data,
-                           log_w ? log_w->data : NULL, T, d_k, d_v, C, &ld, saved, dws, fws);
+        dplr_chunkwise_run(op.o, op.S, q->data, k->data, v->data, a->data, b->data,
+                           log_w ? log_w->data : NULL, T, d_k, d_v, C, &ld, op.saved, dws, fws);
         ttt_arena_release(ctx->arena, mark);
     }
-    ttt_tape_entry *e = rec ? ttt_tape_record(ctx, dplr_chunk_op_backward, P, in, 7) : NULL;
-    if (e) {
-        dplr_chunk_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
-        *sv = (dplr_chunk_saved){.S = saved, .T = T, .d_k = d_k, .d_v = d_v, .C = C};
-        e->aux = sv;
-        e->name = "dplr_chunkwise";
-    }
-    *S_out = ttt_fused_part(ctx, P, (size_t)T * d_v, 2, (const int[]){d_k, d_v}, "dplr_state");
-    return ttt_fused_part(ctx, P, 0, 2, (const int[]){T, d_v}, "dplr_o");
+    return ttt_dplr_op_end(ctx, &op, 1, S_out);
 }
