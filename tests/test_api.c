@@ -891,6 +891,22 @@ START_TEST(misuse_is_refused_with_a_status) {
     EXPECT_STATUS(ttt_layer_backward_run(NULL, &ok, &g, err), TTT_ERR_ARG, "handle or io");
     EXPECT_STATUS(ttt_layer_backward_run(h, NULL, &g, err), TTT_ERR_ARG, "handle or io");
     EXPECT_STATUS(ttt_layer_backward_run(h, &ok, NULL, err), TTT_ERR_ARG, "d_o is required");
+    /* a kept forward is for CUDA calls: on the host the size is 0 and a buffer is refused, in
+     * both directions, and nothing is written */
+    {
+        ck_assert_uint_eq(ttt_layer_kept_bytes(h, &ok), 0);
+        static char kept[256];
+        ttt_batch_io io = ok;
+        io.kept = kept, io.kept_bytes = sizeof kept;
+        o[0] = 12345.0f;
+        EXPECT_STATUS(ttt_layer_forward_run(h, &io, 0, err), TTT_ERR_ARG,
+                      "io->kept is set on a host call");
+        ck_assert(o[0] == 12345.0f);
+        EXPECT_STATUS(ttt_layer_backward_run(h, &io, &g, err), TTT_ERR_ARG,
+                      "io->kept is set on a host call");
+        ck_assert_uint_eq(ttt_layer_kept_bytes(NULL, &ok), 0);
+        ck_assert_uint_eq(ttt_layer_kept_bytes(h, NULL), 0);
+    }
     static const int threads[] = {-1, -5, INT_MIN};
     for (int i = 0; i < 3; i++)
         EXPECT_STATUS(ttt_layer_forward_run(h, &ok, threads[i], err), TTT_ERR_ARG,
