@@ -99,6 +99,56 @@ START_TEST(the_device_text_parses_into_a_device) {
 }
 END_TEST
 
+/* train.devices' text: a count, ranges and lists, repeats kept in order; and what is refused,
+ * each with a phrase saying why. */
+START_TEST(the_devices_text_parses_into_ranks) {
+    static const struct {
+        const char *text;
+        int n;
+        int idx[6];
+    } good[] = {
+        {"1", 1, {0}},           {"4", 4, {0, 1, 2, 3}},         {"cuda:2", 1, {2}},
+        {"cuda", 1, {0}},        {"cuda:1-3", 3, {1, 2, 3}},     {"cuda:0,cuda:0", 2, {0, 0}},
+        {"cuda:0-1, cuda:1", 3, {0, 1, 1}}, {"cuda:3,cuda:1", 2, {3, 1}},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        ttt_device d[TTT_MAX_TRAIN_DEVICES];
+        int n = -1;
+        char why[160] = "";
+        ck_assert_msg(ttt_train_parse_devices(good[i].text, d, TTT_MAX_TRAIN_DEVICES, &n, why,
+                                              sizeof why),
+                      "'%s': %s", good[i].text, why);
+        ck_assert_int_eq(n, good[i].n);
+        for (int k = 0; k < n; k++) {
+            ck_assert_int_eq(d[k].kind, TTT_DEVICE_CUDA);
+            ck_assert_int_eq(d[k].index, good[i].idx[k]);
+        }
+    }
+    static const struct {
+        const char *text, *why;
+    } bad[] = {
+        {"0", "0 GPUs: expected 1 to 64"},
+        {"65", "65 GPUs: expected 1 to 64"},
+        {"cpu", "'cpu' is not a GPU"},
+        {"tpu:0", "'tpu:0' is not a GPU"},
+        {"cuda:3-1", "'cuda:3-1' is not a range"},
+        {"cuda:0,,cuda:1", "an empty entry"},
+        {"cuda:0-63,cuda:0", "more than 64 ranks"},
+        {"", "no device"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ttt_device d[TTT_MAX_TRAIN_DEVICES];
+        int n = 0;
+        char why[160] = "";
+        ck_assert_msg(!ttt_train_parse_devices(bad[i].text, d, TTT_MAX_TRAIN_DEVICES, &n, why,
+                                               sizeof why),
+                      "'%s' accepted", bad[i].text);
+        ck_assert_msg(strstr(why, bad[i].why), "'%s': wanted '%s' in '%s'", bad[i].text,
+                      bad[i].why, why);
+    }
+}
+END_TEST
+
 /* The train: mapping alone: without the keys the config is the host in float32 and the tree
  * gains neither key; with them given as cpu and float32 it reads the same and keeps them as
  * written. */
@@ -138,6 +188,15 @@ START_TEST(bad_device_values_are_located) {
     refused("", "--set train.device=tpu", "--set train.device=tpu", "unknown device 'tpu'");
     refused("  dtype: float16\n", "", "dev.yaml:8:10", "did you mean 'bfloat16'");
     refused("  devise: cpu\n", "", "dev.yaml:8:3", "did you mean 'device'");
+    refused("  devices: cuda:2-1\n", "", "dev.yaml:8:12", "'cuda:2-1' is not a range");
+    refused("  devices: cpu\n", "", "dev.yaml:8:12", "'cpu' is not a GPU");
+    refused("  devices: 0\n", "", "dev.yaml:8:12", "0 GPUs: expected 1 to 64");
+    refused("  devices: [cuda:0]\n", "", "dev.yaml:8:12", "train.devices: expected a string");
+    /* more ranks than sequences in a batch (4): refused whether or not the GPUs exist */
+    refused("  devices: 'cuda:0,cuda:0,cuda:0,cuda:0,cuda:0'\n", "", "dev.yaml:8:12",
+            "5 ranks but train.batch is 4");
+    /* GPUs this process cannot use (none here, or fewer than 64 on a GPU machine) */
+    refused("  devices: cuda:63\n", "", "dev.yaml:8:12", "train.devices: ");
     /* control: the same file with valid values is accepted */
     char *out = NULL, *err = NULL;
     int rc = ttt_on("check", "  device: cpu\n  dtype: float32\n", "", &out, &err);
@@ -414,6 +473,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(c, tu_dir_setup, tu_dir_teardown);
     tcase_set_timeout(c, 300);
     tcase_add_test(c, the_device_text_parses_into_a_device);
+    tcase_add_test(c, the_devices_text_parses_into_ranks);
     tcase_add_test(c, parse_reads_typed_values_and_writes_no_default);
     tcase_add_test(c, bad_device_values_are_located);
     tcase_add_test(c, bfloat16_on_the_host_is_refused);

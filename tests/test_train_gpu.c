@@ -220,15 +220,20 @@ typedef struct setup {
     ttt_train_config tc;
 } setup;
 
-/* The model and training of case i on `device` ("cpu" or "cuda"), `steps` updates. */
-static void setup_make(setup *s, int i, const char *device, int steps, int stop_at) {
-    char text[2048];
+/* The model and training of case i on `device` ("cpu" or "cuda"), `steps` updates; with
+ * `devices` (not NULL) over those ranks instead (train.devices, docs/scaling.md "Several
+ * GPUs"). */
+static void setup_make_on(setup *s, int i, const char *device, const char *devices, int steps,
+                          int stop_at) {
+    char text[2048], place[256];
+    if (devices) snprintf(place, sizeof place, "devices: '%s'", devices);
+    else snprintf(place, sizeof place, "device: %s", device);
     snprintf(text, sizeof text,
              "model: {d_model: 32, heads: 4, layers: 2, mlp: 2}\n"
              "%s"
              "train: {steps: %d, batch: %d, shards: 1, warmup: 5, lr: 3e-3, clip: 1.0,\n"
-             "        log_every: 1, checkpoint_every: 0, stop_at: %d, device: %s}\n",
-             cases[i].layer, steps, BATCH, stop_at, device);
+             "        log_every: 1, checkpoint_every: 0, stop_at: %d, %s}\n",
+             cases[i].layer, steps, BATCH, stop_at, place);
     ttt_error err = {0};
     s->root = NULL;
     ck_assert_msg(ttt_cfg_load_string(text, "gpu.yaml", &s->root, &err) == TTT_OK, "%s",
@@ -241,6 +246,10 @@ static void setup_make(setup *s, int i, const char *device, int steps, int stop_
     ck_assert_msg(ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(s->root, "train"), &s->tc,
                                          &err) == TTT_OK,
                   "%s: %s", cases[i].name, err.msg);
+}
+
+static void setup_make(setup *s, int i, const char *device, int steps, int stop_at) {
+    setup_make_on(s, i, device, NULL, steps, stop_at);
 }
 
 /* Every initial weight times 1 + u·2^-24, u uniform in [−1, 1] from stream k. */
@@ -287,6 +296,7 @@ static void read_losses(const char *path, run_out *o) {
 typedef struct train_spec {
     int i;
     const char *device;
+    const char *devices; /* train.devices instead of device (NULL: none) */
     int k, perturb, steps, stop_at, ckpt_every;
     long big_at;
     const char *dir, *snap_dir;
@@ -309,7 +319,8 @@ static void train_ex(const train_spec *sp, run_out *o, train_got *g) {
     memset(g, 0, sizeof *g);
     memset(o, 0, sizeof *o);
     setup s;
-    setup_make(&s, sp->i, sp->device, sp->steps ? sp->steps : STEPS, sp->stop_at);
+    setup_make_on(&s, sp->i, sp->device, sp->devices, sp->steps ? sp->steps : STEPS,
+                  sp->stop_at);
     s.tc.checkpoint_every = sp->ckpt_every;
     ttt_seq_model m;
     ttt_error err = {0};
@@ -1023,6 +1034,97 @@ START_TEST(out_of_device_memory_mid_run_keeps_the_last_checkpoint) {
 }
 END_TEST
 
+/* ---- several ranks (docs/scaling.md "Several GPUs") ---- */
+
+/* The mixers the rank cases run: softmax attention, the gated delta rule, GLA's per-key gate. */
+static const int rank_cases[] = {0, 2, 3};
+
+/* train.devices over one GPU: one rank (its gradient through NCCL, a group of one), two and
+ * three ranks sharing the GPU (the ordered sum; three split the batch of 8 as 2, 3, 3). Each is
+ * the single-GPU run of the same batches: the same bits, or within the trajectory bound (a rank
+ * sums its rows' contributions apart, and the ranks' gradients are then added: another order of
+ * the same float32 sums), with the control (a perturbed batch) rejected by that bound. And the
+ * replicas end with the same weights (ttt_train checks it at the end of every run: a run whose
+ * replicas differed fails). */
+START_TEST(ranks_on_one_gpu_are_the_single_gpu_run) {
+    const int i = rank_cases[_i];
+    static const char *const devs[] = {"cuda:0", "cuda:0,cuda:0", "cuda:0,cuda:0,cuda:0"};
+    char *d0 = fresh_dir();
+    run_out ref;
+    train(i, "cuda", -1, 0, d0, 0, &ref);
+    for (int k = 0; k < 3; k++) {
+        char *dk = fresh_dir();
+        const train_spec sp = {.i = i, .device = "cuda", .devices = devs[k], .k = -1,
+                               .big_at = -1, .dir = dk};
+        run_out o;
+        train_got g;
+        train_ex(&sp, &o, &g);
+        ck_assert_msg(g.status == TTT_OK, "%s over %s: %s", cases[i].name, devs[k], g.err.msg);
+        got_free(&g);
+        char what[128];
+        snprintf(what, sizeof what, "%s, %d rank%s (%s)", cases[i].name, k + 1, k ? "s" : "",
+                 devs[k]);
+        same_run(what, i, STEPS, -1, &o, &ref);
+        run_free(&o);
+        tu_rmtree(dk);
+        free(dk);
+    }
+    run_free(&ref);
+    tu_rmtree(d0);
+    free(d0);
+}
+END_TEST
+
+/* A rank that fails mid-run loses no more than its step: two ranks sharing the GPU, the device
+ * pool capped between what the small steps and the large step 7 take, no periodic checkpoint:
+ * the run stops at step 7 saying that the checkpoint of step 6 was written; the same run again
+ * (without the cap) resumes from step 6 and is the uninterrupted two-rank run (same bits or
+ * within the trajectory bound, with its control). */
+START_TEST(a_failed_rank_loses_only_its_step) {
+    const int i = FAULT_CASE;
+    char *dref = fresh_dir(), *dsmall = fresh_dir(), *dcap = fresh_dir();
+    run_out ref, small, capped, resumed;
+    train_got g;
+    train_spec sp = {.i = i, .device = "cuda", .devices = "cuda:0,cuda:0", .k = -1,
+                     .ckpt_every = 0, .big_at = BIG_AT, .dir = dref};
+    train_ex(&sp, &ref, &g);
+    ck_assert_msg(g.status == TTT_OK, "uninterrupted: %s", g.err.msg);
+    const size_t peak_big = g.res.device_peak;
+    got_free(&g);
+    sp.dir = dsmall;
+    sp.stop_at = BIG_AT;
+    train_ex(&sp, &small, &g);
+    ck_assert_msg(g.status == TTT_OK, "small steps: %s", g.err.msg);
+    const size_t peak_small = g.res.device_peak;
+    got_free(&g);
+    ck_assert_msg(peak_small > 0 && peak_big > peak_small, "no larger step: %zu, %zu",
+                  peak_small, peak_big);
+    const size_t old = ttt_device_pool_set_limit(peak_small + (peak_big - peak_small) / 2);
+    sp.dir = dcap;
+    sp.stop_at = 0;
+    train_ex(&sp, &capped, &g);
+    ttt_device_pool_set_limit(old);
+    printf("two ranks, capped: %s\n", g.err.msg);
+    ck_assert_msg(g.status == TTT_ERR_NOMEM || g.status == TTT_ERR_DEVICE, "status %d: %s",
+                  (int)g.status, g.err.msg);
+    char want[128];
+    snprintf(want, sizeof want, "the checkpoint of step %d, the last completed", BIG_AT);
+    ck_assert_msg(strstr(g.err.msg, "step 7") && strstr(g.err.msg, "rank ") &&
+                      strstr(g.err.msg, want),
+                  "unclear message: %s", g.err.msg);
+    got_free(&g);
+    train_ex(&sp, &resumed, &g);
+    ck_assert_msg(g.status == TTT_OK, "resumed: %s", g.err.msg);
+    ck_assert_int_eq(g.res.resumed_from, BIG_AT);
+    got_free(&g);
+    same_run("two ranks, out of memory at step 7, resumed from step 6", i, STEPS, BIG_AT,
+             &resumed, &ref);
+    run_free(&ref), run_free(&small), run_free(&resumed);
+    tu_rmtree(dref), tu_rmtree(dsmall), tu_rmtree(dcap);
+    free(dref), free(dsmall), free(dcap);
+}
+END_TEST
+
 typedef struct big_data {
     int *tokens, *labels;
     int B, T;
@@ -1285,6 +1387,13 @@ int main(int argc, char **argv) {
     tcase_add_test(tf, more_than_the_device_has_is_a_clean_error);
     tcase_add_test(tf, kill_9_then_resume_is_the_uninterrupted_run);
     suite_add_tcase(s, tf);
+    /* several ranks on this GPU (CK_RUN_CASE=ranks runs these alone) */
+    TCase *tr = tcase_create("ranks");
+    tcase_set_timeout(tr, 600);
+    tcase_add_loop_test(tr, ranks_on_one_gpu_are_the_single_gpu_run, 0,
+                        (int)(sizeof rank_cases / sizeof *rank_cases));
+    tcase_add_test(tr, a_failed_rank_loses_only_its_step);
+    suite_add_tcase(s, tr);
     return run_suite(s);
 #endif
 }

@@ -13,6 +13,7 @@
 #include "batch.h"
 #include "blas.h"
 #include "infile.h"
+#include "train_replicas.h"
 
 /* A step that failed before its update (or its evaluation after it): "step N[what]: <the
  * failure>; training stopped (<where the last good checkpoint is>)", the status unchanged. */
@@ -21,6 +22,34 @@ static void step_failed(ttt_error *err, long step, const char *what, const char 
     ttt_error_prefix(err, "step %ld%s", step, what);
     const size_t n = strlen(err->msg);
     snprintf(err->msg + n, sizeof err->msg - n, "; training stopped (%s)", where);
+}
+
+/* After a failed step over several GPUs: the checkpoint of `step`, the last completed, from a
+ * replica whose step did not fail (its weights and moments are still that step's), with the
+ * data's state from before the failed step's batch. */
+static ttt_status rescue_save(ttt_trainer *t, long step, const uint64_t *before,
+                              const ttt_adamw *opt, const ttt_train_window *w,
+                              const ttt_train_result *res, double elapsed, long tokens) {
+    ttt_train_replicas *R = t->reps;
+    int h = -1;
+    /* a replica whose step ran out of memory is intact too: its arena was reset and the
+     * update never ran; one that met a CUDA failure may not be */
+    for (int i = 0; i < R->n && h < 0; i++)
+        if (R->st[i] == TTT_OK || R->st[i] == TTT_ERR_NOMEM) h = i;
+    if (h < 0 || !t->run->ckpt_dir) return TTT_ERR_DEVICE;
+    ttt_error e = {0};
+    ttt_device_scope sc;
+    if (ttt_device_enter(R->devs[h], &sc, &e) != TTT_OK) return e.status;
+    ttt_train_dev *lead = t->dev;
+    const int had_pre = t->have_pre;
+    t->dev = &R->dev[h];
+    t->have_pre = 1; /* the state to save is `before` */
+    memcpy(t->pre_words, before, sizeof t->pre_words);
+    const ttt_status s = ttt_train_save(t, step, opt, w, res, elapsed, tokens, &e);
+    t->dev = lead;
+    t->have_pre = had_pre;
+    ttt_device_leave(&sc);
+    return s;
 }
 
 ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data *data,
@@ -33,12 +62,16 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     /* Under several ranks only rank 0 speaks: the others train without records or progress. */
     const ttt_comm *comm = run->comm && run->comm->size > 1 ? run->comm : NULL;
     const int on_dev = !ttt_device_is_host(c->device);
-    if (on_dev && comm) {
+    /* GPUs under MPI: every process one rank of train.devices (train_replicas.h) */
+    if (on_dev && comm && c->n_devices != comm->size) {
         char dn[32];
-        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
-                             "train.device: %s under %d MPI ranks: data-parallel training on "
-                             "several GPUs is not implemented; run one process",
-                             ttt_device_name(c->device, dn, sizeof dn), comm->size);
+        return ttt_error_set(err, TTT_ERR_CONFIG,
+                             "train.device: %s under %d MPI ranks: name one GPU per rank in "
+                             "train.devices (%d entries; a GPU may repeat only in a process "
+                             "run alone), or run one process, which drives every GPU of "
+                             "train.devices (docs/scaling.md \"Several GPUs\")",
+                             ttt_device_name(c->device, dn, sizeof dn), comm->size,
+                             comm->size);
     }
     ttt_train_run quiet;
     if (comm && comm->rank != 0) {
@@ -59,9 +92,9 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     memset(&E, 0, sizeof E);
     /* on a device the batch is one unit of work (train_device.h): one host shard stays for
      * the bookkeeping below, and holds no gradient of its own */
-    ttt_status s = comm     ? ttt_train_shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
-                   : on_dev ? ttt_train_shards_init(&S, m, 1, 1, err)
-                            : ttt_train_shards_init(&S, m, c->shards, c->threads, err);
+    ttt_status s = on_dev ? ttt_train_shards_init(&S, m, 1, 1, err)
+                   : comm ? ttt_train_shards_init_ranks(&S, m, c->shards, c->threads, comm, err)
+                          : ttt_train_shards_init(&S, m, c->shards, c->threads, err);
     if (s != TTT_OK) {
         ttt_adamw_free(&opt);
         return s;
@@ -69,20 +102,23 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     if (on_dev) {
         /* the peak this run reports (res->device_peak) is its own: from before its device
          * state is made (device.h ttt_device_pool_peak_reset) */
-        ttt_device_pool_peak_reset(c->device);
-        t.dev = ttt_fault_calloc(1, sizeof *t.dev);
+        for (int i = 0; i < (c->n_devices > 0 ? c->n_devices : 1); i++)
+            ttt_device_pool_peak_reset(c->n_devices > 0 ? c->devices[i] : c->device);
+        /* one replica per rank of train.devices this process drives (one without it) */
+        t.reps = ttt_fault_calloc(1, sizeof *t.reps);
         t.eval_rows = c->batch;
-        s = t.dev ? ttt_train_dev_init_dtype(t.dev, m, c->device, c->dtype, err)
-                  : ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the device step");
+        s = t.reps ? ttt_train_replicas_init(t.reps, m, c, comm, err)
+                   : ttt_error_set(err, TTT_ERR_NOMEM, "train: out of memory for the device step");
+        if (s == TTT_OK) t.dev = ttt_train_replicas_lead(t.reps);
         if (s != TTT_OK) {
-            free(t.dev);
+            free(t.reps);
             ttt_train_shards_free(&S);
             ttt_adamw_free(&opt);
             return s;
         }
     }
-    if (comm) s = ttt_train_shards_init(&E, m, c->shards, c->threads, err);
-    ttt_train_shards *ev = comm ? &E : &S;
+    if (comm && !on_dev) s = ttt_train_shards_init(&E, m, c->shards, c->threads, err);
+    ttt_train_shards *ev = comm && !on_dev ? &E : &S;
     ev->eval_rows = c->batch; /* evaluation holds no more than a training step's forward */
     const double t_start = ttt_now();
     double t_before = 0; /* seconds of the earlier processes of a resumed run */
@@ -103,7 +139,7 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         s = ttt_train_resume(&t, &opt, &from, &w, res, &t_before, &tokens, err);
         if (s == TTT_OK && from >= 0) step = res->resumed_from = from;
         /* the checkpoint's weights and moments, read on the host, go up to the device */
-        if (s == TTT_OK && from >= 0 && t.dev) s = ttt_train_dev_upload(t.dev, &opt, err);
+        if (s == TTT_OK && from >= 0 && t.reps) s = ttt_train_replicas_upload(t.reps, &opt, err);
     }
     if (comm) { /* every rank read the checkpoint rank 0 wrote: they must agree on the step */
         long lo, hi;
@@ -121,17 +157,21 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
     const long stop = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
     while (s == TTT_OK && step < stop) {
         ttt_seq_batch b;
+        uint64_t before[64]; /* the data's state before b: a checkpoint of the step before */
+        TTT_ASSERT(data->n_state <= 64);
         if (t.have_pre) { /* drawn while the device ran the step before */
             b = t.pre;
             t.have_pre = 0;
+            memcpy(before, t.pre_words, sizeof before);
         } else {
+            if (data->n_state) data->get_state(data->user, before);
             s = data->next(data->user, &b, err);
         }
         if (s != TTT_OK) break;
         double loss;
         ttt_seq_stats st;
-        if (t.dev) {
-            s = ttt_train_dev_step(t.dev, &b, 1, ttt_train_batch_count(&b), &loss, &st, err);
+        if (t.reps) {
+            s = ttt_train_replicas_step(t.reps, &b, &loss, &st, err);
             /* The next batch is drawn now, on the host, while the device runs this step's
              * backward (the step's ids are on the device already; b's host arrays are not read
              * again). Not before a step that evaluates or checkpoints, whose data must be the
@@ -140,13 +180,12 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             const long nx = step + 1; /* this step's number */
             if (s == TTT_OK && nx < stop && !(c->eval_every > 0 && nx % c->eval_every == 0) &&
                 !(c->checkpoint_every > 0 && nx % c->checkpoint_every == 0)) {
-                TTT_ASSERT(data->n_state <= 64);
                 if (data->n_state) data->get_state(data->user, t.pre_words);
                 s = data->next(data->user, &t.pre, err);
                 t.have_pre = s == TTT_OK;
             }
-            ttt_train_step_memory_dev(t.dev, res);
-            ttt_train_dev_reset(t.dev);
+            ttt_train_replicas_memory(t.reps, res);
+            ttt_train_replicas_reset(t.reps);
         } else {
             s = ttt_train_run_shards(&S, &b, 1, &loss, &st, err); /* assigns every gradient */
             /* before ttt_train_shards_reset, which may rebuild an arena */
@@ -159,6 +198,16 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             snprintf(where, sizeof where, "the last good checkpoint (step %ld) is in %s",
                      last_good, run->ckpt_dir);
         if (s != TTT_OK) { /* out of (device) memory, a CUDA failure: the step and what is kept */
+            /* over several GPUs, the weights of the step before, intact on every replica, are
+             * saved: a lost rank loses no more than this step (train_replicas.h) */
+            if (t.reps && t.reps->world > 1 && s != TTT_ERR_INTERRUPTED && step > last_good &&
+                rescue_save(&t, step, before, &opt, &w, res, t_before + ttt_now() - t_start,
+                            tokens) == TTT_OK) {
+                last_good = step;
+                snprintf(where, sizeof where,
+                         "the checkpoint of step %ld, the last completed, was written to %s",
+                         step, run->ckpt_dir);
+            }
             step_failed(err, this_step, "", where);
             break;
         }
@@ -170,8 +219,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             break;
         }
         ttt_adamw_stats as = {0};
-        if (t.dev) { /* the same checks and update on the device (train_device.h) */
-            s = ttt_train_dev_adamw(t.dev, &opt, &m->params, &as, err);
+        if (t.reps) { /* the same checks and update on the device (train_device.h) */
+            s = ttt_train_replicas_adamw(t.reps, &opt, &m->params, &as, err);
         } else {
             s = ttt_params_check_finite(&m->params, TTT_PARAMS_CHECK_GRAD, err);
             if (s == TTT_OK) s = ttt_adamw_step(&opt, &m->params, &as, err);
@@ -226,7 +275,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             if (s == TTT_OK) last_good = step;
         }
         /* under MPI the ranks agree on a stop in the gather (one may see the signal late) */
-        const int stop_now = comm ? S.stop_any : ttt_train_stop_requested();
+        const int stop_now = comm ? (t.reps ? t.reps->stop_any : S.stop_any)
+                                  : ttt_train_stop_requested();
         if (run->progress) ttt_progress_update(run->progress, run->work_done + step, run->series);
         if (s == TTT_OK && stop_now && step < stop) {
             if (last_good != step) {
@@ -260,19 +310,25 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
         if (s == TTT_OK) s = ttt_train_stream_sync(&t, &bytes, err);
         fclose(t.stream);
     }
-    if (t.dev) { /* the trained weights to the host model, which the caller reads */
+    if (t.reps) { /* the trained weights to the host model, which the caller reads */
+        /* the replicas hold the same bits (train_replicas.h): checked once, at the end */
+        if (s == TTT_OK) s = ttt_train_replicas_check(t.reps, err);
         if (s == TTT_OK) s = ttt_train_dev_download(t.dev, &m->params, NULL, err);
-        ttt_device_pool_stats ps;
-        ttt_error ignore = {0};
-        if (ttt_device_pool_stats_get(c->device, &ps, &ignore) == TTT_OK) {
-            res->device_peak = ps.used_high;
-            res->device_reserved_peak = ps.reserved_high;
+        /* the peak of the fullest GPU (ranks sharing one count together there) */
+        for (int i = 0; i < t.reps->n; i++) {
+            ttt_device_pool_stats ps;
+            ttt_error ignore = {0};
+            if (ttt_device_pool_stats_get(t.reps->devs[i], &ps, &ignore) == TTT_OK) {
+                if (ps.used_high > res->device_peak) res->device_peak = ps.used_high;
+                if (ps.reserved_high > res->device_reserved_peak)
+                    res->device_reserved_peak = ps.reserved_high;
+            }
         }
-        ttt_train_dev_free(t.dev);
-        free(t.dev);
+        ttt_train_replicas_free(t.reps);
+        free(t.reps);
     }
     ttt_train_shards_free(&S);
-    if (comm) ttt_train_shards_free(&E);
+    if (comm && !on_dev) ttt_train_shards_free(&E);
     ttt_adamw_free(&opt);
     return s;
 }

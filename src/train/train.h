@@ -52,6 +52,9 @@ extern const ttt_option ttt_train_options[];
  * per shard besides the step (trained.c). */
 #define TTT_TRAIN_ARENA_BLOCK ((size_t)16 << 20)
 
+/* The most ranks of train.devices. */
+#define TTT_MAX_TRAIN_DEVICES 64
+
 typedef struct ttt_train_config {
     long steps;            /* number of optimizer updates */
     int batch;             /* sequences per step */
@@ -65,6 +68,11 @@ typedef struct ttt_train_config {
     ttt_device device;     /* train.device: the host (cpu, the default) or cuda:N */
     ttt_dtype dtype;       /* train.dtype: float32 (the default) or bfloat16 (cuda only) */
     char device_where[256]; /* where train.device was given (file:line:col), "" when absent */
+    /* train.devices (docs/scaling.md "Several GPUs"): the ranks of data-parallel training on
+     * GPUs, rank r on devices[r] (a GPU may repeat); 0 = train.device alone. When given,
+     * device is devices[0] and device_where says where train.devices was given. */
+    int n_devices;
+    ttt_device devices[TTT_MAX_TRAIN_DEVICES];
 } ttt_train_config;
 
 /* Validate the `train:` mapping (only read) and read it into c; *resolved receives the section as
@@ -89,6 +97,11 @@ ttt_status ttt_train_config_parse(ttt_cfg_node *map, ttt_train_config *c, ttt_er
  * 0 <= N < TTT_MAX_CUDA_DEVICES); 1 on success, 0 (d untouched) when the text is none of these.
  * Whether the device exists is ttt_device_usable's question, not this one's. */
 int ttt_train_parse_device(const char *s, ttt_device *d);
+/* train.devices' text into out[0 … *n−1] (at most max): "N" (cuda:0 … cuda:N−1), or a
+ * comma-separated list of cuda, cuda:N and cuda:A-B (A ≤ B), entries may repeat. 1 on success;
+ * 0 with a phrase in why saying what is wrong. */
+int ttt_train_parse_devices(const char *text, ttt_device *out, int max, int *n, char *why,
+                            size_t len);
 
 /* Whether the trainer can run c's step of model mc (NULL: the model is not asked about) where c
  * asks: TTT_OK on the host in float32 (bfloat16 there is TTT_ERR_CONFIG, as in a file), and on a

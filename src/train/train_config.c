@@ -3,6 +3,8 @@
  * "bfloat16 training"); the host refuses it. */
 #include "train.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mixer.h"
@@ -48,6 +50,11 @@ const ttt_option ttt_train_options[] = {
      "where the step runs: cpu, cuda (= cuda:0) or cuda:N; cuda is refused where there is no "
      "GPU, and for mixers and layers without a device path (docs/training.md \"Device and "
      "precision\")"},
+    {"devices", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL,
+     "data-parallel training over GPUs, one rank per entry: N (cuda:0 to cuda:N-1), cuda:A-B, "
+     "or a comma-separated list of those and cuda:N (a GPU may repeat: ranks that share it); "
+     "each rank takes its part of every batch and the gradients are summed over the ranks "
+     "(docs/scaling.md \"Several GPUs\"); empty: train.device alone"},
     {"dtype", TTT_OPT_CHOICE, "float32", TTT_NO_RANGE, "float32|bfloat16",
      "precision of the step: float32, or bfloat16 (cuda only: bf16 products, fp32 master "
      "weights and inner state)"},
@@ -73,6 +80,119 @@ int ttt_train_parse_device(const char *text, ttt_device *d) {
     }
     *d = ttt_device_cuda((int)n);
     return 1;
+}
+
+int ttt_train_parse_devices(const char *text, ttt_device *out, int max, int *n, char *why,
+                            size_t len) {
+    *n = 0;
+    const char *p = text;
+    while (*p == ' ') p++;
+    /* a bare count N: cuda:0 … cuda:N−1 */
+    if (*p >= '0' && *p <= '9') {
+        char *end = NULL;
+        const long c = strtol(p, &end, 10);
+        while (*end == ' ') end++;
+        if (*end == '\0') {
+            if (c < 1 || c > max) {
+                snprintf(why, len, "%ld GPUs: expected 1 to %d", c, max);
+                return 0;
+            }
+            for (long i = 0; i < c; i++) out[(*n)++] = ttt_device_cuda((int)i);
+            return 1;
+        }
+    }
+    while (*p) {
+        char item[64];
+        size_t k = 0;
+        while (*p && *p != ',') {
+            if (*p != ' ' && k + 1 < sizeof item) item[k++] = *p;
+            p++;
+        }
+        item[k] = '\0';
+        if (*p == ',') p++;
+        if (!k) {
+            snprintf(why, len, "an empty entry");
+            return 0;
+        }
+        /* cuda:A-B: a range */
+        const char *dash = strchr(item, '-');
+        ttt_device a, b;
+        if (dash) {
+            char lo[64];
+            memcpy(lo, item, (size_t)(dash - item));
+            lo[dash - item] = '\0';
+            char hi[72];
+            snprintf(hi, sizeof hi, "cuda:%s", dash + 1);
+            if (!ttt_train_parse_device(lo, &a) || ttt_device_is_host(a) ||
+                !ttt_train_parse_device(hi, &b) || b.index < a.index) {
+                snprintf(why, len, "'%s' is not a range cuda:A-B with A <= B", item);
+                return 0;
+            }
+        } else {
+            if (!ttt_train_parse_device(item, &a) || ttt_device_is_host(a)) {
+                snprintf(why, len, "'%s' is not a GPU (cuda or cuda:N)", item);
+                return 0;
+            }
+            b = a;
+        }
+        for (int i = a.index; i <= b.index; i++) {
+            if (*n >= max) {
+                snprintf(why, len, "more than %d ranks", max);
+                return 0;
+            }
+            out[(*n)++] = ttt_device_cuda(i);
+        }
+    }
+    if (!*n) {
+        snprintf(why, len, "no device");
+        return 0;
+    }
+    return 1;
+}
+
+/* train.devices of a checked map into c (after train.device: it must agree). */
+static ttt_status parse_devices(const ttt_cfg_node *map, ttt_train_config *c, int had_device,
+                                ttt_error *err) {
+    c->n_devices = 0;
+    const ttt_cfg_node *ds = ttt_cfg_get(map, "devices");
+    if (!ds) return TTT_OK;
+    if (ds->kind != TTT_CFG_SCALAR || !ds->scalar)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                             "train.devices: expected N, cuda:A-B or a comma-separated list of "
+                             "GPUs");
+    char why[160];
+    if (!ttt_train_parse_devices(ds->scalar, c->devices, TTT_MAX_TRAIN_DEVICES, &c->n_devices,
+                                 why, sizeof why))
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                             "train.devices: %s; expected N (the GPUs cuda:0 to cuda:N-1), "
+                             "cuda:A-B, or a comma-separated list of those and cuda:N",
+                             why);
+    if (had_device && !ttt_device_equal(c->device, c->devices[0])) {
+        char a[32], b[32];
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                             "train.devices starts with %s but train.device is %s: with "
+                             "train.devices, leave train.device out (rank 0 is on the first of "
+                             "train.devices)",
+                             ttt_device_name(c->devices[0], a, sizeof a),
+                             ttt_device_name(c->device, b, sizeof b));
+    }
+    if (c->n_devices > c->batch)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                             "train.devices: %d ranks but train.batch is %d: each rank takes at "
+                             "least one sequence of a batch",
+                             c->n_devices, c->batch);
+    c->device = c->devices[0];
+    ttt_cfg_where(ds, c->device_where, sizeof c->device_where);
+    for (int i = 0; i < c->n_devices; i++) {
+        ttt_error e = {0};
+        if (ttt_device_usable(c->devices[i], &e) != TTT_OK)
+            return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                                 "train.devices: %s; this process cannot train on it (write "
+                                 "train.device: cpu, or run on a machine with these GPUs and a "
+                                 "build with CUDA)",
+                                 e.msg);
+    }
+    return TTT_OK;
 }
 
 /* train.device and train.dtype of a checked map into c; the refusals of train.h. */
@@ -162,9 +282,11 @@ static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error 
      * were not given (train.h) */
     const int had_device = ttt_cfg_get(map, "device") != NULL;
     const int had_dtype = ttt_cfg_get(map, "dtype") != NULL;
+    const int had_devices = ttt_cfg_get(map, "devices") != NULL;
     ttt_status cs = ttt_cfg_check_map(map, "train", ttt_train_options, NULL, err);
     if (!had_device) ttt_cfg_map_remove(map, "device");
     if (!had_dtype) ttt_cfg_map_remove(map, "dtype");
+    if (!had_devices) ttt_cfg_map_remove(map, "devices");
     if (cs != TTT_OK) return cs;
     TTT_TRY(parse_placement(map, c, err));
     c->steps = ttt_cfg_int(map, "steps");
@@ -172,6 +294,7 @@ static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error 
     c->shards = (int)ttt_cfg_int(map, "shards");
     c->threads = (int)ttt_cfg_int(map, "threads");
     if (c->shards > c->batch) c->shards = c->batch; /* a shard holds at least one sequence */
+    TTT_TRY(parse_devices(map, c, had_device, err));
     ttt_adamw_config_default(&c->adamw);
     c->adamw.lr = ttt_cfg_float(map, "lr");
     c->adamw.beta1 = ttt_cfg_float(map, "beta1");

@@ -247,11 +247,17 @@ ttt_status ttt_train_dev_step(ttt_train_dev *D, const ttt_seq_batch *b, int grad
 
 ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
                                ttt_adamw_stats *stats, ttt_error *err) {
-    TTT_ASSERT(ps->n == opt->n_params);
+    /* ps NULL: another rank's replica (train_replicas.c), with no host weights of its own;
+     * the layout is the model's, and a failure is reported without naming the element (rank
+     * 0 holds the same values and names it) */
+    const ttt_params *layout = ps ? ps : &D->m->params;
+    TTT_ASSERT(layout->n == opt->n_params);
     const ttt_adamw_config *c = &opt->cfg;
     double ss = 0.0;
     TTT_TRY(ttt_cuda_sumsq(D->grad, D->numel, D->norm_scratch, &ss, D->stream, err));
     const double norm = sqrt(ss);
+    if (!isfinite(norm) && !ps)
+        return ttt_error_set(err, TTT_ERR_NUMERIC, "the gradient norm is %s", isnan(norm) ? "nan" : "inf");
     if (!isfinite(norm)) {
         /* the host's message: copy the gradients down and let the host find the first one */
         for (int i = 0; i < ps->n; i++)
@@ -285,11 +291,11 @@ ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
         .shrink = (float)(1.0 - lr * c->weight_decay),
     };
     TTT_TRY(ttt_device_zero(D->bad, D->device, sizeof *D->bad, D->stream, err));
-    for (int i = 0; i < ps->n; i++) {
+    for (int i = 0; i < layout->n; i++) {
         const size_t o = D->off[i];
-        const int decay = ps->p[i]->decay && c->weight_decay > 0;
+        const int decay = layout->p[i]->decay && c->weight_decay > 0;
         TTT_TRY(ttt_cuda_adamw_update(D->data + o, D->grad + o, D->m1 + o, D->m2 + o,
-                                      ps->p[i]->n, decay, &f, D->bad, D->stream, err));
+                                      layout->p[i]->n, decay, &f, D->bad, D->stream, err));
     }
     TTT_TRY(refresh_twin(D, err)); /* the next step's products read the updated weights */
     unsigned bad = 0;
@@ -302,6 +308,8 @@ ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
         stats->grad_norm = norm;
         stats->clipped = clipped;
     }
+    if (bad && !ps)
+        return ttt_error_set(err, TTT_ERR_NUMERIC, "%u updated weights are not finite", bad);
     if (bad) { /* the host's message names the first weight that is not finite */
         TTT_TRY(copy_params(D, 0, ps, NULL, err));
         ttt_status s = ttt_params_check_finite(ps, TTT_PARAMS_CHECK_DATA, err);

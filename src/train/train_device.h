@@ -78,7 +78,9 @@ void ttt_train_dev_reset(ttt_train_dev *D);
 
 /* One AdamW update on the device (adamw.h, with clipping by the global norm), opt's step count
  * and schedule as on the host. A non-finite gradient or updated weight is TTT_ERR_NUMERIC with
- * the host's message naming the parameter and element (the buffers are copied to ps for it). */
+ * the host's message naming the parameter and element (the buffers are copied to ps for it).
+ * ps NULL: the layout is D's model's and such a failure names no element (another rank's
+ * replica, train_replicas.h). */
 ttt_status ttt_train_dev_adamw(ttt_train_dev *D, ttt_adamw *opt, ttt_params *ps,
                                ttt_adamw_stats *stats, ttt_error *err);
 

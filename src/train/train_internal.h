@@ -95,7 +95,9 @@ typedef struct ttt_trainer {
     ttt_seq_model *m;
     FILE *stream;    /* the journal (run->stream_path), appended */
     int stream_errno; /* the first failed write to it */
-    ttt_train_dev *dev; /* the device step (train.device: cuda), or NULL on the host */
+    ttt_train_dev *dev; /* the device step (train.device: cuda), or NULL on the host: the
+                         * lead replica of reps */
+    struct ttt_train_replicas *reps; /* the ranks on GPUs (train_replicas.h), or NULL */
     int eval_rows;      /* sequences per evaluation forward on the device */
     /* The device run's next batch, drawn on the host while the device ran the step before it,
      * and the data state before it was drawn: what a checkpoint of that step saves. */
