@@ -244,14 +244,25 @@ static void print_devices(const ttt_plan *p) {
         if (!tc) continue;
         const ttt_train_estimate *m = &tc->memory;
         const int host = ttt_device_is_host(tc->train.device);
-        char dev[32], total[32], params[32], step[32], other[32];
-        if (host)
+        char dev[160], total[32], params[32], step[32], other[32];
+        double step_b = m->step, total_b = m->total;
+        if (host) {
             snprintf(dev, sizeof dev, "cpu");
-        else
+        } else if (tc->train.n_devices > 0) {
+            /* train.devices (docs/scaling.md "Several GPUs"): each rank holds the model and
+             * the step of its rows, at most ⌈B/W⌉ of a batch of B */
+            const int W = tc->train.n_devices, B = tc->train.batch;
+            char d0[32];
+            snprintf(dev, sizeof dev, "%s over %d rank%s (train.devices), per rank",
+                     ttt_device_name(tc->train.devices[0], d0, sizeof d0), W, W > 1 ? "s" : "");
+            step_b = m->step * (double)((B + W - 1) / W) / (double)B;
+            total_b = m->total - m->step + step_b;
+        } else {
             ttt_device_name(tc->train.device, dev, sizeof dev);
-        ttt_device_bytes_text((size_t)m->total, total, sizeof total);
+        }
+        ttt_device_bytes_text((size_t)total_b, total, sizeof total);
         ttt_device_bytes_text((size_t)m->params, params, sizeof params);
-        ttt_device_bytes_text((size_t)m->step, step, sizeof step);
+        ttt_device_bytes_text((size_t)step_b, step, sizeof step);
         ttt_device_bytes_text((size_t)m->other, other, sizeof other);
         if (host)
             fprintf(stderr,
