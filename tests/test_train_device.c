@@ -197,6 +197,9 @@ START_TEST(bad_device_values_are_located) {
             "5 ranks but train.batch is 4");
     /* GPUs this process cannot use (none here, or fewer than 64 on a GPU machine) */
     refused("  devices: cuda:63\n", "", "dev.yaml:8:12", "train.devices: ");
+    /* bfloat16 with train.devices (and no train.device) is the GPUs' mixed precision: refused
+     * here for the device alone, never as bfloat16 on the host */
+    refused("  devices: cuda:63\n  dtype: bfloat16\n", "", "dev.yaml:8:12", "train.devices: ");
     /* control: the same file with valid values is accepted */
     char *out = NULL, *err = NULL;
     int rc = ttt_on("check", "  device: cpu\n  dtype: float32\n", "", &out, &err);

@@ -150,7 +150,8 @@ int ttt_train_parse_devices(const char *text, ttt_device *out, int max, int *n, 
     return 1;
 }
 
-/* train.devices of a checked map into c (after train.device: it must agree). */
+/* train.devices of a checked map into c (after train.device: it must agree; before
+ * train.dtype, which asks whether the step runs on a GPU). */
 static ttt_status parse_devices(const ttt_cfg_node *map, ttt_train_config *c, int had_device,
                                 ttt_error *err) {
     c->n_devices = 0;
@@ -176,11 +177,6 @@ static ttt_status parse_devices(const ttt_cfg_node *map, ttt_train_config *c, in
                              ttt_device_name(c->devices[0], a, sizeof a),
                              ttt_device_name(c->device, b, sizeof b));
     }
-    if (c->n_devices > c->batch)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
-                             "train.devices: %d ranks but train.batch is %d: each rank takes at "
-                             "least one sequence of a batch",
-                             c->n_devices, c->batch);
     c->device = c->devices[0];
     ttt_cfg_where(ds, c->device_where, sizeof c->device_where);
     for (int i = 0; i < c->n_devices; i++) {
@@ -223,6 +219,7 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
         }
         ttt_cfg_where(dev, c->device_where, sizeof c->device_where);
     }
+    TTT_TRY(parse_devices(map, c, dev != NULL, err));
     if (dt && dt->scalar && strcmp(dt->scalar, "bfloat16") == 0) c->dtype = TTT_DTYPE_BF16;
     if (c->dtype == TTT_DTYPE_BF16 && ttt_device_is_host(c->device))
         return ttt_cfg_error(err, TTT_ERR_CONFIG, dt,
@@ -294,7 +291,11 @@ static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error 
     c->shards = (int)ttt_cfg_int(map, "shards");
     c->threads = (int)ttt_cfg_int(map, "threads");
     if (c->shards > c->batch) c->shards = c->batch; /* a shard holds at least one sequence */
-    TTT_TRY(parse_devices(map, c, had_device, err));
+    if (c->n_devices > c->batch)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "devices"),
+                             "train.devices: %d ranks but train.batch is %d: each rank takes at "
+                             "least one sequence of a batch",
+                             c->n_devices, c->batch);
     ttt_adamw_config_default(&c->adamw);
     c->adamw.lr = ttt_cfg_float(map, "lr");
     c->adamw.beta1 = ttt_cfg_float(map, "beta1");

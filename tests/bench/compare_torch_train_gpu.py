@@ -145,6 +145,12 @@ def fla_layer(fla_ops, cfg):
 
     def call(q, k, v, beta, la, C):
         q, k, v, beta, la = bt(q), bt(k), bt(v), bt(beta), bt(la)
+        # FLA's kernels take q, k, v and β in one dtype (its products would not compile for a
+        # float32 q beside a bf16 v, as the twin's norms leave them under autocast) and the
+        # log-gate in float32
+        dt = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else v.dtype
+        q, k, v, beta = q.to(dt), k.to(dt), v.to(dt), beta.to(dt)
+        la = None if la is None else la.float()
         if delta and la is not None:
             o, _ = fla_ops["gated_delta"](q, k, v, la, beta, scale=1.0)
         elif delta:
@@ -317,8 +323,9 @@ def main():
                     best, med, peak, res = time_torch(a, cfg, params, meta, B, L, V, layer,
                                                       v == "compile")
                 except Exception as e:  # a refusal (FLA's head width, compile) is the result
+                    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
                     print(f"{label:<28} {'torch ' + v:>13} refused: "
-                          f"{str(e).splitlines()[0][:150] if str(e) else type(e).__name__}")
+                          f"{' | '.join(lines[:6])[:600] if lines else type(e).__name__}")
                     torch.cuda.empty_cache()
                     continue
                 torch.cuda.empty_cache()  # the variant's tensors are gone with its call
