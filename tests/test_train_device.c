@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "cuda_kernels.h"
 #include "device.h"
 #include "plan.h"
 #include "task.h"
@@ -381,6 +382,22 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         c.device = ttt_device_host(); /* control: every mixer on the host */
         ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);
         c.device = ttt_device_cuda(0);
+        ttt_cfg_free(root);
+    }
+    /* what is still refused of the mixers that run: RWKV-7 heads wider than the DPLR
+     * backward's shared row (control: the width it takes) */
+    {
+        ttt_seq_model_config mc;
+        ttt_cfg_node *root = NULL;
+        model_of("layer: {mixer: rwkv7}\n", &mc, &root);
+        mc.head_dim = TTT_CUDA_DPLR_MAX_DV + 1;
+        err = (ttt_error){0};
+        ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.msg, "model.head_dim = 12289: the DPLR recurrence's CUDA "
+                                      "backward takes heads of at most 12288 columns"),
+                      "%s", err.msg);
+        mc.head_dim = TTT_CUDA_DPLR_MAX_DV;
+        ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);
         ttt_cfg_free(root);
     }
 

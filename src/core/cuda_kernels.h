@@ -244,7 +244,9 @@ ttt_status ttt_cuda_dplr(float *o,        /* (T, d_v) out */
                          const float *b,  /* (T, d_k) */
                          const float *W,  /* (T, d_k) from ttt_cuda_dplr_gates */
                          int T, int d_k, int d_v, int C, void *stream, ttt_error *err);
-/* The backward given dO and dS = ∂L/∂S_T (overwritten with ∂L/∂S_0); St and U are scratch. */
+/* The backward given dO and dS = ∂L/∂S_T (overwritten with ∂L/∂S_0); St and U are scratch.
+ * d_v ≤ TTT_CUDA_DPLR_MAX_DV: its du row is shared memory (48 KB), else TTT_ERR_UNSUPPORTED. */
+#define TTT_CUDA_DPLR_MAX_DV 12288
 ttt_status ttt_cuda_dplr_backward(float *gq, int add_q,   /* (T, d_k) */
                                   float *gk, int add_k,   /* (T, d_k) */
                                   float *gv, int add_v,   /* (T, d_v) */

@@ -439,11 +439,11 @@ extern "C" ttt_status ttt_cuda_dplr_backward(
     void *stream, ttt_error *err) {
     if (T <= 0 || dk <= 0 || dv <= 0) return TTT_OK;
     const size_t shm = (size_t)dv * sizeof(float);
-    if (shm > 48 * 1024)
+    if (dv > TTT_CUDA_DPLR_MAX_DV)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                              "dplr_backward_kernel: d_v = %d is wider than its shared memory "
-                             "holds (12288 columns)",
-                             dv);
+                             "holds (%d columns)",
+                             dv, TTT_CUDA_DPLR_MAX_DV);
     dplr_backward_kernel<<<1, dplr_threads(dk, dv), shm, (cudaStream_t)stream>>>(
         gq, add_q, gk, add_k, gv, add_v, ga, add_a, gb, add_b, glw, add_lw, dS, St, U, dO, q, k,
         v, a, b, log_w, W, S0s, T, dk, dv, C);

@@ -18,8 +18,10 @@
 #include "mixer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "cuda_kernels.h"
 #include "dplr.h"
 #include "ops.h"
 
@@ -187,9 +189,16 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
 
 /* Every step of the block has a device implementation (docs/device_ops.md): the token shift
  * (the causal convolution), the projections and maps, and the DPLR recurrence per (sequence,
- * head), whose device op is "Recurrences" there. */
+ * head), whose device op is "Recurrences" there; its backward holds a row of a head's width in
+ * shared memory, which bounds the head. */
 static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
-    (void)c, (void)buf, (void)len;
+    if (c->head_dim > TTT_CUDA_DPLR_MAX_DV) {
+        snprintf(buf, len,
+                 "model.head_dim = %d: the DPLR recurrence's CUDA backward takes heads of at most "
+                 "%d columns",
+                 c->head_dim, TTT_CUDA_DPLR_MAX_DV);
+        return buf;
+    }
     return NULL;
 }
 
