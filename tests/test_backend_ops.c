@@ -45,6 +45,18 @@
  *                     such magnitudes (dP's by (Dv + 2)·ε·Σ_e|w_ie v_ke|, D's, dS's, then the
  *                     sums over T), and the unfused ops' softmax backward rounds the same
  *                     terms. dV = Pᵀ w has no cancellation: its G is the Jacobian's.
+ *     SCAN   c = 2(T(m + 4) + m + 2): the recurrences (the LRU, the selective scan, the DPLR
+ *                     delta rule; docs/device_ops.md "Recurrences"), T steps in which each state
+ *                     element is formed with an inner float32 sum of m terms (m = 1 for the
+ *                     LRU's complex product, N for the scan's read-out, max(d_k, d_v) for the
+ *                     DPLR's u = a S and o = q S) and four more roundings (decay, input, their
+ *                     sum, and exp's 2 ulp or the gate's rounding), errors of every step carried
+ *                     to the output by the transitions, which do not grow in the cases' domains,
+ *                     so that they add: (T(m + 4) + m)ε of the scale per side (the read-out's m),
+ *                     plus the two of alpha/beta as GEMM, for two sides. The scale S holds them:
+ *                     an output's dependence on the inputs of every earlier step is in J. The
+ *                     backwards are the adjoint recurrences with the same structure (the host's
+ *                     in double for the LRU, float32 for the others).
  * Non-finite CPU outputs (causal_fill's −∞) must be matched exactly.
  *
  * Finite differences (cases marked fd): for every input element, the float64 central differences
@@ -73,15 +85,17 @@
 
 #include "autograd.h"
 #include "device.h"
+#include "diagonal.h"
+#include "dplr.h"
 #include "ops.h"
 #include "rope.h"
 #include "tensor.h"
 
 #define EPS32 5.9604644775390625e-8 /* 2^-24 */
-#define MAX_IN 4
+#define MAX_IN 8
 
-typedef enum { EXACT, TRANS, RED, GEMM, CHAIN, ATTN } op_class;
-typedef enum { D_SYM, D_POS, D_AWAY, D_AWAY1, D_LOGG, D_LTRI } dom;
+typedef enum { EXACT, TRANS, RED, GEMM, CHAIN, ATTN, SCAN } op_class;
+typedef enum { D_SYM, D_POS, D_AWAY, D_AWAY1, D_LOGG, D_LTRI, D_NU, D_SMALL, D_LOGW } dom;
 
 typedef enum {
     K_MATMUL, K_MATMUL_SELF, K_GEMM, K_OUTER, K_ADD, K_SUB, K_MUL, K_DIV, K_AXPBY, K_SCALE,
@@ -92,7 +106,7 @@ typedef enum {
     K_DECAY_MASK, K_CAUSAL_FILL, K_TRANSPOSE, K_SLICE_ROWS, K_CONCAT_ROWS, K_RESHAPE, K_SLICE_COLS,
     K_CONCAT_COLS, K_SLICE_BLOCK, K_CONCAT_GRID, K_EMBEDDING, K_CROSS_ENTROPY, K_CONV1D,
     K_CONV1D_SILU, K_ROPE, K_COPY, K_SOLVE_LOWER, K_LN_BACKWARD, K_CHAIN, K_ATTENTION,
-    K_ATTENTION_QK
+    K_ATTENTION_QK, K_LRU, K_SSCAN, K_DPLR
 } op_kind;
 
 typedef struct op_case {
@@ -207,6 +221,24 @@ static const op_case CASES[] = {
     {"attention_causal", K_ATTENTION, ATTN, 1, 3, {3, 3, 3}, {{2, 5, 4}, {2, 5, 4}, {2, 5, 2}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0.7f, 0, 0, {0}, 0},
     {"attention_causal(q=k)", K_ATTENTION_QK, ATTN, 1, 2, {2, 2}, {{7, 6}, {7, 2}}, {D_SYM, D_SYM}, 0, 0, 0.4f, 0, 0, {0}, 0},
     {"attention_causal(D=130)", K_ATTENTION, ATTN, 1, 3, {3, 3, 3}, {{1, 3, 130}, {1, 3, 130}, {1, 3, 4}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0.15f, 0, 0, {0}, 0},
+    /* the recurrences (docs/device_ops.md "Recurrences"): the LRU with |λ| from 0.55 to 0.97
+     * and an initial state; Mamba's selective scan with D and h0, and without; the DPLR delta
+     * rule in chunks of 3 tokens (8 = 3 + 3 + 2: the saved chunk starts, the gates' drift
+     * restarting), its final state as the output, and without a decay (w = 1) */
+    {"lru", K_LRU, SCAN, 1, 4, {1, 1, 2, 1}, {{5}, {5}, {12, 10}, {10}}, {D_NU, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"selective_scan", K_SSCAN, SCAN, 1, 7, {2, 2, 2, 2, 2, 1, 2}, {{8, 3}, {8, 3}, {3, 4}, {8, 4}, {8, 4}, {3}, {3, 4}}, {D_SYM, D_POS, D_SYM, D_SYM, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"selective_scan(no D,h0)", K_SSCAN, SCAN, 1, 5, {2, 2, 2, 2, 2}, {{6, 2}, {6, 2}, {2, 3}, {6, 3}, {6, 3}}, {D_SYM, D_POS, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"dplr_recurrent", K_DPLR, SCAN, 1, 7, {2, 2, 2, 2, 2, 2, 2}, {{8, 4}, {8, 4}, {8, 3}, {8, 4}, {8, 4}, {8, 4}, {4, 3}}, {D_SYM, D_SYM, D_SYM, D_SMALL, D_SMALL, D_LOGW, D_SYM}, 3, 0, 0, 0, 0, {0}, 0},
+    {"dplr_recurrent(S_T)", K_DPLR, SCAN, 1, 7, {2, 2, 2, 2, 2, 2, 2}, {{7, 3}, {7, 3}, {7, 5}, {7, 3}, {7, 3}, {7, 3}, {3, 5}}, {D_SYM, D_SYM, D_SYM, D_SMALL, D_SMALL, D_LOGW, D_SYM}, 5, 1, 0, 0, 0, {0}, 0},
+    {"dplr_recurrent(w=1)", K_DPLR, SCAN, 1, 6, {2, 2, 2, 2, 2, 2}, {{6, 3}, {6, 3}, {6, 2}, {6, 3}, {6, 3}, {3, 2}}, {D_SYM, D_SYM, D_SYM, D_SMALL, D_SMALL, D_SYM}, 4, 0, 0, 0, 0, {0}, 0},
+    /* wider than one block of the kernels' threads, checked against the CPU op (as the long
+     * attention case, their many outputs make the finite differences' rounding term too large
+     * for the seed control): 600 LRU lanes' halves over 2 blocks, 320 (channel, state) pairs
+     * over 2 blocks, and a DPLR head of 34 value columns over 2 warps (few key rows: with
+     * inner sums of 40 terms the bound is larger than the control's effect) */
+    {"lru(n=300)", K_LRU, SCAN, 0, 4, {1, 1, 2, 1}, {{300}, {300}, {3, 600}, {600}}, {D_NU, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"selective_scan(d*N=320)", K_SSCAN, SCAN, 0, 7, {2, 2, 2, 2, 2, 1, 2}, {{4, 20}, {4, 20}, {20, 16}, {4, 16}, {4, 16}, {20}, {20, 16}}, {D_SYM, D_POS, D_SYM, D_SYM, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"dplr_recurrent(dv=34)", K_DPLR, SCAN, 0, 7, {2, 2, 2, 2, 2, 2, 2}, {{5, 2}, {5, 2}, {5, 34}, {5, 2}, {5, 2}, {5, 2}, {2, 34}}, {D_SYM, D_SYM, D_SYM, D_SMALL, D_SMALL, D_LOGW, D_SYM}, 2, 0, 0, 0, 0, {0}, 0},
     {"layernorm_backward", K_LN_BACKWARD, RED, 0, 3, {2, 2, 1}, {{4, 8}, {4, 8}, {8}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 1e-5f, 0, 0, {0}, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))
@@ -288,6 +320,17 @@ static ttt_tensor *build(ttt_ctx *ctx, const op_case *c, ttt_tensor **in, const 
     case K_LN_BACKWARD: return ttt_layernorm_backward(ctx, a, b, in[2], c->f0);
     case K_ATTENTION: return ttt_attention_causal(ctx, a, b, in[2], c->f0);
     case K_ATTENTION_QK: return ttt_attention_causal(ctx, a, a, b, c->f0);
+    case K_LRU: return ttt_lru_op(ctx, a, b, in[2], in[3], 1);
+    case K_SSCAN:
+        return ttt_selective_scan_op(ctx, a, b, in[2], in[3], in[4], c->n_in > 5 ? in[5] : NULL,
+                                     c->n_in > 6 ? in[6] : NULL, 1);
+    case K_DPLR: { /* n_in 7: log w = in[5]; 6: none (w = 1); i0: the chunk; i1: S_T out */
+        const int lw = c->n_in == 7;
+        ttt_tensor *S = NULL;
+        ttt_tensor *o = ttt_dplr_recurrent_op(ctx, &S, a, b, in[2], in[3], in[4],
+                                              lw ? in[5] : NULL, in[lw ? 6 : 5], c->i0);
+        return c->i1 ? S : o;
+    }
     case K_CHAIN: {
         const int n = c->n_int / 2; /* ints: n ids, then n targets */
         ttt_tensor *h = ttt_rmsnorm(ctx, ttt_embedding(ctx, a, ints, n), b, 1e-6f);
@@ -317,6 +360,9 @@ static float draw(dom d, size_t j, size_t cols) {
     case D_AWAY1: /* kinks at 0 and ±1 */
         return (float)(sg * (u < 0.5 ? 0.2 + 1.2 * u : 1.2 + 1.6 * (u - 0.5)));
     case D_LOGG: return (float)(-0.3 * (double)j - 0.2 * u); /* cumulative log gates */
+    case D_NU: return (float)(-0.5 - 3.0 * u);         /* LRU: |λ| = exp(−e^ν) in [0.55, 0.97] */
+    case D_SMALL: return (float)(0.4 * (2.0 * u - 1.0)); /* DPLR's a, b: |bᵀa| ≤ 0.64 at d_k 4 */
+    case D_LOGW: return (float)(-0.05 - 0.6 * u);        /* DPLR's log w, RWKV-7's range */
     case D_LTRI: /* a well-conditioned triangular factor: diagonal in [1.5, 2], the rest small */
         return j / cols == j % cols ? (float)(1.5 + 0.5 * u) : (float)(0.3 * (2.0 * u - 1.0));
     default: return (float)(2.0 * u - 1.0);
@@ -448,6 +494,20 @@ static double class_c(const op_case *c) {
             for (int d = 0; d < c->ndim[i]; d++) k = c->shape[i][d] > k ? c->shape[i][d] : k;
         /* GEMM: one product; CHAIN: six ops; ATTN: four */
         return (c->cls == GEMM ? 1.0 : c->cls == CHAIN ? 6.0 : 4.0) * 2.0 * (k + 2);
+    }
+    case SCAN: {
+        /* T steps of a recurrence whose state elements each take m + 4 roundings per step
+         * (an inner sum of m terms, then the decay, the input and their sum), all adding up
+         * along the steps (the cases' transitions do not grow), then a read-out sum of m
+         * terms; each side within that many ε of the scale, two sides: the header's "SCAN" */
+        int T = 0, m = 1;
+        if (c->kind == K_LRU) T = c->shape[2][0];
+        if (c->kind == K_SSCAN) T = c->shape[0][0], m = c->shape[3][1];
+        if (c->kind == K_DPLR) {
+            T = c->shape[0][0];
+            m = c->shape[0][1] > c->shape[2][1] ? c->shape[0][1] : c->shape[2][1];
+        }
+        return 2.0 * (T * (m + 4.0) + m + 2.0);
     }
     }
     return 4.0;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "cuda_kernels.h"
 #include "device.h"
 #include "plan.h"
 #include "task.h"
@@ -378,8 +379,8 @@ static void model_of(const char *layer, ttt_seq_model_config *mc, ttt_cfg_node *
 }
 
 /* ttt_train_device_ready decides what trains on a device: the host in float32 (bfloat16 there is
- * refused, as in a file); cuda:N in float32 or bfloat16 for the softmax mixer and for ttt mixers
- * whose layer has a CUDA form; mixers without a device path and layers without a CUDA form are
+ * refused, as in a file); cuda:N in float32 or bfloat16 for the softmax, fox, lru, mamba and
+ * rwkv7 mixers and for ttt mixers whose layer has a CUDA form; layers without a CUDA form are
  * refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
  * data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder. The plan's
  * typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself refuses it
@@ -406,8 +407,8 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
     c.dtype = TTT_DTYPE_F32;
     ck_assert_int_eq(ttt_train_device_ready(&c, NULL, &err), TTT_OK);
 
-    /* the mixers: softmax runs; a mixer without a device path and a layer without a CUDA form
-     * are refused, naming them */
+    /* the mixers: softmax, fox, lru, mamba and rwkv7 run; a layer without a CUDA form is
+     * refused, naming it */
     static const struct {
         const char *layer, *refusal; /* NULL: runs on a device (in a build with CUDA) */
     } mixers[] = {
@@ -418,8 +419,10 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         {"layer: {preset: retnet}\n", NULL}, /* its RoPE turned by the block (mixers/ttt.c) */
         {"layer: {preset: mamba2}\n", NULL},
         {"layer: {preset: linear_attention}\n", "take no output normalization or feature map"},
-        {"layer: {mixer: mamba}\n", "model.mixer mamba does not run on a CUDA device: its block "
-                                     "has steps without a device implementation"},
+        {"layer: {mixer: fox}\n", NULL},
+        {"layer: {mixer: lru}\n", NULL},
+        {"layer: {mixer: mamba}\n", NULL}, /* the recurrences: docs/device_ops.md */
+        {"layer: {mixer: rwkv7}\n", NULL},
         {"layer: {preset: ttt_linear}\n", "has no CUDA form"},
         {"layer: {preset: deltaproduct}\n", "steps_per_token = 2 has no CUDA form"},
     };
@@ -441,6 +444,22 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         c.device = ttt_device_host(); /* control: every mixer on the host */
         ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);
         c.device = ttt_device_cuda(0);
+        ttt_cfg_free(root);
+    }
+    /* what is still refused of the mixers that run: RWKV-7 heads wider than the DPLR
+     * backward's shared row (control: the width it takes) */
+    {
+        ttt_seq_model_config mc;
+        ttt_cfg_node *root = NULL;
+        model_of("layer: {mixer: rwkv7}\n", &mc, &root);
+        mc.head_dim = TTT_CUDA_DPLR_MAX_DV + 1;
+        err = (ttt_error){0};
+        ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(err.msg, "model.head_dim = 12289: the DPLR recurrence's CUDA "
+                                      "backward takes heads of at most 12288 columns"),
+                      "%s", err.msg);
+        mc.head_dim = TTT_CUDA_DPLR_MAX_DV;
+        ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);
         ttt_cfg_free(root);
     }
 

@@ -1,7 +1,8 @@
 /* The training step on a CUDA device against the same step on the CPU (docs/training.md "Device
  * and precision"): small MQAR models of each mixer that runs on a device (softmax attention, and
  * the ttt mixer with the delta rule, the gated delta rule, GLA's per-key gate, RetNet's
- * multi-scale decay and Mamba2's scalar gate), trained by ttt_train with train.device: cuda and
+ * multi-scale decay and Mamba2's scalar gate, FoX, the LRU, Mamba and RWKV-7), trained by
+ * ttt_train with train.device: cuda and
  * train.device: cpu from the same initialization on the same batches.
  *
  * Tolerances, as tests/bench/compare_torch_steps.py and docs/hardening.md "Portable tolerances"
@@ -211,6 +212,12 @@ static const mixer_case cases[] = {
     {"gla", "layer: {preset: gla}\n"},
     {"retnet", "layer: {preset: retnet}\n"},
     {"mamba2", "layer: {preset: mamba2}\n"},
+    /* the mixers whose blocks run on the device ops, the recurrences among them
+     * (docs/device_ops.md "Recurrences") */
+    {"fox", "layer: {mixer: fox}\n"},
+    {"lru", "layer: {mixer: lru}\n"},
+    {"mamba", "layer: {mixer: mamba}\n"},
+    {"rwkv7", "layer: {mixer: rwkv7}\n"},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 

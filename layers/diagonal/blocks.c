@@ -15,7 +15,8 @@ static ttt_tensor *seq_rows(ttt_ctx *ctx, const ttt_tensor *x, int b, int T) {
 ttt_tensor *ttt_lru_block(ttt_ctx *ctx, const ttt_lru_weights *w, const ttt_tensor *x, int B,
                           int T, int blocks) {
     ttt_tensor *U = ttt_matmul(ctx, x, 0, w->w_b, 0); /* (B·T, 2n) */
-    ttt_tensor **H = ttt_arena_alloc(ctx->arena, sizeof *H * (size_t)B);
+    /* a host array of headers, also when the tensors are on a device */
+    ttt_tensor **H = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *H * (size_t)B);
     TTT_ASSERT(H);
     for (int b = 0; b < B; b++)
         H[b] = ttt_lru_op(ctx, w->nu, w->theta, B == 1 ? U : seq_rows(ctx, U, b, T), NULL,
@@ -39,7 +40,7 @@ ttt_tensor *ttt_mamba_block(ttt_ctx *ctx, const ttt_mamba_weights *w, const ttt_
     dt = ttt_softplus(ctx, ttt_add(ctx, dt, w->b_dt)); /* Δ > 0, (B·T, d_inner) */
     ttt_tensor *Bm = ttt_slice_cols(ctx, xd, r, r + N), *Cm = ttt_slice_cols(ctx, xd, r + N,
                                                                               r + 2 * N);
-    ttt_tensor **Y = ttt_arena_alloc(ctx->arena, sizeof *Y * (size_t)B);
+    ttt_tensor **Y = ttt_arena_alloc(ttt_arena_host(ctx->arena), sizeof *Y * (size_t)B);
     TTT_ASSERT(Y);
     for (int b = 0; b < B; b++) {
         if (B == 1) {

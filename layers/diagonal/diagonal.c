@@ -11,6 +11,7 @@
 #include "autograd.h"
 #include "diagonal.h"
 #include "fastexp.h"
+#include "ops_device.h"
 #include "scan.h"
 
 /* ---- LRU ---- */
@@ -118,6 +119,10 @@ static void lru_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dH)
 
 ttt_tensor *ttt_lru_op(ttt_ctx *ctx, const ttt_tensor *nu, const ttt_tensor *theta,
                        const ttt_tensor *U, const ttt_tensor *h0, int blocks) {
+    /* on a device: the recurrence's kernels (docs/device_ops.md "Recurrences"); `blocks` only
+     * splits the host's work */
+    if (TTT_OPS_ON_DEVICE3(ctx, U, nu, theta) || TTT_DEV_KIND_(h0))
+        return ttt_dev_lru(ctx, nu, theta, U, h0);
     const int T = TTT_ROWS(U), n = TTT_COLS(U) / 2;
     TTT_ASSERT(TTT_COLS(U) == 2 * n && (int)nu->n == n && (int)theta->n == n);
     TTT_ASSERT(!h0 || (int)h0->n == 2 * n);
@@ -327,6 +332,9 @@ ttt_tensor *ttt_selective_scan_op(ttt_ctx *ctx, const ttt_tensor *x, const ttt_t
                                   const ttt_tensor *A_log, const ttt_tensor *B,
                                   const ttt_tensor *C, const ttt_tensor *D, const ttt_tensor *h0,
                                   int blocks) {
+    if (TTT_OPS_ON_DEVICE3(ctx, x, delta, A_log) ||
+        (TTT_DEV_KIND_(B) | TTT_DEV_KIND_(C) | TTT_DEV_KIND_(D) | TTT_DEV_KIND_(h0)))
+        return ttt_dev_selective_scan(ctx, x, delta, A_log, B, C, D, h0);
     const int T = TTT_ROWS(x), d = TTT_COLS(x), N = TTT_COLS(B);
     TTT_ASSERT(ttt_tensor_same_shape(x, delta) && TTT_ROWS(A_log) == d && TTT_COLS(A_log) == N);
     TTT_ASSERT(TTT_ROWS(B) == T && ttt_tensor_same_shape(B, C));

@@ -170,6 +170,103 @@ ttt_status ttt_cuda_attention_causal_backward(float *gq, int add_q, float *gk, i
                                               int dk, int dv, float scale, void *stream,
                                               ttt_error *err);
 
+/* ---- recurrences (src/core/cuda/ops_recur.cu, docs/device_ops.md "Recurrences") ----
+ * Sequential in time per independent lane, the CPU ops' expressions in their order. */
+
+/* The LRU (docs/math.md §8.1, layers/diagonal/diagonal.h): complex vectors of n entries as
+ * (2n) floats [Re | Im]; λ = exp(−e^ν + i e^θ), γ = sqrt(1 − |λ|²), h_t = λ h_{t−1} + γ u_t. */
+ttt_status ttt_cuda_lru(float *h,           /* (T, 2n) out: every state */
+                        const float *h0,    /* (2n) initial state, or NULL: zero */
+                        const float *nu,    /* (n) */
+                        const float *theta, /* (n) */
+                        const float *u,     /* (T, 2n) */
+                        int T, int n, void *stream, ttt_error *err);
+/* Gradients of the states' loss given dH; any g may be NULL (not wanted); add: as above. */
+ttt_status ttt_cuda_lru_backward(float *gnu, int add_nu,  /* (n) */
+                                 float *gth, int add_th,  /* (n) */
+                                 float *gU, int add_u,    /* (T, 2n) */
+                                 float *gh0, int add_h0,  /* (2n) */
+                                 const float *dH,         /* (T, 2n) ∂L/∂H */
+                                 const float *H,          /* (T, 2n) the forward's states */
+                                 const float *U,          /* (T, 2n) */
+                                 const float *h0,         /* (2n) or NULL */
+                                 const float *nu,         /* (n) */
+                                 const float *theta,      /* (n) */
+                                 int T, int n, void *stream, ttt_error *err);
+
+/* Mamba(1)'s selective scan (docs/math.md §8.2): h_t = exp(Δ_t A) ⊙ h_{t−1} + (Δ_t ⊗ B_t) x_t,
+ * y_t = h_t C_t + D ⊙ x_t, A = −exp(A_log). Hs is scratch of T·d·N floats (every state). */
+ttt_status ttt_cuda_selective_scan(float *y,           /* (T, d) out */
+                                   float *Hs,          /* (T, d, N) scratch */
+                                   const float *h0,    /* (d, N) or NULL: zero */
+                                   const float *x,     /* (T, d) */
+                                   const float *delta, /* (T, d) Δ > 0 */
+                                   const float *A_log, /* (d, N) */
+                                   const float *B,     /* (T, N) */
+                                   const float *C,     /* (T, N) */
+                                   const float *D,     /* (d) or NULL */
+                                   int T, int d, int N, void *stream, ttt_error *err);
+/* Its backward given dy: the states recomputed into Hs, the adjoint into Dl (both scratch). */
+ttt_status ttt_cuda_selective_scan_backward(float *gx, int add_x,     /* (T, d) */
+                                            float *gdel, int add_del, /* (T, d) */
+                                            float *gAl, int add_al,   /* (d, N) */
+                                            float *gB, int add_b,     /* (T, N) */
+                                            float *gC, int add_c,     /* (T, N) */
+                                            float *gh0, int add_h0,   /* (d, N) */
+                                            float *Hs,                /* (T, d, N) scratch */
+                                            float *Dl,                /* (T, d, N) scratch */
+                                            const float *dy,          /* (T, d) ∂L/∂y */
+                                            const float *h0,          /* (d, N) or NULL */
+                                            const float *x,           /* (T, d) */
+                                            const float *delta,       /* (T, d) */
+                                            const float *A_log,       /* (d, N) */
+                                            const float *B,           /* (T, N) */
+                                            const float *C,           /* (T, N) */
+                                            const float *D,           /* (d) or NULL */
+                                            int T, int d, int N, void *stream, ttt_error *err);
+/* (∂D = Σ_t dy ⊙ x is ttt_cuda_reduce's TTT_RED_ROWS of dy ⊙ x.) */
+
+/* The DPLR delta rule of RWKV-7 (docs/math.md "RWKV-7", layers/forms/delta_rule/dplr.h):
+ * u_t = a_t S_{t−1}, S_t = Diag(w_t) S_{t−1} + b_tᵀ u_t + k_tᵀ v_t, o_t = q_t S_t, in chunks of C
+ * tokens (the host op's chunks: the gates' drift restarts at each, the backward recomputes one
+ * chunk's states at a time from its saved start). Gates first: W = the retentions as the host
+ * forward rounds them (ttt_gate_dither per key row). */
+ttt_status ttt_cuda_dplr_gates(float *W,           /* (T, d_k) out */
+                               const float *log_w, /* (T, d_k), or NULL: w = 1 */
+                               int T, int d_k, int C, void *stream, ttt_error *err);
+ttt_status ttt_cuda_dplr(float *o,        /* (T, d_v) out */
+                         float *S,        /* (d_k, d_v) S_0 in, S_T out */
+                         float *saved,    /* (ceil(T / C), d_k, d_v) chunk starts out, or NULL */
+                         const float *q,  /* (T, d_k) */
+                         const float *k,  /* (T, d_k) */
+                         const float *v,  /* (T, d_v) */
+                         const float *a,  /* (T, d_k) */
+                         const float *b,  /* (T, d_k) */
+                         const float *W,  /* (T, d_k) from ttt_cuda_dplr_gates */
+                         int T, int d_k, int d_v, int C, void *stream, ttt_error *err);
+/* The backward given dO and dS = ∂L/∂S_T (overwritten with ∂L/∂S_0); St and U are scratch.
+ * d_v ≤ TTT_CUDA_DPLR_MAX_DV: its du row is shared memory (48 KB), else TTT_ERR_UNSUPPORTED. */
+#define TTT_CUDA_DPLR_MAX_DV 12288
+ttt_status ttt_cuda_dplr_backward(float *gq, int add_q,   /* (T, d_k) */
+                                  float *gk, int add_k,   /* (T, d_k) */
+                                  float *gv, int add_v,   /* (T, d_v) */
+                                  float *ga, int add_a,   /* (T, d_k) */
+                                  float *gb, int add_b,   /* (T, d_k) */
+                                  float *glw, int add_lw, /* (T, d_k) */
+                                  float *dS,              /* (d_k, d_v) in and out */
+                                  float *St,              /* (C + 1, d_k, d_v) scratch */
+                                  float *U,               /* (C, d_v) scratch */
+                                  const float *dO,        /* (T, d_v) */
+                                  const float *q,         /* (T, d_k) */
+                                  const float *k,         /* (T, d_k) */
+                                  const float *v,         /* (T, d_v) */
+                                  const float *a,         /* (T, d_k) */
+                                  const float *b,         /* (T, d_k) */
+                                  const float *log_w,     /* (T, d_k) or NULL */
+                                  const float *W,         /* (T, d_k) from ttt_cuda_dplr_gates */
+                                  const float *S0s,       /* (ceil(T / C), d_k, d_v) */
+                                  int T, int d_k, int d_v, int C, void *stream, ttt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -154,4 +154,67 @@ ttt_status ttt_cuda_attention_causal_backward(float *gq, int add_q, float *gk, i
     return NO_CUDA(err);
 }
 
+ttt_status ttt_cuda_lru(float *h, const float *h0, const float *nu, const float *theta,
+                        const float *u, int T, int n, void *stream, ttt_error *err) {
+    (void)h, (void)h0, (void)nu, (void)theta, (void)u, (void)T, (void)n, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_lru_backward(float *gnu, int add_nu, float *gth, int add_th, float *gU,
+                                 int add_u, float *gh0, int add_h0, const float *dH,
+                                 const float *H, const float *U, const float *h0,
+                                 const float *nu, const float *theta, int T, int n, void *stream,
+                                 ttt_error *err) {
+    (void)gnu, (void)add_nu, (void)gth, (void)add_th, (void)gU, (void)add_u, (void)gh0;
+    (void)add_h0, (void)dH, (void)H, (void)U, (void)h0, (void)nu, (void)theta, (void)T, (void)n;
+    (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_selective_scan(float *y, float *Hs, const float *h0, const float *x,
+                                   const float *delta, const float *A_log, const float *B,
+                                   const float *C, const float *D, int T, int d, int N,
+                                   void *stream, ttt_error *err) {
+    (void)y, (void)Hs, (void)h0, (void)x, (void)delta, (void)A_log, (void)B, (void)C, (void)D;
+    (void)T, (void)d, (void)N, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_selective_scan_backward(float *gx, int add_x, float *gdel, int add_del,
+                                            float *gAl, int add_al, float *gB, int add_b,
+                                            float *gC, int add_c, float *gh0, int add_h0,
+                                            float *Hs, float *Dl, const float *dy,
+                                            const float *h0, const float *x, const float *delta,
+                                            const float *A_log, const float *B, const float *C,
+                                            const float *D, int T, int d, int N, void *stream,
+                                            ttt_error *err) {
+    (void)gx, (void)add_x, (void)gdel, (void)add_del, (void)gAl, (void)add_al, (void)gB;
+    (void)add_b, (void)gC, (void)add_c, (void)gh0, (void)add_h0, (void)Hs, (void)Dl, (void)dy;
+    (void)h0, (void)x, (void)delta, (void)A_log, (void)B, (void)C, (void)D, (void)T, (void)d;
+    (void)N, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_dplr_gates(float *W, const float *log_w, int T, int d_k, int C, void *stream,
+                               ttt_error *err) {
+    (void)W, (void)log_w, (void)T, (void)d_k, (void)C, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_dplr(float *o, float *S, float *saved, const float *q, const float *k,
+                         const float *v, const float *a, const float *b, const float *W, int T,
+                         int d_k, int d_v, int C, void *stream, ttt_error *err) {
+    (void)o, (void)S, (void)saved, (void)q, (void)k, (void)v, (void)a, (void)b, (void)W, (void)T;
+    (void)d_k, (void)d_v, (void)C, (void)stream;
+    return NO_CUDA(err);
+}
+ttt_status ttt_cuda_dplr_backward(float *gq, int add_q, float *gk, int add_k, float *gv,
+                                  int add_v, float *ga, int add_a, float *gb, int add_b,
+                                  float *glw, int add_lw, float *dS, float *St, float *U,
+                                  const float *dO, const float *q, const float *k,
+                                  const float *v, const float *a, const float *b,
+                                  const float *log_w, const float *W, const float *S0s, int T,
+                                  int d_k, int d_v, int C, void *stream, ttt_error *err) {
+    (void)gq, (void)add_q, (void)gk, (void)add_k, (void)gv, (void)add_v, (void)ga, (void)add_a;
+    (void)gb, (void)add_b, (void)glw, (void)add_lw, (void)dS, (void)St, (void)U, (void)dO;
+    (void)q, (void)k, (void)v, (void)a, (void)b, (void)log_w, (void)W, (void)S0s, (void)T;
+    (void)d_k, (void)d_v, (void)C, (void)stream;
+    return NO_CUDA(err);
+}
+
 #endif

@@ -1260,3 +1260,169 @@ ttt_tensor *ttt_dev_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const tt
     }
     return r;
 }
+
+/* ---- recurrences (docs/device_ops.md "Recurrences"): the device halves of the recorded ops of
+ * layers/diagonal/diagonal.h (the LRU, Mamba's selective scan) and layers/forms/delta_rule/
+ * dplr.h (the DPLR delta rule), each the same tape entry as its host twin's, its kernels in
+ * src/core/cuda/ops_recur.cu ---- */
+
+/* Inputs given twice would have one gradient written by two lanes at once: the mixers never do
+ * it, and the ops refuse it like a shape mismatch. */
+static int distinct(const ttt_tensor *const *in, int n) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (in[i] && in[i] == in[j]) return 0;
+    return 1;
+}
+#define DISTINCT(...)                                                                      \
+    distinct((const ttt_tensor *const[]){__VA_ARGS__},                                     \
+             (int)(sizeof((const ttt_tensor *const[]){__VA_ARGS__}) / sizeof(const ttt_tensor *)))
+
+/* in: ν, θ, U, h0; out H (T, 2n). */
+static void lru_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dH) {
+    const ttt_tensor *nu = e->in[0], *theta = e->in[1], *U = e->in[2], *h0 = e->in[3];
+    int an, at, au, ah;
+    float *gnu = ttt_grad_acc(ctx, nu, &an), *gth = ttt_grad_acc(ctx, theta, &at);
+    float *gU = ttt_grad_acc(ctx, U, &au), *gh0 = ttt_grad_acc(ctx, h0, &ah);
+    CK(ttt_cuda_lru_backward(gnu, an, gth, at, gU, au, gh0, ah, dH, e->out->data, U->data,
+                             h0 ? h0->data : NULL, nu->data, theta->data, TTT_ROWS(U),
+                             TTT_COLS(U) / 2, ST(ctx), E));
+}
+
+ttt_tensor *ttt_dev_lru(ttt_ctx *ctx, const ttt_tensor *nu, const ttt_tensor *theta,
+                        const ttt_tensor *U, const ttt_tensor *h0) {
+    SAME_DEVICE(ctx, "lru", nu, theta, U, h0);
+    const int T = TTT_ROWS(U), n = TTT_COLS(U) / 2;
+    DCHECK(U->ndim == 2 && TTT_COLS(U) == 2 * n && (int)nu->n == n && (int)theta->n == n &&
+               (!h0 || (int)h0->n == 2 * n),
+           "lru");
+    DCHECK(DISTINCT(nu, theta, U, h0), "lru (inputs must be distinct tensors)");
+    ttt_tensor *H = ttt_tensor_2d(ctx, T, 2 * n);
+    CK(ttt_cuda_lru(H->data, h0 ? h0->data : NULL, nu->data, theta->data, U->data, T, n, ST(ctx),
+                    E));
+    REC(ctx, "lru", lru_backward, H, nu, theta, U, h0);
+    return H;
+}
+
+/* in: x, Δ, A_log, B, C, D, h0; out y (T, d). The states are recomputed (the forward keeps
+ * none), as on the host. */
+static void selective_scan_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dy) {
+    const ttt_tensor *x = e->in[0], *delta = e->in[1], *A_log = e->in[2], *Bt = e->in[3];
+    const ttt_tensor *Ct = e->in[4], *Dt = e->in[5], *h0 = e->in[6];
+    const int T = TTT_ROWS(x), d = TTT_COLS(x), N = TTT_COLS(Bt);
+    int ax, adl, aal, ab, ac, ad, ah;
+    float *gx = ttt_grad_acc(ctx, x, &ax), *gdel = ttt_grad_acc(ctx, delta, &adl);
+    float *gAl = ttt_grad_acc(ctx, A_log, &aal), *gB = ttt_grad_acc(ctx, Bt, &ab);
+    float *gC = ttt_grad_acc(ctx, Ct, &ac), *gD = ttt_grad_acc(ctx, Dt, &ad);
+    float *gh0 = ttt_grad_acc(ctx, h0, &ah);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    const size_t tdn = (size_t)T * d * N;
+    float *Hs = dscratch(ctx, tdn * sizeof(float)), *Dl = dscratch(ctx, tdn * sizeof(float));
+    CK(ttt_cuda_selective_scan_backward(gx, ax, gdel, adl, gAl, aal, gB, ab, gC, ac, gh0, ah, Hs,
+                                        Dl, dy, h0 ? h0->data : NULL, x->data, delta->data,
+                                        A_log->data, Bt->data, Ct->data, Dt ? Dt->data : NULL, T,
+                                        d, N, ST(ctx), E));
+    if (gD) /* ∂D_i = Σ_t dy_t[i] x_t[i] */
+        CK(ttt_cuda_reduce(TTT_RED_ROWS, gD, ad, dy, x->data, (size_t)T, (size_t)d, 1.0, ST(ctx),
+                           E));
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_dev_selective_scan(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *delta,
+                                   const ttt_tensor *A_log, const ttt_tensor *B,
+                                   const ttt_tensor *C, const ttt_tensor *D,
+                                   const ttt_tensor *h0) {
+    SAME_DEVICE(ctx, "selective_scan", x, delta, A_log, B, C, D, h0);
+    const int T = TTT_ROWS(x), d = TTT_COLS(x), N = TTT_COLS(B);
+    DCHECK(x->ndim == 2 && ttt_tensor_same_shape(x, delta) && TTT_ROWS(A_log) == d &&
+               TTT_COLS(A_log) == N && A_log->n == (size_t)d * N && TTT_ROWS(B) == T &&
+               ttt_tensor_same_shape(B, C) && (!D || (int)D->n == d) &&
+               (!h0 || h0->n == (size_t)d * N),
+           "selective_scan");
+    DCHECK(DISTINCT(x, delta, A_log, B, C, D, h0),
+           "selective_scan (inputs must be distinct tensors)");
+    ttt_tensor *y = ttt_tensor_2d(ctx, T, d);
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *Hs = dscratch(ctx, (size_t)T * d * N * sizeof(float));
+    CK(ttt_cuda_selective_scan(y->data, Hs, h0 ? h0->data : NULL, x->data, delta->data,
+                               A_log->data, B->data, C->data, D ? D->data : NULL, T, d, N,
+                               ST(ctx), E));
+    ttt_arena_release(ctx->arena, mark); /* stream-ordered: after the kernels above */
+    REC(ctx, "selective_scan", selective_scan_backward, y, x, delta, A_log, B, C, D, h0);
+    return y;
+}
+
+/* What the DPLR backward keeps: the state at each chunk's start (device memory). */
+typedef struct dplr_dev_saved {
+    float *S; /* (nch, d_k, d_v) */
+    int T, d_k, d_v, C;
+} dplr_dev_saved;
+
+/* in: q, k, v, a, b, log_w, S0; out P (T + d_k, d_v) = [O; S_T]. */
+static void dplr_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dP) {
+    const ttt_tensor *q = e->in[0], *k = e->in[1], *v = e->in[2], *a = e->in[3], *b = e->in[4];
+    const ttt_tensor *lw = e->in[5], *S0 = e->in[6];
+    int aq, ak, av, aa, ab, al, as;
+    float *gq = ttt_grad_acc(ctx, q, &aq), *gk = ttt_grad_acc(ctx, k, &ak);
+    float *gv = ttt_grad_acc(ctx, v, &av), *ga = ttt_grad_acc(ctx, a, &aa);
+    float *gb = ttt_grad_acc(ctx, b, &ab), *glw = ttt_grad_acc(ctx, lw, &al);
+    float *gS0 = ttt_grad_acc(ctx, S0, &as);
+    const dplr_dev_saved *sv = e->aux;
+    const int T = sv->T, dk = sv->d_k, dv = sv->d_v, C = sv->C;
+    const size_t dkv = (size_t)dk * dv;
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *dS = dscratch(ctx, dkv * sizeof(float));
+    float *St = dscratch(ctx, (size_t)(C + 1) * dkv * sizeof(float));
+    float *U = dscratch(ctx, (size_t)C * dv * sizeof(float));
+    float *W = dscratch(ctx, (size_t)T * dk * sizeof(float));
+    const float *lwd = lw ? lw->data : NULL;
+    CK(ttt_cuda_copy2d(dS, dkv, 0, dP + (size_t)T * dv, dkv, 1, dkv, ST(ctx), E));
+    CK(ttt_cuda_dplr_gates(W, lwd, T, dk, C, ST(ctx), E));
+    CK(ttt_cuda_dplr_backward(gq, aq, gk, ak, gv, av, ga, aa, gb, ab, glw, al, dS, St, U, dP,
+                              q->data, k->data, v->data, a->data, b->data, lwd, W, sv->S, T, dk,
+                              dv, C, ST(ctx), E));
+    if (gS0) put_scaled(ctx, gS0, as, dS, 1.0f, dkv);
+    ttt_arena_release(ctx->arena, mark);
+}
+
+ttt_tensor *ttt_dev_dplr_recurrent(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
+                                   const ttt_tensor *b, const ttt_tensor *log_w,
+                                   const ttt_tensor *S0, int chunk) {
+    SAME_DEVICE(ctx, "dplr_recurrent", q, k, v, a, b, log_w, S0);
+    const int T = TTT_ROWS(k), dk = TTT_COLS(k), dv = TTT_COLS(v);
+    DCHECK(TTT_ROWS(q) == T && TTT_ROWS(v) == T && TTT_COLS(q) == dk && chunk >= 1 &&
+               TTT_ROWS(a) == T && TTT_COLS(a) == dk && TTT_ROWS(b) == T &&
+               TTT_COLS(b) == dk && (!log_w || (TTT_ROWS(log_w) == T && TTT_COLS(log_w) == dk)) &&
+               S0->n == (size_t)dk * dv && q->n == (size_t)T * dk && k->n == (size_t)T * dk &&
+               v->n == (size_t)T * dv && a->n == (size_t)T * dk && b->n == (size_t)T * dk,
+           "dplr_recurrent");
+    DCHECK(DISTINCT(q, k, v, a, b, log_w, S0), "dplr_recurrent (inputs must be distinct tensors)");
+    const size_t dkv = (size_t)dk * dv;
+    const int C = T > 0 ? (chunk < T ? chunk : T) : 1, nch = (T + C - 1) / C;
+    const int recording = ttt_recording(ctx) &&
+                    (q->requires_grad || k->requires_grad || v->requires_grad ||
+                     a->requires_grad || b->requires_grad || (log_w && log_w->requires_grad) ||
+                     S0->requires_grad);
+    /* P = [O; S]: the output rows, then the state's, so that both are row slices of one tensor
+     * that one tape entry writes */
+    ttt_tensor *P = ttt_tensor_2d(ctx, T + dk, dv);
+    float *saved = recording && nch ? dscratch(ctx, (size_t)nch * dkv * sizeof(float)) : NULL;
+    CK(ttt_cuda_copy2d(P->data + (size_t)T * dv, dkv, 0, S0->data, dkv, 1, dkv, ST(ctx), E));
+    ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    float *W = dscratch(ctx, (size_t)T * dk * sizeof(float));
+    CK(ttt_cuda_dplr_gates(W, log_w ? log_w->data : NULL, T, dk, C, ST(ctx), E));
+    CK(ttt_cuda_dplr(P->data, P->data + (size_t)T * dv, saved, q->data, k->data, v->data, a->data,
+                     b->data, W, T, dk, dv, C, ST(ctx), E));
+    ttt_arena_release(ctx->arena, mark);
+    if (recording) {
+        ttt_tape_entry *e = REC(ctx, "dplr_recurrent", dplr_backward, P, q, k, v, a, b, log_w, S0);
+        if (e) {
+            dplr_dev_saved *sv = ttt_tape_alloc(ctx, sizeof *sv);
+            *sv = (dplr_dev_saved){.S = saved, .T = T, .d_k = dk, .d_v = dv, .C = C};
+            e->aux = sv;
+        }
+    }
+    *S_out = ttt_slice_rows(ctx, P, T, T + dk);
+    return ttt_slice_rows(ctx, P, 0, T);
+}

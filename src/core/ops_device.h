@@ -97,4 +97,21 @@ ttt_tensor *ttt_dev_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base
 ttt_tensor *ttt_dev_attention_causal(ttt_ctx *ctx, const ttt_tensor *q, const ttt_tensor *k,
                                      const ttt_tensor *v, float scale);
 
+/* The recurrences (docs/device_ops.md "Recurrences"): the device halves of the recorded ops
+ * ttt_lru_op and ttt_selective_scan_op (layers/diagonal/diagonal.h) and ttt_dplr_recurrent_op
+ * (layers/forms/delta_rule/dplr.h), which call them when their inputs are on a device; the same
+ * arguments (h0, D, log_w may be NULL), the same tape entries, the same results up to roundings.
+ * Inputs must be distinct tensors. */
+ttt_tensor *ttt_dev_lru(ttt_ctx *ctx, const ttt_tensor *nu, const ttt_tensor *theta,
+                        const ttt_tensor *U, const ttt_tensor *h0);
+ttt_tensor *ttt_dev_selective_scan(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *delta,
+                                   const ttt_tensor *A_log, const ttt_tensor *B,
+                                   const ttt_tensor *C, const ttt_tensor *D,
+                                   const ttt_tensor *h0);
+/* O (T, d_v) and *S_out (d_k, d_v): two row slices of one recorded result [O; S_T]. */
+ttt_tensor *ttt_dev_dplr_recurrent(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_tensor *q,
+                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
+                                   const ttt_tensor *b, const ttt_tensor *log_w,
+                                   const ttt_tensor *S0, int chunk);
+
 #endif

@@ -260,8 +260,9 @@ ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model
     char why[512];
     const char *no = !mx ? "it is not a registered mixer"
                      : !mx->device_refuse
-                         ? "its block has steps without a device implementation (the softmax "
-                           "and ttt mixers run on a CUDA device)"
+                         ? "its block has steps without a device implementation (it names "
+                           "no device_refuse; docs/training.md lists the mixers that run on a "
+                           "CUDA device)"
                          : mx->device_refuse(mc, why, sizeof why);
     if (no)
         return ttt_error_set(err, TTT_ERR_UNSUPPORTED,

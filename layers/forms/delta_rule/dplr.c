@@ -25,6 +25,7 @@
 #include "autograd.h"
 #include "fault.h"
 #include "fused_grad.h"
+#include "ops_device.h"
 
 /* The retentions of one token's row of log w (NULL: all 1), dithered per row. */
 static void dplr_gates(float *w, double *drift, const float *lw, int d_k) {
@@ -267,6 +268,10 @@ ttt_tensor *ttt_dplr_recurrent_op(ttt_ctx *ctx, ttt_tensor **S_out, const ttt_te
                                   const ttt_tensor *k, const ttt_tensor *v, const ttt_tensor *a,
                                   const ttt_tensor *b, const ttt_tensor *log_w,
                                   const ttt_tensor *S0, int chunk) {
+    /* on a device: the recurrence's kernels (docs/device_ops.md "Recurrences") */
+    if (TTT_OPS_ON_DEVICE3(ctx, q, k, v) ||
+        (TTT_DEV_KIND_(a) | TTT_DEV_KIND_(b) | TTT_DEV_KIND_(log_w) | TTT_DEV_KIND_(S0)))
+        return ttt_dev_dplr_recurrent(ctx, S_out, q, k, v, a, b, log_w, S0, chunk);
     ttt_dplr_op op = ttt_dplr_op_begin(ctx, q, k, v, a, b, log_w, S0, chunk);
     const int T = op.T, d_k = op.d_k, d_v = op.d_v, C = op.C;
     const size_t dkv = (size_t)d_k * d_v;

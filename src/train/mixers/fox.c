@@ -84,8 +84,9 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
                                         T, H);
     ttt_tensor *ones = ttt_tensor_1d(ctx, T);
     ttt_tensor_fill(ones, 1.0f);
-    ttt_tensor **rows = ttt_arena_alloc(ctx->arena, (size_t)B * sizeof *rows);
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)H * sizeof *heads);
+    /* host arrays of headers, also when the tensors are on a device */
+    ttt_tensor **rows = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)B * sizeof *rows);
+    ttt_tensor **heads = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)H * sizeof *heads);
     TTT_ASSERT(rows && heads);
     const float scale = 1.0f / sqrtf((float)D);
     for (int b = 0; b < B; b++) {
@@ -112,6 +113,14 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     return TTT_OK; /* (B·T, H·D) */
 }
 
+/* Every op of the forward has a device implementation (docs/device_ops.md): the projections,
+ * the gate's softplus, the prefix sum, the outer products of the bias, the masked softmax and the
+ * products; the T × T scores of each head are stored on the device as on the host. */
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    (void)c, (void)buf, (void)len;
+    return NULL;
+}
+
 const ttt_mixer ttt_mixer_fox = {
     .name = "fox",
     .help = "Forgetting Transformer: softmax attention with a learned forget gate per head",
@@ -121,4 +130,5 @@ const ttt_mixer ttt_mixer_fox = {
     .add_params = add_params,
     .param_bound = param_bound,
     .forward = forward,
+    .device_refuse = device_refuse,
 };

@@ -101,6 +101,13 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     return TTT_OK;
 }
 
+/* Every step of the block has a device implementation (docs/device_ops.md): the projections,
+ * the recurrence ("Recurrences" there, one per sequence), the skip and the GELU. */
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    (void)c, (void)buf, (void)len;
+    return NULL;
+}
+
 const ttt_mixer ttt_mixer_lru = {
     .name = "lru",
     .help = "Linear Recurrent Unit: complex diagonal s_t = lambda s_{t-1} + gamma B x_t, "
@@ -111,4 +118,5 @@ const ttt_mixer ttt_mixer_lru = {
     .add_params = add_params,
     .param_bound = param_bound,
     .forward = forward,
+    .device_refuse = device_refuse,
 };

@@ -110,6 +110,14 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     return TTT_OK;
 }
 
+/* Every step of the block has a device implementation (docs/device_ops.md): the projections,
+ * the causal convolution, SiLU, softplus and the selective scan ("Recurrences" there, one per
+ * sequence). */
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    (void)c, (void)buf, (void)len;
+    return NULL;
+}
+
 const ttt_mixer ttt_mixer_mamba = {
     .name = "mamba",
     .help = "Mamba(1): selective scan h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t in Mamba's block "
@@ -120,4 +128,5 @@ const ttt_mixer ttt_mixer_mamba = {
     .add_params = add_params,
     .param_bound = param_bound,
     .forward = forward,
+    .device_refuse = device_refuse,
 };

@@ -18,8 +18,10 @@
 #include "mixer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "cuda_kernels.h"
 #include "dplr.h"
 #include "ops.h"
 
@@ -158,7 +160,9 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     /* the bonus's weights r ⊙ k̃ ⊙ ρ, summed per head below */
     ttt_tensor *rkr = ttt_mul(ctx, ttt_mul(ctx, r, kt), PW(R_K));
 #undef PW
-    ttt_tensor **heads = ttt_arena_alloc(ctx->arena, (size_t)B * H * sizeof *heads);
+    /* a host array of headers, also when the tensors are on a device */
+    ttt_tensor **heads =
+        ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)B * H * sizeof *heads);
     TTT_ASSERT(heads);
     ttt_tensor *S0 = ttt_tensor_2d(ctx, D, D);
     ttt_tensor_fill(S0, 0.0f);
@@ -183,6 +187,21 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
     return TTT_OK; /* (B·T, H·D) */
 }
 
+/* Every step of the block has a device implementation (docs/device_ops.md): the token shift
+ * (the causal convolution), the projections and maps, and the DPLR recurrence per (sequence,
+ * head), whose device op is "Recurrences" there; its backward holds a row of a head's width in
+ * shared memory, which bounds the head. */
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    if (c->head_dim > TTT_CUDA_DPLR_MAX_DV) {
+        snprintf(buf, len,
+                 "model.head_dim = %d: the DPLR recurrence's CUDA backward takes heads of at most "
+                 "%d columns",
+                 c->head_dim, TTT_CUDA_DPLR_MAX_DV);
+        return buf;
+    }
+    return NULL;
+}
+
 const ttt_mixer ttt_mixer_rwkv7 = {
     .name = "rwkv7",
     .help = "RWKV-7 time mixing: the generalized delta rule S_t = (Diag(w_t) - (kappa_t * "
@@ -193,4 +212,5 @@ const ttt_mixer ttt_mixer_rwkv7 = {
     .add_params = add_params,
     .param_bound = param_bound,
     .forward = forward,
+    .device_refuse = device_refuse,
 };
