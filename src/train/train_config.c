@@ -179,6 +179,18 @@ static ttt_status parse_devices(const ttt_cfg_node *map, ttt_train_config *c, in
     }
     c->device = c->devices[0];
     ttt_cfg_where(ds, c->device_where, sizeof c->device_where);
+    return TTT_OK;
+}
+
+/* The ranks of train.devices against the batch and this machine's GPUs. */
+static ttt_status check_devices(const ttt_cfg_node *map, const ttt_train_config *c,
+                                ttt_error *err) {
+    const ttt_cfg_node *ds = ttt_cfg_get(map, "devices");
+    if (c->n_devices > c->batch)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, ds,
+                             "train.devices: %d ranks but train.batch is %d: each rank takes at "
+                             "least one sequence of a batch",
+                             c->n_devices, c->batch);
     for (int i = 0; i < c->n_devices; i++) {
         ttt_error e = {0};
         if (ttt_device_usable(c->devices[i], &e) != TTT_OK)
@@ -227,7 +239,7 @@ static ttt_status parse_placement(const ttt_cfg_node *map, ttt_train_config *c, 
                              "GPU's mixed precision (bf16 products, fp32 master weights and "
                              "inner state) and the step on the host runs in float32: write "
                              "dtype: float32, or device: cuda on a GPU machine");
-    if (!ttt_device_is_host(c->device)) {
+    if (!ttt_device_is_host(c->device) && c->n_devices == 0) { /* else check_devices */
         ttt_error e = {0};
         if (ttt_device_usable(c->device, &e) != TTT_OK)
             return ttt_cfg_error(err, TTT_ERR_CONFIG, dev,
@@ -292,11 +304,7 @@ static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error 
     c->shards = (int)ttt_cfg_int(map, "shards");
     c->threads = (int)ttt_cfg_int(map, "threads");
     if (c->shards > c->batch) c->shards = c->batch; /* a shard holds at least one sequence */
-    if (c->n_devices > c->batch)
-        return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "devices"),
-                             "train.devices: %d ranks but train.batch is %d: each rank takes at "
-                             "least one sequence of a batch",
-                             c->n_devices, c->batch);
+    TTT_TRY(check_devices(map, c, err));
     ttt_adamw_config_default(&c->adamw);
     c->adamw.lr = ttt_cfg_float(map, "lr");
     c->adamw.beta1 = ttt_cfg_float(map, "beta1");

@@ -12,7 +12,7 @@
  * replica holds the gradient of the batch's loss, and every replica applies the same AdamW
  * update to the same weights: the replicas stay equal, bit for bit, without a broadcast.
  *
- * The sum (docs/scaling.md "The gradient sum"):
+ * The sum (docs/scaling.md "Several GPUs"):
  *   NCCL   when every rank has its own GPU: ncclAllReduce, whose result is the same bits on
  *          every rank; its order of addition depends on NCCL's algorithm and the number of
  *          ranks, so a run on W GPUs is one rounding path among others, held by the tests to the
