@@ -148,7 +148,10 @@ def fla_layer(fla_ops, cfg):
         # FLA's kernels take q, k, v and β in one dtype (its products would not compile for a
         # float32 q beside a bf16 v, as the twin's norms leave them under autocast) and the
         # log-gate in float32
-        dt = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else v.dtype
+        dt = v.dtype
+        if torch.is_autocast_enabled():
+            dt = (torch.get_autocast_dtype("cuda") if hasattr(torch, "get_autocast_dtype")
+                  else torch.get_autocast_gpu_dtype())
         q, k, v, beta = q.to(dt), k.to(dt), v.to(dt), beta.to(dt)
         la = None if la is None else la.float()
         if delta and la is not None:

@@ -35,6 +35,8 @@ def run(a, place, batch, out):
            "--quiet", "--set", "task.seq_len=[2048]", "--set", "task.pairs=64", "--set",
            "train.dtype=bfloat16", "--set", f"train.batch={batch}", "--set",
            f"task.repeats={a.repeats}", "--set", place]
+    if "devices" in place:  # the file says device: cpu; rank 0 is cuda:0
+        cmd += ["--set", "train.device=cuda"]
     r = subprocess.run(cmd, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"), capture_output=True,
                        text=True)
     if r.returncode != 0:
