@@ -239,6 +239,11 @@ static const op_case CASES[] = {
     {"lru(n=300)", K_LRU, SCAN, 0, 4, {1, 1, 2, 1}, {{300}, {300}, {3, 600}, {600}}, {D_NU, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
     {"selective_scan(d*N=320)", K_SSCAN, SCAN, 0, 7, {2, 2, 2, 2, 2, 1, 2}, {{4, 20}, {4, 20}, {20, 16}, {4, 16}, {4, 16}, {20}, {20, 16}}, {D_SYM, D_POS, D_SYM, D_SYM, D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
     {"dplr_recurrent(dv=34)", K_DPLR, SCAN, 0, 7, {2, 2, 2, 2, 2, 2, 2}, {{5, 2}, {5, 2}, {5, 34}, {5, 2}, {5, 2}, {5, 2}, {2, 34}}, {D_SYM, D_SYM, D_SYM, D_SMALL, D_SMALL, D_LOGW, D_SYM}, 2, 0, 0, 0, 0, {0}, 0},
+    /* sums over more rows and columns than one tile of the column-sum kernels (32 × 32,
+     * docs/device_ops.md "Sums over rows"), neither a multiple of 32: a bias's and a
+     * convolution's weight gradient */
+    {"sum_rows(70x45)", K_SUM_ROWS, RED, 0, 1, {2}, {{70, 45}}, {D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
+    {"conv1d_causal(T=40,C=37)", K_CONV1D, RED, 0, 3, {3, 2, 1}, {{2, 40, 37}, {4, 37}, {37}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 0, 0, 0, {0}, 0},
     {"layernorm_backward", K_LN_BACKWARD, RED, 0, 3, {2, 2, 1}, {{4, 8}, {4, 8}, {8}}, {D_SYM, D_SYM, D_SYM}, 0, 0, 1e-5f, 0, 0, {0}, 1},
 };
 #define N_CASES ((int)(sizeof CASES / sizeof CASES[0]))

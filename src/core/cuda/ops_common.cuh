@@ -55,6 +55,28 @@ __device__ inline float block_max(float v, float *sh) {
 
 __device__ inline void put(float *y, size_t i, float v, int add) { y[i] = add ? y[i] + v : v; }
 
+/* Sums down the columns of a tall matrix (docs/device_ops.md "Sums over rows"): a block of
+ * kColTile × kColTile threads owns kColTile adjacent columns, each of its kColTile rows of
+ * threads adds every kColTile-th row in double (a warp reads kColTile adjacent floats of a row:
+ * one coalesced load), and the block's rows of partial sums are added in a fixed tree. One
+ * thread per column walking every row, as before, left the GPU nearly idle on the few hundred
+ * columns of a bias or a gain and read memory one warp at a time. */
+constexpr int kColTile = 32;
+
+/* The block's column sums of its threads' partials s: returned to threadIdx.y == 0 (the other
+ * threads get 0). Every thread of the block must call it. */
+__device__ inline double col_tile_sum(double s, double (*sh)[kColTile + 1]) {
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int h = kColTile / 2; h > 0; h /= 2) {
+        if ((int)threadIdx.y < h) sh[threadIdx.y][threadIdx.x] += sh[threadIdx.y + h][threadIdx.x];
+        __syncthreads();
+    }
+    const double r = threadIdx.y == 0 ? sh[0][threadIdx.x] : 0.0;
+    __syncthreads(); /* sh is reused by the block's next tile */
+    return r;
+}
+
 } // namespace ttt_ops
 
 #endif

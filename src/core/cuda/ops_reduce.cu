@@ -16,15 +16,25 @@ constexpr int kRowThreads = 256;
 /* Blocks for one per row, at most 65535 (a grid-stride loop over rows covers the rest). */
 unsigned row_blocks(size_t rows) { return (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows); }
 
+/* y[j] (+)= scale · Σ_i x[i, j] (· x2[i, j]): a block per kColTile columns (col_tile_sum). */
 __global__ void reduce_rows_kernel(float *y, int add, const float *x, const float *x2,
                                    size_t rows, size_t cols, double scale) {
-    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < cols;
-         j += (size_t)gridDim.x * blockDim.x) {
+    __shared__ double sh[kColTile][kColTile + 1];
+    for (size_t j0 = (size_t)blockIdx.x * kColTile; j0 < cols; j0 += (size_t)gridDim.x * kColTile) {
+        const size_t j = j0 + threadIdx.x;
         double s = 0.0;
-        for (size_t i = 0; i < rows; i++)
-            s += x2 ? (double)x[i * cols + j] * x2[i * cols + j] : (double)x[i * cols + j];
-        put(y, j, (float)(s * scale), add);
+        if (j < cols)
+            for (size_t i = threadIdx.y; i < rows; i += kColTile)
+                s += x2 ? (double)x[i * cols + j] * x2[i * cols + j] : (double)x[i * cols + j];
+        s = col_tile_sum(s, sh);
+        if (threadIdx.y == 0 && j < cols) put(y, j, (float)(s * scale), add);
     }
+}
+
+/* Blocks of reduce_rows_kernel: one per tile of columns, at most 65535 (a loop covers more). */
+unsigned col_tiles(size_t cols) {
+    const size_t t = (cols + kColTile - 1) / kColTile;
+    return (unsigned)(t < 1 ? 1 : t > 65535 ? 65535 : t);
 }
 
 __global__ void reduce_cols_kernel(float *y, int add, const float *x, const float *x2,
@@ -261,7 +271,8 @@ extern "C" ttt_status ttt_cuda_reduce(int mode, float *y, int add, const float *
     cudaStream_t s = (cudaStream_t)stream;
     if (mode == TTT_RED_ROWS) {
         if (cols == 0) return TTT_OK;
-        reduce_rows_kernel<<<blocks_for(cols), kThreads, 0, s>>>(y, add, x, x2, rows, cols, scale);
+        reduce_rows_kernel<<<col_tiles(cols), dim3(kColTile, kColTile), 0, s>>>(y, add, x, x2,
+                                                                               rows, cols, scale);
         return launched("reduce_rows_kernel", rows * cols, err);
     }
     if (rows == 0) return TTT_OK;

@@ -112,17 +112,23 @@ __global__ void conv1d_dx_kernel(float *gx, int add, const float *dz, const floa
 }
 
 /* dw_{j,c} = Σ_{b,t ≥ j} dz_{b,t,c}·x_{b,t−j,c}: one thread per (j, c), in double. */
+/* gw[j, c] (+)= Σ_b Σ_{t ≥ j} dz[b, t, c] · x[b, t − j, c]: a sum over the B·T rows for each
+ * (tap, channel), as reduce_rows_kernel sums columns (ops_common.cuh col_tile_sum): block
+ * (blockIdx.x, blockIdx.y) owns channels kColTile·blockIdx.x … of tap blockIdx.y. */
 __global__ void conv1d_dw_kernel(float *gw, int add, const float *dz, const float *x, int B, int T,
                                  int C, int K) {
-    GRID_LOOP(idx, (size_t)K * C) {
-        const int j = (int)(idx / C), c = (int)(idx % C);
+    __shared__ double sh[kColTile][kColTile + 1];
+    const int j = (int)blockIdx.y;
+    for (int c0 = (int)blockIdx.x * kColTile; c0 < C; c0 += (int)gridDim.x * kColTile) {
+        const int c = c0 + (int)threadIdx.x;
         double s = 0.0;
-        for (int b = 0; b < B; b++)
-            for (int t = j; t < T; t++) {
-                const size_t r = (size_t)b * T;
-                s += (double)dz[(r + t) * C + c] * x[(r + t - j) * C + c];
+        if (c < C)
+            for (size_t r = threadIdx.y; r < (size_t)B * T; r += kColTile) {
+                const int t = (int)(r % (size_t)T);
+                if (t >= j) s += (double)dz[r * C + c] * x[(r - j) * C + c];
             }
-        put(gw, idx, (float)s, add);
+        s = col_tile_sum(s, sh);
+        if (threadIdx.y == 0 && c < C) put(gw, (size_t)j * C + c, (float)s, add);
     }
 }
 
@@ -236,8 +242,9 @@ extern "C" ttt_status ttt_cuda_conv1d_backward(float *gx, int add_x, float *gw, 
         TTT_TRY(launched("conv1d_dx_kernel", total, err));
     }
     if (gw && K > 0 && C > 0) {
-        conv1d_dw_kernel<<<blocks_for((size_t)K * C), kThreads, 0, s>>>(gw, add_w, dz, x, B, T, C,
-                                                                        K);
+        const int tiles = (C + kColTile - 1) / kColTile;
+        conv1d_dw_kernel<<<dim3(tiles < 65535 ? tiles : 65535, K), dim3(kColTile, kColTile), 0,
+                           s>>>(gw, add_w, dz, x, B, T, C, K);
         TTT_TRY(launched("conv1d_dw_kernel", (size_t)K * C, err));
     }
     return TTT_OK;
