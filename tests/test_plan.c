@@ -1,8 +1,8 @@
 /* The plan pass (src/app/plan.h): a sweep becomes typed points carrying the values the YAML
  * gives, in sweep order; the configuration hash ignores exactly the keys that do not change
- * results; every registered task plans and runs its own tiny experiment into a run folder; a
- * plan does not depend on the tree it was built from (changed, then freed, before the run); and
- * the pass writes nothing into that tree. */
+ * results; every registered task plans and runs its own tiny experiment into a run folder and
+ * writes its whole `task:` section from its struct; a plan does not depend on the tree it was
+ * built from (changed, then freed, before the run); and the pass writes nothing into that tree. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
