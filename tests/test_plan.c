@@ -1,8 +1,8 @@
 /* The plan pass (src/app/plan.h): a sweep becomes typed points carrying the values the YAML
  * gives, in sweep order; the configuration hash ignores exactly the keys that do not change
- * results; every registered task plans and runs its own tiny experiment into a run folder; a
- * plan does not depend on the tree it was built from (changed, then freed, before the run); and
- * the pass writes nothing into that tree. */
+ * results; every registered task plans and runs its own tiny experiment into a run folder and
+ * writes its whole `task:` section from its struct; a plan does not depend on the tree it was
+ * built from (changed, then freed, before the run); and the pass writes nothing into that tree. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -315,6 +315,102 @@ START_TEST(plan_errors_are_located) {
 }
 END_TEST
 
+/* Every task writes its whole `task:` section from its struct (ttt_task.section): the
+ * resolved configuration of its tiny experiment holds every option of its table, and planning
+ * that configuration again gives the same text (what a task writes back reads back as what it
+ * read). */
+START_TEST(every_task_writes_its_section) {
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(g_dir), 0); /* tiny experiments find `tiny.txt` here */
+    ck_assert_int_eq(tu_write_file("tiny.txt", "The quick brown fox jumps over the lazy dog. "
+                                               "The quick brown fox jumps over the lazy dog. "
+                                               "The quick brown fox jumps over the lazy dog. "
+                                               "The quick brown fox jumps over the lazy dog. "
+                                               "The quick brown fox jumps over the lazy dog. "),
+                     0);
+    for (int i = 0; i < ttt_task_count(); i++) {
+        const ttt_task *t = ttt_task_at(i);
+        ck_assert_msg(t->section != NULL, "task %s writes no section", t->name);
+        ttt_error err = {0};
+        ttt_experiment *e = NULL;
+        ck_assert_msg(ttt_experiment_load_string(t->tiny, "tiny.yaml", NULL, 0, &e, &err) ==
+                          TTT_OK,
+                      "%s: %s", t->name, err.msg);
+        ttt_cfg_node *res = NULL;
+        ck_assert_msg(ttt_cfg_load_string(e->plan->resolved_yaml, "r.yaml", &res, &err) ==
+                          TTT_OK,
+                      "%s: %s", t->name, err.msg);
+        const ttt_cfg_node *task = ttt_cfg_get(res, "task");
+        for (const ttt_option *o = t->options; o->name; o++)
+            ck_assert_msg(ttt_cfg_get(task, o->name), "%s: task.%s missing", t->name, o->name);
+        ttt_experiment *again = NULL;
+        ck_assert_msg(ttt_experiment_load_string(e->plan->resolved_yaml, "tiny.yaml", NULL, 0,
+                                                 &again, &err) == TTT_OK,
+                      "%s: %s", t->name, err.msg);
+        ck_assert_str_eq(again->plan->resolved_yaml, e->plan->resolved_yaml);
+        ttt_experiment_free(again);
+        ttt_cfg_free(res);
+        ttt_experiment_free(e);
+    }
+    ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
+/* ttt_task_section: the keys given stay as written and first; each option left out is written
+ * from the value the task holds, in the table's order (a default in the table's spelling, at the
+ * precision held; another value in the shortest text that reads back the same), and one without
+ * a value is refused by name. */
+START_TEST(task_section_is_written_from_values) {
+    static const ttt_option opts[] = {
+        {"count", TTT_OPT_INT, "4", 1, 100, NULL, "h"},
+        {"x", TTT_OPT_FLOAT, "0.0", 0, 1, NULL, "h"},
+        {"f", TTT_OPT_FLOAT, "1e-3", 0, 1, NULL, "h"},
+        {"s", TTT_OPT_STRING, "", TTT_NO_RANGE, NULL, "h"},
+        {"c", TTT_OPT_CHOICE, "a", TTT_NO_RANGE, "a|b", "h"},
+        {"l", TTT_OPT_INT_LIST, "[1, 2]", 1, 100, NULL, "h"},
+        {"b", TTT_OPT_BOOL, "false", TTT_NO_RANGE, NULL, "h"},
+        TTT_OPTION_END,
+    };
+    ttt_error err = {0};
+    ttt_cfg_node *given = NULL;
+    ck_assert_int_eq(ttt_cfg_load_string("{l: [7], kind: t, count: 0x10}", "g.yaml", &given, &err),
+                     TTT_OK);
+    const long list[] = {3, 5};
+    ttt_task_value v[] = {
+        {.key = "count", .number = 16}, {.key = "x", .number = 0.0f, .single = 1},
+        {.key = "f", .number = 0.001}, {.key = "s", .text = NULL},
+        {.key = "c", .text = "b"}, {.key = "l", .list = list, .n = 2},
+        {.key = "b", .number = 1},
+    };
+    ttt_cfg_node *out = NULL;
+    ck_assert_msg(ttt_task_section(opts, given, v, 7, &out, &err) == TTT_OK, "%s", err.msg);
+    char *flow = ttt_cfg_to_flow(out);
+    ck_assert_str_eq(flow, "{l: [7], kind: t, count: 0x10, x: 0.0, f: 1e-3, s: null, c: b, "
+                           "b: true}");
+    free(flow);
+    ttt_cfg_free(out);
+    /* values other than the defaults: written from the value, not the table */
+    ttt_cfg_node *bare = NULL;
+    ck_assert_int_eq(ttt_cfg_load_string("{kind: t}", "g.yaml", &bare, &err), TTT_OK);
+    v[1].number = 0.1f;
+    v[2].number = 0.25;
+    v[3].text = "a b";
+    ck_assert_msg(ttt_task_section(opts, bare, v, 7, &out, &err) == TTT_OK, "%s", err.msg);
+    flow = ttt_cfg_to_flow(out);
+    ck_assert_str_eq(flow, "{kind: t, count: 16, x: 0.1, f: 0.25, s: a b, c: b, l: [3, 5], "
+                           "b: true}");
+    free(flow);
+    ttt_cfg_free(out);
+    /* an option the task gives no value of */
+    ck_assert_int_eq(ttt_task_section(opts, bare, v, 6, &out, &err), TTT_ERR_ARG);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(err.msg, "task.b"), "%s", err.msg);
+    ttt_cfg_free(bare);
+    ttt_cfg_free(given);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("plan");
     TCase *c = tcase_create("plan");
@@ -326,6 +422,8 @@ static Suite *suite(void) {
     tcase_add_test(c, plan_does_not_depend_on_its_tree);
     tcase_add_test(c, plan_errors_are_located);
     tcase_add_test(c, plan_only_reads_its_document);
+    tcase_add_test(c, every_task_writes_its_section);
+    tcase_add_test(c, task_section_is_written_from_values);
     suite_add_tcase(s, c);
     return s;
 }

@@ -188,25 +188,24 @@ static ttt_status check_input_file(const ttt_cfg_node *n, const char *what, ttt_
     return TTT_OK;
 }
 
-/* Validate one point's tree against the registries (the top level and the task section,
- * completed with their defaults), then let its task read it into pt->cfg. From the task's parse
- * on, the point is only read: *resolved, the point's resolved configuration, starts as a copy of
- * it, and the sections the task reads through their owners (layer, model, train) are replaced
- * there by their renderings (docs/design.md "The plan pass"). */
-static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char *stem,
-                             ttt_cfg_node **resolved, ttt_error *err) {
+/* The top level of a point as the plan reads it (ttt_experiment_options) besides what
+ * ttt_plan_point keeps: what config.resolved.yaml is written from. */
+typedef struct plan_top {
+    const char *description; /* "" when not given */
+    long seeds;
+} plan_top;
+
+/* Validate one point against the registries and let its task read it into pt->cfg. `root` is
+ * the plan's own copy of the point, which the checks complete with the defaults (the top level
+ * and the task section) and the task then only reads; the sections the task reads through their
+ * owners (layer, model, train) are rendered by them into `sections` (docs/design.md "The plan
+ * pass"). */
+static ttt_status read_point(ttt_plan_point *pt, ttt_cfg_node *root, const char *stem,
+                             ttt_cfg_node *sections, plan_top *top, ttt_error *err) {
     ttt_cfg_map_remove(root, "resolved");
     if (!ttt_cfg_get(root, "name")) ttt_cfg_map_set(root, "name", ttt_cfg_new_scalar(stem, root));
     TTT_TRY(ttt_cfg_check_map(root, "", ttt_experiment_options, top_extra, err));
     TTT_TRY(check_name(root, err));
-    const ttt_cfg_node *out = ttt_cfg_get(root, "output");
-    if (!out->scalar || !out->scalar[0]) {
-        char buf[512];
-        snprintf(buf, sizeof buf, "runs/%s", ttt_cfg_str(root, "name"));
-        ttt_cfg_map_set(root, "output", ttt_cfg_new_scalar(buf, root));
-        if (!ttt_cfg_get(root, "output")->scalar)
-            return ttt_cfg_out_of_memory(err, "the output folder");
-    }
     ttt_cfg_node *task = (ttt_cfg_node *)ttt_cfg_get(root, "task");
     const ttt_cfg_node *kind = ttt_cfg_get(task, "kind");
     if (!kind)
@@ -222,9 +221,8 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     if (!(pt->cfg = ttt_fault_calloc(1, t->cfg_size ? t->cfg_size : 1)))
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
     ttt_size_estimate_reset();
-    if (!(*resolved = ttt_cfg_clone(root))) return ttt_cfg_out_of_memory(err, "the plan");
-    if (t->parse) TTT_TRY(t->parse(pt->cfg, root, *resolved, err));
-    const ttt_cfg_node *train = ttt_cfg_get(*resolved, "train");
+    if (t->parse) TTT_TRY(t->parse(pt->cfg, root, sections, err));
+    const ttt_cfg_node *train = ttt_cfg_get(sections, "train");
     if (t->model && train)
         TTT_TRY(check_input_file(ttt_cfg_get(train, "init_from"), "train.init_from", err));
     /* Each piece was checked alone; together they must fit too (data sets and a training step
@@ -236,19 +234,120 @@ static ttt_status plan_point(ttt_plan_point *pt, ttt_cfg_node *root, const char 
     if (ms != TTT_OK) return ttt_cfg_error(err, ms, task, "%s", err->msg);
     pt->seed = (uint64_t)ttt_cfg_int(root, "seed");
     pt->cost = t->work ? (double)t->work(pt->cfg) : 1.0;
-    const ttt_cfg_node *dp = ttt_cfg_get(*resolved, "train");
-    dp = dp ? ttt_cfg_get(dp, "data_parallel") : NULL;
+    /* a task that reads no `train:` still takes train.data_parallel as given */
+    const ttt_cfg_node *dp = ttt_cfg_get(train ? train : ttt_cfg_get(root, "train"),
+                                         "data_parallel");
     pt->parallel = TTT_PARALLEL_AUTO;
     if (dp && dp->kind == TTT_CFG_SCALAR && dp->scalar) {
         if (strcmp(dp->scalar, "true") == 0) pt->parallel = TTT_PARALLEL_DATA;
         if (strcmp(dp->scalar, "false") == 0) pt->parallel = TTT_PARALLEL_POINTS;
     }
+    const char *out = ttt_cfg_str(root, "output");
+    char buf[512];
+    if (!out || !out[0]) {
+        snprintf(buf, sizeof buf, "runs/%s", ttt_cfg_str(root, "name"));
+        out = buf;
+    }
     pt->name = ttt_fault_strdup(ttt_cfg_str(root, "name"));
-    pt->output = ttt_fault_strdup(ttt_cfg_str(root, "output"));
+    pt->output = ttt_fault_strdup(out);
     if (!pt->name || !pt->output)
         return ttt_error_set(err, TTT_ERR_NOMEM, "out of memory for the plan");
-    ttt_plan_config_hash(*resolved, pt->config_hash);
+    const char *desc = ttt_cfg_str(root, "description");
+    top->description = desc ? desc : "";
+    top->seeds = ttt_cfg_int(root, "seeds");
     return TTT_OK;
+}
+
+/* The value of top-level key `key` in the point's configuration as config.resolved.yaml shows
+ * it, into *out, written by the code that read it: the task's section by the task
+ * (ttt_task.section), the sections it read through their owners as they rendered them, the
+ * plan's own keys from the values in pt and top. A key the point gave keeps the text it was
+ * written with (as checked: `train:` left empty is {}); `output:` given empty is the folder the
+ * run uses. `charts:` and `results:`, which the plan reads from the document (plan_columns.c),
+ * show as given. *out NULL (counted) when memory runs out. */
+static ttt_status top_value(const ttt_plan_point *pt, const plan_top *top, const char *key,
+                            const ttt_cfg_node *given, const ttt_cfg_node *root,
+                            const ttt_cfg_node *sections, ttt_cfg_node **out, ttt_error *err) {
+    const ttt_cfg_node *g = ttt_cfg_get(given, key), *checked = ttt_cfg_get(root, key);
+    char buf[32];
+    *out = NULL;
+    if (strcmp(key, "task") == 0) {
+        /* the keys the section gave, in their order, as checked */
+        ttt_cfg_node *sec = ttt_cfg_new_map(checked);
+        for (int i = 0; sec && g && g->kind == TTT_CFG_MAP && i < g->n; i++)
+            ttt_cfg_map_set(sec, g->keys[i], ttt_cfg_clone(ttt_cfg_get(checked, g->keys[i])));
+        ttt_status s = sec ? pt->task->section(pt->cfg, sec, out, err) : TTT_OK;
+        ttt_cfg_free(sec);
+        return s;
+    }
+    const ttt_cfg_node *rendered = ttt_cfg_get(sections, key);
+    if (rendered)
+        *out = ttt_cfg_clone(rendered);
+    else if (strcmp(key, "output") == 0 && !(checked && checked->scalar && checked->scalar[0]))
+        *out = ttt_cfg_new_scalar(pt->output, root);
+    else if (g)
+        *out = ttt_cfg_clone(checked);
+    else if (strcmp(key, "name") == 0)
+        *out = ttt_cfg_new_scalar(pt->name, root);
+    else if (strcmp(key, "description") == 0)
+        *out = ttt_cfg_new_scalar(top->description[0] ? top->description : NULL, root);
+    else if (strcmp(key, "seed") == 0) {
+        snprintf(buf, sizeof buf, "%llu", (unsigned long long)pt->seed);
+        *out = ttt_cfg_new_scalar(buf, root);
+    } else if (strcmp(key, "seeds") == 0) {
+        snprintf(buf, sizeof buf, "%ld", top->seeds);
+        *out = ttt_cfg_new_scalar(buf, root);
+    } else /* a mapping section nobody read and the point left out: nothing asked of it */
+        *out = ttt_cfg_new_map(root);
+    return TTT_OK;
+}
+
+/* A point's configuration as config.resolved.yaml shows it, written from what read_point read:
+ * the top-level keys in the order the point gave them, then those it left out in the order of
+ * ttt_experiment_options (the name first). A value the point left out is written from the value
+ * its reader holds, never taken from the defaults the checks filled into the checked copy. */
+static ttt_status write_point(const ttt_plan_point *pt, const plan_top *top,
+                              const ttt_cfg_node *given, const ttt_cfg_node *root,
+                              const ttt_cfg_node *sections, ttt_cfg_node **out, ttt_error *err) {
+    const unsigned long oom_mark = ttt_cfg_alloc_failures();
+    ttt_cfg_node *r = ttt_cfg_new_map(root);
+    ttt_status s = TTT_OK;
+    for (int i = 0; r && s == TTT_OK && i < given->n; i++) {
+        ttt_cfg_node *v = NULL;
+        if (strcmp(given->keys[i], "resolved") == 0) continue;
+        s = top_value(pt, top, given->keys[i], given, root, sections, &v, err);
+        if (s == TTT_OK) ttt_cfg_map_set(r, given->keys[i], v);
+    }
+    for (const ttt_option *o = ttt_experiment_options; r && s == TTT_OK && o->name; o++) {
+        ttt_cfg_node *v = NULL;
+        if (ttt_cfg_get(given, o->name)) continue;
+        s = top_value(pt, top, o->name, given, root, sections, &v, err);
+        if (s == TTT_OK) ttt_cfg_map_set(r, o->name, v);
+    }
+    if (s == TTT_OK && (!r || ttt_cfg_alloc_failures() != oom_mark))
+        s = ttt_cfg_out_of_memory(err, "the resolved configuration");
+    if (s != TTT_OK) {
+        ttt_cfg_free(r);
+        return s;
+    }
+    *out = r;
+    return TTT_OK;
+}
+
+/* One point of the plan: `given` (the sweep's point) is only read; read_point checks a copy of
+ * it, and *resolved, the point's configuration for config.resolved.yaml, is written from what
+ * was read (write_point). */
+static ttt_status plan_point(ttt_plan_point *pt, const ttt_cfg_node *given, const char *stem,
+                             ttt_cfg_node **resolved, ttt_error *err) {
+    ttt_cfg_node *root = ttt_cfg_clone(given), *sections = ttt_cfg_new_map(given);
+    plan_top top = {0};
+    ttt_status s = root && sections ? TTT_OK : ttt_cfg_out_of_memory(err, "the plan");
+    if (s == TTT_OK) s = read_point(pt, root, stem, sections, &top, err);
+    if (s == TTT_OK) s = write_point(pt, &top, given, root, sections, resolved, err);
+    if (s == TTT_OK) ttt_plan_config_hash(*resolved, pt->config_hash);
+    ttt_cfg_free(root);
+    ttt_cfg_free(sections);
+    return s;
 }
 
 /* config.resolved.yaml: without a sweep, the one point with every default; with a sweep, the

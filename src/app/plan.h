@@ -1,9 +1,11 @@
 /* The plan of an experiment: every configuration point read once into typed C values.
  *
  *   YAML text → tree (file:line:col on every node) → --set overrides → ONE pass (this file):
- *     sweep expansion → each point validated against the registries, defaults filled in →
- *     each task's `parse` reads its point into the task's own struct → the text of
- *     config.resolved.yaml and each point's configuration hash → the trees are freed.
+ *     sweep expansion → each point validated against the registries (on the plan's copy of it,
+ *     which the checks complete with the defaults) → each task's `parse` reads its point into
+ *     the task's own struct → each point's configuration written from what was read, every
+ *     section by the code that read it → the text of config.resolved.yaml and each point's
+ *     configuration hash → the trees are freed.
  *   The plan → ttt_plan_run → each point's task runs from its struct.
  *
  * Nothing below the plan sees a ttt_cfg_node: a plan holds no pointer into any tree, so the tree

@@ -5,8 +5,9 @@
  * `--set a.b.c=value` carry the pseudo-location "--set a.b.c=value" instead (line 0).
  *
  * Components describe their options with ttt_option tables (a schema); ttt_cfg_check_map
- * validates a mapping against a table and fills in every default, so the resolved tree written
- * to the run folder shows every value a run used. */
+ * validates a mapping against a table and fills in every default, so that the component reading
+ * it finds every value. The resolved configuration a run folder holds is written by the owners
+ * of its sections from the values they read (docs/design.md "The plan pass"). */
 #ifndef TTT_CONFIG_H
 #define TTT_CONFIG_H
 

@@ -81,7 +81,7 @@ double ttt_bench_cpu_now(void);
 int ttt_bench_machine_threads(void);
 
 ttt_status ttt_bench_train_step_check(ttt_bench_cfg *bc, const ttt_cfg_node *root,
-                                      ttt_cfg_node *resolved, ttt_error *err);
+                                      ttt_cfg_node *sections, ttt_error *err);
 
 typedef struct ttt_bench_train_feed {
     ttt_token_set set; /* (n_batches·B, L) */

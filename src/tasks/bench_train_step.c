@@ -61,7 +61,7 @@ static ttt_seq_model_io train_io(const ttt_bench_cfg *bc) {
 }
 
 ttt_status ttt_bench_train_step_check(ttt_bench_cfg *bc, const ttt_cfg_node *root,
-                                      ttt_cfg_node *resolved, ttt_error *err) {
+                                      ttt_cfg_node *sections, ttt_error *err) {
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     for (int i = 0; i < bc->seq_len.n; i++) {
         ttt_mqar_config c;
@@ -77,7 +77,7 @@ ttt_status ttt_bench_train_step_check(ttt_bench_cfg *bc, const ttt_cfg_node *roo
     /* the model, layer and train sections as a trained task checks them (and the memory a
      * step needs) */
     const ttt_seq_model_io io = train_io(bc);
-    return ttt_trained_parse(&bc->trained, root, resolved, &io, err);
+    return ttt_trained_parse(&bc->trained, root, sections, &io, err);
 }
 
 /* The data of the timed steps: TRAIN_BATCHES batches of B sequences drawn from the seed before

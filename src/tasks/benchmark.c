@@ -190,7 +190,7 @@ static ttt_status read_list(ttt_bench_list *l, const ttt_cfg_node *task, const c
     return ttt_task_read_ints(task, key, &l->v, &l->n, err);
 }
 
-static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                                   ttt_error *err) {
     ttt_bench_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -215,7 +215,7 @@ static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_n
     c->dump = ttt_cfg_bool(task, "dump");
     c->dump_steps = (int)ttt_cfg_int(task, "dump_steps");
     if (c->train_step) {
-        TTT_TRY(ttt_bench_train_step_check(c, root, resolved, err));
+        TTT_TRY(ttt_bench_train_step_check(c, root, sections, err));
         for (int i = 0; i < c->seq_len.n && c->dump_steps > 0; i++) {
             /* dump_steps' batches: token ids and labels, and their float copies in the file */
             const double bytes = 16.0 * c->dump_steps * c->trained.train.batch * c->seq_len.v[i];
@@ -228,9 +228,9 @@ static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_n
         }
         /* the values `dump` records, as resolved (the sections the parse rendered) */
         ttt_bench_strlist meta = {0};
-        ttt_bench_meta_from_map(&meta, "model.", ttt_cfg_get(resolved, "model"), 0);
-        ttt_bench_meta_from_map(&meta, "layer.", ttt_cfg_get(resolved, "layer"), 0);
-        ttt_bench_meta_from_map(&meta, "train.", ttt_cfg_get(resolved, "train"), 0);
+        ttt_bench_meta_from_map(&meta, "model.", ttt_cfg_get(sections, "model"), 0);
+        ttt_bench_meta_from_map(&meta, "layer.", ttt_cfg_get(sections, "layer"), 0);
+        ttt_bench_meta_from_map(&meta, "train.", ttt_cfg_get(sections, "train"), 0);
         c->meta = meta.s;
         c->n_meta = meta.n;
         if (meta.oom) return ttt_error_set(err, TTT_ERR_NOMEM, "benchmark: out of memory");
@@ -246,7 +246,7 @@ static ttt_status benchmark_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_n
         ttt_cfg_node *layer_r = NULL;
         TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), d, d, 0, &c->layers[i],
                                         i == 0 ? &layer_r : NULL, err));
-        if (i == 0) ttt_cfg_map_set(resolved, "layer", layer_r);
+        if (i == 0) ttt_cfg_map_set(sections, "layer", layer_r);
     }
     /* The largest measurement's inputs (bench_data_make: q, k, v, o, η and the gates per head)
      * and one forward's state and scratch, checked here so that `ttt check` refuses what the run
@@ -350,6 +350,33 @@ static const ttt_trained_cfg *benchmark_trained(const void *cfg) {
     return bc->train_step ? &bc->trained : NULL;
 }
 
+/* The `task:` section from what benchmark_parse read. */
+static ttt_status benchmark_section(const void *cfg, const ttt_cfg_node *given,
+                                    ttt_cfg_node **out, ttt_error *err) {
+    const ttt_bench_cfg *c = cfg;
+    static const char *const gates[] = {"auto", "none", "scalar", "vector"};
+    const ttt_task_value v[] = {
+        {.key = "measure",
+         .text = c->train_step ? "train_step" : c->selective ? "selective_scan" : "forward"},
+        {.key = "state_size", .number = c->state_size},
+        {.key = "scan_block", .number = c->scan_block},
+        {.key = "tokens", .list = c->tokens.v, .n = c->tokens.n},
+        {.key = "head_dims", .list = c->head_dims.v, .n = c->head_dims.n},
+        {.key = "heads", .list = c->heads.v, .n = c->heads.n},
+        {.key = "threads", .list = c->threads.v, .n = c->threads.n},
+        {.key = "gates", .text = gates[c->gates + 1]},
+        {.key = "split", .text = c->split_sequence ? "sequence" : "heads"},
+        {.key = "repeats", .number = c->repeats},
+        {.key = "seq_len", .list = c->seq_len.v, .n = c->seq_len.n},
+        {.key = "vocab", .number = c->vocab},
+        {.key = "pairs", .number = c->pairs},
+        {.key = "dump", .number = c->dump},
+        {.key = "dump_steps", .number = c->dump_steps},
+    };
+    return ttt_task_section(benchmark_options, given, v, (int)(sizeof v / sizeof *v), out,
+                            err);
+}
+
 const ttt_task ttt_task_benchmark = {
     .name = "benchmark",
     .help = "forward throughput per T, head size, heads and threads: tokens/s, GFLOP/s, fraction "
@@ -362,6 +389,7 @@ const ttt_task ttt_task_benchmark = {
     .options = benchmark_options,
     .cfg_size = sizeof(ttt_bench_cfg),
     .parse = benchmark_parse,
+    .section = benchmark_section,
     .cfg_free = benchmark_cfg_free,
     .work = benchmark_work,
     .run = ttt_benchmark_run,

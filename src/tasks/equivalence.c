@@ -51,7 +51,7 @@ static const char *gates_name(const char *g) {
     return strcmp(g, "vector") == 0 ? "vector" : strcmp(g, "scalar") == 0 ? "scalar" : "none";
 }
 
-static ttt_status equivalence_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status equivalence_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                                     ttt_error *err) {
     equivalence_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -66,7 +66,7 @@ static ttt_status equivalence_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg
     ttt_cfg_node *layer_r = NULL;
     TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), c->dk, c->dv, 0, &L, &layer_r,
                                     err));
-    ttt_cfg_map_set(resolved, "layer", layer_r);
+    ttt_cfg_map_set(sections, "layer", layer_r);
     c->L = L;
     static const char *const keys[] = {"reference", "candidate"};
     const char **forms = c->forms;
@@ -270,12 +270,32 @@ static const char *const equivalence_columns[] = {
     "layer", "gates", "reference", "candidate", "T", "max_abs_err", "rel_rms_err",
     "state_max_abs_err", "ref_seconds", "cand_seconds", "speedup", NULL};
 
+/* The `task:` section from what equivalence_parse read. */
+static ttt_status equivalence_section(const void *cfg, const ttt_cfg_node *given,
+                                      ttt_cfg_node **out, ttt_error *err) {
+    const equivalence_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "reference", .text = c->forms[0]},
+        {.key = "candidate", .text = c->forms[1]},
+        {.key = "tokens", .number = c->T},
+        {.key = "key_dim", .number = c->dk},
+        {.key = "value_dim", .number = c->dv},
+        {.key = "heads", .number = c->H},
+        {.key = "gates", .text = c->gates},
+        {.key = "eta", .text = c->eta_random ? "random" : "one"},
+        {.key = "repeats", .number = c->repeats},
+    };
+    return ttt_task_section(equivalence_options, given, v, (int)(sizeof v / sizeof *v), out,
+                            err);
+}
+
 const ttt_task ttt_task_equivalence = {
     .name = "equivalence",
     .help = "run two computation forms of a layer side by side: max error and time",
     .options = equivalence_options,
     .cfg_size = sizeof(equivalence_cfg),
     .parse = equivalence_parse,
+    .section = equivalence_section,
     .work = equivalence_work,
     .run = equivalence_run,
     .columns = equivalence_columns,

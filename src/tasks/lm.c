@@ -74,7 +74,7 @@ static ttt_status path_error(const lm_cfg *c, ttt_status s, ttt_error *err) {
     return ttt_error_set(err, s, "%s: %s", c->path_where, full);
 }
 
-static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                            ttt_error *err) {
     lm_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -129,7 +129,7 @@ static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *re
     ttt_status s = ttt_tokens_check(&src, err);
     if (s != TTT_OK) return path_error(c, s, err);
     ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L};
-    return ttt_trained_parse(&c->trained, root, resolved, &io, err);
+    return ttt_trained_parse(&c->trained, root, sections, &io, err);
 }
 
 static long lm_work(const void *cfg) { return ((const lm_cfg *)cfg)->trained.train.steps; }
@@ -320,6 +320,24 @@ static const ttt_trained_cfg *lm_trained(const void *cfg) {
     return &((const lm_cfg *)cfg)->trained;
 }
 
+/* The `task:` section from what lm_parse read. `vocab` is the option's value: 0 for text, whose
+ * vocabulary (256) the parse fills in. */
+static ttt_status lm_section(const void *cfg, const ttt_cfg_node *given, ttt_cfg_node **out,
+                             ttt_error *err) {
+    const lm_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "path", .text = c->path},
+        {.key = "format", .text = c->width == 2 ? "uint16" : c->width == 4 ? "uint32" : "text"},
+        {.key = "vocab", .number = c->width == 1 ? 0 : c->vocab},
+        {.key = "val_path", .text = c->val_path},
+        {.key = "seq_len", .number = c->seq_len},
+        {.key = "val_fraction", .number = c->val_fraction},
+        {.key = "eval_windows", .number = (double)c->eval_windows},
+        {.key = "eval_batch", .number = c->eval_batch},
+    };
+    return ttt_task_section(lm_options, given, v, (int)(sizeof v / sizeof *v), out, err);
+}
+
 const ttt_task ttt_task_lm = {
     .name = "lm",
     .help = "language modelling on the bytes of a text file or on token files (nanoGPT's "
@@ -327,6 +345,7 @@ const ttt_task ttt_task_lm = {
     .options = lm_options,
     .cfg_size = sizeof(lm_cfg),
     .parse = lm_parse,
+    .section = lm_section,
     .cfg_free = lm_cfg_free,
     .work = lm_work,
     .run = lm_run,

@@ -155,7 +155,7 @@ static void memory_cfg_free(void *cfg) {
     c->pairs = NULL;
 }
 
-static ttt_status memory_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status memory_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                                ttt_error *err) {
     ttt_memory_cfg *c = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -169,7 +169,7 @@ static ttt_status memory_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node
     ttt_cfg_node *layer_r = NULL;
     TTT_TRY(ttt_layer_parse_section(ttt_cfg_get(root, "layer"), c->spec.d_k, c->spec.d_v, 0,
                                     &c->L, &layer_r, err));
-    ttt_cfg_map_set(resolved, "layer", layer_r);
+    ttt_cfg_map_set(sections, "layer", layer_r);
     TTT_TRY(ttt_task_read_ints(task, "pairs", &c->pairs, &c->n_pairs, err));
     /* Refuse the largest N now, before any point runs, rather than abort in an allocation hours
      * into a sweep. */
@@ -288,6 +288,21 @@ static void memory_charts(ttt_results *res, const void *cfg) {
 static const char *const memory_columns[] = {"layer", "overwrite", "N", "recall_error", "hebbian_theory",
                                              "accuracy", NULL};
 
+/* The `task:` section from what memory_parse read. */
+static ttt_status memory_section(const void *cfg, const ttt_cfg_node *given, ttt_cfg_node **out,
+                                 ttt_error *err) {
+    const ttt_memory_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "pairs", .list = c->pairs, .n = c->n_pairs},
+        {.key = "key_dim", .number = c->spec.d_k},
+        {.key = "value_dim", .number = c->spec.d_v},
+        {.key = "correlation", .number = c->spec.correlation, .single = 1},
+        {.key = "overwrite", .number = c->spec.overwrite},
+        {.key = "trials", .number = c->trials},
+    };
+    return ttt_task_section(memory_options, given, v, (int)(sizeof v / sizeof *v), out, err);
+}
+
 const ttt_task ttt_task_memory = {
     .columns = memory_columns,
     .name = "memory",
@@ -295,6 +310,7 @@ const ttt_task ttt_task_memory = {
     .options = memory_options,
     .cfg_size = sizeof(ttt_memory_cfg),
     .parse = memory_parse,
+    .section = memory_section,
     .cfg_free = memory_cfg_free,
     .work = memory_work,
     .run = memory_run,

@@ -42,7 +42,7 @@ typedef struct mqar_cfg {
     ttt_trained_cfg trained;
 } mqar_cfg;
 
-static ttt_status mqar_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status mqar_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                              ttt_error *err) {
     mqar_cfg *mc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -69,7 +69,7 @@ static ttt_status mqar_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *
         return ttt_cfg_error(err, s, ttt_cfg_get(task, "train_examples"), "task: %s", msg);
     }
     ttt_seq_model_io io = {.vocab = c.vocab, .seq_len = c.seq_len};
-    return ttt_trained_parse(&mc->trained, root, resolved, &io, err);
+    return ttt_trained_parse(&mc->trained, root, sections, &io, err);
 }
 
 static long mqar_work(const void *cfg) { return ((const mqar_cfg *)cfg)->trained.train.steps; }
@@ -185,12 +185,30 @@ static const ttt_trained_cfg *mqar_trained(const void *cfg) {
     return &((const mqar_cfg *)cfg)->trained;
 }
 
+/* The `task:` section from what mqar_parse read. */
+static ttt_status mqar_section(const void *cfg, const ttt_cfg_node *given, ttt_cfg_node **out,
+                               ttt_error *err) {
+    const mqar_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "vocab", .number = c->data.vocab},
+        {.key = "seq_len", .number = c->data.seq_len},
+        {.key = "pairs", .number = c->data.n_pairs},
+        {.key = "random_filler", .number = c->data.random_filler},
+        {.key = "power_a", .number = c->data.power_a},
+        {.key = "train_examples", .number = c->train_examples},
+        {.key = "test_examples", .number = c->test_examples},
+        {.key = "eval_batch", .number = c->eval_batch},
+    };
+    return ttt_task_section(mqar_options, given, v, (int)(sizeof v / sizeof *v), out, err);
+}
+
 const ttt_task ttt_task_mqar = {
     .name = "mqar",
     .help = "multi-query associative recall (Zoology), trained: accuracy at the query positions",
     .options = mqar_options,
     .cfg_size = sizeof(mqar_cfg),
     .parse = mqar_parse,
+    .section = mqar_section,
     .work = mqar_work,
     .run = mqar_run,
     .model = mqar_model,

@@ -45,7 +45,7 @@ typedef struct regression_cfg {
     ttt_trained_cfg trained;
 } regression_cfg;
 
-static ttt_status regression_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status regression_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                                    ttt_error *err) {
     regression_cfg *rc = cfg;
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
@@ -73,7 +73,7 @@ static ttt_status regression_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_
         return ttt_cfg_error(err, s, ttt_cfg_get(task, "eval_sequences"), "task: %s", msg);
     }
     ttt_seq_model_io io = reg_io(&c);
-    return ttt_trained_parse(&rc->trained, root, resolved, &io, err);
+    return ttt_trained_parse(&rc->trained, root, sections, &io, err);
 }
 
 static long regression_work(const void *cfg) {
@@ -269,12 +269,28 @@ static const ttt_trained_cfg *regression_trained(const void *cfg) {
     return &((const regression_cfg *)cfg)->trained;
 }
 
+/* The `task:` section from what regression_parse read. */
+static ttt_status regression_section(const void *cfg, const ttt_cfg_node *given,
+                                     ttt_cfg_node **out, ttt_error *err) {
+    const regression_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "dim", .number = c->data.dim},
+        {.key = "points", .number = c->data.n_points},
+        {.key = "noise", .number = c->data.noise_std},
+        {.key = "eval_sequences", .number = c->eval_sequences},
+        {.key = "eval_batch", .number = c->eval_batch},
+    };
+    return ttt_task_section(regression_options, given, v, (int)(sizeof v / sizeof *v), out,
+                            err);
+}
+
 const ttt_task ttt_task_regression = {
     .name = "regression",
     .help = "in-context linear regression, trained: error vs context size against least squares",
     .options = regression_options,
     .cfg_size = sizeof(regression_cfg),
     .parse = regression_parse,
+    .section = regression_section,
     .work = regression_work,
     .run = regression_run,
     .model = regression_model,

@@ -66,10 +66,10 @@ static ttt_status build_layer(ttt_layer *L, const ttt_feature_map *fm, long m, i
     return ttt_layer_build(&desc, d, dv, L, err);
 }
 
-static ttt_status softmax_approx_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+static ttt_status softmax_approx_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                                        ttt_error *err) {
     softmax_approx_cfg *c = cfg;
-    (void)resolved; /* the task's section is the whole of what it reads */
+    (void)sections; /* it reads no section through another owner */
     const ttt_cfg_node *task = ttt_cfg_get(root, "task");
     c->T = (int)ttt_cfg_int(task, "tokens");
     c->d = (int)ttt_cfg_int(task, "key_dim");
@@ -232,6 +232,22 @@ static void softmax_approx_charts(ttt_results *res, const void *cfg) {
 static const char *const softmax_approx_columns[] = {
     "feature_map", "radius", "m", "width", "rel_err", "rel_err_sd", "rel_err_max", NULL};
 
+/* The `task:` section from what softmax_approx_parse read. */
+static ttt_status softmax_approx_section(const void *cfg, const ttt_cfg_node *given,
+                                         ttt_cfg_node **out, ttt_error *err) {
+    const softmax_approx_cfg *c = cfg;
+    const ttt_task_value v[] = {
+        {.key = "tokens", .number = c->T},
+        {.key = "key_dim", .number = c->d},
+        {.key = "value_dim", .number = c->dv},
+        {.key = "features", .list = c->features, .n = c->n_features},
+        {.key = "seeds", .number = c->seeds},
+        {.key = "radius", .number = c->radius},
+    };
+    return ttt_task_section(softmax_approx_options, given, v, (int)(sizeof v / sizeof *v), out,
+                            err);
+}
+
 const ttt_task ttt_task_softmax_approx = {
     .name = "softmax_approx",
     .help = "random-feature linear attention against exact softmax attention: relative error "
@@ -239,6 +255,7 @@ const ttt_task ttt_task_softmax_approx = {
     .options = softmax_approx_options,
     .cfg_size = sizeof(softmax_approx_cfg),
     .parse = softmax_approx_parse,
+    .section = softmax_approx_section,
     .cfg_free = softmax_approx_cfg_free,
     .work = softmax_approx_work,
     .run = softmax_approx_run,

@@ -62,11 +62,16 @@ typedef struct ttt_task {
      * top level and the task options checked (their defaults in it), and is only read. The
      * sections the task reads through their owners (`layer:` with ttt_layer_parse_section, the
      * trained tasks' `model:`, `layer:`, `train:` with ttt_trained_parse) are rendered by them,
-     * and their renderings replace those of `resolved`, the point's resolved configuration (a
-     * copy of root, written to config.resolved.yaml). parse keeps no pointer into either.
+     * and parse puts their renderings into `sections` (an empty mapping): config.resolved.yaml
+     * shows them (docs/design.md "The plan pass"). parse keeps no pointer into either.
      * Errors are located (file:line:col). On failure cfg_free (if any) is still called. */
-    ttt_status (*parse)(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *resolved,
+    ttt_status (*parse)(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
                         ttt_error *err);
+    /* The `task:` section as config.resolved.yaml shows it, written from cfg (what parse read):
+     * `given` holds the keys the section gave, checked, in their order (`kind` among them); every
+     * option it left out is written from its value in cfg, through ttt_task_section (below). */
+    ttt_status (*section)(const void *cfg, const ttt_cfg_node *given, ttt_cfg_node **out,
+                          ttt_error *err);
     /* Optional: free what parse allocated inside cfg (not cfg itself). */
     void (*cfg_free)(void *cfg);
     /* Units of progress a point takes (NULL: 1). */
@@ -107,6 +112,29 @@ const ttt_task *ttt_task_find(const char *name);
 int ttt_task_count(void);
 const ttt_task *ttt_task_at(int i);
 const char *const *ttt_task_names(void);
+
+/* One option's value as a task holds it, for its `task:` section (ttt_task_section). The member
+ * the option's type uses: number (TTT_OPT_INT, _FLOAT, _BOOL), text (TTT_OPT_STRING, _CHOICE;
+ * NULL or "" = not set, written as null like the tables' "" defaults), list (TTT_OPT_INT_LIST,
+ * n of them). single: a float the task holds in single precision. */
+typedef struct ttt_task_value {
+    const char *key;
+    double number;
+    const char *text;
+    const long *list;
+    int n;
+    int single;
+} ttt_task_value;
+
+/* The `task:` section of a task with these options as config.resolved.yaml shows it: the keys
+ * `given` holds (as written, checked; ttt_task.section), then every option it left out, in the
+ * table's order, written from its value among values[0 … n_values − 1]. A number is written in
+ * the table's spelling when it is the option's default (at the precision the task holds it: 0.0,
+ * 1e-3), else in the shortest text that reads back the same. An option left out without a value
+ * here is a bug in the task (TTT_ERR_ARG). *out: malloc'd, the caller frees. */
+ttt_status ttt_task_section(const ttt_option *options, const ttt_cfg_node *given,
+                            const ttt_task_value *values, int n_values, ttt_cfg_node **out,
+                            ttt_error *err);
 
 /* The integers of a validated TTT_OPT_INT_LIST option `key` of `map`, malloc'd into *out (n of
  * them; the caller frees). */

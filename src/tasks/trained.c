@@ -13,17 +13,17 @@
 /* Trained tasks */
 
 /* The point's `model:`, `layer:` and `train:` sections (the plan's check of the top level gives
- * each, empty when the experiment leaves it out), read into *out; their renderings take their
- * places in the resolved configuration. */
+ * each, empty when the experiment leaves it out), read into *out; their renderings go into
+ * `sections` (ttt_task.parse). */
 ttt_status ttt_trained_parse(ttt_trained_cfg *out, const ttt_cfg_node *root,
-                             ttt_cfg_node *resolved, const ttt_seq_model_io *io, ttt_error *err) {
+                             ttt_cfg_node *sections, const ttt_seq_model_io *io, ttt_error *err) {
     const ttt_cfg_node *model = ttt_cfg_get(root, "model"), *layer = ttt_cfg_get(root, "layer");
     const ttt_cfg_node *train = ttt_cfg_get(root, "train");
     TTT_ASSERT(model && layer && train); /* TTT_OPT_MAP options of the top level */
     ttt_cfg_node *model_r = NULL, *layer_r = NULL, *train_r = NULL;
     TTT_TRY(ttt_seq_model_parse_section(model, layer, io, &out->model, &model_r, &layer_r, err));
-    ttt_cfg_map_set(resolved, "model", model_r);
-    ttt_cfg_map_set(resolved, "layer", layer_r);
+    ttt_cfg_map_set(sections, "model", model_r);
+    ttt_cfg_map_set(sections, "layer", layer_r);
     TTT_TRY(ttt_train_config_parse_section(train, &out->train, &train_r, err));
     const ttt_cfg_node *init_node = ttt_cfg_get(train_r, "init_from");
     const char *init = ttt_cfg_str(train_r, "init_from"); /* NULL: the default, none */
@@ -38,7 +38,7 @@ ttt_status ttt_trained_parse(ttt_trained_cfg *out, const ttt_cfg_node *root,
         snprintf(out->init_from, sizeof out->init_from, "%s", init);
         ttt_cfg_where(init_node, out->init_from_where, sizeof out->init_from_where);
     }
-    ttt_cfg_map_set(resolved, "train", train_r);
+    ttt_cfg_map_set(sections, "train", train_r);
     const ttt_seq_model_config mc = out->model;
     const ttt_train_config tc = out->train;
     ttt_trained_estimate(&mc, &tc, io->seq_len, &out->memory);

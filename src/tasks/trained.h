@@ -19,10 +19,9 @@ typedef struct ttt_trained_cfg {
 /* Validate a point's `model:`, `layer:` and `train:` sections for the task's io (root is only
  * read) and read them into *out, with the estimate of a step's memory on train.device; refuses a
  * training step on the host too large for the machine. The sections as config.resolved.yaml
- * shows them replace those of `resolved` (the point's resolved configuration). Errors are
- * located. */
+ * shows them go into `sections` (ttt_task.parse). Errors are located. */
 ttt_status ttt_trained_parse(ttt_trained_cfg *out, const ttt_cfg_node *root,
-                             ttt_cfg_node *resolved, const ttt_seq_model_io *io, ttt_error *err);
+                             ttt_cfg_node *sections, const ttt_seq_model_io *io, ttt_error *err);
 
 /* The memory a training step of model mc under tc with sequences of seq_len holds on
  * tc->device (docs/training.md "Device and precision"): on the host the bytes the plan checks
