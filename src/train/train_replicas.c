@@ -72,16 +72,26 @@ ttt_status ttt_train_replicas_init(ttt_train_replicas *R, const ttt_seq_model *m
     /* made last to first, so that rank 0's device is current on this thread afterwards (the
      * host's evaluation and checkpoints use rank 0) and the frees, first to last, restore what
      * was current before */
-    for (int i = n - 1; i >= 0; i--) {
-        const ttt_status s = ttt_train_dev_init_dtype(&R->dev[i], m, R->devs[i], c->dtype, err);
-        if (s != TTT_OK) {
-            for (int j = i + 1; j < n; j++) ttt_train_dev_free(&R->dev[j]);
-            free(R->dev);
-            R->dev = NULL;
-            if (W > 1) ttt_error_prefix(err, "rank %d", R->first + i);
-            ttt_train_replicas_free(R);
-            return s;
-        }
+    ttt_status made = TTT_OK;
+    int failed = -1;
+    for (int i = n - 1; i >= 0 && made == TTT_OK; i--) {
+        made = ttt_train_dev_init_dtype(&R->dev[i], m, R->devs[i], c->dtype, err);
+        if (made != TTT_OK) failed = i;
+    }
+    /* under MPI every process learns whether all could start, before any waits in NCCL */
+    if (R->comm && !ttt_comm_all(R->comm, made == TTT_OK) && made == TTT_OK) {
+        made = ttt_error_set(err, TTT_ERR_DEVICE, "another rank could not start on its GPU "
+                             "(its message is on its stderr)");
+        failed = n; /* every replica here was made */
+    }
+    if (made != TTT_OK) {
+        /* the ones made: failed + 1 … n − 1, or all when another process failed */
+        for (int j = failed == n ? 0 : failed + 1; j < n; j++) ttt_train_dev_free(&R->dev[j]);
+        free(R->dev);
+        R->dev = NULL;
+        if (W > 1 && failed < n) ttt_error_prefix(err, "rank %d", R->first + failed);
+        ttt_train_replicas_free(R);
+        return made;
     }
     /* train.device alone: the device step as it is; train.devices, even of one GPU, sums
      * through NCCL (a group of one: the same path as W GPUs, tested on one) */
