@@ -24,7 +24,6 @@ typedef struct nccl_api {
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
     ncclResult_t (*comm_destroy)(ncclComm_t);
-    ncclResult_t (*comm_abort)(ncclComm_t);
     ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
                                ncclComm_t, cudaStream_t);
     ncclResult_t (*group_start)(void);
@@ -65,7 +64,6 @@ static void api_open(void) {
           sym((void **)&api_v.get_unique_id, "ncclGetUniqueId") &&
           sym((void **)&api_v.comm_init_rank, "ncclCommInitRank") &&
           sym((void **)&api_v.comm_destroy, "ncclCommDestroy") &&
-          sym((void **)&api_v.comm_abort, "ncclCommAbort") &&
           sym((void **)&api_v.all_reduce, "ncclAllReduce") &&
           sym((void **)&api_v.group_start, "ncclGroupStart") &&
           sym((void **)&api_v.group_end, "ncclGroupEnd") &&
@@ -98,21 +96,6 @@ struct ttt_nccl {
     ncclComm_t *comm;    /* (n) */
     cudaStream_t *stream; /* (n) blocking streams, one per device (nccl_group.h) */
 };
-
-int ttt_nccl_built(void) { return 1; }
-
-ttt_status ttt_nccl_version(char *buf, size_t len, ttt_error *err) {
-    const nccl_api *a = api(err);
-    if (!a) {
-        snprintf(buf, len, "%s", err ? err->msg : api_v.why);
-        return TTT_ERR_UNSUPPORTED;
-    }
-    int v = 0;
-    a->get_version(&v);
-    /* NCCL_VERSION(X, Y, Z) = X·10000 + Y·100 + Z from 2.9 on */
-    snprintf(buf, len, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-    return TTT_OK;
-}
 
 ttt_status ttt_nccl_make_id(ttt_nccl_id *id, ttt_error *err) {
     _Static_assert(sizeof(ncclUniqueId) == sizeof id->bytes, "ncclUniqueId is 128 bytes");
@@ -243,15 +226,6 @@ static ttt_status not_built(ttt_error *err) {
     return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
                          "this build has no CUDA (configure with -DTTT_CUDA=ON)");
 #endif
-}
-
-int ttt_nccl_built(void) { return 0; }
-
-ttt_status ttt_nccl_version(char *buf, size_t len, ttt_error *err) {
-    ttt_status s = not_built(err);
-    if (err) snprintf(buf, len, "%s", err->msg);
-    else snprintf(buf, len, "not built");
-    return s;
 }
 
 ttt_status ttt_nccl_make_id(ttt_nccl_id *id, ttt_error *err) {

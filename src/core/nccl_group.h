@@ -26,11 +26,6 @@ typedef struct ttt_nccl_id {
 
 typedef struct ttt_nccl ttt_nccl;
 
-/* Nonzero when this build can call NCCL (CUDA and NCCL's header were found). */
-int ttt_nccl_built(void);
-/* The library's version as "2.28.9", or why it cannot be opened (into buf). TTT_OK when open. */
-ttt_status ttt_nccl_version(char *buf, size_t len, ttt_error *err);
-
 /* A new identifier (the first process of a group makes it and sends it to the others). */
 ttt_status ttt_nccl_make_id(ttt_nccl_id *id, ttt_error *err);
 
