@@ -305,6 +305,7 @@ typedef struct train_spec {
     const char *device;
     const char *devices; /* train.devices instead of device (NULL: none) */
     int k, perturb, steps, stop_at, ckpt_every;
+    int recompute; /* train.recompute */
     long big_at;
     const char *dir, *snap_dir;
 } train_spec;
@@ -329,6 +330,7 @@ static void train_ex(const train_spec *sp, run_out *o, train_got *g) {
     setup_make_on(&s, sp->i, sp->device, sp->devices, sp->steps ? sp->steps : STEPS,
                   sp->stop_at);
     s.tc.checkpoint_every = sp->ckpt_every;
+    s.tc.recompute = sp->recompute;
     ttt_seq_model m;
     ttt_error err = {0};
     ck_assert_msg(ttt_seq_model_init(&m, &s.mc, 5, &err) == TTT_OK, "%s", err.msg);
@@ -1041,6 +1043,50 @@ START_TEST(out_of_device_memory_mid_run_keeps_the_last_checkpoint) {
 }
 END_TEST
 
+/* ---- recomputed blocks (train.recompute; docs/training.md "Memory of a training step") ---- */
+
+/* Every mixer on the device with its first block and with both blocks recomputed in the
+ * backward: the run that keeps every block's activations, step for step — the same bits, or
+ * within the trajectory bound where the device's atomics (the embedding's scatter-add) order
+ * the same sums differently — with the control (a perturbed batch) rejected by that bound; and
+ * the device pool's peak no higher. tests/test_train_memory.c holds the host's recomputation to
+ * the same bits. */
+START_TEST(recomputed_blocks_follow_the_kept_run) {
+    const int i = _i;
+    char *d0 = fresh_dir();
+    run_out ref;
+    const train_spec s0 = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .dir = d0};
+    train_got g0;
+    train_ex(&s0, &ref, &g0);
+    ck_assert_msg(g0.status == TTT_OK, "%s: %s", cases[i].name, g0.err.msg);
+    got_free(&g0);
+    for (int r = 1; r <= 2; r++) {
+        char *dk = fresh_dir();
+        const train_spec sp = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .dir = dk,
+                               .recompute = r};
+        run_out o;
+        train_got g;
+        train_ex(&sp, &o, &g);
+        ck_assert_msg(g.status == TTT_OK, "%s, recompute %d: %s", cases[i].name, r, g.err.msg);
+        char what[128];
+        snprintf(what, sizeof what, "%s, recompute %d", cases[i].name, r);
+        same_run(what, i, STEPS, -1, &o, &ref);
+        printf("%s: device pool peak %.0f bytes (kept: %.0f)\n", what,
+               (double)g.res.device_peak, (double)g0.res.device_peak);
+        ck_assert_msg(g.res.device_peak <= g0.res.device_peak,
+                      "%s: the pool's peak %.0f is above the kept run's %.0f", what,
+                      (double)g.res.device_peak, (double)g0.res.device_peak);
+        got_free(&g);
+        run_free(&o);
+        tu_rmtree(dk);
+        free(dk);
+    }
+    run_free(&ref);
+    tu_rmtree(d0);
+    free(d0);
+}
+END_TEST
+
 /* ---- several ranks (docs/scaling.md "Several GPUs") ---- */
 
 /* The mixers the rank cases run: softmax attention, the gated delta rule, GLA's per-key gate. */
@@ -1396,6 +1442,11 @@ int main(int argc, char **argv) {
     tcase_add_test(tf, more_than_the_device_has_is_a_clean_error);
     tcase_add_test(tf, kill_9_then_resume_is_the_uninterrupted_run);
     suite_add_tcase(s, tf);
+    /* recomputed blocks (CK_RUN_CASE=recompute runs these alone) */
+    TCase *tk = tcase_create("recompute");
+    tcase_set_timeout(tk, 600);
+    tcase_add_loop_test(tk, recomputed_blocks_follow_the_kept_run, 0, N_CASES);
+    suite_add_tcase(s, tk);
     /* several ranks on this GPU (CK_RUN_CASE=ranks runs these alone) */
     TCase *tr = tcase_create("ranks");
     tcase_set_timeout(tr, 600);

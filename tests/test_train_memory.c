@@ -22,6 +22,7 @@
 
 #include "autograd.h"
 #include "testutil.h"
+#include "mixer.h"
 #include "train.h"
 
 #define V 64  /* vocabulary */
@@ -136,6 +137,135 @@ START_TEST(recycled_gradients_are_exact_and_smaller) {
 }
 END_TEST
 
+/* The layer section of a mixer: the registered mixer by name, or for `ttt` the given preset. */
+static void layer_of(const ttt_mixer *mx, const char *preset, char *out, size_t n) {
+    if (strcmp(mx->name, "ttt") == 0)
+        snprintf(out, n, "layer: {preset: %s}\n", preset);
+    else
+        snprintf(out, n, "layer: {mixer: %s}\n", mx->name);
+}
+
+/* Parameter gradients and the arena's footprint after the forward of one loss of a 3-block
+ * model with the first `recompute` blocks recomputed. */
+static size_t grads_recomputed(const ttt_seq_model *m, const ttt_seq_batch *b, int recompute,
+                               float **out) {
+    ttt_arena arena;
+    ttt_arena_init(&arena, 0);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    tape.recycle = 1;
+    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape, .recompute = recompute};
+    ttt_params_zero_grad((ttt_params *)&m->params);
+    ttt_tensor *loss = NULL;
+    ttt_error err = {0};
+    ck_assert_msg(ttt_seq_model_loss(&ctx, m, m->pt, b, 0, &loss, NULL, NULL, &err) == TTT_OK,
+                  "%s", err.msg);
+    const size_t fwd = ttt_arena_footprint(&arena);
+    ttt_backward(&ctx, loss);
+    for (int i = 0; i < m->params.n; i++) {
+        const ttt_param *p = m->params.p[i];
+        out[i] = malloc(p->n * sizeof(float));
+        memcpy(out[i], p->grad, p->n * sizeof(float));
+    }
+    ttt_tape_free(&tape);
+    ttt_arena_free(&arena);
+    return fwd;
+}
+
+/* train.recompute (docs/training.md "Memory of a training step"): for every registered mixer
+ * (the TTT mixer under four presets), recomputing the first two blocks or all three gives the
+ * parameter gradients of keeping every block bit for bit — the same ops in the same order on
+ * the same bits — and the forward keeps less: the recomputed blocks' activations are released
+ * at once. A recomputation that ran other kernels, lost a contribution to a block's input or
+ * counted one twice would change the bits. */
+START_TEST(recomputed_blocks_give_the_same_gradients_with_less_memory) {
+    static const char *const presets[] = {"deltanet", "gated_deltanet", "gla", "mamba2"};
+    for (int mi = 0; mi < ttt_mixer_count(); mi++) {
+        const ttt_mixer *mx = ttt_mixer_at(mi);
+        const int np = strcmp(mx->name, "ttt") == 0 ? 4 : 1;
+        for (int pi = 0; pi < np; pi++) {
+            char text[512], layer[128];
+            layer_of(mx, presets[pi], layer, sizeof layer);
+            snprintf(text, sizeof text, "model: {d_model: 32, layers: 3, heads: 2, mlp: 2}\n%s",
+                     layer);
+            ttt_cfg_node *root;
+            ttt_error err = {0};
+            ck_assert_int_eq(ttt_cfg_load_string(text, "<t>", &root, &err), TTT_OK);
+            ttt_seq_model_io io = {.vocab = V, .seq_len = L};
+            ttt_seq_model_config mc;
+            ck_assert_msg(ttt_seq_model_parse((ttt_cfg_node *)ttt_cfg_get(root, "model"),
+                                              (ttt_cfg_node *)ttt_cfg_get(root, "layer"), &io,
+                                              &mc, &err) == TTT_OK,
+                          "%s: %s", layer, err.msg);
+            ttt_seq_model m;
+            ck_assert_int_eq(ttt_seq_model_init(&m, &mc, 5, &err), TTT_OK);
+            static int tokens[2 * L], labels[2 * L];
+            fill(tokens, labels, 2, 9);
+            const ttt_seq_batch b = {.B = 2, .T = L, .tokens = tokens, .labels = labels};
+            float **kept = calloc((size_t)m.params.n, sizeof *kept);
+            const size_t fwd_kept = grads_recomputed(&m, &b, 0, kept);
+            size_t fwd_prev = fwd_kept;
+            for (int r = 2; r <= 3; r++) {
+                float **rec = calloc((size_t)m.params.n, sizeof *rec);
+                const size_t fwd = grads_recomputed(&m, &b, r, rec);
+                for (int i = 0; i < m.params.n; i++) {
+                    const ttt_param *p = m.params.p[i];
+                    ck_assert_msg(memcmp(kept[i], rec[i], p->n * sizeof(float)) == 0,
+                                  "%s recompute %d: the gradient of %s differs", layer, r,
+                                  p->name);
+                    free(rec[i]);
+                }
+                free(rec);
+                ck_assert_msg(fwd < fwd_prev, "%s recompute %d: the forward keeps %zu bytes, "
+                              "not less than %zu", layer, r, fwd, fwd_prev);
+                fwd_prev = fwd;
+            }
+            layer[strlen(layer) - 1] = 0;
+            fprintf(stderr, "%-34s forward keeps %zu bytes, %zu with every block recomputed\n",
+                    layer, fwd_kept, fwd_prev);
+            for (int i = 0; i < m.params.n; i++) free(kept[i]);
+            free(kept);
+            ttt_seq_model_free(&m);
+            ttt_cfg_free(root);
+        }
+    }
+}
+END_TEST
+
+/* train.recompute: a count of blocks from 0, located when it is not; absent, the resolved
+ * section does not name it (configurations that do not use it keep their bytes and hash). */
+START_TEST(recompute_is_checked_and_absent_when_not_given) {
+    static const char *const bad[] = {"train: {recompute: -1}\n", "train: {recompute: two}\n",
+                                      "train: {recompute: 1.5}\n"};
+    for (int i = 0; i < 3; i++) {
+        ttt_cfg_node *root;
+        ttt_error err = {0};
+        ck_assert_int_eq(ttt_cfg_load_string(bad[i], "r.yaml", &root, &err), TTT_OK);
+        ttt_train_config tc;
+        ck_assert_int_ne(
+            ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(root, "train"), &tc, &err), TTT_OK);
+        ck_assert_msg(strstr(err.msg, "r.yaml:1:") && strstr(err.msg, "recompute"),
+                      "%s: %s", bad[i], err.msg);
+        ttt_cfg_free(root);
+    }
+    ttt_cfg_node *root;
+    ttt_error err = {0};
+    ttt_train_config tc;
+    ck_assert_int_eq(ttt_cfg_load_string("train: {recompute: 3}\n", "r.yaml", &root, &err),
+                     TTT_OK);
+    ck_assert_int_eq(
+        ttt_train_config_parse((ttt_cfg_node *)ttt_cfg_get(root, "train"), &tc, &err), TTT_OK);
+    ck_assert_int_eq(tc.recompute, 3);
+    ttt_cfg_free(root);
+    ck_assert_int_eq(ttt_cfg_load_string("train: {batch: 4}\n", "r.yaml", &root, &err), TTT_OK);
+    ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(root, "train");
+    ck_assert_int_eq(ttt_train_config_parse(tr, &tc, &err), TTT_OK);
+    ck_assert_int_eq(tc.recompute, 0);
+    ck_assert_ptr_null(ttt_cfg_get(ttt_cfg_get(root, "train"), "recompute"));
+    ttt_cfg_free(root);
+}
+END_TEST
+
 typedef struct soak {
     int *tokens, *labels; /* (8·BT, L): eight training batches in turn */
     int *eval_tokens, *eval_labels; /* (BE, L) */
@@ -216,6 +346,8 @@ static Suite *suite(void) {
     tcase_set_timeout(c, 120);
     tcase_add_test(c, recycled_gradients_are_exact_and_smaller);
     tcase_add_test(c, training_takes_no_new_memory_after_its_first_steps);
+    tcase_add_test(c, recomputed_blocks_give_the_same_gradients_with_less_memory);
+    tcase_add_test(c, recompute_is_checked_and_absent_when_not_given);
     suite_add_tcase(s, c);
     return s;
 }

@@ -75,7 +75,7 @@ static void error_hint_axes(ttt_error *err, const ttt_cfg_node *sweep) {
 
 /* The configuration hash of a resolved point: everything but the keys that name or place the
  * run (name, description, output) and those that do not change its results (train.stop_at,
- * train.threads, train.data_parallel, train.devices). Checkpoints store it; changing the definition orphans every checkpoint.
+ * train.threads, train.data_parallel, train.devices, train.recompute). Checkpoints store it; changing the definition orphans every checkpoint.
  * train.device and train.dtype count as their values (cpu and float32 as absent). */
 void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_node *h = ttt_cfg_clone(root);
@@ -93,6 +93,9 @@ void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
         /* the ranks over GPUs change results by rounding only (docs/scaling.md "Several
          * GPUs"): a run resumes on another number of GPUs */
         ttt_cfg_map_remove(tr, "devices");
+        /* recomputed blocks give the kept blocks' gradients bit for bit (docs/training.md
+         * "Memory of a training step"): a run may resume with more or fewer */
+        ttt_cfg_map_remove(tr, "recompute");
         /* train.device and train.dtype are written only when given (train.h): their defaults
          * and `cuda` (= cuda:0) hash as what they mean, so that a run that names them continues
          * one that did not */

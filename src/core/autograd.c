@@ -14,6 +14,8 @@ void ttt_tape_init(ttt_tape *tape) { memset(tape, 0, sizeof *tape); }
 /* The buffers on the free lists belong to the arena the caller resets with the tape. */
 static void forget_free_grads(ttt_tape *tape) {
     memset(tape->free_grads, 0, sizeof tape->free_grads);
+    memset(tape->free_dev, 0, sizeof tape->free_dev);
+    tape->spare = NULL;
 }
 
 void ttt_tape_reset(ttt_tape *tape) {
@@ -122,7 +124,44 @@ static float *take_free_grad(ttt_tape *tape, size_t n) {
     return NULL;
 }
 
-static void give_back_grad(ttt_tape *tape, ttt_tensor *t) {
+/* A free device gradient buffer's host record (device memory cannot hold the links). */
+typedef struct free_node {
+    struct free_node *next;
+    size_t n; /* elements */
+    float *ptr;
+} free_node;
+
+/* A recycled device buffer of exactly n elements, or NULL; its node goes to the spares. Stream
+ * order makes the reuse safe: every kernel that read or wrote the buffer as the older gradient
+ * was queued on the arena's stream before the one that takes it now. */
+static float *take_free_dev(ttt_tape *tape, size_t n) {
+    for (free_node **pp = (free_node **)&tape->free_dev[bucket_of(n)]; *pp; pp = &(*pp)->next)
+        if ((*pp)->n == n) {
+            free_node *f = *pp;
+            *pp = f->next;
+            f->next = tape->spare;
+            tape->spare = f;
+            return f->ptr;
+        }
+    return NULL;
+}
+
+static void give_back_grad(ttt_ctx *ctx, ttt_tensor *t) {
+    ttt_tape *tape = ctx->tape;
+    if (ttt_tensor_on_device(t)) {
+        free_node *f = tape->spare;
+        if (f)
+            tape->spare = f->next;
+        else
+            f = ttt_tape_alloc(ctx, sizeof *f);
+        f->n = t->n;
+        f->ptr = t->grad;
+        void **head = &tape->free_dev[bucket_of(t->n)];
+        f->next = *head;
+        *head = f;
+        t->grad = NULL;
+        return;
+    }
     free_grad *f = (free_grad *)(void *)t->grad;
     f->n = t->n;
     void **head = &tape->free_grads[bucket_of(t->n)];
@@ -146,14 +185,17 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
         if (m->grad_stale) *add = 0; /* the caller writes every element (or ttt_grad zeroes) */
         m->grad_stale = 0;
     } else if (!m->grad && ttt_tensor_on_device(m)) {
-        /* device memory of the arena's device (ops never mix devices, ops_device.h); not
-         * recycled: the free list keeps its links inside the buffers, which the host cannot
-         * write for device memory */
+        /* device memory of the arena's device (ops never mix devices, ops_device.h), recycled
+         * through host nodes (take_free_dev) */
         TTT_ASSERT(ttt_device_equal(ttt_tensor_device(m), ctx->arena->device));
-        const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
-        m->grad = ttt_arena_alloc(ctx->arena, bytes);
-        TTT_ASSERT(m->grad != NULL);
-        if (ctx->tape) ctx->tape->grad_bytes += bytes;
+        ttt_tape *tape = ctx->tape;
+        m->grad = tape && tape->recycle ? take_free_dev(tape, m->n) : NULL;
+        if (!m->grad) {
+            const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
+            m->grad = ttt_arena_alloc(ctx->arena, bytes);
+            TTT_ASSERT(m->grad != NULL);
+            if (tape) tape->grad_bytes += bytes;
+        }
         *add = 0;
     } else if (!m->grad) {
         /* a fresh or recycled buffer holds garbage: its first writer assigns (or ttt_grad zeroes) */
@@ -232,8 +274,8 @@ void ttt_backward_from(ttt_ctx *ctx, const ttt_tensor *out, const float *dout) {
         e->backward(ctx, e, e->out->grad);
         /* Every consumer of e->out is newer and has run: its gradient is dead (autograd.h). */
         if (recycle && !e->out_shared && e->out != out && !e->out->grad_persistent &&
-            !ttt_tensor_on_device(e->out) && !grad_passed_on(e))
-            give_back_grad(ctx->tape, e->out);
+            !grad_passed_on(e))
+            give_back_grad(ctx, e->out);
     }
     ctx->grad = saved;
 }

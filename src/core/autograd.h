@@ -148,6 +148,10 @@ struct ttt_tape {
      * recorded) and the root keep their gradients; an intermediate result's grad is NULL. */
     int recycle;
     void *free_grads[TTT_TAPE_FREE_BUCKETS]; /* chains of free buffers (in the arena) */
+    /* The same for device gradients: the host cannot write device memory, so their chains run
+     * through host nodes (in the arena's host side), and an emptied node waits on `spare`. */
+    void *free_dev[TTT_TAPE_FREE_BUCKETS];
+    void *spare;
     size_t grad_bytes; /* arena bytes ttt_grad took during the latest backward (accounting) */
 };
 
@@ -198,8 +202,9 @@ void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *d
  *
  * Devices (docs/design.md "Devices"): the tape is the same for device tensors. Their entries'
  * backward functions run on the device (ops_device.c), their gradients are memory of their
- * device, taken from ctx->arena (which must then be an arena of that device; device gradients
- * are not recycled), and a parameter's caller-owned buffer is device memory. For
+ * device, taken from ctx->arena (which must then be an arena of that device; they are recycled
+ * as the host's are, in stream order on the arena's stream), and a parameter's caller-owned
+ * buffer is device memory. For
  * ttt_backward_from, dout lives where `out` does. */
 void ttt_backward(ttt_ctx *ctx, const ttt_tensor *loss);
 /* Same with an explicit output gradient dout (out->n elements): the gradient of Σ dout ⊙ out. */

@@ -180,6 +180,10 @@ typedef struct ttt_ctx {
     /* NULL: every product in fp32 (the host always); else the device products' bfloat16
      * operands (ttt_mixed above; train.dtype: bfloat16) */
     const ttt_mixed *mixed;
+    /* 0, or a model made of blocks keeps only the input of its first `recompute` blocks on the
+     * tape and runs each of them again in the backward (train.recompute; the sequence model,
+     * docs/training.md "Memory of a training step"); without a tape it means nothing */
+    int recompute;
 } ttt_ctx;
 
 /* Whether ctx asks its computation to stop now (ttt_ctx.stop). */

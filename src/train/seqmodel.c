@@ -649,6 +649,116 @@ static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *
     return TTT_OK;
 }
 
+/* ---- Recomputed blocks (train.recompute; docs/training.md "Memory of a training step") ----
+ * A block's tape keeps a few dozen (B·T, d)-sized tensors; a recomputed block keeps its input
+ * and output only. Its forward runs on a tape of its own (recording: the same kernels as the
+ * recomputation, so the output has the same bits; without a tape some ops take other paths)
+ * whose memory is released as soon as the output is copied out; the backward runs the block
+ * again on that tape, walks it from the output's gradient, hands the input's gradient on and
+ * releases it all again. The parameters' gradients arrive from the same ops in the same order
+ * as without recomputation: the same bits. */
+
+typedef struct recompute_rec {
+    const ttt_seq_model *m;
+    const ttt_tensor *pt;
+    int l, B, T;
+} recompute_rec;
+
+/* dst (+)= src over n floats on t's device: assign when add is 0 (autograd.h "First writer
+ * assigns"); src NULL: zeros. */
+static void grad_into(ttt_ctx *ctx, const ttt_tensor *t, float *dst, int add, const float *src,
+                      size_t n) {
+    if (!src) {
+        if (add) return;
+        if (ttt_tensor_on_device(t))
+            ttt_device_ops_note(ttt_device_zero(dst, ttt_tensor_device(t), n * sizeof(float),
+                                                ctx->arena->stream, ttt_device_ops_err()));
+        else
+            memset(dst, 0, n * sizeof(float));
+        return;
+    }
+    if (ttt_tensor_on_device(t))
+        ttt_device_ops_note(ttt_cuda_map(TTT_MAP_SCALE, dst, add, src, NULL, 0, NULL, 1, n, 1.0f,
+                                         0.0f, ctx->arena->stream, ttt_device_ops_err()));
+    else if (add)
+        for (size_t i = 0; i < n; i++) dst[i] += src[i];
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+static void recomputed_block_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
+    const recompute_rec *r = e->aux;
+    ttt_tensor *x = e->in[0];
+    /* the input's gradient before the mark: it outlives the block's tape */
+    int add = 1;
+    float *gx = ttt_grad_acc(ctx, x, &add);
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    tape.recycle = ctx->tape ? ctx->tape->recycle : 0;
+    ttt_ctx bc = *ctx;
+    bc.grad = 1;
+    bc.tape = &tape;
+    /* the input as a leaf of the block's tape, so that its gradient arrives here whole */
+    ttt_tensor *xl = ttt_tape_alloc(&bc, sizeof *xl);
+    *xl = *x;
+    xl->requires_grad = 1;
+    xl->grad_persistent = 0;
+    xl->grad = NULL;
+    xl->grad_stale = 0;
+    ttt_tensor *y = xl;
+    ttt_error err = {0};
+    const ttt_status s = block(&bc, r->m, r->pt, r->l, &y, r->B, r->T, &err);
+    if (s != TTT_OK) { /* it ran once already; a failure now is the ops' sticky error */
+        *ttt_device_ops_err() = err;
+        ttt_device_ops_note(s);
+    } else {
+        ttt_backward_from(&bc, y, dout);
+    }
+    if (gx) /* nothing arrived: zeros over the garbage of a first writer */
+        grad_into(ctx, x, gx, add, s == TTT_OK ? xl->grad : NULL, x->n);
+    ttt_tape_free(&tape);
+    ttt_arena_release(ctx->arena, mark); /* stream-ordered: after the work above */
+}
+
+/* Block l on *x as a recomputed block (above): *x becomes its output, one tape entry. */
+static ttt_status block_recomputed(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
+                                   int l, ttt_tensor **x, int B, int T, ttt_error *err) {
+    ttt_tensor *in = *x;
+    ttt_tensor *out = ttt_tensor_new(ctx, in->ndim, in->shape); /* before the mark: it stays */
+    recompute_rec *rec = ttt_tape_alloc(ctx, sizeof *rec);
+    *rec = (recompute_rec){.m = m, .pt = pt, .l = l, .B = B, .T = T};
+    const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
+    ttt_tape tape;
+    ttt_tape_init(&tape);
+    ttt_ctx bc = *ctx;
+    bc.tape = &tape; /* recording (above) */
+    ttt_tensor *y = in;
+    ttt_status s = block(&bc, m, pt, l, &y, B, T, err);
+    if (s == TTT_OK && y->n != out->n)
+        s = ttt_error_set(err, TTT_ERR_SHAPE, "model: block %d changed the shape of the "
+                          "residual stream", l);
+    if (s == TTT_OK) {
+        if (ttt_tensor_on_device(out))
+            s = ttt_device_copy(out->data, ttt_tensor_device(out), y->data,
+                                ttt_tensor_device(y), out->n * sizeof(float), ctx->arena->stream,
+                                err);
+        else
+            memcpy(out->data, y->data, out->n * sizeof(float));
+    }
+    ttt_tape_free(&tape);
+    ttt_arena_release(ctx->arena, mark); /* stream-ordered: after the copy */
+    TTT_TRY(s);
+    ttt_tape_entry *e = ttt_tape_record(ctx, recomputed_block_backward, out,
+                                        (const ttt_tensor *const[]){in}, 1);
+    if (e) {
+        e->aux = rec;
+        e->name = "recomputed_block";
+    }
+    *x = out;
+    return TTT_OK;
+}
+
 ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
                                  const ttt_seq_batch *bt, ttt_tensor **out, ttt_error *err) {
     const ttt_seq_model_config *c = &m->cfg;
@@ -698,7 +808,10 @@ ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
         x = ttt_add(ctx, x, p);
     }
     (void)d;
-    for (int l = 0; l < c->n_layers; l++) TTT_TRY(block(ctx, m, pt, l, &x, B, T, err));
+    for (int l = 0; l < c->n_layers; l++)
+        TTT_TRY(l < ctx->recompute && ttt_recording(ctx) && x->requires_grad
+                    ? block_recomputed(ctx, m, pt, l, &x, B, T, err)
+                    : block(ctx, m, pt, l, &x, B, T, err));
     x = norm(ctx, m, pt, x, m->norm_f, m->norm_f_b);
     ttt_tensor *y = ttt_matmul(ctx, x, 0, P(pt, m->head), 0);
     if (m->head_b >= 0) y = ttt_add(ctx, y, P(pt, m->head_b));

@@ -117,6 +117,8 @@ ttt_status ttt_train(ttt_seq_model *m, const ttt_train_config *c, ttt_train_data
             return s;
         }
     }
+    /* train.recompute is a setting of the training step's contexts (tensor.h ttt_ctx) */
+    for (int i = 0; i < S.n; i++) S.sh[i].ctx.recompute = c->recompute;
     if (comm && !on_dev) s = ttt_train_shards_init(&E, m, c->shards, c->threads, err);
     ttt_train_shards *ev = comm && !on_dev ? &E : &S;
     ev->eval_rows = c->batch; /* evaluation holds no more than a training step's forward */

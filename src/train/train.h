@@ -73,6 +73,10 @@ typedef struct ttt_train_config {
      * device is devices[0] and device_where says where train.devices was given. */
     int n_devices;
     ttt_device devices[TTT_MAX_TRAIN_DEVICES];
+    /* train.recompute (docs/training.md "Memory of a training step"): the first `recompute`
+     * blocks keep only their input on the tape and run their forward again in the backward;
+     * 0 = every block keeps its activations. Same gradients bit for bit, less memory. */
+    int recompute;
 } ttt_train_config;
 
 /* Validate the `train:` mapping (only read) and read it into c; *resolved receives the section as

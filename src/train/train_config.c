@@ -44,7 +44,7 @@ const ttt_option ttt_train_options[] = {
     {"stop_at", TTT_OPT_INT, "0", 0, 1e12, NULL,
      "stop after this step as if interrupted (a checkpoint is written; run again to resume); "
      "0 = never"},
-    /* The two below are validated here and shown by `ttt list`, but their defaults are not
+    /* The four below are validated here and shown by `ttt list`, but their defaults are not
      * written into the resolved section (ttt_train_config_parse_section, train.h). */
     {"device", TTT_OPT_STRING, "cpu", TTT_NO_RANGE, NULL,
      "where the step runs: cpu, cuda (= cuda:0) or cuda:N; cuda is refused where there is no "
@@ -58,6 +58,10 @@ const ttt_option ttt_train_options[] = {
     {"dtype", TTT_OPT_CHOICE, "float32", TTT_NO_RANGE, "float32|bfloat16",
      "precision of the step: float32, or bfloat16 (cuda only: bf16 products, fp32 master "
      "weights and inner state)"},
+    {"recompute", TTT_OPT_INT, "0", 0, 1 << 20, NULL,
+     "blocks (the first N) whose activations are not kept for the backward but computed again "
+     "there from the block's input: less memory for one more forward of those blocks, the same "
+     "gradients bit for bit (docs/training.md \"Memory of a training step\"); 0 = none"},
     TTT_OPTION_END,
 };
 
@@ -293,11 +297,14 @@ static ttt_status parse_train(ttt_cfg_node *map, ttt_train_config *c, ttt_error 
     const int had_device = ttt_cfg_get(map, "device") != NULL;
     const int had_dtype = ttt_cfg_get(map, "dtype") != NULL;
     const int had_devices = ttt_cfg_get(map, "devices") != NULL;
+    const int had_recompute = ttt_cfg_get(map, "recompute") != NULL;
     ttt_status cs = ttt_cfg_check_map(map, "train", ttt_train_options, NULL, err);
     if (!had_device) ttt_cfg_map_remove(map, "device");
     if (!had_dtype) ttt_cfg_map_remove(map, "dtype");
     if (!had_devices) ttt_cfg_map_remove(map, "devices");
     if (cs != TTT_OK) return cs;
+    c->recompute = had_recompute ? (int)ttt_cfg_int(map, "recompute") : 0;
+    if (!had_recompute) ttt_cfg_map_remove(map, "recompute");
     TTT_TRY(parse_placement(map, c, err));
     c->steps = ttt_cfg_int(map, "steps");
     c->batch = (int)ttt_cfg_int(map, "batch");

@@ -134,7 +134,7 @@ ttt_status ttt_train_dev_init_dtype(ttt_train_dev *D, const ttt_seq_model *m, tt
         D->pt[i] = ttt_tensor_view_on(d, D->data + D->off[i], p->ndim, p->shape);
         ttt_tensor_set_param(&D->pt[i], D->grad + D->off[i]);
     }
-    D->tape.recycle = 0; /* not applied to device tensors (autograd.h) */
+    D->tape.recycle = 1; /* only parameter gradients are read after backward (autograd.h) */
     D->ctx = (ttt_ctx){.arena = &D->arena, .grad = 0, .tape = &D->tape};
     if (bf16) {
         D->mixed = (ttt_mixed){.master = D->data, .n = D->numel, .twin = D->twin};

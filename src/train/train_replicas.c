@@ -77,6 +77,7 @@ ttt_status ttt_train_replicas_init(ttt_train_replicas *R, const ttt_seq_model *m
     for (int i = n - 1; i >= 0 && made == TTT_OK; i--) {
         made = ttt_train_dev_init_dtype(&R->dev[i], m, R->devs[i], c->dtype, err);
         if (made != TTT_OK) failed = i;
+        else R->dev[i].ctx.recompute = c->recompute; /* train.recompute (tensor.h ttt_ctx) */
     }
     /* under MPI every process learns whether all could start, before any waits in NCCL */
     if (R->comm && !ttt_comm_all(R->comm, made == TTT_OK) && made == TTT_OK) {
