@@ -281,7 +281,7 @@ static const char mqar_yaml[] =
     "model: {d_model: 8, layers: 1, heads: 1, mlp: 0}\n"
     "layer: {preset: deltanet}\n"
     "train: {steps: 4, batch: 2, shards: 1, threads: 1, log_every: 2, eval_every: 2,\n"
-    "        checkpoint_every: 2}\n";
+    "        checkpoint_every: 2, recompute: 1}\n"; /* the block recomputed (train.h) */
 static const char memory_yaml[] = "task: {kind: memory, pairs: [4], key_dim: 8, value_dim: 8, "
                                   "trials: 1}\nlayer: {preset: deltanet}\n";
 static const char equivalence_yaml[] = "task: {kind: equivalence, tokens: 16, key_dim: 4, "

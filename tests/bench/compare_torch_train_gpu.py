@@ -4,7 +4,7 @@ memory (docs/benchmarks.md "GPU training").
 
     python3 tests/bench/compare_torch_train_gpu.py --ttt build-gpu/ttt --fla /path/to/fla \
         [--model lm|mqar] [--dtype float32|bfloat16] [--variants eager,fla,compile] \
-        [--repeats 5] [--bypass-guard]
+        [--repeats 5] [--recompute 0,6] [--bypass-guard]
 
 --model lm: the 125M-class language model of experiments/benchmark_lm_gpu.yaml (d_model 768, 12
 gated DeltaNet blocks, vocabulary 32000, sequence 2048, batch 8). --model mqar: the MQAR model of
@@ -105,10 +105,12 @@ def ttt_run(a, yaml, sets, out):
     return rows
 
 
-def ttt_timings(a, yaml, sets, wd):
-    """{preset: the train_step row} of the GPU run."""
+def ttt_timings(a, yaml, sets, wd, recompute=0):
+    """{preset: the train_step row} of the GPU run (train.recompute: that many blocks)."""
     sets = sets + ["train.device=cuda", f"train.dtype={a.dtype}", f"task.repeats={a.repeats}"]
-    rows = ttt_run(a, yaml, sets, os.path.join(wd, "gpu"))
+    if recompute:
+        sets = sets + [f"train.recompute={recompute}"]
+    rows = ttt_run(a, yaml, sets, os.path.join(wd, f"gpu{recompute}"))
     return {r["preset"]: r for r in rows}
 
 
@@ -264,6 +266,9 @@ def main():
                     help="PyTorch variants: eager (the twin's own layer), fla, compile")
     ap.add_argument("--repeats", type=int, default=5, help="timed steps, each side")
     ap.add_argument("--warmup", type=int, default=2, help="PyTorch steps before timing")
+    ap.add_argument("--recompute", default="0",
+                    help="ttt runs with these train.recompute values (blocks recomputed in the "
+                         "backward, docs/training.md), one row each; vs_ttt against the first")
     ap.add_argument("--bypass-guard", action="store_true",
                     help="let FLA's gated backward run on Triton < 3.7.1 (timing only)")
     ap.add_argument("--no-ttt-check", action="store_true",
@@ -290,7 +295,9 @@ def main():
         t0 = time.time()
         dumps = ttt_dumps(a, yaml, dump_sets, wd)
         t1 = time.time()
-        timings = ttt_timings(a, yaml, gpu_sets, wd)
+        recs = [int(x) for x in a.recompute.split(",")]
+        runs = [(n, ttt_timings(a, yaml, gpu_sets, wd, n)) for n in recs]
+        timings = runs[0][1]
         t2 = time.time()
         print(f"# ttt: the CPU dump took {t1 - t0:.1f} s, the GPU run {t2 - t1:.1f} s")
         cols = ["model", "side", "tok/s", "tok/s_med", "s/step", "peak_MiB", "reserved_MiB",
@@ -308,12 +315,15 @@ def main():
                 l64 = twin_loss64(cfg, params, tok, lab)
                 print(f"# {label}: the dump's loss {loss:.9g}, the twin's (float64, CPU) "
                       f"{l64:.9g}: {abs(loss - l64) / abs(l64):.1e} relative")
-            row = [label, "ttt", f"{r['tokens_per_s']:.4g}",
-                   f"{r['tokens_per_s_median']:.4g}", f"{r['seconds']:.4g}",
-                   f"{r.get('gpu_peak_mb', float('nan')):.0f}",
-                   f"{r.get('gpu_reserved_mb', float('nan')):.0f}", "1.00x"]
-            print(" ".join(f"{str(c):>13}" if i else f"{str(c):<28}"
-                           for i, c in enumerate(row)), flush=True)
+            for n, tm in runs:
+                rn = tm[preset]
+                row = [label, f"ttt rec {n}" if n else "ttt", f"{rn['tokens_per_s']:.4g}",
+                       f"{rn['tokens_per_s_median']:.4g}", f"{rn['seconds']:.4g}",
+                       f"{rn.get('gpu_peak_mb', float('nan')):.0f}",
+                       f"{rn.get('gpu_reserved_mb', float('nan')):.0f}",
+                       f"{r['seconds'] / rn['seconds']:.2f}x"]
+                print(" ".join(f"{str(c):>13}" if i else f"{str(c):<28}"
+                               for i, c in enumerate(row)), flush=True)
             for v in variants:
                 cfg = twin.Config(meta)  # with the twin's own layer
                 layer = None
@@ -337,7 +347,8 @@ def main():
                        f"{best / r['seconds']:.2f}x"]
                 print(" ".join(f"{str(c):>13}" if i else f"{str(c):<28}"
                                for i, c in enumerate(row)), flush=True)
-    print("# vs_ttt: PyTorch's fastest step time / ttt's (> 1: ttt faster); peak_MiB: "
+    print("# vs_ttt: PyTorch's (or that ttt run's) fastest step time / the first ttt run's (> 1: "
+          "the first ttt run faster); ttt rec N: train.recompute N; peak_MiB: "
           "ttt's device pool high-water mark, PyTorch's max_memory_allocated")
     return 0
 
