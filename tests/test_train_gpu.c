@@ -1043,6 +1043,24 @@ START_TEST(out_of_device_memory_mid_run_keeps_the_last_checkpoint) {
 }
 END_TEST
 
+/* The run of sp in a fresh folder against ref (the same batches): same_run's checks, named
+ * `what`; its device pool's peak. */
+static size_t variant_same_run(train_spec sp, const char *what, const run_out *ref) {
+    char *dk = fresh_dir();
+    sp.dir = dk;
+    run_out o;
+    train_got g;
+    train_ex(&sp, &o, &g);
+    ck_assert_msg(g.status == TTT_OK, "%s: %s", what, g.err.msg);
+    const size_t peak = g.res.device_peak;
+    got_free(&g);
+    same_run(what, sp.i, STEPS, -1, &o, ref);
+    run_free(&o);
+    tu_rmtree(dk);
+    free(dk);
+    return peak;
+}
+
 /* ---- recomputed blocks (train.recompute; docs/training.md "Memory of a training step") ---- */
 
 /* Every mixer on the device with its first block and with both blocks recomputed in the
@@ -1061,25 +1079,14 @@ START_TEST(recomputed_blocks_follow_the_kept_run) {
     ck_assert_msg(g0.status == TTT_OK, "%s: %s", cases[i].name, g0.err.msg);
     got_free(&g0);
     for (int r = 1; r <= 2; r++) {
-        char *dk = fresh_dir();
-        const train_spec sp = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .dir = dk,
-                               .recompute = r};
-        run_out o;
-        train_got g;
-        train_ex(&sp, &o, &g);
-        ck_assert_msg(g.status == TTT_OK, "%s, recompute %d: %s", cases[i].name, r, g.err.msg);
         char what[128];
         snprintf(what, sizeof what, "%s, recompute %d", cases[i].name, r);
-        same_run(what, i, STEPS, -1, &o, &ref);
-        printf("%s: device pool peak %.0f bytes (kept: %.0f)\n", what,
-               (double)g.res.device_peak, (double)g0.res.device_peak);
-        ck_assert_msg(g.res.device_peak <= g0.res.device_peak,
-                      "%s: the pool's peak %.0f is above the kept run's %.0f", what,
-                      (double)g.res.device_peak, (double)g0.res.device_peak);
-        got_free(&g);
-        run_free(&o);
-        tu_rmtree(dk);
-        free(dk);
+        const train_spec sp = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .recompute = r};
+        const size_t peak = variant_same_run(sp, what, &ref);
+        printf("%s: device pool peak %zu bytes (kept: %zu)\n", what, peak, g0.res.device_peak);
+        ck_assert_msg(peak <= g0.res.device_peak,
+                      "%s: the pool's peak %zu is above the kept run's %zu", what, peak,
+                      g0.res.device_peak);
     }
     run_free(&ref);
     tu_rmtree(d0);
@@ -1106,21 +1113,12 @@ START_TEST(ranks_on_one_gpu_are_the_single_gpu_run) {
     run_out ref;
     train(i, "cuda", -1, 0, d0, 0, &ref);
     for (int k = 0; k < 3; k++) {
-        char *dk = fresh_dir();
-        const train_spec sp = {.i = i, .device = "cuda", .devices = devs[k], .k = -1,
-                               .big_at = -1, .dir = dk};
-        run_out o;
-        train_got g;
-        train_ex(&sp, &o, &g);
-        ck_assert_msg(g.status == TTT_OK, "%s over %s: %s", cases[i].name, devs[k], g.err.msg);
-        got_free(&g);
         char what[128];
         snprintf(what, sizeof what, "%s, %d rank%s (%s)", cases[i].name, k + 1, k ? "s" : "",
                  devs[k]);
-        same_run(what, i, STEPS, -1, &o, &ref);
-        run_free(&o);
-        tu_rmtree(dk);
-        free(dk);
+        const train_spec sp = {.i = i, .device = "cuda", .devices = devs[k], .k = -1,
+                               .big_at = -1};
+        variant_same_run(sp, what, &ref);
     }
     run_free(&ref);
     tu_rmtree(d0);

@@ -75,20 +75,23 @@ static long rss_kib(void) {
     return kb;
 }
 
-/* Parameter gradients of one loss, with or without recycling; the gradient bytes taken. */
+/* Parameter gradients of one loss, with or without recycling, the first `recompute` blocks
+ * recomputed; the gradient bytes taken, and in *fwd (when not NULL) the arena's footprint when
+ * the forward has computed the loss. */
 static size_t gradients(const ttt_seq_model *m, const ttt_seq_batch *b, int recycle,
-                        float **out) {
+                        int recompute, float **out, size_t *fwd) {
     ttt_arena arena;
     ttt_arena_init(&arena, 0);
     ttt_tape tape;
     ttt_tape_init(&tape);
     tape.recycle = recycle;
-    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape};
+    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape, .recompute = recompute};
     ttt_params_zero_grad((ttt_params *)&m->params);
     ttt_tensor *loss = NULL;
     ttt_error err = {0};
     ck_assert_msg(ttt_seq_model_loss(&ctx, m, m->pt, b, 0, &loss, NULL, NULL, &err) == TTT_OK,
                   "%s", err.msg);
+    if (fwd) *fwd = ttt_arena_footprint(&arena);
     ttt_backward(&ctx, loss);
     const size_t bytes = tape.grad_bytes;
     for (int i = 0; i < m->params.n; i++) {
@@ -114,8 +117,8 @@ START_TEST(recycled_gradients_are_exact_and_smaller) {
     const ttt_seq_batch b = {.B = 4, .T = L, .tokens = tokens, .labels = labels};
     float **kept = calloc((size_t)m.params.n, sizeof *kept);
     float **recycled = calloc((size_t)m.params.n, sizeof *recycled);
-    const size_t bytes_kept = gradients(&m, &b, 0, kept);
-    const size_t bytes_recycled = gradients(&m, &b, 1, recycled);
+    const size_t bytes_kept = gradients(&m, &b, 0, 0, kept, NULL);
+    const size_t bytes_recycled = gradients(&m, &b, 1, 0, recycled, NULL);
     for (int i = 0; i < m.params.n; i++) {
         const ttt_param *p = m.params.p[i];
         double mag = 0;
@@ -137,39 +140,13 @@ START_TEST(recycled_gradients_are_exact_and_smaller) {
 }
 END_TEST
 
-/* The layer section of a mixer: the registered mixer by name, or for `ttt` the given preset. */
+/* The layer section of a mixer: the registered mixer by name, or for the one that runs the
+ * `layer:` section's TTT layer (its trait uses_layer) the given preset. */
 static void layer_of(const ttt_mixer *mx, const char *preset, char *out, size_t n) {
-    if (strcmp(mx->name, "ttt") == 0)
+    if (mx->uses_layer)
         snprintf(out, n, "layer: {preset: %s}\n", preset);
     else
         snprintf(out, n, "layer: {mixer: %s}\n", mx->name);
-}
-
-/* Parameter gradients and the arena's footprint after the forward of one loss of a 3-block
- * model with the first `recompute` blocks recomputed. */
-static size_t grads_recomputed(const ttt_seq_model *m, const ttt_seq_batch *b, int recompute,
-                               float **out) {
-    ttt_arena arena;
-    ttt_arena_init(&arena, 0);
-    ttt_tape tape;
-    ttt_tape_init(&tape);
-    tape.recycle = 1;
-    ttt_ctx ctx = {.arena = &arena, .grad = 1, .tape = &tape, .recompute = recompute};
-    ttt_params_zero_grad((ttt_params *)&m->params);
-    ttt_tensor *loss = NULL;
-    ttt_error err = {0};
-    ck_assert_msg(ttt_seq_model_loss(&ctx, m, m->pt, b, 0, &loss, NULL, NULL, &err) == TTT_OK,
-                  "%s", err.msg);
-    const size_t fwd = ttt_arena_footprint(&arena);
-    ttt_backward(&ctx, loss);
-    for (int i = 0; i < m->params.n; i++) {
-        const ttt_param *p = m->params.p[i];
-        out[i] = malloc(p->n * sizeof(float));
-        memcpy(out[i], p->grad, p->n * sizeof(float));
-    }
-    ttt_tape_free(&tape);
-    ttt_arena_free(&arena);
-    return fwd;
 }
 
 /* train.recompute (docs/training.md "Memory of a training step"): for every registered mixer
@@ -182,7 +159,7 @@ START_TEST(recomputed_blocks_give_the_same_gradients_with_less_memory) {
     static const char *const presets[] = {"deltanet", "gated_deltanet", "gla", "mamba2"};
     for (int mi = 0; mi < ttt_mixer_count(); mi++) {
         const ttt_mixer *mx = ttt_mixer_at(mi);
-        const int np = strcmp(mx->name, "ttt") == 0 ? 4 : 1;
+        const int np = mx->uses_layer ? 4 : 1;
         for (int pi = 0; pi < np; pi++) {
             char text[512], layer[128];
             layer_of(mx, presets[pi], layer, sizeof layer);
@@ -203,11 +180,13 @@ START_TEST(recomputed_blocks_give_the_same_gradients_with_less_memory) {
             fill(tokens, labels, 2, 9);
             const ttt_seq_batch b = {.B = 2, .T = L, .tokens = tokens, .labels = labels};
             float **kept = calloc((size_t)m.params.n, sizeof *kept);
-            const size_t fwd_kept = grads_recomputed(&m, &b, 0, kept);
+            size_t fwd_kept;
+            gradients(&m, &b, 1, 0, kept, &fwd_kept);
             size_t fwd_prev = fwd_kept;
             for (int r = 2; r <= 3; r++) {
                 float **rec = calloc((size_t)m.params.n, sizeof *rec);
-                const size_t fwd = grads_recomputed(&m, &b, r, rec);
+                size_t fwd;
+                gradients(&m, &b, 1, r, rec, &fwd);
                 for (int i = 0; i < m.params.n; i++) {
                     const ttt_param *p = m.params.p[i];
                     ck_assert_msg(memcmp(kept[i], rec[i], p->n * sizeof(float)) == 0,
