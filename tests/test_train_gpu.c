@@ -51,8 +51,8 @@
  * in other orders: the backward's atomics), with the same bits required on the CPU.
  *
  * Without CUDA in the build, or without a GPU, it prints why and exits 77 (ctest: skipped).
- * TTT_TRAIN_GPU_SELF=1 runs the trajectory, vector and kill -9 cases with the CPU standing in
- * for the device (every error is then 0 and every control must still be rejected): a check of
+ * TTT_TRAIN_GPU_SELF=1 runs the trajectory, vector, recompute and kill -9 cases with the CPU
+ * standing in for the device (every error is then 0 and every control must still be rejected): a check of
  * the harness itself on machines without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
@@ -1044,8 +1044,8 @@ START_TEST(out_of_device_memory_mid_run_keeps_the_last_checkpoint) {
 END_TEST
 
 /* The run of sp in a fresh folder against ref (the same batches): same_run's checks, named
- * `what`; its device pool's peak. */
-static size_t variant_same_run(train_spec sp, const char *what, const run_out *ref) {
+ * `what`; its device pool's peak, and in *bits (when not NULL) whether the bits were the same. */
+static size_t variant_same_run(train_spec sp, const char *what, const run_out *ref, int *bits) {
     char *dk = fresh_dir();
     sp.dir = dk;
     run_out o;
@@ -1054,7 +1054,8 @@ static size_t variant_same_run(train_spec sp, const char *what, const run_out *r
     ck_assert_msg(g.status == TTT_OK, "%s: %s", what, g.err.msg);
     const size_t peak = g.res.device_peak;
     got_free(&g);
-    same_run(what, sp.i, STEPS, -1, &o, ref);
+    const int same = same_run(what, sp.i, STEPS, -1, &o, ref);
+    if (bits) *bits = same;
     run_free(&o);
     tu_rmtree(dk);
     free(dk);
@@ -1073,7 +1074,7 @@ START_TEST(recomputed_blocks_follow_the_kept_run) {
     const int i = _i;
     char *d0 = fresh_dir();
     run_out ref;
-    const train_spec s0 = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .dir = d0};
+    const train_spec s0 = {.i = i, .device = dev_name, .k = -1, .big_at = -1, .dir = d0};
     train_got g0;
     train_ex(&s0, &ref, &g0);
     ck_assert_msg(g0.status == TTT_OK, "%s: %s", cases[i].name, g0.err.msg);
@@ -1081,8 +1082,14 @@ START_TEST(recomputed_blocks_follow_the_kept_run) {
     for (int r = 1; r <= 2; r++) {
         char what[128];
         snprintf(what, sizeof what, "%s, recompute %d", cases[i].name, r);
-        const train_spec sp = {.i = i, .device = "cuda", .k = -1, .big_at = -1, .recompute = r};
-        const size_t peak = variant_same_run(sp, what, &ref);
+        const train_spec sp = {.i = i, .device = dev_name, .k = -1, .big_at = -1,
+                               .recompute = r};
+        int bits = 0;
+        const size_t peak = variant_same_run(sp, what, &ref, &bits);
+        /* the host's recomputation is exact (tests/test_train_memory.c): with the CPU standing
+         * in for the device, the bits must be the same */
+        if (strcmp(dev_name, "cpu") == 0)
+            ck_assert_msg(bits, "%s: the CPU's recomputed run is not the kept run's bits", what);
         printf("%s: device pool peak %zu bytes (kept: %zu)\n", what, peak, g0.res.device_peak);
         ck_assert_msg(peak <= g0.res.device_peak,
                       "%s: the pool's peak %zu is above the kept run's %zu", what, peak,
@@ -1118,7 +1125,7 @@ START_TEST(ranks_on_one_gpu_are_the_single_gpu_run) {
                  devs[k]);
         const train_spec sp = {.i = i, .device = "cuda", .devices = devs[k], .k = -1,
                                .big_at = -1};
-        variant_same_run(sp, what, &ref);
+        variant_same_run(sp, what, &ref, NULL);
     }
     run_free(&ref);
     tu_rmtree(d0);
@@ -1407,6 +1414,7 @@ int main(int argc, char **argv) {
         tcase_set_timeout(tc, 600);
         tcase_add_loop_test(tc, the_first_steps_follow_the_cpu, 0, N_CASES);
         tcase_add_test(tc, a_vector_task_and_a_nan_behave_as_on_the_cpu);
+        tcase_add_loop_test(tc, recomputed_blocks_follow_the_kept_run, 0, N_CASES);
         suite_add_tcase(s, tc);
         TCase *tf = tcase_create("faults");
         tcase_set_timeout(tf, 600);
