@@ -14,6 +14,8 @@
 #include "config.h"
 #include "cuda_kernels.h"
 #include "device.h"
+#include "form.h"
+#include "mixer.h"
 #include "plan.h"
 #include "task.h"
 #include "testutil.h"
@@ -442,6 +444,23 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
             ck_assert_msg(s == TTT_OK, "%s: %s", mixers[i].layer, err.msg);
         } else { /* without CUDA no layer has a CUDA form; softmax still passes this check */
             ck_assert(s == TTT_OK || strstr(err.msg, "has no CUDA form"));
+        }
+        /* the form the reports name for a TTT layer on the device (the mixer's device_form):
+         * a CUDA entry's where the layer runs there, none where it is refused */
+        const ttt_mixer *mx = ttt_mixer_at(mc.mixer);
+        if (mx->uses_layer) {
+            ck_assert_ptr_nonnull(mx->device_form);
+            const char *f = mx->device_form(&mc);
+            if (mixers[i].refusal || !ttt_device_cuda_built()) {
+                ck_assert_msg(f == NULL, "%s: device form %s", mixers[i].layer, f);
+            } else {
+                int cuda = 0;
+                for (int e = 0; f && e < ttt_form_count(); e++)
+                    cuda |= ttt_form_at(e)->device == TTT_DEVICE_CUDA &&
+                            strcmp(ttt_form_at(e)->form, f) == 0;
+                ck_assert_msg(cuda, "%s: device form %s is no CUDA entry's", mixers[i].layer,
+                              f ? f : "(none)");
+            }
         }
         c.device = ttt_device_host(); /* control: every mixer on the host */
         ck_assert_int_eq(ttt_train_device_ready(&c, &mc, &err), TTT_OK);

@@ -85,6 +85,9 @@ typedef struct ttt_mixer {
      * = it does not (the trainer refuses train.device: cuda for it); otherwise NULL from the
      * call when the mixer of config c runs there, or a sentence in buf saying why not. */
     const char *(*device_refuse)(const ttt_seq_model_config *c, char *buf, size_t len);
+    /* The form the block's layer runs in on a CUDA device, for reports (the benchmark's `form`
+     * column); NULL = the mixer runs no form, or none there. */
+    const char *(*device_form)(const ttt_seq_model_config *c);
 } ttt_mixer;
 
 /* The registry (mixer_list.h order; index = ttt_mixer_kind). */
