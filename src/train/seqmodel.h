@@ -115,6 +115,13 @@ typedef struct ttt_seq_model_io {
     int in_dim;  /* vocab == 0: features per input position */
     int out_dim; /* vocab == 0: outputs per position */
     int seq_len; /* longest sequence the task produces (learned positions) */
+    /* Packed documents (token models; docs/training.md "Packed documents"): nonzero when token
+     * doc_sep begins a new document wherever it stands in a sequence. The model then runs every
+     * document of a sequence as a sequence of its own: each mixer starts from its initial
+     * state, the short convolution and the positions (learned or RoPE) restart at it. 0 (every
+     * task's default): a sequence is one document. */
+    int packed;
+    int doc_sep;
 } ttt_seq_model_io;
 
 typedef struct ttt_seq_model_config {
