@@ -41,6 +41,7 @@
 #include "batch.h"
 #include "mixer.h"
 #include "ops.h"
+#include "plan.h"
 #include "seqmodel.h"
 #include "testutil.h"
 
@@ -412,6 +413,36 @@ START_TEST(option_trains_and_skips_separator_targets) {
 }
 END_TEST
 
+/* The configuration hash (checkpoints resume under it): doc_separator: -1 hashes as the option
+ * left out (a run that names it continues one that did not); a separator is another hash. */
+static void hash_of(const char *extra, char hash[17]) {
+    char *yaml;
+    ck_assert(asprintf(&yaml,
+                       "name: h\ntask: {kind: lm, path: %s, seq_len: 32%s}\n"
+                       "model: {d_model: 8, layers: 1, heads: 1}\nlayer: {preset: deltanet}\n"
+                       "train: {steps: 3, batch: 2}\n",
+                       text_path, extra) > 0);
+    ttt_error err = {0};
+    ttt_cfg_node *doc = NULL;
+    ck_assert_msg(ttt_cfg_load_string(yaml, "exp.yaml", &doc, &err) == TTT_OK, "%s", err.msg);
+    ttt_plan *p = NULL;
+    ck_assert_msg(ttt_plan_build(doc, "exp", &p, &err) == TTT_OK, "%s", err.msg);
+    memcpy(hash, p->points[0].config_hash, 17);
+    ttt_plan_free(p);
+    ttt_cfg_free(doc);
+    free(yaml);
+}
+
+START_TEST(off_hashes_as_absent) {
+    char none[17], off[17], on[17];
+    hash_of("", none);
+    hash_of(", doc_separator: -1", off);
+    hash_of(", doc_separator: 10", on);
+    ck_assert_str_eq(none, off);
+    ck_assert_str_ne(none, on);
+}
+END_TEST
+
 Suite *packed_docs_suite(void) {
     Suite *s = suite_create("packed_docs");
     TCase *tc = tcase_create("model");
@@ -425,6 +456,7 @@ Suite *packed_docs_suite(void) {
     tcase_set_timeout(to, 600);
     tcase_add_checked_fixture(to, setup_text, teardown_text);
     tcase_add_test(to, option_bad_input);
+    tcase_add_test(to, off_hashes_as_absent);
     tcase_add_test(to, option_trains_and_skips_separator_targets);
     suite_add_tcase(s, to);
     return s;
