@@ -90,7 +90,8 @@ void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
      * absent, so that a run that names it continues one that did not */
     ttt_cfg_node *task = (ttt_cfg_node *)ttt_cfg_get(h, "task");
     const ttt_cfg_node *ds = task ? ttt_cfg_get(task, "doc_separator") : NULL;
-    if (ds && ds->scalar && strcmp(ds->scalar, "-1") == 0) ttt_cfg_map_remove(task, "doc_separator");
+    if (ds && ds->scalar && strcmp(ds->scalar, "-1") == 0)
+        ttt_cfg_map_remove(task, "doc_separator");
     ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
     if (tr) {
         ttt_cfg_map_remove(tr, "stop_at");

@@ -684,7 +684,8 @@ static const doc_plan *plan_docs(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
  * tensor: a slice when there is one. */
 static ttt_tensor *gather_docs(ttt_ctx *ctx, const doc_plan *p, const ttt_tensor *x,
                                const int *order, int n) {
-    if (n == 1) return ttt_slice_rows(ctx, x, p->row[order[0]], p->row[order[0]] + p->len[order[0]]);
+    if (n == 1)
+        return ttt_slice_rows(ctx, x, p->row[order[0]], p->row[order[0]] + p->len[order[0]]);
     ttt_tensor **parts = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)n * sizeof *parts);
     TTT_ASSERT(parts);
     for (int j = 0; j < n; j++)
@@ -713,8 +714,9 @@ static ttt_status mix(const ttt_mixer_call *call, const doc_plan *p, ttt_tensor 
     }
     for (int i = 0; i < p->n_docs; i++) {
         const int g = p->grp[i], L = p->len[i];
-        pieces[i] = p->gn[g] == 1 ? outs[g]
-                                  : ttt_slice_rows(ctx, outs[g], p->pos[i] * L, (p->pos[i] + 1) * L);
+        pieces[i] = p->gn[g] == 1
+                        ? outs[g]
+                        : ttt_slice_rows(ctx, outs[g], p->pos[i] * L, (p->pos[i] + 1) * L);
     }
     *o = ttt_concat_rows_n(ctx, (const ttt_tensor *const *)pieces, p->n_docs);
     return TTT_OK;
@@ -806,7 +808,8 @@ ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
         x = ttt_add(ctx, x, p);
     }
     (void)d;
-    for (int l = 0; l < c->n_layers; l++) TTT_TRY(block(ctx, m, pt, l, &x, B, T, docs, err));
+    for (int l = 0; l < c->n_layers; l++)
+        TTT_TRY(block(ctx, m, pt, l, &x, B, T, docs, err));
     x = norm(ctx, m, pt, x, m->norm_f, m->norm_f_b);
     ttt_tensor *y = ttt_matmul(ctx, x, 0, P(pt, m->head), 0);
     if (m->head_b >= 0) y = ttt_add(ctx, y, P(pt, m->head_b));
