@@ -23,8 +23,8 @@
  *     loss: the float64 sum of the nats of the scored positions, within the logits' tolerance
  *       per position and term (a logit moves the cross-entropy by at most twice its change);
  *     gradients, per tensor: 2·(n_r + B·T)·ε·Σ_doc max|g_doc|, the sum over the B·T rows
- *       adding its n roundings (γ_n, Higham §4.2) and Σ_doc max|g_doc| standing for the scale
- *       of the terms summed.
+ *       adding its n roundings (γ_n of a sum of n terms) and Σ_doc max|g_doc| standing for the
+ *       scale of the terms summed.
  *   Measured (TTT_TEST_VERBOSE=1 prints each model's worst ratio): at most 0.011 of the
  *   tolerance, the bound being a worst case of the rounding and not its typical size. A wrong
  *   reset is O(1): a window run as one document, one mixer not reset (rwkv7) and learned
