@@ -637,8 +637,8 @@ typedef struct doc_plan {
     int *glen, *gn, *first, *mem;
 } doc_plan;
 
-/* The plan of a batch of token model whose io.packed is set, in the host arena; NULL when every
- * sequence is one document (no separator after position 0): the model then runs as without
+/* The documents of a token batch of a model whose io.packed is set, in the host arena; NULL when
+ * every sequence is one document (no separator after position 0): the model then runs as without
  * packing, the same operations. */
 static const doc_plan *plan_docs(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_seq_batch *bt) {
     const ttt_seq_model_io *io = &m->cfg.io;

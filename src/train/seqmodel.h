@@ -216,7 +216,11 @@ typedef struct ttt_seq_stats {
 } ttt_seq_stats;
 
 /* Forward pass: *out = (B·T, V) logits or (B·T, out_dim) predictions. Records on ctx->tape when
- * ctx->grad is set. pt: parameter tensors (NULL = m->pt). */
+ * ctx->grad is set. pt: parameter tensors (NULL = m->pt). With cfg.io.packed, each document of
+ * a sequence (from position 0 or a token cfg.io.doc_sep to the next) runs as a sequence of its
+ * own: the mixer is called once per group of documents of one length (learned positions
+ * restart too); on the host only (TTT_ERR_UNSUPPORTED on a device). Labels are the caller's:
+ * the lm task ignores the separator's (ttt_batch_ignore_label). */
 ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
                                  const ttt_seq_batch *batch, ttt_tensor **out, ttt_error *err);
 /* Forward + mean loss over the scored positions (cross-entropy in nats, or mean squared error
