@@ -34,7 +34,8 @@
  *   window) by far more than the tolerance, so the comparison sees a missing reset.
  * - ttt_batch_ignore_label leaves exactly the labels that are not the separator.
  * - task.doc_separator's bad input: an id outside the vocabulary, below -1, not a number, and
- *   packing beside train.device: cuda (refused by `ttt check` on any machine), each naming the
+ *   packing beside train.device: cuda (refused by `ttt check` on any machine, and by
+ *   ttt_train_device_ready for a configuration made in code), each naming the
  *   option and what was expected; a run with the option trains and scores fewer tokens than
  *   one without (the separators are not targets); config.resolved.yaml shows the option only
  *   when it is given, and the configuration hash counts -1 as the option left out. */
@@ -52,6 +53,7 @@
 #include "ops.h"
 #include "plan.h"
 #include "seqmodel.h"
+#include "train.h"
 #include "testutil.h"
 
 #define NV 11 /* vocabulary */
@@ -452,6 +454,26 @@ START_TEST(off_hashes_as_absent) {
 }
 END_TEST
 
+/* A configuration made in code (no file, no lm task) is refused on a CUDA device by the one
+ * place that decides where a step runs (ttt_train_device_ready), which needs no GPU to say so. */
+START_TEST(device_ready_refuses_packed) {
+    fixture f;
+    build(&f, "{mixer: softmax, " SMALL "}", "{}");
+    ttt_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    ck_assert(ttt_train_parse_device("cuda", &tc.device));
+    ttt_error err = {0};
+    ck_assert_int_eq(ttt_train_device_ready(&tc, &f.m.cfg, &err), TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "train.device: cuda:0: packed documents (task.doc_separator) "
+                                  "train on the host only"),
+                  "%s", err.msg);
+    /* on the host it trains */
+    tc.device = ttt_device_host();
+    ck_assert_int_eq(ttt_train_device_ready(&tc, &f.m.cfg, &err), TTT_OK);
+    destroy(&f);
+}
+END_TEST
+
 Suite *packed_docs_suite(void) {
     Suite *s = suite_create("packed_docs");
     TCase *tc = tcase_create("model");
@@ -460,6 +482,7 @@ Suite *packed_docs_suite(void) {
     tcase_add_test(tc, packed_equals_documents_alone_layers);
     tcase_add_test(tc, packed_equals_documents_alone_positions);
     tcase_add_test(tc, ignore_label_masks_the_separator_only);
+    tcase_add_test(tc, device_ready_refuses_packed);
     suite_add_tcase(s, tc);
     TCase *to = tcase_create("option");
     tcase_set_timeout(to, 600);
