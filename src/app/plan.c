@@ -75,8 +75,9 @@ static void error_hint_axes(ttt_error *err, const ttt_cfg_node *sweep) {
 
 /* The configuration hash of a resolved point: everything but the keys that name or place the
  * run (name, description, output) and those that do not change its results (train.stop_at,
- * train.threads, train.data_parallel, train.devices, train.recompute). Checkpoints store it; changing the definition orphans every checkpoint.
- * train.device and train.dtype count as their values (cpu and float32 as absent). */
+ * train.threads, train.data_parallel, train.devices, train.recompute). Checkpoints store it;
+ * changing the definition orphans every checkpoint. train.device and train.dtype count as their
+ * values (cpu and float32 as absent), and so does task.doc_separator (-1 as absent). */
 void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_node *h = ttt_cfg_clone(root);
     ttt_cfg_map_remove(h, "name");
@@ -85,6 +86,12 @@ void ttt_plan_config_hash(const ttt_cfg_node *root, char hash[17]) {
     ttt_cfg_map_remove(h, "seeds");  /* a point's own seed is `seed`; */
     ttt_cfg_map_remove(h, "charts"); /* how its results are drawn changes none of them */
     ttt_cfg_map_remove(h, "results"); /* nor how they are reported */
+    /* the lm task's doc_separator is written only when given (lm.c): off (-1) hashes as
+     * absent, so that a run that names it continues one that did not */
+    ttt_cfg_node *task = (ttt_cfg_node *)ttt_cfg_get(h, "task");
+    const ttt_cfg_node *ds = task ? ttt_cfg_get(task, "doc_separator") : NULL;
+    if (ds && ds->scalar && strcmp(ds->scalar, "-1") == 0)
+        ttt_cfg_map_remove(task, "doc_separator");
     ttt_cfg_node *tr = (ttt_cfg_node *)ttt_cfg_get(h, "train");
     if (tr) {
         ttt_cfg_map_remove(tr, "stop_at");

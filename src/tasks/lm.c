@@ -35,6 +35,10 @@ static const ttt_option lm_options[] = {
     {"eval_windows", TTT_OPT_INT, "256", 1, 1e9, NULL,
      "validation windows scored at each evaluation (at most all of them)"},
     {"eval_batch", TTT_OPT_INT, "64", 1, 1 << 20, NULL, "windows per evaluation batch"},
+    {"doc_separator", TTT_OPT_INT, "-1", -1, (1 << 30) - 1, NULL,
+     "packed documents: this token id begins a new document wherever it stands (GPT-2's "
+     "<|endoftext|> 50256; a byte for text); the model runs each document of a window as a "
+     "sequence of its own, and the separator is never a target; -1 = off"},
     TTT_OPTION_END,
 };
 
@@ -46,6 +50,7 @@ typedef struct lm_cfg {
     int width;            /* bytes per token: 1 text, 2 uint16, 4 uint32 */
     int vocab;
     int seq_len, eval_batch;
+    int doc_sep; /* the token that begins a document, -1 = not packed */
     double val_fraction;
     long eval_windows;
     ttt_trained_cfg trained;
@@ -72,6 +77,42 @@ static ttt_status path_error(const lm_cfg *c, ttt_status s, ttt_error *err) {
         snprintf(full, sizeof full, "task.path: %s", msg);
     full[TTT_ERROR_MSG_LEN - 1] = '\0'; /* the bound a located message has */
     return ttt_error_set(err, s, "%s: %s", c->path_where, full);
+}
+
+/* task.doc_separator into c->doc_sep: an id of the vocabulary, and the step on the host (the
+ * device step does not split a window into documents). Checked before the train section is, so
+ * that `ttt check` names this combination also where no GPU is (where train.device: cuda would
+ * otherwise be refused for the missing GPU alone). */
+static ttt_status parse_doc_separator(lm_cfg *c, const ttt_cfg_node *root,
+                                      const ttt_cfg_node *task, ttt_error *err) {
+    const ttt_cfg_node *node = ttt_cfg_get(task, "doc_separator");
+    c->doc_sep = (int)ttt_cfg_int(task, "doc_separator");
+    if (c->doc_sep < 0) return TTT_OK;
+    if (c->doc_sep >= c->vocab)
+        return ttt_cfg_error(err, TTT_ERR_CONFIG, node,
+                             "task.doc_separator: %d is not a token id of the vocabulary; "
+                             "expected -1 (off) or an id in [0, %d)%s",
+                             c->doc_sep, c->vocab,
+                             c->width == 1 ? " (a byte of the text file)" : " (task.vocab)");
+    const ttt_cfg_node *train = ttt_cfg_get(root, "train");
+    const ttt_cfg_node *dev = train && train->kind == TTT_CFG_MAP ? ttt_cfg_get(train, "device")
+                                                                  : NULL;
+    const ttt_cfg_node *devs =
+        train && train->kind == TTT_CFG_MAP ? ttt_cfg_get(train, "devices") : NULL;
+    ttt_device d = ttt_device_host();
+    const int gpu = devs || (dev && dev->kind == TTT_CFG_SCALAR && dev->scalar &&
+                             ttt_train_parse_device(dev->scalar, &d) && !ttt_device_is_host(d));
+    if (gpu) {
+        char where[512];
+        ttt_cfg_where(devs ? devs : dev, where, sizeof where);
+        return ttt_cfg_error(err, TTT_ERR_UNSUPPORTED, node,
+                             "task.doc_separator: packed documents train on the host only, "
+                             "not on a CUDA device (%s given at %s): the device step does not "
+                             "split a window into its documents; write train.device: cpu, or "
+                             "leave doc_separator out (-1)",
+                             devs ? "train.devices" : "train.device", where);
+    }
+    return TTT_OK;
 }
 
 static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *sections,
@@ -128,7 +169,9 @@ static ttt_status lm_parse(void *cfg, const ttt_cfg_node *root, ttt_cfg_node *se
                                   .vocab = c->vocab, .val_fraction = vf, .seq_len = L};
     ttt_status s = ttt_tokens_check(&src, err);
     if (s != TTT_OK) return path_error(c, s, err);
-    ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L};
+    TTT_TRY(parse_doc_separator(c, root, task, err));
+    ttt_seq_model_io io = {.vocab = c->vocab, .seq_len = L, .packed = c->doc_sep >= 0,
+                           .doc_sep = c->doc_sep};
     return ttt_trained_parse(&c->trained, root, sections, &io, err);
 }
 
@@ -139,11 +182,13 @@ typedef struct lm_data {
     ttt_rng rng; /* training windows */
     ttt_batch batch, eval;
     int n_windows; /* validation windows scored */
+    int doc_sep;   /* task.doc_separator, -1 = off */
 } lm_data;
 
 static ttt_status next(void *user, ttt_seq_batch *out, ttt_error *err) {
     lm_data *d = user;
     ttt_text_sample(&d->text, TTT_SPLIT_TRAIN, &d->rng, &d->batch);
+    if (d->doc_sep >= 0) ttt_batch_ignore_label(&d->batch, d->doc_sep);
     *out = (ttt_seq_batch){.B = d->batch.B, .T = d->batch.L, .tokens = d->batch.tokens,
                            .labels = d->batch.labels};
     return TTT_OK;
@@ -164,6 +209,7 @@ static ttt_status eval_batch(void *user, int i, ttt_seq_batch *out, ttt_error *e
         if ((long)first + r >= d->n_windows || r >= n)
             for (int t = 0; t < d->eval.L; t++) d->eval.labels[(size_t)r * d->eval.L + t] =
                 TTT_LABEL_IGNORE;
+    if (d->doc_sep >= 0) ttt_batch_ignore_label(&d->eval, d->doc_sep);
     int rows = d->n_windows - (int)first < d->eval.B ? d->n_windows - (int)first : d->eval.B;
     *out = (ttt_seq_batch){.B = rows, .T = d->eval.L, .tokens = d->eval.tokens,
                            .labels = d->eval.labels};
@@ -185,6 +231,7 @@ static ttt_status lm_run(ttt_task_run *run, ttt_error *err) {
     ttt_rng root;
     ttt_rng_seed(&root, run->seed);
     d.rng = ttt_rng_fork(&root, ttt_hash_str("lm/windows"));
+    d.doc_sep = c->doc_sep;
     const ttt_token_source src = {.path = c->path, .val_path = c->val_path, .width = c->width,
                                   .vocab = c->vocab, .val_fraction = c->val_fraction,
                                   .seq_len = L};
@@ -334,8 +381,14 @@ static ttt_status lm_section(const void *cfg, const ttt_cfg_node *given, ttt_cfg
         {.key = "val_fraction", .number = c->val_fraction},
         {.key = "eval_windows", .number = (double)c->eval_windows},
         {.key = "eval_batch", .number = c->eval_batch},
+        {.key = "doc_separator", .number = c->doc_sep},
     };
-    return ttt_task_section(lm_options, given, v, (int)(sizeof v / sizeof *v), out, err);
+    TTT_TRY(ttt_task_section(lm_options, given, v, (int)(sizeof v / sizeof *v), out, err));
+    /* off and not given: left out, so that config.resolved.yaml and the configuration hash of
+     * an experiment without packed documents stay what they were before the option existed */
+    if (c->doc_sep < 0 && !ttt_cfg_get(given, "doc_separator"))
+        ttt_cfg_map_remove(*out, "doc_separator");
+    return TTT_OK;
 }
 
 const ttt_task ttt_task_lm = {

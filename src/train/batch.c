@@ -42,6 +42,11 @@ long ttt_batch_count_labels(const ttt_batch *b) {
     return c;
 }
 
+void ttt_batch_ignore_label(ttt_batch *b, int id) {
+    for (size_t i = 0; i < (size_t)b->B * (size_t)b->L; i++)
+        if (b->labels[i] == id) b->labels[i] = TTT_LABEL_IGNORE;
+}
+
 void ttt_batch_score(const ttt_batch *b, const float *logits, int V, double *sum_nats,
                      long *n_correct, long *n_labelled) {
     double nats = 0.0;

@@ -26,6 +26,10 @@ ttt_status ttt_batch_init(ttt_batch *b, int B, int L, ttt_error *err);
 void ttt_batch_free(ttt_batch *b);
 /* Number of positions with a label. */
 long ttt_batch_count_labels(const ttt_batch *b);
+/* Packed documents (the lm task's doc_separator): every label equal to `id` becomes
+ * TTT_LABEL_IGNORE. Such a label is the first token of the next document, which the model is not
+ * asked to predict from the document before it. */
+void ttt_batch_ignore_label(ttt_batch *b, int id);
 /* Score logits against the labels: over labelled positions only, *sum_nats += −log softmax(z)[y]
  * (computed in double, max-shifted), *n_correct += [argmax z == y] (ties go to the lowest index),
  * *n_labelled += 1. Any output pointer may be NULL. Labels must be in [0, V) or ignored. */

@@ -624,8 +624,106 @@ static const int *ids_on(ttt_ctx *ctx, const int *ids, int n) {
     return d;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Packed documents (seqmodel.h, ttt_seq_model_io.packed) */
+
+/* The documents of a batch: document i is rows [row[i], row[i] + len[i]) of the (B·T, ·)
+ * tensors, in row order. The mixer runs on the documents of one length at a time, as a batch of
+ * its own: group g holds the n[g] documents of length glen[g], document i being member pos[i]
+ * of group grp[i]; member j of group g is document mem[first[g] + j]. */
+typedef struct doc_plan {
+    int n_docs, n_groups;
+    int *row, *len, *grp, *pos;
+    int *glen, *gn, *first, *mem;
+} doc_plan;
+
+/* The documents of a token batch of a model whose io.packed is set, in the host arena; NULL when
+ * every sequence is one document (no separator after position 0): the model then runs as without
+ * packing, the same operations. */
+static const doc_plan *plan_docs(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_seq_batch *bt) {
+    const ttt_seq_model_io *io = &m->cfg.io;
+    if (!io->packed || !bt->tokens) return NULL;
+    const int B = bt->B, T = bt->T, sep = io->doc_sep;
+    int n = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) n += t == 0 || bt->tokens[(size_t)b * T + t] == sep;
+    if (n == B) return NULL;
+    ttt_arena *a = ttt_arena_host(ctx->arena);
+    doc_plan *p = ttt_arena_alloc(a, sizeof *p);
+    int *ints = ttt_arena_alloc(a, (size_t)(8 * n + 1) * sizeof(int));
+    TTT_ASSERT(p && ints);
+    *p = (doc_plan){.n_docs = n, .row = ints, .len = ints + n, .grp = ints + 2 * n,
+                    .pos = ints + 3 * n, .glen = ints + 4 * n, .gn = ints + 5 * n,
+                    .first = ints + 6 * n, .mem = ints + 7 * n};
+    int i = 0;
+    for (int r = 0; r < B * T; r++)
+        if (r % T == 0 || bt->tokens[r] == sep) p->row[i++] = r;
+    /* a document ends where the next begins (every sequence begins one) */
+    for (i = 0; i < n; i++) p->len[i] = (i + 1 < n ? p->row[i + 1] : B * T) - p->row[i];
+    /* the groups in the order their lengths first occur */
+    for (i = 0; i < n; i++) {
+        int g = 0;
+        while (g < p->n_groups && p->glen[g] != p->len[i]) g++;
+        if (g == p->n_groups) {
+            p->glen[g] = p->len[i];
+            p->gn[g] = 0;
+            p->n_groups++;
+        }
+        p->grp[i] = g;
+        p->pos[i] = p->gn[g]++;
+    }
+    for (int g = 0, f = 0; g < p->n_groups; g++) {
+        p->first[g] = f;
+        f += p->gn[g];
+    }
+    for (i = 0; i < n; i++) p->mem[p->first[p->grp[i]] + p->pos[i]] = i;
+    return p;
+}
+
+/* The rows of x (B·T, ·) of each document in the order `order` (n indices into the plan), one
+ * tensor: a slice when there is one. */
+static ttt_tensor *gather_docs(ttt_ctx *ctx, const doc_plan *p, const ttt_tensor *x,
+                               const int *order, int n) {
+    if (n == 1)
+        return ttt_slice_rows(ctx, x, p->row[order[0]], p->row[order[0]] + p->len[order[0]]);
+    ttt_tensor **parts = ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)n * sizeof *parts);
+    TTT_ASSERT(parts);
+    for (int j = 0; j < n; j++)
+        parts[j] = ttt_slice_rows(ctx, x, p->row[order[j]], p->row[order[j]] + p->len[order[j]]);
+    return ttt_concat_rows_n(ctx, (const ttt_tensor *const *)parts, n);
+}
+
+/* The mixer of block l on h (B·T, d): one call on the whole batch, or with packed documents
+ * one call per group of documents of equal length (each document a sequence of that call),
+ * the outputs put back in row order. */
+static ttt_status mix(const ttt_mixer_call *call, const doc_plan *p, ttt_tensor **o,
+                      ttt_error *err) {
+    const ttt_mixer *mx = ttt_mixer_at(call->m->cfg.mixer);
+    if (!p) return mx->forward(call, o, err);
+    ttt_ctx *ctx = call->ctx;
+    ttt_tensor **outs = ttt_arena_alloc(ttt_arena_host(ctx->arena),
+                                        (size_t)(p->n_groups + p->n_docs) * sizeof *outs);
+    TTT_ASSERT(outs);
+    ttt_tensor **pieces = outs + p->n_groups;
+    for (int g = 0; g < p->n_groups; g++) {
+        ttt_mixer_call gc = *call;
+        gc.h = gather_docs(ctx, p, call->h, p->mem + p->first[g], p->gn[g]);
+        gc.B = p->gn[g];
+        gc.T = p->glen[g];
+        TTT_TRY(mx->forward(&gc, &outs[g], err)); /* (n·len, H·D) */
+    }
+    for (int i = 0; i < p->n_docs; i++) {
+        const int g = p->grp[i], L = p->len[i];
+        pieces[i] = p->gn[g] == 1
+                        ? outs[g]
+                        : ttt_slice_rows(ctx, outs[g], p->pos[i] * L, (p->pos[i] + 1) * L);
+    }
+    *o = ttt_concat_rows_n(ctx, (const ttt_tensor *const *)pieces, p->n_docs);
+    return TTT_OK;
+}
+
 static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt, int l,
-                        ttt_tensor **x, int B, int T, ttt_error *err) {
+                        ttt_tensor **x, int B, int T, const doc_plan *docs, ttt_error *err) {
     const ttt_seq_model_config *c = &m->cfg;
     const ttt_block_ids *k = &m->blk[l];
     const int H = c->n_heads, D = c->head_dim;
@@ -633,7 +731,7 @@ static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *
     const ttt_mixer_call call = {.ctx = ctx, .m = m, .pt = pt, .ids = k, .h = h, .layer = l,
                                  .B = B, .T = T};
     ttt_tensor *o;
-    TTT_TRY(ttt_mixer_at(c->mixer)->forward(&call, &o, err)); /* (B·T, H·D) */
+    TTT_TRY(mix(&call, docs, &o, err)); /* (B·T, H·D) */
     /* the post-mixer pieces every mixer shares (mixer.h) */
     if (c->out_norm) /* per head: rows of D */
         o = reshape2(ctx, ttt_rmsnorm(ctx, reshape2(ctx, o, B * T * H, D), P(pt, k->onorm),
@@ -661,6 +759,7 @@ static ttt_status block(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *
 typedef struct recompute_rec {
     const ttt_seq_model *m;
     const ttt_tensor *pt;
+    const doc_plan *docs; /* the batch's packed documents (host arena, the step's), or NULL */
     int l, B, T;
 } recompute_rec;
 
@@ -708,7 +807,7 @@ static void recomputed_block_backward(ttt_ctx *ctx, const ttt_tape_entry *e, con
     xl->grad_stale = 0;
     ttt_tensor *y = xl;
     ttt_error err = {0};
-    const ttt_status s = block(&bc, r->m, r->pt, r->l, &y, r->B, r->T, &err);
+    const ttt_status s = block(&bc, r->m, r->pt, r->l, &y, r->B, r->T, r->docs, &err);
     if (s != TTT_OK) { /* it ran once already; a failure now is the ops' sticky error */
         *ttt_device_ops_err() = err;
         ttt_device_ops_note(s);
@@ -723,18 +822,19 @@ static void recomputed_block_backward(ttt_ctx *ctx, const ttt_tape_entry *e, con
 
 /* Block l on *x as a recomputed block (above): *x becomes its output, one tape entry. */
 static ttt_status block_recomputed(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
-                                   int l, ttt_tensor **x, int B, int T, ttt_error *err) {
+                                   int l, ttt_tensor **x, int B, int T, const doc_plan *docs,
+                                   ttt_error *err) {
     ttt_tensor *in = *x;
     ttt_tensor *out = ttt_tensor_new(ctx, in->ndim, in->shape); /* before the mark: it stays */
     recompute_rec *rec = ttt_tape_alloc(ctx, sizeof *rec);
-    *rec = (recompute_rec){.m = m, .pt = pt, .l = l, .B = B, .T = T};
+    *rec = (recompute_rec){.m = m, .pt = pt, .docs = docs, .l = l, .B = B, .T = T};
     const ttt_arena_mark mark = ttt_arena_mark_get(ctx->arena);
     ttt_tape tape;
     ttt_tape_init(&tape);
     ttt_ctx bc = *ctx;
     bc.tape = &tape; /* recording (above) */
     ttt_tensor *y = in;
-    ttt_status s = block(&bc, m, pt, l, &y, B, T, err);
+    ttt_status s = block(&bc, m, pt, l, &y, B, T, docs, err);
     if (s == TTT_OK && y->n != out->n)
         s = ttt_error_set(err, TTT_ERR_SHAPE, "model: block %d changed the shape of the "
                           "residual stream", l);
@@ -795,7 +895,19 @@ ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
         }
         x = ttt_add(ctx, ttt_matmul(ctx, in, 0, P(pt, m->embed), 0), P(pt, m->embed_b));
     }
-    if (c->positions == TTT_POS_LEARNED) {
+    const doc_plan *docs = plan_docs(ctx, m, bt);
+    if (docs && !ttt_device_is_host(ctx->arena->device))
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "model: packed documents (task.doc_separator) run on the host only");
+    if (c->positions == TTT_POS_LEARNED && docs) {
+        /* each document's positions from 0: rows [0, len) of the table per document */
+        ttt_tensor **reps =
+            ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)docs->n_docs * sizeof *reps);
+        TTT_ASSERT(reps);
+        for (int i = 0; i < docs->n_docs; i++)
+            reps[i] = ttt_slice_rows(ctx, P(pt, m->pos), 0, docs->len[i]);
+        x = ttt_add(ctx, x, ttt_concat_rows_n(ctx, (const ttt_tensor *const *)reps, docs->n_docs));
+    } else if (c->positions == TTT_POS_LEARNED) {
         ttt_tensor *p = ttt_slice_rows(ctx, P(pt, m->pos), 0, T); /* (T, d) */
         if (B > 1) {
             /* a host array of headers, also when the tensors are on a device */
@@ -810,8 +922,8 @@ ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt
     (void)d;
     for (int l = 0; l < c->n_layers; l++)
         TTT_TRY(l < ctx->recompute && ttt_recording(ctx) && x->requires_grad
-                    ? block_recomputed(ctx, m, pt, l, &x, B, T, err)
-                    : block(ctx, m, pt, l, &x, B, T, err));
+                    ? block_recomputed(ctx, m, pt, l, &x, B, T, docs, err)
+                    : block(ctx, m, pt, l, &x, B, T, docs, err));
     x = norm(ctx, m, pt, x, m->norm_f, m->norm_f_b);
     ttt_tensor *y = ttt_matmul(ctx, x, 0, P(pt, m->head), 0);
     if (m->head_b >= 0) y = ttt_add(ctx, y, P(pt, m->head_b));

@@ -115,6 +115,13 @@ typedef struct ttt_seq_model_io {
     int in_dim;  /* vocab == 0: features per input position */
     int out_dim; /* vocab == 0: outputs per position */
     int seq_len; /* longest sequence the task produces (learned positions) */
+    /* Packed documents (token models; docs/training.md "Packed documents"): nonzero when token
+     * doc_sep begins a new document wherever it stands in a sequence. The model then runs every
+     * document of a sequence as a sequence of its own: each mixer starts from its initial
+     * state, the short convolution and the positions (learned or RoPE) restart at it. 0 (every
+     * task's default): a sequence is one document. */
+    int packed;
+    int doc_sep;
 } ttt_seq_model_io;
 
 typedef struct ttt_seq_model_config {
@@ -209,7 +216,11 @@ typedef struct ttt_seq_stats {
 } ttt_seq_stats;
 
 /* Forward pass: *out = (B·T, V) logits or (B·T, out_dim) predictions. Records on ctx->tape when
- * ctx->grad is set. pt: parameter tensors (NULL = m->pt). */
+ * ctx->grad is set. pt: parameter tensors (NULL = m->pt). With cfg.io.packed, each document of
+ * a sequence (from position 0 or a token cfg.io.doc_sep to the next) runs as a sequence of its
+ * own: the mixer is called once per group of documents of one length (learned positions
+ * restart too); on the host only (TTT_ERR_UNSUPPORTED on a device). Labels are the caller's:
+ * the lm task ignores the separator's (ttt_batch_ignore_label). */
 ttt_status ttt_seq_model_forward(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_tensor *pt,
                                  const ttt_seq_batch *batch, ttt_tensor **out, ttt_error *err);
 /* Forward + mean loss over the scored positions (cross-entropy in nats, or mean squared error

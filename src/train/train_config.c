@@ -272,6 +272,11 @@ ttt_status ttt_train_device_ready(const ttt_train_config *c, const ttt_seq_model
     char dev[32];
     ttt_device_name(c->device, dev, sizeof dev);
     if (!mc) return TTT_OK;
+    if (mc->io.packed) /* the lm task refuses this in a file; a configuration made in code too */
+        return ttt_error_set(err, TTT_ERR_UNSUPPORTED,
+                             "%s%strain.device: %s: packed documents (task.doc_separator) train "
+                             "on the host only; nothing was trained (write train.device: cpu)",
+                             at, sep, dev);
     const ttt_mixer *mx = ttt_mixer_at(mc->mixer);
     char why[512];
     const char *no = !mx ? "it is not a registered mixer"
