@@ -59,9 +59,10 @@ const ttt_option ttt_train_options[] = {
      "precision of the step: float32, or bfloat16 (cuda only: bf16 products, fp32 master "
      "weights and inner state)"},
     {"recompute", TTT_OPT_INT, "0", 0, 1 << 20, NULL,
-     "blocks (the first N) whose activations are not kept for the backward but computed again "
-     "there from the block's input: less memory for one more forward of those blocks, the same "
-     "gradients bit for bit (docs/training.md \"Memory of a training step\"); 0 = none"},
+     "blocks (the first N; every block when N is at least their number) whose activations are "
+     "not kept for the backward but computed again there from the block's input: less memory "
+     "for one more forward of those blocks, the same gradients bit for bit (docs/training.md "
+     "\"Memory of a training step\"); 0 = none"},
     TTT_OPTION_END,
 };
 
