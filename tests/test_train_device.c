@@ -380,8 +380,8 @@ static void model_of(const char *layer, ttt_seq_model_config *mc, ttt_cfg_node *
 
 /* ttt_train_device_ready decides what trains on a device: the host in float32 (bfloat16 there is
  * refused, as in a file); cuda:N in float32 or bfloat16 for the softmax, fox, lru, mamba and
- * rwkv7 mixers and for ttt mixers whose layer has a CUDA form; layers without a CUDA form are
- * refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
+ * rwkv7 mixers and for ttt mixers whose layer has a CUDA form; the path mixer and layers
+ * without a CUDA form are refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
  * data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder. The plan's
  * typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself refuses it
  * (above). */
@@ -425,6 +425,8 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         {"layer: {mixer: rwkv7}\n", NULL},
         {"layer: {preset: ttt_linear}\n", "has no CUDA form"},
         {"layer: {preset: deltaproduct}\n", "steps_per_token = 2 has no CUDA form"},
+        {"layer: {mixer: path}\n",
+         "Householder-product scores (src/train/mixers/path.c) have no CUDA form"},
     };
     for (size_t i = 0; i < sizeof mixers / sizeof mixers[0]; i++) {
         ttt_seq_model_config mc;
