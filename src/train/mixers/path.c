@@ -151,7 +151,8 @@ static void path_scores_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const fl
         for (int c = 0; c < D; c++) g[c] = dSi[0] * Kd[c];
         for (int j = 1; j <= i; j++) {
             const float *wj = W + (size_t)j * D, *kj = Kd + (size_t)j * D;
-            const double *uj = U + (size_t)j * D, bj = Bt[j], s = dSi[j];
+            const double *uj = U + (size_t)j * D;
+            const double bj = Bt[j], s = dSi[j];
             double wa = 0.0, wu = 0.0;
             for (int c = 0; c < D; c++) {
                 wa += g[c] * wj[c];
