@@ -5,12 +5,13 @@
  * in float64 from the float32 parameters):
  *     q, k, v = h W_q, h W_k, h W_v;   w = l2norm(silu(conv(h W_w1 W_w2))) per head;
  *     β = 2 σ(h W_β + b_β);   s_ij = q_i H_i ⋯ H_{j+1} k_jᵀ, H_t = I − β_t w_tᵀ w_t;
- *     o_i = Σ_{j ≤ i} softmax_j(s_ij / sqrt(D)) v_j.
+ *     o_i = Σ_{j ≤ i} softmax_j((s_ij + G_i − G_j) / sqrt(D)) v_j,
+ * G the prefix sum of log f = logsigmoid(h W_f + b_f) with model.gate: scalar (else G = 0).
  *
- * (i) Forward, three blocks: the default block at small sizes (rank 3, kernel 3, T = 7, two
- *     sequences, two heads), the full-rank projection without convolution, and a long one
- *     (T = 300, D = 64, β near 2, where the products of up to 299 factors are reflections all but
- *     in name). Tolerance per output element, a first-order forward error bound propagated next to
+ * (i) Forward, four blocks: the default block at small sizes (rank 3, kernel 3, T = 7, two
+ *     sequences, two heads), the full-rank projection without convolution, a long one (T = 300,
+ *     D = 64, β near 2, where the products of up to 299 factors are reflections all but in name),
+ *     and the default block with the forget gate (T = 8). Tolerance per output element, a first-order forward error bound propagated next to
  *     the float64 values (ε = 2^-24, γ_n = nε/(1 − nε), the float32 inputs h and parameters exact):
  *       - a product y = x W over n terms: |δy| ≤ |δx|·|W| + γ_n·|x|·|W| (any summation order);
  *       - the convolution over K taps the same with γ_K; SiLU and σ: |silu'| ≤ 1.1, |σ'| ≤ 1/4,
@@ -21,6 +22,9 @@
  *         ‖H_i ⋯ H_{j+1}‖ ≤ 1 and |δs_ij| ≤ ‖δq_i‖‖k_j‖ + ‖q_i‖‖δk_j‖ + ‖q_i‖‖k_j‖ Σ_{t=j+1}^{i}
  *         (|δβ_t|‖w_t‖² + 2β_t‖w_t‖‖δw_t‖), plus the op's own rounding: its float64 walk
  *         (T·(2D + 4) roundings of 2^-53) and ε|s_ij| for the float32 result; the scale ε|a_ij|;
+ *       - the gate: |δ log f| ≤ |δz| + 8ε|log f| (|logsigmoid'| ≤ 1), the prefix sum
+ *         |δG_t| ≤ Σ_{r ≤ t} (|δ log f_r| + γ_T |log f_r|), the bias ε|G_i − G_j| and its sum
+ *         with the score ε|s_ij + G_i − G_j|;
  *       - the softmax: |δp_ij| ≤ 2 p_ij max_j |δa_ij| + (T + 4)ε p_ij (exp, the T-term sum, the
  *         division); o = p v: |δo| ≤ Σ_j |δp_ij||v_j| + p_ij|δv_j| + γ_T p_ij|v_j|;
  *     and twice that for the terms of second order. Every element must be within its bound. The
@@ -29,10 +33,11 @@
  *     adding its w's and β's error bound), and it must stay below 10 % of max|o| and 10× below
  *     what a wrong convention moves: the float64 evaluation with each factor one token late
  *     (q_i H_i ⋯ H_j k_jᵀ) and without factors (plain softmax attention) must both be rejected
- *     by more than 10 bounds (measured: thousands on the short blocks, 27 and 37 on the long).
+ *     by more than 10 bounds (measured: thousands on the short blocks, 27 and 37 on the long),
+ *     and with the gate, its bias added after the scale (FoX's convention) as well (1760).
  * (ii) Gradients: L = Σ c ⊙ o (c normal) recorded on a tape; ttt_backward_from's gradient of every
  *     parameter of the block (W_q, W_k, W_v, W_w1, W_w2, the kernel, W_β, b_β) and of the input h
- *     against central differences of the float64 evaluation (step 1e-6 of each entry's scale,
+ *     (and W_f, b_f with the gate; blocks 0, 1 and 3) against central differences of the float64 evaluation (step 1e-6 of each entry's scale,
  *     exact to ~1e-9 relative). Tolerance per tensor |g − fd| ≤ 4·r·G + 1e-9·G, G = max|fd| of
  *     the tensor and r the forward's bound relative to max|o|: the backward walks the forward's
  *     operations transposed, over the same sums, so its values (the saved forward quantities)
@@ -59,10 +64,12 @@ typedef struct net {
     int d, H, D, C, R, K, B, T;
     float scale;
     double *wq, *wk, *wv, *w1, *w2, *cw, *wb, *bb; /* w2 NULL: rank 0; cw NULL: kernel 0 */
+    double *wf, *bf;                               /* the forget gate, or NULL */
 } net;
 
-/* the conventions evaluated: PaTH's, the factors one token late (a control), no factors */
-enum { PATH, LATE, NONE };
+/* the conventions evaluated: PaTH's; controls: the factors one token late, no factors, the
+ * forget gate's bias added after the scale (FoX's convention) */
+enum { PATH, LATE, NONE, UNSCALED };
 
 static double *dup(const float *x, size_t n) {
     double *y = calloc(n ? n : 1, sizeof *y);
@@ -72,7 +79,7 @@ static double *dup(const float *x, size_t n) {
 
 static void drop(net *n) {
     free(n->wq), free(n->wk), free(n->wv), free(n->w1), free(n->w2), free(n->cw), free(n->wb),
-        free(n->bb);
+        free(n->bb), free(n->wf), free(n->bf);
 }
 
 static const ttt_param *named(const ttt_seq_model *m, const char *name) {
@@ -161,6 +168,19 @@ static void eval64(const net *n, const double *h, int variant, double *o, double
             be[(size_t)r * H + hh] = 2 * sg;
             eb[(size_t)r * H + hh] = 0.5 * gam(d + 1) * a + 8 * EPS * 2 * sg;
         }
+    /* the forget gate: log f = logsigmoid(h W_f + b_f), |d logsigmoid| ≤ 1, plus 8ε of it */
+    double *lf = calloc((size_t)N * H, sizeof *lf), *elf = calloc((size_t)N * H, sizeof *elf);
+    for (int r = 0; n->wf && r < N; r++)
+        for (int hh = 0; hh < H; hh++) {
+            double zf = n->bf[hh], a = fabs(n->bf[hh]);
+            for (int i = 0; i < d; i++) {
+                zf += h[(size_t)r * d + i] * n->wf[i * H + hh];
+                a += fabs(h[(size_t)r * d + i] * n->wf[i * H + hh]);
+            }
+            lf[(size_t)r * H + hh] = -log1p(exp(-zf));
+            elf[(size_t)r * H + hh] = gam(d + 1) * a + 8 * EPS * fabs(lf[(size_t)r * H + hh]);
+        }
+    double *G = malloc((size_t)T * sizeof *G), *eG = malloc((size_t)T * sizeof *eG);
     double *s = malloc((size_t)T * T * sizeof *s), *es = malloc((size_t)T * T * sizeof *es);
     double *cum = malloc((size_t)T * sizeof *cum), *u = malloc((size_t)D * sizeof *u);
     const double sc = n->scale;
@@ -170,6 +190,11 @@ static void eval64(const net *n, const double *h, int variant, double *o, double
 #define ROW(x, t) ((x) + (r0 + (t)) * C + (size_t)hh * D)
 #define SC(x, t) ((x)[(r0 + (t)) * H + hh])
             /* the per-factor error ‖δH_t‖ ≤ |δβ_t|‖w_t‖² + 2β_t‖w_t‖‖δw_t‖, summed from the start */
+            /* G = cumsum(log f): |δG_t| ≤ Σ_{r ≤ t} |δ log f_r| + γ_T Σ_{r ≤ t} |log f_r| */
+            for (int t = 0; t < T; t++) {
+                G[t] = (t ? G[t - 1] : 0) + SC(lf, t);
+                eG[t] = (t ? eG[t - 1] : 0) + SC(elf, t) + gam(T) * fabs(SC(lf, t));
+            }
             for (int t = 0; t < T; t++) {
                 const double nw = norm2(ROW(w, t), D);
                 cum[t] = (t ? cum[t - 1] : 0) + SC(eb, t) * nw * nw + 2 * SC(be, t) * nw * SC(ew, t);
@@ -189,12 +214,15 @@ static void eval64(const net *n, const double *h, int variant, double *o, double
                     }
                     double dot = 0;
                     for (int c = 0; c < D; c++) dot += u[c] * ROW(q, i)[c];
-                    s[(size_t)i * T + j] = sc * dot;
+                    /* the gate's bias G_i − G_j, added before the scale (FLA) */
+                    const double gb = G[i] - G[j], eg = eG[i] + eG[j] + EPS * fabs(gb);
+                    s[(size_t)i * T + j] = variant == UNSCALED ? sc * dot + gb : sc * (dot + gb);
                     const double nq = norm2(ROW(q, i), D), nk = norm2(ROW(k, j), D);
                     const double ds = norm2(ROW(eq, i), D) * nk + nq * norm2(ROW(ek, j), D) +
                                       nq * nk * (cum[i] - cum[j]) +
                                       T * (2.0 * D + 4) * 0x1p-53 * nq * nk + EPS * fabs(dot);
-                    es[(size_t)i * T + j] = sc * ds + EPS * fabs(sc * dot);
+                    es[(size_t)i * T + j] = sc * (ds + eg + EPS * fabs(dot + gb)) +
+                                            EPS * fabs(sc * (dot + gb));
                 }
             }
             for (int i = 0; i < T; i++) {
@@ -220,7 +248,8 @@ static void eval64(const net *n, const double *h, int variant, double *o, double
 #undef SC
         }
     free(q), free(k), free(v), free(z), free(w), free(eq), free(ek), free(ev), free(ez), free(ew);
-    free(be), free(eb), free(s), free(es), free(cum), free(u);
+    free(be), free(eb), free(s), free(es), free(cum), free(u), free(lf), free(elf), free(G),
+        free(eG);
 }
 
 /* ---- the model under test ----------------------------------------------------------------- */
@@ -262,6 +291,8 @@ static void build(fixture *f, const block *bk, uint64_t seed) {
         if (!strstr(pp->name, "layer0.mixer.")) continue;
         if (strstr(pp->name, ".b_b"))
             for (size_t j = 0; j < pp->n; j++) pp->data[j] = bk->bb[j % 2];
+        else if (strstr(pp->name, ".b_f")) /* f ≈ 0.9 and 0.6: the gate matters */
+            for (size_t j = 0; j < pp->n; j++) pp->data[j] = j % 2 ? 0.5f : 2.0f;
         else if (strstr(pp->name, ".conv_w"))
             ttt_param_init_normal(pp, &r, 0.6f);
         else if (strstr(pp->name, ".wq") || strstr(pp->name, ".wk"))
@@ -278,6 +309,8 @@ static void build(fixture *f, const block *bk, uint64_t seed) {
     GET(cw, "layer0.mixer.conv_w");
     GET(wb, "layer0.mixer.w_b");
     GET(bb, "layer0.mixer.b_b");
+    GET(wf, "layer0.mixer.w_f");
+    GET(bf, "layer0.mixer.b_f");
     if (n->w2) {
         GET(w1, "layer0.mixer.w_w1");
         n->R = (int)named(&f->m, "layer0.mixer.w_w1")->shape[1];
@@ -314,6 +347,8 @@ static const block blocks[] = {
      9, 0.5f, 0.5f, {0.3f, 2.0f}},
     {"{d_model: 16, heads: 1, head_dim: 64, layers: 1, mlp: 0, mixer: path, path_w_rank: 8}", 1,
      300, 0.3f, 0.1f, {3.0f, 3.0f}},
+    {"{d_model: 8, heads: 2, layers: 1, mlp: 0, mixer: path, path_w_rank: 3, gate: scalar}", 2,
+     8, 0.5f, 0.5f, {1.0f, 0.2f}},
 };
 #define N_BLOCKS ((int)(sizeof blocks / sizeof blocks[0]))
 
@@ -338,11 +373,13 @@ START_TEST(path_mixer_equals_the_float64_block) {
     const size_t no = o->n;
     double *h64 = dup(h->data, h->n), *want = malloc(no * sizeof *want);
     double *bound = malloc(no * sizeof *bound), *late = malloc(no * sizeof *late);
-    double *none = malloc(no * sizeof *none);
+    double *none = malloc(no * sizeof *none), *unsc = malloc(no * sizeof *unsc);
     eval64(n, h64, PATH, want, bound);
     eval64(n, h64, LATE, late, NULL);
     eval64(n, h64, NONE, none, NULL);
+    eval64(n, h64, UNSCALED, unsc, NULL);
     double worst = 0, err = 0, bmax = 0, omax = 0, dl_max = 0, dn_max = 0, bl = 0, bn = 0;
+    double bu = 0;
     for (size_t i = 0; i < no; i++) {
         const double e = fabs(o->data[i] - want[i]);
         worst = fmax(worst, e / bound[i]);
@@ -352,6 +389,7 @@ START_TEST(path_mixer_equals_the_float64_block) {
         /* the controls: the largest move beyond its element's bound */
         bl = fmax(bl, fabs(o->data[i] - late[i]) / bound[i]);
         bn = fmax(bn, fabs(o->data[i] - none[i]) / bound[i]);
+        bu = fmax(bu, fabs(o->data[i] - unsc[i]) / bound[i]);
         dl_max = fmax(dl_max, fabs(late[i] - want[i]));
         dn_max = fmax(dn_max, fabs(none[i] - want[i]));
     }
@@ -365,7 +403,11 @@ START_TEST(path_mixer_equals_the_float64_block) {
                   bmax);
     ck_assert_msg(bl > 10 && bn > 10, "block %d: a wrong convention went unseen (%.3g, %.3g)",
                   _i, bl, bn);
-    free(h64), free(want), free(bound), free(late), free(none);
+    if (n->wf) {
+        printf("path block %d: the gate's bias after the scale moves o by %.3g bounds\n", _i, bu);
+        ck_assert_msg(bu > 10, "block %d: the gate's scale went unseen (%.3g)", _i, bu);
+    }
+    free(h64), free(want), free(bound), free(late), free(none), free(unsc);
     ttt_arena_free(&arena);
     destroy(&f);
 }
@@ -385,6 +427,7 @@ static const char *const grad_names[] = {"layer0.mixer.wq",   "layer0.mixer.wk",
                                          "layer0.mixer.w_w1",
                                          "layer0.mixer.w_w2", "layer0.mixer.conv_w",
                                          "layer0.mixer.w_b",  "layer0.mixer.b_b",
+                                         "layer0.mixer.w_f",  "layer0.mixer.b_f",
                                          "h"};
 #define N_GRADS ((int)(sizeof grad_names / sizeof grad_names[0]))
 
@@ -397,6 +440,8 @@ static double *slot(net *n, double *h, const char *name) {
     if (strstr(name, ".w_w")) return n->w1; /* w_w1, or w_w at rank 0 */
     if (strstr(name, ".conv_w")) return n->cw;
     if (strstr(name, ".w_b")) return n->wb;
+    if (strstr(name, ".w_f")) return n->wf;
+    if (strstr(name, ".b_f")) return n->bf;
     return n->bb;
 }
 
@@ -465,14 +510,15 @@ static double grad_check(int bi, float bb_moved, int verbose) {
 }
 
 START_TEST(path_gradients_equal_float64_differences) {
-    const double worst = grad_check(_i, 0.0f, 1);
-    TU_ASSERT_LE(worst, 1.0, "block %d: a gradient is off by %.3g of its tolerance", _i, worst);
+    const int bi = _i < 2 ? _i : 3; /* not the long block: its differences cost T² per entry */
+    const double worst = grad_check(bi, 0.0f, 1);
+    TU_ASSERT_LE(worst, 1.0, "block %d: a gradient is off by %.3g of its tolerance", bi, worst);
     tu_ratio_quiet = 1;
-    const double moved = grad_check(_i, 0.05f, 0);
+    const double moved = grad_check(bi, 0.05f, 0);
     tu_ratio_quiet = 0;
-    printf("path block %d: gradients at b_beta moved by 0.05: %.3g of the tolerance\n", _i,
+    printf("path block %d: gradients at b_beta moved by 0.05: %.3g of the tolerance\n", bi,
            moved);
-    ck_assert_msg(moved > 1.0, "block %d: gradients at a moved b_beta passed (%.3g)", _i, moved);
+    ck_assert_msg(moved > 1.0, "block %d: gradients at a moved b_beta passed (%.3g)", bi, moved);
 }
 END_TEST
 
@@ -510,7 +556,7 @@ START_TEST(path_has_its_papers_block) {
         {"model: {d_model: 8, path_w_rank: 4}\nlayer: {preset: deltanet}\n", "m.yaml:1",
          "path_w_rank"},
         {"model: {d_model: 8, mixer: path, eta: true}\n", "m.yaml:1", "model.eta"},
-        {"model: {d_model: 8, mixer: path, gate: scalar}\n", "m.yaml:1", "no forget gate"},
+        {"model: {d_model: 8, mixer: path, gate: vector}\n", "m.yaml:1", "not vector"},
         {"model: {d_model: 8, mixer: path, path_w_conv: -1}\n", "m.yaml:1", "path_w_conv"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -532,7 +578,7 @@ static Suite *suite(void) {
     TCase *t = tcase_create("core");
     tcase_set_timeout(t, 600);
     tcase_add_loop_test(t, path_mixer_equals_the_float64_block, 0, N_BLOCKS);
-    tcase_add_loop_test(t, path_gradients_equal_float64_differences, 0, 2);
+    tcase_add_loop_test(t, path_gradients_equal_float64_differences, 0, 3);
     tcase_add_test(t, path_has_its_papers_block);
     suite_add_tcase(s, t);
     return s;

@@ -61,6 +61,25 @@ def test_no_factors_is_causal_softmax_attention():
     assert rel(path_attention(q, k, v, w, beta), np.einsum("bhij,bjhd->bihd", p, v)) > 1e-3
 
 
+def test_the_forget_gate_is_a_bias_before_the_scale():
+    q, k, v, w, beta = make(1, 9, 2, 4, 5)
+    lf = -np.log1p(np.exp(-np.random.default_rng(6).normal(1.0, 1.0, (1, 9, 2))))
+    G = np.cumsum(lf, 1)
+    # with beta = 0 the result is softmax(scale (q k^T + G_i - G_j)) v: FLA scales the gate's
+    # bias with the score (the control puts it after the scale, FoX's convention)
+    s = (np.einsum("bihd,bjhd->bhij", q, k) + G.transpose(0, 2, 1)[..., :, None]
+         - G.transpose(0, 2, 1)[..., None, :]) * 0.5
+    s = np.where(np.tril(np.ones((9, 9), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = np.einsum("bhij,bjhd->bihd", p, v)
+    assert rel(path_attention(q, k, v, w, 0 * beta, scale=0.5, log_f=lf), want) < 1e-12
+    assert rel(path_attention(q, k, v, w, 0 * beta, scale=0.5, log_f=lf / 0.5), want) > 1e-3
+    # and the gate reaches the factors' scores too (control: without it)
+    assert rel(path_attention(q, k, v, w, beta, scale=0.5, log_f=lf),
+               path_attention(q, k, v, w, beta, scale=0.5)) > 1e-3
+
+
 def test_gradcheck_through_the_reference():
     x = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in make(1, 6, 1, 3, 3)]
     assert torch.autograd.gradcheck(lambda *a: path_attention(*a, scale=0.5), tuple(x))

@@ -509,7 +509,7 @@ def _rwkv7_reference(q, k, v, a=None, b=None, beta=None, log_alpha=None, eta=Non
     return xp.stack(outs, 1), S
 
 
-def path_attention(q, k, v, w, beta, scale=None):
+def path_attention(q, k, v, w, beta, scale=None, log_f=None):
     """PaTH attention (docs/math.md "PaTH attention") in float64: softmax attention whose score
     of query i and key j <= i is q_i H_i H_{i-1} ... H_{j+1} k_j^T, with H_t = I - beta_t w_t^T w_t
     (rows are tokens, docs/math.md section 0), so
@@ -517,7 +517,9 @@ def path_attention(q, k, v, w, beta, scale=None):
         o_i = sum_{j <= i} softmax_j(scale * q_i H_i ... H_{j+1} k_j^T) v_j.
 
     q, k, v, w (B, T, H, D), w's rows unit vectors as the mixer makes them (any w is evaluated);
-    beta (B, T, H), in (0, 2) in the mixer; scale D^-1/2 when None. Returns o (B, T, H, D).
+    beta (B, T, H), in (0, 2) in the mixer; scale D^-1/2 when None. log_f (B, T, H): the optional
+    forget gate (PaTH-FoX; the mixer's model.gate: scalar), whose bias G_i - G_j (G the prefix
+    sum of log f) is added to the score before the scale, as FLA does. Returns o (B, T, H, D).
 
     Written as a decoder would run it, independently of the C mixer (which carries each query
     back over the keys): the keys seen so far are kept transformed, and token i first applies its
@@ -532,6 +534,13 @@ def path_attention(q, k, v, w, beta, scale=None):
                          "and beta (B, T, H); got q %s, k %s, v %s, w %s, beta %s"
                          % tuple(tuple(x.shape) for x in (q, k, v, w, beta)))
     s = D ** -0.5 if scale is None else scale
+    G = None
+    if log_f is not None:
+        lf = xp.asarray(log_f)
+        if tuple(lf.shape) != (B, T, H):
+            raise ValueError("ttt.reference.path_attention: log_f (B, T, H) = %s; got %s"
+                             % ((B, T, H), tuple(lf.shape)))
+        G = lf.cumsum(1) if not xp.torch else lf.cumsum(dim=1)
     keys = []   # the transformed keys k_j H_{j+1} ... H_i, each (B, H, D)
     outs = []
     for i in range(T):
@@ -539,7 +548,11 @@ def path_attention(q, k, v, w, beta, scale=None):
         keys = [kj - (bi * (kj * wi).sum(-1))[..., None] * wi for kj in keys]
         keys.append(k[:, i])
         K = xp.stack(keys, 2)                                # (B, H, i + 1, D)
-        a = s * xp.einsum("bhd,bhjd->bhj", q[:, i], K)      # (B, H, i + 1)
+        a = xp.einsum("bhd,bhjd->bhj", q[:, i], K)          # (B, H, i + 1)
+        if G is not None:  # + G_i - G_j
+            Gj = G[:, :i + 1].transpose(0, 2, 1) if not xp.torch else G[:, :i + 1].transpose(1, 2)
+            a = a + G[:, i][..., None] - Gj
+        a = s * a
         a = a - (a.max(-1, keepdim=True)[0] if xp.torch else a.max(-1, keepdims=True))
         p = xp.exp(a)
         p = p / p.sum(-1)[..., None]

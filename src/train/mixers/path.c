@@ -11,8 +11,10 @@
  *     model.path_w_rank (0: one full-rank W_w), a causal depthwise convolution of width
  *     model.path_w_conv with SiLU (0: neither), and the L2 normalization;
  *   - β = 2 σ(h W_β + b_β) per head, in (0, 2): H_t's eigenvalue along w_t is 1 − β_t ∈ (−1, 1).
- * Not reproduced: FLA's optional forget gate (use_forget_gate, off by default) and grouped
- * key/value heads (num_kv_heads).
+ * With model.gate: scalar, FLA's optional forget gate (use_forget_gate, off by default; the
+ * paper's PaTH-FoX): log f = logsigmoid(h W_f + b_f) per head, and the logits become
+ * (s_ij + G_i − G_j) / sqrt(D) with G the prefix sum of log f (FLA scales the gate's bias with the
+ * scores, unlike the fox mixer). Not reproduced: grouped key/value heads (num_kv_heads).
  *
  * The scores are one recorded op per (sequence, head) (path_scores below) of O(T²·D) work with a
  * hand-written backward: each query row is carried back over the keys, u ← u H_t, in float64, and
@@ -28,7 +30,8 @@
 #include "fused_grad.h"
 #include "ops.h"
 
-enum { W_W1, W_W2, CONV_W, W_B, B_B, N_OWN }; /* own: W_W2 absent when path_w_rank is 0 */
+enum { W_W1, W_W2, CONV_W, W_B, B_B, W_F, B_F, N_OWN }; /* own (W_W2 absent at rank 0, W_F and
+                                                      * B_F without the forget gate) */
 enum { W_RANK, W_CONV };                      /* cfg */
 _Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the path mixer's ids fit in ttt_block_ids.own");
 
@@ -53,17 +56,19 @@ static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
                              "Householder strength 2 sigmoid(h W_b + b_b)) is computed by the "
                              "mixer and model.eta does not apply");
     const char *gate = ttt_cfg_str(map, "gate");
-    if (strcmp(gate, "auto") != 0 && strcmp(gate, "none") != 0)
+    const int forget = strcmp(gate, "scalar") == 0;
+    if (strcmp(gate, "auto") != 0 && strcmp(gate, "none") != 0 && !forget)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "gate"),
-                             "model.gate: PaTH attention has no forget gate (auto or none), "
-                             "not %s",
+                             "model.gate: PaTH attention takes no forget gate (auto or none, its "
+                             "paper's default) or a scalar one per head (scalar: PaTH-FoX), not "
+                             "%s",
                              gate);
     /* FLA's PaTHAttention: plain q, k, v projections (the convolution is on w alone) */
     if (c->conv < 0) c->conv = 0;
     if (c->act < 0) c->act = 0;
     c->qk_norm = ttt_mixer_tri(map, "qk_norm") > 0;
     c->eta = TTT_ETA_NONE;
-    c->gate = TTT_GATE_NONE;
+    c->gate = forget ? TTT_GATE_SCALAR : TTT_GATE_NONE;
     c->out_norm = ttt_mixer_tri(map, "out_norm") > 0;
     c->out_gate = ttt_mixer_tri(map, "out_gate") > 0;
     c->learn_init = 0;
@@ -93,12 +98,17 @@ static void add_params(ttt_mixer_builder *b, const ttt_seq_model_config *c, int 
     /* b_β = 0: β = 1 at init, H_t a projection that removes w_t's component */
     own[W_B] = ttt_mixer_add(b, "w_b", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
     own[B_B] = ttt_mixer_add(b, "b_b", 1, (int[]){H}, 0, TTT_INIT_ZEROS, 0.0f);
+    own[W_F] = own[B_F] = -1;
+    if (c->gate == TTT_GATE_SCALAR) { /* FLA's g_proj: N(0, init_std²), bias 0 (f = 1/2) */
+        own[W_F] = ttt_mixer_add(b, "w_f", 2, (int[]){d, H}, 1, TTT_INIT_NORMAL, std);
+        own[B_F] = ttt_mixer_add(b, "b_f", 1, (int[]){H}, 0, TTT_INIT_ZEROS, 0.0f);
+    }
 }
 
 static double param_bound(const ttt_seq_model_config *c) {
     const double d = c->d_model, H = c->n_heads, C = (double)c->n_heads * c->head_dim;
     const double R = c->own[W_RANK], K = c->own[W_CONV];
-    return (R > 0 ? d * R + R * C : d * C) + K * C + d * H + H;
+    return (R > 0 ? d * R + R * C : d * C) + K * C + 2 * (d * H + H);
 }
 
 /* ---- the scores: one recorded op ----------------------------------------------------------- */
@@ -235,6 +245,15 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
         ttt_sigmoid(ctx, ttt_add(ctx, ttt_matmul(ctx, call->h, 0, ttt_mixer_p(call, own[W_B]), 0),
                                  ttt_mixer_p(call, own[B_B]))),
         2.0f);
+    /* log f = logsigmoid(h W_f + b_f) = −softplus(−z), (B·T, H), with the forget gate */
+    ttt_tensor *lf = NULL, *ones = NULL;
+    if (own[W_F] >= 0) {
+        ttt_tensor *z = ttt_add(ctx, ttt_matmul(ctx, call->h, 0, ttt_mixer_p(call, own[W_F]), 0),
+                                ttt_mixer_p(call, own[B_F]));
+        lf = ttt_neg(ctx, ttt_softplus(ctx, ttt_neg(ctx, z)));
+        ones = ttt_tensor_1d(ctx, T);
+        ttt_tensor_fill(ones, 1.0f);
+    }
     /* a host array of headers */
     ttt_tensor **heads =
         ttt_arena_alloc(ttt_arena_host(ctx->arena), (size_t)B * H * sizeof *heads);
@@ -250,7 +269,15 @@ static ttt_status forward(const ttt_mixer_call *call, ttt_tensor **out, ttt_erro
             ttt_tensor *wh = ttt_mixer_l2norm(ctx, ttt_slice_block(ctx, w, r0, r1, c0, c1));
             ttt_tensor *bh = ttt_slice_block(ctx, beta, r0, r1, hh, hh + 1); /* (T, 1) */
             ttt_mixer_attention_qk(ctx, c, T, &qh, &kh);
-            ttt_tensor *s = ttt_scale(ctx, path_scores(ctx, qh, kh, wh, bh), scale);
+            ttt_tensor *s = path_scores(ctx, qh, kh, wh, bh);
+            if (lf) { /* + G_i − G_j, G = cumsum(log f), as two outer products with ones */
+                ttt_tensor *g = ttt_cumsum(
+                    ctx, ttt_reshape(ctx, ttt_slice_block(ctx, lf, r0, r1, hh, hh + 1), 1,
+                                     (int[]){T}));
+                s = ttt_add(ctx, s,
+                            ttt_sub(ctx, ttt_outer(ctx, g, ones), ttt_outer(ctx, ones, g)));
+            }
+            s = ttt_scale(ctx, s, scale);
             ttt_tensor *p = ttt_softmax_rows(ctx, ttt_causal_fill(ctx, s));
             heads[(size_t)bb * H + hh] = ttt_matmul(ctx, p, 0, vh, 0); /* (T, D) */
         }
