@@ -30,9 +30,9 @@
 #include "fused_grad.h"
 #include "ops.h"
 
-enum { W_W1, W_W2, CONV_W, W_B, B_B, W_F, B_F, N_OWN }; /* own (W_W2 absent at rank 0, W_F and
-                                                      * B_F without the forget gate) */
-enum { W_RANK, W_CONV };                      /* cfg */
+/* own: W_W2 absent at rank 0, W_F and B_F without the forget gate */
+enum { W_W1, W_W2, CONV_W, W_B, B_B, W_F, B_F, N_OWN };
+enum { W_RANK, W_CONV }; /* cfg */
 _Static_assert(N_OWN <= TTT_MIXER_MAX_IDS, "the path mixer's ids fit in ttt_block_ids.own");
 
 static const ttt_option options[] = {
@@ -52,7 +52,7 @@ static ttt_status parse(ttt_seq_model_config *c, const ttt_cfg_node *map,
     (void)layer_resolved;
     if (ttt_mixer_tri(map, "eta") > 0 || strcmp(ttt_cfg_str(map, "eta"), "dt") == 0)
         return ttt_cfg_error(err, TTT_ERR_CONFIG, ttt_cfg_get(map, "eta"),
-                             "model.eta: PaTH attention is softmax attention; its β (the "
+                             "model.eta: PaTH attention is softmax attention; its beta (the "
                              "Householder strength 2 sigmoid(h W_b + b_b)) is computed by the "
                              "mixer and model.eta does not apply");
     const char *gate = ttt_cfg_str(map, "gate");
