@@ -140,13 +140,17 @@ END_TEST
 
 /* The attention mixers: softmax is FLA's Transformer++ attention (RoPE, plain projections);
  * FoX is the Forgetting Transformer's basic model (Lin et al. 2025; FLA forgetting_attn.py): no
- * positions, no convolution, no q/k norm, no output norm or gate. */
+ * positions, no convolution, no q/k norm, no output norm or gate; PaTH (Yang et al. 2025; FLA
+ * path_attn.py) the same on q, k, v (its convolution is on w alone, tests/test_path.c), its
+ * Householder products the position signal. */
 START_TEST(attention_mixers_have_their_papers_block) {
     static const struct {
         const char *mixer;
         ttt_pos_kind pos;
         int gate;
-    } want[] = {{"softmax", TTT_POS_ROPE, GN}, {"fox", TTT_POS_NONE, GS}};
+    } want[] = {{"softmax", TTT_POS_ROPE, GN},
+                {"fox", TTT_POS_NONE, GS},
+                {"path", TTT_POS_NONE, GN}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         char model[128];
         snprintf(model, sizeof model, "{d_model: 8, heads: 2, mixer: %s}", want[i].mixer);

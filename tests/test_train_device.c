@@ -229,7 +229,8 @@ END_TEST
 
 /* Without a usable GPU (this build without CUDA, or no device), cuda is refused when the plan
  * is built, naming the option, its place and the seam's reason; cuda:N past the device count
- * everywhere. On a GPU machine cuda:0 passes the check and `ttt run` refuses instead (below). */
+ * everywhere. On a GPU machine cuda:0 passes the check, which then asks what `ttt run` asks of
+ * the point's mixer or layer (below, ttt_plan_devices_ready). */
 START_TEST(cuda_without_a_gpu_is_refused_at_check) {
     const int n = gpus();
     if (n == 0) {
@@ -382,8 +383,8 @@ static void model_of(const char *layer, ttt_seq_model_config *mc, ttt_cfg_node *
 
 /* ttt_train_device_ready decides what trains on a device: the host in float32 (bfloat16 there is
  * refused, as in a file); cuda:N in float32 or bfloat16 for the softmax, fox, lru, mamba and
- * rwkv7 mixers and for ttt mixers whose layer has a CUDA form; layers without a CUDA form are
- * refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
+ * rwkv7 mixers and for ttt mixers whose layer has a CUDA form; the path mixer and layers
+ * without a CUDA form are refused with the option, where it was given and what does not run there. ttt_train refuses before it touches the model or the
  * data (both NULL here), and `ttt run` (ttt_plan_run) before it writes the folder. The plan's
  * typed value is set to cuda:0 by hand: on a machine without a GPU the plan itself refuses it
  * (above). */
@@ -427,6 +428,8 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
         {"layer: {mixer: rwkv7}\n", NULL},
         {"layer: {preset: ttt_linear}\n", "has no CUDA form"},
         {"layer: {preset: deltaproduct}\n", "steps_per_token = 2 has no CUDA form"},
+        {"layer: {mixer: path}\n",
+         "Householder-product scores (src/train/mixers/path.c) have no CUDA form"},
     };
     for (size_t i = 0; i < sizeof mixers / sizeof mixers[0]; i++) {
         ttt_seq_model_config mc;
@@ -507,6 +510,26 @@ START_TEST(training_on_a_device_is_refused_in_one_place) {
     ttt_plan_free(p);
     ttt_cfg_free(doc);
     free(text);
+
+    /* `ttt check` asks the same of every point (ttt_plan_devices_ready): the path mixer on
+     * cuda:0 (set by hand, as above) is refused with its reason and its point; on the host it
+     * passes (control) */
+    char *base = experiment(""), *path_text;
+    ck_assert(asprintf(&path_text, "%slayer: {mixer: path}\n", base) > 0);
+    free(base);
+    ck_assert_int_eq(ttt_cfg_load_string(path_text, "dev.yaml", &doc, &err), TTT_OK);
+    ck_assert_msg(ttt_plan_build(doc, "dev", &p, &err) == TTT_OK, "%s", err.msg);
+    tc = (ttt_trained_cfg *)p->points[0].task->trained(p->points[0].cfg);
+    ck_assert_int_eq(ttt_plan_devices_ready(p, &err), TTT_OK);
+    tc->train.device = ttt_device_cuda(0);
+    err = (ttt_error){0};
+    ck_assert_int_eq(ttt_plan_devices_ready(p, &err), TTT_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "model.mixer path does not run on a CUDA device: PaTH "
+                                  "attention's Householder-product scores"),
+                  "%s", err.msg);
+    ttt_plan_free(p);
+    ttt_cfg_free(doc);
+    free(path_text);
 }
 END_TEST
 

@@ -475,7 +475,7 @@ def _lact(xp, cfg, q, k, v, step, alpha, init):
     return o, [W0, W1, W2] + N
 
 
-__all__ = ["reference", "PRESETS"]
+__all__ = ["reference", "path_attention", "PRESETS"]
 
 
 def _rwkv7_reference(q, k, v, a=None, b=None, beta=None, log_alpha=None, eta=None,
@@ -507,3 +507,54 @@ def _rwkv7_reference(q, k, v, a=None, b=None, beta=None, log_alpha=None, eta=Non
                                                                     v[:, t])
         outs.append(xp.einsum("bhk,bhkv->bhv", qs[:, t], S))
     return xp.stack(outs, 1), S
+
+
+def path_attention(q, k, v, w, beta, scale=None, log_f=None):
+    """PaTH attention (docs/math.md "PaTH attention") in float64: softmax attention whose score
+    of query i and key j <= i is q_i H_i H_{i-1} ... H_{j+1} k_j^T, with H_t = I - beta_t w_t^T w_t
+    (rows are tokens, docs/math.md section 0), so
+
+        o_i = sum_{j <= i} softmax_j(scale * q_i H_i ... H_{j+1} k_j^T) v_j.
+
+    q, k, v, w (B, T, H, D), w's rows unit vectors as the mixer makes them (any w is evaluated);
+    beta (B, T, H), in (0, 2) in the mixer; scale D^-1/2 when None. log_f (B, T, H): the optional
+    forget gate (PaTH-FoX; the mixer's model.gate: scalar), whose bias G_i - G_j (G the prefix
+    sum of log f) is added to the score before the scale, as FLA does. Returns o (B, T, H, D).
+
+    Written as a decoder would run it, independently of the C mixer (which carries each query
+    back over the keys): the keys seen so far are kept transformed, and token i first applies its
+    own H_i to every earlier key (k_j <- k_j H_i), then appends k_i untransformed and reads them
+    all. Works on numpy arrays and on torch float64 tensors (differentiable)."""
+    xp = _Xp(q)
+    q, k, v, w, beta = (xp.asarray(x) for x in (q, k, v, w, beta))
+    B, T, H, D = q.shape
+    if tuple(k.shape) != (B, T, H, D) or tuple(w.shape) != (B, T, H, D) or \
+            tuple(v.shape[:3]) != (B, T, H) or tuple(beta.shape) != (B, T, H):
+        raise ValueError("ttt.reference.path_attention: q, k, w (B, T, H, D), v (B, T, H, d_v) "
+                         "and beta (B, T, H); got q %s, k %s, v %s, w %s, beta %s"
+                         % tuple(tuple(x.shape) for x in (q, k, v, w, beta)))
+    s = D ** -0.5 if scale is None else scale
+    G = None
+    if log_f is not None:
+        lf = xp.asarray(log_f)
+        if tuple(lf.shape) != (B, T, H):
+            raise ValueError("ttt.reference.path_attention: log_f (B, T, H) = %s; got %s"
+                             % ((B, T, H), tuple(lf.shape)))
+        G = lf.cumsum(1) if not xp.torch else lf.cumsum(dim=1)
+    keys = []   # the transformed keys k_j H_{j+1} ... H_i, each (B, H, D)
+    outs = []
+    for i in range(T):
+        wi, bi = w[:, i], beta[:, i]
+        keys = [kj - (bi * (kj * wi).sum(-1))[..., None] * wi for kj in keys]
+        keys.append(k[:, i])
+        K = xp.stack(keys, 2)                                # (B, H, i + 1, D)
+        a = xp.einsum("bhd,bhjd->bhj", q[:, i], K)          # (B, H, i + 1)
+        if G is not None:  # + G_i - G_j
+            Gj = G[:, :i + 1].transpose(0, 2, 1) if not xp.torch else G[:, :i + 1].transpose(1, 2)
+            a = a + G[:, i][..., None] - Gj
+        a = s * a
+        a = a - (a.max(-1, keepdim=True)[0] if xp.torch else a.max(-1, keepdims=True))
+        p = xp.exp(a)
+        p = p / p.sum(-1)[..., None]
+        outs.append(xp.einsum("bhj,bjhd->bhd", p, v[:, :i + 1]))
+    return xp.stack(outs, 1)

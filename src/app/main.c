@@ -290,6 +290,13 @@ static int cmd_check(int argc, char **argv) {
     ttt_experiment *e = NULL;
     int rc = load_experiment(argc, argv, 0, &a, &e);
     if (rc) return rc;
+    /* what `ttt run` would refuse of the points' devices is refused here as well (a mixer
+     * without a device path on train.device: cuda), before anything is printed */
+    ttt_error derr = {0};
+    if (ttt_plan_devices_ready(e->plan, &derr) != TTT_OK) {
+        ttt_experiment_free(e);
+        return report(&derr);
+    }
     if (a.brief) {
         /* one line per point: what runs where, without the hundreds of lines of defaults */
         const ttt_plan *p = e->plan;

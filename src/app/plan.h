@@ -86,6 +86,12 @@ const char *ttt_plan_output(const ttt_plan *p, const char *out_dir);
 ttt_status ttt_plan_run(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
                         ttt_error *err);
 
+/* Whether every trained point can train where its train.device says (train.h
+ * ttt_train_device_ready: bfloat16 on the host, a mixer or layer without a device path): the
+ * first refusal, its point named, or TTT_OK. `ttt check` and ttt_plan_run ask it before anything
+ * is written. */
+ttt_status ttt_plan_devices_ready(const ttt_plan *p, ttt_error *err);
+
 /* How the points are shared among processes (docs/scaling.md). */
 typedef enum ttt_plan_parallel {
     TTT_PARALLEL_AUTO = 0, /* points over ranks when there are at least as many points as ranks,

@@ -66,10 +66,7 @@ ttt_status ttt_plan_run(const ttt_plan *p, const char *out_dir, int progress, FI
     return ttt_plan_run_exec(p, out_dir, progress, table, NULL, err);
 }
 
-ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
-                             const ttt_plan_exec *x, ttt_error *err) {
-    /* A point that asks for a device the trainer cannot use yet is refused before the folder
-     * is touched (train.h ttt_train_device_ready), never trained on the host instead. */
+ttt_status ttt_plan_devices_ready(const ttt_plan *p, ttt_error *err) {
     for (int i = 0; i < p->n_points; i++) {
         const ttt_plan_point *pt = &p->points[i];
         const ttt_trained_cfg *tc = pt->task->trained ? pt->task->trained(pt->cfg) : NULL;
@@ -79,6 +76,14 @@ ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progres
             return ds;
         }
     }
+    return TTT_OK;
+}
+
+ttt_status ttt_plan_run_exec(const ttt_plan *p, const char *out_dir, int progress, FILE *table,
+                             const ttt_plan_exec *x, ttt_error *err) {
+    /* A point that asks for a device the trainer cannot use yet is refused before the folder
+     * is touched (train.h ttt_train_device_ready), never trained on the host instead. */
+    TTT_TRY(ttt_plan_devices_ready(p, err));
     const ttt_comm *comm = x && x->comm ? x->comm : &ttt_comm_self;
     const int R = comm->size, leader = comm->rank == 0;
     const int sharded = x && x->n_shards > 0;
