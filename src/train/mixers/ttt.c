@@ -316,7 +316,7 @@ static const ttt_form_entry *device_entry(const ttt_seq_model_config *c, ttt_err
 static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len);
 
 static const char *device_form(const ttt_seq_model_config *c) {
-    char why[8];
+    char why[TTT_ERROR_MSG_LEN + 256]; /* the refusal (a name and an error message), unread */
     if (device_refuse(c, why, sizeof why)) return NULL;
     ttt_error e = {0};
     const ttt_form_entry *fe = device_entry(c, &e);
