@@ -14,7 +14,6 @@ void ttt_tape_init(ttt_tape *tape) { memset(tape, 0, sizeof *tape); }
 /* The buffers on the free lists belong to the arena the caller resets with the tape. */
 static void forget_free_grads(ttt_tape *tape) {
     memset(tape->free_grads, 0, sizeof tape->free_grads);
-    memset(tape->free_dev, 0, sizeof tape->free_dev);
     tape->spare = NULL;
 }
 
@@ -99,11 +98,15 @@ ttt_tape_entry *ttt_tape_record(ttt_ctx *ctx, ttt_backward_fn fn, ttt_tensor *ou
     return e;
 }
 
-/* A free gradient buffer: its first bytes while it waits (every arena allocation holds at least
- * 64 bytes, tensor.c). */
+/* A free gradient buffer's record. A host buffer holds its own record in its first bytes while
+ * it waits (every arena allocation holds at least 64 bytes, tensor.c); the host cannot write
+ * device memory, so a device buffer's record is a host node (the arena's host side), kept on
+ * the tape's spares once its buffer is taken again. */
 typedef struct free_grad {
     struct free_grad *next;
     size_t n; /* elements */
+    float *ptr;
+    int on_device;
 } free_grad;
 
 /* Element counts of one model are few and often powers of two: a multiplicative hash spreads
@@ -112,35 +115,19 @@ static size_t bucket_of(size_t n) {
     return (size_t)((n * 0x9E3779B97F4A7C15ull) >> 40) % TTT_TAPE_FREE_BUCKETS;
 }
 
-/* A recycled buffer of exactly n elements, unlinked, or NULL. */
-static float *take_free_grad(ttt_tape *tape, size_t n) {
+/* A recycled buffer of exactly n elements on the host or a device, unlinked, or NULL. A device
+ * buffer is reused in stream order: every kernel that read or wrote it as the older gradient was
+ * queued on the arena's stream before the op that takes it now. */
+static float *take_free_grad(ttt_tape *tape, size_t n, int on_device) {
     for (free_grad **pp = (free_grad **)&tape->free_grads[bucket_of(n)]; *pp;
          pp = &(*pp)->next)
-        if ((*pp)->n == n) {
+        if ((*pp)->n == n && (*pp)->on_device == on_device) {
             free_grad *f = *pp;
             *pp = f->next;
-            return (float *)(void *)f;
-        }
-    return NULL;
-}
-
-/* A free device gradient buffer's host record (device memory cannot hold the links). */
-typedef struct free_node {
-    struct free_node *next;
-    size_t n; /* elements */
-    float *ptr;
-} free_node;
-
-/* A recycled device buffer of exactly n elements, or NULL; its node goes to the spares. Stream
- * order makes the reuse safe: every kernel that read or wrote the buffer as the older gradient
- * was queued on the arena's stream before the one that takes it now. */
-static float *take_free_dev(ttt_tape *tape, size_t n) {
-    for (free_node **pp = (free_node **)&tape->free_dev[bucket_of(n)]; *pp; pp = &(*pp)->next)
-        if ((*pp)->n == n) {
-            free_node *f = *pp;
-            *pp = f->next;
-            f->next = tape->spare;
-            tape->spare = f;
+            if (on_device) {
+                f->next = tape->spare;
+                tape->spare = f;
+            }
             return f->ptr;
         }
     return NULL;
@@ -148,25 +135,18 @@ static float *take_free_dev(ttt_tape *tape, size_t n) {
 
 static void give_back_grad(ttt_ctx *ctx, ttt_tensor *t) {
     ttt_tape *tape = ctx->tape;
-    if (ttt_tensor_on_device(t)) {
-        free_node *f = tape->spare;
-        if (f)
-            tape->spare = f->next;
-        else
-            f = ttt_tape_alloc(ctx, sizeof *f);
-        f->n = t->n;
-        f->ptr = t->grad;
-        void **head = &tape->free_dev[bucket_of(t->n)];
-        f->next = *head;
-        *head = f;
-        t->grad = NULL;
-        return;
+    const int on_device = ttt_tensor_on_device(t);
+    free_grad *f;
+    if (!on_device) {
+        f = (free_grad *)(void *)t->grad;
+    } else if ((f = tape->spare)) {
+        tape->spare = f->next;
+    } else {
+        f = ttt_tape_alloc(ctx, sizeof *f);
     }
-    free_grad *f = (free_grad *)(void *)t->grad;
-    f->n = t->n;
-    void **head = &tape->free_grads[bucket_of(t->n)];
-    f->next = *head;
-    *head = f;
+    *f = (free_grad){.next = tape->free_grads[bucket_of(t->n)], .n = t->n, .ptr = t->grad,
+                     .on_device = on_device};
+    tape->free_grads[bucket_of(t->n)] = f;
     t->grad = NULL;
 }
 
@@ -186,10 +166,10 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
         m->grad_stale = 0;
     } else if (!m->grad && ttt_tensor_on_device(m)) {
         /* device memory of the arena's device (ops never mix devices, ops_device.h), recycled
-         * through host nodes (take_free_dev) */
+         * through host nodes (take_free_grad) */
         TTT_ASSERT(ttt_device_equal(ttt_tensor_device(m), ctx->arena->device));
         ttt_tape *tape = ctx->tape;
-        m->grad = tape && tape->recycle ? take_free_dev(tape, m->n) : NULL;
+        m->grad = tape && tape->recycle ? take_free_grad(tape, m->n, 1) : NULL;
         if (!m->grad) {
             const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
             m->grad = ttt_arena_alloc(ctx->arena, bytes);
@@ -200,7 +180,7 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
     } else if (!m->grad) {
         /* a fresh or recycled buffer holds garbage: its first writer assigns (or ttt_grad zeroes) */
         ttt_tape *tape = ctx->tape;
-        m->grad = tape && tape->recycle ? take_free_grad(tape, m->n) : NULL;
+        m->grad = tape && tape->recycle ? take_free_grad(tape, m->n, 0) : NULL;
         if (!m->grad) {
             const size_t bytes = (m->n ? m->n : 1) * sizeof(float);
             m->grad = ttt_tape_alloc(ctx, bytes);

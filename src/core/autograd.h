@@ -147,10 +147,9 @@ struct ttt_tape {
      * ttt_backward only leaves (parameters, and tensors marked requires_grad without being
      * recorded) and the root keep their gradients; an intermediate result's grad is NULL. */
     int recycle;
-    void *free_grads[TTT_TAPE_FREE_BUCKETS]; /* chains of free buffers (in the arena) */
-    /* The same for device gradients: the host cannot write device memory, so their chains run
-     * through host nodes (in the arena's host side), and an emptied node waits on `spare`. */
-    void *free_dev[TTT_TAPE_FREE_BUCKETS];
+    /* chains of free buffers (in the arena); a device buffer's link is a host node (the host
+     * cannot write device memory), which waits on `spare` once its buffer is taken again */
+    void *free_grads[TTT_TAPE_FREE_BUCKETS];
     void *spare;
     size_t grad_bytes; /* arena bytes ttt_grad took during the latest backward (accounting) */
 };

@@ -244,14 +244,16 @@ ttt_status ttt_bench_train_step(ttt_task_run *run, ttt_error *err) {
     const ttt_train_config tc = bc->trained.train;
     char mixer[128];
     ttt_seq_model_describe(&mc, mixer, sizeof mixer);
-    const int ttt_mixer = ttt_bench_uses_layer(&mc);
-    const char *preset = ttt_mixer && mc.layer.preset ? mc.layer.preset : mixer;
-    const char *form = ttt_mixer ? ttt_bench_train_form_used(&mc) : "softmax";
+    const int uses_layer = ttt_bench_uses_layer(&mc);
+    const char *preset = uses_layer && mc.layer.preset ? mc.layer.preset : mixer;
+    const char *form = uses_layer ? ttt_bench_train_form_used(&mc) : "softmax";
     /* on a device the layer runs the form the device step chooses (the mixer's answer) */
-    const char *(*on_device)(const ttt_seq_model_config *) = ttt_mixer_at(mc.mixer)->device_form;
-    if (ttt_mixer && !ttt_device_is_host(tc.device) && on_device && on_device(&mc))
-        form = on_device(&mc);
-    const ttt_form_entry *fe = ttt_mixer ? ttt_bench_train_form_entry(&mc) : NULL;
+    const ttt_mixer *mx = ttt_mixer_at(mc.mixer);
+    const char *dev_form = uses_layer && !ttt_device_is_host(tc.device) && mx->device_form
+                               ? mx->device_form(&mc)
+                               : NULL;
+    if (dev_form) form = dev_form;
+    const ttt_form_entry *fe = uses_layer ? ttt_bench_train_form_entry(&mc) : NULL;
     const int chunked = fe && fe->chunked;
     ttt_status s = TTT_OK;
     for (int li = 0; li < bc->seq_len.n && s == TTT_OK; li++) {

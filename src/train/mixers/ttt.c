@@ -303,27 +303,11 @@ static ttt_layer form_layer(const ttt_layer *L) {
     return f;
 }
 
-/* The form entry the device step chooses for config c's layer (NULL with the reason in e). */
-static const ttt_form_entry *device_entry(const ttt_seq_model_config *c, ttt_error *e) {
-    const ttt_layer L = form_layer(&c->layer);
-    const ttt_form_inputs in =
-        ttt_layer_batch_inputs(&L, c->io.seq_len > 0 ? c->io.seq_len : 1, c->eta != TTT_ETA_NONE,
-                               gate_given(c), c->gate == TTT_GATE_VECTOR, TTT_DEVICE_CUDA);
-    ttt_form_plan plan;
-    return ttt_form_plan_with(NULL, &L, &in, &plan, e);
-}
-
-static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len);
-
-static const char *device_form(const ttt_seq_model_config *c) {
-    char why[TTT_ERROR_MSG_LEN + 256]; /* the refusal (a name and an error message), unread */
-    if (device_refuse(c, why, sizeof why)) return NULL;
-    ttt_error e = {0};
-    const ttt_form_entry *fe = device_entry(c, &e);
-    return fe ? fe->form : NULL;
-}
-
-static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+/* Whether config c's block runs on a CUDA device: NULL, with *entry the form entry the device
+ * step chooses, or a sentence in buf saying why not (*entry NULL). */
+static const char *device_check(const ttt_seq_model_config *c, char *buf, size_t len,
+                                const ttt_form_entry **entry) {
+    *entry = NULL;
     const ttt_layer Lf = form_layer(&c->layer), *L = &Lf;
     char name[128];
     ttt_layer_describe(&c->layer, name, sizeof name);
@@ -332,8 +316,12 @@ static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_
                  "one key-value pair per token)", name, L->substeps);
         return buf;
     }
+    const ttt_form_inputs in =
+        ttt_layer_batch_inputs(L, c->io.seq_len > 0 ? c->io.seq_len : 1, c->eta != TTT_ETA_NONE,
+                               gate_given(c), c->gate == TTT_GATE_VECTOR, TTT_DEVICE_CUDA);
     ttt_error e = {0};
-    const ttt_form_entry *fe = device_entry(c, &e);
+    ttt_form_plan plan;
+    const ttt_form_entry *fe = ttt_form_plan_with(NULL, L, &in, &plan, &e);
     if (!fe) {
         snprintf(buf, len, "layer %s has no CUDA form: %s", name, e.msg);
         return buf;
@@ -353,7 +341,19 @@ static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_
                  "form", name);
         return buf;
     }
+    *entry = fe;
     return NULL;
+}
+
+static const char *device_refuse(const ttt_seq_model_config *c, char *buf, size_t len) {
+    const ttt_form_entry *fe;
+    return device_check(c, buf, len, &fe);
+}
+
+static const char *device_form(const ttt_seq_model_config *c) {
+    char why[TTT_ERROR_MSG_LEN + 256]; /* the refusal (a name and an error message), unread */
+    const ttt_form_entry *fe;
+    return device_check(c, why, sizeof why, &fe) ? NULL : fe->form;
 }
 
 /* What the recorded op keeps: the layer the form computes and the call's shape. */
