@@ -729,6 +729,65 @@ static row_result run_case(harness *h, const op_case *c, int *failures) {
     return rr;
 }
 
+/* The cross-entropy that consumes its logits (ops.h ttt_cross_entropy_consume) against the one
+ * that does not, on the same backend: logits = x·W (6 × 4 times 4 × 5, a ignored row among the
+ * targets), one backward each. The gradients of x and W must be the same bits (the same kernel,
+ * only the buffer differs), the consuming backward must take exactly the logits' size less
+ * gradient memory, and the logits' values must have been overwritten (the control: the
+ * in-place path ran). Not a row of the table above: its Jacobian runs the backward once per
+ * output, and a consumed tensor serves one backward. */
+static int consume_case(harness *h, ttt_arena *arena) {
+    enum { N = 6, D = 4, V = 5 };
+    static const int tg[N] = {1, -1, 4, 0, 4, 2};
+    float x[N * D], w[D * V];
+    for (int i = 0; i < N * D; i++) x[i] = draw(D_SYM, (size_t)i, D);
+    for (int i = 0; i < D * V; i++) w[i] = draw(D_SYM, (size_t)i, V);
+    const int on_dev = !ttt_device_is_host(arena->device);
+    float g[2][2][N * D + D * V], z0[N * V], z1[N * V];
+    size_t bytes[2];
+    for (int k = 0; k < 2; k++) {
+        ttt_tape tape;
+        ttt_tape_init(&tape);
+        ttt_ctx ctx = {.arena = arena, .grad = 1, .tape = &tape};
+        ttt_arena_mark m0 = ttt_arena_mark_get(arena);
+        ttt_tensor xv = ttt_tensor_view(x, 2, (int[]){N, D}), wv = ttt_tensor_view(w, 2, (int[]){D, V});
+        ttt_tensor *xt = ttt_tensor_to(&ctx, &xv), *wt = ttt_tensor_to(&ctx, &wv);
+        xt->requires_grad = wt->requires_grad = 1;
+        const int *ids = tg;
+        if (on_dev) {
+            int *d = ttt_arena_alloc(arena, sizeof tg);
+            ttt_device_copy(d, arena->device, tg, ttt_device_host(), sizeof tg, arena->stream,
+                            &h->err);
+            ids = d;
+        }
+        ttt_tensor *z = ttt_matmul(&ctx, xt, 0, wt, 0);
+        ttt_tensor_read(z, z0, arena->stream, &h->err);
+        ttt_tensor *l = k ? ttt_cross_entropy_consume(&ctx, z, ids, N, NULL)
+                          : ttt_cross_entropy(&ctx, z, ids, N, NULL);
+        ttt_backward(&ctx, l);
+        bytes[k] = tape.grad_bytes;
+        ttt_tensor gx = ttt_tensor_view_on(arena->device, xt->grad, 2, (int[]){N, D});
+        ttt_tensor gw = ttt_tensor_view_on(arena->device, wt->grad, 2, (int[]){D, V});
+        ttt_tensor_read(&gx, g[k][0], arena->stream, &h->err);
+        ttt_tensor_read(&gw, g[k][1], arena->stream, &h->err);
+        ttt_tensor_read(z, z1, arena->stream, &h->err);
+        ttt_tape_free(&tape);
+        ttt_arena_release(arena, m0);
+    }
+    ttt_error e2;
+    const int dev_ok = ttt_device_ops_status(&e2) == TTT_OK;
+    const int same = memcmp(g[0][0], g[1][0], sizeof(float) * N * D) == 0 &&
+                     memcmp(g[0][1], g[1][1], sizeof(float) * D * V) == 0;
+    const int fewer = bytes[0] - bytes[1] == sizeof(float) * N * V;
+    const int overwritten = memcmp(z0, z1, sizeof z0) != 0; /* z1: the consuming run's */
+    const int ok = dev_ok && same && fewer && overwritten;
+    printf("%-22s gradients %s, gradient bytes %zu against %zu (%s), logits %s  %s\n",
+           "cross_entropy_consume", same ? "same bits" : "DIFFER", bytes[1], bytes[0],
+           fewer ? "N·V·4 fewer" : "NOT N·V·4 fewer", overwritten ? "overwritten" : "NOT overwritten",
+           ok ? "ok" : dev_ok ? "FAIL" : e2.msg);
+    return ok;
+}
+
 int main(void) {
     harness h;
     memset(&h, 0, sizeof h);
@@ -774,6 +833,7 @@ int main(void) {
                c->fd ? (r.fd_ctl ? "yes" : "NO") : "-", r.ok ? "ok" : "FAIL");
         fflush(stdout);
     }
+    if (!consume_case(&h, h.self ? &h.host : &h.dev)) failures++;
     for (size_t i = 0; i < sizeof NO_CUDA / sizeof NO_CUDA[0]; i++)
         printf("%-22s no CUDA implementation yet\n", NO_CUDA[i]);
     printf("%d of %d cases failed\n", failures, N_CASES);

@@ -191,6 +191,16 @@ float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
     return m->grad;
 }
 
+float *ttt_grad_acc_over_values(ttt_ctx *ctx, const ttt_tensor *t, int *add) {
+    ttt_tensor *m = (ttt_tensor *)t; /* grad metadata only (autograd.h) */
+    if (m && m->requires_grad && !m->grad_persistent && !m->grad && m->data) {
+        m->grad = m->data;
+        *add = 0;
+        return m->grad;
+    }
+    return ttt_grad_acc(ctx, t, add);
+}
+
 void ttt_backward_identity(ttt_ctx *ctx, const ttt_tape_entry *e, const float *dout) {
     ttt_tensor *a = e->in[0];
     TTT_ASSERT(a->n == e->out->n);

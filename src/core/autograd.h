@@ -190,6 +190,12 @@ float *ttt_grad(ttt_ctx *ctx, const ttt_tensor *t);
  * 1 when the buffer already holds contributions (add). NULL (and *add = 1) when t is NULL or
  * does not require grad. */
 float *ttt_grad_acc(ttt_ctx *ctx, const ttt_tensor *t, int *add);
+/* ttt_grad_acc for an op that consumes t (ops.h ttt_cross_entropy_consume): when t has no
+ * gradient yet in this backward, its own values' buffer becomes its gradient (*add = 0; the op
+ * reads each element before it writes it), which saves t's size. Sound only when nothing reads
+ * t's values after this backward: no other op consumed t, and the backward of the op that made
+ * t does not read its result (a product, a sum do not). */
+float *ttt_grad_acc_over_values(ttt_ctx *ctx, const ttt_tensor *t, int *add);
 
 /* Backward of any op whose output is its single input unchanged element for element (ttt_reshape,
  * ttt_tensor_copy): grad(in[0]) += dout, or, when in[0] has no gradient yet, dout's buffer becomes

@@ -1876,7 +1876,9 @@ static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
     const ttt_tensor *z = e->in[0];
     const ce_saved *s = e->aux;
     int add;
-    float *g = ttt_grad_acc(ctx, z, &add); /* created even when nothing is counted: zero */
+    /* created even when nothing is counted: zero; over z's values when the op consumed z
+     * (iarg[0], ttt_cross_entropy_consume), each element of a row read before it is written */
+    float *g = e->iarg[0] ? ttt_grad_acc_over_values(ctx, z, &add) : ttt_grad_acc(ctx, z, &add);
     const size_t N = rows_of(z), V = (size_t)TTT_COLS(z);
     if (s->count == 0) {
         if (!add) memset(g, 0, N * V * sizeof *g);
@@ -1884,12 +1886,12 @@ static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
     }
     const float scale = dl[0] / (float)s->count;
     for (size_t i = 0; i < N; i++) {
-        float *restrict gi = g + i * V; /* (V) */
+        float *gi = g + i * V; /* (V); may be zi (above) */
         if (s->targets[i] < 0) {
             if (!add) memset(gi, 0, V * sizeof *gi); /* the first writer of an ignored row */
             continue;
         }
-        const float *restrict zi = z->data + i * V; /* (V) */
+        const float *zi = z->data + i * V; /* (V) */
         const float lse = s->lse[i];
         if (add)
             for (size_t j = 0; j < V; j++) gi[j] += scale * expf(zi[j] - lse);
@@ -1901,10 +1903,10 @@ static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
 
 /* Mean token cross-entropy (nats) with log-sum-exp after subtracting the row max, so no exp
  * overflows and a confident row (huge margin) still gives an exact small loss. */
-ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
-                              ttt_ce_stats *stats) {
+static ttt_tensor *cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets,
+                                 int N, ttt_ce_stats *stats, int consume) {
     if (TTT_OPS_ON_DEVICE(ctx, logits, NULL))
-        return ttt_dev_cross_entropy(ctx, logits, targets, N, stats);
+        return ttt_dev_cross_entropy(ctx, logits, targets, N, stats, consume);
     SHAPE_CHECK(logits->ndim >= 1 && rows_of(logits) == (size_t)N,
                 "cross_entropy (logits must have N rows)", logits, NULL);
     const size_t V = (size_t)TTT_COLS(logits);
@@ -1952,8 +1954,19 @@ ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int 
         s->count = count;
         ttt_tape_entry *e = RECORD(ctx, "cross_entropy", cross_entropy_backward, r, logits);
         e->aux = s;
+        e->iarg[0] = consume;
     }
     return r;
+}
+
+ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
+                              ttt_ce_stats *stats) {
+    return cross_entropy(ctx, logits, targets, N, stats, 0);
+}
+
+ttt_tensor *ttt_cross_entropy_consume(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets,
+                                      int N, ttt_ce_stats *stats) {
+    return cross_entropy(ctx, logits, targets, N, stats, 1);
 }
 
 /* Sequences of a conv1d input: (T, C) is one, (B, T, C) is B. */

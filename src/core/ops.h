@@ -182,6 +182,14 @@ typedef struct ttt_ce_stats {
  * NULL. targets is copied when recording. */
 ttt_tensor *ttt_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets, int N,
                               ttt_ce_stats *stats);
+/* The same, consuming the logits: its backward writes their gradient over their values instead
+ * of into a buffer of their size (N·V floats: 2 GiB for 16384 tokens of a 32000-word
+ * vocabulary; docs/training.md "Memory of a training step"). The same bits as
+ * ttt_cross_entropy. For logits that nothing reads after this op's backward: no other op uses
+ * them, the caller does not read them after the backward, and the op that made them does not
+ * read its own result in its backward (a product, a sum do not). */
+ttt_tensor *ttt_cross_entropy_consume(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets,
+                                      int N, ttt_ce_stats *stats);
 
 /* Depthwise causal convolution along time: y_{t,c} = Σ_{j<K} w_{j,c}·x_{t−j,c} + b_c, with zero
  * padding before t = 0 (y_t never sees a future token). x is one sequence (T, C) or a batch of

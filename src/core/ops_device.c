@@ -1060,14 +1060,16 @@ static void cross_entropy_backward(ttt_ctx *ctx, const ttt_tape_entry *e, const 
     const ttt_tensor *z = e->in[0];
     const ce_saved *s = e->aux;
     int add;
-    float *g = ttt_grad_acc(ctx, z, &add);
+    /* over z's values when the op consumed z (ttt_cross_entropy_consume): the kernel's thread
+     * reads each element before it writes it */
+    float *g = e->iarg[0] ? ttt_grad_acc_over_values(ctx, z, &add) : ttt_grad_acc(ctx, z, &add);
     if (g)
         CK(ttt_cuda_cross_entropy_backward(g, add, z->data, s->targets, s->lse, s->stats, dl,
                                            (int)rows_of(z), TTT_COLS(z), ST(ctx), E));
 }
 
 ttt_tensor *ttt_dev_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets,
-                                  int N, ttt_ce_stats *stats) {
+                                  int N, ttt_ce_stats *stats, int consume) {
     SAME_DEVICE(ctx, "cross_entropy", logits);
     DCHECK(logits->ndim >= 1 && rows_of(logits) == (size_t)N,
            "cross_entropy (logits must have N rows)");
@@ -1107,7 +1109,10 @@ ttt_tensor *ttt_dev_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const 
         sv->lse = lse;
         sv->stats = st;
         ttt_tape_entry *e = REC(ctx, "cross_entropy", cross_entropy_backward, r, logits);
-        if (e) e->aux = sv;
+        if (e) {
+            e->aux = sv;
+            e->iarg[0] = consume;
+        }
     }
     return r;
 }

@@ -88,7 +88,7 @@ ttt_tensor *ttt_dev_concat_grid(ttt_ctx *ctx, const ttt_tensor *const *parts, in
                                 int as_cols);
 ttt_tensor *ttt_dev_embedding(ttt_ctx *ctx, const ttt_tensor *table, const int *ids, int n);
 ttt_tensor *ttt_dev_cross_entropy(ttt_ctx *ctx, const ttt_tensor *logits, const int *targets,
-                                  int N, ttt_ce_stats *stats);
+                                  int N, ttt_ce_stats *stats, int consume);
 ttt_tensor *ttt_dev_conv1d(ttt_ctx *ctx, const ttt_tensor *x, const ttt_tensor *w,
                            const ttt_tensor *bias, int silu);
 ttt_tensor *ttt_dev_rope(ttt_ctx *ctx, const ttt_tensor *x, int pos0, float base);

@@ -942,7 +942,11 @@ ttt_status ttt_seq_model_loss(ttt_ctx *ctx, const ttt_seq_model *m, const ttt_te
     ttt_seq_stats s = {0};
     if (c->io.vocab > 0) {
         ttt_ce_stats ce;
-        ttt_tensor *l = ttt_cross_entropy(ctx, y, ids_on(ctx, bt->labels, N), N, &ce);
+        /* the logits (a product, or a product plus the head's bias) feed only the loss: unless
+         * the caller keeps them, their gradient is written over them (N·V floats saved) */
+        const int *tg = ids_on(ctx, bt->labels, N);
+        ttt_tensor *l = out_pred ? ttt_cross_entropy(ctx, y, tg, N, &ce)
+                                 : ttt_cross_entropy_consume(ctx, y, tg, N, &ce);
         s.count = ce.count;
         s.correct = ce.correct;
         s.loss_sum = ce.loss_sum;

@@ -32,10 +32,18 @@ static ttt_status rescue_save(ttt_trainer *t, long step, const uint64_t *before,
                               const ttt_train_result *res, double elapsed, long tokens) {
     ttt_train_replicas *R = t->reps;
     int h = -1;
-    /* a replica whose step ran out of memory is intact too: its arena was reset and the
-     * update never ran; one that met a CUDA failure may not be */
+    /* A replica whose step ran out of memory is intact too: its arena was reset and the update
+     * never ran. So is one whose CUDA call failed without breaking its device: a step writes
+     * only its arena and the gradients, never the weights or moments. An allocation refused by
+     * the device's pool is such a failure (TTT_ERR_DEVICE, docs/api.md); a device that still
+     * synchronizes took no sticky error. Clean replicas first. */
     for (int i = 0; i < R->n && h < 0; i++)
         if (R->st[i] == TTT_OK || R->st[i] == TTT_ERR_NOMEM) h = i;
+    for (int i = 0; i < R->n && h < 0; i++) {
+        ttt_error ignore = {0};
+        if (R->st[i] == TTT_ERR_DEVICE && ttt_device_sync(R->devs[i], NULL, &ignore) == TTT_OK)
+            h = i;
+    }
     if (h < 0 || !t->run->ckpt_dir) return TTT_ERR_DEVICE;
     ttt_error e = {0};
     ttt_device_scope sc;
