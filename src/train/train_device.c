@@ -214,8 +214,10 @@ ttt_status ttt_train_dev_step(ttt_train_dev *D, const ttt_seq_batch *b, int grad
     ttt_arena_arm(&D->arena, &esc);
     if (setjmp(esc.jump) == 0) {
         ttt_tensor *l = NULL;
+        /* predictions are read by evaluations only: a training step lets the loss consume
+         * the logits (ttt_cross_entropy_consume) */
         s = ttt_seq_model_loss(&D->ctx, D->m, D->pt, b, denom > 0 ? denom : 1.0, &l, st,
-                               &D->pred, err);
+                               grad ? NULL : &D->pred, err);
         if (s == TTT_OK) s = ttt_tensor_read(l, &lf, D->stream, err);
         if (s == TTT_OK) {
             D->act_bytes = ttt_arena_footprint(&D->arena);

@@ -239,8 +239,10 @@ static void shard_step(const ttt_seq_model *m, ttt_train_shard *h, int grad, dou
     ttt_arena_arm(&h->arena, &esc);
     if (setjmp(esc.jump) == 0) {
         ttt_tensor *l = NULL;
+        /* predictions are read by evaluations only: a training step lets the loss consume
+         * the logits (ttt_cross_entropy_consume) */
         h->s = ttt_seq_model_loss(&h->ctx, m, h->pt, &h->sub, denom > 0 ? denom : 1.0, &l,
-                                  &h->stats, &h->pred, &h->err);
+                                  &h->stats, grad ? NULL : &h->pred, &h->err);
         if (h->s == TTT_OK) {
             h->loss = l->data[0];
             /* what the backward will read: every tensor, tape entry and saved state the
